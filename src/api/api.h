@@ -1,0 +1,83 @@
+/*
+ * The JSON-RPC 2.0 method framework. Modules declare their methods in a
+ * table (name, help, handler, flags) and register it once at start-up; the
+ * transports (Unix socket, later WebSocket) and blockctl's help all come
+ * from that one table.
+ *
+ * Handlers run on an API worker thread (one per client connection), may
+ * block (SQLite, file copies), and must be thread-safe against each other
+ * (config/db.h serializes database work).
+ *
+ * Error shape (as TrueNAS clients parse it):
+ *   invalid params  → code -32602, message, data.extra = [[field, message, errno], …]
+ *   other failures  → code -32001, message, data = {"errno": N, "error": "ENAME", "reason": message}
+ */
+#ifndef BLOCKD_API_API_H
+#define BLOCKD_API_API_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+enum api_code {
+    API_PARSE_ERROR = -32700,
+    API_INVALID_REQUEST = -32600,
+    API_METHOD_NOT_FOUND = -32601,
+    API_INVALID_PARAMS = -32602,
+    API_INTERNAL_ERROR = -32603,
+    API_CALL_ERROR = -32001,
+};
+
+/* One call in progress: who is calling and the error being built. */
+struct api_call;
+
+typedef int (*api_handler_fn)(struct api_call *call, json_t *params, json_t **result);
+
+enum api_method_flags {
+    API_NO_AUTH = 1u << 0, /* allowed before login on remote transports */
+};
+
+struct api_method {
+    const char *name;    /* "pool.dataset.create" */
+    const char *params;  /* one-line parameter synopsis for help/docs */
+    const char *summary; /* one-line description */
+    api_handler_fn fn;   /* returns 0 with *result set (new reference), or -1 with an error set */
+    unsigned flags;
+};
+
+/* Register a table (must outlive the process). Not thread-safe: start-up only. */
+void api_register(const struct api_method *methods, size_t count);
+const struct api_method *api_find(const char *name);
+/* Every registered method, sorted by name (for core.get_methods). */
+size_t api_methods(const struct api_method ***out);
+
+/* Handle one request line; returns the response text (malloc'd, no newline)
+ * or NULL for a notification. peer names the client in log lines. */
+char *api_handle_text(const char *text, size_t len, const char *peer);
+/* Handle one parsed request object; returns the response object or NULL. */
+json_t *api_handle_request(json_t *req, const char *peer);
+
+/* Errors. Each returns -1 so a handler can `return api_error(...)`. */
+int api_error(struct api_call *call, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Add a validation error for a field ("pool.dataset.create.volsize"); the
+ * call then fails with -32602 when the handler returns api_invalid(call). */
+void api_verr(struct api_call *call, const char *field, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+bool api_has_verrs(const struct api_call *call);
+int api_invalid(struct api_call *call); /* returns -1 */
+const char *api_call_peer(const struct api_call *call);
+const char *api_call_method(const struct api_call *call);
+
+/*
+ * TrueNAS-style query over rows already built as JSON objects.
+ * params is the method's params array: [filters?, options?]. Takes no
+ * ownership of rows. Result per options: list, single object (get), or
+ * integer (count). Errors (bad filter, get with no match) are set on call.
+ */
+int api_query(struct api_call *call, json_t *rows, json_t *params, json_t **result);
+
+/* Parameter helpers: fetch params[i] (NULL if absent/null). */
+json_t *api_param(json_t *params, size_t index);
+
+#endif

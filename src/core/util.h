@@ -1,0 +1,62 @@
+/* Small helpers shared by every module. */
+#ifndef BLOCKD_CORE_UTIL_H
+#define BLOCKD_CORE_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define container_of(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+/* "10G", "512", "4k", "1.5M"? no: integers with optional K/M/G/T/P suffix
+ * (binary, case-insensitive, optional trailing "B"/"iB"). 0 or -EINVAL/-ERANGE. */
+int parse_size(const char *s, uint64_t *out);
+/* "1.0 GiB"-style human size into buf. */
+void format_size(uint64_t v, char *buf, size_t len);
+
+/* "ADDR:PORT", "[v6]:PORT" or ":PORT" → sockaddr. 0 or -EINVAL. */
+int parse_host_port(const char *s, struct sockaddr_storage *out, socklen_t *len);
+/* Printable "addr:port" of a socket address. */
+void format_sockaddr(const struct sockaddr *sa, socklen_t len, char *buf, size_t buflen);
+
+/* Big-endian loads/stores for protocol headers. */
+static inline uint16_t be16_load(const void *p)
+{
+    const uint8_t *b = p;
+    return (uint16_t)((b[0] << 8) | b[1]);
+}
+static inline uint32_t be32_load(const void *p)
+{
+    const uint8_t *b = p;
+    return ((uint32_t)b[0] << 24) | ((uint32_t)b[1] << 16) | ((uint32_t)b[2] << 8) | b[3];
+}
+static inline uint64_t be64_load(const void *p)
+{
+    const uint8_t *b = p;
+    return ((uint64_t)be32_load(b) << 32) | be32_load(b + 4);
+}
+static inline void be16_store(void *p, uint16_t v)
+{
+    uint8_t *b = p;
+    b[0] = (uint8_t)(v >> 8);
+    b[1] = (uint8_t)v;
+}
+static inline void be32_store(void *p, uint32_t v)
+{
+    uint8_t *b = p;
+    b[0] = (uint8_t)(v >> 24);
+    b[1] = (uint8_t)(v >> 16);
+    b[2] = (uint8_t)(v >> 8);
+    b[3] = (uint8_t)v;
+}
+static inline void be64_store(void *p, uint64_t v)
+{
+    be32_store(p, (uint32_t)(v >> 32));
+    be32_store((uint8_t *)p + 4, (uint32_t)v);
+}
+
+#endif

@@ -1,0 +1,89 @@
+/*
+ * The block backend interface: an ops table of synchronous calls plus
+ * capability bits. Backends are thread-safe: many threads may call read/
+ * write concurrently. Front-ends never call a bdev directly; they go through
+ * struct volume (volume.h), which adds async dispatch, group commit, and the
+ * sync policy. Capabilities decide what front-ends advertise (NBD flags, SCSI
+ * VPD/mode pages); nothing is hard-coded there.
+ */
+#ifndef BLOCKD_STORE_BDEV_H
+#define BLOCKD_STORE_BDEV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum bdev_cap {
+    BDEV_CAN_FLUSH = 1u << 0,      /* sync() makes written data durable */
+    BDEV_CAN_TRIM = 1u << 1,       /* trim() deallocates */
+    BDEV_CAN_ZERO = 1u << 2,       /* write_zeroes() is better than writing zeros */
+    BDEV_CAN_FAST_ZERO = 1u << 3,  /* write_zeroes(BDEV_ZERO_FAST) can succeed */
+    BDEV_CAN_EXTENTS = 1u << 4,    /* extents() reports real holes */
+    BDEV_CAN_MULTI_CONN = 1u << 5, /* one sync covers writes from every thread */
+    BDEV_CAN_CACHE = 1u << 6,      /* cache() prefetches */
+    BDEV_TRIM_ZEROES = 1u << 7,    /* trimmed ranges read back as zeros (LBPRZ) */
+    BDEV_ROTATIONAL = 1u << 8,
+};
+
+enum bdev_zero_flags {
+    BDEV_ZERO_MAY_TRIM = 1u << 0, /* may deallocate (punch) instead of allocating */
+    BDEV_ZERO_FAST = 1u << 1,     /* fail with -ENOTSUP rather than be slow */
+};
+
+enum extent_type { EXTENT_DATA = 0, EXTENT_HOLE = 1, EXTENT_ZERO = 2 };
+
+struct extent {
+    uint64_t offset;
+    uint64_t length;
+    enum extent_type type; /* HOLE reads as zeros and is unallocated */
+};
+
+struct bdev;
+
+struct bdev_ops {
+    const char *name;
+    /* All return 0 or -errno; len/off are already range-checked by volume. */
+    int (*read)(struct bdev *b, void *buf, size_t len, uint64_t off);
+    /* Like read but return -EAGAIN instead of blocking (page-cache miss).
+     * NULL: read never blocks (memory) — may be called inline. */
+    int (*read_nowait)(struct bdev *b, void *buf, size_t len, uint64_t off);
+    int (*write)(struct bdev *b, const void *buf, size_t len, uint64_t off);
+    /* NULL: write never blocks. Else -EAGAIN if it would block. */
+    int (*write_nowait)(struct bdev *b, const void *buf, size_t len, uint64_t off);
+    int (*sync)(struct bdev *b); /* fdatasync */
+    int (*trim)(struct bdev *b, uint64_t off, uint64_t len);
+    int (*write_zeroes)(struct bdev *b, uint64_t off, uint64_t len, unsigned flags);
+    int (*cache)(struct bdev *b, uint64_t off, uint64_t len);
+    /* Fill up to max extents describing [off, off+len) in order; set *n.
+     * The last extent may end before off+len when max is reached. */
+    int (*extents)(struct bdev *b, uint64_t off, uint64_t len, struct extent *out, size_t max,
+                   size_t *n);
+    int (*resize)(struct bdev *b, uint64_t new_size);
+    void (*close)(struct bdev *b);
+};
+
+struct bdev {
+    const struct bdev_ops *ops;
+    uint64_t size; /* bytes; updated by resize */
+    unsigned caps; /* enum bdev_cap */
+    bool readonly;
+    uint32_t latency_us; /* memory backend: simulated per-request latency */
+};
+
+/* Open a file or block device. Probes RWF_NOWAIT, PUNCH_HOLE, ZERO_RANGE,
+ * SEEK_DATA once per open and sets caps accordingly. */
+int bdev_file_open(const char *path, bool readonly, struct bdev **out);
+/* Create a file-backed volume file: sparse (ftruncate) or thick (fallocate). */
+int bdev_file_create(const char *path, uint64_t size, bool thick);
+/* A sparse in-memory device (allocated in chunks on first write).
+ * latency_us > 0 makes every request complete after that delay (without
+ * blocking any thread), like nbdkit's delay filter. */
+int bdev_memory_open(uint64_t size, uint32_t latency_us, struct bdev **out);
+
+static inline void bdev_close(struct bdev *b)
+{
+    if (b)
+        b->ops->close(b);
+}
+
+#endif

@@ -1,0 +1,112 @@
+/*
+ * A volume: a refcounted, thread-safe handle on an open bdev with the
+ * properties front-ends need (block size, sync policy, read-only) and the
+ * async request path every front-end uses (volume_submit).
+ *
+ * Durability (DESIGN.md): a FLUSH completes only after a bdev sync() that
+ * *started after* every write that had completed before the flush was
+ * submitted — on any connection. Concurrent flushes share sync() calls
+ * (group commit). sync=always: every write is followed by the same group
+ * commit before it completes. sync=disabled: FLUSH completes at once.
+ */
+#ifndef BLOCKD_STORE_VOLUME_H
+#define BLOCKD_STORE_VOLUME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/iopool.h"
+#include "core/reactor.h"
+#include "store/bdev.h"
+
+enum volume_sync { VOLUME_SYNC_STANDARD = 0, VOLUME_SYNC_ALWAYS = 1, VOLUME_SYNC_DISABLED = 2 };
+
+/* "standard"/"always"/"disabled" (any case) ↔ enum. */
+int volume_sync_parse(const char *s, enum volume_sync *out);
+const char *volume_sync_name(enum volume_sync s); /* "STANDARD", ... */
+
+struct volume;
+
+/* Takes ownership of b (closed when the last reference is dropped).
+ * name is for logs ("demo/vm1"). block_size: 512..128K power of two. */
+int volume_new(const char *name, struct bdev *b, uint32_t block_size, enum volume_sync sync,
+               bool readonly, struct volume **out);
+void volume_ref(struct volume *v);
+void volume_unref(struct volume *v);
+
+const char *volume_name(const struct volume *v);
+uint64_t volume_size(const struct volume *v); /* bytes, atomic read */
+uint32_t volume_block_size(const struct volume *v);
+enum volume_sync volume_sync_mode(const struct volume *v);
+bool volume_readonly(const struct volume *v);
+unsigned volume_caps(const struct volume *v); /* enum bdev_cap */
+/* A counter bumped by every resize, so front-ends can notice (UA, NBD). */
+uint64_t volume_size_generation(const struct volume *v);
+
+/* Property changes take effect for the next request. Thread-safe. */
+void volume_set_sync(struct volume *v, enum volume_sync s);
+void volume_set_readonly(struct volume *v, bool ro);
+/* Synchronous (blocking) — call from the API/control thread. */
+int volume_resize(struct volume *v, uint64_t new_size);
+/* Flush and wait (used at shutdown and by tests/benchmarks). */
+int volume_flush_wait(struct volume *v);
+
+enum vreq_op {
+    VREQ_READ,
+    VREQ_WRITE,
+    VREQ_FLUSH,
+    VREQ_TRIM,
+    VREQ_WRITE_ZEROES,
+    VREQ_CACHE,
+    VREQ_EXTENTS,
+};
+
+enum vreq_flags {
+    VREQ_FUA = 1u << 0,       /* WRITE/WRITE_ZEROES/TRIM: durable before completion */
+    VREQ_MAY_TRIM = 1u << 1,  /* WRITE_ZEROES: may deallocate */
+    VREQ_FAST_ZERO = 1u << 2, /* WRITE_ZEROES: -ENOTSUP unless fast */
+};
+
+/* An asynchronous request. The caller owns the memory and fills the public
+ * fields; it must stay valid until done() is called. */
+struct vreq {
+    enum vreq_op op;
+    unsigned flags;
+    uint64_t offset;
+    uint64_t length;
+    void *buf;                /* READ: destination; WRITE: source (length bytes) */
+    struct extent *extents;   /* EXTENTS: output array */
+    size_t extents_max;       /* EXTENTS: capacity */
+    size_t extents_count;     /* EXTENTS: filled on completion */
+    int result;               /* 0 or -errno, set before done() */
+    struct reactor *owner;    /* done() runs on this reactor; NULL: any thread */
+    void (*done)(struct vreq *r);
+    void *arg;                /* for the caller */
+    /* private */
+    struct volume *vol;
+    struct io_job job;
+    struct reactor_timer timer;
+    struct reactor_msg msg;
+    struct vreq *next_waiter;
+    uint64_t flush_target;
+};
+
+/*
+ * Start a request. Range and permission checks happen here: out of range →
+ * -EINVAL (offset+length past the end → -ENOSPC for writes, -EINVAL for
+ * reads), write to a read-only volume → -EPERM. done() may be called before
+ * volume_submit returns (inline completion on the calling thread, e.g. a
+ * page-cache hit); otherwise it is called later on owner's thread.
+ */
+void volume_submit(struct volume *v, struct vreq *r);
+
+/* Submit and wait on the calling (non-reactor) thread. Returns r->result. */
+int volume_submit_wait(struct volume *v, struct vreq *r);
+
+/* For benchmarks: disable group commit (every flush does its own sync). */
+void volume_set_group_commit(struct volume *v, bool enabled);
+/* Counters for tests/benchmarks. */
+uint64_t volume_sync_calls(const struct volume *v);
+
+#endif
