@@ -13,5 +13,7 @@
 void *bufpool_get(size_t size);
 /* size must be the value passed to bufpool_get. NULL is ignored. */
 void bufpool_put(void *buf, size_t size);
+/* Return this thread's cached buffers (call before a thread exits). */
+void bufpool_thread_release(void);
 
 #endif

@@ -1,0 +1,183 @@
+#include "core/listener.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/reactor.h"
+#include "core/util.h"
+
+struct listener {
+    struct reactor_handler handler;
+    struct reactor *reactor;
+    int fd;
+    int port;
+    char name[128];
+    listener_accept_fn fn;
+    void *arg;
+};
+
+static void on_accept(struct reactor_handler *h, uint32_t events)
+{
+    struct listener *l = (struct listener *)h;
+    for (int i = 0; i < 64; i++) {
+        struct sockaddr_storage peer, local;
+        socklen_t plen = sizeof(peer), llen = sizeof(local);
+        int fd = accept4(l->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+                return;
+            /* EMFILE etc.: log and keep the listener; the client sees a reset later. */
+            log_warn("%s: accept: %s", l->name, strerror(errno));
+            return;
+        }
+        if (getsockname(fd, (struct sockaddr *)&local, &llen) < 0)
+            llen = 0;
+        l->fn(fd, (struct sockaddr *)&peer, plen, (struct sockaddr *)&local, llen, l->arg);
+    }
+}
+
+static int listener_register(struct listener *l)
+{
+    l->reactor = reactor_get(0);
+    if (!l->reactor)
+        return -ENXIO;
+    l->handler.on_event = on_accept;
+    return reactor_add(l->reactor, l->fd, EPOLLIN, &l->handler);
+}
+
+int listener_open_tcp(const char *addr_port, listener_accept_fn fn, void *arg,
+                      struct listener **out)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    if (parse_host_port(addr_port, &ss, &len) < 0) {
+        log_error("listen address '%s' is not ADDR:PORT", addr_port);
+        return -EINVAL;
+    }
+    struct listener *l = calloc(1, sizeof(*l));
+    if (!l)
+        return -ENOMEM;
+    l->fn = fn;
+    l->arg = arg;
+    snprintf(l->name, sizeof(l->name), "%s", addr_port);
+    l->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l->fd < 0) {
+        int e = errno;
+        free(l);
+        return -e;
+    }
+    int one = 1;
+    setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (ss.ss_family == AF_INET6)
+        setsockopt(l->fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(l->fd, (struct sockaddr *)&ss, len) < 0 || listen(l->fd, 1024) < 0) {
+        int e = errno;
+        log_error("cannot listen on %s: %s", addr_port, strerror(e));
+        close(l->fd);
+        free(l);
+        return -e;
+    }
+    struct sockaddr_storage bound;
+    socklen_t blen = sizeof(bound);
+    if (getsockname(l->fd, (struct sockaddr *)&bound, &blen) == 0)
+        l->port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
+                                                   : ((struct sockaddr_in6 *)&bound)->sin6_port);
+    int rc = listener_register(l);
+    if (rc) {
+        close(l->fd);
+        free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+int listener_open_unix(const char *path, unsigned mode, listener_accept_fn fn, void *arg,
+                       struct listener **out)
+{
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof(sun.sun_path))
+        return -ENAMETOOLONG;
+    memcpy(sun.sun_path, path, strlen(path) + 1);
+    struct listener *l = calloc(1, sizeof(*l));
+    if (!l)
+        return -ENOMEM;
+    l->fn = fn;
+    l->arg = arg;
+    snprintf(l->name, sizeof(l->name), "unix:%s", path);
+    l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l->fd < 0) {
+        int e = errno;
+        free(l);
+        return -e;
+    }
+    unlink(path);
+    /* Create with the final mode: no window where others can connect. */
+    mode_t old = umask(0777 & ~mode);
+    int brc = bind(l->fd, (struct sockaddr *)&sun, sizeof(sun));
+    umask(old);
+    if (brc < 0 || listen(l->fd, 1024) < 0) {
+        int e = errno;
+        log_error("cannot listen on %s: %s", path, strerror(e));
+        close(l->fd);
+        free(l);
+        return -e;
+    }
+    chmod(path, mode);
+    int rc = listener_register(l);
+    if (rc) {
+        close(l->fd);
+        free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+struct close_msg {
+    struct reactor_msg msg;
+    struct listener *l;
+    sem_t done;
+};
+
+static void close_on_reactor(struct reactor_msg *m)
+{
+    struct close_msg *cm = (struct close_msg *)m;
+    reactor_remove(cm->l->reactor, cm->l->fd);
+    sem_post(&cm->done);
+}
+
+void listener_close(struct listener *l)
+{
+    if (!l)
+        return;
+    struct reactor *r = l->reactor;
+    if (reactor_self() == r) {
+        reactor_remove(r, l->fd);
+    } else {
+        /* Remove on the owning thread so no accept callback is running. */
+        struct close_msg cm = {.msg.fn = close_on_reactor, .l = l};
+        sem_init(&cm.done, 0, 0);
+        reactor_post(r, &cm.msg);
+        while (sem_wait(&cm.done) < 0 && errno == EINTR)
+            ;
+        sem_destroy(&cm.done);
+    }
+    close(l->fd);
+    free(l);
+}
+
+int listener_port(const struct listener *l)
+{
+    return l->port;
+}

@@ -1,0 +1,283 @@
+/* Core: reactor messages and timers, I/O pool completions, connection
+ * echo through a real listener and sockets, size parsing, buffer pool. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/bufpool.h"
+#include "core/conn.h"
+#include "core/iopool.h"
+#include "core/listener.h"
+#include "core/reactor.h"
+#include "core/util.h"
+
+static sem_t done_sem;
+
+struct count_msg {
+    struct reactor_msg msg;
+    struct reactor *expect;
+    atomic_int *counter;
+    bool on_right_thread;
+};
+
+static void count_fn(struct reactor_msg *m)
+{
+    struct count_msg *cm = (struct count_msg *)m;
+    cm->on_right_thread = reactor_self() == cm->expect;
+    if (atomic_fetch_add(cm->counter, 1) + 1 == 1000)
+        sem_post(&done_sem);
+}
+
+static void test_post_runs_on_owner(void **state)
+{
+    static struct count_msg msgs[1000];
+    atomic_int counter = 0;
+    struct reactor *r = reactor_get(1);
+    for (int i = 0; i < 1000; i++) {
+        msgs[i].msg.fn = count_fn;
+        msgs[i].expect = r;
+        msgs[i].counter = &counter;
+        reactor_post(r, &msgs[i].msg);
+    }
+    sem_wait(&done_sem);
+    assert_int_equal(atomic_load(&counter), 1000);
+    for (int i = 0; i < 1000; i++)
+        assert_true(msgs[i].on_right_thread);
+}
+
+struct timer_test {
+    struct reactor_msg start;
+    struct reactor_timer t[3];
+    uint64_t fired_at[3];
+    int order[3];
+    int n;
+    uint64_t started;
+};
+
+static struct timer_test *timer_cur;
+
+static void timer_fired(struct reactor_timer *t)
+{
+    struct timer_test *cur = timer_cur;
+    int idx = (int)(t - cur->t);
+    cur->fired_at[idx] = time_now_ns();
+    cur->order[cur->n++] = idx;
+    if (cur->n == 2)
+        sem_post(&done_sem);
+}
+
+static void timer_start_fn(struct reactor_msg *m)
+{
+    struct timer_test *tt = (struct timer_test *)m;
+    struct reactor *r = reactor_self();
+    tt->started = time_now_ns();
+    for (int i = 0; i < 3; i++)
+        reactor_timer_init(&tt->t[i], timer_fired);
+    reactor_timer_start(r, &tt->t[0], 30 * 1000000ull);
+    reactor_timer_start(r, &tt->t[1], 10 * 1000000ull);
+    reactor_timer_start(r, &tt->t[2], 20 * 1000000ull);
+    reactor_timer_cancel(r, &tt->t[2]);
+}
+
+static void test_timers_fire_in_order(void **state)
+{
+    static struct timer_test tt;
+    timer_cur = &tt;
+    tt.start.fn = timer_start_fn;
+    reactor_post(reactor_get(0), &tt.start);
+    sem_wait(&done_sem);
+    usleep(30000); /* the cancelled one must not fire */
+    assert_int_equal(tt.n, 2);
+    assert_int_equal(tt.order[0], 1);
+    assert_int_equal(tt.order[1], 0);
+    assert_true(tt.fired_at[1] - tt.started >= 10 * 1000000ull);
+    assert_true(tt.fired_at[0] - tt.started >= 30 * 1000000ull);
+}
+
+struct job_test {
+    struct io_job job;
+    pthread_t ran_on;
+    bool done_on_owner;
+};
+
+static void job_run(struct io_job *j)
+{
+    ((struct job_test *)j)->ran_on = pthread_self();
+}
+
+static void job_done(struct reactor_msg *m)
+{
+    struct job_test *jt = (struct job_test *)((char *)m - offsetof(struct io_job, done));
+    jt->done_on_owner = reactor_self() == reactor_get(0);
+    sem_post(&done_sem);
+}
+
+static void test_iopool_completes_on_owner(void **state)
+{
+    struct job_test jt = {.job.run = job_run, .job.done.fn = job_done, .job.owner = reactor_get(0)};
+    iopool_submit(&jt.job);
+    sem_wait(&done_sem);
+    assert_true(jt.done_on_owner);
+    assert_false(pthread_equal(jt.ran_on, pthread_self()));
+}
+
+/* Echo protocol: sends back every byte it receives. */
+static int echo_input(struct conn *c)
+{
+    size_t n = conn_input_len(c);
+    int rc = conn_send_copy(c, conn_input(c), n);
+    conn_consume(c, n);
+    return rc;
+}
+static atomic_int echo_closed;
+static void echo_close(struct conn *c)
+{
+    atomic_fetch_add(&echo_closed, 1);
+}
+static const struct conn_ops echo_ops = {.on_input = echo_input, .on_close = echo_close};
+
+static void echo_accept(int fd, const struct sockaddr *peer, socklen_t plen,
+                        const struct sockaddr *local, socklen_t llen, void *arg)
+{
+    conn_adopt(reactor_next(), fd, peer, plen, &echo_ops, NULL, NULL);
+}
+
+static void test_conn_echo(void **state)
+{
+    struct listener *l;
+    assert_int_equal(listener_open_tcp("127.0.0.1:0", echo_accept, NULL, &l), 0);
+    int port = listener_port(l);
+    assert_true(port > 0);
+    enum { NCLIENT = 8, LEN = 300000 };
+    int fds[NCLIENT];
+    for (int i = 0; i < NCLIENT; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sin, sizeof(sin)), 0);
+    }
+    uint8_t *out = malloc(LEN), *in = malloc(LEN);
+    for (int i = 0; i < NCLIENT; i++) {
+        for (int k = 0; k < LEN; k++)
+            out[k] = (uint8_t)(k * 7 + i);
+        /* Write in pieces while reading, so neither side's buffers fill. */
+        size_t sent = 0, got = 0;
+        while (got < LEN) {
+            if (sent < LEN) {
+                ssize_t w = write(fds[i], out + sent, MIN((size_t)65536, LEN - sent));
+                assert_true(w > 0);
+                sent += (size_t)w;
+            }
+            ssize_t r = read(fds[i], in + got, LEN - got);
+            assert_true(r > 0);
+            got += (size_t)r;
+        }
+        assert_memory_equal(in, out, LEN);
+    }
+    for (int i = 0; i < NCLIENT; i++)
+        close(fds[i]);
+    for (int i = 0; i < 200 && atomic_load(&echo_closed) < NCLIENT; i++)
+        usleep(10000);
+    assert_int_equal(atomic_load(&echo_closed), NCLIENT);
+    for (int i = 0; i < 200 && conn_live_count() > 0; i++)
+        usleep(10000);
+    assert_int_equal(conn_live_count(), 0);
+    listener_close(l);
+    free(out);
+    free(in);
+}
+
+static void test_parse_size(void **state)
+{
+    uint64_t v;
+    assert_int_equal(parse_size("512", &v), 0);
+    assert_int_equal(v, 512);
+    assert_int_equal(parse_size("4k", &v), 0);
+    assert_int_equal(v, 4096);
+    assert_int_equal(parse_size("1G", &v), 0);
+    assert_int_equal(v, 1ull << 30);
+    assert_int_equal(parse_size("2TiB", &v), 0);
+    assert_int_equal(v, 2ull << 40);
+    assert_int_equal(parse_size("16MB", &v), 0);
+    assert_int_equal(v, 16ull << 20);
+    assert_int_equal(parse_size("", &v), -EINVAL);
+    assert_int_equal(parse_size("-1", &v), -EINVAL);
+    assert_int_equal(parse_size("1X", &v), -EINVAL);
+    assert_int_equal(parse_size("1.5G", &v), -EINVAL);
+    assert_int_equal(parse_size("99999999999999999999", &v), -ERANGE);
+    assert_int_equal(parse_size("20000000P", &v), -ERANGE);
+}
+
+static void test_host_port(void **state)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char buf[80];
+    assert_int_equal(parse_host_port("127.0.0.1:10809", &ss, &len), 0);
+    format_sockaddr((struct sockaddr *)&ss, len, buf, sizeof(buf));
+    assert_string_equal(buf, "127.0.0.1:10809");
+    assert_int_equal(parse_host_port("[::1]:3260", &ss, &len), 0);
+    format_sockaddr((struct sockaddr *)&ss, len, buf, sizeof(buf));
+    assert_string_equal(buf, "[::1]:3260");
+    assert_int_equal(parse_host_port(":3260", &ss, &len), 0);
+    assert_int_equal(parse_host_port("host", &ss, &len), -EINVAL);
+    assert_int_equal(parse_host_port("1.2.3.4:99999", &ss, &len), -EINVAL);
+    assert_int_equal(parse_host_port("1.2.3.4:", &ss, &len), -EINVAL);
+}
+
+static void test_bufpool(void **state)
+{
+    void *a = bufpool_get(4096);
+    assert_non_null(a);
+    assert_int_equal((uintptr_t)a % 4096, 0);
+    memset(a, 1, 4096);
+    bufpool_put(a, 4096);
+    void *b = bufpool_get(3000);
+    assert_ptr_equal(a, b); /* reused from this thread's cache */
+    bufpool_put(b, 3000);
+    void *big = bufpool_get(100u << 20);
+    assert_non_null(big);
+    memset(big, 0, 100u << 20);
+    bufpool_put(big, 100u << 20);
+    bufpool_thread_release();
+}
+
+static int setup(void **state)
+{
+    sem_init(&done_sem, 0, 0);
+    if (reactors_start(2) || iopool_start(4))
+        return -1;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    reactors_stop();
+    iopool_stop();
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_post_runs_on_owner),
+        cmocka_unit_test(test_timers_fire_in_order),
+        cmocka_unit_test(test_iopool_completes_on_owner),
+        cmocka_unit_test(test_conn_echo),
+        cmocka_unit_test(test_parse_size),
+        cmocka_unit_test(test_host_port),
+        cmocka_unit_test(test_bufpool),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
