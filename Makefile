@@ -1,0 +1,76 @@
+# blockd — the two commands a new user runs:
+#   make run    install what is missing, build, start blockd with a demo volume
+#   make check  install what is missing, build, run every test
+# Other targets: deps, build, asan, unit, integration, fuzz, bench, format, clean.
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+STATE      ?= ./var
+
+# Debian packages: build tools and libraries, then the real clients and peers
+# the tests and benchmarks drive.
+DEPS_BUILD = gcc meson ninja-build pkg-config python3 \
+             libjansson-dev libsqlite3-dev libcmocka-dev libgnutls28-dev liburing-dev
+DEPS_TEST  = libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
+             nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
+             util-linux
+DEPS       = $(DEPS_BUILD) $(DEPS_TEST)
+
+.PHONY: all deps build asan run check unit integration fuzz bench format clean
+
+all: build
+
+# Install what is missing (as root, with apt-get); without root, name what is
+# missing and fail, never carry on half-equipped.
+deps:
+	@missing=""; for p in $(DEPS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || \
+	      { echo "error: apt-get install failed for:$$missing" >&2; exit 1; }; \
+	  else \
+	    echo "error: missing Debian packages:$$missing" >&2; \
+	    echo "       run 'sudo make deps' (or apt-get install them) and try again" >&2; exit 1; \
+	  fi; \
+	fi
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) --buildtype=debugoptimized
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+$(ASAN_BUILD)/build.ninja:
+	meson setup $(ASAN_BUILD) --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+
+asan: deps $(ASAN_BUILD)/build.ninja
+	ninja -C $(ASAN_BUILD)
+
+run: build
+	@BUILD=$(BUILD) STATE=$(STATE) scripts/run-demo.sh
+
+unit: build asan
+	meson test -C $(BUILD) --suite unit --print-errorlogs
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  meson test -C $(ASAN_BUILD) --suite unit --print-errorlogs
+
+integration: build
+	BUILD=$(abspath $(BUILD)) tests/integration/run.sh
+
+check: deps
+	@scripts/check.sh $(BUILD) $(ASAN_BUILD)
+
+fuzz: deps
+	@scripts/fuzz.sh
+
+bench: build
+	@for b in bench/*.sh; do echo "== $$b"; flock /tmp/blockd-bench.lock bash $$b || exit 1; done
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# make check: build (normal + ASan/UBSan), unit tests under both, then the
+# integration tests against a real daemon with real clients. Prints one
+# closing line "N passed, N failed" over all of it.
+set -u
+BUILD=${1:-build}
+ASAN_BUILD=${2:-build-asan}
+cd "$(dirname "$0")/.."
+total_pass=0; total_fail=0
+
+step() { echo; echo "=== $*"; }
+
+step "build ($BUILD)"
+[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" --buildtype=debugoptimized >/dev/null || exit 1
+ninja -C "$BUILD" || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+
+step "build with ASan+UBSan ($ASAN_BUILD)"
+[ -f "$ASAN_BUILD/build.ninja" ] || meson setup "$ASAN_BUILD" --buildtype=debug \
+    -Db_sanitize=address,undefined -Db_lundef=false >/dev/null || exit 1
+ninja -C "$ASAN_BUILD" || { echo "asan build failed"; echo "0 passed, 1 failed"; exit 1; }
+
+count_meson() { # parse "Ok: N" / "Fail: N" from meson test output
+    local log=$1
+    local ok fail
+    ok=$(grep -E '^Ok:' "$log" | awk '{print $2}'); fail=$(grep -E '^(Fail|Unexpected Pass|Timeout):' "$log" | awk '{s+=$2} END {print s+0}')
+    total_pass=$((total_pass + ${ok:-0})); total_fail=$((total_fail + ${fail:-0}))
+}
+
+step "unit tests"
+meson test -C "$BUILD" --suite unit --print-errorlogs 2>&1 | tee /tmp/blockd-unit.log
+count_meson /tmp/blockd-unit.log
+
+step "unit tests under ASan+UBSan"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+    meson test -C "$ASAN_BUILD" --suite unit --print-errorlogs 2>&1 | tee /tmp/blockd-unit-asan.log
+count_meson /tmp/blockd-unit-asan.log
+
+step "integration tests"
+BUILD=$(pwd)/$BUILD tests/integration/run.sh 2>&1 | tee /tmp/blockd-integration.log
+ip=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' /tmp/blockd-integration.log)
+if=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' /tmp/blockd-integration.log)
+[ -n "$ip" ] || { ip=0; if=1; }
+total_pass=$((total_pass + ip)); total_fail=$((total_fail + if))
+
+echo
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" = 0 ]

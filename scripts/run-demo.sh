@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# make run: start blockd in the foreground on ./var, make sure the demo
+# volume demo/disk0 (1 GiB, sparse) exists and is shared over NBD and iSCSI,
+# and print how to connect. Ctrl-C stops blockd cleanly.
+set -eu
+BUILD=${BUILD:-build}
+STATE=${STATE:-./var}
+NBD_LISTEN=${NBD_LISTEN:-0.0.0.0:10809}
+ISCSI_LISTEN=${ISCSI_LISTEN:-0.0.0.0:3260}
+mkdir -p "$STATE"
+SOCK=$STATE/blockd.sock
+ctl() { "$BUILD/src/cli/blockctl" --socket "$SOCK" "$@"; }
+
+"$BUILD/src/daemon/blockd" --state-dir "$STATE" --nbd-listen "$NBD_LISTEN" \
+    --iscsi-listen "$ISCSI_LISTEN" &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null; wait $pid; exit 0' INT TERM
+for _ in $(seq 1 100); do
+    [ -S "$SOCK" ] && ctl call core.ping >/dev/null 2>&1 && break
+    kill -0 $pid 2>/dev/null || { wait $pid; exit 1; }
+    sleep 0.1
+done
+
+if ! ctl call pool.dataset.query '[[["id","=","demo/disk0"]]]' | grep -q disk0; then
+    ctl volume create demo/disk0 --size 1G >/dev/null
+fi
+shares=""
+if ctl help share >/dev/null 2>&1; then
+    ctl share nbd list 2>/dev/null | grep -q "demo/disk0" || ctl share nbd create demo/disk0 --name disk0 >/dev/null 2>&1 || true
+    ctl share iscsi list 2>/dev/null | grep -q "demo/disk0" || ctl share iscsi create demo/disk0 >/dev/null 2>&1 || true
+    shares=$(ctl share nbd list 2>/dev/null; ctl share iscsi list 2>/dev/null)
+fi
+
+host=127.0.0.1
+nport=${NBD_LISTEN##*:}
+iport=${ISCSI_LISTEN##*:}
+cat <<MSG
+
+blockd is running (pid $pid), state in $STATE, API socket $SOCK.
+Demo volume demo/disk0 (1 GiB, sparse):
+
+  blockctl --socket $SOCK volume list
+  blockctl --socket $SOCK share nbd list
+  nbdinfo nbd://$host:$nport/disk0
+  qemu-img info nbd://$host:$nport/disk0
+  iscsi-ls -s iscsi://$host:$iport
+  iscsi-inq iscsi://$host:$iport/<target IQN from iscsi-ls>/0
+
+$shares
+Press Ctrl-C to stop.
+MSG
+wait $pid

@@ -1,0 +1,289 @@
+/*
+ * blockd: the daemon. A thin main over the modules: parse flags, take the
+ * state-dir lock, start reactors and the I/O pool, open the config DB,
+ * start the front-ends and the API, then wait for a signal.
+ *
+ * Shutdown order (SIGTERM/SIGINT): stop accepting (API, NBD, iSCSI
+ * listeners), let in-flight requests finish, flush every volume, stop the
+ * threads, close the DB. Exit 0.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "api/server.h"
+#include "config/datasets.h"
+#include "config/db.h"
+#include "core/iopool.h"
+#include "core/log.h"
+#include "core/reactor.h"
+/* @@module-includes@@ (helpers: add your module's header here) */
+
+struct options {
+    const char *state_dir;
+    const char *api_socket;
+    unsigned threads;
+    const char *nbd_listen;
+    const char *iscsi_listen;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: blockd [--state-dir DIR] [--api-socket PATH] [--threads N]\n"
+               "              [--log-level error|warn|info|debug]\n"
+               "              [--nbd-listen ADDR:PORT] [--iscsi-listen ADDR:PORT]\n"
+               "\n"
+               "  --state-dir DIR        configuration DB, pools, lock (default /var/lib/blockd)\n"
+               "  --api-socket PATH      JSON-RPC Unix socket (default DIR/blockd.sock, mode 0600)\n"
+               "  --threads N            reactor threads (default: one per CPU)\n"
+               "  --log-level LEVEL      log verbosity on stderr (default info)\n"
+               "  --nbd-listen ADDR:PORT NBD listen address (default from config, 0.0.0.0:10809)\n"
+               "  --iscsi-listen A:P     serve every iSCSI portal on this one address\n"
+               "                         (default: the portals' addresses at port 3260)\n");
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    static const struct option longopts[] = {
+        {"state-dir", required_argument, NULL, 's'},
+        {"api-socket", required_argument, NULL, 'a'},
+        {"threads", required_argument, NULL, 't'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"nbd-listen", required_argument, NULL, 'n'},
+        {"iscsi-listen", required_argument, NULL, 'i'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            o->state_dir = optarg;
+            break;
+        case 'a':
+            o->api_socket = optarg;
+            break;
+        case 't': {
+            char *end;
+            errno = 0;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (errno || *end || v == 0 || v > 256) {
+                fprintf(stderr, "blockd: --threads must be 1..256\n");
+                return -1;
+            }
+            o->threads = (unsigned)v;
+            break;
+        }
+        case 'l': {
+            enum log_level lvl;
+            if (log_parse_level(optarg, &lvl) < 0) {
+                fprintf(stderr, "blockd: --log-level must be error, warn, info or debug\n");
+                return -1;
+            }
+            log_set_level(lvl);
+            break;
+        }
+        case 'n':
+            o->nbd_listen = optarg;
+            break;
+        case 'i':
+            o->iscsi_listen = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "blockd: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return -1;
+    }
+    return 0;
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+        return -ENAMETOOLONG;
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, mode) < 0 && errno != EEXIST)
+                return -errno;
+            *p = '/';
+        }
+    }
+    if (mkdir(buf, mode) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/* One daemon per state dir: an flock'd lock file holding our pid. */
+static int take_lock(const char *state_dir)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/blockd.lock", state_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "blockd: cannot open %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+        if (n > 0) {
+            pid[n] = 0;
+            pid[strcspn(pid, "\n")] = 0;
+        }
+        fprintf(stderr,
+                "blockd: another blockd (pid %s) is already running with state dir %s; "
+                "refusing to start\n",
+                n > 0 ? pid : "?", state_dir);
+        close(fd);
+        return -1;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+        fprintf(stderr, "blockd: warning: cannot write pid to %s\n", path);
+    return fd; /* kept open (and locked) for the life of the process */
+}
+
+/* systemd readiness, without linking libsystemd: one datagram. */
+static void notify_ready(void)
+{
+    const char *path = getenv("NOTIFY_SOCKET");
+    if (!path || !*path)
+        return;
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    size_t len = strlen(path);
+    if (len >= sizeof(sun.sun_path))
+        return;
+    memcpy(sun.sun_path, path, len);
+    if (sun.sun_path[0] == '@')
+        sun.sun_path[0] = 0; /* abstract namespace */
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    static const char msg[] = "READY=1";
+    sendto(fd, msg, sizeof(msg) - 1, 0, (struct sockaddr *)&sun,
+           (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len));
+    close(fd);
+}
+
+int main(int argc, char **argv)
+{
+    struct options o = {0};
+    if (parse_args(argc, argv, &o) < 0)
+        return 2;
+    if (!o.state_dir) {
+        if (geteuid() != 0) {
+            fprintf(stderr, "blockd: --state-dir is required when not running as root\n");
+            return 2;
+        }
+        o.state_dir = "/var/lib/blockd";
+    }
+    char state_dir[PATH_MAX];
+    if (mkdir_p(o.state_dir, 0700) < 0 || !realpath(o.state_dir, state_dir)) {
+        fprintf(stderr, "blockd: cannot create state dir %s: %s\n", o.state_dir,
+                strerror(errno));
+        return 1;
+    }
+    int lock_fd = take_lock(state_dir);
+    if (lock_fd < 0)
+        return 1;
+
+    char api_socket[PATH_MAX];
+    if (o.api_socket)
+        snprintf(api_socket, sizeof(api_socket), "%s", o.api_socket);
+    else
+        snprintf(api_socket, sizeof(api_socket), "%s/blockd.sock", state_dir);
+    char db_path[PATH_MAX];
+    snprintf(db_path, sizeof(db_path), "%s/blockd.db", state_dir);
+
+    /* Signals are handled synchronously here; every thread inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
+
+    int rc = reactors_start(o.threads);
+    if (rc == 0)
+        rc = iopool_start(0);
+    if (rc < 0) {
+        log_error("cannot start threads: %s", strerror(-rc));
+        return 1;
+    }
+
+    /* Modules register their schema and API methods before the DB opens. */
+    datasets_init(state_dir);
+    /* @@module-init@@ (helpers: schema + method registration calls here) */
+
+    if ((rc = db_open(db_path)) < 0) {
+        log_error("cannot open configuration database %s: %s", db_path, strerror(-rc));
+        return 1;
+    }
+    if ((rc = datasets_ensure_default_pool("demo")) < 0) {
+        log_error("cannot create the default pool: %s", strerror(-rc));
+        return 1;
+    }
+    /* @@module-start@@ (helpers: start front-ends here; on failure log and return 1) */
+
+    if ((rc = api_server_start(api_socket)) < 0) {
+        log_error("cannot serve the API on %s: %s", api_socket, strerror(-rc));
+        return 1;
+    }
+    log_info("blockd ready: state %s, api %s, %u reactor threads", state_dir, api_socket,
+             reactors_count());
+    notify_ready();
+
+    for (;;) {
+        struct signalfd_siginfo si;
+        ssize_t n = read(sfd, &si, sizeof(si));
+        if (n != sizeof(si)) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            log_error("signalfd read failed: %s", strerror(errno));
+            break;
+        }
+        if (si.ssi_signo == SIGHUP) {
+            log_info("SIGHUP ignored (configuration changes apply live)");
+            continue;
+        }
+        log_info("received %s, shutting down", strsignal((int)si.ssi_signo));
+        break;
+    }
+
+    api_server_stop();
+    /* @@module-stop@@ (helpers: stop accepting, finish in-flight requests) */
+    datasets_flush_all();
+    reactors_stop();
+    iopool_stop();
+    datasets_shutdown();
+    db_close();
+    log_info("blockd stopped");
+    close(lock_fd);
+    return 0;
+}
