@@ -5,6 +5,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Whole dataset name (with any @snap), in bytes. */
+#define NAME_DATASET_MAX 1024
+
 /* Components are [A-Za-z0-9_.:-]+, not "." or "..", ≤255 bytes; no empty
  * components, no leading '/', no NUL. snapshot: allow one "@snap" suffix.
  * 0 or -EINVAL with a human reason in why. */

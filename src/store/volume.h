@@ -75,14 +75,14 @@ struct vreq {
     unsigned flags;
     uint64_t offset;
     uint64_t length;
-    void *buf;                /* READ: destination; WRITE: source (length bytes) */
-    struct extent *extents;   /* EXTENTS: output array */
-    size_t extents_max;       /* EXTENTS: capacity */
-    size_t extents_count;     /* EXTENTS: filled on completion */
-    int result;               /* 0 or -errno, set before done() */
-    struct reactor *owner;    /* done() runs on this reactor; NULL: any thread */
+    void *buf;              /* READ: destination; WRITE: source (length bytes) */
+    struct extent *extents; /* EXTENTS: output array */
+    size_t extents_max;     /* EXTENTS: capacity */
+    size_t extents_count;   /* EXTENTS: filled on completion */
+    int result;             /* 0 or -errno, set before done() */
+    struct reactor *owner;  /* done() runs on this reactor; NULL: any thread */
     void (*done)(struct vreq *r);
-    void *arg;                /* for the caller */
+    void *arg; /* for the caller */
     /* private */
     struct volume *vol;
     struct io_job job;

@@ -1,0 +1,506 @@
+/* The file backend: a regular (usually sparse) file or a block device.
+ * Optional kernel features are probed once per open and remembered in caps
+ * and in the flags below; the portable path stays available behind each. */
+#include "core/log.h"
+#include "store/bdev.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#ifndef RWF_NOWAIT
+#define RWF_NOWAIT 0x00000008
+#endif
+
+struct bdev_file {
+    struct bdev base;
+    int fd;
+    bool is_blockdev;
+    /* Cleared at run time when the kernel says EOPNOTSUPP after all. */
+    atomic_bool read_nowait_ok;
+    atomic_bool write_nowait_ok;
+    atomic_bool punch_ok;
+    atomic_bool zero_range_ok;
+    bool seek_data_ok;
+    char path[];
+};
+
+static struct bdev_file *to_file(struct bdev *b)
+{
+    return (struct bdev_file *)b;
+}
+
+/* Zeros for the write-zeroes fallback; lives in .bss so it costs nothing. */
+static const char zero_buf[256 * 1024];
+
+static int file_read(struct bdev *b, void *buf, size_t len, uint64_t off)
+{
+    struct bdev_file *f = to_file(b);
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = pread(f->fd, p, len, (off_t)off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            log_error("store: pread %s at %llu: %s", f->path, (unsigned long long)off, strerror(e));
+            return -e;
+        }
+        if (n == 0) {
+            /* The file is shorter than the volume (e.g. resized elsewhere):
+             * what lies past EOF reads as zeros. */
+            memset(p, 0, len);
+            return 0;
+        }
+        p += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+static int file_read_nowait(struct bdev *b, void *buf, size_t len, uint64_t off)
+{
+    struct bdev_file *f = to_file(b);
+    if (!atomic_load_explicit(&f->read_nowait_ok, memory_order_relaxed))
+        return -EAGAIN;
+    char *p = buf;
+    while (len > 0) {
+        struct iovec iov = {.iov_base = p, .iov_len = len};
+        ssize_t n = preadv2(f->fd, &iov, 1, (off_t)off, RWF_NOWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL)
+                atomic_store(&f->read_nowait_ok, false);
+            /* Anything unusual is retried (and logged) by the blocking path. */
+            return -EAGAIN;
+        }
+        if (n == 0) {
+            memset(p, 0, len);
+            return 0;
+        }
+        p += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+static int file_write(struct bdev *b, const void *buf, size_t len, uint64_t off)
+{
+    struct bdev_file *f = to_file(b);
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = pwrite(f->fd, p, len, (off_t)off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            log_error("store: pwrite %s at %llu: %s", f->path, (unsigned long long)off,
+                      strerror(e));
+            return -e;
+        }
+        if (n == 0)
+            return -EIO;
+        p += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+static int file_write_nowait(struct bdev *b, const void *buf, size_t len, uint64_t off)
+{
+    struct bdev_file *f = to_file(b);
+    if (!atomic_load_explicit(&f->write_nowait_ok, memory_order_relaxed))
+        return -EAGAIN;
+    const char *p = buf;
+    while (len > 0) {
+        struct iovec iov = {.iov_base = (void *)p, .iov_len = len};
+        ssize_t n = pwritev2(f->fd, &iov, 1, (off_t)off, RWF_NOWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL)
+                atomic_store(&f->write_nowait_ok, false);
+            /* A partial write followed by EAGAIN is redone whole by the
+             * blocking path: rewriting the same bytes is harmless. */
+            return -EAGAIN;
+        }
+        if (n == 0)
+            return -EAGAIN;
+        p += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+static int file_sync(struct bdev *b)
+{
+    struct bdev_file *f = to_file(b);
+    if (fdatasync(f->fd) < 0) {
+        int e = errno;
+        log_error("store: fdatasync %s: %s", f->path, strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
+static int file_fallocate(struct bdev_file *f, int mode, uint64_t off, uint64_t len)
+{
+    while (fallocate(f->fd, mode, (off_t)off, (off_t)len) < 0) {
+        if (errno == EINTR)
+            continue;
+        return -errno;
+    }
+    return 0;
+}
+
+static int file_trim(struct bdev *b, uint64_t off, uint64_t len)
+{
+    struct bdev_file *f = to_file(b);
+    if (len == 0)
+        return 0;
+    if (!atomic_load(&f->punch_ok))
+        return -EOPNOTSUPP;
+    int rc = file_fallocate(f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
+    if (rc == -EOPNOTSUPP) {
+        atomic_store(&f->punch_ok, false);
+        return rc;
+    }
+    if (rc < 0)
+        log_error("store: punch hole %s at %llu+%llu: %s", f->path, (unsigned long long)off,
+                  (unsigned long long)len, strerror(-rc));
+    return rc;
+}
+
+static int file_write_zeroes(struct bdev *b, uint64_t off, uint64_t len, unsigned flags)
+{
+    struct bdev_file *f = to_file(b);
+    if (len == 0)
+        return 0;
+    if ((flags & BDEV_ZERO_MAY_TRIM) && atomic_load(&f->punch_ok)) {
+        /* A punched range reads back as zeros on files and block devices. */
+        int rc = file_fallocate(f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
+        if (rc == 0)
+            return 0;
+        if (rc == -EOPNOTSUPP)
+            atomic_store(&f->punch_ok, false);
+        else
+            log_warn("store: punch hole %s: %s; zeroing instead", f->path, strerror(-rc));
+    }
+    if (atomic_load(&f->zero_range_ok)) {
+        int rc = file_fallocate(f, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, off, len);
+        if (rc == 0)
+            return 0;
+        if (rc == -EOPNOTSUPP)
+            atomic_store(&f->zero_range_ok, false);
+        else if (rc == -ENOSPC) {
+            log_error("store: zero range %s: %s", f->path, strerror(-rc));
+            return rc;
+        }
+    }
+    if (flags & BDEV_ZERO_FAST)
+        return -ENOTSUP;
+    while (len > 0) {
+        size_t n = len < sizeof(zero_buf) ? (size_t)len : sizeof(zero_buf);
+        int rc = file_write(b, zero_buf, n, off);
+        if (rc < 0)
+            return rc;
+        off += n;
+        len -= n;
+    }
+    return 0;
+}
+
+static int file_cache(struct bdev *b, uint64_t off, uint64_t len)
+{
+    struct bdev_file *f = to_file(b);
+    int rc = posix_fadvise(f->fd, (off_t)off, (off_t)len, POSIX_FADV_WILLNEED);
+    return rc ? -rc : 0;
+}
+
+static int extent_push(struct extent *out, size_t max, size_t *n, uint64_t off, uint64_t len,
+                       enum extent_type type)
+{
+    if (*n > 0 && out[*n - 1].type == type && out[*n - 1].offset + out[*n - 1].length == off) {
+        out[*n - 1].length += len;
+        return 0;
+    }
+    if (*n >= max)
+        return -ENOSPC;
+    out[*n] = (struct extent){.offset = off, .length = len, .type = type};
+    (*n)++;
+    return 0;
+}
+
+static int file_extents(struct bdev *b, uint64_t off, uint64_t len, struct extent *out, size_t max,
+                        size_t *n)
+{
+    struct bdev_file *f = to_file(b);
+    *n = 0;
+    if (max == 0)
+        return -EINVAL;
+    uint64_t end = off + len;
+    if (!f->seek_data_ok) {
+        if (len)
+            extent_push(out, max, n, off, len, EXTENT_DATA);
+        return 0;
+    }
+    uint64_t pos = off;
+    while (pos < end) {
+        off_t data = lseek(f->fd, (off_t)pos, SEEK_DATA);
+        if (data < 0) {
+            if (errno != ENXIO) {
+                int e = errno;
+                log_error("store: SEEK_DATA %s: %s", f->path, strerror(e));
+                return -e;
+            }
+            /* No data at or after pos (includes past EOF): all hole. */
+            if (extent_push(out, max, n, pos, end - pos, EXTENT_HOLE) < 0)
+                return 0;
+            return 0;
+        }
+        if ((uint64_t)data > pos) {
+            uint64_t hend = (uint64_t)data < end ? (uint64_t)data : end;
+            if (extent_push(out, max, n, pos, hend - pos, EXTENT_HOLE) < 0)
+                return 0;
+            pos = hend;
+            continue;
+        }
+        off_t hole = lseek(f->fd, (off_t)pos, SEEK_HOLE);
+        if (hole < 0) {
+            int e = errno;
+            log_error("store: SEEK_HOLE %s: %s", f->path, strerror(e));
+            return -e;
+        }
+        uint64_t dend = (uint64_t)hole < end ? (uint64_t)hole : end;
+        if (dend <= pos) /* raced with a concurrent punch: data is always safe */
+            dend = end;
+        if (extent_push(out, max, n, pos, dend - pos, EXTENT_DATA) < 0)
+            return 0;
+        pos = dend;
+    }
+    return 0;
+}
+
+static int file_resize(struct bdev *b, uint64_t new_size)
+{
+    struct bdev_file *f = to_file(b);
+    if (f->is_blockdev)
+        return -ENOTSUP;
+    if (ftruncate(f->fd, (off_t)new_size) < 0) {
+        int e = errno;
+        log_error("store: ftruncate %s to %llu: %s", f->path, (unsigned long long)new_size,
+                  strerror(e));
+        return -e;
+    }
+    b->size = new_size;
+    return 0;
+}
+
+static void file_close(struct bdev *b)
+{
+    struct bdev_file *f = to_file(b);
+    close(f->fd);
+    free(f);
+}
+
+static const struct bdev_ops file_ops = {
+    .name = "file",
+    .read = file_read,
+    .read_nowait = file_read_nowait,
+    .write = file_write,
+    .write_nowait = file_write_nowait,
+    .sync = file_sync,
+    .trim = file_trim,
+    .write_zeroes = file_write_zeroes,
+    .cache = file_cache,
+    .extents = file_extents,
+    .resize = file_resize,
+    .close = file_close,
+};
+
+/* 1 if the device under st_dev (or the block device itself) spins. */
+static bool probe_rotational(dev_t dev)
+{
+    char path[96];
+    snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/queue/rotational", major(dev), minor(dev));
+    FILE *fp = fopen(path, "re");
+    if (!fp) {
+        /* A partition: the queue lives on the parent disk. */
+        snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/../queue/rotational", major(dev),
+                 minor(dev));
+        fp = fopen(path, "re");
+    }
+    if (!fp)
+        return false;
+    int c = fgetc(fp);
+    fclose(fp);
+    return c == '1';
+}
+
+static void probe_caps(struct bdev_file *f, bool readonly)
+{
+    struct iovec iov = {.iov_base = NULL, .iov_len = 0};
+    /* A zero-length RWF_NOWAIT read fails with EOPNOTSUPP where unsupported. */
+    ssize_t r = preadv2(f->fd, &iov, 1, 0, RWF_NOWAIT);
+    bool nowait = r >= 0;
+    atomic_init(&f->read_nowait_ok, nowait);
+    atomic_init(&f->write_nowait_ok, nowait && !readonly);
+
+    bool punch = false, zero_range = false;
+    if (!readonly) {
+        if (f->is_blockdev) {
+            /* Cannot probe without touching data; assume and fall back on
+             * EOPNOTSUPP at run time. */
+            punch = zero_range = true;
+        } else {
+            /* Probe past EOF so no data is touched; KEEP_SIZE keeps the size. */
+            uint64_t at = (f->base.size + 4095) & ~(uint64_t)4095;
+            punch =
+                fallocate(f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)at, 4096) == 0;
+            zero_range =
+                fallocate(f->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)at, 4096) == 0;
+            if (zero_range) /* give back the block the probe allocated */
+                (void)fallocate(f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)at, 4096);
+        }
+    }
+    atomic_init(&f->punch_ok, punch);
+    atomic_init(&f->zero_range_ok, zero_range);
+
+    f->seek_data_ok = false;
+    if (!f->is_blockdev) {
+        off_t d = lseek(f->fd, 0, SEEK_DATA);
+        f->seek_data_ok = d >= 0 || errno == ENXIO;
+    }
+
+    unsigned caps = BDEV_CAN_FLUSH | BDEV_CAN_MULTI_CONN | BDEV_CAN_CACHE;
+    if (punch)
+        caps |= BDEV_CAN_TRIM | BDEV_TRIM_ZEROES;
+    if (punch || zero_range)
+        caps |= BDEV_CAN_ZERO | BDEV_CAN_FAST_ZERO;
+    if (f->seek_data_ok)
+        caps |= BDEV_CAN_EXTENTS;
+    struct stat st;
+    if (fstat(f->fd, &st) == 0 && probe_rotational(f->is_blockdev ? st.st_rdev : st.st_dev))
+        caps |= BDEV_ROTATIONAL;
+    f->base.caps = caps;
+}
+
+int bdev_file_open(const char *path, bool readonly, struct bdev **out)
+{
+    *out = NULL;
+    size_t plen = strlen(path);
+    struct bdev_file *f = calloc(1, sizeof(*f) + plen + 1);
+    if (!f)
+        return -ENOMEM;
+    memcpy(f->path, path, plen + 1);
+    f->fd = open(path, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    if (f->fd < 0) {
+        int e = errno;
+        log_error("store: open %s: %s", path, strerror(e));
+        free(f);
+        return -e;
+    }
+    struct stat st;
+    if (fstat(f->fd, &st) < 0) {
+        int e = errno;
+        log_error("store: fstat %s: %s", path, strerror(e));
+        file_close(&f->base);
+        return -e;
+    }
+    if (S_ISBLK(st.st_mode)) {
+        uint64_t sz = 0;
+        if (ioctl(f->fd, BLKGETSIZE64, &sz) < 0) {
+            int e = errno;
+            log_error("store: BLKGETSIZE64 %s: %s", path, strerror(e));
+            file_close(&f->base);
+            return -e;
+        }
+        f->is_blockdev = true;
+        f->base.size = sz;
+    } else if (S_ISREG(st.st_mode)) {
+        f->base.size = (uint64_t)st.st_size;
+    } else {
+        log_error("store: %s is neither a regular file nor a block device", path);
+        file_close(&f->base);
+        return -EINVAL;
+    }
+    f->base.ops = &file_ops;
+    f->base.readonly = readonly;
+    probe_caps(f, readonly);
+    *out = &f->base;
+    return 0;
+}
+
+static int fsync_parent_dir(const char *path)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        dir[0] = '.';
+        dir[1] = '\0';
+    } else {
+        size_t n = (size_t)(slash - path);
+        if (n == 0)
+            n = 1;
+        if (n >= sizeof(dir))
+            return -ENAMETOOLONG;
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return -errno;
+    int rc = fsync(dfd) < 0 ? -errno : 0;
+    close(dfd);
+    return rc;
+}
+
+int bdev_file_create(const char *path, uint64_t size, bool thick)
+{
+    if (size > (uint64_t)INT64_MAX)
+        return -EFBIG;
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        log_error("store: create %s: %s", path, strerror(e));
+        return -e;
+    }
+    int rc = 0;
+    const char *what = "ftruncate";
+    if (ftruncate(fd, (off_t)size) < 0)
+        rc = -errno;
+    if (rc == 0 && thick && size > 0) {
+        what = "fallocate";
+        if (fallocate(fd, 0, 0, (off_t)size) < 0)
+            rc = -errno;
+        /* Without fallocate (an odd filesystem) thick cannot be honoured
+         * cheaply; refuse rather than pretend. */
+    }
+    if (rc == 0 && fsync(fd) < 0) {
+        what = "fsync";
+        rc = -errno;
+    }
+    close(fd);
+    if (rc == 0)
+        rc = fsync_parent_dir(path);
+    if (rc < 0) {
+        log_error("store: %s %s: %s", what, path, strerror(-rc));
+        unlink(path);
+    }
+    return rc;
+}

@@ -1,0 +1,499 @@
+/* Reflink or sparse copies of volume files; see copy.h for the contract. */
+#include "store/copy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/log.h"
+
+#ifndef FICLONE
+#define FICLONE _IOW(0x94, 9, int)
+#endif
+
+#define COPY_PIECE ((uint64_t)64 << 20) /* progress granularity */
+#define RW_BUF_SIZE ((size_t)1 << 20)
+#define ZERO_BLOCK 4096
+
+/* ---- reflink probe memory, per filesystem (st_dev) ---- */
+
+enum reflink_state { REFLINK_UNKNOWN = 0, REFLINK_YES, REFLINK_NO };
+
+static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    dev_t dev;
+    enum reflink_state state;
+} probes[32];
+static size_t nprobes;
+
+static enum reflink_state probe_get(dev_t dev)
+{
+    enum reflink_state s = REFLINK_UNKNOWN;
+    pthread_mutex_lock(&probe_lock);
+    for (size_t i = 0; i < nprobes; i++)
+        if (probes[i].dev == dev)
+            s = probes[i].state;
+    pthread_mutex_unlock(&probe_lock);
+    return s;
+}
+
+static void probe_set(dev_t dev, enum reflink_state s)
+{
+    pthread_mutex_lock(&probe_lock);
+    size_t i;
+    for (i = 0; i < nprobes; i++)
+        if (probes[i].dev == dev)
+            break;
+    if (i == nprobes) {
+        if (nprobes == sizeof(probes) / sizeof(probes[0]))
+            i = 0; /* full: forget the oldest answer, it is only an optimisation */
+        else
+            nprobes++;
+    }
+    probes[i].dev = dev;
+    probes[i].state = s;
+    pthread_mutex_unlock(&probe_lock);
+}
+
+void store_copy_reset_probes(void)
+{
+    pthread_mutex_lock(&probe_lock);
+    nprobes = 0;
+    pthread_mutex_unlock(&probe_lock);
+}
+
+/* 0 on success, -errno otherwise; remembers a "cannot" per filesystem. */
+static int try_reflink(int src_fd, int dst_fd, dev_t src_dev, dev_t dst_dev)
+{
+    if (src_dev != dst_dev)
+        return -EXDEV;
+    if (probe_get(src_dev) == REFLINK_NO)
+        return -EOPNOTSUPP;
+    if (ioctl(dst_fd, FICLONE, src_fd) == 0) {
+        probe_set(src_dev, REFLINK_YES);
+        return 0;
+    }
+    int e = errno;
+    if (e == EOPNOTSUPP || e == ENOTTY || e == EINVAL || e == ENOSYS)
+        probe_set(src_dev, REFLINK_NO);
+    return -e;
+}
+
+/* ---- sparse copy ---- */
+
+struct copier {
+    int src, dst;
+    uint64_t size;
+    bool in_place; /* dst has old contents: holes must be punched, zeros written */
+    bool use_copy_range;
+    char *buf;
+    store_progress_fn progress;
+    void *arg;
+    uint64_t last_report;
+};
+
+static void report(struct copier *c, uint64_t done)
+{
+    if (!c->progress)
+        return;
+    if (done != c->size && done != 0 && done - c->last_report < COPY_PIECE)
+        return;
+    c->last_report = done;
+    c->progress(done, c->size, c->arg);
+}
+
+static bool all_zero(const char *p, size_t n)
+{
+    static const char zeros[ZERO_BLOCK];
+    while (n >= ZERO_BLOCK) {
+        if (memcmp(p, zeros, ZERO_BLOCK))
+            return false;
+        p += ZERO_BLOCK;
+        n -= ZERO_BLOCK;
+    }
+    return n == 0 || memcmp(p, zeros, n) == 0;
+}
+
+static int write_all(int fd, const char *p, size_t n, uint64_t off)
+{
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+static int copy_rw(struct copier *c, uint64_t off, uint64_t len)
+{
+    if (!c->buf) {
+        c->buf = malloc(RW_BUF_SIZE);
+        if (!c->buf)
+            return -ENOMEM;
+    }
+    while (len > 0) {
+        size_t want = len < RW_BUF_SIZE ? (size_t)len : RW_BUF_SIZE;
+        ssize_t n = pread(c->src, c->buf, want, (off_t)off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (n == 0)
+            return 0; /* the source shrank under us: the rest stays a hole */
+        /* Keep the copy sparse: a fresh file already reads zeros there. */
+        for (size_t at = 0; at < (size_t)n; at += ZERO_BLOCK) {
+            size_t bn = (size_t)n - at < ZERO_BLOCK ? (size_t)n - at : ZERO_BLOCK;
+            if (!c->in_place && all_zero(c->buf + at, bn))
+                continue;
+            int rc = write_all(c->dst, c->buf + at, bn, off + at);
+            if (rc < 0)
+                return rc;
+        }
+        off += (uint64_t)n;
+        len -= (uint64_t)n;
+        report(c, off);
+    }
+    return 0;
+}
+
+static int copy_data(struct copier *c, uint64_t off, uint64_t len)
+{
+    while (len > 0 && c->use_copy_range) {
+        loff_t in = (loff_t)off, out = (loff_t)off;
+        size_t want = len < COPY_PIECE ? (size_t)len : (size_t)COPY_PIECE;
+        ssize_t n = copy_file_range(c->src, &in, c->dst, &out, want, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EXDEV || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+                c->use_copy_range = false;
+                break;
+            }
+            return -errno;
+        }
+        if (n == 0)
+            return 0;
+        off += (uint64_t)n;
+        len -= (uint64_t)n;
+        report(c, off);
+    }
+    return len > 0 ? copy_rw(c, off, len) : 0;
+}
+
+static int punch(struct copier *c, uint64_t off, uint64_t len)
+{
+    if (fallocate(c->dst, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len) == 0)
+        return 0;
+    if (errno != EOPNOTSUPP)
+        return -errno;
+    /* No hole punching here: write the zeros. */
+    if (!c->buf) {
+        c->buf = malloc(RW_BUF_SIZE);
+        if (!c->buf)
+            return -ENOMEM;
+    }
+    memset(c->buf, 0, RW_BUF_SIZE);
+    while (len > 0) {
+        size_t n = len < RW_BUF_SIZE ? (size_t)len : RW_BUF_SIZE;
+        int rc = write_all(c->dst, c->buf, n, off);
+        if (rc < 0)
+            return rc;
+        off += n;
+        len -= n;
+    }
+    return 0;
+}
+
+static int copy_sparse(struct copier *c)
+{
+    uint64_t pos = 0;
+    report(c, 0);
+    while (pos < c->size) {
+        off_t data = lseek(c->src, (off_t)pos, SEEK_DATA);
+        uint64_t dstart, dend;
+        if (data < 0) {
+            if (errno == ENXIO) {
+                dstart = dend = c->size; /* only a hole remains */
+            } else if (errno == EINVAL) {
+                dstart = pos; /* no SEEK_DATA: treat everything as data */
+                dend = c->size;
+            } else {
+                return -errno;
+            }
+        } else {
+            dstart = (uint64_t)data < c->size ? (uint64_t)data : c->size;
+            off_t hole = lseek(c->src, (off_t)dstart, SEEK_HOLE);
+            if (hole < 0 && errno != ENXIO)
+                return -errno;
+            dend = hole < 0 || (uint64_t)hole > c->size ? c->size : (uint64_t)hole;
+            if (dend <= dstart)
+                dend = c->size;
+        }
+        if (dstart > pos && c->in_place) {
+            int rc = punch(c, pos, dstart - pos);
+            if (rc < 0)
+                return rc;
+        }
+        if (dend > dstart) {
+            int rc = copy_data(c, dstart, dend - dstart);
+            if (rc < 0)
+                return rc;
+        }
+        pos = dend;
+        report(c, pos);
+    }
+    report(c, c->size);
+    return 0;
+}
+
+/* ---- helpers ---- */
+
+static int dir_of(const char *path, char *out, size_t outlen, const char **base)
+{
+    const char *slash = strrchr(path, '/');
+    size_t n;
+    if (!slash) {
+        n = 1;
+        if (outlen < 2)
+            return -ENAMETOOLONG;
+        out[0] = '.';
+        *base = path;
+    } else {
+        n = slash == path ? 1 : (size_t)(slash - path);
+        if (n >= outlen)
+            return -ENAMETOOLONG;
+        memcpy(out, path, n);
+        *base = slash + 1;
+    }
+    out[n] = '\0';
+    return **base ? 0 : -EINVAL;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+/* ---- public ---- */
+
+int store_clone_file_flags(const char *src, const char *dst, unsigned flags,
+                           store_progress_fn progress, void *arg, bool *reflinked)
+{
+    if (reflinked)
+        *reflinked = false;
+    char dir[4096], tmp[4096 + 64];
+    const char *base;
+    int rc = dir_of(dst, dir, sizeof(dir), &base);
+    if (rc < 0)
+        return rc;
+    if (access(dst, F_OK) == 0)
+        return -EEXIST;
+    int n = snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.XXXXXX", dir, base);
+    if (n < 0 || (size_t)n >= sizeof(tmp))
+        return -ENAMETOOLONG;
+
+    int sfd = open(src, O_RDONLY | O_CLOEXEC);
+    if (sfd < 0) {
+        rc = -errno;
+        log_error("store: copy: open %s: %s", src, strerror(-rc));
+        return rc;
+    }
+    struct stat sst, dst_st;
+    if (fstat(sfd, &sst) < 0 || !S_ISREG(sst.st_mode)) {
+        rc = S_ISREG(sst.st_mode) ? -errno : -EINVAL;
+        close(sfd);
+        return rc;
+    }
+    int dfd = mkostemp(tmp, O_CLOEXEC);
+    if (dfd < 0) {
+        rc = -errno;
+        log_error("store: copy: create temp in %s: %s", dir, strerror(-rc));
+        close(sfd);
+        return rc;
+    }
+    const char *what = "copy";
+    struct copier c = {.src = sfd,
+                       .dst = dfd,
+                       .size = (uint64_t)sst.st_size,
+                       .use_copy_range = !(flags & STORE_COPY_NO_COPY_RANGE),
+                       .progress = progress,
+                       .arg = arg};
+    bool cloned = false;
+    if (fstat(dfd, &dst_st) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    if (!(flags & STORE_COPY_NO_REFLINK) && try_reflink(sfd, dfd, sst.st_dev, dst_st.st_dev) == 0) {
+        cloned = true;
+        if (progress)
+            progress(c.size, c.size, arg);
+    } else {
+        what = "ftruncate";
+        if (ftruncate(dfd, (off_t)c.size) < 0) {
+            rc = -errno;
+            goto fail;
+        }
+        what = "sparse copy";
+        rc = copy_sparse(&c);
+        if (rc < 0)
+            goto fail;
+    }
+    what = "fchmod";
+    if (fchmod(dfd, sst.st_mode & 07777) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    what = "fsync";
+    if (fsync(dfd) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    what = "rename";
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dst, RENAME_NOREPLACE) < 0) {
+        rc = -errno;
+        if (rc == -EINVAL) { /* filesystem without NOREPLACE: link() refuses to replace */
+            rc = link(tmp, dst) < 0 ? -errno : 0;
+            if (rc == 0)
+                unlink(tmp);
+        }
+        if (rc < 0)
+            goto fail;
+    }
+    close(dfd);
+    close(sfd);
+    free(c.buf);
+    if (reflinked)
+        *reflinked = cloned;
+    rc = fsync_dir(dir);
+    if (rc < 0)
+        log_error("store: copy: fsync directory %s: %s", dir, strerror(-rc));
+    return rc;
+
+fail:
+    log_error("store: copy %s → %s: %s: %s", src, dst, what, strerror(-rc));
+    close(dfd);
+    close(sfd);
+    unlink(tmp);
+    free(c.buf);
+    return rc;
+}
+
+int store_clone_file(const char *src, const char *dst, store_progress_fn progress, void *arg,
+                     bool *reflinked)
+{
+    return store_clone_file_flags(src, dst, 0, progress, arg, reflinked);
+}
+
+int store_rollback_file(const char *snap_path, const char *vol_path, unsigned flags,
+                        store_progress_fn progress, void *arg, bool *reflinked, uint64_t *new_size)
+{
+    if (reflinked)
+        *reflinked = false;
+    int rc;
+    int sfd = open(snap_path, O_RDONLY | O_CLOEXEC);
+    if (sfd < 0) {
+        rc = -errno;
+        log_error("store: rollback: open %s: %s", snap_path, strerror(-rc));
+        return rc;
+    }
+    int dfd = open(vol_path, O_RDWR | O_CLOEXEC);
+    if (dfd < 0) {
+        rc = -errno;
+        log_error("store: rollback: open %s: %s", vol_path, strerror(-rc));
+        close(sfd);
+        return rc;
+    }
+    struct stat sst, dst_st;
+    const char *what = "fstat";
+    struct copier c = {.src = sfd,
+                       .dst = dfd,
+                       .in_place = true,
+                       .use_copy_range = !(flags & STORE_COPY_NO_COPY_RANGE),
+                       .progress = progress,
+                       .arg = arg};
+    if (fstat(sfd, &sst) < 0 || fstat(dfd, &dst_st) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (!S_ISREG(sst.st_mode) || !S_ISREG(dst_st.st_mode)) {
+        rc = -EINVAL;
+        goto out;
+    }
+    c.size = (uint64_t)sst.st_size;
+    /* Truncate first: FICLONE leaves anything past the source's end, and
+     * the copy path then only has to deal with [0, size). */
+    what = "ftruncate";
+    if (ftruncate(dfd, (off_t)c.size) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    bool cloned = false;
+    if (!(flags & STORE_COPY_NO_REFLINK) && try_reflink(sfd, dfd, sst.st_dev, dst_st.st_dev) == 0) {
+        cloned = true;
+        if (progress)
+            progress(c.size, c.size, arg);
+    } else {
+        what = "copy";
+        rc = copy_sparse(&c);
+        if (rc < 0)
+            goto out;
+    }
+    what = "fdatasync";
+    if (fdatasync(dfd) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    rc = 0;
+    if (reflinked)
+        *reflinked = cloned;
+    if (new_size)
+        *new_size = c.size;
+out:
+    if (rc < 0)
+        log_error("store: rollback %s ← %s: %s: %s", vol_path, snap_path, what, strerror(-rc));
+    close(dfd);
+    close(sfd);
+    free(c.buf);
+    return rc;
+}
+
+int store_rollback_volume(struct volume *v, const char *vol_path, const char *snap_path,
+                          unsigned flags, store_progress_fn progress, void *arg, bool *reflinked)
+{
+    if (v) {
+        int rc = volume_flush_wait(v);
+        if (rc < 0)
+            return rc;
+    }
+    uint64_t size = 0;
+    int rc = store_rollback_file(snap_path, vol_path, flags, progress, arg, reflinked, &size);
+    if (rc < 0 || !v)
+        return rc;
+    if (size != volume_size(v)) {
+        rc = volume_resize(v, size);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}

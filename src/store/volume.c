@@ -1,0 +1,581 @@
+/*
+ * Volumes: async dispatch of block requests and group-commit flush.
+ *
+ * Dispatch: reads and writes are tried inline with the backend's *_nowait
+ * call when the caller is a reactor (a page-cache hit never leaves the
+ * reactor); on -EAGAIN, or off a reactor, they go to the I/O pool. Backends
+ * that never block (memory) run inline everywhere. Flush, trim, zeroing,
+ * cache and extents always go to the pool. Completion runs done() on
+ * r->owner (posted if we are elsewhere), or on any thread when owner is NULL.
+ *
+ * Group commit: writes_done counts completed modifying requests (it is
+ * bumped before the request's done() runs). A flush records that count as
+ * its target; a sync job that read the count as `start` *before* calling
+ * bdev sync covers every write counted up to start, so when it returns,
+ * every waiting flush with target <= start is complete. One sync job runs at
+ * a time per volume and loops while waiters remain, so concurrent flushes
+ * share fdatasync calls. FUA writes and sync=always writes wait the same way
+ * with their own count as target.
+ */
+#include "store/volume.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/util.h"
+
+struct volume {
+    atomic_uint refs;
+    struct bdev *bdev;
+    _Atomic uint64_t size;
+    _Atomic uint64_t size_gen;
+    uint32_t block_size;
+    atomic_int sync_mode;
+    atomic_bool readonly;
+    atomic_bool group_commit;
+
+    /* Group commit. writes_done and sync_calls are atomics so the hot path
+     * never takes the lock; the rest is protected by gc_lock. */
+    _Atomic uint64_t writes_done;
+    _Atomic uint64_t sync_calls;
+    pthread_mutex_t gc_lock;
+    uint64_t synced;   /* writes_done value covered by the last good sync */
+    int sync_error;    /* sticky: after a failed fdatasync nothing is durable */
+    bool sync_running; /* a sync job owns the loop below */
+    struct vreq *waiters;
+    struct io_job sync_job;
+
+    pthread_mutex_t resize_lock;
+    char name[];
+};
+
+static void sync_job_run(struct io_job *j);
+static void sync_job_done(struct reactor_msg *m);
+
+/* ---- properties ---- */
+
+int volume_sync_parse(const char *s, enum volume_sync *out)
+{
+    if (!s)
+        return -EINVAL;
+    if (!strcasecmp(s, "standard"))
+        *out = VOLUME_SYNC_STANDARD;
+    else if (!strcasecmp(s, "always"))
+        *out = VOLUME_SYNC_ALWAYS;
+    else if (!strcasecmp(s, "disabled"))
+        *out = VOLUME_SYNC_DISABLED;
+    else
+        return -EINVAL;
+    return 0;
+}
+
+const char *volume_sync_name(enum volume_sync s)
+{
+    switch (s) {
+    case VOLUME_SYNC_STANDARD:
+        return "STANDARD";
+    case VOLUME_SYNC_ALWAYS:
+        return "ALWAYS";
+    case VOLUME_SYNC_DISABLED:
+        return "DISABLED";
+    }
+    return "UNKNOWN";
+}
+
+static bool block_size_ok(uint32_t bs)
+{
+    return bs >= 512 && bs <= 128 * 1024 && (bs & (bs - 1)) == 0;
+}
+
+int volume_new(const char *name, struct bdev *b, uint32_t block_size, enum volume_sync sync,
+               bool readonly, struct volume **out)
+{
+    *out = NULL;
+    if (!b || !block_size_ok(block_size) || (unsigned)sync > VOLUME_SYNC_DISABLED)
+        return -EINVAL;
+    if (!name)
+        name = "";
+    size_t nlen = strlen(name);
+    struct volume *v = calloc(1, sizeof(*v) + nlen + 1);
+    if (!v)
+        return -ENOMEM;
+    memcpy(v->name, name, nlen + 1);
+    atomic_init(&v->refs, 1);
+    v->bdev = b;
+    atomic_init(&v->size, b->size);
+    atomic_init(&v->size_gen, 0);
+    v->block_size = block_size;
+    atomic_init(&v->sync_mode, (int)sync);
+    atomic_init(&v->readonly, readonly || b->readonly);
+    atomic_init(&v->group_commit, true);
+    /* writes_done starts ahead of synced so the first flush always syncs:
+     * writes from before this open may still sit in the page cache. */
+    atomic_init(&v->writes_done, 1);
+    atomic_init(&v->sync_calls, 0);
+    v->synced = 0;
+    pthread_mutex_init(&v->gc_lock, NULL);
+    pthread_mutex_init(&v->resize_lock, NULL);
+    /* Set once: the job is resubmitted while the pool may still be reading
+     * these fields from its previous run. */
+    v->sync_job.run = sync_job_run;
+    v->sync_job.owner = NULL;
+    v->sync_job.done.fn = sync_job_done;
+    *out = v;
+    return 0;
+}
+
+void volume_ref(struct volume *v)
+{
+    atomic_fetch_add_explicit(&v->refs, 1, memory_order_relaxed);
+}
+
+void volume_unref(struct volume *v)
+{
+    if (!v || atomic_fetch_sub_explicit(&v->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    bdev_close(v->bdev);
+    pthread_mutex_destroy(&v->gc_lock);
+    pthread_mutex_destroy(&v->resize_lock);
+    free(v);
+}
+
+const char *volume_name(const struct volume *v)
+{
+    return v->name;
+}
+
+uint64_t volume_size(const struct volume *v)
+{
+    return atomic_load_explicit(&v->size, memory_order_acquire);
+}
+
+uint32_t volume_block_size(const struct volume *v)
+{
+    return v->block_size;
+}
+
+enum volume_sync volume_sync_mode(const struct volume *v)
+{
+    return (enum volume_sync)atomic_load_explicit(&v->sync_mode, memory_order_relaxed);
+}
+
+bool volume_readonly(const struct volume *v)
+{
+    return atomic_load_explicit(&v->readonly, memory_order_relaxed);
+}
+
+unsigned volume_caps(const struct volume *v)
+{
+    return v->bdev->caps;
+}
+
+uint64_t volume_size_generation(const struct volume *v)
+{
+    return atomic_load_explicit(&v->size_gen, memory_order_acquire);
+}
+
+void volume_set_sync(struct volume *v, enum volume_sync s)
+{
+    atomic_store(&v->sync_mode, (int)s);
+}
+
+void volume_set_readonly(struct volume *v, bool ro)
+{
+    atomic_store(&v->readonly, ro || v->bdev->readonly);
+}
+
+void volume_set_group_commit(struct volume *v, bool enabled)
+{
+    atomic_store(&v->group_commit, enabled);
+}
+
+uint64_t volume_sync_calls(const struct volume *v)
+{
+    return atomic_load(&v->sync_calls);
+}
+
+int volume_resize(struct volume *v, uint64_t new_size)
+{
+    if (new_size == 0 || new_size % v->block_size)
+        return -EINVAL;
+    pthread_mutex_lock(&v->resize_lock);
+    int rc = v->bdev->ops->resize(v->bdev, new_size);
+    if (rc == 0) {
+        atomic_store_explicit(&v->size, new_size, memory_order_release);
+        atomic_fetch_add_explicit(&v->size_gen, 1, memory_order_acq_rel);
+        log_info("store: volume %s resized to %llu bytes", v->name, (unsigned long long)new_size);
+    } else {
+        log_error("store: volume %s resize to %llu: %s", v->name, (unsigned long long)new_size,
+                  strerror(-rc));
+    }
+    pthread_mutex_unlock(&v->resize_lock);
+    return rc;
+}
+
+/* ---- completion ---- */
+
+static void vreq_msg_done(struct reactor_msg *m)
+{
+    struct vreq *r = container_of(m, struct vreq, msg);
+    r->done(r);
+}
+
+static void vreq_timer_done(struct reactor_timer *t)
+{
+    struct vreq *r = container_of(t, struct vreq, timer);
+    r->done(r);
+}
+
+static void vreq_msg_start_timer(struct reactor_msg *m)
+{
+    struct vreq *r = container_of(m, struct vreq, msg);
+    reactor_timer_init(&r->timer, vreq_timer_done);
+    reactor_timer_start(r->owner, &r->timer, (uint64_t)r->vol->bdev->latency_us * 1000u);
+}
+
+/* Final step: simulated latency (memory backend), then done() on owner. */
+static void vreq_deliver(struct vreq *r)
+{
+    struct reactor *self = reactor_self();
+    uint32_t latency = r->vol ? r->vol->bdev->latency_us : 0;
+    if (latency) {
+        if (!r->owner) {
+            usleep(latency);
+        } else if (r->owner == self) {
+            reactor_timer_init(&r->timer, vreq_timer_done);
+            reactor_timer_start(self, &r->timer, (uint64_t)latency * 1000u);
+            return;
+        } else {
+            r->msg.fn = vreq_msg_start_timer;
+            reactor_post(r->owner, &r->msg);
+            return;
+        }
+    }
+    if (r->owner && r->owner != self) {
+        r->msg.fn = vreq_msg_done;
+        reactor_post(r->owner, &r->msg);
+        return;
+    }
+    r->done(r);
+}
+
+static void vreq_fail(struct vreq *r, int rc)
+{
+    r->result = rc;
+    vreq_deliver(r);
+}
+
+/* ---- group commit ---- */
+
+/* Complete r once a sync that started after `target` writes returns. */
+static void flush_wait(struct volume *v, struct vreq *r, uint64_t target)
+{
+    pthread_mutex_lock(&v->gc_lock);
+    if (v->sync_error) {
+        int e = v->sync_error;
+        pthread_mutex_unlock(&v->gc_lock);
+        vreq_fail(r, e);
+        return;
+    }
+    if (v->synced >= target) {
+        pthread_mutex_unlock(&v->gc_lock);
+        vreq_deliver(r);
+        return;
+    }
+    r->flush_target = target;
+    r->next_waiter = v->waiters;
+    v->waiters = r;
+    bool start = !v->sync_running;
+    v->sync_running = true;
+    pthread_mutex_unlock(&v->gc_lock);
+    if (start) {
+        volume_ref(v); /* the job may outlive every request; dropped in done */
+        iopool_submit(&v->sync_job);
+    }
+}
+
+static void sync_job_run(struct io_job *j)
+{
+    struct volume *v = container_of(j, struct volume, sync_job);
+    pthread_mutex_lock(&v->gc_lock);
+    while (v->waiters) {
+        /* Every write counted by now has returned from pwrite, so the
+         * sync below covers it. */
+        uint64_t start = atomic_load(&v->writes_done);
+        pthread_mutex_unlock(&v->gc_lock);
+        int rc = v->bdev->ops->sync(v->bdev);
+        atomic_fetch_add(&v->sync_calls, 1);
+        pthread_mutex_lock(&v->gc_lock);
+        if (rc < 0 && !v->sync_error) {
+            v->sync_error = rc;
+            log_error("store: volume %s: sync failed (%s); flushes fail from now on", v->name,
+                      strerror(-rc));
+        }
+        if (rc == 0 && start > v->synced)
+            v->synced = start;
+        struct vreq *ready = NULL, **pp = &v->waiters;
+        while (*pp) {
+            struct vreq *w = *pp;
+            if (v->sync_error || w->flush_target <= v->synced) {
+                *pp = w->next_waiter;
+                w->result = v->sync_error;
+                w->next_waiter = ready;
+                ready = w;
+            } else {
+                pp = &w->next_waiter;
+            }
+        }
+        pthread_mutex_unlock(&v->gc_lock);
+        while (ready) {
+            struct vreq *w = ready;
+            ready = w->next_waiter;
+            vreq_deliver(w);
+        }
+        pthread_mutex_lock(&v->gc_lock);
+    }
+    v->sync_running = false;
+    pthread_mutex_unlock(&v->gc_lock);
+}
+
+static void sync_job_done(struct reactor_msg *m)
+{
+    struct volume *v = container_of(m, struct volume, sync_job.done);
+    volume_unref(v);
+}
+
+/* ---- request execution ---- */
+
+static bool op_modifies(enum vreq_op op)
+{
+    return op == VREQ_WRITE || op == VREQ_TRIM || op == VREQ_WRITE_ZEROES;
+}
+
+static bool needs_durable(const struct volume *v, const struct vreq *r)
+{
+    switch (volume_sync_mode(v)) {
+    case VOLUME_SYNC_DISABLED:
+        return false; /* FUA is ignored too: the volume says it has no durability */
+    case VOLUME_SYNC_ALWAYS:
+        return true;
+    default:
+        return r->flags & VREQ_FUA;
+    }
+}
+
+/* The blocking form of every op. */
+static int vreq_execute(struct volume *v, struct vreq *r)
+{
+    struct bdev *b = v->bdev;
+    switch (r->op) {
+    case VREQ_READ:
+        return b->ops->read(b, r->buf, (size_t)r->length, r->offset);
+    case VREQ_WRITE:
+        return b->ops->write(b, r->buf, (size_t)r->length, r->offset);
+    case VREQ_TRIM:
+        return b->ops->trim(b, r->offset, r->length);
+    case VREQ_WRITE_ZEROES: {
+        unsigned f = 0;
+        if (r->flags & VREQ_MAY_TRIM)
+            f |= BDEV_ZERO_MAY_TRIM;
+        if (r->flags & VREQ_FAST_ZERO)
+            f |= BDEV_ZERO_FAST;
+        return b->ops->write_zeroes(b, r->offset, r->length, f);
+    }
+    case VREQ_CACHE:
+        return (b->caps & BDEV_CAN_CACHE) ? b->ops->cache(b, r->offset, r->length) : 0;
+    case VREQ_EXTENTS:
+        return b->ops->extents(b, r->offset, r->length, r->extents, r->extents_max,
+                               &r->extents_count);
+    case VREQ_FLUSH: {
+        int rc = b->ops->sync(b);
+        atomic_fetch_add(&v->sync_calls, 1);
+        return rc;
+    }
+    }
+    return -EINVAL;
+}
+
+/* Count a successful modification; returns its own count (a flush target). */
+static uint64_t count_write(struct volume *v)
+{
+    return atomic_fetch_add(&v->writes_done, 1) + 1;
+}
+
+/* After the op ran (result in r->result, modification already counted):
+ * durability wait if needed, then completion. */
+static void vreq_after(struct volume *v, struct vreq *r)
+{
+    if (r->result == 0 && op_modifies(r->op) && needs_durable(v, r)) {
+        flush_wait(v, r, r->flush_target);
+        return;
+    }
+    vreq_deliver(r);
+}
+
+static void vreq_job_run(struct io_job *j)
+{
+    struct vreq *r = container_of(j, struct vreq, job);
+    struct volume *v = r->vol;
+    r->result = vreq_execute(v, r);
+    if (r->result == 0 && op_modifies(r->op))
+        r->flush_target = count_write(v);
+}
+
+static void vreq_job_done(struct reactor_msg *m)
+{
+    struct vreq *r = container_of(m, struct vreq, job.done);
+    vreq_after(r->vol, r);
+}
+
+static void vreq_to_pool(struct vreq *r)
+{
+    r->job.run = vreq_job_run;
+    r->job.owner = r->owner;
+    r->job.done.fn = vreq_job_done;
+    iopool_submit(&r->job);
+}
+
+static void vreq_inline_done(struct volume *v, struct vreq *r, int rc)
+{
+    r->result = rc;
+    if (rc == 0 && op_modifies(r->op))
+        r->flush_target = count_write(v);
+    vreq_after(v, r);
+}
+
+static int vreq_check(struct volume *v, struct vreq *r)
+{
+    uint64_t size = volume_size(v);
+    switch (r->op) {
+    case VREQ_FLUSH:
+        return 0;
+    case VREQ_READ:
+    case VREQ_CACHE:
+    case VREQ_EXTENTS:
+        if (r->offset > size || r->length > size - r->offset)
+            return -EINVAL;
+        if (r->op == VREQ_READ && (r->length > SIZE_MAX || (r->length && !r->buf)))
+            return -EINVAL;
+        if (r->op == VREQ_EXTENTS && (!r->extents || r->extents_max == 0))
+            return -EINVAL;
+        return 0;
+    case VREQ_WRITE:
+    case VREQ_TRIM:
+    case VREQ_WRITE_ZEROES:
+        if (volume_readonly(v))
+            return -EPERM;
+        if (r->offset + r->length < r->offset)
+            return -EINVAL;
+        if (r->offset > size || r->length > size - r->offset)
+            return -ENOSPC;
+        if (r->op == VREQ_WRITE && (r->length > SIZE_MAX || (r->length && !r->buf)))
+            return -EINVAL;
+        if (r->op == VREQ_TRIM && !(v->bdev->caps & BDEV_CAN_TRIM))
+            return -EOPNOTSUPP;
+        if (r->op == VREQ_WRITE_ZEROES && (r->flags & VREQ_FAST_ZERO) &&
+            !(v->bdev->caps & BDEV_CAN_FAST_ZERO))
+            return -ENOTSUP;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+void volume_submit(struct volume *v, struct vreq *r)
+{
+    r->vol = v;
+    r->result = 0;
+    r->extents_count = 0;
+    r->next_waiter = NULL;
+    r->flush_target = 0;
+    int rc = vreq_check(v, r);
+    if (rc < 0) {
+        vreq_fail(r, rc);
+        return;
+    }
+    const struct bdev_ops *ops = v->bdev->ops;
+    switch (r->op) {
+    case VREQ_READ:
+    case VREQ_WRITE: {
+        if (r->length == 0) {
+            vreq_deliver(r);
+            return;
+        }
+        bool rd = r->op == VREQ_READ;
+        if (rd ? !ops->read_nowait : !ops->write_nowait) { /* the backend never blocks */
+            vreq_inline_done(v, r, vreq_execute(v, r));
+            return;
+        }
+        if (reactor_self()) {
+            rc = rd ? ops->read_nowait(v->bdev, r->buf, (size_t)r->length, r->offset)
+                    : ops->write_nowait(v->bdev, r->buf, (size_t)r->length, r->offset);
+            if (rc != -EAGAIN) {
+                vreq_inline_done(v, r, rc);
+                return;
+            }
+        }
+        vreq_to_pool(r);
+        return;
+    }
+    case VREQ_FLUSH:
+        if (volume_sync_mode(v) == VOLUME_SYNC_DISABLED) {
+            vreq_deliver(r);
+            return;
+        }
+        if (!atomic_load_explicit(&v->group_commit, memory_order_relaxed)) {
+            vreq_to_pool(r);
+            return;
+        }
+        flush_wait(v, r, atomic_load(&v->writes_done));
+        return;
+    default:
+        vreq_to_pool(r);
+        return;
+    }
+}
+
+/* ---- blocking wrappers ---- */
+
+struct vreq_waiter {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+};
+
+static void vreq_wait_done(struct vreq *r)
+{
+    struct vreq_waiter *w = r->arg;
+    pthread_mutex_lock(&w->lock);
+    w->done = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+int volume_submit_wait(struct volume *v, struct vreq *r)
+{
+    struct vreq_waiter w = {.done = false};
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    r->owner = NULL;
+    r->done = vreq_wait_done;
+    r->arg = &w;
+    volume_submit(v, r);
+    pthread_mutex_lock(&w.lock);
+    while (!w.done)
+        pthread_cond_wait(&w.cond, &w.lock);
+    pthread_mutex_unlock(&w.lock);
+    pthread_cond_destroy(&w.cond);
+    pthread_mutex_destroy(&w.lock);
+    return r->result;
+}
+
+int volume_flush_wait(struct volume *v)
+{
+    struct vreq r = {.op = VREQ_FLUSH};
+    return volume_submit_wait(v, &r);
+}
