@@ -10,7 +10,8 @@
  *
  * Error shape (as TrueNAS clients parse it):
  *   invalid params  → code -32602, message, data.extra = [[field, message, errno], …]
- *   other failures  → code -32001, message, data = {"errno": N, "error": "ENAME", "reason": message}
+ *   other failures  → code -32001, message, data = {"errno": N, "error": "ENAME", "reason":
+ * message}
  */
 #ifndef BLOCKD_API_API_H
 #define BLOCKD_API_API_H
@@ -79,5 +80,55 @@ int api_query(struct api_call *call, json_t *rows, json_t *params, json_t **resu
 
 /* Parameter helpers: fetch params[i] (NULL if absent/null). */
 json_t *api_param(json_t *params, size_t index);
+
+/* ---- Additions (api work): limits, per-connection clients, query helpers ---- */
+
+/* Largest request text a transport accepts (one line / one message). */
+#define API_MAX_REQUEST (16u * 1024 * 1024)
+
+/*
+ * A transport's view of one connected client, passed to the handlers
+ * through their call. The transport owns it (lives as long as the
+ * connection); handlers may read it and, for auth.* methods, set
+ * authenticated. A call without a client (api_handle_text/_request) is a
+ * trusted local call.
+ */
+struct api_client {
+    const char *peer;   /* "unix:pid=123", "ws:10.0.0.1:5000" */
+    bool authenticated; /* false: only API_NO_AUTH methods are allowed */
+    void *transport;    /* transport-private */
+    void *auth;         /* owned by the auth methods (e.g. the key used) */
+    /* Send an unsolicited message (event, job update) to this client,
+     * between responses; thread-safe; msg is borrowed. NULL if the
+     * transport cannot. 0 or -errno. */
+    int (*send)(struct api_client *client, json_t *msg);
+};
+
+/* As api_handle_text/api_handle_request, for a client of a transport. */
+char *api_handle_text_client(const char *text, size_t len, struct api_client *client);
+json_t *api_handle_request_client(json_t *req, struct api_client *client);
+/* The client of a call, or NULL for a trusted local call. */
+struct api_client *api_call_client(const struct api_call *call);
+/* Build a JSON-RPC error response {"jsonrpc","error":{code,message},"id"}
+ * (id may be NULL for null). Returns a new reference. */
+json_t *api_error_response(int code, const char *message, json_t *id);
+/* The errno an api_error() set on this call (0 if none); for core.bulk-like
+ * callers that re-dispatch and need the outcome. */
+int api_call_errno(const struct api_call *call);
+/*
+ * Run one method on behalf of another call (core.bulk, share.* helpers):
+ * returns 0 with *result, or -1 with *error set to the JSON-RPC error
+ * object ({code, message, data}) as a new reference.
+ */
+int api_call_method_json(struct api_call *parent, const char *method, json_t *params,
+                         json_t **result, json_t **error);
+
+/* options.extra of a query's params ([filters, options]), or NULL. */
+json_t *api_query_extra(json_t *params);
+/*
+ * Check the filters only (no rows): 0, or -1 with a -32602 error on call.
+ * For handlers that pre-filter in SQL and still call api_query after.
+ */
+int api_query_validate(struct api_call *call, json_t *params);
 
 #endif

@@ -1,0 +1,523 @@
+/*
+ * JSON-RPC 2.0 request handling and the method registry.
+ *
+ * The registry is filled at start-up (api_register) and read-only after,
+ * so lookups from the per-connection API threads need no lock. Requests
+ * are validated here once, before dispatch; handlers only see well-formed
+ * calls with params as an array.
+ */
+#include "api/api.h"
+#include "api/api_internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+
+/* ---- registry ---- */
+
+static const struct api_method **registry;
+static size_t registry_count;
+static size_t registry_cap;
+static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
+
+static int method_cmp(const void *a, const void *b)
+{
+    const struct api_method *const *ma = a;
+    const struct api_method *const *mb = b;
+    return strcmp((*ma)->name, (*mb)->name);
+}
+
+static void register_locked(const struct api_method *methods, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        const struct api_method *m = &methods[i];
+        if (!m->name || !m->fn) {
+            log_error("api: method table entry %zu has no name or handler; ignored", i);
+            continue;
+        }
+        bool dup = false;
+        for (size_t j = 0; j < registry_count; j++) {
+            if (strcmp(registry[j]->name, m->name) == 0) {
+                dup = true;
+                break;
+            }
+        }
+        if (dup) {
+            log_error("api: method %s registered twice; keeping the first", m->name);
+            continue;
+        }
+        if (registry_count == registry_cap) {
+            size_t ncap = registry_cap ? registry_cap * 2 : 64;
+            const struct api_method **n = realloc(registry, ncap * sizeof(*n));
+            if (!n) {
+                log_error("api: out of memory registering %s", m->name);
+                return;
+            }
+            registry = n;
+            registry_cap = ncap;
+        }
+        registry[registry_count++] = m;
+    }
+    qsort(registry, registry_count, sizeof(*registry), method_cmp);
+}
+
+static void builtins_register(void)
+{
+    register_locked(api_core_methods, api_core_method_count);
+}
+
+void api_register(const struct api_method *methods, size_t count)
+{
+    pthread_once(&builtins_once, builtins_register);
+    register_locked(methods, count);
+}
+
+const struct api_method *api_find(const char *name)
+{
+    pthread_once(&builtins_once, builtins_register);
+    if (!name)
+        return NULL;
+    size_t lo = 0, hi = registry_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(name, registry[mid]->name);
+        if (c == 0)
+            return registry[mid];
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+size_t api_methods(const struct api_method ***out)
+{
+    pthread_once(&builtins_once, builtins_register);
+    *out = registry;
+    return registry_count;
+}
+
+/* ---- calls and errors ---- */
+
+struct api_call {
+    const char *method;
+    const char *peer;
+    struct api_client *client;
+    int code;      /* 0 = no error set yet */
+    int errnum;    /* positive errno for API_CALL_ERROR */
+    char *message; /* malloc'd */
+    json_t *verrs; /* [[field, message, errno], …] or NULL */
+};
+
+static void call_init(struct api_call *call, const char *method, const char *peer,
+                      struct api_client *client)
+{
+    memset(call, 0, sizeof(*call));
+    call->method = method;
+    call->peer = peer ? peer : "local";
+    call->client = client;
+}
+
+static void call_fini(struct api_call *call)
+{
+    free(call->message);
+    json_decref(call->verrs);
+}
+
+const char *api_errno_name(int errnum)
+{
+    if (errnum < 0)
+        errnum = -errnum;
+    const char *n = strerrorname_np(errnum);
+    return n ? n : "EFAULT";
+}
+
+static char *vformat(const char *fmt, va_list ap)
+{
+    char *s = NULL;
+    if (vasprintf(&s, fmt, ap) < 0)
+        return NULL;
+    return s;
+}
+
+int api_error(struct api_call *call, int errnum, const char *fmt, ...)
+{
+    if (call->code != 0)
+        return -1; /* the first error is the cause; keep it */
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = vformat(fmt, ap);
+    va_end(ap);
+    call->code = API_CALL_ERROR;
+    call->errnum = errnum < 0 ? -errnum : errnum;
+    if (call->errnum == 0)
+        call->errnum = EFAULT;
+    call->message = msg;
+    return -1;
+}
+
+void api_verr(struct api_call *call, const char *field, int errnum, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = vformat(fmt, ap);
+    va_end(ap);
+    if (!call->verrs)
+        call->verrs = json_array();
+    if (errnum < 0)
+        errnum = -errnum;
+    json_array_append_new(call->verrs, json_pack("[s, s, i]", field ? field : "",
+                                                 msg ? msg : "invalid", errnum ? errnum : EINVAL));
+    free(msg);
+}
+
+bool api_has_verrs(const struct api_call *call)
+{
+    return call->verrs && json_array_size(call->verrs) > 0;
+}
+
+int api_invalid(struct api_call *call)
+{
+    if (call->code == 0)
+        call->code = API_INVALID_PARAMS;
+    return -1;
+}
+
+const char *api_call_peer(const struct api_call *call)
+{
+    return call->peer;
+}
+
+const char *api_call_method(const struct api_call *call)
+{
+    return call->method;
+}
+
+struct api_client *api_call_client(const struct api_call *call)
+{
+    return call->client;
+}
+
+int api_call_errno(const struct api_call *call)
+{
+    return call->code == API_CALL_ERROR ? call->errnum : call->code ? EINVAL : 0;
+}
+
+json_t *api_param(json_t *params, size_t index)
+{
+    if (!json_is_array(params))
+        return NULL;
+    json_t *v = json_array_get(params, index);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* ---- responses ---- */
+
+static json_t *response_new(json_t *id)
+{
+    json_t *r = json_object();
+    json_object_set_new(r, "jsonrpc", json_string("2.0"));
+    json_object_set(r, "id", id ? id : json_null());
+    return r;
+}
+
+static json_t *error_object(int code, const char *message, json_t *data)
+{
+    json_t *e = json_pack("{s:i, s:s}", "code", code, "message", message ? message : "");
+    if (data)
+        json_object_set_new(e, "data", data);
+    return e;
+}
+
+json_t *api_error_response(int code, const char *message, json_t *id)
+{
+    json_t *r = response_new(id);
+    json_object_set_new(r, "error", error_object(code, message, NULL));
+    return r;
+}
+
+/* The error object for a failed call, in the TrueNAS shape (api.h). */
+static json_t *call_error_object(struct api_call *call)
+{
+    if (call->code == API_INVALID_PARAMS || (call->code == 0 && api_has_verrs(call))) {
+        if (!api_has_verrs(call))
+            api_verr(call, call->method, EINVAL, "invalid parameters");
+        /* message: "field: msg; field: msg" so plain clients show the cause */
+        size_t n = json_array_size(call->verrs);
+        char *msg = NULL, *reason = NULL;
+        size_t mlen = 0, rlen = 0;
+        FILE *mf = open_memstream(&msg, &mlen);
+        FILE *rf = open_memstream(&reason, &rlen);
+        for (size_t i = 0; i < n; i++) {
+            json_t *e = json_array_get(call->verrs, i);
+            const char *f = json_string_value(json_array_get(e, 0));
+            const char *m = json_string_value(json_array_get(e, 1));
+            int en = (int)json_integer_value(json_array_get(e, 2));
+            if (mf)
+                fprintf(mf, "%s%s: %s", i ? "; " : "", f, m);
+            if (rf)
+                fprintf(rf, "[%s] %s: %s\n", api_errno_name(en), f, m);
+        }
+        if (mf)
+            fclose(mf);
+        if (rf)
+            fclose(rf);
+        json_t *data =
+            json_pack("{s:i, s:s, s:s, s:s, s:O}", "errno", EINVAL, "error", "EINVAL", "errname",
+                      "EINVAL", "reason", reason ? reason : "", "extra", call->verrs);
+        json_t *e = error_object(API_INVALID_PARAMS, msg ? msg : "Invalid params", data);
+        free(msg);
+        free(reason);
+        return e;
+    }
+    if (call->code == API_CALL_ERROR) {
+        const char *name = api_errno_name(call->errnum);
+        const char *m = call->message ? call->message : strerror(call->errnum);
+        char *reason = NULL;
+        if (asprintf(&reason, "[%s] %s", name, m) < 0)
+            reason = NULL;
+        json_t *data = json_pack("{s:i, s:s, s:s, s:s, s:n}", "errno", call->errnum, "error", name,
+                                 "errname", name, "reason", reason ? reason : m, "extra");
+        free(reason);
+        return error_object(API_CALL_ERROR, m, data);
+    }
+    int code = call->code ? call->code : API_INTERNAL_ERROR;
+    return error_object(code, call->message ? call->message : "Internal error", NULL);
+}
+
+static json_t *error_response_call(struct api_call *call, json_t *id)
+{
+    json_t *r = response_new(id);
+    json_object_set_new(r, "error", call_error_object(call));
+    return r;
+}
+
+/* ---- dispatch ---- */
+
+static json_t *invalid_request(const char *peer, json_t *id, const char *why)
+{
+    log_info("api: %s: invalid request: %s", peer, why);
+    char *msg = NULL;
+    if (asprintf(&msg, "Invalid Request: %s", why) < 0)
+        msg = NULL;
+    json_t *r = api_error_response(API_INVALID_REQUEST, msg ? msg : "Invalid Request", id);
+    free(msg);
+    return r;
+}
+
+/* Run a method; returns 0 with *result or -1 with the error in call. */
+static int call_run(struct api_call *call, const struct api_method *m, json_t *params,
+                    json_t **result)
+{
+    *result = NULL;
+    if (call->client && !call->client->authenticated && !(m->flags & API_NO_AUTH))
+        return api_error(call, EACCES, "Not authenticated");
+    int rc = m->fn(call, params, result);
+    if (rc == 0 && call->code == 0 && !api_has_verrs(call)) {
+        if (!*result)
+            *result = json_null();
+        return 0;
+    }
+    /* A handler that failed (or reported errors yet returned 0). */
+    json_decref(*result);
+    *result = NULL;
+    if (call->code == 0 && !api_has_verrs(call)) {
+        call->code = API_INTERNAL_ERROR;
+        free(call->message);
+        call->message = strdup("Internal error (handler failed without an error)");
+        log_error("api: %s: %s failed without setting an error", call->peer, call->method);
+    }
+    return -1;
+}
+
+static void log_failure(struct api_call *call)
+{
+    if (call->code == API_INVALID_PARAMS || (call->code == 0 && api_has_verrs(call))) {
+        json_t *e = json_array_get(call->verrs, 0);
+        log_info("api: %s: %s: invalid params: %s: %s", call->peer, call->method,
+                 json_string_value(json_array_get(e, 0)), json_string_value(json_array_get(e, 1)));
+    } else {
+        log_info("api: %s: %s failed: [%s] %s", call->peer, call->method,
+                 api_errno_name(call->errnum ? call->errnum : EFAULT),
+                 call->message ? call->message : "error");
+    }
+}
+
+json_t *api_handle_request_client(json_t *req, struct api_client *client)
+{
+    const char *peer = client && client->peer ? client->peer : "local";
+    if (!json_is_object(req))
+        return invalid_request(peer, NULL, "not a JSON object");
+
+    json_t *id = json_object_get(req, "id");
+    bool notification = (id == NULL);
+    if (id && !json_is_string(id) && !json_is_integer(id) && !json_is_real(id) && !json_is_null(id))
+        return invalid_request(peer, NULL, "id must be a string, number or null");
+
+    json_t *ver = json_object_get(req, "jsonrpc");
+    if (!json_is_string(ver) || strcmp(json_string_value(ver), "2.0") != 0)
+        return invalid_request(peer, id, "jsonrpc must be \"2.0\"");
+    json_t *jm = json_object_get(req, "method");
+    if (!json_is_string(jm))
+        return invalid_request(peer, id, "method must be a string");
+    const char *name = json_string_value(jm);
+
+    json_t *raw = json_object_get(req, "params");
+    json_t *params;
+    if (!raw)
+        params = json_array();
+    else if (json_is_array(raw))
+        params = json_incref(raw);
+    else if (json_is_object(raw))
+        params = json_pack("[O]", raw); /* by-name params: one positional object */
+    else
+        return invalid_request(peer, id, "params must be an array or an object");
+
+    const struct api_method *m = api_find(name);
+    if (!m) {
+        json_decref(params);
+        log_info("api: %s: method not found: %.200s", peer, name);
+        if (notification)
+            return NULL;
+        char *msg = NULL;
+        if (asprintf(&msg, "Method not found: %.200s", name) < 0)
+            msg = NULL;
+        json_t *r = api_error_response(API_METHOD_NOT_FOUND, msg ? msg : "Method not found", id);
+        free(msg);
+        return r;
+    }
+
+    struct api_call call;
+    call_init(&call, m->name, peer, client);
+    log_debug("api: %s: call %s", peer, m->name);
+    json_t *result = NULL;
+    int rc = call_run(&call, m, params, &result);
+    json_decref(params);
+
+    json_t *resp = NULL;
+    if (rc == 0) {
+        if (!notification) {
+            resp = response_new(id);
+            json_object_set_new(resp, "result", result);
+        } else {
+            json_decref(result);
+        }
+    } else {
+        log_failure(&call);
+        if (!notification)
+            resp = error_response_call(&call, id);
+    }
+    call_fini(&call);
+    return resp;
+}
+
+json_t *api_handle_request(json_t *req, const char *peer)
+{
+    if (!peer)
+        return api_handle_request_client(req, NULL);
+    struct api_client local = {.peer = peer, .authenticated = true};
+    return api_handle_request_client(req, &local);
+}
+
+static json_t *handle_parsed(json_t *doc, struct api_client *client)
+{
+    if (!json_is_array(doc))
+        return api_handle_request_client(doc, client);
+    const char *peer = client && client->peer ? client->peer : "local";
+    if (json_array_size(doc) == 0)
+        return invalid_request(peer, NULL, "empty batch");
+    json_t *out = json_array();
+    size_t i;
+    json_t *req;
+    json_array_foreach(doc, i, req)
+    {
+        json_t *r = api_handle_request_client(req, client);
+        if (r)
+            json_array_append_new(out, r);
+    }
+    if (json_array_size(out) == 0) {
+        json_decref(out); /* a batch of notifications gets no reply */
+        return NULL;
+    }
+    return out;
+}
+
+static char *dump(json_t *resp)
+{
+    char *s = json_dumps(resp, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(resp);
+    if (!s) {
+        /* Only when out of memory or a handler built invalid UTF-8. */
+        json_t *e = api_error_response(API_INTERNAL_ERROR, "response could not be encoded", NULL);
+        s = json_dumps(e, JSON_COMPACT);
+        json_decref(e);
+    }
+    return s;
+}
+
+char *api_handle_text_client(const char *text, size_t len, struct api_client *client)
+{
+    const char *peer = client && client->peer ? client->peer : "local";
+    if (len > API_MAX_REQUEST) {
+        log_info("api: %s: request of %zu bytes rejected (max %u)", peer, len, API_MAX_REQUEST);
+        return dump(
+            api_error_response(API_INVALID_REQUEST, "request too large (max 16 MiB)", NULL));
+    }
+    json_error_t err;
+    json_t *doc = json_loadb(text, len, JSON_DECODE_ANY, &err);
+    if (!doc) {
+        log_info("api: %s: parse error at line %d column %d: %s", peer, err.line, err.column,
+                 err.text);
+        char *msg = NULL;
+        if (asprintf(&msg, "Parse error: %s (line %d, column %d)", err.text, err.line, err.column) <
+            0)
+            msg = NULL;
+        json_t *r = api_error_response(API_PARSE_ERROR, msg ? msg : "Parse error", NULL);
+        free(msg);
+        return dump(r);
+    }
+    json_t *resp = handle_parsed(doc, client);
+    json_decref(doc);
+    if (!resp)
+        return NULL;
+    return dump(resp);
+}
+
+char *api_handle_text(const char *text, size_t len, const char *peer)
+{
+    struct api_client local = {.peer = peer ? peer : "local", .authenticated = true};
+    return api_handle_text_client(text, len, &local);
+}
+
+int api_call_method_json(struct api_call *parent, const char *method, json_t *params,
+                         json_t **result, json_t **error)
+{
+    *result = NULL;
+    *error = NULL;
+    const struct api_method *m = api_find(method);
+    if (!m) {
+        char *msg = NULL;
+        if (asprintf(&msg, "Method not found: %.200s", method) < 0)
+            msg = NULL;
+        *error = error_object(API_METHOD_NOT_FOUND, msg ? msg : "Method not found", NULL);
+        free(msg);
+        return -1;
+    }
+    struct api_call call;
+    call_init(&call, m->name, parent ? parent->peer : "local", parent ? parent->client : NULL);
+    json_t *p = params ? json_incref(params) : json_array();
+    int rc = call_run(&call, m, p, result);
+    json_decref(p);
+    if (rc != 0) {
+        log_failure(&call);
+        *error = call_error_object(&call);
+    }
+    call_fini(&call);
+    return rc;
+}

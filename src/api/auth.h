@@ -1,0 +1,73 @@
+/*
+ * API keys and logins for the remote (WebSocket) transport.
+ *
+ * Methods: api_key.create {name} → the key, shown once; api_key.query;
+ * api_key.delete [id]; auth.login_with_api_key [key] → bool; auth.login_ex
+ * {mechanism: "API_KEY_PLAIN", api_key}; auth.me; auth.logout.
+ *
+ * Keys are "<id>-<64 random alphanumerics>" (~380 bits from gnutls_rnd).
+ * Only SHA-256(key) is stored: with that much entropy there is no
+ * dictionary to slow down, so a salted slow KDF (PBKDF2) would cost every
+ * login milliseconds and add nothing; the hash is looked up by its unique
+ * index. api_key.query never returns the key or its hash.
+ *
+ * Failed logins are logged with the peer and rate-limited per source
+ * address: AUTH_FAIL_MAX failures within AUTH_FAIL_WINDOW_MS block that
+ * address for AUTH_BLOCK_MS; while blocked every login is refused with
+ * -32001 EBUSY "Rate Limit Exceeded" (the TrueNAS error), even a correct key.
+ *
+ * Start-up: api_auth_init() before db_open() (schema + methods).
+ * Threads: handlers run on API threads; everything here is thread-safe.
+ */
+#ifndef BLOCKD_API_AUTH_H
+#define BLOCKD_API_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/api.h"
+
+#define AUTH_FAIL_MAX 5
+#define AUTH_FAIL_WINDOW_MS 10000
+#define AUTH_BLOCK_MS 30000
+#define AUTH_KEY_SECRET_LEN 64
+
+/* Register the api_key table schema and the api_key.* / auth.* methods. */
+void api_auth_init(void);
+
+/*
+ * Per-connection login state for transports that need login: call
+ * api_auth_client_check() before dispatching each request (it logs the
+ * client out if its key was deleted meanwhile) and
+ * api_auth_client_release() when the connection ends (frees client->auth).
+ */
+void api_auth_client_check(struct api_client *client);
+void api_auth_client_release(struct api_client *client);
+
+/* ---- pure parts, exposed for unit tests ---- */
+
+/* Make a new key string for id into buf (at least 96 bytes). 0 or -errno. */
+int auth_key_generate(int64_t id, char *buf, size_t len);
+/* Lowercase hex SHA-256 of key into hex (65 bytes). 0 or -EIO. */
+int auth_key_hash(const char *key, size_t keylen, char hex[65]);
+/* Constant-time comparison of two equal-length strings. */
+bool auth_hash_equal(const char *a, const char *b);
+
+/* "ws:10.1.2.3:5000" → "10.1.2.3"; "wss:[::1]:80" → "::1"; others as given. */
+void auth_peer_address(const char *peer, char *buf, size_t len);
+
+/*
+ * Rate limiter over a fixed table of addresses (least recently seen
+ * evicted). now_ms is a monotonic clock (injected for tests).
+ * auth_rate_allowed: false while addr is blocked.
+ * auth_rate_failed: records a failure; returns true if addr just became
+ * blocked. auth_rate_succeeded: forgets addr's failures.
+ * auth_rate_reset: empties the table (tests).
+ */
+bool auth_rate_allowed(const char *addr, uint64_t now_ms);
+bool auth_rate_failed(const char *addr, uint64_t now_ms);
+void auth_rate_succeeded(const char *addr);
+void auth_rate_reset(void);
+
+#endif

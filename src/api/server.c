@@ -1,0 +1,432 @@
+/*
+ * Unix socket transport (see server.h). Plain threads rather than the
+ * reactors: API handlers block on SQLite and copies, and a handful of
+ * local management connections do not need an event loop.
+ */
+#include "api/server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "core/log.h"
+
+#define READ_CHUNK (64 * 1024)
+
+struct client {
+    struct client *next;
+    int fd;
+    pthread_mutex_t write_lock; /* replies vs events from other threads */
+    char peer[64];
+    struct api_client api;
+};
+
+static struct {
+    bool running;
+    int listen_fd;
+    int wake_pipe[2];
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    pthread_t accept_thread;
+    pthread_mutex_t lock;
+    pthread_cond_t idle; /* signalled when a client thread ends */
+    struct client *clients;
+    size_t nclients;
+    bool stopping;
+} srv = {
+    .listen_fd = -1,
+    .wake_pipe = {-1, -1},
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .idle = PTHREAD_COND_INITIALIZER,
+};
+
+/* Write all of buf; the peer may have gone (EPIPE is not fatal to us). */
+static int write_all(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int client_write_line(struct client *c, const char *text, size_t len)
+{
+    pthread_mutex_lock(&c->write_lock);
+    int rc = write_all(c->fd, text, len);
+    if (rc == 0)
+        rc = write_all(c->fd, "\n", 1);
+    pthread_mutex_unlock(&c->write_lock);
+    return rc;
+}
+
+static int client_send(struct api_client *ac, json_t *msg)
+{
+    struct client *c = ac->transport;
+    char *s = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!s)
+        return -ENOMEM;
+    int rc = client_write_line(c, s, strlen(s));
+    free(s);
+    return rc;
+}
+
+static void peer_name(int fd, char *buf, size_t len)
+{
+    struct ucred cred;
+    socklen_t cl = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) == 0)
+        snprintf(buf, len, "unix:pid=%d,uid=%u", (int)cred.pid, (unsigned)cred.uid);
+    else
+        snprintf(buf, len, "unix:fd=%d", fd);
+}
+
+static bool blank(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r')
+            return false;
+    return true;
+}
+
+/* Handle one complete line; 0, or -errno when the reply could not be sent. */
+static int client_line(struct client *c, char *line, size_t len)
+{
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+    if (blank(line, len))
+        return 0;
+    char *resp = api_handle_text_client(line, len, &c->api);
+    if (!resp)
+        return 0;
+    int rc = client_write_line(c, resp, strlen(resp));
+    free(resp);
+    return rc;
+}
+
+static void client_too_large(struct client *c)
+{
+    log_info("api: %s: request line over %u bytes; skipping it", c->peer, API_MAX_REQUEST);
+    json_t *e = api_error_response(API_INVALID_REQUEST, "request too large (max 16 MiB)", NULL);
+    client_send(&c->api, e);
+    json_decref(e);
+}
+
+static void client_serve(struct client *c)
+{
+    size_t cap = READ_CHUNK, len = 0;
+    char *buf = malloc(cap);
+    bool discarding = false; /* inside an over-long line */
+    if (!buf) {
+        log_error("api: %s: out of memory", c->peer);
+        return;
+    }
+    for (;;) {
+        if (cap - len < READ_CHUNK / 2 && !discarding) {
+            size_t ncap = cap * 2;
+            if (ncap > API_MAX_REQUEST + READ_CHUNK)
+                ncap = API_MAX_REQUEST + READ_CHUNK;
+            if (ncap > cap) {
+                char *n = realloc(buf, ncap);
+                if (!n) {
+                    log_error("api: %s: out of memory for a %zu-byte request", c->peer, ncap);
+                    break;
+                }
+                buf = n;
+                cap = ncap;
+            }
+        }
+        ssize_t n = recv(c->fd, buf + len, cap - len, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n < 0 && errno != ECONNRESET)
+                log_info("api: %s: read: %s", c->peer, strerror(errno));
+            break;
+        }
+        size_t start = len;
+        len += (size_t)n;
+        size_t consumed = 0;
+        bool failed = false;
+        for (;;) {
+            char *nl = memchr(buf + start, '\n', len - start);
+            if (!nl)
+                break;
+            size_t end = (size_t)(nl - buf);
+            if (discarding) {
+                discarding = false;
+            } else if (client_line(c, buf + consumed, end - consumed) < 0) {
+                failed = true;
+                break;
+            }
+            consumed = end + 1;
+            start = consumed;
+        }
+        if (failed)
+            break;
+        memmove(buf, buf + consumed, len - consumed);
+        len -= consumed;
+        if (discarding) {
+            len = 0; /* still inside the over-long line */
+        } else if (len > API_MAX_REQUEST) {
+            client_too_large(c);
+            discarding = true;
+            len = 0;
+        }
+        /* Give back the memory of a large request once it is done. */
+        if (len == 0 && cap > 4 * READ_CHUNK) {
+            char *small = realloc(buf, READ_CHUNK);
+            if (small) {
+                buf = small;
+                cap = READ_CHUNK;
+            }
+        }
+    }
+    if (len > 0 && !discarding && !blank(buf, len))
+        client_line(c, buf, len); /* a last request without newline */
+    free(buf);
+}
+
+static void client_remove(struct client *c)
+{
+    pthread_mutex_lock(&srv.lock);
+    for (struct client **p = &srv.clients; *p; p = &(*p)->next) {
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    }
+    srv.nclients--;
+    pthread_cond_broadcast(&srv.idle);
+    pthread_mutex_unlock(&srv.lock);
+}
+
+static void *client_thread(void *arg)
+{
+    struct client *c = arg;
+    log_debug("api: %s: connected", c->peer);
+    client_serve(c);
+    log_debug("api: %s: disconnected", c->peer);
+    client_remove(c);
+    close(c->fd);
+    pthread_mutex_destroy(&c->write_lock);
+    free(c);
+    return NULL;
+}
+
+static void reject_busy(int fd)
+{
+    json_t *e = api_error_response(API_INVALID_REQUEST, "too many API connections", NULL);
+    char *s = json_dumps(e, JSON_COMPACT);
+    json_decref(e);
+    if (s) {
+        write_all(fd, s, strlen(s));
+        write_all(fd, "\n", 1);
+        free(s);
+    }
+    close(fd);
+}
+
+static void accept_one(void)
+{
+    int fd = accept4(srv.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) {
+        if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
+            log_warn("api: accept on %s: %s", srv.path, strerror(errno));
+            if (errno == EMFILE || errno == ENFILE)
+                usleep(100 * 1000); /* let descriptors free up */
+        }
+        return;
+    }
+    char peer[64];
+    peer_name(fd, peer, sizeof(peer));
+    pthread_mutex_lock(&srv.lock);
+    if (srv.nclients >= API_SERVER_MAX_CLIENTS || srv.stopping) {
+        pthread_mutex_unlock(&srv.lock);
+        log_warn("api: %s: refused: %d connections already", peer, API_SERVER_MAX_CLIENTS);
+        reject_busy(fd);
+        return;
+    }
+    struct client *c = calloc(1, sizeof(*c));
+    if (!c) {
+        pthread_mutex_unlock(&srv.lock);
+        log_error("api: %s: out of memory", peer);
+        close(fd);
+        return;
+    }
+    c->fd = fd;
+    pthread_mutex_init(&c->write_lock, NULL);
+    memcpy(c->peer, peer, sizeof(c->peer));
+    c->api.peer = c->peer;
+    c->api.authenticated = true; /* the socket is 0600: local admin only */
+    c->api.transport = c;
+    c->api.send = client_send;
+    c->next = srv.clients;
+    srv.clients = c;
+    srv.nclients++;
+
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, client_thread, c);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        srv.clients = c->next;
+        srv.nclients--;
+        pthread_mutex_unlock(&srv.lock);
+        log_error("api: %s: cannot start a thread: %s", peer, strerror(rc));
+        pthread_mutex_destroy(&c->write_lock);
+        free(c);
+        close(fd);
+        return;
+    }
+    pthread_mutex_unlock(&srv.lock);
+}
+
+static void *accept_thread(void *arg)
+{
+    (void)arg;
+    struct pollfd fds[2] = {
+        {.fd = srv.listen_fd, .events = POLLIN},
+        {.fd = srv.wake_pipe[0], .events = POLLIN},
+    };
+    for (;;) {
+        int n = poll(fds, 2, -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            log_error("api: poll: %s", strerror(errno));
+            break;
+        }
+        if (fds[1].revents)
+            break;
+        if (fds[0].revents & POLLIN)
+            accept_one();
+    }
+    return NULL;
+}
+
+/* Is somebody answering on path? */
+static bool socket_alive(const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    bool alive = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+    close(fd);
+    return alive;
+}
+
+int api_server_start(const char *path)
+{
+    if (srv.running)
+        return -EALREADY;
+    size_t plen = strlen(path);
+    if (plen == 0 || plen >= sizeof(srv.path)) {
+        log_error("api: socket path too long (max %zu bytes): %s", sizeof(srv.path) - 1, path);
+        return -ENAMETOOLONG;
+    }
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            log_error("api: %s exists and is not a socket; refusing to replace it", path);
+            return -EEXIST;
+        }
+        if (socket_alive(path)) {
+            log_error("api: another daemon is answering on %s", path);
+            return -EADDRINUSE;
+        }
+        unlink(path); /* stale: its daemon is gone */
+    }
+
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        int e = errno;
+        log_error("api: socket: %s", strerror(e));
+        return -e;
+    }
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    memcpy(sa.sun_path, path, plen + 1);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        int e = errno;
+        log_error("api: bind %s: %s", path, strerror(e));
+        close(fd);
+        return -e;
+    }
+    /* chmod before listen(): nobody can connect in between */
+    if (chmod(path, 0600) < 0 || listen(fd, 64) < 0) {
+        int e = errno;
+        log_error("api: chmod/listen %s: %s", path, strerror(e));
+        close(fd);
+        unlink(path);
+        return -e;
+    }
+    if (pipe2(srv.wake_pipe, O_CLOEXEC) < 0) {
+        int e = errno;
+        log_error("api: pipe: %s", strerror(e));
+        close(fd);
+        unlink(path);
+        return -e;
+    }
+    srv.listen_fd = fd;
+    memcpy(srv.path, path, plen + 1);
+    srv.stopping = false;
+    int rc = pthread_create(&srv.accept_thread, NULL, accept_thread, NULL);
+    if (rc != 0) {
+        log_error("api: cannot start the accept thread: %s", strerror(rc));
+        close(fd);
+        close(srv.wake_pipe[0]);
+        close(srv.wake_pipe[1]);
+        srv.listen_fd = srv.wake_pipe[0] = srv.wake_pipe[1] = -1;
+        unlink(path);
+        return -rc;
+    }
+    srv.running = true;
+    log_info("api: listening on %s", path);
+    return 0;
+}
+
+void api_server_stop(void)
+{
+    if (!srv.running)
+        return;
+    ssize_t w;
+    do {
+        w = write(srv.wake_pipe[1], "x", 1);
+    } while (w < 0 && errno == EINTR);
+    pthread_join(srv.accept_thread, NULL);
+    close(srv.listen_fd);
+    unlink(srv.path);
+
+    pthread_mutex_lock(&srv.lock);
+    srv.stopping = true;
+    /* Wake every client thread out of recv(); each closes its own fd. */
+    for (struct client *c = srv.clients; c; c = c->next)
+        shutdown(c->fd, SHUT_RDWR);
+    while (srv.nclients > 0)
+        pthread_cond_wait(&srv.idle, &srv.lock);
+    pthread_mutex_unlock(&srv.lock);
+
+    close(srv.wake_pipe[0]);
+    close(srv.wake_pipe[1]);
+    srv.listen_fd = srv.wake_pipe[0] = srv.wake_pipe[1] = -1;
+    srv.running = false;
+    log_info("api: stopped listening on %s", srv.path);
+}

@@ -1,0 +1,274 @@
+/* Strict, pydantic-like parameter validation (see validate.h). */
+#include "api/validate.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+
+/* Field paths are bounded; deeper nesting is truncated, which only shortens
+ * an error message. */
+#define PATH_MAX_LEN 256
+
+static void join_path(char *buf, size_t len, const char *prefix, const char *name)
+{
+    if (prefix && *prefix && name && *name)
+        snprintf(buf, len, "%s.%s", prefix, name);
+    else
+        snprintf(buf, len, "%s", prefix && *prefix ? prefix : name ? name : "");
+}
+
+static const char *type_message(enum api_type t)
+{
+    switch (t) {
+    case API_T_STRING:
+    case API_T_ENUM:
+        return "Input should be a valid string";
+    case API_T_INT:
+        return "Input should be a valid integer";
+    case API_T_NUMBER:
+        return "Input should be a valid number";
+    case API_T_BOOL:
+        return "Input should be a valid boolean";
+    case API_T_OBJECT:
+        return "Input should be a valid dictionary";
+    case API_T_ARRAY:
+        return "Input should be a valid list";
+    case API_T_ANY:
+        break;
+    }
+    return "Input should not be null";
+}
+
+/* "Input should be 'A', 'B' or 'C'" as pydantic words it. */
+static void enum_message(struct api_call *call, const char *path, const char *const *choices)
+{
+    char buf[512];
+    size_t off = 0;
+    size_t n = 0;
+    while (choices[n])
+        n++;
+    off += (size_t)snprintf(buf, sizeof(buf), "Input should be ");
+    for (size_t i = 0; i < n && off < sizeof(buf); i++) {
+        const char *sep = i == 0 ? "" : (i + 1 == n ? " or " : ", ");
+        off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s'%s'", sep, choices[i]);
+    }
+    api_verr(call, path, EINVAL, "%s", buf);
+}
+
+static int check_int(struct api_call *call, const char *path, json_t *v, const struct api_field *f)
+{
+    json_int_t x = json_integer_value(v);
+    if (f->int_choices && f->n_int_choices) {
+        bool ok = false;
+        for (size_t i = 0; i < f->n_int_choices; i++)
+            ok |= (f->int_choices[i] == x);
+        if (!ok) {
+            char buf[512];
+            size_t off = (size_t)snprintf(buf, sizeof(buf), "Input should be ");
+            for (size_t i = 0; i < f->n_int_choices && off < sizeof(buf); i++) {
+                const char *sep = i == 0 ? "" : (i + 1 == f->n_int_choices ? " or " : ", ");
+                off += (size_t)snprintf(buf + off, sizeof(buf) - off, "%s%" JSON_INTEGER_FORMAT,
+                                        sep, f->int_choices[i]);
+            }
+            api_verr(call, path, EINVAL, "%s", buf);
+            return -EINVAL;
+        }
+    }
+    if (f->flags & API_RANGE) {
+        if (x < f->min) {
+            api_verr(call, path, EINVAL,
+                     "Input should be greater than or equal to %" JSON_INTEGER_FORMAT, f->min);
+            return -EINVAL;
+        }
+        if (x > f->max) {
+            api_verr(call, path, EINVAL,
+                     "Input should be less than or equal to %" JSON_INTEGER_FORMAT, f->max);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+int api_validate_value(struct api_call *call, const char *path, json_t *v,
+                       const struct api_field *f)
+{
+    if (json_is_null(v)) {
+        if (f->flags & API_NULLABLE)
+            return 0;
+        api_verr(call, path, EINVAL, "%s", type_message(f->type));
+        return -EINVAL;
+    }
+    switch (f->type) {
+    case API_T_ANY:
+        return 0;
+    case API_T_STRING: {
+        if (!json_is_string(v))
+            break;
+        if (f->flags & API_RANGE) {
+            size_t len = json_string_length(v);
+            if ((json_int_t)len < f->min) {
+                api_verr(call, path, EINVAL,
+                         "String should have at least %" JSON_INTEGER_FORMAT " character%s", f->min,
+                         f->min == 1 ? "" : "s");
+                return -EINVAL;
+            }
+            if ((json_int_t)len > f->max) {
+                api_verr(call, path, EINVAL,
+                         "String should have at most %" JSON_INTEGER_FORMAT " character%s", f->max,
+                         f->max == 1 ? "" : "s");
+                return -EINVAL;
+            }
+        }
+        if (strlen(json_string_value(v)) != json_string_length(v)) {
+            api_verr(call, path, EINVAL, "String must not contain NUL characters");
+            return -EINVAL;
+        }
+        return 0;
+    }
+    case API_T_ENUM: {
+        if (!json_is_string(v))
+            break;
+        const char *s = json_string_value(v);
+        for (size_t i = 0; f->choices && f->choices[i]; i++)
+            if (strcmp(s, f->choices[i]) == 0)
+                return 0;
+        if (f->choices)
+            enum_message(call, path, f->choices);
+        else
+            api_verr(call, path, EINVAL, "Input is not an allowed value");
+        return -EINVAL;
+    }
+    case API_T_INT:
+        if (!json_is_integer(v))
+            break;
+        return check_int(call, path, v, f);
+    case API_T_NUMBER:
+        if (!json_is_number(v))
+            break;
+        return 0;
+    case API_T_BOOL:
+        if (!json_is_boolean(v))
+            break;
+        return 0;
+    case API_T_OBJECT:
+        if (!json_is_object(v))
+            break;
+        if (f->fields)
+            return api_validate_object(call, path, v, f->fields, f->nfields, 0);
+        return 0;
+    case API_T_ARRAY: {
+        if (!json_is_array(v))
+            break;
+        size_t n = json_array_size(v);
+        if (f->flags & API_RANGE) {
+            if ((json_int_t)n < f->min) {
+                api_verr(call, path, EINVAL,
+                         "List should have at least %" JSON_INTEGER_FORMAT " item%s", f->min,
+                         f->min == 1 ? "" : "s");
+                return -EINVAL;
+            }
+            if ((json_int_t)n > f->max) {
+                api_verr(call, path, EINVAL,
+                         "List should have at most %" JSON_INTEGER_FORMAT " item%s", f->max,
+                         f->max == 1 ? "" : "s");
+                return -EINVAL;
+            }
+        }
+        int rc = 0;
+        if (f->items) {
+            for (size_t i = 0; i < n; i++) {
+                char sub[PATH_MAX_LEN];
+                char idx[24];
+                snprintf(idx, sizeof(idx), "%zu", i);
+                join_path(sub, sizeof(sub), path, idx);
+                if (api_validate_value(call, sub, json_array_get(v, i), f->items) < 0)
+                    rc = -EINVAL;
+            }
+        }
+        return rc;
+    }
+    }
+    api_verr(call, path, EINVAL, "%s", type_message(f->type));
+    return -EINVAL;
+}
+
+int api_validate_object(struct api_call *call, const char *prefix, json_t *obj,
+                        const struct api_field *fields, size_t nfields, unsigned flags)
+{
+    if (!prefix)
+        prefix = api_call_method(call);
+    if (!obj) {
+        api_verr(call, prefix, EINVAL, "Field required");
+        return -EINVAL;
+    }
+    if (!json_is_object(obj)) {
+        api_verr(call, prefix, EINVAL, "Input should be a valid dictionary");
+        return -EINVAL;
+    }
+    int rc = 0;
+    char path[PATH_MAX_LEN];
+    if (!(flags & API_ALLOW_EXTRA)) {
+        const char *key;
+        json_t *val;
+        json_object_foreach(obj, key, val)
+        {
+            bool known = false;
+            for (size_t i = 0; i < nfields && !known; i++)
+                known = strcmp(fields[i].name, key) == 0;
+            if (!known) {
+                join_path(path, sizeof(path), prefix, key);
+                api_verr(call, path, EINVAL, "Extra inputs are not permitted");
+                rc = -EINVAL;
+            }
+        }
+    }
+    for (size_t i = 0; i < nfields; i++) {
+        const struct api_field *f = &fields[i];
+        join_path(path, sizeof(path), prefix, f->name);
+        json_t *v = json_object_get(obj, f->name);
+        if (!v) {
+            if ((f->flags & API_REQUIRED) && !(flags & API_PARTIAL)) {
+                api_verr(call, path, EINVAL, "Field required");
+                rc = -EINVAL;
+            }
+            continue;
+        }
+        if (api_validate_value(call, path, v, f) < 0)
+            rc = -EINVAL;
+    }
+    return rc;
+}
+
+int api_check_arity(struct api_call *call, json_t *params, size_t max)
+{
+    size_t n = json_is_array(params) ? json_array_size(params) : 0;
+    if (n <= max)
+        return 0;
+    api_verr(call, api_call_method(call), EINVAL, "Too many arguments (expected %zu, found %zu)",
+             max, n);
+    return -EINVAL;
+}
+
+int api_apply_defaults(json_t *obj, const struct api_field *fields, size_t nfields)
+{
+    if (!json_is_object(obj))
+        return -EINVAL;
+    for (size_t i = 0; i < nfields; i++) {
+        const struct api_field *f = &fields[i];
+        if (!f->def || json_object_get(obj, f->name))
+            continue;
+        json_error_t err;
+        json_t *v = json_loads(f->def, JSON_DECODE_ANY, &err);
+        if (!v) {
+            log_error("api: default for field %s is not valid JSON: %s", f->name, err.text);
+            return -EINVAL;
+        }
+        if (json_object_set_new(obj, f->name, v) < 0)
+            return -ENOMEM;
+    }
+    return 0;
+}

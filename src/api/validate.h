@@ -1,0 +1,122 @@
+/*
+ * Strict parameter validation, shaped like the TrueNAS middleware's pydantic
+ * models (extra="forbid", strict=True): unknown keys are refused with
+ * "Extra inputs are not permitted", JSON types are never coerced (5 is not
+ * "5", 1 is not true), and every problem is reported at once as a field
+ * error ("pool.dataset.create.volsize: Input should be a valid integer")
+ * through api_verr(), so the call fails with -32602 and data.extra lists
+ * [[field, message, errno], …].
+ *
+ * Usage in a handler (any thread; no state is kept between calls):
+ *
+ *   static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", NULL};
+ *   static const struct api_field create_fields[] = {
+ *       {.name = "name", .type = API_T_STRING, .flags = API_REQUIRED},
+ *       {.name = "type", .type = API_T_ENUM, .choices = (const char *const[]){"VOLUME", NULL},
+ *        .def = "\"VOLUME\""},
+ *       {.name = "volsize", .type = API_T_INT, .flags = API_REQUIRED | API_RANGE,
+ *        .min = 1, .max = INT64_MAX},
+ *       {.name = "sync", .type = API_T_ENUM, .choices = sync_values, .def = "\"STANDARD\""},
+ *       {.name = "comments", .type = API_T_STRING, .flags = API_NULLABLE | API_RANGE,
+ *        .min = 0, .max = 1024},
+ *   };
+ *
+ *   static int dataset_create(struct api_call *call, json_t *params, json_t **result)
+ *   {
+ *       if (api_check_arity(call, params, 1) < 0)
+ *           return api_invalid(call);
+ *       json_t *data = api_param(params, 0);
+ *       if (api_validate_object(call, NULL, data, create_fields,
+ *                               ARRAY_SIZE(create_fields), 0) < 0)
+ *           return api_invalid(call);
+ *       // ... semantic checks: api_verr(call, "pool.dataset.create.volsize", EINVAL,
+ *       //                              "must be a multiple of volblocksize");
+ *       if (api_has_verrs(call))
+ *           return api_invalid(call);
+ *       ...
+ *   }
+ *
+ * Field names: prefix NULL means the method name ("pool.dataset.create"),
+ * so a field is reported as "<method>.<field>"; nested objects and list
+ * items extend the path ("iscsi.target.create.groups.0.portal").
+ * For *.update methods pass API_PARTIAL: required fields may be absent
+ * (TrueNAS ForUpdateMetaclass), everything present is still checked.
+ */
+#ifndef BLOCKD_API_VALIDATE_H
+#define BLOCKD_API_VALIDATE_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "api/api.h"
+
+enum api_type {
+    API_T_ANY,    /* any JSON value (still subject to API_NULLABLE) */
+    API_T_STRING, /* JSON string; API_RANGE bounds its length in bytes */
+    API_T_INT,    /* JSON integer (not real, not bool); API_RANGE bounds it;
+                   * int_choices (if set) lists the allowed values */
+    API_T_NUMBER, /* JSON integer or real */
+    API_T_BOOL,   /* true / false */
+    API_T_ENUM,   /* JSON string, one of choices (NULL-terminated) */
+    API_T_OBJECT, /* JSON object; fields/nfields (if set) validate it */
+    API_T_ARRAY,  /* JSON array; items (if set) validates each element;
+                   * API_RANGE bounds its length */
+};
+
+enum api_field_flags {
+    API_REQUIRED = 1u << 0, /* must be present ("Field required") */
+    API_NULLABLE = 1u << 1, /* JSON null accepted */
+    API_RANGE = 1u << 2,    /* check min/max (see the type) */
+};
+
+struct api_field {
+    const char *name; /* key in the object (unused for array items) */
+    enum api_type type;
+    unsigned flags;                /* enum api_field_flags */
+    const char *const *choices;    /* API_T_ENUM: NULL-terminated allowed strings */
+    const json_int_t *int_choices; /* API_T_INT: allowed values (n_int_choices) */
+    size_t n_int_choices;
+    json_int_t min, max;            /* with API_RANGE */
+    const struct api_field *fields; /* API_T_OBJECT: nested fields (nfields) */
+    size_t nfields;
+    const struct api_field *items; /* API_T_ARRAY: element description */
+    const char *def;               /* JSON text of the default (api_apply_defaults) */
+};
+
+enum api_validate_flags {
+    API_PARTIAL = 1u << 0,     /* update: no field is required */
+    API_ALLOW_EXTRA = 1u << 1, /* unknown keys are accepted (rarely right) */
+};
+
+/*
+ * Check obj (must be a JSON object) against fields. Each problem becomes
+ * one api_verr() on call with the field path prefix + "." + name. Returns
+ * 0 if obj passed, -EINVAL if any error was added (the caller then
+ * returns api_invalid(call)). obj NULL is reported as "<prefix>: Field
+ * required".
+ */
+int api_validate_object(struct api_call *call, const char *prefix, json_t *obj,
+                        const struct api_field *fields, size_t nfields, unsigned flags);
+
+/* Check one value against one field description; path is the full field
+ * name used in the errors. 0 or -EINVAL (errors added). */
+int api_validate_value(struct api_call *call, const char *path, json_t *value,
+                       const struct api_field *field);
+
+/*
+ * Positional params: more than max → "<method>: Too many arguments
+ * (expected max, found n)" (the text TrueNAS clients look for when they
+ * probe for optional trailing arguments). 0 or -EINVAL (error added).
+ */
+int api_check_arity(struct api_call *call, json_t *params, size_t max);
+
+/*
+ * Fill missing keys of obj from the fields' def texts (JSON, e.g. "\"16K\"",
+ * "false", "null"). Objects only; call after api_validate_object. 0 or
+ * -ENOMEM / -EINVAL (a def that is not valid JSON: a programming error,
+ * logged).
+ */
+int api_apply_defaults(json_t *obj, const struct api_field *fields, size_t nfields);
+
+#endif
