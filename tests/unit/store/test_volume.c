@@ -257,9 +257,12 @@ struct async_batch {
     atomic_int wrong_thread;
     atomic_int errors;
     atomic_int inline_done;
-    bool submitting;
     sem_t done;
 };
+
+/* Set while batch_start is submitting on this thread: a done() seen then
+ * completed inline. */
+static _Thread_local bool in_batch_submit;
 
 static void batch_done(struct vreq *r)
 {
@@ -268,7 +271,7 @@ static void batch_done(struct vreq *r)
         atomic_fetch_add(&b->wrong_thread, 1);
     if (r->result != 0)
         atomic_fetch_add(&b->errors, 1);
-    if (b->submitting)
+    if (in_batch_submit)
         atomic_fetch_add(&b->inline_done, 1);
     if (atomic_fetch_sub(&b->left, 1) == 1)
         sem_post(&b->done);
@@ -277,7 +280,7 @@ static void batch_done(struct vreq *r)
 static void batch_start(struct reactor_msg *m)
 {
     struct async_batch *b = container_of(m, struct async_batch, start);
-    b->submitting = true;
+    in_batch_submit = true;
     for (int i = 0; i < 64; i++) {
         struct vreq *r = &b->req[i];
         *r = (struct vreq){.op = b->op,
@@ -291,7 +294,7 @@ static void batch_start(struct reactor_msg *m)
             r->length = 0;
         volume_submit(b->v, r);
     }
-    b->submitting = false;
+    in_batch_submit = false;
 }
 
 static void run_batch(struct async_batch *b, struct volume *v, enum vreq_op op, unsigned ridx)
