@@ -76,8 +76,8 @@ struct iscsi_cidr {
 };
 
 struct iscsi_target_lun {
-    uint64_t lun;         /* 0..16382 */
-    struct scsi_lu *lu;   /* held by the view (config takes and drops the ref) */
+    uint64_t lun;       /* 0..16382 */
+    struct scsi_lu *lu; /* held by the view (config takes and drops the ref) */
 };
 
 /*
@@ -89,10 +89,10 @@ struct iscsi_target_lun {
 struct iscsi_target_view {
     int refs; /* atomic; use the helpers below */
     void (*destroy)(struct iscsi_target_view *v);
-    uint64_t id;                /* iscsi.target id */
-    char iqn[ISCSI_NAME_MAX];   /* basename:name, lower case */
+    uint64_t id;                 /* iscsi.target id */
+    char iqn[ISCSI_NAME_MAX];    /* basename:name, lower case */
     char alias[ISCSI_ALIAS_MAX]; /* "" when none */
-    uint16_t rel_tgt_id;        /* relative target port id for VPD 0x83 */
+    uint16_t rel_tgt_id;         /* relative target port id for VPD 0x83 */
     /* Sorted by lun, no duplicates. */
     const struct iscsi_target_lun *luns;
     size_t n_luns;
@@ -140,17 +140,17 @@ uint64_t iscsi_runtime_generation(void);
 
 /* Negotiated state of one logged-in session (a copy; for iscsi.global.sessions). */
 struct iscsi_session_info {
-    char initiator[ISCSI_NAME_MAX];       /* InitiatorName */
+    char initiator[ISCSI_NAME_MAX]; /* InitiatorName */
     char initiator_alias[ISCSI_ALIAS_MAX];
-    char initiator_addr[80];              /* "addr:port" */
-    char target[ISCSI_NAME_MAX];          /* "" for discovery sessions */
-    char target_addr[80];                 /* local "addr:port" */
-    uint64_t target_id;                   /* iscsi_target_view.id, 0 for discovery */
-    uint64_t isid;                        /* 48 bits */
+    char initiator_addr[80];     /* "addr:port" */
+    char target[ISCSI_NAME_MAX]; /* "" for discovery sessions */
+    char target_addr[80];        /* local "addr:port" */
+    uint64_t target_id;          /* iscsi_target_view.id, 0 for discovery */
+    uint64_t isid;               /* 48 bits */
     uint16_t tsih;
     uint16_t portal_tag;
     bool discovery;
-    bool header_digest;                   /* CRC32C */
+    bool header_digest; /* CRC32C */
     bool data_digest;
     bool immediate_data;
     bool initial_r2t;
@@ -173,6 +173,11 @@ unsigned iscsi_sessions_close_target(const char *iqn);
 
 /* Queue depth (CmdSN window) for new sessions: 1..4096, default 128. */
 void iscsi_server_set_queue_depth(unsigned depth);
+/* NOP-In ping: an idle full-feature connection (no PDU for interval_s) gets
+ * a NOP-In; no answer within timeout_s closes it. A login that does not
+ * progress for timeout_s is dropped too. 0 keeps the current value
+ * (defaults 30 s / 30 s). */
+void iscsi_server_set_nop(unsigned interval_s, unsigned timeout_s);
 
 /* Listening. iscsi_server_start(addr) is the daemon's --iscsi-listen (NULL:
  * none): one socket that serves every portal (portal tag 0 = matches any

@@ -1,0 +1,34 @@
+/*
+ * CHAP for iSCSI login (RFC 1994 with MD5, RFC 7143 §12.1.3): response
+ * computation and the binary value encodings iSCSI uses (0x hex, 0b base64).
+ * Pure functions; MD5 comes from GnuTLS. Thread-safe.
+ */
+#ifndef BLOCKD_ISCSI_CHAP_H
+#define BLOCKD_ISCSI_CHAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ISCSI_CHAP_DIGEST_LEN 16 /* MD5 */
+#define ISCSI_CHAP_CHALLENGE_LEN 16
+#define ISCSI_CHAP_BINARY_MAX 1024 /* longest challenge/response we decode */
+
+/* out = MD5(id || secret || challenge). 0 or -errno. */
+int iscsi_chap_response(uint8_t id, const char *secret, const uint8_t *challenge,
+                        size_t challenge_len, uint8_t out[ISCSI_CHAP_DIGEST_LEN]);
+
+/* Decode "0x<hex>" or "0b<base64>" into out (max bytes). Returns the length
+ * or -EINVAL (malformed, empty) / -E2BIG. */
+int iscsi_chap_decode(const char *s, uint8_t *out, size_t max);
+
+/* Encode as "0x<lower hex>" into out (outlen ≥ 2*len + 3). */
+void iscsi_chap_encode_hex(const uint8_t *in, size_t len, char *out, size_t outlen);
+
+/* Constant-time comparison. */
+bool iscsi_chap_equal(const uint8_t *a, const uint8_t *b, size_t len);
+
+/* Fill buf with random bytes (getrandom). 0 or -errno. */
+int iscsi_chap_random(void *buf, size_t len);
+
+#endif

@@ -1,0 +1,56 @@
+/*
+ * The iSCSI configuration: the TrueNAS-shaped objects (global settings,
+ * portals, initiator groups, CHAP credentials, targets, extents, target-
+ * extent mappings) in the config DB, their iscsi.* JSON-RPC methods, and the
+ * runtime views of targets the transport serves (iscsi_runtime.h).
+ *
+ * Start-up order in the daemon:
+ *   iscsi_config_init();                 before db_open() (schema + methods)
+ *   db_open(...); datasets_init(...) ...
+ *   reactors_start(...); iscsi_server_start(listen or NULL);
+ *   iscsi_config_start(listen or NULL);  after the DB is open and datasets
+ *                                        can open volumes
+ *   ...
+ *   iscsi_config_stop();                 before iscsi_server_stop()/db_close()
+ */
+#ifndef BLOCKD_ISCSI_ISCSI_CONFIG_H
+#define BLOCKD_ISCSI_ISCSI_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Register the schema (db_register_schema) and the iscsi.* API methods, and
+ * the datasets in-use check. Call once, before db_open(). */
+void iscsi_config_init(void);
+
+/*
+ * Build and publish every target's runtime view from the DB and, unless
+ * listen_override (blockd --iscsi-listen "ADDR:PORT") is given, open a
+ * listener per portal address at iscsi.global.listen_port. With an override
+ * the portals are only configuration: the one listener serves them all.
+ * 0 or -errno (logged). Call from the main thread after db_open().
+ */
+int iscsi_config_start(const char *listen_override);
+
+/* Withdraw every view (drop the LUs and volumes) and close the portal
+ * listeners this module opened. */
+void iscsi_config_stop(void);
+
+/*
+ * Apply every deferred change (calls made with defer=true) as one
+ * publication: for service.reload ["iscsitarget"]. Thread-safe; takes the
+ * DB lock. Returns 0 or -errno.
+ */
+int iscsi_config_reload(void);
+
+/* Number of targets whose change is committed but not yet applied. */
+size_t iscsi_config_pending(void);
+
+/*
+ * For the datasets module's delete path and share.* helpers: true (and a
+ * reason in why) when dataset name (or a child / snapshot of it) backs an
+ * iSCSI extent. Registered with datasets_register_in_use by init.
+ */
+bool iscsi_config_dataset_in_use(const char *name, char *why, size_t len);
+
+#endif

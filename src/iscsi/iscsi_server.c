@@ -1,0 +1,168 @@
+/*
+ * Listening sockets for iSCSI portals and the transport-wide settings
+ * (queue depth, NOP-In ping interval). Accepted sockets are spread over
+ * the reactors; the iSCSI connection state is created on the owner.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/listener.h"
+#include "core/log.h"
+#include "core/reactor.h"
+#include "iscsi/iscsi_internal.h"
+
+int iscsi_conn_init(struct conn *c, uint16_t portal_tag, const struct sockaddr *local,
+                    socklen_t locallen);
+void iscsi_sessions_close_all(void);
+
+struct portal {
+    struct portal *next;
+    char addr[128];
+    uint16_t tag;
+    struct listener *l;
+};
+
+static pthread_mutex_t srv_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct portal *portals;
+static unsigned queue_depth = 128;
+static uint64_t nop_interval_ns = 30ull * 1000000000ull;
+static uint64_t nop_timeout_ns = 30ull * 1000000000ull;
+
+void iscsi_server_set_queue_depth(unsigned depth)
+{
+    if (depth < 1)
+        depth = 1;
+    if (depth > 4096)
+        depth = 4096;
+    __atomic_store_n(&queue_depth, depth, __ATOMIC_RELAXED);
+}
+
+unsigned iscsi_server_queue_depth(void)
+{
+    return __atomic_load_n(&queue_depth, __ATOMIC_RELAXED);
+}
+
+void iscsi_server_set_nop(unsigned interval_s, unsigned timeout_s)
+{
+    if (interval_s)
+        __atomic_store_n(&nop_interval_ns, interval_s * 1000000000ull, __ATOMIC_RELAXED);
+    if (timeout_s)
+        __atomic_store_n(&nop_timeout_ns, timeout_s * 1000000000ull, __ATOMIC_RELAXED);
+}
+
+uint64_t iscsi_server_nop_interval_ns(void)
+{
+    return __atomic_load_n(&nop_interval_ns, __ATOMIC_RELAXED);
+}
+
+uint64_t iscsi_server_nop_timeout_ns(void)
+{
+    return __atomic_load_n(&nop_timeout_ns, __ATOMIC_RELAXED);
+}
+
+struct accept_arg {
+    uint16_t tag;
+    struct sockaddr_storage local;
+    socklen_t locallen;
+};
+
+static int adopt_init(struct conn *c, void *arg)
+{
+    struct accept_arg *a = arg;
+    int rc = iscsi_conn_init(c, a->tag, (const struct sockaddr *)&a->local, a->locallen);
+    free(a);
+    return rc;
+}
+
+static void on_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
+                      const struct sockaddr *local, socklen_t locallen, void *arg)
+{
+    struct portal *p = arg;
+    struct accept_arg *a = calloc(1, sizeof(*a));
+    if (!a) {
+        close(fd);
+        return;
+    }
+    a->tag = p->tag;
+    if (local && locallen <= sizeof(a->local)) {
+        memcpy(&a->local, local, locallen);
+        a->locallen = locallen;
+    }
+    if (conn_adopt(reactor_next(), fd, peer, peerlen, &iscsi_conn_ops, adopt_init, a) < 0)
+        log_warn("iscsi: could not adopt a connection on %s", p->addr);
+}
+
+int iscsi_server_listen(const char *addr_port, uint16_t portal_tag)
+{
+    struct portal *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    if (strlen(addr_port) >= sizeof(p->addr)) {
+        free(p);
+        return -EINVAL;
+    }
+    memcpy(p->addr, addr_port, strlen(addr_port) + 1);
+    p->tag = portal_tag;
+    pthread_mutex_lock(&srv_lock);
+    for (struct portal *q = portals; q; q = q->next) {
+        if (strcmp(q->addr, addr_port) == 0) {
+            pthread_mutex_unlock(&srv_lock);
+            free(p);
+            return -EEXIST;
+        }
+    }
+    int rc = listener_open_tcp(addr_port, on_accept, p, &p->l);
+    if (rc < 0) {
+        pthread_mutex_unlock(&srv_lock);
+        free(p);
+        return rc;
+    }
+    p->next = portals;
+    portals = p;
+    pthread_mutex_unlock(&srv_lock);
+    log_info("iscsi: listening on %s (portal group tag %u)", addr_port, portal_tag);
+    return 0;
+}
+
+int iscsi_server_unlisten(const char *addr_port)
+{
+    pthread_mutex_lock(&srv_lock);
+    struct portal **pp = &portals;
+    while (*pp && strcmp((*pp)->addr, addr_port) != 0)
+        pp = &(*pp)->next;
+    struct portal *p = *pp;
+    if (p)
+        *pp = p->next;
+    pthread_mutex_unlock(&srv_lock);
+    if (!p)
+        return -ENOENT;
+    listener_close(p->l);
+    free(p);
+    log_info("iscsi: stopped listening on %s", addr_port);
+    return 0;
+}
+
+int iscsi_server_start(const char *listen_addr_port)
+{
+    if (!listen_addr_port)
+        return 0;
+    return iscsi_server_listen(listen_addr_port, 0);
+}
+
+void iscsi_server_stop(void)
+{
+    pthread_mutex_lock(&srv_lock);
+    struct portal *list = portals;
+    portals = NULL;
+    pthread_mutex_unlock(&srv_lock);
+    while (list) {
+        struct portal *p = list;
+        list = p->next;
+        listener_close(p->l);
+        free(p);
+    }
+    iscsi_sessions_close_all();
+}
