@@ -31,6 +31,7 @@
 #include "core/log.h"
 #include "core/reactor.h"
 /* @@module-includes@@ (helpers: add your module's header here) */
+#include "nbd/nbd.h" /* nbd */
 
 struct options {
     const char *state_dir;
@@ -240,6 +241,7 @@ int main(int argc, char **argv)
     /* Modules register their schema and API methods before the DB opens. */
     datasets_init(state_dir);
     /* @@module-init@@ (helpers: schema + method registration calls here) */
+    nbd_init(); /* nbd */
 
     if ((rc = db_open(db_path)) < 0) {
         log_error("cannot open configuration database %s: %s", db_path, strerror(-rc));
@@ -250,6 +252,10 @@ int main(int argc, char **argv)
         return 1;
     }
     /* @@module-start@@ (helpers: start front-ends here; on failure log and return 1) */
+    if ((rc = nbd_server_start(o.nbd_listen)) < 0) { /* nbd */
+        log_error("cannot start the NBD server: %s", strerror(-rc));
+        return 1;
+    }
 
     if ((rc = api_server_start(api_socket)) < 0) {
         log_error("cannot serve the API on %s: %s", api_socket, strerror(-rc));
@@ -278,6 +284,7 @@ int main(int argc, char **argv)
 
     api_server_stop();
     /* @@module-stop@@ (helpers: stop accepting, finish in-flight requests) */
+    nbd_server_stop(); /* nbd */
     datasets_flush_all();
     reactors_stop();
     iopool_stop();

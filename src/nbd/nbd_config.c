@@ -1,0 +1,827 @@
+/*
+ * NBD exports and global settings: the SQLite rows, the JSON-RPC methods
+ * (nbd.export.create|update|delete|query, nbd.global.config|update), and
+ * publication of the immutable export table / settings the server reads.
+ *
+ * Every change is applied as a difference: the new table reuses unchanged
+ * export objects and already-open volumes, so publishing is cheap and
+ * connections to other exports are untouched. Handlers run on API worker
+ * threads; cfg_lock serializes them (DB work also takes db_lock()).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "api/api.h"
+#include "api/validate.h"
+#include "config/datasets.h"
+#include "config/db.h"
+#include "core/log.h"
+#include "core/tls.h"
+#include "core/util.h"
+#include "nbd/nbd.h"
+#include "nbd/nbd_conn.h"
+#include "nbd/nbd_export.h"
+#include "nbd/nbd_proto.h"
+#include "nbd/nbd_server.h"
+#include "store/bdev.h"
+#include "store/names.h"
+
+static pthread_mutex_t cfg_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *listen_override;
+static bool server_running;
+
+static const char nbd_schema[] = "CREATE TABLE IF NOT EXISTS nbd_export ("
+                                 " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                                 " name TEXT NOT NULL UNIQUE,"
+                                 " dataset TEXT,"
+                                 " path TEXT,"
+                                 " readonly INTEGER NOT NULL DEFAULT 0,"
+                                 " description TEXT NOT NULL DEFAULT '',"
+                                 " multi_conn INTEGER NOT NULL DEFAULT 1,"
+                                 " tls TEXT NOT NULL DEFAULT 'allow',"
+                                 " enabled INTEGER NOT NULL DEFAULT 1);";
+
+static const char *const tls_names[] = {"off", "allow", "require", NULL};
+
+static enum nbd_tls_mode tls_parse(const char *s)
+{
+    for (int i = 0; tls_names[i]; i++)
+        if (s && strcmp(s, tls_names[i]) == 0)
+            return (enum nbd_tls_mode)i;
+    return NBD_TLS_ALLOW;
+}
+
+/* ---- rows ---- */
+
+struct export_row {
+    int64_t id;
+    char *name, *dataset, *path, *description;
+    bool readonly, multi_conn, enabled;
+    enum nbd_tls_mode tls;
+};
+
+static void row_clear(struct export_row *r)
+{
+    free(r->name);
+    free(r->dataset);
+    free(r->path);
+    free(r->description);
+    memset(r, 0, sizeof(*r));
+}
+
+static char *col_dup(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    return t ? strdup((const char *)t) : NULL;
+}
+
+/* All rows, ordered by id (db locked by caller). */
+static int rows_load(struct export_row **out, size_t *count)
+{
+    sqlite3_stmt *st;
+    *out = NULL;
+    *count = 0;
+    if (sqlite3_prepare_v2(db_handle(),
+                           "SELECT id, name, dataset, path, readonly, description, multi_conn,"
+                           " tls, enabled FROM nbd_export ORDER BY id",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -EIO;
+    struct export_row *rows = NULL;
+    size_t n = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct export_row *nr = realloc(rows, (n + 1) * sizeof(*rows));
+        if (!nr) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        rows = nr;
+        struct export_row *r = &rows[n++];
+        memset(r, 0, sizeof(*r));
+        r->id = sqlite3_column_int64(st, 0);
+        r->name = col_dup(st, 1);
+        r->dataset = col_dup(st, 2);
+        r->path = col_dup(st, 3);
+        r->readonly = sqlite3_column_int(st, 4);
+        r->description = col_dup(st, 5);
+        r->multi_conn = sqlite3_column_int(st, 6);
+        char *tls = col_dup(st, 7);
+        r->tls = tls_parse(tls);
+        free(tls);
+        r->enabled = sqlite3_column_int(st, 8);
+        if (!r->description)
+            r->description = strdup("");
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        for (size_t i = 0; i < n; i++)
+            row_clear(&rows[i]);
+        free(rows);
+        return -EIO;
+    }
+    *out = rows;
+    *count = n;
+    return 0;
+}
+
+static void rows_free(struct export_row *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        row_clear(&rows[i]);
+    free(rows);
+}
+
+static bool streq(const char *a, const char *b)
+{
+    return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+/* ---- volumes ---- */
+
+static int open_source(const char *dataset, const char *path, bool readonly, struct volume **out)
+{
+    if (dataset && *dataset)
+        return datasets_volume_open(dataset, out);
+    struct bdev *b;
+    int rc = bdev_file_open(path, readonly, &b);
+    if (rc < 0)
+        return rc;
+    rc = volume_new(path, b, 512, VOLUME_SYNC_STANDARD, readonly, out);
+    if (rc < 0)
+        bdev_close(b);
+    return rc;
+}
+
+/* Does the volume have any hole? Reads only look for holes when it may. */
+static bool volume_maybe_sparse(struct volume *v)
+{
+    if (!(volume_caps(v) & BDEV_CAN_EXTENTS) || volume_size(v) == 0)
+        return false;
+    struct extent ext[2];
+    struct vreq r = {.op = VREQ_EXTENTS,
+                     .offset = 0,
+                     .length = volume_size(v),
+                     .extents = ext,
+                     .extents_max = 2};
+    if (volume_submit_wait(v, &r) < 0)
+        return true;
+    return !(r.extents_count >= 1 && ext[0].type == EXTENT_DATA && ext[0].offset == 0 &&
+             ext[0].length >= volume_size(v));
+}
+
+static struct nbd_export *export_find_by_name(struct nbd_export_table *t, const char *name)
+{
+    for (size_t i = 0; t && i < t->count; i++)
+        if (strcmp(t->exports[i]->name, name) == 0)
+            return t->exports[i];
+    return NULL;
+}
+
+static struct nbd_export *export_from_row(const struct export_row *r, struct nbd_export *prev)
+{
+    struct nbd_export *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    atomic_init(&e->refs, 1);
+    e->id = r->id;
+    e->name = strdup(r->name ? r->name : "");
+    e->description = strdup(r->description ? r->description : "");
+    e->dataset = r->dataset ? strdup(r->dataset) : NULL;
+    e->path = r->path ? strdup(r->path) : NULL;
+    e->readonly = r->readonly || (r->dataset && strchr(r->dataset, '@'));
+    e->multi_conn = r->multi_conn;
+    e->enabled = r->enabled;
+    e->tls = r->tls;
+    bool same_source = prev && prev->vol && streq(prev->dataset, r->dataset) &&
+                       streq(prev->path, r->path) && (r->dataset || prev->readonly == e->readonly);
+    if (same_source) {
+        volume_ref(prev->vol);
+        e->vol = prev->vol;
+        atomic_init(&e->maybe_sparse, atomic_load(&prev->maybe_sparse));
+    } else {
+        int rc = open_source(r->dataset, r->path, e->readonly, &e->vol);
+        if (rc < 0) {
+            log_warn("nbd: export '%s': cannot open %s: %s", e->name,
+                     r->dataset ? r->dataset : r->path, strerror(-rc));
+            e->vol = NULL;
+        } else {
+            atomic_init(&e->maybe_sparse, volume_maybe_sparse(e->vol));
+        }
+    }
+    return e;
+}
+
+static bool export_same(const struct nbd_export *e, const struct export_row *r)
+{
+    return e->id == r->id && streq(e->name, r->name) && streq(e->dataset, r->dataset) &&
+           streq(e->path, r->path) &&
+           e->readonly == (r->readonly || (r->dataset && strchr(r->dataset, '@'))) &&
+           streq(e->description, r->description) && e->multi_conn == r->multi_conn &&
+           e->enabled == r->enabled && e->tls == r->tls && e->vol;
+}
+
+/* Rebuild the table from the DB and publish it (cfg_lock held). */
+static int exports_reload(void)
+{
+    struct export_row *rows;
+    size_t n;
+    db_lock();
+    int rc = rows_load(&rows, &n);
+    db_unlock();
+    if (rc < 0)
+        return rc;
+    struct nbd_export_table *old = nbd_exports_current();
+    struct nbd_export_table *t = nbd_export_table_new(n);
+    if (!t) {
+        nbd_export_table_unref(old);
+        rows_free(rows, n);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct nbd_export *prev = export_find_by_name(old, rows[i].name);
+        struct nbd_export *e;
+        if (prev && export_same(prev, &rows[i])) {
+            nbd_export_ref(prev);
+            e = prev;
+        } else {
+            e = export_from_row(&rows[i], prev);
+            if (!e) {
+                rc = -ENOMEM;
+                break;
+            }
+        }
+        t->exports[t->count++] = e;
+    }
+    nbd_export_table_unref(old);
+    rows_free(rows, n);
+    if (rc < 0) {
+        nbd_export_table_unref(t);
+        return rc;
+    }
+    nbd_exports_publish(t);
+    return 0;
+}
+
+static json_t *export_json(const struct export_row *r)
+{
+    struct nbd_export_table *t = nbd_exports_current();
+    struct nbd_export *e = export_find_by_name(t, r->name);
+    json_t *o = json_pack(
+        "{s:I, s:s, s:o, s:o, s:b, s:s, s:b, s:s, s:b, s:i, s:o}", "id", (json_int_t)r->id, "name",
+        r->name, "dataset", r->dataset ? json_string(r->dataset) : json_null(), "path",
+        r->path ? json_string(r->path) : json_null(), "readonly",
+        r->readonly || (r->dataset && strchr(r->dataset, '@')), "description", r->description,
+        "multi_conn", r->multi_conn, "tls", tls_names[r->tls], "enabled", r->enabled, "connections",
+        (int)nbd_export_connections(r->name), "size",
+        e && e->vol ? json_integer((json_int_t)volume_size(e->vol)) : json_null());
+    nbd_export_table_unref(t);
+    return o;
+}
+
+static int row_by_id(int64_t id, struct export_row *out)
+{
+    struct export_row *rows;
+    size_t n;
+    db_lock();
+    int rc = rows_load(&rows, &n);
+    db_unlock();
+    if (rc < 0)
+        return rc;
+    rc = -ENOENT;
+    for (size_t i = 0; i < n; i++) {
+        if (rows[i].id == id) {
+            *out = rows[i];
+            memset(&rows[i], 0, sizeof(rows[i]));
+            rc = 0;
+            break;
+        }
+    }
+    rows_free(rows, n);
+    return rc;
+}
+
+/* ---- nbd.export.* ---- */
+
+static const struct api_field export_fields[] = {
+    {.name = "name",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 0,
+     .max = NBD_MAX_STRING},
+    {.name = "dataset",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 1,
+     .max = 1024,
+     .def = "null"},
+    {.name = "path",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 1,
+     .max = 4096,
+     .def = "null"},
+    {.name = "readonly", .type = API_T_BOOL, .def = "false"},
+    {.name = "description",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = NBD_MAX_STRING - 8,
+     .def = "\"\""},
+    {.name = "multi_conn", .type = API_T_BOOL, .def = "true"},
+    {.name = "tls", .type = API_T_ENUM, .choices = tls_names, .def = "\"allow\""},
+    {.name = "enabled", .type = API_T_BOOL, .def = "true"},
+};
+
+static const char *jstr(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static bool jbool(json_t *o, const char *k)
+{
+    return json_is_true(json_object_get(o, k));
+}
+
+/* Semantic checks shared by create and update; data is complete. */
+static void export_check(struct api_call *call, const char *method, json_t *data)
+{
+    const char *ds = jstr(data, "dataset"), *path = jstr(data, "path");
+    char field[96], why[160];
+    if (!ds == !path) {
+        snprintf(field, sizeof(field), "%s.dataset", method);
+        api_verr(call, field, EINVAL, "exactly one of dataset and path must be given");
+        return;
+    }
+    if (ds && name_check_dataset(ds, true, why, sizeof(why)) < 0) {
+        snprintf(field, sizeof(field), "%s.dataset", method);
+        api_verr(call, field, EINVAL, "%s", why);
+    }
+    if (path) {
+        struct stat sb;
+        snprintf(field, sizeof(field), "%s.path", method);
+        if (path[0] != '/')
+            api_verr(call, field, EINVAL, "must be an absolute path");
+        else if (stat(path, &sb) < 0)
+            api_verr(call, field, ENOENT, "%s: %s", path, strerror(errno));
+        else if (!S_ISREG(sb.st_mode) && !S_ISBLK(sb.st_mode))
+            api_verr(call, field, EINVAL, "must be a regular file or a block device");
+    }
+}
+
+/* Open the source once to check it really exists (datasets and files). */
+static int export_probe(struct api_call *call, json_t *data)
+{
+    struct volume *v;
+    const char *ds = jstr(data, "dataset");
+    int rc = open_source(ds, jstr(data, "path"), jbool(data, "readonly"), &v);
+    if (rc < 0)
+        return api_error(call, -rc, "cannot open %s: %s", ds ? ds : jstr(data, "path"),
+                         strerror(-rc));
+    volume_unref(v);
+    return 0;
+}
+
+static int export_write(json_t *data, int64_t id, int64_t *new_id)
+{
+    sqlite3_stmt *st;
+    const char *sql = id ? "UPDATE nbd_export SET name=?1, dataset=?2, path=?3, readonly=?4,"
+                           " description=?5, multi_conn=?6, tls=?7, enabled=?8 WHERE id=?9"
+                         : "INSERT INTO nbd_export (name, dataset, path, readonly, description,"
+                           " multi_conn, tls, enabled) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)";
+    db_lock();
+    if (sqlite3_prepare_v2(db_handle(), sql, -1, &st, NULL) != SQLITE_OK) {
+        db_unlock();
+        return -EIO;
+    }
+    sqlite3_bind_text(st, 1, jstr(data, "name"), -1, SQLITE_TRANSIENT);
+    if (jstr(data, "dataset"))
+        sqlite3_bind_text(st, 2, jstr(data, "dataset"), -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 2);
+    if (jstr(data, "path"))
+        sqlite3_bind_text(st, 3, jstr(data, "path"), -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 3);
+    sqlite3_bind_int(st, 4, jbool(data, "readonly"));
+    sqlite3_bind_text(st, 5, jstr(data, "description") ? jstr(data, "description") : "", -1,
+                      SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 6, jbool(data, "multi_conn"));
+    sqlite3_bind_text(st, 7, jstr(data, "tls") ? jstr(data, "tls") : "allow", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 8, jbool(data, "enabled"));
+    if (id)
+        sqlite3_bind_int64(st, 9, id);
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -db_errno();
+    if (rc == -EIO || rc == 0) {
+        /* keep rc */
+    }
+    if (rc == 0 && new_id)
+        *new_id = id ? id : sqlite3_last_insert_rowid(db_handle());
+    sqlite3_finalize(st);
+    db_unlock();
+    return rc;
+}
+
+static int export_result(struct api_call *call, int64_t id, json_t **result)
+{
+    struct export_row r;
+    int rc = row_by_id(id, &r);
+    if (rc < 0)
+        return api_error(call, -rc, "export %" PRId64 ": %s", id, strerror(-rc));
+    *result = export_json(&r);
+    row_clear(&r);
+    return 0;
+}
+
+static int m_export_create(struct api_call *call, json_t *params, json_t **result)
+{
+    const char *method = "nbd.export.create";
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    json_t *in = api_param(params, 0);
+    if (api_validate_object(call, NULL, in, export_fields, ARRAY_SIZE(export_fields), 0) < 0)
+        return api_invalid(call);
+    json_t *data = json_deep_copy(in);
+    api_apply_defaults(data, export_fields, ARRAY_SIZE(export_fields));
+    export_check(call, method, data);
+    if (api_has_verrs(call)) {
+        json_decref(data);
+        return api_invalid(call);
+    }
+    pthread_mutex_lock(&cfg_lock);
+    int rc = export_probe(call, data);
+    int64_t id = 0;
+    if (rc == 0) {
+        int w = export_write(data, 0, &id);
+        if (w == -EEXIST) {
+            api_verr(call, "nbd.export.create.name", EEXIST, "an export named '%s' exists",
+                     jstr(data, "name"));
+            rc = api_invalid(call);
+        } else if (w < 0) {
+            rc = api_error(call, -w, "cannot store the export: %s", strerror(-w));
+        } else {
+            exports_reload();
+            rc = export_result(call, id, result);
+        }
+    }
+    pthread_mutex_unlock(&cfg_lock);
+    json_decref(data);
+    return rc;
+}
+
+static int get_id(struct api_call *call, json_t *params, int64_t *id)
+{
+    json_t *v = api_param(params, 0);
+    if (!json_is_integer(v)) {
+        api_verr(call, api_call_method(call), EINVAL, "the first parameter must be an export id");
+        return -1;
+    }
+    *id = json_integer_value(v);
+    return 0;
+}
+
+static int m_export_update(struct api_call *call, json_t *params, json_t **result)
+{
+    const char *method = "nbd.export.update";
+    int64_t id;
+    if (api_check_arity(call, params, 2) < 0 || get_id(call, params, &id) < 0)
+        return api_invalid(call);
+    json_t *in = api_param(params, 1);
+    if (api_validate_object(call, NULL, in, export_fields, ARRAY_SIZE(export_fields), API_PARTIAL) <
+        0)
+        return api_invalid(call);
+    pthread_mutex_lock(&cfg_lock);
+    struct export_row r;
+    int rc = row_by_id(id, &r);
+    if (rc < 0) {
+        pthread_mutex_unlock(&cfg_lock);
+        return api_error(call, ENOENT, "export %" PRId64 " does not exist", id);
+    }
+    json_t *data = json_pack("{s:s, s:o, s:o, s:b, s:s, s:b, s:s, s:b}", "name", r.name, "dataset",
+                             r.dataset ? json_string(r.dataset) : json_null(), "path",
+                             r.path ? json_string(r.path) : json_null(), "readonly", r.readonly,
+                             "description", r.description, "multi_conn", r.multi_conn, "tls",
+                             tls_names[r.tls], "enabled", r.enabled);
+    row_clear(&r);
+    json_object_update(data, in);
+    /* Switching between dataset and path: the one given replaces the other. */
+    if (json_is_string(json_object_get(in, "dataset")))
+        json_object_set_new(data, "path", json_null());
+    if (json_is_string(json_object_get(in, "path")))
+        json_object_set_new(data, "dataset", json_null());
+    export_check(call, method, data);
+    if (api_has_verrs(call)) {
+        rc = api_invalid(call);
+    } else if ((rc = export_probe(call, data)) == 0) {
+        int w = export_write(data, id, NULL);
+        if (w == -EEXIST) {
+            api_verr(call, "nbd.export.update.name", EEXIST, "an export named '%s' exists",
+                     jstr(data, "name"));
+            rc = api_invalid(call);
+        } else if (w < 0) {
+            rc = api_error(call, -w, "cannot store the export: %s", strerror(-w));
+        } else {
+            exports_reload();
+            rc = export_result(call, id, result);
+        }
+    }
+    pthread_mutex_unlock(&cfg_lock);
+    json_decref(data);
+    return rc;
+}
+
+static int m_export_delete(struct api_call *call, json_t *params, json_t **result)
+{
+    int64_t id;
+    if (api_check_arity(call, params, 2) < 0 || get_id(call, params, &id) < 0)
+        return api_invalid(call);
+    static const struct api_field del_fields[] = {
+        {.name = "force", .type = API_T_BOOL, .def = "false"},
+    };
+    json_t *opts = api_param(params, 1);
+    if (opts && api_validate_object(call, "nbd.export.delete", opts, del_fields,
+                                    ARRAY_SIZE(del_fields), 0) < 0)
+        return api_invalid(call);
+    bool force = opts && jbool(opts, "force");
+    pthread_mutex_lock(&cfg_lock);
+    struct export_row r;
+    int rc = row_by_id(id, &r);
+    if (rc < 0) {
+        pthread_mutex_unlock(&cfg_lock);
+        return api_error(call, ENOENT, "export %" PRId64 " does not exist", id);
+    }
+    unsigned n = nbd_export_connections(r.name);
+    if (n && !force) {
+        rc = api_error(call, EBUSY, "export '%s' has %u open connection%s (use force)", r.name, n,
+                       n == 1 ? "" : "s");
+    } else {
+        char sql[96];
+        snprintf(sql, sizeof(sql), "DELETE FROM nbd_export WHERE id=%" PRId64, id);
+        db_lock();
+        int w = db_exec(sql);
+        db_unlock();
+        if (w < 0) {
+            rc = api_error(call, EIO, "cannot delete the export");
+        } else {
+            exports_reload();
+            if (n)
+                nbd_export_close_connections(r.name);
+            log_info("nbd: export '%s' deleted%s", r.name, n ? " (connections closed)" : "");
+            *result = json_true();
+        }
+    }
+    row_clear(&r);
+    pthread_mutex_unlock(&cfg_lock);
+    return rc;
+}
+
+static int m_export_query(struct api_call *call, json_t *params, json_t **result)
+{
+    struct export_row *rows;
+    size_t n;
+    db_lock();
+    int rc = rows_load(&rows, &n);
+    db_unlock();
+    if (rc < 0)
+        return api_error(call, EIO, "cannot read exports");
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, export_json(&rows[i]));
+    rows_free(rows, n);
+    rc = api_query(call, arr, params, result);
+    json_decref(arr);
+    return rc;
+}
+
+/* ---- nbd.global.* ---- */
+
+static const struct api_field global_fields[] = {
+    {.name = "listen", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = 256},
+    {.name = "unix_socket", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = 107},
+    {.name = "tls_cert", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = 4096},
+    {.name = "tls_key", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = 4096},
+    {.name = "tls_ca", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = 4096},
+    {.name = "tls_verify_peer", .type = API_T_BOOL},
+    {.name = "tls_psk_file", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = 4096},
+    {.name = "max_connections", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = 65536},
+    {.name = "max_request_size",
+     .type = API_T_INT,
+     .flags = API_RANGE,
+     .min = 4096,
+     .max = 128 << 20},
+    {.name = "max_inflight", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = 4096},
+};
+
+static json_t *global_defaults(void)
+{
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:s, s:i, s:i, s:i}", "listen",
+                     NBD_DEFAULT_LISTEN, "unix_socket", "", "tls_cert", "", "tls_key", "", "tls_ca",
+                     "", "tls_verify_peer", 1, "tls_psk_file", "", "max_connections",
+                     (int)NBD_DEFAULT_MAX_CONNECTIONS, "max_request_size",
+                     (int)NBD_DEFAULT_MAX_REQUEST, "max_inflight", (int)NBD_DEFAULT_MAX_INFLIGHT);
+}
+
+static json_t *global_load(void)
+{
+    json_t *g = global_defaults();
+    char *text = NULL;
+    db_lock();
+    int rc = db_setting_get("nbd.global", &text);
+    db_unlock();
+    if (rc == 0 && text) {
+        json_t *stored = json_loads(text, 0, NULL);
+        if (json_is_object(stored))
+            json_object_update(g, stored);
+        json_decref(stored);
+    }
+    free(text);
+    json_object_set_new(g, "id", json_integer(1));
+    return g;
+}
+
+static int64_t jint(json_t *o, const char *k)
+{
+    return json_integer_value(json_object_get(o, k));
+}
+
+/* Build and publish settings from g. Loads TLS credentials (logged). */
+static int settings_apply(json_t *g, char *err, size_t errlen)
+{
+    struct nbd_settings *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    atomic_init(&s->refs, 1);
+    s->max_request = (uint32_t)jint(g, "max_request_size");
+    s->max_inflight = (uint32_t)jint(g, "max_inflight");
+    s->max_connections = (uint32_t)jint(g, "max_connections");
+    struct tls_config tc = {
+        .cert_file = jstr(g, "tls_cert"),
+        .key_file = jstr(g, "tls_key"),
+        .ca_file = jstr(g, "tls_ca"),
+        .verify_peer = jbool(g, "tls_verify_peer"),
+        .psk_file = jstr(g, "tls_psk_file"),
+    };
+    int rc = tls_creds_new(&tc, &s->tls);
+    if (rc == -ENOENT) {
+        s->tls = NULL;
+    } else if (rc < 0) {
+        snprintf(err, errlen, "TLS credentials could not be loaded (see the log)");
+        free(s);
+        return rc;
+    }
+    nbd_settings_publish(s);
+    return 0;
+}
+
+static int listen_apply(json_t *g)
+{
+    const char *tcp = listen_override ? listen_override : jstr(g, "listen");
+    return nbd_listen_apply(tcp, jstr(g, "unix_socket"));
+}
+
+static int m_global_config(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 0) < 0)
+        return api_invalid(call);
+    *result = global_load();
+    return 0;
+}
+
+static int m_global_update(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    json_t *in = api_param(params, 0);
+    if (api_validate_object(call, NULL, in, global_fields, ARRAY_SIZE(global_fields), API_PARTIAL) <
+        0)
+        return api_invalid(call);
+    const char *l = jstr(in, "listen");
+    if (l && *l) {
+        struct sockaddr_storage ss;
+        socklen_t sl;
+        if (parse_host_port(l, &ss, &sl) < 0)
+            api_verr(call, "nbd.global.update.listen", EINVAL, "expected ADDR:PORT");
+    }
+    if (api_has_verrs(call))
+        return api_invalid(call);
+    pthread_mutex_lock(&cfg_lock);
+    json_t *old = global_load();
+    json_t *g = json_deep_copy(old);
+    json_object_update(g, in);
+    json_object_del(g, "id");
+    char err[160] = "";
+    int rc = 0;
+    if (server_running) {
+        rc = settings_apply(g, err, sizeof(err));
+        if (rc < 0) {
+            rc = api_error(call, -rc, "%s", err);
+            goto out;
+        }
+        int lr = listen_apply(g);
+        if (lr < 0) {
+            json_object_del(old, "id");
+            listen_apply(old);
+            rc = api_error(call, -lr, "cannot listen: %s", strerror(-lr));
+            goto out;
+        }
+    }
+    char *text = json_dumps(g, JSON_COMPACT | JSON_SORT_KEYS);
+    db_lock();
+    int w = text ? db_setting_set("nbd.global", text) : -ENOMEM;
+    db_unlock();
+    free(text);
+    if (w < 0) {
+        rc = api_error(call, -w, "cannot store the settings");
+        goto out;
+    }
+    *result = global_load();
+out:
+    pthread_mutex_unlock(&cfg_lock);
+    json_decref(old);
+    json_decref(g);
+    return rc;
+}
+
+static const struct api_method nbd_methods[] = {
+    {"nbd.export.create",
+     "{name, dataset | path, readonly?, description?, multi_conn?, tls?, enabled?}",
+     "Create an NBD export of a volume, snapshot or raw file", m_export_create, 0},
+    {"nbd.export.update", "id, {fields to change}", "Change an NBD export (live)", m_export_update,
+     0},
+    {"nbd.export.delete", "id, {force?}",
+     "Delete an NBD export (EBUSY with open connections unless force)", m_export_delete, 0},
+    {"nbd.export.query", "[filters], {options}", "List NBD exports", m_export_query, 0},
+    {"nbd.global.config", "", "NBD server settings", m_global_config, 0},
+    {"nbd.global.update",
+     "{listen?, unix_socket?, tls_cert?, tls_key?, tls_ca?, tls_verify_peer?, tls_psk_file?, "
+     "max_connections?, max_request_size?, max_inflight?}",
+     "Change NBD server settings (live)", m_global_update, 0},
+};
+
+/* datasets: refuse deleting a dataset (or a parent) that an export uses. */
+static bool dataset_in_use(const char *name, char *why, size_t len)
+{
+    struct nbd_export_table *t = nbd_exports_current();
+    size_t nl = strlen(name);
+    bool used = false;
+    for (size_t i = 0; i < t->count && !used; i++) {
+        const char *ds = t->exports[i]->dataset;
+        if (ds && strncmp(ds, name, nl) == 0 && (ds[nl] == 0 || ds[nl] == '/' || ds[nl] == '@')) {
+            snprintf(why, len, "exported over NBD as '%s'", t->exports[i]->name);
+            used = true;
+        }
+    }
+    nbd_export_table_unref(t);
+    return used;
+}
+
+void nbd_init(void)
+{
+    db_register_schema(nbd_schema);
+    api_register(nbd_methods, ARRAY_SIZE(nbd_methods));
+    datasets_register_in_use(dataset_in_use);
+}
+
+int nbd_server_start(const char *listen_arg)
+{
+    pthread_mutex_lock(&cfg_lock);
+    free(listen_override);
+    listen_override = listen_arg ? strdup(listen_arg) : NULL;
+    json_t *g = global_load();
+    char err[160];
+    int rc = settings_apply(g, err, sizeof(err));
+    if (rc < 0) {
+        /* Serve without TLS rather than not at all; STARTTLS gets ERR_UNSUP. */
+        log_error("nbd: %s; TLS disabled", err);
+        json_object_set_new(g, "tls_cert", json_string(""));
+        json_object_set_new(g, "tls_key", json_string(""));
+        json_object_set_new(g, "tls_psk_file", json_string(""));
+        settings_apply(g, err, sizeof(err));
+    }
+    rc = exports_reload();
+    if (rc == 0)
+        rc = listen_apply(g);
+    if (rc == 0)
+        server_running = true;
+    pthread_mutex_unlock(&cfg_lock);
+    json_decref(g);
+    return rc;
+}
+
+void nbd_server_stop(void)
+{
+    pthread_mutex_lock(&cfg_lock);
+    server_running = false;
+    nbd_listen_close();
+    struct nbd_export_table *t = nbd_exports_current();
+    for (size_t i = 0; i < t->count; i++)
+        nbd_export_close_connections(t->exports[i]->name);
+    nbd_export_table_unref(t);
+    nbd_exports_publish(nbd_export_table_new(0));
+    pthread_mutex_unlock(&cfg_lock);
+}
