@@ -11,7 +11,16 @@
 
 #include "store/volume.h"
 
-/* Register the pool.* / zfs.snapshot.* API methods and DB schema. */
+/*
+ * Register the pool.* / zfs.snapshot.* API methods and DB schema. Call
+ * order in the daemon: datasets_init(STATE) (before db_open, since it
+ * registers the schema) → db_open("STATE/blockd.db") →
+ * datasets_ensure_default_pool("demo") → serve → datasets_flush_all() →
+ * datasets_shutdown() → db_close().
+ * Volumes with backend "memory" keep their configuration in the database
+ * but their data only while the daemon runs: after a restart they come back
+ * empty (allocated on first open).
+ */
 void datasets_init(const char *state_dir);
 /* Create the default pool if it does not exist (first start). */
 int datasets_ensure_default_pool(const char *name);
@@ -25,6 +34,30 @@ int datasets_volume_open(const char *name, struct volume **out);
  * check returns true and fills why when name (or a child) is in use. */
 typedef bool (*datasets_in_use_fn)(const char *name, char *why, size_t len);
 void datasets_register_in_use(datasets_in_use_fn fn);
+
+/*
+ * Observers (addition): front-ends learn about dataset changes made through
+ * the API, e.g. to raise CAPACITY DATA HAS CHANGED (iSCSI) or refresh an
+ * export's size (NBD). Called on the API thread that made the change, after
+ * the change is committed and applied to the open volume, with no config
+ * lock held; must not block for long. name is "pool/vol" (or
+ * "pool/vol@snap" for a deleted snapshot); v is the open volume (borrowed,
+ * valid for the call) or NULL when it is not open. Register at start-up
+ * (not thread-safe against notifications). Up to 16 observers.
+ *   DATASETS_RESIZED          volsize changed (update or rollback)
+ *   DATASETS_DELETED          dataset or snapshot removed
+ *   DATASETS_PROPERTY_CHANGED sync, readonly or comments changed
+ *   DATASETS_ROLLED_BACK      contents replaced by a snapshot's
+ */
+enum datasets_event {
+    DATASETS_RESIZED,
+    DATASETS_DELETED,
+    DATASETS_PROPERTY_CHANGED,
+    DATASETS_ROLLED_BACK,
+};
+typedef void (*datasets_observer_fn)(enum datasets_event ev, const char *name, struct volume *v,
+                                     void *arg);
+void datasets_observe(datasets_observer_fn fn, void *arg);
 
 /* Flush every open volume (shutdown). */
 void datasets_flush_all(void);

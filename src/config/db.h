@@ -31,4 +31,15 @@ int db_errno(void);
 int db_setting_get(const char *key, char **value); /* -ENOENT if absent */
 int db_setting_set(const char *key, const char *value);
 
+/* Additions for statement-level work (locked by caller):
+ * db_prepare: sqlite3_prepare_v2, logged; 0 or -errno (caller finalizes).
+ * db_step_done: one sqlite3_step expecting DONE (or a first ROW); 0 or
+ *   -errno per db_errno() (constraint failures are not logged: callers turn
+ *   them into API errors).
+ * db_errno_from: the errno for an (extended) SQLite result code.
+ * Transactions nest: a db_begin() inside another becomes a SAVEPOINT. */
+int db_prepare(const char *sql, sqlite3_stmt **out);
+int db_step_done(sqlite3_stmt *st);
+int db_errno_from(int sqlite_code);
+
 #endif

@@ -1,0 +1,777 @@
+/*
+ * pool.dataset.create / query / update / delete, and datasets_init().
+ * Every write is one SQLite transaction; file work happens inside it so a
+ * failure on either side leaves neither behind.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api/validate.h"
+#include "config/db.h"
+#include "config/ds_internal.h"
+#include "core/log.h"
+#include "core/util.h"
+
+static const char *const type_values[] = {"VOLUME", "FILESYSTEM", NULL};
+static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", NULL};
+static const char *const onoff_values[] = {"ON", "OFF", NULL};
+static const char *const vbs_values[] = {"512", "512B", "1K",  "2K",   "4K", "8K",
+                                         "16K", "32K",  "64K", "128K", NULL};
+static const char *const backend_values[] = {"file", "memory", NULL};
+
+#define LATENCY_MAX_US 10000000
+
+static const struct api_field create_fields[] = {
+    {.name = "name",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX},
+    {.name = "type", .type = API_T_ENUM, .choices = type_values},
+    {.name = "volsize", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = INT64_MAX},
+    {.name = "volblocksize", .type = API_T_ENUM, .choices = vbs_values},
+    {.name = "sparse", .type = API_T_BOOL},
+    {.name = "sync", .type = API_T_ENUM, .choices = sync_values},
+    {.name = "readonly", .type = API_T_ENUM, .choices = onoff_values},
+    {.name = "comments",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = DS_COMMENTS_MAX},
+    {.name = "create_ancestors", .type = API_T_BOOL},
+    {.name = "backend", .type = API_T_ENUM, .choices = backend_values},
+    {.name = "latency_us", .type = API_T_INT, .flags = API_RANGE, .min = 0, .max = LATENCY_MAX_US},
+};
+
+static const struct api_field update_fields[] = {
+    {.name = "volsize", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = INT64_MAX},
+    {.name = "sync", .type = API_T_ENUM, .choices = sync_values},
+    {.name = "readonly", .type = API_T_ENUM, .choices = onoff_values},
+    {.name = "comments",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = DS_COMMENTS_MAX},
+};
+
+static const struct api_field delete_fields[] = {
+    {.name = "recursive", .type = API_T_BOOL},
+    {.name = "force", .type = API_T_BOOL},
+};
+
+static const char *str_or(json_t *obj, const char *key, const char *def)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_string(v) ? json_string_value(v) : def;
+}
+
+static bool bool_or(json_t *obj, const char *key, bool def)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_boolean(v) ? json_is_true(v) : def;
+}
+
+/* Field-level name checks shared by create and clone. field is the full
+ * field name for errors. On success fills pool. */
+int ds_check_new_name(struct api_call *call, const char *field, json_t *jname, struct ds_pool *pool)
+{
+    const char *name = json_string_value(jname);
+    char why[256], poolname[DS_NAME_BUF], anc[DS_NAME_BUF];
+    struct ds_row row;
+    const char *p;
+    int rc;
+
+    if (strlen(name) != json_string_length(jname)) {
+        api_verr(call, field, EINVAL, "name contains a NUL byte");
+        return -EINVAL;
+    }
+    if (name_check_dataset(name, false, why, sizeof(why)) < 0) {
+        api_verr(call, field, EINVAL, "%s", why);
+        return -EINVAL;
+    }
+    if (!strchr(name, '/')) {
+        api_verr(call, field, EINVAL, "must be POOL/NAME (a pool's root dataset exists already)");
+        return -EINVAL;
+    }
+    ds_pool_of(name, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, pool);
+    if (rc == -ENOENT) {
+        api_verr(call, field, ENOENT, "pool %s does not exist", poolname);
+        return rc;
+    }
+    if (rc < 0)
+        return rc;
+    rc = ds_dataset_get(name, &row);
+    if (rc == 0) {
+        api_verr(call, field, EEXIST, "dataset %s already exists", name);
+        return -EEXIST;
+    }
+    if (rc != -ENOENT)
+        return rc;
+    for (p = strchr(name, '/'); p; p = strchr(p + 1, '/')) {
+        snprintf(anc, sizeof(anc), "%.*s", (int)(p - name), name);
+        if (ds_dataset_get(anc, &row) == 0 && row.type == DS_VOLUME) {
+            api_verr(call, field, ENOTDIR, "parent %s is a volume and cannot have children", anc);
+            return -ENOTDIR;
+        }
+    }
+    return 0;
+}
+
+static int m_dataset_create(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *data;
+    struct ds_row row;
+    struct ds_pool pool;
+    const char *vbs_s;
+    char path[PATH_MAX];
+    bool is_volume, created_file = false;
+    int rc;
+
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    data = api_param(params, 0);
+    if (api_validate_object(call, NULL, data, create_fields, ARRAY_SIZE(create_fields), 0) < 0)
+        return api_invalid(call);
+
+    memset(&row, 0, sizeof(row));
+    snprintf(row.name, sizeof(row.name), "%s", json_string_value(json_object_get(data, "name")));
+    is_volume = strcmp(str_or(data, "type", "FILESYSTEM"), "VOLUME") == 0;
+    row.type = is_volume ? DS_VOLUME : DS_FILESYSTEM;
+    vbs_s = str_or(data, "volblocksize", "16K");
+    row.volblocksize = is_volume ? ds_volblocksize_parse(vbs_s) : 0;
+    row.sparse = bool_or(data, "sparse", true);
+    volume_sync_parse(str_or(data, "sync", "STANDARD"), &row.sync);
+    row.readonly = strcmp(str_or(data, "readonly", "OFF"), "ON") == 0;
+    snprintf(row.comments, sizeof(row.comments), "%s", str_or(data, "comments", ""));
+    row.memory = strcmp(str_or(data, "backend", "file"), "memory") == 0;
+    if (json_is_integer(json_object_get(data, "latency_us")))
+        row.latency_us = (uint32_t)json_integer_value(json_object_get(data, "latency_us"));
+
+    if (is_volume) {
+        json_t *js = json_object_get(data, "volsize");
+        if (!js) {
+            api_verr(call, "pool.dataset.create.volsize", EINVAL,
+                     "Field required (a VOLUME needs volsize in bytes)");
+        } else {
+            row.volsize = (uint64_t)json_integer_value(js);
+            if (row.volsize % row.volblocksize)
+                api_verr(call, "pool.dataset.create.volsize", EINVAL,
+                         "must be a multiple of volblocksize (%s = %u bytes)", vbs_s,
+                         row.volblocksize);
+        }
+        if (!row.memory && json_object_get(data, "latency_us"))
+            api_verr(call, "pool.dataset.create.latency_us", EINVAL,
+                     "only valid with backend \"memory\"");
+        if (row.memory && !row.sparse)
+            api_verr(call, "pool.dataset.create.sparse", EINVAL,
+                     "a memory-backed volume is always sparse");
+    } else {
+        static const char *const vol_only[] = {"volsize", "volblocksize", "sparse", "backend",
+                                               "latency_us"};
+        for (size_t i = 0; i < ARRAY_SIZE(vol_only); i++) {
+            if (json_object_get(data, vol_only[i])) {
+                char field[64];
+                snprintf(field, sizeof(field), "pool.dataset.create.%s", vol_only[i]);
+                api_verr(call, field, EINVAL, "only valid for type VOLUME");
+            }
+        }
+    }
+
+    ds_ops_lock();
+    db_lock();
+    ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"), &pool);
+    if (api_has_verrs(call)) {
+        db_unlock();
+        ds_ops_unlock();
+        return api_invalid(call);
+    }
+    row.pool_id = pool.id;
+    rc = ds_path(&pool, row.name, NULL, path, sizeof(path));
+    if (rc == 0)
+        rc = db_begin();
+    if (rc < 0)
+        goto fail_unlocked_tx;
+    rc = ds_create_ancestors(&pool, row.name);
+    if (rc == 0)
+        rc = ds_dataset_insert(&row);
+    if (rc == 0) {
+        if (!is_volume) {
+            rc = mkdir(path, 0755) < 0 ? -errno : 0;
+            if (rc < 0)
+                log_error("datasets: mkdir %s: %s", path, strerror(-rc));
+        } else if (!row.memory) {
+            rc = bdev_file_create(path, row.volsize, !row.sparse);
+        }
+        created_file = rc == 0;
+    }
+    if (rc == 0)
+        rc = db_commit();
+    else
+        db_rollback();
+    if (rc < 0 && created_file) {
+        if (is_volume)
+            unlink(path);
+        else
+            rmdir(path);
+    }
+fail_unlocked_tx:
+    if (rc == 0)
+        *result = ds_dataset_row(row.name);
+    db_unlock();
+    ds_ops_unlock();
+    if (rc < 0)
+        return ds_api_errno(call, rc, "cannot create dataset", row.name);
+    if (is_volume)
+        log_info("datasets: created volume %s (%llu bytes, volblocksize %s, %s%s; peer %s)",
+                 row.name, (unsigned long long)row.volsize, vbs_s,
+                 row.memory   ? "memory"
+                 : row.sparse ? "sparse"
+                              : "thick",
+                 row.readonly ? ", read-only" : "", api_call_peer(call));
+    else
+        log_info("datasets: created filesystem %s (peer %s)", row.name, api_call_peer(call));
+    return *result ? 0 : api_error(call, EIO, "dataset %s vanished", row.name);
+}
+
+/* TrueNAS' options.extra: flat=false lists only pool roots (children
+ * nested), retrieve_children=false leaves children empty. */
+static int m_dataset_query(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *rows, *extra;
+    bool flat = true, children = true;
+    int rc;
+
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    if (api_query_validate(call, params) < 0)
+        return -1;
+    extra = api_query_extra(params);
+    if (extra) {
+        flat = bool_or(extra, "flat", true);
+        children = bool_or(extra, "retrieve_children", true);
+    }
+    db_lock();
+    rows = ds_dataset_rows();
+    db_unlock();
+    if (!rows)
+        return api_error(call, EIO, "cannot read datasets");
+    if (!flat || !children) {
+        json_t *keep = json_array();
+        size_t i;
+        json_t *row;
+
+        json_array_foreach(rows, i, row)
+        {
+            if (!children)
+                json_object_set_new(row, "children", json_array());
+            if (flat || !strchr(json_string_value(json_object_get(row, "name")), '/'))
+                json_array_append(keep, row);
+        }
+        json_decref(rows);
+        rows = keep;
+    }
+    rc = api_query(call, rows, params, result); /* it accepts options.extra */
+    json_decref(rows);
+    return rc;
+}
+
+/* Resolve params[0] as an existing dataset id. */
+static int dataset_id_param(struct api_call *call, json_t *params, const char *method,
+                            const char **id)
+{
+    json_t *jid = api_param(params, 0);
+    char field[64];
+
+    snprintf(field, sizeof(field), "%s.id", method);
+    if (!jid) {
+        api_verr(call, field, EINVAL, "Field required");
+        return -EINVAL;
+    }
+    if (!json_is_string(jid)) {
+        api_verr(call, field, EINVAL, "Input should be a valid string");
+        return -EINVAL;
+    }
+    *id = json_string_value(jid);
+    if (strlen(*id) != json_string_length(jid) || strlen(*id) > NAME_DATASET_MAX) {
+        api_verr(call, field, EINVAL, "not a dataset name");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* Grow a thick volume's allocation to cover [old, new). */
+static int thick_extend(const char *path, uint64_t old, uint64_t new_size)
+{
+    int fd, rc = 0;
+
+    if (new_size <= old)
+        return 0;
+    fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (fallocate(fd, 0, (off_t)old, (off_t)(new_size - old)) < 0)
+        rc = -errno;
+    else if (fdatasync(fd) < 0)
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
+static int resize_file(const char *path, uint64_t size)
+{
+    int fd, rc = 0;
+
+    fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (ftruncate(fd, (off_t)size) < 0 || fsync(fd) < 0)
+        rc = -errno;
+    close(fd);
+    return rc;
+}
+
+static int m_dataset_update(struct api_call *call, json_t *params, json_t **result)
+{
+    const char *id;
+    json_t *data, *js;
+    struct ds_row row;
+    struct ds_pool pool;
+    char poolname[DS_NAME_BUF], path[PATH_MAX];
+    struct volume *v = NULL;
+    uint64_t old_size = 0, new_size = 0;
+    bool resize = false, props = false, sync_set = false, ro_set = false;
+    enum volume_sync sync = VOLUME_SYNC_STANDARD;
+    bool ro = false;
+    sqlite3_stmt *st;
+    int rc;
+
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    dataset_id_param(call, params, "pool.dataset.update", &id);
+    data = api_param(params, 1);
+    if (!data)
+        api_verr(call, "pool.dataset.update", EINVAL, "Field required (the changes)");
+    else
+        api_validate_object(call, NULL, data, update_fields, ARRAY_SIZE(update_fields),
+                            API_PARTIAL);
+    if (api_has_verrs(call))
+        return api_invalid(call);
+
+    ds_ops_lock();
+    db_lock();
+    rc = ds_dataset_get(id, &row);
+    if (rc < 0) {
+        db_unlock();
+        ds_ops_unlock();
+        if (rc == -ENOENT)
+            return api_error(call, ENOENT, "dataset %s does not exist", id);
+        return ds_api_errno(call, rc, "cannot read dataset", id);
+    }
+    ds_pool_of(id, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, &pool);
+    if (rc == 0)
+        rc = ds_path(&pool, row.name, NULL, path, sizeof(path));
+    if (rc < 0)
+        goto out;
+
+    if ((js = json_object_get(data, "volsize"))) {
+        if (row.type != DS_VOLUME) {
+            api_verr(call, "pool.dataset.update.volsize", EINVAL, "only valid for a VOLUME");
+        } else {
+            new_size = (uint64_t)json_integer_value(js);
+            if (new_size % row.volblocksize)
+                api_verr(call, "pool.dataset.update.volsize", EINVAL,
+                         "must be a multiple of volblocksize (%u bytes)", row.volblocksize);
+            old_size = row.volsize;
+            resize = new_size != old_size;
+        }
+    }
+    if ((js = json_object_get(data, "sync"))) {
+        volume_sync_parse(json_string_value(js), &sync);
+        sync_set = true;
+        props |= sync != row.sync;
+    }
+    if ((js = json_object_get(data, "readonly"))) {
+        ro = strcmp(json_string_value(js), "ON") == 0;
+        ro_set = true;
+        props |= ro != row.readonly;
+    }
+    if ((js = json_object_get(data, "comments"))) {
+        props |= strcmp(json_string_value(js), row.comments) != 0;
+        snprintf(row.comments, sizeof(row.comments), "%s", json_string_value(js));
+    }
+    if (api_has_verrs(call)) {
+        db_unlock();
+        ds_ops_unlock();
+        return api_invalid(call);
+    }
+
+    rc = db_begin();
+    if (rc < 0)
+        goto out;
+    rc = db_prepare("UPDATE datasets SET volsize = ?, sync = ?, readonly = ?, comments = ?"
+                    " WHERE id = ?",
+                    &st);
+    if (rc == 0) {
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)(resize ? new_size : row.volsize));
+        sqlite3_bind_text(st, 2, volume_sync_name(sync_set ? sync : row.sync), -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, ro_set ? ro : row.readonly);
+        sqlite3_bind_text(st, 4, row.comments, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, row.id);
+        rc = db_step_done(st);
+        sqlite3_finalize(st);
+    }
+    if (rc == 0 && row.type == DS_VOLUME)
+        v = ds_cache_peek(row.name);
+    if (rc == 0 && resize) {
+        /* Apply to the file (and the open volume) inside the transaction:
+         * if that fails nothing is recorded. */
+        if (v)
+            rc = volume_resize(v, new_size);
+        else if (!row.memory)
+            rc = resize_file(path, new_size);
+        if (rc == 0 && !row.memory && !row.sparse)
+            rc = thick_extend(path, old_size, new_size);
+        if (rc < 0)
+            log_error("datasets: resize %s to %llu: %s", row.name, (unsigned long long)new_size,
+                      strerror(-rc));
+    }
+    if (rc == 0) {
+        rc = db_commit();
+        if (rc < 0 && resize && v)
+            volume_resize(v, old_size);
+    } else {
+        db_rollback();
+    }
+    if (rc == 0 && v) {
+        if (sync_set)
+            volume_set_sync(v, sync);
+        if (ro_set)
+            volume_set_readonly(v, ro);
+    }
+out:
+    if (rc == 0)
+        *result = ds_dataset_row(row.name);
+    db_unlock();
+    ds_ops_unlock();
+    if (rc < 0) {
+        if (v)
+            volume_unref(v);
+        return ds_api_errno(call, rc, "cannot update dataset", id);
+    }
+    if (resize) {
+        log_info("datasets: %s resized %llu -> %llu bytes (peer %s)", row.name,
+                 (unsigned long long)old_size, (unsigned long long)new_size, api_call_peer(call));
+        ds_notify(DATASETS_RESIZED, row.name, v);
+    }
+    if (props)
+        ds_notify(DATASETS_PROPERTY_CHANGED, row.name, v);
+    if (v)
+        volume_unref(v);
+    return *result ? 0 : api_error(call, EIO, "dataset %s vanished", row.name);
+}
+
+/* What a delete removes, deepest first. */
+struct delete_plan {
+    char **datasets; /* names, deepest first */
+    int64_t *dataset_ids;
+    bool *is_volume;
+    size_t ndatasets;
+    char **snapshots; /* "pool/vol@snap" */
+    size_t nsnapshots;
+};
+
+static void plan_free(struct delete_plan *p)
+{
+    for (size_t i = 0; i < p->ndatasets; i++)
+        free(p->datasets[i]);
+    for (size_t i = 0; i < p->nsnapshots; i++)
+        free(p->snapshots[i]);
+    free(p->datasets);
+    free(p->dataset_ids);
+    free(p->is_volume);
+    free(p->snapshots);
+}
+
+static int plan_build(const char *name, struct delete_plan *p)
+{
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    int rc;
+
+    memset(p, 0, sizeof(*p));
+    /* Descending on the '/'-lowest key: children before their parent. */
+    rc = db_prepare("SELECT id, name, type FROM datasets WHERE name = ?1 OR"
+                    " substr(name, 1, length(?1) + 1) = ?1 || '/'"
+                    " ORDER BY replace(name, '/', char(1)) DESC",
+                    &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (p->ndatasets == cap) {
+            cap = cap ? cap * 2 : 8;
+            char **nd = realloc(p->datasets, cap * sizeof(*nd));
+            if (nd)
+                p->datasets = nd;
+            int64_t *ni = realloc(p->dataset_ids, cap * sizeof(*ni));
+            if (ni)
+                p->dataset_ids = ni;
+            bool *nv = realloc(p->is_volume, cap * sizeof(*nv));
+            if (nv)
+                p->is_volume = nv;
+            if (!nd || !ni || !nv) {
+                sqlite3_finalize(st);
+                return -ENOMEM;
+            }
+        }
+        p->dataset_ids[p->ndatasets] = sqlite3_column_int64(st, 0);
+        p->datasets[p->ndatasets] = strdup((const char *)sqlite3_column_text(st, 1));
+        p->is_volume[p->ndatasets] =
+            strcmp((const char *)sqlite3_column_text(st, 2), "VOLUME") == 0;
+        if (!p->datasets[p->ndatasets]) {
+            sqlite3_finalize(st);
+            return -ENOMEM;
+        }
+        p->ndatasets++;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return -db_errno();
+
+    cap = 0;
+    rc = db_prepare("SELECT d.name || '@' || s.name FROM snapshots s JOIN datasets d"
+                    " ON d.id = s.dataset_id WHERE d.name = ?1 OR"
+                    " substr(d.name, 1, length(?1) + 1) = ?1 || '/'",
+                    &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (p->nsnapshots == cap) {
+            cap = cap ? cap * 2 : 8;
+            char **ns = realloc(p->snapshots, cap * sizeof(*ns));
+            if (!ns) {
+                sqlite3_finalize(st);
+                return -ENOMEM;
+            }
+            p->snapshots = ns;
+        }
+        p->snapshots[p->nsnapshots] = strdup((const char *)sqlite3_column_text(st, 0));
+        if (!p->snapshots[p->nsnapshots]) {
+            sqlite3_finalize(st);
+            return -ENOMEM;
+        }
+        p->nsnapshots++;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -db_errno();
+}
+
+/* A clone outside the deleted subtree whose origin is inside it. */
+static int plan_find_outside_clone(const char *name, char *clone, size_t clen, char *origin,
+                                   size_t olen)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    rc = db_prepare("SELECT c.name, od.name || '@' || os.name FROM datasets c"
+                    " JOIN snapshots os ON os.id = c.origin_id"
+                    " JOIN datasets od ON od.id = os.dataset_id"
+                    " WHERE (od.name = ?1 OR substr(od.name, 1, length(?1) + 1) = ?1 || '/')"
+                    " AND NOT (c.name = ?1 OR substr(c.name, 1, length(?1) + 1) = ?1 || '/')"
+                    " LIMIT 1",
+                    &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        snprintf(clone, clen, "%s", (const char *)sqlite3_column_text(st, 0));
+        snprintf(origin, olen, "%s", (const char *)sqlite3_column_text(st, 1));
+        rc = 1;
+    } else {
+        rc = rc == SQLITE_DONE ? 0 : -db_errno();
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int exec_bind_id(const char *sql, int64_t id)
+{
+    sqlite3_stmt *st;
+    int rc = db_prepare(sql, &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    rc = db_step_done(st);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int m_dataset_delete(struct api_call *call, json_t *params, json_t **result)
+{
+    const char *id;
+    json_t *opts;
+    struct delete_plan plan;
+    struct ds_row row;
+    struct ds_pool pool;
+    char poolname[DS_NAME_BUF], why[512], clone[DS_NAME_BUF], origin[DS_NAME_BUF];
+    char path[PATH_MAX];
+    bool recursive, force;
+    size_t i;
+    int rc;
+
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    dataset_id_param(call, params, "pool.dataset.delete", &id);
+    opts = api_param(params, 1);
+    if (opts)
+        api_validate_object(call, "pool.dataset.delete.options", opts, delete_fields,
+                            ARRAY_SIZE(delete_fields), 0);
+    if (api_has_verrs(call))
+        return api_invalid(call);
+    recursive = bool_or(opts, "recursive", false);
+    /* force: delete even if a front-end uses it; its open handle keeps
+     * working on the unlinked file until it lets go. */
+    force = bool_or(opts, "force", false);
+
+    ds_ops_lock();
+    db_lock();
+    memset(&plan, 0, sizeof(plan));
+    rc = ds_dataset_get(id, &row);
+    if (rc == -ENOENT) {
+        rc = api_error(call, ENOENT, "dataset %s does not exist", id);
+        goto out_err;
+    }
+    if (rc < 0)
+        goto out_errno;
+    if (!strchr(id, '/')) {
+        rc = api_error(call, EINVAL, "%s is a pool's root dataset; it cannot be deleted", id);
+        goto out_err;
+    }
+    ds_pool_of(id, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, &pool);
+    if (rc == 0)
+        rc = plan_build(id, &plan);
+    if (rc < 0)
+        goto out_errno;
+    if (!recursive && plan.ndatasets > 1) {
+        rc = api_error(call, ENOTEMPTY,
+                       "dataset %s has children (e.g. %s); use recursive to delete them too", id,
+                       plan.datasets[0]);
+        goto out_err;
+    }
+    if (!recursive && plan.nsnapshots > 0) {
+        rc = api_error(call, ENOTEMPTY,
+                       "dataset %s has snapshots (e.g. %s); use recursive to delete them too", id,
+                       plan.snapshots[0]);
+        goto out_err;
+    }
+    rc = plan_find_outside_clone(id, clone, sizeof(clone), origin, sizeof(origin));
+    if (rc < 0)
+        goto out_errno;
+    if (rc == 1) {
+        rc = api_error(call, EBUSY, "snapshot %s has dependent clone %s; delete the clone first",
+                       origin, clone);
+        goto out_err;
+    }
+    for (i = 0; !force && i < plan.ndatasets + plan.nsnapshots; i++) {
+        const char *n = i < plan.ndatasets ? plan.datasets[i] : plan.snapshots[i - plan.ndatasets];
+        why[0] = '\0';
+        if (ds_in_use(n, why, sizeof(why))) {
+            rc = api_error(call, EBUSY, "dataset %s is in use: %s", n, why[0] ? why : "busy");
+            goto out_err;
+        }
+    }
+
+    rc = db_begin();
+    if (rc < 0)
+        goto out_errno;
+    for (i = 0; rc == 0 && i < plan.ndatasets; i++) {
+        rc = exec_bind_id("DELETE FROM snapshots WHERE dataset_id = ?", plan.dataset_ids[i]);
+        if (rc == 0)
+            rc = exec_bind_id("DELETE FROM datasets WHERE id = ?", plan.dataset_ids[i]);
+    }
+    if (rc == 0)
+        rc = db_commit();
+    else
+        db_rollback();
+    if (rc < 0)
+        goto out_errno;
+
+    /* Committed: now the files. A failure here leaves a stray file behind,
+     * which is logged; the dataset is gone either way. */
+    ds_cache_drop(id, true);
+    for (i = 0; i < plan.nsnapshots; i++) {
+        char *at = strchr(plan.snapshots[i], '@');
+        *at = '\0';
+        if (ds_path(&pool, plan.snapshots[i], at + 1, path, sizeof(path)) == 0 &&
+            unlink(path) < 0 && errno != ENOENT)
+            log_error("datasets: unlink %s: %s", path, strerror(errno));
+        *at = '@';
+    }
+    for (i = 0; i < plan.ndatasets; i++) {
+        if (ds_path(&pool, plan.datasets[i], NULL, path, sizeof(path)) < 0)
+            continue;
+        if ((plan.is_volume[i] ? unlink(path) : rmdir(path)) < 0 && errno != ENOENT)
+            log_error("datasets: remove %s: %s", path, strerror(errno));
+    }
+    db_unlock();
+    ds_ops_unlock();
+    if (force)
+        log_warn("datasets: %s deleted with force; in-use checks skipped", id);
+    log_info("datasets: deleted %s (%zu dataset(s), %zu snapshot(s); peer %s)", id, plan.ndatasets,
+             plan.nsnapshots, api_call_peer(call));
+    for (i = 0; i < plan.nsnapshots; i++)
+        ds_notify(DATASETS_DELETED, plan.snapshots[i], NULL);
+    for (i = 0; i < plan.ndatasets; i++)
+        ds_notify(DATASETS_DELETED, plan.datasets[i], NULL);
+    plan_free(&plan);
+    *result = json_true();
+    return 0;
+
+out_errno:
+    rc = ds_api_errno(call, rc, "cannot delete dataset", id);
+out_err:
+    db_unlock();
+    ds_ops_unlock();
+    plan_free(&plan);
+    return rc;
+}
+
+const struct api_method ds_dataset_methods[] = {
+    {"pool.dataset.create",
+     "{name, type: VOLUME|FILESYSTEM, volsize, volblocksize?, sparse?, sync?, readonly?, "
+     "comments?, backend?: file|memory, latency_us?}",
+     "Create a volume (a sparse or thick file) or a filesystem (a directory)", m_dataset_create, 0},
+    {"pool.dataset.query", "[filters, options]", "List datasets with TrueNAS-style properties",
+     m_dataset_query, 0},
+    {"pool.dataset.update", "[id, {volsize?, sync?, readonly?, comments?}]",
+     "Resize a volume or change its properties; applied live to open volumes", m_dataset_update, 0},
+    {"pool.dataset.delete", "[id, {recursive?, force?}]",
+     "Delete a dataset (with its children and snapshots when recursive)", m_dataset_delete, 0},
+};
+const size_t ds_dataset_method_count = ARRAY_SIZE(ds_dataset_methods);
+
+void datasets_init(const char *state_dir)
+{
+    static bool registered;
+
+    snprintf(ds_state_dir, sizeof(ds_state_dir), "%s", state_dir);
+    db_register_schema(ds_schema_sql);
+    if (registered)
+        return; /* api_register is start-up only; tests re-init */
+    registered = true;
+    api_register(ds_pool_methods, ds_pool_method_count);
+    api_register(ds_dataset_methods, ds_dataset_method_count);
+    api_register(ds_snapshot_methods, ds_snapshot_method_count);
+}

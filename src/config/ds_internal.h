@@ -1,0 +1,137 @@
+/*
+ * Shared between the files of src/config that implement datasets.h
+ * (pools.c, datasets.c, snapshots.c, volcache.c, dsutil.c). Not a public
+ * interface.
+ *
+ * Locking (outermost first): ds_ops_lock() serializes every operation that
+ * changes datasets, pools, snapshots or their files, and may be held across
+ * long copies; db_lock() is taken only around SQL; the volume cache has its
+ * own mutex (innermost) so that datasets_volume_open() of an already open
+ * volume never waits for a copy or the database.
+ */
+#ifndef BLOCKD_CONFIG_DS_INTERNAL_H
+#define BLOCKD_CONFIG_DS_INTERNAL_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "api/api.h"
+#include "config/datasets.h"
+#include "store/names.h"
+#include "store/volume.h"
+
+#define DS_NAME_BUF (NAME_DATASET_MAX + 1)
+#define DS_COMMENTS_MAX 1024
+
+extern char ds_state_dir[PATH_MAX];
+
+void ds_ops_lock(void);
+void ds_ops_unlock(void);
+
+enum ds_type { DS_FILESYSTEM = 0, DS_VOLUME = 1 };
+
+struct ds_pool {
+    int64_t id;
+    char name[NAME_DATASET_MAX + 1];
+    char path[PATH_MAX];
+    int64_t created;
+};
+
+struct ds_row {
+    int64_t id;
+    char name[DS_NAME_BUF];
+    int64_t pool_id;
+    enum ds_type type;
+    uint64_t volsize;
+    uint32_t volblocksize;
+    bool sparse;
+    enum volume_sync sync;
+    bool readonly;
+    bool memory; /* backend "memory" */
+    uint32_t latency_us;
+    int64_t origin_id; /* snapshot this dataset was cloned from, 0 if none */
+    int64_t created;
+    char comments[DS_COMMENTS_MAX + 1];
+};
+
+struct ds_snap {
+    int64_t id;
+    int64_t dataset_id;
+    char dataset[DS_NAME_BUF];
+    char name[NAME_DATASET_MAX + 1]; /* the part after '@' */
+    uint64_t volsize;
+    int64_t created;
+};
+
+/* Queries; the caller holds db_lock(). 0, -ENOENT or -errno. */
+int ds_pool_get(const char *name, struct ds_pool *out);
+int ds_dataset_get(const char *name, struct ds_row *out);
+int ds_dataset_get_id(int64_t id, struct ds_row *out);
+int ds_snapshot_get(const char *dataset, const char *snap, struct ds_snap *out);
+int ds_snapshot_get_id(int64_t id, struct ds_snap *out);
+/* Insert a dataset row; sets row->id. -EEXIST if the name is taken. */
+int ds_dataset_insert(struct ds_row *row);
+/* Insert a FILESYSTEM row for every missing ancestor of name (below the
+ * pool root) and create its directory. Fails -ENOTDIR if an ancestor is a
+ * volume. Locked by caller inside a transaction. */
+int ds_create_ancestors(const struct ds_pool *pool, const char *name);
+
+/* "<pool path>/<name below the pool>[@snap]" into buf. snap may be NULL.
+ * 0 or -ENAMETOOLONG. */
+int ds_path(const struct ds_pool *pool, const char *name, const char *snap, char *buf, size_t len);
+/* mkdir -p (mode 0755). 0 or -errno. */
+int ds_mkdir_parents(const char *path);
+/* Split "pool/a/b" into the pool name. */
+void ds_pool_of(const char *name, char *pool, size_t len);
+
+/* Property object {"parsed":…, "rawvalue":"…", "value":"…", "source":"…"}
+ * (steals parsed). */
+json_t *ds_prop(json_t *parsed, const char *rawvalue, const char *value, const char *source);
+json_t *ds_prop_size(uint64_t v, const char *source);
+/* ZFS-style human number: 16384 → "16K", 1610612736 → "1.50G". */
+void ds_nicenum(uint64_t v, char *buf, size_t len);
+/* "512", "512B", "1K" … "128K" → bytes; 0 if not a valid volblocksize. */
+uint32_t ds_volblocksize_parse(const char *s);
+/* Validate a new dataset name (create, clone): syntax, pool exists, name
+ * free, no volume ancestor. Adds field errors on call; fills pool.
+ * Caller holds db_lock(). */
+int ds_check_new_name(struct api_call *call, const char *field, json_t *jname,
+                      struct ds_pool *pool);
+/* Convert an errno to an API error on call: -1. */
+int ds_api_errno(struct api_call *call, int err, const char *what, const char *name);
+
+/* volcache.c */
+/* The cached volume of name if open (new reference) or NULL. */
+struct volume *ds_cache_peek(const char *name);
+/* Remove name (and, with children, every "name/…" and "name@…") from the
+ * cache, dropping the cache's reference. */
+void ds_cache_drop(const char *name, bool children);
+/* Open a volume for a just-created memory dataset and keep it cached. */
+int ds_cache_insert(const char *name, struct volume *v);
+/* Ask every registered in-use check about name (a dataset or snapshot). */
+bool ds_in_use(const char *name, char *why, size_t len);
+void ds_notify(enum datasets_event ev, const char *name, struct volume *v);
+
+/* snapshots.c / datasets.c / pools.c method tables */
+extern const struct api_method ds_pool_methods[];
+extern const size_t ds_pool_method_count;
+extern const struct api_method ds_dataset_methods[];
+extern const size_t ds_dataset_method_count;
+extern const struct api_method ds_snapshot_methods[];
+extern const size_t ds_snapshot_method_count;
+extern const char ds_schema_sql[];
+
+/* Build rows (for queries and create/update results). Locked by caller. */
+json_t *ds_pool_rows(void);
+json_t *ds_dataset_rows(void);
+json_t *ds_snapshot_rows(const char *only_dataset);
+/* The single row of a dataset / snapshot (NULL if absent). */
+json_t *ds_dataset_row(const char *name);
+json_t *ds_snapshot_row(const char *dataset, const char *snap);
+json_t *ds_pool_row(const char *name);
+/* Redo rollbacks interrupted by a crash (start-up, after db_open). */
+void ds_rollback_recover(void);
+
+#endif

@@ -1,0 +1,274 @@
+/*
+ * pool.dataset.query rows, shaped like TrueNAS: properties are objects
+ * {"parsed", "rawvalue", "value", "source"}; a dataset's id is its name;
+ * FILESYSTEM rows carry their children (full rows) like TrueNAS does.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+
+#include "config/db.h"
+#include "config/ds_internal.h"
+#include "core/log.h"
+
+#define ROW_SQL                                                                                    \
+    "SELECT d.id, d.name, d.pool_id, d.type, d.volsize, d.volblocksize, d.sparse, d.sync,"         \
+    " d.readonly, d.backend, d.latency_us, IFNULL(d.origin_id, 0), d.comments, d.created,"         \
+    " p.name, p.path, (SELECT COUNT(*) FROM snapshots s WHERE s.dataset_id = d.id),"               \
+    " IFNULL((SELECT od.name || '@' || os.name FROM snapshots os"                                  \
+    "   JOIN datasets od ON od.id = os.dataset_id WHERE os.id = d.origin_id), '')"                 \
+    " FROM datasets d JOIN pools p ON p.id = d.pool_id"
+
+static uint64_t file_used(const char *path)
+{
+    struct stat st;
+
+    if (stat(path, &st) < 0)
+        return 0;
+    return (uint64_t)st.st_blocks * 512;
+}
+
+static uint64_t pool_avail(const char *path)
+{
+    struct statvfs sv;
+
+    if (statvfs(path, &sv) < 0)
+        return 0;
+    return (uint64_t)sv.f_bavail * sv.f_frsize;
+}
+
+/* Space used by the snapshot files of a volume. */
+static uint64_t snapshots_used(const struct ds_pool *pool, const char *dataset, int64_t id)
+{
+    sqlite3_stmt *st;
+    uint64_t used = 0;
+    char path[PATH_MAX];
+
+    if (db_prepare("SELECT name FROM snapshots WHERE dataset_id = ?", &st) < 0)
+        return 0;
+    sqlite3_bind_int64(st, 1, id);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (ds_path(pool, dataset, (const char *)sqlite3_column_text(st, 0), path, sizeof(path)) ==
+            0)
+            used += file_used(path);
+    }
+    sqlite3_finalize(st);
+    return used;
+}
+
+static json_t *prop_str(const char *parsed, const char *raw, const char *value, const char *src)
+{
+    return ds_prop(json_string(parsed), raw, value, src);
+}
+
+static json_t *prop_creation(int64_t ms)
+{
+    char raw[32], value[64];
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+
+    snprintf(raw, sizeof(raw), "%lld", (long long)(ms / 1000));
+    gmtime_r(&t, &tm);
+    strftime(value, sizeof(value), "%a %b %e %H:%M %Y", &tm);
+    return ds_prop(json_pack("{s:I}", "$date", (json_int_t)ms), raw, value, "NONE");
+}
+
+/* Sync property in ZFS' lower-case raw form and TrueNAS' upper-case value. */
+static json_t *prop_sync(enum volume_sync s)
+{
+    const char *up = volume_sync_name(s);
+    char low[16];
+    size_t i;
+
+    for (i = 0; up[i] && i + 1 < sizeof(low); i++)
+        low[i] = (char)(up[i] >= 'A' && up[i] <= 'Z' ? up[i] + 32 : up[i]);
+    low[i] = '\0';
+    return prop_str(low, low, up, s == VOLUME_SYNC_STANDARD ? "DEFAULT" : "LOCAL");
+}
+
+static json_t *row_build(sqlite3_stmt *st, uint64_t *used_out)
+{
+    struct ds_row r;
+    struct ds_pool pool;
+    char path[PATH_MAX], vbs[16], vbsraw[16];
+    const char *origin;
+    int64_t snapcount;
+    uint64_t used = 0, snapused = 0, avail;
+    json_t *row;
+    const char *type;
+
+    memset(&r, 0, sizeof(r));
+    r.id = sqlite3_column_int64(st, 0);
+    snprintf(r.name, sizeof(r.name), "%s", (const char *)sqlite3_column_text(st, 1));
+    type = (const char *)sqlite3_column_text(st, 3);
+    r.type = type && strcmp(type, "VOLUME") == 0 ? DS_VOLUME : DS_FILESYSTEM;
+    r.volsize = (uint64_t)sqlite3_column_int64(st, 4);
+    r.volblocksize = (uint32_t)sqlite3_column_int64(st, 5);
+    r.sparse = sqlite3_column_int(st, 6) != 0;
+    if (volume_sync_parse((const char *)sqlite3_column_text(st, 7), &r.sync) < 0)
+        r.sync = VOLUME_SYNC_STANDARD;
+    r.readonly = sqlite3_column_int(st, 8) != 0;
+    r.memory = strcmp((const char *)sqlite3_column_text(st, 9), "memory") == 0;
+    r.latency_us = (uint32_t)sqlite3_column_int64(st, 10);
+    snprintf(r.comments, sizeof(r.comments), "%s", (const char *)sqlite3_column_text(st, 12));
+    r.created = sqlite3_column_int64(st, 13);
+    memset(&pool, 0, sizeof(pool));
+    pool.id = sqlite3_column_int64(st, 2);
+    snprintf(pool.name, sizeof(pool.name), "%s", (const char *)sqlite3_column_text(st, 14));
+    snprintf(pool.path, sizeof(pool.path), "%s", (const char *)sqlite3_column_text(st, 15));
+    snapcount = sqlite3_column_int64(st, 16);
+    origin = (const char *)sqlite3_column_text(st, 17);
+    if (ds_path(&pool, r.name, NULL, path, sizeof(path)) < 0)
+        path[0] = '\0';
+    avail = pool_avail(pool.path);
+
+    row =
+        json_pack("{s:s, s:s, s:s, s:s, s:b, s:n, s:b, s:b, s:[], s:{}, s:I}", "id", r.name, "name",
+                  r.name, "pool", pool.name, "type", r.type == DS_VOLUME ? "VOLUME" : "FILESYSTEM",
+                  "encrypted", false, "encryption_root", "key_loaded", false, "locked", false,
+                  "children", "user_properties", "snapshot_count", (json_int_t)snapcount);
+    if (!row)
+        return NULL;
+    json_object_set_new(
+        row, "comments",
+        prop_str(r.comments, r.comments, r.comments, r.comments[0] ? "LOCAL" : "NONE"));
+    json_object_set_new(row, "origin", prop_str(origin, origin, origin, "NONE"));
+    json_object_set_new(row, "readonly",
+                        ds_prop(json_boolean(r.readonly), r.readonly ? "on" : "off",
+                                r.readonly ? "ON" : "OFF", r.readonly ? "LOCAL" : "DEFAULT"));
+    json_object_set_new(row, "sync", prop_sync(r.sync));
+    json_object_set_new(row, "compression", prop_str("off", "off", "OFF", "DEFAULT"));
+    json_object_set_new(row, "deduplication", prop_str("off", "off", "OFF", "DEFAULT"));
+    json_object_set_new(row, "snapdev", prop_str("hidden", "hidden", "HIDDEN", "DEFAULT"));
+    json_object_set_new(row, "creation", prop_creation(r.created));
+    json_object_set_new(row, "available", ds_prop_size(avail, "NONE"));
+    json_object_set_new(row, "path", json_string(path));
+
+    if (r.type == DS_VOLUME) {
+        if (!r.memory) {
+            used = file_used(path);
+            snapused = snapshots_used(&pool, r.name, r.id);
+        }
+        json_object_set_new(row, "mountpoint", json_null());
+        json_object_set_new(row, "volsize", ds_prop_size(r.volsize, "LOCAL"));
+        snprintf(vbsraw, sizeof(vbsraw), "%u", r.volblocksize);
+        ds_nicenum(r.volblocksize, vbs, sizeof(vbs));
+        json_object_set_new(row, "volblocksize",
+                            ds_prop(json_integer(r.volblocksize), vbsraw, vbs,
+                                    r.volblocksize == 16384 ? "DEFAULT" : "LOCAL"));
+        json_object_set_new(row, "sparse", json_boolean(r.sparse));
+        json_object_set_new(row, "refreservation",
+                            ds_prop_size(r.sparse ? 0 : r.volsize, r.sparse ? "DEFAULT" : "LOCAL"));
+        json_object_set_new(row, "backend", json_string(r.memory ? "memory" : "file"));
+        json_object_set_new(row, "latency_us", json_integer(r.latency_us));
+    } else {
+        json_object_set_new(row, "mountpoint", json_string(path));
+    }
+    json_object_set_new(row, "reservation", ds_prop_size(0, "DEFAULT"));
+    json_object_set_new(row, "usedbydataset", ds_prop_size(used, "NONE"));
+    json_object_set_new(row, "usedbysnapshots", ds_prop_size(snapused, "NONE"));
+    json_object_set_new(row, "usedbychildren", ds_prop_size(0, "NONE"));
+    *used_out = used + snapused;
+    return row;
+}
+
+/* After every row exists: fill FILESYSTEM used/usedbychildren and attach
+ * children. Rows are in name order, so a parent precedes its children. */
+static void rows_link(json_t *rows, const uint64_t *used)
+{
+    size_t n = json_array_size(rows);
+    uint64_t *child_used = calloc(n ? n : 1, sizeof(*child_used));
+
+    if (!child_used)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = json_string_value(json_object_get(json_array_get(rows, i), "name"));
+        size_t len = strlen(name);
+
+        for (size_t j = i + 1; j < n; j++) {
+            json_t *c = json_array_get(rows, j);
+            const char *cn = json_string_value(json_object_get(c, "name"));
+
+            if (strncmp(cn, name, len) != 0 || cn[len] != '/')
+                break; /* name order: descendants are contiguous */
+            child_used[i] += used[j];
+            if (!strchr(cn + len + 1, '/'))
+                json_array_append(json_object_get(json_array_get(rows, i), "children"), c);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *row = json_array_get(rows, i);
+        json_object_set_new(row, "usedbychildren", ds_prop_size(child_used[i], "NONE"));
+        json_object_set_new(row, "used", ds_prop_size(used[i] + child_used[i], "NONE"));
+    }
+    free(child_used);
+}
+
+/* Rows of every dataset, or of one dataset and its descendants. */
+static json_t *rows_select(const char *name)
+{
+    char sql[sizeof(ROW_SQL) + 128];
+    json_t *rows = json_array();
+    uint64_t *used = NULL;
+    size_t cap = 0, n = 0;
+    sqlite3_stmt *st;
+
+    /* Plain name order would put "a.b" between "a" and "a/c" ('.' < '/');
+     * sorting with '/' as the lowest byte keeps descendants contiguous. */
+    snprintf(sql, sizeof(sql), "%s%s ORDER BY replace(d.name, '/', char(1))", ROW_SQL,
+             name ? " WHERE d.name = ?1 OR substr(d.name, 1, length(?1) + 1) = ?1 || '/'" : "");
+    if (!rows || db_prepare(sql, &st) < 0) {
+        json_decref(rows);
+        return NULL;
+    }
+    if (name)
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        uint64_t u = 0;
+        json_t *row = row_build(st, &u);
+
+        if (!row)
+            continue;
+        if (n == cap) {
+            uint64_t *nu = realloc(used, (cap ? cap * 2 : 16) * sizeof(*used));
+            if (!nu) {
+                json_decref(row);
+                break;
+            }
+            used = nu;
+            cap = cap ? cap * 2 : 16;
+        }
+        used[n++] = u;
+        json_array_append_new(rows, row);
+    }
+    sqlite3_finalize(st);
+    rows_link(rows, used);
+    free(used);
+    return rows;
+}
+
+json_t *ds_dataset_rows(void)
+{
+    return rows_select(NULL);
+}
+
+json_t *ds_dataset_row(const char *name)
+{
+    json_t *rows, *row;
+
+    /* The dataset sorts first, its descendants follow (for children). */
+    rows = rows_select(name);
+    if (!rows)
+        return NULL;
+    row = json_array_get(rows, 0);
+    if (row && strcmp(json_string_value(json_object_get(row, "name")), name) == 0)
+        json_incref(row);
+    else
+        row = NULL;
+    json_decref(rows);
+    return row;
+}

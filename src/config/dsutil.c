@@ -1,0 +1,378 @@
+/* Row access, paths and property objects shared by the dataset methods. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "config/db.h"
+#include "config/ds_internal.h"
+#include "core/log.h"
+
+char ds_state_dir[PATH_MAX];
+
+static pthread_mutex_t ds_ops_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void ds_ops_lock(void)
+{
+    pthread_mutex_lock(&ds_ops_mutex);
+}
+
+void ds_ops_unlock(void)
+{
+    pthread_mutex_unlock(&ds_ops_mutex);
+}
+
+const char ds_schema_sql[] =
+    "CREATE TABLE IF NOT EXISTS pools ("
+    " id INTEGER PRIMARY KEY,"
+    " name TEXT NOT NULL UNIQUE,"
+    " path TEXT NOT NULL UNIQUE,"
+    " created INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS datasets ("
+    " id INTEGER PRIMARY KEY,"
+    " name TEXT NOT NULL UNIQUE,"
+    " pool_id INTEGER NOT NULL REFERENCES pools(id),"
+    " type TEXT NOT NULL CHECK (type IN ('FILESYSTEM', 'VOLUME')),"
+    " volsize INTEGER NOT NULL DEFAULT 0,"
+    " volblocksize INTEGER NOT NULL DEFAULT 0,"
+    " sparse INTEGER NOT NULL DEFAULT 1,"
+    " sync TEXT NOT NULL DEFAULT 'STANDARD' CHECK (sync IN ('STANDARD', 'ALWAYS', 'DISABLED')),"
+    " readonly INTEGER NOT NULL DEFAULT 0,"
+    " backend TEXT NOT NULL DEFAULT 'file' CHECK (backend IN ('file', 'memory')),"
+    " latency_us INTEGER NOT NULL DEFAULT 0,"
+    " origin_id INTEGER REFERENCES snapshots(id) DEFERRABLE INITIALLY DEFERRED,"
+    " comments TEXT NOT NULL DEFAULT '',"
+    " created INTEGER NOT NULL,"
+    /* A rollback that had started when the daemon stopped: redone at start. */
+    " rollback_pending INTEGER REFERENCES snapshots(id) DEFERRABLE INITIALLY DEFERRED);"
+    "CREATE TABLE IF NOT EXISTS snapshots ("
+    " id INTEGER PRIMARY KEY,"
+    " dataset_id INTEGER NOT NULL REFERENCES datasets(id),"
+    " name TEXT NOT NULL,"
+    " volsize INTEGER NOT NULL,"
+    " created INTEGER NOT NULL,"
+    " UNIQUE (dataset_id, name));";
+
+static void copy_text(char *dst, size_t len, const unsigned char *src)
+{
+    snprintf(dst, len, "%s", src ? (const char *)src : "");
+}
+
+int ds_pool_get(const char *name, struct ds_pool *out)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    rc = db_prepare("SELECT id, name, path, created FROM pools WHERE name = ?", &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        out->id = sqlite3_column_int64(st, 0);
+        copy_text(out->name, sizeof(out->name), sqlite3_column_text(st, 1));
+        copy_text(out->path, sizeof(out->path), sqlite3_column_text(st, 2));
+        out->created = sqlite3_column_int64(st, 3);
+        rc = 0;
+    } else {
+        rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+#define DS_COLUMNS                                                                                 \
+    "id, name, pool_id, type, volsize, volblocksize, sparse, sync, readonly, backend, "            \
+    "latency_us, IFNULL(origin_id, 0), comments, created"
+
+static void ds_row_fill(sqlite3_stmt *st, struct ds_row *r)
+{
+    const char *s;
+
+    memset(r, 0, sizeof(*r));
+    r->id = sqlite3_column_int64(st, 0);
+    copy_text(r->name, sizeof(r->name), sqlite3_column_text(st, 1));
+    r->pool_id = sqlite3_column_int64(st, 2);
+    s = (const char *)sqlite3_column_text(st, 3);
+    r->type = s && strcmp(s, "VOLUME") == 0 ? DS_VOLUME : DS_FILESYSTEM;
+    r->volsize = (uint64_t)sqlite3_column_int64(st, 4);
+    r->volblocksize = (uint32_t)sqlite3_column_int64(st, 5);
+    r->sparse = sqlite3_column_int(st, 6) != 0;
+    s = (const char *)sqlite3_column_text(st, 7);
+    if (!s || volume_sync_parse(s, &r->sync) < 0)
+        r->sync = VOLUME_SYNC_STANDARD;
+    r->readonly = sqlite3_column_int(st, 8) != 0;
+    s = (const char *)sqlite3_column_text(st, 9);
+    r->memory = s && strcmp(s, "memory") == 0;
+    r->latency_us = (uint32_t)sqlite3_column_int64(st, 10);
+    r->origin_id = sqlite3_column_int64(st, 11);
+    copy_text(r->comments, sizeof(r->comments), sqlite3_column_text(st, 12));
+    r->created = sqlite3_column_int64(st, 13);
+}
+
+static int ds_dataset_get_where(const char *where, const char *name, int64_t id, struct ds_row *out)
+{
+    char sql[256];
+    sqlite3_stmt *st;
+    int rc;
+
+    snprintf(sql, sizeof(sql), "SELECT " DS_COLUMNS " FROM datasets WHERE %s", where);
+    rc = db_prepare(sql, &st);
+    if (rc < 0)
+        return rc;
+    if (name)
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_int64(st, 1, id);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        ds_row_fill(st, out);
+        rc = 0;
+    } else {
+        rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int ds_dataset_get(const char *name, struct ds_row *out)
+{
+    return ds_dataset_get_where("name = ?", name, 0, out);
+}
+
+int ds_dataset_get_id(int64_t id, struct ds_row *out)
+{
+    return ds_dataset_get_where("id = ?", NULL, id, out);
+}
+
+static int ds_snapshot_get_where(const char *where, const char *dataset, const char *snap,
+                                 int64_t id, struct ds_snap *out)
+{
+    char sql[256];
+    sqlite3_stmt *st;
+    int rc;
+
+    snprintf(sql, sizeof(sql),
+             "SELECT s.id, s.dataset_id, d.name, s.name, s.volsize, s.created"
+             " FROM snapshots s JOIN datasets d ON d.id = s.dataset_id WHERE %s",
+             where);
+    rc = db_prepare(sql, &st);
+    if (rc < 0)
+        return rc;
+    if (dataset) {
+        sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, snap, -1, SQLITE_STATIC);
+    } else {
+        sqlite3_bind_int64(st, 1, id);
+    }
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        memset(out, 0, sizeof(*out));
+        out->id = sqlite3_column_int64(st, 0);
+        out->dataset_id = sqlite3_column_int64(st, 1);
+        copy_text(out->dataset, sizeof(out->dataset), sqlite3_column_text(st, 2));
+        copy_text(out->name, sizeof(out->name), sqlite3_column_text(st, 3));
+        out->volsize = (uint64_t)sqlite3_column_int64(st, 4);
+        out->created = sqlite3_column_int64(st, 5);
+        rc = 0;
+    } else {
+        rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int ds_snapshot_get(const char *dataset, const char *snap, struct ds_snap *out)
+{
+    return ds_snapshot_get_where("d.name = ? AND s.name = ?", dataset, snap, 0, out);
+}
+
+int ds_snapshot_get_id(int64_t id, struct ds_snap *out)
+{
+    return ds_snapshot_get_where("s.id = ?", NULL, NULL, id, out);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int ds_dataset_insert(struct ds_row *r)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    rc = db_prepare("INSERT INTO datasets (name, pool_id, type, volsize, volblocksize, sparse,"
+                    " sync, readonly, backend, latency_us, origin_id, comments, created)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    &st);
+    if (rc < 0)
+        return rc;
+    if (!r->created)
+        r->created = now_ms();
+    sqlite3_bind_text(st, 1, r->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, r->pool_id);
+    sqlite3_bind_text(st, 3, r->type == DS_VOLUME ? "VOLUME" : "FILESYSTEM", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)r->volsize);
+    sqlite3_bind_int64(st, 5, r->volblocksize);
+    sqlite3_bind_int(st, 6, r->sparse);
+    sqlite3_bind_text(st, 7, volume_sync_name(r->sync), -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 8, r->readonly);
+    sqlite3_bind_text(st, 9, r->memory ? "memory" : "file", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 10, r->latency_us);
+    if (r->origin_id)
+        sqlite3_bind_int64(st, 11, r->origin_id);
+    else
+        sqlite3_bind_null(st, 11);
+    sqlite3_bind_text(st, 12, r->comments, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 13, r->created);
+    rc = db_step_done(st);
+    sqlite3_finalize(st);
+    if (rc == 0)
+        r->id = sqlite3_last_insert_rowid(db_handle());
+    return rc;
+}
+
+void ds_pool_of(const char *name, char *pool, size_t len)
+{
+    size_t n = strcspn(name, "/@");
+
+    snprintf(pool, len, "%.*s", (int)n, name);
+}
+
+int ds_path(const struct ds_pool *pool, const char *name, const char *snap, char *buf, size_t len)
+{
+    size_t plen = strlen(pool->name);
+    const char *rest = name;
+    int n;
+
+    if (strncmp(name, pool->name, plen) == 0 && (name[plen] == '/' || name[plen] == '\0'))
+        rest = name[plen] == '/' ? name + plen + 1 : name + plen;
+    n = snprintf(buf, len, "%s%s%s%s%s", pool->path, *rest ? "/" : "", rest, snap ? "@" : "",
+                 snap ? snap : "");
+    if (n < 0 || (size_t)n >= len)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+int ds_create_ancestors(const struct ds_pool *pool, const char *name)
+{
+    char anc[DS_NAME_BUF], path[PATH_MAX];
+    size_t plen = strlen(pool->name);
+    const char *p;
+    int rc;
+
+    /* Walk "pool/a", "pool/a/b", … up to (not including) name itself. */
+    for (p = strchr(name + plen + 1, '/'); p; p = strchr(p + 1, '/')) {
+        struct ds_row row;
+
+        snprintf(anc, sizeof(anc), "%.*s", (int)(p - name), name);
+        rc = ds_dataset_get(anc, &row);
+        if (rc == 0) {
+            if (row.type == DS_VOLUME)
+                return -ENOTDIR;
+            continue;
+        }
+        if (rc != -ENOENT)
+            return rc;
+        memset(&row, 0, sizeof(row));
+        snprintf(row.name, sizeof(row.name), "%s", anc);
+        row.pool_id = pool->id;
+        row.type = DS_FILESYSTEM;
+        row.sparse = true;
+        rc = ds_dataset_insert(&row);
+        if (rc < 0)
+            return rc;
+        rc = ds_path(pool, anc, NULL, path, sizeof(path));
+        if (rc < 0)
+            return rc;
+        if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+            rc = -errno;
+            log_error("datasets: mkdir %s: %s", path, strerror(-rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int ds_mkdir_parents(const char *path)
+{
+    char buf[PATH_MAX];
+    size_t len = strlen(path);
+
+    if (len >= sizeof(buf))
+        return -ENAMETOOLONG;
+    memcpy(buf, path, len + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+json_t *ds_prop(json_t *parsed, const char *rawvalue, const char *value, const char *source)
+{
+    return json_pack("{s:o, s:s, s:s, s:s}", "parsed", parsed ? parsed : json_null(), "rawvalue",
+                     rawvalue, "value", value, "source", source);
+}
+
+void ds_nicenum(uint64_t v, char *buf, size_t len)
+{
+    static const char units[] = "BKMGTPE";
+    unsigned u = 0;
+    uint64_t div = 1;
+
+    while (u + 1 < sizeof(units) - 1 && v >= div * 1024) {
+        div *= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%llu", (unsigned long long)v);
+    else if (v % div == 0)
+        snprintf(buf, len, "%llu%c", (unsigned long long)(v / div), units[u]);
+    else
+        snprintf(buf, len, "%.2f%c", (double)v / (double)div, units[u]);
+}
+
+json_t *ds_prop_size(uint64_t v, const char *source)
+{
+    char raw[32], val[32];
+
+    snprintf(raw, sizeof(raw), "%llu", (unsigned long long)v);
+    ds_nicenum(v, val, sizeof(val));
+    return ds_prop(json_integer((json_int_t)v), raw, val, source);
+}
+
+uint32_t ds_volblocksize_parse(const char *s)
+{
+    static const struct {
+        const char *name;
+        uint32_t bytes;
+    } sizes[] = {
+        {"512", 512}, {"512B", 512},  {"1K", 1024},   {"2K", 2048},   {"4K", 4096},
+        {"8K", 8192}, {"16K", 16384}, {"32K", 32768}, {"64K", 65536}, {"128K", 131072},
+    };
+
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        if (strcmp(s, sizes[i].name) == 0)
+            return sizes[i].bytes;
+    return 0;
+}
+
+int ds_api_errno(struct api_call *call, int err, const char *what, const char *name)
+{
+    if (err < 0)
+        err = -err;
+    return api_error(call, err, "%s %s: %s", what, name, strerror(err));
+}

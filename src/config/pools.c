@@ -1,0 +1,244 @@
+/* Pools: a named directory that holds datasets. pool.query, pool.create. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include "api/validate.h"
+#include "config/db.h"
+#include "config/ds_internal.h"
+#include "core/log.h"
+#include "core/util.h"
+
+static json_t *pool_row_build(int64_t id, const char *name, const char *path, int64_t created)
+{
+    struct statvfs sv;
+    struct stat st;
+    uint64_t size = 0, allocated = 0, avail = 0;
+    bool online = stat(path, &st) == 0 && S_ISDIR(st.st_mode) && statvfs(path, &sv) == 0;
+    char guid[32];
+
+    if (online) {
+        size = (uint64_t)sv.f_blocks * sv.f_frsize;
+        avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+        allocated = size - (uint64_t)sv.f_bfree * sv.f_frsize;
+    }
+    snprintf(guid, sizeof(guid), "%lld", (long long)id);
+    return json_pack("{s:I, s:s, s:s, s:s, s:s, s:b, s:b, s:s, s:n, s:I, s:I, s:I, s:I, s:s, "
+                     "s:b, s:n, s:I}",
+                     "id", (json_int_t)id, "name", name, "guid", guid, "path", path, "status",
+                     online ? "ONLINE" : "UNAVAIL", "healthy", online, "warning", false,
+                     "status_code", online ? "" : "POOL_DIRECTORY_MISSING", "status_detail", "size",
+                     (json_int_t)size, "allocated", (json_int_t)allocated, "free",
+                     (json_int_t)avail, "freeing", (json_int_t)0, "fragmentation", "0",
+                     "is_upgraded", true, "scan", "created", (json_int_t)created);
+}
+
+json_t *ds_pool_rows(void)
+{
+    json_t *rows = json_array();
+    sqlite3_stmt *st;
+
+    if (!rows || db_prepare("SELECT id, name, path, created FROM pools ORDER BY id", &st) < 0) {
+        json_decref(rows);
+        return NULL;
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_array_append_new(rows, pool_row_build(sqlite3_column_int64(st, 0),
+                                                   (const char *)sqlite3_column_text(st, 1),
+                                                   (const char *)sqlite3_column_text(st, 2),
+                                                   sqlite3_column_int64(st, 3)));
+    }
+    sqlite3_finalize(st);
+    return rows;
+}
+
+json_t *ds_pool_row(const char *name)
+{
+    struct ds_pool p;
+
+    if (ds_pool_get(name, &p) < 0)
+        return NULL;
+    return pool_row_build(p.id, p.name, p.path, p.created);
+}
+
+/* Insert the pool and its root dataset (a FILESYSTEM named like the pool).
+ * Locked by caller (ds_ops_lock). 0 or -errno; EEXIST for a duplicate. */
+static int pool_insert(const char *name, const char *path)
+{
+    struct ds_row root;
+    sqlite3_stmt *st;
+    int rc;
+
+    db_lock();
+    rc = db_begin();
+    if (rc < 0)
+        goto out;
+    rc = db_prepare("INSERT INTO pools (name, path, created) VALUES (?, ?,"
+                    " CAST(strftime('%s','now') AS INTEGER) * 1000)",
+                    &st);
+    if (rc == 0) {
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, path, -1, SQLITE_STATIC);
+        rc = db_step_done(st);
+        sqlite3_finalize(st);
+    }
+    if (rc == 0) {
+        memset(&root, 0, sizeof(root));
+        snprintf(root.name, sizeof(root.name), "%s", name);
+        root.pool_id = sqlite3_last_insert_rowid(db_handle());
+        root.type = DS_FILESYSTEM;
+        root.sparse = true;
+        rc = ds_dataset_insert(&root);
+    }
+    if (rc == 0)
+        rc = db_commit();
+    else
+        db_rollback();
+out:
+    db_unlock();
+    return rc;
+}
+
+/* Create the directory, resolve it, insert. why gets a message on failure. */
+static int pool_create(const char *name, const char *path_in, char *resolved, size_t rlen,
+                       char *why, size_t whylen)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    int rc;
+
+    if (path_in)
+        snprintf(path, sizeof(path), "%s", path_in);
+    else if (snprintf(path, sizeof(path), "%s/pools/%s", ds_state_dir, name) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    rc = ds_mkdir_parents(path);
+    if (rc < 0) {
+        snprintf(why, whylen, "cannot create directory %s: %s", path, strerror(-rc));
+        return rc;
+    }
+    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(why, whylen, "%s is not a directory", path);
+        return -ENOTDIR;
+    }
+    if (!realpath(path, resolved)) {
+        rc = -errno;
+        snprintf(why, whylen, "%s: %s", path, strerror(-rc));
+        return rc;
+    }
+    (void)rlen;
+    rc = pool_insert(name, resolved);
+    if (rc == -EEXIST)
+        snprintf(why, whylen, "a pool named %s or using directory %s already exists", name,
+                 resolved);
+    else if (rc < 0)
+        snprintf(why, whylen, "cannot record pool %s: %s", name, strerror(-rc));
+    return rc;
+}
+
+int datasets_ensure_default_pool(const char *name)
+{
+    char resolved[PATH_MAX], why[PATH_MAX + 128];
+    struct ds_pool p;
+    int rc;
+
+    ds_ops_lock();
+    db_lock();
+    rc = ds_pool_get(name, &p);
+    db_unlock();
+    if (rc == -ENOENT) {
+        rc = pool_create(name, NULL, resolved, sizeof(resolved), why, sizeof(why));
+        if (rc < 0)
+            log_error("datasets: default pool %s: %s", name, why);
+        else
+            log_info("datasets: created default pool %s at %s", name, resolved);
+    } else if (rc == 0 && ds_mkdir_parents(p.path) < 0) {
+        log_warn("datasets: pool %s: directory %s is missing and cannot be created", name, p.path);
+    }
+    ds_ops_unlock();
+    if (rc == 0)
+        ds_rollback_recover();
+    return rc;
+}
+
+static const struct api_field pool_create_fields[] = {
+    {.name = "name", .type = API_T_STRING, .flags = API_REQUIRED},
+    {.name = "path",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 1,
+     .max = PATH_MAX - 1},
+};
+
+static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
+{
+    char resolved[PATH_MAX], why[PATH_MAX + 128];
+    json_t *data, *jpath;
+    const char *name, *path = NULL;
+    int rc;
+
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    data = api_param(params, 0);
+    if (api_validate_object(call, NULL, data, pool_create_fields, ARRAY_SIZE(pool_create_fields),
+                            0) < 0)
+        return api_invalid(call);
+    name = json_string_value(json_object_get(data, "name"));
+    if (strlen(name) != json_string_length(json_object_get(data, "name")) ||
+        name_check_pool(name, why, sizeof(why)) < 0)
+        api_verr(call, "pool.create.name", EINVAL, "%s",
+                 strlen(name) != json_string_length(json_object_get(data, "name"))
+                     ? "name contains a NUL byte"
+                     : why);
+    jpath = json_object_get(data, "path");
+    if (jpath && json_is_string(jpath)) {
+        path = json_string_value(jpath);
+        if (path[0] != '/')
+            api_verr(call, "pool.create.path", EINVAL, "must be an absolute path");
+        else if (strlen(path) != json_string_length(jpath))
+            api_verr(call, "pool.create.path", EINVAL, "path contains a NUL byte");
+    }
+    if (api_has_verrs(call))
+        return api_invalid(call);
+
+    ds_ops_lock();
+    rc = pool_create(name, path, resolved, sizeof(resolved), why, sizeof(why));
+    ds_ops_unlock();
+    if (rc == -EEXIST) {
+        api_verr(call, "pool.create.name", EEXIST, "%s", why);
+        return api_invalid(call);
+    }
+    if (rc < 0)
+        return api_error(call, -rc, "%s", why);
+    log_info("datasets: created pool %s at %s (peer %s)", name, resolved, api_call_peer(call));
+    db_lock();
+    *result = ds_pool_row(name);
+    db_unlock();
+    return *result ? 0 : api_error(call, EIO, "pool %s vanished", name);
+}
+
+static int m_pool_query(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *rows;
+    int rc;
+
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    db_lock();
+    rows = ds_pool_rows();
+    db_unlock();
+    if (!rows)
+        return api_error(call, EIO, "cannot read pools");
+    rc = api_query(call, rows, params, result);
+    json_decref(rows);
+    return rc;
+}
+
+const struct api_method ds_pool_methods[] = {
+    {"pool.create", "{name, path?}",
+     "Create a pool: a directory (default STATE/pools/NAME) holding datasets", m_pool_create, 0},
+    {"pool.query", "[filters, options]", "List pools with their space usage", m_pool_query, 0},
+};
+const size_t ds_pool_method_count = ARRAY_SIZE(ds_pool_methods);

@@ -1,0 +1,751 @@
+/*
+ * zfs.snapshot.create / query / delete / clone / rollback.
+ *
+ * A snapshot of "pool/vol" named "s1" is the file "<pool dir>/vol@s1" ('@'
+ * cannot appear in a component, so it never collides with a dataset),
+ * made by store_clone_file (reflink where possible, else a sparse copy).
+ * Copies can be long: they run with only ds_ops_lock() held (other dataset
+ * changes wait; queries and other modules' API calls do not), and report
+ * progress in the log.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/validate.h"
+#include "config/db.h"
+#include "config/ds_internal.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "store/copy.h"
+
+static const char *const onoff_values[] = {"ON", "OFF", NULL};
+static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", NULL};
+
+static const struct api_field snap_create_fields[] = {
+    {.name = "dataset",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX},
+    {.name = "name",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX},
+    {.name = "recursive", .type = API_T_BOOL},
+};
+
+static const struct api_field snap_delete_fields[] = {
+    {.name = "defer", .type = API_T_BOOL},
+    {.name = "recursive", .type = API_T_BOOL},
+};
+
+static const struct api_field clone_props_fields[] = {
+    {.name = "sync", .type = API_T_ENUM, .choices = sync_values},
+    {.name = "readonly", .type = API_T_ENUM, .choices = onoff_values},
+    {.name = "comments",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = DS_COMMENTS_MAX},
+};
+
+static const struct api_field clone_fields[] = {
+    {.name = "snapshot",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX},
+    {.name = "dataset_dst",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX},
+    {.name = "dataset_properties",
+     .type = API_T_OBJECT,
+     .fields = clone_props_fields,
+     .nfields = ARRAY_SIZE(clone_props_fields)},
+};
+
+static const struct api_field rollback_fields[] = {
+    {.name = "force", .type = API_T_BOOL},
+};
+
+/* Progress of a long copy, logged at most every 2 s and at the end. */
+struct copy_progress {
+    const char *what;
+    const char *name;
+    struct timespec start, last;
+};
+
+static double elapsed(const struct timespec *a, const struct timespec *b)
+{
+    return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) / 1e9;
+}
+
+static void copy_progress_log(uint64_t done, uint64_t total, void *arg)
+{
+    struct copy_progress *p = arg;
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (done < total && elapsed(&p->last, &now) < 2.0)
+        return;
+    if (done == total && elapsed(&p->start, &now) < 1.0)
+        return; /* short copies: the final log line says enough */
+    p->last = now;
+    log_info("datasets: %s %s: %llu%% (%llu of %llu MiB)", p->what, p->name,
+             total ? (unsigned long long)(done * 100 / total) : 100ULL,
+             (unsigned long long)(done >> 20), (unsigned long long)(total >> 20));
+}
+
+static void copy_progress_init(struct copy_progress *p, const char *what, const char *name)
+{
+    p->what = what;
+    p->name = name;
+    clock_gettime(CLOCK_MONOTONIC, &p->start);
+    p->last = p->start;
+}
+
+/* Split "pool/vol@snap". 0 or -EINVAL with why. */
+static int split_snapshot(const char *full, char *dataset, size_t dlen, const char **snap,
+                          char *why, size_t whylen)
+{
+    const char *at = strchr(full, '@');
+
+    if (!at) {
+        snprintf(why, whylen, "not a snapshot name (expected POOL/DATASET@SNAPSHOT)");
+        return -EINVAL;
+    }
+    if (name_check_dataset(full, true, why, whylen) < 0)
+        return -EINVAL;
+    snprintf(dataset, dlen, "%.*s", (int)(at - full), full);
+    *snap = at + 1;
+    return 0;
+}
+
+static json_t *prop_int_str(uint64_t v)
+{
+    return ds_prop_size(v, "NONE");
+}
+
+/* Rows for zfs.snapshot.query. Locked by caller. */
+json_t *ds_snapshot_rows(const char *only_dataset)
+{
+    json_t *rows = json_array();
+    sqlite3_stmt *st;
+    struct ds_pool pool;
+    char path[PATH_MAX], full[DS_NAME_BUF * 2], raw[32], value[64];
+
+    if (!rows ||
+        db_prepare(
+            "SELECT s.id, d.name, s.name, s.volsize, s.created, p.name, p.path, d.volblocksize,"
+            " (SELECT group_concat(c.name, ',') FROM datasets c WHERE c.origin_id = s.id)"
+            " FROM snapshots s JOIN datasets d ON d.id = s.dataset_id"
+            " JOIN pools p ON p.id = d.pool_id"
+            " WHERE ?1 IS NULL OR d.name = ?1 ORDER BY d.name, s.id",
+            &st) < 0) {
+        json_decref(rows);
+        return NULL;
+    }
+    if (only_dataset)
+        sqlite3_bind_text(st, 1, only_dataset, -1, SQLITE_STATIC);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int64_t id = sqlite3_column_int64(st, 0);
+        const char *ds = (const char *)sqlite3_column_text(st, 1);
+        const char *sn = (const char *)sqlite3_column_text(st, 2);
+        uint64_t volsize = (uint64_t)sqlite3_column_int64(st, 3);
+        int64_t created = sqlite3_column_int64(st, 4);
+        const char *clones = (const char *)sqlite3_column_text(st, 8);
+        uint64_t used = 0;
+        struct stat sb;
+        time_t t = (time_t)(created / 1000);
+        struct tm tm;
+        json_t *props, *row;
+
+        memset(&pool, 0, sizeof(pool));
+        snprintf(pool.name, sizeof(pool.name), "%s", (const char *)sqlite3_column_text(st, 5));
+        snprintf(pool.path, sizeof(pool.path), "%s", (const char *)sqlite3_column_text(st, 6));
+        snprintf(full, sizeof(full), "%s@%s", ds, sn);
+        if (ds_path(&pool, ds, sn, path, sizeof(path)) == 0 && stat(path, &sb) == 0)
+            used = (uint64_t)sb.st_blocks * 512;
+        snprintf(raw, sizeof(raw), "%lld", (long long)(created / 1000));
+        gmtime_r(&t, &tm);
+        strftime(value, sizeof(value), "%a %b %e %H:%M %Y", &tm);
+        props = json_object();
+        json_object_set_new(
+            props, "creation",
+            ds_prop(json_pack("{s:I}", "$date", (json_int_t)created), raw, value, "NONE"));
+        json_object_set_new(props, "used", prop_int_str(used));
+        json_object_set_new(props, "referenced", prop_int_str(used));
+        json_object_set_new(props, "volsize", ds_prop_size(volsize, "NONE"));
+        json_object_set_new(props, "clones",
+                            ds_prop(json_string(clones ? clones : ""), clones ? clones : "",
+                                    clones ? clones : "", "NONE"));
+        json_object_set_new(props, "type",
+                            ds_prop(json_string("snapshot"), "snapshot", "SNAPSHOT", "NONE"));
+        snprintf(raw, sizeof(raw), "%lld", (long long)id);
+        row = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:{}, s:n, s:I, s:I}", "id", full,
+                        "name", full, "pool", pool.name, "type", "SNAPSHOT", "snapshot_name", sn,
+                        "dataset", ds, "createtxg", raw, "properties", props, "holds", "retention",
+                        "volsize", (json_int_t)volsize, "created", (json_int_t)created);
+        if (row)
+            json_array_append_new(rows, row);
+    }
+    sqlite3_finalize(st);
+    return rows;
+}
+
+json_t *ds_snapshot_row(const char *dataset, const char *snap)
+{
+    json_t *rows = ds_snapshot_rows(dataset), *row;
+    size_t i;
+
+    if (!rows)
+        return NULL;
+    json_array_foreach(rows, i, row)
+    {
+        if (strcmp(json_string_value(json_object_get(row, "snapshot_name")), snap) == 0) {
+            json_incref(row);
+            json_decref(rows);
+            return row;
+        }
+    }
+    json_decref(rows);
+    return NULL;
+}
+
+/* Look up a volume dataset for snapshot work. Locked by caller. On error
+ * an API error is set and -1 returned. */
+static int volume_lookup(struct api_call *call, const char *field, const char *name,
+                         struct ds_row *row, struct ds_pool *pool)
+{
+    char poolname[DS_NAME_BUF];
+    int rc;
+
+    rc = ds_dataset_get(name, row);
+    if (rc == -ENOENT) {
+        api_verr(call, field, ENOENT, "dataset %s does not exist", name);
+        return api_invalid(call);
+    }
+    if (rc < 0)
+        return ds_api_errno(call, rc, "cannot read dataset", name);
+    if (row->type != DS_VOLUME)
+        return api_error(call, ENOTSUP, "%s is a FILESYSTEM; only volumes have snapshots in blockd",
+                         name);
+    if (row->memory)
+        return api_error(call, ENOTSUP, "%s is memory-backed; snapshots need the file backend",
+                         name);
+    ds_pool_of(name, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, pool);
+    if (rc < 0)
+        return ds_api_errno(call, rc, "cannot read pool", poolname);
+    return 0;
+}
+
+static int m_snapshot_create(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *data, *jds;
+    char dataset[DS_NAME_BUF], why[256], vol_path[PATH_MAX], snap_path[PATH_MAX];
+    const char *snap, *name;
+    struct ds_row row;
+    struct ds_pool pool;
+    struct ds_snap existing;
+    struct volume *v;
+    struct copy_progress prog;
+    sqlite3_stmt *st;
+    bool reflinked = false;
+    int rc;
+
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    data = api_param(params, 0);
+    if (api_validate_object(call, NULL, data, snap_create_fields, ARRAY_SIZE(snap_create_fields),
+                            0) < 0)
+        return api_invalid(call);
+    name = json_string_value(json_object_get(data, "name"));
+    jds = json_object_get(data, "dataset");
+    if (jds) {
+        /* TrueNAS shape: {"dataset": "pool/vol", "name": "snap"} */
+        snprintf(dataset, sizeof(dataset), "%s", json_string_value(jds));
+        snap = name;
+        if (name_check_dataset(dataset, false, why, sizeof(why)) < 0)
+            api_verr(call, "zfs.snapshot.create.dataset", EINVAL, "%s", why);
+        if (name_check_component(snap, strlen(snap), why, sizeof(why)) < 0 ||
+            strlen(snap) != json_string_length(json_object_get(data, "name")))
+            api_verr(call, "zfs.snapshot.create.name", EINVAL, "%s",
+                     strchr(snap, '@') ? "the snapshot name must not contain '@' when dataset "
+                                         "is given"
+                                       : why);
+    } else if (split_snapshot(name, dataset, sizeof(dataset), &snap, why, sizeof(why)) < 0) {
+        /* Also accepted: {"name": "pool/vol@snap"}. */
+        api_verr(call, "zfs.snapshot.create.name", EINVAL, "%s", why);
+    }
+    if (api_has_verrs(call))
+        return api_invalid(call);
+
+    ds_ops_lock();
+    db_lock();
+    rc = volume_lookup(call, "zfs.snapshot.create.dataset", dataset, &row, &pool);
+    if (rc == 0 && ds_snapshot_get(dataset, snap, &existing) == 0) {
+        api_verr(call, "zfs.snapshot.create.name", EEXIST, "snapshot %s@%s already exists", dataset,
+                 snap);
+        rc = api_invalid(call);
+    }
+    if (rc == 0 && (ds_path(&pool, dataset, NULL, vol_path, sizeof(vol_path)) < 0 ||
+                    ds_path(&pool, dataset, snap, snap_path, sizeof(snap_path)) < 0))
+        rc = api_error(call, ENAMETOOLONG, "path of %s@%s is too long", dataset, snap);
+    db_unlock();
+    if (rc < 0) {
+        ds_ops_unlock();
+        return rc;
+    }
+
+    /* Acknowledged writes are in the file already; the flush makes the
+     * snapshot's source durable before we depend on it. */
+    v = ds_cache_peek(dataset);
+    if (v) {
+        rc = volume_flush_wait(v);
+        volume_unref(v);
+    }
+    copy_progress_init(&prog, "snapshot", dataset);
+    if (rc == 0)
+        rc = store_clone_file(vol_path, snap_path, copy_progress_log, &prog, &reflinked);
+    if (rc < 0) {
+        ds_ops_unlock();
+        return ds_api_errno(call, rc, "cannot snapshot", dataset);
+    }
+
+    db_lock();
+    rc = db_begin();
+    if (rc == 0)
+        rc = db_prepare("INSERT INTO snapshots (dataset_id, name, volsize, created)"
+                        " VALUES (?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS"
+                        " INTEGER))",
+                        &st);
+    if (rc == 0) {
+        sqlite3_bind_int64(st, 1, row.id);
+        sqlite3_bind_text(st, 2, snap, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)row.volsize);
+        rc = db_step_done(st);
+        sqlite3_finalize(st);
+        if (rc == 0)
+            rc = db_commit();
+        else
+            db_rollback();
+    }
+    if (rc < 0)
+        unlink(snap_path);
+    else
+        *result = ds_snapshot_row(dataset, snap);
+    db_unlock();
+    ds_ops_unlock();
+    if (rc < 0)
+        return ds_api_errno(call, rc, "cannot record snapshot of", dataset);
+    log_info("datasets: snapshot %s@%s created (%s; peer %s)", dataset, snap,
+             reflinked ? "reflink" : "sparse copy", api_call_peer(call));
+    return *result ? 0 : api_error(call, EIO, "snapshot %s@%s vanished", dataset, snap);
+}
+
+static int m_snapshot_query(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *rows;
+    int rc;
+
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    db_lock();
+    rows = ds_snapshot_rows(NULL);
+    db_unlock();
+    if (!rows)
+        return api_error(call, EIO, "cannot read snapshots");
+    rc = api_query(call, rows, params, result);
+    json_decref(rows);
+    return rc;
+}
+
+/* params[0] as "pool/vol@snap" → existing snapshot. API error on failure. */
+static int snapshot_id_param(struct api_call *call, json_t *params, const char *method,
+                             struct ds_snap *snap, struct ds_pool *pool, char *path, size_t plen)
+{
+    json_t *jid = api_param(params, 0);
+    char field[64], dataset[DS_NAME_BUF], poolname[DS_NAME_BUF], why[256];
+    const char *sn;
+    int rc;
+
+    snprintf(field, sizeof(field), "%s.id", method);
+    if (!json_is_string(jid)) {
+        api_verr(call, field, EINVAL, jid ? "Input should be a valid string" : "Field required");
+        return api_invalid(call);
+    }
+    if (strlen(json_string_value(jid)) != json_string_length(jid) ||
+        split_snapshot(json_string_value(jid), dataset, sizeof(dataset), &sn, why, sizeof(why)) <
+            0) {
+        api_verr(call, field, EINVAL, "%s", why);
+        return api_invalid(call);
+    }
+    rc = ds_snapshot_get(dataset, sn, snap);
+    if (rc == -ENOENT)
+        return api_error(call, ENOENT, "snapshot %s does not exist", json_string_value(jid));
+    if (rc < 0)
+        return ds_api_errno(call, rc, "cannot read snapshot", json_string_value(jid));
+    ds_pool_of(dataset, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, pool);
+    if (rc == 0)
+        rc = ds_path(pool, dataset, sn, path, plen);
+    if (rc < 0)
+        return ds_api_errno(call, rc, "cannot locate snapshot", json_string_value(jid));
+    return 0;
+}
+
+static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *opts;
+    struct ds_snap snap;
+    struct ds_pool pool;
+    char path[PATH_MAX], full[DS_NAME_BUF * 2], why[512];
+    sqlite3_stmt *st;
+    int rc;
+
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    opts = api_param(params, 1);
+    if (opts && api_validate_object(call, "zfs.snapshot.delete.options", opts, snap_delete_fields,
+                                    ARRAY_SIZE(snap_delete_fields), 0) < 0)
+        return api_invalid(call);
+    if (json_is_true(json_object_get(opts, "defer")))
+        return api_error(call, ENOTSUP,
+                         "deferred destroy is not supported; delete the clones first");
+
+    ds_ops_lock();
+    db_lock();
+    rc = snapshot_id_param(call, params, "zfs.snapshot.delete", &snap, &pool, path, sizeof(path));
+    if (rc < 0)
+        goto out;
+    snprintf(full, sizeof(full), "%s@%s", snap.dataset, snap.name);
+    rc = db_prepare("SELECT name FROM datasets WHERE origin_id = ? ORDER BY name LIMIT 1", &st);
+    if (rc < 0) {
+        rc = ds_api_errno(call, rc, "cannot delete snapshot", full);
+        goto out;
+    }
+    sqlite3_bind_int64(st, 1, snap.id);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        rc = api_error(call, EBUSY, "snapshot %s has dependent clone %s; delete the clone first",
+                       full, (const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+        goto out;
+    }
+    sqlite3_finalize(st);
+    why[0] = '\0';
+    if (ds_in_use(full, why, sizeof(why))) {
+        rc = api_error(call, EBUSY, "snapshot %s is in use: %s", full, why[0] ? why : "busy");
+        goto out;
+    }
+    rc = db_begin();
+    if (rc == 0) {
+        rc = db_prepare("DELETE FROM snapshots WHERE id = ?", &st);
+        if (rc == 0) {
+            sqlite3_bind_int64(st, 1, snap.id);
+            rc = db_step_done(st);
+            sqlite3_finalize(st);
+        }
+        if (rc == 0)
+            rc = db_commit();
+        else
+            db_rollback();
+    }
+    if (rc < 0) {
+        rc = ds_api_errno(call, rc, "cannot delete snapshot", full);
+        goto out;
+    }
+    ds_cache_drop(full, false);
+    if (unlink(path) < 0 && errno != ENOENT)
+        log_error("datasets: unlink %s: %s", path, strerror(errno));
+    db_unlock();
+    ds_ops_unlock();
+    log_info("datasets: snapshot %s deleted (peer %s)", full, api_call_peer(call));
+    ds_notify(DATASETS_DELETED, full, NULL);
+    *result = json_true();
+    return 0;
+out:
+    db_unlock();
+    ds_ops_unlock();
+    return rc;
+}
+
+static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *data, *props, *js;
+    char dataset[DS_NAME_BUF], why[256], snap_path[PATH_MAX], dst_path[PATH_MAX];
+    char parent[PATH_MAX], *slash;
+    const char *snapname, *sn, *dst;
+    struct ds_snap snap;
+    struct ds_row src, row;
+    struct ds_pool pool, dst_pool;
+    struct copy_progress prog;
+    bool reflinked = false;
+    int rc;
+
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    data = api_param(params, 0);
+    if (api_validate_object(call, NULL, data, clone_fields, ARRAY_SIZE(clone_fields), 0) < 0)
+        return api_invalid(call);
+    snapname = json_string_value(json_object_get(data, "snapshot"));
+    dst = json_string_value(json_object_get(data, "dataset_dst"));
+    if (split_snapshot(snapname, dataset, sizeof(dataset), &sn, why, sizeof(why)) < 0) {
+        api_verr(call, "zfs.snapshot.clone.snapshot", EINVAL, "%s", why);
+        return api_invalid(call);
+    }
+
+    ds_ops_lock();
+    db_lock();
+    rc = ds_snapshot_get(dataset, sn, &snap);
+    if (rc == -ENOENT)
+        api_verr(call, "zfs.snapshot.clone.snapshot", ENOENT, "snapshot %s does not exist",
+                 snapname);
+    else if (rc < 0)
+        goto fail_errno;
+    if (rc == 0 &&
+        (rc = volume_lookup(call, "zfs.snapshot.clone.snapshot", dataset, &src, &pool)) < 0)
+        goto fail;
+    ds_check_new_name(call, "zfs.snapshot.clone.dataset_dst", json_object_get(data, "dataset_dst"),
+                      &dst_pool);
+    if (api_has_verrs(call)) {
+        rc = api_invalid(call);
+        goto fail;
+    }
+    rc = ds_path(&pool, dataset, sn, snap_path, sizeof(snap_path));
+    if (rc == 0)
+        rc = ds_path(&dst_pool, dst, NULL, dst_path, sizeof(dst_path));
+    if (rc < 0)
+        goto fail_errno;
+    db_unlock();
+
+    /* The parent directories must exist for the copy; their dataset rows
+     * are added with the clone's row below. */
+    snprintf(parent, sizeof(parent), "%s", dst_path);
+    slash = strrchr(parent, '/');
+    if (slash)
+        *slash = '\0';
+    rc = ds_mkdir_parents(parent);
+    copy_progress_init(&prog, "clone", dst);
+    if (rc == 0)
+        rc = store_clone_file(snap_path, dst_path, copy_progress_log, &prog, &reflinked);
+    db_lock();
+    if (rc < 0)
+        goto fail_errno;
+
+    memset(&row, 0, sizeof(row));
+    snprintf(row.name, sizeof(row.name), "%s", dst);
+    row.pool_id = dst_pool.id;
+    row.type = DS_VOLUME;
+    row.volsize = snap.volsize;
+    row.volblocksize = src.volblocksize;
+    row.sparse = true;
+    row.sync = src.sync;
+    row.origin_id = snap.id;
+    props = json_object_get(data, "dataset_properties");
+    if ((js = json_object_get(props, "sync")))
+        volume_sync_parse(json_string_value(js), &row.sync);
+    if ((js = json_object_get(props, "readonly")))
+        row.readonly = strcmp(json_string_value(js), "ON") == 0;
+    if ((js = json_object_get(props, "comments")))
+        snprintf(row.comments, sizeof(row.comments), "%s", json_string_value(js));
+    rc = db_begin();
+    if (rc == 0) {
+        rc = ds_create_ancestors(&dst_pool, dst);
+        if (rc == 0)
+            rc = ds_dataset_insert(&row);
+        if (rc == 0)
+            rc = db_commit();
+        else
+            db_rollback();
+    }
+    if (rc < 0) {
+        unlink(dst_path);
+        goto fail_errno;
+    }
+    db_unlock();
+    ds_ops_unlock();
+    log_info("datasets: cloned %s to %s (%s; peer %s)", snapname, dst,
+             reflinked ? "reflink" : "sparse copy", api_call_peer(call));
+    *result = json_true();
+    return 0;
+
+fail_errno:
+    rc = ds_api_errno(call, rc, "cannot clone to", dst);
+fail:
+    db_unlock();
+    ds_ops_unlock();
+    return rc;
+}
+
+static int set_rollback_pending(int64_t dataset_id, int64_t snap_id, uint64_t volsize, bool done)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    rc = db_begin();
+    if (rc < 0)
+        return rc;
+    rc = db_prepare(done ? "UPDATE datasets SET rollback_pending = NULL, volsize = ?2 WHERE id = ?1"
+                         : "UPDATE datasets SET rollback_pending = ?3 WHERE id = ?1",
+                    &st);
+    if (rc == 0) {
+        sqlite3_bind_int64(st, 1, dataset_id);
+        if (done)
+            sqlite3_bind_int64(st, 2, (sqlite3_int64)volsize);
+        else
+            sqlite3_bind_int64(st, 3, snap_id);
+        rc = db_step_done(st);
+        sqlite3_finalize(st);
+    }
+    if (rc == 0)
+        rc = db_commit();
+    else
+        db_rollback();
+    return rc;
+}
+
+static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *opts;
+    struct ds_snap snap;
+    struct ds_pool pool;
+    struct ds_row row;
+    struct volume *v = NULL;
+    struct copy_progress prog;
+    char snap_path[PATH_MAX], vol_path[PATH_MAX], full[DS_NAME_BUF * 2], why[512];
+    bool reflinked = false;
+    uint64_t old_size;
+    int rc;
+
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    opts = api_param(params, 1);
+    if (opts && api_validate_object(call, "zfs.snapshot.rollback.options", opts, rollback_fields,
+                                    ARRAY_SIZE(rollback_fields), 0) < 0)
+        return api_invalid(call);
+
+    ds_ops_lock();
+    db_lock();
+    rc = snapshot_id_param(call, params, "zfs.snapshot.rollback", &snap, &pool, snap_path,
+                           sizeof(snap_path));
+    if (rc < 0)
+        goto fail;
+    snprintf(full, sizeof(full), "%s@%s", snap.dataset, snap.name);
+    rc = ds_dataset_get_id(snap.dataset_id, &row);
+    if (rc == 0)
+        rc = ds_path(&pool, row.name, NULL, vol_path, sizeof(vol_path));
+    if (rc < 0) {
+        rc = ds_api_errno(call, rc, "cannot roll back to", full);
+        goto fail;
+    }
+    why[0] = '\0';
+    if (!json_is_true(json_object_get(opts, "force")) && ds_in_use(row.name, why, sizeof(why))) {
+        rc = api_error(call, EBUSY, "dataset %s is in use: %s (use force to roll back anyway)",
+                       row.name, why[0] ? why : "busy");
+        goto fail;
+    }
+    rc = set_rollback_pending(row.id, snap.id, 0, false);
+    if (rc < 0) {
+        rc = ds_api_errno(call, rc, "cannot roll back to", full);
+        goto fail;
+    }
+    db_unlock();
+
+    old_size = row.volsize;
+    v = ds_cache_peek(row.name);
+    copy_progress_init(&prog, "rollback", row.name);
+    rc = store_rollback_volume(v, vol_path, snap_path, 0, copy_progress_log, &prog, &reflinked);
+    db_lock();
+    if (rc == 0)
+        rc = set_rollback_pending(row.id, snap.id, snap.volsize, true);
+    db_unlock();
+    ds_ops_unlock();
+    if (rc < 0) {
+        if (v)
+            volume_unref(v);
+        /* rollback_pending stays set: the next start retries it. */
+        return ds_api_errno(call, rc, "cannot roll back to", full);
+    }
+    log_info("datasets: %s rolled back to %s (%s; peer %s)", row.name, full,
+             reflinked ? "reflink" : "sparse copy", api_call_peer(call));
+    ds_notify(DATASETS_ROLLED_BACK, row.name, v);
+    if (old_size != snap.volsize)
+        ds_notify(DATASETS_RESIZED, row.name, v);
+    if (v)
+        volume_unref(v);
+    *result = json_null();
+    return 0;
+fail:
+    db_unlock();
+    ds_ops_unlock();
+    return rc;
+}
+
+void ds_rollback_recover(void)
+{
+    sqlite3_stmt *st;
+    struct {
+        int64_t dataset_id, snap_id;
+    } todo[64];
+    size_t n = 0;
+
+    ds_ops_lock();
+    db_lock();
+    if (db_prepare("SELECT id, rollback_pending FROM datasets WHERE rollback_pending IS NOT NULL",
+                   &st) == 0) {
+        while (n < ARRAY_SIZE(todo) && sqlite3_step(st) == SQLITE_ROW) {
+            todo[n].dataset_id = sqlite3_column_int64(st, 0);
+            todo[n].snap_id = sqlite3_column_int64(st, 1);
+            n++;
+        }
+        sqlite3_finalize(st);
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct ds_row row;
+        struct ds_snap snap;
+        struct ds_pool pool;
+        char poolname[DS_NAME_BUF], snap_path[PATH_MAX], vol_path[PATH_MAX];
+        int rc;
+
+        if (ds_dataset_get_id(todo[i].dataset_id, &row) < 0 ||
+            ds_snapshot_get_id(todo[i].snap_id, &snap) < 0)
+            continue;
+        ds_pool_of(row.name, poolname, sizeof(poolname));
+        if (ds_pool_get(poolname, &pool) < 0 ||
+            ds_path(&pool, row.name, NULL, vol_path, sizeof(vol_path)) < 0 ||
+            ds_path(&pool, row.name, snap.name, snap_path, sizeof(snap_path)) < 0)
+            continue;
+        log_warn("datasets: finishing the interrupted rollback of %s to @%s", row.name, snap.name);
+        rc = store_rollback_file(snap_path, vol_path, 0, NULL, NULL, NULL, NULL);
+        if (rc == 0)
+            rc = set_rollback_pending(row.id, snap.id, snap.volsize, true);
+        if (rc < 0)
+            log_error("datasets: rollback of %s to @%s still incomplete: %s", row.name, snap.name,
+                      strerror(-rc));
+    }
+    db_unlock();
+    ds_ops_unlock();
+}
+
+const struct api_method ds_snapshot_methods[] = {
+    {"zfs.snapshot.create", "{dataset, name} or {name: \"pool/vol@snap\"}",
+     "Snapshot a volume (reflink or sparse copy)", m_snapshot_create, 0},
+    {"zfs.snapshot.query", "[filters, options]", "List snapshots", m_snapshot_query, 0},
+    {"zfs.snapshot.delete", "[id, {defer?, recursive?}]",
+     "Delete a snapshot (refused while clones depend on it)", m_snapshot_delete, 0},
+    {"zfs.snapshot.clone", "{snapshot, dataset_dst, dataset_properties?}",
+     "Create a new volume from a snapshot", m_snapshot_clone, 0},
+    {"zfs.snapshot.rollback", "[id, {force?}]",
+     "Replace a volume's contents with a snapshot's (in place; open volumes see it at once)",
+     m_snapshot_rollback, 0},
+};
+const size_t ds_snapshot_method_count = ARRAY_SIZE(ds_snapshot_methods);

@@ -1,0 +1,293 @@
+/*
+ * The open-volume cache: one struct volume per dataset (or snapshot),
+ * shared by every front-end. The cache holds one reference per entry until
+ * the dataset is deleted or the daemon shuts down, so memory-backed volumes
+ * keep their data while the daemon runs even when no front-end uses them.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/db.h"
+#include "config/ds_internal.h"
+#include "core/log.h"
+
+#define DS_MAX_IN_USE 16
+#define DS_MAX_OBSERVERS 16
+
+struct cache_entry {
+    char *name;
+    struct volume *vol;
+    struct cache_entry *next;
+};
+
+static pthread_mutex_t cache_mutex = PTHREAD_MUTEX_INITIALIZER;
+static struct cache_entry *cache_head;
+
+static datasets_in_use_fn in_use_fns[DS_MAX_IN_USE];
+static size_t in_use_count;
+
+static struct {
+    datasets_observer_fn fn;
+    void *arg;
+} observers[DS_MAX_OBSERVERS];
+static size_t observer_count;
+
+static struct cache_entry *cache_find_locked(const char *name)
+{
+    for (struct cache_entry *e = cache_head; e; e = e->next)
+        if (strcmp(e->name, name) == 0)
+            return e;
+    return NULL;
+}
+
+struct volume *ds_cache_peek(const char *name)
+{
+    struct cache_entry *e;
+    struct volume *v = NULL;
+
+    pthread_mutex_lock(&cache_mutex);
+    e = cache_find_locked(name);
+    if (e) {
+        v = e->vol;
+        volume_ref(v);
+    }
+    pthread_mutex_unlock(&cache_mutex);
+    return v;
+}
+
+int ds_cache_insert(const char *name, struct volume *v)
+{
+    struct cache_entry *e = calloc(1, sizeof(*e));
+
+    if (!e)
+        return -ENOMEM;
+    e->name = strdup(name);
+    if (!e->name) {
+        free(e);
+        return -ENOMEM;
+    }
+    e->vol = v;
+    volume_ref(v);
+    pthread_mutex_lock(&cache_mutex);
+    e->next = cache_head;
+    cache_head = e;
+    pthread_mutex_unlock(&cache_mutex);
+    return 0;
+}
+
+static bool name_covers(const char *parent, const char *name, bool children)
+{
+    size_t n = strlen(parent);
+
+    if (strncmp(parent, name, n) != 0)
+        return false;
+    if (name[n] == '\0')
+        return true;
+    return children && (name[n] == '/' || name[n] == '@');
+}
+
+void ds_cache_drop(const char *name, bool children)
+{
+    struct cache_entry **pp, *e, *dropped = NULL;
+
+    pthread_mutex_lock(&cache_mutex);
+    for (pp = &cache_head; (e = *pp);) {
+        if (name_covers(name, e->name, children)) {
+            *pp = e->next;
+            e->next = dropped;
+            dropped = e;
+        } else {
+            pp = &e->next;
+        }
+    }
+    pthread_mutex_unlock(&cache_mutex);
+    /* Unref outside the lock: the last reference closes the bdev. */
+    while ((e = dropped)) {
+        dropped = e->next;
+        log_debug("datasets: closing cached volume %s", e->name);
+        volume_unref(e->vol);
+        free(e->name);
+        free(e);
+    }
+}
+
+static int volume_open_uncached(const char *name, struct volume **out)
+{
+    char dsname[DS_NAME_BUF], poolname[DS_NAME_BUF], path[PATH_MAX];
+    const char *at = strchr(name, '@');
+    struct ds_pool pool;
+    struct ds_row row;
+    struct ds_snap snap;
+    struct bdev *b = NULL;
+    char why[256];
+    int rc;
+
+    if (name_check_dataset(name, true, why, sizeof(why)) < 0) {
+        log_warn("datasets: open %s: %s", name, why);
+        return -EINVAL;
+    }
+    snprintf(dsname, sizeof(dsname), "%.*s", (int)(at ? (size_t)(at - name) : strlen(name)), name);
+    ds_pool_of(name, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, &pool);
+    if (rc < 0)
+        return rc;
+    rc = ds_dataset_get(dsname, &row);
+    if (rc < 0)
+        return rc;
+    if (row.type != DS_VOLUME)
+        return -EISDIR;
+    if (at) {
+        rc = ds_snapshot_get(dsname, at + 1, &snap);
+        if (rc < 0)
+            return rc;
+        rc = ds_path(&pool, dsname, at + 1, path, sizeof(path));
+        if (rc < 0)
+            return rc;
+        rc = bdev_file_open(path, true, &b);
+    } else if (row.memory) {
+        rc = bdev_memory_open(row.volsize, row.latency_us, &b);
+    } else {
+        rc = ds_path(&pool, dsname, NULL, path, sizeof(path));
+        if (rc < 0)
+            return rc;
+        rc = bdev_file_open(path, false, &b);
+        if (rc == 0 && b->size != row.volsize)
+            log_warn("datasets: %s: file is %llu bytes but volsize is %llu", name,
+                     (unsigned long long)b->size, (unsigned long long)row.volsize);
+    }
+    if (rc < 0) {
+        log_error("datasets: cannot open %s: %s", name, strerror(-rc));
+        return rc;
+    }
+    rc = volume_new(name, b, row.volblocksize, row.sync, at ? true : row.readonly, out);
+    if (rc < 0) {
+        log_error("datasets: volume %s: %s", name, strerror(-rc));
+        bdev_close(b);
+    }
+    return rc;
+}
+
+int datasets_volume_open(const char *name, struct volume **out)
+{
+    struct volume *v;
+    int rc;
+
+    *out = ds_cache_peek(name);
+    if (*out)
+        return 0;
+    /* Slow path under the database lock: every insertion happens with it
+     * held, so a second look at the cache cannot race another opener. */
+    db_lock();
+    *out = ds_cache_peek(name);
+    if (*out) {
+        db_unlock();
+        return 0;
+    }
+    rc = volume_open_uncached(name, &v);
+    if (rc == 0) {
+        rc = ds_cache_insert(name, v);
+        if (rc == 0)
+            *out = v; /* the creation reference goes to the caller */
+        else
+            volume_unref(v);
+    }
+    db_unlock();
+    if (rc == 0)
+        log_debug("datasets: opened %s", name);
+    return rc;
+}
+
+void datasets_register_in_use(datasets_in_use_fn fn)
+{
+    if (in_use_count == DS_MAX_IN_USE) {
+        log_error("datasets: too many in-use checks registered");
+        abort();
+    }
+    for (size_t i = 0; i < in_use_count; i++)
+        if (in_use_fns[i] == fn)
+            return;
+    in_use_fns[in_use_count++] = fn;
+}
+
+bool ds_in_use(const char *name, char *why, size_t len)
+{
+    for (size_t i = 0; i < in_use_count; i++) {
+        if (in_use_fns[i](name, why, len))
+            return true;
+    }
+    return false;
+}
+
+void datasets_observe(datasets_observer_fn fn, void *arg)
+{
+    if (observer_count == DS_MAX_OBSERVERS) {
+        log_error("datasets: too many observers registered");
+        abort();
+    }
+    observers[observer_count].fn = fn;
+    observers[observer_count].arg = arg;
+    observer_count++;
+}
+
+void ds_notify(enum datasets_event ev, const char *name, struct volume *v)
+{
+    for (size_t i = 0; i < observer_count; i++)
+        observers[i].fn(ev, name, v, observers[i].arg);
+}
+
+/* References to every cached volume, so we can work on them unlocked. */
+static size_t cache_snapshot(struct volume ***out)
+{
+    size_t n = 0, i = 0;
+    struct cache_entry *e;
+
+    pthread_mutex_lock(&cache_mutex);
+    for (e = cache_head; e; e = e->next)
+        n++;
+    *out = n ? calloc(n, sizeof(**out)) : NULL;
+    if (*out) {
+        for (e = cache_head; e; e = e->next) {
+            volume_ref(e->vol);
+            (*out)[i++] = e->vol;
+        }
+    }
+    pthread_mutex_unlock(&cache_mutex);
+    return i;
+}
+
+void datasets_flush_all(void)
+{
+    struct volume **vols;
+    size_t n = cache_snapshot(&vols);
+    int rc;
+
+    for (size_t i = 0; i < n; i++) {
+        /* Read-only volumes too: they may have been writable earlier. */
+        rc = volume_flush_wait(vols[i]);
+        if (rc < 0)
+            log_error("datasets: flush %s: %s", volume_name(vols[i]), strerror(-rc));
+        volume_unref(vols[i]);
+    }
+    free(vols);
+    if (n)
+        log_info("datasets: flushed %zu open volume(s)", n);
+}
+
+void datasets_shutdown(void)
+{
+    struct cache_entry *e;
+
+    pthread_mutex_lock(&cache_mutex);
+    e = cache_head;
+    cache_head = NULL;
+    pthread_mutex_unlock(&cache_mutex);
+    while (e) {
+        struct cache_entry *next = e->next;
+        volume_unref(e->vol);
+        free(e->name);
+        free(e);
+        e = next;
+    }
+}

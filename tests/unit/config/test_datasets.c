@@ -1,0 +1,690 @@
+/*
+ * Pools, datasets and snapshots through the registered API methods
+ * (api_handle_text), against a temporary state directory: validation
+ * errors with field names, create/query/update/delete, snapshots, clones,
+ * rollback seen by an open volume, memory volumes, in-use refusals,
+ * observers, and persistence across db_close/db_open.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "api/api.h"
+#include "config/datasets.h"
+#include "config/db.h"
+
+#define MiB (1024 * 1024)
+
+static char state[] = "/tmp/blockd-test-datasets.XXXXXX";
+static char dbpath[256];
+
+/* Call a method; returns the result (new ref) or NULL with *err set to
+ * the error object (new ref). */
+static json_t *rpc(const char *method, const char *params, json_t **err)
+{
+    char *req = NULL, *resp;
+    json_t *r, *out = NULL;
+
+    assert_true(asprintf(&req, "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"%s\",\"params\":%s}",
+                         method, params) > 0);
+    resp = api_handle_text(req, strlen(req), "unit-test");
+    free(req);
+    assert_non_null(resp);
+    r = json_loads(resp, 0, NULL);
+    assert_non_null(r);
+    if (err)
+        *err = NULL;
+    if (json_object_get(r, "result")) {
+        out = json_incref(json_object_get(r, "result"));
+    } else {
+        if (err)
+            *err = json_incref(json_object_get(r, "error"));
+        else
+            fail_msg("%s %s failed: %s", method, params, resp);
+    }
+    free(resp);
+    json_decref(r);
+    return out;
+}
+
+static json_t *ok(const char *method, const char *params)
+{
+    json_t *r = rpc(method, params, NULL);
+    assert_non_null(r);
+    return r;
+}
+
+/* Expect an invalid-params error naming field. */
+static void expect_field_error(const char *method, const char *params, const char *field)
+{
+    json_t *err = NULL, *r = rpc(method, params, &err), *extra, *e;
+    size_t i;
+    bool found = false;
+
+    if (r)
+        fail_msg("%s %s unexpectedly succeeded", method, params);
+    assert_non_null(err);
+    if (json_integer_value(json_object_get(err, "code")) != -32602)
+        fail_msg("%s %s: code %lld (%s), wanted -32602", method, params,
+                 (long long)json_integer_value(json_object_get(err, "code")),
+                 json_string_value(json_object_get(err, "message")));
+    extra = json_object_get(json_object_get(err, "data"), "extra");
+    json_array_foreach(extra, i, e)
+    {
+        if (strcmp(json_string_value(json_array_get(e, 0)), field) == 0)
+            found = true;
+    }
+    if (!found)
+        fail_msg("%s %s: no error for %s in %s", method, params, field,
+                 json_string_value(json_object_get(err, "message")));
+    json_decref(err);
+}
+
+/* Expect a call error with errno. */
+static void expect_errno(const char *method, const char *params, int errnum)
+{
+    json_t *err = NULL, *r = rpc(method, params, &err);
+
+    if (r)
+        fail_msg("%s %s unexpectedly succeeded", method, params);
+    if (json_integer_value(json_object_get(json_object_get(err, "data"), "errno")) != errnum)
+        fail_msg(
+            "%s %s: errno %lld (%s), wanted %d", method, params,
+            (long long)json_integer_value(json_object_get(json_object_get(err, "data"), "errno")),
+            json_string_value(json_object_get(err, "message")), errnum);
+    json_decref(err);
+}
+
+static json_t *get_dataset(const char *name)
+{
+    char params[512];
+
+    snprintf(params, sizeof(params), "[[[\"id\",\"=\",\"%s\"]],{\"get\":true}]", name);
+    return ok("pool.dataset.query", params);
+}
+
+static json_int_t prop_parsed_int(json_t *row, const char *key)
+{
+    return json_integer_value(json_object_get(json_object_get(row, key), "parsed"));
+}
+
+static const char *prop_value(json_t *row, const char *key)
+{
+    return json_string_value(json_object_get(json_object_get(row, key), "value"));
+}
+
+static void vol_path(const char *rel, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s/pools/demo/%s", state, rel);
+}
+
+static int io(struct volume *v, enum vreq_op op, void *buf, size_t len, uint64_t off)
+{
+    struct vreq r;
+
+    memset(&r, 0, sizeof(r));
+    r.op = op;
+    r.buf = buf;
+    r.length = len;
+    r.offset = off;
+    return volume_submit_wait(v, &r);
+}
+
+/* ---- observers and in-use checks ---- */
+
+static int ev_counts[4];
+static char ev_last[256];
+
+static void observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
+{
+    ev_counts[ev]++;
+    snprintf(ev_last, sizeof(ev_last), "%s", name);
+}
+
+static bool busy_check(const char *name, char *why, size_t len)
+{
+    if (strcmp(name, "demo/busy") == 0 || strcmp(name, "demo/busy@s") == 0) {
+        snprintf(why, len, "exported over NBD as 'busy'");
+        return true;
+    }
+    return false;
+}
+
+static int setup_group(void **st)
+{
+    assert_non_null(mkdtemp(state));
+    snprintf(dbpath, sizeof(dbpath), "%s/blockd.db", state);
+    datasets_init(state);
+    datasets_register_in_use(busy_check);
+    datasets_observe(observer, NULL);
+    assert_int_equal(db_open(dbpath), 0);
+    assert_int_equal(datasets_ensure_default_pool("demo"), 0);
+    return 0;
+}
+
+static int teardown_group(void **st)
+{
+    char cmd[512];
+
+    datasets_flush_all();
+    datasets_shutdown();
+    db_close();
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_default_pool(void **st)
+{
+    json_t *p = ok("pool.query", "[[[\"name\",\"=\",\"demo\"]],{\"get\":true}]");
+    char want[512];
+    struct stat sb;
+
+    snprintf(want, sizeof(want), "%s/pools/demo", state);
+    assert_string_equal(json_string_value(json_object_get(p, "status")), "ONLINE");
+    assert_true(strstr(json_string_value(json_object_get(p, "path")), "/pools/demo") != NULL);
+    assert_true(json_integer_value(json_object_get(p, "size")) > 0);
+    assert_true(json_is_integer(json_object_get(p, "free")));
+    assert_int_equal(stat(want, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+    json_decref(p);
+    /* a second call is a no-op */
+    assert_int_equal(datasets_ensure_default_pool("demo"), 0);
+    /* the root dataset exists as a FILESYSTEM */
+    p = get_dataset("demo");
+    assert_string_equal(json_string_value(json_object_get(p, "type")), "FILESYSTEM");
+    json_decref(p);
+}
+
+static void test_pool_create(void **st)
+{
+    char params[600], dir[512];
+    struct stat sb;
+    json_t *p = ok("pool.create", "[{\"name\":\"p2\"}]");
+
+    assert_string_equal(json_string_value(json_object_get(p, "name")), "p2");
+    json_decref(p);
+    snprintf(dir, sizeof(dir), "%s/pools/p2", state);
+    assert_int_equal(stat(dir, &sb), 0);
+
+    snprintf(dir, sizeof(dir), "%s/elsewhere/p3", state);
+    snprintf(params, sizeof(params), "[{\"name\":\"p3\",\"path\":\"%s\"}]", dir);
+    p = ok("pool.create", params);
+    assert_string_equal(json_string_value(json_object_get(p, "path")), dir);
+    json_decref(p);
+    assert_int_equal(stat(dir, &sb), 0);
+
+    expect_field_error("pool.create", "[{\"name\":\"p2\"}]", "pool.create.name");
+    expect_field_error("pool.create", "[{\"name\":\"a/b\"}]", "pool.create.name");
+    expect_field_error("pool.create", "[{\"name\":\"..\"}]", "pool.create.name");
+    expect_field_error("pool.create", "[{\"name\":\"x\",\"path\":\"relative\"}]",
+                       "pool.create.path");
+    expect_field_error("pool.create", "[{\"name\":\"x\",\"bogus\":1}]", "pool.create.bogus");
+    expect_field_error("pool.create", "[{}]", "pool.create.name");
+
+    p = ok("pool.query", "[[], {\"count\":true}]");
+    assert_int_equal(json_integer_value(p), 3);
+    json_decref(p);
+}
+
+static void test_create_validation(void **st)
+{
+    char longname[400];
+    char params[600];
+
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/x\",\"type\":\"VOLUME\",\"volsize\":1000}]",
+                       "pool.dataset.create.volsize");
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/x\",\"type\":\"VOLUME\",\"volsize\":16384,"
+                       "\"volblocksize\":\"3K\"}]",
+                       "pool.dataset.create.volblocksize");
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/x\",\"type\":\"VOLUME\",\"volsize\":16384,"
+                       "\"volblocksize\":16384}]",
+                       "pool.dataset.create.volblocksize");
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/x\",\"type\":\"VOLUME\",\"volsize\":16384,"
+                       "\"sync\":\"sometimes\"}]",
+                       "pool.dataset.create.sync");
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/x\",\"type\":\"VOLUME\",\"volsize\":16384,"
+                       "\"readonly\":true}]",
+                       "pool.dataset.create.readonly");
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/x\",\"type\":\"VOLUME\",\"volsize\":16384,\"foo\":1}]",
+                       "pool.dataset.create.foo");
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/x\",\"type\":\"VOLUME\",\"volsize\":\"16M\"}]",
+                       "pool.dataset.create.volsize");
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/x\",\"type\":\"VOLUME\",\"volsize\":-16384}]",
+                       "pool.dataset.create.volsize");
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/x\",\"type\":\"VOLUME\",\"volsize\":16384,"
+                       "\"sparse\":\"yes\"}]",
+                       "pool.dataset.create.sparse");
+    expect_field_error("pool.dataset.create", "[{\"name\":\"demo/x\",\"type\":\"VOLUME\"}]",
+                       "pool.dataset.create.volsize");
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/x\",\"type\":\"DISK\",\"volsize\":16384}]",
+                       "pool.dataset.create.type");
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/x\",\"type\":\"VOLUME\",\"volsize\":16384,"
+                       "\"latency_us\":5}]",
+                       "pool.dataset.create.latency_us");
+    expect_field_error("pool.dataset.create", "[{\"name\":\"demo/x\",\"volsize\":16384}]",
+                       "pool.dataset.create.volsize");
+    expect_field_error("pool.dataset.create", "[{\"type\":\"VOLUME\",\"volsize\":16384}]",
+                       "pool.dataset.create.name");
+    expect_field_error("pool.dataset.create", "[\"demo/x\"]", "pool.dataset.create");
+
+    static const char *const bad_names[] = {
+        "demo/../x", "../x",        "/demo/x",  "demo//x", "demo/x/", "demo/./x",
+        "demo/a b",  "demo/x@snap", "nopool/x", "demo",    "",
+    };
+    for (size_t i = 0; i < sizeof(bad_names) / sizeof(bad_names[0]); i++) {
+        snprintf(params, sizeof(params),
+                 "[{\"name\":\"%s\",\"type\":\"VOLUME\",\"volsize\":16384}]", bad_names[i]);
+        expect_field_error("pool.dataset.create", params, "pool.dataset.create.name");
+    }
+    memset(longname, 'a', 256);
+    longname[256] = '\0';
+    snprintf(params, sizeof(params),
+             "[{\"name\":\"demo/%s\",\"type\":\"VOLUME\",\"volsize\":16384}]", longname);
+    expect_field_error("pool.dataset.create", params, "pool.dataset.create.name");
+    /* several errors at once */
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/../x\",\"type\":\"VOLUME\",\"volsize\":1000}]",
+                       "pool.dataset.create.volsize");
+    expect_errno("pool.dataset.nothing", "[]", 0);
+}
+
+static void test_create_query(void **st)
+{
+    char path[512];
+    struct stat sb;
+    json_t *r = ok("pool.dataset.create",
+                   "[{\"name\":\"demo/vm1\",\"type\":\"VOLUME\",\"volsize\":16777216,"
+                   "\"comments\":\"first\"}]");
+
+    assert_string_equal(json_string_value(json_object_get(r, "id")), "demo/vm1");
+    json_decref(r);
+    r = get_dataset("demo/vm1");
+    assert_string_equal(json_string_value(json_object_get(r, "name")), "demo/vm1");
+    assert_string_equal(json_string_value(json_object_get(r, "pool")), "demo");
+    assert_string_equal(json_string_value(json_object_get(r, "type")), "VOLUME");
+    assert_int_equal(prop_parsed_int(r, "volsize"), 16 * MiB);
+    assert_string_equal(prop_value(r, "volsize"), "16M");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(r, "volsize"), "rawvalue")), "16777216");
+    assert_int_equal(prop_parsed_int(r, "volblocksize"), 16384);
+    assert_string_equal(prop_value(r, "volblocksize"), "16K");
+    assert_string_equal(prop_value(r, "sync"), "STANDARD");
+    assert_string_equal(prop_value(r, "readonly"), "OFF");
+    assert_string_equal(prop_value(r, "comments"), "first");
+    assert_true(json_is_true(json_object_get(r, "sparse")));
+    assert_int_equal(prop_parsed_int(r, "refreservation"), 0);
+    assert_string_equal(json_string_value(json_object_get(r, "backend")), "file");
+    json_decref(r);
+
+    vol_path("vm1", path, sizeof(path));
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_size, 16 * MiB);
+    assert_true(sb.st_blocks * 512 < 16 * MiB); /* sparse */
+
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/vm1\",\"type\":\"VOLUME\",\"volsize\":16384}]",
+                       "pool.dataset.create.name");
+    /* a volume cannot have children */
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/vm1/c\",\"type\":\"VOLUME\",\"volsize\":16384}]",
+                       "pool.dataset.create.name");
+
+    /* thick, other block size and sync, read-only */
+    r = ok("pool.dataset.create", "[{\"name\":\"demo/thick\",\"type\":\"VOLUME\",\"volsize\":"
+                                  "1048576,\"sparse\":false,\"volblocksize\":\"4K\","
+                                  "\"sync\":\"ALWAYS\",\"readonly\":\"ON\"}]");
+    assert_int_equal(prop_parsed_int(r, "refreservation"), MiB);
+    assert_string_equal(prop_value(r, "volblocksize"), "4K");
+    assert_string_equal(prop_value(r, "sync"), "ALWAYS");
+    assert_string_equal(prop_value(r, "readonly"), "ON");
+    json_decref(r);
+    vol_path("thick", path, sizeof(path));
+    assert_int_equal(stat(path, &sb), 0);
+    assert_true(sb.st_blocks * 512 >= MiB);
+
+    /* implicit ancestors become FILESYSTEM datasets (directories) */
+    json_decref(ok("pool.dataset.create",
+                   "[{\"name\":\"demo/a/b/vol\",\"type\":\"VOLUME\",\"volsize\":65536}]"));
+    r = get_dataset("demo/a");
+    assert_string_equal(json_string_value(json_object_get(r, "type")), "FILESYSTEM");
+    assert_int_equal(json_array_size(json_object_get(r, "children")), 1);
+    json_decref(r);
+    r = get_dataset("demo/a/b");
+    assert_int_equal(json_array_size(json_object_get(r, "children")), 1);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(r, "children"), 0), "name")),
+                        "demo/a/b/vol");
+    json_decref(r);
+    vol_path("a/b/vol", path, sizeof(path));
+    assert_int_equal(stat(path, &sb), 0);
+    assert_true(S_ISREG(sb.st_mode));
+
+    /* a FILESYSTEM explicitly */
+    json_decref(ok("pool.dataset.create", "[{\"name\":\"demo/fs\",\"type\":\"FILESYSTEM\"}]"));
+    vol_path("fs", path, sizeof(path));
+    assert_int_equal(stat(path, &sb), 0);
+    assert_true(S_ISDIR(sb.st_mode));
+
+    /* query filters and options go through the shared engine */
+    r = ok("pool.dataset.query", "[[[\"type\",\"=\",\"VOLUME\"],[\"name\",\"^\",\"demo/a\"]]]");
+    assert_int_equal(json_array_size(r), 1);
+    json_decref(r);
+    r = ok("pool.dataset.query", "[[[\"volsize.parsed\",\">\",1048576]],{\"count\":true}]");
+    assert_int_equal(json_integer_value(r), 1);
+    json_decref(r);
+    r = ok("pool.dataset.query", "[[], {\"extra\":{\"flat\":false}}]");
+    assert_int_equal(json_array_size(r), 3); /* demo, p2, p3 roots */
+    json_decref(r);
+    expect_errno("pool.dataset.query", "[[[\"id\",\"=\",\"demo/none\"]],{\"get\":true}]", ENOENT);
+}
+
+static void test_update(void **st)
+{
+    struct volume *v;
+    json_t *r;
+    char path[512];
+    struct stat sb;
+    int resized = ev_counts[DATASETS_RESIZED], changed = ev_counts[DATASETS_PROPERTY_CHANGED];
+
+    json_decref(ok("pool.dataset.create",
+                   "[{\"name\":\"demo/up\",\"type\":\"VOLUME\",\"volsize\":1048576}]"));
+    assert_int_equal(datasets_volume_open("demo/up", &v), 0);
+    assert_int_equal(volume_size(v), MiB);
+
+    r = ok("pool.dataset.update", "[\"demo/up\",{\"volsize\":2097152}]");
+    assert_int_equal(prop_parsed_int(r, "volsize"), 2 * MiB);
+    json_decref(r);
+    assert_int_equal(volume_size(v), 2 * MiB);
+    assert_int_equal(ev_counts[DATASETS_RESIZED], resized + 1);
+    assert_string_equal(ev_last, "demo/up");
+    vol_path("up", path, sizeof(path));
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_size, 2 * MiB);
+
+    /* shrink */
+    json_decref(ok("pool.dataset.update", "[\"demo/up\",{\"volsize\":524288}]"));
+    assert_int_equal(volume_size(v), 512 * 1024);
+
+    r = ok("pool.dataset.update",
+           "[\"demo/up\",{\"sync\":\"DISABLED\",\"readonly\":\"ON\",\"comments\":\"c\"}]");
+    assert_string_equal(prop_value(r, "sync"), "DISABLED");
+    assert_string_equal(prop_value(r, "readonly"), "ON");
+    json_decref(r);
+    assert_int_equal(volume_sync_mode(v), VOLUME_SYNC_DISABLED);
+    assert_true(volume_readonly(v));
+    assert_int_equal(ev_counts[DATASETS_PROPERTY_CHANGED], changed + 1);
+    json_decref(ok("pool.dataset.update", "[\"demo/up\",{\"readonly\":\"OFF\"}]"));
+    assert_false(volume_readonly(v));
+
+    expect_field_error("pool.dataset.update", "[\"demo/up\",{\"volsize\":1000}]",
+                       "pool.dataset.update.volsize");
+    expect_field_error("pool.dataset.update", "[\"demo/up\",{\"volblocksize\":\"4K\"}]",
+                       "pool.dataset.update.volblocksize");
+    expect_field_error("pool.dataset.update", "[\"demo/up\",{\"sync\":\"standard\"}]",
+                       "pool.dataset.update.sync");
+    expect_field_error("pool.dataset.update", "[42,{}]", "pool.dataset.update.id");
+    expect_field_error("pool.dataset.update", "[\"demo/fs\",{\"volsize\":16384}]",
+                       "pool.dataset.update.volsize");
+    expect_errno("pool.dataset.update", "[\"demo/none\",{\"volsize\":16384}]", ENOENT);
+    volume_unref(v);
+}
+
+static void test_snapshots_clone_rollback(void **st)
+{
+    struct volume *v, *c, *s;
+    char buf[4096], path[512];
+    json_t *r;
+    struct stat sb;
+
+    json_decref(ok("pool.dataset.create",
+                   "[{\"name\":\"demo/sv\",\"type\":\"VOLUME\",\"volsize\":4194304,"
+                   "\"volblocksize\":\"4K\"}]"));
+    assert_int_equal(datasets_volume_open("demo/sv", &v), 0);
+    memset(buf, 'A', sizeof(buf));
+    assert_int_equal(io(v, VREQ_WRITE, buf, sizeof(buf), 1 * MiB), 0);
+
+    r = ok("zfs.snapshot.create", "[{\"dataset\":\"demo/sv\",\"name\":\"s1\"}]");
+    assert_string_equal(json_string_value(json_object_get(r, "id")), "demo/sv@s1");
+    assert_string_equal(json_string_value(json_object_get(r, "snapshot_name")), "s1");
+    assert_string_equal(json_string_value(json_object_get(r, "dataset")), "demo/sv");
+    assert_non_null(json_object_get(json_object_get(r, "properties"), "creation"));
+    json_decref(r);
+    vol_path("sv@s1", path, sizeof(path));
+    assert_int_equal(stat(path, &sb), 0);
+
+    /* the other accepted shape */
+    json_decref(ok("zfs.snapshot.create", "[{\"name\":\"demo/sv@s2\"}]"));
+    expect_field_error("zfs.snapshot.create", "[{\"dataset\":\"demo/sv\",\"name\":\"s1\"}]",
+                       "zfs.snapshot.create.name");
+    expect_field_error("zfs.snapshot.create", "[{\"dataset\":\"demo/sv\",\"name\":\"a/b\"}]",
+                       "zfs.snapshot.create.name");
+    expect_field_error("zfs.snapshot.create", "[{\"dataset\":\"demo/none\",\"name\":\"s\"}]",
+                       "zfs.snapshot.create.dataset");
+    expect_field_error("zfs.snapshot.create", "[{\"name\":\"demo/sv\"}]",
+                       "zfs.snapshot.create.name");
+    expect_field_error("zfs.snapshot.create",
+                       "[{\"dataset\":\"demo/sv\",\"name\":\"s9\",\"vmware\":true}]",
+                       "zfs.snapshot.create.vmware");
+    expect_errno("zfs.snapshot.create", "[{\"dataset\":\"demo/fs\",\"name\":\"s\"}]", ENOTSUP);
+
+    r = ok("zfs.snapshot.query", "[[[\"dataset\",\"=\",\"demo/sv\"]]]");
+    assert_int_equal(json_array_size(r), 2);
+    json_decref(r);
+
+    /* snapshots open read-only and hold the old data */
+    assert_int_equal(datasets_volume_open("demo/sv@s1", &s), 0);
+    assert_true(volume_readonly(s));
+    memset(buf, 0, sizeof(buf));
+    assert_int_equal(io(s, VREQ_READ, buf, sizeof(buf), 1 * MiB), 0);
+    assert_int_equal(buf[0], 'A');
+    assert_int_equal(io(s, VREQ_WRITE, buf, sizeof(buf), 0), -EPERM);
+    volume_unref(s);
+
+    /* change the volume (data and size), then roll back: the open
+     * volume sees the snapshot's contents and size */
+    memset(buf, 'B', sizeof(buf));
+    assert_int_equal(io(v, VREQ_WRITE, buf, sizeof(buf), 1 * MiB), 0);
+    json_decref(ok("pool.dataset.update", "[\"demo/sv\",{\"volsize\":8388608}]"));
+    assert_int_equal(volume_size(v), 8 * MiB);
+    int rolled = ev_counts[DATASETS_ROLLED_BACK];
+    r = ok("zfs.snapshot.rollback", "[\"demo/sv@s1\"]");
+    json_decref(r);
+    assert_int_equal(ev_counts[DATASETS_ROLLED_BACK], rolled + 1);
+    assert_int_equal(volume_size(v), 4 * MiB);
+    memset(buf, 0, sizeof(buf));
+    assert_int_equal(io(v, VREQ_READ, buf, sizeof(buf), 1 * MiB), 0);
+    assert_int_equal(buf[0], 'A');
+    assert_int_equal(buf[4095], 'A');
+    r = get_dataset("demo/sv");
+    assert_int_equal(prop_parsed_int(r, "volsize"), 4 * MiB);
+    assert_int_equal(json_integer_value(json_object_get(r, "snapshot_count")), 2);
+    json_decref(r);
+    expect_errno("zfs.snapshot.rollback", "[\"demo/sv@nope\"]", ENOENT);
+    expect_field_error("zfs.snapshot.rollback", "[\"demo/sv\"]", "zfs.snapshot.rollback.id");
+
+    /* clone */
+    json_decref(ok("zfs.snapshot.clone",
+                   "[{\"snapshot\":\"demo/sv@s1\",\"dataset_dst\":\"demo/clones/c1\"}]"));
+    r = get_dataset("demo/clones/c1");
+    assert_string_equal(prop_value(r, "origin"), "demo/sv@s1");
+    assert_int_equal(prop_parsed_int(r, "volsize"), 4 * MiB);
+    assert_int_equal(prop_parsed_int(r, "volblocksize"), 4096);
+    json_decref(r);
+    assert_int_equal(datasets_volume_open("demo/clones/c1", &c), 0);
+    memset(buf, 0, sizeof(buf));
+    assert_int_equal(io(c, VREQ_READ, buf, sizeof(buf), 1 * MiB), 0);
+    assert_int_equal(buf[100], 'A');
+    volume_unref(c);
+    expect_field_error("zfs.snapshot.clone",
+                       "[{\"snapshot\":\"demo/sv@s1\",\"dataset_dst\":\"demo/clones/c1\"}]",
+                       "zfs.snapshot.clone.dataset_dst");
+    expect_field_error("zfs.snapshot.clone",
+                       "[{\"snapshot\":\"demo/sv@zz\",\"dataset_dst\":\"demo/c2\"}]",
+                       "zfs.snapshot.clone.snapshot");
+
+    /* a snapshot with a clone cannot be deleted; a volume with snapshots
+     * needs recursive, and then still refuses while a clone depends */
+    expect_errno("zfs.snapshot.delete", "[\"demo/sv@s1\"]", EBUSY);
+    expect_errno("pool.dataset.delete", "[\"demo/sv\"]", ENOTEMPTY);
+    expect_errno("pool.dataset.delete", "[\"demo/sv\",{\"recursive\":true}]", EBUSY);
+    expect_errno("zfs.snapshot.delete", "[\"demo/sv@s1\",{\"defer\":true}]", ENOTSUP);
+
+    json_decref(ok("pool.dataset.delete", "[\"demo/clones/c1\"]"));
+    r = ok("zfs.snapshot.delete", "[\"demo/sv@s1\"]");
+    assert_true(json_is_true(r));
+    json_decref(r);
+    vol_path("sv@s1", path, sizeof(path));
+    assert_int_equal(stat(path, &sb), -1);
+    expect_errno("zfs.snapshot.delete", "[\"demo/sv@s1\"]", ENOENT);
+
+    volume_unref(v);
+    json_decref(ok("pool.dataset.delete", "[\"demo/sv\",{\"recursive\":true}]"));
+    vol_path("sv", path, sizeof(path));
+    assert_int_equal(stat(path, &sb), -1);
+    vol_path("sv@s2", path, sizeof(path));
+    assert_int_equal(stat(path, &sb), -1);
+    r = ok("zfs.snapshot.query", "[[[\"dataset\",\"=\",\"demo/sv\"]],{\"count\":true}]");
+    assert_int_equal(json_integer_value(r), 0);
+    json_decref(r);
+}
+
+static void test_delete(void **st)
+{
+    char path[512];
+    struct stat sb;
+    int deleted = ev_counts[DATASETS_DELETED];
+
+    json_decref(ok("pool.dataset.create",
+                   "[{\"name\":\"demo/busy\",\"type\":\"VOLUME\",\"volsize\":65536}]"));
+    expect_errno("pool.dataset.delete", "[\"demo/busy\"]", EBUSY);
+    json_decref(ok("zfs.snapshot.create", "[{\"dataset\":\"demo/busy\",\"name\":\"s\"}]"));
+    expect_errno("zfs.snapshot.delete", "[\"demo/busy@s\"]", EBUSY);
+    expect_errno("zfs.snapshot.rollback", "[\"demo/busy@s\"]", EBUSY);
+    json_decref(ok("zfs.snapshot.rollback", "[\"demo/busy@s\",{\"force\":true}]"));
+    json_decref(ok("pool.dataset.delete", "[\"demo/busy\",{\"recursive\":true,\"force\":true}]"));
+
+    /* a filesystem with children needs recursive */
+    expect_errno("pool.dataset.delete", "[\"demo/a\"]", ENOTEMPTY);
+    json_decref(ok("pool.dataset.delete", "[\"demo/a\",{\"recursive\":true}]"));
+    vol_path("a", path, sizeof(path));
+    assert_int_equal(stat(path, &sb), -1);
+    assert_true(ev_counts[DATASETS_DELETED] >= deleted + 3);
+    expect_errno("pool.dataset.delete", "[\"demo/a\"]", ENOENT);
+    expect_errno("pool.dataset.delete", "[\"demo\"]", EINVAL);
+    expect_field_error("pool.dataset.delete", "[\"demo/fs\",{\"recursive\":1}]",
+                       "pool.dataset.delete.options.recursive");
+    json_decref(ok("pool.dataset.delete", "[\"demo/fs\"]"));
+}
+
+static void test_memory_backend(void **st)
+{
+    struct volume *v, *v2;
+    char buf[512], path[512];
+    struct stat sb;
+    json_t *r;
+
+    r = ok("pool.dataset.create", "[{\"name\":\"demo/mem\",\"type\":\"VOLUME\",\"volsize\":"
+                                  "1048576,\"backend\":\"memory\",\"latency_us\":0}]");
+    assert_string_equal(json_string_value(json_object_get(r, "backend")), "memory");
+    json_decref(r);
+    vol_path("mem", path, sizeof(path));
+    assert_int_equal(stat(path, &sb), -1);
+    assert_int_equal(datasets_volume_open("demo/mem", &v), 0);
+    assert_int_equal(datasets_volume_open("demo/mem", &v2), 0);
+    assert_ptr_equal(v, v2); /* shared */
+    volume_unref(v2);
+    memset(buf, 'M', sizeof(buf));
+    assert_int_equal(io(v, VREQ_WRITE, buf, sizeof(buf), 4096), 0);
+    volume_unref(v);
+    /* still cached: the data lives while the daemon runs */
+    assert_int_equal(datasets_volume_open("demo/mem", &v), 0);
+    memset(buf, 0, sizeof(buf));
+    assert_int_equal(io(v, VREQ_READ, buf, sizeof(buf), 4096), 0);
+    assert_int_equal(buf[0], 'M');
+    volume_unref(v);
+    json_decref(ok("pool.dataset.update", "[\"demo/mem\",{\"volsize\":2097152}]"));
+    assert_int_equal(datasets_volume_open("demo/mem", &v), 0);
+    assert_int_equal(volume_size(v), 2 * MiB);
+    volume_unref(v);
+    expect_errno("zfs.snapshot.create", "[{\"dataset\":\"demo/mem\",\"name\":\"s\"}]", ENOTSUP);
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/mem2\",\"type\":\"VOLUME\",\"volsize\":16384,"
+                       "\"backend\":\"memory\",\"sparse\":false}]",
+                       "pool.dataset.create.sparse");
+    assert_int_equal(datasets_volume_open("demo/nothing", &v), -ENOENT);
+    json_decref(ok("pool.dataset.create", "[{\"name\":\"demo/fs2\",\"type\":\"FILESYSTEM\"}]"));
+    assert_int_equal(datasets_volume_open("demo/fs2", &v), -EISDIR);
+}
+
+static void test_persistence(void **st)
+{
+    json_t *r;
+    struct volume *v;
+
+    json_decref(ok("pool.dataset.create",
+                   "[{\"name\":\"demo/keep\",\"type\":\"VOLUME\",\"volsize\":131072,"
+                   "\"sync\":\"ALWAYS\"}]"));
+    json_decref(ok("zfs.snapshot.create", "[{\"dataset\":\"demo/keep\",\"name\":\"k1\"}]"));
+    datasets_flush_all();
+    datasets_shutdown();
+    db_close();
+
+    assert_int_equal(db_open(dbpath), 0);
+    assert_int_equal(datasets_ensure_default_pool("demo"), 0);
+    r = get_dataset("demo/keep");
+    assert_int_equal(prop_parsed_int(r, "volsize"), 131072);
+    assert_string_equal(prop_value(r, "sync"), "ALWAYS");
+    json_decref(r);
+    r = ok("zfs.snapshot.query", "[[[\"id\",\"=\",\"demo/keep@k1\"]],{\"get\":true}]");
+    json_decref(r);
+    r = ok("pool.query", "[[[\"name\",\"=\",\"p3\"]],{\"get\":true}]");
+    json_decref(r);
+    /* memory volumes come back empty, with their configuration */
+    assert_int_equal(datasets_volume_open("demo/mem", &v), 0);
+    assert_int_equal(volume_size(v), 2 * MiB);
+    char buf[512];
+    assert_int_equal(io(v, VREQ_READ, buf, sizeof(buf), 4096), 0);
+    assert_int_equal(buf[0], 0);
+    volume_unref(v);
+    assert_int_equal(datasets_volume_open("demo/keep", &v), 0);
+    assert_int_equal(volume_sync_mode(v), VOLUME_SYNC_ALWAYS);
+    volume_unref(v);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_pool),
+        cmocka_unit_test(test_pool_create),
+        cmocka_unit_test(test_create_validation),
+        cmocka_unit_test(test_create_query),
+        cmocka_unit_test(test_update),
+        cmocka_unit_test(test_snapshots_clone_rollback),
+        cmocka_unit_test(test_delete),
+        cmocka_unit_test(test_memory_backend),
+        cmocka_unit_test(test_persistence),
+    };
+
+    return cmocka_run_group_tests(tests, setup_group, teardown_group);
+}

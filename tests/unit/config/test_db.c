@@ -1,0 +1,254 @@
+/*
+ * config/db: open with registered schema, settings, transactions (nested
+ * as savepoints), errno mapping, persistence across close/open.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config/db.h"
+
+static char dir[] = "/tmp/blockd-test-db.XXXXXX";
+static char path[256];
+
+static const char schema[] = "CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY,"
+                             " name TEXT NOT NULL UNIQUE);"
+                             "CREATE TABLE IF NOT EXISTS child (id INTEGER PRIMARY KEY,"
+                             " t_id INTEGER NOT NULL REFERENCES t(id));";
+
+static int count_rows(const char *table)
+{
+    char sql[128];
+    sqlite3_stmt *st;
+    int n = -1;
+
+    snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM %s", table);
+    db_lock();
+    if (db_prepare(sql, &st) == 0) {
+        if (sqlite3_step(st) == SQLITE_ROW)
+            n = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+    db_unlock();
+    return n;
+}
+
+static int insert_name(const char *name)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    rc = db_prepare("INSERT INTO t (name) VALUES (?)", &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    rc = db_step_done(st);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int setup(void **state)
+{
+    db_register_schema(schema);
+    db_register_schema(schema); /* idempotent */
+    assert_int_equal(db_open(path), 0);
+    db_lock();
+    db_exec("DELETE FROM child; DELETE FROM t; DELETE FROM settings;");
+    db_unlock();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    db_close();
+    return 0;
+}
+
+static void test_open_twice(void **state)
+{
+    assert_int_equal(db_open(path), -EBUSY);
+    assert_non_null(db_handle());
+}
+
+static void test_open_bad_path(void **state)
+{
+    db_close();
+    assert_true(db_open("/nonexistent-dir/x/blockd.db") < 0);
+    assert_null(db_handle());
+    assert_int_equal(db_open(path), 0);
+}
+
+static void test_wal_and_fk(void **state)
+{
+    sqlite3_stmt *st;
+
+    db_lock();
+    assert_int_equal(db_prepare("PRAGMA journal_mode", &st), 0);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
+    sqlite3_finalize(st);
+    assert_int_equal(db_prepare("PRAGMA foreign_keys", &st), 0);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 1);
+    sqlite3_finalize(st);
+    db_unlock();
+}
+
+static void test_settings(void **state)
+{
+    char *v = NULL;
+
+    assert_int_equal(db_setting_get("missing", &v), -ENOENT);
+    assert_null(v);
+    assert_int_equal(db_setting_set("k", "one"), 0);
+    assert_int_equal(db_setting_get("k", &v), 0);
+    assert_string_equal(v, "one");
+    free(v);
+    assert_int_equal(db_setting_set("k", "two"), 0);
+    assert_int_equal(db_setting_get("k", &v), 0);
+    assert_string_equal(v, "two");
+    free(v);
+    assert_int_equal(db_setting_set("empty", ""), 0);
+    assert_int_equal(db_setting_get("empty", &v), 0);
+    assert_string_equal(v, "");
+    free(v);
+}
+
+static void test_transactions(void **state)
+{
+    db_lock();
+    assert_int_equal(db_begin(), 0);
+    assert_int_equal(insert_name("a"), 0);
+    db_rollback();
+    db_unlock();
+    assert_int_equal(count_rows("t"), 0);
+
+    db_lock();
+    assert_int_equal(db_begin(), 0);
+    assert_int_equal(insert_name("a"), 0);
+    /* nested: a savepoint that is rolled back alone */
+    assert_int_equal(db_begin(), 0);
+    assert_int_equal(insert_name("b"), 0);
+    db_rollback();
+    /* nested and released */
+    assert_int_equal(db_begin(), 0);
+    assert_int_equal(insert_name("c"), 0);
+    assert_int_equal(db_commit(), 0);
+    assert_int_equal(db_commit(), 0);
+    db_unlock();
+    assert_int_equal(count_rows("t"), 2);
+
+    /* commit without begin is an error, not a crash */
+    db_lock();
+    assert_int_equal(db_commit(), -EIO);
+    db_unlock();
+}
+
+static void test_errno_mapping(void **state)
+{
+    sqlite3_stmt *st;
+
+    db_lock();
+    assert_int_equal(insert_name("dup"), 0);
+    assert_int_equal(insert_name("dup"), -EEXIST);
+    assert_int_equal(db_errno(), EEXIST);
+
+    /* foreign key: a child pointing nowhere, and deleting a referenced row */
+    assert_int_equal(db_prepare("INSERT INTO child (t_id) VALUES (9999)", &st), 0);
+    assert_int_equal(db_step_done(st), -EBUSY);
+    sqlite3_finalize(st);
+    assert_int_equal(db_exec("INSERT INTO child (t_id) SELECT id FROM t WHERE name = 'dup'"), 0);
+    assert_int_equal(db_prepare("DELETE FROM t WHERE name = 'dup'", &st), 0);
+    assert_int_equal(db_step_done(st), -EBUSY);
+    sqlite3_finalize(st);
+
+    /* NOT NULL */
+    assert_int_equal(db_prepare("INSERT INTO t (name) VALUES (NULL)", &st), 0);
+    assert_int_equal(db_step_done(st), -EINVAL);
+    sqlite3_finalize(st);
+
+    /* bad SQL */
+    assert_int_equal(db_exec("THIS IS NOT SQL"), -EIO);
+    assert_true(db_prepare("SELECT nope FROM nothing", &st) < 0);
+    db_unlock();
+
+    assert_int_equal(db_errno_from(SQLITE_OK), 0);
+    assert_int_equal(db_errno_from(SQLITE_DONE), 0);
+    assert_int_equal(db_errno_from(SQLITE_BUSY), EBUSY);
+    assert_int_equal(db_errno_from(SQLITE_LOCKED), EBUSY);
+    assert_int_equal(db_errno_from(SQLITE_NOMEM), ENOMEM);
+    assert_int_equal(db_errno_from(SQLITE_READONLY), EROFS);
+    assert_int_equal(db_errno_from(SQLITE_FULL), ENOSPC);
+    assert_int_equal(db_errno_from(SQLITE_CONSTRAINT_UNIQUE), EEXIST);
+    assert_int_equal(db_errno_from(SQLITE_CONSTRAINT_PRIMARYKEY), EEXIST);
+    assert_int_equal(db_errno_from(SQLITE_CONSTRAINT_CHECK), EINVAL);
+    assert_int_equal(db_errno_from(SQLITE_IOERR_FSYNC), EIO);
+    assert_int_equal(db_errno_from(SQLITE_CORRUPT), EIO);
+}
+
+static void test_persistence(void **state)
+{
+    char *v = NULL;
+
+    db_lock();
+    assert_int_equal(db_begin(), 0);
+    assert_int_equal(insert_name("kept"), 0);
+    assert_int_equal(db_commit(), 0);
+    db_unlock();
+    assert_int_equal(db_setting_set("persist", "yes"), 0);
+    db_close();
+    assert_null(db_handle());
+    assert_int_equal(db_open(path), 0);
+    assert_int_equal(count_rows("t"), 1);
+    assert_int_equal(db_setting_get("persist", &v), 0);
+    assert_string_equal(v, "yes");
+    free(v);
+}
+
+static void test_closed(void **state)
+{
+    char *v = NULL;
+
+    db_close();
+    assert_true(db_setting_get("x", &v) < 0);
+    assert_true(db_setting_set("x", "y") < 0);
+    db_lock();
+    assert_true(db_begin() < 0);
+    db_unlock();
+    assert_int_equal(db_open(path), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_open_twice, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_bad_path, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wal_and_fk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_settings, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_transactions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_errno_mapping, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_persistence, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_closed, setup, teardown),
+    };
+    int rc;
+
+    if (!mkdtemp(dir))
+        return 1;
+    snprintf(path, sizeof(path), "%s/test.db", dir);
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/test.db-wal", dir);
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/test.db-shm", dir);
+    unlink(path);
+    rmdir(dir);
+    return rc;
+}
