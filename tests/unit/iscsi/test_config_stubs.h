@@ -1,0 +1,16 @@
+/* Controls for the transport stubs used by the iscsi-config unit tests. */
+#ifndef TEST_CONFIG_STUBS_H
+#define TEST_CONFIG_STUBS_H
+
+#include <stddef.h>
+
+struct stub_state {
+    char sessions[8][256]; /* target IQN of each logged-in session */
+    size_t n_sessions;
+    unsigned closed;
+    unsigned listens, unlistens;
+    char last_listen[128];
+};
+extern struct stub_state stub;
+
+#endif
