@@ -102,6 +102,13 @@ struct api_client {
      * between responses; thread-safe; msg is borrowed. NULL if the
      * transport cannot. 0 or -errno. */
     int (*send)(struct api_client *client, json_t *msg);
+    /* Additions (control, api/jobs.h): core.set_options {"legacy_jobs":
+     * false} sets jobs_wait, so job methods answer with the job's result
+     * instead of its id. A transport that calls jobs_client_closed() when
+     * the connection ends sets closes_notified; only such clients may
+     * core.subscribe (the event list must not outlive them). */
+    bool jobs_wait;
+    bool closes_notified;
 };
 
 /* As api_handle_text/api_handle_request, for a client of a transport. */

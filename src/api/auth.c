@@ -1,0 +1,623 @@
+/*
+ * API keys, logins and the failed-login rate limiter (see auth.h).
+ */
+#include "api/auth.h"
+
+#include <errno.h>
+#include <gnutls/crypto.h>
+#include <gnutls/gnutls.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/validate.h"
+#include "config/db.h"
+#include "core/log.h"
+#include "core/util.h"
+
+#define KEY_MAX_LEN 256
+#define RATE_SLOTS 256
+
+static const char schema[] = "CREATE TABLE IF NOT EXISTS api_key ("
+                             " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                             " name TEXT NOT NULL UNIQUE,"
+                             " username TEXT NOT NULL DEFAULT 'root',"
+                             " keyhash TEXT NOT NULL UNIQUE,"
+                             " created_at INTEGER NOT NULL,"
+                             " expires_at INTEGER);";
+
+/* What a logged-in connection remembers (client->auth). */
+struct auth_session {
+    int64_t key_id;
+    unsigned gen; /* auth_gen when last checked */
+    char name[201];
+    char username[65];
+};
+
+/* Bumped by api_key.delete so sessions re-check their key. */
+static atomic_uint auth_gen;
+
+static uint64_t now_monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int64_t now_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- keys ---- */
+
+int auth_key_generate(int64_t id, char *buf, size_t len)
+{
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    char secret[AUTH_KEY_SECRET_LEN + 1];
+    size_t n = 0;
+    while (n < AUTH_KEY_SECRET_LEN) {
+        unsigned char rnd[64];
+        if (gnutls_rnd(GNUTLS_RND_KEY, rnd, sizeof(rnd)) < 0) {
+            log_error("auth: random number generator failed");
+            return -EIO;
+        }
+        /* Rejection sampling keeps every character equally likely. */
+        for (size_t i = 0; i < sizeof(rnd) && n < AUTH_KEY_SECRET_LEN; i++)
+            if (rnd[i] < 248)
+                secret[n++] = alphabet[rnd[i] % 62];
+    }
+    secret[n] = 0;
+    int w = snprintf(buf, len, "%" PRId64 "-%s", id, secret);
+    explicit_bzero(secret, sizeof(secret));
+    if (w < 0 || (size_t)w >= len)
+        return -ENOSPC;
+    return 0;
+}
+
+int auth_key_hash(const char *key, size_t keylen, char hex[65])
+{
+    unsigned char digest[32];
+    if (gnutls_hash_fast(GNUTLS_DIG_SHA256, key, keylen, digest) < 0)
+        return -EIO;
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof(digest); i++) {
+        hex[2 * i] = digits[digest[i] >> 4];
+        hex[2 * i + 1] = digits[digest[i] & 15];
+    }
+    hex[64] = 0;
+    return 0;
+}
+
+bool auth_hash_equal(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char diff = (unsigned char)(la != lb);
+    size_t n = la < lb ? la : lb;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+void auth_peer_address(const char *peer, char *buf, size_t len)
+{
+    if (!peer)
+        peer = "local";
+    const char *p = peer;
+    if (strncmp(p, "ws:", 3) == 0)
+        p += 3;
+    else if (strncmp(p, "wss:", 4) == 0)
+        p += 4;
+    else {
+        snprintf(buf, len, "%s", peer);
+        return;
+    }
+    if (*p == '[') {
+        const char *end = strchr(p, ']');
+        size_t n = end ? (size_t)(end - p - 1) : strlen(p + 1);
+        snprintf(buf, len, "%.*s", (int)n, p + 1);
+        return;
+    }
+    const char *colon = strrchr(p, ':');
+    size_t n = colon ? (size_t)(colon - p) : strlen(p);
+    snprintf(buf, len, "%.*s", (int)n, p);
+}
+
+/* ---- rate limiter ---- */
+
+struct rate_slot {
+    char addr[64];
+    unsigned fails;
+    uint64_t window_start;
+    uint64_t blocked_until;
+    uint64_t last_seen;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct rate_slot slots[RATE_SLOTS];
+} rate = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The slot of addr, or NULL; with create, a fresh or the stalest slot. */
+static struct rate_slot *rate_slot(const char *addr, bool create)
+{
+    struct rate_slot *oldest = NULL;
+    for (size_t i = 0; i < RATE_SLOTS; i++) {
+        struct rate_slot *s = &rate.slots[i];
+        if (s->addr[0] && strcmp(s->addr, addr) == 0)
+            return s;
+        if (!oldest || (!s->addr[0] && oldest->addr[0]) ||
+            (s->addr[0] && oldest->addr[0] && s->last_seen < oldest->last_seen))
+            oldest = s;
+    }
+    if (!create)
+        return NULL;
+    memset(oldest, 0, sizeof(*oldest));
+    snprintf(oldest->addr, sizeof(oldest->addr), "%s", addr);
+    return oldest;
+}
+
+bool auth_rate_allowed(const char *addr, uint64_t now_ms)
+{
+    pthread_mutex_lock(&rate.lock);
+    struct rate_slot *s = rate_slot(addr, false);
+    bool ok = !s || s->blocked_until <= now_ms;
+    pthread_mutex_unlock(&rate.lock);
+    return ok;
+}
+
+bool auth_rate_failed(const char *addr, uint64_t now_ms)
+{
+    pthread_mutex_lock(&rate.lock);
+    struct rate_slot *s = rate_slot(addr, true);
+    s->last_seen = now_ms;
+    if (s->fails == 0 || now_ms - s->window_start > AUTH_FAIL_WINDOW_MS) {
+        s->window_start = now_ms;
+        s->fails = 0;
+    }
+    bool blocked = false;
+    if (++s->fails >= AUTH_FAIL_MAX && s->blocked_until <= now_ms) {
+        s->blocked_until = now_ms + AUTH_BLOCK_MS;
+        s->fails = 0;
+        blocked = true;
+    }
+    pthread_mutex_unlock(&rate.lock);
+    return blocked;
+}
+
+void auth_rate_succeeded(const char *addr)
+{
+    pthread_mutex_lock(&rate.lock);
+    struct rate_slot *s = rate_slot(addr, false);
+    if (s && s->blocked_until == 0)
+        memset(s, 0, sizeof(*s));
+    else if (s)
+        s->fails = 0;
+    pthread_mutex_unlock(&rate.lock);
+}
+
+void auth_rate_reset(void)
+{
+    pthread_mutex_lock(&rate.lock);
+    memset(rate.slots, 0, sizeof(rate.slots));
+    pthread_mutex_unlock(&rate.lock);
+}
+
+/* ---- rows ---- */
+
+static json_t *date_value(int64_t ms)
+{
+    return json_pack("{s:I}", "$date", (json_int_t)ms);
+}
+
+static json_t *key_row(sqlite3_stmt *st)
+{
+    json_t *row =
+        json_pack("{s:I, s:s, s:s, s:o, s:b, s:b}", "id", (json_int_t)sqlite3_column_int64(st, 0),
+                  "name", (const char *)sqlite3_column_text(st, 1), "username",
+                  (const char *)sqlite3_column_text(st, 2), "created_at",
+                  date_value(sqlite3_column_int64(st, 3)), "local", 1, "revoked", 0);
+    if (sqlite3_column_type(st, 4) == SQLITE_NULL)
+        json_object_set_new(row, "expires_at", json_null());
+    else
+        json_object_set_new(row, "expires_at", date_value(sqlite3_column_int64(st, 4)));
+    json_object_set_new(row, "user_identifier", json_integer(0));
+    return row;
+}
+
+#define KEY_SELECT "SELECT id, name, username, created_at, expires_at FROM api_key"
+
+static json_t *key_rows(const char *where, int64_t arg)
+{
+    char sql[256];
+    snprintf(sql, sizeof(sql), "%s%s ORDER BY id", KEY_SELECT, where ? where : "");
+    json_t *rows = json_array();
+    sqlite3_stmt *st = NULL;
+    if (db_prepare(sql, &st) < 0) {
+        json_decref(rows);
+        return NULL;
+    }
+    if (where)
+        sqlite3_bind_int64(st, 1, arg);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        json_array_append_new(rows, key_row(st));
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        log_error("auth: reading api_key: %s", sqlite3_errmsg(db_handle()));
+        json_decref(rows);
+        return NULL;
+    }
+    return rows;
+}
+
+/* ---- api_key.* ---- */
+
+static int key_query(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    db_lock();
+    json_t *rows = key_rows(NULL, 0);
+    db_unlock();
+    if (!rows)
+        return api_error(call, EIO, "cannot read the API keys");
+    int rc = api_query(call, rows, params, result);
+    json_decref(rows);
+    return rc;
+}
+
+static const struct api_field create_fields[] = {
+    {.name = "name", .type = API_T_STRING, .flags = API_REQUIRED | API_RANGE, .min = 1, .max = 200},
+    {.name = "username",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 1,
+     .max = 64},
+    {.name = "expires_at", .type = API_T_OBJECT, .flags = API_NULLABLE},
+};
+
+static int parse_expiry(struct api_call *call, json_t *v, int64_t *ms, bool *has)
+{
+    *has = false;
+    if (!v || json_is_null(v))
+        return 0;
+    json_t *d = json_object_get(v, "$date");
+    if (!json_is_integer(d) || json_object_size(v) != 1) {
+        api_verr(call, "api_key.create.expires_at", EINVAL,
+                 "Input should be null or {\"$date\": milliseconds}");
+        return -1;
+    }
+    *ms = json_integer_value(d);
+    *has = true;
+    return 0;
+}
+
+static int key_create(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    json_t *data = api_param(params, 0);
+    if (api_validate_object(call, NULL, data, create_fields, ARRAY_SIZE(create_fields), 0) < 0)
+        return api_invalid(call);
+    int64_t expires = 0;
+    bool has_expiry;
+    if (parse_expiry(call, json_object_get(data, "expires_at"), &expires, &has_expiry) < 0)
+        return api_invalid(call);
+    const char *name = json_string_value(json_object_get(data, "name"));
+    json_t *ju = json_object_get(data, "username");
+    const char *username = json_is_string(ju) ? json_string_value(ju) : "root";
+
+    char placeholder[65], key[128], hash[65];
+    unsigned char rnd[16];
+    if (gnutls_rnd(GNUTLS_RND_NONCE, rnd, sizeof(rnd)) < 0)
+        return api_error(call, EIO, "random number generator failed");
+    /* A unique value until the real hash (which needs the id) replaces it. */
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        snprintf(placeholder + 2 * i, 3, "%02x", rnd[i]);
+
+    db_lock();
+    int rc = db_begin();
+    sqlite3_stmt *st = NULL;
+    int64_t id = 0;
+    if (rc == 0)
+        rc = db_prepare("INSERT INTO api_key (name, username, keyhash, created_at, expires_at) "
+                        "VALUES (?, ?, ?, ?, ?)",
+                        &st);
+    if (rc == 0) {
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, username, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 3, placeholder, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 4, now_wall_ms());
+        if (has_expiry)
+            sqlite3_bind_int64(st, 5, expires);
+        else
+            sqlite3_bind_null(st, 5);
+        rc = db_step_done(st);
+        sqlite3_finalize(st);
+        st = NULL;
+        id = sqlite3_last_insert_rowid(db_handle());
+    }
+    if (rc == -EEXIST) {
+        db_rollback();
+        db_unlock();
+        api_verr(call, "api_key.create.name", EEXIST, "API key with name %s already exists", name);
+        return api_invalid(call);
+    }
+    if (rc == 0)
+        rc = auth_key_generate(id, key, sizeof(key));
+    if (rc == 0)
+        rc = auth_key_hash(key, strlen(key), hash);
+    if (rc == 0)
+        rc = db_prepare("UPDATE api_key SET keyhash = ? WHERE id = ?", &st);
+    if (rc == 0) {
+        sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 2, id);
+        rc = db_step_done(st);
+        sqlite3_finalize(st);
+    }
+    json_t *rows = NULL;
+    if (rc == 0)
+        rc = db_commit();
+    else
+        db_rollback();
+    if (rc == 0)
+        rows = key_rows(" WHERE id = ?", id);
+    db_unlock();
+    if (rc < 0 || !rows || json_array_size(rows) != 1) {
+        json_decref(rows);
+        explicit_bzero(key, sizeof(key));
+        return api_error(call, rc < 0 ? rc : EIO, "cannot create the API key");
+    }
+    json_t *row = json_incref(json_array_get(rows, 0));
+    json_decref(rows);
+    json_object_set_new(row, "key", json_string(key));
+    explicit_bzero(key, sizeof(key));
+    log_info("auth: %s: API key %" PRId64 " (%s) created", api_call_peer(call), id, name);
+    *result = row;
+    return 0;
+}
+
+static int key_delete(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    json_t *jid = api_param(params, 0);
+    if (!json_is_integer(jid)) {
+        api_verr(call, "api_key.delete.id", EINVAL, "Input should be a valid integer");
+        return api_invalid(call);
+    }
+    int64_t id = json_integer_value(jid);
+    db_lock();
+    sqlite3_stmt *st = NULL;
+    int rc = db_prepare("DELETE FROM api_key WHERE id = ?", &st);
+    int changes = 0;
+    if (rc == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        rc = db_step_done(st);
+        sqlite3_finalize(st);
+        changes = sqlite3_changes(db_handle());
+    }
+    db_unlock();
+    if (rc < 0)
+        return api_error(call, rc, "cannot delete API key %" PRId64, id);
+    if (changes == 0)
+        return api_error(call, ENOENT, "API key %" PRId64 " does not exist", id);
+    atomic_fetch_add(&auth_gen, 1);
+    log_info("auth: %s: API key %" PRId64 " deleted", api_call_peer(call), id);
+    *result = json_true();
+    return 0;
+}
+
+/* ---- logins ---- */
+
+/* The key's session if key is valid (a new struct), else NULL. */
+static struct auth_session *key_lookup(const char *key)
+{
+    char hash[65];
+    if (auth_key_hash(key, strlen(key), hash) < 0)
+        return NULL;
+    struct auth_session *s = NULL;
+    db_lock();
+    sqlite3_stmt *st = NULL;
+    if (db_prepare("SELECT id, name, username, keyhash, expires_at FROM api_key "
+                   "WHERE keyhash = ?",
+                   &st) == 0) {
+        sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) == SQLITE_ROW &&
+            auth_hash_equal((const char *)sqlite3_column_text(st, 3), hash) &&
+            (sqlite3_column_type(st, 4) == SQLITE_NULL ||
+             sqlite3_column_int64(st, 4) > now_wall_ms())) {
+            s = calloc(1, sizeof(*s));
+            if (s) {
+                s->key_id = sqlite3_column_int64(st, 0);
+                snprintf(s->name, sizeof(s->name), "%s", (const char *)sqlite3_column_text(st, 1));
+                snprintf(s->username, sizeof(s->username), "%s",
+                         (const char *)sqlite3_column_text(st, 2));
+                s->gen = atomic_load(&auth_gen);
+            }
+        }
+        sqlite3_finalize(st);
+    }
+    db_unlock();
+    return s;
+}
+
+/*
+ * Check key for call's client: 1 logged in, 0 wrong key, -1 error set
+ * (rate limit, bad input).
+ */
+static int login_key(struct api_call *call, json_t *jkey, const char *field)
+{
+    if (!json_is_string(jkey)) {
+        api_verr(call, field, EINVAL, "Input should be a valid string");
+        return api_invalid(call);
+    }
+    const char *peer = api_call_peer(call);
+    char addr[64];
+    auth_peer_address(peer, addr, sizeof(addr));
+    uint64_t now = now_monotonic_ms();
+    if (!auth_rate_allowed(addr, now)) {
+        log_warn("auth: %s: login refused: too many failed logins from %s", peer, addr);
+        return api_error(call, EBUSY, "Rate Limit Exceeded");
+    }
+    const char *key = json_string_value(jkey);
+    struct auth_session *s = NULL;
+    if (json_string_length(jkey) <= KEY_MAX_LEN && strlen(key) == json_string_length(jkey))
+        s = key_lookup(key);
+    if (!s) {
+        bool blocked = auth_rate_failed(addr, now);
+        log_warn("auth: %s: login with an invalid API key refused%s", peer,
+                 blocked ? "; address blocked for 30 s after repeated failures" : "");
+        return 0;
+    }
+    auth_rate_succeeded(addr);
+    struct api_client *client = api_call_client(call);
+    /* A trusted local client (authenticated, no session) stays as it is. */
+    if (client && (!client->authenticated || client->auth)) {
+        free(client->auth);
+        client->auth = s;
+        client->authenticated = true;
+    } else {
+        free(s);
+        s = NULL;
+    }
+    log_info("auth: %s: logged in with API key %" PRId64, peer, s ? s->key_id : (int64_t)0);
+    return 1;
+}
+
+static int auth_login_with_api_key(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    int rc = login_key(call, api_param(params, 0), "auth.login_with_api_key.api_key");
+    if (rc < 0)
+        return -1;
+    *result = json_boolean(rc == 1);
+    return 0;
+}
+
+static json_t *me_object(struct api_client *client)
+{
+    struct auth_session *s = client ? client->auth : NULL;
+    json_t *me =
+        json_pack("{s:s, s:i, s:i, s:s, s:s, s:s, s:[i], s:b, s:s, s:{}, s:{s:[s]}}", "pw_name",
+                  s ? s->username : "root", "pw_uid", 0, "pw_gid", 0, "pw_gecos", "root", "pw_dir",
+                  "/root", "pw_shell", "/bin/sh", "grouplist", 0, "local", 1, "source", "LOCAL",
+                  "attributes", "privilege", "roles", "FULL_ADMIN");
+    json_object_set_new(me, "account_attributes",
+                        s ? json_pack("[s, s]", "LOCAL", "API_KEY") : json_pack("[s]", "LOCAL"));
+    json_object_set_new(me, "api_key",
+                        s ? json_pack("{s:I, s:s}", "id", (json_int_t)s->key_id, "name", s->name)
+                          : json_null());
+    return me;
+}
+
+static int auth_login_ex(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    json_t *data = api_param(params, 0);
+    if (!json_is_object(data)) {
+        api_verr(call, "auth.login_ex.login_data", EINVAL, "Input should be a valid object");
+        return api_invalid(call);
+    }
+    const char *mech = json_string_value(json_object_get(data, "mechanism"));
+    if (!mech || strcmp(mech, "API_KEY_PLAIN") != 0) {
+        api_verr(call, "auth.login_ex.login_data.mechanism", ENOTSUP,
+                 "only API_KEY_PLAIN is supported");
+        return api_invalid(call);
+    }
+    int rc = login_key(call, json_object_get(data, "api_key"), "auth.login_ex.login_data.api_key");
+    if (rc < 0)
+        return -1;
+    if (rc == 0) {
+        *result = json_pack("{s:s}", "response_type", "AUTH_ERR");
+        return 0;
+    }
+    *result = json_pack("{s:s, s:o, s:s}", "response_type", "SUCCESS", "user_info",
+                        me_object(api_call_client(call)), "authenticator", "LEVEL_1");
+    return 0;
+}
+
+static int auth_me(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 0) < 0)
+        return api_invalid(call);
+    *result = me_object(api_call_client(call));
+    return 0;
+}
+
+static int auth_logout(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 0) < 0)
+        return api_invalid(call);
+    struct api_client *client = api_call_client(call);
+    if (client && client->auth) {
+        api_auth_client_release(client);
+        log_info("auth: %s: logged out", api_call_peer(call));
+    }
+    *result = json_true();
+    return 0;
+}
+
+void api_auth_client_check(struct api_client *client)
+{
+    struct auth_session *s = client ? client->auth : NULL;
+    if (!s)
+        return;
+    unsigned gen = atomic_load(&auth_gen);
+    if (s->gen == gen)
+        return;
+    bool exists = false;
+    db_lock();
+    sqlite3_stmt *st = NULL;
+    if (db_prepare("SELECT 1 FROM api_key WHERE id = ?", &st) == 0) {
+        sqlite3_bind_int64(st, 1, s->key_id);
+        exists = sqlite3_step(st) == SQLITE_ROW;
+        sqlite3_finalize(st);
+    }
+    db_unlock();
+    if (exists) {
+        s->gen = gen;
+        return;
+    }
+    log_info("auth: %s: API key %" PRId64 " was deleted; logged out", client->peer, s->key_id);
+    api_auth_client_release(client);
+}
+
+void api_auth_client_release(struct api_client *client)
+{
+    if (!client)
+        return;
+    free(client->auth);
+    client->auth = NULL;
+    client->authenticated = false;
+}
+
+static const struct api_method auth_methods[] = {
+    {"api_key.create", "[{name, username?, expires_at?}]",
+     "Create an API key; the key is returned once and stored hashed.", key_create, 0},
+    {"api_key.query", "[filters?, options?]", "API keys (never the key or its hash).", key_query,
+     0},
+    {"api_key.delete", "[id]", "Delete an API key; its sessions are logged out.", key_delete, 0},
+    {"auth.login_with_api_key", "[api_key]", "Log this connection in; returns true or false.",
+     auth_login_with_api_key, API_NO_AUTH},
+    {"auth.login_ex", "[{mechanism: \"API_KEY_PLAIN\", api_key}]",
+     "Log in (TrueNAS login_ex shape); returns {response_type, user_info}.", auth_login_ex,
+     API_NO_AUTH},
+    {"auth.me", "[]", "The logged-in identity.", auth_me, 0},
+    {"auth.logout", "[]", "End this connection's login.", auth_logout, 0},
+};
+
+void api_auth_init(void)
+{
+    db_register_schema(schema);
+    api_register(auth_methods, ARRAY_SIZE(auth_methods));
+}

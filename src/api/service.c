@@ -1,0 +1,266 @@
+/* The service registry and the service.* methods (see service.h). */
+#include "api/service.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "api/validate.h"
+#include "config/db.h"
+#include "core/log.h"
+#include "core/util.h"
+
+struct service {
+    const char *name;
+    const struct service_ops *ops;
+};
+
+static struct service services[SERVICE_MAX];
+static size_t nservices;
+/* One service operation at a time: start/stop of one module must not
+ * interleave with another call's restart of it. */
+static pthread_mutex_t op_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int service_register(const char *name, const struct service_ops *ops)
+{
+    for (size_t i = 0; i < nservices; i++)
+        if (strcmp(services[i].name, name) == 0)
+            return -EEXIST;
+    if (nservices == SERVICE_MAX || !ops || !ops->start || !ops->stop || !ops->running)
+        return -ENOSPC;
+    services[nservices].name = name;
+    services[nservices].ops = ops;
+    nservices++;
+    return 0;
+}
+
+static struct service *service_find(const char *name)
+{
+    for (size_t i = 0; i < nservices; i++)
+        if (strcmp(services[i].name, name) == 0)
+            return &services[i];
+    return NULL;
+}
+
+/* Stored enable flag (default true). */
+static bool service_enabled(const struct service *s)
+{
+    char key[64];
+    snprintf(key, sizeof(key), "service.%s.enable", s->name);
+    char *v = NULL;
+    bool on = true;
+    db_lock();
+    if (db_setting_get(key, &v) == 0 && v)
+        on = strcmp(v, "0") != 0 && strcmp(v, "false") != 0;
+    db_unlock();
+    free(v);
+    return on;
+}
+
+static json_t *service_row(const struct service *s)
+{
+    bool running = s->ops->running();
+    return json_pack("{s:I, s:s, s:b, s:s, s:[]}", "id", (json_int_t)(s - services + 1), "service",
+                     s->name, "enable", service_enabled(s), "state",
+                     running ? "RUNNING" : "STOPPED", "pids");
+}
+
+static int svc_query(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    json_t *rows = json_array();
+    for (size_t i = 0; i < nservices; i++)
+        json_array_append_new(rows, service_row(&services[i]));
+    int rc = api_query(call, rows, params, result);
+    json_decref(rows);
+    return rc;
+}
+
+/* params[0] names a registered service: returns it, or NULL with an error. */
+static struct service *param_service(struct api_call *call, json_t *params)
+{
+    json_t *jn = api_param(params, 0);
+    char field[96];
+    snprintf(field, sizeof(field), "%s.service", api_call_method(call));
+    if (!json_is_string(jn)) {
+        api_verr(call, field, EINVAL, "Input should be a valid string");
+        api_invalid(call);
+        return NULL;
+    }
+    struct service *s = service_find(json_string_value(jn));
+    if (!s) {
+        api_verr(call, field, ENOENT, "Unknown service %.64s (known: iscsitarget, nbd)",
+                 json_string_value(jn));
+        api_invalid(call);
+    }
+    return s;
+}
+
+static const struct api_field control_fields[] = {
+    {.name = "ha_propagate", .type = API_T_BOOL},
+    {.name = "silent", .type = API_T_BOOL},
+    {.name = "timeout", .type = API_T_INT, .flags = API_NULLABLE},
+};
+
+enum verb { VERB_START, VERB_STOP, VERB_RESTART, VERB_RELOAD };
+static const char *const verb_names[] = {"start", "stop", "restart", "reload"};
+
+static int svc_control(struct api_call *call, json_t *params, json_t **result, enum verb verb)
+{
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    struct service *s = param_service(call, params);
+    if (!s)
+        return -1;
+    json_t *opts = api_param(params, 1);
+    bool silent = true;
+    if (opts) {
+        char prefix[96];
+        snprintf(prefix, sizeof(prefix), "%s.options", api_call_method(call));
+        if (api_validate_object(call, prefix, opts, control_fields, ARRAY_SIZE(control_fields), 0) <
+            0)
+            return api_invalid(call);
+        json_t *js = json_object_get(opts, "silent");
+        if (js)
+            silent = json_is_true(js);
+    }
+    pthread_mutex_lock(&op_lock);
+    int rc = 0;
+    bool running = s->ops->running();
+    switch (verb) {
+    case VERB_START:
+        if (!running)
+            rc = s->ops->start();
+        break;
+    case VERB_STOP:
+        if (running)
+            rc = s->ops->stop();
+        break;
+    case VERB_RESTART:
+        if (running)
+            rc = s->ops->stop();
+        if (rc == 0)
+            rc = s->ops->start();
+        break;
+    case VERB_RELOAD:
+        if (s->ops->reload)
+            rc = s->ops->reload();
+        break;
+    }
+    pthread_mutex_unlock(&op_lock);
+    if (rc < 0) {
+        log_warn("api: %s: service %s %s failed: %s", api_call_peer(call), verb_names[verb],
+                 s->name, strerror(-rc));
+        if (silent) {
+            *result = json_false();
+            return 0;
+        }
+        return api_error(call, rc, "Failed to %s %s: %s", verb_names[verb], s->name, strerror(-rc));
+    }
+    log_info("api: %s: service %s %s", api_call_peer(call), s->name,
+             verb == VERB_STOP     ? "stopped"
+             : verb == VERB_RELOAD ? "reloaded"
+                                   : "started");
+    *result = json_true();
+    return 0;
+}
+
+static int svc_start(struct api_call *call, json_t *params, json_t **result)
+{
+    return svc_control(call, params, result, VERB_START);
+}
+static int svc_stop(struct api_call *call, json_t *params, json_t **result)
+{
+    return svc_control(call, params, result, VERB_STOP);
+}
+static int svc_restart(struct api_call *call, json_t *params, json_t **result)
+{
+    return svc_control(call, params, result, VERB_RESTART);
+}
+static int svc_reload(struct api_call *call, json_t *params, json_t **result)
+{
+    return svc_control(call, params, result, VERB_RELOAD);
+}
+
+static int svc_started(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    struct service *s = param_service(call, params);
+    if (!s)
+        return -1;
+    *result = json_boolean(s->ops->running());
+    return 0;
+}
+
+static const struct api_field update_fields[] = {
+    {.name = "enable", .type = API_T_BOOL, .flags = API_REQUIRED},
+};
+
+/* service.update [id_or_name, {enable}] → id */
+static int svc_update(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    json_t *jid = api_param(params, 0);
+    struct service *s = NULL;
+    if (json_is_integer(jid)) {
+        json_int_t i = json_integer_value(jid);
+        if (i >= 1 && (size_t)i <= nservices)
+            s = &services[i - 1];
+    } else if (json_is_string(jid)) {
+        s = service_find(json_string_value(jid));
+    }
+    if (!s)
+        return api_error(call, ENOENT, "Service not found");
+    json_t *data = api_param(params, 1);
+    if (api_validate_object(call, NULL, data, update_fields, ARRAY_SIZE(update_fields), 0) < 0)
+        return api_invalid(call);
+    char key[64];
+    snprintf(key, sizeof(key), "service.%s.enable", s->name);
+    bool on = json_is_true(json_object_get(data, "enable"));
+    db_lock();
+    int rc = db_setting_set(key, on ? "1" : "0");
+    db_unlock();
+    if (rc < 0)
+        return api_error(call, rc, "cannot store the service setting");
+    *result = json_integer(s - services + 1);
+    return 0;
+}
+
+void service_apply_enabled(void)
+{
+    for (size_t i = 0; i < nservices; i++) {
+        struct service *s = &services[i];
+        if (!service_enabled(s) && s->ops->running()) {
+            log_info("service %s is disabled (service.update enable=false); stopping it", s->name);
+            int rc = s->ops->stop();
+            if (rc < 0)
+                log_warn("service %s: stop failed: %s", s->name, strerror(-rc));
+        }
+    }
+}
+
+static const struct api_method service_methods[] = {
+    {"service.query", "[filters?, options?]", "Services with their state (RUNNING/STOPPED).",
+     svc_query, 0},
+    {"service.started", "[service]", "Whether a service runs.", svc_started, 0},
+    {"service.start", "[service, options?]", "Open the service's listeners.", svc_start, 0},
+    {"service.stop", "[service, options?]", "Close the service's listeners and sessions.", svc_stop,
+     0},
+    {"service.restart", "[service, options?]", "Stop then start a service.", svc_restart, 0},
+    {"service.reload", "[service, options?]",
+     "Apply pending configuration (iscsitarget: every deferred change, as one generation).",
+     svc_reload, 0},
+    {"service.update", "[id_or_name, {enable}]", "Whether the service starts with blockd.",
+     svc_update, 0},
+};
+
+void service_init(void)
+{
+    api_register(service_methods, ARRAY_SIZE(service_methods));
+}

@@ -1,0 +1,578 @@
+/* blockctl pool / volume / snapshot commands (TrueNAS-shaped API calls). */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+/* ---- helpers ---- */
+
+/* Parse options for a command. Returns the getopt value, -1 at the end,
+ * or CLI_USAGE already reported ('?'). */
+static int next_opt(struct cli_ctx *ctx, int argc, char **argv, const struct option *opts)
+{
+    int c = getopt_long(argc, argv, "", opts, NULL);
+    if (c == '?' || c == ':') {
+        cli_usage(ctx, "bad option %s", argv[optind - 1]);
+        return '?';
+    }
+    return c;
+}
+
+static void opt_reset(void)
+{
+    optind = 0; /* glibc: full re-initialisation */
+    opterr = 0;
+}
+
+static int need_args(struct cli_ctx *ctx, int argc, int want, const char *what)
+{
+    if (argc - optind < want)
+        return cli_usage(ctx, "missing %s", what);
+    if (argc - optind > want)
+        return cli_usage(ctx, "too many arguments");
+    return 0;
+}
+
+static int parse_size_arg(struct cli_ctx *ctx, const char *opt, const char *s, uint64_t *out)
+{
+    if (cli_parse_size(s, out) < 0)
+        return cli_usage(ctx, "%s: invalid size '%s' (a number with optional K, M, G, T suffix)",
+                         opt, s);
+    if (*out > (uint64_t)INT64_MAX)
+        return cli_usage(ctx, "%s: size '%s' too large", opt, s);
+    return 0;
+}
+
+static void human_size(json_t *row, const char *key, char *buf, size_t len)
+{
+    uint64_t v;
+    if (cli_prop_int(row, key, &v))
+        cli_format_size(v, buf, len);
+    else
+        snprintf(buf, len, "-");
+}
+
+/* First of several keys that holds a size. */
+static void human_size_any(json_t *row, const char *const *keys, char *buf, size_t len)
+{
+    uint64_t v;
+    for (size_t i = 0; keys[i]; i++) {
+        if (cli_prop_int(row, keys[i], &v)) {
+            cli_format_size(v, buf, len);
+            return;
+        }
+    }
+    snprintf(buf, len, "-");
+}
+
+static const char *row_name(json_t *row)
+{
+    const char *n = json_string_value(json_object_get(row, "id"));
+    return n ? n : json_string_value(json_object_get(row, "name"));
+}
+
+static bool has_at(const char *s)
+{
+    const char *at = strchr(s, '@');
+    return at && at != s && at[1];
+}
+
+/* Print the result the way --json wants, or the human line. */
+static int done(struct cli_ctx *ctx, json_t *result, const char *fmt, const char *a, const char *b)
+{
+    if (ctx->json)
+        cli_print_json(result);
+    else
+        printf(fmt, a, b);
+    json_decref(result);
+    return CLI_OK;
+}
+
+/* ---- pool ---- */
+
+static int pool_create(struct cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {{"path", required_argument, NULL, 'p'}, {0}};
+    const char *path = NULL;
+    opt_reset();
+    int c;
+    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+        if (c == '?')
+            return CLI_USAGE;
+        path = optarg;
+    }
+    if (need_args(ctx, argc, 1, "pool NAME"))
+        return CLI_USAGE;
+    json_t *data = json_pack("{s:s}", "name", argv[optind]);
+    if (path) {
+        /* the daemon has its own working directory */
+        char abs[PATH_MAX];
+        if (path[0] != '/') {
+            char cwd[PATH_MAX];
+            if (!getcwd(cwd, sizeof(cwd)) ||
+                (size_t)snprintf(abs, sizeof(abs), "%s/%s", cwd, path) >= sizeof(abs)) {
+                json_decref(data);
+                return cli_fail("cannot make %s absolute", path);
+            }
+            path = abs;
+        }
+        json_object_set_new(data, "path", json_string(path));
+    }
+    json_t *res;
+    int rc = cli_call(ctx, "pool.create", json_pack("[o]", data), &res);
+    if (rc)
+        return rc;
+    return done(ctx, res, "created\t%s%s\n", argv[optind], "");
+}
+
+static int pool_list(struct cli_ctx *ctx, int argc, char **argv)
+{
+    if (argc > 1)
+        return cli_usage(ctx, "too many arguments");
+    json_t *res;
+    int rc = cli_call(ctx, "pool.query", json_pack("[[], {s:[s]}]", "order_by", "name"), &res);
+    if (rc)
+        return rc;
+    if (ctx->json)
+        return done(ctx, res, "", "", "");
+    static const char *const hdr[] = {"NAME", "PATH", "STATUS", ">SIZE", ">FREE"};
+    struct cli_table *t = cli_table_new(5, hdr);
+    size_t i;
+    json_t *row;
+    json_array_foreach(res, i, row)
+    {
+        static const char *const size_keys[] = {"size", "total", NULL};
+        static const char *const free_keys[] = {"free", "available", NULL};
+        char size[32], avail[32];
+        human_size_any(row, size_keys, size, sizeof(size));
+        human_size_any(row, free_keys, avail, sizeof(avail));
+        const char *cells[] = {cli_prop_str(row, "name"), cli_prop_str(row, "path"),
+                               cli_prop_str(row, "status"), size, avail};
+        cli_table_add(t, cells);
+    }
+    cli_table_print(t, stdout);
+    cli_table_free(t);
+    json_decref(res);
+    return CLI_OK;
+}
+
+/* ---- volume ---- */
+
+static int upper_sync(struct cli_ctx *ctx, const char *s, char *out, size_t len)
+{
+    static const char *const ok[] = {"standard", "always", "disabled"};
+    for (size_t i = 0; i < 3; i++) {
+        if (strcasecmp(s, ok[i]) == 0) {
+            size_t k = 0;
+            for (; ok[i][k] && k + 1 < len; k++)
+                out[k] = (char)toupper((unsigned char)ok[i][k]);
+            out[k] = 0;
+            return 0;
+        }
+    }
+    return cli_usage(ctx, "--sync: '%s' is not one of standard, always, disabled", s);
+}
+
+static int volume_create(struct cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"size", required_argument, NULL, 's'}, {"blocksize", required_argument, NULL, 'b'},
+        {"sync", required_argument, NULL, 'y'}, {"readonly", no_argument, NULL, 'r'},
+        {"thick", no_argument, NULL, 't'},      {0},
+    };
+    const char *size = NULL, *bs = NULL, *sync = NULL;
+    bool ro = false, thick = false;
+    opt_reset();
+    int c;
+    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+        switch (c) {
+        case 's':
+            size = optarg;
+            break;
+        case 'b':
+            bs = optarg;
+            break;
+        case 'y':
+            sync = optarg;
+            break;
+        case 'r':
+            ro = true;
+            break;
+        case 't':
+            thick = true;
+            break;
+        default:
+            return CLI_USAGE;
+        }
+    }
+    if (need_args(ctx, argc, 1, "POOL/NAME"))
+        return CLI_USAGE;
+    if (!size)
+        return cli_usage(ctx, "--size is required");
+    uint64_t bytes;
+    if (parse_size_arg(ctx, "--size", size, &bytes))
+        return CLI_USAGE;
+    const char *name = argv[optind];
+    json_t *data = json_pack("{s:s, s:s, s:I, s:b, s:s}", "name", name, "type", "VOLUME", "volsize",
+                             (json_int_t)bytes, "sparse", !thick, "readonly", ro ? "ON" : "OFF");
+    if (bs) {
+        uint64_t b;
+        if (parse_size_arg(ctx, "--blocksize", bs, &b)) {
+            json_decref(data);
+            return CLI_USAGE;
+        }
+        char text[32];
+        if (b >= 1024 && b % 1024 == 0)
+            snprintf(text, sizeof(text), "%lluK", (unsigned long long)(b / 1024));
+        else
+            snprintf(text, sizeof(text), "%llu", (unsigned long long)b);
+        json_object_set_new(data, "volblocksize", json_string(text));
+    }
+    if (sync) {
+        char up[16];
+        if (upper_sync(ctx, sync, up, sizeof(up))) {
+            json_decref(data);
+            return CLI_USAGE;
+        }
+        json_object_set_new(data, "sync", json_string(up));
+    }
+    json_t *res;
+    int rc = cli_call(ctx, "pool.dataset.create", json_pack("[o]", data), &res);
+    if (rc)
+        return rc;
+    return done(ctx, res, "created\t%s%s\n", name, "");
+}
+
+static json_t *volume_filters(void)
+{
+    return json_pack("[[[s, s, s]], {s:[s]}]", "type", "=", "VOLUME", "order_by", "name");
+}
+
+static void volume_row(struct cli_table *t, json_t *row)
+{
+    char size[32], used[32], bs[32];
+    human_size(row, "volsize", size, sizeof(size));
+    static const char *const used_keys[] = {"used", "allocated", "referenced", NULL};
+    human_size_any(row, used_keys, used, sizeof(used));
+    const char *bss = cli_prop_str(row, "volblocksize");
+    uint64_t b;
+    if (!bss && cli_prop_int(row, "volblocksize", &b)) {
+        if (b % 1024 == 0)
+            snprintf(bs, sizeof(bs), "%lluK", (unsigned long long)(b / 1024));
+        else
+            snprintf(bs, sizeof(bs), "%llu", (unsigned long long)b);
+        bss = bs;
+    }
+    const char *ro = cli_prop_str(row, "readonly");
+    const char *origin = cli_prop_str(row, "origin");
+    const char *sparse = cli_prop_str(row, "sparse");
+    const char *alloc = sparse ? (strcmp(sparse, "true") == 0 ? "sparse" : "thick") : NULL;
+    if (!alloc) {
+        const char *thick = cli_prop_str(row, "thick");
+        alloc = thick ? (strcmp(thick, "true") == 0 ? "thick" : "sparse") : NULL;
+    }
+    const char *cells[] = {row_name(row),
+                           size,
+                           used,
+                           bss,
+                           cli_prop_str(row, "sync"),
+                           ro,
+                           alloc,
+                           origin && *origin ? origin : NULL};
+    cli_table_add(t, cells);
+}
+
+static int volume_list(struct cli_ctx *ctx, int argc, char **argv)
+{
+    if (argc > 1)
+        return cli_usage(ctx, "too many arguments");
+    json_t *res;
+    int rc = cli_call(ctx, "pool.dataset.query", volume_filters(), &res);
+    if (rc)
+        return rc;
+    if (ctx->json)
+        return done(ctx, res, "", "", "");
+    static const char *const hdr[] = {"NAME", ">SIZE",    ">USED", ">BLOCKSIZE",
+                                      "SYNC", "READONLY", "ALLOC", "ORIGIN"};
+    struct cli_table *t = cli_table_new(8, hdr);
+    size_t i;
+    json_t *row;
+    json_array_foreach(res, i, row) volume_row(t, row);
+    cli_table_print(t, stdout);
+    cli_table_free(t);
+    json_decref(res);
+    return CLI_OK;
+}
+
+static bool is_size_key(const char *k)
+{
+    static const char *const keys[] = {"volsize",   "used", "allocated", "referenced",
+                                       "available", "size", "free",      NULL};
+    for (size_t i = 0; keys[i]; i++)
+        if (strcmp(k, keys[i]) == 0)
+            return true;
+    return false;
+}
+
+static void show_row(json_t *row)
+{
+    size_t w = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(row, key, v) if (strlen(key) > w) w = strlen(key);
+    json_object_foreach(row, key, v)
+    {
+        uint64_t n;
+        if (is_size_key(key) && cli_prop_int(row, key, &n)) {
+            char h[32];
+            cli_format_size(n, h, sizeof(h));
+            printf("%-*s  %s (%llu bytes)\n", (int)w, key, h, (unsigned long long)n);
+            continue;
+        }
+        const char *s = cli_prop_str(row, key);
+        if (s) {
+            printf("%-*s  %s\n", (int)w, key, s);
+            continue;
+        }
+        if (json_is_object(v) && json_is_integer(json_object_get(v, "parsed"))) {
+            printf("%-*s  %lld\n", (int)w, key,
+                   (long long)json_integer_value(json_object_get(v, "parsed")));
+            continue;
+        }
+        char *j = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        printf("%-*s  %s\n", (int)w, key, j ? j : "?");
+        free(j);
+    }
+}
+
+static int volume_show(struct cli_ctx *ctx, int argc, char **argv)
+{
+    opt_reset();
+    if (next_opt(ctx, argc, argv, (const struct option[]){{0}}) == '?')
+        return CLI_USAGE;
+    if (need_args(ctx, argc, 1, "volume NAME"))
+        return CLI_USAGE;
+    const char *name = argv[optind];
+    json_t *res, *err;
+    int rc = cli_call_raw(ctx, "pool.dataset.query",
+                          json_pack("[[[s, s, s]], {s:b}]", "id", "=", name, "get", 1), &res, &err);
+    if (err) {
+        json_t *data = json_object_get(err, "data");
+        const char *en = json_string_value(json_object_get(data, "error"));
+        if (en && strcmp(en, "ENOENT") == 0 &&
+            json_integer_value(json_object_get(err, "code")) == -32001)
+            fprintf(stderr, "blockctl: volume %s does not exist\n", name);
+        else
+            cli_print_error(err);
+        json_decref(err);
+        return CLI_ERROR;
+    }
+    if (rc)
+        return rc;
+    if (ctx->json)
+        return done(ctx, res, "", "", "");
+    show_row(res);
+    json_decref(res);
+    return CLI_OK;
+}
+
+static int volume_resize(struct cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {{"size", required_argument, NULL, 's'}, {0}};
+    const char *size = NULL;
+    opt_reset();
+    int c;
+    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+        if (c == '?')
+            return CLI_USAGE;
+        size = optarg;
+    }
+    if (need_args(ctx, argc, 1, "volume NAME"))
+        return CLI_USAGE;
+    if (!size)
+        return cli_usage(ctx, "--size is required");
+    uint64_t bytes;
+    if (parse_size_arg(ctx, "--size", size, &bytes))
+        return CLI_USAGE;
+    const char *name = argv[optind];
+    json_t *res;
+    int rc = cli_call(ctx, "pool.dataset.update",
+                      json_pack("[s, {s:I}]", name, "volsize", (json_int_t)bytes), &res);
+    if (rc)
+        return rc;
+    char h[32];
+    cli_format_size(bytes, h, sizeof(h));
+    return done(ctx, res, "resized\t%s\t%s\n", name, h);
+}
+
+static int volume_delete(struct cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {{"recursive", no_argument, NULL, 'r'}, {0}};
+    bool recursive = false;
+    opt_reset();
+    int c;
+    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+        if (c == '?')
+            return CLI_USAGE;
+        recursive = true;
+    }
+    if (need_args(ctx, argc, 1, "volume NAME"))
+        return CLI_USAGE;
+    const char *name = argv[optind];
+    json_t *res;
+    int rc = cli_call(ctx, "pool.dataset.delete",
+                      json_pack("[s, {s:b}]", name, "recursive", recursive), &res);
+    if (rc)
+        return rc;
+    return done(ctx, res, "deleted\t%s%s\n", name, "");
+}
+
+/* Positional-only commands: exactly n args, no options. */
+static int plain_args(struct cli_ctx *ctx, int argc, char **argv, int n, const char *what)
+{
+    opt_reset();
+    if (next_opt(ctx, argc, argv, (const struct option[]){{0}}) == '?')
+        return CLI_USAGE;
+    return need_args(ctx, argc, n, what) ? CLI_USAGE : 0;
+}
+
+static int volume_snapshot(struct cli_ctx *ctx, int argc, char **argv)
+{
+    if (plain_args(ctx, argc, argv, 1, "POOL/VOL@SNAP"))
+        return CLI_USAGE;
+    const char *full = argv[optind];
+    if (!has_at(full))
+        return cli_usage(ctx, "'%s' is not POOL/VOL@SNAP", full);
+    const char *at = strchr(full, '@');
+    char *ds = strndup(full, (size_t)(at - full));
+    json_t *res;
+    int rc = cli_call(ctx, "zfs.snapshot.create",
+                      json_pack("[{s:s, s:s}]", "dataset", ds, "name", at + 1), &res);
+    free(ds);
+    if (rc)
+        return rc;
+    return done(ctx, res, "created\t%s%s\n", full, "");
+}
+
+static int volume_clone(struct cli_ctx *ctx, int argc, char **argv)
+{
+    if (plain_args(ctx, argc, argv, 2, "POOL/VOL@SNAP and POOL/NEW"))
+        return CLI_USAGE;
+    const char *snap = argv[optind], *dst = argv[optind + 1];
+    if (!has_at(snap))
+        return cli_usage(ctx, "'%s' is not POOL/VOL@SNAP", snap);
+    char label[512];
+    snprintf(label, sizeof(label), "cloning %s to %s", snap, dst);
+    ctx->progress_label = label;
+    json_t *res;
+    int rc = cli_call(ctx, "zfs.snapshot.clone",
+                      json_pack("[{s:s, s:s}]", "snapshot", snap, "dataset_dst", dst), &res);
+    ctx->progress_label = NULL;
+    if (rc)
+        return rc;
+    return done(ctx, res, "cloned\t%s\t%s\n", snap, dst);
+}
+
+static int volume_rollback(struct cli_ctx *ctx, int argc, char **argv)
+{
+    if (plain_args(ctx, argc, argv, 1, "POOL/VOL@SNAP"))
+        return CLI_USAGE;
+    const char *snap = argv[optind];
+    if (!has_at(snap))
+        return cli_usage(ctx, "'%s' is not POOL/VOL@SNAP", snap);
+    char label[512];
+    snprintf(label, sizeof(label), "rolling back to %s", snap);
+    ctx->progress_label = label;
+    json_t *res;
+    int rc = cli_call(ctx, "zfs.snapshot.rollback", json_pack("[s, {}]", snap), &res);
+    ctx->progress_label = NULL;
+    if (rc)
+        return rc;
+    return done(ctx, res, "rolled back\t%s%s\n", snap, "");
+}
+
+/* ---- snapshot ---- */
+
+static int snapshot_list(struct cli_ctx *ctx, int argc, char **argv)
+{
+    opt_reset();
+    if (next_opt(ctx, argc, argv, (const struct option[]){{0}}) == '?')
+        return CLI_USAGE;
+    if (argc - optind > 1)
+        return cli_usage(ctx, "too many arguments");
+    json_t *filters = json_array();
+    if (argc - optind == 1)
+        json_array_append_new(filters, json_pack("[s, s, s]", "dataset", "=", argv[optind]));
+    json_t *res;
+    int rc = cli_call(ctx, "zfs.snapshot.query",
+                      json_pack("[o, {s:[s]}]", filters, "order_by", "id"), &res);
+    if (rc)
+        return rc;
+    if (ctx->json)
+        return done(ctx, res, "", "", "");
+    static const char *const hdr[] = {"NAME", "DATASET", ">SIZE", ">USED", "CREATED"};
+    struct cli_table *t = cli_table_new(5, hdr);
+    size_t i;
+    json_t *row;
+    json_array_foreach(res, i, row)
+    {
+        char size[32], used[32];
+        static const char *const size_keys[] = {"volsize", "size", NULL};
+        static const char *const used_keys[] = {"used", "allocated", "referenced", NULL};
+        human_size_any(row, size_keys, size, sizeof(size));
+        human_size_any(row, used_keys, used, sizeof(used));
+        const char *created = cli_prop_str(row, "created");
+        if (!created)
+            created = cli_prop_str(row, "creation");
+        if (!created)
+            created = cli_prop_str(json_object_get(row, "properties"), "creation");
+        const char *cells[] = {row_name(row), cli_prop_str(row, "dataset"), size, used, created};
+        cli_table_add(t, cells);
+    }
+    cli_table_print(t, stdout);
+    cli_table_free(t);
+    json_decref(res);
+    return CLI_OK;
+}
+
+static int snapshot_delete(struct cli_ctx *ctx, int argc, char **argv)
+{
+    if (plain_args(ctx, argc, argv, 1, "POOL/VOL@SNAP"))
+        return CLI_USAGE;
+    const char *snap = argv[optind];
+    if (!has_at(snap))
+        return cli_usage(ctx, "'%s' is not POOL/VOL@SNAP", snap);
+    json_t *res;
+    int rc = cli_call(ctx, "zfs.snapshot.delete", json_pack("[s]", snap), &res);
+    if (rc)
+        return rc;
+    return done(ctx, res, "deleted\t%s%s\n", snap, "");
+}
+
+static const struct cli_command volume_commands[] = {
+    {"pool", "create", "NAME [--path DIR]", "Create a pool (a directory holding volumes)",
+     pool_create},
+    {"pool", "list", "", "List pools", pool_list},
+    {"volume", "create",
+     "POOL/NAME --size SIZE [--blocksize B] [--sync standard|always|disabled] [--readonly] "
+     "[--thick]",
+     "Create a volume (sparse unless --thick; blocksize 512..128K, default 16K)", volume_create},
+    {"volume", "list", "", "List volumes", volume_list},
+    {"volume", "show", "NAME", "Show every property of a volume", volume_show},
+    {"volume", "resize", "NAME --size SIZE", "Grow or shrink a volume", volume_resize},
+    {"volume", "delete", "NAME [--recursive]", "Delete a volume (--recursive: with its snapshots)",
+     volume_delete},
+    {"volume", "snapshot", "POOL/VOL@SNAP", "Take a snapshot", volume_snapshot},
+    {"volume", "clone", "POOL/VOL@SNAP POOL/NEW", "Create a volume from a snapshot", volume_clone},
+    {"volume", "rollback", "POOL/VOL@SNAP", "Replace a volume's contents with a snapshot's",
+     volume_rollback},
+    {"snapshot", "list", "[POOL/VOL]", "List snapshots (of one volume)", snapshot_list},
+    {"snapshot", "delete", "POOL/VOL@SNAP", "Delete a snapshot", snapshot_delete},
+};
+CLI_COMMANDS(volume_commands)
