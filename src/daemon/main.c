@@ -31,6 +31,7 @@
 #include "core/log.h"
 #include "core/reactor.h"
 /* @@module-includes@@ (helpers: add your module's header here) */
+#include "iscsi/iscsi_runtime.h" /* iscsi */
 #include "nbd/nbd.h" /* nbd */
 
 struct options {
@@ -256,6 +257,10 @@ int main(int argc, char **argv)
         log_error("cannot start the NBD server: %s", strerror(-rc));
         return 1;
     }
+    if ((rc = iscsi_server_start(o.iscsi_listen)) < 0) { /* iscsi */
+        log_error("cannot start the iSCSI server: %s", strerror(-rc));
+        return 1;
+    }
 
     if ((rc = api_server_start(api_socket)) < 0) {
         log_error("cannot serve the API on %s: %s", api_socket, strerror(-rc));
@@ -285,6 +290,7 @@ int main(int argc, char **argv)
     api_server_stop();
     /* @@module-stop@@ (helpers: stop accepting, finish in-flight requests) */
     nbd_server_stop(); /* nbd */
+    iscsi_server_stop(); /* iscsi */
     datasets_flush_all();
     reactors_stop();
     iopool_stop();
