@@ -36,9 +36,9 @@
 #include "store/volume.h"
 
 #define SCSI_CDB_MAX 16
-#define SCSI_SENSE_MAX 32        /* fixed-format sense; we produce 18 bytes */
-#define SCSI_PORT_NAME_MAX 256   /* "iqn....,i,0x<isid>" incl. NUL (SPC-4 TransportID) */
-#define SCSI_LUN_MAX 16383       /* LUN ids 0..16383 (flat space addressing) */
+#define SCSI_SENSE_MAX 32      /* fixed-format sense; we produce 18 bytes */
+#define SCSI_PORT_NAME_MAX 256 /* "iqn....,i,0x<isid>" incl. NUL (SPC-4 TransportID) */
+#define SCSI_LUN_MAX 16383     /* LUN ids 0..16383 (flat space addressing) */
 
 /* SAM status codes. */
 enum scsi_status {
@@ -83,13 +83,13 @@ struct scsi_lu_params {
     /* NAA identifier as hex, "0x" optional: 16 digits (NAA 5, 8 bytes) or
      * 32 digits (NAA 6, 16 bytes). "" → derived from the serial. */
     char naa[35];
-    char vendor[9];    /* "" → "BLOCKD" */
-    char product[17];  /* "" → "iSCSI Disk" */
-    char revision[5];  /* "" → "0123" */
+    char vendor[9];   /* "" → "BLOCKD" */
+    char product[17]; /* "" → "iSCSI Disk" */
+    char revision[5]; /* "" → "0123" */
     /* Medium rotation rate (VPD 0xB1): 0 = not reported, 1 = non-rotating
      * (SSD), else RPM. */
     uint16_t rotation_rate;
-    bool readonly;     /* in addition to the volume's own read-only flag */
+    bool readonly; /* in addition to the volume's own read-only flag */
     /* Allow EXTENDED COPY. Not implemented: EXTENDED COPY and RECEIVE COPY
      * RESULTS are reported unsupported whatever this says (3PC=0). */
     bool insecure_tpc;
@@ -122,17 +122,17 @@ void scsi_lu_set_readonly(struct scsi_lu *lu, bool ro);
 
 /* Unit attention conditions the transport / control plane can raise. */
 enum scsi_ua {
-    SCSI_UA_POWER_ON = 0,          /* 29/00 POWER ON, RESET, OR BUS DEVICE RESET */
-    SCSI_UA_BUS_RESET,             /* 29/02 (target warm reset) */
-    SCSI_UA_LU_RESET,              /* 29/03 BUS DEVICE RESET FUNCTION OCCURRED */
-    SCSI_UA_NEXUS_LOSS,            /* 29/07 I_T NEXUS LOSS OCCURRED */
-    SCSI_UA_MODE_CHANGED,          /* 2A/01 MODE PARAMETERS CHANGED */
-    SCSI_UA_RESERVATIONS_PREEMPTED, /* 2A/03 */
-    SCSI_UA_RESERVATIONS_RELEASED, /* 2A/04 */
+    SCSI_UA_POWER_ON = 0,            /* 29/00 POWER ON, RESET, OR BUS DEVICE RESET */
+    SCSI_UA_BUS_RESET,               /* 29/02 (target warm reset) */
+    SCSI_UA_LU_RESET,                /* 29/03 BUS DEVICE RESET FUNCTION OCCURRED */
+    SCSI_UA_NEXUS_LOSS,              /* 29/07 I_T NEXUS LOSS OCCURRED */
+    SCSI_UA_MODE_CHANGED,            /* 2A/01 MODE PARAMETERS CHANGED */
+    SCSI_UA_RESERVATIONS_PREEMPTED,  /* 2A/03 */
+    SCSI_UA_RESERVATIONS_RELEASED,   /* 2A/04 */
     SCSI_UA_REGISTRATIONS_PREEMPTED, /* 2A/05 */
-    SCSI_UA_CAPACITY_CHANGED,      /* 2A/09 CAPACITY DATA HAS CHANGED */
-    SCSI_UA_INQUIRY_CHANGED,       /* 3F/03 INQUIRY DATA HAS CHANGED */
-    SCSI_UA_LUNS_CHANGED,          /* 3F/0E REPORTED LUNS DATA HAS CHANGED */
+    SCSI_UA_CAPACITY_CHANGED,        /* 2A/09 CAPACITY DATA HAS CHANGED */
+    SCSI_UA_INQUIRY_CHANGED,         /* 3F/03 INQUIRY DATA HAS CHANGED */
+    SCSI_UA_LUNS_CHANGED,            /* 3F/0E REPORTED LUNS DATA HAS CHANGED */
     SCSI_UA_COUNT
 };
 
@@ -169,7 +169,7 @@ struct scsi_nexus {
     uint16_t rel_tgt_port_id;
     uint16_t tpg_id;
     size_t (*list_luns)(const struct scsi_nexus *n, uint64_t *out, size_t max);
-    void *arg; /* for list_luns */
+    void *arg;   /* for list_luns */
     uint64_t id; /* private: set by scsi_nexus_init */
 };
 
@@ -209,8 +209,8 @@ typedef void (*scsi_cmd_done_fn)(struct scsi_cmd *c);
 struct scsi_cmd {
     /* ---- in (filled by the transport) ---- */
     uint8_t cdb[SCSI_CDB_MAX];
-    uint8_t cdb_len;       /* bytes valid in cdb (iSCSI: 16) */
-    uint64_t lun;          /* decoded LUN id (scsi_lun_decode) */
+    uint8_t cdb_len; /* bytes valid in cdb (iSCSI: 16) */
+    uint64_t lun;    /* decoded LUN id (scsi_lun_decode) */
     /* The LU lun maps to, or NULL when the target maps nothing there: then
      * INQUIRY answers "peripheral qualifier 3", REPORT LUNS and REQUEST
      * SENSE work, anything else is LOGICAL UNIT NOT SUPPORTED. The caller
@@ -227,11 +227,11 @@ struct scsi_cmd {
     uint32_t data_in_cap;
     struct reactor *owner; /* done() runs here; NULL: any thread */
     scsi_cmd_done_fn done;
-    void *arg;             /* for the transport */
+    void *arg; /* for the transport */
 
     /* ---- out (valid in done()) ---- */
-    uint8_t status;              /* enum scsi_status */
-    uint8_t sense_len;           /* 0 or 18 (with CHECK CONDITION) */
+    uint8_t status;                /* enum scsi_status */
+    uint8_t sense_len;             /* 0 or 18 (with CHECK CONDITION) */
     uint8_t sense[SCSI_SENSE_MAX]; /* fixed format (0x70) */
     /* Bytes placed in data_in (≤ data_in_cap). */
     uint32_t data_in_len;
@@ -246,16 +246,20 @@ struct scsi_cmd {
     /* ---- private to scsi/ ---- */
     struct {
         struct vreq vreq;
-        struct reactor_msg msg;
-        const void *op;        /* opcode table entry */
+        struct reactor_msg msg;           /* resumes a command parked on the range lock */
+        const void *op;                   /* opcode table entry */
+        bool (*next)(struct scsi_cmd *c); /* continuation of a multi-step command */
+        _Atomic int phase;                /* inline-completion trampoline state */
         uint64_t lba;
         uint32_t nblocks;
-        uint32_t step;         /* state machine position of multi-step commands */
-        uint64_t pos;          /* progress (bytes / descriptors) */
-        uint8_t *tmp;          /* bufpool buffer (VERIFY, CAW, WRITE SAME) */
+        uint32_t step;
+        uint64_t pos;
+        uint64_t end;
+        uint8_t *tmp; /* bufpool buffer (VERIFY, CAW, WRITE SAME) */
         size_t tmp_len;
         struct scsi_cmd *lock_next; /* LBA range lock lists */
         struct scsi_cmd *lock_prev;
+        struct scsi_cmd *grant_next;
         uint64_t lock_start, lock_end;
         uint8_t lock_state;
         bool lock_excl;

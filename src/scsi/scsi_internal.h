@@ -1,0 +1,206 @@
+/*
+ * Private to src/scsi: the LU layout, the opcode table entry and the helpers
+ * the command families share. Not for transports (they use scsi.h).
+ */
+#ifndef BLOCKD_SCSI_INTERNAL_H
+#define BLOCKD_SCSI_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "scsi/scsi.h"
+
+/* Limits we advertise in the Block Limits VPD page and enforce. */
+#define SCSI_MAX_XFER_BYTES (8u << 20)  /* MAXIMUM TRANSFER LENGTH, in bytes */
+#define SCSI_MAX_CAW_BLOCKS 255u        /* MAXIMUM COMPARE AND WRITE LENGTH */
+#define SCSI_MAX_UNMAP_DESCS 256u       /* MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT */
+#define SCSI_MAX_UNMAP_LBAS 0xFFFFFFFFu /* MAXIMUM UNMAP LBA COUNT */
+#define SCSI_CHUNK_BYTES (1u << 20)     /* pattern/verify buffers */
+#define SCSI_PR_MAX_REGS 64u            /* registrations per LU */
+
+/* Sense keys. */
+enum {
+    SK_NO_SENSE = 0x0,
+    SK_NOT_READY = 0x2,
+    SK_MEDIUM_ERROR = 0x3,
+    SK_HARDWARE_ERROR = 0x4,
+    SK_ILLEGAL_REQUEST = 0x5,
+    SK_UNIT_ATTENTION = 0x6,
+    SK_DATA_PROTECT = 0x7,
+    SK_ABORTED_COMMAND = 0xB,
+    SK_MISCOMPARE = 0xE,
+};
+
+/* Opcode table flags. */
+enum scsi_op_flags {
+    OPF_NO_LU = 1u << 0,      /* runs without an LU (INQUIRY, REPORT LUNS, REQUEST SENSE) */
+    OPF_UA_EXEMPT = 1u << 1,  /* does not report pending unit attentions */
+    OPF_PR_ALLOW = 1u << 2,   /* allowed whatever the persistent reservation */
+    OPF_PR_READ = 1u << 3,    /* a read: allowed under Write Exclusive */
+    OPF_RES2_ALLOW = 1u << 4, /* allowed from others under an SPC-2 reservation */
+    OPF_WRITE = 1u << 5,      /* modifies the medium: refused when read-only */
+    OPF_RANGE_LOCK = 1u << 6, /* takes the LBA range lock (shared) */
+    OPF_RANGE_EXCL = 1u << 7, /* takes the LBA range lock (exclusive: COMPARE AND WRITE) */
+    OPF_HAS_SA = 1u << 8,     /* service action in byte 1 bits 0-4 */
+    OPF_NEEDS_TRIM = 1u << 9, /* only offered when the volume can trim */
+};
+
+enum scsi_dir { DIR_NONE = 0, DIR_IN = 1, DIR_OUT = 2 };
+
+struct scsi_op {
+    uint8_t opcode;
+    uint8_t sa;
+    uint8_t cdb_len;
+    uint8_t dir;
+    uint16_t flags;
+    uint8_t usage[16]; /* CDB usage data: bits an initiator may set (REPORT SUPPORTED OPCODES) */
+    void (*run)(struct scsi_cmd *c);
+    const char *name;
+    uint16_t timeout_s; /* nominal command timeout for RCTD */
+};
+
+/* Per I_T nexus state kept by an LU. */
+struct scsi_nexus_state {
+    uint64_t nexus_id;
+    uint32_t ua_pending; /* bit per enum scsi_ua */
+    uint16_t rel_tgt_port_id;
+    char initiator_port[SCSI_PORT_NAME_MAX];
+    struct scsi_nexus_state *next;
+};
+
+/* One persistent reservation registration (I_T nexus + key). */
+struct scsi_pr_reg {
+    uint64_t key;
+    uint16_t rel_tgt_port_id;
+    char initiator_port[SCSI_PORT_NAME_MAX];
+};
+
+struct scsi_lu {
+    atomic_int refs;
+    struct volume *vol;
+    uint32_t block_size;
+    unsigned block_shift;
+    uint8_t pblock_exp;
+    uint16_t rotation_rate;
+    atomic_bool readonly;
+    bool insecure_tpc;
+    char serial[33];
+    char vendor[9];
+    char product[17];
+    char revision[5];
+    uint8_t naa[16];
+    uint8_t naa_len;
+    struct scsi_pr_store pr_store;
+
+    pthread_mutex_t mu; /* everything below */
+    struct scsi_nexus_state *nexuses;
+    uint64_t size_gen_seen;
+    /* SPC-2 RESERVE/RELEASE */
+    bool res2_held;
+    uint64_t res2_nexus;
+    /* SPC-4 persistent reservations */
+    struct scsi_pr_reg *regs;
+    size_t nregs;
+    uint32_t pr_generation;
+    bool pr_aptpl;
+    bool pr_held;
+    uint8_t pr_type;
+    /* holder for non-all-registrants types (index into regs; kept valid on removal) */
+    size_t pr_holder;
+    /* LBA range lock */
+    struct scsi_cmd *lock_active;
+    struct scsi_cmd *lock_wait_head;
+    struct scsi_cmd *lock_wait_tail;
+};
+
+/* ---- sense / completion (scsi_sense.c) ---- */
+void scsi_sense_fill(struct scsi_cmd *c, uint8_t key, uint8_t asc, uint8_t ascq);
+/* INVALID FIELD IN CDB with a field pointer (byte, bit; bit < 0: no bit pointer). */
+void scsi_fail_cdb(struct scsi_cmd *c, unsigned byte, int bit);
+/* INVALID FIELD IN PARAMETER LIST with a field pointer into the data-out. */
+void scsi_fail_param(struct scsi_cmd *c, unsigned byte, int bit);
+void scsi_fail_lba_range(struct scsi_cmd *c);
+void scsi_fail_write_protect(struct scsi_cmd *c);
+void scsi_fail_param_len(struct scsi_cmd *c);
+void scsi_fail_miscompare(struct scsi_cmd *c, uint32_t offset);
+/* The one errno → sense mapping. write selects the medium error ASC. */
+void scsi_fail_errno(struct scsi_cmd *c, int err, bool write);
+/* Finish the command: release the range lock, free tmp, call done(). */
+void scsi_complete(struct scsi_cmd *c);
+/* GOOD status with min(avail, alloc_len) bytes of src as data-in (clipped
+ * to the transport's buffer; xfer_want says what the command wanted). */
+void scsi_complete_data(struct scsi_cmd *c, const void *src, uint32_t avail, uint32_t alloc_len);
+
+/* ---- opcode table (scsi_table.c) ---- */
+const struct scsi_op *scsi_op_find(uint8_t opcode, uint8_t sa, bool *opcode_known);
+const struct scsi_op *scsi_op_table(size_t *n);
+bool scsi_op_supported(const struct scsi_op *op, const struct scsi_lu *lu);
+
+/* ---- LU state (scsi_lu.c) ---- */
+uint64_t scsi_lu_blocks(const struct scsi_lu *lu);
+bool scsi_lu_is_readonly(const struct scsi_lu *lu);
+/* mu held: the state of nexus n (created with POWER_ON pending when new). */
+struct scsi_nexus_state *scsi_lu_nexus_locked(struct scsi_lu *lu, const struct scsi_nexus *n);
+/* mu held: queue ua for every known nexus except `except` (0: none). */
+void scsi_lu_ua_all_locked(struct scsi_lu *lu, enum scsi_ua ua, uint64_t except);
+/* mu held: queue ua for the nexuses of a registration (initiator port + rel port). */
+void scsi_lu_ua_port_locked(struct scsi_lu *lu, const struct scsi_pr_reg *r, enum scsi_ua ua);
+/* Pop the highest-priority pending UA into c's sense; false if none. mu held. */
+bool scsi_lu_ua_pop_locked(struct scsi_nexus_state *ns, struct scsi_cmd *c);
+/* Range lock: true when granted now; else c is queued and op->run is called
+ * later on c->owner. */
+bool scsi_range_lock(struct scsi_cmd *c, uint64_t lba, uint64_t nblocks, bool excl);
+void scsi_range_unlock(struct scsi_cmd *c);
+
+/* ---- async I/O helper (scsi_io.c) ---- */
+/* Submit c->priv.vreq (filled by the caller except owner/done/arg); when it
+ * completes, next(c) runs; next returns true after preparing another vreq
+ * to submit, false when the command is finished (it completed c). Inline
+ * completions loop here instead of recursing. */
+void scsi_io_submit(struct scsi_cmd *c, bool (*next)(struct scsi_cmd *c));
+void scsi_vreq_prep(struct scsi_cmd *c, enum vreq_op op, unsigned flags, uint64_t off, uint64_t len,
+                    void *buf);
+
+/* ---- command families ---- */
+void scsi_run_tur(struct scsi_cmd *c);
+void scsi_run_request_sense(struct scsi_cmd *c);
+void scsi_run_inquiry(struct scsi_cmd *c);
+void scsi_run_read_capacity10(struct scsi_cmd *c);
+void scsi_run_read_capacity16(struct scsi_cmd *c);
+void scsi_run_report_luns(struct scsi_cmd *c);
+void scsi_run_report_tpg(struct scsi_cmd *c);
+void scsi_run_rsoc(struct scsi_cmd *c);
+void scsi_run_mode_sense(struct scsi_cmd *c);
+void scsi_run_mode_select(struct scsi_cmd *c);
+void scsi_run_start_stop(struct scsi_cmd *c);
+void scsi_run_prevent_allow(struct scsi_cmd *c);
+void scsi_run_read(struct scsi_cmd *c);
+void scsi_run_write(struct scsi_cmd *c);
+void scsi_run_write_verify(struct scsi_cmd *c);
+void scsi_run_verify(struct scsi_cmd *c);
+void scsi_run_write_same(struct scsi_cmd *c);
+void scsi_run_unmap(struct scsi_cmd *c);
+void scsi_run_caw(struct scsi_cmd *c);
+void scsi_run_sync_cache(struct scsi_cmd *c);
+void scsi_run_prefetch(struct scsi_cmd *c);
+void scsi_run_get_lba_status(struct scsi_cmd *c);
+void scsi_run_reserve(struct scsi_cmd *c);
+void scsi_run_release(struct scsi_cmd *c);
+void scsi_run_pr_in(struct scsi_cmd *c);
+void scsi_run_pr_out(struct scsi_cmd *c);
+
+/* PR / SPC-2 reservation check before dispatch (mu held). true: conflict. */
+bool scsi_pr_conflict_locked(struct scsi_lu *lu, const struct scsi_nexus *n,
+                             const struct scsi_op *op, const uint8_t *cdb);
+int scsi_pr_load(struct scsi_lu *lu, const void *blob, size_t len);
+
+/* CDB field decoding shared by the I/O commands: LBA and transfer length by
+ * opcode. false for opcodes without them. */
+bool scsi_cdb_lba_len(const uint8_t *cdb, uint64_t *lba, uint32_t *len);
+
+static inline uint32_t scsi_alloc_len(const struct scsi_cmd *c, uint32_t want)
+{
+    return want < c->data_in_cap ? want : c->data_in_cap;
+}
+
+#endif
