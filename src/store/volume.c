@@ -12,10 +12,11 @@
  * bumped before the request's done() runs). A flush records that count as
  * its target; a sync job that read the count as `start` *before* calling
  * bdev sync covers every write counted up to start, so when it returns,
- * every waiting flush with target <= start is complete. One sync job runs at
- * a time per volume and loops while waiters remain, so concurrent flushes
- * share fdatasync calls. FUA writes and sync=always writes wait the same way
- * with their own count as target.
+ * every waiting flush with target <= start is complete. A flush waits for a
+ * running sync whose start already covers it, and only launches a new one
+ * if none does (at most VOLUME_SYNC_PARALLEL at once), so concurrent
+ * flushes share fdatasync calls. FUA writes and sync=always writes wait the
+ * same way with their own count as target.
  */
 #include "store/volume.h"
 
@@ -29,6 +30,19 @@
 
 #include "core/log.h"
 #include "core/util.h"
+
+/* Syncs that may run at once on one volume. One would be enough to share
+ * fdatasync calls, but then a flush arriving just after a sync started
+ * waits for two; letting a few overlap keeps latency near one sync while
+ * the kernel still merges the device cache flushes. */
+#define VOLUME_SYNC_PARALLEL 4
+
+struct sync_slot {
+    struct io_job job;
+    struct volume *vol;
+    uint64_t start; /* writes_done when this sync was launched */
+    bool busy;
+};
 
 struct volume {
     atomic_uint refs;
@@ -45,11 +59,12 @@ struct volume {
     _Atomic uint64_t writes_done;
     _Atomic uint64_t sync_calls;
     pthread_mutex_t gc_lock;
-    uint64_t synced;   /* writes_done value covered by the last good sync */
-    int sync_error;    /* sticky: after a failed fdatasync nothing is durable */
-    bool sync_running; /* a sync job owns the loop below */
+    uint64_t synced;      /* every write counted up to here is durable */
+    uint64_t started_max; /* highest start of any sync launched */
+    int sync_error;       /* sticky: after a failed fdatasync nothing is durable */
+    unsigned syncs_running;
     struct vreq *waiters;
-    struct io_job sync_job;
+    struct sync_slot slots[VOLUME_SYNC_PARALLEL];
 
     pthread_mutex_t resize_lock;
     char name[];
@@ -121,11 +136,14 @@ int volume_new(const char *name, struct bdev *b, uint32_t block_size, enum volum
     v->synced = 0;
     pthread_mutex_init(&v->gc_lock, NULL);
     pthread_mutex_init(&v->resize_lock, NULL);
-    /* Set once: the job is resubmitted while the pool may still be reading
+    /* Set once: a job is resubmitted while the pool may still be reading
      * these fields from its previous run. */
-    v->sync_job.run = sync_job_run;
-    v->sync_job.owner = NULL;
-    v->sync_job.done.fn = sync_job_done;
+    for (unsigned i = 0; i < VOLUME_SYNC_PARALLEL; i++) {
+        v->slots[i].vol = v;
+        v->slots[i].job.run = sync_job_run;
+        v->slots[i].job.owner = NULL;
+        v->slots[i].job.done.fn = sync_job_done;
+    }
     *out = v;
     return 0;
 }
@@ -273,6 +291,29 @@ static void vreq_fail(struct vreq *r, int rc)
 
 /* ---- group commit ---- */
 
+/* Launch a sync in slot i covering every write counted so far. Called with
+ * gc_lock held; the caller submits the returned job after unlocking. */
+static struct io_job *sync_slot_launch(struct volume *v, unsigned i)
+{
+    struct sync_slot *s = &v->slots[i];
+    /* Read under the lock and before the sync can begin: every write
+     * counted by now has returned from the backend, so the sync covers it. */
+    s->start = atomic_load(&v->writes_done);
+    s->busy = true;
+    v->started_max = s->start;
+    v->syncs_running++;
+    volume_ref(v); /* the job may outlive every request; dropped in done */
+    return &s->job;
+}
+
+static int sync_slot_free(const struct volume *v)
+{
+    for (unsigned i = 0; i < VOLUME_SYNC_PARALLEL; i++)
+        if (!v->slots[i].busy)
+            return (int)i;
+    return -1;
+}
+
 /* Complete r once a sync that started after `target` writes returns. */
 static void flush_wait(struct volume *v, struct vreq *r, uint64_t target)
 {
@@ -291,24 +332,25 @@ static void flush_wait(struct volume *v, struct vreq *r, uint64_t target)
     r->flush_target = target;
     r->next_waiter = v->waiters;
     v->waiters = r;
-    bool start = !v->sync_running;
-    v->sync_running = true;
-    pthread_mutex_unlock(&v->gc_lock);
-    if (start) {
-        volume_ref(v); /* the job may outlive every request; dropped in done */
-        iopool_submit(&v->sync_job);
+    struct io_job *job = NULL;
+    /* A running sync that started late enough covers r: just wait for it.
+     * Otherwise start one now if a slot is free; if none is, the first
+     * sync to finish goes again for everybody still uncovered. */
+    if (v->started_max < target) {
+        int i = sync_slot_free(v);
+        if (i >= 0)
+            job = sync_slot_launch(v, (unsigned)i);
     }
+    pthread_mutex_unlock(&v->gc_lock);
+    if (job)
+        iopool_submit(job);
 }
 
 static void sync_job_run(struct io_job *j)
 {
-    struct volume *v = container_of(j, struct volume, sync_job);
-    pthread_mutex_lock(&v->gc_lock);
-    while (v->waiters) {
-        /* Every write counted by now has returned from pwrite, so the
-         * sync below covers it. */
-        uint64_t start = atomic_load(&v->writes_done);
-        pthread_mutex_unlock(&v->gc_lock);
+    struct sync_slot *s = container_of(j, struct sync_slot, job);
+    struct volume *v = s->vol;
+    for (;;) {
         int rc = v->bdev->ops->sync(v->bdev);
         atomic_fetch_add(&v->sync_calls, 1);
         pthread_mutex_lock(&v->gc_lock);
@@ -317,9 +359,10 @@ static void sync_job_run(struct io_job *j)
             log_error("store: volume %s: sync failed (%s); flushes fail from now on", v->name,
                       strerror(-rc));
         }
-        if (rc == 0 && start > v->synced)
-            v->synced = start;
+        if (rc == 0 && s->start > v->synced)
+            v->synced = s->start;
         struct vreq *ready = NULL, **pp = &v->waiters;
+        bool uncovered = false;
         while (*pp) {
             struct vreq *w = *pp;
             if (v->sync_error || w->flush_target <= v->synced) {
@@ -328,8 +371,20 @@ static void sync_job_run(struct io_job *j)
                 w->next_waiter = ready;
                 ready = w;
             } else {
+                if (w->flush_target > v->started_max)
+                    uncovered = true;
                 pp = &w->next_waiter;
             }
+        }
+        /* Waiters no running sync covers (they came while every slot was
+         * busy): this slot goes again for them. */
+        bool again = uncovered && !v->sync_error;
+        if (again) {
+            s->start = atomic_load(&v->writes_done);
+            v->started_max = s->start;
+        } else {
+            s->busy = false;
+            v->syncs_running--;
         }
         pthread_mutex_unlock(&v->gc_lock);
         while (ready) {
@@ -337,16 +392,15 @@ static void sync_job_run(struct io_job *j)
             ready = w->next_waiter;
             vreq_deliver(w);
         }
-        pthread_mutex_lock(&v->gc_lock);
+        if (!again)
+            return;
     }
-    v->sync_running = false;
-    pthread_mutex_unlock(&v->gc_lock);
 }
 
 static void sync_job_done(struct reactor_msg *m)
 {
-    struct volume *v = container_of(m, struct volume, sync_job.done);
-    volume_unref(v);
+    struct sync_slot *s = container_of(m, struct sync_slot, job.done);
+    volume_unref(s->vol);
 }
 
 /* ---- request execution ---- */

@@ -1,0 +1,40 @@
+#!/bin/bash
+# Group commit vs one fdatasync per flush: K = 1, 4, 16 threads, each doing
+# 4 KiB write + flush on one file-backed volume, 3 runs each, medians.
+# Run it alone (one benchmark at a time on this machine):
+#   flock /tmp/blockd-bench.lock bash bench/flush.sh [DIR]
+# DIR must be on a real disk (fdatasync is free on tmpfs); the default is
+# ./var/bench-flush in the work tree. Output goes to bench/results/flush.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+DIR=${1:-$PWD/var/bench-flush}
+RUN_SECONDS=${RUN_SECONDS:-2}
+REPS=${REPS:-3}
+
+mkdir -p "$DIR"
+fstype=$(stat -f -c %T "$DIR")
+case "$fstype" in
+tmpfs | ramfs | overlayfs)
+    echo "error: $DIR is on $fstype: fdatasync costs nothing there; give a directory on a real disk" >&2
+    exit 1
+    ;;
+esac
+[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" >/dev/null
+ninja -C "$BUILD" bench/flush >/dev/null
+
+dev=$(df --output=source "$DIR" | tail -1)
+out=bench/results/flush.md
+mkdir -p bench/results
+{
+    echo "# flush: group commit vs one fdatasync per flush"
+    echo
+    echo "\`bench/flush.sh\` on $(date -u +%Y-%m-%d), $(nproc) CPUs, kernel $(uname -r)."
+    echo "Volume file in \`$DIR\` ($fstype on $dev). Each thread loops: 4 KiB write, then flush"
+    echo "(volume_submit_wait from plain threads, so every request crosses the I/O pool)."
+    echo "${RUN_SECONDS} s per run, median of ${REPS} runs; the two modes alternate order each run."
+    echo
+    "$BUILD/bench/flush" "$DIR" "$RUN_SECONDS" "$REPS"
+} | tee "$out.tmp"
+mv "$out.tmp" "$out"
+rmdir "$DIR" 2>/dev/null || true
