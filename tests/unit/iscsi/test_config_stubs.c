@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "iscsi/iscsi_runtime.h"
+#include "scsi/scsi.h"
 #include "test_config_stubs.h"
 
 struct stub_state stub;
@@ -68,4 +69,55 @@ int iscsi_server_unlisten(const char *addr_port)
 {
     stub.unlistens++;
     return 0;
+}
+
+/* A counting stand-in for scsi/'s logical unit: the config's job is to
+ * create one per enabled, mapped extent, share it between views, and drop
+ * every reference it took. */
+struct scsi_lu {
+    int refs;
+    struct volume *vol;
+    struct scsi_lu_params params;
+};
+
+int scsi_lu_new(struct volume *vol, const struct scsi_lu_params *p, struct scsi_lu **out)
+{
+    if (p->block_size && volume_size(vol) % p->block_size != 0)
+        return -EINVAL;
+    struct scsi_lu *lu = calloc(1, sizeof(*lu));
+    if (!lu)
+        return -ENOMEM;
+    lu->refs = 1;
+    lu->vol = vol;
+    lu->params = *p;
+    lu->params.pr_blob = NULL;
+    volume_ref(vol);
+    stub.lus_live++;
+    *out = lu;
+    return 0;
+}
+
+void scsi_lu_ref(struct scsi_lu *lu)
+{
+    __atomic_add_fetch(&lu->refs, 1, __ATOMIC_RELAXED);
+}
+
+void scsi_lu_unref(struct scsi_lu *lu)
+{
+    if (__atomic_sub_fetch(&lu->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+        volume_unref(lu->vol);
+        free(lu);
+        stub.lus_live--;
+    }
+}
+
+void scsi_lu_raise_ua(struct scsi_lu *lu, enum scsi_ua ua)
+{
+    if (ua == SCSI_UA_LUNS_CHANGED)
+        stub.luns_changed++;
+}
+
+const struct scsi_lu_params *stub_lu_params(const struct scsi_lu *lu)
+{
+    return &lu->params;
 }

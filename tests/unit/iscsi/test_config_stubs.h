@@ -10,7 +10,13 @@ struct stub_state {
     unsigned closed;
     unsigned listens, unlistens;
     char last_listen[128];
+    int lus_live;          /* stub LUs not yet freed */
+    unsigned luns_changed; /* REPORTED LUNS DATA HAS CHANGED raised */
 };
 extern struct stub_state stub;
+
+struct scsi_lu;
+struct scsi_lu_params;
+const struct scsi_lu_params *stub_lu_params(const struct scsi_lu *lu);
 
 #endif

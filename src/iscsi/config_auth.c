@@ -1,0 +1,263 @@
+/* iscsi.auth.create|update|delete|query: CHAP credentials grouped by tag.
+ * Secrets are write-only: queries never return them. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/db.h"
+#include "core/util.h"
+#include "iscsi/config_internal.h"
+
+#define AUTH_SELECT                                                                                \
+    "SELECT id, tag, user, secret, peeruser, peersecret, discovery_auth FROM iscsi_auth"
+
+static json_t *auth_row_internal(sqlite3_stmt *st)
+{
+    return json_pack("{s:I, s:I, s:s, s:s, s:s, s:s, s:s}", "id",
+                     (json_int_t)sqlite3_column_int64(st, 0), "tag",
+                     (json_int_t)sqlite3_column_int64(st, 1), "user", icfg_col_text(st, 2),
+                     "secret", icfg_col_text(st, 3), "peeruser", icfg_col_text(st, 4), "peersecret",
+                     icfg_col_text(st, 5), "discovery_auth", icfg_col_text(st, 6));
+}
+
+static json_t *auth_row_public(sqlite3_stmt *st)
+{
+    json_t *row = auth_row_internal(st);
+    json_object_del(row, "secret");
+    json_object_del(row, "peersecret");
+    return row;
+}
+
+static const char *const auth_methods_enum[] = {"NONE", "CHAP", "CHAP_MUTUAL", NULL};
+static const struct api_field auth_fields[] = {
+    {.name = "tag", .type = API_T_INT, .flags = API_REQUIRED | API_RANGE, .min = 0, .max = 65535},
+    {.name = "user", .type = API_T_STRING, .flags = API_REQUIRED | API_RANGE, .min = 1, .max = 255},
+    {.name = "secret",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 12,
+     .max = 16},
+    {.name = "peeruser",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = 255,
+     .def = "\"\""},
+    {.name = "peersecret",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = 16,
+     .def = "\"\""},
+    {.name = "discovery_auth", .type = API_T_ENUM, .choices = auth_methods_enum, .def = "\"NONE\""},
+};
+
+static void secret_chars(struct api_call *call, const char *name, const char *s)
+{
+    char f[128];
+    size_t n = strlen(s);
+    if (n && (s[0] == ' ' || s[n - 1] == ' '))
+        api_verr(call, icfg_field(call, name, f, sizeof(f)), EINVAL,
+                 "Value error, may not begin or end with a space");
+    if (strchr(s, '#'))
+        api_verr(call, icfg_field(call, name, f, sizeof(f)), EINVAL,
+                 "Value error, may not contain '#'");
+}
+
+/* Checks on the complete (merged) object; self_id 0 on create. */
+static void auth_check(struct api_call *call, json_t *d, int64_t self_id)
+{
+    char f[128];
+    const char *secret = json_string_value(json_object_get(d, "secret"));
+    const char *peeruser = json_string_value(json_object_get(d, "peeruser"));
+    const char *peersecret = json_string_value(json_object_get(d, "peersecret"));
+    const char *disc = json_string_value(json_object_get(d, "discovery_auth"));
+    secret_chars(call, "secret", secret);
+    if (peeruser[0]) {
+        size_t n = strlen(peersecret);
+        if (n < 12 || n > 16)
+            api_verr(call, icfg_field(call, "peersecret", f, sizeof(f)), EINVAL,
+                     "The peer secret must be between 12 and 16 characters.");
+        else if (strcmp(peersecret, secret) == 0)
+            api_verr(call, icfg_field(call, "peersecret", f, sizeof(f)), EINVAL,
+                     "The peer secret cannot be the same as user secret.");
+        secret_chars(call, "peersecret", peersecret);
+    } else if (peersecret[0]) {
+        api_verr(call, icfg_field(call, "peersecret", f, sizeof(f)), EINVAL,
+                 "The peer user is required if you set a peer secret.");
+    }
+    if (strcmp(disc, "CHAP_MUTUAL") == 0) {
+        int64_t other;
+        if (!peeruser[0])
+            api_verr(call, icfg_field(call, "discovery_auth", f, sizeof(f)), EINVAL,
+                     "Mutual CHAP discovery authentication requires a peer user.");
+        if (icfg_int(&other,
+                     "SELECT id FROM iscsi_auth WHERE discovery_auth = 'CHAP_MUTUAL' AND id != ?",
+                     "i", self_id) == 0)
+            api_verr(call, icfg_field(call, "discovery_auth", f, sizeof(f)), EINVAL,
+                     "Only one mutual CHAP discovery credential may exist (auth %lld has it).",
+                     (long long)other);
+    }
+}
+
+static int auth_store(struct api_call *call, json_t *d, int64_t id, int64_t *out_id)
+{
+    const char *disc = json_string_value(json_object_get(d, "discovery_auth"));
+    int err;
+    if (id == 0) {
+        err = icfg_run("INSERT INTO iscsi_auth (tag, user, secret, peeruser, peersecret, "
+                       "discovery_auth) VALUES (?, ?, ?, ?, ?, ?)",
+                       "ittttt", (int64_t)json_integer_value(json_object_get(d, "tag")),
+                       json_string_value(json_object_get(d, "user")),
+                       json_string_value(json_object_get(d, "secret")),
+                       json_string_value(json_object_get(d, "peeruser")),
+                       json_string_value(json_object_get(d, "peersecret")), disc);
+        *out_id = sqlite3_last_insert_rowid(db_handle());
+    } else {
+        err = icfg_run("UPDATE iscsi_auth SET tag = ?, user = ?, secret = ?, peeruser = ?, "
+                       "peersecret = ?, discovery_auth = ? WHERE id = ?",
+                       "ittttti", (int64_t)json_integer_value(json_object_get(d, "tag")),
+                       json_string_value(json_object_get(d, "user")),
+                       json_string_value(json_object_get(d, "secret")),
+                       json_string_value(json_object_get(d, "peeruser")),
+                       json_string_value(json_object_get(d, "peersecret")), disc, id);
+        *out_id = id;
+    }
+    return err < 0 ? icfg_db_fail(call, err) : 0;
+}
+
+#define TARGETS_BY_TAG "SELECT DISTINCT target_id FROM iscsi_target_group WHERE auth_tag = ?"
+
+static int auth_create(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    json_t *data = api_param(params, 0);
+    if (api_validate_object(call, NULL, data, auth_fields, ARRAY_SIZE(auth_fields), 0) < 0)
+        return api_invalid(call);
+    data = json_deep_copy(data);
+    api_apply_defaults(data, auth_fields, ARRAY_SIZE(auth_fields));
+    struct icfg_write w;
+    if (icfg_write_begin(&w, call) < 0) {
+        json_decref(data);
+        return -1;
+    }
+    int rc = 0;
+    auth_check(call, data, 0);
+    int64_t id = 0;
+    if (api_has_verrs(call))
+        rc = api_invalid(call);
+    else
+        rc = auth_store(call, data, 0, &id);
+    if (rc == 0) {
+        icfg_dirty_add_query(&w.dirty, TARGETS_BY_TAG,
+                             json_integer_value(json_object_get(data, "tag")));
+        w.dirty.discovery = true;
+        *result = icfg_get_by_id(auth_row_public, AUTH_SELECT " WHERE id = ?", id);
+    }
+    json_decref(data);
+    return icfg_write_end(&w, rc);
+}
+
+static int auth_update(struct api_call *call, json_t *params, json_t **result)
+{
+    int64_t id;
+    if (api_check_arity(call, params, 2) < 0 || icfg_param_id(call, params, 0, &id) < 0)
+        return api_invalid(call);
+    json_t *data = api_param(params, 1);
+    if (api_validate_object(call, NULL, data, auth_fields, ARRAY_SIZE(auth_fields), API_PARTIAL) <
+        0)
+        return api_invalid(call);
+    struct icfg_write w;
+    if (icfg_write_begin(&w, call) < 0)
+        return -1;
+    int rc = 0;
+    json_t *old = icfg_get_by_id(auth_row_internal, AUTH_SELECT " WHERE id = ?", id);
+    if (!old)
+        return icfg_write_end(
+            &w, api_error(call, ENOENT, "Authorized access %lld does not exist", (long long)id));
+    int64_t old_tag = json_integer_value(json_object_get(old, "tag"));
+    json_t *merged = json_deep_copy(old);
+    json_object_update(merged, data);
+    auth_check(call, merged, id);
+    int64_t new_tag = json_integer_value(json_object_get(merged, "tag"));
+    int64_t still, target;
+    if (!api_has_verrs(call) && new_tag != old_tag &&
+        icfg_int(&still, "SELECT COUNT(*) FROM iscsi_auth WHERE tag = ? AND id != ?", "ii", old_tag,
+                 id) == 0 &&
+        still == 0 && icfg_int(&target, TARGETS_BY_TAG " LIMIT 1", "i", old_tag) == 0) {
+        char f[128];
+        api_verr(call, icfg_field(call, "tag", f, sizeof(f)), EBUSY,
+                 "Authorized access group %lld is used by target %lld", (long long)old_tag,
+                 (long long)target);
+    }
+    if (api_has_verrs(call))
+        rc = api_invalid(call);
+    else {
+        int64_t out;
+        rc = auth_store(call, merged, id, &out);
+    }
+    if (rc == 0) {
+        icfg_dirty_add_query(&w.dirty, TARGETS_BY_TAG, old_tag);
+        icfg_dirty_add_query(&w.dirty, TARGETS_BY_TAG, new_tag);
+        w.dirty.discovery = true;
+        *result = icfg_get_by_id(auth_row_public, AUTH_SELECT " WHERE id = ?", id);
+    }
+    json_decref(merged);
+    json_decref(old);
+    return icfg_write_end(&w, rc);
+}
+
+static int auth_delete(struct api_call *call, json_t *params, json_t **result)
+{
+    int64_t id;
+    if (api_check_arity(call, params, 1) < 0 || icfg_param_id(call, params, 0, &id) < 0)
+        return api_invalid(call);
+    struct icfg_write w;
+    if (icfg_write_begin(&w, call) < 0)
+        return -1;
+    int rc = 0;
+    int64_t tag, others, target;
+    if (icfg_int(&tag, "SELECT tag FROM iscsi_auth WHERE id = ?", "i", id) < 0)
+        return icfg_write_end(
+            &w, api_error(call, ENOENT, "Authorized access %lld does not exist", (long long)id));
+    if (icfg_int(&others, "SELECT COUNT(*) FROM iscsi_auth WHERE tag = ? AND id != ?", "ii", tag,
+                 id) == 0 &&
+        others == 0 && icfg_int(&target, TARGETS_BY_TAG " LIMIT 1", "i", tag) == 0) {
+        rc = api_error(call, EBUSY,
+                       "Authorized access group %lld is used by target %lld and this is its last "
+                       "credential",
+                       (long long)tag, (long long)target);
+        return icfg_write_end(&w, rc);
+    }
+    int err = icfg_run("DELETE FROM iscsi_auth WHERE id = ?", "i", id);
+    if (err < 0)
+        rc = icfg_db_fail(call, err);
+    else {
+        icfg_dirty_add_query(&w.dirty, TARGETS_BY_TAG, tag);
+        w.dirty.discovery = true;
+        *result = json_true();
+    }
+    return icfg_write_end(&w, rc);
+}
+
+static int auth_query(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    db_lock();
+    json_t *rows = icfg_rows(auth_row_public, AUTH_SELECT " ORDER BY id", "");
+    db_unlock();
+    return icfg_query_rows(call, rows, params, result);
+}
+
+const struct api_method icfg_auth_methods[] = {
+    {"iscsi.auth.create", "{tag, user, secret, peeruser?, peersecret?, discovery_auth?}",
+     "Create a CHAP credential (secrets 12-16 characters, never returned)", auth_create, 0},
+    {"iscsi.auth.update", "id, {...}", "Change a CHAP credential", auth_update, 0},
+    {"iscsi.auth.delete", "id", "Delete a CHAP credential", auth_delete, 0},
+    {"iscsi.auth.query", "[filters, options]", "List CHAP credentials (without secrets)",
+     auth_query, 0},
+};
+const size_t icfg_auth_methods_count = ARRAY_SIZE(icfg_auth_methods);

@@ -1,0 +1,299 @@
+/* SQL helpers, the dirty set, write transactions and shared parameter checks
+ * for the iSCSI configuration. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/db.h"
+#include "core/log.h"
+#include "iscsi/config_internal.h"
+
+void icfg_dirty_add(struct icfg_dirty *d, int64_t target_id)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (d->ids[i] == target_id)
+            return;
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 8;
+        int64_t *ids = realloc(d->ids, cap * sizeof(*ids));
+        if (!ids) {
+            /* Out of memory: fall back to rebuilding everything. */
+            d->all = true;
+            return;
+        }
+        d->ids = ids;
+        d->cap = cap;
+    }
+    d->ids[d->n++] = target_id;
+}
+
+void icfg_dirty_merge(struct icfg_dirty *into, const struct icfg_dirty *from)
+{
+    for (size_t i = 0; i < from->n; i++)
+        icfg_dirty_add(into, from->ids[i]);
+    into->all |= from->all;
+    into->discovery |= from->discovery;
+    into->portals |= from->portals;
+}
+
+void icfg_dirty_free(struct icfg_dirty *d)
+{
+    free(d->ids);
+    memset(d, 0, sizeof(*d));
+}
+
+int icfg_dirty_add_query(struct icfg_dirty *d, const char *sql, int64_t arg)
+{
+    sqlite3_stmt *st;
+    int rc = icfg_prepare(sql, &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, arg);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        icfg_dirty_add(d, sqlite3_column_int64(st, 0));
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+int icfg_prepare(const char *sql, sqlite3_stmt **st)
+{
+    sqlite3 *db = db_handle();
+    if (sqlite3_prepare_v2(db, sql, -1, st, NULL) != SQLITE_OK) {
+        log_error("iscsi config: prepare failed: %s (%s)", sqlite3_errmsg(db), sql);
+        return -EIO;
+    }
+    return 0;
+}
+
+int icfg_bindv(sqlite3_stmt *st, const char *types, va_list ap)
+{
+    int idx = 1;
+    for (const char *t = types; *t; t++, idx++) {
+        int rc;
+        switch (*t) {
+        case 'i':
+            rc = sqlite3_bind_int64(st, idx, va_arg(ap, int64_t));
+            break;
+        case 'b':
+            rc = sqlite3_bind_int(st, idx, va_arg(ap, int) ? 1 : 0);
+            break;
+        case 't': {
+            const char *s = va_arg(ap, const char *);
+            rc = s ? sqlite3_bind_text(st, idx, s, -1, SQLITE_TRANSIENT)
+                   : sqlite3_bind_null(st, idx);
+            break;
+        }
+        case 'n':
+            rc = sqlite3_bind_null(st, idx);
+            break;
+        default:
+            return -EINVAL;
+        }
+        if (rc != SQLITE_OK)
+            return -EIO;
+    }
+    return 0;
+}
+
+int icfg_run(const char *sql, const char *types, ...)
+{
+    sqlite3_stmt *st;
+    int rc = icfg_prepare(sql, &st);
+    if (rc < 0)
+        return rc;
+    va_list ap;
+    va_start(ap, types);
+    rc = icfg_bindv(st, types, ap);
+    va_end(ap);
+    if (rc == 0) {
+        int s = sqlite3_step(st);
+        if (s != SQLITE_DONE && s != SQLITE_ROW) {
+            rc = -db_errno();
+            if (rc == 0)
+                rc = -EIO;
+            if (rc != -EEXIST)
+                log_error("iscsi config: %s: %s", sql, sqlite3_errmsg(db_handle()));
+        }
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int icfg_int(int64_t *out, const char *sql, const char *types, ...)
+{
+    sqlite3_stmt *st;
+    int rc = icfg_prepare(sql, &st);
+    if (rc < 0)
+        return rc;
+    va_list ap;
+    va_start(ap, types);
+    rc = icfg_bindv(st, types, ap);
+    va_end(ap);
+    if (rc == 0) {
+        int s = sqlite3_step(st);
+        if (s == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+            *out = sqlite3_column_int64(st, 0);
+        else if (s == SQLITE_ROW || s == SQLITE_DONE)
+            rc = -ENOENT;
+        else
+            rc = -EIO;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+const char *icfg_col_text(sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    return t ? (const char *)t : "";
+}
+
+json_t *icfg_col_json(sqlite3_stmt *st, int col)
+{
+    const char *t = icfg_col_text(st, col);
+    json_t *j = json_loads(t, 0, NULL);
+    return j ? j : json_array();
+}
+
+json_t *icfg_rows(icfg_row_fn fn, const char *sql, const char *types, ...)
+{
+    sqlite3_stmt *st;
+    if (icfg_prepare(sql, &st) < 0)
+        return NULL;
+    va_list ap;
+    va_start(ap, types);
+    int rc = icfg_bindv(st, types, ap);
+    va_end(ap);
+    json_t *rows = json_array();
+    while (rc == 0 && rows) {
+        int s = sqlite3_step(st);
+        if (s == SQLITE_DONE)
+            break;
+        if (s != SQLITE_ROW) {
+            log_error("iscsi config: query failed: %s", sqlite3_errmsg(db_handle()));
+            json_decref(rows);
+            rows = NULL;
+            break;
+        }
+        json_t *row = fn(st);
+        if (!row || json_array_append_new(rows, row) < 0) {
+            json_decref(rows);
+            rows = NULL;
+        }
+    }
+    sqlite3_finalize(st);
+    return rows;
+}
+
+json_t *icfg_get_by_id(icfg_row_fn fn, const char *sql, int64_t id)
+{
+    json_t *rows = icfg_rows(fn, sql, "i", id);
+    json_t *row = NULL;
+    if (rows && json_array_size(rows) > 0)
+        row = json_incref(json_array_get(rows, 0));
+    json_decref(rows);
+    return row;
+}
+
+int icfg_db_fail(struct api_call *call, int err)
+{
+    if (err == -EEXIST)
+        return api_error(call, EEXIST, "UNIQUE constraint failed");
+    if (err == -EBUSY)
+        return api_error(call, EBUSY, "configuration database is busy");
+    return api_error(call, err < 0 ? -err : EIO, "configuration database error: %s",
+                     strerror(err < 0 ? -err : EIO));
+}
+
+int icfg_write_begin(struct icfg_write *w, struct api_call *call)
+{
+    memset(w, 0, sizeof(*w));
+    w->call = call;
+    db_lock();
+    if (db_begin() < 0) {
+        db_unlock();
+        return api_error(call, EIO, "cannot start a configuration transaction");
+    }
+    w->began = true;
+    return 0;
+}
+
+int icfg_write_end(struct icfg_write *w, int rc)
+{
+    if (rc == 0) {
+        if (db_commit() < 0) {
+            db_rollback();
+            rc = api_error(w->call, EIO, "cannot commit the configuration transaction");
+        } else if (icfg_runtime_started()) {
+            if (w->defer)
+                icfg_runtime_defer(&w->dirty);
+            else
+                icfg_runtime_apply(&w->dirty);
+        }
+    } else {
+        db_rollback();
+    }
+    db_unlock();
+    icfg_runtime_after_unlock();
+    icfg_dirty_free(&w->dirty);
+    return rc;
+}
+
+const char *icfg_field(struct api_call *call, const char *field, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s.%s", api_call_method(call), field);
+    return buf;
+}
+
+int icfg_param_id(struct api_call *call, json_t *params, size_t index, int64_t *id)
+{
+    json_t *v = json_is_array(params) ? json_array_get(params, index) : NULL;
+    char f[128];
+    icfg_field(call, "id", f, sizeof(f));
+    if (!v) {
+        api_verr(call, f, EINVAL, "Field required");
+        return -1;
+    }
+    if (!json_is_integer(v)) {
+        api_verr(call, f, EINVAL, "Input should be a valid integer");
+        return -1;
+    }
+    *id = json_integer_value(v);
+    return 0;
+}
+
+int icfg_param_bool(struct api_call *call, json_t *params, size_t index, const char *name, bool def,
+                    bool *out)
+{
+    json_t *v = json_is_array(params) ? json_array_get(params, index) : NULL;
+    *out = def;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v)) {
+        char f[128];
+        api_verr(call, icfg_field(call, name, f, sizeof(f)), EINVAL,
+                 "Input should be a valid boolean");
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 0;
+}
+
+bool icfg_pop_defer(json_t *data)
+{
+    json_t *d = json_object_get(data, "defer");
+    bool v = json_is_true(d);
+    json_object_del(data, "defer");
+    return v;
+}
+
+int icfg_query_rows(struct api_call *call, json_t *rows, json_t *params, json_t **result)
+{
+    if (!rows)
+        return api_error(call, EIO, "configuration database error");
+    int rc = api_query(call, rows, params, result);
+    json_decref(rows);
+    return rc;
+}

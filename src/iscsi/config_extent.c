@@ -1,0 +1,506 @@
+/* iscsi.extent.create|update|delete|query|disk_choices. An extent is a LUN
+ * source: a blockd volume (DISK, "zvol/<pool>/<volume>") or a file (FILE). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config/datasets.h"
+#include "config/db.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "iscsi/config_internal.h"
+#include "store/bdev.h"
+#include "store/names.h"
+
+json_t *icfg_extent_row_internal(sqlite3_stmt *st)
+{
+    json_t *r = json_object();
+    json_object_set_new(r, "id", json_integer(sqlite3_column_int64(st, 0)));
+    json_object_set_new(r, "name", json_string(icfg_col_text(st, 1)));
+    json_object_set_new(r, "type", json_string(icfg_col_text(st, 2)));
+    json_object_set_new(r, "disk",
+                        sqlite3_column_type(st, 3) == SQLITE_NULL
+                            ? json_null()
+                            : json_string(icfg_col_text(st, 3)));
+    json_object_set_new(r, "path",
+                        sqlite3_column_type(st, 4) == SQLITE_NULL
+                            ? json_null()
+                            : json_string(icfg_col_text(st, 4)));
+    json_object_set_new(r, "filesize", json_integer(sqlite3_column_int64(st, 5)));
+    json_object_set_new(r, "serial", json_string(icfg_col_text(st, 6)));
+    json_object_set_new(r, "blocksize", json_integer(sqlite3_column_int64(st, 7)));
+    json_object_set_new(r, "pblocksize", json_boolean(sqlite3_column_int(st, 8)));
+    json_object_set_new(r, "avail_threshold",
+                        sqlite3_column_type(st, 9) == SQLITE_NULL
+                            ? json_null()
+                            : json_integer(sqlite3_column_int64(st, 9)));
+    json_object_set_new(r, "comment", json_string(icfg_col_text(st, 10)));
+    json_object_set_new(r, "naa", json_string(icfg_col_text(st, 11)));
+    json_object_set_new(r, "insecure_tpc", json_boolean(sqlite3_column_int(st, 12)));
+    json_object_set_new(r, "xen", json_boolean(sqlite3_column_int(st, 13)));
+    json_object_set_new(r, "rpm", json_string(icfg_col_text(st, 14)));
+    json_object_set_new(r, "ro", json_boolean(sqlite3_column_int(st, 15)));
+    json_object_set_new(r, "enabled", json_boolean(sqlite3_column_int(st, 16)));
+    json_object_set_new(r, "vendor", json_string(icfg_col_text(st, 17)));
+    json_object_set_new(r, "locked", json_false());
+    json_object_set_new(r, "gen", json_integer(sqlite3_column_int64(st, 18)));
+    return r;
+}
+
+static json_t *extent_row(sqlite3_stmt *st)
+{
+    json_t *r = icfg_extent_row_internal(st);
+    json_object_del(r, "gen");
+    return r;
+}
+
+#define EXTENT_BY_ID ICFG_EXTENT_SELECT " WHERE id = ?"
+
+static const char *const type_enum[] = {"DISK", "FILE", NULL};
+static const char *const rpm_enum[] = {"UNKNOWN", "SSD", "5400", "7200", "10000", "15000", NULL};
+static const json_int_t blocksizes[] = {512, 1024, 2048, 4096};
+static const struct api_field extent_fields[] = {
+    {.name = "name",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = ICFG_EXTENT_NAME_MAX},
+    {.name = "type", .type = API_T_ENUM, .choices = type_enum, .def = "\"DISK\""},
+    {.name = "disk", .type = API_T_STRING, .flags = API_NULLABLE, .def = "null"},
+    {.name = "path", .type = API_T_STRING, .flags = API_NULLABLE, .def = "null"},
+    {.name = "filesize", .type = API_T_ANY, .def = "0"},
+    {.name = "serial",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 0,
+     .max = 20,
+     .def = "null"},
+    {.name = "blocksize",
+     .type = API_T_INT,
+     .int_choices = blocksizes,
+     .n_int_choices = ARRAY_SIZE(blocksizes),
+     .def = "512"},
+    {.name = "pblocksize", .type = API_T_BOOL, .def = "false"},
+    {.name = "avail_threshold",
+     .type = API_T_INT,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 1,
+     .max = 99,
+     .def = "null"},
+    {.name = "comment", .type = API_T_STRING, .def = "\"\""},
+    {.name = "insecure_tpc", .type = API_T_BOOL, .def = "true"},
+    {.name = "xen", .type = API_T_BOOL, .def = "false"},
+    {.name = "rpm", .type = API_T_ENUM, .choices = rpm_enum, .def = "\"SSD\""},
+    {.name = "ro", .type = API_T_BOOL, .def = "false"},
+    {.name = "enabled", .type = API_T_BOOL, .def = "true"},
+    {.name = "defer", .type = API_T_BOOL},
+};
+
+static void random_hex(char *out, size_t digits)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint8_t raw[32];
+    size_t need = (digits + 1) / 2;
+    if (getrandom(raw, need, 0) != (ssize_t)need) {
+        /* getrandom cannot fail for ≤256 bytes once the pool is ready;
+         * fall back to something unique-ish rather than abort. */
+        for (size_t i = 0; i < need; i++)
+            raw[i] = (uint8_t)(rand() ^ (int)getpid());
+    }
+    for (size_t i = 0; i < digits; i++)
+        out[i] = hex[(raw[i / 2] >> ((i & 1) ? 0 : 4)) & 0xf];
+    out[digits] = '\0';
+}
+
+/* filesize: TrueNAS accepts an integer or a decimal string. */
+static int filesize_value(json_t *v, int64_t *out)
+{
+    if (json_is_integer(v)) {
+        *out = json_integer_value(v);
+        return *out >= 0 ? 0 : -EINVAL;
+    }
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        if (!*s || strlen(s) > 19)
+            return -EINVAL;
+        int64_t n = 0;
+        for (; *s; s++) {
+            if (*s < '0' || *s > '9')
+                return -EINVAL;
+            n = n * 10 + (*s - '0');
+        }
+        *out = n;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+/* Checks of the complete (defaults applied or merged) object. old is the
+ * previous row on update (NULL on create). Normalizes filesize. */
+static void extent_check(struct api_call *call, json_t *d, int64_t self_id, json_t *old)
+{
+    char f[128];
+    const char *name = json_string_value(json_object_get(d, "name"));
+    int64_t other;
+    if (strchr(name, '"'))
+        api_verr(call, icfg_field(call, "name", f, sizeof(f)), EINVAL,
+                 "Double quotes are not allowed");
+    else if (icfg_int(&other, "SELECT id FROM iscsi_extent WHERE name = ? AND id != ?", "ti", name,
+                      self_id) == 0)
+        api_verr(call, icfg_field(call, "name", f, sizeof(f)), EEXIST,
+                 "Extent name must be unique");
+
+    json_t *serial = json_object_get(d, "serial");
+    if (json_is_string(serial) && json_string_length(serial) > 0) {
+        const char *s = json_string_value(serial);
+        bool ok = true;
+        for (const char *p = s; *p; p++)
+            if (*p <= ' ' || *p > '~' || *p == '"')
+                ok = false;
+        if (!ok)
+            api_verr(call, icfg_field(call, "serial", f, sizeof(f)), EINVAL,
+                     "Serial may contain printable characters only, without spaces or quotes");
+        else if (icfg_int(&other, "SELECT id FROM iscsi_extent WHERE serial = ? AND id != ?", "ti",
+                          s, self_id) == 0)
+            api_verr(call, icfg_field(call, "serial", f, sizeof(f)), EEXIST,
+                     "Serial number must be unique");
+    }
+
+    int64_t size;
+    if (filesize_value(json_object_get(d, "filesize"), &size) < 0) {
+        api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
+                 "Input should be a non-negative integer (bytes)");
+        return;
+    }
+    json_object_set_new(d, "filesize", json_integer(size));
+    int64_t bs = json_integer_value(json_object_get(d, "blocksize"));
+    bool ro = json_is_true(json_object_get(d, "ro"));
+    const char *type = json_string_value(json_object_get(d, "type"));
+    if (strcmp(type, "DISK") == 0) {
+        const char *disk = json_string_value(json_object_get(d, "disk"));
+        icfg_field(call, "disk", f, sizeof(f));
+        if (!disk || !*disk) {
+            api_verr(call, f, EINVAL, "This field is required for DISK extents");
+            return;
+        }
+        const char *ds = icfg_disk_dataset(disk);
+        char why[128];
+        if (!ds) {
+            api_verr(call, f, EINVAL, "Disk name must start with \"zvol/\"");
+            return;
+        }
+        if (name_check_dataset(ds, true, why, sizeof(why)) < 0) {
+            api_verr(call, f, EINVAL, "Invalid dataset name: %s", why);
+            return;
+        }
+        if (strchr(ds, '@') && !ro) {
+            api_verr(call, icfg_field(call, "ro", f, sizeof(f)), EINVAL,
+                     "Must be set when disk is a ZFS Snapshot");
+            return;
+        }
+        struct volume *vol = NULL;
+        int err = datasets_volume_open(ds, &vol);
+        if (err == -ENOENT) {
+            api_verr(call, f, ENOENT, "Volume %s does not exist", ds);
+            return;
+        }
+        if (err < 0) {
+            api_verr(call, f, -err, "Cannot open volume %s: %s", ds, strerror(-err));
+            return;
+        }
+        uint64_t vsize = volume_size(vol);
+        volume_unref(vol);
+        if (vsize % (uint64_t)bs != 0)
+            api_verr(call, icfg_field(call, "blocksize", f, sizeof(f)), EINVAL,
+                     "Volume size %llu is not a multiple of the block size %lld",
+                     (unsigned long long)vsize, (long long)bs);
+        json_t *p = json_object_get(d, "path");
+        if (p && !json_is_null(p) && !old)
+            api_verr(call, icfg_field(call, "path", f, sizeof(f)), EINVAL,
+                     "path is for FILE extents only");
+        json_object_set_new(d, "path", json_null());
+        json_object_set_new(d, "filesize", json_integer(0));
+        return;
+    }
+    /* FILE */
+    const char *path = json_string_value(json_object_get(d, "path"));
+    icfg_field(call, "path", f, sizeof(f));
+    if (!path || !*path) {
+        api_verr(call, f, EINVAL, "This field is required for FILE extents");
+        return;
+    }
+    if (path[0] != '/' || strstr(path, "/../") || strlen(path) >= 4096) {
+        api_verr(call, f, EINVAL, "Path must be absolute and without '..'");
+        return;
+    }
+    json_t *dk = json_object_get(d, "disk");
+    if (dk && !json_is_null(dk) && !old)
+        api_verr(call, icfg_field(call, "disk", f, sizeof(f)), EINVAL,
+                 "disk is for DISK extents only");
+    json_object_set_new(d, "disk", json_null());
+    struct stat sb;
+    if (stat(path, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode)) {
+            api_verr(call, f, EISDIR, "You need to specify a filepath not a directory.");
+            return;
+        }
+        if (size == 0 && S_ISREG(sb.st_mode) && sb.st_size % bs != 0)
+            api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
+                     "File size %lld is not a multiple of the block size %lld",
+                     (long long)sb.st_size, (long long)bs);
+        if (size > 0 && S_ISREG(sb.st_mode) && size < sb.st_size)
+            api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
+                     "File size can only be increased");
+    } else if (size == 0) {
+        api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
+                 "The file does not exist: give filesize to create it");
+        return;
+    }
+    if (size % bs != 0)
+        api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
+                 "File size must be a multiple of block size");
+    if (old && size > 0) {
+        int64_t oldsize = json_integer_value(json_object_get(old, "filesize"));
+        if (size < oldsize)
+            api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
+                     "Shrinking an extent is not allowed");
+    }
+}
+
+/* Create the FILE extent's file if missing (sparse), or grow it. */
+static int extent_prepare_file(struct api_call *call, json_t *d)
+{
+    if (strcmp(json_string_value(json_object_get(d, "type")), "FILE") != 0)
+        return 0;
+    const char *path = json_string_value(json_object_get(d, "path"));
+    int64_t size = json_integer_value(json_object_get(d, "filesize"));
+    struct stat sb;
+    if (stat(path, &sb) < 0) {
+        int err = bdev_file_create(path, (uint64_t)size, false);
+        if (err < 0)
+            return api_error(call, -err, "Cannot create %s: %s", path, strerror(-err));
+        log_info("iscsi config: created sparse file %s (%lld bytes)", path, (long long)size);
+    } else if (S_ISREG(sb.st_mode) && size > sb.st_size) {
+        if (truncate(path, size) < 0)
+            return api_error(call, errno, "Cannot grow %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+static int extent_store(struct api_call *call, json_t *d, int64_t id, int64_t *out_id)
+{
+    json_t *serial = json_object_get(d, "serial");
+    char serialbuf[24];
+    if (!json_is_string(serial) || json_string_length(serial) == 0) {
+        int64_t dup;
+        do
+            random_hex(serialbuf, 15);
+        while (icfg_int(&dup, "SELECT id FROM iscsi_extent WHERE serial = ?", "t", serialbuf) == 0);
+        json_object_set_new(d, "serial", json_string(serialbuf));
+    }
+    json_t *th = json_object_get(d, "avail_threshold");
+    int err;
+#define EXTENT_VALUES                                                                              \
+    json_string_value(json_object_get(d, "name")), json_string_value(json_object_get(d, "type")),  \
+        json_string_value(json_object_get(d, "disk")),                                             \
+        json_string_value(json_object_get(d, "path")),                                             \
+        (int64_t)json_integer_value(json_object_get(d, "filesize")),                               \
+        json_string_value(json_object_get(d, "serial")),                                           \
+        (int64_t)json_integer_value(json_object_get(d, "blocksize")),                              \
+        (int)json_is_true(json_object_get(d, "pblocksize")),                                       \
+        (int64_t)(json_is_integer(th) ? json_integer_value(th) : 0),                               \
+        json_string_value(json_object_get(d, "comment")),                                          \
+        (int)json_is_true(json_object_get(d, "insecure_tpc")),                                     \
+        (int)json_is_true(json_object_get(d, "xen")),                                              \
+        json_string_value(json_object_get(d, "rpm")), (int)json_is_true(json_object_get(d, "ro")), \
+        (int)json_is_true(json_object_get(d, "enabled"))
+    if (id == 0) {
+        char naa[40];
+        int64_t dup;
+        do {
+            memcpy(naa, "0x6589cfc000000", 15);
+            random_hex(naa + 15, 19);
+        } while (icfg_int(&dup, "SELECT id FROM iscsi_extent WHERE naa = ?", "t", naa) == 0);
+        err = icfg_run(json_is_integer(th)
+                           ? "INSERT INTO iscsi_extent (name, type, disk, path, filesize, serial, "
+                             "blocksize, pblocksize, avail_threshold, comment, insecure_tpc, xen, "
+                             "rpm, ro, enabled, naa) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                             "?, ?, ?, ?)"
+                           : "INSERT INTO iscsi_extent (name, type, disk, path, filesize, serial, "
+                             "blocksize, pblocksize, avail_threshold, comment, insecure_tpc, xen, "
+                             "rpm, ro, enabled, naa) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, "
+                             "0), ?, ?, ?, ?, ?, ?, ?)",
+                       "ttttitibitbbtbbt", EXTENT_VALUES, naa);
+        *out_id = sqlite3_last_insert_rowid(db_handle());
+    } else {
+        err = icfg_run(json_is_integer(th)
+                           ? "UPDATE iscsi_extent SET name = ?, type = ?, disk = ?, path = ?, "
+                             "filesize = ?, serial = ?, blocksize = ?, pblocksize = ?, "
+                             "avail_threshold = ?, comment = ?, insecure_tpc = ?, xen = ?, rpm = "
+                             "?, ro = ?, enabled = ?, gen = gen + 1 WHERE id = ?"
+                           : "UPDATE iscsi_extent SET name = ?, type = ?, disk = ?, path = ?, "
+                             "filesize = ?, serial = ?, blocksize = ?, pblocksize = ?, "
+                             "avail_threshold = NULLIF(?, 0), comment = ?, insecure_tpc = ?, xen "
+                             "= ?, rpm = ?, ro = ?, enabled = ?, gen = gen + 1 WHERE id = ?",
+                       "ttttitibitbbtbbi", EXTENT_VALUES, id);
+        *out_id = id;
+    }
+#undef EXTENT_VALUES
+    return err < 0 ? icfg_db_fail(call, err) : 0;
+}
+
+#define TARGET_OF_EXTENT "SELECT target_id FROM iscsi_targetextent WHERE extent_id = ?"
+
+static int extent_create(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    json_t *data = api_param(params, 0);
+    if (api_validate_object(call, NULL, data, extent_fields, ARRAY_SIZE(extent_fields), 0) < 0)
+        return api_invalid(call);
+    data = json_deep_copy(data);
+    bool defer = icfg_pop_defer(data);
+    api_apply_defaults(data, extent_fields, ARRAY_SIZE(extent_fields));
+    struct icfg_write w;
+    if (icfg_write_begin(&w, call) < 0) {
+        json_decref(data);
+        return -1;
+    }
+    w.defer = defer;
+    int rc = 0;
+    extent_check(call, data, 0, NULL);
+    int64_t id = 0;
+    if (api_has_verrs(call))
+        rc = api_invalid(call);
+    else
+        rc = extent_prepare_file(call, data);
+    if (rc == 0)
+        rc = extent_store(call, data, 0, &id);
+    if (rc == 0)
+        *result = icfg_get_by_id(extent_row, EXTENT_BY_ID, id);
+    /* Not mapped yet: nothing to publish (as TrueNAS: no reload on create). */
+    json_decref(data);
+    return icfg_write_end(&w, rc);
+}
+
+static int extent_update(struct api_call *call, json_t *params, json_t **result)
+{
+    int64_t id;
+    if (api_check_arity(call, params, 2) < 0 || icfg_param_id(call, params, 0, &id) < 0)
+        return api_invalid(call);
+    json_t *data = api_param(params, 1);
+    if (api_validate_object(call, NULL, data, extent_fields, ARRAY_SIZE(extent_fields),
+                            API_PARTIAL) < 0)
+        return api_invalid(call);
+    data = json_deep_copy(data);
+    bool defer = icfg_pop_defer(data);
+    struct icfg_write w;
+    if (icfg_write_begin(&w, call) < 0) {
+        json_decref(data);
+        return -1;
+    }
+    w.defer = defer;
+    int rc = 0;
+    json_t *old = icfg_get_by_id(icfg_extent_row_internal, EXTENT_BY_ID, id);
+    json_t *merged = old ? json_deep_copy(old) : NULL;
+    if (!old) {
+        rc = api_error(call, ENOENT, "Extent %lld does not exist", (long long)id);
+    } else {
+        json_object_update(merged, data);
+        extent_check(call, merged, id, old);
+        if (api_has_verrs(call))
+            rc = api_invalid(call);
+        else
+            rc = extent_prepare_file(call, merged);
+        int64_t out;
+        if (rc == 0)
+            rc = extent_store(call, merged, id, &out);
+        if (rc == 0) {
+            icfg_dirty_add_query(&w.dirty, TARGET_OF_EXTENT, id);
+            icfg_runtime_forget_extent(id);
+            *result = icfg_get_by_id(extent_row, EXTENT_BY_ID, id);
+        }
+    }
+    json_decref(merged);
+    json_decref(old);
+    json_decref(data);
+    return icfg_write_end(&w, rc);
+}
+
+int icfg_extent_delete_row(struct icfg_write *w, int64_t extent_id, bool remove, bool force)
+{
+    json_t *row = icfg_get_by_id(icfg_extent_row_internal, EXTENT_BY_ID, extent_id);
+    if (!row)
+        return api_error(w->call, ENOENT, "Extent %lld does not exist", (long long)extent_id);
+    int64_t target;
+    int rc = 0;
+    if (icfg_int(&target, TARGET_OF_EXTENT, "i", extent_id) == 0)
+        rc = icfg_target_check_sessions(w, target, force);
+    if (rc == 0)
+        rc = icfg_targetextent_delete_where(w, "extent_id = ?", extent_id);
+    if (rc == 0) {
+        int err = icfg_run("DELETE FROM iscsi_extent WHERE id = ?", "i", extent_id);
+        if (err < 0)
+            rc = icfg_db_fail(w->call, err);
+    }
+    if (rc == 0) {
+        icfg_runtime_forget_extent(extent_id);
+        const char *path = json_string_value(json_object_get(row, "path"));
+        /* Unlinking before commit cannot be undone; the only failure after
+         * this point is the commit itself, which is logged. */
+        if (remove && path &&
+            strcmp(json_string_value(json_object_get(row, "type")), "FILE") == 0) {
+            if (unlink(path) < 0 && errno != ENOENT)
+                log_warn("iscsi config: cannot remove extent file %s: %s", path, strerror(errno));
+        }
+    }
+    json_decref(row);
+    return rc;
+}
+
+static int extent_delete(struct api_call *call, json_t *params, json_t **result)
+{
+    int64_t id;
+    bool remove, force, defer;
+    if (api_check_arity(call, params, 4) < 0 || icfg_param_id(call, params, 0, &id) < 0 ||
+        icfg_param_bool(call, params, 1, "remove", false, &remove) < 0 ||
+        icfg_param_bool(call, params, 2, "force", false, &force) < 0 ||
+        icfg_param_bool(call, params, 3, "defer", false, &defer) < 0)
+        return api_invalid(call);
+    struct icfg_write w;
+    if (icfg_write_begin(&w, call) < 0)
+        return -1;
+    w.defer = defer;
+    int rc = icfg_extent_delete_row(&w, id, remove, force);
+    if (rc == 0)
+        *result = json_true();
+    return icfg_write_end(&w, rc);
+}
+
+static int extent_query(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    db_lock();
+    json_t *rows = icfg_rows(extent_row, ICFG_EXTENT_SELECT " ORDER BY id", "");
+    db_unlock();
+    return icfg_query_rows(call, rows, params, result);
+}
+
+const struct api_method icfg_extent_methods[] = {
+    {"iscsi.extent.create",
+     "{name, type?, disk? | path? + filesize?, serial?, blocksize?, pblocksize?, rpm?, ro?, "
+     "enabled?, insecure_tpc?, xen?, comment?, defer?}",
+     "Create an extent: DISK (zvol/<pool>/<volume>) or FILE (path, created sparse)", extent_create,
+     0},
+    {"iscsi.extent.update", "id, {...}", "Change an extent (live for mapped LUNs)", extent_update,
+     0},
+    {"iscsi.extent.delete", "id, remove?, force?, defer?",
+     "Delete an extent and its mapping (remove: unlink a FILE extent's file)", extent_delete, 0},
+    {"iscsi.extent.query", "[filters, options]", "List extents", extent_query, 0},
+};
+const size_t icfg_extent_methods_count = ARRAY_SIZE(icfg_extent_methods);

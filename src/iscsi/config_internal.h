@@ -1,0 +1,163 @@
+/*
+ * Private to the iSCSI configuration (src/iscsi/config_*.c): the SQLite
+ * helpers, the "dirty set" a write transaction fills, and the runtime
+ * builder it feeds after commit.
+ *
+ * Every API write follows one shape (config_write_begin/…_end):
+ *   db_lock → BEGIN IMMEDIATE → validate against the DB, write rows,
+ *   allocate ids, mark affected targets dirty → COMMIT →
+ *   apply the dirty targets (rebuild + publish their views) unless the
+ *   call was deferred, in which case they join the pending set that
+ *   iscsi_config_reload() applies → db_unlock.
+ * Publication happens under the DB lock, so views are published in commit
+ * order.
+ */
+#ifndef BLOCKD_ISCSI_CONFIG_INTERNAL_H
+#define BLOCKD_ISCSI_CONFIG_INTERNAL_H
+
+#include <jansson.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "api/api.h"
+#include "api/validate.h"
+
+#define ICFG_DEFAULT_BASENAME "iqn.2026-11.org.blockd"
+#define ICFG_DEFAULT_PORT 3260
+#define ICFG_REL_TGT_ID_MAX 31999
+#define ICFG_LUN_MAX 16382
+#define ICFG_TARGET_NAME_MAX 120
+#define ICFG_EXTENT_NAME_MAX 64
+
+/* Targets whose runtime view must be rebuilt after commit. */
+struct icfg_dirty {
+    int64_t *ids;
+    size_t n, cap;
+    bool all;       /* every target (basename, portal renumbering) */
+    bool discovery; /* discovery auth changed */
+    bool portals;   /* portal listeners / listen_port changed */
+};
+
+void icfg_dirty_add(struct icfg_dirty *d, int64_t target_id);
+void icfg_dirty_merge(struct icfg_dirty *into, const struct icfg_dirty *from);
+void icfg_dirty_free(struct icfg_dirty *d);
+/* Mark every target that references portal/initiator id or auth tag. */
+int icfg_dirty_add_query(struct icfg_dirty *d, const char *sql, int64_t arg);
+
+/* ---- SQL helpers (caller holds db_lock) ----
+ * Bind types: 'i' int64, 't' text (NULL → SQL NULL), 'n' NULL, 'b' bool(int). */
+int icfg_prepare(const char *sql, sqlite3_stmt **st);
+int icfg_bindv(sqlite3_stmt *st, const char *types, va_list ap);
+/* Run a statement with no result rows. 0 or -errno (db_errno mapping). */
+int icfg_run(const char *sql, const char *types, ...);
+/* First column of the first row as an integer: 0, -ENOENT (no row or NULL), -errno. */
+int icfg_int(int64_t *out, const char *sql, const char *types, ...);
+/* Text column helper: "" for NULL. */
+const char *icfg_col_text(sqlite3_stmt *st, int col);
+/* JSON text column parsed (a new reference; "[]" on NULL/garbage). */
+json_t *icfg_col_json(sqlite3_stmt *st, int col);
+/* Run sql (one 'i' arg or none when types is "") and turn each row into an
+ * object with row_fn; returns a new array or NULL (logged). */
+typedef json_t *(*icfg_row_fn)(sqlite3_stmt *st);
+json_t *icfg_rows(icfg_row_fn fn, const char *sql, const char *types, ...);
+
+/* ---- write transactions ---- */
+struct icfg_write {
+    struct api_call *call;
+    struct icfg_dirty dirty;
+    bool defer;
+    bool began;
+};
+/* db_lock + BEGIN. Returns 0, or -1 with an error set on call. */
+int icfg_write_begin(struct icfg_write *w, struct api_call *call);
+/* rc == 0: COMMIT, then apply/defer; else ROLLBACK. Always unlocks.
+ * Returns rc (or -1 if the commit failed, with an error set). */
+int icfg_write_end(struct icfg_write *w, int rc);
+/* Translate an -errno from a DB step into a call error; returns -1. */
+int icfg_db_fail(struct api_call *call, int err);
+
+/* ---- common parameter shapes ---- */
+/* params[index] must be an integer id: 0 with *id, or -1 with a verr. */
+int icfg_param_id(struct api_call *call, json_t *params, size_t index, int64_t *id);
+/* Optional positional bool: 0 (absent/null → def), or -1 with a verr. */
+int icfg_param_bool(struct api_call *call, json_t *params, size_t index, const char *name, bool def,
+                    bool *out);
+/* "<method>.<field>" into buf. */
+const char *icfg_field(struct api_call *call, const char *field, char *buf, size_t len);
+/* Pop an optional "defer" boolean from a create/update body (already validated). */
+bool icfg_pop_defer(json_t *data);
+/* Query rows with api_query semantics; steals rows. */
+int icfg_query_rows(struct api_call *call, json_t *rows, json_t *params, json_t **result);
+/* One row by id through row_fn (new ref) or NULL. */
+json_t *icfg_get_by_id(icfg_row_fn fn, const char *sql_with_id_param, int64_t id);
+
+/* ---- global settings ---- */
+/* Current basename (caller frees) and listen_port; read inside the lock. */
+char *icfg_global_basename(void);
+int icfg_global_listen_port(void);
+
+/* ---- per-object helpers used across files ---- */
+json_t *icfg_target_row(sqlite3_stmt *st);
+json_t *icfg_extent_row_internal(sqlite3_stmt *st);
+#define ICFG_TARGET_SELECT                                                                         \
+    "SELECT id, name, alias, mode, auth_networks, rel_tgt_id FROM iscsi_target"
+#define ICFG_EXTENT_SELECT                                                                         \
+    "SELECT id, name, type, disk, path, filesize, serial, blocksize, pblocksize, "                 \
+    "avail_threshold, comment, naa, insecure_tpc, xen, rpm, ro, enabled, vendor, gen "             \
+    "FROM iscsi_extent"
+/* Delete one target-extent mapping row set by a WHERE on extent/target;
+ * marks the targets dirty. */
+int icfg_targetextent_delete_where(struct icfg_write *w, const char *where_sql, int64_t arg);
+/* Refuse (EBUSY "Target <name> is in use") or close sessions (force) of a
+ * target. Returns 0, or -1 with the error set on w->call. Must run inside
+ * the write transaction, before the rows are deleted. */
+int icfg_target_check_sessions(struct icfg_write *w, int64_t target_id, bool force);
+/* Delete an extent row (after its mappings); remove unlinks FILE paths. */
+int icfg_extent_delete_row(struct icfg_write *w, int64_t extent_id, bool remove, bool force);
+
+struct iscsi_cidr;
+/* "10.0.0.0/8", "fe80::/10" or a bare address: 0 or -EINVAL. */
+int icfg_parse_cidr(const char *s, struct iscsi_cidr *out);
+
+/* ---- method tables (one per file) ---- */
+extern const struct api_method icfg_global_methods[];
+extern const size_t icfg_global_methods_count;
+extern const struct api_method icfg_portal_methods[];
+extern const size_t icfg_portal_methods_count;
+extern const struct api_method icfg_initiator_methods[];
+extern const size_t icfg_initiator_methods_count;
+extern const struct api_method icfg_auth_methods[];
+extern const size_t icfg_auth_methods_count;
+extern const struct api_method icfg_target_methods[];
+extern const size_t icfg_target_methods_count;
+extern const struct api_method icfg_extent_methods[];
+extern const size_t icfg_extent_methods_count;
+extern const struct api_method icfg_targetextent_methods[];
+extern const size_t icfg_targetextent_methods_count;
+
+/* ---- runtime (config_runtime.c) ---- */
+/* Rebuild and publish the views of the dirty targets (DB locked by caller). */
+int icfg_runtime_apply(const struct icfg_dirty *d);
+/* Add d to the pending (deferred) set. */
+void icfg_runtime_defer(const struct icfg_dirty *d);
+/* Drop the cached LU of an extent (changed or deleted). DB locked. */
+void icfg_runtime_forget_extent(int64_t extent_id);
+/* Open / close portal listeners to match the DB (no-op with --iscsi-listen). */
+int icfg_runtime_sync_portals(void);
+void icfg_runtime_stop(void);
+/* Unit attentions and session closing queued by apply; call after the DB
+ * lock is released (see config_runtime.c). */
+void icfg_runtime_after_unlock(void);
+bool icfg_runtime_started(void);
+
+/* ---- extents → LUs (config_lu.c) ---- */
+struct scsi_lu;
+/* Create the LU of an extent row (icfg_extent_row_internal JSON). 0 or -errno (logged). */
+int icfg_lu_from_extent(json_t *extent, struct scsi_lu **out);
+void icfg_lu_unref(struct scsi_lu *lu);
+void icfg_lu_ref(struct scsi_lu *lu);
+/* "zvol/pool/vol[@snap]" → "pool/vol[@snap]" or NULL. */
+const char *icfg_disk_dataset(const char *disk);
+
+#endif

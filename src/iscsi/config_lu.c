@@ -1,0 +1,142 @@
+/* Extents → SCSI logical units: open the backing volume (a blockd dataset
+ * for DISK, a file for FILE) and describe the LU from the extent's fields.
+ * Persistent-reservation state (APTPL) is kept in the extent row. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config/datasets.h"
+#include "config/db.h"
+#include "core/log.h"
+#include "iscsi/config_internal.h"
+#include "scsi/scsi.h"
+#include "store/bdev.h"
+
+const char *icfg_disk_dataset(const char *disk)
+{
+    if (!disk || strncmp(disk, "zvol/", 5) != 0 || !disk[5])
+        return NULL;
+    return disk + 5;
+}
+
+void icfg_lu_ref(struct scsi_lu *lu)
+{
+    scsi_lu_ref(lu);
+}
+
+void icfg_lu_unref(struct scsi_lu *lu)
+{
+    if (lu)
+        scsi_lu_unref(lu);
+}
+
+/* scsi/ calls this on a reactor with the LU mutex held: one small write.
+ * (The config writer never takes an LU mutex while holding the DB lock;
+ * see config_runtime.c.) */
+static int pr_save(void *arg, const void *blob, size_t len)
+{
+    int64_t extent_id = (int64_t)(intptr_t)arg;
+    db_lock();
+    sqlite3_stmt *st;
+    int rc = icfg_prepare("UPDATE iscsi_extent SET pr_blob = ? WHERE id = ?", &st);
+    if (rc == 0) {
+        if (len)
+            sqlite3_bind_blob(st, 1, blob, (int)len, SQLITE_TRANSIENT);
+        else
+            sqlite3_bind_null(st, 1);
+        sqlite3_bind_int64(st, 2, extent_id);
+        if (sqlite3_step(st) != SQLITE_DONE) {
+            log_error("iscsi config: cannot save reservations of extent %lld: %s",
+                      (long long)extent_id, sqlite3_errmsg(db_handle()));
+            rc = -EIO;
+        }
+        sqlite3_finalize(st);
+    }
+    db_unlock();
+    return rc;
+}
+
+static int open_volume(json_t *e, struct volume **out)
+{
+    const char *type = json_string_value(json_object_get(e, "type"));
+    const char *name = json_string_value(json_object_get(e, "name"));
+    bool ro = json_is_true(json_object_get(e, "ro"));
+    if (strcmp(type, "DISK") == 0) {
+        const char *ds = icfg_disk_dataset(json_string_value(json_object_get(e, "disk")));
+        if (!ds)
+            return -EINVAL;
+        int rc = datasets_volume_open(ds, out);
+        if (rc < 0)
+            log_warn("iscsi config: extent %s: cannot open volume %s: %s", name, ds, strerror(-rc));
+        return rc;
+    }
+    const char *path = json_string_value(json_object_get(e, "path"));
+    uint32_t bs = (uint32_t)json_integer_value(json_object_get(e, "blocksize"));
+    struct bdev *b;
+    int rc = bdev_file_open(path, ro, &b);
+    if (rc < 0) {
+        log_warn("iscsi config: extent %s: cannot open %s: %s", name, path, strerror(-rc));
+        return rc;
+    }
+    char vname[96];
+    snprintf(vname, sizeof(vname), "extent:%s", name);
+    rc = volume_new(vname, b, bs, VOLUME_SYNC_STANDARD, ro, out);
+    if (rc < 0)
+        log_warn("iscsi config: extent %s: cannot use %s: %s", name, path, strerror(-rc));
+    return rc;
+}
+
+int icfg_lu_from_extent(json_t *e, struct scsi_lu **out)
+{
+    struct volume *vol;
+    int rc = open_volume(e, &vol);
+    if (rc < 0)
+        return rc;
+    int64_t id = json_integer_value(json_object_get(e, "id"));
+    struct scsi_lu_params p;
+    memset(&p, 0, sizeof(p));
+    p.block_size = (uint32_t)json_integer_value(json_object_get(e, "blocksize"));
+    /* pblocksize=true hides the physical block size (TrueNAS:
+     * lb_per_pb_exp 0); otherwise report the volume's block size. */
+    if (!json_is_true(json_object_get(e, "pblocksize"))) {
+        uint32_t vbs = volume_block_size(vol);
+        while (p.block_size && (p.block_size << (p.pblock_exp + 1)) <= vbs && p.pblock_exp < 15)
+            p.pblock_exp++;
+    }
+    snprintf(p.serial, sizeof(p.serial), "%s", json_string_value(json_object_get(e, "serial")));
+    snprintf(p.naa, sizeof(p.naa), "%s", json_string_value(json_object_get(e, "naa")));
+    snprintf(p.vendor, sizeof(p.vendor), "%s", json_string_value(json_object_get(e, "vendor")));
+    const char *rpm = json_string_value(json_object_get(e, "rpm"));
+    if (strcmp(rpm, "SSD") == 0)
+        p.rotation_rate = 1;
+    else if (strcmp(rpm, "UNKNOWN") == 0)
+        p.rotation_rate = 0;
+    else {
+        unsigned v = 0;
+        for (const char *c = rpm; *c >= '0' && *c <= '9'; c++)
+            v = v * 10 + (unsigned)(*c - '0');
+        p.rotation_rate = (uint16_t)v;
+    }
+    p.readonly = json_is_true(json_object_get(e, "ro"));
+    p.insecure_tpc = json_is_true(json_object_get(e, "insecure_tpc"));
+    p.pr_store.save = pr_save;
+    p.pr_store.arg = (void *)(intptr_t)id;
+
+    /* Saved reservations (the DB lock is held by the caller). */
+    sqlite3_stmt *st = NULL;
+    if (icfg_prepare("SELECT pr_blob FROM iscsi_extent WHERE id = ?", &st) == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_BLOB) {
+            p.pr_blob = sqlite3_column_blob(st, 0);
+            p.pr_blob_len = (size_t)sqlite3_column_bytes(st, 0);
+        }
+    }
+    rc = scsi_lu_new(vol, &p, out);
+    sqlite3_finalize(st);
+    volume_unref(vol);
+    if (rc < 0)
+        log_warn("iscsi config: extent %s: cannot create LU: %s",
+                 json_string_value(json_object_get(e, "name")), strerror(-rc));
+    return rc;
+}

@@ -1,0 +1,118 @@
+/* Schema, method registration, start/stop and the datasets in-use check of
+ * the iSCSI configuration. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config/datasets.h"
+#include "config/db.h"
+#include "core/log.h"
+#include "iscsi/config_internal.h"
+#include "iscsi/iscsi_config.h"
+
+/* Ids use AUTOINCREMENT so a deleted object's id is never reused: clients
+ * (democratic-csi) store ids in dataset properties. Cascades are done in
+ * code, so the schema does not depend on PRAGMA foreign_keys. */
+static const char schema[] =
+    "CREATE TABLE IF NOT EXISTS iscsi_portal ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " tag INTEGER NOT NULL,"
+    " comment TEXT NOT NULL DEFAULT '');"
+    "CREATE TABLE IF NOT EXISTS iscsi_portal_ip ("
+    " portal_id INTEGER NOT NULL,"
+    " ip TEXT NOT NULL UNIQUE);"
+    "CREATE TABLE IF NOT EXISTS iscsi_initiator ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " initiators TEXT NOT NULL DEFAULT '[]',"
+    " comment TEXT NOT NULL DEFAULT '');"
+    "CREATE TABLE IF NOT EXISTS iscsi_auth ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " tag INTEGER NOT NULL,"
+    " user TEXT NOT NULL,"
+    " secret TEXT NOT NULL,"
+    " peeruser TEXT NOT NULL DEFAULT '',"
+    " peersecret TEXT NOT NULL DEFAULT '',"
+    " discovery_auth TEXT NOT NULL DEFAULT 'NONE');"
+    "CREATE TABLE IF NOT EXISTS iscsi_target ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " name TEXT NOT NULL UNIQUE,"
+    " alias TEXT UNIQUE,"
+    " mode TEXT NOT NULL DEFAULT 'ISCSI',"
+    " auth_networks TEXT NOT NULL DEFAULT '[]',"
+    " rel_tgt_id INTEGER NOT NULL UNIQUE);"
+    "CREATE TABLE IF NOT EXISTS iscsi_target_group ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " target_id INTEGER NOT NULL,"
+    " portal_id INTEGER NOT NULL,"
+    " initiator_id INTEGER,"
+    " authmethod TEXT NOT NULL DEFAULT 'NONE',"
+    " auth_tag INTEGER);"
+    "CREATE INDEX IF NOT EXISTS iscsi_target_group_target ON iscsi_target_group(target_id);"
+    "CREATE TABLE IF NOT EXISTS iscsi_extent ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " name TEXT NOT NULL UNIQUE,"
+    " type TEXT NOT NULL,"
+    " disk TEXT,"
+    " path TEXT,"
+    " filesize INTEGER NOT NULL DEFAULT 0,"
+    " serial TEXT NOT NULL UNIQUE,"
+    " blocksize INTEGER NOT NULL DEFAULT 512,"
+    " pblocksize INTEGER NOT NULL DEFAULT 0,"
+    " avail_threshold INTEGER,"
+    " comment TEXT NOT NULL DEFAULT '',"
+    " naa TEXT NOT NULL UNIQUE,"
+    " insecure_tpc INTEGER NOT NULL DEFAULT 1,"
+    " xen INTEGER NOT NULL DEFAULT 0,"
+    " rpm TEXT NOT NULL DEFAULT 'SSD',"
+    " ro INTEGER NOT NULL DEFAULT 0,"
+    " enabled INTEGER NOT NULL DEFAULT 1,"
+    " vendor TEXT NOT NULL DEFAULT 'BLOCKD',"
+    " gen INTEGER NOT NULL DEFAULT 0,"
+    " pr_blob BLOB);"
+    "CREATE TABLE IF NOT EXISTS iscsi_targetextent ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " target_id INTEGER NOT NULL,"
+    " extent_id INTEGER NOT NULL UNIQUE,"
+    " lunid INTEGER NOT NULL,"
+    " UNIQUE(target_id, lunid));";
+
+bool iscsi_config_dataset_in_use(const char *name, char *why, size_t len)
+{
+    char disk[600], child[600], snap[600];
+    snprintf(disk, sizeof(disk), "zvol/%s", name);
+    snprintf(child, sizeof(child), "zvol/%s/", name);
+    snprintf(snap, sizeof(snap), "zvol/%s@", name);
+    bool used = false;
+    db_lock();
+    sqlite3_stmt *st;
+    if (icfg_prepare("SELECT name, disk FROM iscsi_extent WHERE type = 'DISK' AND (disk = ?1 "
+                     "OR substr(disk, 1, length(?2)) = ?2 OR substr(disk, 1, length(?3)) = ?3) "
+                     "ORDER BY id LIMIT 1",
+                     &st) == 0) {
+        sqlite3_bind_text(st, 1, disk, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, child, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, snap, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            used = true;
+            if (why && len)
+                snprintf(why, len, "%s is used by iSCSI extent %s", icfg_col_text(st, 1) + 5,
+                         icfg_col_text(st, 0));
+        }
+        sqlite3_finalize(st);
+    }
+    db_unlock();
+    return used;
+}
+
+void iscsi_config_init(void)
+{
+    db_register_schema(schema);
+    api_register(icfg_global_methods, icfg_global_methods_count);
+    api_register(icfg_portal_methods, icfg_portal_methods_count);
+    api_register(icfg_initiator_methods, icfg_initiator_methods_count);
+    api_register(icfg_auth_methods, icfg_auth_methods_count);
+    api_register(icfg_target_methods, icfg_target_methods_count);
+    api_register(icfg_extent_methods, icfg_extent_methods_count);
+    api_register(icfg_targetextent_methods, icfg_targetextent_methods_count);
+    datasets_register_in_use(iscsi_config_dataset_in_use);
+}

@@ -1,0 +1,821 @@
+/*
+ * The runtime side of the iSCSI configuration: builds immutable target
+ * views (iscsi_runtime.h) from the DB and publishes them.
+ *
+ * Publication is O(changes): the published set is a sorted array of view
+ * pointers; applying a change rebuilds only the dirty targets' views and
+ * swaps those pointers under pub_lock, so unchanged targets keep their
+ * views (and sessions keep their LUs). Readers take pub_lock only long
+ * enough to find a view and take a reference.
+ *
+ * Locks: the DB lock (held by the API writer during apply) is taken before
+ * pub_lock, never after. Calls that take an LU's mutex (unit attentions)
+ * and session closing run after the DB lock is released
+ * (icfg_runtime_after_unlock), because scsi/ calls our PR save callback
+ * — which takes the DB lock — with the LU mutex held.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config/db.h"
+#include "core/log.h"
+#include "iscsi/config_internal.h"
+#include "iscsi/iscsi_config.h"
+#include "iscsi/iscsi_runtime.h"
+#include "scsi/scsi.h"
+
+/* ---- published state (pub_lock) ---- */
+static pthread_mutex_t pub_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct iscsi_target_view **pub_views; /* sorted by iqn, case-insensitive */
+static size_t pub_n, pub_cap;
+static uint64_t pub_generation;
+static struct iscsi_chap_cred *disc_creds;
+static size_t disc_n;
+static enum iscsi_auth_method disc_method;
+
+/* ---- writer state (DB lock) ---- */
+struct lu_entry {
+    int64_t extent_id;
+    int64_t gen;
+    struct scsi_lu *lu;
+};
+static struct lu_entry *lu_cache;
+static size_t lu_n, lu_cap;
+static struct icfg_dirty pending;
+static bool started;
+static char *listen_override;
+struct listener_entry {
+    char addr[80];
+    uint16_t tag;
+};
+static struct listener_entry *listeners;
+static size_t listeners_n;
+
+/* ---- after-unlock work (own lock: filled under the DB lock, drained
+ * after it is released) ---- */
+static pthread_mutex_t post_lock = PTHREAD_MUTEX_INITIALIZER;
+struct post_item {
+    struct scsi_lu *lu; /* raise LUNS_CHANGED (ref held) */
+    char *close_iqn;    /* or close this target's sessions */
+};
+static struct post_item *post_items;
+static size_t post_n, post_cap;
+
+static void post_push(struct scsi_lu *lu, const char *iqn)
+{
+    pthread_mutex_lock(&post_lock);
+    if (post_n == post_cap) {
+        size_t cap = post_cap ? post_cap * 2 : 16;
+        struct post_item *p = realloc(post_items, cap * sizeof(*p));
+        if (!p) {
+            pthread_mutex_unlock(&post_lock);
+            log_error("iscsi config: out of memory queueing a unit attention");
+            return;
+        }
+        post_items = p;
+        post_cap = cap;
+    }
+    if (lu)
+        icfg_lu_ref(lu);
+    post_items[post_n].lu = lu;
+    post_items[post_n].close_iqn = iqn ? strdup(iqn) : NULL;
+    post_n++;
+    pthread_mutex_unlock(&post_lock);
+}
+
+void icfg_runtime_after_unlock(void)
+{
+    pthread_mutex_lock(&post_lock);
+    struct post_item *items = post_items;
+    size_t n = post_n;
+    post_items = NULL;
+    post_n = post_cap = 0;
+    pthread_mutex_unlock(&post_lock);
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].lu) {
+            scsi_lu_raise_ua(items[i].lu, SCSI_UA_LUNS_CHANGED);
+            icfg_lu_unref(items[i].lu);
+        }
+        if (items[i].close_iqn) {
+            unsigned c = iscsi_sessions_close_target(items[i].close_iqn);
+            if (c)
+                log_info("iscsi config: closed %u session(s) of removed target %s", c,
+                         items[i].close_iqn);
+            free(items[i].close_iqn);
+        }
+    }
+    free(items);
+}
+
+/* ---- views ---- */
+struct view_box {
+    struct iscsi_target_view v;
+    struct iscsi_target_lun *luns;
+    struct iscsi_target_group *groups;
+    struct iscsi_cidr *nets;
+    char **strings; /* initiator names, freed with the box */
+    size_t n_strings;
+    const char ***initiator_arrays;
+    struct iscsi_chap_cred **cred_arrays;
+};
+
+static void view_destroy(struct iscsi_target_view *v)
+{
+    struct view_box *b = (struct view_box *)v;
+    for (size_t i = 0; i < v->n_luns; i++)
+        icfg_lu_unref(b->luns[i].lu);
+    for (size_t i = 0; i < v->n_groups; i++) {
+        free(b->initiator_arrays ? b->initiator_arrays[i] : NULL);
+        if (b->cred_arrays && b->cred_arrays[i]) {
+            explicit_bzero(b->cred_arrays[i],
+                           sizeof(struct iscsi_chap_cred) * b->groups[i].auth.n_creds);
+            free(b->cred_arrays[i]);
+        }
+    }
+    for (size_t i = 0; i < b->n_strings; i++)
+        free(b->strings[i]);
+    free(b->strings);
+    free(b->initiator_arrays);
+    free(b->cred_arrays);
+    free(b->luns);
+    free(b->groups);
+    free(b->nets);
+    free(b);
+}
+
+/* Credentials of an auth tag (the DB is locked). */
+static int load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out, size_t *n,
+                      enum iscsi_auth_method *method)
+{
+    sqlite3_stmt *st;
+    int rc = icfg_prepare(discovery ? "SELECT user, secret, peeruser, peersecret, discovery_auth "
+                                      "FROM iscsi_auth WHERE discovery_auth != 'NONE' ORDER BY id"
+                                    : "SELECT user, secret, peeruser, peersecret, discovery_auth "
+                                      "FROM iscsi_auth WHERE tag = ? ORDER BY id",
+                          &st);
+    if (rc < 0)
+        return rc;
+    if (!discovery)
+        sqlite3_bind_int64(st, 1, tag);
+    struct iscsi_chap_cred *creds = NULL;
+    size_t count = 0;
+    if (method)
+        *method = ISCSI_AUTH_NONE;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct iscsi_chap_cred *c = realloc(creds, (count + 1) * sizeof(*c));
+        if (!c) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        creds = c;
+        c = &creds[count++];
+        memset(c, 0, sizeof(*c));
+        snprintf(c->user, sizeof(c->user), "%s", icfg_col_text(st, 0));
+        snprintf(c->secret, sizeof(c->secret), "%s", icfg_col_text(st, 1));
+        snprintf(c->peeruser, sizeof(c->peeruser), "%s", icfg_col_text(st, 2));
+        snprintf(c->peersecret, sizeof(c->peersecret), "%s", icfg_col_text(st, 3));
+        if (method) {
+            enum iscsi_auth_method m = strcmp(icfg_col_text(st, 4), "CHAP_MUTUAL") == 0
+                                           ? ISCSI_AUTH_CHAP_MUTUAL
+                                           : ISCSI_AUTH_CHAP;
+            if (m > *method)
+                *method = m;
+        }
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(creds);
+        return -EIO;
+    }
+    *out = creds;
+    *n = count;
+    return 0;
+}
+
+static struct scsi_lu *lu_for_extent(json_t *extent)
+{
+    int64_t id = json_integer_value(json_object_get(extent, "id"));
+    int64_t gen = json_integer_value(json_object_get(extent, "gen"));
+    for (size_t i = 0; i < lu_n; i++) {
+        if (lu_cache[i].extent_id != id)
+            continue;
+        if (lu_cache[i].gen == gen) {
+            icfg_lu_ref(lu_cache[i].lu);
+            return lu_cache[i].lu;
+        }
+        icfg_lu_unref(lu_cache[i].lu);
+        lu_cache[i] = lu_cache[--lu_n];
+        break;
+    }
+    struct scsi_lu *lu;
+    if (icfg_lu_from_extent(extent, &lu) < 0)
+        return NULL;
+    if (lu_n == lu_cap) {
+        size_t cap = lu_cap ? lu_cap * 2 : 16;
+        struct lu_entry *c = realloc(lu_cache, cap * sizeof(*c));
+        if (!c)
+            return lu; /* works, just not shared with the next rebuild */
+        lu_cache = c;
+        lu_cap = cap;
+    }
+    icfg_lu_ref(lu);
+    lu_cache[lu_n++] = (struct lu_entry){.extent_id = id, .gen = gen, .lu = lu};
+    return lu;
+}
+
+void icfg_runtime_forget_extent(int64_t extent_id)
+{
+    for (size_t i = 0; i < lu_n; i++) {
+        if (lu_cache[i].extent_id == extent_id) {
+            icfg_lu_unref(lu_cache[i].lu);
+            lu_cache[i] = lu_cache[--lu_n];
+            return;
+        }
+    }
+}
+
+static char *box_strdup(struct view_box *b, const char *s)
+{
+    char **strings = realloc(b->strings, (b->n_strings + 1) * sizeof(*strings));
+    if (!strings)
+        return NULL;
+    b->strings = strings;
+    char *copy = strdup(s);
+    if (copy)
+        b->strings[b->n_strings++] = copy;
+    return copy;
+}
+
+static int build_groups(struct view_box *b, int64_t target_id)
+{
+    sqlite3_stmt *st;
+    int rc = icfg_prepare("SELECT p.tag, i.initiators, g.authmethod, g.auth_tag FROM "
+                          "iscsi_target_group g JOIN iscsi_portal p ON p.id = g.portal_id LEFT "
+                          "JOIN iscsi_initiator i ON i.id = g.initiator_id WHERE g.target_id = ? "
+                          "ORDER BY g.id",
+                          &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, target_id);
+    size_t n = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct iscsi_target_group *g = realloc(b->groups, (n + 1) * sizeof(*g));
+        const char ***ia = realloc(b->initiator_arrays, (n + 1) * sizeof(*ia));
+        if (ia)
+            b->initiator_arrays = ia;
+        struct iscsi_chap_cred **ca = realloc(b->cred_arrays, (n + 1) * sizeof(*ca));
+        if (ca)
+            b->cred_arrays = ca;
+        if (!g || !ia || !ca) {
+            if (g)
+                b->groups = g;
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        b->groups = g;
+        g = &b->groups[n];
+        memset(g, 0, sizeof(*g));
+        b->initiator_arrays[n] = NULL;
+        b->cred_arrays[n] = NULL;
+        b->v.n_groups = ++n;
+        g->portal_tag = (uint16_t)sqlite3_column_int(st, 0);
+        json_t *inis = icfg_col_json(st, 1);
+        size_t k;
+        json_t *ini;
+        if (json_array_size(inis) > 0) {
+            const char **arr = calloc(json_array_size(inis), sizeof(*arr));
+            b->initiator_arrays[n - 1] = arr;
+            json_array_foreach(inis, k, ini)
+            {
+                if (arr && json_is_string(ini)) {
+                    char *s = box_strdup(b, json_string_value(ini));
+                    if (s)
+                        arr[g->n_initiators++] = s;
+                }
+            }
+            g->initiators = arr;
+            if (!arr || g->n_initiators == 0) {
+                /* never turn a restricted group into an open one */
+                static const char *const nobody[] = {""};
+                g->initiators = nobody;
+                g->n_initiators = 1;
+            }
+        }
+        json_decref(inis);
+        const char *method = icfg_col_text(st, 2);
+        g->auth.method = strcmp(method, "CHAP_MUTUAL") == 0 ? ISCSI_AUTH_CHAP_MUTUAL
+                         : strcmp(method, "CHAP") == 0      ? ISCSI_AUTH_CHAP
+                                                            : ISCSI_AUTH_NONE;
+        if (g->auth.method != ISCSI_AUTH_NONE) {
+            struct iscsi_chap_cred *creds = NULL;
+            size_t nc = 0;
+            if (load_creds(sqlite3_column_int64(st, 3), false, &creds, &nc, NULL) == 0) {
+                b->cred_arrays[n - 1] = creds;
+                g->auth.creds = creds;
+                g->auth.n_creds = nc;
+            }
+            /* A CHAP group with no credentials admits nobody: the login
+             * cannot succeed, which is the safe direction. */
+        }
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+static int build_luns(struct view_box *b, int64_t target_id)
+{
+    sqlite3_stmt *st;
+    int rc = icfg_prepare("SELECT te.lunid, te.extent_id FROM iscsi_targetextent te JOIN "
+                          "iscsi_extent e ON e.id = te.extent_id WHERE te.target_id = ? AND "
+                          "e.enabled = 1 ORDER BY te.lunid",
+                          &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, target_id);
+    size_t n = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        uint64_t lun = (uint64_t)sqlite3_column_int64(st, 0);
+        int64_t extent_id = sqlite3_column_int64(st, 1);
+        json_t *extent =
+            icfg_get_by_id(icfg_extent_row_internal, ICFG_EXTENT_SELECT " WHERE id = ?", extent_id);
+        struct scsi_lu *lu = extent ? lu_for_extent(extent) : NULL;
+        json_decref(extent);
+        if (!lu) {
+            log_warn("iscsi config: target %s: LUN %llu left out (its extent cannot be opened)",
+                     b->v.iqn, (unsigned long long)lun);
+            continue;
+        }
+        struct iscsi_target_lun *l = realloc(b->luns, (n + 1) * sizeof(*l));
+        if (!l) {
+            icfg_lu_unref(lu);
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        b->luns = l;
+        b->luns[n].lun = lun;
+        b->luns[n].lu = lu;
+        b->v.n_luns = ++n;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+/* Build the view of one target: 0 with *out, -ENOENT if the target no
+ * longer exists, or -errno. */
+static int view_build(int64_t id, const char *basename, struct iscsi_target_view **out)
+{
+    sqlite3_stmt *st;
+    int rc = icfg_prepare("SELECT name, alias, auth_networks, rel_tgt_id FROM iscsi_target "
+                          "WHERE id = ?",
+                          &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return -ENOENT;
+    }
+    struct view_box *b = calloc(1, sizeof(*b));
+    if (!b) {
+        sqlite3_finalize(st);
+        return -ENOMEM;
+    }
+    b->v.refs = 1;
+    b->v.destroy = view_destroy;
+    b->v.id = (uint64_t)id;
+    snprintf(b->v.iqn, sizeof(b->v.iqn), "%s:%s", basename, icfg_col_text(st, 0));
+    snprintf(b->v.alias, sizeof(b->v.alias), "%s", icfg_col_text(st, 1));
+    b->v.rel_tgt_id = (uint16_t)sqlite3_column_int(st, 3);
+    json_t *nets = icfg_col_json(st, 2);
+    sqlite3_finalize(st);
+    if (json_array_size(nets) > 0) {
+        b->nets = calloc(json_array_size(nets), sizeof(*b->nets));
+        size_t i;
+        json_t *n;
+        json_array_foreach(nets, i, n)
+        {
+            if (b->nets && json_is_string(n) &&
+                icfg_parse_cidr(json_string_value(n), &b->nets[b->v.n_auth_networks]) == 0)
+                b->v.n_auth_networks++;
+        }
+        if (!b->nets || b->v.n_auth_networks == 0) {
+            /* unparsable list (validated on write, so only on corruption):
+             * admit no address rather than every address */
+            static const struct iscsi_cidr none = {.family = -1};
+            b->v.auth_networks = &none;
+            b->v.n_auth_networks = 1;
+        } else {
+            b->v.auth_networks = b->nets;
+        }
+    }
+    json_decref(nets);
+    rc = build_groups(b, id);
+    b->v.groups = b->groups;
+    if (rc == 0)
+        rc = build_luns(b, id);
+    b->v.luns = b->luns;
+    if (rc < 0) {
+        view_destroy(&b->v);
+        return rc;
+    }
+    *out = &b->v;
+    return 0;
+}
+
+/* ---- publication ---- */
+
+static size_t pub_find_id(uint64_t id)
+{
+    for (size_t i = 0; i < pub_n; i++)
+        if (pub_views[i]->id == id)
+            return i;
+    return SIZE_MAX;
+}
+
+static size_t pub_lower_bound(const char *iqn)
+{
+    size_t lo = 0, hi = pub_n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (strcasecmp(pub_views[mid]->iqn, iqn) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static void pub_remove_at(size_t i)
+{
+    memmove(&pub_views[i], &pub_views[i + 1], (pub_n - i - 1) * sizeof(*pub_views));
+    pub_n--;
+}
+
+static int pub_insert(struct iscsi_target_view *v)
+{
+    if (pub_n == pub_cap) {
+        size_t cap = pub_cap ? pub_cap * 2 : 64;
+        struct iscsi_target_view **p = realloc(pub_views, cap * sizeof(*p));
+        if (!p)
+            return -ENOMEM;
+        pub_views = p;
+        pub_cap = cap;
+    }
+    size_t i = pub_lower_bound(v->iqn);
+    memmove(&pub_views[i + 1], &pub_views[i], (pub_n - i) * sizeof(*pub_views));
+    pub_views[i] = v;
+    pub_n++;
+    return 0;
+}
+
+static bool lun_maps_equal(const struct iscsi_target_view *a, const struct iscsi_target_view *b)
+{
+    if (a->n_luns != b->n_luns)
+        return false;
+    for (size_t i = 0; i < a->n_luns; i++)
+        if (a->luns[i].lun != b->luns[i].lun || a->luns[i].lu != b->luns[i].lu)
+            return false;
+    return true;
+}
+
+struct change {
+    int64_t id;
+    struct iscsi_target_view *view; /* NULL: withdraw */
+};
+
+static int collect_all_ids(struct icfg_dirty *d)
+{
+    int rc = icfg_dirty_add_query(d, "SELECT id FROM iscsi_target WHERE id >= ?", 0);
+    pthread_mutex_lock(&pub_lock);
+    for (size_t i = 0; i < pub_n; i++)
+        icfg_dirty_add(d, (int64_t)pub_views[i]->id);
+    pthread_mutex_unlock(&pub_lock);
+    return rc;
+}
+
+int icfg_runtime_apply(const struct icfg_dirty *in)
+{
+    struct icfg_dirty d = {0};
+    icfg_dirty_merge(&d, in);
+    d.all = false;
+    if (in->all)
+        collect_all_ids(&d);
+    /* Anything pending for these targets is superseded by this rebuild. */
+    int rc = 0;
+    char *basename = icfg_global_basename();
+    struct change *changes = calloc(d.n ? d.n : 1, sizeof(*changes));
+    if (!basename || !changes) {
+        free(basename);
+        free(changes);
+        icfg_dirty_free(&d);
+        return -ENOMEM;
+    }
+    size_t nc = 0;
+    for (size_t i = 0; i < d.n; i++) {
+        struct iscsi_target_view *v = NULL;
+        int err = view_build(d.ids[i], basename, &v);
+        if (err < 0 && err != -ENOENT) {
+            log_error("iscsi config: cannot build target %lld: %s (old view kept)",
+                      (long long)d.ids[i], strerror(-err));
+            rc = err;
+            continue;
+        }
+        changes[nc++] = (struct change){.id = d.ids[i], .view = v};
+    }
+    free(basename);
+
+    struct iscsi_chap_cred *dcreds = NULL;
+    size_t dn = 0;
+    enum iscsi_auth_method dmethod = ISCSI_AUTH_NONE;
+    bool disc = in->discovery && load_creds(0, true, &dcreds, &dn, &dmethod) == 0;
+
+    struct iscsi_target_view **old = calloc(nc ? nc : 1, sizeof(*old));
+    pthread_mutex_lock(&pub_lock);
+    for (size_t i = 0; i < nc; i++) {
+        size_t at = pub_find_id((uint64_t)changes[i].id);
+        if (old)
+            old[i] = NULL;
+        if (at != SIZE_MAX) {
+            if (old)
+                old[i] = pub_views[at];
+            else
+                iscsi_target_view_unref(pub_views[at]);
+            pub_remove_at(at);
+        }
+        if (changes[i].view && pub_insert(changes[i].view) < 0) {
+            log_error("iscsi config: out of memory publishing %s", changes[i].view->iqn);
+            iscsi_target_view_unref(changes[i].view);
+            changes[i].view = NULL;
+        }
+    }
+    if (disc) {
+        struct iscsi_chap_cred *prev = disc_creds;
+        size_t prev_n = disc_n;
+        disc_creds = dcreds;
+        disc_n = dn;
+        disc_method = dmethod;
+        dcreds = prev;
+        dn = prev_n;
+    }
+    __atomic_add_fetch(&pub_generation, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&pub_lock);
+    if (dcreds) {
+        explicit_bzero(dcreds, dn * sizeof(*dcreds));
+        free(dcreds);
+    }
+
+    /* Side effects on sessions, after the DB lock is released. */
+    for (size_t i = 0; old && i < nc; i++) {
+        struct iscsi_target_view *o = old[i], *n = changes[i].view;
+        if (!o)
+            continue;
+        if (!n || strcasecmp(o->iqn, n->iqn) != 0)
+            post_push(NULL, o->iqn);
+        else if (!lun_maps_equal(o, n))
+            for (size_t k = 0; k < n->n_luns; k++)
+                post_push(n->luns[k].lu, NULL);
+        iscsi_target_view_unref(o);
+    }
+    free(old);
+    free(changes);
+    if (in->portals)
+        icfg_runtime_sync_portals();
+    /* the applied targets are no longer pending */
+    for (size_t i = 0; i < d.n && pending.n; i++)
+        for (size_t k = 0; k < pending.n; k++)
+            if (pending.ids[k] == d.ids[i]) {
+                pending.ids[k] = pending.ids[--pending.n];
+                break;
+            }
+    icfg_dirty_free(&d);
+    return rc;
+}
+
+void icfg_runtime_defer(const struct icfg_dirty *d)
+{
+    icfg_dirty_merge(&pending, d);
+}
+
+int iscsi_config_reload(void)
+{
+    db_lock();
+    struct icfg_dirty d = pending;
+    memset(&pending, 0, sizeof(pending));
+    int rc = started ? icfg_runtime_apply(&d) : 0;
+    icfg_dirty_free(&d);
+    db_unlock();
+    icfg_runtime_after_unlock();
+    return rc;
+}
+
+size_t iscsi_config_pending(void)
+{
+    db_lock();
+    size_t n = pending.all ? (size_t)-1 : pending.n;
+    db_unlock();
+    return n;
+}
+
+bool icfg_runtime_started(void)
+{
+    return started;
+}
+
+/* ---- portals ---- */
+
+int icfg_runtime_sync_portals(void)
+{
+    if (!started || listen_override)
+        return 0;
+    int port = icfg_global_listen_port();
+    struct listener_entry *want = NULL;
+    size_t nwant = 0;
+    sqlite3_stmt *st;
+    if (icfg_prepare("SELECT i.ip, p.tag FROM iscsi_portal_ip i JOIN iscsi_portal p ON p.id = "
+                     "i.portal_id ORDER BY p.tag",
+                     &st) < 0)
+        return -EIO;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        struct listener_entry *w = realloc(want, (nwant + 1) * sizeof(*w));
+        if (!w)
+            break;
+        want = w;
+        const char *ip = icfg_col_text(st, 0);
+        snprintf(want[nwant].addr, sizeof(want[nwant].addr), strchr(ip, ':') ? "[%s]:%d" : "%s:%d",
+                 ip, port);
+        want[nwant].tag = (uint16_t)sqlite3_column_int(st, 1);
+        nwant++;
+    }
+    sqlite3_finalize(st);
+    /* Close what is no longer wanted (or changed tag), then open the new. */
+    for (size_t i = 0; i < listeners_n;) {
+        bool keep = false;
+        for (size_t k = 0; k < nwant; k++)
+            if (strcmp(want[k].addr, listeners[i].addr) == 0 && want[k].tag == listeners[i].tag)
+                keep = true;
+        if (keep) {
+            i++;
+            continue;
+        }
+        iscsi_server_unlisten(listeners[i].addr);
+        listeners[i] = listeners[--listeners_n];
+    }
+    int rc = 0;
+    for (size_t k = 0; k < nwant; k++) {
+        bool have = false;
+        for (size_t i = 0; i < listeners_n; i++)
+            if (strcmp(want[k].addr, listeners[i].addr) == 0)
+                have = true;
+        if (have)
+            continue;
+        int err = iscsi_server_listen(want[k].addr, want[k].tag);
+        if (err < 0) {
+            rc = err; /* logged by the server */
+            continue;
+        }
+        struct listener_entry *l = realloc(listeners, (listeners_n + 1) * sizeof(*l));
+        if (!l) {
+            iscsi_server_unlisten(want[k].addr);
+            continue;
+        }
+        listeners = l;
+        listeners[listeners_n++] = want[k];
+    }
+    free(want);
+    return rc;
+}
+
+/* ---- start / stop ---- */
+
+int iscsi_config_start(const char *override)
+{
+    db_lock();
+    free(listen_override);
+    listen_override = override ? strdup(override) : NULL;
+    started = true;
+    struct icfg_dirty all = {.all = true, .discovery = true, .portals = true};
+    int rc = icfg_runtime_apply(&all);
+    db_unlock();
+    icfg_runtime_after_unlock();
+    pthread_mutex_lock(&pub_lock);
+    size_t n = pub_n;
+    pthread_mutex_unlock(&pub_lock);
+    log_info("iscsi config: %zu target(s) published", n);
+    return rc;
+}
+
+void icfg_runtime_stop(void)
+{
+    db_lock();
+    for (size_t i = 0; i < listeners_n; i++)
+        iscsi_server_unlisten(listeners[i].addr);
+    free(listeners);
+    listeners = NULL;
+    listeners_n = 0;
+    pthread_mutex_lock(&pub_lock);
+    struct iscsi_target_view **views = pub_views;
+    size_t n = pub_n;
+    pub_views = NULL;
+    pub_n = pub_cap = 0;
+    struct iscsi_chap_cred *dc = disc_creds;
+    size_t dn = disc_n;
+    disc_creds = NULL;
+    disc_n = 0;
+    disc_method = ISCSI_AUTH_NONE;
+    __atomic_add_fetch(&pub_generation, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&pub_lock);
+    for (size_t i = 0; i < n; i++)
+        iscsi_target_view_unref(views[i]);
+    free(views);
+    if (dc) {
+        explicit_bzero(dc, dn * sizeof(*dc));
+        free(dc);
+    }
+    for (size_t i = 0; i < lu_n; i++)
+        icfg_lu_unref(lu_cache[i].lu);
+    free(lu_cache);
+    lu_cache = NULL;
+    lu_n = lu_cap = 0;
+    icfg_dirty_free(&pending);
+    started = false;
+    free(listen_override);
+    listen_override = NULL;
+    db_unlock();
+    icfg_runtime_after_unlock();
+}
+
+void iscsi_config_stop(void)
+{
+    icfg_runtime_stop();
+}
+
+/* ---- lookups for the transport (iscsi_runtime.h) ---- */
+
+struct iscsi_target_view *iscsi_runtime_find_target(const char *iqn)
+{
+    struct iscsi_target_view *v = NULL;
+    pthread_mutex_lock(&pub_lock);
+    size_t i = pub_lower_bound(iqn);
+    if (i < pub_n && strcasecmp(pub_views[i]->iqn, iqn) == 0) {
+        v = pub_views[i];
+        iscsi_target_view_ref(v);
+    }
+    pthread_mutex_unlock(&pub_lock);
+    return v;
+}
+
+int iscsi_runtime_list_targets(struct iscsi_target_view ***out)
+{
+    pthread_mutex_lock(&pub_lock);
+    struct iscsi_target_view **arr = malloc((pub_n ? pub_n : 1) * sizeof(*arr));
+    if (!arr) {
+        pthread_mutex_unlock(&pub_lock);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < pub_n; i++) {
+        arr[i] = pub_views[i];
+        iscsi_target_view_ref(arr[i]);
+    }
+    int n = (int)pub_n;
+    pthread_mutex_unlock(&pub_lock);
+    *out = arr;
+    return n;
+}
+
+int iscsi_runtime_discovery_auth(struct iscsi_auth_policy *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&pub_lock);
+    int rc = 0;
+    if (disc_n > 0) {
+        struct iscsi_chap_cred *c = malloc(disc_n * sizeof(*c));
+        if (!c) {
+            rc = -ENOMEM;
+        } else {
+            memcpy(c, disc_creds, disc_n * sizeof(*c));
+            out->creds = c;
+            out->n_creds = disc_n;
+            out->method = disc_method;
+        }
+    }
+    pthread_mutex_unlock(&pub_lock);
+    return rc;
+}
+
+void iscsi_auth_policy_clear(struct iscsi_auth_policy *p)
+{
+    if (p->creds) {
+        explicit_bzero((void *)p->creds, p->n_creds * sizeof(*p->creds));
+        free((void *)p->creds);
+    }
+    memset(p, 0, sizeof(*p));
+}
+
+uint64_t iscsi_runtime_generation(void)
+{
+    return __atomic_load_n(&pub_generation, __ATOMIC_ACQUIRE);
+}
