@@ -186,10 +186,12 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
 
     ds_ops_lock();
     db_lock();
-    ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"), &pool);
-    if (api_has_verrs(call)) {
+    rc = ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"), &pool);
+    if (rc < 0 || api_has_verrs(call)) {
         db_unlock();
         ds_ops_unlock();
+        if (!api_has_verrs(call))
+            return ds_api_errno(call, rc, "cannot create dataset", row.name);
         return api_invalid(call);
     }
     row.pool_id = pool.id;

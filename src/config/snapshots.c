@@ -514,8 +514,14 @@ static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **resu
     if (rc == 0 &&
         (rc = volume_lookup(call, "zfs.snapshot.clone.snapshot", dataset, &src, &pool)) < 0)
         goto fail;
-    ds_check_new_name(call, "zfs.snapshot.clone.dataset_dst", json_object_get(data, "dataset_dst"),
-                      &dst_pool);
+    {
+        int nrc = ds_check_new_name(call, "zfs.snapshot.clone.dataset_dst",
+                                    json_object_get(data, "dataset_dst"), &dst_pool);
+        if (nrc < 0 && !api_has_verrs(call)) {
+            rc = nrc;
+            goto fail_errno;
+        }
+    }
     if (api_has_verrs(call)) {
         rc = api_invalid(call);
         goto fail;
