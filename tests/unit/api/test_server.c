@@ -25,7 +25,7 @@
 #include "api/server.h"
 
 static char dir[64];
-static char path[128];
+static char path[96];
 
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
@@ -107,7 +107,7 @@ static int connect_sock(void)
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     assert_true(fd >= 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    strncpy(sa.sun_path, path, sizeof(sa.sun_path) - 1);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
     assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
     struct timeval tv = {.tv_sec = 10};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -328,7 +328,7 @@ static void test_stale_and_not_socket(void **state)
     /* a stale socket (bound, nobody listening) is replaced */
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    strncpy(sa.sun_path, path, sizeof(sa.sun_path) - 1);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
     assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
     close(fd);
     assert_int_equal(api_server_start(path), 0);
