@@ -689,6 +689,11 @@ static int m_global_config(struct api_call *call, json_t *params, json_t **resul
     if (api_check_arity(call, params, 0) < 0)
         return api_invalid(call);
     *result = global_load();
+    /* What is in force now (--nbd-listen overrides the stored address). */
+    json_object_set_new(*result, "listen_active",
+                        json_string(listen_override ? listen_override
+                                                    : jstr(*result, "listen")));
+    json_object_set_new(*result, "port_active", json_integer(nbd_listen_port()));
     return 0;
 }
 
