@@ -127,6 +127,14 @@ static int mem_zero(struct bdev_memory *m, uint64_t off, uint64_t len, bool deal
         bool whole = in == 0 && n == CHUNK_SIZE;
         if (dealloc) {
             slot_t *s = slot_find(m, off >> CHUNK_SHIFT, false);
+            if (!s) { /* no leaf: nothing allocated in its whole span */
+                uint64_t span = (uint64_t)1 << (CHUNK_SHIFT + LEAF_SHIFT);
+                uint64_t left = span - (off & (span - 1));
+                n = left < len ? left : len;
+                off += n;
+                len -= n;
+                continue;
+            }
             char *p = chunk_of(s);
             if (p && whole) {
                 atomic_fetch_and_explicit(s, ~SLOT_DATA, memory_order_acq_rel);
@@ -180,6 +188,12 @@ static int mem_extents(struct bdev *b, uint64_t off, uint64_t len, struct extent
         uint64_t in = off & (CHUNK_SIZE - 1);
         uint64_t piece = CHUNK_SIZE - in < len ? CHUNK_SIZE - in : len;
         slot_t *s = slot_find(m, off >> CHUNK_SHIFT, false);
+        if (!s) {
+            /* No leaf: the whole 256 MiB it would cover is a hole. */
+            uint64_t span = (uint64_t)1 << (CHUNK_SHIFT + LEAF_SHIFT);
+            uint64_t left = span - (off & (span - 1));
+            piece = left < len ? left : len;
+        }
         bool data = s && (atomic_load_explicit(s, memory_order_acquire) & SLOT_DATA);
         enum extent_type t = data ? EXTENT_DATA : EXTENT_HOLE;
         if (*n > 0 && out[*n - 1].type == t) {

@@ -7,7 +7,14 @@
  * *started after* every write that had completed before the flush was
  * submitted — on any connection. Concurrent flushes share sync() calls
  * (group commit). sync=always: every write is followed by the same group
- * commit before it completes. sync=disabled: FLUSH completes at once.
+ * commit before it completes. sync=disabled: FLUSH completes at once and
+ * FUA is ignored too — the one explicit exception to durability, which
+ * front-ends report to initiators from volume_sync_mode().
+ *
+ * Threads: every function is thread-safe. Requests hold no reference on the
+ * volume: whoever submits must keep its own reference until done() has run
+ * for every request it submitted. Up to a few group-commit sync jobs per
+ * volume run on the I/O pool; each holds a reference while it runs.
  */
 #ifndef BLOCKD_STORE_VOLUME_H
 #define BLOCKD_STORE_VOLUME_H
@@ -28,8 +35,10 @@ const char *volume_sync_name(enum volume_sync s); /* "STANDARD", ... */
 
 struct volume;
 
-/* Takes ownership of b (closed when the last reference is dropped).
- * name is for logs ("demo/vm1"). block_size: 512..128K power of two. */
+/* Takes ownership of b (closed when the last reference is dropped), also
+ * on success only (on error the caller still owns b). name is copied, for
+ * logs ("demo/vm1"). block_size: 512..128K power of two, else -EINVAL.
+ * A bdev opened read-only makes the volume read-only for good. */
 int volume_new(const char *name, struct bdev *b, uint32_t block_size, enum volume_sync sync,
                bool readonly, struct volume **out);
 void volume_ref(struct volume *v);
@@ -47,7 +56,11 @@ uint64_t volume_size_generation(const struct volume *v);
 /* Property changes take effect for the next request. Thread-safe. */
 void volume_set_sync(struct volume *v, enum volume_sync s);
 void volume_set_readonly(struct volume *v, bool ro);
-/* Synchronous (blocking) — call from the API/control thread. */
+/* Synchronous (blocking) — call from the API/control thread. new_size must
+ * be a non-zero multiple of the block size (-EINVAL). Requests submitted
+ * after it returns see the new size; a shrink does not wait for writes
+ * already in flight past the new end (front-ends learn of the change via
+ * volume_size_generation). Block devices: -ENOTSUP. */
 int volume_resize(struct volume *v, uint64_t new_size);
 /* Flush and wait (used at shutdown and by tests/benchmarks). */
 int volume_flush_wait(struct volume *v);
@@ -101,10 +114,12 @@ struct vreq {
  */
 void volume_submit(struct volume *v, struct vreq *r);
 
-/* Submit and wait on the calling (non-reactor) thread. Returns r->result. */
+/* Submit and wait on the calling (non-reactor) thread. Returns r->result.
+ * Overwrites r->owner (NULL), r->done and r->arg. Allocates nothing. */
 int volume_submit_wait(struct volume *v, struct vreq *r);
 
-/* For benchmarks: disable group commit (every flush does its own sync). */
+/* For benchmarks: disable group commit (every flush does its own sync, on
+ * its own pool thread, concurrently with others). */
 void volume_set_group_commit(struct volume *v, bool enabled);
 /* Counters for tests/benchmarks. */
 uint64_t volume_sync_calls(const struct volume *v);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "store/bdev.h"
@@ -358,6 +359,21 @@ static void test_memory_limits(void **state)
     assert_int_equal(b->ops->write(b, &x, 1, ((uint64_t)1 << 40) - 1), 0);
     assert_int_equal(b->ops->read(b, &y, 1, ((uint64_t)1 << 40) - 1), 0);
     assert_int_equal(y, 0x5a);
+    /* Block status over the whole sparse TiB: quick, exact. */
+    struct extent e[4];
+    size_t ne = 0;
+    uint64_t t0 = time(NULL);
+    assert_int_equal(b->ops->extents(b, 0, (uint64_t)1 << 40, e, 4, &ne), 0);
+    assert_true(time(NULL) - t0 < 2);
+    assert_int_equal(ne, 2);
+    assert_int_equal(e[0].type, EXTENT_HOLE);
+    assert_int_equal(e[0].length, ((uint64_t)1 << 40) - 65536);
+    assert_int_equal(e[1].type, EXTENT_DATA);
+    assert_int_equal(e[1].offset + e[1].length, (uint64_t)1 << 40);
+    assert_int_equal(b->ops->trim(b, 0, (uint64_t)1 << 40), 0);
+    assert_int_equal(b->ops->extents(b, 0, (uint64_t)1 << 40, e, 4, &ne), 0);
+    assert_int_equal(ne, 1);
+    assert_int_equal(e[0].type, EXTENT_HOLE);
     assert_int_equal(b->ops->resize(b, (uint64_t)1 << 50), -EFBIG);
     bdev_close(b);
 }
