@@ -54,8 +54,8 @@ typedef int (*jobs_fn)(struct job *job, void *arg, json_t **result);
  * with params as its arguments (borrowed; may be NULL). Returns 0 with
  * *result, or -1 with the error set on call. description may be NULL.
  */
-int jobs_run(struct api_call *call, json_t *params, const char *description, jobs_fn fn,
-             void *arg, json_t **result);
+int jobs_run(struct api_call *call, json_t *params, const char *description, jobs_fn fn, void *arg,
+             json_t **result);
 
 /*
  * A job method: see above. arg is freed with arg_free (may be NULL) after

@@ -24,9 +24,9 @@
 #include <stdbool.h>
 
 struct service_ops {
-    int (*start)(void);  /* required; 0 or -errno */
-    int (*stop)(void);   /* required; 0 or -errno */
-    int (*reload)(void); /* optional: apply pending configuration */
+    int (*start)(void);    /* required; 0 or -errno */
+    int (*stop)(void);     /* required; 0 or -errno */
+    int (*reload)(void);   /* optional: apply pending configuration */
     bool (*running)(void); /* required */
 };
 

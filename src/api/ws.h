@@ -5,7 +5,7 @@
  * notifications (collection_update) are sent between responses.
  *
  * Framing, masking, fragmentation, ping/pong and close are libwslay's; the
- * HTTP/1.1 Upgrade handshake is ours (ws_http.c-free: a small parser here).
+ * HTTP/1.1 Upgrade handshake is ours (a small parser in ws.c).
  *
  * Threads: one accept thread; one I/O thread per connection (handshake,
  * reading frames, writing queued messages); each request runs on its own

@@ -32,7 +32,12 @@
 #include "core/reactor.h"
 /* @@module-includes@@ (helpers: add your module's header here) */
 #include "iscsi/iscsi_runtime.h" /* iscsi */
+#include "iscsi/iscsi_config.h" /* iscsi-config */
 #include "nbd/nbd.h" /* nbd */
+#include "api/auth.h"    /* control */
+#include "api/jobs.h"    /* control */
+#include "api/service.h" /* control */
+#include "api/ws.h"      /* control */
 
 struct options {
     const char *state_dir;
@@ -40,6 +45,9 @@ struct options {
     unsigned threads;
     const char *nbd_listen;
     const char *iscsi_listen;
+    const char *api_listen;   /* control */
+    const char *api_tls_cert; /* control */
+    const char *api_tls_key;  /* control */
 };
 
 static void usage(FILE *f)
@@ -47,6 +55,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: blockd [--state-dir DIR] [--api-socket PATH] [--threads N]\n"
                "              [--log-level error|warn|info|debug]\n"
                "              [--nbd-listen ADDR:PORT] [--iscsi-listen ADDR:PORT]\n"
+               "              [--api-listen ADDR:PORT [--api-tls-cert F --api-tls-key F]]\n"
                "\n"
                "  --state-dir DIR        configuration DB, pools, lock (default /var/lib/blockd)\n"
                "  --api-socket PATH      JSON-RPC Unix socket (default DIR/blockd.sock, mode 0600)\n"
@@ -54,7 +63,10 @@ static void usage(FILE *f)
                "  --log-level LEVEL      log verbosity on stderr (default info)\n"
                "  --nbd-listen ADDR:PORT NBD listen address (default from config, 0.0.0.0:10809)\n"
                "  --iscsi-listen A:P     serve every iSCSI portal on this one address\n"
-               "                         (default: the portals' addresses at port 3260)\n");
+               "                         (default: the portals' addresses at port 3260)\n"
+               "  --api-listen ADDR:PORT serve the JSON-RPC API over WebSocket (/api/current)\n"
+               "  --api-tls-cert FILE    with --api-tls-key: PEM certificate, serve wss://\n"
+               "  --api-tls-key FILE     PEM private key for --api-tls-cert\n");
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -66,6 +78,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"log-level", required_argument, NULL, 'l'},
         {"nbd-listen", required_argument, NULL, 'n'},
         {"iscsi-listen", required_argument, NULL, 'i'},
+        {"api-listen", required_argument, NULL, 'L'},   /* control */
+        {"api-tls-cert", required_argument, NULL, 'C'}, /* control */
+        {"api-tls-key", required_argument, NULL, 'K'},  /* control */
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -103,6 +118,15 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case 'i':
             o->iscsi_listen = optarg;
+            break;
+        case 'L': /* control */
+            o->api_listen = optarg;
+            break;
+        case 'C': /* control */
+            o->api_tls_cert = optarg;
+            break;
+        case 'K': /* control */
+            o->api_tls_key = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -243,6 +267,10 @@ int main(int argc, char **argv)
     datasets_init(state_dir);
     /* @@module-init@@ (helpers: schema + method registration calls here) */
     nbd_init(); /* nbd */
+    iscsi_config_init(); /* iscsi-config: schema + iscsi.* methods */
+    api_auth_init(); /* control: api_key table, auth.* */
+    jobs_init();     /* control: core.get_jobs/job_wait/bulk/subscribe */
+    service_init();  /* control: service.* */
 
     if ((rc = db_open(db_path)) < 0) {
         log_error("cannot open configuration database %s: %s", db_path, strerror(-rc));
@@ -261,9 +289,17 @@ int main(int argc, char **argv)
         log_error("cannot start the iSCSI server: %s", strerror(-rc));
         return 1;
     }
+    if ((rc = iscsi_config_start(o.iscsi_listen)) < 0) { /* iscsi-config: publish targets */
+        log_error("cannot publish the iSCSI configuration: %s", strerror(-rc));
+        return 1;
+    }
 
     if ((rc = api_server_start(api_socket)) < 0) {
         log_error("cannot serve the API on %s: %s", api_socket, strerror(-rc));
+        return 1;
+    }
+    if (o.api_listen && (rc = api_ws_start(o.api_listen, o.api_tls_cert, o.api_tls_key)) < 0) {
+        log_error("cannot serve the WebSocket API on %s: %s", o.api_listen, strerror(-rc)); /* control */
         return 1;
     }
     log_info("blockd ready: state %s, api %s, %u reactor threads", state_dir, api_socket,
@@ -288,8 +324,11 @@ int main(int argc, char **argv)
     }
 
     api_server_stop();
+    api_ws_stop(); /* control */
+    jobs_stop();   /* control: wait for running jobs */
     /* @@module-stop@@ (helpers: stop accepting, finish in-flight requests) */
     nbd_server_stop(); /* nbd */
+    iscsi_config_stop(); /* iscsi-config: withdraw targets, close portal listeners */
     iscsi_server_stop(); /* iscsi */
     datasets_flush_all();
     reactors_stop();

@@ -1,0 +1,967 @@
+/*
+ * WebSocket transport (see ws.h).
+ *
+ * Per connection, one mutex guards the wslay context, the TLS session's
+ * send side and the reply queue: the I/O thread reads and writes under it,
+ * workers and event senders only queue messages under it and then poke
+ * the I/O thread's eventfd. Handlers never run under it.
+ */
+#include "api/ws.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <gnutls/crypto.h>
+#include <gnutls/gnutls.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <wslay/wslay.h>
+
+#include "api/api.h"
+#include "api/auth.h"
+#include "api/jobs.h"
+#include "core/log.h"
+#include "core/util.h"
+
+static const char ws_guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+struct rx_msg {
+    struct rx_msg *next;
+    size_t len;
+    char text[];
+};
+
+struct ws_client {
+    struct ws_client *next;
+    int fd;
+    int wake_fd;
+    gnutls_session_t tls; /* NULL: plain TCP */
+    wslay_event_context_ptr ws;
+    pthread_mutex_t lock;
+    pthread_cond_t idle; /* inflight dropped */
+    unsigned inflight;
+    bool closing;
+    /* bytes read with the HTTP head that belong to the first frames */
+    char *pre;
+    size_t pre_len, pre_off;
+    /* size of the message being received (for the too-large reply) */
+    uint64_t msg_len;
+    bool too_big;
+    struct rx_msg *rx_head, *rx_tail;
+    char peer[80];
+    struct api_client api;
+};
+
+static struct {
+    bool running;
+    int listen_fd;
+    int wake_pipe[2];
+    char addr[80];
+    gnutls_certificate_credentials_t x509;
+    gnutls_priority_t prio;
+    pthread_t accept_thread;
+    pthread_mutex_t lock;
+    pthread_cond_t idle;
+    struct ws_client *clients;
+    size_t nclients;
+    bool stopping;
+} srv = {
+    .listen_fd = -1,
+    .wake_pipe = {-1, -1},
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .idle = PTHREAD_COND_INITIALIZER,
+};
+
+/* ---- pure helpers ---- */
+
+static void base64_encode(const unsigned char *in, size_t len, char *out)
+{
+    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t o = 0;
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t v = (uint32_t)in[i] << 16;
+        if (i + 1 < len)
+            v |= (uint32_t)in[i + 1] << 8;
+        if (i + 2 < len)
+            v |= in[i + 2];
+        out[o++] = tbl[(v >> 18) & 63];
+        out[o++] = tbl[(v >> 12) & 63];
+        out[o++] = i + 1 < len ? tbl[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < len ? tbl[v & 63] : '=';
+    }
+    out[o] = 0;
+}
+
+int ws_accept_key(const char *key, size_t keylen, char out[29])
+{
+    char buf[128];
+    if (keylen > sizeof(buf) - sizeof(ws_guid))
+        return -EINVAL;
+    memcpy(buf, key, keylen);
+    memcpy(buf + keylen, ws_guid, sizeof(ws_guid) - 1);
+    unsigned char digest[20];
+    if (gnutls_hash_fast(GNUTLS_DIG_SHA1, buf, keylen + sizeof(ws_guid) - 1, digest) < 0)
+        return -EIO;
+    base64_encode(digest, sizeof(digest), out);
+    return 0;
+}
+
+/* Does a comma-separated header value contain token (case-insensitive)? */
+static bool header_has_token(const char *v, size_t len, const char *token)
+{
+    size_t tl = strlen(token);
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+            i++;
+        size_t start = i;
+        while (i < len && v[i] != ',')
+            i++;
+        size_t end = i;
+        while (end > start && (v[end - 1] == ' ' || v[end - 1] == '\t'))
+            end--;
+        if (end - start == tl && strncasecmp(v + start, token, tl) == 0)
+            return true;
+    }
+    return false;
+}
+
+static bool path_allowed(const char *p, size_t len)
+{
+    const char *q = memchr(p, '?', len);
+    if (q)
+        len = (size_t)(q - p);
+    if ((len == 12 && memcmp(p, "/api/current", 12) == 0) ||
+        (len == 10 && memcmp(p, "/websocket", 10) == 0))
+        return true;
+    /* versioned TrueNAS endpoints: /api/v25.04.0 */
+    if (len > 6 && memcmp(p, "/api/v", 6) == 0) {
+        for (size_t i = 6; i < len; i++)
+            if (!((p[i] >= '0' && p[i] <= '9') || p[i] == '.'))
+                return false;
+        return true;
+    }
+    return false;
+}
+
+int ws_parse_upgrade(const char *head, size_t len, char key[25])
+{
+    const char *end = head + len;
+    const char *eol = memmem(head, len, "\r\n", 2);
+    if (!eol)
+        return 400;
+    /* request line: METHOD SP PATH SP HTTP/1.x */
+    const char *sp1 = memchr(head, ' ', (size_t)(eol - head));
+    if (!sp1)
+        return 400;
+    const char *sp2 = memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1));
+    if (!sp2 || (size_t)(eol - sp2 - 1) < 8 || memcmp(sp2 + 1, "HTTP/1.", 7) != 0)
+        return 400;
+    if (sp1 - head != 3 || memcmp(head, "GET", 3) != 0)
+        return 405;
+    if (!path_allowed(sp1 + 1, (size_t)(sp2 - sp1 - 1)))
+        return 404;
+    bool upgrade = false, connection = false, version = false;
+    bool have_key = false;
+    for (const char *line = eol + 2; line < end;) {
+        const char *le = memmem(line, (size_t)(end - line), "\r\n", 2);
+        if (!le || le == line)
+            break;
+        const char *colon = memchr(line, ':', (size_t)(le - line));
+        if (colon) {
+            size_t nlen = (size_t)(colon - line);
+            const char *v = colon + 1;
+            while (v < le && (*v == ' ' || *v == '\t'))
+                v++;
+            size_t vlen = (size_t)(le - v);
+            while (vlen > 0 && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
+                vlen--;
+            if (nlen == 7 && strncasecmp(line, "Upgrade", 7) == 0)
+                upgrade = header_has_token(v, vlen, "websocket");
+            else if (nlen == 10 && strncasecmp(line, "Connection", 10) == 0)
+                connection = connection || header_has_token(v, vlen, "upgrade");
+            else if (nlen == 21 && strncasecmp(line, "Sec-WebSocket-Version", 21) == 0)
+                version = vlen == 2 && memcmp(v, "13", 2) == 0;
+            else if (nlen == 17 && strncasecmp(line, "Sec-WebSocket-Key", 17) == 0) {
+                /* 16 random bytes, base64: 24 characters */
+                if (vlen != 24)
+                    return 400;
+                memcpy(key, v, 24);
+                key[24] = 0;
+                have_key = true;
+            }
+        }
+        line = le + 2;
+    }
+    if (!upgrade || !connection || !have_key)
+        return 400;
+    if (!version)
+        return 426;
+    return 0;
+}
+
+/* ---- raw I/O (plain or TLS), non-blocking socket ---- */
+
+static ssize_t io_recv(struct ws_client *c, void *buf, size_t len)
+{
+    if (c->tls) {
+        ssize_t n = gnutls_record_recv(c->tls, buf, len);
+        if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+            return -EAGAIN;
+        if (n < 0) {
+            log_info("api: %s: TLS receive: %s", c->peer, gnutls_strerror((int)n));
+            return -EIO;
+        }
+        return n;
+    }
+    ssize_t n = recv(c->fd, buf, len, 0);
+    if (n < 0)
+        return errno == EINTR || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    return n;
+}
+
+static ssize_t io_send(struct ws_client *c, const void *buf, size_t len)
+{
+    if (c->tls) {
+        ssize_t n = gnutls_record_send(c->tls, buf, len);
+        if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+            return -EAGAIN;
+        if (n < 0) {
+            log_info("api: %s: TLS send: %s", c->peer, gnutls_strerror((int)n));
+            return -EIO;
+        }
+        return n;
+    }
+    ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
+    if (n < 0)
+        return errno == EINTR || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    return n;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait for fd to become readable/writable until deadline. 0 or -ETIMEDOUT. */
+static int wait_fd(int fd, short events, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - mono_ms();
+        if (left <= 0)
+            return -ETIMEDOUT;
+        struct pollfd p = {.fd = fd, .events = events};
+        int n = poll(&p, 1, (int)left);
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR)
+            return -errno;
+    }
+}
+
+/* Write all of buf during the handshake (before wslay). */
+static int write_all_until(struct ws_client *c, const char *buf, size_t len, int64_t deadline)
+{
+    while (len > 0) {
+        ssize_t n = io_send(c, buf, len);
+        if (n == -EAGAIN) {
+            int rc = wait_fd(c->fd, POLLOUT, deadline);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        if (n < 0)
+            return (int)n;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int tls_handshake(struct ws_client *c, int64_t deadline)
+{
+    int rc;
+    if ((rc = gnutls_init(&c->tls, GNUTLS_SERVER | GNUTLS_NONBLOCK)) < 0) {
+        log_error("api: %s: gnutls_init: %s", c->peer, gnutls_strerror(rc));
+        c->tls = NULL;
+        return -ENOMEM;
+    }
+    gnutls_priority_set(c->tls, srv.prio);
+    gnutls_credentials_set(c->tls, GNUTLS_CRD_CERTIFICATE, srv.x509);
+    gnutls_certificate_server_set_request(c->tls, GNUTLS_CERT_IGNORE);
+    gnutls_transport_set_int(c->tls, c->fd);
+    for (;;) {
+        rc = gnutls_handshake(c->tls);
+        if (rc == 0)
+            return 0;
+        if (rc != GNUTLS_E_AGAIN && rc != GNUTLS_E_INTERRUPTED) {
+            log_info("api: %s: TLS handshake failed: %s", c->peer, gnutls_strerror(rc));
+            return -EPROTO;
+        }
+        short ev = gnutls_record_get_direction(c->tls) ? POLLOUT : POLLIN;
+        if (wait_fd(c->fd, ev, deadline) < 0) {
+            log_info("api: %s: TLS handshake timed out", c->peer);
+            return -ETIMEDOUT;
+        }
+    }
+}
+
+static const char *status_text(int status)
+{
+    switch (status) {
+    case 400:
+        return "Bad Request";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 426:
+        return "Upgrade Required";
+    case 503:
+        return "Service Unavailable";
+    default:
+        return "Error";
+    }
+}
+
+static void http_reply_error(struct ws_client *c, int status, const char *why, int64_t deadline)
+{
+    char buf[512];
+    int n = snprintf(buf, sizeof(buf),
+                     "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+                     "%sConnection: close\r\n\r\n%s\n",
+                     status, status_text(status), strlen(why) + 1,
+                     status == 426 ? "Sec-WebSocket-Version: 13\r\n" : "", why);
+    if (n > 0 && (size_t)n < sizeof(buf))
+        write_all_until(c, buf, (size_t)n, deadline);
+}
+
+/* Read the HTTP head and answer the upgrade. 0 when the WebSocket is open. */
+static int http_upgrade(struct ws_client *c, int64_t deadline)
+{
+    char *buf = malloc(API_WS_MAX_HEADER);
+    if (!buf)
+        return -ENOMEM;
+    size_t len = 0;
+    char *head_end = NULL;
+    while (!head_end) {
+        if (len == API_WS_MAX_HEADER) {
+            log_info("api: %s: HTTP request head over %d bytes", c->peer, API_WS_MAX_HEADER);
+            http_reply_error(c, 400, "request head too large", deadline);
+            free(buf);
+            return -EMSGSIZE;
+        }
+        ssize_t n = io_recv(c, buf + len, API_WS_MAX_HEADER - len);
+        if (n == -EAGAIN) {
+            if (wait_fd(c->fd, POLLIN, deadline) < 0) {
+                log_info("api: %s: no complete HTTP request within %d ms", c->peer,
+                         API_WS_HANDSHAKE_MS);
+                free(buf);
+                return -ETIMEDOUT;
+            }
+            continue;
+        }
+        if (n <= 0) {
+            free(buf);
+            return n == 0 ? -ECONNRESET : (int)n;
+        }
+        len += (size_t)n;
+        head_end = memmem(buf, len, "\r\n\r\n", 4);
+    }
+    size_t head_len = (size_t)(head_end - buf) + 4;
+    char key[25];
+    int status = ws_parse_upgrade(buf, head_len, key);
+    if (status != 0) {
+        const char *eol = memmem(buf, head_len, "\r\n", 2);
+        log_info("api: %s: HTTP %d for \"%.*s\"", c->peer, status,
+                 (int)(eol ? MIN(eol - buf, 200) : 0), buf);
+        http_reply_error(c, status,
+                         status == 404 ? "use /api/current or /websocket"
+                                       : "this is a WebSocket JSON-RPC endpoint",
+                         deadline);
+        free(buf);
+        return -EPROTO;
+    }
+    char accept[29];
+    if (ws_accept_key(key, 24, accept) < 0) {
+        free(buf);
+        return -EIO;
+    }
+    char resp[256];
+    int n = snprintf(resp, sizeof(resp),
+                     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                     "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+                     accept);
+    int rc = write_all_until(c, resp, (size_t)n, deadline);
+    if (rc < 0) {
+        free(buf);
+        return rc;
+    }
+    /* A client may send its first frames right behind the head. */
+    if (len > head_len) {
+        c->pre_len = len - head_len;
+        memmove(buf, buf + head_len, c->pre_len);
+        c->pre = buf;
+    } else {
+        free(buf);
+    }
+    return 0;
+}
+
+/* ---- wslay callbacks (called under c->lock, on the I/O thread) ---- */
+
+static ssize_t cb_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags, void *user)
+{
+    struct ws_client *c = user;
+    if (c->pre) {
+        size_t n = MIN(len, c->pre_len - c->pre_off);
+        memcpy(buf, c->pre + c->pre_off, n);
+        c->pre_off += n;
+        if (c->pre_off == c->pre_len) {
+            free(c->pre);
+            c->pre = NULL;
+        }
+        return (ssize_t)n;
+    }
+    ssize_t n = io_recv(c, buf, len);
+    if (n == -EAGAIN) {
+        wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
+        return -1;
+    }
+    if (n <= 0) {
+        wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
+        return -1;
+    }
+    return n;
+}
+
+static ssize_t cb_send(wslay_event_context_ptr ctx, const uint8_t *data, size_t len, int flags,
+                       void *user)
+{
+    struct ws_client *c = user;
+    ssize_t n = io_send(c, data, len);
+    if (n == -EAGAIN) {
+        wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
+        return -1;
+    }
+    if (n < 0) {
+        wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
+        return -1;
+    }
+    return n;
+}
+
+static void queue_text_locked(struct ws_client *c, const char *text, size_t len)
+{
+    struct wslay_event_msg m = {
+        .opcode = WSLAY_TEXT_FRAME, .msg = (const uint8_t *)text, .msg_length = len};
+    if (wslay_event_queue_msg(c->ws, &m) != 0)
+        log_info("api: %s: reply dropped (connection closing)", c->peer);
+}
+
+static void cb_frame_start(wslay_event_context_ptr ctx,
+                           const struct wslay_event_on_frame_recv_start_arg *arg, void *user)
+{
+    struct ws_client *c = user;
+    if (arg->opcode & 0x8)
+        return; /* control frames are small and separate */
+    if (arg->opcode != WSLAY_CONTINUATION_FRAME) {
+        c->msg_len = 0;
+        c->too_big = false;
+    }
+    c->msg_len += arg->payload_length;
+    if (c->msg_len > API_MAX_REQUEST && !c->too_big) {
+        c->too_big = true;
+        log_info("api: %s: message over %u bytes; closing", c->peer, API_MAX_REQUEST);
+        json_t *e = api_error_response(API_INVALID_REQUEST, "request too large (max 16 MiB)", NULL);
+        char *s = json_dumps(e, JSON_COMPACT);
+        json_decref(e);
+        if (s) {
+            queue_text_locked(c, s, strlen(s));
+            free(s);
+        }
+    }
+}
+
+static void cb_msg(wslay_event_context_ptr ctx, const struct wslay_event_on_msg_recv_arg *arg,
+                   void *user)
+{
+    struct ws_client *c = user;
+    if (arg->opcode != WSLAY_TEXT_FRAME && arg->opcode != WSLAY_BINARY_FRAME)
+        return; /* ping/pong/close: wslay answers them */
+    struct rx_msg *m = malloc(sizeof(*m) + arg->msg_length + 1);
+    if (!m) {
+        log_error("api: %s: out of memory for a %zu-byte message", c->peer, arg->msg_length);
+        wslay_event_queue_close(ctx, WSLAY_CODE_INTERNAL_SERVER_ERROR, NULL, 0);
+        return;
+    }
+    m->next = NULL;
+    m->len = arg->msg_length;
+    memcpy(m->text, arg->msg, arg->msg_length);
+    m->text[m->len] = 0;
+    if (c->rx_tail)
+        c->rx_tail->next = m;
+    else
+        c->rx_head = m;
+    c->rx_tail = m;
+}
+
+static const struct wslay_event_callbacks callbacks = {
+    .recv_callback = cb_recv,
+    .send_callback = cb_send,
+    .on_frame_recv_start_callback = cb_frame_start,
+    .on_msg_recv_callback = cb_msg,
+};
+
+/* ---- sending from any thread ---- */
+
+static void wake(struct ws_client *c)
+{
+    uint64_t one = 1;
+    ssize_t w;
+    do {
+        w = write(c->wake_fd, &one, sizeof(one));
+    } while (w < 0 && errno == EINTR);
+}
+
+static int client_queue(struct ws_client *c, const char *text, size_t len)
+{
+    pthread_mutex_lock(&c->lock);
+    if (c->closing || !wslay_event_get_write_enabled(c->ws)) {
+        pthread_mutex_unlock(&c->lock);
+        return -EPIPE;
+    }
+    if (wslay_event_get_queued_msg_length(c->ws) + len > API_WS_MAX_QUEUED) {
+        log_warn("api: %s: over %u bytes of replies not read; disconnecting", c->peer,
+                 API_WS_MAX_QUEUED);
+        c->closing = true;
+        pthread_mutex_unlock(&c->lock);
+        shutdown(c->fd, SHUT_RDWR);
+        wake(c);
+        return -ENOBUFS;
+    }
+    queue_text_locked(c, text, len);
+    pthread_mutex_unlock(&c->lock);
+    wake(c);
+    return 0;
+}
+
+static int client_send(struct api_client *ac, json_t *msg)
+{
+    struct ws_client *c = ac->transport;
+    char *s = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!s)
+        return -ENOMEM;
+    int rc = client_queue(c, s, strlen(s));
+    free(s);
+    return rc;
+}
+
+/* ---- requests ---- */
+
+struct work {
+    struct ws_client *c;
+    struct rx_msg *m;
+};
+
+static void request_done(struct ws_client *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->inflight--;
+    pthread_cond_broadcast(&c->idle);
+    pthread_mutex_unlock(&c->lock);
+}
+
+static void request_run(struct ws_client *c, struct rx_msg *m)
+{
+    api_auth_client_check(&c->api);
+    char *resp = api_handle_text_client(m->text, m->len, &c->api);
+    if (resp) {
+        client_queue(c, resp, strlen(resp));
+        free(resp);
+    }
+}
+
+static void *worker_thread(void *p)
+{
+    struct work *w = p;
+    request_run(w->c, w->m);
+    free(w->m);
+    request_done(w->c);
+    free(w);
+    return NULL;
+}
+
+/* Start m on a worker (takes ownership), waiting while the connection has
+ * API_WS_MAX_INFLIGHT calls running. */
+static void request_dispatch(struct ws_client *c, struct rx_msg *m)
+{
+    pthread_mutex_lock(&c->lock);
+    while (c->inflight >= API_WS_MAX_INFLIGHT)
+        pthread_cond_wait(&c->idle, &c->lock);
+    c->inflight++;
+    pthread_mutex_unlock(&c->lock);
+    struct work *w = malloc(sizeof(*w));
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (!w || (w->c = c, w->m = m, pthread_create(&t, &attr, worker_thread, w) != 0)) {
+        /* No thread: answer on this one rather than drop the call. */
+        free(w);
+        request_run(c, m);
+        free(m);
+        request_done(c);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* ---- the connection ---- */
+
+static void client_loop(struct ws_client *c)
+{
+    for (;;) {
+        pthread_mutex_lock(&c->lock);
+        bool want_read = wslay_event_want_read(c->ws) && !c->closing;
+        bool want_write = wslay_event_want_write(c->ws);
+        bool closing = c->closing;
+        pthread_mutex_unlock(&c->lock);
+        if (closing || (!want_read && !want_write))
+            break;
+        struct pollfd fds[2] = {
+            {.fd = c->fd, .events = (short)((want_read ? POLLIN : 0) | (want_write ? POLLOUT : 0))},
+            {.fd = c->wake_fd, .events = POLLIN},
+        };
+        if (c->pre)
+            fds[0].revents = POLLIN; /* buffered bytes: no need to wait */
+        else if (poll(fds, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            log_error("api: %s: poll: %s", c->peer, strerror(errno));
+            break;
+        }
+        if (fds[1].revents & POLLIN) {
+            uint64_t v;
+            ssize_t r = read(c->wake_fd, &v, sizeof(v));
+            (void)r;
+        }
+        int rc = 0;
+        struct rx_msg *got = NULL;
+        pthread_mutex_lock(&c->lock);
+        if (fds[0].revents & (POLLIN | POLLHUP | POLLERR))
+            rc = wslay_event_recv(c->ws);
+        if (rc == 0 && wslay_event_want_write(c->ws))
+            rc = wslay_event_send(c->ws);
+        got = c->rx_head;
+        c->rx_head = c->rx_tail = NULL;
+        pthread_mutex_unlock(&c->lock);
+        while (got) {
+            struct rx_msg *next = got->next;
+            got->next = NULL;
+            request_dispatch(c, got);
+            got = next;
+        }
+        if (rc != 0)
+            break;
+    }
+}
+
+static void client_free(struct ws_client *c)
+{
+    if (c->ws)
+        wslay_event_context_free(c->ws);
+    if (c->tls)
+        gnutls_deinit(c->tls);
+    for (struct rx_msg *m = c->rx_head; m;) {
+        struct rx_msg *n = m->next;
+        free(m);
+        m = n;
+    }
+    free(c->pre);
+    if (c->wake_fd >= 0)
+        close(c->wake_fd);
+    close(c->fd);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->idle);
+    free(c);
+}
+
+static void client_remove(struct ws_client *c)
+{
+    pthread_mutex_lock(&srv.lock);
+    for (struct ws_client **p = &srv.clients; *p; p = &(*p)->next) {
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    }
+    srv.nclients--;
+    pthread_cond_broadcast(&srv.idle);
+    pthread_mutex_unlock(&srv.lock);
+}
+
+static void *client_thread(void *arg)
+{
+    struct ws_client *c = arg;
+    int64_t deadline = mono_ms() + API_WS_HANDSHAKE_MS;
+    int rc = 0;
+    if (srv.x509)
+        rc = tls_handshake(c, deadline);
+    if (rc == 0)
+        rc = http_upgrade(c, deadline);
+    if (rc == 0 && wslay_event_context_server_init(&c->ws, &callbacks, c) != 0) {
+        log_error("api: %s: out of memory for the WebSocket", c->peer);
+        c->ws = NULL;
+        rc = -ENOMEM;
+    }
+    if (rc == 0) {
+        wslay_event_config_set_max_recv_msg_length(c->ws, API_MAX_REQUEST);
+        log_info("api: %s: WebSocket connected", c->peer);
+        client_loop(c);
+        pthread_mutex_lock(&c->lock);
+        c->closing = true;
+        pthread_mutex_unlock(&c->lock);
+        jobs_client_closed(&c->api);
+        /* Calls still running finish (their replies are dropped). */
+        pthread_mutex_lock(&c->lock);
+        while (c->inflight > 0)
+            pthread_cond_wait(&c->idle, &c->lock);
+        pthread_mutex_unlock(&c->lock);
+        api_auth_client_release(&c->api);
+        if (c->tls)
+            gnutls_bye(c->tls, GNUTLS_SHUT_WR); /* best effort; non-blocking */
+        log_info("api: %s: WebSocket disconnected", c->peer);
+    }
+    client_remove(c);
+    client_free(c);
+    return NULL;
+}
+
+static void reject_busy(int fd, const char *peer)
+{
+    static const char msg[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                              "Connection: close\r\n\r\n";
+    log_warn("api: %s: refused: %d WebSocket connections already", peer, API_WS_MAX_CLIENTS);
+    /* Plain text even on a TLS port: the peer sees a failed handshake. */
+    ssize_t w = send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w;
+    close(fd);
+}
+
+static void accept_one(void)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    int fd = accept4(srv.listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+        if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
+            log_warn("api: accept on %s: %s", srv.addr, strerror(errno));
+            if (errno == EMFILE || errno == ENFILE)
+                usleep(100 * 1000);
+        }
+        return;
+    }
+    char addr[64];
+    format_sockaddr((struct sockaddr *)&ss, sl, addr, sizeof(addr));
+    char peer[80];
+    snprintf(peer, sizeof(peer), "%s:%s", srv.x509 ? "wss" : "ws", addr);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+
+    pthread_mutex_lock(&srv.lock);
+    if (srv.nclients >= API_WS_MAX_CLIENTS || srv.stopping) {
+        pthread_mutex_unlock(&srv.lock);
+        reject_busy(fd, peer);
+        return;
+    }
+    struct ws_client *c = calloc(1, sizeof(*c));
+    if (!c) {
+        pthread_mutex_unlock(&srv.lock);
+        log_error("api: %s: out of memory", peer);
+        close(fd);
+        return;
+    }
+    c->fd = fd;
+    c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->idle, NULL);
+    memcpy(c->peer, peer, sizeof(c->peer));
+    c->api.peer = c->peer;
+    c->api.authenticated = false;
+    c->api.transport = c;
+    c->api.send = client_send;
+    c->api.closes_notified = true;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    int rc = c->wake_fd < 0 ? errno : pthread_create(&t, &attr, client_thread, c);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        pthread_mutex_unlock(&srv.lock);
+        log_error("api: %s: cannot start a connection thread: %s", peer, strerror(rc));
+        client_free(c);
+        return;
+    }
+    c->next = srv.clients;
+    srv.clients = c;
+    srv.nclients++;
+    pthread_mutex_unlock(&srv.lock);
+}
+
+static void *accept_thread(void *arg)
+{
+    (void)arg;
+    struct pollfd fds[2] = {
+        {.fd = srv.listen_fd, .events = POLLIN},
+        {.fd = srv.wake_pipe[0], .events = POLLIN},
+    };
+    for (;;) {
+        int n = poll(fds, 2, -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            log_error("api: poll: %s", strerror(errno));
+            break;
+        }
+        if (fds[1].revents)
+            break;
+        if (fds[0].revents & POLLIN)
+            accept_one();
+    }
+    return NULL;
+}
+
+static int tls_setup(const char *cert, const char *key)
+{
+    int rc = gnutls_certificate_allocate_credentials(&srv.x509);
+    if (rc < 0) {
+        log_error("api: TLS credentials: %s", gnutls_strerror(rc));
+        return -ENOMEM;
+    }
+    rc = gnutls_certificate_set_x509_key_file(srv.x509, cert, key, GNUTLS_X509_FMT_PEM);
+    if (rc < 0) {
+        log_error("api: cannot load TLS certificate %s / key %s: %s", cert, key,
+                  gnutls_strerror(rc));
+        gnutls_certificate_free_credentials(srv.x509);
+        srv.x509 = NULL;
+        return -EINVAL;
+    }
+    rc = gnutls_priority_init(&srv.prio, "NORMAL", NULL);
+    if (rc < 0) {
+        log_error("api: TLS priorities: %s", gnutls_strerror(rc));
+        gnutls_certificate_free_credentials(srv.x509);
+        srv.x509 = NULL;
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static void tls_teardown(void)
+{
+    if (srv.x509) {
+        gnutls_certificate_free_credentials(srv.x509);
+        gnutls_priority_deinit(srv.prio);
+        srv.x509 = NULL;
+    }
+}
+
+int api_ws_start(const char *listen_addr, const char *cert_file, const char *key_file)
+{
+    if (srv.running)
+        return -EALREADY;
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    if (parse_host_port(listen_addr, &ss, &sl) < 0) {
+        log_error("api: bad --api-listen address %s (want ADDR:PORT)", listen_addr);
+        return -EINVAL;
+    }
+    if ((cert_file && *cert_file) != (key_file && *key_file)) {
+        log_error("api: --api-tls-cert and --api-tls-key go together");
+        return -EINVAL;
+    }
+    if (cert_file && *cert_file) {
+        int rc = tls_setup(cert_file, key_file);
+        if (rc < 0)
+            return rc;
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        int e = errno;
+        log_error("api: socket: %s", strerror(e));
+        tls_teardown();
+        return -e;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 128) < 0) {
+        int e = errno;
+        log_error("api: cannot listen on %s: %s", listen_addr, strerror(e));
+        close(fd);
+        tls_teardown();
+        return -e;
+    }
+    if (pipe2(srv.wake_pipe, O_CLOEXEC) < 0) {
+        int e = errno;
+        close(fd);
+        tls_teardown();
+        return -e;
+    }
+    srv.listen_fd = fd;
+    snprintf(srv.addr, sizeof(srv.addr), "%s", listen_addr);
+    srv.stopping = false;
+    int rc = pthread_create(&srv.accept_thread, NULL, accept_thread, NULL);
+    if (rc != 0) {
+        log_error("api: cannot start the WebSocket accept thread: %s", strerror(rc));
+        close(fd);
+        close(srv.wake_pipe[0]);
+        close(srv.wake_pipe[1]);
+        srv.listen_fd = srv.wake_pipe[0] = srv.wake_pipe[1] = -1;
+        tls_teardown();
+        return -rc;
+    }
+    srv.running = true;
+    log_info("api: WebSocket JSON-RPC on %s://%s/api/current", srv.x509 ? "wss" : "ws",
+             listen_addr);
+    return 0;
+}
+
+void api_ws_stop(void)
+{
+    if (!srv.running)
+        return;
+    ssize_t w;
+    do {
+        w = write(srv.wake_pipe[1], "x", 1);
+    } while (w < 0 && errno == EINTR);
+    pthread_join(srv.accept_thread, NULL);
+    close(srv.listen_fd);
+    pthread_mutex_lock(&srv.lock);
+    srv.stopping = true;
+    for (struct ws_client *c = srv.clients; c; c = c->next) {
+        shutdown(c->fd, SHUT_RDWR);
+        wake(c);
+    }
+    while (srv.nclients > 0)
+        pthread_cond_wait(&srv.idle, &srv.lock);
+    pthread_mutex_unlock(&srv.lock);
+    close(srv.wake_pipe[0]);
+    close(srv.wake_pipe[1]);
+    srv.listen_fd = srv.wake_pipe[0] = srv.wake_pipe[1] = -1;
+    tls_teardown();
+    srv.running = false;
+    log_info("api: WebSocket listener on %s stopped", srv.addr);
+}
