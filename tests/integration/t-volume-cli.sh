@@ -94,6 +94,8 @@ expect_rc 1 "delete a snapshot with clones"
 
 # ---- restart: everything persisted ----
 blockd_stop
+# lib.sh waits for "blockd ready" in the log: start the new daemon on a fresh log
+mv "$BLOCKD_LOG" "$TMP/blockd-first.log"
 blockd_start
 run_rc blockctl --json volume list
 expect_rc 0 "volume list after restart"
