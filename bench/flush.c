@@ -2,7 +2,8 @@
  * Flush benchmark: K threads, each looping "4 KiB write + flush" on one
  * file-backed volume, with group commit and with one fdatasync per flush
  * (volume_set_group_commit(false)), for K = 1, 4, 16. Every case runs
- * `reps` times; the median flushes/s is reported, as a Markdown table.
+ * `reps` times (each run: `seconds` per mode, in interleaved slices); the
+ * median flushes/s is reported, as a Markdown table.
  *
  * usage: flush DIR [seconds-per-run] [reps]
  */
@@ -20,6 +21,7 @@
 
 #define BLOCK 4096
 #define SLOTS_PER_THREAD 64
+#define SLICES 6 /* per mode and run */
 
 struct bench {
     struct volume *v;
@@ -55,11 +57,13 @@ static void *worker_main(void *arg)
 }
 
 struct result {
-    double flushes_per_s;
-    double syncs_per_flush;
+    uint64_t flushes;
+    uint64_t syncs;
+    double seconds;
 };
 
-static int run_case(struct volume *v, unsigned k, bool group, double seconds, struct result *out)
+/* One slice: k threads for `seconds` in one mode; adds to *out. */
+static int run_slice(struct volume *v, unsigned k, bool group, double seconds, struct result *out)
 {
     struct bench b = {.v = v};
     volume_set_group_commit(v, group);
@@ -76,13 +80,11 @@ static int run_case(struct volume *v, unsigned k, bool group, double seconds, st
     atomic_store(&b.stop, true);
     for (unsigned i = 0; i < k; i++)
         pthread_join(th[i], NULL);
-    double elapsed = (double)(time_now_ns() - t0) / 1e9;
     if (atomic_load(&b.errors))
         return -EIO;
-    uint64_t flushes = atomic_load(&b.flushes);
-    out->flushes_per_s = (double)flushes / elapsed;
-    out->syncs_per_flush =
-        flushes ? (double)(volume_sync_calls(v) - syncs0) / (double)flushes : 0.0;
+    out->seconds += (double)(time_now_ns() - t0) / 1e9;
+    out->flushes += atomic_load(&b.flushes);
+    out->syncs += volume_sync_calls(v) - syncs0;
     return 0;
 }
 
@@ -137,16 +139,21 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(ks) / sizeof(ks[0]); i++) {
         double g[15], s[15], spf[15];
         for (int r = 0; r < reps; r++) {
-            struct result rg, rs;
-            /* Alternate the order so drift in the disk does not favour one. */
-            if ((rc = run_case(v, ks[i], (r & 1) == 0, seconds, (r & 1) ? &rs : &rg)) < 0 ||
-                (rc = run_case(v, ks[i], (r & 1) != 0, seconds, (r & 1) ? &rg : &rs)) < 0) {
-                fprintf(stderr, "run failed: %s\n", strerror(-rc));
-                goto out;
+            /* A run interleaves short slices of the two modes, flipping the
+             * order each time, so the disk's drift hits both alike. */
+            struct result rg = {0}, rs = {0};
+            for (int sl = 0; sl < SLICES; sl++) {
+                bool group_first = ((r + sl) & 1) == 0;
+                double t = seconds / SLICES;
+                if ((rc = run_slice(v, ks[i], group_first, t, group_first ? &rg : &rs)) < 0 ||
+                    (rc = run_slice(v, ks[i], !group_first, t, group_first ? &rs : &rg)) < 0) {
+                    fprintf(stderr, "run failed: %s\n", strerror(-rc));
+                    goto out;
+                }
             }
-            g[r] = rg.flushes_per_s;
-            s[r] = rs.flushes_per_s;
-            spf[r] = rg.syncs_per_flush;
+            g[r] = (double)rg.flushes / rg.seconds;
+            s[r] = (double)rs.flushes / rs.seconds;
+            spf[r] = rg.flushes ? (double)rg.syncs / (double)rg.flushes : 0.0;
         }
         double mg = median(g, reps), ms = median(s, reps), mspf = median(spf, reps);
         printf("| %u | %.0f | %.0f | %.2f | %.3f |\n", ks[i], mg, ms, ms > 0 ? mg / ms : 0.0, mspf);

@@ -32,7 +32,7 @@ mkdir -p bench/results
     echo "\`bench/flush.sh\` on $(date -u +%Y-%m-%d), $(nproc) CPUs, kernel $(uname -r)."
     echo "Volume file in \`$DIR\` ($fstype on $dev). Each thread loops: 4 KiB write, then flush"
     echo "(volume_submit_wait from plain threads, so every request crosses the I/O pool)."
-    echo "${RUN_SECONDS} s per run, median of ${REPS} runs; the two modes alternate order each run."
+    echo "${RUN_SECONDS} s per mode per run (6 interleaved slices each, order flipping), median of ${REPS} runs."
     echo
     "$BUILD/bench/flush" "$DIR" "$RUN_SECONDS" "$REPS"
     echo

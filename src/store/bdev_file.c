@@ -354,10 +354,12 @@ static bool probe_rotational(dev_t dev)
 
 static void probe_caps(struct bdev_file *f, bool readonly)
 {
-    struct iovec iov = {.iov_base = NULL, .iov_len = 0};
-    /* A zero-length RWF_NOWAIT read fails with EOPNOTSUPP where unsupported. */
+    /* One byte, not zero: a zero-length read returns before the kernel
+     * looks at the flags. EAGAIN (not cached) also means "supported". */
+    char byte;
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
     ssize_t r = preadv2(f->fd, &iov, 1, 0, RWF_NOWAIT);
-    bool nowait = r >= 0;
+    bool nowait = r >= 0 || errno == EAGAIN;
     atomic_init(&f->read_nowait_ok, nowait);
     atomic_init(&f->write_nowait_ok, nowait && !readonly);
 

@@ -386,8 +386,12 @@ int store_clone_file_flags(const char *src, const char *dst, unsigned flags,
     if (reflinked)
         *reflinked = cloned;
     rc = fsync_dir(dir);
-    if (rc < 0)
+    if (rc < 0) {
+        /* The name may not survive a crash: report failure and leave
+         * nothing behind, so a retry starts clean. */
         log_error("store: copy: fsync directory %s: %s", dir, strerror(-rc));
+        unlink(dst);
+    }
     return rc;
 
 fail:

@@ -446,9 +446,14 @@ static int vreq_execute(struct volume *v, struct vreq *r)
     case VREQ_EXTENTS:
         return b->ops->extents(b, r->offset, r->length, r->extents, r->extents_max,
                                &r->extents_count);
-    case VREQ_FLUSH: {
+    case VREQ_FLUSH: { /* group commit off: one sync per flush */
         int rc = b->ops->sync(b);
         atomic_fetch_add(&v->sync_calls, 1);
+        pthread_mutex_lock(&v->gc_lock);
+        if (rc < 0 && !v->sync_error)
+            v->sync_error = rc;
+        rc = v->sync_error; /* sticky, as in the group-commit path */
+        pthread_mutex_unlock(&v->gc_lock);
         return rc;
     }
     }
