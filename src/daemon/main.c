@@ -162,11 +162,20 @@ static int mkdir_p(const char *path, mode_t mode)
     return 0;
 }
 
+static int path_join(char *buf, size_t len, const char *dir, const char *name)
+{
+    int n = snprintf(buf, len, "%s/%s", dir, name);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
 /* One daemon per state dir: an flock'd lock file holding our pid. */
 static int take_lock(const char *state_dir)
 {
     char path[PATH_MAX];
-    snprintf(path, sizeof(path), "%s/blockd.lock", state_dir);
+    if (path_join(path, sizeof(path), state_dir, "blockd.lock") < 0) {
+        fprintf(stderr, "blockd: state dir path too long\n");
+        return -1;
+    }
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
         fprintf(stderr, "blockd: cannot open %s: %s\n", path, strerror(errno));
@@ -215,6 +224,64 @@ static void notify_ready(void)
     close(fd);
 }
 
+/* control: the front-ends as services (service.start/stop/restart/reload).
+ * Only API threads call these, one at a time (service.c serializes them). */
+static const struct options *svc_opts;
+static bool svc_iscsi_on, svc_nbd_on;
+
+static int svc_iscsi_start(void)
+{
+    int rc = iscsi_server_start(svc_opts->iscsi_listen);
+    if (rc == 0)
+        rc = iscsi_config_start(svc_opts->iscsi_listen);
+    if (rc < 0) {
+        iscsi_config_stop();
+        iscsi_server_stop();
+    }
+    svc_iscsi_on = rc == 0;
+    return rc;
+}
+static int svc_iscsi_stop(void)
+{
+    iscsi_config_stop();
+    iscsi_server_stop();
+    svc_iscsi_on = false;
+    return 0;
+}
+static bool svc_iscsi_running(void)
+{
+    return svc_iscsi_on;
+}
+static int svc_nbd_start(void)
+{
+    int rc = nbd_server_start(svc_opts->nbd_listen);
+    if (rc < 0)
+        nbd_server_stop();
+    svc_nbd_on = rc == 0;
+    return rc;
+}
+static int svc_nbd_stop(void)
+{
+    nbd_server_stop();
+    svc_nbd_on = false;
+    return 0;
+}
+static bool svc_nbd_running(void)
+{
+    return svc_nbd_on;
+}
+static const struct service_ops svc_iscsi_ops = {
+    .start = svc_iscsi_start,
+    .stop = svc_iscsi_stop,
+    .reload = iscsi_config_reload, /* applies every deferred change */
+    .running = svc_iscsi_running,
+};
+static const struct service_ops svc_nbd_ops = {
+    .start = svc_nbd_start,
+    .stop = svc_nbd_stop,
+    .running = svc_nbd_running,
+};
+
 int main(int argc, char **argv)
 {
     struct options o = {0};
@@ -238,12 +305,13 @@ int main(int argc, char **argv)
         return 1;
 
     char api_socket[PATH_MAX];
+    char db_path[PATH_MAX];
     if (o.api_socket)
         snprintf(api_socket, sizeof(api_socket), "%s", o.api_socket);
-    else
-        snprintf(api_socket, sizeof(api_socket), "%s/blockd.sock", state_dir);
-    char db_path[PATH_MAX];
-    snprintf(db_path, sizeof(db_path), "%s/blockd.db", state_dir);
+    else if (path_join(api_socket, sizeof(api_socket), state_dir, "blockd.sock") < 0)
+        return 1;
+    if (path_join(db_path, sizeof(db_path), state_dir, "blockd.db") < 0)
+        return 1;
 
     /* Signals are handled synchronously here; every thread inherits the mask. */
     sigset_t sigs;
@@ -293,6 +361,12 @@ int main(int argc, char **argv)
         log_error("cannot publish the iSCSI configuration: %s", strerror(-rc));
         return 1;
     }
+
+    svc_opts = &o; /* control: register the front-ends as services */
+    svc_iscsi_on = svc_nbd_on = true;
+    service_register("iscsitarget", &svc_iscsi_ops);
+    service_register("nbd", &svc_nbd_ops);
+    service_apply_enabled();
 
     if ((rc = api_server_start(api_socket)) < 0) {
         log_error("cannot serve the API on %s: %s", api_socket, strerror(-rc));
