@@ -1,4 +1,5 @@
 /* blockctl call METHOD [JSON-PARAMS]: a raw API call, JSON in and out. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,19 +37,108 @@ static int call_run(struct cli_ctx *ctx, int argc, char **argv)
     return CLI_OK;
 }
 
+static const char doc_intro[] =
+    "# blockd API reference\n\n"
+    "Generated from a running daemon with `blockctl methods --markdown > docs/api.md`\n"
+    "(the method list comes from `core.get_methods`, i.e. from the same method\n"
+    "tables the daemon dispatches with).\n\n"
+    "## Transport\n\n"
+    "JSON-RPC 2.0. Locally over the Unix socket (`STATE_DIR/blockd.sock`, mode 0600,\n"
+    "no login): one JSON text per line in each direction, many requests per\n"
+    "connection, answered in order. `params` is an array of positional arguments\n"
+    "(an object is taken as the single first argument; absent means `[]`).\n"
+    "Requests without `id` are notifications (no reply); a JSON array is a batch\n"
+    "(an array of replies, notifications omitted). A line over 16 MiB is answered\n"
+    "with -32600 \"request too large (max 16 MiB)\" and skipped; the connection\n"
+    "stays usable.\n\n"
+    "## Errors\n\n"
+    "| code | meaning | `data` |\n"
+    "|---|---|---|\n"
+    "| -32700 | parse error (not JSON) | |\n"
+    "| -32600 | invalid request (not JSON-RPC 2.0, bad `id`/`params`, too large) | |\n"
+    "| -32601 | method not found (the message names it) | |\n"
+    "| -32602 | invalid params | `{errno: 22, error: \"EINVAL\", errname, reason, extra: "
+    "[[field, message, errno], …]}` |\n"
+    "| -32001 | the call failed | `{errno, error: \"EBUSY\"-style name, errname, reason: "
+    "\"[EBUSY] message\"}` |\n"
+    "| -32603 | internal error | |\n\n"
+    "Field names are `<method>.<field>` (`pool.dataset.create.volsize`); objects\n"
+    "are validated strictly like the TrueNAS middleware (unknown keys: \"Extra\n"
+    "inputs are not permitted\"; no type coercion; too many positional\n"
+    "arguments: \"Too many arguments (expected N, found M)\").\n\n"
+    "## Queries (`*.query`)\n\n"
+    "`[filters, options]`, both optional.\n\n"
+    "Filters: a list of `[field, op, value]` that must all hold, or\n"
+    "`[\"OR\", [branch, …]]` where a branch is one filter or a list of filters (all\n"
+    "must hold); OR nests up to 3 deep. Fields may be dotted (`properties.sync.value`,\n"
+    "`listen.0.ip`; `listen.*.ip` matches if any element does; `\\.` is a literal\n"
+    "dot). A missing field never matches.\n\n"
+    "| op | matches when |\n|---|---|\n"
+    "| `=` `!=` | equal / not equal (numbers by value, lists and objects deeply) |\n"
+    "| `<` `<=` `>` `>=` | ordered comparison of two numbers, two strings (bytewise) or two "
+    "booleans; other pairs never match |\n"
+    "| `in` `nin` | field is (not) in the value list (or a substring of a value string); "
+    "`nin` on null is false |\n"
+    "| `rin` `rnin` | the value is (not) in the field's list (or a substring of the field); "
+    "false on null |\n"
+    "| `^` `!^` `$` `!$` | string field starts / does not start / ends / does not end with "
+    "the value |\n"
+    "| `~` | POSIX extended regex matching at the start of the field (null as \"\") |\n"
+    "| `C`+op | case-insensitive form of any op except `~` (`C=`, `C^`, `Cin`, …) |\n\n"
+    "Options: `get` (the first match as an object; -32001 ENOENT if none;\n"
+    "not with `limit` > 1 or `offset`), `count` (the number of matches),\n"
+    "`order_by` (list of fields, `-field` descending, `nulls_first:`/`nulls_last:`\n"
+    "prefixes; the first key is the primary one; nulls sort lowest otherwise),\n"
+    "`offset`, `limit` (0 = all), `select` (fields or `[field, alias]`; dotted\n"
+    "fields keep their nesting), `extra` (per-method; e.g. `pool.dataset.query`),\n"
+    "and `force_sql_filters`, `relationships`, `extend`, `extend_context`, `prefix`\n"
+    "(accepted for compatibility). Unknown options are rejected.\n\n"
+    "## Methods\n\n"
+    "| method | params | summary |\n|---|---|---|\n";
+
+static void md_cell(const char *s)
+{
+    for (; s && *s; s++) {
+        if (*s == '|')
+            fputs("\\|", stdout);
+        else if (*s == '\n')
+            fputc(' ', stdout);
+        else
+            fputc(*s, stdout);
+    }
+}
+
 static int methods_run(struct cli_ctx *ctx, int argc, char **argv)
 {
-    if (argc > 1)
-        return cli_usage(ctx, "too many arguments");
+    bool markdown = argc == 2 && strcmp(argv[1], "--markdown") == 0;
+    if (argc > 2 || (argc == 2 && !markdown))
+        return cli_usage(ctx, "unexpected argument %s", argv[1]);
     json_t *res;
     int rc = cli_call(ctx, "core.get_methods", NULL, &res);
     if (rc)
         return rc;
-    if (ctx->json) {
+    const char *name;
+    json_t *m;
+    if (markdown) {
+        fputs(doc_intro, stdout);
+        json_object_foreach(res, name, m)
+        {
+            const char *params = json_string_value(json_object_get(m, "params"));
+            printf("| `%s` | ", name);
+            if (params && *params) {
+                fputc('`', stdout);
+                md_cell(params);
+                fputc('`', stdout);
+            }
+            printf(" | ");
+            md_cell(json_string_value(json_object_get(m, "summary")));
+            if (json_is_true(json_object_get(m, "no_auth")))
+                printf(" (no login needed)");
+            printf(" |\n");
+        }
+    } else if (ctx->json) {
         cli_print_json(res);
     } else {
-        const char *name;
-        json_t *m;
         json_object_foreach(res, name, m)
         {
             printf("%s %s\n    %s\n", name, json_string_value(json_object_get(m, "params")),
@@ -62,6 +152,7 @@ static int methods_run(struct cli_ctx *ctx, int argc, char **argv)
 static const struct cli_command call_commands[] = {
     {"", "call", "METHOD [JSON-PARAMS]",
      "Call any API method; params as a JSON array (a single value is wrapped)", call_run},
-    {"", "methods", "", "List the daemon's API methods", methods_run},
+    {"", "methods", "[--markdown]", "List the daemon's API methods (--markdown: docs/api.md)",
+     methods_run},
 };
 CLI_COMMANDS(call_commands)

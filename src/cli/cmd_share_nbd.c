@@ -34,8 +34,8 @@ static void export_uri(struct cli_ctx *ctx, json_t *exp, char *buf, size_t len)
     }
     const char *tls = json_string_value(json_object_get(exp, "tls"));
     const char *name = json_string_value(json_object_get(exp, "name"));
-    snprintf(buf, len, "%s://%s:%ld/%s", tls && strcmp(tls, "require") == 0 ? "nbds" : "nbd",
-             host, port, name ? name : "");
+    snprintf(buf, len, "%s://%s:%ld/%s", tls && strcmp(tls, "require") == 0 ? "nbds" : "nbd", host,
+             port, name ? name : "");
 }
 
 static int share_nbd_create(struct cli_ctx *ctx, int argc, char **argv)
@@ -134,8 +134,8 @@ static int share_nbd_delete(struct cli_ctx *ctx, int argc, char **argv)
     json_int_t id = json_integer_value(json_object_get(exp, "id"));
     json_decref(exp);
     json_t *result;
-    int rc = cli_call(ctx, "nbd.export.delete", json_pack("[I, {s:b}]", id, "force", force),
-                      &result);
+    int rc =
+        cli_call(ctx, "nbd.export.delete", json_pack("[I, {s:b}]", id, "force", force), &result);
     if (rc != CLI_OK)
         return rc;
     if (ctx->json)
@@ -173,9 +173,12 @@ static int share_nbd_list(struct cli_ctx *ctx, int argc, char **argv)
         if (!src)
             src = json_string_value(json_object_get(e, "path"));
         const char *name = json_string_value(json_object_get(e, "name"));
-        const char *cells[] = {name && *name ? name : "\"\"", src,
+        const char *cells[] = {name && *name ? name : "\"\"",
+                               src,
                                json_is_true(json_object_get(e, "readonly")) ? "yes" : "no",
-                               json_string_value(json_object_get(e, "tls")), conns, uri};
+                               json_string_value(json_object_get(e, "tls")),
+                               conns,
+                               uri};
         cli_table_add(t, cells);
     }
     cli_table_print(t, stdout);

@@ -411,6 +411,57 @@ static int volume_resize(struct cli_ctx *ctx, int argc, char **argv)
     return done(ctx, res, "resized\t%s\t%s\n", name, h);
 }
 
+static int volume_set(struct cli_ctx *ctx, int argc, char **argv)
+{
+    static const struct option opts[] = {{"sync", required_argument, NULL, 'y'},
+                                         {"readonly", required_argument, NULL, 'r'},
+                                         {"comments", required_argument, NULL, 'c'},
+                                         {0}};
+    json_t *changes = json_object();
+    opt_reset();
+    int c;
+    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+        char up[16];
+        switch (c) {
+        case 'y':
+            if (upper_sync(ctx, optarg, up, sizeof(up))) {
+                json_decref(changes);
+                return CLI_USAGE;
+            }
+            json_object_set_new(changes, "sync", json_string(up));
+            break;
+        case 'r':
+            if (strcasecmp(optarg, "on") != 0 && strcasecmp(optarg, "off") != 0) {
+                json_decref(changes);
+                return cli_usage(ctx, "--readonly: '%s' is not on or off", optarg);
+            }
+            json_object_set_new(changes, "readonly",
+                                json_string(strcasecmp(optarg, "on") == 0 ? "ON" : "OFF"));
+            break;
+        case 'c':
+            json_object_set_new(changes, "comments", json_string(optarg));
+            break;
+        default:
+            json_decref(changes);
+            return CLI_USAGE;
+        }
+    }
+    if (need_args(ctx, argc, 1, "volume NAME")) {
+        json_decref(changes);
+        return CLI_USAGE;
+    }
+    if (json_object_size(changes) == 0) {
+        json_decref(changes);
+        return cli_usage(ctx, "nothing to change (give --sync, --readonly or --comments)");
+    }
+    const char *name = argv[optind];
+    json_t *res;
+    int rc = cli_call(ctx, "pool.dataset.update", json_pack("[s, o]", name, changes), &res);
+    if (rc)
+        return rc;
+    return done(ctx, res, "updated\t%s%s\n", name, "");
+}
+
 static int volume_delete(struct cli_ctx *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {{"recursive", no_argument, NULL, 'r'}, {0}};
@@ -566,6 +617,9 @@ static const struct cli_command volume_commands[] = {
     {"volume", "list", "", "List volumes", volume_list},
     {"volume", "show", "NAME", "Show every property of a volume", volume_show},
     {"volume", "resize", "NAME --size SIZE", "Grow or shrink a volume", volume_resize},
+    {"volume", "set",
+     "NAME [--sync standard|always|disabled] [--readonly on|off] [--comments TEXT]",
+     "Change a volume's properties", volume_set},
     {"volume", "delete", "NAME [--recursive]", "Delete a volume (--recursive: with its snapshots)",
      volume_delete},
     {"volume", "snapshot", "POOL/VOL@SNAP", "Take a snapshot", volume_snapshot},
