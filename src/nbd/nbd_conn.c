@@ -85,6 +85,11 @@ struct nbd_conn {
     struct nbd_req *rx_req; /* WRITE whose payload is arriving */
     uint32_t rx_got;
     uint64_t skip; /* bytes of input to discard */
+    /* A refused WRITE is answered only after its payload has been skipped:
+     * clients (libnbd) match replies only to fully sent requests. */
+    bool skip_reply;
+    uint32_t skip_error;
+    uint64_t skip_cookie;
     struct reactor_msg kick;
     /* registry of live connections (nbd_export_connections) */
     struct nbd_conn *reg_prev, *reg_next;
@@ -627,6 +632,14 @@ static int rx_payload(struct nbd_conn *nc)
     return 0;
 }
 
+static void skip_then_reply(struct nbd_conn *nc, const struct nbd_request *rq, uint32_t err)
+{
+    nc->skip = rq->length;
+    nc->skip_reply = true;
+    nc->skip_error = err;
+    nc->skip_cookie = rq->cookie;
+}
+
 static bool can_accept_request(struct nbd_conn *nc)
 {
     return nc->inflight < nc->settings->max_inflight && nc->held < NBD_HELD_MAX;
@@ -655,16 +668,17 @@ static int handle_request(struct nbd_conn *nc)
         log_debug("%s: nbd: %s %s offset %llu length %u flags 0x%x: %s", c->peer,
                   nbd_cmd_name(rq.type), "refused", (unsigned long long)rq.offset, rq.length,
                   rq.flags, why);
-        send_error(nc, &rq, err, false, 0, true);
-        if (rq.type == NBD_CMD_WRITE) {
+        if (rq.type == NBD_CMD_WRITE && rq.length > 0) {
             if (rq.length > NBD_SKIP_MAX) {
                 log_warn("%s: nbd: write payload of %u bytes refused and too large to skip, "
                          "closing",
                          c->peer, rq.length);
                 return -EPROTO;
             }
-            nc->skip = rq.length;
+            skip_then_reply(nc, &rq, err);
+            return 0;
         }
+        send_error(nc, &rq, err, false, 0, true);
         return 0;
     }
     if (rq.type == NBD_CMD_DISC) {
@@ -689,9 +703,8 @@ static int handle_request(struct nbd_conn *nc)
         break;
     case NBD_CMD_WRITE:
         if (req_buf(r, rq.length) < 0) {
-            send_error(nc, &rq, NBD_ENOMEM, false, 0, true);
             req_free(r);
-            nc->skip = rq.length;
+            skip_then_reply(nc, &rq, NBD_ENOMEM);
             break;
         }
         nc->rx_req = r;
@@ -1026,6 +1039,10 @@ static int nbd_on_input(struct conn *c)
             size_t n = (size_t)MIN((uint64_t)conn_input_len(c), nc->skip);
             conn_consume(c, n);
             nc->skip -= n;
+            if (nc->skip == 0 && nc->skip_reply) {
+                nc->skip_reply = false;
+                send_simple(nc, nc->skip_cookie, nc->skip_error);
+            }
             continue;
         }
         if (nc->rx_req) {
