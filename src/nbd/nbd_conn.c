@@ -810,8 +810,9 @@ static void opt_list(struct nbd_conn *nc, uint32_t opt, uint32_t len)
     uint8_t b[4 + 2 * NBD_MAX_STRING];
     for (size_t i = 0; i < t->count; i++) {
         struct nbd_export *e = t->exports[i];
-        if (export_refusal(nc, e) == NBD_REP_ERR_UNKNOWN ||
-            export_refusal(nc, e) == NBD_REP_ERR_POLICY)
+        /* Exports this session may not open (e.g. TLS required) are not
+         * even named to it. */
+        if (export_refusal(nc, e))
             continue;
         size_t nl = MIN(strlen(e->name), (size_t)NBD_MAX_STRING);
         size_t dl = MIN(strlen(e->description), (size_t)NBD_MAX_STRING - 8);
