@@ -313,6 +313,53 @@ static void test_event_send(void **state)
     close(fd);
 }
 
+struct worker {
+    int index;
+    int ok;
+};
+
+/* One connection per thread, requests pipelined in bursts, replies checked. */
+static void *worker_run(void *arg)
+{
+    struct worker *w = arg;
+    int fd = connect_sock();
+    for (int burst = 0; burst < 10; burst++) {
+        char *all = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&all, &len);
+        for (int i = 0; i < 30; i++)
+            fprintf(f, "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"test.echo\",\"params\":[%d]}\n",
+                    burst * 100 + i, w->index);
+        fclose(f);
+        send_all(fd, all, len);
+        free(all);
+        for (int i = 0; i < 30; i++) {
+            json_t *r = read_json(fd);
+            if (json_integer_value(json_object_get(r, "id")) == burst * 100 + i &&
+                json_integer_value(json_array_get(json_object_get(r, "result"), 0)) == w->index)
+                w->ok++;
+            json_decref(r);
+        }
+    }
+    close(fd);
+    return NULL;
+}
+
+static void test_many_clients(void **state)
+{
+    enum { N = 16 };
+    pthread_t t[N];
+    struct worker w[N];
+    for (int i = 0; i < N; i++) {
+        w[i] = (struct worker){.index = i};
+        pthread_create(&t[i], NULL, worker_run, &w[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(w[i].ok, 300);
+    }
+}
+
 static void test_refuse_live_socket(void **state)
 {
     /* the server from setup is live on path */
@@ -381,6 +428,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_too_large_line, start, stop),
         cmocka_unit_test_setup_teardown(test_parallel_connections, start, stop),
         cmocka_unit_test_setup_teardown(test_event_send, start, stop),
+        cmocka_unit_test_setup_teardown(test_many_clients, start, stop),
         cmocka_unit_test_setup_teardown(test_refuse_live_socket, start, stop),
         cmocka_unit_test_setup_teardown(test_stale_and_not_socket, start, stop),
         cmocka_unit_test_setup_teardown(test_stop_with_idle_clients, start, stop),
