@@ -750,7 +750,23 @@ out_err:
     return rc;
 }
 
+static int m_dataset_get_instance(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *rows;
+    int rc;
+
+    db_lock();
+    rows = ds_dataset_rows();
+    db_unlock();
+    if (!rows)
+        return api_error(call, EIO, "cannot read datasets");
+    rc = ds_get_instance(call, params, rows, result);
+    json_decref(rows);
+    return rc;
+}
+
 const struct api_method ds_dataset_methods[] = {
+    {"pool.dataset.get_instance", "[id]", "One dataset by its name", m_dataset_get_instance, 0},
     {"pool.dataset.create",
      "{name, type: VOLUME|FILESYSTEM, volsize, volblocksize?, sparse?, sync?, readonly?, "
      "comments?, backend?: file|memory, latency_us?}",

@@ -99,6 +99,9 @@ uint32_t ds_volblocksize_parse(const char *s);
  * Caller holds db_lock(). */
 int ds_check_new_name(struct api_call *call, const char *field, json_t *jname,
                       struct ds_pool *pool);
+/* <ns>.get_instance [id]: the row of rows whose "id" equals params[0]
+ * (new reference), or ENOENT. Takes no ownership of rows. */
+int ds_get_instance(struct api_call *call, json_t *params, json_t *rows, json_t **result);
 /* Convert an errno to an API error on call: -1. */
 int ds_api_errno(struct api_call *call, int err, const char *what, const char *name);
 

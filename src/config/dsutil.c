@@ -376,3 +376,31 @@ int ds_api_errno(struct api_call *call, int err, const char *what, const char *n
         err = -err;
     return api_error(call, err, "%s %s: %s", what, name, strerror(err));
 }
+
+int ds_get_instance(struct api_call *call, json_t *params, json_t *rows, json_t **result)
+{
+    json_t *id = api_param(params, 0), *row;
+    char field[128];
+    size_t i;
+
+    snprintf(field, sizeof(field), "%s.id", api_call_method(call));
+    if (json_array_size(params) > 1) {
+        api_verr(call, api_call_method(call), EINVAL, "Too many arguments (expected 1, found %zu)",
+                 json_array_size(params));
+        return api_invalid(call);
+    }
+    if (!id) {
+        api_verr(call, field, EINVAL, "Field required");
+        return api_invalid(call);
+    }
+    json_array_foreach(rows, i, row)
+    {
+        if (json_equal(json_object_get(row, "id"), id)) {
+            *result = json_incref(row);
+            return 0;
+        }
+    }
+    if (json_is_string(id))
+        return api_error(call, ENOENT, "%s does not exist", json_string_value(id));
+    return api_error(call, ENOENT, "Object with this id does not exist");
+}

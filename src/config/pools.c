@@ -102,6 +102,40 @@ out:
     return rc;
 }
 
+/* Two pools must not nest: a dataset of one would be a file in the other. */
+static bool path_within(const char *outer, const char *inner)
+{
+    size_t n = strlen(outer);
+
+    return strncmp(outer, inner, n) == 0 && (inner[n] == '/' || inner[n] == '\0' || n == 1);
+}
+
+static int pool_path_overlap(const char *path, char *why, size_t whylen)
+{
+    sqlite3_stmt *st;
+    int rc = 0;
+
+    db_lock();
+    if (db_prepare("SELECT name, path FROM pools", &st) < 0) {
+        db_unlock();
+        snprintf(why, whylen, "cannot read pools");
+        return -EIO;
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *n = (const char *)sqlite3_column_text(st, 0);
+        const char *p = (const char *)sqlite3_column_text(st, 1);
+
+        if (path_within(p, path) || path_within(path, p)) {
+            snprintf(why, whylen, "directory %s overlaps pool %s at %s", path, n, p);
+            rc = strcmp(p, path) == 0 ? -EEXIST : -EINVAL;
+            break;
+        }
+    }
+    sqlite3_finalize(st);
+    db_unlock();
+    return rc;
+}
+
 /* Create the directory, resolve it, insert. why gets a message on failure. */
 static int pool_create(const char *name, const char *path_in, char *resolved, size_t rlen,
                        char *why, size_t whylen)
@@ -114,6 +148,10 @@ static int pool_create(const char *name, const char *path_in, char *resolved, si
         snprintf(path, sizeof(path), "%s", path_in);
     else if (snprintf(path, sizeof(path), "%s/pools/%s", ds_state_dir, name) >= (int)sizeof(path))
         return -ENAMETOOLONG;
+    /* Before mkdir too, so a refused path leaves no directory behind. */
+    rc = pool_path_overlap(path, why, whylen);
+    if (rc < 0)
+        return rc;
     rc = ds_mkdir_parents(path);
     if (rc < 0) {
         snprintf(why, whylen, "cannot create directory %s: %s", path, strerror(-rc));
@@ -129,6 +167,9 @@ static int pool_create(const char *name, const char *path_in, char *resolved, si
         return rc;
     }
     (void)rlen;
+    rc = pool_path_overlap(resolved, why, whylen);
+    if (rc < 0)
+        return rc;
     rc = pool_insert(name, resolved);
     if (rc == -EEXIST)
         snprintf(why, whylen, "a pool named %s or using directory %s already exists", name,
@@ -177,6 +218,7 @@ static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
     char resolved[PATH_MAX], why[PATH_MAX + 128];
     json_t *data, *jpath;
     const char *name, *path = NULL;
+    struct ds_pool existing;
     int rc;
 
     if (api_check_arity(call, params, 1) < 0)
@@ -204,10 +246,18 @@ static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
         return api_invalid(call);
 
     ds_ops_lock();
+    db_lock();
+    rc = ds_pool_get(name, &existing);
+    db_unlock();
+    if (rc == 0) {
+        ds_ops_unlock();
+        api_verr(call, "pool.create.name", EEXIST, "pool %s already exists", name);
+        return api_invalid(call);
+    }
     rc = pool_create(name, path, resolved, sizeof(resolved), why, sizeof(why));
     ds_ops_unlock();
-    if (rc == -EEXIST) {
-        api_verr(call, "pool.create.name", EEXIST, "%s", why);
+    if (rc == -EEXIST || rc == -EINVAL) {
+        api_verr(call, path ? "pool.create.path" : "pool.create.name", -rc, "%s", why);
         return api_invalid(call);
     }
     if (rc < 0)
@@ -236,7 +286,23 @@ static int m_pool_query(struct api_call *call, json_t *params, json_t **result)
     return rc;
 }
 
+static int m_pool_get_instance(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *rows;
+    int rc;
+
+    db_lock();
+    rows = ds_pool_rows();
+    db_unlock();
+    if (!rows)
+        return api_error(call, EIO, "cannot read pools");
+    rc = ds_get_instance(call, params, rows, result);
+    json_decref(rows);
+    return rc;
+}
+
 const struct api_method ds_pool_methods[] = {
+    {"pool.get_instance", "[id]", "One pool by its numeric id", m_pool_get_instance, 0},
     {"pool.create", "{name, path?}",
      "Create a pool: a directory (default STATE/pools/NAME) holding datasets", m_pool_create, 0},
     {"pool.query", "[filters, options]", "List pools with their space usage", m_pool_query, 0},

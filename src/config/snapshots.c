@@ -742,7 +742,24 @@ void ds_rollback_recover(void)
     ds_ops_unlock();
 }
 
+static int m_snapshot_get_instance(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *rows;
+    int rc;
+
+    db_lock();
+    rows = ds_snapshot_rows(NULL);
+    db_unlock();
+    if (!rows)
+        return api_error(call, EIO, "cannot read snapshots");
+    rc = ds_get_instance(call, params, rows, result);
+    json_decref(rows);
+    return rc;
+}
+
 const struct api_method ds_snapshot_methods[] = {
+    {"zfs.snapshot.get_instance", "[id]", "One snapshot by its name (pool/vol@snap)",
+     m_snapshot_get_instance, 0},
     {"zfs.snapshot.create", "{dataset, name} or {name: \"pool/vol@snap\"}",
      "Snapshot a volume (reflink or sparse copy)", m_snapshot_create, 0},
     {"zfs.snapshot.query", "[filters, options]", "List snapshots", m_snapshot_query, 0},

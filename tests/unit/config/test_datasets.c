@@ -224,6 +224,19 @@ static void test_pool_create(void **st)
     assert_int_equal(stat(dir, &sb), 0);
 
     expect_field_error("pool.create", "[{\"name\":\"p2\"}]", "pool.create.name");
+    /* pools may not nest or share a directory */
+    snprintf(params, sizeof(params), "[{\"name\":\"p4\",\"path\":\"%s/pools/demo/sub\"}]", state);
+    expect_field_error("pool.create", params, "pool.create.path");
+    snprintf(dir, sizeof(dir), "%s/pools/demo/sub", state);
+    assert_int_equal(stat(dir, &sb), -1);
+    snprintf(params, sizeof(params), "[{\"name\":\"p4\",\"path\":\"%s/pools\"}]", state);
+    expect_field_error("pool.create", params, "pool.create.path");
+    snprintf(params, sizeof(params), "[{\"name\":\"p4\",\"path\":\"%s/pools/p2\"}]", state);
+    expect_field_error("pool.create", params, "pool.create.path");
+    p = ok("pool.get_instance", "[1]");
+    assert_string_equal(json_string_value(json_object_get(p, "name")), "demo");
+    json_decref(p);
+    expect_errno("pool.get_instance", "[99]", ENOENT);
     expect_field_error("pool.create", "[{\"name\":\"a/b\"}]", "pool.create.name");
     expect_field_error("pool.create", "[{\"name\":\"..\"}]", "pool.create.name");
     expect_field_error("pool.create", "[{\"name\":\"x\",\"path\":\"relative\"}]",
@@ -397,6 +410,10 @@ static void test_create_query(void **st)
     assert_int_equal(json_array_size(r), 3); /* demo, p2, p3 roots */
     json_decref(r);
     expect_errno("pool.dataset.query", "[[[\"id\",\"=\",\"demo/none\"]],{\"get\":true}]", ENOENT);
+    r = ok("pool.dataset.get_instance", "[\"demo/vm1\"]");
+    assert_string_equal(json_string_value(json_object_get(r, "name")), "demo/vm1");
+    json_decref(r);
+    expect_errno("pool.dataset.get_instance", "[\"demo/none\"]", ENOENT);
 }
 
 static void test_update(void **st)
@@ -488,6 +505,9 @@ static void test_snapshots_clone_rollback(void **st)
                        "zfs.snapshot.create.vmware");
     expect_errno("zfs.snapshot.create", "[{\"dataset\":\"demo/fs\",\"name\":\"s\"}]", ENOTSUP);
 
+    r = ok("zfs.snapshot.get_instance", "[\"demo/sv@s2\"]");
+    assert_string_equal(json_string_value(json_object_get(r, "snapshot_name")), "s2");
+    json_decref(r);
     r = ok("zfs.snapshot.query", "[[[\"dataset\",\"=\",\"demo/sv\"]]]");
     assert_int_equal(json_array_size(r), 2);
     json_decref(r);
