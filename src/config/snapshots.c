@@ -194,8 +194,12 @@ json_t *ds_snapshot_rows(const char *only_dataset)
                         "name", full, "pool", pool.name, "type", "SNAPSHOT", "snapshot_name", sn,
                         "dataset", ds, "createtxg", raw, "properties", props, "holds", "retention",
                         "volsize", (json_int_t)volsize, "created", (json_int_t)created);
-        if (row)
+        if (row) {
+            /* also top-level, as the dataset rows have them */
+            json_object_set_new(row, "used", prop_int_str(used));
+            json_object_set_new(row, "referenced", prop_int_str(used));
             json_array_append_new(rows, row);
+        }
     }
     sqlite3_finalize(st);
     return rows;
