@@ -692,6 +692,51 @@ static void test_persistence(void **st)
     volume_unref(v);
 }
 
+/* A rollback interrupted by a crash is finished at the next start. */
+static void test_rollback_recovery(void **st)
+{
+    char path[512], snap[512], buf[4096];
+    int fd;
+
+    vol_path("keep", path, sizeof(path));
+    vol_path("keep@k1", snap, sizeof(snap));
+    datasets_shutdown();
+    fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    memset(buf, 'Z', sizeof(buf));
+    assert_int_equal(pwrite(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+    assert_int_equal(ftruncate(fd, 262144), 0);
+    close(fd);
+    db_lock();
+    assert_int_equal(db_exec("UPDATE datasets SET rollback_pending = (SELECT s.id FROM snapshots s"
+                             " JOIN datasets d ON d.id = s.dataset_id WHERE d.name = 'demo/keep'"
+                             " AND s.name = 'k1') WHERE name = 'demo/keep'"),
+                     0);
+    db_unlock();
+    db_close();
+    assert_int_equal(db_open(dbpath), 0);
+    assert_int_equal(datasets_ensure_default_pool("demo"), 0);
+    fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+    close(fd);
+    assert_int_equal(buf[0], 0); /* the snapshot was all zeros */
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_size, 131072);
+    json_t *r = get_dataset("demo/keep");
+    assert_int_equal(prop_parsed_int(r, "volsize"), 131072);
+    json_decref(r);
+    db_lock();
+    sqlite3_stmt *q;
+    assert_int_equal(
+        db_prepare("SELECT COUNT(*) FROM datasets WHERE rollback_pending IS NOT NULL", &q), 0);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(q, 0), 0);
+    sqlite3_finalize(q);
+    db_unlock();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -704,6 +749,7 @@ int main(void)
         cmocka_unit_test(test_delete),
         cmocka_unit_test(test_memory_backend),
         cmocka_unit_test(test_persistence),
+        cmocka_unit_test(test_rollback_recovery),
     };
 
     return cmocka_run_group_tests(tests, setup_group, teardown_group);
