@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/jobs.h"
 #include "core/log.h"
 
 #define READ_CHUNK (64 * 1024)
@@ -221,6 +222,7 @@ static void *client_thread(void *arg)
     log_debug("api: %s: connected", c->peer);
     client_serve(c);
     log_debug("api: %s: disconnected", c->peer);
+    jobs_client_closed(&c->api); /* no event is sent to it after this */
     client_remove(c);
     close(c->fd);
     pthread_mutex_destroy(&c->write_lock);
@@ -275,6 +277,7 @@ static void accept_one(void)
     c->api.authenticated = true; /* the socket is 0600: local admin only */
     c->api.transport = c;
     c->api.send = client_send;
+    c->api.closes_notified = true; /* jobs_client_closed() on disconnect: may subscribe */
     c->next = srv.clients;
     srv.clients = c;
     srv.nclients++;
