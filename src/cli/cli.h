@@ -61,6 +61,7 @@ struct cli_ctx {
     uint64_t next_id;
     const struct cli_command *command; /* the command running */
     const char *progress_label;        /* set: show a spinner on slow calls */
+    bool subscribed;                   /* to core.get_jobs, for progress */
 };
 
 typedef int (*cli_run_fn)(struct cli_ctx *ctx, int argc, char **argv);

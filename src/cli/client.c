@@ -90,11 +90,20 @@ static void spinner_clear(struct spinner *s)
 }
 
 /* A daemon notification between replies: progress updates feed the
- * spinner ({"method": …, "params": {"progress": {"percent": N}}} or
- * {"params": {"percent": N}}); anything else is ignored. */
-static void note_event(json_t *msg, struct spinner *s)
+ * spinner ({"params": {"progress": {"percent": N}}}, {"params":
+ * {"percent": N}}, or a core.get_jobs collection_update whose job runs
+ * our method); anything else is ignored. */
+static void note_event(json_t *msg, struct spinner *s, const char *method)
 {
     json_t *p = json_object_get(msg, "params");
+    json_t *fields = json_object_get(p, "fields");
+    if (fields) {
+        /* a job update (core.get_jobs subscription): only our method's */
+        const char *m = json_string_value(json_object_get(fields, "method"));
+        if (!m || strcmp(m, method) != 0)
+            return;
+        p = fields;
+    }
     json_t *prog = json_object_get(p, "progress");
     json_t *pct = json_object_get(prog ? prog : p, "percent");
     if (json_is_number(pct))
@@ -102,7 +111,7 @@ static void note_event(json_t *msg, struct spinner *s)
 }
 
 /* Read lines until the reply with this id; returns it or NULL (printed). */
-static json_t *read_reply(struct cli_ctx *ctx, uint64_t id, struct spinner *sp)
+static json_t *read_reply(struct cli_ctx *ctx, uint64_t id, struct spinner *sp, const char *method)
 {
     static char *buf;
     static size_t cap, len;
@@ -123,7 +132,7 @@ static json_t *read_reply(struct cli_ctx *ctx, uint64_t id, struct spinner *sp)
                 return msg;
             if (json_is_null(jid) && json_object_get(msg, "error"))
                 return msg; /* an error the daemon could not tie to our id */
-            note_event(msg, sp);
+            note_event(msg, sp, method);
             json_decref(msg);
             continue;
         }
@@ -175,6 +184,18 @@ int cli_call_raw(struct cli_ctx *ctx, const char *method, json_t *params, json_t
         json_decref(params);
         return CLI_ERROR;
     }
+    if (ctx->progress_label && isatty(STDERR_FILENO) && !ctx->subscribed) {
+        /* Job progress of a long call arrives as core.get_jobs events;
+         * an older daemon without them just gets the plain spinner. */
+        const char *label = ctx->progress_label;
+        json_t *sub, *suberr;
+        ctx->progress_label = NULL;
+        ctx->subscribed = true;
+        cli_call_raw(ctx, "core.subscribe", json_pack("[s]", "core.get_jobs"), &sub, &suberr);
+        json_decref(sub);
+        json_decref(suberr);
+        ctx->progress_label = label;
+    }
     uint64_t id = ++ctx->next_id;
     json_t *req = json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id", (json_int_t)id,
                             "method", method, "params", params);
@@ -193,7 +214,7 @@ int cli_call_raw(struct cli_ctx *ctx, const char *method, json_t *params, json_t
 
     struct spinner sp = {
         .enabled = ctx->progress_label && isatty(STDERR_FILENO), .start = now_s(), .percent = -1};
-    json_t *reply = read_reply(ctx, id, &sp);
+    json_t *reply = read_reply(ctx, id, &sp, method);
     spinner_clear(&sp);
     if (!reply)
         return CLI_ERROR;
