@@ -73,11 +73,17 @@ static void spinner_draw(struct cli_ctx *ctx, struct spinner *s)
     if (!s->enabled || el < 1.0)
         return;
     s->shown = true;
-    if (s->percent >= 0)
-        fprintf(stderr, "\r%c %s %5.1f%%  %.1fs\033[K", frames[s->frame++ % 4], ctx->progress_label,
-                s->percent, el);
-    else
+    if (s->percent >= 0) {
+        /* the daemon reports progress: a bar */
+        char bar[21];
+        int fill = (int)(s->percent / 5.0);
+        for (int i = 0; i < 20; i++)
+            bar[i] = i < fill ? '#' : '.';
+        bar[20] = 0;
+        fprintf(stderr, "\r%s [%s] %5.1f%%  %.1fs\033[K", ctx->progress_label, bar, s->percent, el);
+    } else {
         fprintf(stderr, "\r%c %s  %.1fs\033[K", frames[s->frame++ % 4], ctx->progress_label, el);
+    }
     fflush(stderr);
 }
 
