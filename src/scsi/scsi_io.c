@@ -40,9 +40,10 @@ void scsi_vreq_prep(struct scsi_cmd *c, enum vreq_op op, unsigned flags, uint64_
 
 void scsi_io_submit(struct scsi_cmd *c, bool (*next)(struct scsi_cmd *c))
 {
-    do {
+    /* A step may replace c->priv.next before returning true. */
+    c->priv.next = next;
+    for (;;) {
         struct vreq *r = &c->priv.vreq;
-        c->priv.next = next;
         r->owner = c->owner;
         r->done = io_done;
         r->arg = c;
@@ -50,8 +51,9 @@ void scsi_io_submit(struct scsi_cmd *c, bool (*next)(struct scsi_cmd *c))
         volume_submit(c->lu->vol, r);
         if (atomic_exchange(&c->priv.phase, PH_ASYNC) != PH_DONE)
             return; /* completes later in io_done */
-        next = c->priv.next;
-    } while (next(c));
+        if (!c->priv.next(c))
+            return;
+    }
 }
 
 /* ---- shared checks ---- */
