@@ -148,8 +148,8 @@ int main(int argc, char **argv)
         }
     }
     printf("| threads | group commit flushes/s | fdatasync per flush flushes/s | ratio | "
-           "syncs/flush (group) |\n");
-    printf("|---:|---:|---:|---:|---:|\n");
+           "syncs/flush (group) | fdatasync calls/s (group / per flush) |\n");
+    printf("|---:|---:|---:|---:|---:|---:|\n");
     for (unsigned i = 0; i < nks; i++) {
         double g[15], s[15], spf[15];
         for (int r = 0; r < reps; r++) {
@@ -170,7 +170,8 @@ int main(int argc, char **argv)
             spf[r] = rg.flushes ? (double)rg.syncs / (double)rg.flushes : 0.0;
         }
         double mg = median(g, reps), ms = median(s, reps), mspf = median(spf, reps);
-        printf("| %u | %.0f | %.0f | %.2f | %.3f |\n", ks[i], mg, ms, ms > 0 ? mg / ms : 0.0, mspf);
+        printf("| %u | %.0f | %.0f | %.2f | %.3f | %.0f / %.0f |\n", ks[i], mg, ms,
+               ms > 0 ? mg / ms : 0.0, mspf, mg * mspf, ms);
         fflush(stdout);
     }
     rc = 0;

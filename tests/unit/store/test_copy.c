@@ -315,7 +315,6 @@ static void test_xfs_reflink(void **state)
 {
     if (!xfs_setup()) {
         print_message("SKIP reflink on XFS: %s\n", xfs_why);
-        xfs_teardown();
         skip();
     }
     store_copy_reset_probes();
@@ -349,7 +348,14 @@ static void test_xfs_reflink(void **state)
     assert_memory_not_equal(a, b, 7);
     unlink(src);
     unlink(dst);
+}
+
+/* Runs even when an assertion failed mid-test: never leave a mount or a
+ * loop device behind. */
+static int xfs_teardown_fn(void **state)
+{
     xfs_teardown();
+    return 0;
 }
 
 /* On a filesystem without reflink, flags 0 falls back by itself and
@@ -384,9 +390,11 @@ int main(void)
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sparse_copy_paths), cmocka_unit_test(test_copy_errors),
-        cmocka_unit_test(test_rollback),          cmocka_unit_test(test_auto_fallback),
-        cmocka_unit_test(test_xfs_reflink),
+        cmocka_unit_test(test_sparse_copy_paths),
+        cmocka_unit_test(test_copy_errors),
+        cmocka_unit_test(test_rollback),
+        cmocka_unit_test(test_auto_fallback),
+        cmocka_unit_test_teardown(test_xfs_reflink, xfs_teardown_fn),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(tmpdir);
