@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/jobs.h"
 #include "api/validate.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
@@ -76,11 +77,30 @@ static const struct api_field rollback_fields[] = {
     {.name = "force", .type = API_T_BOOL},
 };
 
-/* Progress of a long copy, logged at most every 2 s and at the end. */
-struct copy_progress {
-    const char *what;
-    const char *name;
-    struct timespec start, last;
+/*
+ * A long copy (snapshot without reflink, clone, rollback) runs as a job
+ * (jobs_run: synchronous for the caller, visible with its progress in
+ * core.get_jobs). Progress is also logged every 2 s, and sent to the
+ * calling client as a notification {"method": "progress", "params":
+ * {"method": M, "progress": {"percent": N, "description": D}}} at most
+ * every 0.5 s once the copy has taken over a second (blockctl's progress
+ * bar reads these).
+ */
+enum copy_kind { COPY_CLONE, COPY_ROLLBACK };
+
+struct copy_work {
+    enum copy_kind kind;
+    const char *what; /* "snapshot", "clone", "rollback" */
+    const char *name; /* what is being made or rolled back */
+    const char *src, *dst;
+    struct volume *vol; /* COPY_ROLLBACK: the open volume or NULL */
+    bool reflinked;
+    /* progress */
+    struct job *job;
+    struct api_client *client;
+    const char *method;
+    struct timespec start, last_log, last_note;
+    bool final_logged;
 };
 
 static double elapsed(const struct timespec *a, const struct timespec *b)
@@ -88,28 +108,68 @@ static double elapsed(const struct timespec *a, const struct timespec *b)
     return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) / 1e9;
 }
 
-static void copy_progress_log(uint64_t done, uint64_t total, void *arg)
+static void copy_progress(uint64_t done, uint64_t total, void *arg)
 {
-    struct copy_progress *p = arg;
+    struct copy_work *w = arg;
     struct timespec now;
+    int pct = total ? (int)(done * 100 / total) : 100;
 
     clock_gettime(CLOCK_MONOTONIC, &now);
-    if (done < total && elapsed(&p->last, &now) < 2.0)
+    if (w->job)
+        jobs_progress(w->job, pct, "%s %s: %llu of %llu MiB", w->what, w->name,
+                      (unsigned long long)(done >> 20), (unsigned long long)(total >> 20));
+    if (w->client && w->client->send && elapsed(&w->start, &now) >= 1.0 &&
+        (done == total || elapsed(&w->last_note, &now) >= 0.5)) {
+        json_t *msg = json_pack("{s:s, s:s, s:{s:s, s:{s:i, s:s}}}", "jsonrpc", "2.0", "method",
+                                "progress", "params", "method", w->method, "progress", "percent",
+                                pct, "description", w->what);
+        w->last_note = now;
+        if (msg) {
+            w->client->send(w->client, msg);
+            json_decref(msg);
+        }
+    }
+    if (done < total && elapsed(&w->last_log, &now) < 2.0)
         return;
-    if (done == total && elapsed(&p->start, &now) < 1.0)
+    if (done == total && (w->final_logged || elapsed(&w->start, &now) < 1.0))
         return; /* short copies: the final log line says enough */
-    p->last = now;
-    log_info("datasets: %s %s: %llu%% (%llu of %llu MiB)", p->what, p->name,
-             total ? (unsigned long long)(done * 100 / total) : 100ULL,
+    w->final_logged = done == total;
+    w->last_log = now;
+    log_info("datasets: %s %s: %d%% (%llu of %llu MiB)", w->what, w->name, pct,
              (unsigned long long)(done >> 20), (unsigned long long)(total >> 20));
 }
 
-static void copy_progress_init(struct copy_progress *p, const char *what, const char *name)
+static int copy_job(struct job *job, void *arg, json_t **result)
 {
-    p->what = what;
-    p->name = name;
-    clock_gettime(CLOCK_MONOTONIC, &p->start);
-    p->last = p->start;
+    struct copy_work *w = arg;
+    int rc;
+
+    w->job = job;
+    if (w->kind == COPY_CLONE)
+        rc = store_clone_file(w->src, w->dst, copy_progress, w, &w->reflinked);
+    else
+        rc = store_rollback_volume(w->vol, w->dst, w->src, 0, copy_progress, w, &w->reflinked);
+    if (rc < 0)
+        return jobs_fail(job, rc, "%s %s: %s", w->what, w->name, strerror(-rc));
+    *result = NULL;
+    return 0;
+}
+
+/* Run the copy described by w. 0, or -1 with the error set on call. */
+static int copy_run(struct api_call *call, json_t *params, struct copy_work *w)
+{
+    json_t *res = NULL;
+    char desc[DS_NAME_BUF + 32];
+    int rc;
+
+    w->client = api_call_client(call);
+    w->method = api_call_method(call);
+    clock_gettime(CLOCK_MONOTONIC, &w->start);
+    w->last_log = w->last_note = w->start;
+    snprintf(desc, sizeof(desc), "%s %s", w->what, w->name);
+    rc = jobs_run(call, params, desc, copy_job, w, &res);
+    json_decref(res);
+    return rc;
 }
 
 /* Split "pool/vol@snap". 0 or -EINVAL with why. */
@@ -256,12 +316,13 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
 {
     json_t *data, *jds;
     char dataset[DS_NAME_BUF], why[256], vol_path[PATH_MAX], snap_path[PATH_MAX];
+    char full[DS_NAME_BUF * 2];
     const char *snap, *name;
     struct ds_row row;
     struct ds_pool pool;
     struct ds_snap existing;
     struct volume *v;
-    struct copy_progress prog;
+    struct copy_work work;
     sqlite3_stmt *st;
     bool reflinked = false;
     int rc;
@@ -317,13 +378,18 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
         rc = volume_flush_wait(v);
         volume_unref(v);
     }
-    copy_progress_init(&prog, "snapshot", dataset);
-    if (rc == 0)
-        rc = store_clone_file(vol_path, snap_path, copy_progress_log, &prog, &reflinked);
     if (rc < 0) {
         ds_ops_unlock();
-        return ds_api_errno(call, rc, "cannot snapshot", dataset);
+        return ds_api_errno(call, rc, "cannot flush before snapshotting", dataset);
     }
+    snprintf(full, sizeof(full), "%s@%s", dataset, snap);
+    work = (struct copy_work){
+        .kind = COPY_CLONE, .what = "snapshot", .name = full, .src = vol_path, .dst = snap_path};
+    if (copy_run(call, params, &work) < 0) {
+        ds_ops_unlock();
+        return -1;
+    }
+    reflinked = work.reflinked;
 
     db_lock();
     rc = db_begin();
@@ -491,7 +557,7 @@ static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **resu
     struct ds_snap snap;
     struct ds_row src, row;
     struct ds_pool pool, dst_pool;
-    struct copy_progress prog;
+    struct copy_work work;
     bool reflinked = false;
     int rc;
 
@@ -544,12 +610,17 @@ static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **resu
     if (slash)
         *slash = '\0';
     rc = ds_mkdir_parents(parent);
-    copy_progress_init(&prog, "clone", dst);
-    if (rc == 0)
-        rc = store_clone_file(snap_path, dst_path, copy_progress_log, &prog, &reflinked);
+    if (rc < 0) {
+        db_lock();
+        goto fail_errno;
+    }
+    work = (struct copy_work){
+        .kind = COPY_CLONE, .what = "clone", .name = dst, .src = snap_path, .dst = dst_path};
+    rc = copy_run(call, params, &work);
     db_lock();
     if (rc < 0)
-        goto fail_errno;
+        goto fail;
+    reflinked = work.reflinked;
 
     memset(&row, 0, sizeof(row));
     snprintf(row.name, sizeof(row.name), "%s", dst);
@@ -630,7 +701,7 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
     struct ds_pool pool;
     struct ds_row row;
     struct volume *v = NULL;
-    struct copy_progress prog;
+    struct copy_work work;
     char snap_path[PATH_MAX], vol_path[PATH_MAX], full[DS_NAME_BUF * 2], why[512];
     bool reflinked = false;
     uint64_t old_size;
@@ -672,18 +743,28 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
 
     old_size = row.volsize;
     v = ds_cache_peek(row.name);
-    copy_progress_init(&prog, "rollback", row.name);
-    rc = store_rollback_volume(v, vol_path, snap_path, 0, copy_progress_log, &prog, &reflinked);
+    work = (struct copy_work){.kind = COPY_ROLLBACK,
+                              .what = "rollback",
+                              .name = row.name,
+                              .src = snap_path,
+                              .dst = vol_path,
+                              .vol = v};
+    if (copy_run(call, params, &work) < 0) {
+        /* rollback_pending stays set: the next start retries it. */
+        ds_ops_unlock();
+        if (v)
+            volume_unref(v);
+        return -1;
+    }
+    reflinked = work.reflinked;
     db_lock();
-    if (rc == 0)
-        rc = set_rollback_pending(row.id, snap.id, snap.volsize, true);
+    rc = set_rollback_pending(row.id, snap.id, snap.volsize, true);
     db_unlock();
     ds_ops_unlock();
     if (rc < 0) {
         if (v)
             volume_unref(v);
-        /* rollback_pending stays set: the next start retries it. */
-        return ds_api_errno(call, rc, "cannot roll back to", full);
+        return ds_api_errno(call, rc, "cannot record the rollback of", full);
     }
     log_info("datasets: %s rolled back to %s (%s; peer %s)", row.name, full,
              reflinked ? "reflink" : "sparse copy", api_call_peer(call));
