@@ -312,8 +312,19 @@ static int volume_list(struct cli_ctx *ctx, int argc, char **argv)
 
 static bool is_size_key(const char *k)
 {
-    static const char *const keys[] = {"volsize",   "used", "allocated", "referenced",
-                                       "available", "size", "free",      NULL};
+    static const char *const keys[] = {"volsize",
+                                       "used",
+                                       "allocated",
+                                       "referenced",
+                                       "available",
+                                       "size",
+                                       "free",
+                                       "refreservation",
+                                       "reservation",
+                                       "usedbydataset",
+                                       "usedbysnapshots",
+                                       "usedbychildren",
+                                       NULL};
     for (size_t i = 0; keys[i]; i++)
         if (strcmp(k, keys[i]) == 0)
             return true;
@@ -567,8 +578,8 @@ static int snapshot_list(struct cli_ctx *ctx, int argc, char **argv)
         return rc;
     if (ctx->json)
         return done(ctx, res, "", "", "");
-    static const char *const hdr[] = {"NAME", "DATASET", ">SIZE", ">USED", "CREATED"};
-    struct cli_table *t = cli_table_new(5, hdr);
+    static const char *const hdr[] = {"NAME", "DATASET", ">SIZE", ">USED", "CREATED", "CLONES"};
+    struct cli_table *t = cli_table_new(6, hdr);
     size_t i;
     json_t *row;
     json_array_foreach(res, i, row)
@@ -578,12 +589,21 @@ static int snapshot_list(struct cli_ctx *ctx, int argc, char **argv)
         static const char *const used_keys[] = {"used", "allocated", "referenced", NULL};
         human_size_any(row, size_keys, size, sizeof(size));
         human_size_any(row, used_keys, used, sizeof(used));
+        json_t *props = json_object_get(row, "properties");
+        if (strcmp(used, "-") == 0 && props)
+            human_size_any(props, used_keys, used, sizeof(used));
+        if (strcmp(size, "-") == 0 && props)
+            human_size_any(props, size_keys, size, sizeof(size));
         const char *created = cli_prop_str(row, "created");
         if (!created)
             created = cli_prop_str(row, "creation");
         if (!created)
             created = cli_prop_str(json_object_get(row, "properties"), "creation");
-        const char *cells[] = {row_name(row), cli_prop_str(row, "dataset"), size, used, created};
+        const char *clones = cli_prop_str(row, "clones");
+        if (!clones)
+            clones = cli_prop_str(json_object_get(row, "properties"), "clones");
+        const char *cells[] = {row_name(row), cli_prop_str(row, "dataset"),     size, used,
+                               created,       clones && *clones ? clones : NULL};
         cli_table_add(t, cells);
     }
     cli_table_print(t, stdout);
