@@ -210,6 +210,13 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
                 log_error("datasets: mkdir %s: %s", path, strerror(-rc));
         } else if (!row.memory) {
             rc = bdev_file_create(path, row.volsize, !row.sparse);
+        } else {
+            /* Allocate it now (this connection sees the uncommitted row), so
+             * a size the memory backend refuses fails the create. */
+            struct volume *mv;
+            rc = datasets_volume_open(row.name, &mv);
+            if (rc == 0)
+                volume_unref(mv);
         }
         created_file = rc == 0;
     }
@@ -217,6 +224,8 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
         rc = db_commit();
     else
         db_rollback();
+    if (rc < 0 && row.memory)
+        ds_cache_drop(row.name, false);
     if (rc < 0 && created_file) {
         if (is_volume)
             unlink(path);
@@ -348,7 +357,7 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     char poolname[DS_NAME_BUF], path[PATH_MAX];
     struct volume *v = NULL;
     uint64_t old_size = 0, new_size = 0;
-    bool resize = false, props = false, sync_set = false, ro_set = false;
+    bool resize = false, props = false, sync_set = false, ro_set = false, opened_here = false;
     enum volume_sync sync = VOLUME_SYNC_STANDARD;
     bool ro = false;
     sqlite3_stmt *st;
@@ -432,6 +441,12 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     }
     if (rc == 0 && row.type == DS_VOLUME)
         v = ds_cache_peek(row.name);
+    /* A memory volume is (re)created on first open: open it so the new size
+     * is checked by the backend now rather than at the next open. */
+    if (rc == 0 && row.type == DS_VOLUME && row.memory && !v) {
+        rc = datasets_volume_open(row.name, &v);
+        opened_here = rc == 0;
+    }
     if (rc == 0 && resize) {
         /* Apply to the file (and the open volume) inside the transaction:
          * if that fails nothing is recorded. */
@@ -452,6 +467,8 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     } else {
         db_rollback();
     }
+    if (rc < 0 && opened_here)
+        ds_cache_drop(row.name, false); /* it was empty: nothing is lost */
     if (rc == 0 && v) {
         if (sync_set)
             volume_set_sync(v, sync);

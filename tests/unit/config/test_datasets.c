@@ -652,6 +652,16 @@ static void test_memory_backend(void **st)
                        "[{\"name\":\"demo/mem2\",\"type\":\"VOLUME\",\"volsize\":16384,"
                        "\"backend\":\"memory\",\"sparse\":false}]",
                        "pool.dataset.create.sparse");
+    /* sizes the memory backend refuses fail the call, not a later open */
+    expect_errno("pool.dataset.create",
+                 "[{\"name\":\"demo/huge\",\"type\":\"VOLUME\",\"volsize\":"
+                 "1152921504606846976,\"backend\":\"memory\"}]",
+                 EFBIG);
+    expect_errno("pool.dataset.get_instance", "[\"demo/huge\"]", ENOENT);
+    expect_errno("pool.dataset.update", "[\"demo/mem\",{\"volsize\":1152921504606846976}]", EFBIG);
+    assert_int_equal(datasets_volume_open("demo/mem", &v), 0);
+    assert_int_equal(volume_size(v), 2 * MiB);
+    volume_unref(v);
     assert_int_equal(datasets_volume_open("demo/nothing", &v), -ENOENT);
     json_decref(ok("pool.dataset.create", "[{\"name\":\"demo/fs2\",\"type\":\"FILESYSTEM\"}]"));
     assert_int_equal(datasets_volume_open("demo/fs2", &v), -EISDIR);
