@@ -243,6 +243,64 @@ static void test_sync_cache(void **state)
     assert_int_equal(b->ops->cache(b, 0, 65536), 0);
 }
 
+/* Random writes, trims and zeroings at random odd offsets against a model;
+ * every read matches the model and every reported hole reads as zeros. */
+static void test_random_model(void **state)
+{
+    struct fixture *f = *state;
+    struct bdev *b = f->b;
+    const size_t span = 1 << 20;
+    uint8_t *model = calloc(1, span), *buf = malloc(span), *data = malloc(span);
+    fill(data, span, 4242);
+    unsigned seed = 12345;
+    for (int op = 0; op < 1500; op++) {
+        seed = seed * 1103515245u + 12345u;
+        unsigned kind = (seed >> 16) % 5;
+        seed = seed * 1103515245u + 12345u;
+        uint64_t off = (seed >> 8) % span;
+        seed = seed * 1103515245u + 12345u;
+        uint64_t len = (seed >> 8) % 200000;
+        if (off + len > span)
+            len = span - off;
+        switch (kind) {
+        case 0:
+        case 1:
+            assert_int_equal(b->ops->write(b, data + (op % 1000), len, off), 0);
+            memcpy(model + off, data + (op % 1000), len);
+            break;
+        case 2:
+            assert_int_equal(b->ops->trim(b, off, len), 0);
+            memset(model + off, 0, len);
+            break;
+        case 3:
+            assert_int_equal(b->ops->write_zeroes(b, off, len, op & 1 ? BDEV_ZERO_MAY_TRIM : 0), 0);
+            memset(model + off, 0, len);
+            break;
+        default:
+            assert_int_equal(b->ops->read(b, buf, len, off), 0);
+            if (memcmp(buf, model + off, len))
+                fail_msg("op %d: read %llu+%llu differs from the model", op,
+                         (unsigned long long)off, (unsigned long long)len);
+        }
+    }
+    assert_int_equal(b->ops->read(b, buf, span, 0), 0);
+    assert_memory_equal(buf, model, span);
+    struct extent e[512];
+    size_t ne;
+    assert_int_equal(b->ops->extents(b, 0, span, e, 512, &ne), 0);
+    uint64_t pos = 0;
+    for (size_t i = 0; i < ne; i++) {
+        assert_int_equal(e[i].offset, pos);
+        if (e[i].type == EXTENT_HOLE)
+            assert_true(is_zero(model + e[i].offset, e[i].length));
+        pos += e[i].length;
+    }
+    assert_int_equal(pos, span);
+    free(model);
+    free(buf);
+    free(data);
+}
+
 /* ---- file only ---- */
 
 static void test_file_create(void **state)
@@ -378,6 +436,78 @@ static void test_memory_limits(void **state)
     bdev_close(b);
 }
 
+/* ---- a real block device (loop) when the machine allows ---- */
+
+static char loop_dev[64], loop_img[320];
+
+static int loop_teardown(void **state)
+{
+    if (loop_dev[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof(cmd), "losetup -d %s >/dev/null 2>&1", loop_dev);
+        if (system(cmd) != 0)
+            fprintf(stderr, "warning: %s failed\n", cmd);
+        loop_dev[0] = '\0';
+    }
+    if (loop_img[0])
+        unlink(loop_img);
+    return 0;
+}
+
+static void test_block_device(void **state)
+{
+    snprintf(loop_img, sizeof(loop_img), "%s/loop.img", tmpdir);
+    int fd = open(loop_img, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 64 << 20), 0);
+    close(fd);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "losetup -f --show %s 2>/dev/null", loop_img);
+    FILE *p = geteuid() == 0 ? popen(cmd, "r") : NULL;
+    if (!p || !fgets(loop_dev, sizeof(loop_dev), p)) {
+        if (p)
+            pclose(p);
+        loop_dev[0] = '\0';
+        print_message("SKIP block device backend: %s\n",
+                      geteuid() ? "not root" : "losetup failed (no loop devices?)");
+        skip();
+    }
+    pclose(p);
+    loop_dev[strcspn(loop_dev, "\n")] = '\0';
+
+    struct bdev *b;
+    assert_int_equal(bdev_file_open(loop_dev, false, &b), 0);
+    assert_int_equal(b->size, 64 << 20);
+    assert_false(b->caps & BDEV_CAN_EXTENTS); /* no SEEK_HOLE on block devices */
+    size_t n = 300001;
+    uint8_t *w = malloc(n), *r = malloc(n);
+    fill(w, n, 77);
+    assert_int_equal(b->ops->write(b, w, n, 12345), 0);
+    assert_int_equal(b->ops->sync(b), 0);
+    assert_int_equal(b->ops->read(b, r, n, 12345), 0);
+    assert_memory_equal(r, w, n);
+    /* Trim and zeroing on a loop device: discard / zero-out, read as zeros. */
+    if (b->caps & BDEV_CAN_TRIM) {
+        int rc = b->ops->trim(b, 65536, 131072);
+        assert_true(rc == 0 || rc == -EOPNOTSUPP);
+        if (rc == 0)
+            memset(w + 65536 - 12345, 0, 131072);
+    }
+    assert_int_equal(b->ops->write_zeroes(b, 200000, 4096, 0), 0);
+    memset(w + 200000 - 12345, 0, 4096);
+    assert_int_equal(b->ops->read(b, r, n, 12345), 0);
+    assert_memory_equal(r, w, n);
+    struct extent e[2];
+    size_t ne;
+    assert_int_equal(b->ops->extents(b, 0, 64 << 20, e, 2, &ne), 0);
+    assert_int_equal(ne, 1);
+    assert_int_equal(e[0].type, EXTENT_DATA);
+    assert_int_equal(b->ops->resize(b, 128 << 20), -ENOTSUP);
+    bdev_close(b);
+    free(w);
+    free(r);
+}
+
 #define BOTH(fn)                                                                                   \
     cmocka_unit_test_setup_teardown(fn, open_file, close_dev),                                     \
         cmocka_unit_test_setup_teardown(fn, open_memory, close_dev)
@@ -397,11 +527,13 @@ int main(void)
         BOTH(test_extents),
         BOTH(test_resize),
         BOTH(test_sync_cache),
+        BOTH(test_random_model),
         cmocka_unit_test(test_file_create),
         cmocka_unit_test_setup_teardown(test_file_nowait, open_file, close_dev),
         cmocka_unit_test_setup_teardown(test_file_fast_zero_fallback, open_file, close_dev),
         cmocka_unit_test_setup_teardown(test_memory_concurrent_install, open_memory, close_dev),
         cmocka_unit_test(test_memory_limits),
+        cmocka_unit_test_teardown(test_block_device, loop_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(tmpdir);
