@@ -253,6 +253,7 @@ struct async_batch {
     struct vreq req[64];
     uint8_t data[64][4096];
     enum vreq_op op;
+    unsigned flags;
     atomic_int left;
     atomic_int wrong_thread;
     atomic_int errors;
@@ -287,6 +288,7 @@ static void batch_start(struct reactor_msg *m)
                            .buf = b->data[i],
                            .length = 4096,
                            .offset = (uint64_t)i * 8192,
+                           .flags = b->flags,
                            .owner = b->owner,
                            .done = batch_done,
                            .arg = b};
@@ -324,6 +326,14 @@ static void test_async_reactor(void **state)
     memcpy(expect, b->data, sizeof(b->data));
     run_batch(b, f->v, VREQ_WRITE, 0);
     run_batch(b, f->v, VREQ_FLUSH, 1);
+    /* FUA writes from a reactor: completions come back to it after a
+     * group-commit sync covering them. */
+    uint64_t syncs = volume_sync_calls(f->v);
+    b->flags = VREQ_FUA;
+    run_batch(b, f->v, VREQ_WRITE, 1);
+    b->flags = 0;
+    assert_true(volume_sync_calls(f->v) > syncs);
+    assert_true(volume_sync_calls(f->v) <= syncs + 64);
     memset(b->data, 0, sizeof(b->data));
     run_batch(b, f->v, VREQ_READ, 1);
     assert_memory_equal(b->data, expect, sizeof(b->data));
