@@ -27,6 +27,39 @@ static const char *const backend_values[] = {"file", "memory", NULL};
 
 #define LATENCY_MAX_US 10000000
 
+static const struct api_field user_prop_fields[] = {
+    {.name = "key",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 3,
+     .max = DS_USER_PROP_KEY_MAX},
+    {.name = "value",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 0,
+     .max = DS_USER_PROP_VALUE_MAX},
+};
+static const struct api_field user_prop_item = {
+    .type = API_T_OBJECT, .fields = user_prop_fields, .nfields = ARRAY_SIZE(user_prop_fields)};
+
+static const struct api_field user_prop_update_fields[] = {
+    {.name = "key",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 3,
+     .max = DS_USER_PROP_KEY_MAX},
+    {.name = "value",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = DS_USER_PROP_VALUE_MAX},
+    {.name = "remove", .type = API_T_BOOL},
+};
+static const struct api_field user_prop_update_item = {.type = API_T_OBJECT,
+                                                       .fields = user_prop_update_fields,
+                                                       .nfields =
+                                                           ARRAY_SIZE(user_prop_update_fields)};
+
 static const struct api_field create_fields[] = {
     {.name = "name",
      .type = API_T_STRING,
@@ -45,11 +78,28 @@ static const struct api_field create_fields[] = {
      .min = 0,
      .max = DS_COMMENTS_MAX},
     {.name = "create_ancestors", .type = API_T_BOOL},
+    /* Only disables TrueNAS' "volsize over 80% of free space" check, which
+     * blockd does not make (sparse files are the norm here). */
+    {.name = "force_size", .type = API_T_BOOL},
+    {.name = "managedby", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = 256},
+    {.name = "user_properties",
+     .type = API_T_ARRAY,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = 256,
+     .items = &user_prop_item},
     {.name = "backend", .type = API_T_ENUM, .choices = backend_values},
     {.name = "latency_us", .type = API_T_INT, .flags = API_RANGE, .min = 0, .max = LATENCY_MAX_US},
 };
 
 static const struct api_field update_fields[] = {
+    {.name = "managedby", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = 256},
+    {.name = "user_properties_update",
+     .type = API_T_ARRAY,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = 256,
+     .items = &user_prop_update_item},
     {.name = "volsize", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = INT64_MAX},
     {.name = "sync", .type = API_T_ENUM, .choices = sync_values},
     {.name = "readonly", .type = API_T_ENUM, .choices = onoff_values},
@@ -184,6 +234,9 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
         }
     }
 
+    ds_check_user_props(call, "pool.dataset.create.user_properties",
+                        json_object_get(data, "user_properties"), false);
+
     ds_ops_lock();
     db_lock();
     rc = ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"), &pool);
@@ -203,6 +256,11 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
     rc = ds_create_ancestors(&pool, row.name);
     if (rc == 0)
         rc = ds_dataset_insert(&row);
+    if (rc == 0 && json_object_get(data, "managedby"))
+        rc =
+            ds_prop_set(row.id, "managedby", json_string_value(json_object_get(data, "managedby")));
+    if (rc == 0)
+        rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties"));
     if (rc == 0) {
         if (!is_volume) {
             rc = mkdir(path, 0755) < 0 ? -errno : 0;
@@ -414,6 +472,8 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
         ro_set = true;
         props |= ro != row.readonly;
     }
+    ds_check_user_props(call, "pool.dataset.update.user_properties_update",
+                        json_object_get(data, "user_properties_update"), true);
     if ((js = json_object_get(data, "comments"))) {
         props |= strcmp(json_string_value(js), row.comments) != 0;
         snprintf(row.comments, sizeof(row.comments), "%s", json_string_value(js));
@@ -439,6 +499,10 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
         rc = db_step_done(st);
         sqlite3_finalize(st);
     }
+    if (rc == 0 && (js = json_object_get(data, "managedby")))
+        rc = ds_prop_set(row.id, "managedby", json_string_value(js));
+    if (rc == 0)
+        rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties_update"));
     if (rc == 0 && row.type == DS_VOLUME)
         v = ds_cache_peek(row.name);
     /* A memory volume is (re)created on first open: open it so the new size
@@ -718,6 +782,9 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
     for (i = 0; rc == 0 && i < plan.ndatasets; i++) {
         rc = exec_bind_id("DELETE FROM snapshots WHERE dataset_id = ?", plan.dataset_ids[i]);
         if (rc == 0)
+            rc =
+                exec_bind_id("DELETE FROM dataset_props WHERE dataset_id = ?", plan.dataset_ids[i]);
+        if (rc == 0)
             rc = exec_bind_id("DELETE FROM datasets WHERE id = ?", plan.dataset_ids[i]);
     }
     if (rc == 0)
@@ -790,7 +857,8 @@ const struct api_method ds_dataset_methods[] = {
      "Create a volume (a sparse or thick file) or a filesystem (a directory)", m_dataset_create, 0},
     {"pool.dataset.query", "[filters, options]", "List datasets with TrueNAS-style properties",
      m_dataset_query, 0},
-    {"pool.dataset.update", "[id, {volsize?, sync?, readonly?, comments?}]",
+    {"pool.dataset.update",
+     "[id, {volsize?, sync?, readonly?, comments?, managedby?, user_properties_update?}]",
      "Resize a volume or change its properties; applied live to open volumes", m_dataset_update, 0},
     {"pool.dataset.delete", "[id, {recursive?, force?}]",
      "Delete a dataset (with its children and snapshots when recursive)", m_dataset_delete, 0},

@@ -90,6 +90,31 @@ static json_t *prop_sync(enum volume_sync s)
     return prop_str(low, low, up, s == VOLUME_SYNC_STANDARD ? "DEFAULT" : "LOCAL");
 }
 
+/* managedby and user_properties from dataset_props. */
+static void row_props(json_t *row, int64_t id)
+{
+    json_t *user = json_object_get(row, "user_properties");
+    const char *managedby = "";
+    sqlite3_stmt *st;
+
+    if (db_prepare("SELECT name, value FROM dataset_props WHERE dataset_id = ? ORDER BY name",
+                   &st) == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            const char *n = (const char *)sqlite3_column_text(st, 0);
+            const char *v = (const char *)sqlite3_column_text(st, 1);
+
+            if (strcmp(n, "managedby") == 0)
+                json_object_set_new(row, "managedby", prop_str(v, v, v, "LOCAL"));
+            else
+                json_object_set_new(user, n, prop_str(v, v, v, "LOCAL"));
+        }
+        sqlite3_finalize(st);
+    }
+    if (!json_object_get(row, "managedby"))
+        json_object_set_new(row, "managedby", prop_str(managedby, "-", "-", "DEFAULT"));
+}
+
 static json_t *row_build(sqlite3_stmt *st, uint64_t *used_out)
 {
     struct ds_row r;
@@ -147,6 +172,7 @@ static json_t *row_build(sqlite3_stmt *st, uint64_t *used_out)
     json_object_set_new(row, "creation", prop_creation(r.created));
     json_object_set_new(row, "available", ds_prop_size(avail, "NONE"));
     json_object_set_new(row, "path", json_string(path));
+    row_props(row, r.id);
 
     if (r.type == DS_VOLUME) {
         if (!r.memory) {

@@ -53,7 +53,13 @@ const char ds_schema_sql[] =
     " name TEXT NOT NULL,"
     " volsize INTEGER NOT NULL,"
     " created INTEGER NOT NULL,"
-    " UNIQUE (dataset_id, name));";
+    " UNIQUE (dataset_id, name));"
+    /* managedby and ZFS-style user properties ("ns:name" keys). */
+    "CREATE TABLE IF NOT EXISTS dataset_props ("
+    " dataset_id INTEGER NOT NULL REFERENCES datasets(id) ON DELETE CASCADE,"
+    " name TEXT NOT NULL,"
+    " value TEXT NOT NULL,"
+    " PRIMARY KEY (dataset_id, name));";
 
 static void copy_text(char *dst, size_t len, const unsigned char *src)
 {
@@ -403,4 +409,70 @@ int ds_get_instance(struct api_call *call, json_t *params, json_t *rows, json_t 
     if (json_is_string(id))
         return api_error(call, ENOENT, "%s does not exist", json_string_value(id));
     return api_error(call, ENOENT, "Object with this id does not exist");
+}
+
+int ds_prop_set(int64_t dataset_id, const char *name, const char *value)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    rc = db_prepare(value ? "INSERT INTO dataset_props (dataset_id, name, value) VALUES (?, ?, ?)"
+                            " ON CONFLICT (dataset_id, name) DO UPDATE SET value = excluded.value"
+                          : "DELETE FROM dataset_props WHERE dataset_id = ? AND name = ?",
+                    &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, dataset_id);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    if (value)
+        sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC);
+    rc = db_step_done(st);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int ds_check_user_props(struct api_call *call, const char *field, json_t *list, bool update)
+{
+    json_t *item;
+    size_t i;
+    char f[160];
+
+    json_array_foreach(list, i, item)
+    {
+        const char *key = json_string_value(json_object_get(item, "key"));
+        json_t *value = json_object_get(item, "value");
+        bool remove = json_is_true(json_object_get(item, "remove"));
+
+        snprintf(f, sizeof(f), "%s.%zu.key", field, i);
+        if (!key)
+            continue; /* reported by the schema check */
+        if (!strchr(key, ':') || strlen(key) != json_string_length(json_object_get(item, "key")))
+            api_verr(call, f, EINVAL, "a user property name must contain ':' (e.g. \"org:name\")");
+        else if (strncmp(key, "blockd:", 7) == 0)
+            api_verr(call, f, EINVAL, "the \"blockd:\" namespace is reserved");
+        snprintf(f, sizeof(f), "%s.%zu", field, i);
+        if (update && remove == (value != NULL))
+            api_verr(call, f, EINVAL, "give exactly one of value and remove: true");
+        if (value && strlen(json_string_value(value)) != json_string_length(value))
+            api_verr(call, f, EINVAL, "value contains a NUL byte");
+    }
+    return api_has_verrs(call) ? -EINVAL : 0;
+}
+
+int ds_apply_user_props(int64_t dataset_id, json_t *list)
+{
+    json_t *item;
+    size_t i;
+    int rc;
+
+    json_array_foreach(list, i, item)
+    {
+        json_t *value = json_object_get(item, "value");
+
+        rc = ds_prop_set(dataset_id, json_string_value(json_object_get(item, "key")),
+                         json_is_string(value) ? json_string_value(value) : NULL);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
 }

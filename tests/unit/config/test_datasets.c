@@ -399,6 +399,39 @@ static void test_create_query(void **st)
     assert_int_equal(stat(path, &sb), 0);
     assert_true(S_ISDIR(sb.st_mode));
 
+    /* managedby and user properties (what the Incus TrueNAS driver sets) */
+    r = ok("pool.dataset.create",
+           "[{\"name\":\"demo/inc\",\"type\":\"VOLUME\",\"volsize\":16384,\"sparse\":true,"
+           "\"force_size\":true,\"managedby\":\"incus.truenas\","
+           "\"user_properties\":[{\"key\":\"incus:content_type\",\"value\":\"block\"}]}]");
+    assert_string_equal(prop_value(r, "managedby"), "incus.truenas");
+    assert_string_equal(prop_value(json_object_get(r, "user_properties"), "incus:content_type"),
+                        "block");
+    json_decref(r);
+    r = ok("pool.dataset.update",
+           "[\"demo/inc\",{\"user_properties_update\":[{\"key\":\"incus:content_type\","
+           "\"remove\":true},{\"key\":\"a:b\",\"value\":\"c\"}]}]");
+    assert_null(json_object_get(json_object_get(r, "user_properties"), "incus:content_type"));
+    assert_string_equal(prop_value(json_object_get(r, "user_properties"), "a:b"), "c");
+    json_decref(r);
+    r = ok("pool.dataset.query",
+           "[[[\"user_properties.a:b.value\",\"=\",\"c\"]],{\"count\":true}]");
+    assert_int_equal(json_integer_value(r), 1);
+    json_decref(r);
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/inc2\",\"type\":\"VOLUME\",\"volsize\":16384,"
+                       "\"user_properties\":[{\"key\":\"nocolon\",\"value\":\"x\"}]}]",
+                       "pool.dataset.create.user_properties.0.key");
+    expect_field_error("pool.dataset.create",
+                       "[{\"name\":\"demo/inc2\",\"type\":\"VOLUME\",\"volsize\":16384,"
+                       "\"user_properties\":[{\"key\":\"a:b\"}]}]",
+                       "pool.dataset.create.user_properties.0.value");
+    expect_field_error("pool.dataset.update",
+                       "[\"demo/inc\",{\"user_properties_update\":[{\"key\":\"a:b\","
+                       "\"value\":\"x\",\"remove\":true}]}]",
+                       "pool.dataset.update.user_properties_update.0");
+    json_decref(ok("pool.dataset.delete", "[\"demo/inc\"]"));
+
     /* query filters and options go through the shared engine */
     r = ok("pool.dataset.query", "[[[\"type\",\"=\",\"VOLUME\"],[\"name\",\"^\",\"demo/a\"]]]");
     assert_int_equal(json_array_size(r), 1);
