@@ -57,7 +57,8 @@ struct ws_client {
     size_t pre_len, pre_off;
     /* size of the message being received (for the too-large reply) */
     uint64_t msg_len;
-    bool too_big;
+    bool too_big;  /* the current message is over API_MAX_REQUEST */
+    bool draining; /* close queued; discard input until the peer is done */
     struct rx_msg *rx_head, *rx_tail;
     char peer[80];
     struct api_client api;
@@ -426,6 +427,11 @@ static int http_upgrade(struct ws_client *c, int64_t deadline)
 static ssize_t cb_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, int flags, void *user)
 {
     struct ws_client *c = user;
+    if (c->too_big) {
+        /* Stop feeding wslay: the rest of the message is discarded. */
+        wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
+        return -1;
+    }
     if (c->pre) {
         size_t n = MIN(len, c->pre_len - c->pre_off);
         memcpy(buf, c->pre + c->pre_off, n);
@@ -635,7 +641,17 @@ static void client_loop(struct ws_client *c)
 {
     for (;;) {
         pthread_mutex_lock(&c->lock);
-        bool want_read = wslay_event_want_read(c->ws) && !c->closing;
+        if (c->too_big && !c->draining && wslay_event_get_queued_msg_count(c->ws) == 0) {
+            /* The error text (queued by cb_frame_start) is out: now close
+             * with 1009. wslay sends control frames ahead of messages, so
+             * queuing the close earlier would overtake the text. */
+            static const char why[] = "message too big";
+            wslay_event_queue_close(c->ws, WSLAY_CODE_MESSAGE_TOO_BIG, (const uint8_t *)why,
+                                    sizeof(why) - 1);
+            wslay_event_shutdown_read(c->ws);
+            c->draining = true;
+        }
+        bool want_read = wslay_event_want_read(c->ws) && !c->closing && !c->too_big;
         bool want_write = wslay_event_want_write(c->ws);
         bool closing = c->closing;
         pthread_mutex_unlock(&c->lock);
@@ -676,6 +692,29 @@ static void client_loop(struct ws_client *c)
         }
         if (rc != 0)
             break;
+    }
+}
+
+/*
+ * After refusing an oversized message: read and drop what the peer is
+ * still sending (it reads our error and close only once its send is
+ * done), up to twice the limit or the handshake timeout; then close.
+ */
+static void client_drain(struct ws_client *c)
+{
+    int64_t deadline = mono_ms() + API_WS_HANDSHAKE_MS;
+    uint64_t total = 0;
+    char buf[16384];
+    while (total < 2ull * API_MAX_REQUEST) {
+        ssize_t n = io_recv(c, buf, sizeof(buf));
+        if (n == -EAGAIN) {
+            if (wait_fd(c->fd, POLLIN, deadline) < 0)
+                break;
+            continue;
+        }
+        if (n <= 0)
+            break;
+        total += (uint64_t)n;
     }
 }
 
@@ -728,9 +767,13 @@ static void *client_thread(void *arg)
         rc = -ENOMEM;
     }
     if (rc == 0) {
-        wslay_event_config_set_max_recv_msg_length(c->ws, API_MAX_REQUEST);
+        /* wslay's own limit stays above ours, so that an oversized message
+         * is seen by cb_frame_start and answered with a JSON-RPC error. */
+        wslay_event_config_set_max_recv_msg_length(c->ws, 4ull * API_MAX_REQUEST);
         log_info("api: %s: WebSocket connected", c->peer);
         client_loop(c);
+        if (c->draining)
+            client_drain(c);
         pthread_mutex_lock(&c->lock);
         c->closing = true;
         pthread_mutex_unlock(&c->lock);
