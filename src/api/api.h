@@ -137,5 +137,14 @@ json_t *api_query_extra(json_t *params);
  * For handlers that pre-filter in SQL and still call api_query after.
  */
 int api_query_validate(struct api_call *call, json_t *params);
+/*
+ * An index hint for handlers with many rows: if the top-level (ANDed)
+ * filters hold [field, "=", value] or [field, "in", [values…]] for this
+ * exact field name, return that value (borrowed from params) and set *op
+ * to "=" or "in"; else NULL. The handler may then build only the rows
+ * that can match, and must still run api_query over them (which applies
+ * every filter and option). With several such filters the first is used.
+ */
+json_t *api_query_hint(json_t *params, const char *field, const char **op);
 
 #endif

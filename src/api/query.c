@@ -998,3 +998,29 @@ json_t *api_query_extra(json_t *params)
     json_t *e = json_is_object(o) ? json_object_get(o, "extra") : NULL;
     return json_is_object(e) ? e : NULL;
 }
+
+json_t *api_query_hint(json_t *params, const char *field, const char **op)
+{
+    json_t *filters = api_param(params, 0);
+    size_t i;
+    json_t *f;
+    json_array_foreach(filters, i, f)
+    {
+        if (!json_is_array(f) || json_array_size(f) != 3)
+            continue; /* OR branches cannot narrow the rows */
+        const char *name = json_string_value(json_array_get(f, 0));
+        const char *o = json_string_value(json_array_get(f, 1));
+        json_t *v = json_array_get(f, 2);
+        if (!name || !o || strcmp(name, field) != 0)
+            continue;
+        if (strcmp(o, "=") == 0) {
+            *op = "=";
+            return v;
+        }
+        if (strcmp(o, "in") == 0 && json_is_array(v)) {
+            *op = "in";
+            return v;
+        }
+    }
+    return NULL;
+}

@@ -414,6 +414,28 @@ static void test_too_large(void **state)
     free(big);
 }
 
+static void test_query_hint(void **state)
+{
+    const char *op = NULL;
+    json_t *p = json_loads("[[[\"alias\", \"in\", [\"a\", \"b\"]], [\"name\", \"=\", \"x\"],"
+                           "[\"OR\", [[\"id\", \"=\", 1]]]], {}]",
+                           0, NULL);
+    json_t *v = api_query_hint(p, "name", &op);
+    assert_string_equal(json_string_value(v), "x");
+    assert_string_equal(op, "=");
+    v = api_query_hint(p, "alias", &op);
+    assert_int_equal(json_array_size(v), 2);
+    assert_string_equal(op, "in");
+    assert_null(api_query_hint(p, "id", &op)); /* only inside an OR */
+    assert_null(api_query_hint(p, "nosuch", &op));
+    json_decref(p);
+    p = json_loads("[[[\"name\", \"^\", \"x\"], [\"alias\", \"in\", \"abc\"]]]", 0, NULL);
+    assert_null(api_query_hint(p, "name", &op));
+    assert_null(api_query_hint(p, "alias", &op)); /* "in" a string is a substring test */
+    json_decref(p);
+    assert_null(api_query_hint(NULL, "name", &op));
+}
+
 static void test_api_param(void **state)
 {
     json_t *p = json_loads("[1, null]", 0, NULL);
@@ -448,6 +470,7 @@ int main(void)
         cmocka_unit_test_setup(test_auth_gate, setup),
         cmocka_unit_test_setup(test_too_large, setup),
         cmocka_unit_test_setup(test_api_param, setup),
+        cmocka_unit_test_setup(test_query_hint, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
