@@ -819,6 +819,7 @@ static json_t *select_row(struct api_call *call, json_t *row, json_t *select, in
 
 struct sort_item {
     json_t *row;
+    json_t **keys; /* the order_by values of this row, looked up once */
     size_t idx;
 };
 
@@ -828,7 +829,7 @@ static int sort_cmp(const void *pa, const void *pb, void *arg)
     const struct qopts *o = arg;
     for (size_t i = 0; i < o->norder; i++) {
         const struct qorder *k = &o->order[i];
-        json_t *va = path_get(a->row, k->path), *vb = path_get(b->row, k->path);
+        json_t *va = a->keys[i], *vb = b->keys[i];
         bool na = !va || json_is_null(va), nb = !vb || json_is_null(vb);
         int c;
         if (na || nb) {
@@ -857,15 +858,23 @@ static int sort_rows(json_t *rows, const struct qopts *o)
     if (n < 2 || o->norder == 0)
         return 0;
     struct sort_item *items = calloc(n, sizeof(*items));
-    if (!items)
+    json_t **keys = calloc(n * o->norder, sizeof(*keys));
+    if (!items || !keys) {
+        free(items);
+        free(keys);
         return -ENOMEM;
+    }
     for (size_t i = 0; i < n; i++) {
         items[i].row = json_incref(json_array_get(rows, i));
+        items[i].keys = keys + i * o->norder;
         items[i].idx = i;
+        for (size_t k = 0; k < o->norder; k++)
+            items[i].keys[k] = path_get(items[i].row, o->order[k].path);
     }
     qsort_r(items, n, sizeof(*items), sort_cmp, (void *)o);
     for (size_t i = 0; i < n; i++)
         json_array_set_new(rows, i, items[i].row);
+    free(keys);
     free(items);
     return 0;
 }
