@@ -141,8 +141,7 @@ static struct iscsi_task *task_new(struct iscsi_conn *ic, uint32_t itt)
         if (!t)
             return NULL;
     }
-    memset(t, 0, offsetof(struct iscsi_task, r2t));
-    memset(t->r2t, 0, sizeof(t->r2t));
+    memset(t, 0, sizeof(*t));
     t->ic = ic;
     t->itt = itt;
     t->prev = NULL;
@@ -341,6 +340,14 @@ static void task_done(struct scsi_cmd *cmd)
 static void task_execute(struct iscsi_conn *ic, struct iscsi_task *t)
 {
     struct scsi_cmd *c = &t->cmd;
+    if (t->data_error) {
+        /* ABORTED COMMAND, DATA PHASE ERROR: the data did not arrive as
+         * sent, so the command is not executed. */
+        scsi_cmd_set_sense(c, 0x0b, 0x4b, 0x00);
+        c->xfer_want = t->edtl;
+        task_reply(ic, t);
+        return;
+    }
     c->data_out = t->data_out;
     c->data_out_len = t->write ? t->data_received : 0;
     if (t->read && t->edtl) {
@@ -560,10 +567,15 @@ static int handle_data_out(struct iscsi_conn *ic, const uint8_t *bhs, const uint
         return -EPROTO;
     }
     if (ttt == ISCSI_RESERVED_TAG) {
-        if (t->unsol_len < dsl || offset != t->unsol_offset || data_sn != t->unsol_data_sn) {
+        if (t->unsol_len < dsl || offset != t->unsol_offset) {
             log_warn("%s: unexpected unsolicited Data-Out (offset %u, DataSN %u)", ic->c->peer,
                      offset, data_sn);
             return -EPROTO;
+        }
+        if (data_sn != t->unsol_data_sn && !t->data_error) {
+            log_warn("%s: unsolicited Data-Out with DataSN %u, expected %u: failing the command",
+                     ic->c->peer, data_sn, t->unsol_data_sn);
+            t->data_error = true;
         }
         t->unsol_len -= dsl;
         t->unsol_offset += dsl;
@@ -583,11 +595,15 @@ static int handle_data_out(struct iscsi_conn *ic, const uint8_t *bhs, const uint
             log_warn("%s: Data-Out with unknown TTT 0x%08x", ic->c->peer, ttt);
             return -EPROTO;
         }
-        if (data_sn != r->exp_data_sn || offset != r->offset + r->received ||
-            r->received + dsl > r->length) {
+        if (offset != r->offset + r->received || r->received + dsl > r->length) {
             log_warn("%s: Data-Out out of order (DataSN %u, expected %u; offset %u)", ic->c->peer,
                      data_sn, r->exp_data_sn, offset);
             return -EPROTO;
+        }
+        if (data_sn != r->exp_data_sn && !t->data_error) {
+            log_warn("%s: Data-Out with DataSN %u, expected %u: failing the command", ic->c->peer,
+                     data_sn, r->exp_data_sn);
+            t->data_error = true;
         }
         r->exp_data_sn++;
         r->received += dsl;
@@ -672,7 +688,9 @@ static int handle_tmf(struct iscsi_conn *ic, const uint8_t *bhs)
         if (!t) {
             /* RFC 7143 §11.5.1: a task never received whose CmdSN is in
              * the window counts as received, and is done. */
-            if (!(iscsi_sn_lt(refcmdsn, cmdsn) && iscsi_sn_le(s->exp_cmd_sn - s->depth, refcmdsn)))
+            bool never_received =
+                iscsi_sn_lt(refcmdsn, cmdsn) && iscsi_sn_le(s->exp_cmd_sn, refcmdsn);
+            if (!never_received)
                 response = ISCSI_TMF_RSP_NO_TASK;
             break;
         }
@@ -795,6 +813,7 @@ static int handle_logout(struct iscsi_conn *ic, const uint8_t *bhs)
         if (!t->executing && !t->replied)
             task_free(t);
     }
+    conn_check_logout(ic);
     return 0;
 }
 

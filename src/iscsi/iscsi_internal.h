@@ -53,6 +53,7 @@ struct iscsi_task {
     bool aborted;               /* drop the response */
     bool replied;               /* reply queued; freed by the output release */
     bool counted;               /* counted in the session's inflight */
+    bool data_error;            /* bad DataSN seen: answer CHECK CONDITION, not execute */
     struct iscsi_tmf_wait *tmf; /* TMF waiting for this task to finish */
     /* data-out collection */
     uint8_t *data_out;
