@@ -33,7 +33,10 @@
 #define NBD_HOLE_MIN (64u * 1024)    /* smaller reads never look for holes */
 #define NBD_EXTENTS_MAX 128          /* per BLOCK_STATUS / hole-aware read */
 #define NBD_HELD_MAX (64u << 20)     /* payload bytes held per connection */
-#define NBD_MAX_OPTIONS 4096         /* options per connection before we give up */
+#define NBD_MAX_OPTIONS 4096
+#define NBD_DIRECT_RX_MIN                                                                          \
+    (64u * 1024) /* payloads this big bypass the input buffer */ /* options per connection before  \
+                                                                    we give up */
 
 enum nbd_state { ST_CLIENT_FLAGS, ST_OPTIONS, ST_TRANSMISSION };
 
@@ -615,16 +618,31 @@ static void submit_other(struct nbd_conn *nc, struct nbd_req *r)
     volume_submit(nc->vol, &r->vr);
 }
 
-/* Copy arriving WRITE payload into its buffer. 1: need more input. */
+/* Move arriving WRITE payload into its buffer: first what the input buffer
+ * holds, then straight from the transport into the payload buffer (no copy
+ * through the connection's input buffer, one recv for the rest of a large
+ * payload). 0 done, 1 need more input, <0 close. */
 static int rx_payload(struct nbd_conn *nc)
 {
+    struct conn *c = nc->c;
     struct nbd_req *r = nc->rx_req;
-    size_t avail = conn_input_len(nc->c);
+    size_t avail = conn_input_len(c);
     size_t want = r->rq.length - nc->rx_got;
     size_t n = MIN(avail, want);
-    memcpy((uint8_t *)r->buf + nc->rx_got, conn_input(nc->c), n);
-    conn_consume(nc->c, n);
+    memcpy((uint8_t *)r->buf + nc->rx_got, conn_input(c), n);
+    conn_consume(c, n);
     nc->rx_got += (uint32_t)n;
+    while (nc->rx_got < r->rq.length && conn_input_len(c) == 0 && want >= NBD_DIRECT_RX_MIN) {
+        ssize_t got =
+            c->transport->recv(c, (uint8_t *)r->buf + nc->rx_got, r->rq.length - nc->rx_got);
+        if (got == -EAGAIN || got == -EINTR)
+            break;
+        if (got <= 0) {
+            log_debug("%s: nbd: connection lost in a write payload", c->peer);
+            return got < 0 ? (int)got : -ECONNRESET;
+        }
+        nc->rx_got += (uint32_t)got;
+    }
     if (nc->rx_got < r->rq.length)
         return 1;
     nc->rx_req = NULL;
@@ -709,7 +727,7 @@ static int handle_request(struct nbd_conn *nc)
         }
         nc->rx_req = r;
         nc->rx_got = 0;
-        break;
+        return rx_payload(nc);
     case NBD_CMD_BLOCK_STATUS:
         submit_block_status(nc, r);
         break;
