@@ -66,6 +66,10 @@ struct volume {
     struct vreq *waiters;
     struct sync_slot slots[VOLUME_SYNC_PARALLEL];
 
+    /* Modifying requests in flight, per resize epoch parity: a shrink
+     * waits for the ones that may have seen the old size. */
+    atomic_uint resize_epoch;
+    atomic_uint_fast64_t inflight_mod[2];
     pthread_mutex_t resize_lock;
     char name[];
 };
@@ -218,17 +222,41 @@ uint64_t volume_sync_calls(const struct volume *v)
     return atomic_load(&v->sync_calls);
 }
 
+/* Wait until no modifying request that could have seen the size from
+ * before the last epoch bump is still running. Control thread only. */
+static void resize_drain(struct volume *v)
+{
+    unsigned old = atomic_fetch_add(&v->resize_epoch, 1);
+    uint64_t t0 = time_now_ns();
+    bool warned = false;
+    while (atomic_load(&v->inflight_mod[old & 1]) != 0) {
+        usleep(200);
+        if (!warned && time_now_ns() - t0 > 5000000000ull) {
+            log_warn("store: volume %s: resize still waiting for in-flight writes", v->name);
+            warned = true;
+        }
+    }
+}
+
 int volume_resize(struct volume *v, uint64_t new_size)
 {
     if (new_size == 0 || new_size % v->block_size)
         return -EINVAL;
     pthread_mutex_lock(&v->resize_lock);
+    uint64_t old_size = volume_size(v);
+    if (new_size < old_size) {
+        /* Refuse new requests past the new end first, then let the ones
+         * in flight land, so nothing re-extends the file afterwards. */
+        atomic_store_explicit(&v->size, new_size, memory_order_seq_cst);
+        resize_drain(v);
+    }
     int rc = v->bdev->ops->resize(v->bdev, new_size);
     if (rc == 0) {
         atomic_store_explicit(&v->size, new_size, memory_order_release);
         atomic_fetch_add_explicit(&v->size_gen, 1, memory_order_acq_rel);
         log_info("store: volume %s resized to %llu bytes", v->name, (unsigned long long)new_size);
     } else {
+        atomic_store_explicit(&v->size, old_size, memory_order_release);
         log_error("store: volume %s resize to %llu: %s", v->name, (unsigned long long)new_size,
                   strerror(-rc));
     }
@@ -477,13 +505,36 @@ static void vreq_after(struct volume *v, struct vreq *r)
     vreq_deliver(r);
 }
 
+/* Modifying requests register in the current resize epoch before their
+ * range check, and leave once the backend call returned. */
+static void mod_enter(struct volume *v, struct vreq *r)
+{
+    for (;;) {
+        unsigned e = atomic_load(&v->resize_epoch);
+        atomic_fetch_add(&v->inflight_mod[e & 1], 1);
+        if (atomic_load(&v->resize_epoch) == e) {
+            r->resize_epoch = e;
+            return;
+        }
+        atomic_fetch_sub(&v->inflight_mod[e & 1], 1);
+    }
+}
+
+static void mod_leave(struct volume *v, struct vreq *r)
+{
+    atomic_fetch_sub(&v->inflight_mod[r->resize_epoch & 1], 1);
+}
+
 static void vreq_job_run(struct io_job *j)
 {
     struct vreq *r = container_of(j, struct vreq, job);
     struct volume *v = r->vol;
     r->result = vreq_execute(v, r);
-    if (r->result == 0 && op_modifies(r->op))
-        r->flush_target = count_write(v);
+    if (op_modifies(r->op)) {
+        if (r->result == 0)
+            r->flush_target = count_write(v);
+        mod_leave(v, r);
+    }
 }
 
 static void vreq_job_done(struct reactor_msg *m)
@@ -503,8 +554,11 @@ static void vreq_to_pool(struct vreq *r)
 static void vreq_inline_done(struct volume *v, struct vreq *r, int rc)
 {
     r->result = rc;
-    if (rc == 0 && op_modifies(r->op))
-        r->flush_target = count_write(v);
+    if (op_modifies(r->op)) {
+        if (rc == 0)
+            r->flush_target = count_write(v);
+        mod_leave(v, r);
+    }
     vreq_after(v, r);
 }
 
@@ -552,8 +606,13 @@ void volume_submit(struct volume *v, struct vreq *r)
     r->extents_count = 0;
     r->next_waiter = NULL;
     r->flush_target = 0;
+    bool modifies = op_modifies(r->op);
+    if (modifies)
+        mod_enter(v, r);
     int rc = vreq_check(v, r);
     if (rc < 0) {
+        if (modifies)
+            mod_leave(v, r);
         vreq_fail(r, rc);
         return;
     }
@@ -562,6 +621,8 @@ void volume_submit(struct volume *v, struct vreq *r)
     case VREQ_READ:
     case VREQ_WRITE: {
         if (r->length == 0) {
+            if (r->op == VREQ_WRITE)
+                mod_leave(v, r);
             vreq_deliver(r);
             return;
         }

@@ -57,10 +57,11 @@ uint64_t volume_size_generation(const struct volume *v);
 void volume_set_sync(struct volume *v, enum volume_sync s);
 void volume_set_readonly(struct volume *v, bool ro);
 /* Synchronous (blocking) — call from the API/control thread. new_size must
- * be a non-zero multiple of the block size (-EINVAL). Requests submitted
- * after it returns see the new size; a shrink does not wait for writes
- * already in flight past the new end (front-ends learn of the change via
- * volume_size_generation). Block devices: -ENOTSUP. */
+ * be a non-zero multiple of the block size (-EINVAL). A shrink first makes
+ * new requests see the new size, then waits for the modifying requests
+ * already in flight (so none can write past the new end after it), then
+ * cuts the backend. Front-ends learn of the change via
+ * volume_size_generation. Block devices: -ENOTSUP. */
 int volume_resize(struct volume *v, uint64_t new_size);
 /* Flush and wait (used at shutdown and by tests/benchmarks). */
 int volume_flush_wait(struct volume *v);
@@ -103,6 +104,7 @@ struct vreq {
     struct reactor_msg msg;
     struct vreq *next_waiter;
     uint64_t flush_target;
+    unsigned resize_epoch;
 };
 
 /*
