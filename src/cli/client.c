@@ -34,6 +34,13 @@ static int cli_connect(struct cli_ctx *ctx)
                         ctx->socket_path, strerror(e));
     }
     ctx->fd = fd;
+    /* Job methods (TrueNAS @job: core.bulk, long deletes and copies) answer
+     * with their result rather than a job id, so every command sees the
+     * outcome; a daemon without core.set_options just says so. */
+    json_t *res, *err;
+    cli_call_raw(ctx, "core.set_options", json_pack("[{s:b}]", "legacy_jobs", 0), &res, &err);
+    json_decref(res);
+    json_decref(err);
     return 0;
 }
 
