@@ -124,8 +124,8 @@ static int share_delete(struct cli_ctx *ctx, int argc, char **argv)
         return cli_usage(ctx, "missing POOL/VOL");
     int rc = CLI_OK;
     for (int i = optind; i < argc; i++) {
-        json_t *body = json_pack("{s:s, s:b, s:b}", "name", argv[i], "force", force, "defer",
-                                 defer);
+        json_t *body =
+            json_pack("{s:s, s:b, s:b}", "name", argv[i], "force", force, "defer", defer);
         if (prefix)
             json_object_set_new(body, "target_prefix", json_string(prefix));
         json_t *res = NULL;
@@ -184,8 +184,7 @@ static int share_list(struct cli_ctx *ctx, int argc, char **argv)
 static const struct cli_command share_iscsi_commands[] = {
     {"share iscsi", "create",
      "[--target-prefix P] [--portal ID] [--initiator ID] [--readonly] [--defer] POOL/VOL…",
-     "Share volumes over iSCSI: one target each, LUN 0, one transaction per volume",
-     share_create},
+     "Share volumes over iSCSI: one target each, LUN 0, one transaction per volume", share_create},
     {"share iscsi", "delete", "[--target-prefix P] [--force] [--defer] POOL/VOL…",
      "Remove volumes' iSCSI shares (--force: even with sessions logged in)", share_delete},
     {"share iscsi", "list", "", "List iSCSI targets and the datasets on their LUNs", share_list},

@@ -38,6 +38,7 @@
 #include "api/jobs.h"    /* control */
 #include "api/service.h" /* control */
 #include "api/ws.h"      /* control */
+#include "iscsi/iscsi_share.h" /* control */
 
 struct options {
     const char *state_dir;
@@ -339,6 +340,7 @@ int main(int argc, char **argv)
     api_auth_init(); /* control: api_key table, auth.* */
     jobs_init();     /* control: core.get_jobs/job_wait/bulk/subscribe */
     service_init();  /* control: service.* */
+    iscsi_share_init(); /* control: share.iscsi.* */
 
     if ((rc = db_open(db_path)) < 0) {
         log_error("cannot open configuration database %s: %s", db_path, strerror(-rc));
