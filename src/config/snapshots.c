@@ -75,6 +75,9 @@ static const struct api_field clone_fields[] = {
 
 static const struct api_field rollback_fields[] = {
     {.name = "force", .type = API_T_BOOL},
+    /* ZFS -r: destroy the snapshots newer than the target. blockd can roll
+     * back to any snapshot without it; with it, the newer ones go. */
+    {.name = "recursive", .type = API_T_BOOL},
 };
 
 /*
@@ -694,6 +697,79 @@ static int set_rollback_pending(int64_t dataset_id, int64_t snap_id, uint64_t vo
     return rc;
 }
 
+static int snapshot_row_delete(int64_t id)
+{
+    sqlite3_stmt *st;
+    int rc = db_prepare("DELETE FROM snapshots WHERE id = ?", &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    rc = db_step_done(st);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The snapshots of snap's dataset taken after it, for a recursive
+ * rollback; refused (API error set, -1) if one has a clone or is in use.
+ * Locked by caller. *out is malloc'd (caller frees). */
+static int newer_snapshots(struct api_call *call, const struct ds_snap *snap, struct ds_snap **out,
+                           size_t *n)
+{
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    int rc;
+
+    *out = NULL;
+    *n = 0;
+    rc = db_prepare("SELECT s.id, s.name, (SELECT c.name FROM datasets c WHERE c.origin_id = s.id"
+                    " LIMIT 1) FROM snapshots s WHERE s.dataset_id = ? AND s.id > ?"
+                    " ORDER BY s.id",
+                    &st);
+    if (rc < 0)
+        return ds_api_errno(call, rc, "cannot list the snapshots of", snap->dataset);
+    sqlite3_bind_int64(st, 1, snap->dataset_id);
+    sqlite3_bind_int64(st, 2, snap->id);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 1);
+        const char *clone = (const char *)sqlite3_column_text(st, 2);
+        char full[DS_NAME_BUF * 2], why[256] = "";
+
+        snprintf(full, sizeof(full), "%s@%s", snap->dataset, name);
+        if (clone) {
+            rc = api_error(call, EBUSY,
+                           "the newer snapshot %s has dependent clone %s; delete the clone first",
+                           full, clone);
+            goto fail;
+        }
+        if (ds_in_use(full, why, sizeof(why))) {
+            rc = api_error(call, EBUSY, "the newer snapshot %s is in use: %s", full, why);
+            goto fail;
+        }
+        if (*n == cap) {
+            struct ds_snap *grown = realloc(*out, (cap ? cap * 2 : 4) * sizeof(**out));
+            if (!grown) {
+                rc = api_error(call, ENOMEM, "out of memory");
+                goto fail;
+            }
+            *out = grown;
+            cap = cap ? cap * 2 : 4;
+        }
+        memset(&(*out)[*n], 0, sizeof(**out));
+        (*out)[*n].id = sqlite3_column_int64(st, 0);
+        snprintf((*out)[*n].name, sizeof((*out)[*n].name), "%s", name);
+        (*n)++;
+    }
+    sqlite3_finalize(st);
+    return 0;
+fail:
+    sqlite3_finalize(st);
+    free(*out);
+    *out = NULL;
+    *n = 0;
+    return rc;
+}
+
 static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **result)
 {
     json_t *opts;
@@ -705,6 +781,8 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
     char snap_path[PATH_MAX], vol_path[PATH_MAX], full[DS_NAME_BUF * 2], why[512];
     bool reflinked = false;
     uint64_t old_size;
+    struct ds_snap *newer = NULL;
+    size_t nnewer = 0;
     int rc;
 
     if (api_check_arity(call, params, 2) < 0)
@@ -734,6 +812,11 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
                        row.name, why[0] ? why : "busy");
         goto fail;
     }
+    if (json_is_true(json_object_get(opts, "recursive"))) {
+        rc = newer_snapshots(call, &snap, &newer, &nnewer);
+        if (rc < 0)
+            goto fail;
+    }
     rc = set_rollback_pending(row.id, snap.id, 0, false);
     if (rc < 0) {
         rc = ds_api_errno(call, rc, "cannot roll back to", full);
@@ -751,6 +834,7 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
                               .vol = v};
     if (copy_run(call, params, &work) < 0) {
         /* rollback_pending stays set: the next start retries it. */
+        free(newer);
         ds_ops_unlock();
         if (v)
             volume_unref(v);
@@ -758,14 +842,44 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
     }
     reflinked = work.reflinked;
     db_lock();
-    rc = set_rollback_pending(row.id, snap.id, snap.volsize, true);
+    rc = db_begin();
+    if (rc == 0) {
+        for (size_t i = 0; rc == 0 && i < nnewer; i++)
+            rc = snapshot_row_delete(newer[i].id);
+        if (rc == 0)
+            rc = set_rollback_pending(row.id, snap.id, snap.volsize, true);
+        if (rc == 0)
+            rc = db_commit();
+        else
+            db_rollback();
+    }
     db_unlock();
+    if (rc == 0) {
+        for (size_t i = 0; i < nnewer; i++) {
+            char p[PATH_MAX], n[DS_NAME_BUF * 2];
+
+            snprintf(n, sizeof(n), "%s@%s", row.name, newer[i].name);
+            ds_cache_drop(n, false);
+            if (ds_path(&pool, row.name, newer[i].name, p, sizeof(p)) == 0 && unlink(p) < 0 &&
+                errno != ENOENT)
+                log_error("datasets: unlink %s: %s", p, strerror(errno));
+            log_info("datasets: snapshot %s destroyed by the recursive rollback", n);
+        }
+    }
     ds_ops_unlock();
     if (rc < 0) {
+        free(newer);
         if (v)
             volume_unref(v);
         return ds_api_errno(call, rc, "cannot record the rollback of", full);
     }
+    for (size_t i = 0; i < nnewer; i++) {
+        char n[DS_NAME_BUF * 2];
+
+        snprintf(n, sizeof(n), "%s@%s", row.name, newer[i].name);
+        ds_notify(DATASETS_DELETED, n, NULL);
+    }
+    free(newer);
     log_info("datasets: %s rolled back to %s (%s; peer %s)", row.name, full,
              reflinked ? "reflink" : "sparse copy", api_call_peer(call));
     ds_notify(DATASETS_ROLLED_BACK, row.name, v);
@@ -776,6 +890,7 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
     *result = json_null();
     return 0;
 fail:
+    free(newer);
     db_unlock();
     ds_ops_unlock();
     return rc;
@@ -852,7 +967,7 @@ const struct api_method ds_snapshot_methods[] = {
      "Delete a snapshot (refused while clones depend on it)", m_snapshot_delete, 0},
     {"zfs.snapshot.clone", "{snapshot, dataset_dst, dataset_properties?}",
      "Create a new volume from a snapshot", m_snapshot_clone, 0},
-    {"zfs.snapshot.rollback", "[id, {force?}]",
+    {"zfs.snapshot.rollback", "[id, {force?, recursive?}]",
      "Replace a volume's contents with a snapshot's (in place; open volumes see it at once)",
      m_snapshot_rollback, 0},
 };

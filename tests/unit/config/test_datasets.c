@@ -574,6 +574,14 @@ static void test_snapshots_clone_rollback(void **st)
     assert_int_equal(json_integer_value(json_object_get(r, "snapshot_count")), 2);
     json_decref(r);
     expect_errno("zfs.snapshot.rollback", "[\"demo/sv@nope\"]", ENOENT);
+    /* recursive: the snapshots newer than the target are destroyed */
+    json_decref(ok("zfs.snapshot.create", "[{\"name\":\"demo/sv@s3\"}]"));
+    json_decref(ok("zfs.snapshot.rollback", "[\"demo/sv@s2\",{\"recursive\":true}]"));
+    expect_errno("zfs.snapshot.get_instance", "[\"demo/sv@s3\"]", ENOENT);
+    vol_path("sv@s3", path, sizeof(path));
+    assert_int_equal(stat(path, &sb), -1);
+    json_decref(ok("zfs.snapshot.get_instance", "[\"demo/sv@s2\"]"));
+    json_decref(ok("zfs.snapshot.rollback", "[\"demo/sv@s1\"]"));
     expect_field_error("zfs.snapshot.rollback", "[\"demo/sv\"]", "zfs.snapshot.rollback.id");
 
     /* clone */
@@ -602,6 +610,10 @@ static void test_snapshots_clone_rollback(void **st)
     expect_errno("pool.dataset.delete", "[\"demo/sv\"]", ENOTEMPTY);
     expect_errno("pool.dataset.delete", "[\"demo/sv\",{\"recursive\":true}]", EBUSY);
     expect_errno("zfs.snapshot.delete", "[\"demo/sv@s1\",{\"defer\":true}]", ENOTSUP);
+    json_decref(ok("zfs.snapshot.clone",
+                   "[{\"snapshot\":\"demo/sv@s2\",\"dataset_dst\":\"demo/clones/c2\"}]"));
+    expect_errno("zfs.snapshot.rollback", "[\"demo/sv@s1\",{\"recursive\":true}]", EBUSY);
+    json_decref(ok("pool.dataset.delete", "[\"demo/clones/c2\"]"));
 
     json_decref(ok("pool.dataset.delete", "[\"demo/clones/c1\"]"));
     r = ok("zfs.snapshot.delete", "[\"demo/sv@s1\"]");
