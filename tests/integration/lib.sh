@@ -44,6 +44,8 @@ blockctl() {
 # Start a private blockd. Extra arguments are passed to blockd.
 blockd_start() {
     NBD_PORT=${NBD_PORT:-$(free_port)}
+    local before=0
+    [ -f "$BLOCKD_LOG" ] && before=$(wc -l <"$BLOCKD_LOG")
     ISCSI_PORT=${ISCSI_PORT:-$(free_port)}
     "$BLOCKD_BIN" --state-dir "$STATE" --log-level "${BLOCKD_LOG_LEVEL:-info}" \
         --nbd-listen "127.0.0.1:$NBD_PORT" --iscsi-listen "127.0.0.1:$ISCSI_PORT" "$@" \
@@ -51,7 +53,8 @@ blockd_start() {
     BLOCKD_PID=$!
     local i
     for i in $(seq 1 200); do
-        if grep -q "blockd ready" "$BLOCKD_LOG" 2>/dev/null; then
+        # Only a ready line written by this start counts (restarts reuse the log).
+        if tail -n +"$((before + 1))" "$BLOCKD_LOG" 2>/dev/null | grep -q "blockd ready"; then
             return 0
         fi
         kill -0 "$BLOCKD_PID" 2>/dev/null || fail "blockd exited during start-up"
