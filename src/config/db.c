@@ -12,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <fcntl.h>
 
 #include "core/log.h"
 
@@ -106,7 +109,7 @@ static int db_pragma_expect(const char *sql, const char *expect)
 
 int db_open(const char *path)
 {
-    int rc, ret;
+    int rc, ret, fd;
     size_t i;
 
     db_lock();
@@ -115,6 +118,18 @@ int db_open(const char *path)
         log_error("db: %s: already open", path);
         return -EBUSY;
     }
+    /* The database holds secrets (CHAP, API keys): owner-only. SQLite gives
+     * the -wal and -shm files the database file's mode. */
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        ret = -errno;
+        log_error("db: cannot open %s: %s", path, strerror(-ret));
+        db_unlock();
+        return ret;
+    }
+    if (fchmod(fd, 0600) < 0)
+        log_warn("db: chmod 0600 %s: %s", path, strerror(errno));
+    close(fd);
     rc = sqlite3_open_v2(path, &db_conn,
                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
     if (rc != SQLITE_OK) {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -84,6 +85,18 @@ static void test_open_bad_path(void **state)
     assert_true(db_open("/nonexistent-dir/x/blockd.db") < 0);
     assert_null(db_handle());
     assert_int_equal(db_open(path), 0);
+}
+
+static void test_file_mode(void **state)
+{
+    struct stat sb;
+    char wal[300];
+
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    if (stat(wal, &sb) == 0)
+        assert_int_equal(sb.st_mode & 0077, 0);
 }
 
 static void test_wal_and_fk(void **state)
@@ -232,6 +245,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_open_twice, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_bad_path, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wal_and_fk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_mode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_settings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_transactions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errno_mapping, setup, teardown),
