@@ -291,7 +291,7 @@ static int extent_prepare_file(struct api_call *call, json_t *d)
     return 0;
 }
 
-static int extent_store(struct api_call *call, json_t *d, int64_t id, int64_t *out_id)
+static int extent_store(struct api_call *call, json_t *d, int64_t id, int64_t bump, int64_t *out_id)
 {
     json_t *serial = json_object_get(d, "serial");
     char serialbuf[24];
@@ -341,12 +341,12 @@ static int extent_store(struct api_call *call, json_t *d, int64_t id, int64_t *o
                            ? "UPDATE iscsi_extent SET name = ?, type = ?, disk = ?, path = ?, "
                              "filesize = ?, serial = ?, blocksize = ?, pblocksize = ?, "
                              "avail_threshold = ?, comment = ?, insecure_tpc = ?, xen = ?, rpm = "
-                             "?, ro = ?, enabled = ?, gen = gen + 1 WHERE id = ?"
+                             "?, ro = ?, enabled = ?, gen = gen + ? WHERE id = ?"
                            : "UPDATE iscsi_extent SET name = ?, type = ?, disk = ?, path = ?, "
                              "filesize = ?, serial = ?, blocksize = ?, pblocksize = ?, "
                              "avail_threshold = NULLIF(?, 0), comment = ?, insecure_tpc = ?, xen "
-                             "= ?, rpm = ?, ro = ?, enabled = ?, gen = gen + 1 WHERE id = ?",
-                       "ttttitibitbbtbbi", EXTENT_VALUES, id);
+                             "= ?, rpm = ?, ro = ?, enabled = ?, gen = gen + ? WHERE id = ?",
+                       "ttttitibitbbtbbii", EXTENT_VALUES, bump, id);
         *out_id = id;
     }
 #undef EXTENT_VALUES
@@ -379,7 +379,7 @@ static int extent_create(struct api_call *call, json_t *params, json_t **result)
     else
         rc = extent_prepare_file(call, data);
     if (rc == 0)
-        rc = extent_store(call, data, 0, &id);
+        rc = extent_store(call, data, 0, 0, &id);
     if (rc == 0)
         *result = icfg_get_by_id(extent_row, EXTENT_BY_ID, id);
     /* Not mapped yet: nothing to publish (as TrueNAS: no reload on create). */
@@ -416,12 +416,32 @@ static int extent_update(struct api_call *call, json_t *params, json_t **result)
             rc = api_invalid(call);
         else
             rc = extent_prepare_file(call, merged);
+        /* Fields the LU is built from need a new LU (sessions see it as a
+         * new device); ro and FILE growth apply to the running LU, so
+         * sessions keep their state (unless deferred: then at reload). */
+        static const char *const lu_fields[] = {"type",      "disk",       "path", "serial",
+                                                "blocksize", "pblocksize", "rpm",  "insecure_tpc",
+                                                "vendor",    "naa"};
+        bool rebuild = defer;
+        for (size_t i = 0; i < ARRAY_SIZE(lu_fields); i++)
+            if (!json_equal(json_object_get(old, lu_fields[i]),
+                            json_object_get(merged, lu_fields[i])))
+                rebuild = true;
+        /* a FILE extent's file was opened read-only for ro */
+        if (strcmp(json_string_value(json_object_get(merged, "type")), "FILE") == 0 &&
+            !json_equal(json_object_get(old, "ro"), json_object_get(merged, "ro")))
+            rebuild = true;
         int64_t out;
         if (rc == 0)
-            rc = extent_store(call, merged, id, &out);
+            rc = extent_store(call, merged, id, rebuild ? 1 : 0, &out);
         if (rc == 0) {
             icfg_dirty_add_query(&w.dirty, TARGET_OF_EXTENT, id);
-            icfg_runtime_forget_extent(id);
+            if (rebuild)
+                icfg_runtime_forget_extent(id);
+            else
+                icfg_runtime_extent_live(
+                    id, json_is_true(json_object_get(merged, "ro")),
+                    (uint64_t)json_integer_value(json_object_get(merged, "filesize")));
             *result = icfg_get_by_id(extent_row, EXTENT_BY_ID, id);
         }
     }

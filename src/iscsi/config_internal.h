@@ -143,6 +143,9 @@ int icfg_runtime_apply(const struct icfg_dirty *d);
 void icfg_runtime_defer(const struct icfg_dirty *d);
 /* Drop the cached LU of an extent (changed or deleted). DB locked. */
 void icfg_runtime_forget_extent(int64_t extent_id);
+/* Apply ro and a grown FILE size (0: unchanged) to an extent's running LU,
+ * after the DB lock is released. DB locked. */
+void icfg_runtime_extent_live(int64_t extent_id, bool ro, uint64_t size);
 /* Open / close portal listeners to match the DB (no-op with --iscsi-listen). */
 int icfg_runtime_sync_portals(void);
 void icfg_runtime_stop(void);

@@ -58,14 +58,18 @@ static size_t listeners_n;
 /* ---- after-unlock work (own lock: filled under the DB lock, drained
  * after it is released) ---- */
 static pthread_mutex_t post_lock = PTHREAD_MUTEX_INITIALIZER;
+enum post_kind { POST_LUNS_CHANGED, POST_CLOSE, POST_LIVE };
 struct post_item {
-    struct scsi_lu *lu; /* raise LUNS_CHANGED (ref held) */
-    char *close_iqn;    /* or close this target's sessions */
+    enum post_kind kind;
+    struct scsi_lu *lu; /* ref held */
+    char *close_iqn;
+    bool ro;
+    uint64_t size;
 };
 static struct post_item *post_items;
 static size_t post_n, post_cap;
 
-static void post_push(struct scsi_lu *lu, const char *iqn)
+static void post_push_item(struct post_item item)
 {
     pthread_mutex_lock(&post_lock);
     if (post_n == post_cap) {
@@ -79,12 +83,17 @@ static void post_push(struct scsi_lu *lu, const char *iqn)
         post_items = p;
         post_cap = cap;
     }
-    if (lu)
-        icfg_lu_ref(lu);
-    post_items[post_n].lu = lu;
-    post_items[post_n].close_iqn = iqn ? strdup(iqn) : NULL;
-    post_n++;
+    if (item.lu)
+        icfg_lu_ref(item.lu);
+    post_items[post_n++] = item;
     pthread_mutex_unlock(&post_lock);
+}
+
+static void post_push(struct scsi_lu *lu, const char *iqn)
+{
+    post_push_item((struct post_item){.kind = lu ? POST_LUNS_CHANGED : POST_CLOSE,
+                                      .lu = lu,
+                                      .close_iqn = iqn ? strdup(iqn) : NULL});
 }
 
 void icfg_runtime_after_unlock(void)
@@ -96,10 +105,19 @@ void icfg_runtime_after_unlock(void)
     post_n = post_cap = 0;
     pthread_mutex_unlock(&post_lock);
     for (size_t i = 0; i < n; i++) {
-        if (items[i].lu) {
+        if (items[i].kind == POST_LIVE) {
+            scsi_lu_set_readonly(items[i].lu, items[i].ro);
+            struct volume *vol = scsi_lu_volume(items[i].lu);
+            if (items[i].size > volume_size(vol)) {
+                int rc = volume_resize(vol, items[i].size);
+                if (rc < 0)
+                    log_error("iscsi config: cannot grow %s: %s", volume_name(vol), strerror(-rc));
+            }
+        } else if (items[i].kind == POST_LUNS_CHANGED) {
             scsi_lu_raise_ua(items[i].lu, SCSI_UA_LUNS_CHANGED);
-            icfg_lu_unref(items[i].lu);
         }
+        if (items[i].lu)
+            icfg_lu_unref(items[i].lu);
         if (items[i].close_iqn) {
             unsigned c = iscsi_sessions_close_target(items[i].close_iqn);
             if (c)
@@ -225,6 +243,14 @@ static struct scsi_lu *lu_for_extent(json_t *extent)
     icfg_lu_ref(lu);
     lu_cache[lu_n++] = (struct lu_entry){.extent_id = id, .gen = gen, .lu = lu};
     return lu;
+}
+
+void icfg_runtime_extent_live(int64_t extent_id, bool ro, uint64_t size)
+{
+    for (size_t i = 0; i < lu_n; i++)
+        if (lu_cache[i].extent_id == extent_id)
+            post_push_item((struct post_item){
+                .kind = POST_LIVE, .lu = lu_cache[i].lu, .ro = ro, .size = size});
 }
 
 void icfg_runtime_forget_extent(int64_t extent_id)

@@ -26,6 +26,7 @@
 #include "core/log.h"
 #include "iscsi/iscsi_config.h"
 #include "iscsi/iscsi_runtime.h"
+#include "scsi/scsi.h"
 #include "test_config_stubs.h"
 
 static char tmpdir[256];
@@ -836,6 +837,75 @@ static void test_persistence(void **state)
     json_decref(ok(rpc("iscsi.portal.delete", "[%lld]", (long long)portal)));
 }
 
+/* ---- LUs: built from the extent, shared, live property changes ---- */
+
+static void test_lu_live(void **state)
+{
+    json_int_t t = target_new("lu-live");
+    json_int_t e = id_of(ok(rpc("iscsi.extent.create",
+                                "[{\"name\":\"lu-d\",\"disk\":\"zvol/tank/v2\",\"rpm\":\"7200\","
+                                "\"blocksize\":4096,\"serial\":\"LUSERIAL\"}]")));
+    json_decref(ok(rpc("iscsi.targetextent.create", "[{\"target\":%lld,\"extent\":%lld}]",
+                       (long long)t, (long long)e)));
+    struct iscsi_target_view *v = view("lu-live");
+    assert_int_equal(v->n_luns, 1);
+    struct scsi_lu *lu = v->luns[0].lu;
+    const struct scsi_lu_params *p = stub_lu_params(lu);
+    assert_int_equal(p->block_size, 4096);
+    assert_int_equal(p->pblock_exp, 2); /* 16K volblocksize */
+    assert_int_equal(p->rotation_rate, 7200);
+    assert_string_equal(p->serial, "LUSERIAL");
+    assert_memory_equal(p->naa, "0x6589cfc000000", 15);
+    assert_false(p->readonly);
+    assert_true(p->insecure_tpc);
+    assert_non_null(p->pr_store.save);
+    iscsi_target_view_unref(v);
+
+    /* ro and the comment change the running LU, not a new one */
+    json_decref(
+        ok(rpc("iscsi.extent.update", "[%lld, {\"ro\":true,\"comment\":\"c\"}]", (long long)e)));
+    v = view("lu-live");
+    assert_ptr_equal(v->luns[0].lu, lu);
+    assert_true(stub_lu_params(lu)->readonly);
+    iscsi_target_view_unref(v);
+    /* a serial change is a new LU */
+    json_decref(ok(rpc("iscsi.extent.update", "[%lld, {\"serial\":\"LUSERIAL2\"}]", (long long)e)));
+    v = view("lu-live");
+    assert_ptr_not_equal(v->luns[0].lu, lu);
+    assert_string_equal(stub_lu_params(v->luns[0].lu)->serial, "LUSERIAL2");
+    assert_true(stub_lu_params(v->luns[0].lu)->readonly);
+    iscsi_target_view_unref(v);
+
+    /* adding a LUN tells the target's existing LUs (REPORTED LUNS DATA HAS CHANGED) */
+    unsigned ua = stub.luns_changed;
+    json_int_t f = file_extent_new("lu-f");
+    json_decref(ok(rpc("iscsi.targetextent.create", "[{\"target\":%lld,\"extent\":%lld}]",
+                       (long long)t, (long long)f)));
+    assert_true(stub.luns_changed >= ua + 1);
+    /* another target's change raises nothing here */
+    ua = stub.luns_changed;
+    json_int_t other = target_new("lu-other");
+    assert_int_equal(stub.luns_changed, ua);
+
+    /* a FILE extent grown live */
+    json_decref(ok(rpc("iscsi.extent.update", "[%lld, {\"filesize\":4194304}]", (long long)f)));
+    v = view("lu-live");
+    assert_int_equal(v->n_luns, 2);
+    assert_int_equal(volume_size(scsi_lu_volume(v->luns[1].lu)), 4194304);
+    iscsi_target_view_unref(v);
+
+    json_decref(ok(rpc("iscsi.target.delete", "[%lld, false, true]", (long long)t)));
+    json_decref(ok(rpc("iscsi.target.delete", "[%lld]", (long long)other)));
+}
+
+/* Every LU the configuration created is released when it stops. */
+static void test_no_leaks(void **state)
+{
+    iscsi_config_stop();
+    assert_int_equal(stub.lus_live, 0);
+    assert_int_equal(iscsi_config_start(NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -850,6 +920,8 @@ int main(void)
         cmocka_unit_test(test_targetextent),
         cmocka_unit_test(test_defer),
         cmocka_unit_test(test_persistence),
+        cmocka_unit_test(test_lu_live),
+        cmocka_unit_test(test_no_leaks),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -121,3 +121,13 @@ const struct scsi_lu_params *stub_lu_params(const struct scsi_lu *lu)
 {
     return &lu->params;
 }
+
+void scsi_lu_set_readonly(struct scsi_lu *lu, bool ro)
+{
+    lu->params.readonly = ro;
+}
+
+struct volume *scsi_lu_volume(const struct scsi_lu *lu)
+{
+    return lu->vol;
+}
