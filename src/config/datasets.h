@@ -22,7 +22,9 @@
  * empty (allocated on first open).
  */
 void datasets_init(const char *state_dir);
-/* Create the default pool if it does not exist (first start). */
+/* Create the default pool if it does not exist (first start). Also
+ * finishes rollbacks a crash interrupted and removes the temporary files of
+ * interrupted copies, so call it once at start-up after db_open. */
 int datasets_ensure_default_pool(const char *name);
 
 /* Open (or share the cached) volume for "pool/vol" or "pool/vol@snap"

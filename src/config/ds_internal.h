@@ -145,7 +145,8 @@ json_t *ds_snapshot_rows(const char *only_dataset);
 json_t *ds_dataset_row(const char *name);
 json_t *ds_snapshot_row(const char *dataset, const char *snap);
 json_t *ds_pool_row(const char *name);
-/* Redo rollbacks interrupted by a crash (start-up, after db_open). */
+/* Start-up, after db_open: redo rollbacks a crash interrupted and remove
+ * the temporary files of interrupted copies. */
 void ds_rollback_recover(void);
 
 #endif

@@ -9,6 +9,7 @@
  * progress in the log.
  */
 #include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -896,6 +897,69 @@ fail:
     return rc;
 }
 
+/* Start-up: remove the temporary files of copies a crash interrupted
+ * (store_clone_file writes ".<name>.tmp.XXXXXX" next to the target) unless
+ * a dataset or snapshot really has that name. nftw has no user argument:
+ * sweep_pool is only used under ds_ops_lock(). */
+static const struct ds_pool *sweep_pool;
+
+static bool is_copy_temp(const char *base)
+{
+    const char *t = strstr(base, ".tmp.");
+
+    if (base[0] != '.' || !t || t == base)
+        return false;
+    t += 5;
+    if (strlen(t) != 6)
+        return false;
+    for (; *t; t++)
+        if (!((*t >= 'A' && *t <= 'Z') || (*t >= 'a' && *t <= 'z') || (*t >= '0' && *t <= '9')))
+            return false;
+    return true;
+}
+
+static int sweep_one(const char *fpath, const struct stat *sb, int type, struct FTW *ftw)
+{
+    const char *rel = fpath + strlen(sweep_pool->path);
+    char name[DS_NAME_BUF * 2], *at;
+    struct ds_row row;
+    struct ds_snap snap;
+
+    if (type != FTW_F || !is_copy_temp(fpath + ftw->base) || *rel != '/')
+        return 0;
+    if (snprintf(name, sizeof(name), "%s%s", sweep_pool->name, rel) >= (int)sizeof(name))
+        return 0;
+    at = strchr(name, '@');
+    if (at) {
+        *at = '\0';
+        if (ds_snapshot_get(name, at + 1, &snap) == 0)
+            return 0;
+    } else if (ds_dataset_get(name, &row) == 0) {
+        return 0;
+    }
+    if (unlink(fpath) == 0)
+        log_warn("datasets: removed %s, left by an interrupted copy (%lld MiB)", fpath,
+                 (long long)(sb->st_blocks * 512 >> 20));
+    return 0;
+}
+
+static void sweep_copy_temps(void)
+{
+    sqlite3_stmt *st;
+    struct ds_pool pool;
+
+    if (db_prepare("SELECT name FROM pools", &st) < 0)
+        return;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (ds_pool_get((const char *)sqlite3_column_text(st, 0), &pool) < 0)
+            continue;
+        sweep_pool = &pool;
+        nftw(pool.path, sweep_one, 16, FTW_PHYS | FTW_MOUNT);
+    }
+    sqlite3_finalize(st);
+    sweep_pool = NULL;
+}
+
 void ds_rollback_recover(void)
 {
     sqlite3_stmt *st;
@@ -938,6 +1002,7 @@ void ds_rollback_recover(void)
             log_error("datasets: rollback of %s to @%s still incomplete: %s", row.name, snap.name,
                       strerror(-rc));
     }
+    sweep_copy_temps();
     db_unlock();
     ds_ops_unlock();
 }

@@ -768,9 +768,20 @@ static void test_rollback_recovery(void **st)
                              " AND s.name = 'k1') WHERE name = 'demo/keep'"),
                      0);
     db_unlock();
+    /* a temp file of an interrupted copy, and a dataset that only looks like one */
+    char stale[512], lookalike[512];
+    vol_path(".keep2.tmp.Ab12Cd", stale, sizeof(stale));
+    fd = open(stale, O_WRONLY | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    json_decref(ok("pool.dataset.create",
+                   "[{\"name\":\"demo/.v.tmp.Zz9Zz9\",\"type\":\"VOLUME\",\"volsize\":16384}]"));
+    vol_path(".v.tmp.Zz9Zz9", lookalike, sizeof(lookalike));
     db_close();
     assert_int_equal(db_open(dbpath), 0);
     assert_int_equal(datasets_ensure_default_pool("demo"), 0);
+    assert_int_equal(access(stale, F_OK), -1);
+    assert_int_equal(access(lookalike, F_OK), 0);
     fd = open(path, O_RDONLY);
     assert_true(fd >= 0);
     assert_int_equal(pread(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
