@@ -794,8 +794,10 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
     if (rc < 0)
         goto out_errno;
 
-    /* Committed: now the files. A failure here leaves a stray file behind,
-     * which is logged; the dataset is gone either way. */
+    /* Committed: now the files, without the database lock (unlinking a
+     * big file takes a while). A failure leaves a stray file behind, which
+     * is logged; the dataset is gone either way. */
+    db_unlock();
     ds_cache_drop(id, true);
     for (i = 0; i < plan.nsnapshots; i++) {
         char *at = strchr(plan.snapshots[i], '@');
@@ -811,7 +813,6 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
         if ((plan.is_volume[i] ? unlink(path) : rmdir(path)) < 0 && errno != ENOENT)
             log_error("datasets: remove %s: %s", path, strerror(errno));
     }
-    db_unlock();
     ds_ops_unlock();
     if (force)
         log_warn("datasets: %s deleted with force; in-use checks skipped", id);

@@ -537,10 +537,10 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
         rc = ds_api_errno(call, rc, "cannot delete snapshot", full);
         goto out;
     }
+    db_unlock();
     ds_cache_drop(full, false);
     if (unlink(path) < 0 && errno != ENOENT)
         log_error("datasets: unlink %s: %s", path, strerror(errno));
-    db_unlock();
     ds_ops_unlock();
     log_info("datasets: snapshot %s deleted (peer %s)", full, api_call_peer(call));
     ds_notify(DATASETS_DELETED, full, NULL);
