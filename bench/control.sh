@@ -1,0 +1,224 @@
+#!/bin/bash
+# Control-plane benchmark (issue 5): how long iSCSI share changes take and
+# whether they disturb I/O on an unrelated target.
+#
+#  1. create cycle = the 8 calls a TrueNAS client makes (iscsi.target.query
+#     by alias, iscsi.portal.query, iscsi.initiator.query, iscsi.target.create,
+#     iscsi.extent.query, iscsi.extent.create, iscsi.targetextent.query,
+#     iscsi.targetextent.create) and delete cycle (iscsi.target.query,
+#     pool.dataset.query, iscsi.target.delete [id, true, true]) over one
+#     persistent WebSocket, without and with defer (+ one service.reload);
+#  2. blockctl share iscsi create/delete as whole processes;
+#  3. 1,000 shares created then deleted (create + delete cycles), total time;
+#  4. disruption: QD32 4 KiB reads on target A (bench/control_reader,
+#     libiscsi) alone, then while 1,000 shares are created and deleted:
+#     A's IOPS and the longest gap between two completions.
+# Medians and p99 in milliseconds. Run alone (flock /tmp/blockd-bench.lock).
+#
+#   flock /tmp/blockd-bench.lock bash bench/control.sh [BUILD_DIR]
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-${BUILD:-$ROOT/build}}
+BLOCKD=$BUILD/src/daemon/blockd
+BLOCKCTL=$BUILD/src/cli/blockctl
+READER=$BUILD/bench/control_reader
+PY=/usr/bin/python3
+N_CYCLES=${N_CYCLES:-200}
+N_CLI=${N_CLI:-100}
+N_MANY=${N_MANY:-1000}
+for f in "$BLOCKD" "$BLOCKCTL" "$READER"; do
+    [ -x "$f" ] || { echo "missing $f (ninja -C $BUILD)" >&2; exit 1; }
+done
+$PY -c 'import websocket' || { echo "python3-websocket is required" >&2; exit 1; }
+
+TMP=$(mktemp -d /tmp/blockd-bench-control.XXXXXX)
+port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+WS_PORT=$(port)
+ISCSI_PORT=$(port)
+"$BLOCKD" --state-dir "$TMP/state" --log-level warn --nbd-listen "127.0.0.1:$(port)" \
+    --iscsi-listen "127.0.0.1:$ISCSI_PORT" --api-listen "127.0.0.1:$WS_PORT" >"$TMP/blockd.log" 2>&1 &
+PID=$!
+trap 'kill $PID 2>/dev/null; wait $PID 2>/dev/null; rm -rf "$TMP"' EXIT
+for i in $(seq 1 100); do [ -S "$TMP/state/blockd.sock" ] && break; sleep 0.1; done
+SOCK=$TMP/state/blockd.sock
+KEY=$("$BLOCKCTL" --socket "$SOCK" call api_key.create '{"name":"bench"}' |
+    $PY -c 'import json,sys; print(json.load(sys.stdin)["key"])')
+
+echo "# blockd control-plane benchmark ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, $(uname -r))"
+echo
+
+$PY - "$WS_PORT" "$KEY" "$SOCK" "$BLOCKCTL" "$READER" "$ISCSI_PORT" "$N_CYCLES" "$N_CLI" \
+    "$N_MANY" <<'PY'
+import json, os, signal, statistics, subprocess, sys, time, websocket
+
+ws_port, key, sock, blockctl, reader, iscsi_port = sys.argv[1:7]
+n_cycles, n_cli, n_many = (int(x) for x in sys.argv[7:10])
+BASE = "iqn.2026-11.org.blockd"
+
+ws = websocket.create_connection("ws://127.0.0.1:%s/api/current" % ws_port, timeout=120)
+ws.sock.setsockopt(6, 1, 1)  # TCP_NODELAY
+seq = 0
+def call(method, params=None):
+    global seq
+    seq += 1
+    ws.send(json.dumps({"jsonrpc": "2.0", "id": seq, "method": method, "params": params or []}))
+    while True:
+        r = json.loads(ws.recv())
+        if r.get("id") == seq:
+            if "error" in r:
+                raise RuntimeError("%s %s: %s" % (method, params, r["error"]))
+            return r["result"]
+
+assert call("auth.login_with_api_key", [key]) is True
+
+def make_volumes(prefix, n):
+    for i in range(n):
+        call("pool.dataset.create", [{"name": "demo/%s%d" % (prefix, i), "type": "VOLUME",
+                                      "volsize": 1048576}])
+
+portal = call("iscsi.portal.create", [{"listen": [{"ip": "127.0.0.1"}]}])["id"]
+initiator = call("iscsi.initiator.create", [{"comment": "bench-all"}])["id"]
+
+def create_cycle(vol, defer=False):
+    name = "bench:" + vol.replace("/", ":")
+    d = {"defer": True} if defer else {}
+    call("iscsi.target.query", [[["alias", "in", [vol]]], {"extra": {"retrieve_locked_info": False}}])
+    p = call("iscsi.portal.query", [[["listen", "=", [{"ip": "127.0.0.1", "port": 3260}]]], {}])
+    i = call("iscsi.initiator.query", [[["comment", "=", "bench-all"]]])
+    t = call("iscsi.target.create", [dict(name=name, alias=vol, groups=[
+        {"portal": p[0]["id"] if p else portal, "initiator": i[0]["id"]}], **d)])
+    call("iscsi.extent.query", [[["disk", "in", ["zvol/" + vol]]]])
+    e = call("iscsi.extent.create", [dict(name=name.replace(":", "-"), disk="zvol/" + vol,
+                                          ro=False, **d)])
+    call("iscsi.targetextent.query", [])
+    call("iscsi.targetextent.create", [dict(target=t["id"], lunid=0, extent=e["id"], **d)])
+
+def delete_cycle(vol, defer=False):
+    t = call("iscsi.target.query", [[["alias", "in", [vol]]]])
+    call("pool.dataset.query", [[["id", "=", vol]], {"extra": {"retrieve_children": True,
+                                                              "flat": False}}])
+    call("iscsi.target.delete", [t[0]["id"], True, True] + ([True] if defer else []))
+
+def stats(ms):
+    ms = sorted(ms)
+    p99 = ms[min(len(ms) - 1, int(round(0.99 * len(ms))) - 1)]
+    return statistics.median(ms), p99
+
+def timed(fn, vols, **kw):
+    out = []
+    for v in vols:
+        t0 = time.perf_counter()
+        fn(v, **kw)
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+rows = []
+def row(what, ms, target=None, ref=None):
+    med, p99 = stats(ms)
+    rows.append((what, len(ms), med, p99, target, ref))
+
+# 1. WebSocket cycles
+vols = ["demo/c%d" % i for i in range(n_cycles)]
+make_volumes("c", n_cycles)
+c = timed(create_cycle, vols)
+d = timed(delete_cycle, vols)
+row("create cycle, WebSocket (8 calls)", c, 5, 5300)
+row("delete cycle, WebSocket (3 calls)", d, 5, 15200)
+c = timed(create_cycle, vols, defer=True)
+t0 = time.perf_counter(); call("service.reload", ["iscsitarget", {}]); rc = (time.perf_counter() - t0) * 1000
+d = timed(delete_cycle, vols, defer=True)
+t0 = time.perf_counter(); call("service.reload", ["iscsitarget", {}]); rd = (time.perf_counter() - t0) * 1000
+row("create cycle, WebSocket, defer", c, 5, 1900)
+row("delete cycle, WebSocket, defer", d, 5, 3500)
+reloads = (rc, rd)
+
+# 2. blockctl as whole processes
+cli_vols = vols[:n_cli]
+def cli(cmd, vol):
+    r = subprocess.run([blockctl, "--socket", sock, "share", "iscsi", cmd, "--target-prefix",
+                        "cli", vol], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith(cmd + "d\t"), (r.stdout, r.stderr)
+c = timed(lambda v: cli("create", v), cli_vols)
+d = timed(lambda v: cli("delete", v), cli_vols)
+row("blockctl share iscsi create (process)", c, 20, 5300)
+row("blockctl share iscsi delete (process)", d, 20, 15200)
+
+# 3. many shares
+many = ["demo/m%d" % i for i in range(n_many)]
+make_volumes("m", n_many)
+t0 = time.perf_counter()
+for v in many:
+    create_cycle(v)
+t_create = time.perf_counter() - t0
+t0 = time.perf_counter()
+for v in many:
+    delete_cycle(v)
+t_delete = time.perf_counter() - t0
+# the same shares through the one-transaction API (one commit per share)
+t0 = time.perf_counter()
+for v in many:
+    call("share.iscsi.create", [{"name": v, "target_prefix": "one"}])
+t_share_create = time.perf_counter() - t0
+t0 = time.perf_counter()
+for v in many:
+    call("share.iscsi.delete", [{"name": v, "target_prefix": "one"}])
+t_share_delete = time.perf_counter() - t0
+
+# 4. disruption
+call("pool.dataset.create", [{"name": "demo/a", "type": "VOLUME", "volsize": 1 << 30}])
+create_cycle("demo/a")
+iqn_a = BASE + ":bench:demo:a"
+portal_a = "127.0.0.1:%s" % iscsi_port
+subprocess.run([reader, portal_a, iqn_a, "3", "32"], capture_output=True, text=True)  # warm-up
+base = subprocess.run([reader, portal_a, iqn_a, "10", "32"], capture_output=True, text=True)
+assert base.returncode == 0, base.stderr
+p = subprocess.Popen([reader, portal_a, iqn_a, "0", "32"], stdout=subprocess.PIPE, text=True)
+time.sleep(1.0)
+t0 = time.perf_counter()
+for v in many:
+    create_cycle(v)
+for v in many:
+    delete_cycle(v)
+t_churn = time.perf_counter() - t0
+time.sleep(1.0)
+p.send_signal(signal.SIGTERM)
+churn_out = p.communicate()[0]
+assert p.returncode == 0, churn_out
+def parse(s):
+    return dict(kv.split("=") for kv in s.split())
+b, ch = parse(base.stdout), parse(churn_out)
+
+print("## Share changes (ms)")
+print()
+print("| operation | n | median | p99 | target | vs TrueNAS (median) |")
+print("|---|---:|---:|---:|---:|---:|")
+for what, n, med, p99, target, ref in rows:
+    print("| %s | %d | %.2f | %.2f | ≤ %d | %s |" % (what, n, med, p99, target,
+          "%.0f× faster than %.1f s" % (ref / med, ref / 1000) if ref else ""))
+print()
+print("service.reload after %d deferred creates: %.2f ms; after %d deferred deletes: %.2f ms"
+      % (n_cycles, reloads[0], n_cycles, reloads[1]))
+print()
+print("## %d shares" % n_many)
+print()
+print("| how | create all | delete all | total |")
+print("|---|---:|---:|---:|")
+print("| TrueNAS create/delete cycles over WebSocket | %.2f s | %.2f s | %.2f s |"
+      % (t_create, t_delete, t_create + t_delete))
+print("| share.iscsi.create/delete over WebSocket | %.2f s | %.2f s | %.2f s |"
+      % (t_share_create, t_share_delete, t_share_create + t_share_delete))
+print()
+print("target: 1,000 shares in ≤ 2 s")
+print()
+print("## Disruption: QD32 4 KiB random reads on target A")
+print()
+print("| | IOPS | longest gap between completions | errors |")
+print("|---|---:|---:|---:|")
+print("| alone, 10 s | %s | %s ms | %s |" % (b["iops"], b["max_gap_ms"], b["errors"]))
+print("| while %d shares are created and deleted (%.1f s) | %s | %s ms | %s |"
+      % (n_many, t_churn, ch["iops"], ch["max_gap_ms"], ch["errors"]))
+loss = 100.0 * (1 - float(ch["iops"]) / float(b["iops"]))
+print()
+print("IOPS lost under churn: %.1f%% (target < 10%%); longest gap %.1f ms (target < 50 ms)"
+      % (loss, float(ch["max_gap_ms"])))
+PY
