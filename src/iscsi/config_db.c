@@ -225,6 +225,7 @@ int icfg_write_end(struct icfg_write *w, int rc)
     if (rc == 0) {
         if (db_commit() < 0) {
             db_rollback();
+            icfg_target_reset_hint(0);
             rc = api_error(w->call, EIO, "cannot commit the configuration transaction");
         } else if (icfg_runtime_started()) {
             if (w->defer)
@@ -234,6 +235,7 @@ int icfg_write_end(struct icfg_write *w, int rc)
         }
     } else {
         db_rollback();
+        icfg_target_reset_hint(0); /* an allocated rel_tgt_id may be free again */
     }
     db_unlock();
     icfg_runtime_after_unlock();

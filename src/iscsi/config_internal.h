@@ -120,6 +120,10 @@ struct iscsi_cidr;
 /* "10.0.0.0/8", "fe80::/10" or a bare address: 0 or -EINVAL. */
 int icfg_parse_cidr(const char *s, struct iscsi_cidr *out);
 
+/* Lower the rel_tgt_id search hint (a value may have become free); 0 resets
+ * it to 1. DB locked. */
+void icfg_target_reset_hint(int64_t rel_tgt_id);
+
 /* ---- method tables (one per file) ---- */
 extern const struct api_method icfg_global_methods[];
 extern const size_t icfg_global_methods_count;

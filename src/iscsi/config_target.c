@@ -11,6 +11,16 @@
 #include "iscsi/config_internal.h"
 #include "iscsi/iscsi_runtime.h"
 
+/* Every rel_tgt_id below this is in use (DB lock). Reset to 1 whenever a
+ * transaction rolls back or a target is deleted below it. */
+static int64_t rel_hint = 1;
+
+void icfg_target_reset_hint(int64_t rel_tgt_id)
+{
+    if (rel_tgt_id < rel_hint)
+        rel_hint = rel_tgt_id < 1 ? 1 : rel_tgt_id;
+}
+
 static json_t *groups_of(int64_t target_id)
 {
     json_t *groups = json_array();
@@ -303,14 +313,21 @@ static int target_store(struct api_call *call, json_t *d, int64_t id, int64_t *o
     int err;
     if (id == 0) {
         /* rel_tgt_id: the lowest free value in 1..31999, allocated inside
-         * this transaction (BEGIN IMMEDIATE serializes writers). */
+         * this transaction (BEGIN IMMEDIATE serializes writers). The search
+         * starts at a hint below which every value is known to be taken,
+         * so a create costs O(log n), not a scan of every target. */
         int64_t rel = 0;
         err = icfg_int(&rel,
                        "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM iscsi_target WHERE rel_tgt_id "
-                       "= 1) THEN 1 ELSE (SELECT MIN(t.rel_tgt_id + 1) FROM iscsi_target t WHERE "
-                       "t.rel_tgt_id + 1 <= ? AND NOT EXISTS (SELECT 1 FROM iscsi_target u WHERE "
-                       "u.rel_tgt_id = t.rel_tgt_id + 1)) END",
-                       "i", (int64_t)ICFG_REL_TGT_ID_MAX);
+                       "= ?1) THEN ?1 ELSE (SELECT t.rel_tgt_id + 1 FROM iscsi_target t WHERE "
+                       "t.rel_tgt_id >= ?1 AND t.rel_tgt_id + 1 <= ?2 AND NOT EXISTS (SELECT 1 "
+                       "FROM iscsi_target u WHERE u.rel_tgt_id = t.rel_tgt_id + 1) ORDER BY "
+                       "t.rel_tgt_id LIMIT 1) END",
+                       "ii", rel_hint, (int64_t)ICFG_REL_TGT_ID_MAX);
+        if (err == 0 && rel > ICFG_REL_TGT_ID_MAX)
+            err = -ENOENT;
+        if (err == 0)
+            rel_hint = rel + 1;
         if (err == -ENOENT) {
             free(nets);
             return api_error(call, ENOSPC, "No free relative target id (at most %d targets)",
@@ -469,6 +486,9 @@ static int target_delete(struct api_call *call, json_t *params, json_t **result)
         }
     }
     json_decref(extents);
+    int64_t rel;
+    if (rc == 0 && icfg_int(&rel, "SELECT rel_tgt_id FROM iscsi_target WHERE id = ?", "i", id) == 0)
+        icfg_target_reset_hint(rel);
     if (rc == 0) {
         int err = icfg_run("DELETE FROM iscsi_target_group WHERE target_id = ?", "i", id);
         if (err == 0)

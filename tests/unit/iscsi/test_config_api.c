@@ -6,6 +6,7 @@
  * the runtime views the transport reads.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <sys/socket.h>
 #include <stdarg.h>
@@ -28,6 +29,8 @@
 #include "iscsi/iscsi_runtime.h"
 #include "scsi/scsi.h"
 #include "test_config_stubs.h"
+
+#define ICFG_SEEN_MAX 2048
 
 static char tmpdir[256];
 static char dbpath[300];
@@ -906,6 +909,63 @@ static void test_no_leaks(void **state)
     assert_int_equal(iscsi_config_start(NULL), 0);
 }
 
+/* ---- concurrent writers: ids allocated inside the transaction ---- */
+
+#define WRITERS 8
+#define PER_WRITER 25
+
+static void *writer_main(void *arg)
+{
+    long w = (long)arg;
+    for (int i = 0; i < PER_WRITER; i++) {
+        char req[256];
+        snprintf(req, sizeof(req),
+                 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"iscsi.target.create\","
+                 "\"params\":[{\"name\":\"conc-%ld-%d\"}]}",
+                 w, i);
+        char *resp = api_handle_text(req, strlen(req), "writer");
+        if (!resp || strstr(resp, "\"error\"")) {
+            fprintf(stderr, "writer %ld: %s\n", w, resp ? resp : "(null)");
+            free(resp);
+            return (void *)1;
+        }
+        free(resp);
+    }
+    return NULL;
+}
+
+static void test_concurrent_creates(void **state)
+{
+    pthread_t th[WRITERS];
+    for (long w = 0; w < WRITERS; w++)
+        assert_int_equal(pthread_create(&th[w], NULL, writer_main, (void *)w), 0);
+    for (int w = 0; w < WRITERS; w++) {
+        void *ret;
+        pthread_join(th[w], &ret);
+        assert_null(ret);
+    }
+    json_t *q = ok(rpc("iscsi.target.query", "[[[\"name\",\"^\",\"conc-\"]]]"));
+    assert_int_equal(json_array_size(q), WRITERS * PER_WRITER);
+    /* distinct rel_tgt_ids, all published */
+    char seen[ICFG_SEEN_MAX] = {0};
+    size_t i;
+    json_t *t;
+    json_array_foreach(q, i, t)
+    {
+        json_int_t rel = json_integer_value(json_object_get(t, "rel_tgt_id"));
+        assert_true(rel >= 1 && rel < ICFG_SEEN_MAX);
+        assert_int_equal(seen[rel], 0);
+        seen[rel] = 1;
+        struct iscsi_target_view *v = view(json_string_value(json_object_get(t, "name")));
+        assert_non_null(v);
+        assert_int_equal(v->rel_tgt_id, rel);
+        iscsi_target_view_unref(v);
+    }
+    json_array_foreach(q, i, t) json_decref(ok(rpc(
+        "iscsi.target.delete", "[%lld]", (long long)json_integer_value(json_object_get(t, "id")))));
+    json_decref(q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -921,6 +981,7 @@ int main(void)
         cmocka_unit_test(test_defer),
         cmocka_unit_test(test_persistence),
         cmocka_unit_test(test_lu_live),
+        cmocka_unit_test(test_concurrent_creates),
         cmocka_unit_test(test_no_leaks),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
