@@ -40,6 +40,9 @@ struct auth_session {
 
 /* Bumped by api_key.delete so sessions re-check their key. */
 static atomic_uint auth_gen;
+/* Guards every client's ->auth: a connection's calls run on several
+ * worker threads at once (login, logout, checks). Taken before db_lock. */
+static pthread_mutex_t session_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static uint64_t now_monotonic_ms(void)
 {
@@ -480,15 +483,17 @@ static int login_key(struct api_call *call, json_t *jkey, const char *field)
     auth_rate_succeeded(addr);
     struct api_client *client = api_call_client(call);
     /* A trusted local client (authenticated, no session) stays as it is. */
+    int64_t key_id = s->key_id;
+    pthread_mutex_lock(&session_lock);
     if (client && (!client->authenticated || client->auth)) {
         free(client->auth);
         client->auth = s;
         client->authenticated = true;
     } else {
         free(s);
-        s = NULL;
     }
-    log_info("auth: %s: logged in with API key %" PRId64, peer, s ? s->key_id : (int64_t)0);
+    pthread_mutex_unlock(&session_lock);
+    log_info("auth: %s: logged in with API key %" PRId64, peer, key_id);
     return 1;
 }
 
@@ -505,7 +510,13 @@ static int auth_login_with_api_key(struct api_call *call, json_t *params, json_t
 
 static json_t *me_object(struct api_client *client)
 {
-    struct auth_session *s = client ? client->auth : NULL;
+    struct auth_session copy, *s = NULL;
+    pthread_mutex_lock(&session_lock);
+    if (client && client->auth) {
+        copy = *(struct auth_session *)client->auth;
+        s = &copy;
+    }
+    pthread_mutex_unlock(&session_lock);
     json_t *me =
         json_pack("{s:s, s:i, s:i, s:s, s:s, s:s, s:[i], s:b, s:s, s:{}, s:{s:[s]}}", "pw_name",
                   s ? s->username : "root", "pw_uid", 0, "pw_gid", 0, "pw_gecos", "root", "pw_dir",
@@ -559,7 +570,10 @@ static int auth_logout(struct api_call *call, json_t *params, json_t **result)
     if (api_check_arity(call, params, 0) < 0)
         return api_invalid(call);
     struct api_client *client = api_call_client(call);
-    if (client && client->auth) {
+    pthread_mutex_lock(&session_lock);
+    bool had = client && client->auth;
+    pthread_mutex_unlock(&session_lock);
+    if (had) {
         api_auth_client_release(client);
         log_info("auth: %s: logged out", api_call_peer(call));
     }
@@ -569,12 +583,15 @@ static int auth_logout(struct api_call *call, json_t *params, json_t **result)
 
 void api_auth_client_check(struct api_client *client)
 {
-    struct auth_session *s = client ? client->auth : NULL;
-    if (!s)
+    if (!client)
         return;
+    pthread_mutex_lock(&session_lock);
+    struct auth_session *s = client->auth;
     unsigned gen = atomic_load(&auth_gen);
-    if (s->gen == gen)
+    if (!s || s->gen == gen) {
+        pthread_mutex_unlock(&session_lock);
         return;
+    }
     bool exists = false;
     db_lock();
     sqlite3_stmt *st = NULL;
@@ -586,19 +603,26 @@ void api_auth_client_check(struct api_client *client)
     db_unlock();
     if (exists) {
         s->gen = gen;
+        pthread_mutex_unlock(&session_lock);
         return;
     }
-    log_info("auth: %s: API key %" PRId64 " was deleted; logged out", client->peer, s->key_id);
-    api_auth_client_release(client);
+    int64_t key_id = s->key_id;
+    free(client->auth);
+    client->auth = NULL;
+    client->authenticated = false;
+    pthread_mutex_unlock(&session_lock);
+    log_info("auth: %s: API key %" PRId64 " was deleted; logged out", client->peer, key_id);
 }
 
 void api_auth_client_release(struct api_client *client)
 {
     if (!client)
         return;
+    pthread_mutex_lock(&session_lock);
     free(client->auth);
     client->auth = NULL;
     client->authenticated = false;
+    pthread_mutex_unlock(&session_lock);
 }
 
 static const struct api_method auth_methods[] = {
