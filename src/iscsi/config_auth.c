@@ -252,6 +252,11 @@ static int auth_query(struct api_call *call, json_t *params, json_t **result)
     return icfg_query_rows(call, rows, params, result);
 }
 
+static int auth_query_instance(struct api_call *call, json_t *params, json_t **result)
+{
+    return icfg_get_instance(call, params, result, auth_query, "Authorized access");
+}
+
 const struct api_method icfg_auth_methods[] = {
     {"iscsi.auth.create", "{tag, user, secret, peeruser?, peersecret?, discovery_auth?}",
      "Create a CHAP credential (secrets 12-16 characters, never returned)", auth_create, 0},
@@ -259,5 +264,7 @@ const struct api_method icfg_auth_methods[] = {
     {"iscsi.auth.delete", "id", "Delete a CHAP credential", auth_delete, 0},
     {"iscsi.auth.query", "[filters, options]", "List CHAP credentials (without secrets)",
      auth_query, 0},
+    {"iscsi.auth.get_instance", "id, options?", "One authorized access by id", auth_query_instance,
+     0},
 };
 const size_t icfg_auth_methods_count = ARRAY_SIZE(icfg_auth_methods);

@@ -299,3 +299,38 @@ int icfg_query_rows(struct api_call *call, json_t *rows, json_t *params, json_t 
     json_decref(rows);
     return rc;
 }
+
+int icfg_get_instance(struct api_call *call, json_t *params, json_t **result, api_handler_fn query,
+                      const char *what)
+{
+    int64_t id;
+    if (api_check_arity(call, params, 2) < 0 || icfg_param_id(call, params, 0, &id) < 0)
+        return api_invalid(call);
+    json_t *opts = api_param(params, 1);
+    if (opts && !json_is_object(opts)) {
+        char f[128];
+        api_verr(call, icfg_field(call, "options", f, sizeof(f)), EINVAL,
+                 "Input should be a valid dictionary");
+        return api_invalid(call);
+    }
+    json_t *o = opts ? json_deep_copy(opts) : json_object();
+    json_object_set_new(o, "get", json_true());
+    json_t *q = json_pack("[[[s, s, I]], o]", "id", "=", (json_int_t)id, o);
+    if (!q)
+        return api_error(call, ENOMEM, "out of memory");
+    /* Count first so a missing id gets the TrueNAS wording. */
+    json_t *count = NULL;
+    json_t *cq = json_pack("[[[s, s, I]], {s:b}]", "id", "=", (json_int_t)id, "count", 1);
+    int rc = cq ? query(call, cq, &count) : -1;
+    json_decref(cq);
+    if (rc == 0 && json_integer_value(count) == 0) {
+        json_decref(count);
+        json_decref(q);
+        return api_error(call, ENOENT, "%s %lld does not exist", what, (long long)id);
+    }
+    json_decref(count);
+    if (rc == 0)
+        rc = query(call, q, result);
+    json_decref(q);
+    return rc;
+}

@@ -511,6 +511,11 @@ static int extent_query(struct api_call *call, json_t *params, json_t **result)
     return icfg_query_rows(call, rows, params, result);
 }
 
+static int extent_query_instance(struct api_call *call, json_t *params, json_t **result)
+{
+    return icfg_get_instance(call, params, result, extent_query, "Extent");
+}
+
 const struct api_method icfg_extent_methods[] = {
     {"iscsi.extent.create",
      "{name, type?, disk? | path? + filesize?, serial?, blocksize?, pblocksize?, rpm?, ro?, "
@@ -522,5 +527,6 @@ const struct api_method icfg_extent_methods[] = {
     {"iscsi.extent.delete", "id, remove?, force?, defer?",
      "Delete an extent and its mapping (remove: unlink a FILE extent's file)", extent_delete, 0},
     {"iscsi.extent.query", "[filters, options]", "List extents", extent_query, 0},
+    {"iscsi.extent.get_instance", "id, options?", "One extent by id", extent_query_instance, 0},
 };
 const size_t icfg_extent_methods_count = ARRAY_SIZE(icfg_extent_methods);

@@ -170,6 +170,11 @@ static int initiator_query(struct api_call *call, json_t *params, json_t **resul
     return icfg_query_rows(call, rows, params, result);
 }
 
+static int initiator_query_instance(struct api_call *call, json_t *params, json_t **result)
+{
+    return icfg_get_instance(call, params, result, initiator_query, "Initiator group");
+}
+
 const struct api_method icfg_initiator_methods[] = {
     {"iscsi.initiator.create", "{initiators?: [IQN], comment?}",
      "Create an authorized-initiator group (empty list = every initiator)", initiator_create, 0},
@@ -178,5 +183,7 @@ const struct api_method icfg_initiator_methods[] = {
     {"iscsi.initiator.delete", "id", "Delete an initiator group not used by a target",
      initiator_delete, 0},
     {"iscsi.initiator.query", "[filters, options]", "List initiator groups", initiator_query, 0},
+    {"iscsi.initiator.get_instance", "id, options?", "One initiator group by id",
+     initiator_query_instance, 0},
 };
 const size_t icfg_initiator_methods_count = ARRAY_SIZE(icfg_initiator_methods);

@@ -89,6 +89,10 @@ const char *icfg_field(struct api_call *call, const char *field, char *buf, size
 bool icfg_pop_defer(json_t *data);
 /* Query rows with api_query semantics; steals rows. */
 int icfg_query_rows(struct api_call *call, json_t *rows, json_t *params, json_t **result);
+/* <ns>.get_instance [id, options?]: the query handler with
+ * [[["id","=",id]], options + {"get": true}]; ENOENT when missing. */
+int icfg_get_instance(struct api_call *call, json_t *params, json_t **result, api_handler_fn query,
+                      const char *what);
 /* One row by id through row_fn (new ref) or NULL. */
 json_t *icfg_get_by_id(icfg_row_fn fn, const char *sql_with_id_param, int64_t id);
 

@@ -252,6 +252,11 @@ static int portal_query(struct api_call *call, json_t *params, json_t **result)
     return icfg_query_rows(call, rows, params, result);
 }
 
+static int portal_query_instance(struct api_call *call, json_t *params, json_t **result)
+{
+    return icfg_get_instance(call, params, result, portal_query, "Portal");
+}
+
 const struct api_method icfg_portal_methods[] = {
     {"iscsi.portal.create", "{listen: [{ip}], comment?}", "Create an iSCSI portal", portal_create,
      0},
@@ -259,5 +264,6 @@ const struct api_method icfg_portal_methods[] = {
     {"iscsi.portal.delete", "id", "Delete an iSCSI portal (and the target groups using it)",
      portal_delete, 0},
     {"iscsi.portal.query", "[filters, options]", "List iSCSI portals", portal_query, 0},
+    {"iscsi.portal.get_instance", "id, options?", "One portal by id", portal_query_instance, 0},
 };
 const size_t icfg_portal_methods_count = ARRAY_SIZE(icfg_portal_methods);

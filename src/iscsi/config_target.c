@@ -537,6 +537,11 @@ static int target_validate_name(struct api_call *call, json_t *params, json_t **
     return 0;
 }
 
+static int target_query_instance(struct api_call *call, json_t *params, json_t **result)
+{
+    return icfg_get_instance(call, params, result, target_query, "Target");
+}
+
 const struct api_method icfg_target_methods[] = {
     {"iscsi.target.create", "{name, alias?, mode?, groups?, auth_networks?, defer?}",
      "Create an iSCSI target (IQN = basename:name); live when the call returns", target_create, 0},
@@ -544,6 +549,7 @@ const struct api_method icfg_target_methods[] = {
     {"iscsi.target.delete", "id, force?, delete_extents?, defer?",
      "Delete an iSCSI target (EBUSY while sessions are logged in, unless force)", target_delete, 0},
     {"iscsi.target.query", "[filters, options]", "List iSCSI targets", target_query, 0},
+    {"iscsi.target.get_instance", "id, options?", "One target by id", target_query_instance, 0},
     {"iscsi.target.validate_name", "name, existing_id?",
      "Check a target name: null when valid, else the reason", target_validate_name, 0},
 };

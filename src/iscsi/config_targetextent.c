@@ -201,11 +201,18 @@ static int te_query(struct api_call *call, json_t *params, json_t **result)
     return icfg_query_rows(call, rows, params, result);
 }
 
+static int te_query_instance(struct api_call *call, json_t *params, json_t **result)
+{
+    return icfg_get_instance(call, params, result, te_query, "Target-extent mapping");
+}
+
 const struct api_method icfg_targetextent_methods[] = {
     {"iscsi.targetextent.create", "{target, extent, lunid?, defer?}",
      "Map an extent to a target as a LUN (lunid null: lowest free)", te_create, 0},
     {"iscsi.targetextent.update", "id, {...}", "Change a LUN mapping", te_update, 0},
     {"iscsi.targetextent.delete", "id, force?, defer?", "Remove a LUN mapping", te_delete, 0},
     {"iscsi.targetextent.query", "[filters, options]", "List LUN mappings", te_query, 0},
+    {"iscsi.targetextent.get_instance", "id, options?", "One target-extent mapping by id",
+     te_query_instance, 0},
 };
 const size_t icfg_targetextent_methods_count = ARRAY_SIZE(icfg_targetextent_methods);

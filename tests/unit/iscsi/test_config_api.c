@@ -456,6 +456,15 @@ static void test_target_validation(void **state)
     assert_int_equal(tv->auth_networks[1].prefix, 128);
     iscsi_target_view_unref(tv);
 
+    /* get_instance, as TrueNAS CRUD services have it */
+    json_t *gi = ok(rpc("iscsi.target.get_instance", "[%lld]", (long long)id2));
+    assert_string_equal(json_string_value(json_object_get(gi, "name")), "valid-2");
+    json_decref(gi);
+    callerr(rpc("iscsi.target.get_instance", "[999999]"), ENOENT, "Target 999999 does not exist");
+    callerr(rpc("iscsi.extent.get_instance", "[999999]"), ENOENT, "does not exist");
+    verr(rpc("iscsi.portal.get_instance", "[\"x\"]"), "iscsi.portal.get_instance.id",
+         "valid integer");
+
     json_decref(ok(rpc("iscsi.target.delete", "[%lld]", (long long)id)));
     json_decref(ok(rpc("iscsi.target.delete", "[%lld]", (long long)id2)));
     json_decref(ok(rpc("iscsi.target.delete", "[%lld]", (long long)id3)));
