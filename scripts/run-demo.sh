@@ -14,7 +14,7 @@ ctl() { "$BUILD/src/cli/blockctl" --socket "$SOCK" "$@"; }
 "$BUILD/src/daemon/blockd" --state-dir "$STATE" --nbd-listen "$NBD_LISTEN" \
     --iscsi-listen "$ISCSI_LISTEN" &
 pid=$!
-trap 'kill -TERM $pid 2>/dev/null; wait $pid; exit 0' INT TERM
+trap 'kill -TERM $pid 2>/dev/null; wait $pid; exit 0' INT TERM EXIT
 for _ in $(seq 1 100); do
     [ -S "$SOCK" ] && ctl call core.ping >/dev/null 2>&1 && break
     kill -0 $pid 2>/dev/null || { wait $pid; exit 1; }
@@ -24,12 +24,12 @@ done
 if ! ctl call pool.dataset.query '[[["id","=","demo/disk0"]]]' | grep -q disk0; then
     ctl volume create demo/disk0 --size 1G >/dev/null
 fi
-shares=""
-if ctl help share >/dev/null 2>&1; then
-    ctl share nbd list 2>/dev/null | grep -q "demo/disk0" || ctl share nbd create demo/disk0 --name disk0 >/dev/null 2>&1 || true
-    ctl share iscsi list 2>/dev/null | grep -q "demo/disk0" || ctl share iscsi create demo/disk0 >/dev/null 2>&1 || true
-    shares=$(ctl share nbd list 2>/dev/null; ctl share iscsi list 2>/dev/null)
-fi
+# Share it over NBD (export "disk0") and iSCSI (one target, LUN 0), once.
+ctl share nbd list 2>/dev/null | grep -q "demo/disk0" ||
+    ctl share nbd create demo/disk0 --name disk0 >/dev/null
+ctl share iscsi list 2>/dev/null | grep -q "demo/disk0" ||
+    ctl share iscsi create demo/disk0 >/dev/null
+shares=$(ctl share nbd list; echo; ctl share iscsi list)
 
 host=127.0.0.1
 nport=${NBD_LISTEN##*:}
@@ -50,3 +50,4 @@ $shares
 Press Ctrl-C to stop.
 MSG
 wait $pid
+trap - EXIT
