@@ -2,6 +2,7 @@
  * the iSCSI configuration. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config/datasets.h"
@@ -104,6 +105,90 @@ bool iscsi_config_dataset_in_use(const char *name, char *why, size_t len)
     return used;
 }
 
+/*
+ * A dataset was deleted after all (pool.dataset.delete with force skips the
+ * in-use check): its extents, their mappings and the targets left without
+ * a LUN by that go too, as TrueNAS' attachment delegate does, so no extent
+ * points at a volume that no longer exists. Sessions of removed targets are
+ * closed; other affected targets get REPORTED LUNS DATA HAS CHANGED.
+ */
+static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
+{
+    if (ev != DATASETS_DELETED)
+        return;
+    char disk[600], child[600], snap[600];
+    snprintf(disk, sizeof(disk), "zvol/%s", name);
+    snprintf(child, sizeof(child), "zvol/%s/", name);
+    snprintf(snap, sizeof(snap), "zvol/%s@", name);
+    struct icfg_dirty dirty = {0};
+    int64_t *extents = NULL;
+    size_t n = 0;
+    db_lock();
+    if (db_begin() < 0) {
+        db_unlock();
+        log_error("iscsi config: cannot remove the extents of deleted dataset %s", name);
+        return;
+    }
+    sqlite3_stmt *st;
+    int rc = icfg_prepare("SELECT id FROM iscsi_extent WHERE type = 'DISK' AND (disk = ?1 OR "
+                          "substr(disk, 1, length(?2)) = ?2 OR substr(disk, 1, length(?3)) = ?3)",
+                          &st);
+    if (rc == 0) {
+        sqlite3_bind_text(st, 1, disk, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, child, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, snap, -1, SQLITE_STATIC);
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            int64_t *e = realloc(extents, (n + 1) * sizeof(*e));
+            if (!e) {
+                rc = -ENOMEM;
+                break;
+            }
+            extents = e;
+            extents[n++] = sqlite3_column_int64(st, 0);
+        }
+        sqlite3_finalize(st);
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        rc = icfg_dirty_add_query(
+            &dirty, "SELECT target_id FROM iscsi_targetextent WHERE extent_id = ?", extents[i]);
+        if (rc == 0)
+            rc = icfg_run("DELETE FROM iscsi_targetextent WHERE extent_id = ?", "i", extents[i]);
+        if (rc == 0)
+            rc = icfg_run("DELETE FROM iscsi_extent WHERE id = ?", "i", extents[i]);
+    }
+    /* targets this left without any LUN */
+    for (size_t i = 0; rc == 0 && i < dirty.n; i++) {
+        int64_t left;
+        if (icfg_int(&left, "SELECT COUNT(*) FROM iscsi_targetextent WHERE target_id = ?", "i",
+                     dirty.ids[i]) == 0 &&
+            left == 0) {
+            int64_t rel;
+            if (icfg_int(&rel, "SELECT rel_tgt_id FROM iscsi_target WHERE id = ?", "i",
+                         dirty.ids[i]) == 0)
+                icfg_target_reset_hint(rel);
+            rc = icfg_run("DELETE FROM iscsi_target_group WHERE target_id = ?", "i", dirty.ids[i]);
+            if (rc == 0)
+                rc = icfg_run("DELETE FROM iscsi_target WHERE id = ?", "i", dirty.ids[i]);
+        }
+    }
+    if (rc == 0 && db_commit() == 0) {
+        for (size_t i = 0; i < n; i++)
+            icfg_runtime_forget_extent(extents[i]);
+        if (n)
+            log_info("iscsi config: dataset %s deleted: removed %zu extent(s)", name, n);
+        if (icfg_runtime_started())
+            icfg_runtime_apply(&dirty);
+    } else {
+        db_rollback();
+        icfg_target_reset_hint(0);
+        log_error("iscsi config: cannot remove the extents of deleted dataset %s", name);
+    }
+    db_unlock();
+    icfg_runtime_after_unlock();
+    icfg_dirty_free(&dirty);
+    free(extents);
+}
+
 void iscsi_config_init(void)
 {
     db_register_schema(schema);
@@ -115,4 +200,5 @@ void iscsi_config_init(void)
     api_register(icfg_extent_methods, icfg_extent_methods_count);
     api_register(icfg_targetextent_methods, icfg_targetextent_methods_count);
     datasets_register_in_use(iscsi_config_dataset_in_use);
+    datasets_observe(dataset_observer, NULL);
 }

@@ -975,6 +975,42 @@ static void test_concurrent_creates(void **state)
     json_decref(q);
 }
 
+/* ---- a dataset deleted with force takes its extents along ---- */
+
+static void test_dataset_force_delete(void **state)
+{
+    json_decref(ok(rpc("pool.dataset.create",
+                       "[{\"name\":\"tank/gone\",\"type\":\"VOLUME\",\"volsize\":16777216}]")));
+    json_int_t t = target_new("ds-gone");
+    json_int_t keep = target_new("ds-keep");
+    json_int_t e = id_of(
+        ok(rpc("iscsi.extent.create", "[{\"name\":\"ds-gone\",\"disk\":\"zvol/tank/gone\"}]")));
+    json_int_t e2 = id_of(
+        ok(rpc("iscsi.extent.create", "[{\"name\":\"ds-gone2\",\"disk\":\"zvol/tank/gone\"}]")));
+    json_int_t f = file_extent_new("ds-keep-f");
+    json_decref(ok(rpc("iscsi.targetextent.create", "[{\"target\":%lld,\"extent\":%lld}]",
+                       (long long)t, (long long)e)));
+    json_decref(ok(rpc("iscsi.targetextent.create", "[{\"target\":%lld,\"extent\":%lld}]",
+                       (long long)keep, (long long)e2)));
+    json_decref(ok(rpc("iscsi.targetextent.create", "[{\"target\":%lld,\"extent\":%lld}]",
+                       (long long)keep, (long long)f)));
+    callerr(rpc("pool.dataset.delete", "[\"tank/gone\"]"), EBUSY, "ds-gone");
+    json_decref(ok(rpc("pool.dataset.delete", "[\"tank/gone\", {\"force\":true}]")));
+    /* the extents are gone, the target left empty too, the other keeps its file LUN */
+    json_t *q = ok(rpc("iscsi.extent.query", "[[[\"name\",\"^\",\"ds-gone\"]]]"));
+    assert_int_equal(json_array_size(q), 0);
+    json_decref(q);
+    assert_null(view("ds-gone"));
+    q = ok(rpc("iscsi.target.query", "[[[\"id\",\"=\",%lld]]]", (long long)t));
+    assert_int_equal(json_array_size(q), 0);
+    json_decref(q);
+    struct iscsi_target_view *v = view("ds-keep");
+    assert_non_null(v);
+    assert_int_equal(v->n_luns, 1);
+    iscsi_target_view_unref(v);
+    json_decref(ok(rpc("iscsi.target.delete", "[%lld, false, true]", (long long)keep)));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -991,6 +1027,7 @@ int main(void)
         cmocka_unit_test(test_persistence),
         cmocka_unit_test(test_lu_live),
         cmocka_unit_test(test_concurrent_creates),
+        cmocka_unit_test(test_dataset_force_delete),
         cmocka_unit_test(test_no_leaks),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
