@@ -335,6 +335,26 @@ static void test_auth(void **state)
              "\"auth\":99}]}]",
              (long long)portal),
          "iscsi.target.create.groups.0.auth", "does not exist");
+    verr(rpc("iscsi.target.create",
+             "[{\"name\":\"chap-t\",\"groups\":[{\"portal\":%lld},{\"portal\":%lld}]}]",
+             (long long)portal, (long long)portal),
+         "iscsi.target.create.groups.1.portal", "cannot be duplicated");
+    verr(rpc("iscsi.target.create",
+             "[{\"name\":\"chap-t\",\"groups\":[{\"portal\":%lld,\"initiator\":4242}]}]",
+             (long long)portal),
+         "iscsi.target.create.groups.0.initiator", "does not exist");
+    json_int_t plain = id_of(ok(rpc("iscsi.auth.create", "[{\"tag\":9,\"user\":\"bob\","
+                                                         "\"secret\":\"bobsecret123\"}]")));
+    verr(rpc("iscsi.target.create",
+             "[{\"name\":\"chap-t\",\"groups\":[{\"portal\":%lld,\"authmethod\":"
+             "\"CHAP_MUTUAL\",\"auth\":9}]}]",
+             (long long)portal),
+         "iscsi.target.create.groups.0.auth", "does not support CHAP Mutual");
+    verr(rpc("iscsi.target.create",
+             "[{\"name\":\"chap-t\",\"groups\":[{\"portal\":%lld,\"authmethod\":\"PAP\"}]}]",
+             (long long)portal),
+         "iscsi.target.create.groups.0.authmethod", "Input should be");
+    json_decref(ok(rpc("iscsi.auth.delete", "[%lld]", (long long)plain)));
     json_int_t t = id_of(ok(rpc("iscsi.target.create",
                                 "[{\"name\":\"chap-t\",\"groups\":[{\"portal\":%lld,"
                                 "\"authmethod\":\"CHAP_MUTUAL\",\"auth\":7}]}]",
@@ -398,6 +418,8 @@ static void test_target_validation(void **state)
          "iscsi.target.create.mode", "not supported");
     verr(rpc("iscsi.target.create", "[{\"name\":\"x\",\"mode\":\"SAS\"}]"),
          "iscsi.target.create.mode", "Input should be");
+    verr(rpc("iscsi.target.create", "[{\"name\":\"x\",\"alias\":\"a\\\"b\"}]"),
+         "iscsi.target.create.alias", "Double quotes");
     verr(rpc("iscsi.target.create", "[{\"name\":\"x\",\"alias\":\"target\"}]"),
          "iscsi.target.create.alias", "reserved");
     verr(rpc("iscsi.target.create", "[{\"name\":\"x\",\"id\":4}]"), "iscsi.target.create.id",
