@@ -560,6 +560,7 @@ int icfg_runtime_apply(const struct icfg_dirty *in)
     bool disc = in->discovery && load_creds(0, true, &dcreds, &dn, &dmethod) == 0;
 
     struct iscsi_target_view **old = calloc(nc ? nc : 1, sizeof(*old));
+    struct iscsi_target_view **stale = calloc(nc ? nc : 1, sizeof(*stale));
     pthread_mutex_lock(&pub_lock);
     for (size_t i = 0; i < nc; i++) {
         size_t at = pub_find_id((uint64_t)changes[i].id);
@@ -571,6 +572,16 @@ int icfg_runtime_apply(const struct icfg_dirty *in)
             else
                 iscsi_target_view_unref(pub_views[at]);
             pub_remove_at(at);
+        }
+        /* A deferred delete may still publish a view under this IQN; names
+         * are unique in the DB, so that view is stale: replace it. */
+        size_t same = changes[i].view ? pub_lower_bound(changes[i].view->iqn) : pub_n;
+        if (same < pub_n && strcasecmp(pub_views[same]->iqn, changes[i].view->iqn) == 0) {
+            if (stale)
+                stale[i] = pub_views[same];
+            else
+                iscsi_target_view_unref(pub_views[same]);
+            pub_remove_at(same);
         }
         if (changes[i].view && pub_insert(changes[i].view) < 0) {
             log_error("iscsi config: out of memory publishing %s", changes[i].view->iqn);
@@ -606,6 +617,13 @@ int icfg_runtime_apply(const struct icfg_dirty *in)
                 post_push(n->luns[k].lu, NULL);
         iscsi_target_view_unref(o);
     }
+    for (size_t i = 0; stale && i < nc; i++) {
+        if (stale[i]) {
+            post_push(NULL, stale[i]->iqn);
+            iscsi_target_view_unref(stale[i]);
+        }
+    }
+    free(stale);
     free(old);
     free(changes);
     if (in->portals)

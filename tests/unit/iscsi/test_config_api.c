@@ -823,6 +823,23 @@ static void test_defer(void **state)
     iscsi_target_view_unref(v);
     assert_int_equal(iscsi_config_reload(), 0);
     assert_null(view("deferred"));
+
+    /* a deferred delete, then the name reused at once: the new target wins */
+    id = target_new("reused");
+    v = view("reused");
+    json_decref(ok(rpc("iscsi.target.delete", "[%lld, false, false, true]", (long long)id)));
+    json_int_t id2 = target_new("reused");
+    struct iscsi_target_view *w = view("reused");
+    assert_non_null(w);
+    assert_int_equal(w->id, id2);
+    iscsi_target_view_unref(w);
+    assert_int_equal(iscsi_config_reload(), 0);
+    w = view("reused");
+    assert_non_null(w);
+    assert_int_equal(w->id, id2);
+    iscsi_target_view_unref(w);
+    iscsi_target_view_unref(v);
+    json_decref(ok(rpc("iscsi.target.delete", "[%lld]", (long long)id2)));
 }
 
 /* ---- persistence ---- */
