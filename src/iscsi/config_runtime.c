@@ -96,6 +96,8 @@ static void post_push(struct scsi_lu *lu, const char *iqn)
                                       .close_iqn = iqn ? strdup(iqn) : NULL});
 }
 
+static void portals_apply(void);
+
 void icfg_runtime_after_unlock(void)
 {
     pthread_mutex_lock(&post_lock);
@@ -127,6 +129,7 @@ void icfg_runtime_after_unlock(void)
         }
     }
     free(items);
+    portals_apply();
 }
 
 /* ---- views ---- */
@@ -671,30 +674,70 @@ bool icfg_runtime_started(void)
 
 /* ---- portals ---- */
 
+/* Listener changes computed under the DB lock, carried out after it is
+ * released (iscsi_server_listen may wait for reactors, and a reactor may be
+ * waiting for the DB lock in pr_save). listen_lock orders concurrent
+ * appliers. */
+static pthread_mutex_t listen_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct listener_entry *portal_want; /* post_lock */
+static size_t portal_want_n;
+static bool portal_want_set;
+
+static void portals_want(struct listener_entry *want, size_t n)
+{
+    pthread_mutex_lock(&post_lock);
+    free(portal_want);
+    portal_want = want;
+    portal_want_n = n;
+    portal_want_set = true;
+    pthread_mutex_unlock(&post_lock);
+}
+
 int icfg_runtime_sync_portals(void)
 {
-    if (!started || listen_override)
+    if (listen_override)
         return 0;
-    int port = icfg_global_listen_port();
     struct listener_entry *want = NULL;
     size_t nwant = 0;
-    sqlite3_stmt *st;
-    if (icfg_prepare("SELECT i.ip, p.tag FROM iscsi_portal_ip i JOIN iscsi_portal p ON p.id = "
-                     "i.portal_id ORDER BY p.tag",
-                     &st) < 0)
-        return -EIO;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        struct listener_entry *w = realloc(want, (nwant + 1) * sizeof(*w));
-        if (!w)
-            break;
-        want = w;
-        const char *ip = icfg_col_text(st, 0);
-        snprintf(want[nwant].addr, sizeof(want[nwant].addr), strchr(ip, ':') ? "[%s]:%d" : "%s:%d",
-                 ip, port);
-        want[nwant].tag = (uint16_t)sqlite3_column_int(st, 1);
-        nwant++;
+    if (started) {
+        int port = icfg_global_listen_port();
+        sqlite3_stmt *st;
+        if (icfg_prepare("SELECT i.ip, p.tag FROM iscsi_portal_ip i JOIN iscsi_portal p ON p.id "
+                         "= i.portal_id ORDER BY p.tag",
+                         &st) < 0)
+            return -EIO;
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            struct listener_entry *w = realloc(want, (nwant + 1) * sizeof(*w));
+            if (!w)
+                break;
+            want = w;
+            const char *ip = icfg_col_text(st, 0);
+            snprintf(want[nwant].addr, sizeof(want[nwant].addr),
+                     strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, port);
+            want[nwant].tag = (uint16_t)sqlite3_column_int(st, 1);
+            nwant++;
+        }
+        sqlite3_finalize(st);
     }
-    sqlite3_finalize(st);
+    portals_want(want, nwant);
+    return 0;
+}
+
+static void portals_apply(void)
+{
+    pthread_mutex_lock(&listen_lock);
+    pthread_mutex_lock(&post_lock);
+    bool set = portal_want_set;
+    struct listener_entry *want = portal_want;
+    size_t nwant = portal_want_n;
+    portal_want = NULL;
+    portal_want_n = 0;
+    portal_want_set = false;
+    pthread_mutex_unlock(&post_lock);
+    if (!set) {
+        pthread_mutex_unlock(&listen_lock);
+        return;
+    }
     /* Close what is no longer wanted (or changed tag), then open the new. */
     for (size_t i = 0; i < listeners_n;) {
         bool keep = false;
@@ -708,7 +751,6 @@ int icfg_runtime_sync_portals(void)
         iscsi_server_unlisten(listeners[i].addr);
         listeners[i] = listeners[--listeners_n];
     }
-    int rc = 0;
     for (size_t k = 0; k < nwant; k++) {
         bool have = false;
         for (size_t i = 0; i < listeners_n; i++)
@@ -716,11 +758,8 @@ int icfg_runtime_sync_portals(void)
                 have = true;
         if (have)
             continue;
-        int err = iscsi_server_listen(want[k].addr, want[k].tag);
-        if (err < 0) {
-            rc = err; /* logged by the server */
-            continue;
-        }
+        if (iscsi_server_listen(want[k].addr, want[k].tag) < 0)
+            continue; /* logged by the server; retried at the next portal change */
         struct listener_entry *l = realloc(listeners, (listeners_n + 1) * sizeof(*l));
         if (!l) {
             iscsi_server_unlisten(want[k].addr);
@@ -729,8 +768,12 @@ int icfg_runtime_sync_portals(void)
         listeners = l;
         listeners[listeners_n++] = want[k];
     }
+    if (listeners_n == 0) {
+        free(listeners);
+        listeners = NULL;
+    }
     free(want);
-    return rc;
+    pthread_mutex_unlock(&listen_lock);
 }
 
 /* ---- start / stop ---- */
@@ -755,11 +798,8 @@ int iscsi_config_start(const char *override)
 void icfg_runtime_stop(void)
 {
     db_lock();
-    for (size_t i = 0; i < listeners_n; i++)
-        iscsi_server_unlisten(listeners[i].addr);
-    free(listeners);
-    listeners = NULL;
-    listeners_n = 0;
+    if (!listen_override)
+        portals_want(NULL, 0); /* close every portal listener after unlock */
     pthread_mutex_lock(&pub_lock);
     struct iscsi_target_view **views = pub_views;
     size_t n = pub_n;

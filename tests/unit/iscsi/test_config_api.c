@@ -242,7 +242,9 @@ static void test_portal(void **state)
     assert_int_equal(json_integer_value(json_object_get(q, "tag")), tag1 + 1);
     json_decref(q);
     callerr(rpc("iscsi.portal.delete", "[%lld]", (long long)p2), ENOENT, "does not exist");
+    unsigned unlistens = stub.unlistens;
     json_decref(ok(rpc("iscsi.portal.delete", "[%lld]", (long long)p3)));
+    assert_true(stub.unlistens > unlistens); /* its listener is closed at once */
     (void)p1;
 }
 
