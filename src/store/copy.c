@@ -320,10 +320,15 @@ int store_clone_file_flags(const char *src, const char *dst, unsigned flags,
         return rc;
     }
     struct stat sst, dst_st;
-    if (fstat(sfd, &sst) < 0 || !S_ISREG(sst.st_mode)) {
-        rc = S_ISREG(sst.st_mode) ? -errno : -EINVAL;
+    if (fstat(sfd, &sst) < 0) {
+        rc = -errno;
         close(sfd);
         return rc;
+    }
+    if (!S_ISREG(sst.st_mode)) {
+        log_error("store: copy: %s is not a regular file", src);
+        close(sfd);
+        return -EINVAL;
     }
     int dfd = mkostemp(tmp, O_CLOEXEC);
     if (dfd < 0) {
