@@ -136,5 +136,30 @@ blockctl call iscsi.target.delete "[$t3, false, true]" >/dev/null
 [ "$(jget "$(blockctl call iscsi.extent.query "[[[\"id\",\"=\",$e1]]]")" 'len(j)')" = 0 ] ||
     fail "delete_extents left the extent"
 
+# ---- portals: without --iscsi-listen, each portal address listens on
+# iscsi.global.listen_port, and a port change moves the listeners at once ----
+P1=$(free_port)
+P2=$(free_port)
+blockctl call iscsi.global.update "{\"listen_port\":$P1}" >/dev/null
+blockd_stop
+ready_before=$(grep -c "blockd ready" "$BLOCKD_LOG")
+"$BLOCKD_BIN" --state-dir "$STATE" --log-level info --nbd-listen "127.0.0.1:$NBD_PORT" \
+    >>"$BLOCKD_LOG" 2>&1 &
+BLOCKD_PID=$!
+for i in $(seq 1 200); do
+    [ "$(grep -c "blockd ready" "$BLOCKD_LOG")" -gt "$ready_before" ] && break
+    kill -0 "$BLOCKD_PID" 2>/dev/null || fail "blockd exited during start-up"
+    sleep 0.05
+done
+ISCSI_PORT=$P1
+discover "$INI_OK" | grep -qx "$BASE:it-two" || fail "portal 127.0.0.1:$P1 does not serve it-two"
+blockctl call iscsi.global.update "{\"listen_port\":$P2}" >/dev/null
+ISCSI_PORT=$P2
+discover "$INI_OK" | grep -qx "$BASE:it-two" || fail "listen_port change did not move the portal"
+ISCSI_PORT=$P1
+if discover "$INI_OK" | grep -q "$BASE"; then
+    fail "the old listen_port still answers"
+fi
+
 blockd_stop
 pass
