@@ -803,6 +803,76 @@ static void test_rollback_recovery(void **st)
     db_unlock();
 }
 
+/* Every method, every odd parameter shape: a well-formed error or result,
+ * never a crash (and nothing created by accident). */
+static void test_bad_inputs(void **st)
+{
+    static const char *const methods[] = {
+        "pool.create",
+        "pool.query",
+        "pool.get_instance",
+        "pool.dataset.create",
+        "pool.dataset.query",
+        "pool.dataset.get_instance",
+        "pool.dataset.update",
+        "pool.dataset.delete",
+        "zfs.snapshot.create",
+        "zfs.snapshot.query",
+        "zfs.snapshot.get_instance",
+        "zfs.snapshot.delete",
+        "zfs.snapshot.clone",
+        "zfs.snapshot.rollback",
+    };
+    static const char *const params[] = {
+        "[]",
+        "[null]",
+        "[1]",
+        "[\"x\"]",
+        "[{}]",
+        "[[]]",
+        "[true, false, 1]",
+        "[\"demo\", 5]",
+        "[\"demo/keep@\", {}]",
+        "[\"@\"]",
+        "[\"demo/keep@k1@k2\"]",
+        "[{\"name\":123}]",
+        "[{\"name\":\"demo/q\",\"type\":\"VOLUME\",\"volsize\":1e3}]",
+        "[{\"name\":\"demo/q\",\"type\":\"VOLUME\",\"volsize\":9223372036854775807}]",
+        "[{\"dataset\":\"demo/keep\",\"name\":\"\"}]",
+        "[{\"snapshot\":\"demo/keep@k1\",\"dataset_dst\":\"demo/keep\"}]",
+        "[\"demo/keep\", {\"volsize\": 0}]",
+        "[[[\"name\",\"~\",\"(\"]]]",
+        "[[], {\"extra\": 5}]",
+        "[\"demo/../../etc\"]",
+        "[{\"name\":\"demo/../../etc/x\"}]",
+    };
+    char longp[4200];
+
+    for (size_t m = 0; m < sizeof(methods) / sizeof(methods[0]); m++) {
+        for (size_t p = 0; p < sizeof(params) / sizeof(params[0]); p++) {
+            json_t *err = NULL, *r = rpc(methods[m], params[p], &err);
+            if (r) {
+                /* only queries and lookups may succeed on these */
+                assert_true(strstr(methods[m], "query") || strstr(methods[m], "get_instance"));
+                json_decref(r);
+            } else {
+                assert_non_null(json_object_get(err, "code"));
+                assert_non_null(json_object_get(err, "message"));
+                json_decref(err);
+            }
+        }
+        /* a name far over the limits */
+        memcpy(longp, "[\"demo/", 7);
+        memset(longp + 7, 'a', 4100);
+        memcpy(longp + 4107, "\"]", 3);
+        json_t *err = NULL, *r = rpc(methods[m], longp, &err);
+        if (r)
+            json_decref(r);
+        json_decref(err);
+    }
+    expect_errno("pool.dataset.get_instance", "[\"demo/q\"]", ENOENT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -816,6 +886,7 @@ int main(void)
         cmocka_unit_test(test_memory_backend),
         cmocka_unit_test(test_persistence),
         cmocka_unit_test(test_rollback_recovery),
+        cmocka_unit_test(test_bad_inputs),
     };
 
     return cmocka_run_group_tests(tests, setup_group, teardown_group);
