@@ -118,38 +118,28 @@ static int mem_write(struct bdev *b, const void *buf, size_t len, uint64_t off)
 }
 
 /* Zero [off, off+len); whole chunks are deallocated when dealloc is set,
- * otherwise zeroed and kept as data. */
+ * otherwise allocated chunks are zeroed and stay data. */
 static int mem_zero(struct bdev_memory *m, uint64_t off, uint64_t len, bool dealloc)
 {
     while (len > 0) {
         uint64_t in = off & (CHUNK_SIZE - 1);
         uint64_t n = CHUNK_SIZE - in < len ? CHUNK_SIZE - in : len;
-        bool whole = in == 0 && n == CHUNK_SIZE;
-        if (dealloc) {
-            slot_t *s = slot_find(m, off >> CHUNK_SHIFT, false);
-            if (!s) { /* no leaf: nothing allocated in its whole span */
-                uint64_t span = (uint64_t)1 << (CHUNK_SHIFT + LEAF_SHIFT);
-                uint64_t left = span - (off & (span - 1));
-                n = left < len ? left : len;
-                off += n;
-                len -= n;
-                continue;
-            }
-            char *p = chunk_of(s);
-            if (p && whole) {
-                atomic_fetch_and_explicit(s, ~SLOT_DATA, memory_order_acq_rel);
-                if (madvise(p, CHUNK_SIZE, MADV_DONTNEED) < 0)
-                    memset(p, 0, CHUNK_SIZE);
-            } else if (p) {
-                memset(p + in, 0, (size_t)n);
-            }
-        } else {
-            slot_t *s = slot_find(m, off >> CHUNK_SHIFT, true);
-            char *p = s ? chunk_create(s) : NULL;
-            if (!p)
-                return -ENOMEM;
+        slot_t *s = slot_find(m, off >> CHUNK_SHIFT, false);
+        char *p = chunk_of(s);
+        if (!s) { /* no leaf: nothing allocated in its whole span */
+            uint64_t span = (uint64_t)1 << (CHUNK_SHIFT + LEAF_SHIFT);
+            uint64_t left = span - (off & (span - 1));
+            n = left < len ? left : len;
+        } else if (p && dealloc && in == 0 && n == CHUNK_SIZE) {
+            atomic_fetch_and_explicit(s, ~SLOT_DATA, memory_order_acq_rel);
+            if (madvise(p, CHUNK_SIZE, MADV_DONTNEED) < 0)
+                memset(p, 0, CHUNK_SIZE);
+        } else if (p) {
+            /* Partial chunk, or zeroing that must not deallocate: zero in
+             * place and keep it data. A chunk never written already reads
+             * as zeros; allocating it would only burn memory (a whole-disk
+             * WRITE SAME could exhaust RAM). */
             memset(p + in, 0, (size_t)n);
-            atomic_fetch_or_explicit(s, SLOT_DATA, memory_order_release);
         }
         off += n;
         len -= n;

@@ -428,6 +428,16 @@ static void test_memory_limits(void **state)
     assert_int_equal(e[0].length, ((uint64_t)1 << 40) - 65536);
     assert_int_equal(e[1].type, EXTENT_DATA);
     assert_int_equal(e[1].offset + e[1].length, (uint64_t)1 << 40);
+    /* Zeroing the whole TiB without may-trim: quick, allocates nothing new,
+     * and the one written chunk stays allocated but reads zeros. */
+    t0 = time(NULL);
+    assert_int_equal(b->ops->write_zeroes(b, 0, (uint64_t)1 << 40, 0), 0);
+    assert_true(time(NULL) - t0 < 2);
+    assert_int_equal(b->ops->read(b, &y, 1, ((uint64_t)1 << 40) - 1), 0);
+    assert_int_equal(y, 0);
+    assert_int_equal(b->ops->extents(b, 0, (uint64_t)1 << 40, e, 4, &ne), 0);
+    assert_int_equal(ne, 2);
+    assert_int_equal(e[1].type, EXTENT_DATA);
     assert_int_equal(b->ops->trim(b, 0, (uint64_t)1 << 40), 0);
     assert_int_equal(b->ops->extents(b, 0, (uint64_t)1 << 40, e, 4, &ne), 0);
     assert_int_equal(ne, 1);
