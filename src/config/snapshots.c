@@ -40,6 +40,12 @@ static const struct api_field snap_create_fields[] = {
      .min = 1,
      .max = NAME_DATASET_MAX},
     {.name = "recursive", .type = API_T_BOOL},
+    /* TrueNAS options some clients always send; only their "off" values
+     * are accepted (see m_snapshot_create). */
+    {.name = "vmware_sync", .type = API_T_BOOL},
+    {.name = "suspend_vms", .type = API_T_BOOL},
+    {.name = "exclude", .type = API_T_ARRAY},
+    {.name = "properties", .type = API_T_OBJECT},
 };
 
 static const struct api_field snap_delete_fields[] = {
@@ -254,6 +260,9 @@ json_t *ds_snapshot_rows(const char *only_dataset)
         json_object_set_new(props, "type",
                             ds_prop(json_string("snapshot"), "snapshot", "SNAPSHOT", "NONE"));
         snprintf(raw, sizeof(raw), "%lld", (long long)id);
+        /* createtxg: blockd has no transaction groups; the snapshot's id
+         * orders snapshots the same way. */
+        json_object_set_new(props, "createtxg", ds_prop(json_integer(id), raw, raw, "NONE"));
         row = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:{}, s:n, s:I, s:I}", "id", full,
                         "name", full, "pool", pool.name, "type", "SNAPSHOT", "snapshot_name", sn,
                         "dataset", ds, "createtxg", raw, "properties", props, "holds", "retention",
@@ -337,6 +346,13 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
     if (api_validate_object(call, NULL, data, snap_create_fields, ARRAY_SIZE(snap_create_fields),
                             0) < 0)
         return api_invalid(call);
+    if (json_is_true(json_object_get(data, "vmware_sync")) ||
+        json_is_true(json_object_get(data, "suspend_vms")))
+        return api_error(call, ENOTSUP, "vmware_sync and suspend_vms are not supported");
+    if (json_array_size(json_object_get(data, "exclude")) > 0)
+        return api_error(call, ENOTSUP, "exclude is not supported (volumes have no children)");
+    if (json_object_size(json_object_get(data, "properties")) > 0)
+        return api_error(call, ENOTSUP, "snapshot properties are not supported");
     name = json_string_value(json_object_get(data, "name"));
     jds = json_object_get(data, "dataset");
     if (jds) {

@@ -537,6 +537,17 @@ static void test_snapshots_clone_rollback(void **st)
                        "[{\"dataset\":\"demo/sv\",\"name\":\"s9\",\"vmware\":true}]",
                        "zfs.snapshot.create.vmware");
     expect_errno("zfs.snapshot.create", "[{\"dataset\":\"demo/fs\",\"name\":\"s\"}]", ENOTSUP);
+    json_decref(ok("zfs.snapshot.create",
+                   "[{\"dataset\":\"demo/sv\",\"name\":\"opts\",\"recursive\":false,"
+                   "\"vmware_sync\":false,\"suspend_vms\":false,\"exclude\":[],"
+                   "\"properties\":{}}]"));
+    r = ok("zfs.snapshot.get_instance", "[\"demo/sv@opts\"]");
+    assert_true(json_integer_value(json_object_get(
+                    json_object_get(json_object_get(r, "properties"), "createtxg"), "parsed")) > 0);
+    json_decref(r);
+    json_decref(ok("zfs.snapshot.delete", "[\"demo/sv@opts\",{\"defer\":false}]"));
+    expect_errno("zfs.snapshot.create",
+                 "[{\"dataset\":\"demo/sv\",\"name\":\"x\",\"vmware_sync\":true}]", ENOTSUP);
 
     r = ok("zfs.snapshot.get_instance", "[\"demo/sv@s2\"]");
     assert_string_equal(json_string_value(json_object_get(r, "snapshot_name")), "s2");
