@@ -457,12 +457,26 @@ static int view_build(int64_t id, const char *basename, struct iscsi_target_view
 
 /* ---- publication ---- */
 
-static size_t pub_find_id(uint64_t id)
+/* The published views are indexed twice: pub_views by IQN (lookups from
+ * the transport) and pub_byid by target id (the writer's replace/withdraw),
+ * so applying a change is O(log n) searches plus one pointer memmove. */
+struct byid_entry {
+    uint64_t id;
+    struct iscsi_target_view *v;
+};
+static struct byid_entry *pub_byid; /* sorted by id, pub_n entries */
+
+static size_t byid_lower_bound(uint64_t id)
 {
-    for (size_t i = 0; i < pub_n; i++)
-        if (pub_views[i]->id == id)
-            return i;
-    return SIZE_MAX;
+    size_t lo = 0, hi = pub_n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (pub_byid[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 
 static size_t pub_lower_bound(const char *iqn)
@@ -478,8 +492,24 @@ static size_t pub_lower_bound(const char *iqn)
     return lo;
 }
 
+/* Index in pub_views of the view of target id, or SIZE_MAX. */
+static size_t pub_find_id(uint64_t id)
+{
+    size_t k = byid_lower_bound(id);
+    if (k >= pub_n || pub_byid[k].id != id)
+        return SIZE_MAX;
+    struct iscsi_target_view *v = pub_byid[k].v;
+    for (size_t i = pub_lower_bound(v->iqn); i < pub_n; i++)
+        if (pub_views[i] == v)
+            return i;
+    return SIZE_MAX; /* not reached: both indexes hold the same views */
+}
+
 static void pub_remove_at(size_t i)
 {
+    size_t k = byid_lower_bound(pub_views[i]->id);
+    if (k < pub_n && pub_byid[k].v == pub_views[i])
+        memmove(&pub_byid[k], &pub_byid[k + 1], (pub_n - k - 1) * sizeof(*pub_byid));
     memmove(&pub_views[i], &pub_views[i + 1], (pub_n - i - 1) * sizeof(*pub_views));
     pub_n--;
 }
@@ -492,11 +522,18 @@ static int pub_insert(struct iscsi_target_view *v)
         if (!p)
             return -ENOMEM;
         pub_views = p;
+        struct byid_entry *b = realloc(pub_byid, cap * sizeof(*b));
+        if (!b)
+            return -ENOMEM; /* pub_views grew; pub_cap stays, so retried next time */
+        pub_byid = b;
         pub_cap = cap;
     }
     size_t i = pub_lower_bound(v->iqn);
     memmove(&pub_views[i + 1], &pub_views[i], (pub_n - i) * sizeof(*pub_views));
     pub_views[i] = v;
+    size_t k = byid_lower_bound(v->id);
+    memmove(&pub_byid[k + 1], &pub_byid[k], (pub_n - k) * sizeof(*pub_byid));
+    pub_byid[k] = (struct byid_entry){.id = v->id, .v = v};
     pub_n++;
     return 0;
 }
@@ -804,6 +841,8 @@ void icfg_runtime_stop(void)
     struct iscsi_target_view **views = pub_views;
     size_t n = pub_n;
     pub_views = NULL;
+    free(pub_byid);
+    pub_byid = NULL;
     pub_n = pub_cap = 0;
     struct iscsi_chap_cred *dc = disc_creds;
     size_t dn = disc_n;
