@@ -330,6 +330,7 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
     json_t *data, *jds;
     char dataset[DS_NAME_BUF], why[256], vol_path[PATH_MAX], snap_path[PATH_MAX];
     char full[DS_NAME_BUF * 2];
+    bool in_use;
     const char *snap, *name;
     struct ds_row row;
     struct ds_pool pool;
@@ -394,6 +395,8 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
     /* Acknowledged writes are in the file already; the flush makes the
      * snapshot's source durable before we depend on it. */
     v = ds_cache_peek(dataset);
+    why[0] = '\0';
+    in_use = ds_in_use(dataset, why, sizeof(why));
     if (v) {
         rc = volume_flush_wait(v);
         volume_unref(v);
@@ -410,6 +413,13 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
         return -1;
     }
     reflinked = work.reflinked;
+    /* Without reflink the copy is not instantaneous, and nothing stops a
+     * front-end's writes meanwhile: say so rather than imply a
+     * point-in-time image. */
+    if (!reflinked && in_use)
+        log_warn("datasets: snapshot %s was copied (no reflink on this filesystem) while the "
+                 "volume was in use (%s); writes made during the copy may be partly included",
+                 full, why);
 
     db_lock();
     rc = db_begin();
