@@ -247,7 +247,9 @@ static int auth_query(struct api_call *call, json_t *params, json_t **result)
     if (api_check_arity(call, params, 2) < 0)
         return api_invalid(call);
     db_lock();
-    json_t *rows = icfg_rows(auth_row_public, AUTH_SELECT " ORDER BY id", "");
+    static const struct icfg_hint hints[] = {{"id", "id"}, {"tag", "tag"}, {"user", "user"}};
+    json_t *rows = icfg_rows_hinted(auth_row_public, AUTH_SELECT, "ORDER BY id", params, hints,
+                                    ARRAY_SIZE(hints));
     db_unlock();
     return icfg_query_rows(call, rows, params, result);
 }

@@ -334,3 +334,80 @@ int icfg_get_instance(struct api_call *call, json_t *params, json_t **result, ap
     json_decref(q);
     return rc;
 }
+
+static bool hint_scalar(json_t *v)
+{
+    return json_is_string(v) || json_is_integer(v);
+}
+
+json_t *icfg_rows_hinted(icfg_row_fn fn, const char *select_sql, const char *order_sql,
+                         json_t *params, const struct icfg_hint *hints, size_t n_hints)
+{
+    const struct icfg_hint *h = NULL;
+    json_t *value = NULL;
+    const char *op = NULL;
+    for (size_t i = 0; i < n_hints && !h; i++) {
+        json_t *v = api_query_hint(params, hints[i].field, &op);
+        if (!v)
+            continue;
+        if (strcmp(op, "=") == 0 && hint_scalar(v)) {
+            h = &hints[i];
+            value = v;
+        } else if (strcmp(op, "in") == 0 && json_array_size(v) <= 512) {
+            bool ok = true;
+            size_t k;
+            json_t *item;
+            json_array_foreach(v, k, item) ok = ok && hint_scalar(item);
+            if (ok) {
+                h = &hints[i];
+                value = v;
+            }
+        }
+    }
+    char *sql = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&sql, &len);
+    if (!f)
+        return NULL;
+    fputs(select_sql, f);
+    if (h && json_is_array(value)) {
+        fprintf(f, " WHERE %s IN (", h->column);
+        for (size_t k = 0; k < json_array_size(value); k++)
+            fputs(k ? ", ?" : "?", f);
+        fputs(")", f);
+    } else if (h) {
+        fprintf(f, " WHERE %s = ?", h->column);
+    }
+    fprintf(f, " %s", order_sql);
+    fclose(f);
+    sqlite3_stmt *st;
+    if (!sql || icfg_prepare(sql, &st) < 0) {
+        free(sql);
+        return NULL;
+    }
+    free(sql);
+    size_t nb = h ? (json_is_array(value) ? json_array_size(value) : 1) : 0;
+    for (size_t k = 0; k < nb; k++) {
+        json_t *v = json_is_array(value) ? json_array_get(value, k) : value;
+        if (json_is_integer(v))
+            sqlite3_bind_int64(st, (int)k + 1, json_integer_value(v));
+        else
+            sqlite3_bind_text(st, (int)k + 1, json_string_value(v), -1, SQLITE_TRANSIENT);
+    }
+    json_t *rows = json_array();
+    for (;;) {
+        int s = sqlite3_step(st);
+        if (s == SQLITE_DONE)
+            break;
+        json_t *row = s == SQLITE_ROW ? fn(st) : NULL;
+        if (!row || json_array_append_new(rows, row) < 0) {
+            if (s != SQLITE_ROW)
+                log_error("iscsi config: query failed: %s", sqlite3_errmsg(db_handle()));
+            json_decref(rows);
+            rows = NULL;
+            break;
+        }
+    }
+    sqlite3_finalize(st);
+    return rows;
+}

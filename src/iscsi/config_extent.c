@@ -506,7 +506,11 @@ static int extent_query(struct api_call *call, json_t *params, json_t **result)
     if (api_check_arity(call, params, 2) < 0)
         return api_invalid(call);
     db_lock();
-    json_t *rows = icfg_rows(extent_row, ICFG_EXTENT_SELECT " ORDER BY id", "");
+    static const struct icfg_hint hints[] = {{"id", "id"},         {"name", "name"},
+                                             {"disk", "disk"},     {"path", "path"},
+                                             {"serial", "serial"}, {"naa", "naa"}};
+    json_t *rows = icfg_rows_hinted(extent_row, ICFG_EXTENT_SELECT, "ORDER BY id", params, hints,
+                                    ARRAY_SIZE(hints));
     db_unlock();
     return icfg_query_rows(call, rows, params, result);
 }

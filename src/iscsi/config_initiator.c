@@ -165,7 +165,9 @@ static int initiator_query(struct api_call *call, json_t *params, json_t **resul
     if (api_check_arity(call, params, 2) < 0)
         return api_invalid(call);
     db_lock();
-    json_t *rows = icfg_rows(initiator_row, INITIATOR_SELECT " ORDER BY id", "");
+    static const struct icfg_hint hints[] = {{"id", "id"}, {"comment", "comment"}};
+    json_t *rows = icfg_rows_hinted(initiator_row, INITIATOR_SELECT, "ORDER BY id", params, hints,
+                                    ARRAY_SIZE(hints));
     db_unlock();
     return icfg_query_rows(call, rows, params, result);
 }

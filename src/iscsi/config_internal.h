@@ -87,6 +87,16 @@ int icfg_param_bool(struct api_call *call, json_t *params, size_t index, const c
 const char *icfg_field(struct api_call *call, const char *field, char *buf, size_t len);
 /* Pop an optional "defer" boolean from a create/update body (already validated). */
 bool icfg_pop_defer(json_t *data);
+/* Build only the rows a query can match: the first of hints whose field
+ * has a top-level [field, "=", v] or [field, "in", [v…]] filter (string or
+ * integer values) narrows the SELECT with a WHERE on its column. The
+ * caller still runs api_query over the result. DB locked. */
+struct icfg_hint {
+    const char *field;
+    const char *column;
+};
+json_t *icfg_rows_hinted(icfg_row_fn fn, const char *select_sql, const char *order_sql,
+                         json_t *params, const struct icfg_hint *hints, size_t n_hints);
 /* Query rows with api_query semantics; steals rows. */
 int icfg_query_rows(struct api_call *call, json_t *rows, json_t *params, json_t **result);
 /* <ns>.get_instance [id, options?]: the query handler with

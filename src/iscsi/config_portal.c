@@ -247,7 +247,9 @@ static int portal_query(struct api_call *call, json_t *params, json_t **result)
     if (api_check_arity(call, params, 2) < 0)
         return api_invalid(call);
     db_lock();
-    json_t *rows = icfg_rows(portal_row, PORTAL_SELECT " ORDER BY id", "");
+    static const struct icfg_hint hints[] = {{"id", "id"}, {"tag", "tag"}};
+    json_t *rows = icfg_rows_hinted(portal_row, PORTAL_SELECT, "ORDER BY id", params, hints,
+                                    ARRAY_SIZE(hints));
     db_unlock();
     return icfg_query_rows(call, rows, params, result);
 }

@@ -508,7 +508,9 @@ static int target_query(struct api_call *call, json_t *params, json_t **result)
     if (api_check_arity(call, params, 2) < 0)
         return api_invalid(call);
     db_lock();
-    json_t *rows = icfg_rows(icfg_target_row, ICFG_TARGET_SELECT " ORDER BY id", "");
+    static const struct icfg_hint hints[] = {{"id", "id"}, {"name", "name"}, {"alias", "alias"}};
+    json_t *rows = icfg_rows_hinted(icfg_target_row, ICFG_TARGET_SELECT, "ORDER BY id", params,
+                                    hints, ARRAY_SIZE(hints));
     db_unlock();
     return icfg_query_rows(call, rows, params, result);
 }

@@ -196,7 +196,10 @@ static int te_query(struct api_call *call, json_t *params, json_t **result)
     if (api_check_arity(call, params, 2) < 0)
         return api_invalid(call);
     db_lock();
-    json_t *rows = icfg_rows(te_row, TE_SELECT " ORDER BY id", "");
+    static const struct icfg_hint hints[] = {
+        {"id", "id"}, {"target", "target_id"}, {"extent", "extent_id"}};
+    json_t *rows =
+        icfg_rows_hinted(te_row, TE_SELECT, "ORDER BY id", params, hints, ARRAY_SIZE(hints));
     db_unlock();
     return icfg_query_rows(call, rows, params, result);
 }

@@ -25,6 +25,7 @@
 #include "config/datasets.h"
 #include "config/db.h"
 #include "core/log.h"
+#include "core/util.h"
 #include "iscsi/iscsi_config.h"
 #include "iscsi/iscsi_runtime.h"
 #include "scsi/scsi.h"
@@ -1052,6 +1053,48 @@ static void test_dataset_force_delete(void **state)
     json_decref(ok(rpc("iscsi.target.delete", "[%lld, false, true]", (long long)keep)));
 }
 
+/* ---- queries narrowed in SQL still answer exactly like api_query ---- */
+
+static void test_query_hints(void **state)
+{
+    json_int_t a = id_of(ok(rpc("iscsi.target.create", "[{\"name\":\"q-a\",\"alias\":\"qa\"}]")));
+    json_int_t b = id_of(ok(rpc("iscsi.target.create", "[{\"name\":\"q-b\"}]")));
+    json_int_t c = id_of(ok(rpc("iscsi.target.create", "[{\"name\":\"q-c\",\"alias\":\"qc\"}]")));
+    struct {
+        const char *params;
+        size_t n;
+    } cases[] = {
+        {"[[[\"name\",\"=\",\"q-b\"]]]", 1},
+        {"[[[\"name\",\"in\",[\"q-a\",\"q-c\",\"nope\"]]]]", 2},
+        {"[[[\"alias\",\"in\",[\"qa\",\"qc\"]],[\"name\",\"=\",\"q-c\"]]]", 1},
+        {"[[[\"alias\",\"=\",null],[\"name\",\"^\",\"q-\"]]]", 1},
+        {"[[[\"name\",\"=\",5]]]", 0},
+        {"[[[\"name\",\"=\",\"Q-B\"]]]", 0},
+        {"[[[\"name\",\"C=\",\"Q-B\"]]]", 1},
+        {"[[[\"OR\",[[\"name\",\"=\",\"q-a\"],[\"name\",\"=\",\"q-b\"]]]]]", 2},
+    };
+    for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+        json_t *q = ok(rpc("iscsi.target.query", "%s", cases[i].params));
+        size_t n = 0, k;
+        json_t *row;
+        json_array_foreach(q, k, row)
+        {
+            if (strncmp(json_string_value(json_object_get(row, "name")), "q-", 2) == 0)
+                n++;
+        }
+        if (n != cases[i].n)
+            fail_msg("%s: %zu rows, wanted %zu", cases[i].params, n, cases[i].n);
+        json_decref(q);
+    }
+    json_t *q =
+        ok(rpc("iscsi.target.query", "[[[\"id\",\"=\",%lld]],{\"get\":true}]", (long long)b));
+    assert_string_equal(json_string_value(json_object_get(q, "name")), "q-b");
+    json_decref(q);
+    json_int_t ids[] = {a, b, c};
+    for (size_t i = 0; i < 3; i++)
+        json_decref(ok(rpc("iscsi.target.delete", "[%lld]", (long long)ids[i])));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1069,6 +1112,7 @@ int main(void)
         cmocka_unit_test(test_lu_live),
         cmocka_unit_test(test_concurrent_creates),
         cmocka_unit_test(test_dataset_force_delete),
+        cmocka_unit_test(test_query_hints),
         cmocka_unit_test(test_no_leaks),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
