@@ -70,6 +70,7 @@ static const char schema[] =
     " vendor TEXT NOT NULL DEFAULT 'BLOCKD',"
     " gen INTEGER NOT NULL DEFAULT 0,"
     " pr_blob BLOB);"
+    "CREATE INDEX IF NOT EXISTS iscsi_extent_disk ON iscsi_extent(disk);"
     "CREATE TABLE IF NOT EXISTS iscsi_targetextent ("
     " id INTEGER PRIMARY KEY AUTOINCREMENT,"
     " target_id INTEGER NOT NULL,"
