@@ -11,7 +11,7 @@
 #include "scsi/scsi.h"
 
 /* Limits we advertise in the Block Limits VPD page and enforce. */
-#define SCSI_MAX_XFER_BYTES (8u << 20)  /* MAXIMUM TRANSFER LENGTH, in bytes */
+#define SCSI_MAX_XFER_BYTES (32u << 20) /* MAXIMUM TRANSFER LENGTH, in bytes */
 #define SCSI_MAX_CAW_BLOCKS 255u        /* MAXIMUM COMPARE AND WRITE LENGTH */
 #define SCSI_MAX_UNMAP_DESCS 256u       /* MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT */
 #define SCSI_MAX_UNMAP_LBAS 0xFFFFFFFFu /* MAXIMUM UNMAP LBA COUNT */

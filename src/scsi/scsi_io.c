@@ -453,7 +453,13 @@ void scsi_run_write_same(struct scsi_cmd *c)
         return;
     c->priv.lba = lba;
     c->priv.end = count << lu->block_shift;
-    if (ndob || all_zero(c->data_out, lu->block_size)) {
+    /* UNMAP=1 on an LU whose unmapped blocks read as zeros: deallocate,
+     * whatever the data-out holds (what initiators and iscsi-test-cu expect
+     * of LBPRZ=1); otherwise zeros are written efficiently when the block is
+     * all zeros, and the pattern is written as data. */
+    unsigned caps = volume_caps(lu->vol);
+    bool deallocate = unmap && (caps & BDEV_TRIM_ZEROES);
+    if (ndob || deallocate || all_zero(c->data_out, lu->block_size)) {
         scsi_vreq_prep(c, VREQ_WRITE_ZEROES, unmap ? VREQ_MAY_TRIM : 0, lba << lu->block_shift,
                        c->priv.end, NULL);
         scsi_io_submit(c, ws_zero_done);
@@ -606,8 +612,9 @@ void scsi_run_caw(struct scsi_cmd *c)
     size_t len = (size_t)n << lu->block_shift;
     c->xfer_want = (uint32_t)(2 * len);
     if (c->data_out_len != 2 * len) {
-        /* verify data + write data, exactly */
-        scsi_fail_param_len(c);
+        /* verify data + write data, exactly; a mismatch means the NUMBER
+         * OF LOGICAL BLOCKS field does not describe what was sent */
+        scsi_fail_cdb(c, 13, -1);
         scsi_complete(c);
         return;
     }
@@ -690,8 +697,11 @@ static void lba_status_reply(struct scsi_cmd *c, struct extent *ext, size_t next
     for (size_t i = 0; i < next && nd < LBA_STATUS_MAX_DESCS; i++) {
         uint64_t start = ext[i].offset >> lu->block_shift;
         uint64_t end = (ext[i].offset + ext[i].length + lu->block_size - 1) >> lu->block_shift;
-        if (i == 0)
-            start = c->priv.lba; /* the first descriptor starts at the requested LBA */
+        /* Backends may report extents aligned to their own granularity:
+         * clip to the request, and the first descriptor starts exactly at
+         * the requested LBA (SBC-3 §5.7). */
+        if (start < c->priv.lba || nd == 0)
+            start = c->priv.lba;
         if (end <= start)
             continue;
         uint8_t status = ext[i].type == EXTENT_HOLE ? 1 : 0; /* deallocated : mapped */

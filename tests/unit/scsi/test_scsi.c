@@ -429,7 +429,7 @@ static void test_read_write(void **state)
     assert_int_equal(r.want, BS);
     assert_int_equal(r.data[199], 0x11);
     /* too long for MAXIMUM TRANSFER LENGTH */
-    RUN(f, &f->a, &r, NULL, 0, BS, 0xa8, 0, 0, 0, 0, 0, 0, 0x01, 0, 0, 0, 0);
+    RUN(f, &f->a, &r, NULL, 0, BS, 0xa8, 0, 0, 0, 0, 0, 0, 0x02, 0, 0, 0, 0);
     expect_sense(&r, 0x05, 0x24, 0x00);
 }
 
