@@ -43,6 +43,7 @@ bool scsi_cdb_lba_len(const uint8_t *cdb, uint64_t *lba, uint32_t *len)
         return true;
     case 0x88:
     case 0x8a:
+    case 0x8b:
     case 0x8e:
     case 0x8f:
     case 0x90:

@@ -181,6 +181,8 @@ void scsi_run_verify(struct scsi_cmd *c);
 void scsi_run_write_same(struct scsi_cmd *c);
 void scsi_run_unmap(struct scsi_cmd *c);
 void scsi_run_caw(struct scsi_cmd *c);
+void scsi_run_orwrite(struct scsi_cmd *c);
+void scsi_run_read_defect_data(struct scsi_cmd *c);
 void scsi_run_sync_cache(struct scsi_cmd *c);
 void scsi_run_prefetch(struct scsi_cmd *c);
 void scsi_run_get_lba_status(struct scsi_cmd *c);

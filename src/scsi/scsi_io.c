@@ -632,6 +632,51 @@ void scsi_run_caw(struct scsi_cmd *c)
     scsi_io_submit(c, caw_compare);
 }
 
+/* ---- ORWRITE: read, OR the data-out in, write (exclusive range lock) ---- */
+
+static bool orwrite_merge(struct scsi_cmd *c)
+{
+    struct scsi_lu *lu = c->lu;
+    int r = c->priv.vreq.result;
+    if (r < 0) {
+        scsi_fail_errno(c, r, false);
+        return fail(c);
+    }
+    size_t len = (size_t)c->priv.nblocks << lu->block_shift;
+    for (size_t i = 0; i < len; i++)
+        c->priv.tmp[i] |= c->data_out[i];
+    scsi_vreq_prep(c, VREQ_WRITE, fua_flag(c), c->priv.lba << lu->block_shift, len, c->priv.tmp);
+    c->priv.next = caw_written;
+    return true;
+}
+
+void scsi_run_orwrite(struct scsi_cmd *c)
+{
+    struct scsi_lu *lu = c->lu;
+    uint64_t lba;
+    uint32_t n;
+    scsi_cdb_lba_len(c->cdb, &lba, &n);
+    if (!xfer_ok(c, n) || !range_ok(c, lba, n))
+        return;
+    uint32_t bytes = n << lu->block_shift;
+    c->xfer_want = bytes;
+    /* Only whole blocks the initiator actually sent are merged. */
+    uint32_t take = bytes < c->data_out_len ? bytes : c->data_out_len;
+    take &= ~(lu->block_size - 1);
+    if (take == 0) {
+        scsi_complete(c);
+        return;
+    }
+    if (!scsi_range_lock(c, lba, n, true))
+        return;
+    c->priv.lba = lba;
+    c->priv.nblocks = take >> lu->block_shift;
+    if (!get_tmp(c, take))
+        return;
+    scsi_vreq_prep(c, VREQ_READ, 0, lba << lu->block_shift, take, c->priv.tmp);
+    scsi_io_submit(c, orwrite_merge);
+}
+
 /* ---- SYNCHRONIZE CACHE / PRE-FETCH ---- */
 
 static bool flush_done(struct scsi_cmd *c)

@@ -2,6 +2,8 @@
  * REMOVAL: the commands of a medium that is always present. */
 #include <string.h>
 
+#include "core/util.h"
+
 #include "scsi/scsi_internal.h"
 
 void scsi_run_tur(struct scsi_cmd *c)
@@ -60,4 +62,17 @@ void scsi_run_prevent_allow(struct scsi_cmd *c)
 {
     /* Not removable: PREVENT has no effect to enforce (SBC-3 §5.14). */
     scsi_complete(c);
+}
+
+/* READ DEFECT DATA 10/12: a virtual medium has no defects. Both lists are
+ * reported valid and empty, in the format asked for. */
+void scsi_run_read_defect_data(struct scsi_cmd *c)
+{
+    bool twelve = c->cdb[0] == 0xb7;
+    uint8_t req = twelve ? c->cdb[1] : c->cdb[2];
+    uint32_t alloc = twelve ? be32_load(&c->cdb[6]) : be16_load(&c->cdb[7]);
+    uint8_t b[8];
+    memset(b, 0, sizeof b);
+    b[1] = (uint8_t)((req & 0x18) | (req & 0x07)); /* PLISTV/GLISTV as requested, format */
+    scsi_complete_data(c, b, twelve ? 8 : 4, alloc);
 }

@@ -243,8 +243,10 @@ static void test_unknown_opcode_and_lun(void **state)
     clear_ua(f, &f->a);
     RUN(f, &f->a, &r, NULL, 0, 0, 0xc5);
     expect_sense(&r, 0x05, 0x20, 0x00);
-    /* READ DEFECT DATA, SANITIZE, WRITE ATOMIC, EXTENDED COPY: unsupported */
-    RUN(f, &f->a, &r, NULL, 0, 0, 0x37);
+    /* SANITIZE, WRITE ATOMIC, EXTENDED COPY: unsupported */
+    RUN(f, &f->a, &r, NULL, 0, 0, 0x48);
+    expect_sense(&r, 0x05, 0x20, 0x00);
+    RUN(f, &f->a, &r, NULL, 0, 0, 0x9c);
     expect_sense(&r, 0x05, 0x20, 0x00);
     RUN(f, &f->a, &r, NULL, 0, 0, 0x83);
     expect_sense(&r, 0x05, 0x20, 0x00);
@@ -614,6 +616,31 @@ static void test_compare_and_write(void **state)
     expect_sense(&r, 0x05, 0x21, 0x00);
 }
 
+static void test_orwrite_defects(void **state)
+{
+    struct fixture *f = *state;
+    struct result r;
+    uint8_t buf[2 * BS];
+    clear_ua(f, &f->a);
+    write_blocks(f, 70, 2, 0xa0);
+    memset(buf, 0x05, sizeof buf);
+    RUN(f, &f->a, &r, buf, sizeof buf, 0, 0x8b, 0, 0, 0, 0, 0, 0, 0, 0, 70, 0, 0, 0, 2, 0, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    RUN(f, &f->a, &r, NULL, 0, 2 * BS, 0x28, 0, 0, 0, 0, 70, 0, 0, 2, 0);
+    assert_int_equal(r.data[0], 0xa5);
+    assert_int_equal(r.data[2 * BS - 1], 0xa5);
+    RUN(f, &f->a, &r, buf, BS, 0, 0x8b, 0, 0, 0, 0, 0, 0, 0, (BLOCKS >> 8), 0, 0, 0, 0, 1, 0, 0);
+    expect_sense(&r, 0x05, 0x21, 0x00);
+    /* READ DEFECT DATA: no defects */
+    RUN(f, &f->a, &r, NULL, 0, 32, 0x37, 0, 0x18, 0, 0, 0, 0, 0, 32, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    assert_int_equal(r.len, 4);
+    assert_int_equal(r.data[1], 0x18);
+    assert_int_equal(be16_load(r.data + 2), 0);
+    RUN(f, &f->a, &r, NULL, 0, 32, 0xb7, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0);
+    assert_int_equal(r.len, 8);
+}
+
 /* A write waiting for a CAW on the range lock runs when the CAW finishes. */
 static struct scsi_cmd *parked;
 static int parked_done;
@@ -756,7 +783,7 @@ static void test_report_luns_tpg_rsoc(void **state)
     assert_int_equal(r.data[4], 0x28);
     assert_int_equal(r.data[5] & 0x18, 0x18);
     /* unsupported opcode */
-    RUN(f, &f->a, &r, NULL, 0, 64, 0xa3, 0x0c, 0x01, 0x37, 0, 0, 0, 0, 0, 64, 0, 0);
+    RUN(f, &f->a, &r, NULL, 0, 64, 0xa3, 0x0c, 0x01, 0x9c, 0, 0, 0, 0, 0, 64, 0, 0);
     assert_int_equal(r.data[1] & 0x07, 1);
     /* opcode with service actions asked without one */
     RUN(f, &f->a, &r, NULL, 0, 64, 0xa3, 0x0c, 0x01, 0x9e, 0, 0, 0, 0, 0, 64, 0, 0);
@@ -1015,6 +1042,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_write_same, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unmap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_compare_and_write, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_orwrite_defects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_range_lock, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sync_cache_prefetch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mode_pages, setup, teardown),
