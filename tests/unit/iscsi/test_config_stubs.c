@@ -21,7 +21,8 @@ int iscsi_sessions_list(struct iscsi_session_info **out)
     for (size_t i = 0; i < stub.n_sessions; i++) {
         snprintf(s[i].initiator, sizeof(s[i].initiator), "iqn.2026-01.test:init%zu", i);
         snprintf(s[i].initiator_addr, sizeof(s[i].initiator_addr), "127.0.0.1:%zu", 40000 + i);
-        snprintf(s[i].target, sizeof(s[i].target), "%s", stub.sessions[i]);
+        snprintf(s[i].target, sizeof(s[i].target), "%.*s", (int)sizeof(s[i].target) - 1,
+                 stub.sessions[i]);
         s[i].header_digest = true;
         s[i].max_burst_length = 262144;
         s[i].first_burst_length = 65536;
