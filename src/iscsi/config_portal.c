@@ -259,6 +259,38 @@ static int portal_query_instance(struct api_call *call, json_t *params, json_t *
     return icfg_get_instance(call, params, result, portal_query, "Portal");
 }
 
+/* TrueNAS: {"0.0.0.0": "0.0.0.0", "::": "::", <address>: <address>…}. */
+static int portal_listen_ip_choices(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 0) < 0)
+        return api_invalid(call);
+    json_t *r = json_pack("{s:s, s:s}", "0.0.0.0", "0.0.0.0", "::", "::");
+    struct ifaddrs *ifs;
+    if (r && getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+            char buf[INET6_ADDRSTRLEN];
+            if (!i->ifa_addr)
+                continue;
+            if (i->ifa_addr->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, buf,
+                          sizeof(buf));
+            else if (i->ifa_addr->sa_family == AF_INET6 &&
+                     !IN6_IS_ADDR_LINKLOCAL(
+                         &((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr))
+                inet_ntop(AF_INET6, &((struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr, buf,
+                          sizeof(buf));
+            else
+                continue;
+            json_object_set_new(r, buf, json_string(buf));
+        }
+        freeifaddrs(ifs);
+    }
+    if (!r)
+        return api_error(call, ENOMEM, "out of memory");
+    *result = r;
+    return 0;
+}
+
 const struct api_method icfg_portal_methods[] = {
     {"iscsi.portal.create", "{listen: [{ip}], comment?}", "Create an iSCSI portal", portal_create,
      0},
@@ -266,6 +298,8 @@ const struct api_method icfg_portal_methods[] = {
     {"iscsi.portal.delete", "id", "Delete an iSCSI portal (and the target groups using it)",
      portal_delete, 0},
     {"iscsi.portal.query", "[filters, options]", "List iSCSI portals", portal_query, 0},
+    {"iscsi.portal.listen_ip_choices", "", "Addresses a portal may listen on",
+     portal_listen_ip_choices, 0},
     {"iscsi.portal.get_instance", "id, options?", "One portal by id", portal_query_instance, 0},
 };
 const size_t icfg_portal_methods_count = ARRAY_SIZE(icfg_portal_methods);

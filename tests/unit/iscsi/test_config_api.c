@@ -219,6 +219,11 @@ static void test_portal(void **state)
     verr(rpc("iscsi.portal.create", "[{\"listen\":[{\"ip\":\"127.0.0.1\"}],\"tag\":3}]"),
          "iscsi.portal.create.tag", "Extra inputs");
 
+    json_t *choices = ok(rpc("iscsi.portal.listen_ip_choices", "[]"));
+    assert_non_null(json_object_get(choices, "0.0.0.0"));
+    assert_non_null(json_object_get(choices, "127.0.0.1"));
+    json_decref(choices);
+
     unsigned listens = stub.listens;
     json_t *p = ok(rpc("iscsi.portal.create", "[{\"listen\":[{\"ip\":\"127.0.0.1\"}],"
                                               "\"comment\":\"lo\"}]"));
