@@ -1,0 +1,99 @@
+#!/bin/bash
+# SCSI conformance: libiscsi's iscsi-test-cu over the whole ALL family
+# against a blockd LUN (--dataloss, the URL given twice for the multipath
+# tests, a second initiator name for the multi-initiator ones).
+#
+# iscsi-test-cu prints "[SKIPPED]" and then "passed" for a skipped test, so
+# each test is classified here as passed / skipped / failed and compared with
+# tests/integration/scsi-conformance.expected:
+#   - any failed test fails this script;
+#   - a test expected "passed" that is now skipped (a regression) fails it;
+#   - a test expected "skipped" that now passes is reported (update the list).
+# The extent hides the physical block size (pblocksize=true): with
+# LOGICAL BLOCKS PER PHYSICAL BLOCK > 1, GetLBAStatus.UnmapSingle (libiscsi
+# 1.19) expects the first descriptor at a physical-block boundary instead of
+# the requested LBA, which SBC-3 does not allow.
+. "$(dirname "$0")/lib.sh"
+need iscsi-test-cu python3 timeout
+
+EXPECTED=$(cd "$(dirname "$0")" && pwd)/scsi-conformance.expected
+[ -f "$EXPECTED" ] || fail "missing $EXPECTED"
+INI1=iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test
+INI2=iqn.2007-10.com.github:sahlberg:libiscsi:iscsi-test-2
+
+blockd_start
+blockctl call pool.dataset.create '{"name":"demo/conf","type":"VOLUME","volsize":67108864}' >/dev/null
+portal=$(blockctl call iscsi.portal.create '{"listen":[{"ip":"127.0.0.1"}]}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+group=$(blockctl call iscsi.initiator.create '{"comment":"conformance"}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+target=$(blockctl call iscsi.target.create \
+    "{\"name\":\"conformance\",\"groups\":[{\"portal\":$portal,\"initiator\":$group}]}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+extent=$(blockctl call iscsi.extent.create \
+    '{"name":"conf","disk":"zvol/demo/conf","blocksize":512,"pblocksize":true}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+blockctl call iscsi.targetextent.create "{\"target\":$target,\"extent\":$extent,\"lunid\":0}" >/dev/null
+
+URL="iscsi://127.0.0.1:$ISCSI_PORT/iqn.2026-11.org.blockd:conformance/0"
+OUT=$TMP/iscsi-test-cu.txt
+rc=0
+timeout 600 iscsi-test-cu --dataloss -i "$INI1" -I "$INI2" -t ALL "$URL" "$URL" >"$OUT" 2>&1 || rc=$?
+[ "$rc" = 0 ] || fail "iscsi-test-cu exited with $rc (output in $OUT): $(tail -5 "$OUT")"
+blockd_alive || fail "blockd died during the conformance run"
+
+python3 - "$OUT" "$EXPECTED" <<'PY' || fail "conformance results differ from the expected list (output kept in $OUT)"
+import re, sys
+out, expected_path = sys.argv[1], sys.argv[2]
+results, suite, cur = {}, None, None
+for line in open(out, errors="replace"):
+    m = re.match(r"Suite: (\S+)", line)
+    if m:
+        suite, cur = m.group(1), None
+        continue
+    m = re.match(r"\s+Test: (\S+) \.\.\.", line)
+    if m:
+        cur = suite + "." + m.group(1)
+        results[cur] = "unknown"
+    if cur is None:
+        continue
+    s = line.rstrip()
+    if re.search(r"(^|\.\.\.)\s*FAILED$", s.strip()):
+        results[cur] = "failed"
+    elif results[cur] != "failed":
+        if "[SKIPPED]" in s:
+            results[cur] = "skipped"
+        # "passed" ends a test's output, possibly followed on the same line
+        # by log output of the next test
+        if re.search(r"(^|\.\.\.)\s*passed\b", s.strip()) and results[cur] == "unknown":
+            results[cur] = "passed"
+expected = {}
+for line in open(expected_path):
+    line = line.split("#", 1)[0].strip()
+    if line:
+        name, status = line.split()
+        expected[name] = status
+counts = {k: sum(1 for v in results.values() if v == k) for k in ("passed", "skipped", "failed", "unknown")}
+print("iscsi-test-cu: %d tests: %d really passed, %d skipped, %d failed%s" % (
+    len(results), counts["passed"], counts["skipped"], counts["failed"],
+    ", %d unclassified" % counts["unknown"] if counts["unknown"] else ""))
+bad = False
+for name, status in sorted(results.items()):
+    want = expected.get(name)
+    if status in ("failed", "unknown"):
+        print("  FAILED:", name)
+        bad = True
+    elif want == "passed" and status != "passed":
+        print("  REGRESSION: %s is %s, expected passed" % (name, status))
+        bad = True
+    elif want is None:
+        print("  NEW TEST: %s %s (add it to the expected list)" % (name, status))
+    elif want == "skipped" and status == "passed":
+        print("  IMPROVED: %s now passes (update the expected list)" % name)
+for name in sorted(set(expected) - set(results)):
+    print("  MISSING: %s did not run" % name)
+    bad = True
+sys.exit(1 if bad else 0)
+PY
+blockd_stop
+pass "iscsi-test-cu ALL: no failures, no regressions"
