@@ -4,7 +4,8 @@
 # its LUN answers INQUIRY with the extent's serial (iscsi-inq), initiator
 # groups limit SendTargets, a deleted target is gone at once, deleting a
 # target with a logged-in session is refused (EBUSY) unless forced, and the
-# configuration survives a restart.
+# configuration survives a restart; defer + service.reload; portals without
+# --iscsi-listen follow listen_port.
 . "$(dirname "$0")/lib.sh"
 need python3 iscsi-ls iscsi-inq qemu-io timeout
 
@@ -84,6 +85,25 @@ discover "$INI_OK" | grep -qx "$BASE:it-two" || fail "allowed initiator does not
 if discover "$INI_OTHER" | grep -qx "$BASE:it-two"; then
     fail "it-two is visible to an initiator outside its group"
 fi
+
+# ---- defer (TrueNAS PR #16614): committed at once, served after service.reload ----
+out=$(blockctl call iscsi.target.create \
+    "{\"name\":\"it-late\",\"groups\":[{\"portal\":$portal,\"initiator\":$all}],\"defer\":true}")
+tl=$(jget "$out" 'j["id"]')
+[ "$(jget "$(blockctl call iscsi.target.query '[[["name","=","it-late"]]]')" 'len(j)')" = 1 ] ||
+    fail "deferred target not in queries"
+if discover "$INI_OTHER" | grep -qx "$BASE:it-late"; then
+    fail "deferred target served before service.reload"
+fi
+blockctl call service.reload '["iscsitarget", {}]' >/dev/null
+discover "$INI_OTHER" | grep -qx "$BASE:it-late" || fail "deferred target not served after reload"
+blockctl call iscsi.target.delete "[$tl, false, false, true]" >/dev/null
+discover "$INI_OTHER" | grep -qx "$BASE:it-late" || fail "deferred delete stopped serving before reload"
+blockctl call service.reload '["iscsitarget", {}]' >/dev/null
+if discover "$INI_OTHER" | grep -qx "$BASE:it-late"; then
+    fail "deferred delete still served after reload"
+fi
+expect_error iscsi.target.delete "[$tl, false, false, true, 1]" "Too many arguments"
 
 # ---- secrets are write-only ----
 blockctl call iscsi.auth.create '{"tag":5,"user":"chapuser","secret":"chapsecret123"}' >/dev/null
