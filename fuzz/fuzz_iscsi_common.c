@@ -83,7 +83,8 @@ static void fuzz_iscsi_setup(bool chap)
         return;
     done = true;
     log_set_level(getenv("FUZZ_LOG") ? LOG_DEBUG : LOG_ERROR);
-    reactors_start(1);
+    reactors_start(getenv("FUZZ_REACTORS") ? (unsigned)strtoul(getenv("FUZZ_REACTORS"), NULL, 10)
+                                           : 1);
     iopool_start(2);
     struct bdev *b;
     struct volume *v;

@@ -382,8 +382,12 @@ int iscsi_neg_key(struct iscsi_neg *n, const char *key, const char *value,
     }
     case KEY_DECL_MRDSL: {
         uint64_t v;
-        if (iscsi_parse_u64(value, &v) < 0 || v < k->min || v > k->max)
+        if (iscsi_parse_u64(value, &v) < 0 || v < k->min || v > k->max) {
+            /* One answer per key: Reject, and no declaration of ours in
+             * this login (we then keep receiving at the 8192 default). */
+            n->sent_mrdsl = true;
             return iscsi_text_add(out, k->name, "Reject");
+        }
         n->params.max_send_dsl = (uint32_t)v;
         return iscsi_neg_declare(n, out);
     }
