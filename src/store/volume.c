@@ -17,6 +17,13 @@
  * if none does (at most VOLUME_SYNC_PARALLEL at once), so concurrent
  * flushes share fdatasync calls. FUA writes and sync=always writes wait the
  * same way with their own count as target.
+ *
+ * Quiesce (snapshots): modifying requests check quiesce_count once, after
+ * registering as in flight (mod_enter). The quiescer raises the count
+ * first and then drains the in-flight ones, so each request either sees
+ * the count and parks, or is seen by the drain (both sides are seq_cst:
+ * a Dekker handshake). Parked requests wait on a FIFO, holding no thread;
+ * the last volume_resume resubmits them.
  */
 #include "store/volume.h"
 
@@ -70,7 +77,15 @@ struct volume {
      * waits for the ones that may have seen the old size. */
     atomic_uint resize_epoch;
     atomic_uint_fast64_t inflight_mod[2];
-    pthread_mutex_t resize_lock;
+    pthread_mutex_t resize_lock; /* also serializes the drains of quiesce */
+
+    /* Quiesce: the count is read lock-free on the hot path but changed
+     * only under quiesce_lock, which also guards the FIFO of parked
+     * requests (linked through next_waiter). */
+    atomic_uint quiesce_count;
+    pthread_mutex_t quiesce_lock;
+    struct vreq *parked_head, **parked_tail;
+    size_t parked;
     char name[];
 };
 
@@ -140,6 +155,10 @@ int volume_new(const char *name, struct bdev *b, uint32_t block_size, enum volum
     v->synced = 0;
     pthread_mutex_init(&v->gc_lock, NULL);
     pthread_mutex_init(&v->resize_lock, NULL);
+    pthread_mutex_init(&v->quiesce_lock, NULL);
+    atomic_init(&v->quiesce_count, 0);
+    v->parked_head = NULL;
+    v->parked_tail = &v->parked_head;
     /* Set once: a job is resubmitted while the pool may still be reading
      * these fields from its previous run. */
     for (unsigned i = 0; i < VOLUME_SYNC_PARALLEL; i++) {
@@ -164,6 +183,7 @@ void volume_unref(struct volume *v)
     bdev_close(v->bdev);
     pthread_mutex_destroy(&v->gc_lock);
     pthread_mutex_destroy(&v->resize_lock);
+    pthread_mutex_destroy(&v->quiesce_lock);
     free(v);
 }
 
@@ -222,9 +242,11 @@ uint64_t volume_sync_calls(const struct volume *v)
     return atomic_load(&v->sync_calls);
 }
 
-/* Wait until no modifying request that could have seen the size from
- * before the last epoch bump is still running. Control thread only. */
-static void resize_drain(struct volume *v)
+/* Wait until no modifying request that registered before the epoch bump
+ * made here is still running (a shrink: none that may have seen the old
+ * size; a quiesce: none that missed the raised count). Control thread
+ * only, with resize_lock held. */
+static void mod_drain(struct volume *v, const char *why)
 {
     unsigned old = atomic_fetch_add(&v->resize_epoch, 1);
     uint64_t t0 = time_now_ns();
@@ -232,7 +254,7 @@ static void resize_drain(struct volume *v)
     while (atomic_load(&v->inflight_mod[old & 1]) != 0) {
         usleep(200);
         if (!warned && time_now_ns() - t0 > 5000000000ull) {
-            log_warn("store: volume %s: resize still waiting for in-flight writes", v->name);
+            log_warn("store: volume %s: %s still waiting for in-flight writes", v->name, why);
             warned = true;
         }
     }
@@ -248,7 +270,7 @@ int volume_resize(struct volume *v, uint64_t new_size)
         /* Refuse new requests past the new end first, then let the ones
          * in flight land, so nothing re-extends the file afterwards. */
         atomic_store_explicit(&v->size, new_size, memory_order_seq_cst);
-        resize_drain(v);
+        mod_drain(v, "resize");
     }
     int rc = v->bdev->ops->resize(v->bdev, new_size);
     if (rc == 0) {
@@ -599,16 +621,57 @@ static int vreq_check(struct volume *v, struct vreq *r)
     return -EINVAL;
 }
 
-void volume_submit(struct volume *v, struct vreq *r)
+static void vreq_reset(struct volume *v, struct vreq *r)
 {
     r->vol = v;
     r->result = 0;
     r->extents_count = 0;
     r->next_waiter = NULL;
     r->flush_target = 0;
+}
+
+/* Park r (already out of flight) if the volume is still quiesced. false:
+ * a resume came in between, the caller goes on. */
+static bool vreq_park(struct volume *v, struct vreq *r)
+{
+    bool parked = false;
+
+    pthread_mutex_lock(&v->quiesce_lock);
+    if (atomic_load(&v->quiesce_count) != 0) {
+        r->next_waiter = NULL;
+        *v->parked_tail = r;
+        v->parked_tail = &r->next_waiter;
+        v->parked++;
+        parked = true;
+    }
+    pthread_mutex_unlock(&v->quiesce_lock);
+    return parked;
+}
+
+static void vreq_start(struct volume *v, struct vreq *r, bool modifies);
+
+void volume_submit(struct volume *v, struct vreq *r)
+{
+    vreq_reset(v, r);
     bool modifies = op_modifies(r->op);
-    if (modifies)
-        mod_enter(v, r);
+    if (modifies) {
+        for (;;) {
+            mod_enter(v, r);
+            /* The one extra hot-path cost of quiesce: seq_cst after the
+             * registration in mod_enter (see the top of this file). */
+            if (atomic_load(&v->quiesce_count) == 0)
+                break;
+            mod_leave(v, r);
+            if (vreq_park(v, r))
+                return;
+        }
+    }
+    vreq_start(v, r, modifies);
+}
+
+/* Everything after registration; modifying requests are in flight. */
+static void vreq_start(struct volume *v, struct vreq *r, bool modifies)
+{
     int rc = vreq_check(v, r);
     if (rc < 0) {
         if (modifies)
@@ -659,6 +722,92 @@ void volume_submit(struct volume *v, struct vreq *r)
     }
 }
 
+/* ---- quiesce ---- */
+
+static int quiesce_sync(struct volume *v);
+
+int volume_quiesce(struct volume *v)
+{
+    pthread_mutex_lock(&v->quiesce_lock);
+    atomic_fetch_add(&v->quiesce_count, 1);
+    pthread_mutex_unlock(&v->quiesce_lock);
+    /* From here on new modifying requests park; let the rest land. */
+    pthread_mutex_lock(&v->resize_lock);
+    mod_drain(v, "quiesce");
+    pthread_mutex_unlock(&v->resize_lock);
+    int rc = quiesce_sync(v);
+    if (rc < 0) {
+        log_error("store: volume %s: quiesce: sync failed (%s)", v->name, strerror(-rc));
+        volume_resume(v);
+        return rc;
+    }
+    log_debug("store: volume %s quiesced", v->name);
+    return 0;
+}
+
+void volume_resume(struct volume *v)
+{
+    struct vreq *list;
+
+    pthread_mutex_lock(&v->quiesce_lock);
+    unsigned n = atomic_load(&v->quiesce_count);
+    if (n == 0) {
+        pthread_mutex_unlock(&v->quiesce_lock);
+        log_error("store: volume %s: resume without quiesce", v->name);
+        return;
+    }
+    atomic_store(&v->quiesce_count, n - 1);
+    if (n > 1) {
+        pthread_mutex_unlock(&v->quiesce_lock);
+        return;
+    }
+    list = v->parked_head;
+    v->parked_head = NULL;
+    v->parked_tail = &v->parked_head;
+    size_t released = v->parked;
+    v->parked = 0;
+    pthread_mutex_unlock(&v->quiesce_lock);
+    if (released)
+        log_debug("store: volume %s resumed, releasing %zu parked request(s)", v->name, released);
+
+    while (list) {
+        struct vreq *r = list;
+        pthread_mutex_lock(&v->quiesce_lock);
+        if (atomic_load(&v->quiesce_count) != 0) {
+            /* A new quiesce began: the rest go back, ahead of whatever
+             * parked since, to keep arrival order. */
+            struct vreq **tail = &list;
+            size_t k = 0;
+            while (*tail) {
+                tail = &(*tail)->next_waiter;
+                k++;
+            }
+            *tail = v->parked_head;
+            if (!v->parked_head)
+                v->parked_tail = tail;
+            v->parked_head = list;
+            v->parked += k;
+            pthread_mutex_unlock(&v->quiesce_lock);
+            return;
+        }
+        list = r->next_waiter;
+        vreq_reset(v, r);
+        /* Registered under the lock: a quiescer that raises the count
+         * after this drains r (its epoch bump comes later). */
+        mod_enter(v, r);
+        pthread_mutex_unlock(&v->quiesce_lock);
+        vreq_start(v, r, true);
+    }
+}
+
+size_t volume_parked_count(struct volume *v)
+{
+    pthread_mutex_lock(&v->quiesce_lock);
+    size_t n = v->parked;
+    pthread_mutex_unlock(&v->quiesce_lock);
+    return n;
+}
+
 /* ---- blocking wrappers ---- */
 
 struct vreq_waiter {
@@ -676,7 +825,8 @@ static void vreq_wait_done(struct vreq *r)
     pthread_mutex_unlock(&w->lock);
 }
 
-int volume_submit_wait(struct volume *v, struct vreq *r)
+static int vreq_wait(struct volume *v, struct vreq *r,
+                     void (*start)(struct volume *v, struct vreq *r))
 {
     struct vreq_waiter w = {.done = false};
     pthread_mutex_init(&w.lock, NULL);
@@ -684,7 +834,7 @@ int volume_submit_wait(struct volume *v, struct vreq *r)
     r->owner = NULL;
     r->done = vreq_wait_done;
     r->arg = &w;
-    volume_submit(v, r);
+    start(v, r);
     pthread_mutex_lock(&w.lock);
     while (!w.done)
         pthread_cond_wait(&w.cond, &w.lock);
@@ -692,6 +842,25 @@ int volume_submit_wait(struct volume *v, struct vreq *r)
     pthread_cond_destroy(&w.cond);
     pthread_mutex_destroy(&w.lock);
     return r->result;
+}
+
+int volume_submit_wait(struct volume *v, struct vreq *r)
+{
+    return vreq_wait(v, r, volume_submit);
+}
+
+/* A group-commit flush whatever the sync mode and group-commit setting:
+ * quiesce promises a stable file, sync=disabled or not. */
+static void quiesce_flush_start(struct volume *v, struct vreq *r)
+{
+    vreq_reset(v, r);
+    flush_wait(v, r, atomic_load(&v->writes_done));
+}
+
+static int quiesce_sync(struct volume *v)
+{
+    struct vreq r = {.op = VREQ_FLUSH};
+    return vreq_wait(v, &r, quiesce_flush_start);
 }
 
 int volume_flush_wait(struct volume *v)

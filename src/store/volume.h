@@ -66,6 +66,29 @@ int volume_resize(struct volume *v, uint64_t new_size);
 /* Flush and wait (used at shutdown and by tests/benchmarks). */
 int volume_flush_wait(struct volume *v);
 
+/*
+ * Quiesce: hold the volume's file still, e.g. while a snapshot copies it.
+ * Blocking — call from the API/control thread (never a reactor or pool
+ * thread). From the moment it is called, new modifying requests (WRITE,
+ * TRIM, WRITE_ZEROES) are parked in a per-volume FIFO — no thread blocks,
+ * their done() simply has not run yet. It then waits until every modifying
+ * request already in flight has returned from the backend, and syncs the
+ * backend (group commit; also on sync=disabled volumes), so when it returns
+ * 0 the file does not change until the matching volume_resume. Reads,
+ * CACHE, EXTENTS and FLUSH keep flowing: a FLUSH covers the writes
+ * completed before it, and parked writes have not completed.
+ * Calls nest and may come from several threads (a counter): requests are
+ * released when the last quiescer resumes. Returns 0, or -errno if the
+ * sync failed — then the volume is NOT left quiesced (no resume owed).
+ */
+int volume_quiesce(struct volume *v);
+/* End one volume_quiesce. When none is left, the parked requests are
+ * resubmitted in arrival order from the calling thread (volume_submit:
+ * checks are made again, done() still runs on each request's owner). */
+void volume_resume(struct volume *v);
+/* Modifying requests parked right now (tests). */
+size_t volume_parked_count(struct volume *v);
+
 enum vreq_op {
     VREQ_READ,
     VREQ_WRITE,
