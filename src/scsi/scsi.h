@@ -286,7 +286,7 @@ void scsi_cmd_execute(struct scsi_cmd *c);
  */
 int64_t scsi_cdb_data_out_length(const struct scsi_lu *lu, const uint8_t *cdb, size_t cdb_len);
 
-/* Whether the opcode transfers data to the initiator (data-in) / from it. */
+/* Whether the CDB's opcode carries data-out (initiator → target). */
 bool scsi_cdb_is_write(const uint8_t *cdb);
 
 /* SAM-5 LUN encoding for the 8-byte LUN field: LUNs < 256 use peripheral
