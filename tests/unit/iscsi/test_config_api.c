@@ -990,9 +990,36 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+static int readers_stop; /* __atomic */
+
+/* A transport-like reader: SendTargets lists and logins while views are
+ * being replaced; every reference taken is dropped. */
+static void *reader_main(void *arg)
+{
+    unsigned long lookups = 0;
+    while (!__atomic_load_n(&readers_stop, __ATOMIC_ACQUIRE)) {
+        struct iscsi_target_view **list;
+        int n = iscsi_runtime_list_targets(&list);
+        for (int i = 0; i < n; i++) {
+            struct iscsi_target_view *v = iscsi_runtime_find_target(list[i]->iqn);
+            if (v) {
+                lookups += v->n_luns + 1;
+                iscsi_target_view_unref(v);
+            }
+            iscsi_target_view_unref(list[i]);
+        }
+        if (n >= 0)
+            free(list);
+    }
+    return (void *)(uintptr_t)(lookups ? 0 : 0);
+}
+
 static void test_concurrent_creates(void **state)
 {
-    pthread_t th[WRITERS];
+    pthread_t th[WRITERS], rd[2];
+    __atomic_store_n(&readers_stop, 0, __ATOMIC_RELEASE);
+    for (long r = 0; r < 2; r++)
+        assert_int_equal(pthread_create(&rd[r], NULL, reader_main, NULL), 0);
     for (long w = 0; w < WRITERS; w++)
         assert_int_equal(pthread_create(&th[w], NULL, writer_main, (void *)w), 0);
     for (int w = 0; w < WRITERS; w++) {
@@ -1017,9 +1044,16 @@ static void test_concurrent_creates(void **state)
         assert_int_equal(v->rel_tgt_id, rel);
         iscsi_target_view_unref(v);
     }
-    json_array_foreach(q, i, t) json_decref(ok(rpc(
-        "iscsi.target.delete", "[%lld]", (long long)json_integer_value(json_object_get(t, "id")))));
+    /* deletes too run while the readers look */
+    json_array_foreach(q, i, t)
+    {
+        json_decref(ok(rpc("iscsi.target.delete", "[%lld]",
+                           (long long)json_integer_value(json_object_get(t, "id")))));
+    }
     json_decref(q);
+    __atomic_store_n(&readers_stop, 1, __ATOMIC_RELEASE);
+    for (int r = 0; r < 2; r++)
+        pthread_join(rd[r], NULL);
 }
 
 /* ---- a dataset deleted with force takes its extents along ---- */
