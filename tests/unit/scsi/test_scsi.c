@@ -5,6 +5,9 @@
  */
 #include <errno.h>
 #include <setjmp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -74,11 +77,12 @@ static void nexus_setup(struct scsi_nexus *n, const char *iqn, uint16_t rel)
     scsi_nexus_init(n);
 }
 
-static struct fixture *fixture_new(uint32_t lu_bs, bool ro, enum volume_sync sync)
+static struct fixture *fixture_new_latency(uint32_t lu_bs, bool ro, enum volume_sync sync,
+                                           uint32_t latency_us)
 {
     struct fixture *f = calloc(1, sizeof *f);
     struct bdev *b;
-    assert_int_equal(bdev_memory_open(VOL_SIZE, 0, &b), 0);
+    assert_int_equal(bdev_memory_open(VOL_SIZE, latency_us, &b), 0);
     assert_int_equal(volume_new("test/vol", b, 512, sync, false, &f->vol), 0);
     struct scsi_lu_params p;
     memset(&p, 0, sizeof p);
@@ -93,6 +97,11 @@ static struct fixture *fixture_new(uint32_t lu_bs, bool ro, enum volume_sync syn
     nexus_setup(&f->a, "iqn.2026-11.test:a", 1);
     nexus_setup(&f->b, "iqn.2026-11.test:b", 1);
     return f;
+}
+
+static struct fixture *fixture_new(uint32_t lu_bs, bool ro, enum volume_sync sync)
+{
+    return fixture_new_latency(lu_bs, ro, sync, 0);
 }
 
 static void fixture_free(struct fixture *f)
@@ -681,6 +690,96 @@ static void test_range_lock(void **state)
     free(parked);
 }
 
+/* COMPARE AND WRITE from several threads incrementing one counter block:
+ * with the range lock every successful CAW saw the previous value, so the
+ * final counter equals the number of successes (no lost update). */
+struct caw_thread {
+    struct fixture *f;
+    struct scsi_nexus *n;
+    int successes;
+};
+
+static void caw_done(struct scsi_cmd *c)
+{
+    atomic_store((atomic_int *)c->arg, 1);
+}
+
+static void exec_wait(struct scsi_cmd *c)
+{
+    atomic_int flag = 0;
+    c->arg = &flag;
+    c->done = caw_done;
+    scsi_cmd_execute(c);
+    while (!atomic_load(&flag))
+        sched_yield(); /* completion may run on another thread (range lock) */
+}
+
+static void *caw_worker(void *arg)
+{
+    struct caw_thread *t = arg;
+    uint8_t cur[BS], both[2 * BS];
+    for (int i = 0; i < 60; i++) {
+        struct scsi_cmd c;
+        memset(&c, 0, sizeof c);
+        c.cdb[0] = 0x28;
+        c.cdb[5] = 90;
+        c.cdb[8] = 1;
+        c.cdb_len = 16;
+        c.lu = t->f->lu;
+        c.nexus = t->n;
+        c.data_in = cur;
+        c.data_in_cap = BS;
+        exec_wait(&c);
+        if (c.status != SCSI_STATUS_GOOD)
+            continue;
+        uint64_t v = be64_load(cur);
+        memcpy(both, cur, BS);
+        memcpy(both + BS, cur, BS);
+        be64_store(both + BS, v + 1);
+        memset(&c, 0, sizeof c);
+        c.cdb[0] = 0x89;
+        c.cdb[9] = 90;
+        c.cdb[13] = 1;
+        c.cdb_len = 16;
+        c.lu = t->f->lu;
+        c.nexus = t->n;
+        c.data_out = both;
+        c.data_out_len = 2 * BS;
+        exec_wait(&c);
+        if (c.status == SCSI_STATUS_GOOD)
+            t->successes++;
+    }
+    return NULL;
+}
+
+static void test_caw_concurrent(void **state)
+{
+    /* 300 µs per request (slept in the submitting thread): a CAW's read and
+     * write are far apart, so without the lock updates would be lost. */
+    struct fixture *f = fixture_new_latency(0, false, VOLUME_SYNC_STANDARD, 300);
+    struct result r;
+    clear_ua(f, &f->a);
+    clear_ua(f, &f->b);
+    write_blocks(f, 90, 1, 0);
+    enum { N = 4 };
+    struct caw_thread t[N];
+    pthread_t tid[N];
+    for (int i = 0; i < N; i++) {
+        t[i] = (struct caw_thread){f, i % 2 ? &f->b : &f->a, 0};
+        assert_int_equal(pthread_create(&tid[i], NULL, caw_worker, &t[i]), 0);
+    }
+    int total = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(tid[i], NULL);
+        total += t[i].successes;
+    }
+    RUN(f, &f->a, &r, NULL, 0, BS, 0x28, 0, 0, 0, 0, 90, 0, 0, 1, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    assert_true(total > 0);
+    assert_int_equal(be64_load(r.data), (uint64_t)total);
+    fixture_free(f);
+}
+
 static void test_sync_cache_prefetch(void **state)
 {
     struct fixture *f = *state;
@@ -1044,6 +1143,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_compare_and_write, setup, teardown),
         cmocka_unit_test_setup_teardown(test_orwrite_defects, setup, teardown),
         cmocka_unit_test_setup_teardown(test_range_lock, setup, teardown),
+        cmocka_unit_test(test_caw_concurrent),
         cmocka_unit_test_setup_teardown(test_sync_cache_prefetch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mode_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_luns_tpg_rsoc, setup, teardown),
