@@ -1,6 +1,7 @@
 /* iscsi.extent.create|update|delete|query|disk_choices. An extent is a LUN
  * source: a blockd volume (DISK, "zvol/<pool>/<volume>") or a file (FILE). */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,37 @@ static int filesize_value(json_t *v, int64_t *out)
     return -EINVAL;
 }
 
+/* As TrueNAS (check_path_resides_within_volume): a FILE extent lives inside
+ * a pool, so the API cannot export arbitrary host files. The parent
+ * directory is resolved (the file itself may not exist yet). DB locked. */
+static bool path_in_pool(const char *path)
+{
+    char parent[PATH_MAX], real[PATH_MAX];
+    snprintf(parent, sizeof(parent), "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (!slash || !slash[1])
+        return false;
+    if (slash == parent)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    if (!realpath(parent, real))
+        return false;
+    sqlite3_stmt *st;
+    if (icfg_prepare("SELECT path FROM pools", &st) < 0)
+        return false;
+    bool inside = false;
+    while (!inside && sqlite3_step(st) == SQLITE_ROW) {
+        char pool[PATH_MAX];
+        if (!realpath(icfg_col_text(st, 0), pool))
+            continue;
+        size_t n = strlen(pool);
+        inside = strncmp(real, pool, n) == 0 && (real[n] == '\0' || real[n] == '/');
+    }
+    sqlite3_finalize(st);
+    return inside;
+}
+
 /* Checks of the complete (defaults applied or merged) object. old is the
  * previous row on update (NULL on create). Normalizes filesize. */
 static void extent_check(struct api_call *call, json_t *d, int64_t self_id, json_t *old)
@@ -235,6 +267,10 @@ static void extent_check(struct api_call *call, json_t *d, int64_t self_id, json
     }
     if (path[0] != '/' || strstr(path, "/../") || strlen(path) >= 4096) {
         api_verr(call, f, EINVAL, "Path must be absolute and without '..'");
+        return;
+    }
+    if (!path_in_pool(path)) {
+        api_verr(call, f, EINVAL, "The path must reside within a pool directory");
         return;
     }
     json_t *dk = json_object_get(d, "disk");

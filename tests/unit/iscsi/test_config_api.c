@@ -35,6 +35,7 @@
 
 static char tmpdir[256];
 static char dbpath[300];
+static char pooldir[400]; /* FILE extents must live inside a pool */
 
 /* ---- helpers ---- */
 
@@ -133,7 +134,7 @@ static json_int_t file_extent_new(const char *name)
     return id_of(ok(rpc("iscsi.extent.create",
                         "[{\"name\":\"%s\",\"type\":\"FILE\",\"path\":\"%s/%s.img\","
                         "\"filesize\":1048576}]",
-                        name, tmpdir, name)));
+                        name, pooldir, name)));
 }
 
 static struct iscsi_target_view *view(const char *name)
@@ -158,6 +159,9 @@ static int group_setup(void **state)
         return -1;
     if (datasets_ensure_default_pool("tank") < 0)
         return -1;
+    json_t *pool = ok(rpc("pool.query", "[[[\"name\",\"=\",\"tank\"]],{\"get\":true}]"));
+    snprintf(pooldir, sizeof(pooldir), "%s", json_string_value(json_object_get(pool, "path")));
+    json_decref(pool);
     json_decref(ok(rpc("pool.dataset.create",
                        "[{\"name\":\"tank/v1\",\"type\":\"VOLUME\",\"volsize\":16777216}]")));
     json_decref(ok(rpc("pool.dataset.create",
@@ -597,6 +601,9 @@ static void test_target_live_and_sessions(void **state)
 
 static void test_extent(void **state)
 {
+    char adir[500];
+    snprintf(adir, sizeof(adir), "%s/adir", pooldir);
+    assert_int_equal(mkdir(adir, 0755), 0);
     verr(rpc("iscsi.extent.create", "[{\"name\":\"e\"}]"), "iscsi.extent.create.disk",
          "required for DISK");
     verr(rpc("iscsi.extent.create", "[{\"name\":\"e\",\"disk\":\"tank/v1\"}]"),
@@ -627,18 +634,25 @@ static void test_extent(void **state)
          "iscsi.extent.create.name", "at most 64");
     verr(rpc("iscsi.extent.create", "[{\"name\":\"f\",\"type\":\"FILE\"}]"),
          "iscsi.extent.create.path", "required for FILE");
-    verr(rpc("iscsi.extent.create", "[{\"name\":\"f\",\"type\":\"FILE\",\"path\":\"%s/new.img\"}]",
+    verr(rpc("iscsi.extent.create",
+             "[{\"name\":\"f\",\"type\":\"FILE\",\"path\":\"%s/x.img\",\"filesize\":4096}]",
              tmpdir),
+         "iscsi.extent.create.path", "within a pool");
+    verr(
+        rpc("iscsi.extent.create", "[{\"name\":\"f\",\"type\":\"FILE\",\"path\":\"/etc/passwd\"}]"),
+        "iscsi.extent.create.path", "within a pool");
+    verr(rpc("iscsi.extent.create", "[{\"name\":\"f\",\"type\":\"FILE\",\"path\":\"%s/new.img\"}]",
+             pooldir),
          "iscsi.extent.create.filesize", "does not exist");
     verr(rpc("iscsi.extent.create",
-             "[{\"name\":\"f\",\"type\":\"FILE\",\"path\":\"%s\","
+             "[{\"name\":\"f\",\"type\":\"FILE\",\"path\":\"%s/adir\","
              "\"filesize\":1048576}]",
-             tmpdir),
+             pooldir),
          "iscsi.extent.create.path", "not a directory");
     verr(rpc("iscsi.extent.create",
              "[{\"name\":\"f\",\"type\":\"FILE\",\"path\":\"%s/x.img\","
              "\"filesize\":1000}]",
-             tmpdir),
+             pooldir),
          "iscsi.extent.create.filesize", "multiple of block size");
 
     json_t *e = ok(rpc("iscsi.extent.create", "[{\"name\":\"disk1\",\"disk\":\"zvol/tank/v1\"}]"));
@@ -663,7 +677,7 @@ static void test_extent(void **state)
 
     /* FILE: created sparse when missing */
     char path[400];
-    snprintf(path, sizeof(path), "%s/file1.img", tmpdir);
+    snprintf(path, sizeof(path), "%s/file1.img", pooldir);
     e = ok(rpc("iscsi.extent.create",
                "[{\"name\":\"file1\",\"type\":\"FILE\",\"path\":\"%s\","
                "\"filesize\":\"2097152\",\"blocksize\":4096,"
