@@ -13,7 +13,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_iscsi_setup(true);
     if (size > 64 * 1024)
         return 0;
-    uint8_t *buf = malloc(2 * size + 4096);
+    /* Worst case: every byte starts a new (empty) PDU of 48 + 3 bytes. */
+    uint8_t *buf = malloc(52 * size + 4096);
     if (!buf)
         return 0;
     size_t n = 0, pos = 0;
