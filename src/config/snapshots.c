@@ -330,7 +330,8 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
     json_t *data, *jds;
     char dataset[DS_NAME_BUF], why[256], vol_path[PATH_MAX], snap_path[PATH_MAX];
     char full[DS_NAME_BUF * 2];
-    bool in_use;
+    struct timespec held, now;
+    double held_ms;
     const char *snap, *name;
     struct ds_row row;
     struct ds_pool pool;
@@ -392,34 +393,38 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
         return rc;
     }
 
-    /* Acknowledged writes are in the file already; the flush makes the
-     * snapshot's source durable before we depend on it. */
-    v = ds_cache_peek(dataset);
-    why[0] = '\0';
-    in_use = ds_in_use(dataset, why, sizeof(why));
-    if (v) {
-        rc = volume_flush_wait(v);
-        volume_unref(v);
+    /* Point in time: the volume is quiesced for the copy — front-ends'
+     * new writes park (no thread blocks; reads go on), the ones in flight
+     * land, the file is synced, and it stays still until the copy is
+     * done. A reflink makes that instant; a sparse copy (no reflink on the
+     * filesystem) stalls writes for its whole duration. The volume is
+     * opened through the shared cache if no front-end has yet, so one that
+     * opens it during the copy gets this same quiesced volume; it stays
+     * cached afterwards, as after any front-end's use. */
+    rc = datasets_volume_open(dataset, &v);
+    if (rc == 0) {
+        rc = volume_quiesce(v);
+        if (rc < 0)
+            volume_unref(v);
     }
     if (rc < 0) {
         ds_ops_unlock();
-        return ds_api_errno(call, rc, "cannot flush before snapshotting", dataset);
+        return ds_api_errno(call, rc, "cannot quiesce before snapshotting", dataset);
     }
+    clock_gettime(CLOCK_MONOTONIC, &held);
     snprintf(full, sizeof(full), "%s@%s", dataset, snap);
     work = (struct copy_work){
         .kind = COPY_CLONE, .what = "snapshot", .name = full, .src = vol_path, .dst = snap_path};
-    if (copy_run(call, params, &work) < 0) {
+    rc = copy_run(call, params, &work);
+    volume_resume(v);
+    volume_unref(v);
+    if (rc < 0) {
         ds_ops_unlock();
         return -1;
     }
     reflinked = work.reflinked;
-    /* Without reflink the copy is not instantaneous, and nothing stops a
-     * front-end's writes meanwhile: say so rather than imply a
-     * point-in-time image. */
-    if (!reflinked && in_use)
-        log_warn("datasets: snapshot %s was copied (no reflink on this filesystem) while the "
-                 "volume was in use (%s); writes made during the copy may be partly included",
-                 full, why);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    held_ms = elapsed(&held, &now) * 1000.0;
 
     db_lock();
     rc = db_begin();
@@ -447,8 +452,8 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
     ds_ops_unlock();
     if (rc < 0)
         return ds_api_errno(call, rc, "cannot record snapshot of", dataset);
-    log_info("datasets: snapshot %s@%s created (%s; peer %s)", dataset, snap,
-             reflinked ? "reflink" : "sparse copy", api_call_peer(call));
+    log_info("datasets: snapshot %s@%s created (%s; writes held %.0f ms; peer %s)", dataset, snap,
+             reflinked ? "reflink" : "sparse copy", held_ms, api_call_peer(call));
     return *result ? 0 : api_error(call, EIO, "snapshot %s@%s vanished", dataset, snap);
 }
 
