@@ -141,34 +141,45 @@ static int filesize_value(json_t *v, int64_t *out)
 }
 
 /* As TrueNAS (check_path_resides_within_volume): a FILE extent lives inside
- * a pool, so the API cannot export arbitrary host files. The parent
- * directory is resolved (the file itself may not exist yet). DB locked. */
-static bool path_in_pool(const char *path)
+ * a pool, so the API cannot export arbitrary host files; and it is not a
+ * blockd volume or snapshot file (those are DISK extents: a snapshot must
+ * stay read-only, a volume must go through its shared open volume). The
+ * parent directory is resolved (the file itself may not exist yet).
+ * Returns NULL or the problem. DB locked. */
+static const char *file_path_problem(const char *path)
 {
     char parent[PATH_MAX], real[PATH_MAX];
     snprintf(parent, sizeof(parent), "%s", path);
     char *slash = strrchr(parent, '/');
     if (!slash || !slash[1])
-        return false;
+        return "Path must name a file";
+    const char *base = path + (slash - parent) + 1;
     if (slash == parent)
         slash[1] = '\0';
     else
         *slash = '\0';
     if (!realpath(parent, real))
-        return false;
+        return "The path must reside within a pool directory";
     sqlite3_stmt *st;
-    if (icfg_prepare("SELECT path FROM pools", &st) < 0)
-        return false;
-    bool inside = false;
-    while (!inside && sqlite3_step(st) == SQLITE_ROW) {
+    if (icfg_prepare("SELECT name, path FROM pools", &st) < 0)
+        return "The path must reside within a pool directory";
+    char dataset[PATH_MAX * 2] = "";
+    while (!dataset[0] && sqlite3_step(st) == SQLITE_ROW) {
         char pool[PATH_MAX];
-        if (!realpath(icfg_col_text(st, 0), pool))
+        if (!realpath(icfg_col_text(st, 1), pool))
             continue;
         size_t n = strlen(pool);
-        inside = strncmp(real, pool, n) == 0 && (real[n] == '\0' || real[n] == '/');
+        if (strncmp(real, pool, n) == 0 && (real[n] == '\0' || real[n] == '/'))
+            snprintf(dataset, sizeof(dataset), "%s%s/%s", icfg_col_text(st, 0), real + n, base);
     }
     sqlite3_finalize(st);
-    return inside;
+    if (!dataset[0])
+        return "The path must reside within a pool directory";
+    int64_t id;
+    if (strchr(base, '@') ||
+        icfg_int(&id, "SELECT id FROM datasets WHERE name = ?", "t", dataset) == 0)
+        return "This is a blockd volume or snapshot: use a DISK extent (zvol/<pool>/<volume>)";
+    return NULL;
 }
 
 /* Checks of the complete (defaults applied or merged) object. old is the
@@ -269,8 +280,9 @@ static void extent_check(struct api_call *call, json_t *d, int64_t self_id, json
         api_verr(call, f, EINVAL, "Path must be absolute and without '..'");
         return;
     }
-    if (!path_in_pool(path)) {
-        api_verr(call, f, EINVAL, "The path must reside within a pool directory");
+    const char *problem = file_path_problem(path);
+    if (problem) {
+        api_verr(call, f, EINVAL, "%s", problem);
         return;
     }
     json_t *dk = json_object_get(d, "disk");

@@ -641,6 +641,12 @@ static void test_extent(void **state)
     verr(
         rpc("iscsi.extent.create", "[{\"name\":\"f\",\"type\":\"FILE\",\"path\":\"/etc/passwd\"}]"),
         "iscsi.extent.create.path", "within a pool");
+    verr(rpc("iscsi.extent.create", "[{\"name\":\"f\",\"type\":\"FILE\",\"path\":\"%s/v1\"}]",
+             pooldir),
+         "iscsi.extent.create.path", "use a DISK extent");
+    verr(rpc("iscsi.extent.create", "[{\"name\":\"f\",\"type\":\"FILE\",\"path\":\"%s/v1@s\"}]",
+             pooldir),
+         "iscsi.extent.create.path", "use a DISK extent");
     verr(rpc("iscsi.extent.create", "[{\"name\":\"f\",\"type\":\"FILE\",\"path\":\"%s/new.img\"}]",
              pooldir),
          "iscsi.extent.create.filesize", "does not exist");
