@@ -42,7 +42,7 @@ timeout 600 iscsi-test-cu --dataloss -i "$INI1" -I "$INI2" -t ALL "$URL" "$URL" 
 [ "$rc" = 0 ] || fail "iscsi-test-cu exited with $rc (output in $OUT): $(tail -5 "$OUT")"
 blockd_alive || fail "blockd died during the conformance run"
 
-python3 - "$OUT" "$EXPECTED" <<'PY' || fail "conformance results differ from the expected list (output kept in $OUT)"
+python3 - "$OUT" "$EXPECTED" >"$TMP/summary.txt" <<'PY' || fail "conformance results differ from the expected list (output kept in $OUT): $(cat "$TMP/summary.txt")"
 import re, sys
 out, expected_path = sys.argv[1], sys.argv[2]
 results, suite, cur = {}, None, None
@@ -95,5 +95,6 @@ for name in sorted(set(expected) - set(results)):
     bad = True
 sys.exit(1 if bad else 0)
 PY
+cat "$TMP/summary.txt"
 blockd_stop
-pass "iscsi-test-cu ALL: no failures, no regressions"
+pass "$(head -1 "$TMP/summary.txt")"
