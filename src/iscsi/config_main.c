@@ -102,6 +102,27 @@ bool iscsi_config_dataset_in_use(const char *name, char *why, size_t len)
         }
         sqlite3_finalize(st);
     }
+    /* FILE extents inside the dataset's directory (a FILESYSTEM or the
+     * pool root) would lose their file with it. */
+    const char *slash = strchr(name, '/');
+    char pool[256], rest[600];
+    snprintf(pool, sizeof(pool), "%.*s", slash ? (int)(slash - name) : (int)strlen(name), name);
+    snprintf(rest, sizeof(rest), "%s/", slash ? slash : "");
+    if (!used && !strchr(name, '@') &&
+        icfg_prepare("SELECT e.name, e.path FROM iscsi_extent e JOIN pools p ON p.name = ?1 "
+                     "WHERE e.type = 'FILE' AND substr(e.path, 1, length(p.path || ?2)) = "
+                     "p.path || ?2 ORDER BY e.id LIMIT 1",
+                     &st) == 0) {
+        sqlite3_bind_text(st, 1, pool, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, rest, -1, SQLITE_STATIC);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            used = true;
+            if (why && len)
+                snprintf(why, len, "%s is used by iSCSI extent %s", icfg_col_text(st, 1),
+                         icfg_col_text(st, 0));
+        }
+        sqlite3_finalize(st);
+    }
     db_unlock();
     return used;
 }

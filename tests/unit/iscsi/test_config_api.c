@@ -709,6 +709,18 @@ static void test_extent(void **state)
     assert_false(iscsi_config_dataset_in_use("tank/v2", why, sizeof(why)));
     callerr(rpc("pool.dataset.delete", "[\"tank/v1\"]"), EBUSY, "disk1");
 
+    /* a filesystem holding a FILE extent's file is in use too */
+    json_decref(ok(rpc("pool.dataset.create", "[{\"name\":\"tank/fs\",\"type\":\"FILESYSTEM\"}]")));
+    json_int_t fsx = id_of(ok(rpc("iscsi.extent.create",
+                                  "[{\"name\":\"fsfile\",\"type\":\"FILE\",\"path\":\"%s/fs/"
+                                  "f.img\",\"filesize\":1048576}]",
+                                  pooldir)));
+    assert_true(iscsi_config_dataset_in_use("tank/fs", why, sizeof(why)));
+    assert_non_null(strstr(why, "fsfile"));
+    json_decref(ok(rpc("iscsi.extent.delete", "[%lld, true]", (long long)fsx)));
+    assert_false(iscsi_config_dataset_in_use("tank/fs", why, sizeof(why)));
+    json_decref(ok(rpc("pool.dataset.delete", "[\"tank/fs\"]")));
+
     /* delete with remove unlinks the file */
     json_decref(ok(rpc("iscsi.extent.delete", "[%lld, true]", (long long)f1)));
     assert_int_equal(stat(path, &sb), -1);
