@@ -151,14 +151,25 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
         log_error("iscsi config: cannot remove the extents of deleted dataset %s", name);
         return;
     }
+    /* DISK extents on the dataset (or a child / snapshot), and FILE
+     * extents whose file was inside its directory. */
+    const char *slash = strchr(name, '/');
+    char pool[256], rest[600];
+    snprintf(pool, sizeof(pool), "%.*s", slash ? (int)(slash - name) : (int)strlen(name), name);
+    snprintf(rest, sizeof(rest), "%s/", slash ? slash : "");
     sqlite3_stmt *st;
-    int rc = icfg_prepare("SELECT id FROM iscsi_extent WHERE type = 'DISK' AND (disk = ?1 OR "
-                          "substr(disk, 1, length(?2)) = ?2 OR substr(disk, 1, length(?3)) = ?3)",
-                          &st);
+    int rc = icfg_prepare(
+        "SELECT id FROM iscsi_extent WHERE type = 'DISK' AND (disk = ?1 OR "
+        "substr(disk, 1, length(?2)) = ?2 OR substr(disk, 1, length(?3)) = ?3) UNION "
+        "SELECT e.id FROM iscsi_extent e JOIN pools p ON p.name = ?4 WHERE e.type = 'FILE' "
+        "AND instr(?1, '@') = 0 AND substr(e.path, 1, length(p.path || ?5)) = p.path || ?5",
+        &st);
     if (rc == 0) {
         sqlite3_bind_text(st, 1, disk, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, child, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, snap, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, pool, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 5, rest, -1, SQLITE_STATIC);
         while (sqlite3_step(st) == SQLITE_ROW) {
             int64_t *e = realloc(extents, (n + 1) * sizeof(*e));
             if (!e) {

@@ -1122,6 +1122,29 @@ static void test_dataset_force_delete(void **state)
     assert_int_equal(v->n_luns, 1);
     iscsi_target_view_unref(v);
     json_decref(ok(rpc("iscsi.target.delete", "[%lld, false, true]", (long long)keep)));
+
+    /* the same for a FILE extent inside a deleted filesystem */
+    json_decref(
+        ok(rpc("pool.dataset.create", "[{\"name\":\"tank/fs2\",\"type\":\"FILESYSTEM\"}]")));
+    json_int_t ft = target_new("ds-file");
+    json_int_t fe = id_of(ok(rpc("iscsi.extent.create",
+                                 "[{\"name\":\"ds-file\",\"type\":\"FILE\",\"path\":\"%s/fs2/"
+                                 "f.img\",\"filesize\":1048576}]",
+                                 pooldir)));
+    json_decref(ok(rpc("iscsi.targetextent.create", "[{\"target\":%lld,\"extent\":%lld}]",
+                       (long long)ft, (long long)fe)));
+    json_t *r = rpc("pool.dataset.delete", "[\"tank/fs2\", {\"force\":true, \"recursive\":true}]");
+    if (!json_object_get(r, "error")) {
+        assert_null(view("ds-file"));
+        q = ok(rpc("iscsi.extent.query", "[[[\"id\",\"=\",%lld]]]", (long long)fe));
+        assert_int_equal(json_array_size(q), 0);
+        json_decref(q);
+        json_decref(r);
+    } else {
+        /* datasets refuses to remove a directory with foreign files: fine */
+        json_decref(r);
+        json_decref(ok(rpc("iscsi.target.delete", "[%lld, false, true]", (long long)ft)));
+    }
 }
 
 /* ---- queries narrowed in SQL still answer exactly like api_query ---- */
