@@ -324,10 +324,14 @@ static void task_done(struct scsi_cmd *cmd)
     struct iscsi_conn *ic = t->ic;
     t->executing = false;
     if (t->tmf) {
+        /* The task's reference may be the connection's last one. */
+        struct conn *c = ic->c;
         struct iscsi_tmf_wait *w = t->tmf;
         t->tmf = NULL;
+        conn_get(c);
         task_free(t);
         tmf_task_finished(ic, w);
+        conn_put(c);
         return;
     }
     if (t->aborted || ic->phase == ISCSI_PHASE_CLOSED) {
