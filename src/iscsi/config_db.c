@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config/db.h"
 #include "core/log.h"
@@ -240,6 +241,17 @@ int icfg_write_end(struct icfg_write *w, int rc)
     db_unlock();
     icfg_runtime_after_unlock();
     icfg_dirty_free(&w->dirty);
+    size_t i;
+    json_t *path;
+    json_array_foreach(w->unlink_after, i, path)
+    {
+        /* committed only: a rolled-back delete keeps its file */
+        if (rc == 0 && unlink(json_string_value(path)) < 0 && errno != ENOENT)
+            log_warn("iscsi config: cannot remove extent file %s: %s", json_string_value(path),
+                     strerror(errno));
+    }
+    json_decref(w->unlink_after);
+    w->unlink_after = NULL;
     return rc;
 }
 

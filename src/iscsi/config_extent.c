@@ -518,12 +518,12 @@ int icfg_extent_delete_row(struct icfg_write *w, int64_t extent_id, bool remove,
     if (rc == 0) {
         icfg_runtime_forget_extent(extent_id);
         const char *path = json_string_value(json_object_get(row, "path"));
-        /* Unlinking before commit cannot be undone; the only failure after
-         * this point is the commit itself, which is logged. */
+        /* The file goes once the deletion is committed (icfg_write_end). */
         if (remove && path &&
             strcmp(json_string_value(json_object_get(row, "type")), "FILE") == 0) {
-            if (unlink(path) < 0 && errno != ENOENT)
-                log_warn("iscsi config: cannot remove extent file %s: %s", path, strerror(errno));
+            if (!w->unlink_after)
+                w->unlink_after = json_array();
+            json_array_append_new(w->unlink_after, json_string(path));
         }
     }
     json_decref(row);

@@ -68,6 +68,7 @@ struct icfg_write {
     struct icfg_dirty dirty;
     bool defer;
     bool began;
+    json_t *unlink_after; /* files to remove once committed (array or NULL) */
 };
 /* db_lock + BEGIN. Returns 0, or -1 with an error set on call. */
 int icfg_write_begin(struct icfg_write *w, struct api_call *call);
