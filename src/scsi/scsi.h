@@ -117,7 +117,9 @@ void scsi_lu_unref(struct scsi_lu *lu);
 struct volume *scsi_lu_volume(const struct scsi_lu *lu);
 uint32_t scsi_lu_block_size(const struct scsi_lu *lu);
 
-/* Live property change: read-only on/off (raises no UA; the next write sees it). */
+/* Live property change: read-only on/off. The next command of every nexus
+ * sees MODE PARAMETERS CHANGED (the WP bit moved); the same happens by
+ * itself when the volume's sync property flips WCE, or its read-only flag. */
 void scsi_lu_set_readonly(struct scsi_lu *lu, bool ro);
 
 /* Unit attention conditions the transport / control plane can raise. */
@@ -136,11 +138,11 @@ enum scsi_ua {
     SCSI_UA_COUNT
 };
 
-/* Queue ua for every I_T nexus of lu (those seen so far and, for
- * POWER_ON, ones that appear later stay covered by their own power-on).
- * A resize of the volume is noticed by itself (CAPACITY_CHANGED raised
- * on the next command), so the control plane needs this for LUN map
- * changes (LUNS_CHANGED) and property changes. */
+/* Queue ua for every I_T nexus of lu seen so far (new ones start with
+ * POWER_ON). A resize of the volume (CAPACITY_CHANGED) and a change of its
+ * sync or read-only property (MODE_CHANGED) are noticed by scsi/ itself on
+ * the next command; the control plane calls this for LUN map changes
+ * (LUNS_CHANGED) and for INQUIRY data changes (INQUIRY_CHANGED). */
 void scsi_lu_raise_ua(struct scsi_lu *lu, enum scsi_ua ua);
 
 /* ------------------------------------------------------------------ */

@@ -152,6 +152,13 @@ static bool check_lu_state(struct scsi_cmd *c, const struct scsi_op *op)
         lu->size_gen_seen = gen;
         scsi_lu_ua_all_locked(lu, SCSI_UA_CAPACITY_CHANGED, 0);
     }
+    bool wce = scsi_lu_wce(lu), wp = scsi_lu_is_readonly(lu);
+    if (wce != lu->wce_seen || wp != lu->wp_seen) {
+        /* the volume's sync or read-only property changed under us */
+        lu->wce_seen = wce;
+        lu->wp_seen = wp;
+        scsi_lu_ua_all_locked(lu, SCSI_UA_MODE_CHANGED, 0);
+    }
     struct scsi_nexus_state *ns = scsi_lu_nexus_locked(lu, c->nexus);
     if (ns) {
         if (op->opcode == 0xa0)

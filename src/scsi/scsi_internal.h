@@ -95,6 +95,10 @@ struct scsi_lu {
     pthread_mutex_t mu; /* everything below */
     struct scsi_nexus_state *nexuses;
     uint64_t size_gen_seen;
+    /* mode data last reported (WCE from the sync property, WP): a change
+     * raises MODE PARAMETERS CHANGED on the next command */
+    bool wce_seen;
+    bool wp_seen;
     /* SPC-2 RESERVE/RELEASE */
     bool res2_held;
     uint64_t res2_nexus;
@@ -139,6 +143,7 @@ bool scsi_op_supported(const struct scsi_op *op, const struct scsi_lu *lu);
 /* ---- LU state (scsi_lu.c) ---- */
 uint64_t scsi_lu_blocks(const struct scsi_lu *lu);
 bool scsi_lu_is_readonly(const struct scsi_lu *lu);
+bool scsi_lu_wce(const struct scsi_lu *lu);
 /* mu held: the state of nexus n (created with POWER_ON pending when new). */
 struct scsi_nexus_state *scsi_lu_nexus_locked(struct scsi_lu *lu, const struct scsi_nexus *n);
 /* mu held: queue ua for every known nexus except `except` (0: none). */

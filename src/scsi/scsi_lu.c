@@ -127,6 +127,8 @@ int scsi_lu_new(struct volume *vol, const struct scsi_lu_params *p, struct scsi_
     lu->pr_store = p->pr_store;
     pthread_mutex_init(&lu->mu, NULL);
     lu->size_gen_seen = volume_size_generation(vol);
+    lu->wce_seen = scsi_lu_wce(lu);
+    lu->wp_seen = scsi_lu_is_readonly(lu);
     if (p->pr_blob && p->pr_blob_len) {
         int rc = scsi_pr_load(lu, p->pr_blob, p->pr_blob_len);
         if (rc < 0) {
@@ -181,6 +183,12 @@ uint64_t scsi_lu_blocks(const struct scsi_lu *lu)
 bool scsi_lu_is_readonly(const struct scsi_lu *lu)
 {
     return atomic_load(&lu->readonly) || volume_readonly(lu->vol);
+}
+
+bool scsi_lu_wce(const struct scsi_lu *lu)
+{
+    /* sync=always: every write is durable before status, no volatile cache */
+    return volume_sync_mode(lu->vol) != VOLUME_SYNC_ALWAYS;
 }
 
 void scsi_lu_set_readonly(struct scsi_lu *lu, bool ro)

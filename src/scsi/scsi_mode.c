@@ -28,7 +28,7 @@ static size_t build_page(const struct scsi_lu *lu, uint8_t page, int pc, uint8_t
         memset(p, 0, 20);
         p[0] = 0x08;
         p[1] = 0x12;
-        if (pc != PC_CHANGEABLE && volume_sync_mode(lu->vol) != VOLUME_SYNC_ALWAYS)
+        if (pc != PC_CHANGEABLE && scsi_lu_wce(lu))
             p[2] = 0x04; /* WCE */
         return 20;
     case 0x0a: /* control */

@@ -457,8 +457,10 @@ static void test_read_only(void **state)
     /* MODE SENSE shows WP */
     RUN(f, &f->a, &r, NULL, 0, 255, 0x1a, 0x08, 0x3f, 0, 255, 0);
     assert_int_equal(r.data[2] & 0x80, 0x80);
-    /* live change */
+    /* live change: announced as MODE PARAMETERS CHANGED */
     scsi_lu_set_readonly(f->lu, false);
+    RUN(f, &f->a, &r, buf, BS, 0, 0x2a, 0, 0, 0, 0, 1, 0, 0, 1, 0);
+    expect_sense(&r, 0x06, 0x2a, 0x01);
     RUN(f, &f->a, &r, buf, BS, 0, 0x2a, 0, 0, 0, 0, 1, 0, 0, 1, 0);
     assert_int_equal(r.status, SCSI_STATUS_GOOD);
     fixture_free(f);
@@ -841,6 +843,18 @@ static void test_mode_pages(void **state)
     /* SP=1 refused */
     RUN(f, &f->a, &r, sel, sizeof sel, 0, 0x15, 0x11, 0, 0, sizeof sel, 0);
     expect_sense(&r, 0x05, 0x24, 0x00);
+
+    /* the volume's sync property flips WCE: UA, then WCE=0 */
+    volume_set_sync(f->vol, VOLUME_SYNC_ALWAYS);
+    RUN(f, &f->a, &r, NULL, 0, 255, 0x1a, 0x08, 0x08, 0, 255, 0);
+    expect_sense(&r, 0x06, 0x2a, 0x01);
+    RUN(f, &f->a, &r, NULL, 0, 255, 0x1a, 0x08, 0x08, 0, 255, 0);
+    assert_int_equal(r.data[4 + 2] & 0x04, 0);
+    volume_set_sync(f->vol, VOLUME_SYNC_DISABLED);
+    RUN(f, &f->a, &r, NULL, 0, 255, 0x1a, 0x08, 0x08, 0, 255, 0);
+    expect_sense(&r, 0x06, 0x2a, 0x01);
+    RUN(f, &f->a, &r, NULL, 0, 255, 0x1a, 0x08, 0x08, 0, 255, 0);
+    assert_int_equal(r.data[4 + 2] & 0x04, 0x04);
 
     /* sync=always → WCE=0 */
     struct fixture *g = fixture_new(4096, false, VOLUME_SYNC_ALWAYS);
