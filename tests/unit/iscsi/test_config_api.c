@@ -682,7 +682,7 @@ static void test_extent(void **state)
          "iscsi.extent.create.name", "unique");
 
     /* FILE: created sparse when missing */
-    char path[400];
+    char path[600];
     snprintf(path, sizeof(path), "%s/file1.img", pooldir);
     e = ok(rpc("iscsi.extent.create",
                "[{\"name\":\"file1\",\"type\":\"FILE\",\"path\":\"%s\","
