@@ -568,6 +568,35 @@ static int extent_query_instance(struct api_call *call, json_t *params, json_t *
     return icfg_get_instance(call, params, result, extent_query, "Extent");
 }
 
+/* TrueNAS: {"zvol/pool/vol": "pool/vol (16.0 MiB)"} for the volumes no extent
+ * uses yet. */
+static int extent_disk_choices(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    json_t *r = json_object();
+    sqlite3_stmt *st;
+    db_lock();
+    if (r && icfg_prepare("SELECT name, volsize FROM datasets WHERE type = 'VOLUME' AND 'zvol/' "
+                          "|| name NOT IN (SELECT disk FROM iscsi_extent WHERE disk IS NOT NULL) "
+                          "ORDER BY name",
+                          &st) == 0) {
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            char key[600], label[700], size[32];
+            format_size((uint64_t)sqlite3_column_int64(st, 1), size, sizeof(size));
+            snprintf(key, sizeof(key), "zvol/%s", icfg_col_text(st, 0));
+            snprintf(label, sizeof(label), "%s (%s)", icfg_col_text(st, 0), size);
+            json_object_set_new(r, key, json_string(label));
+        }
+        sqlite3_finalize(st);
+    }
+    db_unlock();
+    if (!r)
+        return api_error(call, ENOMEM, "out of memory");
+    *result = r;
+    return 0;
+}
+
 const struct api_method icfg_extent_methods[] = {
     {"iscsi.extent.create",
      "{name, type?, disk? | path? + filesize?, serial?, blocksize?, pblocksize?, rpm?, ro?, "
@@ -579,6 +608,8 @@ const struct api_method icfg_extent_methods[] = {
     {"iscsi.extent.delete", "id, remove?, force?, defer?",
      "Delete an extent and its mapping (remove: unlink a FILE extent's file)", extent_delete, 0},
     {"iscsi.extent.query", "[filters, options]", "List extents", extent_query, 0},
+    {"iscsi.extent.disk_choices", "", "Volumes not used by an extent yet (zvol/<pool>/<volume>)",
+     extent_disk_choices, 0},
     {"iscsi.extent.get_instance", "id, options?", "One extent by id", extent_query_instance, 0},
 };
 const size_t icfg_extent_methods_count = ARRAY_SIZE(icfg_extent_methods);

@@ -678,6 +678,10 @@ static void test_extent(void **state)
     char naa1[40];
     snprintf(naa1, sizeof(naa1), "%s", naa);
     json_int_t e1 = id_of(e);
+    json_t *choices = ok(rpc("iscsi.extent.disk_choices", "[]"));
+    assert_null(json_object_get(choices, "zvol/tank/v1")); /* used by disk1 now */
+    assert_non_null(json_object_get(choices, "zvol/tank/v2"));
+    json_decref(choices);
     verr(rpc("iscsi.extent.create", "[{\"name\":\"disk1\",\"disk\":\"zvol/tank/v2\"}]"),
          "iscsi.extent.create.name", "unique");
 
