@@ -12,10 +12,11 @@
  * back to read/write, which also leaves all-zero blocks as holes), so holes
  * stay holes.
  *
- * Consistency: the copy sees whatever is in the file while it runs. The
- * caller should flush the volume (volume_flush_wait) and keep writers out
- * for the duration if it wants a point-in-time snapshot; a reflink is
- * near-instant, a sparse copy is not.
+ * Consistency: the copy sees whatever is in the file while it runs. For a
+ * point-in-time snapshot the caller quiesces the open volume around it
+ * (volume_quiesce/volume_resume: writes wait, the file is synced); a
+ * reflink is near-instant, a sparse copy holds the writes for its whole
+ * duration.
  */
 #ifndef BLOCKD_STORE_COPY_H
 #define BLOCKD_STORE_COPY_H
