@@ -103,6 +103,12 @@ int conn_send_copy(struct conn *c, const void *data, size_t len);
  * Returns 0 when everything is written, -EAGAIN if some remains queued. */
 int conn_flush_now(struct conn *c);
 size_t conn_output_queued(const struct conn *c);
+/* Number of queued output entries (each conn_send/conn_send_copy adds at
+ * least one), for protocols that bound their reply backlog. (added by nbd) */
+static inline size_t conn_output_entries(const struct conn *c)
+{
+    return c->out_count;
+}
 
 /* Replace the transport (e.g. after STARTTLS). ctx is passed back via
  * c->transport_ctx and destroyed by transport->destroy at free. */

@@ -34,6 +34,9 @@
 #define NBD_EXTENTS_MAX 128          /* per BLOCK_STATUS / hole-aware read */
 #define NBD_HELD_MAX (64u << 20)     /* payload bytes held per connection */
 #define NBD_MAX_OPTIONS 4096
+#define NBD_OUT_MAX (16u << 20) /* queued reply bytes before we stop parsing */
+#define NBD_OUT_ENTRIES_MAX 8192u
+#define NBD_BACKLOG_RETRY_NS (5u * 1000 * 1000) /* re-check a reply backlog every 5 ms */
 #define NBD_DIRECT_RX_MIN                                                                          \
     (64u * 1024) /* payloads this big bypass the input buffer */ /* options per connection before  \
                                                                     we give up */
@@ -94,6 +97,8 @@ struct nbd_conn {
     uint32_t skip_error;
     uint64_t skip_cookie;
     struct reactor_msg kick;
+    /* Retries parsing while replies the client has not read pile up. */
+    struct reactor_timer backlog_timer;
     /* registry of live connections (nbd_export_connections) */
     struct nbd_conn *reg_prev, *reg_next;
 };
@@ -457,8 +462,12 @@ static void reply_done(struct vreq *vr)
     struct nbd_conn *nc = r->nc;
     if (vr->result == 0 && (r->rq.type == NBD_CMD_TRIM || r->rq.type == NBD_CMD_WRITE_ZEROES))
         atomic_store_explicit(&nc->exp->maybe_sparse, true, memory_order_relaxed);
-    send_simple(nc, r->rq.cookie, nbd_errno_to_wire(vr->result));
-    req_free(r);
+    /* The reply lives in the slot, so queued replies stay bounded by
+     * max_inflight even for a client that does not read them. */
+    nbd_simple_reply(r->hdr, nbd_errno_to_wire(vr->result), r->rq.cookie);
+    struct iovec iov = {r->hdr, NBD_SIMPLE_REPLY_LEN};
+    r->pending = 1;
+    conn_send(nc->c, &iov, 1, req_release, r);
 }
 
 static void block_status_done(struct vreq *vr)
@@ -658,9 +667,31 @@ static void skip_then_reply(struct nbd_conn *nc, const struct nbd_request *rq, u
     nc->skip_cookie = rq->cookie;
 }
 
+static bool reply_backlog(const struct conn *c)
+{
+    return conn_output_queued(c) >= NBD_OUT_MAX || conn_output_entries(c) >= NBD_OUT_ENTRIES_MAX;
+}
+
 static bool can_accept_request(struct nbd_conn *nc)
 {
-    return nc->inflight < nc->settings->max_inflight && nc->held < NBD_HELD_MAX;
+    return nc->inflight < nc->settings->max_inflight && nc->held < NBD_HELD_MAX &&
+           !reply_backlog(nc->c);
+}
+
+static void backlog_retry(struct reactor_timer *t)
+{
+    struct nbd_conn *nc = container_of(t, struct nbd_conn, backlog_timer);
+    struct conn *c = nc->c;
+    if (!c->closing && nc->paused && !nc->disconnecting) {
+        if (can_accept_request(nc)) {
+            nc->paused = false;
+            conn_pause_input(c, false);
+        } else if (reply_backlog(c)) {
+            conn_get(c);
+            reactor_timer_start(c->reactor, &nc->backlog_timer, NBD_BACKLOG_RETRY_NS);
+        }
+    }
+    conn_put(c); /* the timer's reference */
 }
 
 /* One request from the input. 0 progress, 1 need more/stop, <0 close. */
@@ -672,6 +703,12 @@ static int handle_request(struct nbd_conn *nc)
     if (!can_accept_request(nc)) {
         nc->paused = true;
         conn_pause_input(c, true);
+        /* Completions wake us for slots; nothing signals that the client
+         * has read its replies, so poll for that. */
+        if (reply_backlog(c) && !reactor_timer_armed(&nc->backlog_timer)) {
+            conn_get(c);
+            reactor_timer_start(c->reactor, &nc->backlog_timer, NBD_BACKLOG_RETRY_NS);
+        }
         return 1;
     }
     struct nbd_request rq;
@@ -1095,6 +1132,10 @@ static void nbd_on_close(struct conn *c)
     if (!nc)
         return;
     reg_remove(nc);
+    if (reactor_timer_armed(&nc->backlog_timer)) {
+        reactor_timer_cancel(c->reactor, &nc->backlog_timer);
+        conn_put(c); /* the timer's reference; the socket's is still held */
+    }
     if (nc->rx_req) {
         struct nbd_req *r = nc->rx_req;
         nc->rx_req = NULL;
@@ -1138,6 +1179,7 @@ static int nbd_conn_init(struct conn *c, void *arg)
     nc->c = c;
     nc->state = ST_CLIENT_FLAGS;
     nc->settings = arg;
+    reactor_timer_init(&nc->backlog_timer, backlog_retry);
     c->proto = nc;
     reg_add(nc);
     uint8_t hello[NBD_OLD_HELLO_LEN];

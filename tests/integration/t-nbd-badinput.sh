@@ -128,6 +128,15 @@ for _ in range(n):
     i = cookie - 1000; off = (i * 4096) % SIZE
     assert body[8:] == REF[off:off + 4096]; seen.add(cookie)
 assert len(seen) == n
+# 6b. a client that pipelines without reading replies: the server stops
+#     parsing at its backlog limit and resumes as replies are read
+n = 30000
+blob = b"".join(struct.pack(">IHHQQI", 0x25609513, 0, 99, 50000 + i, 0, 512) for i in range(n))
+sender = threading.Thread(target=s.sendall, args=(blob,)); sender.start()
+time.sleep(1.0)
+for i in range(n):
+    err, cookie = simple_reply(s); assert (err, cookie) == (22, 50000 + i), (err, cookie, i)
+sender.join()
 # 7. bad request magic, then a write too large to skip → closed
 req(s, 0, 0, 512, magic=0x12345678); assert closed(s)
 s = conn(); hello(s); go(s)
