@@ -110,7 +110,7 @@ blockctl call iscsi.auth.create '{"tag":5,"user":"chapuser","secret":"chapsecret
 blockctl call iscsi.auth.query | grep -q chapsecret123 && fail "iscsi.auth.query returned a secret"
 
 # ---- delete while logged in: EBUSY unless forced ----
-qemu-io -f raw -r -c 'sleep 4000' "iscsi://127.0.0.1:$ISCSI_PORT/$BASE:it-one/0" \
+qemu-io -f raw -r -c 'sleep 60000' "iscsi://127.0.0.1:$ISCSI_PORT/$BASE:it-one/0" \
     >"$TMP/qemu-io.log" 2>&1 &
 qpid=$!
 for i in $(seq 1 50); do
