@@ -318,10 +318,29 @@ static void task_reply(struct iscsi_conn *ic, struct iscsi_task *t)
     }
 }
 
+static void task_done(struct scsi_cmd *cmd);
+
+static void task_done_msg(struct reactor_msg *m)
+{
+    struct iscsi_task *t = container_of(m, struct iscsi_task, done_msg);
+    task_done(&t->cmd);
+}
+
 static void task_done(struct scsi_cmd *cmd)
 {
     struct iscsi_task *t = cmd->arg;
     struct iscsi_conn *ic = t->ic;
+    if (reactor_self() != ic->c->reactor) {
+        /* Connection state is only touched on its reactor: hop there. */
+        static bool warned;
+        if (!warned) {
+            warned = true;
+            log_warn("iscsi: a SCSI completion arrived off its reactor; re-posting");
+        }
+        t->done_msg.fn = task_done_msg;
+        reactor_post(ic->c->reactor, &t->done_msg);
+        return;
+    }
     t->executing = false;
     if (t->tmf) {
         /* The task's reference may be the connection's last one. */

@@ -42,6 +42,7 @@ struct iscsi_task {
     struct iscsi_conn *ic;
     struct iscsi_task *next, *prev; /* conn's active list */
     struct iscsi_task *hash_next;   /* ITT hash chain */
+    struct reactor_msg done_msg;    /* completion hop to the owner reactor */
     uint32_t itt;
     uint32_t cmdsn;
     uint8_t lun_field[8];
