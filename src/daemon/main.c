@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -143,6 +144,19 @@ static int parse_args(int argc, char **argv, struct options *o)
         return -1;
     }
     return 0;
+}
+
+/* Every mapped LUN and export holds a file descriptor, and every session a
+ * socket: thousands of shares need more than the usual soft limit of 1024. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+            fprintf(stderr, "blockd: warning: cannot raise the open-file limit: %s\n",
+                    strerror(errno));
+    }
 }
 
 static int mkdir_p(const char *path, mode_t mode)
@@ -301,6 +315,7 @@ int main(int argc, char **argv)
                 strerror(errno));
         return 1;
     }
+    raise_fd_limit();
     int lock_fd = take_lock(state_dir);
     if (lock_fd < 0)
         return 1;
