@@ -233,6 +233,12 @@ void scsi_cmd_execute(struct scsi_cmd *c)
         scsi_complete(c);
         return;
     }
+    if ((op->flags & OPF_WRITE) && atomic_load(&c->lu->swp)) {
+        /* LOGICAL UNIT SOFTWARE WRITE PROTECTED */
+        scsi_sense_fill(c, SK_DATA_PROTECT, 0x27, 0x02);
+        scsi_complete(c);
+        return;
+    }
     if (op->dir == DIR_OUT) {
         int64_t want = scsi_cdb_data_out_length(c->lu, c->cdb, c->cdb_len);
         c->xfer_want = want > 0 ? (uint32_t)MIN(want, (int64_t)UINT32_MAX) : 0;

@@ -83,6 +83,7 @@ struct scsi_lu {
     uint8_t pblock_exp;
     uint16_t rotation_rate;
     atomic_bool readonly;
+    atomic_bool swp; /* control mode page SWP, set by MODE SELECT (not saved) */
     bool insecure_tpc;
     char serial[33];
     char vendor[9];
@@ -142,6 +143,7 @@ bool scsi_op_supported(const struct scsi_op *op, const struct scsi_lu *lu);
 
 /* ---- LU state (scsi_lu.c) ---- */
 uint64_t scsi_lu_blocks(const struct scsi_lu *lu);
+/* write-protected by configuration (extent ro / volume read-only) */
 bool scsi_lu_is_readonly(const struct scsi_lu *lu);
 bool scsi_lu_wce(const struct scsi_lu *lu);
 /* mu held: the state of nexus n (created with POWER_ON pending when new). */

@@ -103,6 +103,7 @@ int scsi_lu_new(struct volume *vol, const struct scsi_lu_params *p, struct scsi_
     lu->pblock_exp = p->pblock_exp;
     lu->rotation_rate = p->rotation_rate;
     atomic_init(&lu->readonly, p->readonly);
+    atomic_init(&lu->swp, false);
     lu->insecure_tpc = p->insecure_tpc;
     char dflt_serial[17];
     snprintf(dflt_serial, sizeof dflt_serial, "%016llx",

@@ -3,13 +3,15 @@
  * derived from the volume's sync property), the control page and the
  * informational exceptions page.
  *
- * Nothing is changeable: WCE reflects the volume's `sync` property, which is
+ * WCE is not changeable: it reflects the volume's `sync` property, which is
  * changed through the management API, not by an initiator (an initiator
  * turning the cache off behind the administrator's back would silently turn
- * sync=standard into sync=always for everyone). MODE SELECT therefore
- * accepts a page only when it repeats the current values, and reports
- * INVALID FIELD IN PARAMETER LIST at the first byte that differs; the
- * changeable-values page control shows all zeros so initiators know.
+ * sync=standard into sync=always for everyone). The one changeable field is
+ * SWP in the control page (software write protect, for every initiator,
+ * until cleared or the LU is recreated; not saved). MODE SELECT accepts a
+ * page when only changeable bits differ from the current values, else
+ * reports INVALID FIELD IN PARAMETER LIST at the first byte that differs;
+ * the changeable-values page control shows exactly those bits.
  */
 #include <string.h>
 
@@ -35,6 +37,10 @@ static size_t build_page(const struct scsi_lu *lu, uint8_t page, int pc, uint8_t
         memset(p, 0, 12);
         p[0] = 0x0a;
         p[1] = 0x0a;
+        if (pc == PC_CHANGEABLE)
+            p[4] = 0x08; /* SWP */
+        else if (pc == PC_CURRENT && atomic_load(&lu->swp))
+            p[4] = 0x08;
         if (pc != PC_CHANGEABLE) {
             p[2] = 0x02;               /* GLTSD: no log parameters are saved */
             p[3] = 0x10;               /* queue algorithm modifier 1: unrestricted reordering */
@@ -104,7 +110,7 @@ void scsi_run_mode_sense(struct scsi_cmd *c)
         off += n;
     }
     uint8_t dsp = 0x10; /* DPOFUA */
-    if (scsi_lu_is_readonly(lu))
+    if (scsi_lu_is_readonly(lu) || atomic_load(&lu->swp))
         dsp |= 0x80; /* WP */
     if (ten) {
         be16_store(b, (uint16_t)(off - 2));
@@ -181,16 +187,17 @@ void scsi_run_mode_select(struct scsi_cmd *c)
             scsi_complete(c);
             return;
         }
-        uint8_t cur[64];
+        uint8_t cur[64], chg[64];
         size_t n = spf ? 0 : build_page(lu, p[0] & 0x3f, PC_CURRENT, cur);
+        build_page(lu, p[0] & 0x3f, PC_CHANGEABLE, chg);
         if (!n || n != len) {
             scsi_fail_param(c, (unsigned)off, 5);
             scsi_complete(c);
             return;
         }
         for (size_t i = 2; i < n; i++) {
-            if (p[i] != cur[i]) {
-                uint8_t diff = p[i] ^ cur[i];
+            if ((p[i] ^ cur[i]) & (uint8_t)~chg[i]) {
+                uint8_t diff = (p[i] ^ cur[i]) & (uint8_t)~chg[i];
                 int bit = 7;
                 while (bit > 0 && !(diff & (1u << bit)))
                     bit--;
@@ -200,6 +207,23 @@ void scsi_run_mode_select(struct scsi_cmd *c)
             }
         }
         off += len;
+    }
+    /* Everything checked: apply the changeable fields. */
+    bool swp_changed = false;
+    for (off = hdr + bdl; off < plen;) {
+        const uint8_t *p = d + off;
+        size_t len = 2u + p[1];
+        if ((p[0] & 0x3f) == 0x0a) {
+            bool swp = p[4] & 0x08;
+            swp_changed |= atomic_exchange(&c->lu->swp, swp) != swp;
+        }
+        off += len;
+    }
+    if (swp_changed && c->nexus) {
+        /* SPC-4 §5.12: the other I_T nexuses learn of the change */
+        pthread_mutex_lock(&c->lu->mu);
+        scsi_lu_ua_all_locked(c->lu, SCSI_UA_MODE_CHANGED, c->nexus->id);
+        pthread_mutex_unlock(&c->lu->mu);
     }
     scsi_complete(c);
 }

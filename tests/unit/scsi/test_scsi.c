@@ -844,6 +844,30 @@ static void test_mode_pages(void **state)
     RUN(f, &f->a, &r, sel, sizeof sel, 0, 0x15, 0x11, 0, 0, sizeof sel, 0);
     expect_sense(&r, 0x05, 0x24, 0x00);
 
+    /* SWP: the one changeable bit; set by a (b)'s MODE SELECT, seen by everyone */
+    clear_ua(f, &f->b);
+    RUN(f, &f->a, &r, NULL, 0, 255, 0x1a, 0x08, 0x4a, 0, 255, 0);
+    assert_int_equal(r.data[4 + 4], 0x08);
+    uint8_t ctl[4 + 12];
+    memset(ctl, 0, sizeof ctl);
+    RUN(f, &f->a, &r, NULL, 0, 255, 0x1a, 0x08, 0x0a, 0, 255, 0);
+    memcpy(ctl + 4, r.data + 4, 12);
+    ctl[4 + 4] |= 0x08;
+    RUN(f, &f->a, &r, ctl, sizeof ctl, 0, 0x15, 0x10, 0, 0, sizeof ctl, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    uint8_t blk[BS] = {0};
+    RUN(f, &f->a, &r, blk, BS, 0, 0x2a, 0, 0, 0, 0, 1, 0, 0, 1, 0);
+    expect_sense(&r, 0x07, 0x27, 0x02);
+    RUN(f, &f->b, &r, NULL, 0, 0, 0x00);
+    expect_sense(&r, 0x06, 0x2a, 0x01); /* the other nexus is told */
+    RUN(f, &f->b, &r, NULL, 0, 255, 0x1a, 0, 0x0a, 0, 255, 0);
+    assert_int_equal(r.data[2] & 0x80, 0x80); /* WP */
+    ctl[4 + 4] &= ~0x08;
+    RUN(f, &f->a, &r, ctl, sizeof ctl, 0, 0x15, 0x10, 0, 0, sizeof ctl, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    RUN(f, &f->a, &r, blk, BS, 0, 0x2a, 0, 0, 0, 0, 1, 0, 0, 1, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+
     /* the volume's sync property flips WCE: UA, then WCE=0 */
     volume_set_sync(f->vol, VOLUME_SYNC_ALWAYS);
     RUN(f, &f->a, &r, NULL, 0, 255, 0x1a, 0x08, 0x08, 0, 255, 0);
