@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "core/bufpool.h"
 #include "core/util.h"
 #include "scsi/scsi.h"
 #include "scsi/scsi_internal.h" /* range lock, for the lock test */
@@ -751,6 +752,11 @@ static void *caw_worker(void *arg)
         if (c.status == SCSI_STATUS_GOOD)
             t->successes++;
     }
+    /* Buffers released on this thread sit in bufpool's per-thread cache,
+     * which is not freed when a thread exits (reactors never do): drain it
+     * so LeakSanitizer does not flag them. */
+    for (int i = 0; i < 64; i++)
+        free(bufpool_get(BS));
     return NULL;
 }
 
