@@ -147,6 +147,19 @@ int iscsi_server_unlisten(const char *addr_port)
 
 int iscsi_server_start(const char *listen_addr_port)
 {
+    /* BLOCKD_ISCSI_NOP="INTERVAL,TIMEOUT" (seconds): shorter NOP-In pings,
+     * for tests of the idle-initiator path. */
+    const char *nop = getenv("BLOCKD_ISCSI_NOP");
+    if (nop) {
+        char *end;
+        unsigned long iv = strtoul(nop, &end, 10), to = 0;
+        if (*end == ',')
+            to = strtoul(end + 1, &end, 10);
+        if (iv > 0 && iv < 86400 && to < 86400 && *end == '\0') {
+            iscsi_server_set_nop((unsigned)iv, (unsigned)to);
+            log_info("iscsi: NOP-In after %lu s idle, timeout %lu s", iv, to ? to : iv);
+        }
+    }
     if (!listen_addr_port)
         return 0;
     return iscsi_server_listen(listen_addr_port, 0);
