@@ -555,6 +555,7 @@ static int handle_scsi_cmd(struct iscsi_conn *ic, const uint8_t *bhs, const uint
         t->unsol_offset = dsl;
     } else if (!(f & ISCSI_FLAG_FINAL)) {
         log_warn("%s: unsolicited data announced but InitialR2T=Yes", ic->c->peer);
+        task_free(t);
         return iscsi_conn_send_reject(ic, ISCSI_REJECT_PROTOCOL_ERROR, bhs);
     }
     t->r2t_next = dsl + t->unsol_len;
