@@ -156,15 +156,17 @@ bctl call pool.dataset.create '[{"name": "demo/mem", "type": "VOLUME", "volsize"
     "backend": "memory", "latency_us": 1000}]' >/dev/null
 bctl share nbd create demo/mem --name mem >/dev/null
 KP=$(port)
-nbdkit -f -p "$KP" -i 127.0.0.1 --filter=delay memory 1G rdelay=1ms wdelay=1ms 2>>"$TMP/peers.log" &
+nbdkit -f -p "$KP" -i 127.0.0.1 --filter=delay pattern 1G rdelay=1ms delay-extents=1ms 2>>"$TMP/peers.log" &
 PIDS+=($!)
 SPID[nbdkit]=$!
 # qemu-nbd has no per-request delay of its own (null-co's latency-ns is not
 # applied by this build), so it serves a second nbdkit memory+delay instance
 # through its NBD client: the 1 ms is then paid behind qemu-nbd's own request
-# handling, which is what the case measures.
+# handling, which is what the case measures. The nbdkit side uses the pattern
+# plugin (all data, no holes) with extents delayed too, so that no server can
+# answer a read of a hole from block status without paying the latency.
 KP2=$(port)
-nbdkit -f -p "$KP2" -i 127.0.0.1 --filter=delay memory 1G rdelay=1ms wdelay=1ms 2>>"$TMP/peers.log" &
+nbdkit -f -p "$KP2" -i 127.0.0.1 --filter=delay pattern 1G rdelay=1ms delay-extents=1ms 2>>"$TMP/peers.log" &
 PIDS+=($!)
 wait_port "$KP2"
 QP=$(port)
