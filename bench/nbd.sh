@@ -170,7 +170,7 @@ nbdkit -f -p "$KP2" -i 127.0.0.1 --filter=delay pattern 1G rdelay=1ms delay-exte
 PIDS+=($!)
 wait_port "$KP2"
 QP=$(port)
-qemu-nbd -t --shared=8 -b 127.0.0.1 -p "$QP" -x bench \
+qemu-nbd -t -r --shared=8 -b 127.0.0.1 -p "$QP" -x bench \
     --image-opts "driver=nbd,server.type=inet,server.host=127.0.0.1,server.port=$KP2" \
     2>>"$TMP/peers.log" &
 PIDS+=($!)
