@@ -90,8 +90,8 @@ struct scsi_lu_params {
      * (SSD), else RPM. */
     uint16_t rotation_rate;
     bool readonly; /* in addition to the volume's own read-only flag */
-    /* Allow EXTENDED COPY. Not implemented: EXTENDED COPY and RECEIVE COPY
-     * RESULTS are reported unsupported whatever this says (3PC=0). */
+    /* Allow EXTENDED COPY (LID1) and RECEIVE COPY RESULTS (3PC=1) between
+     * blocks of this LU; false: both are reported unsupported (3PC=0). */
     bool insecure_tpc;
     /* Saved PR state (from a previous save()); NULL/0 = none. */
     const void *pr_blob;

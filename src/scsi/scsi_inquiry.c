@@ -45,6 +45,8 @@ static uint32_t standard_inquiry(const struct scsi_cmd *c, uint8_t *b)
     b[3] = 0x12; /* HiSup, response data format 2 */
     b[4] = 96 - 5;
     b[5] = 0x10; /* TPGS = 01: implicit ALUA (REPORT TARGET PORT GROUPS) */
+    if (lu->insecure_tpc)
+        b[5] |= 0x08; /* 3PC: EXTENDED COPY (scsi_xcopy.c) */
     b[6] = 0x00;
     b[7] = 0x02; /* CmdQue */
     pad_copy(b + 8, 8, lu->vendor);

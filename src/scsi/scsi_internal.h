@@ -43,6 +43,7 @@ enum scsi_op_flags {
     OPF_RANGE_EXCL = 1u << 7, /* takes the LBA range lock (exclusive: COMPARE AND WRITE) */
     OPF_HAS_SA = 1u << 8,     /* service action in byte 1 bits 0-4 */
     OPF_NEEDS_TRIM = 1u << 9, /* only offered when the volume can trim */
+    OPF_NEEDS_TPC = 1u << 10, /* only offered when the extent allows third-party copy */
 };
 
 enum scsi_dir { DIR_NONE = 0, DIR_IN = 1, DIR_OUT = 2 };
@@ -57,6 +58,27 @@ struct scsi_op {
     void (*run)(struct scsi_cmd *c);
     const char *name;
     uint16_t timeout_s; /* nominal command timeout for RCTD */
+};
+
+/* EXTENDED COPY (LID1) limits reported in OPERATING PARAMETERS. */
+#define SCSI_XCOPY_MAX_CSCDS 8u
+#define SCSI_XCOPY_MAX_SEGS 64u
+#define SCSI_XCOPY_MAX_DESC_LIST (SCSI_XCOPY_MAX_CSCDS * 32u + SCSI_XCOPY_MAX_SEGS * 28u)
+#define SCSI_XCOPY_MAX_SEG_BLOCKS 0xFFFFu /* the NUMBER OF BLOCKS field is 16 bits */
+#define SCSI_XCOPY_RECS 8u                /* held copy results per LU */
+
+/* One EXTENDED COPY with a held LIST IDENTIFIER (LIST ID USAGE 00b): running,
+ * or finished and kept for RECEIVE COPY RESULTS (COPY STATUS). */
+struct scsi_xcopy_rec {
+    bool used;
+    bool running;
+    bool held; /* LIST ID USAGE 00b: results kept after completion */
+    uint8_t list_id;
+    uint64_t nexus_id;
+    uint8_t status; /* COPY MANAGER STATUS when done: 0 = completed without errors */
+    uint16_t segments;
+    uint64_t blocks; /* transfer count, in blocks (units 0xf1 scaled by block size) */
+    uint64_t seq;    /* age, for reuse of the oldest finished slot */
 };
 
 /* Per I_T nexus state kept by an LU. */
@@ -116,6 +138,9 @@ struct scsi_lu {
     struct scsi_cmd *lock_active;
     struct scsi_cmd *lock_wait_head;
     struct scsi_cmd *lock_wait_tail;
+    /* EXTENDED COPY list identifiers (scsi_xcopy.c) */
+    struct scsi_xcopy_rec xcopy[SCSI_XCOPY_RECS];
+    uint64_t xcopy_seq;
 };
 
 /* ---- sense / completion (scsi_sense.c) ---- */
@@ -197,6 +222,8 @@ void scsi_run_reserve(struct scsi_cmd *c);
 void scsi_run_release(struct scsi_cmd *c);
 void scsi_run_pr_in(struct scsi_cmd *c);
 void scsi_run_pr_out(struct scsi_cmd *c);
+void scsi_run_xcopy(struct scsi_cmd *c);
+void scsi_run_receive_copy_results(struct scsi_cmd *c);
 
 /* PR / SPC-2 reservation check before dispatch (mu held). true: conflict. */
 bool scsi_pr_conflict_locked(struct scsi_lu *lu, const struct scsi_nexus *n,

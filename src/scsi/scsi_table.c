@@ -106,6 +106,17 @@ static const struct scsi_op ops[] = {
     {0x5f, 0x07, 10, DIR_OUT, OPF_PR_ALLOW | OPF_HAS_SA,
      {0x5f, 0x1f, 0xff, 0, 0, 0xff, 0xff, 0xff, 0xff, CTL}, scsi_run_pr_out,
      "PR OUT/REGISTER AND MOVE", 1},
+    /* EXTENDED COPY (LID1) and RECEIVE COPY RESULTS: only where the
+     * extent's insecure_tpc allows third-party copy (scsi_xcopy.c) */
+    {0x83, 0x00, 16, DIR_OUT, OPF_WRITE | OPF_HAS_SA | OPF_NEEDS_TPC,
+     {0x83, 0x1f, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, CTL},
+     scsi_run_xcopy, "EXTENDED COPY(LID1)", 60},
+    {0x84, 0x00, 16, DIR_IN, OPF_PR_READ | OPF_HAS_SA | OPF_NEEDS_TPC,
+     {0x84, 0x1f, 0xff, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, CTL},
+     scsi_run_receive_copy_results, "RECEIVE COPY RESULTS/COPY STATUS", 1},
+    {0x84, 0x03, 16, DIR_IN, OPF_PR_READ | OPF_HAS_SA | OPF_NEEDS_TPC,
+     {0x84, 0x1f, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, CTL},
+     scsi_run_receive_copy_results, "RECEIVE COPY RESULTS/OPERATING PARAMETERS", 1},
     {0x88, 0, 16, DIR_IN, OPF_PR_READ,
      {0x88, RW_FLAGS | 0x04, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
       0xff, 0x1f, CTL},
@@ -199,6 +210,8 @@ const struct scsi_op *scsi_op_find(uint8_t opcode, uint8_t sa, bool *opcode_know
 bool scsi_op_supported(const struct scsi_op *op, const struct scsi_lu *lu)
 {
     if ((op->flags & OPF_NEEDS_TRIM) && lu && !(volume_caps(lu->vol) & BDEV_CAN_TRIM))
+        return false;
+    if ((op->flags & OPF_NEEDS_TPC) && lu && !lu->insecure_tpc)
         return false;
     return true;
 }
