@@ -95,5 +95,9 @@ blockctl share nbd delete ro >/dev/null || fail "share nbd delete"
 if nbdinfo "$R" >/dev/null 2>&1; then fail "deleted export still served"; fi
 nbdinfo --size "$U" >/dev/null || fail "other export disturbed by delete"
 
+# A dataset in use by an export cannot be deleted.
+if blockctl volume delete demo/vm1 2>"$TMP/vdel.err"; then fail "exported volume deleted"; fi
+grep -q "exported over NBD" "$TMP/vdel.err" || fail "volume delete error: $(cat "$TMP/vdel.err")"
+
 blockd_stop
 pass
