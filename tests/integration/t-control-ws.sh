@@ -9,7 +9,7 @@
 # rate-limited per address and logged; API keys survive a restart and a
 # deleted key no longer logs in.
 . "$(dirname "$0")/lib.sh"
-need /usr/bin/python3 iscsi-ls iscsi-inq curl
+need /usr/bin/python3 iscsi-ls iscsi-inq curl sqlite3
 /usr/bin/python3 -c 'import websocket' 2>/dev/null || fail "python3-websocket is not installed"
 
 WS_PORT=$(free_port)
@@ -27,8 +27,10 @@ case "$KEY" in "$KEY_ID"-*) ;; *) fail "key does not start with its id: $KEY" ;;
 # never shown again
 blockctl call api_key.query | grep -q "$KEY" && fail "api_key.query returns the key"
 blockctl call api_key.query | grep -qi keyhash && fail "api_key.query returns the hash"
-sqlite3 "$STATE/blockd.db" 'SELECT keyhash FROM api_key' 2>/dev/null | grep -q "${KEY#*-}" &&
+sqlite3 "$STATE/blockd.db" "SELECT keyhash FROM api_key" | grep -q "${KEY#*-}" &&
     fail "the key is stored in clear"
+[ "$(sqlite3 "$STATE/blockd.db" "SELECT keyhash FROM api_key")" = \
+    "$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)" ] || fail "stored hash is not SHA-256(key)"
 
 blockctl call pool.dataset.create '{"name":"demo/ws1","type":"VOLUME","volsize":16777216}' >/dev/null
 
