@@ -143,6 +143,8 @@ static uint32_t vpd_characteristics(const struct scsi_cmd *c, uint8_t *b)
     b[1] = 0xb1;
     be16_store(b + 2, 0x3c);
     be16_store(b + 4, c->lu->rotation_rate);
+    if (scsi_lu_can_block_erase(c->lu))
+        b[7] = 0x40; /* WABEREQ 01b: reads after SANITIZE BLOCK ERASE succeed (zeros) */
     return 64;
 }
 

@@ -33,17 +33,18 @@ enum {
 
 /* Opcode table flags. */
 enum scsi_op_flags {
-    OPF_NO_LU = 1u << 0,      /* runs without an LU (INQUIRY, REPORT LUNS, REQUEST SENSE) */
-    OPF_UA_EXEMPT = 1u << 1,  /* does not report pending unit attentions */
-    OPF_PR_ALLOW = 1u << 2,   /* allowed whatever the persistent reservation */
-    OPF_PR_READ = 1u << 3,    /* a read: allowed under Write Exclusive */
-    OPF_RES2_ALLOW = 1u << 4, /* allowed from others under an SPC-2 reservation */
-    OPF_WRITE = 1u << 5,      /* modifies the medium: refused when read-only */
-    OPF_RANGE_LOCK = 1u << 6, /* takes the LBA range lock (shared) */
-    OPF_RANGE_EXCL = 1u << 7, /* takes the LBA range lock (exclusive: COMPARE AND WRITE) */
-    OPF_HAS_SA = 1u << 8,     /* service action in byte 1 bits 0-4 */
-    OPF_NEEDS_TRIM = 1u << 9, /* only offered when the volume can trim */
-    OPF_NEEDS_TPC = 1u << 10, /* only offered when the extent allows third-party copy */
+    OPF_NO_LU = 1u << 0,        /* runs without an LU (INQUIRY, REPORT LUNS, REQUEST SENSE) */
+    OPF_UA_EXEMPT = 1u << 1,    /* does not report pending unit attentions */
+    OPF_PR_ALLOW = 1u << 2,     /* allowed whatever the persistent reservation */
+    OPF_PR_READ = 1u << 3,      /* a read: allowed under Write Exclusive */
+    OPF_RES2_ALLOW = 1u << 4,   /* allowed from others under an SPC-2 reservation */
+    OPF_WRITE = 1u << 5,        /* modifies the medium: refused when read-only */
+    OPF_RANGE_LOCK = 1u << 6,   /* takes the LBA range lock (shared) */
+    OPF_RANGE_EXCL = 1u << 7,   /* takes the LBA range lock (exclusive: COMPARE AND WRITE) */
+    OPF_HAS_SA = 1u << 8,       /* service action in byte 1 bits 0-4 */
+    OPF_NEEDS_TRIM = 1u << 9,   /* only offered when the volume can trim */
+    OPF_NEEDS_TPC = 1u << 10,   /* only offered when the extent allows third-party copy */
+    OPF_NEEDS_ERASE = 1u << 11, /* only offered when deallocation erases (scsi_sanitize.c) */
 };
 
 enum scsi_dir { DIR_NONE = 0, DIR_IN = 1, DIR_OUT = 2 };
@@ -224,6 +225,10 @@ void scsi_run_pr_in(struct scsi_cmd *c);
 void scsi_run_pr_out(struct scsi_cmd *c);
 void scsi_run_xcopy(struct scsi_cmd *c);
 void scsi_run_receive_copy_results(struct scsi_cmd *c);
+void scsi_run_sanitize(struct scsi_cmd *c);
+/* SANITIZE BLOCK ERASE is honest on this LU: the volume deallocates and
+ * deallocated blocks read as zeros. */
+bool scsi_lu_can_block_erase(const struct scsi_lu *lu);
 
 /* PR / SPC-2 reservation check before dispatch (mu held). true: conflict. */
 bool scsi_pr_conflict_locked(struct scsi_lu *lu, const struct scsi_nexus *n,

@@ -69,6 +69,9 @@ static const struct scsi_op ops[] = {
     {0x42, 0, 10, DIR_OUT, OPF_WRITE | OPF_RANGE_LOCK | OPF_NEEDS_TRIM,
      {0x42, 0, 0, 0, 0, 0, 0x1f, 0xff, 0xff, CTL},
      scsi_run_unmap, "UNMAP", 60},
+    /* SANITIZE: BLOCK ERASE only, without IMMED (scsi_sanitize.c) */
+    {0x48, 0x02, 10, DIR_OUT, OPF_WRITE | OPF_HAS_SA | OPF_NEEDS_ERASE,
+     {0x48, 0x3f, 0, 0, 0, 0, 0, 0xff, 0xff, CTL}, scsi_run_sanitize, "SANITIZE/BLOCK ERASE", 120},
     {0x55, 0, 10, DIR_OUT, 0, {0x55, 0x11, 0, 0, 0, 0, 0, 0xff, 0xff, CTL},
      scsi_run_mode_select, "MODE SELECT(10)", 1},
     {0x56, 0, 10, DIR_NONE, OPF_PR_ALLOW, {0x56, 0, 0, 0, 0, 0, 0, 0, 0, CTL},
@@ -212,6 +215,8 @@ bool scsi_op_supported(const struct scsi_op *op, const struct scsi_lu *lu)
     if ((op->flags & OPF_NEEDS_TRIM) && lu && !(volume_caps(lu->vol) & BDEV_CAN_TRIM))
         return false;
     if ((op->flags & OPF_NEEDS_TPC) && lu && !lu->insecure_tpc)
+        return false;
+    if ((op->flags & OPF_NEEDS_ERASE) && lu && !scsi_lu_can_block_erase(lu))
         return false;
     return true;
 }

@@ -1,7 +1,8 @@
 #!/bin/bash
 # SCSI conformance: libiscsi's iscsi-test-cu over the whole ALL family
 # against a blockd LUN (--dataloss, the URL given twice for the multipath
-# tests, a second initiator name for the multi-initiator ones).
+# tests, a second initiator name for the multi-initiator ones,
+# --allow-sanitize so the SANITIZE tests run: blockd offers BLOCK ERASE).
 #
 # iscsi-test-cu prints "[SKIPPED]" and then "passed" for a skipped test, so
 # each test is classified here as passed / skipped / failed and compared with
@@ -38,7 +39,7 @@ blockctl call iscsi.targetextent.create "{\"target\":$target,\"extent\":$extent,
 URL="iscsi://127.0.0.1:$ISCSI_PORT/iqn.2026-11.org.blockd:conformance/0"
 OUT=$TMP/iscsi-test-cu.txt
 rc=0
-timeout 600 iscsi-test-cu --dataloss -i "$INI1" -I "$INI2" -t ALL "$URL" "$URL" >"$OUT" 2>&1 || rc=$?
+timeout 600 iscsi-test-cu --dataloss --allow-sanitize -i "$INI1" -I "$INI2" -t ALL "$URL" "$URL" >"$OUT" 2>&1 || rc=$?
 [ "$rc" = 0 ] || fail "iscsi-test-cu exited with $rc (output in $OUT): $(tail -5 "$OUT")"
 blockd_alive || fail "blockd died during the conformance run"
 

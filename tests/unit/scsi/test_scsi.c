@@ -253,9 +253,10 @@ static void test_unknown_opcode_and_lun(void **state)
     clear_ua(f, &f->a);
     RUN(f, &f->a, &r, NULL, 0, 0, 0xc5);
     expect_sense(&r, 0x05, 0x20, 0x00);
-    /* SANITIZE, WRITE ATOMIC, EXTENDED COPY: unsupported */
+    /* SANITIZE: only BLOCK ERASE (service action 2), so 0 is an invalid
+     * field; WRITE ATOMIC unsupported; EXTENDED COPY without insecure_tpc */
     RUN(f, &f->a, &r, NULL, 0, 0, 0x48);
-    expect_sense(&r, 0x05, 0x20, 0x00);
+    expect_sense(&r, 0x05, 0x24, 0x00);
     RUN(f, &f->a, &r, NULL, 0, 0, 0x9c);
     expect_sense(&r, 0x05, 0x20, 0x00);
     RUN(f, &f->a, &r, NULL, 0, 0, 0x83);
