@@ -57,7 +57,7 @@ cat "$DISK" >/dev/null
 
 # --- tgtd on the same file (write cache on, its default) ---
 TP=$(port)
-CP=$(port)
+CP=$((RANDOM % 900 + 100)) # tgtadm -C takes a small number (control socket suffix)
 tgtd -f -C "$CP" --iscsi "portal=127.0.0.1:$TP" >"$TMP/tgtd.log" 2>&1 &
 PIDS+=($!)
 sleep 1
