@@ -71,9 +71,11 @@ static bool cscd_resolve(struct scsi_cmd *c, const uint8_t *p, unsigned ncscd, u
 
 /*
  * Validate the whole parameter list of plen bytes (plen ≥ HDR_LEN). On
- * success *nseg holds the segment count. Every failure fills c's sense.
+ * success [*dmin, *dend) spans every destination block (empty: nothing to
+ * write). Every failure fills c's sense.
  */
-static bool xcopy_check(struct scsi_cmd *c, const uint8_t *p, uint32_t plen, unsigned *nseg)
+static bool xcopy_check(struct scsi_cmd *c, const uint8_t *p, uint32_t plen, uint64_t *dmin,
+                        uint64_t *dend)
 {
     const struct scsi_lu *lu = c->lu;
     unsigned usage = (p[1] >> 3) & 0x03;
@@ -154,6 +156,8 @@ static bool xcopy_check(struct scsi_cmd *c, const uint8_t *p, uint32_t plen, uns
         return false;
     }
     uint64_t blocks = scsi_lu_blocks(lu);
+    *dmin = UINT64_MAX;
+    *dend = 0;
     for (uint32_t off = sbeg; off < send; off += 4u + be16_load(p + off + 2)) {
         const uint8_t *d = p + off;
         if (d[0] != 0x02) {
@@ -173,8 +177,11 @@ static bool xcopy_check(struct scsi_cmd *c, const uint8_t *p, uint32_t plen, uns
             copy_aborted(c, 0x00, 0x00, off); /* the segment pointer names the culprit */
             return false;
         }
+        if (nb) {
+            *dmin = MIN(*dmin, dst);
+            *dend = MAX(*dend, dst + nb);
+        }
     }
-    *nseg = n;
     return true;
 }
 
@@ -355,7 +362,7 @@ void scsi_run_xcopy(struct scsi_cmd *c)
 {
     uint32_t plen = be32_load(&c->cdb[10]);
     const uint8_t *p = c->data_out;
-    unsigned nseg = 0;
+    uint64_t dmin, dend;
 
     c->xfer_want = plen;
     if (plen == 0) { /* no copy: not an error (SPC-4) */
@@ -367,10 +374,15 @@ void scsi_run_xcopy(struct scsi_cmd *c)
         scsi_complete(c);
         return;
     }
-    if (!xcopy_check(c, p, plen, &nseg)) {
+    if (!xcopy_check(c, p, plen, &dmin, &dend)) {
         scsi_complete(c);
         return;
     }
+    /* The writes take the LBA range lock shared, like WRITE, so a COMPARE
+     * AND WRITE stays atomic against them. Not granted now: this handler
+     * runs again (and re-checks the list) once it is. */
+    if (dend > dmin && !scsi_range_lock(c, dmin, dend - dmin, false))
+        return;
     unsigned usage = (p[1] >> 3) & 0x03;
     if (usage != 3 && !rec_start(c, p[0], usage == 0)) {
         scsi_complete(c);

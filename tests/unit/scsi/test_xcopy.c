@@ -16,6 +16,7 @@
 
 #include "core/util.h"
 #include "scsi/scsi.h"
+#include "scsi/scsi_internal.h" /* range lock, for the lock test */
 
 #define BS 512
 #define VOL_SIZE (4u << 20) /* 8192 blocks */
@@ -399,6 +400,50 @@ static void test_copy(void **state)
     fixture_free(f);
 }
 
+/* The copy's writes take the range lock shared: a copy whose destination
+ * overlaps a range held exclusively (as by COMPARE AND WRITE) waits. */
+static int parked_done;
+static void parked_cb(struct scsi_cmd *c)
+{
+    (void)c;
+    parked_done++;
+}
+
+static void test_copy_waits_for_range_lock(void **state)
+{
+    (void)state;
+    struct fixture *f = fixture_new(true);
+    clear_ua(f);
+    uint8_t want[16 * BS], got[16 * BS];
+    fill(want, 0, 16);
+    rw(f, true, 0, 16, want);
+    struct scsi_cmd holder;
+    memset(&holder, 0, sizeof holder);
+    holder.lu = f->lu;
+    assert_true(scsi_range_lock(&holder, 205, 2, true));
+
+    static uint8_t p[128];
+    uint32_t plen = simple_list(p, 0, 3, 16, 0, 200);
+    struct scsi_cmd *c = calloc(1, sizeof *c);
+    c->cdb[0] = 0x83;
+    be32_store(c->cdb + 10, plen);
+    c->cdb_len = 16;
+    c->lu = f->lu;
+    c->nexus = &f->a;
+    c->data_out = p;
+    c->data_out_len = plen;
+    c->done = parked_cb;
+    scsi_cmd_execute(c);
+    assert_int_equal(parked_done, 0); /* waiting */
+    scsi_range_unlock(&holder);
+    assert_int_equal(parked_done, 1);
+    assert_int_equal(c->status, SCSI_STATUS_GOOD);
+    free(c);
+    rw(f, false, 200, 16, got);
+    assert_memory_equal(got, want, sizeof want);
+    fixture_free(f);
+}
+
 static void test_receive_copy_results(void **state)
 {
     (void)state;
@@ -461,6 +506,7 @@ int main(void)
         cmocka_unit_test(test_hidden_without_tpc),
         cmocka_unit_test(test_param_errors),
         cmocka_unit_test(test_copy),
+        cmocka_unit_test(test_copy_waits_for_range_lock),
         cmocka_unit_test(test_receive_copy_results),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
