@@ -127,5 +127,22 @@ blockctl call iscsi.targetextent.create "{\"target\":$target,\"extent\":$e3,\"lu
 supplementary 1 ALL.CompareAndWrite.InvalidDataOutSize ALL.WriteSame10.InvalidDataOutSize \
     ALL.WriteSame10.UnmapUnaligned ALL.WriteSame16.InvalidDataOutSize ALL.WriteSame16.UnmapUnaligned
 supplementary 2 ALL.ReadOnly.ReadOnlySBC
+
+# An extent with insecure_tpc=false reports EXTENDED COPY / RECEIVE COPY
+# RESULTS unsupported, so the suite skips them (and nothing is copied).
+blockctl call pool.dataset.create '{"name":"demo/notpc","type":"VOLUME","volsize":67108864}' >/dev/null
+e4=$(blockctl call iscsi.extent.create \
+    '{"name":"notpc","disk":"zvol/demo/notpc","blocksize":512,"insecure_tpc":false}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+blockctl call iscsi.targetextent.create "{\"target\":$target,\"extent\":$e4,\"lunid\":3}" >/dev/null
+out=$TMP/supp-3.txt
+rc=0
+timeout 120 iscsi-test-cu --dataloss -i "$INI1" -I "$INI2" \
+    -t ALL.ExtendedCopy.Simple,ALL.ReceiveCopyResults.OpParams "${URL%/0}/3" >"$out" 2>&1 || rc=$?
+[ "$rc" = 0 ] || fail "iscsi-test-cu on LUN 3 exited with $rc: $(tail -5 "$out")"
+skips=$(grep -c 'SKIPPED.*not implemented' "$out" || true)
+[ "$skips" -ge 2 ] && ! grep -q FAILED "$out" ||
+    fail "LUN 3 (insecure_tpc=false): EXTENDED COPY / RECEIVE COPY RESULTS not reported unsupported: $(grep -E '^  Test:|FAILED|SKIPPED' "$out")"
+echo "supplementary LUN 3 (insecure_tpc=false): third-party copy reported unsupported"
 blockd_stop
 pass "$(head -1 "$TMP/summary.txt")"
