@@ -327,7 +327,7 @@ static int m_dataset_query(struct api_call *call, json_t *params, json_t **resul
         children = bool_or(extra, "retrieve_children", true);
     }
     db_lock();
-    rows = ds_dataset_rows();
+    rows = ds_dataset_rows_hinted(params);
     db_unlock();
     if (!rows)
         return api_error(call, EIO, "cannot read datasets");
@@ -840,9 +840,14 @@ static int m_dataset_get_instance(struct api_call *call, json_t *params, json_t 
     json_t *rows;
     int rc;
 
+    /* only the rows an "id =" query would build */
+    json_t *q = json_pack("[[[s, s, O]]]", "id", "=",
+                          api_param(params, 0) ? api_param(params, 0) : json_null());
+
     db_lock();
-    rows = ds_dataset_rows();
+    rows = q ? ds_dataset_rows_hinted(q) : NULL;
     db_unlock();
+    json_decref(q);
     if (!rows)
         return api_error(call, EIO, "cannot read datasets");
     rc = ds_get_instance(call, params, rows, result);

@@ -141,6 +141,26 @@ extern const char ds_schema_sql[];
 json_t *ds_pool_rows(void);
 json_t *ds_dataset_rows(void);
 json_t *ds_snapshot_rows(const char *only_dataset);
+/*
+ * Query push-down: build only the rows a query's top-level filters can
+ * match; the caller still runs api_query over them, so the answer is the
+ * one the full rows would give. ds_dataset_rows_hinted narrows on
+ * id/name "=", "in" (each dataset with its descendants, which its
+ * children and used need) or "^"; ds_snapshot_rows_hinted on id/name and
+ * dataset "=" / "in". Locked by caller.
+ */
+json_t *ds_dataset_rows_hinted(json_t *params);
+json_t *ds_snapshot_rows_hinted(json_t *params);
+/* Off only in tests comparing the narrowed and full paths. */
+extern bool ds_query_pushdown;
+#define DS_HINT_MAX 512
+/* The strings of the first top-level [f, "=", s] / [f, "in", [s…]] over
+ * fields (new reference), or NULL. */
+json_t *ds_query_hint_names(json_t *params, const char *const *fields, size_t n);
+/* The value of a top-level [f, "^", "non-empty"] over fields (borrowed). */
+const char *ds_query_hint_prefix(json_t *params, const char *const *fields, size_t n);
+/* The least string above all those starting with prefix, into buf. */
+int ds_prefix_end(const char *prefix, char *buf, size_t len);
 /* The single row of a dataset / snapshot (NULL if absent). */
 json_t *ds_dataset_row(const char *name);
 json_t *ds_snapshot_row(const char *dataset, const char *snap);

@@ -234,10 +234,13 @@ static void rows_link(json_t *rows, const uint64_t *used)
     free(child_used);
 }
 
-/* Rows of every dataset, or of one dataset and its descendants. */
-static json_t *rows_select(const char *name)
+/* Rows matching where (an SQL condition over d.*, or NULL for all) with
+ * binds (strings, ?1…) — the where must also take in the descendants of
+ * every dataset it takes in, since a row's children and used come from
+ * them. */
+static json_t *rows_select_where(const char *where, json_t *binds)
 {
-    char sql[sizeof(ROW_SQL) + 128];
+    char *sql = NULL;
     json_t *rows = json_array();
     uint64_t *used = NULL;
     size_t cap = 0, n = 0;
@@ -245,14 +248,20 @@ static json_t *rows_select(const char *name)
 
     /* Plain name order would put "a.b" between "a" and "a/c" ('.' < '/');
      * sorting with '/' as the lowest byte keeps descendants contiguous. */
-    snprintf(sql, sizeof(sql), "%s%s ORDER BY replace(d.name, '/', char(1))", ROW_SQL,
-             name ? " WHERE d.name = ?1 OR substr(d.name, 1, length(?1) + 1) = ?1 || '/'" : "");
-    if (!rows || db_prepare(sql, &st) < 0) {
+    if (!rows || asprintf(&sql, "%s%s%s ORDER BY replace(d.name, '/', char(1))", ROW_SQL,
+                          where ? " WHERE " : "", where ? where : "") < 0) {
         json_decref(rows);
         return NULL;
     }
-    if (name)
-        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    if (db_prepare(sql, &st) < 0) {
+        free(sql);
+        json_decref(rows);
+        return NULL;
+    }
+    free(sql);
+    for (size_t k = 0; k < json_array_size(binds); k++)
+        sqlite3_bind_text(st, (int)k + 1, json_string_value(json_array_get(binds, k)), -1,
+                          SQLITE_STATIC);
     while (sqlite3_step(st) == SQLITE_ROW) {
         uint64_t u = 0;
         json_t *row = row_build(st, &u);
@@ -274,6 +283,135 @@ static json_t *rows_select(const char *name)
     sqlite3_finalize(st);
     rows_link(rows, used);
     free(used);
+    return rows;
+}
+
+/* A dataset and its descendants: "X" and the range ("X/", "X0") ('0' is
+ * the byte after '/'), so the name index is used, not a scan. */
+#define SUBTREE_SQL "(d.name = ?%zu OR (d.name > ?%zu || '/' AND d.name < ?%zu || '0'))"
+
+static json_t *rows_select(const char *name)
+{
+    json_t *binds;
+    json_t *rows;
+
+    if (!name)
+        return rows_select_where(NULL, NULL);
+    binds = json_pack("[s]", name);
+    if (!binds)
+        return NULL;
+    rows = rows_select_where("(d.name = ?1 OR (d.name > ?1 || '/' AND d.name < ?1 || '0'))", binds);
+    json_decref(binds);
+    return rows;
+}
+
+bool ds_query_pushdown = true;
+
+/* Strings of an [field, "=", s] or [field, "in", [s…]] top-level filter
+ * (new reference), or NULL when it cannot narrow. */
+static json_t *hint_strings(json_t *params, const char *field)
+{
+    const char *op = NULL;
+    json_t *v = api_query_hint(params, field, &op), *item;
+    size_t i;
+
+    if (!v)
+        return NULL;
+    if (strcmp(op, "=") == 0)
+        return json_is_string(v) ? json_pack("[O]", v) : NULL;
+    if (json_array_size(v) > DS_HINT_MAX)
+        return NULL;
+    json_array_foreach(v, i, item) if (!json_is_string(item)) return NULL;
+    return json_incref(v);
+}
+
+json_t *ds_query_hint_names(json_t *params, const char *const *fields, size_t n)
+{
+    if (!ds_query_pushdown)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        json_t *names = hint_strings(params, fields[i]);
+        if (names)
+            return names;
+    }
+    return NULL;
+}
+
+const char *ds_query_hint_prefix(json_t *params, const char *const *fields, size_t n)
+{
+    json_t *filters = api_param(params, 0), *f;
+    size_t i;
+
+    if (!ds_query_pushdown)
+        return NULL;
+    json_array_foreach(filters, i, f)
+    {
+        const char *field = json_string_value(json_array_get(f, 0));
+        const char *op = json_string_value(json_array_get(f, 1));
+        const char *v = json_string_value(json_array_get(f, 2));
+
+        if (json_array_size(f) != 3 || !field || !op || !v || strcmp(op, "^") != 0 || !v[0])
+            continue;
+        for (size_t k = 0; k < n; k++)
+            if (strcmp(field, fields[k]) == 0)
+                return v;
+    }
+    return NULL;
+}
+
+int ds_prefix_end(const char *prefix, char *buf, size_t len)
+{
+    size_t n = strlen(prefix);
+
+    if (n + 1 > len)
+        return -ENAMETOOLONG;
+    memcpy(buf, prefix, n + 1);
+    /* The least string above every string starting with prefix: drop
+     * trailing 0xff bytes, then increment the last one. */
+    while (n > 0 && (unsigned char)buf[n - 1] == 0xff)
+        buf[--n] = '\0';
+    if (n == 0)
+        return -ERANGE;
+    buf[n - 1] = (char)((unsigned char)buf[n - 1] + 1);
+    return 0;
+}
+
+json_t *ds_dataset_rows_hinted(json_t *params)
+{
+    static const char *const fields[] = {"id", "name"};
+    json_t *names = ds_query_hint_names(params, fields, 2);
+    const char *prefix = names ? NULL : ds_query_hint_prefix(params, fields, 2);
+    char *where = NULL;
+    size_t len = 0;
+    json_t *rows, *binds;
+    FILE *f;
+
+    if (!names && !prefix)
+        return ds_dataset_rows();
+    if (!names) {
+        char end[DS_NAME_BUF * 2];
+
+        if (ds_prefix_end(prefix, end, sizeof(end)) < 0)
+            return ds_dataset_rows();
+        /* The descendants of a name with that prefix have it too. */
+        binds = json_pack("[ss]", prefix, end);
+        rows = binds ? rows_select_where("(d.name >= ?1 AND d.name < ?2)", binds) : NULL;
+        json_decref(binds);
+        return rows;
+    }
+    f = open_memstream(&where, &len);
+    if (!f) {
+        json_decref(names);
+        return NULL;
+    }
+    if (json_array_size(names) == 0)
+        fputs("0", f);
+    for (size_t k = 1; k <= json_array_size(names); k++)
+        fprintf(f, "%s" SUBTREE_SQL, k > 1 ? " OR " : "", k, k, k);
+    fclose(f);
+    rows = where ? rows_select_where(where, names) : NULL;
+    free(where);
+    json_decref(names);
     return rows;
 }
 

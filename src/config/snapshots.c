@@ -204,27 +204,35 @@ static json_t *prop_int_str(uint64_t v)
     return ds_prop_size(v, "NONE");
 }
 
-/* Rows for zfs.snapshot.query. Locked by caller. */
-json_t *ds_snapshot_rows(const char *only_dataset)
+/* Rows for zfs.snapshot.query: those matching where (over d.* and s.*,
+ * binds are strings ?1…), or all. Locked by caller. */
+static json_t *snapshot_rows_where(const char *where, json_t *binds)
 {
     json_t *rows = json_array();
     sqlite3_stmt *st;
     struct ds_pool pool;
     char path[PATH_MAX], full[DS_NAME_BUF * 2], raw[32], value[64];
+    char *sql = NULL;
 
     if (!rows ||
-        db_prepare(
-            "SELECT s.id, d.name, s.name, s.volsize, s.created, p.name, p.path, d.volblocksize,"
-            " (SELECT group_concat(c.name, ',') FROM datasets c WHERE c.origin_id = s.id)"
-            " FROM snapshots s JOIN datasets d ON d.id = s.dataset_id"
-            " JOIN pools p ON p.id = d.pool_id"
-            " WHERE ?1 IS NULL OR d.name = ?1 ORDER BY d.name, s.id",
-            &st) < 0) {
+        asprintf(&sql,
+                 "SELECT s.id, d.name, s.name, s.volsize, s.created, p.name, p.path, "
+                 "d.volblocksize, (SELECT group_concat(c.name, ',') FROM datasets c WHERE "
+                 "c.origin_id = s.id) FROM snapshots s JOIN datasets d ON d.id = s.dataset_id"
+                 " JOIN pools p ON p.id = d.pool_id%s%s ORDER BY d.name, s.id",
+                 where ? " WHERE " : "", where ? where : "") < 0) {
         json_decref(rows);
         return NULL;
     }
-    if (only_dataset)
-        sqlite3_bind_text(st, 1, only_dataset, -1, SQLITE_STATIC);
+    if (db_prepare(sql, &st) < 0) {
+        free(sql);
+        json_decref(rows);
+        return NULL;
+    }
+    free(sql);
+    for (size_t k = 0; k < json_array_size(binds); k++)
+        sqlite3_bind_text(st, (int)k + 1, json_string_value(json_array_get(binds, k)), -1,
+                          SQLITE_STATIC);
     while (sqlite3_step(st) == SQLITE_ROW) {
         int64_t id = sqlite3_column_int64(st, 0);
         const char *ds = (const char *)sqlite3_column_text(st, 1);
@@ -275,6 +283,75 @@ json_t *ds_snapshot_rows(const char *only_dataset)
         }
     }
     sqlite3_finalize(st);
+    return rows;
+}
+
+json_t *ds_snapshot_rows(const char *only_dataset)
+{
+    json_t *binds, *rows;
+
+    if (!only_dataset)
+        return snapshot_rows_where(NULL, NULL);
+    binds = json_pack("[s]", only_dataset);
+    rows = binds ? snapshot_rows_where("d.name = ?1", binds) : NULL;
+    json_decref(binds);
+    return rows;
+}
+
+/* "d.name = ?a AND s.name = ?b" per "dataset@snap" id, or "d.name = ?a"
+ * per dataset; a name without '@' matches no snapshot. */
+json_t *ds_snapshot_rows_hinted(json_t *params)
+{
+    static const char *const ids[] = {"id", "name"};
+    static const char *const datasets[] = {"dataset"};
+    json_t *names = ds_query_hint_names(params, ids, 2), *binds = NULL, *rows = NULL;
+    bool by_id = names != NULL;
+    char *where = NULL;
+    size_t len = 0, nb = 0;
+    FILE *f;
+
+    if (!names)
+        names = ds_query_hint_names(params, datasets, 1);
+    if (!names)
+        return snapshot_rows_where(NULL, NULL);
+    binds = json_array();
+    f = open_memstream(&where, &len);
+    if (!binds || !f) {
+        if (f)
+            fclose(f);
+        free(where);
+        json_decref(binds);
+        json_decref(names);
+        return NULL;
+    }
+    /* no constant term in the OR: SQLite then looks each one up by index */
+    fputs("(", f);
+    for (size_t k = 0; k < json_array_size(names); k++) {
+        const char *n = json_string_value(json_array_get(names, k));
+        const char *at = strchr(n, '@');
+
+        if (!by_id) {
+            json_array_append_new(binds, json_string(n));
+            fprintf(f, "%sd.name = ?%zu", nb ? " OR " : "", nb + 1);
+            nb++;
+        } else if (at) {
+            json_array_append_new(binds, json_stringn(n, (size_t)(at - n)));
+            json_array_append_new(binds, json_string(at + 1));
+            fprintf(f, "%s(d.name = ?%zu AND s.name = ?%zu)", nb ? " OR " : "", nb + 1, nb + 2);
+            nb += 2;
+        }
+    }
+    fputs(nb ? ")" : "0)", f);
+    fclose(f);
+    /* a string jansson could not hold (invalid UTF-8 split) would be a
+     * missing bind: fall back to every row rather than guess */
+    if (where && json_array_size(binds) == nb)
+        rows = snapshot_rows_where(where, binds);
+    else if (where)
+        rows = snapshot_rows_where(NULL, NULL);
+    free(where);
+    json_decref(binds);
+    json_decref(names);
     return rows;
 }
 
@@ -464,8 +541,10 @@ static int m_snapshot_query(struct api_call *call, json_t *params, json_t **resu
 
     if (api_check_arity(call, params, 2) < 0)
         return api_invalid(call);
+    if (api_query_validate(call, params) < 0)
+        return -1;
     db_lock();
-    rows = ds_snapshot_rows(NULL);
+    rows = ds_snapshot_rows_hinted(params);
     db_unlock();
     if (!rows)
         return api_error(call, EIO, "cannot read snapshots");
@@ -1043,9 +1122,14 @@ static int m_snapshot_get_instance(struct api_call *call, json_t *params, json_t
     json_t *rows;
     int rc;
 
+    /* only the rows an "id =" query would build */
+    json_t *q = json_pack("[[[s, s, O]]]", "id", "=",
+                          api_param(params, 0) ? api_param(params, 0) : json_null());
+
     db_lock();
-    rows = ds_snapshot_rows(NULL);
+    rows = q ? ds_snapshot_rows_hinted(q) : NULL;
     db_unlock();
+    json_decref(q);
     if (!rows)
         return api_error(call, EIO, "cannot read snapshots");
     rc = ds_get_instance(call, params, rows, result);
