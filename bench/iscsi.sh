@@ -29,6 +29,9 @@ TMP=$(mktemp -d /tmp/blockd-bench-iscsi.XXXXXX)
 PIDS=()
 cleanup() {
     for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    sleep 1
+    # tgtd ignores SIGTERM while it still has targets
+    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     rm -rf "$TMP"
 }
