@@ -104,9 +104,9 @@ case_all() { # name kind args...
     shift 2
     for s in "${SERVERS[@]}"; do
         case $kind in
-        perf) r=$(perf_run "${URL[$s]}" "$@") ;;
-        qb) r=$(qb_run "${URL[$s]}" "$@") ;;
-        flush) r=$(flush_run "${URL[$s]}" "$@") ;;
+        perf) r=$(perf_run "${URL[$s]}" "$@") || r="0 0" ;;
+        qb) r=$(qb_run "${URL[$s]}" "$@") || r="0 0" ;;
+        flush) r=$(flush_run "${URL[$s]}" "$@") || r="0 0" ;;
         esac
         echo "$name $s ${r:-0 0}" | tee -a "$RESULTS" >&2
     done
@@ -128,7 +128,7 @@ for mode in STANDARD DISABLED; do
     bctl call pool.dataset.update "[\"demo/bench\",{\"sync\":\"$mode\"}]" >/dev/null
     for bs in 512 4096 32768; do
         for w in 1 8; do
-            r=$(flush_run "${URL[blockd]}" "$bs" "$w")
+            r=$(flush_run "${URL[blockd]}" "$bs" "$w") || r="0 0"
             echo "blockd-$mode $bs $w ${r:-0 0}" | tee -a "$SWEEP" >&2
         done
     done
@@ -136,7 +136,7 @@ done
 bctl call pool.dataset.update '["demo/bench",{"sync":"STANDARD"}]' >/dev/null
 for bs in 512 4096 32768; do
     for w in 1 8; do
-        r=$(flush_run "${URL[tgtd]}" "$bs" "$w")
+        r=$(flush_run "${URL[tgtd]}" "$bs" "$w") || r="0 0"
         echo "tgtd $bs $w ${r:-0 0}" | tee -a "$SWEEP" >&2
     done
 done
