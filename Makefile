@@ -13,7 +13,7 @@ DEPS_BUILD = gcc meson ninja-build pkg-config python3 \
              libjansson-dev libsqlite3-dev libcmocka-dev libgnutls28-dev liburing-dev libwslay-dev
 DEPS_TEST  = libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
-             util-linux curl sqlite3
+             util-linux curl sqlite3 python3-libnbd
 DEPS       = $(DEPS_BUILD) $(DEPS_TEST)
 
 .PHONY: all deps build asan run check unit integration fuzz bench format clean
