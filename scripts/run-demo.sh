@@ -30,6 +30,7 @@ ctl share nbd list 2>/dev/null | grep -q "demo/disk0" ||
 ctl share iscsi list 2>/dev/null | grep -q "demo/disk0" ||
     ctl share iscsi create demo/disk0 >/dev/null
 shares=$(ctl share nbd list; echo; ctl share iscsi list)
+iqn=$(ctl share iscsi list | awk '$1 == "demo/disk0" {print $4}')
 
 host=127.0.0.1
 nport=${NBD_LISTEN##*:}
@@ -44,7 +45,8 @@ Demo volume demo/disk0 (1 GiB, sparse):
   nbdinfo nbd://$host:$nport/disk0
   qemu-img info nbd://$host:$nport/disk0
   iscsi-ls -s iscsi://$host:$iport
-  iscsi-inq iscsi://$host:$iport/<target IQN from iscsi-ls>/0
+  iscsi-inq iscsi://$host:$iport/$iqn/0
+  qemu-img info iscsi://$host:$iport/$iqn/0
 
 $shares
 Press Ctrl-C to stop.
