@@ -76,9 +76,19 @@ static const struct conn_transport plain_transport = {
 
 /* ---- output queue ---- */
 
-static struct conn_out *out_alloc(void)
+/* Queue nodes are recycled per connection (only its reactor touches them),
+ * so a reply costs no malloc once the connection has warmed up. */
+#define OUT_FREE_MAX 64
+
+static struct conn_out *out_alloc(struct conn *c)
 {
-    struct conn_out *o = malloc(sizeof(*o));
+    struct conn_out *o = c->out_free;
+    if (o) {
+        c->out_free = o->next;
+        c->out_free_count--;
+    } else {
+        o = malloc(sizeof(*o));
+    }
     if (o) {
         o->next = NULL;
         o->iovcnt = 0;
@@ -89,11 +99,17 @@ static struct conn_out *out_alloc(void)
     return o;
 }
 
-static void out_release(struct conn_out *o)
+static void out_release(struct conn *c, struct conn_out *o)
 {
     if (o->release)
         o->release(o->arg);
-    free(o);
+    if (c->out_free_count < OUT_FREE_MAX) {
+        o->next = c->out_free;
+        c->out_free = o;
+        c->out_free_count++;
+    } else {
+        free(o);
+    }
 }
 
 static void update_events(struct conn *c)
@@ -147,7 +163,7 @@ int conn_flush_now(struct conn *c)
                 if (!c->out_head)
                     c->out_tail = NULL;
                 c->out_count--;
-                out_release(o);
+                out_release(c, o);
             }
         }
         /* Zero-length entries at the head are complete too. */
@@ -157,7 +173,7 @@ int conn_flush_now(struct conn *c)
             if (!c->out_head)
                 c->out_tail = NULL;
             c->out_count--;
-            out_release(o);
+            out_release(c, o);
         }
     }
     update_events(c);
@@ -205,11 +221,10 @@ int conn_send(struct conn *c, const struct iovec *iov, int iovcnt, conn_release_
             release(arg);
         return -EPIPE;
     }
-    size_t total = 0;
     int done = 0;
     /* Split into nodes of OUT_IOVS; the release runs with the last node. */
     while (done < iovcnt || iovcnt == 0) {
-        struct conn_out *o = out_alloc();
+        struct conn_out *o = out_alloc(c);
         if (!o) {
             if (release)
                 release(arg);
@@ -227,12 +242,10 @@ int conn_send(struct conn *c, const struct iovec *iov, int iovcnt, conn_release_
             o->release = release;
             o->arg = arg;
         }
-        total += bytes;
         out_append(c, o, bytes);
         if (iovcnt == 0)
             break;
     }
-    (void)total;
     return 0;
 }
 
@@ -240,14 +253,14 @@ int conn_send_copy(struct conn *c, const void *data, size_t len)
 {
     if (c->closing)
         return -EPIPE;
-    struct conn_out *o = out_alloc();
+    struct conn_out *o = out_alloc(c);
     if (!o)
         return -ENOMEM;
     void *dst = o->inline_data;
     if (len > OUT_INLINE) {
         dst = malloc(len);
         if (!dst) {
-            free(o);
+            out_release(c, o);
             return -ENOMEM;
         }
         o->release = free;
@@ -409,12 +422,17 @@ static void conn_free(struct conn *c)
     while (c->out_head) {
         struct conn_out *o = c->out_head;
         c->out_head = o->next;
-        out_release(o);
+        out_release(c, o);
     }
     if (c->transport && c->transport->destroy)
         c->transport->destroy(c);
     if (c->fd >= 0)
         close(c->fd);
+    while (c->out_free) {
+        struct conn_out *o = c->out_free;
+        c->out_free = o->next;
+        free(o);
+    }
     free(c->in_buf);
     free(c);
     atomic_fetch_sub(&live_conns, 1);
@@ -438,7 +456,7 @@ void conn_close(struct conn *c)
     while (c->out_head) {
         struct conn_out *o = c->out_head;
         c->out_head = o->next;
-        out_release(o);
+        out_release(c, o);
     }
     c->out_tail = NULL;
     c->out_bytes = 0;

@@ -66,6 +66,8 @@ struct conn {
     uint8_t *in_buf;
     size_t in_start, in_end, in_cap, in_max;
     struct conn_out *out_head, *out_tail;
+    struct conn_out *out_free; /* recycled queue nodes */
+    unsigned out_free_count;
     size_t out_bytes;
     size_t out_count;
     struct reactor_msg flush_msg;
