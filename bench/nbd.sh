@@ -9,7 +9,9 @@
 #
 # Run under the bench lock:  flock /tmp/blockd-bench.lock bash bench/nbd.sh
 # Knobs: BUILD (default ./build), RUNTIME (s per fio run, 5), REPEAT (3),
-#        SIZE_MB (1024), OUT (bench/results/nbd.md).
+#        SIZE_MB (1024), OUT (bench/results/nbd.md),
+#        CASES (a regex: run only the cases whose name matches; for quick
+#        checks while tuning — the results file is then not written).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -110,6 +112,7 @@ RESULTS=$TMP/results
 run_case() {
     local name=$1 kind=$2
     shift 2
+    if [ -n "${CASES:-}" ] && ! [[ $name =~ $CASES ]]; then return 0; fi
     declare -A iops bw cpu
     local s r out c0 c1 a b n
     for r in $(seq 1 "$REPEAT"); do
@@ -180,6 +183,11 @@ wait_port "$QP"
 URI=([blockd]="nbd://127.0.0.1:$BP/mem" [nbdkit]="nbd://127.0.0.1:$KP/" [qemu-nbd]="nbd://127.0.0.1:$QP/bench")
 run_case "1ms-latency 4K randread QD1 1 conn" fio --rw=randread --bs=4k --iodepth=1 --numjobs=1
 run_case "1ms-latency 4K randread QD1 8 conns" fio --rw=randread --bs=4k --iodepth=1 --numjobs=8
+
+if [ -n "${CASES:-}" ]; then
+    echo "CASES given: partial run, results above (blockd|nbdkit|qemu-nbd: IOPS|MiB/s|us/IO); $OUT untouched" >&2
+    exit 0
+fi
 
 # --- report ---
 python3 - "$RESULTS" "$TCP" "$RSS_KB" "$RUNTIME" "$REPEAT" "$SIZE_MB" >"$TMP/report.md" <<'PY'

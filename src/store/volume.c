@@ -573,6 +573,104 @@ static void vreq_to_pool(struct vreq *r)
     iopool_submit(&r->job);
 }
 
+/*
+ * Write batches. A buffered write to a file holds the inode lock for its
+ * whole copy (ext4 and XFS both), so writes to a volume never run in
+ * parallel in the kernel; one pool job per write only adds a futex wake-up,
+ * a context switch and lock contention per request. Instead, the writes a
+ * reactor accepts in one loop iteration go to the pool as one job that runs
+ * them in order, and their completions are posted back together (one
+ * eventfd wake-up). Reads are not batched: cache misses do run in parallel.
+ */
+#define WRITE_BATCH_MAX 32
+#define WRITE_BATCH_BYTES (8u << 20)
+
+struct write_batch {
+    struct vreq *head, *tail;
+    unsigned n;
+    uint64_t bytes;
+    bool deferred;
+    struct reactor_msg flush_msg;
+};
+
+static _Thread_local struct write_batch wbatch;
+
+/* Runs on a pool thread; the carrier is the batch's last request, whose
+ * completion the pool posts after this returns. */
+static void write_batch_run(struct io_job *j)
+{
+    struct vreq *carrier = container_of(j, struct vreq, job);
+    struct vreq *r = carrier->next_waiter, *done = NULL, **done_tail = &done;
+    carrier->next_waiter = NULL;
+    while (r) {
+        struct vreq *next = r->batch_next;
+        vreq_job_run(&r->job);
+        if (r != carrier) {
+            *done_tail = r;
+            done_tail = &r->batch_next;
+            r->batch_next = NULL;
+        }
+        r = next;
+    }
+    for (r = done; r;) {
+        struct vreq *next = r->batch_next;
+        reactor_post(r->owner, &r->job.done);
+        r = next;
+    }
+}
+
+static void write_batch_submit(struct write_batch *b)
+{
+    struct vreq *carrier = b->tail;
+    if (!carrier)
+        return;
+    if (b->n == 1) {
+        vreq_to_pool(carrier);
+    } else {
+        /* next_waiter is free until the request completes: it carries the
+         * head of the chain to the pool thread. */
+        carrier->next_waiter = b->head;
+        carrier->job.run = write_batch_run;
+        carrier->job.owner = carrier->owner;
+        carrier->job.done.fn = vreq_job_done;
+        iopool_submit(&carrier->job);
+    }
+    b->head = b->tail = NULL;
+    b->n = 0;
+    b->bytes = 0;
+}
+
+static void write_batch_flush(struct reactor_msg *m)
+{
+    struct write_batch *b = container_of(m, struct write_batch, flush_msg);
+    b->deferred = false;
+    write_batch_submit(b);
+}
+
+/* r is a write that must go to the pool, submitted on its owner's reactor. */
+static void vreq_batch_add(struct vreq *r)
+{
+    struct write_batch *b = &wbatch;
+    r->job.done.fn = vreq_job_done; /* write_batch_run posts it */
+    r->batch_next = NULL;
+    if (b->tail)
+        b->tail->batch_next = r;
+    else
+        b->head = r;
+    b->tail = r;
+    b->n++;
+    b->bytes += r->length;
+    if (b->n >= WRITE_BATCH_MAX || b->bytes >= WRITE_BATCH_BYTES) {
+        write_batch_submit(b);
+        return;
+    }
+    if (!b->deferred) {
+        b->flush_msg.fn = write_batch_flush;
+        b->deferred = true;
+        reactor_defer(r->owner, &b->flush_msg);
+    }
+}
+
 static void vreq_inline_done(struct volume *v, struct vreq *r, int rc)
 {
     r->result = rc;
@@ -699,6 +797,10 @@ static void vreq_start(struct volume *v, struct vreq *r, bool modifies)
                     : ops->write_nowait(v->bdev, r->buf, (size_t)r->length, r->offset);
             if (rc != -EAGAIN) {
                 vreq_inline_done(v, r, rc);
+                return;
+            }
+            if (!rd && r->owner == reactor_self()) {
+                vreq_batch_add(r);
                 return;
             }
         }
