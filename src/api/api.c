@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "core/log.h"
 
@@ -520,4 +523,20 @@ int api_call_method_json(struct api_call *parent, const char *method, json_t *pa
     }
     call_fini(&call);
     return rc;
+}
+
+void api_thread_background(void)
+{
+    /* nice is per thread on Linux: PRIO_PROCESS with a thread id. */
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    int nice = API_THREAD_NICE;
+    const char *env = getenv("BLOCKD_API_NICE"); /* benchmarks: compare 0 */
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end == 0 && v >= 0 && v <= 19)
+            nice = (int)v;
+    }
+    if (nice > 0 && setpriority(PRIO_PROCESS, (id_t)tid, nice) < 0)
+        log_debug("api: setpriority(%d) on thread %d: %s", nice, (int)tid, strerror(errno));
 }

@@ -147,4 +147,15 @@ int api_query_validate(struct api_call *call, json_t *params);
  */
 json_t *api_query_hint(json_t *params, const char *field, const char **op);
 
+/*
+ * Control plane below data path (addition): the transports call this at
+ * the start of every thread that runs API handlers (connection and worker
+ * threads), which lowers that thread's CPU priority to nice
+ * API_THREAD_NICE. On a machine whose CPUs are busy with I/O, the reactors
+ * and I/O threads run first and configuration changes wait; on an idle
+ * machine nothing changes. Threads a handler starts inherit it.
+ */
+#define API_THREAD_NICE 10
+void api_thread_background(void);
+
 #endif

@@ -219,6 +219,7 @@ static void client_remove(struct client *c)
 static void *client_thread(void *arg)
 {
     struct client *c = arg;
+    api_thread_background();
     log_debug("api: %s: connected", c->peer);
     client_serve(c);
     log_debug("api: %s: disconnected", c->peer);

@@ -2,9 +2,17 @@
  * WebSocket transport (see ws.h).
  *
  * Per connection, one mutex guards the wslay context, the TLS session's
- * send side and the reply queue: the I/O thread reads and writes under it,
- * workers and event senders only queue messages under it and then poke
- * the I/O thread's eventfd. Handlers never run under it.
+ * send side, the reply queue and the work queue: the I/O thread reads and
+ * writes under it; workers and event senders queue a message under it and
+ * write it out at once when the socket takes it, poking the I/O thread's
+ * eventfd only when part of it is left for POLLOUT. Handlers never run
+ * under it.
+ *
+ * Workers are per connection and kept between requests (a thread per
+ * request cost a clone, an 8 MiB stack madvise and an exit per call, a
+ * third of a short call's time): a request goes to an idle worker, or to
+ * a new one while fewer than API_WS_MAX_INFLIGHT exist; a worker idle for
+ * WS_WORKER_IDLE_S ends.
  */
 #include "api/ws.h"
 
@@ -36,6 +44,8 @@
 
 static const char ws_guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
+#define WS_WORKER_IDLE_S 30
+
 struct rx_msg {
     struct rx_msg *next;
     size_t len;
@@ -49,8 +59,12 @@ struct ws_client {
     gnutls_session_t tls; /* NULL: plain TCP */
     wslay_event_context_ptr ws;
     pthread_mutex_t lock;
-    pthread_cond_t idle; /* inflight dropped */
-    unsigned inflight;
+    pthread_cond_t idle; /* inflight or nworkers dropped */
+    unsigned inflight;   /* requests queued or running */
+    pthread_cond_t work; /* work queued, or workers_stop */
+    struct rx_msg *work_head, *work_tail;
+    unsigned nworkers, idle_workers;
+    bool workers_stop;
     bool closing;
     /* bytes read with the HTTP head that belong to the first frames */
     char *pre;
@@ -232,7 +246,7 @@ static ssize_t io_recv(struct ws_client *c, void *buf, size_t len)
     return n;
 }
 
-static ssize_t io_send(struct ws_client *c, const void *buf, size_t len)
+static ssize_t io_send(struct ws_client *c, const void *buf, size_t len, bool more)
 {
     if (c->tls) {
         ssize_t n = gnutls_record_send(c->tls, buf, len);
@@ -244,7 +258,9 @@ static ssize_t io_send(struct ws_client *c, const void *buf, size_t len)
         }
         return n;
     }
-    ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
+    /* MSG_MORE: a frame header goes out with its payload in one segment
+     * (TCP_NODELAY would otherwise send the 2-4 header bytes alone). */
+    ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
     if (n < 0)
         return errno == EINTR || errno == EWOULDBLOCK ? -EAGAIN : -errno;
     return n;
@@ -277,7 +293,7 @@ static int wait_fd(int fd, short events, int64_t deadline)
 static int write_all_until(struct ws_client *c, const char *buf, size_t len, int64_t deadline)
 {
     while (len > 0) {
-        ssize_t n = io_send(c, buf, len);
+        ssize_t n = io_send(c, buf, len, false);
         if (n == -EAGAIN) {
             int rc = wait_fd(c->fd, POLLOUT, deadline);
             if (rc < 0)
@@ -458,7 +474,7 @@ static ssize_t cb_send(wslay_event_context_ptr ctx, const uint8_t *data, size_t 
                        void *user)
 {
     struct ws_client *c = user;
-    ssize_t n = io_send(c, data, len);
+    ssize_t n = io_send(c, data, len, (flags & WSLAY_MSG_MORE) != 0);
     if (n == -EAGAIN) {
         wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
         return -1;
@@ -560,8 +576,15 @@ static int client_queue(struct ws_client *c, const char *text, size_t len)
         return -ENOBUFS;
     }
     queue_text_locked(c, text, len);
+    /* Write it now from this thread (the socket is non-blocking): saves
+     * waking the I/O thread for every reply. What the socket does not take
+     * is left to the I/O thread (POLLOUT); an error is its to handle too. */
+    bool pending = true;
+    if (!c->pre && !c->too_big && !c->draining && wslay_event_send(c->ws) == 0)
+        pending = wslay_event_want_write(c->ws);
     pthread_mutex_unlock(&c->lock);
-    wake(c);
+    if (pending)
+        wake(c);
     return 0;
 }
 
@@ -578,19 +601,6 @@ static int client_send(struct api_client *ac, json_t *msg)
 
 /* ---- requests ---- */
 
-struct work {
-    struct ws_client *c;
-    struct rx_msg *m;
-};
-
-static void request_done(struct ws_client *c)
-{
-    pthread_mutex_lock(&c->lock);
-    c->inflight--;
-    pthread_cond_broadcast(&c->idle);
-    pthread_mutex_unlock(&c->lock);
-}
-
 static void request_run(struct ws_client *c, struct rx_msg *m)
 {
     api_auth_client_check(&c->api);
@@ -601,38 +611,94 @@ static void request_run(struct ws_client *c, struct rx_msg *m)
     }
 }
 
+/* A connection's worker: runs queued requests until idle for
+ * WS_WORKER_IDLE_S or told to stop. */
 static void *worker_thread(void *p)
 {
-    struct work *w = p;
-    request_run(w->c, w->m);
-    free(w->m);
-    request_done(w->c);
-    free(w);
+    struct ws_client *c = p;
+    api_thread_background();
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        if (!c->work_head && !c->workers_stop) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += WS_WORKER_IDLE_S;
+            c->idle_workers++;
+            int rc = 0;
+            while (!c->work_head && !c->workers_stop && rc != ETIMEDOUT)
+                rc = pthread_cond_timedwait(&c->work, &c->lock, &until);
+            c->idle_workers--;
+        }
+        struct rx_msg *m = c->work_head;
+        if (!m)
+            break; /* idle too long, or stopping */
+        c->work_head = m->next;
+        if (!c->work_head)
+            c->work_tail = NULL;
+        pthread_mutex_unlock(&c->lock);
+        request_run(c, m);
+        free(m);
+        pthread_mutex_lock(&c->lock);
+        c->inflight--;
+        pthread_cond_broadcast(&c->idle);
+    }
+    c->nworkers--;
+    pthread_cond_broadcast(&c->idle);
+    pthread_mutex_unlock(&c->lock);
     return NULL;
 }
 
-/* Start m on a worker (takes ownership), waiting while the connection has
- * API_WS_MAX_INFLIGHT calls running. */
+/* Queue m for a worker (takes ownership), waiting while the connection has
+ * API_WS_MAX_INFLIGHT calls queued or running. */
 static void request_dispatch(struct ws_client *c, struct rx_msg *m)
 {
     pthread_mutex_lock(&c->lock);
     while (c->inflight >= API_WS_MAX_INFLIGHT)
         pthread_cond_wait(&c->idle, &c->lock);
     c->inflight++;
+    m->next = NULL;
+    if (c->work_tail)
+        c->work_tail->next = m;
+    else
+        c->work_head = m;
+    c->work_tail = m;
+    /* A worker per request at most: count the ones already free. */
+    unsigned queued = 0;
+    for (struct rx_msg *q = c->work_head; q; q = q->next)
+        queued++;
+    bool spawn = queued > c->idle_workers && c->nworkers < API_WS_MAX_INFLIGHT;
+    if (spawn)
+        c->nworkers++;
+    else
+        pthread_cond_signal(&c->work);
     pthread_mutex_unlock(&c->lock);
-    struct work *w = malloc(sizeof(*w));
-    pthread_t t;
+    if (!spawn)
+        return;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (!w || (w->c = c, w->m = m, pthread_create(&t, &attr, worker_thread, w) != 0)) {
-        /* No thread: answer on this one rather than drop the call. */
-        free(w);
-        request_run(c, m);
-        free(m);
-        request_done(c);
-    }
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, worker_thread, c);
     pthread_attr_destroy(&attr);
+    if (rc == 0)
+        return;
+    /* No thread: run the queue here rather than drop calls. */
+    log_warn("api: %s: cannot start a worker: %s; running the call inline", c->peer, strerror(rc));
+    pthread_mutex_lock(&c->lock);
+    c->nworkers--;
+    while (c->nworkers == 0 && c->work_head) {
+        struct rx_msg *q = c->work_head;
+        c->work_head = q->next;
+        if (!c->work_head)
+            c->work_tail = NULL;
+        pthread_mutex_unlock(&c->lock);
+        request_run(c, q);
+        free(q);
+        pthread_mutex_lock(&c->lock);
+        c->inflight--;
+        pthread_cond_broadcast(&c->idle);
+    }
+    pthread_mutex_unlock(&c->lock);
 }
 
 /* ---- the connection ---- */
@@ -686,7 +752,6 @@ static void client_loop(struct ws_client *c)
         pthread_mutex_unlock(&c->lock);
         while (got) {
             struct rx_msg *next = got->next;
-            got->next = NULL;
             request_dispatch(c, got);
             got = next;
         }
@@ -735,6 +800,7 @@ static void client_free(struct ws_client *c)
     close(c->fd);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->idle);
+    pthread_cond_destroy(&c->work);
     free(c);
 }
 
@@ -755,6 +821,7 @@ static void client_remove(struct ws_client *c)
 static void *client_thread(void *arg)
 {
     struct ws_client *c = arg;
+    api_thread_background();
     int64_t deadline = mono_ms() + API_WS_HANDSHAKE_MS;
     int rc = 0;
     if (srv.x509)
@@ -778,9 +845,14 @@ static void *client_thread(void *arg)
         c->closing = true;
         pthread_mutex_unlock(&c->lock);
         jobs_client_closed(&c->api);
-        /* Calls still running finish (their replies are dropped). */
+        /* Calls queued or running finish (their replies are dropped);
+         * then the workers end. */
         pthread_mutex_lock(&c->lock);
         while (c->inflight > 0)
+            pthread_cond_wait(&c->idle, &c->lock);
+        c->workers_stop = true;
+        pthread_cond_broadcast(&c->work);
+        while (c->nworkers > 0)
             pthread_cond_wait(&c->idle, &c->lock);
         pthread_mutex_unlock(&c->lock);
         api_auth_client_release(&c->api);
@@ -841,6 +913,7 @@ static void accept_one(void)
     c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->idle, NULL);
+    pthread_cond_init(&c->work, NULL);
     memcpy(c->peer, peer, sizeof(c->peer));
     c->api.peer = c->peer;
     c->api.authenticated = false;

@@ -487,9 +487,9 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     rc = db_begin();
     if (rc < 0)
         goto out;
-    rc = db_prepare("UPDATE datasets SET volsize = ?, sync = ?, readonly = ?, comments = ?"
-                    " WHERE id = ?",
-                    &st);
+    rc = db_stmt("UPDATE datasets SET volsize = ?, sync = ?, readonly = ?, comments = ?"
+                 " WHERE id = ?",
+                 &st);
     if (rc == 0) {
         sqlite3_bind_int64(st, 1, (sqlite3_int64)(resize ? new_size : row.volsize));
         sqlite3_bind_text(st, 2, volume_sync_name(sync_set ? sync : row.sync), -1, SQLITE_STATIC);
@@ -497,7 +497,7 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
         sqlite3_bind_text(st, 4, row.comments, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 5, row.id);
         rc = db_step_done(st);
-        sqlite3_finalize(st);
+        db_stmt_done(st);
     }
     if (rc == 0 && (js = json_object_get(data, "managedby")))
         rc = ds_prop_set(row.id, "managedby", json_string_value(js));
@@ -591,10 +591,10 @@ static int plan_build(const char *name, struct delete_plan *p)
 
     memset(p, 0, sizeof(*p));
     /* Descending on the '/'-lowest key: children before their parent. */
-    rc = db_prepare("SELECT id, name, type FROM datasets WHERE name = ?1 OR"
-                    " substr(name, 1, length(?1) + 1) = ?1 || '/'"
-                    " ORDER BY replace(name, '/', char(1)) DESC",
-                    &st);
+    rc = db_stmt("SELECT id, name, type FROM datasets WHERE name = ?1 OR"
+                 " substr(name, 1, length(?1) + 1) = ?1 || '/'"
+                 " ORDER BY replace(name, '/', char(1)) DESC",
+                 &st);
     if (rc < 0)
         return rc;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
@@ -611,7 +611,7 @@ static int plan_build(const char *name, struct delete_plan *p)
             if (nv)
                 p->is_volume = nv;
             if (!nd || !ni || !nv) {
-                sqlite3_finalize(st);
+                db_stmt_done(st);
                 return -ENOMEM;
             }
         }
@@ -620,20 +620,20 @@ static int plan_build(const char *name, struct delete_plan *p)
         p->is_volume[p->ndatasets] =
             strcmp((const char *)sqlite3_column_text(st, 2), "VOLUME") == 0;
         if (!p->datasets[p->ndatasets]) {
-            sqlite3_finalize(st);
+            db_stmt_done(st);
             return -ENOMEM;
         }
         p->ndatasets++;
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     if (rc != SQLITE_DONE)
         return -db_errno();
 
     cap = 0;
-    rc = db_prepare("SELECT d.name || '@' || s.name FROM snapshots s JOIN datasets d"
-                    " ON d.id = s.dataset_id WHERE d.name = ?1 OR"
-                    " substr(d.name, 1, length(?1) + 1) = ?1 || '/'",
-                    &st);
+    rc = db_stmt("SELECT d.name || '@' || s.name FROM snapshots s JOIN datasets d"
+                 " ON d.id = s.dataset_id WHERE d.name = ?1 OR"
+                 " substr(d.name, 1, length(?1) + 1) = ?1 || '/'",
+                 &st);
     if (rc < 0)
         return rc;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
@@ -642,19 +642,19 @@ static int plan_build(const char *name, struct delete_plan *p)
             cap = cap ? cap * 2 : 8;
             char **ns = realloc(p->snapshots, cap * sizeof(*ns));
             if (!ns) {
-                sqlite3_finalize(st);
+                db_stmt_done(st);
                 return -ENOMEM;
             }
             p->snapshots = ns;
         }
         p->snapshots[p->nsnapshots] = strdup((const char *)sqlite3_column_text(st, 0));
         if (!p->snapshots[p->nsnapshots]) {
-            sqlite3_finalize(st);
+            db_stmt_done(st);
             return -ENOMEM;
         }
         p->nsnapshots++;
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     return rc == SQLITE_DONE ? 0 : -db_errno();
 }
 
@@ -665,13 +665,13 @@ static int plan_find_outside_clone(const char *name, char *clone, size_t clen, c
     sqlite3_stmt *st;
     int rc;
 
-    rc = db_prepare("SELECT c.name, od.name || '@' || os.name FROM datasets c"
-                    " JOIN snapshots os ON os.id = c.origin_id"
-                    " JOIN datasets od ON od.id = os.dataset_id"
-                    " WHERE (od.name = ?1 OR substr(od.name, 1, length(?1) + 1) = ?1 || '/')"
-                    " AND NOT (c.name = ?1 OR substr(c.name, 1, length(?1) + 1) = ?1 || '/')"
-                    " LIMIT 1",
-                    &st);
+    rc = db_stmt("SELECT c.name, od.name || '@' || os.name FROM datasets c"
+                 " JOIN snapshots os ON os.id = c.origin_id"
+                 " JOIN datasets od ON od.id = os.dataset_id"
+                 " WHERE (od.name = ?1 OR substr(od.name, 1, length(?1) + 1) = ?1 || '/')"
+                 " AND NOT (c.name = ?1 OR substr(c.name, 1, length(?1) + 1) = ?1 || '/')"
+                 " LIMIT 1",
+                 &st);
     if (rc < 0)
         return rc;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
@@ -683,20 +683,20 @@ static int plan_find_outside_clone(const char *name, char *clone, size_t clen, c
     } else {
         rc = rc == SQLITE_DONE ? 0 : -db_errno();
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     return rc;
 }
 
 static int exec_bind_id(const char *sql, int64_t id)
 {
     sqlite3_stmt *st;
-    int rc = db_prepare(sql, &st);
+    int rc = db_stmt(sql, &st);
 
     if (rc < 0)
         return rc;
     sqlite3_bind_int64(st, 1, id);
     rc = db_step_done(st);
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     return rc;
 }
 

@@ -3,10 +3,18 @@
  * by one recursive mutex so that a handler can call helpers that lock again.
  * Nested db_begin() calls become SAVEPOINTs, so a helper that runs its own
  * transaction composes with a caller that already has one open.
+ *
+ * Durability (db.h): synchronous=NORMAL plus our own WAL hook that
+ * fdatasyncs the WAL after every commit unless the committing thread asked
+ * to sync later (db_commit_nosync + db_sync, group commit). The hook also
+ * takes over SQLite's automatic checkpoint (sqlite3_wal_hook replaces it),
+ * so nothing else may call sqlite3_wal_autocheckpoint / PRAGMA
+ * wal_autocheckpoint on this connection.
  */
 #include "config/db.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -20,13 +28,42 @@
 
 #define DB_MAX_SCHEMAS 64
 #define DB_BUSY_TIMEOUT_MS 10000
+#define DB_STMT_CACHE 256
+#define DB_CHECKPOINT_PAGES 1000 /* SQLite's default auto-checkpoint */
 
 static pthread_mutex_t db_mutex;
 static pthread_once_t db_mutex_once = PTHREAD_ONCE_INIT;
 static sqlite3 *db_conn;
 static const char *db_schemas[DB_MAX_SCHEMAS];
 static size_t db_schema_count;
-static unsigned db_tx_depth; /* protected by db_mutex */
+static unsigned db_tx_depth;             /* protected by db_mutex */
+static __thread unsigned tls_lock_depth; /* db_lock() depth of this thread */
+
+/* ---- statement cache (db_mutex) ---- */
+struct stmt_entry {
+    char *sql;
+    uint32_t hash;
+    bool busy; /* handed out, not yet given back */
+    sqlite3_stmt *st;
+};
+static struct stmt_entry stmt_cache[DB_STMT_CACHE];
+static size_t stmt_n;
+
+/* ---- durability (db.h) ---- */
+static pthread_mutex_t sync_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t sync_cond = PTHREAD_COND_INITIALIZER;
+static uint64_t commit_seq; /* commits whose WAL frames are written (atomic) */
+static uint64_t synced_seq; /* commits known durable (sync_mutex) */
+static bool sync_running;   /* a leader is in fdatasync (sync_mutex) */
+static bool sync_failed;    /* sticky (sync_mutex) */
+static uint64_t sync_count; /* fdatasync calls (sync_mutex) */
+static int wal_fd = -1;     /* the leader's only (sync_running) */
+static char wal_path[PATH_MAX];
+static char main_path[PATH_MAX];
+static __thread bool tls_nosync;     /* inside db_commit_nosync */
+static __thread uint64_t tls_commit; /* seq of this thread's last commit */
+static __thread bool tls_batch;      /* between db_sync_batch_begin/_end */
+static __thread uint64_t tls_batch_seq;
 
 static const char db_base_schema[] = "CREATE TABLE IF NOT EXISTS settings ("
                                      " key TEXT PRIMARY KEY NOT NULL,"
@@ -46,11 +83,228 @@ void db_lock(void)
 {
     pthread_once(&db_mutex_once, db_mutex_init);
     pthread_mutex_lock(&db_mutex);
+    tls_lock_depth++;
 }
 
 void db_unlock(void)
 {
+    tls_lock_depth--;
     pthread_mutex_unlock(&db_mutex);
+}
+
+/* ---- durability ---- */
+
+/* fdatasync the WAL (the leader only). The WAL is opened by path and
+ * checked by inode each time, in case SQLite removed and re-created it;
+ * without a WAL (everything checkpointed) the main file is synced. */
+static int wal_fdatasync(void)
+{
+    struct stat have, now;
+    if (wal_fd >= 0 && (fstat(wal_fd, &have) < 0 || stat(wal_path, &now) < 0 ||
+                        have.st_ino != now.st_ino || have.st_dev != now.st_dev)) {
+        close(wal_fd);
+        wal_fd = -1;
+    }
+    if (wal_fd < 0)
+        wal_fd = open(wal_path, O_RDONLY | O_CLOEXEC);
+    int fd = wal_fd;
+    if (fd < 0) {
+        if (errno != ENOENT) {
+            log_error("db: cannot open %s to sync it: %s", wal_path, strerror(errno));
+            return -EIO;
+        }
+        fd = open(main_path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            log_error("db: cannot open %s to sync it: %s", main_path, strerror(errno));
+            return -EIO;
+        }
+    }
+    int rc = fdatasync(fd);
+    int err = errno;
+    if (fd != wal_fd)
+        close(fd);
+    if (rc < 0) {
+        log_error("db: fdatasync %s: %s; configuration changes since the last sync may be "
+                  "lost; restart blockd",
+                  fd == wal_fd ? wal_path : main_path, strerror(err));
+        return -EIO;
+    }
+    return 0;
+}
+
+/* Make every commit up to seq durable; one caller syncs for all waiting. */
+static int sync_to(uint64_t seq)
+{
+    pthread_mutex_lock(&sync_mutex);
+    for (;;) {
+        if (sync_failed) {
+            pthread_mutex_unlock(&sync_mutex);
+            return -EIO;
+        }
+        if (synced_seq >= seq) {
+            pthread_mutex_unlock(&sync_mutex);
+            return 0;
+        }
+        if (!sync_running)
+            break;
+        pthread_cond_wait(&sync_cond, &sync_mutex);
+    }
+    sync_running = true;
+    /* Every commit counted here has its frames written (the WAL hook
+     * counts after the write), so this one fdatasync covers them all. */
+    uint64_t target = __atomic_load_n(&commit_seq, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&sync_mutex);
+    int rc = wal_fdatasync();
+    pthread_mutex_lock(&sync_mutex);
+    sync_running = false;
+    sync_count++;
+    if (rc < 0)
+        sync_failed = true;
+    else if (target > synced_seq)
+        synced_seq = target;
+    pthread_cond_broadcast(&sync_cond);
+    pthread_mutex_unlock(&sync_mutex);
+    return rc;
+}
+
+int db_sync(uint64_t seq)
+{
+    if (seq == 0)
+        return 0;
+    if (tls_batch) {
+        if (seq > tls_batch_seq)
+            tls_batch_seq = seq;
+        return 0;
+    }
+    return sync_to(seq);
+}
+
+void db_sync_batch_begin(void)
+{
+    tls_batch = true;
+    tls_batch_seq = 0;
+}
+
+int db_sync_batch_end(void)
+{
+    tls_batch = false;
+    uint64_t seq = tls_batch_seq;
+    tls_batch_seq = 0;
+    return seq ? sync_to(seq) : 0;
+}
+
+void db_sync_stats(uint64_t *commits, uint64_t *syncs)
+{
+    pthread_mutex_lock(&sync_mutex);
+    *commits = __atomic_load_n(&commit_seq, __ATOMIC_ACQUIRE);
+    *syncs = sync_count;
+    pthread_mutex_unlock(&sync_mutex);
+}
+
+/* Called by SQLite after each commit on our connection, on the committing
+ * thread, once the commit's WAL frames are written. */
+static int db_wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
+{
+    (void)arg;
+    uint64_t seq = __atomic_add_fetch(&commit_seq, 1, __ATOMIC_ACQ_REL);
+    tls_commit = seq;
+    if (pages >= DB_CHECKPOINT_PAGES) {
+        /* What SQLite's auto-checkpoint would do (PASSIVE: syncs the WAL,
+         * copies, syncs the database). A busy result is not an error. */
+        int rc = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        if (rc != SQLITE_OK && rc != SQLITE_BUSY)
+            log_warn("db: checkpoint: %s", sqlite3_errstr(rc));
+    }
+    if (tls_nosync)
+        return SQLITE_OK; /* the caller syncs before it acknowledges */
+    /* An error here makes the committing statement fail (the commit stays
+     * in the WAL, but its caller is told it may not be durable). */
+    return sync_to(seq) == 0 ? SQLITE_OK : SQLITE_IOERR_FSYNC;
+}
+
+/* ---- statement cache ---- */
+
+static uint32_t sql_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+int db_stmt(const char *sql, sqlite3_stmt **out)
+{
+    *out = NULL;
+    if (!db_conn)
+        return -EIO;
+    if (tls_lock_depth == 0)
+        return db_prepare(sql, out); /* not ours to cache: finalized by db_stmt_done */
+    uint32_t h = sql_hash(sql);
+    size_t i;
+    for (i = 0; i < stmt_n; i++) {
+        struct stmt_entry *e = &stmt_cache[i];
+        if (e->hash == h && strcmp(e->sql, sql) == 0) {
+            if (e->busy)
+                return db_prepare(sql, out); /* nested use of the same SQL */
+            e->busy = true;
+            *out = e->st;
+            return 0;
+        }
+    }
+    int rc = sqlite3_prepare_v3(db_conn, sql, -1, SQLITE_PREPARE_PERSISTENT, out, NULL);
+    if (rc != SQLITE_OK) {
+        log_error("db: prepare: %s (in \"%.80s\")", sqlite3_errmsg(db_conn), sql);
+        *out = NULL;
+        return -db_errno();
+    }
+    if (stmt_n < DB_STMT_CACHE) {
+        char *copy = strdup(sql);
+        if (copy)
+            stmt_cache[stmt_n++] =
+                (struct stmt_entry){.sql = copy, .hash = h, .busy = true, .st = *out};
+    }
+    return 0;
+}
+
+void db_stmt_done(sqlite3_stmt *st)
+{
+    if (!st)
+        return;
+    for (size_t i = 0; i < stmt_n; i++) {
+        if (stmt_cache[i].st == st) {
+            sqlite3_reset(st);
+            sqlite3_clear_bindings(st);
+            stmt_cache[i].busy = false;
+            return;
+        }
+    }
+    sqlite3_finalize(st);
+}
+
+static void stmt_cache_clear(void)
+{
+    for (size_t i = 0; i < stmt_n; i++) {
+        sqlite3_finalize(stmt_cache[i].st);
+        free(stmt_cache[i].sql);
+    }
+    memset(stmt_cache, 0, sizeof(stmt_cache));
+    stmt_n = 0;
+}
+
+/* One statement through the cache, no result rows wanted. */
+static int db_exec_cached(const char *sql)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt(sql, &st);
+    if (rc < 0)
+        return -EIO;
+    int s = sqlite3_step(st);
+    db_stmt_done(st);
+    if (s != SQLITE_DONE && s != SQLITE_ROW) {
+        log_error("db: %s (in \"%.80s\")", sqlite3_errmsg(db_conn), sql);
+        return -EIO;
+    }
+    return 0;
 }
 
 sqlite3 *db_handle(void)
@@ -141,12 +395,24 @@ int db_open(const char *path)
     sqlite3_extended_result_codes(db_conn, 1);
     sqlite3_busy_timeout(db_conn, DB_BUSY_TIMEOUT_MS);
     ret = -EIO;
-    /* WAL keeps readers (other processes, sqlite3 CLI) from blocking us;
-     * synchronous=FULL because every API write must survive a power cut. */
+    /* WAL keeps readers (other processes, sqlite3 CLI) from blocking us.
+     * Every API write must survive a power cut: synchronous=NORMAL writes
+     * the WAL without syncing at commit, and db_wal_hook syncs it after
+     * each commit (or the writer does, db_sync, before acknowledging), so
+     * a commit is never acknowledged before its fdatasync. */
+    if (snprintf(wal_path, sizeof(wal_path), "%s-wal", path) >= (int)sizeof(wal_path) ||
+        snprintf(main_path, sizeof(main_path), "%s", path) >= (int)sizeof(main_path)) {
+        ret = -ENAMETOOLONG;
+        goto fail;
+    }
+    pthread_mutex_lock(&sync_mutex);
+    sync_failed = false;
+    pthread_mutex_unlock(&sync_mutex);
     if (db_pragma_expect("PRAGMA journal_mode=WAL", "wal") < 0)
         goto fail;
-    if (db_exec("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;") < 0)
+    if (db_exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;") < 0)
         goto fail;
+    sqlite3_wal_hook(db_conn, db_wal_hook, NULL);
     if (db_pragma_expect("PRAGMA foreign_keys", "1") < 0)
         goto fail;
     if (db_begin() < 0)
@@ -168,6 +434,7 @@ int db_open(const char *path)
     return 0;
 
 fail:
+    stmt_cache_clear();
     if (db_conn)
         sqlite3_close_v2(db_conn);
     db_conn = NULL;
@@ -184,11 +451,21 @@ void db_close(void)
             log_warn("db: closing with an open transaction; rolling back");
             sqlite3_exec(db_conn, "ROLLBACK", NULL, NULL, NULL);
         }
+        stmt_cache_clear();
         if (sqlite3_close_v2(db_conn) != SQLITE_OK)
             log_warn("db: close: %s", sqlite3_errmsg(db_conn));
         db_conn = NULL;
     }
     db_tx_depth = 0;
+    pthread_mutex_lock(&sync_mutex);
+    while (sync_running)
+        pthread_cond_wait(&sync_cond, &sync_mutex);
+    if (wal_fd >= 0)
+        close(wal_fd);
+    wal_fd = -1;
+    /* closing checkpointed and synced everything */
+    synced_seq = __atomic_load_n(&commit_seq, __ATOMIC_ACQUIRE);
+    pthread_mutex_unlock(&sync_mutex);
     db_unlock();
 }
 
@@ -199,11 +476,11 @@ int db_begin(void)
     if (!db_conn)
         return -EIO;
     if (db_tx_depth == 0) {
-        if (db_exec("BEGIN IMMEDIATE") < 0)
+        if (db_exec_cached("BEGIN IMMEDIATE") < 0)
             return -EIO;
     } else {
         snprintf(sql, sizeof(sql), "SAVEPOINT sp%u", db_tx_depth);
-        if (db_exec(sql) < 0)
+        if (db_exec_cached(sql) < 0)
             return -EIO;
     }
     db_tx_depth++;
@@ -219,7 +496,7 @@ int db_commit(void)
         return -EIO;
     }
     if (db_tx_depth == 1) {
-        if (db_exec("COMMIT") < 0) {
+        if (db_exec_cached("COMMIT") < 0) {
             /* A failed COMMIT may leave the transaction open; end it so the
              * connection stays usable. */
             if (!sqlite3_get_autocommit(db_conn))
@@ -229,11 +506,26 @@ int db_commit(void)
         }
     } else {
         snprintf(sql, sizeof(sql), "RELEASE sp%u", db_tx_depth - 1);
-        if (db_exec(sql) < 0)
+        if (db_exec_cached(sql) < 0)
             return -EIO;
     }
     db_tx_depth--;
     return 0;
+}
+
+int db_commit_nosync(uint64_t *seq)
+{
+    *seq = 0;
+    if (db_tx_depth != 1)
+        return db_commit(); /* a savepoint: the outer commit syncs */
+    tls_nosync = true;
+    tls_commit = 0;
+    int rc = db_commit();
+    tls_nosync = false;
+    /* A transaction that wrote nothing may still have read commits not yet
+     * synced: wait for the latest. */
+    *seq = tls_commit ? tls_commit : __atomic_load_n(&commit_seq, __ATOMIC_ACQUIRE);
+    return rc;
 }
 
 void db_rollback(void)

@@ -42,4 +42,49 @@ int db_prepare(const char *sql, sqlite3_stmt **out);
 int db_step_done(sqlite3_stmt *st);
 int db_errno_from(int sqlite_code);
 
+/*
+ * Cached statements (addition, control-plane performance): preparing SQL
+ * costs more than running most of our statements, so hot paths keep them.
+ * db_stmt() returns a prepared statement for sql, reset and with no
+ * bindings, or a freshly prepared one when the cached one is in use
+ * (nested use of the same SQL) or the cache is full; give it back with
+ * db_stmt_done() (never sqlite3_finalize). Only while db_lock() is held by
+ * the calling thread (otherwise an uncached statement is returned, which
+ * db_stmt_done() finalizes). 0 or -errno (logged).
+ */
+int db_stmt(const char *sql, sqlite3_stmt **out);
+void db_stmt_done(sqlite3_stmt *st);
+
+/*
+ * Durability and group commit (addition).
+ *
+ * Every acknowledged write must survive a power cut. The connection runs
+ * with PRAGMA synchronous=NORMAL, but a WAL hook syncs the WAL
+ * (fdatasync) after each commit before the committing statement returns,
+ * which is what synchronous=FULL does in WAL mode: db_commit() and
+ * autocommit statements are durable when they return, as before.
+ *
+ * A writer that acknowledges its caller itself may instead commit with
+ * db_commit_nosync(&seq), release the DB lock and call db_sync(seq) before
+ * answering: writers that committed meanwhile share one fdatasync (group
+ * commit), and nothing is acknowledged before the sync that covers it.
+ * The WAL is a single log, so a sync covers every earlier commit.
+ * Other threads may read a committed change before its sync (for well
+ * under a millisecond); it is never acknowledged before it.
+ *
+ * db_sync_batch_begin()/_end() (per thread): db_sync() calls in between
+ * only record their sequence number; _end() syncs once for all of them
+ * (core.bulk: one sync before the bulk result is returned). _end() returns
+ * 0 or -EIO.
+ * A failed fdatasync is sticky: every later db_sync() fails with -EIO
+ * (the kernel may have dropped the dirty pages; only a restart, which
+ * replays the WAL, tells what is on disk).
+ */
+int db_commit_nosync(uint64_t *seq);
+int db_sync(uint64_t seq);
+void db_sync_batch_begin(void);
+int db_sync_batch_end(void);
+/* Counters for tests and benchmarks: commits, and fdatasync calls made. */
+void db_sync_stats(uint64_t *commits, uint64_t *syncs);
+
 #endif

@@ -48,7 +48,7 @@ static uint64_t snapshots_used(const struct ds_pool *pool, const char *dataset, 
     uint64_t used = 0;
     char path[PATH_MAX];
 
-    if (db_prepare("SELECT name FROM snapshots WHERE dataset_id = ?", &st) < 0)
+    if (db_stmt("SELECT name FROM snapshots WHERE dataset_id = ?", &st) < 0)
         return 0;
     sqlite3_bind_int64(st, 1, id);
     while (sqlite3_step(st) == SQLITE_ROW) {
@@ -56,7 +56,7 @@ static uint64_t snapshots_used(const struct ds_pool *pool, const char *dataset, 
             0)
             used += file_used(path);
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     return used;
 }
 
@@ -97,8 +97,8 @@ static void row_props(json_t *row, int64_t id)
     const char *managedby = "";
     sqlite3_stmt *st;
 
-    if (db_prepare("SELECT name, value FROM dataset_props WHERE dataset_id = ? ORDER BY name",
-                   &st) == 0) {
+    if (db_stmt("SELECT name, value FROM dataset_props WHERE dataset_id = ? ORDER BY name", &st) ==
+        0) {
         sqlite3_bind_int64(st, 1, id);
         while (sqlite3_step(st) == SQLITE_ROW) {
             const char *n = (const char *)sqlite3_column_text(st, 0);
@@ -109,7 +109,7 @@ static void row_props(json_t *row, int64_t id)
             else
                 json_object_set_new(user, n, prop_str(v, v, v, "LOCAL"));
         }
-        sqlite3_finalize(st);
+        db_stmt_done(st);
     }
     if (!json_object_get(row, "managedby"))
         json_object_set_new(row, "managedby", prop_str(managedby, "-", "-", "DEFAULT"));
@@ -253,7 +253,7 @@ static json_t *rows_select_where(const char *where, json_t *binds)
         json_decref(rows);
         return NULL;
     }
-    if (db_prepare(sql, &st) < 0) {
+    if (db_stmt(sql, &st) < 0) {
         free(sql);
         json_decref(rows);
         return NULL;
@@ -280,7 +280,7 @@ static json_t *rows_select_where(const char *where, json_t *binds)
         used[n++] = u;
         json_array_append_new(rows, row);
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     rows_link(rows, used);
     free(used);
     return rows;

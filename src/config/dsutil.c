@@ -73,7 +73,7 @@ int ds_pool_get(const char *name, struct ds_pool *out)
     sqlite3_stmt *st;
     int rc;
 
-    rc = db_prepare("SELECT id, name, path, created FROM pools WHERE name = ?", &st);
+    rc = db_stmt("SELECT id, name, path, created FROM pools WHERE name = ?", &st);
     if (rc < 0)
         return rc;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
@@ -87,7 +87,7 @@ int ds_pool_get(const char *name, struct ds_pool *out)
     } else {
         rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     return rc;
 }
 
@@ -127,7 +127,7 @@ static int ds_dataset_get_where(const char *where, const char *name, int64_t id,
     int rc;
 
     snprintf(sql, sizeof(sql), "SELECT " DS_COLUMNS " FROM datasets WHERE %s", where);
-    rc = db_prepare(sql, &st);
+    rc = db_stmt(sql, &st);
     if (rc < 0)
         return rc;
     if (name)
@@ -141,7 +141,7 @@ static int ds_dataset_get_where(const char *where, const char *name, int64_t id,
     } else {
         rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     return rc;
 }
 
@@ -166,7 +166,7 @@ static int ds_snapshot_get_where(const char *where, const char *dataset, const c
              "SELECT s.id, s.dataset_id, d.name, s.name, s.volsize, s.created"
              " FROM snapshots s JOIN datasets d ON d.id = s.dataset_id WHERE %s",
              where);
-    rc = db_prepare(sql, &st);
+    rc = db_stmt(sql, &st);
     if (rc < 0)
         return rc;
     if (dataset) {
@@ -188,7 +188,7 @@ static int ds_snapshot_get_where(const char *where, const char *dataset, const c
     } else {
         rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     return rc;
 }
 
@@ -215,10 +215,10 @@ int ds_dataset_insert(struct ds_row *r)
     sqlite3_stmt *st;
     int rc;
 
-    rc = db_prepare("INSERT INTO datasets (name, pool_id, type, volsize, volblocksize, sparse,"
-                    " sync, readonly, backend, latency_us, origin_id, comments, created)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    &st);
+    rc = db_stmt("INSERT INTO datasets (name, pool_id, type, volsize, volblocksize, sparse,"
+                 " sync, readonly, backend, latency_us, origin_id, comments, created)"
+                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 &st);
     if (rc < 0)
         return rc;
     if (!r->created)
@@ -240,7 +240,7 @@ int ds_dataset_insert(struct ds_row *r)
     sqlite3_bind_text(st, 12, r->comments, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 13, r->created);
     rc = db_step_done(st);
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     if (rc == 0)
         r->id = sqlite3_last_insert_rowid(db_handle());
     return rc;
@@ -418,10 +418,10 @@ int ds_prop_set(int64_t dataset_id, const char *name, const char *value)
     sqlite3_stmt *st;
     int rc;
 
-    rc = db_prepare(value ? "INSERT INTO dataset_props (dataset_id, name, value) VALUES (?, ?, ?)"
-                            " ON CONFLICT (dataset_id, name) DO UPDATE SET value = excluded.value"
-                          : "DELETE FROM dataset_props WHERE dataset_id = ? AND name = ?",
-                    &st);
+    rc = db_stmt(value ? "INSERT INTO dataset_props (dataset_id, name, value) VALUES (?, ?, ?)"
+                         " ON CONFLICT (dataset_id, name) DO UPDATE SET value = excluded.value"
+                       : "DELETE FROM dataset_props WHERE dataset_id = ? AND name = ?",
+                 &st);
     if (rc < 0)
         return rc;
     sqlite3_bind_int64(st, 1, dataset_id);
@@ -429,7 +429,7 @@ int ds_prop_set(int64_t dataset_id, const char *name, const char *value)
     if (value)
         sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC);
     rc = db_step_done(st);
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     return rc;
 }
 

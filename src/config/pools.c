@@ -41,7 +41,7 @@ json_t *ds_pool_rows(void)
     json_t *rows = json_array();
     sqlite3_stmt *st;
 
-    if (!rows || db_prepare("SELECT id, name, path, created FROM pools ORDER BY id", &st) < 0) {
+    if (!rows || db_stmt("SELECT id, name, path, created FROM pools ORDER BY id", &st) < 0) {
         json_decref(rows);
         return NULL;
     }
@@ -51,7 +51,7 @@ json_t *ds_pool_rows(void)
                                                    (const char *)sqlite3_column_text(st, 2),
                                                    sqlite3_column_int64(st, 3)));
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     return rows;
 }
 
@@ -76,14 +76,14 @@ static int pool_insert(const char *name, const char *path)
     rc = db_begin();
     if (rc < 0)
         goto out;
-    rc = db_prepare("INSERT INTO pools (name, path, created) VALUES (?, ?,"
-                    " CAST(strftime('%s','now') AS INTEGER) * 1000)",
-                    &st);
+    rc = db_stmt("INSERT INTO pools (name, path, created) VALUES (?, ?,"
+                 " CAST(strftime('%s','now') AS INTEGER) * 1000)",
+                 &st);
     if (rc == 0) {
         sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, path, -1, SQLITE_STATIC);
         rc = db_step_done(st);
-        sqlite3_finalize(st);
+        db_stmt_done(st);
     }
     if (rc == 0) {
         memset(&root, 0, sizeof(root));
@@ -116,7 +116,7 @@ static int pool_path_overlap(const char *path, char *why, size_t whylen)
     int rc = 0;
 
     db_lock();
-    if (db_prepare("SELECT name, path FROM pools", &st) < 0) {
+    if (db_stmt("SELECT name, path FROM pools", &st) < 0) {
         db_unlock();
         snprintf(why, whylen, "cannot read pools");
         return -EIO;
@@ -131,7 +131,7 @@ static int pool_path_overlap(const char *path, char *why, size_t whylen)
             break;
         }
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     db_unlock();
     return rc;
 }

@@ -224,7 +224,7 @@ static json_t *snapshot_rows_where(const char *where, json_t *binds)
         json_decref(rows);
         return NULL;
     }
-    if (db_prepare(sql, &st) < 0) {
+    if (db_stmt(sql, &st) < 0) {
         free(sql);
         json_decref(rows);
         return NULL;
@@ -282,7 +282,7 @@ static json_t *snapshot_rows_where(const char *where, json_t *binds)
             json_array_append_new(rows, row);
         }
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     return rows;
 }
 
@@ -506,16 +506,16 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
     db_lock();
     rc = db_begin();
     if (rc == 0)
-        rc = db_prepare("INSERT INTO snapshots (dataset_id, name, volsize, created)"
-                        " VALUES (?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS"
-                        " INTEGER))",
-                        &st);
+        rc = db_stmt("INSERT INTO snapshots (dataset_id, name, volsize, created)"
+                     " VALUES (?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS"
+                     " INTEGER))",
+                     &st);
     if (rc == 0) {
         sqlite3_bind_int64(st, 1, row.id);
         sqlite3_bind_text(st, 2, snap, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, (sqlite3_int64)row.volsize);
         rc = db_step_done(st);
-        sqlite3_finalize(st);
+        db_stmt_done(st);
         if (rc == 0)
             rc = db_commit();
         else
@@ -612,7 +612,7 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
     if (rc < 0)
         goto out;
     snprintf(full, sizeof(full), "%s@%s", snap.dataset, snap.name);
-    rc = db_prepare("SELECT name FROM datasets WHERE origin_id = ? ORDER BY name LIMIT 1", &st);
+    rc = db_stmt("SELECT name FROM datasets WHERE origin_id = ? ORDER BY name LIMIT 1", &st);
     if (rc < 0) {
         rc = ds_api_errno(call, rc, "cannot delete snapshot", full);
         goto out;
@@ -621,10 +621,10 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
     if (sqlite3_step(st) == SQLITE_ROW) {
         rc = api_error(call, EBUSY, "snapshot %s has dependent clone %s; delete the clone first",
                        full, (const char *)sqlite3_column_text(st, 0));
-        sqlite3_finalize(st);
+        db_stmt_done(st);
         goto out;
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     why[0] = '\0';
     if (ds_in_use(full, why, sizeof(why))) {
         rc = api_error(call, EBUSY, "snapshot %s is in use: %s", full, why[0] ? why : "busy");
@@ -632,11 +632,11 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
     }
     rc = db_begin();
     if (rc == 0) {
-        rc = db_prepare("DELETE FROM snapshots WHERE id = ?", &st);
+        rc = db_stmt("DELETE FROM snapshots WHERE id = ?", &st);
         if (rc == 0) {
             sqlite3_bind_int64(st, 1, snap.id);
             rc = db_step_done(st);
-            sqlite3_finalize(st);
+            db_stmt_done(st);
         }
         if (rc == 0)
             rc = db_commit();
@@ -789,9 +789,9 @@ static int set_rollback_pending(int64_t dataset_id, int64_t snap_id, uint64_t vo
     rc = db_begin();
     if (rc < 0)
         return rc;
-    rc = db_prepare(done ? "UPDATE datasets SET rollback_pending = NULL, volsize = ?2 WHERE id = ?1"
-                         : "UPDATE datasets SET rollback_pending = ?3 WHERE id = ?1",
-                    &st);
+    rc = db_stmt(done ? "UPDATE datasets SET rollback_pending = NULL, volsize = ?2 WHERE id = ?1"
+                      : "UPDATE datasets SET rollback_pending = ?3 WHERE id = ?1",
+                 &st);
     if (rc == 0) {
         sqlite3_bind_int64(st, 1, dataset_id);
         if (done)
@@ -799,7 +799,7 @@ static int set_rollback_pending(int64_t dataset_id, int64_t snap_id, uint64_t vo
         else
             sqlite3_bind_int64(st, 3, snap_id);
         rc = db_step_done(st);
-        sqlite3_finalize(st);
+        db_stmt_done(st);
     }
     if (rc == 0)
         rc = db_commit();
@@ -811,13 +811,13 @@ static int set_rollback_pending(int64_t dataset_id, int64_t snap_id, uint64_t vo
 static int snapshot_row_delete(int64_t id)
 {
     sqlite3_stmt *st;
-    int rc = db_prepare("DELETE FROM snapshots WHERE id = ?", &st);
+    int rc = db_stmt("DELETE FROM snapshots WHERE id = ?", &st);
 
     if (rc < 0)
         return rc;
     sqlite3_bind_int64(st, 1, id);
     rc = db_step_done(st);
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     return rc;
 }
 
@@ -833,10 +833,10 @@ static int newer_snapshots(struct api_call *call, const struct ds_snap *snap, st
 
     *out = NULL;
     *n = 0;
-    rc = db_prepare("SELECT s.id, s.name, (SELECT c.name FROM datasets c WHERE c.origin_id = s.id"
-                    " LIMIT 1) FROM snapshots s WHERE s.dataset_id = ? AND s.id > ?"
-                    " ORDER BY s.id",
-                    &st);
+    rc = db_stmt("SELECT s.id, s.name, (SELECT c.name FROM datasets c WHERE c.origin_id = s.id"
+                 " LIMIT 1) FROM snapshots s WHERE s.dataset_id = ? AND s.id > ?"
+                 " ORDER BY s.id",
+                 &st);
     if (rc < 0)
         return ds_api_errno(call, rc, "cannot list the snapshots of", snap->dataset);
     sqlite3_bind_int64(st, 1, snap->dataset_id);
@@ -871,10 +871,10 @@ static int newer_snapshots(struct api_call *call, const struct ds_snap *snap, st
         snprintf((*out)[*n].name, sizeof((*out)[*n].name), "%s", name);
         (*n)++;
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     return 0;
 fail:
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     free(*out);
     *out = NULL;
     *n = 0;
@@ -1058,7 +1058,7 @@ static void sweep_copy_temps(void)
     sqlite3_stmt *st;
     struct ds_pool pool;
 
-    if (db_prepare("SELECT name FROM pools", &st) < 0)
+    if (db_stmt("SELECT name FROM pools", &st) < 0)
         return;
     while (sqlite3_step(st) == SQLITE_ROW) {
         if (ds_pool_get((const char *)sqlite3_column_text(st, 0), &pool) < 0)
@@ -1066,7 +1066,7 @@ static void sweep_copy_temps(void)
         sweep_pool = &pool;
         nftw(pool.path, sweep_one, 16, FTW_PHYS | FTW_MOUNT);
     }
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     sweep_pool = NULL;
 }
 
@@ -1080,14 +1080,14 @@ void ds_rollback_recover(void)
 
     ds_ops_lock();
     db_lock();
-    if (db_prepare("SELECT id, rollback_pending FROM datasets WHERE rollback_pending IS NOT NULL",
-                   &st) == 0) {
+    if (db_stmt("SELECT id, rollback_pending FROM datasets WHERE rollback_pending IS NOT NULL",
+                &st) == 0) {
         while (n < ARRAY_SIZE(todo) && sqlite3_step(st) == SQLITE_ROW) {
             todo[n].dataset_id = sqlite3_column_int64(st, 0);
             todo[n].snap_id = sqlite3_column_int64(st, 1);
             n++;
         }
-        sqlite3_finalize(st);
+        db_stmt_done(st);
     }
     for (size_t i = 0; i < n; i++) {
         struct ds_row row;

@@ -54,18 +54,19 @@ int icfg_dirty_add_query(struct icfg_dirty *d, const char *sql, int64_t arg)
     sqlite3_bind_int64(st, 1, arg);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
         icfg_dirty_add(d, sqlite3_column_int64(st, 0));
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     return rc == SQLITE_DONE ? 0 : -EIO;
 }
 
 int icfg_prepare(const char *sql, sqlite3_stmt **st)
 {
-    sqlite3 *db = db_handle();
-    if (sqlite3_prepare_v2(db, sql, -1, st, NULL) != SQLITE_OK) {
-        log_error("iscsi config: prepare failed: %s (%s)", sqlite3_errmsg(db), sql);
-        return -EIO;
-    }
-    return 0;
+    /* Cached (db_stmt): the same few statements run for every change. */
+    return db_stmt(sql, st) < 0 ? -EIO : 0;
+}
+
+void icfg_finalize(sqlite3_stmt *st)
+{
+    db_stmt_done(st);
 }
 
 int icfg_bindv(sqlite3_stmt *st, const char *types, va_list ap)
@@ -118,7 +119,7 @@ int icfg_run(const char *sql, const char *types, ...)
                 log_error("iscsi config: %s: %s", sql, sqlite3_errmsg(db_handle()));
         }
     }
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     return rc;
 }
 
@@ -141,7 +142,7 @@ int icfg_int(int64_t *out, const char *sql, const char *types, ...)
         else
             rc = -EIO;
     }
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     return rc;
 }
 
@@ -184,7 +185,7 @@ json_t *icfg_rows(icfg_row_fn fn, const char *sql, const char *types, ...)
             rows = NULL;
         }
     }
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     return rows;
 }
 
@@ -223,8 +224,12 @@ int icfg_write_begin(struct icfg_write *w, struct api_call *call)
 
 int icfg_write_end(struct icfg_write *w, int rc)
 {
+    uint64_t seq = 0;
     if (rc == 0) {
-        if (db_commit() < 0) {
+        /* Committed without waiting for the disk: the fdatasync happens
+         * after the DB lock is released (db_sync below), shared with the
+         * writers that commit meanwhile, and before the caller answers. */
+        if (db_commit_nosync(&seq) < 0) {
             db_rollback();
             icfg_target_reset_hint(0);
             rc = api_error(w->call, EIO, "cannot commit the configuration transaction");
@@ -241,11 +246,15 @@ int icfg_write_end(struct icfg_write *w, int rc)
     db_unlock();
     icfg_runtime_after_unlock();
     icfg_dirty_free(&w->dirty);
+    if (rc == 0 && db_sync(seq) < 0)
+        rc = api_error(w->call, EIO,
+                       "the configuration change was committed but could not be made durable "
+                       "(fdatasync failed)");
     size_t i;
     json_t *path;
     json_array_foreach(w->unlink_after, i, path)
     {
-        /* committed only: a rolled-back delete keeps its file */
+        /* durably committed only: a rolled-back delete keeps its file */
         if (rc == 0 && unlink(json_string_value(path)) < 0 && errno != ENOENT)
             log_warn("iscsi config: cannot remove extent file %s: %s", json_string_value(path),
                      strerror(errno));
@@ -420,6 +429,6 @@ json_t *icfg_rows_hinted(icfg_row_fn fn, const char *select_sql, const char *ord
             break;
         }
     }
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     return rows;
 }

@@ -172,7 +172,7 @@ static const char *file_path_problem(const char *path)
         if (strncmp(real, pool, n) == 0 && (real[n] == '\0' || real[n] == '/'))
             snprintf(dataset, sizeof(dataset), "%s%s/%s", icfg_col_text(st, 0), real + n, base);
     }
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     if (!dataset[0])
         return "The path must reside within a pool directory";
     int64_t id;
@@ -588,7 +588,7 @@ static int extent_disk_choices(struct api_call *call, json_t *params, json_t **r
             snprintf(label, sizeof(label), "%s (%s)", icfg_col_text(st, 0), size);
             json_object_set_new(r, key, json_string(label));
         }
-        sqlite3_finalize(st);
+        icfg_finalize(st);
     }
     db_unlock();
     if (!r)

@@ -47,7 +47,10 @@ int icfg_dirty_add_query(struct icfg_dirty *d, const char *sql, int64_t arg);
 
 /* ---- SQL helpers (caller holds db_lock) ----
  * Bind types: 'i' int64, 't' text (NULL → SQL NULL), 'n' NULL, 'b' bool(int). */
+/* A cached statement (config/db.h db_stmt); give it back with
+ * icfg_finalize(), never sqlite3_finalize(). */
 int icfg_prepare(const char *sql, sqlite3_stmt **st);
+void icfg_finalize(sqlite3_stmt *st);
 int icfg_bindv(sqlite3_stmt *st, const char *types, va_list ap);
 /* Run a statement with no result rows. 0 or -errno (db_errno mapping). */
 int icfg_run(const char *sql, const char *types, ...);

@@ -51,7 +51,7 @@ static int pr_save(void *arg, const void *blob, size_t len)
                       (long long)extent_id, sqlite3_errmsg(db_handle()));
             rc = -EIO;
         }
-        sqlite3_finalize(st);
+        icfg_finalize(st);
     }
     db_unlock();
     return rc;
@@ -133,7 +133,7 @@ int icfg_lu_from_extent(json_t *e, struct scsi_lu **out)
         }
     }
     rc = scsi_lu_new(vol, &p, out);
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     volume_unref(vol);
     if (rc < 0)
         log_warn("iscsi config: extent %s: cannot create LU: %s",

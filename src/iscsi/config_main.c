@@ -100,7 +100,7 @@ bool iscsi_config_dataset_in_use(const char *name, char *why, size_t len)
                 snprintf(why, len, "%s is used by iSCSI extent %s", icfg_col_text(st, 1) + 5,
                          icfg_col_text(st, 0));
         }
-        sqlite3_finalize(st);
+        icfg_finalize(st);
     }
     /* FILE extents inside the dataset's directory (a FILESYSTEM or the
      * pool root) would lose their file with it. */
@@ -121,7 +121,7 @@ bool iscsi_config_dataset_in_use(const char *name, char *why, size_t len)
                 snprintf(why, len, "%s is used by iSCSI extent %s", icfg_col_text(st, 1),
                          icfg_col_text(st, 0));
         }
-        sqlite3_finalize(st);
+        icfg_finalize(st);
     }
     db_unlock();
     return used;
@@ -179,7 +179,7 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
             extents = e;
             extents[n++] = sqlite3_column_int64(st, 0);
         }
-        sqlite3_finalize(st);
+        icfg_finalize(st);
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         rc = icfg_dirty_add_query(

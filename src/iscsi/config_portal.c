@@ -25,7 +25,7 @@ static json_t *portal_row(sqlite3_stmt *st)
         while (sqlite3_step(ips) == SQLITE_ROW)
             json_array_append_new(
                 listen, json_pack("{s:s, s:i}", "ip", icfg_col_text(ips, 0), "port", port));
-        sqlite3_finalize(ips);
+        icfg_finalize(ips);
     }
     return json_pack("{s:I, s:I, s:s, s:o}", "id", (json_int_t)id, "tag",
                      (json_int_t)sqlite3_column_int64(st, 1), "comment", icfg_col_text(st, 2),

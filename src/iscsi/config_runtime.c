@@ -207,7 +207,7 @@ static int load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out,
                 *method = m;
         }
     }
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     if (rc != SQLITE_DONE) {
         free(creds);
         return -EIO;
@@ -351,7 +351,7 @@ static int build_groups(struct view_box *b, int64_t target_id)
              * cannot succeed, which is the safe direction. */
         }
     }
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     return rc == SQLITE_DONE ? 0 : -EIO;
 }
 
@@ -389,7 +389,7 @@ static int build_luns(struct view_box *b, int64_t target_id)
         b->luns[n].lu = lu;
         b->v.n_luns = ++n;
     }
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     return rc == SQLITE_DONE ? 0 : -EIO;
 }
 
@@ -405,12 +405,12 @@ static int view_build(int64_t id, const char *basename, struct iscsi_target_view
         return rc;
     sqlite3_bind_int64(st, 1, id);
     if (sqlite3_step(st) != SQLITE_ROW) {
-        sqlite3_finalize(st);
+        icfg_finalize(st);
         return -ENOENT;
     }
     struct view_box *b = calloc(1, sizeof(*b));
     if (!b) {
-        sqlite3_finalize(st);
+        icfg_finalize(st);
         return -ENOMEM;
     }
     b->v.refs = 1;
@@ -420,7 +420,7 @@ static int view_build(int64_t id, const char *basename, struct iscsi_target_view
     snprintf(b->v.alias, sizeof(b->v.alias), "%s", icfg_col_text(st, 1));
     b->v.rel_tgt_id = (uint16_t)sqlite3_column_int(st, 3);
     json_t *nets = icfg_col_json(st, 2);
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     if (json_array_size(nets) > 0) {
         b->nets = calloc(json_array_size(nets), sizeof(*b->nets));
         size_t i;
@@ -754,7 +754,7 @@ int icfg_runtime_sync_portals(void)
             want[nwant].tag = (uint16_t)sqlite3_column_int(st, 1);
             nwant++;
         }
-        sqlite3_finalize(st);
+        icfg_finalize(st);
     }
     portals_want(want, nwant);
     return 0;

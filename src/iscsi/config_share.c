@@ -250,7 +250,8 @@ static int share_create(struct api_call *call, json_t *params, json_t **result)
     if (rc == 0)
         icfg_int(&lun, "SELECT lunid FROM iscsi_targetextent WHERE id = ?", "i", te);
     char *basename = rc == 0 ? icfg_global_basename() : NULL;
-    if (rc == 0 && db_commit() < 0)
+    uint64_t seq = 0;
+    if (rc == 0 && db_commit_nosync(&seq) < 0)
         rc = api_error(call, EIO, "cannot commit the share of %s", ds);
     struct icfg_dirty d = {0};
     icfg_dirty_add(&d, target);
@@ -271,6 +272,10 @@ static int share_create(struct api_call *call, json_t *params, json_t **result)
     db_unlock();
     icfg_runtime_after_unlock();
     icfg_dirty_free(&d);
+    /* group commit: durable before the answer (config/db.h) */
+    if (rc == 0 && db_sync(seq) < 0)
+        rc =
+            api_error(call, EIO, "the share of %s was committed but could not be made durable", ds);
     if (rc < 0) {
         free(basename);
         return -1;
@@ -370,7 +375,7 @@ static json_t *share_rows(void)
             json_object_set_new(r, "enabled", json_boolean(!mapped || sqlite3_column_int(st, 7)));
             json_array_append_new(rows, r);
         }
-        sqlite3_finalize(st);
+        icfg_finalize(st);
     }
     free(basename);
     return rows;

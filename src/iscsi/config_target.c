@@ -44,7 +44,7 @@ static json_t *groups_of(int64_t target_id)
                                 : json_integer(sqlite3_column_int64(st, 3)));
         json_array_append_new(groups, g);
     }
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     return groups;
 }
 
@@ -298,7 +298,7 @@ static int store_groups(int64_t id, json_t *groups)
             break;
         }
     }
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     return rc;
 }
 
@@ -444,7 +444,7 @@ int icfg_target_check_sessions(struct icfg_write *w, int64_t target_id, bool for
              * (immediately, or at service.reload when deferred). */
             log_info("iscsi config: deleting target %s with %u session(s) (force)", iqn, n);
     }
-    sqlite3_finalize(st);
+    icfg_finalize(st);
     return rc;
 }
 

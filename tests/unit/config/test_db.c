@@ -3,6 +3,8 @@
  * as savepoints), errno mapping, persistence across close/open.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -239,6 +241,154 @@ static void test_closed(void **state)
     assert_int_equal(db_open(path), 0);
 }
 
+/* db_stmt: the same SQL gives the same statement back once returned; a
+ * nested use gets its own; without the lock nothing is cached. */
+static void test_stmt_cache(void **state)
+{
+    sqlite3_stmt *a, *b, *c;
+
+    db_lock();
+    assert_int_equal(db_stmt("SELECT COUNT(*) FROM t WHERE name = ?", &a), 0);
+    sqlite3_bind_text(a, 1, "x", -1, SQLITE_STATIC);
+    assert_int_equal(sqlite3_step(a), SQLITE_ROW);
+    /* nested: a is busy */
+    assert_int_equal(db_stmt("SELECT COUNT(*) FROM t WHERE name = ?", &b), 0);
+    assert_ptr_not_equal(a, b);
+    db_stmt_done(b);
+    db_stmt_done(a);
+    assert_int_equal(db_stmt("SELECT COUNT(*) FROM t WHERE name = ?", &c), 0);
+    assert_ptr_equal(a, c);
+    /* reset and unbound: a NULL parameter matches nothing */
+    assert_int_equal(sqlite3_step(c), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(c, 0), 0);
+    db_stmt_done(c);
+    assert_int_equal(insert_name("cached"), 0);
+    db_unlock();
+    /* not locked: a fresh statement each time, finalized by db_stmt_done */
+    assert_int_equal(db_stmt("SELECT COUNT(*) FROM t WHERE name = ?", &b), 0);
+    assert_ptr_not_equal(a, b);
+    sqlite3_bind_text(b, 1, "cached", -1, SQLITE_STATIC);
+    assert_int_equal(sqlite3_step(b), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(b, 0), 1);
+    db_stmt_done(b);
+}
+
+static int insert_tx(const char *name, bool nosync, uint64_t *seq)
+{
+    int rc;
+
+    db_lock();
+    rc = db_begin();
+    if (rc == 0)
+        rc = insert_name(name);
+    if (rc == 0)
+        rc = nosync ? db_commit_nosync(seq) : db_commit();
+    else
+        db_rollback();
+    db_unlock();
+    return rc;
+}
+
+/* Every commit is synced before it returns, unless the writer syncs itself;
+ * then one fdatasync covers every commit made before it. */
+static void test_durability(void **state)
+{
+    uint64_t c0, s0, c1, s1, seq[3];
+
+    db_lock();
+    sqlite3_stmt *st;
+    assert_int_equal(db_prepare("PRAGMA synchronous", &st), 0);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 1); /* NORMAL, plus our WAL hook */
+    sqlite3_finalize(st);
+    db_unlock();
+
+    db_sync_stats(&c0, &s0);
+    assert_int_equal(insert_tx("d1", false, NULL), 0);
+    db_sync_stats(&c1, &s1);
+    assert_int_equal(c1, c0 + 1);
+    assert_int_equal(s1, s0 + 1);
+
+    /* autocommit statements are synced too */
+    db_lock();
+    assert_int_equal(insert_name("d2"), 0);
+    db_unlock();
+    db_sync_stats(&c0, &s0);
+    assert_int_equal(c0, c1 + 1);
+    assert_int_equal(s0, s1 + 1);
+
+    /* group commit: three commits, one sync */
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "g%d", i);
+        assert_int_equal(insert_tx(name, true, &seq[i]), 0);
+        assert_true(i == 0 || seq[i] == seq[i - 1] + 1);
+    }
+    db_sync_stats(&c1, &s1);
+    assert_int_equal(c1, c0 + 3);
+    assert_int_equal(s1, s0);
+    assert_int_equal(db_sync(seq[2]), 0);
+    assert_int_equal(db_sync(seq[0]), 0); /* covered already */
+    db_sync_stats(&c0, &s0);
+    assert_int_equal(s0, s1 + 1);
+
+    /* a batch: db_sync only records; the end syncs once */
+    db_sync_batch_begin();
+    assert_int_equal(insert_tx("b1", true, &seq[0]), 0);
+    assert_int_equal(db_sync(seq[0]), 0);
+    assert_int_equal(insert_tx("b2", true, &seq[1]), 0);
+    assert_int_equal(db_sync(seq[1]), 0);
+    db_sync_stats(&c1, &s1);
+    assert_int_equal(s1, s0);
+    assert_int_equal(db_sync_batch_end(), 0);
+    db_sync_stats(&c1, &s1);
+    assert_int_equal(s1, s0 + 1);
+    assert_int_equal(count_rows("t"), 7);
+}
+
+struct writer_arg {
+    int id;
+    int rc;
+};
+
+static void *writer(void *p)
+{
+    struct writer_arg *a = p;
+    for (int i = 0; i < 50 && a->rc == 0; i++) {
+        char name[32];
+        uint64_t seq;
+        snprintf(name, sizeof(name), "w%d-%d", a->id, i);
+        a->rc = insert_tx(name, true, &seq);
+        if (a->rc == 0)
+            a->rc = db_sync(seq);
+    }
+    return NULL;
+}
+
+/* Concurrent writers: all commit, all synced, fewer syncs than commits is
+ * allowed (never more). */
+static void test_group_commit_threads(void **state)
+{
+    pthread_t t[8];
+    struct writer_arg a[8];
+    uint64_t c0, s0, c1, s1;
+
+    db_sync_stats(&c0, &s0);
+    for (int i = 0; i < 8; i++) {
+        a[i] = (struct writer_arg){.id = i};
+        assert_int_equal(pthread_create(&t[i], NULL, writer, &a[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(a[i].rc, 0);
+    }
+    db_sync_stats(&c1, &s1);
+    assert_int_equal(c1 - c0, 400);
+    assert_true(s1 - s0 <= 400);
+    assert_true(s1 > s0);
+    assert_int_equal(count_rows("t"), 400);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -251,6 +401,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_errno_mapping, setup, teardown),
         cmocka_unit_test_setup_teardown(test_persistence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_closed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stmt_cache, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_durability, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_group_commit_threads, setup, teardown),
     };
     int rc;
 
