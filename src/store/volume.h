@@ -126,7 +126,7 @@ struct vreq {
     struct reactor_timer timer;
     struct reactor_msg msg;
     struct vreq *next_waiter;
-    struct vreq *batch_next; /* write batches: see vreq_batch_add */
+    struct vreq *batch_next; /* the volume's write queue */
     uint64_t flush_target;
     unsigned resize_epoch;
 };
