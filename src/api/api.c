@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -525,17 +526,36 @@ int api_call_method_json(struct api_call *parent, const char *method, json_t *pa
     return rc;
 }
 
+enum api_prio { API_PRIO_IDLE, API_PRIO_LOW, API_PRIO_NORMAL };
+static enum api_prio api_prio = API_PRIO_IDLE;
+
+int api_set_thread_priority(const char *policy)
+{
+    if (strcmp(policy, "idle") == 0)
+        api_prio = API_PRIO_IDLE;
+    else if (strcmp(policy, "low") == 0)
+        api_prio = API_PRIO_LOW;
+    else if (strcmp(policy, "normal") == 0)
+        api_prio = API_PRIO_NORMAL;
+    else
+        return -EINVAL;
+    return 0;
+}
+
 void api_thread_background(void)
 {
-    /* nice is per thread on Linux: PRIO_PROCESS with a thread id. */
+    /* Both are per thread on Linux (PRIO_PROCESS with a thread id,
+     * sched_setscheduler with 0 = the calling thread). */
     pid_t tid = (pid_t)syscall(SYS_gettid);
-    int nice = API_THREAD_NICE;
-    const char *env = getenv("BLOCKD_API_NICE"); /* benchmarks: compare 0 */
-    if (env && *env) {
-        char *end;
-        long v = strtol(env, &end, 10);
-        if (*end == 0 && v >= 0 && v <= 19)
-            nice = (int)v;
+    int nice = 0;
+    if (api_prio == API_PRIO_IDLE) {
+        struct sched_param sp = {0};
+        if (sched_setscheduler(0, SCHED_IDLE, &sp) == 0)
+            return;
+        log_debug("api: SCHED_IDLE on thread %d: %s; using nice 19", (int)tid, strerror(errno));
+        nice = 19;
+    } else if (api_prio == API_PRIO_LOW) {
+        nice = 10;
     }
     if (nice > 0 && setpriority(PRIO_PROCESS, (id_t)tid, nice) < 0)
         log_debug("api: setpriority(%d) on thread %d: %s", nice, (int)tid, strerror(errno));

@@ -148,14 +148,29 @@ int api_query_validate(struct api_call *call, json_t *params);
 json_t *api_query_hint(json_t *params, const char *field, const char **op);
 
 /*
- * Control plane below data path (addition): the transports call this at
- * the start of every thread that runs API handlers (connection and worker
- * threads), which lowers that thread's CPU priority to nice
- * API_THREAD_NICE. On a machine whose CPUs are busy with I/O, the reactors
- * and I/O threads run first and configuration changes wait; on an idle
- * machine nothing changes. Threads a handler starts inherit it.
+ * Control plane below data path (addition): the transports call
+ * api_thread_background() at the start of every thread that runs API
+ * handlers (connection and worker threads); threads a handler starts
+ * inherit it. The policy (blockd --api-priority):
+ *   idle    SCHED_IDLE (default): handlers get the CPU time reactors and
+ *           I/O threads leave; on an idle machine nothing changes, on a
+ *           machine whose CPUs are busy with I/O, configuration changes
+ *           wait instead of taking time from the data path.
+ *   low     nice 10 (SCHED_OTHER).
+ *   normal  unchanged.
+ * api_set_thread_priority: start-up only; 0 or -EINVAL.
  */
-#define API_THREAD_NICE 10
+int api_set_thread_priority(const char *policy);
+void api_thread_background(void);
+
+/*
+ * Batched acknowledgement (addition): core.bulk calls begin() before its
+ * calls and end() after them, on the thread that runs them, and fails if
+ * end() does not return 0. The config DB sets them at start-up so that the
+ * calls' commits share one fdatasync before the bulk answers (config/db.h
+ * db_sync_batch_begin/_end). Start-up only.
+ */
+void api_set_batch_hooks(void (*begin)(void), int (*end)(void));
 void api_thread_background(void);
 
 #endif

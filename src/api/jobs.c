@@ -531,6 +531,16 @@ static int core_job_wait(struct api_call *call, json_t *params, json_t **result)
 
 /* ---- core.bulk ---- */
 
+/* Durability of a batch (api.h api_set_batch_hooks); NULL: none set. */
+static void (*batch_begin)(void);
+static int (*batch_end)(void);
+
+void api_set_batch_hooks(void (*begin)(void), int (*end)(void))
+{
+    batch_begin = begin;
+    batch_end = end;
+}
+
 struct bulk {
     char *method;
     json_t *calls;
@@ -560,6 +570,11 @@ static int bulk_work(struct job *job, void *arg, json_t **result)
     struct bulk *b = arg;
     size_t n = json_array_size(b->calls);
     json_t *out = json_array();
+    /* Each call is its own transaction, but the bulk answers once: its
+     * configuration writes share one fdatasync, made before the result is
+     * returned (config/db.h). */
+    if (batch_begin)
+        batch_begin();
     for (size_t i = 0; i < n; i++) {
         jobs_progress(job, (int)(i * 100 / (n ? n : 1)), "%s: call %zu of %zu", b->method, i + 1,
                       n);
@@ -575,6 +590,13 @@ static int bulk_work(struct job *job, void *arg, json_t **result)
                              bulk_error_text(err), "error_object", err);
         json_decref(err);
         json_array_append_new(out, item);
+    }
+    if (batch_end && batch_end() < 0) {
+        json_decref(out);
+        return jobs_fail(job, EIO,
+                         "%s: the changes were committed but could not be made durable "
+                         "(fdatasync failed)",
+                         b->method);
     }
     jobs_progress(job, 100, "%s: %zu calls done", b->method, n);
     *result = out;

@@ -611,12 +611,10 @@ int db_setting_get(const char *key, char **value)
         db_unlock();
         return -EIO;
     }
-    rc = sqlite3_prepare_v2(db_conn, "SELECT value FROM settings WHERE key = ?", -1, &st, NULL);
-    if (rc != SQLITE_OK) {
-        log_error("db: settings: %s", sqlite3_errmsg(db_conn));
-        ret = -db_errno();
+    /* cached: the iSCSI basename is read on every configuration change */
+    ret = db_stmt("SELECT value FROM settings WHERE key = ?", &st);
+    if (ret < 0)
         goto out;
-    }
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
@@ -630,7 +628,7 @@ int db_setting_get(const char *key, char **value)
         ret = -db_errno();
     }
 out:
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     db_unlock();
     return ret;
 }
@@ -645,15 +643,11 @@ int db_setting_set(const char *key, const char *value)
         db_unlock();
         return -EIO;
     }
-    rc = sqlite3_prepare_v2(db_conn,
-                            "INSERT INTO settings(key, value) VALUES(?, ?)"
-                            " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                            -1, &st, NULL);
-    if (rc != SQLITE_OK) {
-        log_error("db: settings: %s", sqlite3_errmsg(db_conn));
-        ret = -db_errno();
+    ret = db_stmt("INSERT INTO settings(key, value) VALUES(?, ?)"
+                  " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                  &st);
+    if (ret < 0)
         goto out;
-    }
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
     rc = sqlite3_step(st);
@@ -664,7 +658,7 @@ int db_setting_set(const char *key, const char *value)
         ret = -db_errno();
     }
 out:
-    sqlite3_finalize(st);
+    db_stmt_done(st);
     db_unlock();
     return ret;
 }

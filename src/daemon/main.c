@@ -58,6 +58,7 @@ static void usage(FILE *f)
                "              [--log-level error|warn|info|debug]\n"
                "              [--nbd-listen ADDR:PORT] [--iscsi-listen ADDR:PORT]\n"
                "              [--api-listen ADDR:PORT [--api-tls-cert F --api-tls-key F]]\n"
+               "              [--api-priority idle|low|normal]\n"
                "\n"
                "  --state-dir DIR        configuration DB, pools, lock (default /var/lib/blockd)\n"
                "  --api-socket PATH      JSON-RPC Unix socket (default DIR/blockd.sock, mode 0600)\n"
@@ -68,7 +69,9 @@ static void usage(FILE *f)
                "                         (default: the portals' addresses at port 3260)\n"
                "  --api-listen ADDR:PORT serve the JSON-RPC API over WebSocket (/api/current)\n"
                "  --api-tls-cert FILE    with --api-tls-key: PEM certificate, serve wss://\n"
-               "  --api-tls-key FILE     PEM private key for --api-tls-cert\n");
+               "  --api-tls-key FILE     PEM private key for --api-tls-cert\n"
+               "  --api-priority P       CPU priority of API threads: idle (SCHED_IDLE,\n"
+               "                         default: I/O first), low (nice 10), normal\n");
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -83,6 +86,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"api-listen", required_argument, NULL, 'L'},   /* control */
         {"api-tls-cert", required_argument, NULL, 'C'}, /* control */
         {"api-tls-key", required_argument, NULL, 'K'},  /* control */
+        {"api-priority", required_argument, NULL, 'P'}, /* control */
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -129,6 +133,12 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case 'K': /* control */
             o->api_tls_key = optarg;
+            break;
+        case 'P': /* control */
+            if (api_set_thread_priority(optarg) < 0) {
+                fprintf(stderr, "blockd: --api-priority must be idle, low or normal\n");
+                return -1;
+            }
             break;
         case 'h':
             usage(stdout);

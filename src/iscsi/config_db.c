@@ -199,6 +199,22 @@ json_t *icfg_get_by_id(icfg_row_fn fn, const char *sql, int64_t id)
     return row;
 }
 
+json_t *icfg_rows_cached(struct icfg_rows_cache *c, icfg_row_fn fn, const char *sql)
+{
+    sqlite3 *db = db_handle();
+    bool idle = db && sqlite3_get_autocommit(db);
+    int64_t now = db ? sqlite3_total_changes64(db) : -1;
+    if (idle && c->rows && c->changes == now)
+        return json_incref(c->rows);
+    json_t *rows = icfg_rows(fn, sql, "");
+    if (rows && idle) {
+        json_decref(c->rows);
+        c->rows = json_incref(rows);
+        c->changes = now;
+    }
+    return rows;
+}
+
 int icfg_db_fail(struct api_call *call, int err)
 {
     if (err == -EEXIST)

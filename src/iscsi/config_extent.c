@@ -245,18 +245,36 @@ static void extent_check(struct api_call *call, json_t *d, int64_t self_id, json
                      "Must be set when disk is a ZFS Snapshot");
             return;
         }
-        struct volume *vol = NULL;
-        int err = datasets_volume_open(ds, &vol);
-        if (err == -ENOENT) {
+        /* A volume's size is in the datasets table: opening it here (and
+         * closing it again, since no LU holds it yet) cost more than the
+         * rest of the call. Snapshots are opened (their size is the
+         * volume's at snapshot time, kept by the store). */
+        uint64_t vsize = 0;
+        int64_t dbsize;
+        int err = strchr(ds, '@') ? 1
+                                  : icfg_int(&dbsize,
+                                             "SELECT volsize FROM datasets WHERE name = ? AND "
+                                             "type = 'VOLUME'",
+                                             "t", ds);
+        if (err == 0) {
+            vsize = (uint64_t)dbsize;
+        } else if (err == -ENOENT) {
             api_verr(call, f, ENOENT, "Volume %s does not exist", ds);
             return;
+        } else {
+            struct volume *vol = NULL;
+            err = datasets_volume_open(ds, &vol);
+            if (err == -ENOENT) {
+                api_verr(call, f, ENOENT, "Volume %s does not exist", ds);
+                return;
+            }
+            if (err < 0) {
+                api_verr(call, f, -err, "Cannot open volume %s: %s", ds, strerror(-err));
+                return;
+            }
+            vsize = volume_size(vol);
+            volume_unref(vol);
         }
-        if (err < 0) {
-            api_verr(call, f, -err, "Cannot open volume %s: %s", ds, strerror(-err));
-            return;
-        }
-        uint64_t vsize = volume_size(vol);
-        volume_unref(vol);
         if (vsize % (uint64_t)bs != 0)
             api_verr(call, icfg_field(call, "blocksize", f, sizeof(f)), EINVAL,
                      "Volume size %llu is not a multiple of the block size %lld",

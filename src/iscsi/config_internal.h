@@ -101,6 +101,19 @@ struct icfg_hint {
 };
 json_t *icfg_rows_hinted(icfg_row_fn fn, const char *select_sql, const char *order_sql,
                          json_t *params, const struct icfg_hint *hints, size_t n_hints);
+/*
+ * Every row of a table, built once per database change: the rows (shared,
+ * never modified) stay valid while the connection's change counter
+ * (sqlite3_total_changes64) is unchanged and no transaction is open, which
+ * covers every write blockd makes (not edits by another process, which
+ * the runtime would not see either). For row functions that read nothing
+ * but the DB. Returns a new reference or NULL. DB locked.
+ */
+struct icfg_rows_cache {
+    json_t *rows;
+    int64_t changes;
+};
+json_t *icfg_rows_cached(struct icfg_rows_cache *c, icfg_row_fn fn, const char *sql);
 /* Query rows with api_query semantics; steals rows. */
 int icfg_query_rows(struct api_call *call, json_t *rows, json_t *params, json_t **result);
 /* <ns>.get_instance [id, options?]: the query handler with

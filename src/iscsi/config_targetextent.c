@@ -195,11 +195,19 @@ static int te_query(struct api_call *call, json_t *params, json_t **result)
 {
     if (api_check_arity(call, params, 2) < 0)
         return api_invalid(call);
-    db_lock();
     static const struct icfg_hint hints[] = {
         {"id", "id"}, {"target", "target_id"}, {"extent", "extent_id"}};
-    json_t *rows =
-        icfg_rows_hinted(te_row, TE_SELECT, "ORDER BY id", params, hints, ARRAY_SIZE(hints));
+    /* TrueNAS clients list every mapping before each create: without a
+     * hint, the whole table comes from the cache (rebuilt after changes). */
+    static struct icfg_rows_cache all;
+    bool hinted = false;
+    const char *op;
+    for (size_t i = 0; i < ARRAY_SIZE(hints) && !hinted; i++)
+        hinted = api_query_hint(params, hints[i].field, &op) != NULL;
+    db_lock();
+    json_t *rows = hinted ? icfg_rows_hinted(te_row, TE_SELECT, "ORDER BY id", params, hints,
+                                             ARRAY_SIZE(hints))
+                          : icfg_rows_cached(&all, te_row, TE_SELECT " ORDER BY id");
     db_unlock();
     return icfg_query_rows(call, rows, params, result);
 }
