@@ -60,6 +60,9 @@ struct bdev_ops {
                    size_t *n);
     int (*resize)(struct bdev *b, uint64_t new_size);
     void (*close)(struct bdev *b);
+    /* An fd whose byte offsets are the device's, for reads through the
+     * reactor's io_uring (store/uring.h). NULL: no such fd. */
+    int (*read_fd)(struct bdev *b);
 };
 
 struct bdev {

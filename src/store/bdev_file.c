@@ -318,6 +318,11 @@ static void file_close(struct bdev *b)
     free(f);
 }
 
+static int file_read_fd(struct bdev *b)
+{
+    return to_file(b)->fd;
+}
+
 static const struct bdev_ops file_ops = {
     .name = "file",
     .read = file_read,
@@ -331,6 +336,7 @@ static const struct bdev_ops file_ops = {
     .extents = file_extents,
     .resize = file_resize,
     .close = file_close,
+    .read_fd = file_read_fd,
 };
 
 /* 1 if the device under st_dev (or the block device itself) spins. */

@@ -804,6 +804,26 @@ static bool vreq_park(struct volume *v, struct vreq *r)
     return parked;
 }
 
+/* Reads on a reactor go through its io_uring (store/uring.h): one system
+ * call for all the reads of a loop iteration. Anything but a full read is
+ * redone by the blocking path in the pool, which zero-fills past the end of
+ * a short file and logs errors. */
+static void vreq_uring_done(struct uring_op *op, int res)
+{
+    struct vreq *r = container_of(op, struct vreq, uop);
+    if (res >= 0 && (uint64_t)res == r->length)
+        vreq_inline_done(r->vol, r, 0);
+    else
+        vreq_to_pool(r);
+}
+
+static int vreq_uring_read(struct volume *v, struct vreq *r)
+{
+    r->uop.done = vreq_uring_done;
+    return uring_read(v->bdev->ops->read_fd(v->bdev), r->buf, (size_t)r->length, r->offset,
+                      &r->uop);
+}
+
 static void vreq_start(struct volume *v, struct vreq *r, bool modifies);
 
 void volume_submit(struct volume *v, struct vreq *r)
@@ -850,6 +870,8 @@ static void vreq_start(struct volume *v, struct vreq *r, bool modifies)
             vreq_inline_done(v, r, vreq_execute(v, r));
             return;
         }
+        if (rd && ops->read_fd && reactor_self() && vreq_uring_read(v, r) == 0)
+            return;
         if (reactor_self()) {
             rc = rd ? ops->read_nowait(v->bdev, r->buf, (size_t)r->length, r->offset)
                     : ops->write_nowait(v->bdev, r->buf, (size_t)r->length, r->offset);

@@ -26,6 +26,7 @@
 #include "core/iopool.h"
 #include "core/reactor.h"
 #include "store/bdev.h"
+#include "store/uring.h"
 
 enum volume_sync { VOLUME_SYNC_STANDARD = 0, VOLUME_SYNC_ALWAYS = 1, VOLUME_SYNC_DISABLED = 2 };
 
@@ -127,6 +128,7 @@ struct vreq {
     struct reactor_msg msg;
     struct vreq *next_waiter;
     struct vreq *batch_next; /* the volume's write queue */
+    struct uring_op uop;
     uint64_t flush_target;
     unsigned resize_epoch;
 };
