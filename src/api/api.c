@@ -542,6 +542,9 @@ int api_set_thread_priority(const char *policy)
     return 0;
 }
 
+static __thread int thread_bg_policy = -1; /* -1: not a background thread */
+static __thread int thread_bg_nice;
+
 void api_thread_background(void)
 {
     /* Both are per thread on Linux (PRIO_PROCESS with a thread id,
@@ -550,8 +553,10 @@ void api_thread_background(void)
     int nice = 0;
     if (api_prio == API_PRIO_IDLE) {
         struct sched_param sp = {0};
-        if (sched_setscheduler(0, SCHED_IDLE, &sp) == 0)
+        if (sched_setscheduler(0, SCHED_IDLE, &sp) == 0) {
+            thread_bg_policy = SCHED_IDLE;
             return;
+        }
         log_debug("api: SCHED_IDLE on thread %d: %s; using nice 19", (int)tid, strerror(errno));
         nice = 19;
     } else if (api_prio == API_PRIO_LOW) {
@@ -559,4 +564,26 @@ void api_thread_background(void)
     }
     if (nice > 0 && setpriority(PRIO_PROCESS, (id_t)tid, nice) < 0)
         log_debug("api: setpriority(%d) on thread %d: %s", nice, (int)tid, strerror(errno));
+    else if (nice > 0) {
+        thread_bg_policy = SCHED_OTHER;
+        thread_bg_nice = nice;
+    }
+}
+
+void api_thread_boost(void)
+{
+    struct sched_param sp = {0};
+    if (thread_bg_policy == SCHED_IDLE)
+        sched_setscheduler(0, SCHED_OTHER, &sp);
+    else if (thread_bg_policy == SCHED_OTHER)
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 0);
+}
+
+void api_thread_unboost(void)
+{
+    struct sched_param sp = {0};
+    if (thread_bg_policy == SCHED_IDLE)
+        sched_setscheduler(0, SCHED_IDLE, &sp);
+    else if (thread_bg_policy == SCHED_OTHER)
+        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), thread_bg_nice);
 }

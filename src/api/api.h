@@ -162,6 +162,14 @@ json_t *api_query_hint(json_t *params, const char *field, const char **op);
  */
 int api_set_thread_priority(const char *policy);
 void api_thread_background(void);
+/*
+ * Priority ceiling for locks the data path also takes (the iSCSI
+ * publication lock): a background thread raises itself to normal priority
+ * while it holds one, so a reactor never waits for a thread that the
+ * scheduler keeps off the CPU. No-ops on other threads. Pairs; not nested.
+ */
+void api_thread_boost(void);
+void api_thread_unboost(void);
 
 /*
  * Batched acknowledgement (addition): core.bulk calls begin() before its

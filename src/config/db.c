@@ -222,6 +222,58 @@ static int db_wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
     return sync_to(seq) == 0 ? SQLITE_OK : SQLITE_IOERR_FSYNC;
 }
 
+/* ---- row-change watches (db.h) ---- */
+
+static struct db_watch *watches; /* db_mutex */
+
+void db_watch_register(struct db_watch *w)
+{
+    db_lock();
+    for (struct db_watch *x = watches; x; x = x->next)
+        if (x == w) {
+            db_unlock();
+            return;
+        }
+    w->n = 0;
+    w->overflow = true; /* nothing known yet */
+    w->next = watches;
+    watches = w;
+    db_unlock();
+}
+
+/* Called by SQLite for each row changed on our connection (under the
+ * connection's mutex, by the thread holding db_mutex). */
+static void db_update_hook(void *arg, int op, const char *dbname, const char *table,
+                           sqlite3_int64 rowid)
+{
+    (void)arg;
+    (void)op;
+    (void)dbname;
+    for (struct db_watch *w = watches; w; w = w->next) {
+        if (strcmp(w->table, table) != 0 || w->overflow)
+            continue;
+        if (w->n == DB_WATCH_MAX)
+            w->overflow = true;
+        else
+            w->ids[w->n++] = rowid;
+    }
+}
+
+/* A DELETE without WHERE would empty a table without row-by-row reports
+ * (the truncate optimization); SQLITE_IGNORE for SQLITE_DELETE keeps the
+ * DELETE but turns that optimization off, so the update hook sees every
+ * row. */
+static int db_authorizer(void *arg, int action, const char *a, const char *b, const char *c,
+                         const char *d)
+{
+    (void)arg;
+    (void)a;
+    (void)b;
+    (void)c;
+    (void)d;
+    return action == SQLITE_DELETE ? SQLITE_IGNORE : SQLITE_OK;
+}
+
 /* ---- statement cache ---- */
 
 static uint32_t sql_hash(const char *s)
@@ -413,6 +465,8 @@ int db_open(const char *path)
     if (db_exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;") < 0)
         goto fail;
     sqlite3_wal_hook(db_conn, db_wal_hook, NULL);
+    sqlite3_update_hook(db_conn, db_update_hook, NULL);
+    sqlite3_set_authorizer(db_conn, db_authorizer, NULL);
     if (db_pragma_expect("PRAGMA foreign_keys", "1") < 0)
         goto fail;
     if (db_begin() < 0)

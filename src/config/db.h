@@ -8,6 +8,8 @@
 #define BLOCKD_CONFIG_DB_H
 
 #include <sqlite3.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 void db_register_schema(const char *sql);
@@ -86,5 +88,25 @@ void db_sync_batch_begin(void);
 int db_sync_batch_end(void);
 /* Counters for tests and benchmarks: commits, and fdatasync calls made. */
 void db_sync_stats(uint64_t *commits, uint64_t *syncs);
+
+/*
+ * Row-change watches (addition): through SQLite's update hook, the rowids
+ * INSERTed, UPDATEd or DELETEd in one table on our connection since the
+ * watcher last looked (changes later rolled back included: re-reading such
+ * a row is harmless). After DB_WATCH_MAX rowids, or a change SQLite does
+ * not report row by row (a DELETE without WHERE), overflow is set: the
+ * watcher must reread everything. Register once (db_watch_register, any
+ * time, DB locked or not); read and clear the fields only with db_lock()
+ * held. Not for changes made by other processes.
+ */
+#define DB_WATCH_MAX 256
+struct db_watch {
+    const char *table;
+    int64_t ids[DB_WATCH_MAX];
+    size_t n;
+    bool overflow;
+    struct db_watch *next; /* db.c's */
+};
+void db_watch_register(struct db_watch *w);
 
 #endif

@@ -199,19 +199,72 @@ json_t *icfg_get_by_id(icfg_row_fn fn, const char *sql, int64_t id)
     return row;
 }
 
-json_t *icfg_rows_cached(struct icfg_rows_cache *c, icfg_row_fn fn, const char *sql)
+/* First index in sorted rows whose "id" is >= id. */
+static size_t rows_lower_bound(json_t *rows, int64_t id)
 {
-    sqlite3 *db = db_handle();
-    bool idle = db && sqlite3_get_autocommit(db);
-    int64_t now = db ? sqlite3_total_changes64(db) : -1;
-    if (idle && c->rows && c->changes == now)
-        return json_incref(c->rows);
-    json_t *rows = icfg_rows(fn, sql, "");
-    if (rows && idle) {
-        json_decref(c->rows);
-        c->rows = json_incref(rows);
-        c->changes = now;
+    size_t lo = 0, hi = json_array_size(rows);
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (json_integer_value(json_object_get(json_array_get(rows, mid), "id")) < id)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
+    return lo;
+}
+
+/* c->rows with the watched changes applied, as a new array; NULL on error. */
+static json_t *rows_refresh(struct icfg_rows_cache *c, icfg_row_fn fn, const char *by_id_sql)
+{
+    json_t *rows = json_copy(c->rows); /* shallow: the rows are shared */
+    for (size_t i = 0; rows && i < c->watch.n; i++) {
+        int64_t id = c->watch.ids[i];
+        json_t *found = icfg_rows(fn, by_id_sql, "i", id);
+        if (!found) {
+            json_decref(rows);
+            return NULL;
+        }
+        json_t *row = json_array_get(found, 0);
+        size_t at = rows_lower_bound(rows, id);
+        bool present = at < json_array_size(rows) &&
+                       json_integer_value(json_object_get(json_array_get(rows, at), "id")) == id;
+        int rc = 0;
+        if (row && present)
+            rc = json_array_set(rows, at, row);
+        else if (row)
+            rc = json_array_insert(rows, at, row);
+        else if (present)
+            rc = json_array_remove(rows, at);
+        json_decref(found);
+        if (rc < 0) {
+            json_decref(rows);
+            return NULL;
+        }
+    }
+    return rows;
+}
+
+json_t *icfg_rows_cached(struct icfg_rows_cache *c, icfg_row_fn fn, const char *all_sql,
+                         const char *by_id_sql)
+{
+    if (!c->registered) {
+        db_watch_register(&c->watch);
+        c->registered = true;
+    }
+    sqlite3 *db = db_handle();
+    if (!db || !sqlite3_get_autocommit(db))
+        return icfg_rows(fn, all_sql, ""); /* uncommitted rows: not for the cache */
+    json_t *rows = NULL;
+    if (c->rows && !c->watch.overflow)
+        rows = c->watch.n ? rows_refresh(c, fn, by_id_sql) : json_incref(c->rows);
+    if (!rows)
+        rows = icfg_rows(fn, all_sql, "");
+    if (!rows)
+        return NULL;
+    json_decref(c->rows);
+    c->rows = json_incref(rows);
+    c->watch.n = 0;
+    c->watch.overflow = false;
     return rows;
 }
 

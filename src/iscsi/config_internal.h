@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "api/api.h"
+#include "config/db.h"
 #include "api/validate.h"
 
 #define ICFG_DEFAULT_BASENAME "iqn.2026-11.org.blockd"
@@ -102,18 +103,22 @@ struct icfg_hint {
 json_t *icfg_rows_hinted(icfg_row_fn fn, const char *select_sql, const char *order_sql,
                          json_t *params, const struct icfg_hint *hints, size_t n_hints);
 /*
- * Every row of a table, built once per database change: the rows (shared,
- * never modified) stay valid while the connection's change counter
- * (sqlite3_total_changes64) is unchanged and no transaction is open, which
- * covers every write blockd makes (not edits by another process, which
- * the runtime would not see either). For row functions that read nothing
- * but the DB. Returns a new reference or NULL. DB locked.
+ * Every row of one table, kept between calls and brought up to date from
+ * the rows that changed since (config/db.h db_watch), instead of rebuilt:
+ * TrueNAS clients list every mapping before each create. all_sql selects
+ * every row ORDER BY id; by_id_sql the row with id = ?; rows are objects
+ * with an integer "id" and must depend on nothing but their own table row.
+ * The cached rows are shared and never modified (a refresh builds a new
+ * array). Inside a transaction the cache is not used. Returns a new
+ * reference or NULL. DB locked.
  */
 struct icfg_rows_cache {
+    struct db_watch watch; /* .table set by the owner */
     json_t *rows;
-    int64_t changes;
+    bool registered;
 };
-json_t *icfg_rows_cached(struct icfg_rows_cache *c, icfg_row_fn fn, const char *sql);
+json_t *icfg_rows_cached(struct icfg_rows_cache *c, icfg_row_fn fn, const char *all_sql,
+                         const char *by_id_sql);
 /* Query rows with api_query semantics; steals rows. */
 int icfg_query_rows(struct api_call *call, json_t *rows, json_t *params, json_t **result);
 /* <ns>.get_instance [id, options?]: the query handler with

@@ -30,6 +30,22 @@
 
 /* ---- published state (pub_lock) ---- */
 static pthread_mutex_t pub_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Reactors take pub_lock (a session whose view is stale looks its target
+ * up again), and API threads run at background priority: they hold it at
+ * normal priority (api_thread_boost) so that a reactor never waits for a
+ * thread the scheduler keeps off the CPU. */
+static void pub_lock_take(void)
+{
+    api_thread_boost();
+    pthread_mutex_lock(&pub_lock);
+}
+
+static void pub_lock_give(void)
+{
+    pthread_mutex_unlock(&pub_lock);
+    api_thread_unboost();
+}
 static struct iscsi_target_view **pub_views; /* sorted by iqn, case-insensitive */
 static size_t pub_n, pub_cap;
 static uint64_t pub_generation;
@@ -556,10 +572,10 @@ struct change {
 static int collect_all_ids(struct icfg_dirty *d)
 {
     int rc = icfg_dirty_add_query(d, "SELECT id FROM iscsi_target WHERE id >= ?", 0);
-    pthread_mutex_lock(&pub_lock);
+    pub_lock_take();
     for (size_t i = 0; i < pub_n; i++)
         icfg_dirty_add(d, (int64_t)pub_views[i]->id);
-    pthread_mutex_unlock(&pub_lock);
+    pub_lock_give();
     return rc;
 }
 
@@ -601,7 +617,7 @@ int icfg_runtime_apply(const struct icfg_dirty *in)
 
     struct iscsi_target_view **old = calloc(nc ? nc : 1, sizeof(*old));
     struct iscsi_target_view **stale = calloc(nc ? nc : 1, sizeof(*stale));
-    pthread_mutex_lock(&pub_lock);
+    pub_lock_take();
     for (size_t i = 0; i < nc; i++) {
         size_t at = pub_find_id((uint64_t)changes[i].id);
         if (old)
@@ -639,7 +655,7 @@ int icfg_runtime_apply(const struct icfg_dirty *in)
         dn = prev_n;
     }
     __atomic_add_fetch(&pub_generation, 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&pub_lock);
+    pub_lock_give();
     if (dcreds) {
         explicit_bzero(dcreds, dn * sizeof(*dcreds));
         free(dcreds);
@@ -825,9 +841,9 @@ int iscsi_config_start(const char *override)
     int rc = icfg_runtime_apply(&all);
     db_unlock();
     icfg_runtime_after_unlock();
-    pthread_mutex_lock(&pub_lock);
+    pub_lock_take();
     size_t n = pub_n;
-    pthread_mutex_unlock(&pub_lock);
+    pub_lock_give();
     log_info("iscsi config: %zu target(s) published", n);
     return rc;
 }
@@ -837,7 +853,7 @@ void icfg_runtime_stop(void)
     db_lock();
     if (!listen_override)
         portals_want(NULL, 0); /* close every portal listener after unlock */
-    pthread_mutex_lock(&pub_lock);
+    pub_lock_take();
     struct iscsi_target_view **views = pub_views;
     size_t n = pub_n;
     pub_views = NULL;
@@ -850,7 +866,7 @@ void icfg_runtime_stop(void)
     disc_n = 0;
     disc_method = ISCSI_AUTH_NONE;
     __atomic_add_fetch(&pub_generation, 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&pub_lock);
+    pub_lock_give();
     for (size_t i = 0; i < n; i++)
         iscsi_target_view_unref(views[i]);
     free(views);
@@ -881,22 +897,22 @@ void iscsi_config_stop(void)
 struct iscsi_target_view *iscsi_runtime_find_target(const char *iqn)
 {
     struct iscsi_target_view *v = NULL;
-    pthread_mutex_lock(&pub_lock);
+    pub_lock_take();
     size_t i = pub_lower_bound(iqn);
     if (i < pub_n && strcasecmp(pub_views[i]->iqn, iqn) == 0) {
         v = pub_views[i];
         iscsi_target_view_ref(v);
     }
-    pthread_mutex_unlock(&pub_lock);
+    pub_lock_give();
     return v;
 }
 
 int iscsi_runtime_list_targets(struct iscsi_target_view ***out)
 {
-    pthread_mutex_lock(&pub_lock);
+    pub_lock_take();
     struct iscsi_target_view **arr = malloc((pub_n ? pub_n : 1) * sizeof(*arr));
     if (!arr) {
-        pthread_mutex_unlock(&pub_lock);
+        pub_lock_give();
         return -ENOMEM;
     }
     for (size_t i = 0; i < pub_n; i++) {
@@ -904,7 +920,7 @@ int iscsi_runtime_list_targets(struct iscsi_target_view ***out)
         iscsi_target_view_ref(arr[i]);
     }
     int n = (int)pub_n;
-    pthread_mutex_unlock(&pub_lock);
+    pub_lock_give();
     *out = arr;
     return n;
 }
@@ -912,7 +928,7 @@ int iscsi_runtime_list_targets(struct iscsi_target_view ***out)
 int iscsi_runtime_discovery_auth(struct iscsi_auth_policy *out)
 {
     memset(out, 0, sizeof(*out));
-    pthread_mutex_lock(&pub_lock);
+    pub_lock_take();
     int rc = 0;
     if (disc_n > 0) {
         struct iscsi_chap_cred *c = malloc(disc_n * sizeof(*c));
@@ -925,7 +941,7 @@ int iscsi_runtime_discovery_auth(struct iscsi_auth_policy *out)
             out->method = disc_method;
         }
     }
-    pthread_mutex_unlock(&pub_lock);
+    pub_lock_give();
     return rc;
 }
 

@@ -199,7 +199,7 @@ static int te_query(struct api_call *call, json_t *params, json_t **result)
         {"id", "id"}, {"target", "target_id"}, {"extent", "extent_id"}};
     /* TrueNAS clients list every mapping before each create: without a
      * hint, the whole table comes from the cache (rebuilt after changes). */
-    static struct icfg_rows_cache all;
+    static struct icfg_rows_cache all = {.watch.table = "iscsi_targetextent"};
     bool hinted = false;
     const char *op;
     for (size_t i = 0; i < ARRAY_SIZE(hints) && !hinted; i++)
@@ -207,7 +207,7 @@ static int te_query(struct api_call *call, json_t *params, json_t **result)
     db_lock();
     json_t *rows = hinted ? icfg_rows_hinted(te_row, TE_SELECT, "ORDER BY id", params, hints,
                                              ARRAY_SIZE(hints))
-                          : icfg_rows_cached(&all, te_row, TE_SELECT " ORDER BY id");
+                          : icfg_rows_cached(&all, te_row, TE_SELECT " ORDER BY id", TE_BY_ID);
     db_unlock();
     return icfg_query_rows(call, rows, params, result);
 }

@@ -389,6 +389,37 @@ static void test_group_commit_threads(void **state)
     assert_int_equal(count_rows("t"), 400);
 }
 
+/* db_watch: the rowids written in one table, row by row (even for a
+ * DELETE without WHERE), overflow past DB_WATCH_MAX. */
+static void test_watch(void **state)
+{
+    static struct db_watch w = {.table = "t"};
+
+    db_watch_register(&w);
+    db_watch_register(&w); /* once */
+    db_lock();
+    assert_true(w.overflow); /* nothing known at first */
+    w.overflow = false;
+    w.n = 0;
+    assert_int_equal(insert_name("w1"), 0);
+    int64_t id = sqlite3_last_insert_rowid(db_handle());
+    assert_int_equal(w.n, 1);
+    assert_int_equal(w.ids[0], id);
+    assert_int_equal(db_exec("UPDATE t SET name = 'w2'"), 0);
+    assert_int_equal(w.n, 2);
+    assert_int_equal(db_exec("DELETE FROM t"), 0);
+    assert_int_equal(w.n, 3); /* reported row by row */
+    assert_int_equal(w.ids[2], id);
+    assert_false(w.overflow);
+    for (int i = 0; i < DB_WATCH_MAX; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "o%d", i);
+        assert_int_equal(insert_name(name), 0);
+    }
+    assert_true(w.overflow);
+    db_unlock();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -404,6 +435,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stmt_cache, setup, teardown),
         cmocka_unit_test_setup_teardown(test_durability, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_commit_threads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_watch, setup, teardown),
     };
     int rc;
 
