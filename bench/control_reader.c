@@ -5,7 +5,12 @@
  * max_gap_ms is the longest time between two consecutive completions: a
  * stall of the target shows there even when the average looks fine.
  *
- *   control_reader PORTAL IQN SECONDS QD
+ *   control_reader PORTAL IQN SECONDS QD [TRACE_FILE]
+ *
+ * With TRACE_FILE, the completions per 10 ms are written there at the
+ * end, one line "T0 N0 N1 ..." where T0 is the CLOCK_MONOTONIC second of
+ * the first bucket (Python's time.monotonic() reads the same clock), so a
+ * caller can count the reads inside its own time windows.
  */
 #include <iscsi/iscsi.h>
 #include <iscsi/scsi-lowlevel.h>
@@ -39,7 +44,12 @@ struct state {
     int inflight;
     double last, max_gap, end;
     unsigned seed;
+    double t0;         /* start of bucket 0 */
+    uint32_t *buckets; /* completions per 10 ms, or NULL */
+    size_t nbuckets;
 };
+
+#define BUCKET_S 0.01
 
 static void submit(struct state *s);
 
@@ -52,9 +62,12 @@ static void read_done(struct iscsi_context *iscsi, int status, void *command_dat
         s->max_gap = t - s->last;
     s->last = t;
     s->inflight--;
-    if (status == SCSI_STATUS_GOOD)
+    if (status == SCSI_STATUS_GOOD) {
         s->reads++;
-    else
+        size_t b = (size_t)((t - s->t0) / BUCKET_S);
+        if (s->buckets && b < s->nbuckets)
+            s->buckets[b]++;
+    } else
         s->errors++;
     if (task)
         scsi_free_scsi_task(task);
@@ -76,8 +89,8 @@ static void submit(struct state *s)
 
 int main(int argc, char **argv)
 {
-    if (argc != 5) {
-        fprintf(stderr, "usage: control_reader PORTAL IQN SECONDS QD\n");
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: control_reader PORTAL IQN SECONDS QD [TRACE_FILE]\n");
         return 2;
     }
     signal(SIGTERM, on_signal);
@@ -105,10 +118,18 @@ int main(int argc, char **argv)
     int qd = atoi(argv[4]);
     double start = now_s();
     s.end = secs > 0 ? start + secs : 0;
+    s.t0 = start;
+    if (argc == 6) {
+        s.nbuckets = 3600 * 100; /* an hour */
+        s.buckets = calloc(s.nbuckets, sizeof(*s.buckets));
+        if (!s.buckets)
+            return 1;
+    }
     for (int i = 0; i < qd; i++)
         submit(&s);
     while (s.inflight > 0) {
-        struct pollfd p = {.fd = iscsi_get_fd(s.iscsi), .events = (short)iscsi_which_events(s.iscsi)};
+        struct pollfd p = {.fd = iscsi_get_fd(s.iscsi),
+                           .events = (short)iscsi_which_events(s.iscsi)};
         int n = poll(&p, 1, 10);
         if (n < 0 && !stop)
             break;
@@ -120,6 +141,20 @@ int main(int argc, char **argv)
     double el = now_s() - start;
     printf("iops=%.0f max_gap_ms=%.2f errors=%llu reads=%llu seconds=%.2f\n", (double)s.reads / el,
            s.max_gap * 1000, (unsigned long long)s.errors, (unsigned long long)s.reads, el);
+    if (s.buckets) {
+        FILE *f = fopen(argv[5], "w");
+        size_t used = (size_t)(el / BUCKET_S) + 1;
+        if (!f) {
+            perror(argv[5]);
+            return 1;
+        }
+        fprintf(f, "%.6f", s.t0);
+        for (size_t i = 0; i < used && i < s.nbuckets; i++)
+            fprintf(f, " %u", s.buckets[i]);
+        fprintf(f, "\n");
+        fclose(f);
+        free(s.buckets);
+    }
     iscsi_logout_sync(s.iscsi);
     iscsi_destroy_context(s.iscsi);
     return s.errors ? 1 : 0;
