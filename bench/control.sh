@@ -256,38 +256,45 @@ def parse(s):
 b, ch = parse(base.stdout), parse(churn_out)
 
 # interleaved: blocks of 50 lifecycle steps, each followed by an equal pause
-trace = tempfile.NamedTemporaryFile(prefix="blockd-bench-trace.", delete=False).name
-p = subprocess.Popen([reader, portal_a, iqn_a, "0", "32", trace], stdout=subprocess.PIPE, text=True)
-time.sleep(1.0)
-on, off = [], []
-blocks = [(create_cycle, many[i:i + 50]) for i in range(0, n_many, 50)]
-blocks += [(delete_cycle, many[i:i + 50]) for i in range(0, n_many, 50)]
-for fn, vols in blocks:
-    t0 = time.monotonic()
-    for v in vols:
-        fn(v)
-    t1 = time.monotonic()
-    on.append((t0, t1))
-    time.sleep(t1 - t0)
-    off.append((t1, time.monotonic()))
-p.send_signal(signal.SIGTERM)
-inter_out = p.communicate()[0]
-assert p.returncode == 0, inter_out
-with open(trace) as f:
-    fields = f.read().split()
-os.unlink(trace)
-T0, counts = float(fields[0]), [int(x) for x in fields[1:]]
-def rate(windows):
-    reads, secs = 0, 0.0
-    for a, z in windows:
-        i = int((a - T0) / 0.01) + 1  # whole 10 ms buckets inside the window
-        j = int((z - T0) / 0.01)
-        if j > i:
-            reads += sum(counts[i:j])
-            secs += (j - i) * 0.01
-    return reads / secs if secs else 0.0
-iops_on, iops_off = rate(on), rate(off)
-inter = parse(inter_out)
+def interleaved(create_fn, delete_fn):
+    trace = tempfile.NamedTemporaryFile(prefix="blockd-bench-trace.", delete=False).name
+    p = subprocess.Popen([reader, portal_a, iqn_a, "0", "32", trace], stdout=subprocess.PIPE,
+                         text=True)
+    time.sleep(1.0)
+    on, off = [], []
+    blocks = [(create_fn, many[i:i + 50]) for i in range(0, n_many, 50)]
+    blocks += [(delete_fn, many[i:i + 50]) for i in range(0, n_many, 50)]
+    for fn, vols in blocks:
+        t0 = time.monotonic()
+        for v in vols:
+            fn(v)
+        t1 = time.monotonic()
+        on.append((t0, t1))
+        time.sleep(t1 - t0)
+        off.append((t1, time.monotonic()))
+    p.send_signal(signal.SIGTERM)
+    out = p.communicate()[0]
+    assert p.returncode == 0, out
+    with open(trace) as f:
+        fields = f.read().split()
+    os.unlink(trace)
+    T0, counts = float(fields[0]), [int(x) for x in fields[1:]]
+    def rate(windows):
+        reads, secs = 0, 0.0
+        for a, z in windows:
+            i = int((a - T0) / 0.01) + 1  # whole 10 ms buckets inside the window
+            j = int((z - T0) / 0.01)
+            if j > i:
+                reads += sum(counts[i:j])
+                secs += (j - i) * 0.01
+        return reads / secs if secs else 0.0
+    r = parse(out)
+    return dict(on=rate(on), off=rate(off), on_s=sum(z - a for a, z in on),
+                off_s=sum(z - a for a, z in off), gap=r["max_gap_ms"], errors=r["errors"])
+inter_cycles = interleaved(create_cycle, delete_cycle)
+inter_share = interleaved(
+    lambda v: call("share.iscsi.create", [{"name": v, "target_prefix": "churn"}]),
+    lambda v: call("share.iscsi.delete", [{"name": v, "target_prefix": "churn"}]))
 
 print("## Share changes (ms)")
 print()
@@ -330,13 +337,15 @@ print("|---|---:|---:|---:|")
 print("| alone, 10 s | %s | %s ms | %s |" % (b["iops"], b["max_gap_ms"], b["errors"]))
 print("| while %d shares are created and deleted (%.1f s) | %s | %s ms | %s |"
       % (n_many, t_churn, ch["iops"], ch["max_gap_ms"], ch["errors"]))
-print("| interleaved, in the pauses (%.1f s) | %.0f | | |" % (sum(z - a for a, z in off), iops_off))
-print("| interleaved, in the churn blocks (%.1f s) | %.0f | %s ms (whole run) | %s |"
-      % (sum(z - a for a, z in on), iops_on, inter["max_gap_ms"], inter["errors"]))
+for what, r in (("TrueNAS cycles", inter_cycles), ("share.iscsi.create/delete", inter_share)):
+    print("| interleaved %s: in the pauses (%.1f s) | %.0f | | |" % (what, r["off_s"], r["off"]))
+    print("| interleaved %s: in the churn blocks (%.1f s) | %.0f | %s ms (whole run) | %s |"
+          % (what, r["on_s"], r["on"], r["gap"], r["errors"]))
 loss = 100.0 * (1 - float(ch["iops"]) / float(b["iops"]))
 print()
 print("IOPS lost under churn: %.1f%% (target < 10%%); longest gap %.1f ms (target < 50 ms)"
       % (loss, float(ch["max_gap_ms"])))
-print("Interleaved: %.1f%% fewer IOPS in the churn blocks than in the pauses between them"
-      % (100.0 * (1 - iops_on / iops_off) if iops_off else 0.0))
+for what, r in (("TrueNAS cycles", inter_cycles), ("share.iscsi.create/delete", inter_share)):
+    print("Interleaved, %s: %.1f%% fewer IOPS in the churn blocks than in the pauses between them"
+          % (what, 100.0 * (1 - r["on"] / r["off"]) if r["off"] else 0.0))
 PY
