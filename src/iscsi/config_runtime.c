@@ -122,6 +122,10 @@ void icfg_runtime_after_unlock(void)
     post_items = NULL;
     post_n = post_cap = 0;
     pthread_mutex_unlock(&post_lock);
+    /* LU mutexes and session teardown are the reactors' too: normal
+     * priority while we hold them (see pub_lock_take). */
+    if (n)
+        api_thread_boost();
     for (size_t i = 0; i < n; i++) {
         if (items[i].kind == POST_LIVE) {
             scsi_lu_set_readonly(items[i].lu, items[i].ro);
@@ -144,6 +148,8 @@ void icfg_runtime_after_unlock(void)
             free(items[i].close_iqn);
         }
     }
+    if (n)
+        api_thread_unboost();
     free(items);
     portals_apply();
 }
