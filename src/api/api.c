@@ -570,13 +570,27 @@ void api_thread_background(void)
     }
 }
 
+/* Going back up needs CAP_SYS_NICE (or RLIMIT_NICE >= 20); without it the
+ * thread stays at background priority, which is logged once. */
+static void boost_failed(void)
+{
+    static int warned;
+    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        log_warn("api: cannot raise an API thread's priority while it holds a lock the data "
+                 "path also takes (%s); run blockd with CAP_SYS_NICE or --api-priority normal",
+                 strerror(errno));
+}
+
 void api_thread_boost(void)
 {
     struct sched_param sp = {0};
-    if (thread_bg_policy == SCHED_IDLE)
-        sched_setscheduler(0, SCHED_OTHER, &sp);
-    else if (thread_bg_policy == SCHED_OTHER)
-        setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 0);
+    if (thread_bg_policy == SCHED_IDLE) {
+        if (sched_setscheduler(0, SCHED_OTHER, &sp) < 0)
+            boost_failed();
+    } else if (thread_bg_policy == SCHED_OTHER) {
+        if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 0) < 0)
+            boost_failed();
+    }
 }
 
 void api_thread_unboost(void)
