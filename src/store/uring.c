@@ -50,6 +50,11 @@ static void harvest(struct uring_state *s)
 
 static void submit(struct uring_state *s)
 {
+    /* Reads served from the page cache complete inside io_uring_enter and
+     * are reaped right here, so the eventfd is muted meanwhile (it would
+     * only cost a wake-up and a read); unmuted, then the CQ is checked
+     * again, so nothing that completes in between is left behind. */
+    (void)io_uring_cq_eventfd_toggle(&s->ring, false);
     /* -EBUSY (completions overflowed the CQ) clears once harvest() has
      * drained it; then the rest goes in. */
     for (int tries = 0; s->queued && tries < 8; tries++) {
@@ -60,6 +65,7 @@ static void submit(struct uring_state *s)
             log_error("store: io_uring_submit: %s", strerror(-rc));
         harvest(s);
     }
+    (void)io_uring_cq_eventfd_toggle(&s->ring, true);
     harvest(s);
     if (s->queued) {
         log_error("store: io_uring: %u reads could not be submitted; retrying", s->queued);
@@ -119,7 +125,7 @@ static bool setup(struct uring_state *s)
         return false;
     }
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (s->efd < 0 || io_uring_register_eventfd_async(&s->ring, s->efd) < 0) {
+    if (s->efd < 0 || io_uring_register_eventfd(&s->ring, s->efd) < 0) {
         log_info("store: io_uring eventfd setup failed: reads use preadv2");
         if (s->efd >= 0)
             close(s->efd);

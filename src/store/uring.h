@@ -5,7 +5,7 @@
  * loop iteration are handed to the kernel with one io_uring_enter at the end
  * of it; reads served from the page cache complete inside that call and are
  * delivered at once, the rest complete later and wake the reactor through an
- * eventfd that only async completions signal.
+ * eventfd (muted while the reactor reaps inline completions itself).
  *
  * Reactor threads only. Where io_uring is unavailable (old kernel, disabled
  * by sysctl, seccomp) uring_read returns -ENOSYS and the caller keeps its
