@@ -37,6 +37,7 @@ struct job {
     json_t *arguments;
     char *description;
     enum job_state state;
+    bool settled; /* finished and its "changed" event sent: core.job_wait returns */
     int percent;
     char *progress_text;
     json_t *result;
@@ -306,6 +307,12 @@ static void job_finish(struct job *j, int rc, json_t *result)
     pthread_cond_broadcast(&jt.changed);
     pthread_mutex_unlock(&jt.lock);
     job_event(j, "changed");
+    /* A client that waits for the job and is subscribed gets the event
+     * first: core.job_wait returns only once it has been sent. */
+    pthread_mutex_lock(&jt.lock);
+    j->settled = true;
+    pthread_cond_broadcast(&jt.changed);
+    pthread_mutex_unlock(&jt.lock);
     while (removed) {
         struct job *next = removed->next;
         broadcast("removed", removed->id, json_pack("{s:I}", "id", (json_int_t)removed->id));
@@ -486,7 +493,7 @@ static int wait_work(struct job *self, void *arg, json_t **result)
     struct job *target = arg;
     jobs_progress(self, 0, "Waiting for job %" PRId64, target->id);
     pthread_mutex_lock(&jt.lock);
-    while (target->state == JOB_RUNNING)
+    while (!target->settled)
         pthread_cond_wait(&jt.changed, &jt.lock);
     bool ok = target->state == JOB_SUCCESS;
     json_t *res = ok && target->result ? json_deep_copy(target->result) : NULL;
