@@ -20,7 +20,6 @@ struct uring_state {
     struct io_uring ring;
     bool tried, ok;
     bool kick_deferred;
-    unsigned queued; /* SQEs prepared, not yet submitted */
     int efd;
     struct reactor *reactor;
     struct reactor_handler handler;
@@ -57,18 +56,17 @@ static void submit(struct uring_state *s)
     (void)io_uring_cq_eventfd_toggle(&s->ring, false);
     /* -EBUSY (completions overflowed the CQ) clears once harvest() has
      * drained it; then the rest goes in. */
-    for (int tries = 0; s->queued && tries < 8; tries++) {
+    for (int tries = 0; io_uring_sq_ready(&s->ring) && tries < 8; tries++) {
         int rc = io_uring_submit(&s->ring);
-        if (rc > 0)
-            s->queued -= (unsigned)rc < s->queued ? (unsigned)rc : s->queued;
-        else if (rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN)
+        if (rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN)
             log_error("store: io_uring_submit: %s", strerror(-rc));
         harvest(s);
     }
     (void)io_uring_cq_eventfd_toggle(&s->ring, true);
     harvest(s);
-    if (s->queued) {
-        log_error("store: io_uring: %u reads could not be submitted; retrying", s->queued);
+    unsigned left = io_uring_sq_ready(&s->ring);
+    if (left) {
+        log_error("store: io_uring: %u reads could not be submitted; retrying", left);
         if (!s->kick_deferred) {
             s->kick_deferred = true;
             reactor_post(s->reactor, &s->kick);
@@ -159,7 +157,6 @@ int uring_read(int fd, void *buf, size_t len, uint64_t off, struct uring_op *op)
     }
     io_uring_prep_read(sqe, fd, buf, (unsigned)len, off);
     io_uring_sqe_set_data(sqe, op);
-    s->queued++;
     if (!s->kick_deferred) {
         s->kick_deferred = true;
         reactor_defer(s->reactor, &s->kick);
