@@ -19,12 +19,8 @@
 
 #include "core/bufpool.h"
 #include "core/util.h"
-#include "scsi/scsi.h"
+#include "harness.h"
 #include "scsi/scsi_internal.h" /* range lock, for the lock test */
-
-#define BS 512
-#define VOL_SIZE (4u << 20) /* 8192 blocks of 512 */
-#define BLOCKS (VOL_SIZE / BS)
 
 struct fixture {
     struct volume *vol;
@@ -34,15 +30,6 @@ struct fixture {
     char saved[4096];
     size_t saved_len;
     int saves;
-};
-
-struct result {
-    uint8_t status;
-    uint8_t key, asc, ascq;
-    uint8_t sense[SCSI_SENSE_MAX];
-    uint32_t len;
-    uint32_t want;
-    uint8_t data[16384];
 };
 
 static size_t list_luns(const struct scsi_nexus *n, uint64_t *out, size_t max)
@@ -124,57 +111,11 @@ static int teardown(void **state)
     return 0;
 }
 
-static volatile int done_calls;
-
-static void on_done(struct scsi_cmd *c)
-{
-    done_calls++;
-}
-
-/* Run one command; cap = data-in buffer size. */
-static void run_on(struct scsi_lu *lu, const struct scsi_nexus *n, const uint8_t *cdb,
-                   size_t cdb_len, const void *out, uint32_t out_len, uint32_t cap,
-                   struct result *r)
-{
-    struct scsi_cmd *c = calloc(1, sizeof *c);
-    memset(r, 0, sizeof *r);
-    memcpy(c->cdb, cdb, cdb_len);
-    c->cdb_len = 16;
-    c->lu = lu;
-    c->nexus = n;
-    c->data_out = out;
-    c->data_out_len = out_len;
-    c->data_in = r->data;
-    c->data_in_cap = cap > sizeof r->data ? sizeof r->data : cap;
-    c->done = on_done;
-    int before = done_calls;
-    scsi_cmd_execute(c);
-    assert_int_equal(done_calls, before + 1);
-    r->status = c->status;
-    if (c->sense_len) {
-        memcpy(r->sense, c->sense, sizeof r->sense);
-        r->key = c->sense[2] & 0x0f;
-        r->asc = c->sense[12];
-        r->ascq = c->sense[13];
-    }
-    r->len = c->data_in_len;
-    r->want = c->xfer_want;
-    free(c);
-}
-
 #define RUN(f, n, r, out, out_len, cap, ...)                                                       \
     do {                                                                                           \
         const uint8_t cdb_[16] = {__VA_ARGS__};                                                    \
-        run_on((f)->lu, (n), cdb_, sizeof cdb_, (out), (out_len), (cap), (r));                     \
+        harness_run((f)->lu, (n), cdb_, sizeof cdb_, (out), (out_len), (cap), (r));                \
     } while (0)
-
-static void expect_sense(const struct result *r, uint8_t key, uint8_t asc, uint8_t ascq)
-{
-    assert_int_equal(r->status, SCSI_STATUS_CHECK_CONDITION);
-    assert_int_equal(r->key, key);
-    assert_int_equal(r->asc, asc);
-    assert_int_equal(r->ascq, ascq);
-}
 
 /* Clear the power-on unit attention of a nexus. */
 static void clear_ua(struct fixture *f, const struct scsi_nexus *n)
@@ -268,7 +209,7 @@ static void test_unknown_opcode_and_lun(void **state)
     c.cdb[0] = 0x00;
     c.cdb_len = 16;
     c.nexus = &f->a;
-    c.done = on_done;
+    c.done = harness_on_done;
     scsi_cmd_execute(&c);
     assert_int_equal(c.status, SCSI_STATUS_CHECK_CONDITION);
     assert_int_equal(c.sense[12], 0x25);
@@ -279,7 +220,7 @@ static void test_unknown_opcode_and_lun(void **state)
     c.nexus = &f->a;
     c.data_in = buf;
     c.data_in_cap = sizeof buf;
-    c.done = on_done;
+    c.done = harness_on_done;
     scsi_cmd_execute(&c);
     assert_int_equal(c.status, SCSI_STATUS_GOOD);
     assert_int_equal(buf[0], 0x7f);
@@ -1136,8 +1077,8 @@ static void test_pr_aptpl_persistence(void **state)
     struct scsi_nexus a2;
     nexus_setup(&a2, "iqn.2026-11.test:a", 1);
     uint8_t cdb[16] = {0x5e, 0x01, 0, 0, 0, 0, 0, 0, 64, 0};
-    run_on(lu2, &a2, cdb, 16, NULL, 0, 64, &r); /* power-on UA first */
-    run_on(lu2, &a2, cdb, 16, NULL, 0, 64, &r);
+    harness_run(lu2, &a2, cdb, 16, NULL, 0, 64, &r); /* power-on UA first */
+    harness_run(lu2, &a2, cdb, 16, NULL, 0, 64, &r);
     assert_int_equal(r.status, SCSI_STATUS_GOOD);
     assert_int_equal(be64_load(r.data + 8), 0x77);
     assert_int_equal(r.data[8 + 13], 0x05);

@@ -15,146 +15,9 @@
 #include <cmocka.h>
 
 #include "core/util.h"
-#include "scsi/scsi.h"
 #include "scsi/scsi_internal.h" /* range lock, for the lock test */
 
-#define BS 512
-#define VOL_SIZE (4u << 20) /* 8192 blocks */
-#define BLOCKS (VOL_SIZE / BS)
-#define NAA_HEX "6589cfc000000abcdef0123456789abc"
-
-struct fixture {
-    struct volume *vol;
-    struct scsi_lu *lu;
-    struct scsi_nexus a;
-};
-
-struct result {
-    uint8_t status, key, asc, ascq;
-    uint8_t sense[SCSI_SENSE_MAX];
-    uint32_t len, want;
-    uint8_t data[4096];
-};
-
-static size_t list_luns(const struct scsi_nexus *n, uint64_t *out, size_t max)
-{
-    (void)n;
-    if (max)
-        out[0] = 0;
-    return 1;
-}
-
-static struct fixture *fixture_new(bool tpc)
-{
-    struct fixture *f = calloc(1, sizeof *f);
-    struct bdev *b;
-    assert_int_equal(bdev_memory_open(VOL_SIZE, 0, &b), 0);
-    assert_int_equal(volume_new("test/xcopy", b, 512, VOLUME_SYNC_STANDARD, false, &f->vol), 0);
-    struct scsi_lu_params p;
-    memset(&p, 0, sizeof p);
-    p.block_size = BS;
-    p.insecure_tpc = tpc;
-    snprintf(p.serial, sizeof p.serial, "XC1");
-    snprintf(p.naa, sizeof p.naa, "%s", NAA_HEX);
-    assert_int_equal(scsi_lu_new(f->vol, &p, &f->lu), 0);
-    struct scsi_nexus *n = &f->a;
-    snprintf(n->initiator_name, sizeof n->initiator_name, "iqn.2026-11.test:a");
-    snprintf(n->initiator_port, sizeof n->initiator_port, "iqn.2026-11.test:a,i,0x23d000000001");
-    snprintf(n->target_name, sizeof n->target_name, "iqn.2026-11.org.blockd:t1");
-    snprintf(n->target_port, sizeof n->target_port, "iqn.2026-11.org.blockd:t1,t,0x0001");
-    n->rel_tgt_port_id = 1;
-    n->tpg_id = 1;
-    n->list_luns = list_luns;
-    scsi_nexus_init(n);
-    return f;
-}
-
-static void fixture_free(struct fixture *f)
-{
-    scsi_lu_unref(f->lu);
-    volume_unref(f->vol);
-    free(f);
-}
-
-static int done_calls;
-
-static void on_done(struct scsi_cmd *c)
-{
-    (void)c;
-    done_calls++;
-}
-
-static void run(struct fixture *f, const uint8_t cdb[16], const void *out, uint32_t out_len,
-                uint32_t cap, struct result *r)
-{
-    struct scsi_cmd *c = calloc(1, sizeof *c);
-    memset(r, 0, sizeof *r);
-    memcpy(c->cdb, cdb, 16);
-    c->cdb_len = 16;
-    c->lu = f->lu;
-    c->nexus = &f->a;
-    c->data_out = out;
-    c->data_out_len = out_len;
-    c->data_in = r->data;
-    c->data_in_cap = cap > sizeof r->data ? sizeof r->data : cap;
-    c->done = on_done;
-    int before = done_calls;
-    scsi_cmd_execute(c);
-    assert_int_equal(done_calls, before + 1);
-    r->status = c->status;
-    if (c->sense_len) {
-        memcpy(r->sense, c->sense, sizeof r->sense);
-        r->key = c->sense[2] & 0x0f;
-        r->asc = c->sense[12];
-        r->ascq = c->sense[13];
-    }
-    r->len = c->data_in_len;
-    r->want = c->xfer_want;
-    free(c);
-}
-
-static void expect_sense(const struct result *r, uint8_t key, uint8_t asc, uint8_t ascq)
-{
-    assert_int_equal(r->status, SCSI_STATUS_CHECK_CONDITION);
-    assert_int_equal(r->key, key);
-    assert_int_equal(r->asc, asc);
-    assert_int_equal(r->ascq, ascq);
-}
-
-static void clear_ua(struct fixture *f)
-{
-    const uint8_t tur[16] = {0x00};
-    struct result r;
-    for (int i = 0; i < 8; i++) {
-        run(f, tur, NULL, 0, 0, &r);
-        if (r.status == SCSI_STATUS_GOOD)
-            return;
-    }
-    fail_msg("unit attention did not clear");
-}
-
-static void rw(struct fixture *f, bool write, uint64_t lba, uint32_t n, uint8_t *buf)
-{
-    uint8_t cdb[16] = {write ? 0x8a : 0x88};
-    be64_store(cdb + 2, lba);
-    be32_store(cdb + 10, n);
-    struct scsi_cmd *c = calloc(1, sizeof *c);
-    memcpy(c->cdb, cdb, 16);
-    c->cdb_len = 16;
-    c->lu = f->lu;
-    c->nexus = &f->a;
-    if (write) {
-        c->data_out = buf;
-        c->data_out_len = n * BS;
-    } else {
-        c->data_in = buf;
-        c->data_in_cap = n * BS;
-    }
-    c->done = on_done;
-    scsi_cmd_execute(c);
-    assert_int_equal(c->status, SCSI_STATUS_GOOD);
-    free(c);
-}
+#include "harness.h"
 
 /* ---- parameter list builders ---- */
 
@@ -208,12 +71,12 @@ static uint32_t simple_list(uint8_t *p, uint8_t list_id, unsigned usage, uint16_
     return (uint32_t)off;
 }
 
-static void xcopy(struct fixture *f, const uint8_t *p, uint32_t plen, uint32_t sent,
+static void xcopy(struct lu_fixture *f, const uint8_t *p, uint32_t plen, uint32_t sent,
                   struct result *r)
 {
     uint8_t cdb[16] = {0x83, 0x00};
     be32_store(cdb + 10, plen);
-    run(f, cdb, p, sent, 0, r);
+    lu_run(f, cdb, p, sent, 0, r);
 }
 
 static void fill(uint8_t *buf, uint64_t lba, uint32_t n)
@@ -227,34 +90,34 @@ static void fill(uint8_t *buf, uint64_t lba, uint32_t n)
 static void test_hidden_without_tpc(void **state)
 {
     (void)state;
-    struct fixture *f = fixture_new(false);
-    clear_ua(f);
+    struct lu_fixture *f = lu_fixture_new("test/xcopy", "XC1", false);
+    lu_clear_ua(f);
     struct result r;
     uint8_t p[128];
     uint32_t plen = simple_list(p, 1, 2, 8, 0, 100);
     xcopy(f, p, plen, plen, &r);
     expect_sense(&r, 0x05, 0x20, 0x00); /* INVALID COMMAND OPERATION CODE */
     const uint8_t rcr[16] = {0x84, 0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x04, 0};
-    run(f, rcr, NULL, 0, 1024, &r);
+    lu_run(f, rcr, NULL, 0, 1024, &r);
     expect_sense(&r, 0x05, 0x20, 0x00);
     const uint8_t inq[16] = {0x12, 0, 0, 0, 96};
-    run(f, inq, NULL, 0, 96, &r);
+    lu_run(f, inq, NULL, 0, 96, &r);
     assert_int_equal(r.status, SCSI_STATUS_GOOD);
     assert_int_equal(r.data[5] & 0x08, 0); /* 3PC */
-    fixture_free(f);
+    lu_fixture_free(f);
 }
 
 static void test_param_errors(void **state)
 {
     (void)state;
-    struct fixture *f = fixture_new(true);
-    clear_ua(f);
+    struct lu_fixture *f = lu_fixture_new("test/xcopy", "XC1", true);
+    lu_clear_ua(f);
     struct result r;
     uint8_t p[8192];
     uint32_t plen;
 
     const uint8_t inq[16] = {0x12, 0, 0, 0, 96};
-    run(f, inq, NULL, 0, 96, &r);
+    lu_run(f, inq, NULL, 0, 96, &r);
     assert_int_equal(r.data[5] & 0x08, 0x08); /* 3PC */
 
     /* length 0: nothing to do */
@@ -349,25 +212,25 @@ static void test_param_errors(void **state)
 
     /* read-only: refused before anything is parsed */
     scsi_lu_set_readonly(f->lu, true);
-    clear_ua(f);
+    lu_clear_ua(f);
     plen = simple_list(p, 1, 2, 8, 0, 100);
     xcopy(f, p, plen, plen, &r);
     expect_sense(&r, 0x07, 0x27, 0x00);
-    fixture_free(f);
+    lu_fixture_free(f);
 }
 
-static void check_copy(struct fixture *f, uint64_t src, uint64_t dst, uint32_t n)
+static void check_copy(struct lu_fixture *f, uint64_t src, uint64_t dst, uint32_t n)
 {
     uint8_t *want = malloc((size_t)n * BS), *got = malloc((size_t)n * BS);
     fill(want, src, n);
-    rw(f, true, src, n, want);
+    lu_rw(f, true, src, n, want);
     uint8_t p[128];
     struct result r;
     uint32_t plen = simple_list(p, 0, 3, (uint16_t)n, src, dst);
     xcopy(f, p, plen, plen, &r);
     assert_int_equal(r.status, SCSI_STATUS_GOOD);
     assert_int_equal(r.want, plen);
-    rw(f, false, dst, n, got);
+    lu_rw(f, false, dst, n, got);
     assert_memory_equal(got, want, (size_t)n * BS);
     free(want);
     free(got);
@@ -376,8 +239,8 @@ static void check_copy(struct fixture *f, uint64_t src, uint64_t dst, uint32_t n
 static void test_copy(void **state)
 {
     (void)state;
-    struct fixture *f = fixture_new(true);
-    clear_ua(f);
+    struct lu_fixture *f = lu_fixture_new("test/xcopy", "XC1", true);
+    lu_clear_ua(f);
     check_copy(f, 0, BLOCKS - 2048, 2048); /* the libiscsi Simple case */
     check_copy(f, 10, 5000, 3000);         /* more than one 1 MiB chunk */
     check_copy(f, 100, 150, 2500);         /* overlap, destination above: copied backwards */
@@ -386,7 +249,7 @@ static void test_copy(void **state)
     /* two segments in one command */
     uint8_t a[8 * BS], b[8 * BS], p[256];
     fill(a, 7000, 8);
-    rw(f, true, 7000, 8, a);
+    lu_rw(f, true, 7000, 8, a);
     size_t off = put_hdr(p, 0, 3, 32, 56);
     off += put_cscd(p + off, 0xe4);
     off += put_seg(p + off, 0, 0, 4, 7000, 7100);
@@ -394,10 +257,10 @@ static void test_copy(void **state)
     struct result r;
     xcopy(f, p, (uint32_t)off, (uint32_t)off, &r);
     assert_int_equal(r.status, SCSI_STATUS_GOOD);
-    rw(f, false, 7100, 4, b);
-    rw(f, false, 7200, 4, b + 4 * BS);
+    lu_rw(f, false, 7100, 4, b);
+    lu_rw(f, false, 7200, 4, b + 4 * BS);
     assert_memory_equal(a, b, sizeof a);
-    fixture_free(f);
+    lu_fixture_free(f);
 }
 
 /* The copy's writes take the range lock shared: a copy whose destination
@@ -412,11 +275,11 @@ static void parked_cb(struct scsi_cmd *c)
 static void test_copy_waits_for_range_lock(void **state)
 {
     (void)state;
-    struct fixture *f = fixture_new(true);
-    clear_ua(f);
+    struct lu_fixture *f = lu_fixture_new("test/xcopy", "XC1", true);
+    lu_clear_ua(f);
     uint8_t want[16 * BS], got[16 * BS];
     fill(want, 0, 16);
-    rw(f, true, 0, 16, want);
+    lu_rw(f, true, 0, 16, want);
     struct scsi_cmd holder;
     memset(&holder, 0, sizeof holder);
     holder.lu = f->lu;
@@ -439,20 +302,20 @@ static void test_copy_waits_for_range_lock(void **state)
     assert_int_equal(parked_done, 1);
     assert_int_equal(c->status, SCSI_STATUS_GOOD);
     free(c);
-    rw(f, false, 200, 16, got);
+    lu_rw(f, false, 200, 16, got);
     assert_memory_equal(got, want, sizeof want);
-    fixture_free(f);
+    lu_fixture_free(f);
 }
 
 static void test_receive_copy_results(void **state)
 {
     (void)state;
-    struct fixture *f = fixture_new(true);
-    clear_ua(f);
+    struct lu_fixture *f = lu_fixture_new("test/xcopy", "XC1", true);
+    lu_clear_ua(f);
     struct result r;
 
     const uint8_t op[16] = {0x84, 0x03, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x04, 0};
-    run(f, op, NULL, 0, 1024, &r);
+    lu_run(f, op, NULL, 0, 1024, &r);
     assert_int_equal(r.status, SCSI_STATUS_GOOD);
     assert_int_equal(r.len, 46);
     assert_int_equal(be32_load(r.data), 42);
@@ -466,7 +329,7 @@ static void test_receive_copy_results(void **state)
 
     /* no copy with list id 5 yet */
     const uint8_t cs[16] = {0x84, 0x00, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x04, 0};
-    run(f, cs, NULL, 0, 1024, &r);
+    lu_run(f, cs, NULL, 0, 1024, &r);
     expect_sense(&r, 0x05, 0x24, 0x00);
 
     /* a failed copy leaves nothing behind */
@@ -474,14 +337,14 @@ static void test_receive_copy_results(void **state)
     uint32_t plen = simple_list(p, 5, 0, 16, 0, BLOCKS);
     xcopy(f, p, plen, plen, &r);
     assert_int_equal(r.key, 0x0a);
-    run(f, cs, NULL, 0, 1024, &r);
+    lu_run(f, cs, NULL, 0, 1024, &r);
     expect_sense(&r, 0x05, 0x24, 0x00);
 
     /* a held one is reported: completed, 1 segment, 16 blocks in bytes */
     plen = simple_list(p, 5, 0, 16, 0, 100);
     xcopy(f, p, plen, plen, &r);
     assert_int_equal(r.status, SCSI_STATUS_GOOD);
-    run(f, cs, NULL, 0, 1024, &r);
+    lu_run(f, cs, NULL, 0, 1024, &r);
     assert_int_equal(r.status, SCSI_STATUS_GOOD);
     assert_int_equal(r.len, 12);
     assert_int_equal(be32_load(r.data), 8);
@@ -495,9 +358,9 @@ static void test_receive_copy_results(void **state)
     xcopy(f, p, plen, plen, &r);
     assert_int_equal(r.status, SCSI_STATUS_GOOD);
     const uint8_t cs6[16] = {0x84, 0x00, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x04, 0};
-    run(f, cs6, NULL, 0, 1024, &r);
+    lu_run(f, cs6, NULL, 0, 1024, &r);
     expect_sense(&r, 0x05, 0x24, 0x00);
-    fixture_free(f);
+    lu_fixture_free(f);
 }
 
 int main(void)
