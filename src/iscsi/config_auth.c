@@ -7,7 +7,7 @@
 
 #include "config/db.h"
 #include "core/util.h"
-#include "iscsi/config_internal.h"
+#include "iscsi/config_crud.h"
 
 #define AUTH_SELECT                                                                                \
     "SELECT id, tag, user, secret, peeruser, peersecret, discovery_auth FROM iscsi_auth"
@@ -131,18 +131,10 @@ static int auth_store(struct api_call *call, json_t *d, int64_t id, int64_t *out
 
 static int auth_create(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, auth_fields, ARRAY_SIZE(auth_fields), 0) < 0)
-        return api_invalid(call);
-    data = json_deep_copy(data);
-    api_apply_defaults(data, auth_fields, ARRAY_SIZE(auth_fields));
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0) {
-        json_decref(data);
+    json_t *data;
+    if (icfg_create_begin(&w, call, params, auth_fields, ARRAY_SIZE(auth_fields), &data) < 0)
         return -1;
-    }
     int rc = 0;
     auth_check(call, data, 0);
     int64_t id = 0;
@@ -163,20 +155,17 @@ static int auth_create(struct api_call *call, json_t *params, json_t **result)
 static int auth_update(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
-    if (api_check_arity(call, params, 2) < 0 || icfg_param_id(call, params, 0, &id) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 1);
-    if (api_validate_object(call, NULL, data, auth_fields, ARRAY_SIZE(auth_fields), API_PARTIAL) <
-        0)
-        return api_invalid(call);
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0)
+    json_t *data;
+    if (icfg_update_begin(&w, call, params, auth_fields, ARRAY_SIZE(auth_fields), &id, &data) < 0)
         return -1;
     int rc = 0;
     json_t *old = icfg_get_by_id(auth_row_internal, AUTH_SELECT " WHERE id = ?", id);
-    if (!old)
+    if (!old) {
+        json_decref(data);
         return icfg_write_end(
             &w, api_error(call, ENOENT, "Authorized access %lld does not exist", (long long)id));
+    }
     int64_t old_tag = json_integer_value(json_object_get(old, "tag"));
     json_t *merged = json_deep_copy(old);
     json_object_update(merged, data);
@@ -206,16 +195,15 @@ static int auth_update(struct api_call *call, json_t *params, json_t **result)
     }
     json_decref(merged);
     json_decref(old);
+    json_decref(data);
     return icfg_write_end(&w, rc);
 }
 
 static int auth_delete(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
-    if (api_check_arity(call, params, 1) < 0 || icfg_param_id(call, params, 0, &id) < 0)
-        return api_invalid(call);
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0)
+    if (icfg_delete_begin(&w, call, params, &id) < 0)
         return -1;
     int rc = 0;
     int64_t tag, others, target;
@@ -244,14 +232,9 @@ static int auth_delete(struct api_call *call, json_t *params, json_t **result)
 
 static int auth_query(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
-    db_lock();
     static const struct icfg_hint hints[] = {{"id", "id"}, {"tag", "tag"}, {"user", "user"}};
-    json_t *rows = icfg_rows_hinted(auth_row_public, AUTH_SELECT, "ORDER BY id", params, hints,
-                                    ARRAY_SIZE(hints));
-    db_unlock();
-    return icfg_query_rows(call, rows, params, result);
+    return icfg_query_hinted(call, params, result, auth_row_public, AUTH_SELECT, hints,
+                             ARRAY_SIZE(hints));
 }
 
 static int auth_query_instance(struct api_call *call, json_t *params, json_t **result)

@@ -13,7 +13,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "iscsi/config_internal.h"
+#include "iscsi/config_crud.h"
 #include "store/bdev.h"
 #include "store/names.h"
 
@@ -23,22 +23,13 @@ json_t *icfg_extent_row_internal(sqlite3_stmt *st)
     json_object_set_new(r, "id", json_integer(sqlite3_column_int64(st, 0)));
     json_object_set_new(r, "name", json_string(icfg_col_text(st, 1)));
     json_object_set_new(r, "type", json_string(icfg_col_text(st, 2)));
-    json_object_set_new(r, "disk",
-                        sqlite3_column_type(st, 3) == SQLITE_NULL
-                            ? json_null()
-                            : json_string(icfg_col_text(st, 3)));
-    json_object_set_new(r, "path",
-                        sqlite3_column_type(st, 4) == SQLITE_NULL
-                            ? json_null()
-                            : json_string(icfg_col_text(st, 4)));
+    json_object_set_new(r, "disk", icfg_col_text_or_null(st, 3));
+    json_object_set_new(r, "path", icfg_col_text_or_null(st, 4));
     json_object_set_new(r, "filesize", json_integer(sqlite3_column_int64(st, 5)));
     json_object_set_new(r, "serial", json_string(icfg_col_text(st, 6)));
     json_object_set_new(r, "blocksize", json_integer(sqlite3_column_int64(st, 7)));
     json_object_set_new(r, "pblocksize", json_boolean(sqlite3_column_int(st, 8)));
-    json_object_set_new(r, "avail_threshold",
-                        sqlite3_column_type(st, 9) == SQLITE_NULL
-                            ? json_null()
-                            : json_integer(sqlite3_column_int64(st, 9)));
+    json_object_set_new(r, "avail_threshold", icfg_col_int_or_null(st, 9));
     json_object_set_new(r, "comment", json_string(icfg_col_text(st, 10)));
     json_object_set_new(r, "naa", json_string(icfg_col_text(st, 11)));
     json_object_set_new(r, "insecure_tpc", json_boolean(sqlite3_column_int(st, 12)));
@@ -423,20 +414,10 @@ static int extent_store(struct api_call *call, json_t *d, int64_t id, int64_t bu
 
 static int extent_create(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, extent_fields, ARRAY_SIZE(extent_fields), 0) < 0)
-        return api_invalid(call);
-    data = json_deep_copy(data);
-    bool defer = icfg_pop_defer(data);
-    api_apply_defaults(data, extent_fields, ARRAY_SIZE(extent_fields));
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0) {
-        json_decref(data);
+    json_t *data;
+    if (icfg_create_begin(&w, call, params, extent_fields, ARRAY_SIZE(extent_fields), &data) < 0)
         return -1;
-    }
-    w.defer = defer;
     int rc = 0;
     extent_check(call, data, 0, NULL);
     int64_t id = 0;
@@ -456,20 +437,11 @@ static int extent_create(struct api_call *call, json_t *params, json_t **result)
 static int extent_update(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
-    if (api_check_arity(call, params, 2) < 0 || icfg_param_id(call, params, 0, &id) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 1);
-    if (api_validate_object(call, NULL, data, extent_fields, ARRAY_SIZE(extent_fields),
-                            API_PARTIAL) < 0)
-        return api_invalid(call);
-    data = json_deep_copy(data);
-    bool defer = icfg_pop_defer(data);
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0) {
-        json_decref(data);
+    json_t *data;
+    if (icfg_update_begin(&w, call, params, extent_fields, ARRAY_SIZE(extent_fields), &id, &data) <
+        0)
         return -1;
-    }
-    w.defer = defer;
     int rc = 0;
     json_t *old = icfg_get_by_id(icfg_extent_row_internal, EXTENT_BY_ID, id);
     json_t *merged = old ? json_deep_copy(old) : NULL;
@@ -488,7 +460,7 @@ static int extent_update(struct api_call *call, json_t *params, json_t **result)
         static const char *const lu_fields[] = {"type",      "disk",       "path", "serial",
                                                 "blocksize", "pblocksize", "rpm",  "insecure_tpc",
                                                 "vendor",    "naa"};
-        bool rebuild = defer;
+        bool rebuild = w.defer;
         for (size_t i = 0; i < ARRAY_SIZE(lu_fields); i++)
             if (!json_equal(json_object_get(old, lu_fields[i]),
                             json_object_get(merged, lu_fields[i])))
@@ -551,16 +523,10 @@ int icfg_extent_delete_row(struct icfg_write *w, int64_t extent_id, bool remove,
 static int extent_delete(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
-    bool remove, force, defer;
-    if (api_check_arity(call, params, 4) < 0 || icfg_param_id(call, params, 0, &id) < 0 ||
-        icfg_param_bool(call, params, 1, "remove", false, &remove) < 0 ||
-        icfg_param_bool(call, params, 2, "force", false, &force) < 0 ||
-        icfg_param_bool(call, params, 3, "defer", false, &defer) < 0)
-        return api_invalid(call);
+    bool remove, force;
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0)
+    if (icfg_delete_begin_opts(&w, call, params, &id, "remove", &remove, "force", &force) < 0)
         return -1;
-    w.defer = defer;
     int rc = icfg_extent_delete_row(&w, id, remove, force);
     if (rc == 0)
         *result = json_true();
@@ -569,16 +535,11 @@ static int extent_delete(struct api_call *call, json_t *params, json_t **result)
 
 static int extent_query(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
-    db_lock();
     static const struct icfg_hint hints[] = {{"id", "id"},         {"name", "name"},
                                              {"disk", "disk"},     {"path", "path"},
                                              {"serial", "serial"}, {"naa", "naa"}};
-    json_t *rows = icfg_rows_hinted(extent_row, ICFG_EXTENT_SELECT, "ORDER BY id", params, hints,
-                                    ARRAY_SIZE(hints));
-    db_unlock();
-    return icfg_query_rows(call, rows, params, result);
+    return icfg_query_hinted(call, params, result, extent_row, ICFG_EXTENT_SELECT, hints,
+                             ARRAY_SIZE(hints));
 }
 
 static int extent_query_instance(struct api_call *call, json_t *params, json_t **result)

@@ -7,7 +7,7 @@
 
 #include "config/db.h"
 #include "core/util.h"
-#include "iscsi/config_internal.h"
+#include "iscsi/config_crud.h"
 #include "iscsi/iscsi_runtime.h"
 
 #define INITIATOR_SELECT "SELECT id, initiators, comment FROM iscsi_initiator"
@@ -70,26 +70,14 @@ static int initiator_store(struct api_call *call, json_t *data, int64_t id, int6
 
 static int initiator_create(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, initiator_fields, ARRAY_SIZE(initiator_fields), 0) <
-        0)
-        return api_invalid(call);
-    data = json_deep_copy(data);
-    api_apply_defaults(data, initiator_fields, ARRAY_SIZE(initiator_fields));
-    initiator_check(call, data);
-    if (api_has_verrs(call)) {
-        json_decref(data);
-        return api_invalid(call);
-    }
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0) {
-        json_decref(data);
+    json_t *data;
+    if (icfg_create_begin(&w, call, params, initiator_fields, ARRAY_SIZE(initiator_fields), &data) <
+        0)
         return -1;
-    }
+    initiator_check(call, data);
     int64_t id = 0;
-    int rc = initiator_store(call, data, 0, &id);
+    int rc = api_has_verrs(call) ? api_invalid(call) : initiator_store(call, data, 0, &id);
     if (rc == 0)
         *result = icfg_get_by_id(initiator_row, INITIATOR_SELECT " WHERE id = ?", id);
     json_decref(data);
@@ -99,23 +87,19 @@ static int initiator_create(struct api_call *call, json_t *params, json_t **resu
 static int initiator_update(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
-    if (api_check_arity(call, params, 2) < 0 || icfg_param_id(call, params, 0, &id) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 1);
-    if (api_validate_object(call, NULL, data, initiator_fields, ARRAY_SIZE(initiator_fields),
-                            API_PARTIAL) < 0)
-        return api_invalid(call);
-    initiator_check(call, data);
-    if (api_has_verrs(call))
-        return api_invalid(call);
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0)
+    json_t *data;
+    if (icfg_update_begin(&w, call, params, initiator_fields, ARRAY_SIZE(initiator_fields), &id,
+                          &data) < 0)
         return -1;
-    int rc;
-    json_t *old = icfg_get_by_id(initiator_row, INITIATOR_SELECT " WHERE id = ?", id);
-    if (!old) {
+    initiator_check(call, data);
+    json_t *old = NULL;
+    int rc = api_has_verrs(call) ? api_invalid(call) : 0;
+    if (rc == 0)
+        old = icfg_get_by_id(initiator_row, INITIATOR_SELECT " WHERE id = ?", id);
+    if (rc == 0 && !old) {
         rc = api_error(call, ENOENT, "Initiator group %lld does not exist", (long long)id);
-    } else {
+    } else if (rc == 0) {
         json_object_update(old, data);
         int64_t out;
         rc = initiator_store(call, old, id, &out);
@@ -126,18 +110,17 @@ static int initiator_update(struct api_call *call, json_t *params, json_t **resu
                                  id);
             *result = icfg_get_by_id(initiator_row, INITIATOR_SELECT " WHERE id = ?", id);
         }
-        json_decref(old);
     }
+    json_decref(old);
+    json_decref(data);
     return icfg_write_end(&w, rc);
 }
 
 static int initiator_delete(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
-    if (api_check_arity(call, params, 1) < 0 || icfg_param_id(call, params, 0, &id) < 0)
-        return api_invalid(call);
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0)
+    if (icfg_delete_begin(&w, call, params, &id) < 0)
         return -1;
     int64_t found, target;
     int rc = 0;
@@ -162,14 +145,9 @@ static int initiator_delete(struct api_call *call, json_t *params, json_t **resu
 
 static int initiator_query(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
-    db_lock();
     static const struct icfg_hint hints[] = {{"id", "id"}, {"comment", "comment"}};
-    json_t *rows = icfg_rows_hinted(initiator_row, INITIATOR_SELECT, "ORDER BY id", params, hints,
-                                    ARRAY_SIZE(hints));
-    db_unlock();
-    return icfg_query_rows(call, rows, params, result);
+    return icfg_query_hinted(call, params, result, initiator_row, INITIATOR_SELECT, hints,
+                             ARRAY_SIZE(hints));
 }
 
 static int initiator_query_instance(struct api_call *call, json_t *params, json_t **result)

@@ -11,7 +11,7 @@
 
 #include "config/db.h"
 #include "core/util.h"
-#include "iscsi/config_internal.h"
+#include "iscsi/config_crud.h"
 
 static json_t *portal_row(sqlite3_stmt *st)
 {
@@ -133,18 +133,10 @@ static int portal_store_ips(int64_t id, json_t *listen)
 
 static int portal_create(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, portal_fields, ARRAY_SIZE(portal_fields), 0) < 0)
-        return api_invalid(call);
-    data = json_deep_copy(data);
-    api_apply_defaults(data, portal_fields, ARRAY_SIZE(portal_fields));
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0) {
-        json_decref(data);
+    json_t *data;
+    if (icfg_create_begin(&w, call, params, portal_fields, ARRAY_SIZE(portal_fields), &data) < 0)
         return -1;
-    }
     int rc = 0;
     portal_check(call, data, 0);
     if (api_has_verrs(call)) {
@@ -172,18 +164,15 @@ static int portal_create(struct api_call *call, json_t *params, json_t **result)
 static int portal_update(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
-    if (api_check_arity(call, params, 2) < 0 || icfg_param_id(call, params, 0, &id) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 1);
-    if (api_validate_object(call, NULL, data, portal_fields, ARRAY_SIZE(portal_fields),
-                            API_PARTIAL) < 0)
-        return api_invalid(call);
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0)
+    json_t *data;
+    if (icfg_update_begin(&w, call, params, portal_fields, ARRAY_SIZE(portal_fields), &id, &data) <
+        0)
         return -1;
     int rc = 0;
     json_t *old = icfg_get_by_id(portal_row, PORTAL_SELECT " WHERE id = ?", id);
     if (!old) {
+        json_decref(data);
         rc = api_error(call, ENOENT, "Portal %lld does not exist", (long long)id);
         return icfg_write_end(&w, rc);
     }
@@ -206,16 +195,15 @@ static int portal_update(struct api_call *call, json_t *params, json_t **result)
     }
     json_decref(merged);
     json_decref(old);
+    json_decref(data);
     return icfg_write_end(&w, rc);
 }
 
 static int portal_delete(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
-    if (api_check_arity(call, params, 1) < 0 || icfg_param_id(call, params, 0, &id) < 0)
-        return api_invalid(call);
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0)
+    if (icfg_delete_begin(&w, call, params, &id) < 0)
         return -1;
     int64_t tag;
     int rc = 0;
@@ -244,14 +232,9 @@ static int portal_delete(struct api_call *call, json_t *params, json_t **result)
 
 static int portal_query(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
-    db_lock();
     static const struct icfg_hint hints[] = {{"id", "id"}, {"tag", "tag"}};
-    json_t *rows = icfg_rows_hinted(portal_row, PORTAL_SELECT, "ORDER BY id", params, hints,
-                                    ARRAY_SIZE(hints));
-    db_unlock();
-    return icfg_query_rows(call, rows, params, result);
+    return icfg_query_hinted(call, params, result, portal_row, PORTAL_SELECT, hints,
+                             ARRAY_SIZE(hints));
 }
 
 static int portal_query_instance(struct api_call *call, json_t *params, json_t **result)

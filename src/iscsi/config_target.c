@@ -8,7 +8,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "iscsi/config_internal.h"
+#include "iscsi/config_crud.h"
 #include "iscsi/iscsi_runtime.h"
 
 /* Every rel_tgt_id below this is in use (DB lock). Reset to 1 whenever a
@@ -33,15 +33,9 @@ static json_t *groups_of(int64_t target_id)
     while (sqlite3_step(st) == SQLITE_ROW) {
         json_t *g = json_object();
         json_object_set_new(g, "portal", json_integer(sqlite3_column_int64(st, 0)));
-        json_object_set_new(g, "initiator",
-                            sqlite3_column_type(st, 1) == SQLITE_NULL
-                                ? json_null()
-                                : json_integer(sqlite3_column_int64(st, 1)));
+        json_object_set_new(g, "initiator", icfg_col_int_or_null(st, 1));
         json_object_set_new(g, "authmethod", json_string(icfg_col_text(st, 2)));
-        json_object_set_new(g, "auth",
-                            sqlite3_column_type(st, 3) == SQLITE_NULL
-                                ? json_null()
-                                : json_integer(sqlite3_column_int64(st, 3)));
+        json_object_set_new(g, "auth", icfg_col_int_or_null(st, 3));
         json_array_append_new(groups, g);
     }
     icfg_finalize(st);
@@ -54,10 +48,7 @@ json_t *icfg_target_row(sqlite3_stmt *st)
     json_t *row = json_object();
     json_object_set_new(row, "id", json_integer(id));
     json_object_set_new(row, "name", json_string(icfg_col_text(st, 1)));
-    json_object_set_new(row, "alias",
-                        sqlite3_column_type(st, 2) == SQLITE_NULL
-                            ? json_null()
-                            : json_string(icfg_col_text(st, 2)));
+    json_object_set_new(row, "alias", icfg_col_text_or_null(st, 2));
     json_object_set_new(row, "mode", json_string(icfg_col_text(st, 3)));
     json_object_set_new(row, "groups", groups_of(id));
     json_object_set_new(row, "auth_networks", icfg_col_json(st, 4));
@@ -354,20 +345,10 @@ static int target_store(struct api_call *call, json_t *d, int64_t id, int64_t *o
 
 static int target_create(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, target_fields, ARRAY_SIZE(target_fields), 0) < 0)
-        return api_invalid(call);
-    data = json_deep_copy(data);
-    bool defer = icfg_pop_defer(data);
-    api_apply_defaults(data, target_fields, ARRAY_SIZE(target_fields));
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0) {
-        json_decref(data);
+    json_t *data;
+    if (icfg_create_begin(&w, call, params, target_fields, ARRAY_SIZE(target_fields), &data) < 0)
         return -1;
-    }
-    w.defer = defer;
     int rc = 0;
     target_check(call, data, 0);
     int64_t id = 0;
@@ -386,20 +367,11 @@ static int target_create(struct api_call *call, json_t *params, json_t **result)
 static int target_update(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
-    if (api_check_arity(call, params, 2) < 0 || icfg_param_id(call, params, 0, &id) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 1);
-    if (api_validate_object(call, NULL, data, target_fields, ARRAY_SIZE(target_fields),
-                            API_PARTIAL) < 0)
-        return api_invalid(call);
-    data = json_deep_copy(data);
-    bool defer = icfg_pop_defer(data);
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0) {
-        json_decref(data);
+    json_t *data;
+    if (icfg_update_begin(&w, call, params, target_fields, ARRAY_SIZE(target_fields), &id, &data) <
+        0)
         return -1;
-    }
-    w.defer = defer;
     int rc = 0;
     json_t *merged = icfg_get_by_id(icfg_target_row, TARGET_BY_ID, id);
     if (!merged) {
@@ -451,16 +423,11 @@ int icfg_target_check_sessions(struct icfg_write *w, int64_t target_id, bool for
 static int target_delete(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
-    bool force, delete_extents, defer;
-    if (api_check_arity(call, params, 4) < 0 || icfg_param_id(call, params, 0, &id) < 0 ||
-        icfg_param_bool(call, params, 1, "force", false, &force) < 0 ||
-        icfg_param_bool(call, params, 2, "delete_extents", false, &delete_extents) < 0 ||
-        icfg_param_bool(call, params, 3, "defer", false, &defer) < 0)
-        return api_invalid(call);
+    bool force, delete_extents;
     struct icfg_write w;
-    if (icfg_write_begin(&w, call) < 0)
+    if (icfg_delete_begin_opts(&w, call, params, &id, "force", &force, "delete_extents",
+                               &delete_extents) < 0)
         return -1;
-    w.defer = defer;
     int64_t found;
     if (icfg_int(&found, "SELECT id FROM iscsi_target WHERE id = ?", "i", id) < 0)
         return icfg_write_end(&w,
@@ -505,14 +472,9 @@ static int target_delete(struct api_call *call, json_t *params, json_t **result)
 
 static int target_query(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
-    db_lock();
     static const struct icfg_hint hints[] = {{"id", "id"}, {"name", "name"}, {"alias", "alias"}};
-    json_t *rows = icfg_rows_hinted(icfg_target_row, ICFG_TARGET_SELECT, "ORDER BY id", params,
-                                    hints, ARRAY_SIZE(hints));
-    db_unlock();
-    return icfg_query_rows(call, rows, params, result);
+    return icfg_query_hinted(call, params, result, icfg_target_row, ICFG_TARGET_SELECT, hints,
+                             ARRAY_SIZE(hints));
 }
 
 static int target_validate_name(struct api_call *call, json_t *params, json_t **result)
