@@ -64,6 +64,28 @@ static bool fail(struct scsi_cmd *c)
     return false;
 }
 
+/* The volume request of a step failed: the command ends with the sense for
+ * its error (write: a write error, else a read error); true when it did. */
+static bool step_failed(struct scsi_cmd *c, bool write)
+{
+    int r = c->priv.vreq.result;
+    if (r >= 0)
+        return false;
+    scsi_fail_errno(c, r, write);
+    scsi_complete(c);
+    return true;
+}
+
+/* The last step of a command that writes (WRITE, COMPARE AND WRITE, ORWRITE,
+ * SYNCHRONIZE CACHE): GOOD or the write error. */
+static bool write_done(struct scsi_cmd *c)
+{
+    int r = c->priv.vreq.result;
+    if (r < 0)
+        scsi_fail_errno(c, r, true);
+    return fail(c);
+}
+
 /* LBA range: lba + n must not pass the capacity (n == 0: lba ≤ capacity). */
 static bool range_ok(struct scsi_cmd *c, uint64_t lba, uint64_t n)
 {
@@ -126,6 +148,27 @@ static unsigned fua_flag(const struct scsi_cmd *c)
     return (c->cdb[0] != 0x0a && (c->cdb[1] & 0x08)) ? VREQ_FUA : 0;
 }
 
+/* The common start of WRITE, WRITE AND VERIFY and ORWRITE: the LBA range
+ * and transfer length checked, and the bytes to write: what the CDB asks
+ * for but never more than the initiator sent (iSCSI residual overflow), in
+ * whole blocks. False when the command has completed (an error, or nothing
+ * to write). */
+static bool write_range(struct scsi_cmd *c, uint64_t *lba, uint32_t *n, uint32_t *take)
+{
+    struct scsi_lu *lu = c->lu;
+    scsi_cdb_lba_len(c->cdb, lba, n);
+    if (!xfer_ok(c, *n) || !range_ok(c, *lba, *n))
+        return false;
+    uint32_t bytes = *n << lu->block_shift;
+    c->xfer_want = bytes;
+    *take = (bytes < c->data_out_len ? bytes : c->data_out_len) & ~(lu->block_size - 1);
+    if (*take == 0) {
+        scsi_complete(c);
+        return false;
+    }
+    return true;
+}
+
 static bool first_diff(const uint8_t *a, const uint8_t *b, size_t n, size_t *at)
 {
     if (memcmp(a, b, n) == 0)
@@ -141,11 +184,8 @@ static bool first_diff(const uint8_t *a, const uint8_t *b, size_t n, size_t *at)
 
 static bool read_done(struct scsi_cmd *c)
 {
-    int r = c->priv.vreq.result;
-    if (r < 0) {
-        scsi_fail_errno(c, r, false);
-        return fail(c);
-    }
+    if (step_failed(c, false))
+        return false;
     if (c->priv.tmp) /* a partial last block: copy what the buffer holds */
         memcpy(c->data_in, c->priv.tmp, c->data_in_len);
     return fail(c);
@@ -186,32 +226,13 @@ void scsi_run_read(struct scsi_cmd *c)
 
 /* ---- WRITE ---- */
 
-static bool write_done(struct scsi_cmd *c)
-{
-    int r = c->priv.vreq.result;
-    if (r < 0)
-        scsi_fail_errno(c, r, true);
-    return fail(c);
-}
-
 void scsi_run_write(struct scsi_cmd *c)
 {
     struct scsi_lu *lu = c->lu;
     uint64_t lba;
-    uint32_t n;
-    scsi_cdb_lba_len(c->cdb, &lba, &n);
-    if (!xfer_ok(c, n) || !range_ok(c, lba, n))
+    uint32_t n, take;
+    if (!write_range(c, &lba, &n, &take))
         return;
-    uint32_t bytes = n << lu->block_shift;
-    c->xfer_want = bytes;
-    /* Write what the CDB asks for, but never more than the initiator sent
-     * (iSCSI residual overflow), in whole blocks. */
-    uint32_t take = bytes < c->data_out_len ? bytes : c->data_out_len;
-    take &= ~(lu->block_size - 1);
-    if (take == 0) {
-        scsi_complete(c);
-        return;
-    }
     if (!scsi_range_lock(c, lba, n, false))
         return; /* resumed by the lock */
     scsi_vreq_prep(c, VREQ_WRITE, fua_flag(c), lba << lu->block_shift, take, (void *)c->data_out);
@@ -222,11 +243,8 @@ void scsi_run_write(struct scsi_cmd *c)
 
 static bool wv_compare(struct scsi_cmd *c)
 {
-    int r = c->priv.vreq.result;
-    if (r < 0) {
-        scsi_fail_errno(c, r, false);
-        return fail(c);
-    }
+    if (step_failed(c, false))
+        return false;
     size_t at;
     if (first_diff(c->priv.tmp, c->data_out, c->priv.vreq.length, &at))
         scsi_fail_miscompare(c, (uint32_t)at);
@@ -235,11 +253,8 @@ static bool wv_compare(struct scsi_cmd *c)
 
 static bool wv_written(struct scsi_cmd *c)
 {
-    int r = c->priv.vreq.result;
-    if (r < 0) {
-        scsi_fail_errno(c, r, true);
-        return fail(c);
-    }
+    if (step_failed(c, true))
+        return false;
     uint64_t off = c->priv.vreq.offset, len = c->priv.vreq.length;
     if (!get_tmp(c, len))
         return false;
@@ -252,23 +267,14 @@ void scsi_run_write_verify(struct scsi_cmd *c)
 {
     struct scsi_lu *lu = c->lu;
     uint64_t lba;
-    uint32_t n;
+    uint32_t n, take;
     if ((c->cdb[1] >> 1) & 2) { /* BYTCHK 2/3 are reserved here */
         scsi_fail_cdb(c, 1, 2);
         scsi_complete(c);
         return;
     }
-    scsi_cdb_lba_len(c->cdb, &lba, &n);
-    if (!xfer_ok(c, n) || !range_ok(c, lba, n))
+    if (!write_range(c, &lba, &n, &take))
         return;
-    uint32_t bytes = n << lu->block_shift;
-    c->xfer_want = bytes;
-    uint32_t take = bytes < c->data_out_len ? bytes : c->data_out_len;
-    take &= ~(lu->block_size - 1);
-    if (take == 0) {
-        scsi_complete(c);
-        return;
-    }
     if (!scsi_range_lock(c, lba, n, false))
         return;
     /* The write is made durable before it is verified (FUA). */
@@ -289,11 +295,8 @@ static void verify_prep_chunk(struct scsi_cmd *c)
 static bool verify_step(struct scsi_cmd *c)
 {
     struct scsi_lu *lu = c->lu;
-    int r = c->priv.vreq.result;
-    if (r < 0) {
-        scsi_fail_errno(c, r, false);
-        return fail(c);
-    }
+    if (step_failed(c, false))
+        return false;
     unsigned bytchk = c->priv.step;
     uint64_t chunk = c->priv.vreq.length;
     size_t at;
@@ -357,11 +360,8 @@ void scsi_run_verify(struct scsi_cmd *c)
 
 static bool ws_pattern_step(struct scsi_cmd *c)
 {
-    int r = c->priv.vreq.result;
-    if (r < 0) {
-        scsi_fail_errno(c, r, true);
-        return fail(c);
-    }
+    if (step_failed(c, true))
+        return false;
     c->priv.pos += c->priv.vreq.length;
     if (c->priv.pos >= c->priv.end)
         return fail(c);
@@ -569,22 +569,11 @@ void scsi_run_unmap(struct scsi_cmd *c)
 
 /* ---- COMPARE AND WRITE ---- */
 
-static bool caw_written(struct scsi_cmd *c)
-{
-    int r = c->priv.vreq.result;
-    if (r < 0)
-        scsi_fail_errno(c, r, true);
-    return fail(c);
-}
-
 static bool caw_compare(struct scsi_cmd *c)
 {
     struct scsi_lu *lu = c->lu;
-    int r = c->priv.vreq.result;
-    if (r < 0) {
-        scsi_fail_errno(c, r, false);
-        return fail(c);
-    }
+    if (step_failed(c, false))
+        return false;
     size_t len = (size_t)c->priv.nblocks << lu->block_shift, at;
     if (first_diff(c->priv.tmp, c->data_out, len, &at)) {
         scsi_fail_miscompare(c, (uint32_t)at);
@@ -592,7 +581,7 @@ static bool caw_compare(struct scsi_cmd *c)
     }
     scsi_vreq_prep(c, VREQ_WRITE, fua_flag(c), c->priv.lba << lu->block_shift, len,
                    (void *)(c->data_out + len));
-    c->priv.next = caw_written;
+    c->priv.next = write_done;
     return true;
 }
 
@@ -637,16 +626,13 @@ void scsi_run_caw(struct scsi_cmd *c)
 static bool orwrite_merge(struct scsi_cmd *c)
 {
     struct scsi_lu *lu = c->lu;
-    int r = c->priv.vreq.result;
-    if (r < 0) {
-        scsi_fail_errno(c, r, false);
-        return fail(c);
-    }
+    if (step_failed(c, false))
+        return false;
     size_t len = (size_t)c->priv.nblocks << lu->block_shift;
     for (size_t i = 0; i < len; i++)
         c->priv.tmp[i] |= c->data_out[i];
     scsi_vreq_prep(c, VREQ_WRITE, fua_flag(c), c->priv.lba << lu->block_shift, len, c->priv.tmp);
-    c->priv.next = caw_written;
+    c->priv.next = write_done;
     return true;
 }
 
@@ -654,19 +640,10 @@ void scsi_run_orwrite(struct scsi_cmd *c)
 {
     struct scsi_lu *lu = c->lu;
     uint64_t lba;
-    uint32_t n;
-    scsi_cdb_lba_len(c->cdb, &lba, &n);
-    if (!xfer_ok(c, n) || !range_ok(c, lba, n))
-        return;
-    uint32_t bytes = n << lu->block_shift;
-    c->xfer_want = bytes;
+    uint32_t n, take;
     /* Only whole blocks the initiator actually sent are merged. */
-    uint32_t take = bytes < c->data_out_len ? bytes : c->data_out_len;
-    take &= ~(lu->block_size - 1);
-    if (take == 0) {
-        scsi_complete(c);
+    if (!write_range(c, &lba, &n, &take))
         return;
-    }
     if (!scsi_range_lock(c, lba, n, true))
         return;
     c->priv.lba = lba;
@@ -679,14 +656,6 @@ void scsi_run_orwrite(struct scsi_cmd *c)
 
 /* ---- SYNCHRONIZE CACHE / PRE-FETCH ---- */
 
-static bool flush_done(struct scsi_cmd *c)
-{
-    int r = c->priv.vreq.result;
-    if (r < 0)
-        scsi_fail_errno(c, r, true);
-    return fail(c);
-}
-
 void scsi_run_sync_cache(struct scsi_cmd *c)
 {
     uint64_t lba;
@@ -698,7 +667,7 @@ void scsi_run_sync_cache(struct scsi_cmd *c)
      * and group commit makes it cheap. IMMED is honoured by simply being
      * exact: status is returned when the flush is done. */
     scsi_vreq_prep(c, VREQ_FLUSH, 0, 0, 0, NULL);
-    scsi_io_submit(c, flush_done);
+    scsi_io_submit(c, write_done);
 }
 
 static bool prefetch_done(struct scsi_cmd *c)
@@ -771,10 +740,8 @@ static void lba_status_reply(struct scsi_cmd *c, struct extent *ext, size_t next
 static bool lba_status_done(struct scsi_cmd *c)
 {
     struct vreq *r = &c->priv.vreq;
-    if (r->result < 0) {
-        scsi_fail_errno(c, r->result, false);
-        return fail(c);
-    }
+    if (step_failed(c, false))
+        return false;
     lba_status_reply(c, r->extents, r->extents_count);
     return false;
 }
