@@ -15,6 +15,7 @@
 #include "api/validate.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsquery.h"
 #include "core/log.h"
 #include "core/util.h"
 
@@ -561,101 +562,83 @@ out:
     return *result ? 0 : api_error(call, EIO, "dataset %s vanished", row.name);
 }
 
+/* A dataset or snapshot a delete removes. */
+struct plan_item {
+    char *name;     /* "pool/vol" or "pool/vol@snap" */
+    int64_t id;     /* its row in datasets / snapshots */
+    bool is_volume; /* a file to unlink, not a directory */
+};
+
 /* What a delete removes, deepest first. */
 struct delete_plan {
-    char **datasets; /* names, deepest first */
-    int64_t *dataset_ids;
-    bool *is_volume;
+    struct plan_item *datasets; /* deepest first */
     size_t ndatasets;
-    char **snapshots; /* "pool/vol@snap" */
+    struct plan_item *snapshots;
     size_t nsnapshots;
 };
 
 static void plan_free(struct delete_plan *p)
 {
     for (size_t i = 0; i < p->ndatasets; i++)
-        free(p->datasets[i]);
+        free(p->datasets[i].name);
     for (size_t i = 0; i < p->nsnapshots; i++)
-        free(p->snapshots[i]);
+        free(p->snapshots[i].name);
     free(p->datasets);
-    free(p->dataset_ids);
-    free(p->is_volume);
     free(p->snapshots);
 }
 
-static int plan_build(const char *name, struct delete_plan *p)
+/* Append the rows of sql (?1 = name; columns: name, id, type) to the empty
+ * *items. 0 or -errno. */
+static int plan_collect(const char *sql, const char *name, struct plan_item **items, size_t *n)
 {
     sqlite3_stmt *st;
     size_t cap = 0;
     int rc;
 
-    memset(p, 0, sizeof(*p));
-    /* Descending on the '/'-lowest key: children before their parent. */
-    rc = db_stmt("SELECT id, name, type FROM datasets WHERE name = ?1 OR"
-                 " substr(name, 1, length(?1) + 1) = ?1 || '/'"
-                 " ORDER BY replace(name, '/', char(1)) DESC",
-                 &st);
+    rc = db_stmt(sql, &st);
     if (rc < 0)
         return rc;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (p->ndatasets == cap) {
+        if (*n == cap) {
             cap = cap ? cap * 2 : 8;
-            char **nd = realloc(p->datasets, cap * sizeof(*nd));
-            if (nd)
-                p->datasets = nd;
-            int64_t *ni = realloc(p->dataset_ids, cap * sizeof(*ni));
-            if (ni)
-                p->dataset_ids = ni;
-            bool *nv = realloc(p->is_volume, cap * sizeof(*nv));
-            if (nv)
-                p->is_volume = nv;
-            if (!nd || !ni || !nv) {
+            struct plan_item *grown = realloc(*items, cap * sizeof(*grown));
+            if (!grown) {
                 db_stmt_done(st);
                 return -ENOMEM;
             }
+            *items = grown;
         }
-        p->dataset_ids[p->ndatasets] = sqlite3_column_int64(st, 0);
-        p->datasets[p->ndatasets] = strdup((const char *)sqlite3_column_text(st, 1));
-        p->is_volume[p->ndatasets] =
-            strcmp((const char *)sqlite3_column_text(st, 2), "VOLUME") == 0;
-        if (!p->datasets[p->ndatasets]) {
+        struct plan_item *it = &(*items)[*n];
+        it->name = strdup((const char *)sqlite3_column_text(st, 0));
+        it->id = sqlite3_column_int64(st, 1);
+        it->is_volume = strcmp((const char *)sqlite3_column_text(st, 2), "VOLUME") == 0;
+        if (!it->name) {
             db_stmt_done(st);
             return -ENOMEM;
         }
-        p->ndatasets++;
-    }
-    db_stmt_done(st);
-    if (rc != SQLITE_DONE)
-        return -db_errno();
-
-    cap = 0;
-    rc = db_stmt("SELECT d.name || '@' || s.name FROM snapshots s JOIN datasets d"
-                 " ON d.id = s.dataset_id WHERE d.name = ?1 OR"
-                 " substr(d.name, 1, length(?1) + 1) = ?1 || '/'",
-                 &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (p->nsnapshots == cap) {
-            cap = cap ? cap * 2 : 8;
-            char **ns = realloc(p->snapshots, cap * sizeof(*ns));
-            if (!ns) {
-                db_stmt_done(st);
-                return -ENOMEM;
-            }
-            p->snapshots = ns;
-        }
-        p->snapshots[p->nsnapshots] = strdup((const char *)sqlite3_column_text(st, 0));
-        if (!p->snapshots[p->nsnapshots]) {
-            db_stmt_done(st);
-            return -ENOMEM;
-        }
-        p->nsnapshots++;
+        (*n)++;
     }
     db_stmt_done(st);
     return rc == SQLITE_DONE ? 0 : -db_errno();
+}
+
+static int plan_build(const char *name, struct delete_plan *p)
+{
+    int rc;
+
+    memset(p, 0, sizeof(*p));
+    /* Descending on the '/'-lowest key: children before their parent. */
+    rc = plan_collect("SELECT name, id, type FROM datasets WHERE name = ?1 OR"
+                      " substr(name, 1, length(?1) + 1) = ?1 || '/'"
+                      " ORDER BY replace(name, '/', char(1)) DESC",
+                      name, &p->datasets, &p->ndatasets);
+    if (rc < 0)
+        return rc;
+    return plan_collect("SELECT d.name || '@' || s.name, s.id, '' FROM snapshots s JOIN datasets d"
+                        " ON d.id = s.dataset_id WHERE d.name = ?1 OR"
+                        " substr(d.name, 1, length(?1) + 1) = ?1 || '/'",
+                        name, &p->snapshots, &p->nsnapshots);
 }
 
 /* A clone outside the deleted subtree whose origin is inside it. */
@@ -750,13 +733,13 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
     if (!recursive && plan.ndatasets > 1) {
         rc = api_error(call, ENOTEMPTY,
                        "dataset %s has children (e.g. %s); use recursive to delete them too", id,
-                       plan.datasets[0]);
+                       plan.datasets[0].name);
         goto out_err;
     }
     if (!recursive && plan.nsnapshots > 0) {
         rc = api_error(call, ENOTEMPTY,
                        "dataset %s has snapshots (e.g. %s); use recursive to delete them too", id,
-                       plan.snapshots[0]);
+                       plan.snapshots[0].name);
         goto out_err;
     }
     rc = plan_find_outside_clone(id, clone, sizeof(clone), origin, sizeof(origin));
@@ -768,7 +751,8 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
         goto out_err;
     }
     for (i = 0; !force && i < plan.ndatasets + plan.nsnapshots; i++) {
-        const char *n = i < plan.ndatasets ? plan.datasets[i] : plan.snapshots[i - plan.ndatasets];
+        const char *n =
+            i < plan.ndatasets ? plan.datasets[i].name : plan.snapshots[i - plan.ndatasets].name;
         why[0] = '\0';
         if (ds_in_use(n, why, sizeof(why))) {
             rc = api_error(call, EBUSY, "dataset %s is in use: %s", n, why[0] ? why : "busy");
@@ -780,12 +764,12 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
     if (rc < 0)
         goto out_errno;
     for (i = 0; rc == 0 && i < plan.ndatasets; i++) {
-        rc = exec_bind_id("DELETE FROM snapshots WHERE dataset_id = ?", plan.dataset_ids[i]);
+        rc = exec_bind_id("DELETE FROM snapshots WHERE dataset_id = ?", plan.datasets[i].id);
         if (rc == 0)
             rc =
-                exec_bind_id("DELETE FROM dataset_props WHERE dataset_id = ?", plan.dataset_ids[i]);
+                exec_bind_id("DELETE FROM dataset_props WHERE dataset_id = ?", plan.datasets[i].id);
         if (rc == 0)
-            rc = exec_bind_id("DELETE FROM datasets WHERE id = ?", plan.dataset_ids[i]);
+            rc = exec_bind_id("DELETE FROM datasets WHERE id = ?", plan.datasets[i].id);
     }
     if (rc == 0)
         rc = db_commit();
@@ -800,17 +784,17 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
     db_unlock();
     ds_cache_drop(id, true);
     for (i = 0; i < plan.nsnapshots; i++) {
-        char *at = strchr(plan.snapshots[i], '@');
+        char *at = strchr(plan.snapshots[i].name, '@');
         *at = '\0';
-        if (ds_path(&pool, plan.snapshots[i], at + 1, path, sizeof(path)) == 0 &&
+        if (ds_path(&pool, plan.snapshots[i].name, at + 1, path, sizeof(path)) == 0 &&
             unlink(path) < 0 && errno != ENOENT)
             log_error("datasets: unlink %s: %s", path, strerror(errno));
         *at = '@';
     }
     for (i = 0; i < plan.ndatasets; i++) {
-        if (ds_path(&pool, plan.datasets[i], NULL, path, sizeof(path)) < 0)
+        if (ds_path(&pool, plan.datasets[i].name, NULL, path, sizeof(path)) < 0)
             continue;
-        if ((plan.is_volume[i] ? unlink(path) : rmdir(path)) < 0 && errno != ENOENT)
+        if ((plan.datasets[i].is_volume ? unlink(path) : rmdir(path)) < 0 && errno != ENOENT)
             log_error("datasets: remove %s: %s", path, strerror(errno));
     }
     ds_ops_unlock();
@@ -819,9 +803,9 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
     log_info("datasets: deleted %s (%zu dataset(s), %zu snapshot(s); peer %s)", id, plan.ndatasets,
              plan.nsnapshots, api_call_peer(call));
     for (i = 0; i < plan.nsnapshots; i++)
-        ds_notify(DATASETS_DELETED, plan.snapshots[i], NULL);
+        ds_notify(DATASETS_DELETED, plan.snapshots[i].name, NULL);
     for (i = 0; i < plan.ndatasets; i++)
-        ds_notify(DATASETS_DELETED, plan.datasets[i], NULL);
+        ds_notify(DATASETS_DELETED, plan.datasets[i].name, NULL);
     plan_free(&plan);
     *result = json_true();
     return 0;
@@ -837,22 +821,7 @@ out_err:
 
 static int m_dataset_get_instance(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *rows;
-    int rc;
-
-    /* only the rows an "id =" query would build */
-    json_t *q = json_pack("[[[s, s, O]]]", "id", "=",
-                          api_param(params, 0) ? api_param(params, 0) : json_null());
-
-    db_lock();
-    rows = q ? ds_dataset_rows_hinted(q) : NULL;
-    db_unlock();
-    json_decref(q);
-    if (!rows)
-        return api_error(call, EIO, "cannot read datasets");
-    rc = ds_get_instance(call, params, rows, result);
-    json_decref(rows);
-    return rc;
+    return ds_get_instance_hinted(call, params, result, ds_dataset_rows_hinted, "datasets");
 }
 
 const struct api_method ds_dataset_methods[] = {

@@ -13,6 +13,7 @@
 
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsquery.h"
 #include "core/log.h"
 
 #define ROW_SQL                                                                                    \
@@ -240,7 +241,6 @@ static void rows_link(json_t *rows, const uint64_t *used)
  * them. */
 static json_t *rows_select_where(const char *where, json_t *binds)
 {
-    char *sql = NULL;
     json_t *rows = json_array();
     uint64_t *used = NULL;
     size_t cap = 0, n = 0;
@@ -248,20 +248,11 @@ static json_t *rows_select_where(const char *where, json_t *binds)
 
     /* Plain name order would put "a.b" between "a" and "a/c" ('.' < '/');
      * sorting with '/' as the lowest byte keeps descendants contiguous. */
-    if (!rows || asprintf(&sql, "%s%s%s ORDER BY replace(d.name, '/', char(1))", ROW_SQL,
-                          where ? " WHERE " : "", where ? where : "") < 0) {
+    if (!rows ||
+        ds_select_where(ROW_SQL, where, "ORDER BY replace(d.name, '/', char(1))", binds, &st) < 0) {
         json_decref(rows);
         return NULL;
     }
-    if (db_stmt(sql, &st) < 0) {
-        free(sql);
-        json_decref(rows);
-        return NULL;
-    }
-    free(sql);
-    for (size_t k = 0; k < json_array_size(binds); k++)
-        sqlite3_bind_text(st, (int)k + 1, json_string_value(json_array_get(binds, k)), -1,
-                          SQLITE_STATIC);
     while (sqlite3_step(st) == SQLITE_ROW) {
         uint64_t u = 0;
         json_t *row = row_build(st, &u);

@@ -21,6 +21,7 @@
 #include "api/validate.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsquery.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "store/copy.h"
@@ -212,27 +213,16 @@ static json_t *snapshot_rows_where(const char *where, json_t *binds)
     sqlite3_stmt *st;
     struct ds_pool pool;
     char path[PATH_MAX], full[DS_NAME_BUF * 2], raw[32], value[64];
-    char *sql = NULL;
 
     if (!rows ||
-        asprintf(&sql,
-                 "SELECT s.id, d.name, s.name, s.volsize, s.created, p.name, p.path, "
-                 "d.volblocksize, (SELECT group_concat(c.name, ',') FROM datasets c WHERE "
-                 "c.origin_id = s.id) FROM snapshots s JOIN datasets d ON d.id = s.dataset_id"
-                 " JOIN pools p ON p.id = d.pool_id%s%s ORDER BY d.name, s.id",
-                 where ? " WHERE " : "", where ? where : "") < 0) {
+        ds_select_where("SELECT s.id, d.name, s.name, s.volsize, s.created, p.name, p.path, "
+                        "d.volblocksize, (SELECT group_concat(c.name, ',') FROM datasets c WHERE "
+                        "c.origin_id = s.id) FROM snapshots s JOIN datasets d ON d.id = "
+                        "s.dataset_id JOIN pools p ON p.id = d.pool_id",
+                        where, "ORDER BY d.name, s.id", binds, &st) < 0) {
         json_decref(rows);
         return NULL;
     }
-    if (db_stmt(sql, &st) < 0) {
-        free(sql);
-        json_decref(rows);
-        return NULL;
-    }
-    free(sql);
-    for (size_t k = 0; k < json_array_size(binds); k++)
-        sqlite3_bind_text(st, (int)k + 1, json_string_value(json_array_get(binds, k)), -1,
-                          SQLITE_STATIC);
     while (sqlite3_step(st) == SQLITE_ROW) {
         int64_t id = sqlite3_column_int64(st, 0);
         const char *ds = (const char *)sqlite3_column_text(st, 1);
@@ -553,9 +543,24 @@ static int m_snapshot_query(struct api_call *call, json_t *params, json_t **resu
     return rc;
 }
 
-/* params[0] as "pool/vol@snap" → existing snapshot. API error on failure. */
+/* [id, options?] of delete and rollback: the options (borrowed, may be
+ * NULL) validated against fields. 0, or api_invalid(). */
+static int snapshot_opts_param(struct api_call *call, json_t *params, const char *prefix,
+                               const struct api_field *fields, size_t nfields, json_t **opts)
+{
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    *opts = api_param(params, 1);
+    if (*opts && api_validate_object(call, prefix, *opts, fields, nfields, 0) < 0)
+        return api_invalid(call);
+    return 0;
+}
+
+/* params[0] as "pool/vol@snap" → existing snapshot, its file and its full
+ * name ("pool/vol@snap"). API error on failure. */
 static int snapshot_id_param(struct api_call *call, json_t *params, const char *method,
-                             struct ds_snap *snap, struct ds_pool *pool, char *path, size_t plen)
+                             struct ds_snap *snap, struct ds_pool *pool, char *path, size_t plen,
+                             char full[static DS_NAME_BUF * 2])
 {
     json_t *jid = api_param(params, 0);
     char field[64], dataset[DS_NAME_BUF], poolname[DS_NAME_BUF], why[256];
@@ -584,6 +589,7 @@ static int snapshot_id_param(struct api_call *call, json_t *params, const char *
         rc = ds_path(pool, dataset, sn, path, plen);
     if (rc < 0)
         return ds_api_errno(call, rc, "cannot locate snapshot", json_string_value(jid));
+    snprintf(full, DS_NAME_BUF * 2, "%s@%s", snap->dataset, snap->name);
     return 0;
 }
 
@@ -596,22 +602,19 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
     sqlite3_stmt *st;
     int rc;
 
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
-    opts = api_param(params, 1);
-    if (opts && api_validate_object(call, "zfs.snapshot.delete.options", opts, snap_delete_fields,
-                                    ARRAY_SIZE(snap_delete_fields), 0) < 0)
-        return api_invalid(call);
+    if (snapshot_opts_param(call, params, "zfs.snapshot.delete.options", snap_delete_fields,
+                            ARRAY_SIZE(snap_delete_fields), &opts) < 0)
+        return -1;
     if (json_is_true(json_object_get(opts, "defer")))
         return api_error(call, ENOTSUP,
                          "deferred destroy is not supported; delete the clones first");
 
     ds_ops_lock();
     db_lock();
-    rc = snapshot_id_param(call, params, "zfs.snapshot.delete", &snap, &pool, path, sizeof(path));
+    rc = snapshot_id_param(call, params, "zfs.snapshot.delete", &snap, &pool, path, sizeof(path),
+                           full);
     if (rc < 0)
         goto out;
-    snprintf(full, sizeof(full), "%s@%s", snap.dataset, snap.name);
     rc = db_stmt("SELECT name FROM datasets WHERE origin_id = ? ORDER BY name LIMIT 1", &st);
     if (rc < 0) {
         rc = ds_api_errno(call, rc, "cannot delete snapshot", full);
@@ -896,20 +899,16 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
     size_t nnewer = 0;
     int rc;
 
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
-    opts = api_param(params, 1);
-    if (opts && api_validate_object(call, "zfs.snapshot.rollback.options", opts, rollback_fields,
-                                    ARRAY_SIZE(rollback_fields), 0) < 0)
-        return api_invalid(call);
+    if (snapshot_opts_param(call, params, "zfs.snapshot.rollback.options", rollback_fields,
+                            ARRAY_SIZE(rollback_fields), &opts) < 0)
+        return -1;
 
     ds_ops_lock();
     db_lock();
     rc = snapshot_id_param(call, params, "zfs.snapshot.rollback", &snap, &pool, snap_path,
-                           sizeof(snap_path));
+                           sizeof(snap_path), full);
     if (rc < 0)
         goto fail;
-    snprintf(full, sizeof(full), "%s@%s", snap.dataset, snap.name);
     rc = ds_dataset_get_id(snap.dataset_id, &row);
     if (rc == 0)
         rc = ds_path(&pool, row.name, NULL, vol_path, sizeof(vol_path));
@@ -1119,22 +1118,7 @@ void ds_rollback_recover(void)
 
 static int m_snapshot_get_instance(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *rows;
-    int rc;
-
-    /* only the rows an "id =" query would build */
-    json_t *q = json_pack("[[[s, s, O]]]", "id", "=",
-                          api_param(params, 0) ? api_param(params, 0) : json_null());
-
-    db_lock();
-    rows = q ? ds_snapshot_rows_hinted(q) : NULL;
-    db_unlock();
-    json_decref(q);
-    if (!rows)
-        return api_error(call, EIO, "cannot read snapshots");
-    rc = ds_get_instance(call, params, rows, result);
-    json_decref(rows);
-    return rc;
+    return ds_get_instance_hinted(call, params, result, ds_snapshot_rows_hinted, "snapshots");
 }
 
 const struct api_method ds_snapshot_methods[] = {
