@@ -80,17 +80,20 @@ static char *col_dup(sqlite3_stmt *st, int i)
     return t ? strdup((const char *)t) : NULL;
 }
 
-/* All rows, ordered by id (db locked by caller). */
+/* All rows, ordered by id (takes db_lock). */
 static int rows_load(struct export_row **out, size_t *count)
 {
     sqlite3_stmt *st;
     *out = NULL;
     *count = 0;
+    db_lock();
     if (sqlite3_prepare_v2(db_handle(),
                            "SELECT id, name, dataset, path, readonly, description, multi_conn,"
                            " tls, enabled FROM nbd_export ORDER BY id",
-                           -1, &st, NULL) != SQLITE_OK)
+                           -1, &st, NULL) != SQLITE_OK) {
+        db_unlock();
         return -EIO;
+    }
     struct export_row *rows = NULL;
     size_t n = 0;
     int rc;
@@ -118,6 +121,7 @@ static int rows_load(struct export_row **out, size_t *count)
             r->description = strdup("");
     }
     sqlite3_finalize(st);
+    db_unlock();
     if (rc != SQLITE_DONE) {
         for (size_t i = 0; i < n; i++)
             row_clear(&rows[i]);
@@ -134,6 +138,12 @@ static void rows_free(struct export_row *rows, size_t n)
     for (size_t i = 0; i < n; i++)
         row_clear(&rows[i]);
     free(rows);
+}
+
+/* Snapshots are exported read-only whatever the row says. */
+static bool row_readonly(const struct export_row *r)
+{
+    return r->readonly || (r->dataset && strchr(r->dataset, '@'));
 }
 
 static bool streq(const char *a, const char *b)
@@ -193,7 +203,7 @@ static struct nbd_export *export_from_row(const struct export_row *r, struct nbd
     e->description = strdup(r->description ? r->description : "");
     e->dataset = r->dataset ? strdup(r->dataset) : NULL;
     e->path = r->path ? strdup(r->path) : NULL;
-    e->readonly = r->readonly || (r->dataset && strchr(r->dataset, '@'));
+    e->readonly = row_readonly(r);
     e->multi_conn = r->multi_conn;
     e->enabled = r->enabled;
     e->tls = r->tls;
@@ -219,8 +229,7 @@ static struct nbd_export *export_from_row(const struct export_row *r, struct nbd
 static bool export_same(const struct nbd_export *e, const struct export_row *r)
 {
     return e->id == r->id && streq(e->name, r->name) && streq(e->dataset, r->dataset) &&
-           streq(e->path, r->path) &&
-           e->readonly == (r->readonly || (r->dataset && strchr(r->dataset, '@'))) &&
+           streq(e->path, r->path) && e->readonly == row_readonly(r) &&
            streq(e->description, r->description) && e->multi_conn == r->multi_conn &&
            e->enabled == r->enabled && e->tls == r->tls && e->vol;
 }
@@ -230,9 +239,7 @@ static int exports_reload(void)
 {
     struct export_row *rows;
     size_t n;
-    db_lock();
     int rc = rows_load(&rows, &n);
-    db_unlock();
     if (rc < 0)
         return rc;
     struct nbd_export_table *old = nbd_exports_current();
@@ -274,10 +281,9 @@ static json_t *export_json(const struct export_row *r)
     json_t *o = json_pack(
         "{s:I, s:s, s:o, s:o, s:b, s:s, s:b, s:s, s:b, s:i, s:o}", "id", (json_int_t)r->id, "name",
         r->name, "dataset", r->dataset ? json_string(r->dataset) : json_null(), "path",
-        r->path ? json_string(r->path) : json_null(), "readonly",
-        r->readonly || (r->dataset && strchr(r->dataset, '@')), "description", r->description,
-        "multi_conn", r->multi_conn, "tls", tls_names[r->tls], "enabled", r->enabled, "connections",
-        (int)nbd_export_connections(r->name), "size",
+        r->path ? json_string(r->path) : json_null(), "readonly", row_readonly(r), "description",
+        r->description, "multi_conn", r->multi_conn, "tls", tls_names[r->tls], "enabled",
+        r->enabled, "connections", (int)nbd_export_connections(r->name), "size",
         e && e->vol ? json_integer((json_int_t)volume_size(e->vol)) : json_null());
     nbd_export_table_unref(t);
     return o;
@@ -287,9 +293,7 @@ static int row_by_id(int64_t id, struct export_row *out)
 {
     struct export_row *rows;
     size_t n;
-    db_lock();
     int rc = rows_load(&rows, &n);
-    db_unlock();
     if (rc < 0)
         return rc;
     rc = -ENOENT;
@@ -417,9 +421,6 @@ static int export_write(json_t *data, int64_t id, int64_t *new_id)
     if (id)
         sqlite3_bind_int64(st, 9, id);
     int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -db_errno();
-    if (rc == -EIO || rc == 0) {
-        /* keep rc */
-    }
     if (rc == 0 && new_id)
         *new_id = id ? id : sqlite3_last_insert_rowid(db_handle());
     sqlite3_finalize(st);
@@ -438,6 +439,27 @@ static int export_result(struct api_call *call, int64_t id, json_t **result)
     return 0;
 }
 
+/* Probe the checked export data, store it (id 0: a new export) and
+ * publish the exports; the stored row is the result. cfg_lock held. */
+static int export_save(struct api_call *call, const char *method, json_t *data, int64_t id,
+                       json_t **result)
+{
+    int rc = export_probe(call, data);
+    if (rc < 0)
+        return rc;
+    int w = export_write(data, id, &id);
+    if (w == -EEXIST) {
+        char field[64];
+        snprintf(field, sizeof(field), "%s.name", method);
+        api_verr(call, field, EEXIST, "an export named '%s' exists", jstr(data, "name"));
+        return api_invalid(call);
+    }
+    if (w < 0)
+        return api_error(call, -w, "cannot store the export: %s", strerror(-w));
+    exports_reload();
+    return export_result(call, id, result);
+}
+
 static int m_export_create(struct api_call *call, json_t *params, json_t **result)
 {
     const char *method = "nbd.export.create";
@@ -454,21 +476,7 @@ static int m_export_create(struct api_call *call, json_t *params, json_t **resul
         return api_invalid(call);
     }
     pthread_mutex_lock(&cfg_lock);
-    int rc = export_probe(call, data);
-    int64_t id = 0;
-    if (rc == 0) {
-        int w = export_write(data, 0, &id);
-        if (w == -EEXIST) {
-            api_verr(call, "nbd.export.create.name", EEXIST, "an export named '%s' exists",
-                     jstr(data, "name"));
-            rc = api_invalid(call);
-        } else if (w < 0) {
-            rc = api_error(call, -w, "cannot store the export: %s", strerror(-w));
-        } else {
-            exports_reload();
-            rc = export_result(call, id, result);
-        }
-    }
+    int rc = export_save(call, method, data, 0, result);
     pthread_mutex_unlock(&cfg_lock);
     json_decref(data);
     return rc;
@@ -485,6 +493,18 @@ static int get_id(struct api_call *call, json_t *params, int64_t *id)
     return 0;
 }
 
+/* Take cfg_lock and read export id into r (row_clear it): 0 with the lock
+ * held, or the ENOENT error with it released. */
+static int export_lock_row(struct api_call *call, int64_t id, struct export_row *r)
+{
+    pthread_mutex_lock(&cfg_lock);
+    if (row_by_id(id, r) < 0) {
+        pthread_mutex_unlock(&cfg_lock);
+        return api_error(call, ENOENT, "export %" PRId64 " does not exist", id);
+    }
+    return 0;
+}
+
 static int m_export_update(struct api_call *call, json_t *params, json_t **result)
 {
     const char *method = "nbd.export.update";
@@ -495,13 +515,9 @@ static int m_export_update(struct api_call *call, json_t *params, json_t **resul
     if (api_validate_object(call, NULL, in, export_fields, ARRAY_SIZE(export_fields), API_PARTIAL) <
         0)
         return api_invalid(call);
-    pthread_mutex_lock(&cfg_lock);
     struct export_row r;
-    int rc = row_by_id(id, &r);
-    if (rc < 0) {
-        pthread_mutex_unlock(&cfg_lock);
-        return api_error(call, ENOENT, "export %" PRId64 " does not exist", id);
-    }
+    if (export_lock_row(call, id, &r) < 0)
+        return -1;
     json_t *data = json_pack("{s:s, s:o, s:o, s:b, s:s, s:b, s:s, s:b}", "name", r.name, "dataset",
                              r.dataset ? json_string(r.dataset) : json_null(), "path",
                              r.path ? json_string(r.path) : json_null(), "readonly", r.readonly,
@@ -515,21 +531,7 @@ static int m_export_update(struct api_call *call, json_t *params, json_t **resul
     if (json_is_string(json_object_get(in, "path")))
         json_object_set_new(data, "dataset", json_null());
     export_check(call, method, data);
-    if (api_has_verrs(call)) {
-        rc = api_invalid(call);
-    } else if ((rc = export_probe(call, data)) == 0) {
-        int w = export_write(data, id, NULL);
-        if (w == -EEXIST) {
-            api_verr(call, "nbd.export.update.name", EEXIST, "an export named '%s' exists",
-                     jstr(data, "name"));
-            rc = api_invalid(call);
-        } else if (w < 0) {
-            rc = api_error(call, -w, "cannot store the export: %s", strerror(-w));
-        } else {
-            exports_reload();
-            rc = export_result(call, id, result);
-        }
-    }
+    int rc = api_has_verrs(call) ? api_invalid(call) : export_save(call, method, data, id, result);
     pthread_mutex_unlock(&cfg_lock);
     json_decref(data);
     return rc;
@@ -548,13 +550,10 @@ static int m_export_delete(struct api_call *call, json_t *params, json_t **resul
                                     ARRAY_SIZE(del_fields), 0) < 0)
         return api_invalid(call);
     bool force = opts && jbool(opts, "force");
-    pthread_mutex_lock(&cfg_lock);
     struct export_row r;
-    int rc = row_by_id(id, &r);
-    if (rc < 0) {
-        pthread_mutex_unlock(&cfg_lock);
-        return api_error(call, ENOENT, "export %" PRId64 " does not exist", id);
-    }
+    if (export_lock_row(call, id, &r) < 0)
+        return -1;
+    int rc = 0;
     unsigned n = nbd_export_connections(r.name);
     if (n && !force) {
         rc = api_error(call, EBUSY, "export '%s' has %u open connection%s (use force)", r.name, n,
@@ -584,9 +583,7 @@ static int m_export_query(struct api_call *call, json_t *params, json_t **result
 {
     struct export_row *rows;
     size_t n;
-    db_lock();
     int rc = rows_load(&rows, &n);
-    db_unlock();
     if (rc < 0)
         return api_error(call, EIO, "cannot read exports");
     json_t *arr = json_array();
@@ -691,8 +688,7 @@ static int m_global_config(struct api_call *call, json_t *params, json_t **resul
     *result = global_load();
     /* What is in force now (--nbd-listen overrides the stored address). */
     json_object_set_new(*result, "listen_active",
-                        json_string(listen_override ? listen_override
-                                                    : jstr(*result, "listen")));
+                        json_string(listen_override ? listen_override : jstr(*result, "listen")));
     json_object_set_new(*result, "port_active", json_integer(nbd_listen_port()));
     return 0;
 }
