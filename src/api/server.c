@@ -6,8 +6,6 @@
 #include "api/server.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "api/acceptor.h"
 #include "api/api.h"
 #include "api/jobs.h"
 #include "core/log.h"
@@ -33,18 +32,15 @@ struct client {
 
 static struct {
     bool running;
-    int listen_fd;
-    int wake_pipe[2];
+    struct api_acceptor acceptor;
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    pthread_t accept_thread;
     pthread_mutex_t lock;
     pthread_cond_t idle; /* signalled when a client thread ends */
     struct client *clients;
     size_t nclients;
     bool stopping;
 } srv = {
-    .listen_fd = -1,
-    .wake_pipe = {-1, -1},
+    .acceptor = {.listen_fd = -1, .wake_pipe = {-1, -1}},
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .idle = PTHREAD_COND_INITIALIZER,
 };
@@ -244,17 +240,11 @@ static void reject_busy(int fd)
     close(fd);
 }
 
-static void accept_one(void)
+/* On the accept thread (acceptor.h). */
+static void accept_one(int fd, const struct sockaddr *addr, socklen_t addrlen)
 {
-    int fd = accept4(srv.listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) {
-        if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
-            log_warn("api: accept on %s: %s", srv.path, strerror(errno));
-            if (errno == EMFILE || errno == ENFILE)
-                usleep(100 * 1000); /* let descriptors free up */
-        }
-        return;
-    }
+    (void)addr;
+    (void)addrlen;
     char peer[64];
     peer_name(fd, peer, sizeof(peer));
     pthread_mutex_lock(&srv.lock);
@@ -300,29 +290,6 @@ static void accept_one(void)
         return;
     }
     pthread_mutex_unlock(&srv.lock);
-}
-
-static void *accept_thread(void *arg)
-{
-    (void)arg;
-    struct pollfd fds[2] = {
-        {.fd = srv.listen_fd, .events = POLLIN},
-        {.fd = srv.wake_pipe[0], .events = POLLIN},
-    };
-    for (;;) {
-        int n = poll(fds, 2, -1);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            log_error("api: poll: %s", strerror(errno));
-            break;
-        }
-        if (fds[1].revents)
-            break;
-        if (fds[0].revents & POLLIN)
-            accept_one();
-    }
-    return NULL;
 }
 
 /* Is somebody answering on path? */
@@ -382,25 +349,16 @@ int api_server_start(const char *path)
         unlink(path);
         return -e;
     }
-    if (pipe2(srv.wake_pipe, O_CLOEXEC) < 0) {
-        int e = errno;
-        log_error("api: pipe: %s", strerror(e));
-        close(fd);
-        unlink(path);
-        return -e;
-    }
-    srv.listen_fd = fd;
     memcpy(srv.path, path, plen + 1);
     srv.stopping = false;
-    int rc = pthread_create(&srv.accept_thread, NULL, accept_thread, NULL);
-    if (rc != 0) {
-        log_error("api: cannot start the accept thread: %s", strerror(rc));
+    srv.acceptor.name = srv.path;
+    srv.acceptor.accept_flags = SOCK_CLOEXEC;
+    srv.acceptor.on_accept = accept_one;
+    int rc = api_acceptor_start(&srv.acceptor, fd);
+    if (rc < 0) {
         close(fd);
-        close(srv.wake_pipe[0]);
-        close(srv.wake_pipe[1]);
-        srv.listen_fd = srv.wake_pipe[0] = srv.wake_pipe[1] = -1;
         unlink(path);
-        return -rc;
+        return rc;
     }
     srv.running = true;
     log_info("api: listening on %s", path);
@@ -411,12 +369,7 @@ void api_server_stop(void)
 {
     if (!srv.running)
         return;
-    ssize_t w;
-    do {
-        w = write(srv.wake_pipe[1], "x", 1);
-    } while (w < 0 && errno == EINTR);
-    pthread_join(srv.accept_thread, NULL);
-    close(srv.listen_fd);
+    api_acceptor_stop(&srv.acceptor);
     unlink(srv.path);
 
     pthread_mutex_lock(&srv.lock);
@@ -428,9 +381,6 @@ void api_server_stop(void)
         pthread_cond_wait(&srv.idle, &srv.lock);
     pthread_mutex_unlock(&srv.lock);
 
-    close(srv.wake_pipe[0]);
-    close(srv.wake_pipe[1]);
-    srv.listen_fd = srv.wake_pipe[0] = srv.wake_pipe[1] = -1;
     srv.running = false;
     log_info("api: stopped listening on %s", srv.path);
 }

@@ -17,7 +17,6 @@
 #include "api/ws.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <netinet/in.h>
@@ -36,6 +35,7 @@
 #include <unistd.h>
 #include <wslay/wslay.h>
 
+#include "api/acceptor.h"
 #include "api/api.h"
 #include "api/auth.h"
 #include "api/jobs.h"
@@ -80,20 +80,17 @@ struct ws_client {
 
 static struct {
     bool running;
-    int listen_fd;
-    int wake_pipe[2];
+    struct api_acceptor acceptor;
     char addr[80];
     gnutls_certificate_credentials_t x509;
     gnutls_priority_t prio;
-    pthread_t accept_thread;
     pthread_mutex_t lock;
     pthread_cond_t idle;
     struct ws_client *clients;
     size_t nclients;
     bool stopping;
 } srv = {
-    .listen_fd = -1,
-    .wake_pipe = {-1, -1},
+    .acceptor = {.listen_fd = -1, .wake_pipe = {-1, -1}},
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .idle = PTHREAD_COND_INITIALIZER,
 };
@@ -876,21 +873,11 @@ static void reject_busy(int fd, const char *peer)
     close(fd);
 }
 
-static void accept_one(void)
+/* On the accept thread (acceptor.h). */
+static void accept_one(int fd, const struct sockaddr *sa, socklen_t sl)
 {
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    int fd = accept4(srv.listen_fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-        if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
-            log_warn("api: accept on %s: %s", srv.addr, strerror(errno));
-            if (errno == EMFILE || errno == ENFILE)
-                usleep(100 * 1000);
-        }
-        return;
-    }
     char addr[64];
-    format_sockaddr((struct sockaddr *)&ss, sl, addr, sizeof(addr));
+    format_sockaddr(sa, sl, addr, sizeof(addr));
     char peer[80];
     snprintf(peer, sizeof(peer), "%s:%s", srv.x509 ? "wss" : "ws", addr);
     int one = 1;
@@ -936,29 +923,6 @@ static void accept_one(void)
     srv.clients = c;
     srv.nclients++;
     pthread_mutex_unlock(&srv.lock);
-}
-
-static void *accept_thread(void *arg)
-{
-    (void)arg;
-    struct pollfd fds[2] = {
-        {.fd = srv.listen_fd, .events = POLLIN},
-        {.fd = srv.wake_pipe[0], .events = POLLIN},
-    };
-    for (;;) {
-        int n = poll(fds, 2, -1);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            log_error("api: poll: %s", strerror(errno));
-            break;
-        }
-        if (fds[1].revents)
-            break;
-        if (fds[0].revents & POLLIN)
-            accept_one();
-    }
-    return NULL;
 }
 
 static int tls_setup(const char *cert, const char *key)
@@ -1030,24 +994,16 @@ int api_ws_start(const char *listen_addr, const char *cert_file, const char *key
         tls_teardown();
         return -e;
     }
-    if (pipe2(srv.wake_pipe, O_CLOEXEC) < 0) {
-        int e = errno;
-        close(fd);
-        tls_teardown();
-        return -e;
-    }
-    srv.listen_fd = fd;
     snprintf(srv.addr, sizeof(srv.addr), "%s", listen_addr);
     srv.stopping = false;
-    int rc = pthread_create(&srv.accept_thread, NULL, accept_thread, NULL);
-    if (rc != 0) {
-        log_error("api: cannot start the WebSocket accept thread: %s", strerror(rc));
+    srv.acceptor.name = srv.addr;
+    srv.acceptor.accept_flags = SOCK_CLOEXEC | SOCK_NONBLOCK;
+    srv.acceptor.on_accept = accept_one;
+    int rc = api_acceptor_start(&srv.acceptor, fd);
+    if (rc < 0) {
         close(fd);
-        close(srv.wake_pipe[0]);
-        close(srv.wake_pipe[1]);
-        srv.listen_fd = srv.wake_pipe[0] = srv.wake_pipe[1] = -1;
         tls_teardown();
-        return -rc;
+        return rc;
     }
     srv.running = true;
     log_info("api: WebSocket JSON-RPC on %s://%s/api/current", srv.x509 ? "wss" : "ws",
@@ -1059,12 +1015,7 @@ void api_ws_stop(void)
 {
     if (!srv.running)
         return;
-    ssize_t w;
-    do {
-        w = write(srv.wake_pipe[1], "x", 1);
-    } while (w < 0 && errno == EINTR);
-    pthread_join(srv.accept_thread, NULL);
-    close(srv.listen_fd);
+    api_acceptor_stop(&srv.acceptor);
     pthread_mutex_lock(&srv.lock);
     srv.stopping = true;
     for (struct ws_client *c = srv.clients; c; c = c->next) {
@@ -1074,9 +1025,6 @@ void api_ws_stop(void)
     while (srv.nclients > 0)
         pthread_cond_wait(&srv.idle, &srv.lock);
     pthread_mutex_unlock(&srv.lock);
-    close(srv.wake_pipe[0]);
-    close(srv.wake_pipe[1]);
-    srv.listen_fd = srv.wake_pipe[0] = srv.wake_pipe[1] = -1;
     tls_teardown();
     srv.running = false;
     log_info("api: WebSocket listener on %s stopped", srv.addr);
