@@ -328,39 +328,49 @@ static size_t input_room(struct conn *c)
     return c->in_cap - c->in_end;
 }
 
+/* Give the protocol what arrived (or the chance to receive a payload
+ * itself); -1 when that closed the connection. */
+static int input_deliver(struct conn *c)
+{
+    if (c->closing || (conn_input_len(c) == 0 && !c->input_direct))
+        return 0;
+    if (c->ops->on_input(c) < 0) {
+        conn_close(c);
+        return -1;
+    }
+    return c->closing ? -1 : 0;
+}
+
+/* The protocol sees the input after every read, so that once it has parsed
+ * a request header announcing a large payload it receives the rest into the
+ * request's buffer itself (input_direct) instead of it landing here first. */
 static void handle_input(struct conn *c)
 {
-    bool eof = false;
     for (int i = 0; i < READS_PER_WAKEUP && !c->closing && !c->reading_paused; i++) {
+        if (c->input_direct && conn_input_len(c) == 0) {
+            if (input_deliver(c) < 0 || c->input_direct)
+                return; /* closed, or the socket is drained */
+            continue;
+        }
         size_t room = input_room(c);
         if (room == 0)
             break; /* the protocol must consume before we read more */
         ssize_t n = c->transport->recv(c, c->in_buf + c->in_end, room);
         if (n == -EAGAIN || n == -EINTR)
             break;
-        if (n < 0) {
-            log_info("%s: receive failed: %s", c->peer, strerror((int)-n));
-            eof = true;
-            break;
-        }
-        if (n == 0) {
-            eof = true;
-            break;
-        }
-        c->in_end += (size_t)n;
-        c->bytes_in += (uint64_t)n;
-        if ((size_t)n < room && c->transport->pending(c) == 0)
-            break;
-    }
-    if (conn_input_len(c) && !c->closing) {
-        int rc = c->ops->on_input(c);
-        if (rc < 0) {
+        if (n <= 0) {
+            if (n < 0)
+                log_info("%s: receive failed: %s", c->peer, strerror((int)-n));
             conn_close(c);
             return;
         }
+        c->in_end += (size_t)n;
+        c->bytes_in += (uint64_t)n;
+        bool drained = (size_t)n < room && c->transport->pending(c) == 0;
+        if (input_deliver(c) < 0 || drained)
+            return;
     }
-    if (eof)
-        conn_close(c);
+    input_deliver(c);
 }
 
 static void on_event(struct reactor_handler *h, uint32_t events)

@@ -57,6 +57,11 @@ struct conn {
     const struct conn_ops *ops;
     const struct conn_transport *transport;
     void *transport_ctx;
+    /* Set by the protocol while it waits for a large payload that it
+     * receives straight into its own buffer (transport->recv): while the
+     * input buffer is empty, readable events go to on_input without a read
+     * into the input buffer, so the payload is not copied twice. */
+    bool input_direct;
     /* private below */
     int refs;
     bool closing;

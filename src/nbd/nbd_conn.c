@@ -33,13 +33,11 @@
 #define NBD_HOLE_MIN (64u * 1024)    /* smaller reads never look for holes */
 #define NBD_EXTENTS_MAX 128          /* per BLOCK_STATUS / hole-aware read */
 #define NBD_HELD_MAX (64u << 20)     /* payload bytes held per connection */
-#define NBD_MAX_OPTIONS 4096
-#define NBD_OUT_MAX (16u << 20) /* queued reply bytes before we stop parsing */
+#define NBD_MAX_OPTIONS 4096         /* options per connection before we give up */
+#define NBD_OUT_MAX (16u << 20)      /* queued reply bytes before we stop parsing */
 #define NBD_OUT_ENTRIES_MAX 8192u
 #define NBD_BACKLOG_RETRY_NS (5u * 1000 * 1000) /* re-check a reply backlog every 5 ms */
-#define NBD_DIRECT_RX_MIN                                                                          \
-    (64u * 1024) /* payloads this big bypass the input buffer */ /* options per connection before  \
-                                                                    we give up */
+#define NBD_DIRECT_RX_MIN (64u * 1024)          /* payloads this big bypass the input buffer */
 
 enum nbd_state { ST_CLIENT_FLAGS, ST_OPTIONS, ST_TRANSMISSION };
 
@@ -652,6 +650,9 @@ static int rx_payload(struct nbd_conn *nc)
         }
         nc->rx_got += (uint32_t)got;
     }
+    /* The rest of a large payload is received by the loop above on the
+     * next readable event, not copied through the input buffer. */
+    c->input_direct = nc->rx_got < r->rq.length && want >= NBD_DIRECT_RX_MIN;
     if (nc->rx_got < r->rq.length)
         return 1;
     nc->rx_req = NULL;
@@ -1090,7 +1091,7 @@ static int nbd_on_input(struct conn *c)
     struct nbd_conn *nc = c->proto;
     int rc = 0;
     nc->in_input = true;
-    while (rc == 0 && !c->closing && conn_input_len(c) > 0) {
+    while (rc == 0 && !c->closing && (conn_input_len(c) > 0 || c->input_direct)) {
         if (nc->skip) {
             size_t n = (size_t)MIN((uint64_t)conn_input_len(c), nc->skip);
             conn_consume(c, n);
