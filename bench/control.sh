@@ -57,12 +57,39 @@ echo "# blockd control-plane benchmark ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CP
 echo
 
 $PY - "$WS_PORT" "$KEY" "$SOCK" "$BLOCKCTL" "$READER" "$ISCSI_PORT" "$N_CYCLES" "$N_CLI" \
-    "$N_MANY" "$N_CONN" <<'PY'
+    "$N_MANY" "$N_CONN" "$PID" <<'PY'
 import collections, json, os, signal, statistics, subprocess, sys, tempfile, threading, time
 import websocket
 
 ws_port, key, sock, blockctl, reader, iscsi_port = sys.argv[1:7]
-n_cycles, n_cli, n_many, n_conn = (int(x) for x in sys.argv[7:11])
+n_cycles, n_cli, n_many, n_conn, blockd_pid = (int(x) for x in sys.argv[7:12])
+HZ = os.sysconf("SC_CLK_TCK")
+
+def cpu_ticks(path):
+    """utime + stime of one /proc stat file (the name field may hold spaces)."""
+    with open(path) as f:
+        rest = f.read().rsplit(")", 1)[1].split()
+    return int(rest[11]) + int(rest[12])
+
+def cpu_by_role(reader_pid):
+    """CPU seconds so far: blockd's threads by role (named in src/core), the
+    reader process and this client."""
+    out = collections.Counter()
+    task = "/proc/%d/task" % blockd_pid
+    for tid in os.listdir(task):
+        try:
+            with open("%s/%s/comm" % (task, tid)) as f:
+                comm = f.read().strip()
+            t = cpu_ticks("%s/%s/stat" % (task, tid))
+        except OSError:
+            continue  # thread exited meanwhile
+        role = ("blockd reactors" if comm.startswith("reactor") else
+                "blockd I/O pool" if comm.startswith("io") else "blockd API and other")
+        out[role] += t / HZ
+    out["reader (initiator)"] = cpu_ticks("/proc/%d/stat" % reader_pid) / HZ
+    t = os.times()
+    out["bench client"] = t.user + t.system
+    return out
 BASE = "iqn.2026-11.org.blockd"
 
 class Client:
@@ -241,12 +268,14 @@ base = subprocess.run([reader, portal_a, iqn_a, "10", "32"], capture_output=True
 assert base.returncode == 0, base.stderr
 p = subprocess.Popen([reader, portal_a, iqn_a, "0", "32"], stdout=subprocess.PIPE, text=True)
 time.sleep(1.0)
+cpu0 = cpu_by_role(p.pid)
 t0 = time.perf_counter()
 for v in many:
     create_cycle(v)
 for v in many:
     delete_cycle(v)
 t_churn = time.perf_counter() - t0
+cpu_churn = cpu_by_role(p.pid) - cpu0
 time.sleep(1.0)
 p.send_signal(signal.SIGTERM)
 churn_out = p.communicate()[0]
@@ -348,6 +377,15 @@ for what, r in INTER:
     print("| interleaved %s: in the pauses (%.1f s) | %.0f | | |" % (what, r["off_s"], r["off"]))
     print("| interleaved %s: in the churn blocks (%.1f s) | %.0f | %s ms (whole run) | %s |"
           % (what, r["on_s"], r["on"], r["gap"], r["errors"]))
+print()
+print("CPU seconds used during the %.1f s churn (%d CPUs: %.1f s available):"
+      % (t_churn, os.cpu_count(), t_churn * os.cpu_count()))
+print()
+print("| who | CPU s | per share (create + delete), ms |")
+print("|---|---:|---:|")
+for who in ("reader (initiator)", "blockd reactors", "blockd I/O pool", "blockd API and other",
+            "bench client"):
+    print("| %s | %.2f | %.2f |" % (who, cpu_churn[who], cpu_churn[who] * 1000 / n_many))
 loss = 100.0 * (1 - float(ch["iops"]) / float(b["iops"]))
 print()
 print("IOPS lost under churn: %.1f%% (target < 10%%); longest gap %.1f ms (target < 50 ms)"

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -65,6 +66,9 @@ int iopool_start(unsigned n)
             log_error("iopool: pthread_create: error %d", rc);
             return -rc;
         }
+        char name[16];
+        snprintf(name, sizeof(name), "io%u", i % 10000u);
+        pthread_setname_np(threads[i], name);
         nthreads++;
     }
     started = true;
