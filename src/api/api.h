@@ -36,6 +36,7 @@ typedef int (*api_handler_fn)(struct api_call *call, json_t *params, json_t **re
 
 enum api_method_flags {
     API_NO_AUTH = 1u << 0, /* allowed before login on remote transports */
+    API_WAITS = 1u << 1,   /* may wait for other calls or jobs (core.job_wait) */
 };
 
 struct api_method {
@@ -110,6 +111,12 @@ struct api_client {
     bool jobs_wait;
     bool closes_notified;
 };
+
+/* True when the request in text is one call that cannot wait for other
+ * calls or jobs of this client (no API_WAITS method, no jobs_wait client,
+ * not a batch): a transport may run it on its I/O thread instead of
+ * handing it to a worker. False whenever unsure. */
+bool api_text_runs_briefly(const char *text, size_t len, const struct api_client *client);
 
 /* As api_handle_text/api_handle_request, for a client of a transport. */
 char *api_handle_text_client(const char *text, size_t len, struct api_client *client);

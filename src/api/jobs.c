@@ -744,7 +744,7 @@ static const struct api_method job_methods[] = {
     {"core.get_jobs", "[filters?, options?]", "Recent and running jobs (query filters/options).",
      core_get_jobs, 0},
     {"core.job_wait", "[id]", "A job that waits for job id and returns its result.", core_job_wait,
-     0},
+     API_WAITS},
     {"core.bulk", "[method, [[params]...], description?]",
      "A job that calls method once per params list; result [{job_id, result, error}].", core_bulk,
      0},

@@ -280,15 +280,38 @@ static void test_set_options(void **st)
     assert_false(c.jobs_wait);
 }
 
+/* Which calls a transport may run on its I/O thread: never one that can
+ * wait on other calls or jobs, never when unsure. */
+static bool brief(const struct api_client *c, const char *text)
+{
+    return api_text_runs_briefly(text, strlen(text), c);
+}
+
+static void test_runs_briefly(void **st)
+{
+    struct api_client c = {.peer = "t", .authenticated = true};
+    assert_true(brief(&c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"core.get_jobs\"}"));
+    assert_true(brief(&c, " {\"id\":1, \"method\" : \"core.ping\", \"params\":[]}"));
+    assert_false(brief(&c, "{\"id\":1,\"method\":\"core.job_wait\",\"params\":[1]}"));
+    assert_false(brief(&c, "[{\"id\":1,\"method\":\"core.ping\"}]"));         /* batch */
+    assert_false(brief(&c, "{\"id\":1,\"method\":\"no.such.method\"}"));      /* error path */
+    assert_false(brief(&c, "{\"id\":1,\"method\":\"core.job\\u005fwait\"}")); /* escaped */
+    assert_false(
+        brief(&c, "{\"params\":[{\"method\":\"core.ping\"}],\"method\":\"core.job_wait\"}"));
+    assert_false(brief(&c, "{\"id\":1,\"method\":"));
+    assert_false(brief(&c, "not json"));
+    c.jobs_wait = true; /* its job methods wait for the job */
+    assert_false(brief(&c, "{\"id\":1,\"method\":\"core.get_jobs\"}"));
+}
+
 int main(void)
 {
     jobs_init();
     api_register(test_methods, sizeof(test_methods) / sizeof(test_methods[0]));
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_run_sync),
-        cmocka_unit_test(test_bulk),
-        cmocka_unit_test(test_events),
-        cmocka_unit_test(test_set_options),
+        cmocka_unit_test(test_run_sync),     cmocka_unit_test(test_bulk),
+        cmocka_unit_test(test_events),       cmocka_unit_test(test_set_options),
+        cmocka_unit_test(test_runs_briefly),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     jobs_stop();
