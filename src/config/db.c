@@ -94,17 +94,15 @@ void db_unlock(void)
 
 /* ---- durability ---- */
 
-/* fdatasync the WAL (the leader only). The WAL is opened by path and
- * checked by inode each time, in case SQLite removed and re-created it;
- * without a WAL (everything checkpointed) the main file is synced. */
+/* fdatasync the WAL (the leader only). The WAL is persistent
+ * (SQLITE_FCNTL_PERSIST_WAL, set in db_open): SQLite truncates it but never
+ * deletes it while blockd runs, so one descriptor opened the first time it
+ * exists stays valid. No stat() per sync: on this kernel a stat makes the
+ * next write take a fine-grained mtime, which makes every fdatasync write
+ * the inode too (3 device writes instead of 2; measured with
+ * /proc/diskstats). Until the WAL exists, the main file is synced. */
 static int wal_fdatasync(void)
 {
-    struct stat have, now;
-    if (wal_fd >= 0 && (fstat(wal_fd, &have) < 0 || stat(wal_path, &now) < 0 ||
-                        have.st_ino != now.st_ino || have.st_dev != now.st_dev)) {
-        close(wal_fd);
-        wal_fd = -1;
-    }
     if (wal_fd < 0)
         wal_fd = open(wal_path, O_RDONLY | O_CLOEXEC);
     int fd = wal_fd;
@@ -462,6 +460,11 @@ int db_open(const char *path)
     pthread_mutex_unlock(&sync_mutex);
     if (db_pragma_expect("PRAGMA journal_mode=WAL", "wal") < 0)
         goto fail;
+    int persist = 1; /* wal_fdatasync keeps one descriptor of the WAL */
+    if (sqlite3_file_control(db_conn, "main", SQLITE_FCNTL_PERSIST_WAL, &persist) != SQLITE_OK) {
+        log_error("db: cannot make the WAL of %s persistent", path);
+        goto fail;
+    }
     if (db_exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;") < 0)
         goto fail;
     sqlite3_wal_hook(db_conn, db_wal_hook, NULL);
