@@ -20,8 +20,9 @@ OUT=${OUT:-$here/results/iscsi.md}
 BLOCKD=$BUILD/src/daemon/blockd
 BLOCKCTL=$BUILD/src/cli/blockctl
 FLUSH=$BUILD/bench/iscsi_flush
+SYNCBOUND=$BUILD/bench/sync_bound
 
-for t in iscsi-perf qemu-img tgtd tgtadm python3 "$BLOCKD" "$BLOCKCTL" "$FLUSH"; do
+for t in iscsi-perf qemu-img tgtd tgtadm python3 "$BLOCKD" "$BLOCKCTL" "$FLUSH" "$SYNCBOUND"; do
     command -v "$t" >/dev/null 2>&1 || { echo "bench/iscsi.sh: missing $t" >&2; exit 1; }
 done
 
@@ -120,10 +121,10 @@ case_all "1M-seqread-QD8 (iscsi-perf)" perf 2048 8
 case_all "1M-seqread-QD8 (qemu-img bench)" qb 1M 2048 8
 case_all "1M-seqwrite-QD8 (qemu-img bench)" qb 1M 1024 8 -w
 case_all "4k-write+SYNC-8writers (iscsi_flush)" flush 4096 8
-# What the disk itself allows there (bench/sync_bound.py): 8 writers at QD1
-# can have at most 8 writes per fdatasync.
-read -r SYNC_US SYNC_BOUND < <(python3 "$(dirname "$0")/sync_bound.py" "$DISK" 8)
-echo "fdatasync of 8 fresh 4 KiB pages: median $SYNC_US us -> at most $SYNC_BOUND flushes/s" >&2
+# What the disk itself allows there: 8 local threads doing the same write +
+# fdatasync with no network and no server (bench/sync_bound).
+SYNC_BOUND=$("$SYNCBOUND" "$DISK" 8 2 | awk '$1 == "best" {print $2}')
+echo "the disk alone: at most $SYNC_BOUND write+flush/s with 8 writers" >&2
 
 # The flush pattern sweep: blockd sync=standard and sync=disabled vs tgtd.
 SWEEP=$TMP/sweep
@@ -145,9 +146,9 @@ for bs in 512 4096 32768; do
     done
 done
 
-python3 - "$RESULTS" "$SWEEP" "$SIZE_MB" "$RUNTIME" "$(nproc)" "$SYNC_US" "$SYNC_BOUND" >"$TMP/report.md" <<'PY'
+python3 - "$RESULTS" "$SWEEP" "$SIZE_MB" "$RUNTIME" "$(nproc)" "$SYNC_BOUND" >"$TMP/report.md" <<'PY'
 import sys, collections
-res, sweep, size, runtime, cpus, sync_us, sync_bound = sys.argv[1:8]
+res, sweep, size, runtime, cpus, sync_bound = sys.argv[1:7]
 rows = collections.OrderedDict()
 for line in open(res):
     *name, srv, iops, mib = line.split()
@@ -164,9 +165,9 @@ for name, r in rows.items():
     print(f"| {name} | {b[0]:.0f} | {b[1]:.1f} | {t[0]:.0f} | {t[1]:.1f} | {ratio:.2f} |")
 f = rows.get("4k-write+SYNC-8writers (iscsi_flush)", {})
 if "tgtd" in f and f["tgtd"][0]:
-    print(f"\nFlush case: the disk's own limit is {float(sync_bound):.0f} flushes/s "
-          f"({float(sync_bound) / f['tgtd'][0]:.2f}x tgtd; 8 writers per {float(sync_us):.0f} us "
-          f"fdatasync of 8 fresh pages, bench/sync_bound.py); blockd reaches "
+    print(f"\nFlush case: the disk alone allows {float(sync_bound):.0f} write+flush/s with 8 "
+          f"writers ({float(sync_bound) / f['tgtd'][0]:.2f}x tgtd; 8 local threads, no network, "
+          f"no server: bench/sync_bound); blockd reaches "
           f"{100 * f.get('blockd', (0, 0))[0] / float(sync_bound):.0f}% of it.")
 print("\n## The guest flush pattern (write of bs bytes + SYNCHRONIZE CACHE, W writers)\n")
 print("MiB/s; blockd with sync=standard (durable: group commit) and sync=disabled "
