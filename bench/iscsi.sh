@@ -104,6 +104,7 @@ case_all() { # name kind args...
     local name=$1 kind=$2 s r
     shift 2
     for s in "${SERVERS[@]}"; do
+        sync # no run pays for the writeback of dirty pages an earlier one left
         case $kind in
         perf) r=$(perf_run "${URL[$s]}" "$@") || r="0 0" ;;
         qb) r=$(qb_run "${URL[$s]}" "$@") || r="0 0" ;;
@@ -133,6 +134,7 @@ for mode in STANDARD DISABLED; do
     bctl call pool.dataset.update "[\"demo/bench\",{\"sync\":\"$mode\"}]" >/dev/null
     for bs in 512 4096 32768; do
         for w in 1 8; do
+            sync
             r=$(flush_run "${URL[blockd]}" "$bs" "$w") || r="0 0"
             echo "blockd-$mode $bs $w ${r:-0 0}" | tee -a "$SWEEP" >&2
         done
@@ -141,6 +143,7 @@ done
 bctl call pool.dataset.update '["demo/bench",{"sync":"STANDARD"}]' >/dev/null
 for bs in 512 4096 32768; do
     for w in 1 8; do
+        sync
         r=$(flush_run "${URL[tgtd]}" "$bs" "$w") || r="0 0"
         echo "tgtd $bs $w ${r:-0 0}" | tee -a "$SWEEP" >&2
     done

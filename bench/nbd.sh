@@ -118,6 +118,11 @@ run_case() {
     local s r out c0 c1 a b n
     for r in $(seq 1 "$REPEAT"); do
         for s in "${SERVERS[@]}"; do
+            # Start every run with no dirty pages: a flush otherwise pays for
+            # the writeback of whatever an earlier run (or the file's
+            # preparation) left, and the server that happens to run first
+            # in a case would pay for all of it.
+            sync
             c0=$(cpu_ticks "${SPID[$s]}")
             if [ "$kind" = fio ]; then out=$(fio_run "${URI[$s]}" "$@"); else out=$(copy_run "${URI[$s]}" "$@"); fi
             c1=$(cpu_ticks "${SPID[$s]}")
