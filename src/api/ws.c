@@ -611,6 +611,18 @@ static void request_run(struct ws_client *c, struct rx_msg *m)
     }
 }
 
+/* Called and returns with c->lock held: runs m (a counted call) without the
+ * lock, frees it and counts it done. */
+static void request_finish_locked(struct ws_client *c, struct rx_msg *m)
+{
+    pthread_mutex_unlock(&c->lock);
+    request_run(c, m);
+    free(m);
+    pthread_mutex_lock(&c->lock);
+    c->inflight--;
+    pthread_cond_broadcast(&c->idle);
+}
+
 /* A connection's worker: runs queued requests until idle for
  * WS_WORKER_IDLE_S or told to stop. */
 static void *worker_thread(void *p)
@@ -635,12 +647,7 @@ static void *worker_thread(void *p)
         c->work_head = m->next;
         if (!c->work_head)
             c->work_tail = NULL;
-        pthread_mutex_unlock(&c->lock);
-        request_run(c, m);
-        free(m);
-        pthread_mutex_lock(&c->lock);
-        c->inflight--;
-        pthread_cond_broadcast(&c->idle);
+        request_finish_locked(c, m);
     }
     c->nworkers--;
     pthread_cond_broadcast(&c->idle);
@@ -659,18 +666,12 @@ static bool request_inline(struct ws_client *c, struct rx_msg *m)
         return false;
     pthread_mutex_lock(&c->lock);
     bool alone = c->inflight == 0;
-    if (alone)
+    if (alone) {
         c->inflight++;
+        request_finish_locked(c, m);
+    }
     pthread_mutex_unlock(&c->lock);
-    if (!alone)
-        return false;
-    request_run(c, m);
-    free(m);
-    pthread_mutex_lock(&c->lock);
-    c->inflight--;
-    pthread_cond_broadcast(&c->idle);
-    pthread_mutex_unlock(&c->lock);
-    return true;
+    return alone;
 }
 
 /* Queue m for a worker (takes ownership), waiting while the connection has
@@ -716,12 +717,7 @@ static void request_dispatch(struct ws_client *c, struct rx_msg *m)
         c->work_head = q->next;
         if (!c->work_head)
             c->work_tail = NULL;
-        pthread_mutex_unlock(&c->lock);
-        request_run(c, q);
-        free(q);
-        pthread_mutex_lock(&c->lock);
-        c->inflight--;
-        pthread_cond_broadcast(&c->idle);
+        request_finish_locked(c, q);
     }
     pthread_mutex_unlock(&c->lock);
 }
