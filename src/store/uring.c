@@ -150,8 +150,13 @@ int uring_read(int fd, void *buf, size_t len, uint64_t off, struct uring_op *op)
         return -ENOSYS;
     struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
     if (!sqe) {
-        submit(s); /* the SQ is full: hand this batch over now */
-        sqe = io_uring_get_sqe(&s->ring);
+        /* The SQ is full: hand it to the kernel now, but without reaping,
+         * so that no other request's done() runs inside this call (the
+         * contract in uring.h); their completions wait in the CQ for the
+         * end of the iteration or the eventfd. If even that fails, the
+         * caller takes its portable path for this read. */
+        int rc = io_uring_submit(&s->ring);
+        sqe = rc >= 0 ? io_uring_get_sqe(&s->ring) : NULL;
         if (!sqe)
             return -ENOSYS;
     }
