@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@ static struct io_job *head, *tail;
 static pthread_t *threads;
 static unsigned nthreads;
 static bool stopping;
+static atomic_uint busy; /* jobs submitted and not yet finished */
 static bool started;
 
 static void job_complete(struct io_job *j)
@@ -46,6 +48,7 @@ static void *worker(void *arg)
         j->next = NULL;
         j->run(j);
         job_complete(j);
+        atomic_fetch_sub_explicit(&busy, 1, memory_order_relaxed);
     }
 }
 
@@ -99,6 +102,7 @@ void iopool_submit(struct io_job *j)
         return;
     }
     j->next = NULL;
+    atomic_fetch_add_explicit(&busy, 1, memory_order_relaxed);
     pthread_mutex_lock(&lock);
     if (tail)
         tail->next = j;
@@ -107,4 +111,9 @@ void iopool_submit(struct io_job *j)
     tail = j;
     pthread_cond_signal(&cond);
     pthread_mutex_unlock(&lock);
+}
+
+unsigned iopool_busy(void)
+{
+    return atomic_load_explicit(&busy, memory_order_relaxed);
 }

@@ -22,5 +22,7 @@ int iopool_start(unsigned n);
 void iopool_stop(void);
 /* Thread-safe; never blocks. Before iopool_start, run() is executed inline. */
 void iopool_submit(struct io_job *j);
+/* Jobs submitted and not finished yet (a hint, read without a lock). */
+unsigned iopool_busy(void);
 
 #endif

@@ -33,6 +33,11 @@ struct reactor_timer {
     size_t heap_index; /* private; SIZE_MAX when not armed */
 };
 
+/* After a loop iteration that handled events, keep polling (epoll_wait
+ * without sleeping) for up to us microseconds before sleeping, unless I/O
+ * pool jobs are outstanding. 0: always sleep. Default 20. Call before
+ * reactors_start. */
+void reactors_set_spin(unsigned us);
 /* Start n reactor threads (n = 0: one per online CPU). Call once. */
 int reactors_start(unsigned n);
 /* Ask every reactor to stop after its current iteration and join them. */

@@ -33,13 +33,13 @@
 #include "core/reactor.h"
 /* @@module-includes@@ (helpers: add your module's header here) */
 #include "iscsi/iscsi_runtime.h" /* iscsi */
-#include "iscsi/iscsi_config.h" /* iscsi-config */
-#include "nbd/nbd.h" /* nbd */
-#include "api/auth.h"    /* control */
-#include "api/jobs.h"    /* control */
-#include "api/service.h" /* control */
-#include "api/ws.h"      /* control */
-#include "iscsi/iscsi_share.h" /* control */
+#include "iscsi/iscsi_config.h"  /* iscsi-config */
+#include "nbd/nbd.h"             /* nbd */
+#include "api/auth.h"            /* control */
+#include "api/jobs.h"            /* control */
+#include "api/service.h"         /* control */
+#include "api/ws.h"              /* control */
+#include "iscsi/iscsi_share.h"   /* control */
 
 struct options {
     const char *state_dir;
@@ -54,24 +54,27 @@ struct options {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: blockd [--state-dir DIR] [--api-socket PATH] [--threads N]\n"
-               "              [--log-level error|warn|info|debug]\n"
-               "              [--nbd-listen ADDR:PORT] [--iscsi-listen ADDR:PORT]\n"
-               "              [--api-listen ADDR:PORT [--api-tls-cert F --api-tls-key F]]\n"
-               "              [--api-priority idle|low|normal]\n"
-               "\n"
-               "  --state-dir DIR        configuration DB, pools, lock (default /var/lib/blockd)\n"
-               "  --api-socket PATH      JSON-RPC Unix socket (default DIR/blockd.sock, mode 0600)\n"
-               "  --threads N            reactor threads (default: one per CPU)\n"
-               "  --log-level LEVEL      log verbosity on stderr (default info)\n"
-               "  --nbd-listen ADDR:PORT NBD listen address (default from config, 0.0.0.0:10809)\n"
-               "  --iscsi-listen A:P     serve every iSCSI portal on this one address\n"
-               "                         (default: the portals' addresses at port 3260)\n"
-               "  --api-listen ADDR:PORT serve the JSON-RPC API over WebSocket (/api/current)\n"
-               "  --api-tls-cert FILE    with --api-tls-key: PEM certificate, serve wss://\n"
-               "  --api-tls-key FILE     PEM private key for --api-tls-cert\n"
-               "  --api-priority P       CPU priority of API threads: idle (SCHED_IDLE,\n"
-               "                         default: I/O first), low (nice 10), normal\n");
+    fprintf(f,
+            "usage: blockd [--state-dir DIR] [--api-socket PATH] [--threads N]\n"
+            "              [--log-level error|warn|info|debug]\n"
+            "              [--nbd-listen ADDR:PORT] [--iscsi-listen ADDR:PORT]\n"
+            "              [--api-listen ADDR:PORT [--api-tls-cert F --api-tls-key F]]\n"
+            "              [--api-priority idle|low|normal] [--reactor-spin-us N]\n"
+            "\n"
+            "  --state-dir DIR        configuration DB, pools, lock (default /var/lib/blockd)\n"
+            "  --api-socket PATH      JSON-RPC Unix socket (default DIR/blockd.sock, mode 0600)\n"
+            "  --threads N            reactor threads (default: one per CPU)\n"
+            "  --log-level LEVEL      log verbosity on stderr (default info)\n"
+            "  --nbd-listen ADDR:PORT NBD listen address (default from config, 0.0.0.0:10809)\n"
+            "  --iscsi-listen A:P     serve every iSCSI portal on this one address\n"
+            "                         (default: the portals' addresses at port 3260)\n"
+            "  --api-listen ADDR:PORT serve the JSON-RPC API over WebSocket (/api/current)\n"
+            "  --api-tls-cert FILE    with --api-tls-key: PEM certificate, serve wss://\n"
+            "  --api-tls-key FILE     PEM private key for --api-tls-cert\n"
+            "  --api-priority P       CPU priority of API threads: idle (SCHED_IDLE,\n"
+            "                         default: I/O first), low (nice 10), normal\n"
+            "  --reactor-spin-us N    after handling events a reactor polls N more\n"
+            "                         microseconds before sleeping (default 20; 0: never)\n");
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -87,6 +90,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"api-tls-cert", required_argument, NULL, 'C'}, /* control */
         {"api-tls-key", required_argument, NULL, 'K'},  /* control */
         {"api-priority", required_argument, NULL, 'P'}, /* control */
+        {"reactor-spin-us", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -140,6 +144,17 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return -1;
             }
             break;
+        case 'S': {
+            char *end;
+            errno = 0;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (errno || *end || end == optarg || v > 10000) {
+                fprintf(stderr, "blockd: --reactor-spin-us must be 0..10000\n");
+                return -1;
+            }
+            reactors_set_spin((unsigned)v);
+            break;
+        }
         case 'h':
             usage(stdout);
             exit(0);
@@ -321,8 +336,7 @@ int main(int argc, char **argv)
     }
     char state_dir[PATH_MAX];
     if (mkdir_p(o.state_dir, 0700) < 0 || !realpath(o.state_dir, state_dir)) {
-        fprintf(stderr, "blockd: cannot create state dir %s: %s\n", o.state_dir,
-                strerror(errno));
+        fprintf(stderr, "blockd: cannot create state dir %s: %s\n", o.state_dir, strerror(errno));
         return 1;
     }
     raise_fd_limit();
@@ -360,12 +374,12 @@ int main(int argc, char **argv)
     /* Modules register their schema and API methods before the DB opens. */
     datasets_init(state_dir);
     /* @@module-init@@ (helpers: schema + method registration calls here) */
-    nbd_init(); /* nbd */
+    nbd_init();          /* nbd */
     iscsi_config_init(); /* iscsi-config: schema + iscsi.* methods */
-    api_auth_init(); /* control: api_key table, auth.* */
-    jobs_init();     /* control: core.get_jobs/job_wait/bulk/subscribe */
-    service_init();  /* control: service.* */
-    iscsi_share_init(); /* control: share.iscsi.* */
+    api_auth_init();     /* control: api_key table, auth.* */
+    jobs_init();         /* control: core.get_jobs/job_wait/bulk/subscribe */
+    service_init();      /* control: service.* */
+    iscsi_share_init();  /* control: share.iscsi.* */
 
     if ((rc = db_open(db_path)) < 0) {
         log_error("cannot open configuration database %s: %s", db_path, strerror(-rc));
@@ -400,7 +414,8 @@ int main(int argc, char **argv)
         return 1;
     }
     if (o.api_listen && (rc = api_ws_start(o.api_listen, o.api_tls_cert, o.api_tls_key)) < 0) {
-        log_error("cannot serve the WebSocket API on %s: %s", o.api_listen, strerror(-rc)); /* control */
+        log_error("cannot serve the WebSocket API on %s: %s", o.api_listen,
+                  strerror(-rc)); /* control */
         return 1;
     }
     log_info("blockd ready: state %s, api %s, %u reactor threads", state_dir, api_socket,
@@ -428,7 +443,7 @@ int main(int argc, char **argv)
     api_ws_stop(); /* control */
     jobs_stop();   /* control: wait for running jobs */
     /* @@module-stop@@ (helpers: stop accepting, finish in-flight requests) */
-    nbd_server_stop(); /* nbd */
+    nbd_server_stop();   /* nbd */
     iscsi_config_stop(); /* iscsi-config: withdraw targets, close portal listeners */
     iscsi_server_stop(); /* iscsi */
     datasets_flush_all();
