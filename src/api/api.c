@@ -100,47 +100,11 @@ const struct api_method *api_find(const char *name)
     return NULL;
 }
 
-/* The "method" member's value, found without parsing the whole request
- * (it is read again in full by the handler path): name must be a plain
- * string (no escapes) shorter than cap. */
-static bool peek_method(const char *text, size_t len, char *name, size_t cap)
+bool api_request_runs_briefly(const json_t *req, const struct api_client *client)
 {
-    static const char key[] = "\"method\"";
-    const char *end = text + len;
-    const char *p = memmem(text, len, key, sizeof(key) - 1);
-    if (!p)
-        return false;
-    p += sizeof(key) - 1;
-    /* A second "method" (inside params) would make the first ambiguous. */
-    if (memmem(p, (size_t)(end - p), key, sizeof(key) - 1))
-        return false;
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == ':'))
-        p++;
-    if (p >= end || *p++ != '"')
-        return false;
-    size_t n = 0;
-    while (p < end && *p != '"') {
-        if (*p == '\\' || n + 1 >= cap)
-            return false;
-        name[n++] = *p++;
-    }
-    name[n] = 0;
-    return p < end;
-}
-
-bool api_text_runs_briefly(const char *text, size_t len, const struct api_client *client)
-{
-    if (client && client->jobs_wait)
-        return false; /* its job methods wait for their jobs */
-    size_t i = 0;
-    while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r'))
-        i++;
-    if (i == len || text[i] != '{')
-        return false; /* a batch or not JSON: let the worker path answer it */
-    char name[128];
-    if (!peek_method(text, len, name, sizeof(name)))
-        return false;
-    const struct api_method *m = api_find(name);
+    if (!json_is_object(req) || (client && client->jobs_wait))
+        return false; /* a batch or not a request; or job methods that wait for their jobs */
+    const struct api_method *m = api_find(json_string_value(json_object_get(req, "method")));
     return m && !(m->flags & API_WAITS);
 }
 

@@ -112,11 +112,11 @@ struct api_client {
     bool closes_notified;
 };
 
-/* True when the request in text is one call that cannot wait for other
- * calls or jobs of this client (no API_WAITS method, no jobs_wait client,
- * not a batch): a transport may run it on its I/O thread instead of
- * handing it to a worker. False whenever unsure. */
-bool api_text_runs_briefly(const char *text, size_t len, const struct api_client *client);
+/* True when req (a parsed request; NULL allowed) is one call that cannot
+ * wait for other calls or jobs of this client (no API_WAITS method, no
+ * jobs_wait client, not a batch): a transport may run it on its I/O thread
+ * (api_handle_request_client) instead of handing it to a worker. */
+bool api_request_runs_briefly(const json_t *req, const struct api_client *client);
 
 /* As api_handle_text/api_handle_request, for a client of a transport. */
 char *api_handle_text_client(const char *text, size_t len, struct api_client *client);

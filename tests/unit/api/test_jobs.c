@@ -284,7 +284,10 @@ static void test_set_options(void **st)
  * wait on other calls or jobs, never when unsure. */
 static bool brief(const struct api_client *c, const char *text)
 {
-    return api_text_runs_briefly(text, strlen(text), c);
+    json_t *req = json_loads(text, JSON_DECODE_ANY, NULL); /* NULL if it does not parse */
+    bool r = api_request_runs_briefly(req, c);
+    json_decref(req);
+    return r;
 }
 
 static void test_runs_briefly(void **st)
@@ -293,11 +296,13 @@ static void test_runs_briefly(void **st)
     assert_true(brief(&c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"core.get_jobs\"}"));
     assert_true(brief(&c, " {\"id\":1, \"method\" : \"core.ping\", \"params\":[]}"));
     assert_false(brief(&c, "{\"id\":1,\"method\":\"core.job_wait\",\"params\":[1]}"));
-    assert_false(brief(&c, "[{\"id\":1,\"method\":\"core.ping\"}]"));         /* batch */
-    assert_false(brief(&c, "{\"id\":1,\"method\":\"no.such.method\"}"));      /* error path */
-    assert_false(brief(&c, "{\"id\":1,\"method\":\"core.job\\u005fwait\"}")); /* escaped */
+    assert_false(brief(&c, "[{\"id\":1,\"method\":\"core.ping\"}]"));    /* batch */
+    assert_false(brief(&c, "{\"id\":1,\"method\":\"no.such.method\"}")); /* error path */
+    assert_false(
+        brief(&c, "{\"id\":1,\"method\":\"core.job\\u005fwait\"}")); /* core.job_wait, escaped */
     assert_false(
         brief(&c, "{\"params\":[{\"method\":\"core.ping\"}],\"method\":\"core.job_wait\"}"));
+    assert_false(brief(&c, "{\"id\":1}")); /* no method */
     assert_false(brief(&c, "{\"id\":1,\"method\":"));
     assert_false(brief(&c, "not json"));
     c.jobs_wait = true; /* its job methods wait for the job */
