@@ -346,10 +346,12 @@ static int input_deliver(struct conn *c)
  * request's buffer itself (input_direct) instead of it landing here first. */
 static void handle_input(struct conn *c)
 {
+    bool delivered = false; /* the protocol has seen the latest input */
     for (int i = 0; i < READS_PER_WAKEUP && !c->closing && !c->reading_paused; i++) {
         if (c->input_direct && conn_input_len(c) == 0) {
             if (input_deliver(c) < 0 || c->input_direct)
                 return; /* closed, or the socket is drained */
+            delivered = true;
             continue;
         }
         size_t room = input_room(c);
@@ -369,8 +371,11 @@ static void handle_input(struct conn *c)
         bool drained = (size_t)n < room && c->transport->pending(c) == 0;
         if (input_deliver(c) < 0 || drained)
             return;
+        delivered = true;
     }
-    input_deliver(c);
+    /* Input left from before (reading was paused) and nothing read now. */
+    if (!delivered)
+        input_deliver(c);
 }
 
 static void on_event(struct reactor_handler *h, uint32_t events)

@@ -316,8 +316,8 @@ int reactors_start(unsigned n)
         int rc = pthread_create(&reactors[i].thread, NULL, reactor_main, &reactors[i]);
         if (rc)
             return -rc;
-        // Named so top -H, perf and the control bench can tell the data path's
-        // CPU from the API's.
+        /* Named so top -H, perf and the control bench can tell the data
+         * path's CPU from the API's. */
         char name[16];
         snprintf(name, sizeof(name), "reactor%u", i % 1000u);
         pthread_setname_np(reactors[i].thread, name);
