@@ -77,6 +77,12 @@ struct ws_client {
     bool too_big;  /* the current message is over API_MAX_REQUEST */
     bool draining; /* close queued; discard input until the peer is done */
     struct rx_msg *rx_head, *rx_tail;
+    /* A frame header held back to go out with its payload (cb_send). */
+    uint8_t tx_hdr[14];
+    size_t tx_hdr_len;
+    /* The last recv of this wake-up returned less than asked: the socket
+     * is drained, so the next recv would only say EAGAIN (cb_recv). */
+    bool rx_drained;
     char peer[80];
     struct api_client api;
 };
@@ -458,11 +464,18 @@ static ssize_t cb_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, in
         }
         return (ssize_t)n;
     }
+    /* Plain TCP only: GnuTLS may hold decrypted bytes that poll() does not
+     * see. Level-triggered poll() reports anything that arrives later. */
+    if (c->rx_drained && !c->tls) {
+        wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
+        return -1;
+    }
     ssize_t n = io_recv(c, buf, len);
     if (n == -EAGAIN) {
         wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
         return -1;
     }
+    c->rx_drained = (size_t)n < len;
     if (n <= 0) {
         wslay_event_set_error(ctx, WSLAY_ERR_CALLBACK_FAILURE);
         return -1;
@@ -474,7 +487,36 @@ static ssize_t cb_send(wslay_event_context_ptr ctx, const uint8_t *data, size_t 
                        void *user)
 {
     struct ws_client *c = user;
-    ssize_t n = io_send(c, data, len, (flags & WSLAY_MSG_MORE) != 0);
+    bool more = (flags & WSLAY_MSG_MORE) != 0;
+    /* wslay hands over a frame's header alone, then its payload: keep the
+     * header and send both with one sendmsg (one system call per reply
+     * instead of two). It counts as sent; tx_hdr_flush covers a header
+     * that no payload follows. */
+    if (!c->tls && more && !c->tx_hdr_len && len <= sizeof(c->tx_hdr)) {
+        memcpy(c->tx_hdr, data, len);
+        c->tx_hdr_len = len;
+        return (ssize_t)len;
+    }
+    ssize_t n;
+    if (c->tx_hdr_len) {
+        struct iovec iov[2] = {{c->tx_hdr, c->tx_hdr_len}, {(void *)(uintptr_t)data, len}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+        n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
+        if (n < 0)
+            n = errno == EINTR || errno == EWOULDBLOCK ? -EAGAIN : -errno;
+        else if ((size_t)n < c->tx_hdr_len) {
+            memmove(c->tx_hdr, c->tx_hdr + n, c->tx_hdr_len - (size_t)n);
+            c->tx_hdr_len -= (size_t)n;
+            n = -EAGAIN; /* none of data went */
+        } else {
+            n -= (ssize_t)c->tx_hdr_len;
+            c->tx_hdr_len = 0;
+            if (n == 0)
+                n = -EAGAIN;
+        }
+    } else {
+        n = io_send(c, data, len, more);
+    }
     if (n == -EAGAIN) {
         wslay_event_set_error(ctx, WSLAY_ERR_WOULDBLOCK);
         return -1;
@@ -484,6 +526,39 @@ static ssize_t cb_send(wslay_event_context_ptr ctx, const uint8_t *data, size_t 
         return -1;
     }
     return n;
+}
+
+/* After wslay_event_send: a held header whose payload did not follow (wslay
+ * has nothing more to write) goes out alone. Under c->lock. 0, -EAGAIN
+ * (the rest waits for POLLOUT) or -errno. */
+static int tx_hdr_flush(struct ws_client *c)
+{
+    while (c->tx_hdr_len && !wslay_event_want_write(c->ws)) {
+        ssize_t n = io_send(c, c->tx_hdr, c->tx_hdr_len, false);
+        if (n < 0)
+            return (int)n;
+        memmove(c->tx_hdr, c->tx_hdr + n, c->tx_hdr_len - (size_t)n);
+        c->tx_hdr_len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* wslay_event_send plus tx_hdr_flush. 0 or non-zero on a failure. */
+static int send_locked(struct ws_client *c)
+{
+    int rc = wslay_event_send(c->ws);
+    if (rc == 0) {
+        int f = tx_hdr_flush(c);
+        if (f < 0 && f != -EAGAIN)
+            rc = WSLAY_ERR_CALLBACK_FAILURE;
+    }
+    return rc;
+}
+
+/* Anything left to write: wslay's queue or a held header. */
+static bool want_write_locked(struct ws_client *c)
+{
+    return wslay_event_want_write(c->ws) || c->tx_hdr_len;
 }
 
 static void queue_text_locked(struct ws_client *c, const char *text, size_t len)
@@ -580,8 +655,8 @@ static int client_queue(struct ws_client *c, const char *text, size_t len)
      * waking the I/O thread for every reply. What the socket does not take
      * is left to the I/O thread (POLLOUT); an error is its to handle too. */
     bool pending = true;
-    if (!c->pre && !c->too_big && !c->draining && wslay_event_send(c->ws) == 0)
-        pending = wslay_event_want_write(c->ws);
+    if (!c->pre && !c->too_big && !c->draining && send_locked(c) == 0)
+        pending = want_write_locked(c);
     pthread_mutex_unlock(&c->lock);
     if (pending)
         wake(c);
@@ -754,7 +829,7 @@ static void client_loop(struct ws_client *c)
             c->draining = true;
         }
         bool want_read = wslay_event_want_read(c->ws) && !c->closing && !c->too_big;
-        bool want_write = wslay_event_want_write(c->ws);
+        bool want_write = want_write_locked(c);
         bool closing = c->closing;
         pthread_mutex_unlock(&c->lock);
         if (closing || (!want_read && !want_write))
@@ -779,10 +854,12 @@ static void client_loop(struct ws_client *c)
         int rc = 0;
         struct rx_msg *got = NULL;
         pthread_mutex_lock(&c->lock);
-        if (fds[0].revents & (POLLIN | POLLHUP | POLLERR))
+        if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            c->rx_drained = false;
             rc = wslay_event_recv(c->ws);
-        if (rc == 0 && wslay_event_want_write(c->ws))
-            rc = wslay_event_send(c->ws);
+        }
+        if (rc == 0 && want_write_locked(c))
+            rc = send_locked(c);
         got = c->rx_head;
         c->rx_head = c->rx_tail = NULL;
         pthread_mutex_unlock(&c->lock);
