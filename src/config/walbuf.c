@@ -20,12 +20,12 @@
 #define WAL_FRAME_HDR 24
 
 struct walbuf {
-    sqlite3_file base;   /* pMethods = &wal_methods */
-    sqlite3_file *real;  /* the underlying VFS's file, right after us */
-    unsigned char *buf;  /* pending bytes for [off, off + len) */
+    sqlite3_file base;  /* pMethods = &wal_methods */
+    sqlite3_file *real; /* the underlying VFS's file, right after us */
+    unsigned char *buf; /* pending bytes for [off, off + len) */
     sqlite3_int64 off;
     size_t len;
-    bool commit_next;    /* the next write is the page of a commit frame */
+    bool commit_next; /* the next write is the page of a commit frame */
 };
 
 static sqlite3_vfs walbuf_vfs;
