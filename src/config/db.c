@@ -38,6 +38,7 @@ static sqlite3 *db_conn;
 static const char *db_schemas[DB_MAX_SCHEMAS];
 static size_t db_schema_count;
 static unsigned db_tx_depth;             /* protected by db_mutex */
+static unsigned db_read_depth;           /* db_read_begin nesting (db_mutex) */
 static __thread unsigned tls_lock_depth; /* db_lock() depth of this thread */
 
 /* ---- statement cache (db_mutex) ---- */
@@ -499,6 +500,7 @@ fail:
         sqlite3_close_v2(db_conn);
     db_conn = NULL;
     db_tx_depth = 0;
+    db_read_depth = 0;
     db_unlock();
     return ret;
 }
@@ -517,6 +519,7 @@ void db_close(void)
         db_conn = NULL;
     }
     db_tx_depth = 0;
+    db_read_depth = 0;
     pthread_mutex_lock(&sync_mutex);
     while (sync_running)
         pthread_cond_wait(&sync_cond, &sync_mutex);
@@ -536,6 +539,10 @@ int db_begin(void)
     if (!db_conn)
         return -EIO;
     if (db_tx_depth == 0) {
+        if (db_read_depth) {
+            log_error("db: a write transaction inside a read snapshot");
+            return -EIO;
+        }
         if (db_exec_cached("BEGIN IMMEDIATE") < 0)
             return -EIO;
     } else {
@@ -545,6 +552,24 @@ int db_begin(void)
     }
     db_tx_depth++;
     return 0;
+}
+
+int db_read_begin(void)
+{
+    if (!db_conn)
+        return -EIO;
+    if (db_tx_depth == 0 && db_read_depth == 0 && db_exec_cached("BEGIN") < 0)
+        return -EIO;
+    db_read_depth++;
+    return 0;
+}
+
+void db_read_end(void)
+{
+    if (db_read_depth == 0 || --db_read_depth > 0 || db_tx_depth > 0)
+        return;
+    if (!sqlite3_get_autocommit(db_conn) && db_exec_cached("COMMIT") < 0)
+        sqlite3_exec(db_conn, "ROLLBACK", NULL, NULL, NULL);
 }
 
 int db_commit(void)

@@ -24,6 +24,12 @@ sqlite3 *db_handle(void); /* only while locked */
 int db_begin(void);
 int db_commit(void);
 void db_rollback(void);
+/* A read snapshot: the SELECTs until db_read_end share one WAL read lock
+ * instead of taking and dropping it per statement (2 fcntl calls each).
+ * Under db_lock(); no db_begin() inside. Inside a transaction both are
+ * no-ops. db_read_begin returns 0 or -EIO. */
+int db_read_begin(void);
+void db_read_end(void);
 /* Run SQL with no result rows (locked by caller). 0 or -EIO (logged). */
 int db_exec(const char *sql);
 /* Map the last SQLite error to an errno (UNIQUE → EEXIST, BUSY → EBUSY, …). */

@@ -592,11 +592,15 @@ int icfg_runtime_apply(const struct icfg_dirty *in)
     d.all = false;
     if (in->all)
         collect_all_ids(&d);
-    /* Anything pending for these targets is superseded by this rebuild. */
+    /* Anything pending for these targets is superseded by this rebuild.
+     * Its reads share one snapshot (the caller holds the DB lock). */
     int rc = 0;
+    bool snap = db_read_begin() == 0;
     char *basename = icfg_global_basename();
     struct change *changes = calloc(d.n ? d.n : 1, sizeof(*changes));
     if (!basename || !changes) {
+        if (snap)
+            db_read_end();
         free(basename);
         free(changes);
         icfg_dirty_free(&d);
@@ -620,6 +624,8 @@ int icfg_runtime_apply(const struct icfg_dirty *in)
     size_t dn = 0;
     enum iscsi_auth_method dmethod = ISCSI_AUTH_NONE;
     bool disc = in->discovery && load_creds(0, true, &dcreds, &dn, &dmethod) == 0;
+    if (snap)
+        db_read_end();
 
     struct iscsi_target_view **old = calloc(nc ? nc : 1, sizeof(*old));
     struct iscsi_target_view **stale = calloc(nc ? nc : 1, sizeof(*stale));
