@@ -1,8 +1,7 @@
 /*
  * blockctl session list: who is connected. iSCSI sessions come from
- * iscsi.global.sessions (peer, target, negotiated parameters); NBD from
- * nbd.export.query (the daemon reports a connection count per export, not
- * per-connection peers).
+ * iscsi.global.sessions, NBD connections from nbd.global.sessions: peer,
+ * target or export, negotiated parameters and bytes moved.
  */
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +14,13 @@ static const char *str_or_dash(json_t *v)
     return s && *s ? s : "-";
 }
 
+/* A byte counter of a session row, as a size ("1.5M"). */
+static void moved(json_t *row, const char *key, char *buf, size_t len)
+{
+    json_int_t v = json_integer_value(json_object_get(row, key));
+    cli_format_size(v > 0 ? (uint64_t)v : 0, buf, len);
+}
+
 static int session_list(struct cli_ctx *ctx, int argc, char **argv)
 {
     if (argc > 1)
@@ -22,7 +28,7 @@ static int session_list(struct cli_ctx *ctx, int argc, char **argv)
     json_t *iscsi = NULL, *nbd = NULL;
     if (cli_call(ctx, "iscsi.global.sessions", NULL, &iscsi) != CLI_OK)
         return CLI_ERROR;
-    if (cli_call(ctx, "nbd.export.query", NULL, &nbd) != CLI_OK) {
+    if (cli_call(ctx, "nbd.global.sessions", NULL, &nbd) != CLI_OK) {
         json_decref(iscsi);
         return CLI_ERROR;
     }
@@ -34,8 +40,9 @@ static int session_list(struct cli_ctx *ctx, int argc, char **argv)
         json_decref(nbd);
         return CLI_OK;
     }
-    static const char *const headers[] = {"PROTO", "PEER", "TARGET/EXPORT", "PARAMETERS"};
-    struct cli_table *t = cli_table_new(4, headers);
+    static const char *const headers[] = {"PROTO",   "PEER",     "TARGET/EXPORT", "READ",
+                                          "WRITTEN", "COMMANDS", "PARAMETERS"};
+    struct cli_table *t = cli_table_new(7, headers);
     size_t i;
     json_t *r;
     json_array_foreach(iscsi, i, r)
@@ -55,21 +62,35 @@ static int session_list(struct cli_ctx *ctx, int argc, char **argv)
         snprintf(peer, sizeof(peer), "%s@%s", str_or_dash(json_object_get(r, "initiator")),
                  str_or_dash(json_object_get(r, "initiator_addr")));
         const char *target = str_or_dash(json_object_get(r, "target"));
-        const char *cells[] = {"iscsi", peer, target, params};
+        char rd[32], wr[32], cmds[32];
+        moved(r, "bytes_read", rd, sizeof(rd));
+        moved(r, "bytes_written", wr, sizeof(wr));
+        snprintf(cmds, sizeof(cmds), "%lld",
+                 (long long)json_integer_value(json_object_get(r, "commands")));
+        const char *cells[] = {"iscsi", peer, target, rd, wr, cmds, params};
         cli_table_add(t, cells);
     }
     json_array_foreach(nbd, i, r)
     {
-        json_int_t n = json_integer_value(json_object_get(r, "connections"));
-        if (n <= 0)
-            continue;
-        char params[128], peer[64];
-        snprintf(params, sizeof(params), "readonly=%s multi_conn=%s tls=%s",
-                 json_is_true(json_object_get(r, "readonly")) ? "yes" : "no",
-                 json_is_true(json_object_get(r, "multi_conn")) ? "yes" : "no",
-                 str_or_dash(json_object_get(r, "tls")));
-        snprintf(peer, sizeof(peer), "%lld connection%s", (long long)n, n == 1 ? "" : "s");
-        const char *cells[] = {"nbd", peer, str_or_dash(json_object_get(r, "name")), params};
+        char params[160];
+        snprintf(params, sizeof(params), "%s tls=%s structured=%s base:allocation=%s readonly=%s",
+                 str_or_dash(json_object_get(r, "state")),
+                 json_is_true(json_object_get(r, "tls")) ? "yes" : "no",
+                 json_is_true(json_object_get(r, "structured_replies")) ? "yes" : "no",
+                 json_is_true(json_object_get(r, "base_allocation")) ? "yes" : "no",
+                 json_is_true(json_object_get(r, "readonly")) ? "yes" : "no");
+        char rd[32], wr[32], reqs[32];
+        moved(r, "bytes_read", rd, sizeof(rd));
+        moved(r, "bytes_written", wr, sizeof(wr));
+        snprintf(reqs, sizeof(reqs), "%lld",
+                 (long long)json_integer_value(json_object_get(r, "requests")));
+        const char *cells[] = {"nbd",
+                               str_or_dash(json_object_get(r, "peer")),
+                               str_or_dash(json_object_get(r, "export")),
+                               rd,
+                               wr,
+                               reqs,
+                               params};
         cli_table_add(t, cells);
     }
     cli_table_print(t, stdout);
@@ -80,7 +101,7 @@ static int session_list(struct cli_ctx *ctx, int argc, char **argv)
 }
 
 static const struct cli_command session_commands[] = {
-    {"session", "list", "", "iSCSI sessions and NBD connections with their parameters",
+    {"session", "list", "", "iSCSI sessions and NBD connections: peer, target/export, bytes moved, parameters",
      session_list},
 };
 CLI_COMMANDS(session_commands);

@@ -2,6 +2,7 @@
 #ifndef BLOCKD_CORE_UTIL_H
 #define BLOCKD_CORE_UTIL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +25,14 @@ int parse_host_port(const char *s, struct sockaddr_storage *out, socklen_t *len)
 void format_sockaddr(const struct sockaddr *sa, socklen_t len, char *buf, size_t buflen);
 
 /* Big-endian loads/stores for protocol headers. */
+/* Add to a statistics counter that one thread writes and others read:
+ * a relaxed load and store, no locked read-modify-write. */
+static inline void counter_add(_Atomic uint64_t *v, uint64_t n)
+{
+    atomic_store_explicit(v, atomic_load_explicit(v, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
 static inline uint16_t be16_load(const void *p)
 {
     const uint8_t *b = p;

@@ -190,6 +190,11 @@ static json_t *session_row(const struct iscsi_session_info *s)
     json_object_set_new(row, "connections", json_integer(s->connections));
     json_object_set_new(row, "iser", json_false());
     json_object_set_new(row, "offload", json_false());
+    /* blockd's own: not in TrueNAS's rows */
+    json_object_set_new(row, "connected_at", json_integer((json_int_t)s->connected_at));
+    json_object_set_new(row, "commands", json_integer((json_int_t)s->commands));
+    json_object_set_new(row, "bytes_read", json_integer((json_int_t)s->bytes_read));
+    json_object_set_new(row, "bytes_written", json_integer((json_int_t)s->bytes_written));
     return row;
 }
 

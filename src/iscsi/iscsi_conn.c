@@ -269,6 +269,12 @@ static void task_reply(struct iscsi_conn *ic, struct iscsi_task *t)
     uint32_t len = t->read ? c->data_in_len : 0;
     if (len > t->edtl)
         len = t->edtl;
+    if (ic->sess) {
+        counter_add(&ic->sess->st_commands, 1);
+        counter_add(&ic->sess->st_read, len);
+        if (t->write && c->status == SCSI_STATUS_GOOD)
+            counter_add(&ic->sess->st_written, t->data_received);
+    }
     bool piggyback = len > 0 && c->status == SCSI_STATUS_GOOD && c->sense_len == 0;
     if (len == 0) {
         send_scsi_response(ic, t, flags);

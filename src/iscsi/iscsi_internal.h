@@ -83,6 +83,8 @@ struct iscsi_session {
     uint32_t depth;
     uint32_t inflight; /* non-immediate SCSI tasks received, not answered */
     bool closing;      /* registry: close requested */
+    /* written by the connection's reactor (counter_add), read by the API */
+    _Atomic uint64_t st_commands, st_read, st_written;
 };
 
 enum iscsi_conn_phase {

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -447,6 +448,7 @@ static int session_create(struct iscsi_conn *ic)
     in->first_burst_length = p->first_burst;
     in->max_outstanding_r2t = p->max_outstanding_r2t;
     in->connections = 1;
+    in->connected_at = (uint64_t)time(NULL);
     if (!l->discovery) {
         s->view = l->view;
         l->view = NULL;

@@ -160,6 +160,10 @@ struct iscsi_session_info {
     uint32_t first_burst_length;
     uint32_t max_outstanding_r2t;
     uint32_t connections;
+    uint64_t connected_at;  /* Unix seconds, at login */
+    uint64_t commands;      /* SCSI commands answered */
+    uint64_t bytes_read;    /* Data-In bytes sent */
+    uint64_t bytes_written; /* bytes of writes that completed GOOD */
 };
 
 /* Snapshot of every full-feature session. *out is malloc'd (caller frees);

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -117,8 +118,13 @@ int iscsi_sessions_list(struct iscsi_session_info **out)
         return -ENOMEM;
     }
     size_t i = 0;
-    for (struct iscsi_session *s = reg_head; s && i < n; s = s->reg_next)
-        a[i++] = s->info;
+    for (struct iscsi_session *s = reg_head; s && i < n; s = s->reg_next) {
+        a[i] = s->info;
+        a[i].commands = atomic_load_explicit(&s->st_commands, memory_order_relaxed);
+        a[i].bytes_read = atomic_load_explicit(&s->st_read, memory_order_relaxed);
+        a[i].bytes_written = atomic_load_explicit(&s->st_written, memory_order_relaxed);
+        i++;
+    }
     pthread_mutex_unlock(&reg_lock);
     *out = a;
     return (int)i;

@@ -595,6 +595,34 @@ static int m_export_query(struct api_call *call, json_t *params, json_t **result
     return rc;
 }
 
+/* ---- nbd.global.sessions ---- */
+
+static json_t *session_json(const struct nbd_session_info *s)
+{
+    return json_pack(
+        "{s:s, s:s, s:s, s:b, s:b, s:b, s:b, s:b, s:I, s:I, s:I, s:I, s:I}", "peer", s->peer,
+        "export", s->export, "state", s->transmission ? "transmission" : "handshake", "tls", s->tls,
+        "structured_replies", s->structured, "base_allocation", s->base_allocation, "readonly",
+        s->readonly, "multi_conn", s->multi_conn, "size", (json_int_t)s->size, "connected_at",
+        (json_int_t)s->connected_at, "requests", (json_int_t)s->requests, "bytes_read",
+        (json_int_t)s->bytes_read, "bytes_written", (json_int_t)s->bytes_written);
+}
+
+static int m_global_sessions(struct api_call *call, json_t *params, json_t **result)
+{
+    struct nbd_session_info *list = NULL;
+    int n = nbd_sessions_list(&list);
+    if (n < 0)
+        return api_error(call, -n, "cannot list NBD connections");
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(arr, session_json(&list[i]));
+    free(list);
+    int rc = api_query(call, arr, params, result);
+    json_decref(arr);
+    return rc;
+}
+
 /* ---- nbd.global.* ---- */
 
 static const struct api_field global_fields[] = {
@@ -757,6 +785,8 @@ static const struct api_method nbd_methods[] = {
     {"nbd.export.delete", "id, {force?}",
      "Delete an NBD export (EBUSY with open connections unless force)", m_export_delete, 0},
     {"nbd.export.query", "[filters], {options}", "List NBD exports", m_export_query, 0},
+    {"nbd.global.sessions", "[filters], {options}",
+     "Open NBD connections: peer, export, negotiated options, bytes moved", m_global_sessions, 0},
     {"nbd.global.config", "", "NBD server settings", m_global_config, 0},
     {"nbd.global.update",
      "{listen?, unix_socket?, tls_cert?, tls_key?, tls_ca?, tls_verify_peer?, tls_psk_file?, "

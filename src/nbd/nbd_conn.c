@@ -15,8 +15,11 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/bufpool.h"
@@ -99,6 +102,11 @@ struct nbd_conn {
     struct reactor_timer backlog_timer;
     /* registry of live connections (nbd_export_connections) */
     struct nbd_conn *reg_prev, *reg_next;
+    /* nbd.global.sessions: written by the reactor only (counter_add), read
+     * by API threads; the flags are copied under reg_lock at transmission */
+    uint64_t connected_at;
+    bool reg_transmission, reg_tls, reg_structured, reg_meta, reg_ro, reg_multi;
+    _Atomic uint64_t st_requests, st_read, st_written;
 };
 
 /* ---- registry (for EBUSY on delete, and forced close) ---- */
@@ -134,7 +142,48 @@ static void reg_set_export(struct nbd_conn *nc, struct nbd_export *e)
 {
     pthread_mutex_lock(&reg_lock);
     nc->exp = e;
+    nc->reg_transmission = true;
+    nc->reg_tls = nc->tls;
+    nc->reg_structured = nc->structured;
+    nc->reg_meta = nc->meta_alloc;
+    nc->reg_ro = (nc->caps.eflags & NBD_FLAG_READ_ONLY) != 0;
+    nc->reg_multi = (nc->caps.eflags & NBD_FLAG_CAN_MULTI_CONN) != 0;
     pthread_mutex_unlock(&reg_lock);
+}
+
+int nbd_sessions_list(struct nbd_session_info **out)
+{
+    pthread_mutex_lock(&reg_lock);
+    size_t n = 0;
+    for (struct nbd_conn *nc = reg_head; nc; nc = nc->reg_next)
+        n++;
+    struct nbd_session_info *a = calloc(n ? n : 1, sizeof(*a));
+    if (!a) {
+        pthread_mutex_unlock(&reg_lock);
+        return -ENOMEM;
+    }
+    size_t i = 0;
+    for (struct nbd_conn *nc = reg_head; nc; nc = nc->reg_next, i++) {
+        struct nbd_session_info *s = &a[i];
+        snprintf(s->peer, sizeof(s->peer), "%s", nc->c->peer);
+        if (nc->exp) {
+            snprintf(s->export, sizeof(s->export), "%s", nc->exp->name);
+            s->size = volume_size(nc->exp->vol);
+        }
+        s->transmission = nc->reg_transmission;
+        s->tls = nc->reg_tls;
+        s->structured = nc->reg_structured;
+        s->base_allocation = nc->reg_meta;
+        s->readonly = nc->reg_ro;
+        s->multi_conn = nc->reg_multi;
+        s->connected_at = nc->connected_at;
+        s->requests = atomic_load_explicit(&nc->st_requests, memory_order_relaxed);
+        s->bytes_read = atomic_load_explicit(&nc->st_read, memory_order_relaxed);
+        s->bytes_written = atomic_load_explicit(&nc->st_written, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&reg_lock);
+    *out = a;
+    return (int)n;
 }
 
 unsigned nbd_export_connections(const char *name)
@@ -314,6 +363,7 @@ static void read_done(struct vreq *vr)
     }
     iov[1] = (struct iovec){r->buf, r->rq.length};
     r->pending = 1;
+    counter_add(&nc->st_read, r->rq.length);
     conn_send(nc->c, iov, 2, req_release, r);
 }
 
@@ -332,6 +382,7 @@ static void sub_done(struct vreq *vr)
                      r->rq.cookie, (uint32_t)(8 + vr->length));
     be64_store(s->hdr + NBD_CHUNK_HEADER_LEN, vr->offset);
     struct iovec iov[2] = {{s->hdr, sizeof(s->hdr)}, {vr->buf, (size_t)vr->length}};
+    counter_add(&nc->st_read, vr->length);
     /* The completion's pending count becomes the send's. */
     conn_send(nc->c, iov, 2, req_release, r);
 }
@@ -343,6 +394,7 @@ static void send_hole(struct nbd_conn *nc, const struct nbd_request *rq, uint64_
     nbd_chunk_header(b, done ? NBD_REPLY_FLAG_DONE : 0, NBD_REPLY_TYPE_OFFSET_HOLE, rq->cookie, 12);
     be64_store(b + 20, off);
     be32_store(b + 28, len);
+    counter_add(&nc->st_read, len);
     conn_send_copy(nc->c, b, sizeof(b));
 }
 
@@ -460,6 +512,8 @@ static void reply_done(struct vreq *vr)
     struct nbd_conn *nc = r->nc;
     if (vr->result == 0 && (r->rq.type == NBD_CMD_TRIM || r->rq.type == NBD_CMD_WRITE_ZEROES))
         atomic_store_explicit(&nc->exp->maybe_sparse, true, memory_order_relaxed);
+    if (vr->result == 0 && r->rq.type == NBD_CMD_WRITE)
+        counter_add(&nc->st_written, r->rq.length);
     /* The reply lives in the slot, so queued replies stay bounded by
      * max_inflight even for a client that does not read them. */
     nbd_simple_reply(r->hdr, nbd_errno_to_wire(vr->result), r->rq.cookie);
@@ -718,6 +772,7 @@ static int handle_request(struct nbd_conn *nc)
         return -EPROTO;
     }
     conn_consume(c, NBD_REQUEST_LEN);
+    counter_add(&nc->st_requests, 1);
     const char *why = NULL;
     uint32_t err = nbd_request_validate(&rq, &nc->caps, &why);
     if (err) {
@@ -821,13 +876,13 @@ static uint32_t export_refusal(struct nbd_conn *nc, const struct nbd_export *e)
 static void enter_transmission(struct nbd_conn *nc, struct nbd_export *e)
 {
     nbd_export_ref(e);
-    reg_set_export(nc, e);
     nc->vol = e->vol;
     nc->caps.eflags = export_eflags(nc, e);
     nc->caps.structured = nc->structured;
     nc->caps.meta_alloc = nc->meta_alloc;
     nc->caps.size = volume_size(e->vol);
     nc->caps.max_length = nc->settings->max_request;
+    reg_set_export(nc, e);
     nc->state = ST_TRANSMISSION;
     log_debug("%s: nbd: export '%s' (flags 0x%x%s%s)", nc->c->peer, e->name, nc->caps.eflags,
               nc->structured ? ", structured" : "", nc->tls ? ", tls" : "");
@@ -1180,6 +1235,7 @@ static int nbd_conn_init(struct conn *c, void *arg)
     nc->c = c;
     nc->state = ST_CLIENT_FLAGS;
     nc->settings = arg;
+    nc->connected_at = (uint64_t)time(NULL);
     reactor_timer_init(&nc->backlog_timer, backlog_retry);
     c->proto = nc;
     reg_add(nc);

@@ -2,6 +2,8 @@
 #ifndef BLOCKD_NBD_CONN_H
 #define BLOCKD_NBD_CONN_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 /* Take an accepted socket (listener callback, reactor 0's thread): enforce
@@ -9,5 +11,28 @@
 void nbd_conn_accept(int fd, const struct sockaddr *peer, socklen_t peerlen);
 /* NBD connections alive now (any state). Thread-safe. */
 unsigned nbd_conn_live(void);
+
+/* One NBD connection as seen now (a copy; for nbd.global.sessions and
+ * `blockctl session list`). Counters are logical bytes: a read hole counts
+ * as read, though no data crosses the wire for it. */
+struct nbd_session_info {
+    char peer[80];     /* "addr:port" or "unix" */
+    char export[256];  /* "" before the client chose one (or the default) */
+    bool transmission; /* past the handshake */
+    bool tls;
+    bool structured;      /* structured replies negotiated */
+    bool base_allocation; /* the base:allocation meta context */
+    bool readonly;
+    bool multi_conn;
+    uint64_t size;
+    uint64_t connected_at; /* Unix seconds */
+    uint64_t requests;     /* commands received */
+    uint64_t bytes_read;
+    uint64_t bytes_written;
+};
+
+/* Snapshot of every live connection. *out is malloc'd (caller frees);
+ * returns the count or -errno. Thread-safe. */
+int nbd_sessions_list(struct nbd_session_info **out);
 
 #endif

@@ -77,8 +77,12 @@ blockd_alive() {
     [ -n "$BLOCKD_PID" ] && kill -0 "$BLOCKD_PID" 2>/dev/null
 }
 
+# Client processes a test starts in the background: killed on exit, so a
+# failed test leaves none behind (holding the bench lock, or retrying).
+BG_PIDS=()
 _cleanup() {
     local rc=$?
+    for p in "${BG_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
     if [ -n "$BLOCKD_PID" ]; then
         kill -KILL "$BLOCKD_PID" 2>/dev/null || true
         wait "$BLOCKD_PID" 2>/dev/null || true

@@ -7,8 +7,9 @@
 #  - a share that fails (missing volume) leaves nothing behind, not even
 #    the default portal/group it would have created;
 #  - --readonly extents; re-creating is idempotent;
-#  - session list shows a live qemu-io session; delete refuses while it is
-#    logged in and --force closes it;
+#  - session list shows a live qemu-io session over iSCSI and one over NBD,
+#    each with its peer, target/export, parameters and the bytes it moved;
+#    delete refuses while the iSCSI one is logged in and --force closes it;
 #  - --defer: committed and listed, discoverable only after service.reload;
 #  - service.stop/start iscsitarget closes and reopens the listener.
 . "$(dirname "$0")/lib.sh"
@@ -61,22 +62,62 @@ blockctl share iscsi list | grep -E '^demo/ro +0 +yes +'"$BASE:incus:demo:ro" >/
 out=$(qemu-io -f raw -c 'write 0 4k' "iscsi://127.0.0.1:$ISCSI_PORT/$BASE:incus:demo:ro/0" 2>&1) || true
 echo "$out" | grep -qi "failed\|error\|read-only\|protect" || fail "write to a read-only share worked: $out"
 
-# A live session: listed, protects the share from a plain delete.
-qemu-io -f raw -c 'read 0 4k' -c 'sleep 4000' \
+# Live sessions: listed with what they moved; iSCSI's protects the share
+# from a plain delete.
+blockctl share nbd create demo/My_Vol.x --name sess >/dev/null
+qemu-io -f raw -c 'write -P 0x5a 0 64k' -c 'read 0 1M' -c 'sleep 5000' \
     "iscsi://127.0.0.1:$ISCSI_PORT/$BASE:incus:demo:a/0" >"$TMP/qio.log" 2>&1 &
 qio=$!
-for i in $(seq 1 50); do
-    blockctl session list | grep -q "incus:demo:a" && break
+qemu-io -f raw -c 'write -P 0xa5 0 128k' -c 'read 0 2M' -c 'sleep 5000' \
+    "nbd://127.0.0.1:$NBD_PORT/sess" >"$TMP/qio-nbd.log" 2>&1 &
+qnbd=$!
+BG_PIDS+=("$qio" "$qnbd")
+# rows: "proto peer name read written count", once both have read
+rows() {
+    blockctl --json session list | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+for r in j["iscsi"]:
+    print("iscsi", r["initiator_addr"], r["target"], r["bytes_read"], r["bytes_written"], r["commands"])
+for r in j["nbd"]:
+    print("nbd", r["peer"], r["export"] or "-", r["bytes_read"], r["bytes_written"], r["requests"],
+          r["state"], r["structured_replies"])'
+}
+for i in $(seq 1 100); do
+    r=$(rows)
+    echo "$r" | grep -qE "^iscsi .* [0-9]{7,} " && echo "$r" | grep -qE "^nbd .* [0-9]{7,} " && break
     sleep 0.1
 done
+echo "$r" | grep -E "^iscsi 127\.0\.0\.1:[0-9]+ $BASE:incus:demo:a " >/dev/null ||
+    fail "iSCSI session not listed: $r"
+read -r _ _ _ ird iwr icmd <<<"$(echo "$r" | grep '^iscsi ')"
+[ "$ird" -ge 1048576 ] && [ "$iwr" = 65536 ] && [ "$icmd" -ge 2 ] ||
+    fail "iSCSI session counters: read $ird written $iwr commands $icmd"
+read -r _ npeer nexp nrd nwr nreq nstate nsr <<<"$(echo "$r" | grep '^nbd ')"
+[[ $npeer == 127.0.0.1:* ]] && [ "$nexp" = sess ] && [ "$nstate" = transmission ] &&
+    [ "$nsr" = True ] || fail "NBD connection row: $r"
+[ "$nrd" -ge 2097152 ] && [ "$nwr" = 131072 ] && [ "$nreq" -ge 2 ] ||
+    fail "NBD connection counters: read $nrd written $nwr requests $nreq"
 sess=$(blockctl session list)
 echo "$sess" | grep -E "^iscsi .*$BASE:incus:demo:a" >/dev/null || fail "session not listed: $sess"
+echo "$sess" | grep -E "^nbd +127\.0\.0\.1:[0-9]+ +sess +2\.0 MiB +128\.0 KiB +[0-9]+ +transmission" >/dev/null ||
+    fail "NBD connection not in the table: $sess"
+kill $qnbd 2>/dev/null || true
+wait $qnbd 2>/dev/null || true
 rc=0
 out=$(blockctl share iscsi delete --target-prefix incus demo/a 2>&1) || rc=$?
 [ "$rc" = 1 ] && echo "$out" | grep -q "in use" || fail "delete with a session: exit $rc: $out"
 out=$(blockctl share iscsi delete --force --target-prefix incus demo/a)
 [ "$out" = "$(printf 'deleted\tdemo/a')" ] || fail "forced delete: $out"
-wait $qio || true
+# The session is closed (qemu-io's libiscsi then retries a login that the
+# deleted target refuses, so it is stopped here).
+for i in $(seq 1 50); do
+    blockctl session list | grep -q "incus:demo:a" || break
+    sleep 0.1
+done
+blockctl session list | grep -q "incus:demo:a" && fail "forced delete left the session open"
+kill $qio 2>/dev/null || true
+wait $qio 2>/dev/null || true
 discover | grep -q "incus:demo:a$" && fail "deleted target still discoverable"
 blockctl share iscsi list | grep -q "^demo/a " && fail "deleted share still listed"
 [ "$(count iscsi.extent.query)" = 3 ] || fail "extent of the deleted share left behind"
