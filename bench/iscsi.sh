@@ -100,10 +100,13 @@ flush_run() { # url bs writers
 
 RESULTS=$TMP/results
 : >"$RESULTS"
-case_all() { # name kind args...
-    local name=$1 kind=$2 s r
+case_all() { # name kind args...   (REP=N: N runs each, order alternating; the report takes medians)
+    local name=$1 kind=$2 s r rep order
     shift 2
-    for s in "${SERVERS[@]}"; do
+    for rep in $(seq 1 "${REP:-1}"); do
+    order="${SERVERS[*]}"
+    [ $((rep % 2)) = 0 ] && order=$(printf '%s\n' "${SERVERS[@]}" | tac | tr '\n' ' ')
+    for s in $order; do
         sync # no run pays for the writeback of dirty pages an earlier one left
         case $kind in
         perf) r=$(perf_run "${URL[$s]}" "$@") || r="0 0" ;;
@@ -111,6 +114,7 @@ case_all() { # name kind args...
         flush) r=$(flush_run "${URL[$s]}" "$@") || r="0 0" ;;
         esac
         echo "$name $s ${r:-0 0}" | tee -a "$RESULTS" >&2
+    done
     done
 }
 
@@ -121,45 +125,57 @@ case_all "4k-write-QD32 (qemu-img bench)" qb 4k 100000 32 -w
 case_all "1M-seqread-QD8 (iscsi-perf)" perf 2048 8
 case_all "1M-seqread-QD8 (qemu-img bench)" qb 1M 2048 8
 case_all "1M-seqwrite-QD8 (qemu-img bench)" qb 1M 1024 8 -w
-case_all "4k-write+SYNC-8writers (iscsi_flush)" flush 4096 8
+REP=3 case_all "4k-write+SYNC-8writers (iscsi_flush)" flush 4096 8
 # What the disk itself allows there: 8 local threads doing the same write +
 # fdatasync with no network and no server (bench/sync_bound).
 SYNC_BOUND=$("$SYNCBOUND" "$DISK" 8 2 | awk '$1 == "best" {print $2}')
 echo "the disk alone: at most $SYNC_BOUND write+flush/s with 8 writers" >&2
 
 # The flush pattern sweep: blockd sync=standard and sync=disabled vs tgtd.
+# The disk's flush rate drifts a lot within minutes, so every cell runs the
+# three side by side (the order alternating between repeats) and the report
+# takes each one's median over SWEEP_REPEAT runs.
 SWEEP=$TMP/sweep
 : >"$SWEEP"
-for mode in STANDARD DISABLED; do
-    bctl call pool.dataset.update "[\"demo/bench\",{\"sync\":\"$mode\"}]" >/dev/null
+blockd_sync() { bctl call pool.dataset.update "[\"demo/bench\",{\"sync\":\"$1\"}]" >/dev/null; }
+sweep_run() { # who bs w
+    local r
+    case $1 in
+    tgtd) r=$(flush_run "${URL[tgtd]}" "$2" "$3") || r="0 0" ;;
+    *) blockd_sync "${1#blockd-}"; r=$(flush_run "${URL[blockd]}" "$2" "$3") || r="0 0" ;;
+    esac
+    echo "$1 $2 $3 ${r:-0 0}" | tee -a "$SWEEP" >&2
+}
+for rep in $(seq 1 "${SWEEP_REPEAT:-3}"); do
     for bs in 512 4096 32768; do
         for w in 1 8; do
-            sync
-            r=$(flush_run "${URL[blockd]}" "$bs" "$w") || r="0 0"
-            echo "blockd-$mode $bs $w ${r:-0 0}" | tee -a "$SWEEP" >&2
+            if [ $((rep % 2)) = 1 ]; then order="blockd-STANDARD tgtd blockd-DISABLED"
+            else order="tgtd blockd-STANDARD blockd-DISABLED"; fi
+            for who in $order; do
+                sync
+                sweep_run "$who" "$bs" "$w"
+            done
         done
     done
 done
-bctl call pool.dataset.update '["demo/bench",{"sync":"STANDARD"}]' >/dev/null
-for bs in 512 4096 32768; do
-    for w in 1 8; do
-        sync
-        r=$(flush_run "${URL[tgtd]}" "$bs" "$w") || r="0 0"
-        echo "tgtd $bs $w ${r:-0 0}" | tee -a "$SWEEP" >&2
-    done
-done
+blockd_sync STANDARD
 
 python3 - "$RESULTS" "$SWEEP" "$SIZE_MB" "$RUNTIME" "$(nproc)" "$SYNC_BOUND" >"$TMP/report.md" <<'PY'
-import sys, collections
+import sys, collections, statistics
 res, sweep, size, runtime, cpus, sync_bound = sys.argv[1:7]
-rows = collections.OrderedDict()
+runs = collections.OrderedDict()
 for line in open(res):
     *name, srv, iops, mib = line.split()
-    rows.setdefault(" ".join(name), {})[srv] = (float(iops), float(mib))
+    runs.setdefault(" ".join(name), collections.defaultdict(list))[srv].append((float(iops), float(mib)))
+rows = collections.OrderedDict(
+    (name, {srv: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
+            for srv, v in by.items()})
+    for name, by in runs.items())
 print("# iSCSI: blockd vs tgtd\n")
 print(f"Same {size} MiB file in the page cache, both targets on 127.0.0.1, {cpus} CPUs, "
       f"{runtime} s per timed run; clients: iscsi-perf, qemu-img bench (libiscsi), "
-      "bench/iscsi_flush. Ratio = blockd / tgtd (MiB/s).\n")
+      "bench/iscsi_flush (median of 3 runs each, order alternating). Ratio = blockd / tgtd "
+      "(MiB/s).\n")
 print("| case | blockd IOPS | blockd MiB/s | tgtd IOPS | tgtd MiB/s | ratio |")
 print("|---|---:|---:|---:|---:|---:|")
 for name, r in rows.items():
@@ -173,12 +189,15 @@ if "tgtd" in f and f["tgtd"][0]:
           f"no server: bench/sync_bound); blockd reaches "
           f"{100 * f.get('blockd', (0, 0))[0] / float(sync_bound):.0f}% of it.")
 print("\n## The guest flush pattern (write of bs bytes + SYNCHRONIZE CACHE, W writers)\n")
-print("MiB/s; blockd with sync=standard (durable: group commit) and sync=disabled "
-      "(flush returns at once), tgtd with its write cache on (every flush an fdatasync).\n")
-sw = {}
+runs = collections.defaultdict(list)
 for line in open(sweep):
     who, bs, w, iops, mib = line.split()
-    sw[(who, int(bs), int(w))] = float(mib)
+    runs[(who, int(bs), int(w))].append(float(mib))
+sw = {k: statistics.median(v) for k, v in runs.items()}
+nrep = max((len(v) for v in runs.values()), default=0)
+print("MiB/s, median of %d runs per cell, the three run side by side; blockd with "
+      "sync=standard (durable: group commit) and sync=disabled (flush returns at once), tgtd "
+      "with its write cache on (every flush an fdatasync).\n" % nrep)
 print("| bs | writers | blockd standard | blockd disabled | tgtd | standard/tgtd | standard/disabled |")
 print("|---:|---:|---:|---:|---:|---:|---:|")
 for bs in (512, 4096, 32768):
