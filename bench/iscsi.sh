@@ -100,21 +100,26 @@ flush_run() { # url bs writers
 
 RESULTS=$TMP/results
 : >"$RESULTS"
+# The items in order on odd repeats, reversed on even ones, so that no side
+# always runs first (the disk's flush rate drifts within minutes).
+rep_order() { # rep item...
+    local rep=$1
+    shift
+    if [ $((rep % 2)) = 1 ]; then echo "$@"; else printf '%s\n' "$@" | tac | tr '\n' ' '; fi
+}
 case_all() { # name kind args...   (REP=N: N runs each, order alternating; the report takes medians)
-    local name=$1 kind=$2 s r rep order
+    local name=$1 kind=$2 s r rep
     shift 2
     for rep in $(seq 1 "${REP:-1}"); do
-    order="${SERVERS[*]}"
-    [ $((rep % 2)) = 0 ] && order=$(printf '%s\n' "${SERVERS[@]}" | tac | tr '\n' ' ')
-    for s in $order; do
-        sync # no run pays for the writeback of dirty pages an earlier one left
-        case $kind in
-        perf) r=$(perf_run "${URL[$s]}" "$@") || r="0 0" ;;
-        qb) r=$(qb_run "${URL[$s]}" "$@") || r="0 0" ;;
-        flush) r=$(flush_run "${URL[$s]}" "$@") || r="0 0" ;;
-        esac
-        echo "$name $s ${r:-0 0}" | tee -a "$RESULTS" >&2
-    done
+        for s in $(rep_order "$rep" "${SERVERS[@]}"); do
+            sync # no run pays for the writeback of dirty pages an earlier one left
+            case $kind in
+            perf) r=$(perf_run "${URL[$s]}" "$@") || r="0 0" ;;
+            qb) r=$(qb_run "${URL[$s]}" "$@") || r="0 0" ;;
+            flush) r=$(flush_run "${URL[$s]}" "$@") || r="0 0" ;;
+            esac
+            echo "$name $s ${r:-0 0}" | tee -a "$RESULTS" >&2
+        done
     done
 }
 
@@ -132,9 +137,8 @@ SYNC_BOUND=$("$SYNCBOUND" "$DISK" 8 2 | awk '$1 == "best" {print $2}')
 echo "the disk alone: at most $SYNC_BOUND write+flush/s with 8 writers" >&2
 
 # The flush pattern sweep: blockd sync=standard and sync=disabled vs tgtd.
-# The disk's flush rate drifts a lot within minutes, so every cell runs the
-# three side by side (the order alternating between repeats) and the report
-# takes each one's median over SWEEP_REPEAT runs.
+# Every cell runs the three side by side (rep_order) and the report takes
+# each one's median over SWEEP_REPEAT runs.
 SWEEP=$TMP/sweep
 : >"$SWEEP"
 blockd_sync() { bctl call pool.dataset.update "[\"demo/bench\",{\"sync\":\"$1\"}]" >/dev/null; }
@@ -149,9 +153,7 @@ sweep_run() { # who bs w
 for rep in $(seq 1 "${SWEEP_REPEAT:-3}"); do
     for bs in 512 4096 32768; do
         for w in 1 8; do
-            if [ $((rep % 2)) = 1 ]; then order="blockd-STANDARD tgtd blockd-DISABLED"
-            else order="tgtd blockd-STANDARD blockd-DISABLED"; fi
-            for who in $order; do
+            for who in $(rep_order "$rep" blockd-STANDARD tgtd blockd-DISABLED); do
                 sync
                 sweep_run "$who" "$bs" "$w"
             done

@@ -483,6 +483,16 @@ static ssize_t cb_recv(wslay_event_context_ptr ctx, uint8_t *buf, size_t len, in
     return n;
 }
 
+/* n bytes went out of a send that began with the held header: drop the
+ * part of the header they cover; returns how many of them were the data's. */
+static size_t tx_hdr_sent(struct ws_client *c, size_t n)
+{
+    size_t h = MIN(n, c->tx_hdr_len);
+    memmove(c->tx_hdr, c->tx_hdr + h, c->tx_hdr_len - h);
+    c->tx_hdr_len -= h;
+    return n - h;
+}
+
 static ssize_t cb_send(wslay_event_context_ptr ctx, const uint8_t *data, size_t len, int flags,
                        void *user)
 {
@@ -504,16 +514,8 @@ static ssize_t cb_send(wslay_event_context_ptr ctx, const uint8_t *data, size_t 
         n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
         if (n < 0)
             n = errno == EINTR || errno == EWOULDBLOCK ? -EAGAIN : -errno;
-        else if ((size_t)n < c->tx_hdr_len) {
-            memmove(c->tx_hdr, c->tx_hdr + n, c->tx_hdr_len - (size_t)n);
-            c->tx_hdr_len -= (size_t)n;
+        else if ((n = (ssize_t)tx_hdr_sent(c, (size_t)n)) == 0)
             n = -EAGAIN; /* none of data went */
-        } else {
-            n -= (ssize_t)c->tx_hdr_len;
-            c->tx_hdr_len = 0;
-            if (n == 0)
-                n = -EAGAIN;
-        }
     } else {
         n = io_send(c, data, len, more);
     }
@@ -537,8 +539,7 @@ static int tx_hdr_flush(struct ws_client *c)
         ssize_t n = io_send(c, c->tx_hdr, c->tx_hdr_len, false);
         if (n < 0)
             return (int)n;
-        memmove(c->tx_hdr, c->tx_hdr + n, c->tx_hdr_len - (size_t)n);
-        c->tx_hdr_len -= (size_t)n;
+        tx_hdr_sent(c, (size_t)n);
     }
     return 0;
 }

@@ -14,11 +14,19 @@ static const char *str_or_dash(json_t *v)
     return s && *s ? s : "-";
 }
 
-/* A byte counter of a session row, as a size ("1.5M"). */
-static void moved(json_t *row, const char *key, char *buf, size_t len)
+/* One table row: the byte counters of a session row as sizes ("1.5 MiB")
+ * and count_key (commands or requests) as a number. */
+static void add_row(struct cli_table *t, const char *proto, const char *peer, const char *name,
+                    json_t *r, const char *count_key, const char *params)
 {
-    json_int_t v = json_integer_value(json_object_get(row, key));
-    cli_format_size(v > 0 ? (uint64_t)v : 0, buf, len);
+    char rd[32], wr[32], n[32];
+    json_int_t v = json_integer_value(json_object_get(r, "bytes_read"));
+    cli_format_size(v > 0 ? (uint64_t)v : 0, rd, sizeof(rd));
+    v = json_integer_value(json_object_get(r, "bytes_written"));
+    cli_format_size(v > 0 ? (uint64_t)v : 0, wr, sizeof(wr));
+    snprintf(n, sizeof(n), "%lld", (long long)json_integer_value(json_object_get(r, count_key)));
+    const char *cells[] = {proto, peer, name, rd, wr, n, params};
+    cli_table_add(t, cells);
 }
 
 static int session_list(struct cli_ctx *ctx, int argc, char **argv)
@@ -61,14 +69,7 @@ static int session_list(struct cli_ctx *ctx, int argc, char **argv)
         char peer[320];
         snprintf(peer, sizeof(peer), "%s@%s", str_or_dash(json_object_get(r, "initiator")),
                  str_or_dash(json_object_get(r, "initiator_addr")));
-        const char *target = str_or_dash(json_object_get(r, "target"));
-        char rd[32], wr[32], cmds[32];
-        moved(r, "bytes_read", rd, sizeof(rd));
-        moved(r, "bytes_written", wr, sizeof(wr));
-        snprintf(cmds, sizeof(cmds), "%lld",
-                 (long long)json_integer_value(json_object_get(r, "commands")));
-        const char *cells[] = {"iscsi", peer, target, rd, wr, cmds, params};
-        cli_table_add(t, cells);
+        add_row(t, "iscsi", peer, str_or_dash(json_object_get(r, "target")), r, "commands", params);
     }
     json_array_foreach(nbd, i, r)
     {
@@ -79,19 +80,8 @@ static int session_list(struct cli_ctx *ctx, int argc, char **argv)
                  json_is_true(json_object_get(r, "structured_replies")) ? "yes" : "no",
                  json_is_true(json_object_get(r, "base_allocation")) ? "yes" : "no",
                  json_is_true(json_object_get(r, "readonly")) ? "yes" : "no");
-        char rd[32], wr[32], reqs[32];
-        moved(r, "bytes_read", rd, sizeof(rd));
-        moved(r, "bytes_written", wr, sizeof(wr));
-        snprintf(reqs, sizeof(reqs), "%lld",
-                 (long long)json_integer_value(json_object_get(r, "requests")));
-        const char *cells[] = {"nbd",
-                               str_or_dash(json_object_get(r, "peer")),
-                               str_or_dash(json_object_get(r, "export")),
-                               rd,
-                               wr,
-                               reqs,
-                               params};
-        cli_table_add(t, cells);
+        add_row(t, "nbd", str_or_dash(json_object_get(r, "peer")),
+                str_or_dash(json_object_get(r, "export")), r, "requests", params);
     }
     cli_table_print(t, stdout);
     cli_table_free(t);
@@ -101,7 +91,8 @@ static int session_list(struct cli_ctx *ctx, int argc, char **argv)
 }
 
 static const struct cli_command session_commands[] = {
-    {"session", "list", "", "iSCSI sessions and NBD connections: peer, target/export, bytes moved, parameters",
+    {"session", "list", "",
+     "iSCSI sessions and NBD connections: peer, target/export, bytes moved, parameters",
      session_list},
 };
 CLI_COMMANDS(session_commands);

@@ -24,7 +24,6 @@ int parse_host_port(const char *s, struct sockaddr_storage *out, socklen_t *len)
 /* Printable "addr:port" of a socket address. */
 void format_sockaddr(const struct sockaddr *sa, socklen_t len, char *buf, size_t buflen);
 
-/* Big-endian loads/stores for protocol headers. */
 /* Add to a statistics counter that one thread writes and others read:
  * a relaxed load and store, no locked read-modify-write. */
 static inline void counter_add(_Atomic uint64_t *v, uint64_t n)
@@ -33,6 +32,7 @@ static inline void counter_add(_Atomic uint64_t *v, uint64_t n)
                           memory_order_relaxed);
 }
 
+/* Big-endian loads/stores for protocol headers. */
 static inline uint16_t be16_load(const void *p)
 {
     const uint8_t *b = p;

@@ -103,9 +103,8 @@ struct nbd_conn {
     /* registry of live connections (nbd_export_connections) */
     struct nbd_conn *reg_prev, *reg_next;
     /* nbd.global.sessions: written by the reactor only (counter_add), read
-     * by API threads; the flags are copied under reg_lock at transmission */
+     * by API threads under reg_lock */
     uint64_t connected_at;
-    bool reg_transmission, reg_tls, reg_structured, reg_meta, reg_ro, reg_multi;
     _Atomic uint64_t st_requests, st_read, st_written;
 };
 
@@ -142,12 +141,6 @@ static void reg_set_export(struct nbd_conn *nc, struct nbd_export *e)
 {
     pthread_mutex_lock(&reg_lock);
     nc->exp = e;
-    nc->reg_transmission = true;
-    nc->reg_tls = nc->tls;
-    nc->reg_structured = nc->structured;
-    nc->reg_meta = nc->meta_alloc;
-    nc->reg_ro = (nc->caps.eflags & NBD_FLAG_READ_ONLY) != 0;
-    nc->reg_multi = (nc->caps.eflags & NBD_FLAG_CAN_MULTI_CONN) != 0;
     pthread_mutex_unlock(&reg_lock);
 }
 
@@ -166,16 +159,18 @@ int nbd_sessions_list(struct nbd_session_info **out)
     for (struct nbd_conn *nc = reg_head; nc; nc = nc->reg_next, i++) {
         struct nbd_session_info *s = &a[i];
         snprintf(s->peer, sizeof(s->peer), "%s", nc->c->peer);
+        /* Once exp is set (under reg_lock, at the end of the handshake)
+         * the negotiated flags no longer change: safe to read here. */
         if (nc->exp) {
             snprintf(s->export, sizeof(s->export), "%s", nc->exp->name);
             s->size = volume_size(nc->exp->vol);
+            s->transmission = true;
+            s->tls = nc->tls;
+            s->structured = nc->structured;
+            s->base_allocation = nc->meta_alloc;
+            s->readonly = (nc->caps.eflags & NBD_FLAG_READ_ONLY) != 0;
+            s->multi_conn = (nc->caps.eflags & NBD_FLAG_CAN_MULTI_CONN) != 0;
         }
-        s->transmission = nc->reg_transmission;
-        s->tls = nc->reg_tls;
-        s->structured = nc->reg_structured;
-        s->base_allocation = nc->reg_meta;
-        s->readonly = nc->reg_ro;
-        s->multi_conn = nc->reg_multi;
         s->connected_at = nc->connected_at;
         s->requests = atomic_load_explicit(&nc->st_requests, memory_order_relaxed);
         s->bytes_read = atomic_load_explicit(&nc->st_read, memory_order_relaxed);
@@ -882,6 +877,7 @@ static void enter_transmission(struct nbd_conn *nc, struct nbd_export *e)
     nc->caps.meta_alloc = nc->meta_alloc;
     nc->caps.size = volume_size(e->vol);
     nc->caps.max_length = nc->settings->max_request;
+    /* Last: from here nbd_sessions_list reads the negotiated state. */
     reg_set_export(nc, e);
     nc->state = ST_TRANSMISSION;
     log_debug("%s: nbd: export '%s' (flags 0x%x%s%s)", nc->c->peer, e->name, nc->caps.eflags,
