@@ -8,6 +8,7 @@
  */
 #include "api/api.h"
 #include "api/api_internal.h"
+#include "api/jsonw.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -462,7 +463,7 @@ static json_t *handle_parsed(json_t *doc, struct api_client *client)
 
 static char *dump(json_t *resp)
 {
-    char *s = json_dumps(resp, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *s = api_json_dumps(resp, NULL);
     json_decref(resp);
     if (!s) {
         /* Only when out of memory or a handler built invalid UTF-8. */

@@ -18,6 +18,7 @@
 #include "api/acceptor.h"
 #include "api/api.h"
 #include "api/jobs.h"
+#include "api/jsonw.h"
 #include "core/log.h"
 
 #define READ_CHUNK (64 * 1024)
@@ -74,10 +75,11 @@ static int client_write_line(struct client *c, const char *text, size_t len)
 static int client_send(struct api_client *ac, json_t *msg)
 {
     struct client *c = ac->transport;
-    char *s = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
+    size_t len = 0;
+    char *s = api_json_dumps(msg, &len);
     if (!s)
         return -ENOMEM;
-    int rc = client_write_line(c, s, strlen(s));
+    int rc = client_write_line(c, s, len);
     free(s);
     return rc;
 }

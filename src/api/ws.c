@@ -42,6 +42,7 @@
 #include "api/api.h"
 #include "api/auth.h"
 #include "api/jobs.h"
+#include "api/jsonw.h"
 #include "core/log.h"
 #include "core/util.h"
 
@@ -667,10 +668,11 @@ static int client_queue(struct ws_client *c, const char *text, size_t len)
 static int client_send(struct api_client *ac, json_t *msg)
 {
     struct ws_client *c = ac->transport;
-    char *s = json_dumps(msg, JSON_COMPACT | JSON_ENCODE_ANY);
+    size_t len = 0;
+    char *s = api_json_dumps(msg, &len);
     if (!s)
         return -ENOMEM;
-    int rc = client_queue(c, s, strlen(s));
+    int rc = client_queue(c, s, len);
     free(s);
     return rc;
 }

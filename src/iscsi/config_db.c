@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api/jsonw.h"
 #include "config/db.h"
 #include "core/log.h"
 #include "iscsi/config_internal.h"
@@ -213,8 +214,10 @@ static size_t rows_lower_bound(json_t *rows, int64_t id)
     return lo;
 }
 
-/* c->rows with the watched changes applied, as a new array; NULL on error. */
-static json_t *rows_refresh(struct icfg_rows_cache *c, icfg_row_fn fn, const char *by_id_sql)
+/* c->rows with the watched changes applied, as a new array; NULL on error.
+ * The rows that entered go to added, those replaced or removed to dropped. */
+static json_t *rows_refresh(struct icfg_rows_cache *c, icfg_row_fn fn, const char *by_id_sql,
+                            json_t *added, json_t *dropped)
 {
     json_t *rows = json_copy(c->rows); /* shallow: the rows are shared */
     for (size_t i = 0; rows && i < c->watch.n; i++) {
@@ -226,14 +229,19 @@ static json_t *rows_refresh(struct icfg_rows_cache *c, icfg_row_fn fn, const cha
         }
         json_t *row = json_array_get(found, 0);
         size_t at = rows_lower_bound(rows, id);
-        bool present = at < json_array_size(rows) &&
-                       json_integer_value(json_object_get(json_array_get(rows, at), "id")) == id;
+        json_t *old = at < json_array_size(rows) ? json_array_get(rows, at) : NULL;
+        if (old && json_integer_value(json_object_get(old, "id")) != id)
+            old = NULL;
         int rc = 0;
-        if (row && present)
+        if (old)
+            rc = json_array_append(dropped, old);
+        if (rc == 0 && row)
+            rc = json_array_append(added, row);
+        if (rc == 0 && row && old)
             rc = json_array_set(rows, at, row);
-        else if (row)
+        else if (rc == 0 && row)
             rc = json_array_insert(rows, at, row);
-        else if (present)
+        else if (rc == 0 && old)
             rc = json_array_remove(rows, at);
         json_decref(found);
         if (rc < 0) {
@@ -242,6 +250,25 @@ static json_t *rows_refresh(struct icfg_rows_cache *c, icfg_row_fn fn, const cha
         }
     }
     return rows;
+}
+
+/* Cached rows are written from saved texts (api/jsonw.h): each row is
+ * serialized once, when it enters the cache, not in every response. A row
+ * can be both added and dropped (an id changed twice): set first, then
+ * clear, so that it ends up unregistered. */
+static void rows_memo(json_t *added, json_t *dropped)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach(added, i, row)
+    {
+        if (api_json_memo_set(row) < 0)
+            break; /* out of memory: the rest is walked when written */
+    }
+    json_array_foreach(dropped, i, row)
+    {
+        api_json_memo_clear(row);
+    }
 }
 
 json_t *icfg_rows_cached(struct icfg_rows_cache *c, icfg_row_fn fn, const char *all_sql,
@@ -255,12 +282,31 @@ json_t *icfg_rows_cached(struct icfg_rows_cache *c, icfg_row_fn fn, const char *
     if (!db || !sqlite3_get_autocommit(db))
         return icfg_rows(fn, all_sql, ""); /* uncommitted rows: not for the cache */
     json_t *rows = NULL;
+    json_t *added = json_array(), *dropped = json_array();
+    if (!added || !dropped) {
+        json_decref(added);
+        json_decref(dropped);
+        return icfg_rows(fn, all_sql, "");
+    }
     if (c->rows && !c->watch.overflow)
-        rows = c->watch.n ? rows_refresh(c, fn, by_id_sql) : json_incref(c->rows);
-    if (!rows)
+        rows = c->watch.n ? rows_refresh(c, fn, by_id_sql, added, dropped) : json_incref(c->rows);
+    if (!rows) {
         rows = icfg_rows(fn, all_sql, "");
-    if (!rows)
-        return NULL;
+        if (!rows) {
+            json_decref(added);
+            json_decref(dropped);
+            return NULL;
+        }
+        /* rebuilt: every old row leaves, every new one enters */
+        json_array_clear(added);
+        json_array_clear(dropped);
+        if (c->rows)
+            json_array_extend(dropped, c->rows);
+        json_array_extend(added, rows);
+    }
+    rows_memo(added, dropped);
+    json_decref(added);
+    json_decref(dropped);
     json_decref(c->rows);
     c->rows = json_incref(rows);
     c->watch.n = 0;
