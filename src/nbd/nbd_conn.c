@@ -36,8 +36,17 @@
 #define NBD_HOLE_MIN (64u * 1024)    /* smaller reads never look for holes */
 #define NBD_EXTENTS_MAX 128          /* per BLOCK_STATUS / hole-aware read */
 #define NBD_HELD_MAX (64u << 20)     /* payload bytes held per connection */
-#define NBD_MAX_OPTIONS 4096         /* options per connection before we give up */
-#define NBD_OUT_MAX (16u << 20)      /* queued reply bytes before we stop parsing */
+/* Write payload received ahead of a volume's write queue (see
+ * volume_writes_queued): the one being written, the next one, and one
+ * arriving. The rest waits in the socket, and is received later in larger
+ * pieces: a reactor that reads each payload as soon as a piece of it
+ * arrives makes ~4 recv calls per 1 MiB write and pays the loopback TCP
+ * window updates each of them sends. fio nbd 1 MiB QD8 writes, 4 alternating
+ * runs each: 3,368 -> 3,607 IOPS (median), 285 -> 264 us of CPU per write;
+ * 2 MiB and 4 MiB did less well. */
+#define NBD_WRITE_AHEAD (3u << 20)
+#define NBD_MAX_OPTIONS 4096    /* options per connection before we give up */
+#define NBD_OUT_MAX (16u << 20) /* queued reply bytes before we stop parsing */
 #define NBD_OUT_ENTRIES_MAX 8192u
 #define NBD_BACKLOG_RETRY_NS (5u * 1000 * 1000) /* re-check a reply backlog every 5 ms */
 #define NBD_DIRECT_RX_MIN (64u * 1024)          /* payloads this big bypass the input buffer */
@@ -60,6 +69,7 @@ struct nbd_req {
     struct nbd_request rq;
     void *buf;
     size_t buf_size;
+    bool write_ahead;   /* buf_size counted in nc->write_held */
     struct extent *ext; /* hole-aware reads and BLOCK_STATUS (in buf2) */
     void *buf2;
     size_t buf2_size;
@@ -89,6 +99,7 @@ struct nbd_conn {
     struct nbd_req *free_reqs;
     unsigned inflight;
     size_t held;
+    size_t write_held;      /* write payload bytes held, of the above */
     struct nbd_req *rx_req; /* WRITE whose payload is arriving */
     uint32_t rx_got;
     uint64_t skip; /* bytes of input to discard */
@@ -224,6 +235,14 @@ static struct nbd_req *req_get(struct nbd_conn *nc)
     return r;
 }
 
+/* Room for one more request's payload (and a request slot). */
+static bool payload_room(const struct nbd_conn *nc)
+{
+    if (nc->inflight >= nc->settings->max_inflight || nc->held >= NBD_HELD_MAX)
+        return false;
+    return !nc->vol || nc->write_held < NBD_WRITE_AHEAD || !volume_writes_queued(nc->vol);
+}
+
 static void conn_kick_run(struct reactor_msg *m)
 {
     struct nbd_conn *nc = container_of(m, struct nbd_conn, kick);
@@ -232,8 +251,7 @@ static void conn_kick_run(struct reactor_msg *m)
     if (!c->closing) {
         if (nc->disconnecting && nc->inflight == 0)
             conn_close(c);
-        else if (nc->paused && nc->inflight < nc->settings->max_inflight &&
-                 nc->held < NBD_HELD_MAX) {
+        else if (nc->paused && payload_room(nc)) {
             nc->paused = false;
             conn_pause_input(c, false);
         }
@@ -259,6 +277,9 @@ static void req_free(struct nbd_req *r)
     struct conn *c = nc->c;
     if (r->buf) {
         nc->held -= r->buf_size;
+        if (r->write_ahead)
+            nc->write_held -= r->buf_size;
+        r->write_ahead = false;
         bufpool_put(r->buf, r->buf_size);
         r->buf = NULL;
     }
@@ -724,8 +745,7 @@ static bool reply_backlog(const struct conn *c)
 
 static bool can_accept_request(struct nbd_conn *nc)
 {
-    return nc->inflight < nc->settings->max_inflight && nc->held < NBD_HELD_MAX &&
-           !reply_backlog(nc->c);
+    return payload_room(nc) && !reply_backlog(nc->c);
 }
 
 static void backlog_retry(struct reactor_timer *t)
@@ -813,6 +833,8 @@ static int handle_request(struct nbd_conn *nc)
             skip_then_reply(nc, &rq, NBD_ENOMEM);
             break;
         }
+        r->write_ahead = true;
+        nc->write_held += r->buf_size;
         nc->rx_req = r;
         nc->rx_got = 0;
         return rx_payload(nc);

@@ -123,6 +123,21 @@ while h.aio_in_flight() > 0:
 for c in cookies:
     assert h.aio_command_completed(c)
 
+# Large writes in flight beyond what the server receives ahead of its
+# write queue (3 MiB): it stops reading and resumes as writes complete
+bufs = [os.urandom(1 << 20) for _ in range(3)] + [os.urandom(5 << 20)]
+offs = [(8 + 6 * i) << 20 for i in range(len(bufs))]
+cookies = [h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(b)), o) for b, o in zip(bufs, offs)]
+cookies += [h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(b[:4096])), o + (1 << 20) * 5 + 8192)
+            for b, o in zip(bufs, offs)]
+while h.aio_in_flight() > 0:
+    h.poll(-1)
+for c in cookies:
+    assert h.aio_command_completed(c)
+for b, o in zip(bufs, offs):
+    assert h.pread(len(b), o) == b, "large write at %d" % o
+    assert h.pread(4096, o + (1 << 20) * 5 + 8192) == b[:4096]
+
 # Read-only export: writes refused with EPERM
 r = handle(os.environ["RO"])
 assert r.is_read_only()
