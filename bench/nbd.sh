@@ -120,7 +120,7 @@ run_case() {
         # The order rotates from one repeat to the next: the server that
         # runs first in a round can do 10% better on this VM (fio nbd 4 KiB
         # writes: of two builds that differ in nothing on that path, the one
-        # run first won 4-5 rounds of 5), so no server keeps that seat.
+        # run first won 6 rounds of 8), so no server keeps that seat.
         local order=("${SERVERS[@]:$(((r - 1) % ${#SERVERS[@]}))}" "${SERVERS[@]:0:$(((r - 1) % ${#SERVERS[@]}))}")
         for s in "${order[@]}"; do
             # Start every run with no dirty pages: a flush otherwise pays for
