@@ -229,11 +229,6 @@ unsigned volume_caps(const struct volume *v)
     return v->bdev->caps;
 }
 
-bool volume_writes_queued(const struct volume *v)
-{
-    return v->bdev->ops->write_nowait != NULL;
-}
-
 uint64_t volume_size_generation(const struct volume *v)
 {
     return atomic_load_explicit(&v->size_gen, memory_order_acquire);

@@ -51,11 +51,6 @@ uint32_t volume_block_size(const struct volume *v);
 enum volume_sync volume_sync_mode(const struct volume *v);
 bool volume_readonly(const struct volume *v);
 unsigned volume_caps(const struct volume *v); /* enum bdev_cap */
-/* Writes that cannot complete on the submitting thread are executed in
- * order, one at a time, by the volume's write queue (the backend may block:
- * files). A front-end then gains nothing by receiving many write payloads
- * ahead of it. */
-bool volume_writes_queued(const struct volume *v);
 /* A counter bumped by every resize, so front-ends can notice (UA, NBD). */
 uint64_t volume_size_generation(const struct volume *v);
 

@@ -123,8 +123,8 @@ while h.aio_in_flight() > 0:
 for c in cookies:
     assert h.aio_command_completed(c)
 
-# Large writes in flight beyond what the server receives ahead of its
-# write queue (3 MiB): it stops reading and resumes as writes complete
+# Large writes in flight beyond the payload a connection may hold
+# (4 MiB): it stops reading and resumes as writes complete
 bufs = [os.urandom(1 << 20) for _ in range(3)] + [os.urandom(5 << 20)]
 offs = [(8 + 6 * i) << 20 for i in range(len(bufs))]
 cookies = [h.aio_pwrite(nbd.Buffer.from_bytearray(bytearray(b)), o) for b, o in zip(bufs, offs)]
