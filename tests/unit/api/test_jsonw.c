@@ -133,7 +133,9 @@ static void test_memo(void **state)
     assert_int_equal(api_json_memo_set(row), 0);
     assert_int_equal(api_json_memo_set(row), 0); /* again: nothing new */
     assert_int_equal(api_json_memo_count(), 1);
-    assert_int_equal(api_json_memo_set(json_array()), -22); /* objects only */
+    json_t *arr0 = json_array();
+    assert_int_equal(api_json_memo_set(arr0), -22); /* objects only */
+    json_decref(arr0);
 
     /* The saved text is what is written, not the object as it is now:
      * this shows the writer does not walk a registered object. */
@@ -152,6 +154,7 @@ static void test_memo(void **state)
                            "{\"id\":5,\"name\":\"changed\"}]}");
     free(s);
     json_decref(doc);
+    json_decref(row);
 
     /* The registry keeps its object alive: dropping every other reference
      * leaves the saved text valid and no address can be reused. */
