@@ -1,6 +1,7 @@
 /* The file backend: a regular (usually sparse) file or a block device.
- * Optional kernel features are probed once per open and remembered in caps
- * and in the flags below; the portable path stays available behind each. */
+ * Optional kernel features are probed once per filesystem (block devices:
+ * per open) and remembered in caps and in the flags below; the portable
+ * path stays available behind each. */
 #include "core/log.h"
 #include "store/bdev.h"
 
@@ -8,6 +9,7 @@
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <linux/fs.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,42 +360,99 @@ static bool probe_rotational(dev_t dev)
     return c == '1';
 }
 
-static void probe_caps(struct bdev_file *f, bool readonly)
+/* What the probes found for one filesystem. */
+struct fs_probe {
+    dev_t dev;
+    bool writable; /* probed on a writable open: punch and zero_range are known */
+    bool nowait, punch, zero_range, seek_data, rotational;
+};
+
+/* Probe results of regular files, per filesystem (st_dev): the probes cost
+ * 8 system calls, and ZERO_RANGE allocates a block that PUNCH_HOLE then
+ * frees (metadata for the disk to write back), at every open, i.e. for
+ * every iSCSI share created. A feature that fails later anyway (a file the
+ * filesystem treats differently) is turned off at run time by the paths
+ * above. Block devices are probed at each open. */
+#define FS_PROBES_MAX 16
+static pthread_mutex_t fs_probes_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fs_probe fs_probes[FS_PROBES_MAX];
+static size_t fs_probes_n;
+
+static bool fs_probe_find(dev_t dev, bool readonly, struct fs_probe *out)
+{
+    bool found = false;
+    pthread_mutex_lock(&fs_probes_lock);
+    for (size_t i = 0; i < fs_probes_n && !found; i++) {
+        if (fs_probes[i].dev == dev && (readonly || fs_probes[i].writable)) {
+            *out = fs_probes[i];
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&fs_probes_lock);
+    return found;
+}
+
+static void fs_probe_save(const struct fs_probe *p)
+{
+    pthread_mutex_lock(&fs_probes_lock);
+    size_t i = 0;
+    while (i < fs_probes_n && fs_probes[i].dev != p->dev)
+        i++;
+    if (i == fs_probes_n && fs_probes_n < FS_PROBES_MAX)
+        fs_probes[fs_probes_n++] = *p;
+    else if (i < fs_probes_n && (p->writable || !fs_probes[i].writable))
+        fs_probes[i] = *p; /* a writable probe knows more than a read-only one */
+    pthread_mutex_unlock(&fs_probes_lock);
+}
+
+static void probe_file(struct bdev_file *f, bool readonly, struct fs_probe *p)
 {
     /* One byte, not zero: a zero-length read returns before the kernel
      * looks at the flags. EAGAIN (not cached) also means "supported". */
     char byte;
     struct iovec iov = {.iov_base = &byte, .iov_len = 1};
     ssize_t r = preadv2(f->fd, &iov, 1, 0, RWF_NOWAIT);
-    bool nowait = r >= 0 || errno == EAGAIN;
-    atomic_init(&f->read_nowait_ok, nowait);
-    atomic_init(&f->write_nowait_ok, nowait && !readonly);
-
-    bool punch = false, zero_range = false;
+    p->nowait = r >= 0 || errno == EAGAIN;
+    p->writable = !readonly;
+    p->punch = p->zero_range = false;
     if (!readonly) {
         if (f->is_blockdev) {
             /* Cannot probe without touching data; assume and fall back on
              * EOPNOTSUPP at run time. */
-            punch = zero_range = true;
+            p->punch = p->zero_range = true;
         } else {
             /* Probe past EOF so no data is touched; KEEP_SIZE keeps the size. */
             uint64_t at = (f->base.size + 4095) & ~(uint64_t)4095;
-            punch =
+            p->punch =
                 fallocate(f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)at, 4096) == 0;
-            zero_range =
+            p->zero_range =
                 fallocate(f->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)at, 4096) == 0;
-            if (zero_range) /* give back the block the probe allocated */
+            if (p->zero_range) /* give back the block the probe allocated */
                 (void)fallocate(f->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)at, 4096);
         }
     }
-    atomic_init(&f->punch_ok, punch);
-    atomic_init(&f->zero_range_ok, zero_range);
-
-    f->seek_data_ok = false;
+    p->seek_data = false;
     if (!f->is_blockdev) {
         off_t d = lseek(f->fd, 0, SEEK_DATA);
-        f->seek_data_ok = d >= 0 || errno == ENXIO;
+        p->seek_data = d >= 0 || errno == ENXIO;
     }
+    p->rotational = probe_rotational(p->dev);
+}
+
+static void probe_caps(struct bdev_file *f, bool readonly, const struct stat *st)
+{
+    struct fs_probe p = {.dev = f->is_blockdev ? st->st_rdev : st->st_dev};
+    if (f->is_blockdev || !fs_probe_find(p.dev, readonly, &p)) {
+        probe_file(f, readonly, &p);
+        if (!f->is_blockdev)
+            fs_probe_save(&p);
+    }
+    atomic_init(&f->read_nowait_ok, p.nowait);
+    atomic_init(&f->write_nowait_ok, p.nowait && !readonly);
+    bool punch = p.punch && !readonly, zero_range = p.zero_range && !readonly;
+    atomic_init(&f->punch_ok, punch);
+    atomic_init(&f->zero_range_ok, zero_range);
+    f->seek_data_ok = p.seek_data;
 
     unsigned caps = BDEV_CAN_FLUSH | BDEV_CAN_MULTI_CONN | BDEV_CAN_CACHE;
     if (punch)
@@ -402,8 +461,7 @@ static void probe_caps(struct bdev_file *f, bool readonly)
         caps |= BDEV_CAN_ZERO | BDEV_CAN_FAST_ZERO;
     if (f->seek_data_ok)
         caps |= BDEV_CAN_EXTENTS;
-    struct stat st;
-    if (fstat(f->fd, &st) == 0 && probe_rotational(f->is_blockdev ? st.st_rdev : st.st_dev))
+    if (p.rotational)
         caps |= BDEV_ROTATIONAL;
     f->base.caps = caps;
 }
@@ -449,7 +507,7 @@ int bdev_file_open(const char *path, bool readonly, struct bdev **out)
     }
     f->base.ops = &file_ops;
     f->base.readonly = readonly;
-    probe_caps(f, readonly);
+    probe_caps(f, readonly, &st);
     *out = &f->base;
     return 0;
 }

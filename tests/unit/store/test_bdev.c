@@ -331,6 +331,40 @@ static void test_file_create(void **state)
     assert_int_equal(bdev_file_create(p, 4096, false), -ENOENT);
 }
 
+/* Probe results are kept per filesystem: a read-only open must not pass
+ * its unknown hole punching on to later writable opens, nor a writable open
+ * its write features to read-only ones. */
+static void test_file_probe_cache(void **state)
+{
+    (void)state;
+    const unsigned write_caps =
+        BDEV_CAN_TRIM | BDEV_TRIM_ZEROES | BDEV_CAN_ZERO | BDEV_CAN_FAST_ZERO;
+    char p1[320], p2[320];
+    snprintf(p1, sizeof(p1), "%s/probe1", tmpdir);
+    snprintf(p2, sizeof(p2), "%s/probe2", tmpdir);
+    assert_int_equal(bdev_file_create(p1, 1 << 20, false), 0);
+    assert_int_equal(bdev_file_create(p2, 1 << 20, false), 0);
+    struct bdev *ro1, *rw1, *rw2, *ro2;
+    assert_int_equal(bdev_file_open(p1, true, &ro1), 0);
+    assert_int_equal(ro1->caps & write_caps, 0);
+    assert_int_equal(bdev_file_open(p1, false, &rw1), 0);
+    assert_true(rw1->caps & BDEV_CAN_TRIM); /* as the file fixtures above */
+    assert_int_equal(bdev_file_open(p2, false, &rw2), 0);
+    assert_int_equal(rw2->caps, rw1->caps);
+    assert_int_equal(bdev_file_open(p2, true, &ro2), 0);
+    assert_int_equal(ro2->caps & write_caps, 0);
+    assert_int_equal(ro2->caps, rw1->caps & ~write_caps);
+    assert_int_equal(ro1->caps, ro2->caps);
+    /* what the cached caps promise works on the second file */
+    assert_int_equal(rw2->ops->trim(rw2, 0, 4096), 0);
+    bdev_close(ro1);
+    bdev_close(rw1);
+    bdev_close(rw2);
+    bdev_close(ro2);
+    unlink(p1);
+    unlink(p2);
+}
+
 static void test_file_nowait(void **state)
 {
     struct fixture *f = *state;
@@ -539,6 +573,7 @@ int main(void)
         BOTH(test_sync_cache),
         BOTH(test_random_model),
         cmocka_unit_test(test_file_create),
+        cmocka_unit_test(test_file_probe_cache),
         cmocka_unit_test_setup_teardown(test_file_nowait, open_file, close_dev),
         cmocka_unit_test_setup_teardown(test_file_fast_zero_fallback, open_file, close_dev),
         cmocka_unit_test_setup_teardown(test_memory_concurrent_install, open_memory, close_dev),
