@@ -371,8 +371,10 @@ struct fs_probe {
  * 8 system calls, and ZERO_RANGE allocates a block that PUNCH_HOLE then
  * frees (metadata for the disk to write back), at every open, i.e. for
  * every iSCSI share created. A feature that fails later anyway (a file the
- * filesystem treats differently) is turned off at run time by the paths
- * above. Block devices are probed at each open. */
+ * filesystem treats differently, or another filesystem mounted later on a
+ * reused device number) is turned off at run time by the paths above;
+ * SEEK_DATA needs no fallback, the VFS answers it for filesystems without
+ * holes. Block devices are probed at each open. */
 #define FS_PROBES_MAX 16
 static pthread_mutex_t fs_probes_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fs_probe fs_probes[FS_PROBES_MAX];
