@@ -145,6 +145,15 @@ fi
 t3=$(jget "$(blockctl call iscsi.target.create \
     "{\"name\":\"it-three\",\"groups\":[{\"portal\":$portal,\"initiator\":$all}]}")" 'j["id"]')
 blockctl call iscsi.targetextent.create "{\"target\":$t3,\"extent\":$e1,\"lunid\":3}" >/dev/null
+# The unfiltered list comes from cached rows written from saved texts
+# (api/jsonw): it must follow every update.
+te3=$(jget "$(blockctl call iscsi.targetextent.query "[[[\"target\",\"=\",$t3]],{\"get\":true}]")" 'j["id"]')
+blockctl call iscsi.targetextent.query '[]' >/dev/null
+for lun in 4 9 3; do
+    blockctl call iscsi.targetextent.update "[$te3, {\"lunid\": $lun}]" >/dev/null
+    got=$(jget "$(blockctl call iscsi.targetextent.query '[]')" "[r['lunid'] for r in j if r['id'] == $te3]")
+    [ "$got" = "[$lun]" ] || fail "unfiltered targetextent.query shows $got after lunid $lun"
+done
 blockd_stop
 blockd_start
 discover "$INI_OTHER" | grep -qx "$BASE:it-three" || fail "it-three not discoverable after restart"
