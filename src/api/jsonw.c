@@ -348,11 +348,6 @@ int api_json_memo_set(json_t *obj)
 {
     if (!json_is_object(obj))
         return -EINVAL;
-    pthread_rwlock_rdlock(&memo_lock);
-    bool known = memo_find(obj) != NULL;
-    pthread_rwlock_unlock(&memo_lock);
-    if (known)
-        return 0;
     /* Written without the registry: obj itself is not in it yet, and rows
      * hold scalars. */
     struct wbuf b = {0};
@@ -364,7 +359,7 @@ int api_json_memo_set(json_t *obj)
     pthread_rwlock_wrlock(&memo_lock);
     int rc = 0;
     if (memo_find(obj)) {
-        free(text); /* another thread registered it meanwhile */
+        free(text); /* registered before */
     } else if ((memo_used + memo_tomb + 1) * 2 > memo_cap && memo_grow(memo_used + 1) < 0) {
         free(text);
         rc = -ENOMEM;

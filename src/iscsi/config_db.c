@@ -281,32 +281,23 @@ json_t *icfg_rows_cached(struct icfg_rows_cache *c, icfg_row_fn fn, const char *
     sqlite3 *db = db_handle();
     if (!db || !sqlite3_get_autocommit(db))
         return icfg_rows(fn, all_sql, ""); /* uncommitted rows: not for the cache */
+    if (c->rows && !c->watch.overflow && c->watch.n == 0)
+        return json_incref(c->rows); /* unchanged since the last call */
     json_t *rows = NULL;
     json_t *added = json_array(), *dropped = json_array();
-    if (!added || !dropped) {
-        json_decref(added);
-        json_decref(dropped);
-        return icfg_rows(fn, all_sql, "");
-    }
-    if (c->rows && !c->watch.overflow)
-        rows = c->watch.n ? rows_refresh(c, fn, by_id_sql, added, dropped) : json_incref(c->rows);
-    if (!rows) {
+    if (c->rows && !c->watch.overflow && added && dropped)
+        rows = rows_refresh(c, fn, by_id_sql, added, dropped);
+    if (rows) {
+        rows_memo(added, dropped);
+    } else {
         rows = icfg_rows(fn, all_sql, "");
-        if (!rows) {
-            json_decref(added);
-            json_decref(dropped);
-            return NULL;
-        }
-        /* rebuilt: every old row leaves, every new one enters */
-        json_array_clear(added);
-        json_array_clear(dropped);
-        if (c->rows)
-            json_array_extend(dropped, c->rows);
-        json_array_extend(added, rows);
+        if (rows) /* rebuilt: every old row leaves, every new one enters */
+            rows_memo(rows, c->rows);
     }
-    rows_memo(added, dropped);
     json_decref(added);
     json_decref(dropped);
+    if (!rows)
+        return NULL;
     json_decref(c->rows);
     c->rows = json_incref(rows);
     c->watch.n = 0;
