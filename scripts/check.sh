@@ -7,6 +7,8 @@ BUILD=${1:-build}
 ASAN_BUILD=${2:-build-asan}
 cd "$(dirname "$0")/.."
 total_pass=0; total_fail=0
+# Logs of this run (several checkouts may run make check at once).
+LOGS=$(mktemp -d /tmp/blockd-check.XXXXXX)
 
 step() { echo; echo "=== $*"; }
 
@@ -27,18 +29,18 @@ count_meson() { # parse "Ok: N" / "Fail: N" from meson test output
 }
 
 step "unit tests"
-meson test -C "$BUILD" --suite unit --print-errorlogs 2>&1 | tee /tmp/blockd-unit.log
-count_meson /tmp/blockd-unit.log
+meson test -C "$BUILD" --suite unit --print-errorlogs 2>&1 | tee $LOGS/unit.log
+count_meson $LOGS/unit.log
 
 step "unit tests under ASan+UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    meson test -C "$ASAN_BUILD" --suite unit --print-errorlogs 2>&1 | tee /tmp/blockd-unit-asan.log
-count_meson /tmp/blockd-unit-asan.log
+    meson test -C "$ASAN_BUILD" --suite unit --print-errorlogs 2>&1 | tee $LOGS/unit-asan.log
+count_meson $LOGS/unit-asan.log
 
 step "integration tests"
-BUILD=$(pwd)/$BUILD tests/integration/run.sh 2>&1 | tee /tmp/blockd-integration.log
-ip=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' /tmp/blockd-integration.log)
-if=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' /tmp/blockd-integration.log)
+BUILD=$(pwd)/$BUILD tests/integration/run.sh 2>&1 | tee $LOGS/integration.log
+ip=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' $LOGS/integration.log)
+if=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' $LOGS/integration.log)
 [ -n "$ip" ] || { ip=0; if=1; }
 total_pass=$((total_pass + ip)); total_fail=$((total_fail + if))
 
@@ -47,9 +49,9 @@ step "integration tests against the ASan+UBSan daemon"
 # This pass also takes the portable read path (preadv2 + I/O pool) instead
 # of io_uring, so that both engines are tested.
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    BLOCKD_IO_ENGINE=pread BUILD=$(pwd)/$ASAN_BUILD tests/integration/run.sh 2>&1 | tee /tmp/blockd-integration-asan.log
-ip=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' /tmp/blockd-integration-asan.log)
-if=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' /tmp/blockd-integration-asan.log)
+    BLOCKD_IO_ENGINE=pread BUILD=$(pwd)/$ASAN_BUILD tests/integration/run.sh 2>&1 | tee $LOGS/integration-asan.log
+ip=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' $LOGS/integration-asan.log)
+if=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' $LOGS/integration-asan.log)
 [ -n "$ip" ] || { ip=0; if=1; }
 total_pass=$((total_pass + ip)); total_fail=$((total_fail + if))
 
