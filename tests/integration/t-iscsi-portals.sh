@@ -210,7 +210,7 @@ expect_error iscsi.global.update "{\"listen_port\":$BUSY_PORT}" \
     fail "a refused listen_port change was stored"
 discover "iscsi://127.0.0.1:$P" | grep -q "$BASE:pt-one" || fail "portal A stopped serving"
 kill $BUSY_PID 2>/dev/null
-wait $BUSY_PID 2>/dev/null
+wait $BUSY_PID 2>/dev/null || true
 
 # ---- listen_port moves every listener live ----
 Q=$(free_port)
@@ -258,7 +258,7 @@ exec 7>&-
 wait $QPID || fail "qemu-io failed: $(cat "$TMP/q1.out")"
 out=$(cat "$TMP/q1.out")
 grep -qi "fail\|error" <<<"$out" && fail "qemu-io reported an error: $out"
-[ "$(grep -c "^read 1048576/1048576 bytes" <<<"$out")" = 6 ] || fail "qemu-io reads: $out"
+[ "$(grep -c "read 1048576/1048576 bytes" <<<"$out")" = 5 ] || fail "qemu-io reads: $out"
 
 # ---- a restart: --iscsi-listen's port is listen_port again ----
 blockd_stop
