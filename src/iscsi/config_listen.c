@@ -91,8 +91,9 @@ int icfg_listen_set_override(const char *addr_port)
         log_error("iscsi: --iscsi-listen '%s' is not ADDR:PORT", addr_port);
         return -EINVAL;
     }
-    const void *a = ss.ss_family == AF_INET ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
-                                            : (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
+    const void *a = ss.ss_family == AF_INET
+                        ? (const void *)&((struct sockaddr_in *)&ss)->sin_addr
+                        : (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr;
     inet_ntop(ss.ss_family, a, ovr_ip, sizeof(ovr_ip));
     int port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
                                              : ((struct sockaddr_in6 *)&ss)->sin6_port);
@@ -156,8 +157,8 @@ static void publish_addrs(struct portal_addr *list, size_t n)
     free(old);
 }
 
-static int want_add(struct listener_entry **want, size_t *n, const char *ip, int port,
-                    uint16_t tag, bool override)
+static int want_add(struct listener_entry **want, size_t *n, const char *ip, int port, uint16_t tag,
+                    bool override)
 {
     struct listener_entry *w = realloc(*want, (*n + 1) * sizeof(*w));
     if (!w)

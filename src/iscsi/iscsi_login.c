@@ -123,8 +123,8 @@ static int add_target_entry(struct iscsi_conn *ic, const struct iscsi_target_vie
         if (!group_admits(grp, initiator))
             continue;
         char addrs[16][ISCSI_PORTAL_ADDR_MAX];
-        int n = iscsi_runtime_portal_addrs(grp->portal_tag,
-                                           (const struct sockaddr *)&ic->local_sa, addrs, 16);
+        int n = iscsi_runtime_portal_addrs(grp->portal_tag, (const struct sockaddr *)&ic->local_sa,
+                                           addrs, 16);
         for (int i = 0; rc == 0 && i < n; i++, added++) {
             snprintf(addr, sizeof(addr), "%.*s,%u", ISCSI_PORTAL_ADDR_MAX - 1, addrs[i],
                      grp->portal_tag);
