@@ -278,6 +278,10 @@ void icfg_listen_apply(void)
             iscsi_server_unlisten(listeners[i].addr);
     }
     free(listeners);
+    if (nnext == 0) {
+        free(next);
+        next = NULL;
+    }
     listeners = next;
     listeners_n = nnext;
     free(want);
