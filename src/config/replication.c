@@ -674,6 +674,13 @@ static int plan_item(struct repl_task *t, struct item *it)
                              it->dst, (unsigned long long)used);
         }
     }
+    if (it->nsend && it->dst_exists) {
+        /* checked again before each receive; here so that nothing is
+         * changed (snapshots destroyed) before the refusal */
+        char why[256];
+        if (ds_in_use(it->dst, why, sizeof(why)))
+            return jobs_fail(t->job, EBUSY, "target %s is in use (%s)", it->dst, why);
+    }
     if (!it->nsend && it->immediate && !it->base)
         return jobs_fail(t->job, ENOENT,
                          "Dataset '%s' does not have any matching snapshots to replicate", it->src);
