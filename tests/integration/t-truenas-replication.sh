@@ -279,6 +279,14 @@ for v in ("a", "sub/c"):
     assert row["readonly"]["value"] == "ON", row          # readonly SET (the default)
     assert row["user_properties"]["incus:content_type"]["value"] == "block", row
 assert c.ok("pool.dataset.query", [[["name", "=", "p2/treecopy/b"]]]) == [], "excluded child sent"
+# again, incrementally into the read-only targets, with retention SOURCE
+# over the regex's snapshots (the Incus driver's refresh)
+snap("demo/tree/a", "snapshot-two")
+c.ok("zfs.snapshot.delete", ["demo/tree/a@copy-1234"])
+run(dict(TREE, retention_policy="SOURCE", allow_from_scratch=True))
+assert snaps("p2/treecopy/a") == ["snapshot-one", "snapshot-two"], snaps("p2/treecopy/a")
+same("demo/tree/a@snapshot-two", "p2/treecopy/a@snapshot-two")
+assert snaps("p2/treecopy/sub/c") == ["snapshot-one", "copy-1234"], snaps("p2/treecopy/sub/c")
 r = c.call("replication.run_onetime", [dict(TREE, recursive=False)])
 assert any("only supported for recursive" in x[1] for x in r["error"]["data"]["extra"]), r
 # readonly REQUIRE on an existing writable target
