@@ -7,7 +7,8 @@
 # with snapshots to another pool (every snapshot compared with qemu-img
 # compare and checksums; the incremental one writes only what changed),
 # naming-schema and regex selection, recursive with children and exclude,
-# retention SOURCE deleting a target snapshot, no common snapshot refused
+# retention SOURCE deleting a target snapshot and CUSTOM (lifetime), no
+# common snapshot refused
 # unless allow_from_scratch, readonly SET, a target in use refused, the
 # job's progress seen through core.get_jobs events and awaited with
 # core.job_wait, and SSH transports refused with ENOTSUP.
@@ -289,6 +290,27 @@ same("demo/tree/a@snapshot-two", "p2/treecopy/a@snapshot-two")
 assert snaps("p2/treecopy/sub/c") == ["snapshot-one", "copy-1234"], snaps("p2/treecopy/sub/c")
 r = c.call("replication.run_onetime", [dict(TREE, recursive=False)])
 assert any("only supported for recursive" in x[1] for x in r["error"]["data"]["extra"]), r
+# ---- retention CUSTOM: selected target snapshots older than the lifetime go ----
+import datetime
+now = datetime.datetime.now()
+def nm(days):
+    return (now - datetime.timedelta(days=days)).strftime("auto-%Y-%m-%d_%H-%M")
+c.ok("pool.dataset.create", [{"name": "demo/cust", "type": "VOLUME", "volsize": 16777216}])
+for d in (3, 2):
+    snap("demo/cust", nm(d))
+CUST = dict(BASE, source_datasets=["demo/cust"], target_dataset="p2/cust",
+            retention_policy="CUSTOM", lifetime_value=1, lifetime_unit="YEAR")
+run(CUST)
+assert snaps("p2/cust") == [nm(3), nm(2)], snaps("p2/cust")
+snap("p2/cust", nm(400))  # older than a year: goes
+snap("p2/cust", nm(1))    # not on the source, but young: SOURCE would delete it, CUSTOM keeps it
+run(CUST)
+assert snaps("p2/cust") == [nm(3), nm(2), nm(1)], snaps("p2/cust")
+r = c.call("replication.run_onetime", [dict(CUST, lifetime_unit=None)])
+assert any(x[0] == "replication.run_onetime.lifetime_unit" for x in r["error"]["data"]["extra"]), r
+r = c.call("replication.run_onetime", [dict(BASE, lifetime_value=1)])
+assert any("no sense for specified retention" in x[1] for x in r["error"]["data"]["extra"]), r
+
 # readonly REQUIRE on an existing writable target
 job = run(dict(BASE, readonly="REQUIRE"), expect="FAILED")
 assert "does not have readonly=on property" in job["error"], job
