@@ -8,8 +8,8 @@
 # compare and checksums; the incremental one writes only what changed),
 # naming-schema and regex selection, recursive with children and exclude,
 # retention SOURCE deleting a target snapshot and CUSTOM (lifetime), no
-# common snapshot refused
-# unless allow_from_scratch, readonly SET, a target in use refused, the
+# common snapshot refused unless allow_from_scratch, readonly SET and
+# REQUIRE, a target in use refused before anything changes, the
 # job's progress seen through core.get_jobs events and awaited with
 # core.job_wait, and SSH transports refused with ENOTSUP.
 . "$(dirname "$0")/lib.sh"
