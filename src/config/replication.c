@@ -431,7 +431,11 @@ static bool excluded(const struct repl_task *t, const char *name)
     json_t *ex = json_object_get(t->args, "exclude"), *v;
     size_t i;
 
-    json_array_foreach(ex, i, v) if (is_child_or_self(name, json_string_value(v))) return true;
+    json_array_foreach(ex, i, v)
+    {
+        if (is_child_or_self(name, json_string_value(v)))
+            return true;
+    }
     return false;
 }
 
