@@ -27,6 +27,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -439,6 +440,22 @@ static bool excluded(const struct repl_task *t, const char *name)
     return false;
 }
 
+/* Fail the job with a message, also logged (the job keeps it for the
+ * client; the log names the job). Returns -1. */
+static int repl_fail(struct repl_task *t, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int repl_fail(struct repl_task *t, int errnum, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    log_error("replication: job %lld: %s", (long long)jobs_id(t->job), msg);
+    return jobs_fail(t->job, errnum, "%s", msg);
+}
+
 /* ---- calling the dataset methods in-process ---- */
 
 /* Run method(params) (params stolen). On failure the job fails with the
@@ -450,7 +467,7 @@ static int run_method(struct repl_task *t, const char *what, const char *method,
     int rc;
 
     if (!params)
-        return jobs_fail(t->job, ENOMEM, "%s: out of memory", what);
+        return repl_fail(t, ENOMEM, "%s: out of memory", what);
     rc = api_call_method_json(NULL, method, params, &res, &err);
     json_decref(params);
     if (rc < 0) {
@@ -461,7 +478,7 @@ static int run_method(struct repl_task *t, const char *what, const char *method,
 
         if (extra)
             msg = json_string_value(json_array_get(extra, 1));
-        jobs_fail(t->job, e ? e : EINVAL, "%s: %s", what, msg ? msg : method);
+        repl_fail(t, e ? e : EINVAL, "%s: %s", what, msg ? msg : method);
         json_decref(err);
         return -1;
     }
@@ -482,7 +499,7 @@ static int item_add(struct repl_task *t, const struct ds_row *row, bool immediat
         size_t ncap = t->cap ? t->cap * 2 : 8;
         struct item *nv = realloc(t->items, ncap * sizeof(*nv));
         if (!nv)
-            return jobs_fail(t->job, ENOMEM, "out of memory");
+            return repl_fail(t, ENOMEM, "out of memory");
         t->items = nv;
         t->cap = ncap;
     }
@@ -490,7 +507,7 @@ static int item_add(struct repl_task *t, const struct ds_row *row, bool immediat
     memset(it, 0, sizeof(*it));
     snprintf(it->src, sizeof(it->src), "%s", row->name);
     if (target_of(t, row->name, it->dst, sizeof(it->dst)) < 0)
-        return jobs_fail(t->job, ENAMETOOLONG, "target name for %s is too long", row->name);
+        return repl_fail(t, ENAMETOOLONG, "target name for %s is too long", row->name);
     it->volume = row->type == DS_VOLUME;
     it->immediate = immediate;
     t->nitems++;
@@ -511,9 +528,9 @@ static int collect_sources(struct repl_task *t, const char *root)
     rc = ds_dataset_get(root, &row);
     db_unlock();
     if (rc == -ENOENT)
-        return jobs_fail(t->job, ENOENT, "Dataset '%s' does not exist", root);
+        return repl_fail(t, ENOENT, "Dataset '%s' does not exist", root);
     if (rc < 0)
-        return jobs_fail(t->job, rc, "cannot read dataset %s", root);
+        return repl_fail(t, rc, "cannot read dataset %s", root);
     if (item_add(t, &row, true) < 0)
         return -1;
     if (!t->recursive)
@@ -595,18 +612,18 @@ static int plan_item(struct repl_task *t, struct item *it)
     int rc = target_info(it->dst, &it->dst_exists, &dtype, &ro, &used);
 
     if (rc < 0)
-        return jobs_fail(t->job, rc, "cannot read dataset %s", it->dst);
+        return repl_fail(t, rc, "cannot read dataset %s", it->dst);
     if (it->dst_exists && (dtype == DS_VOLUME) != it->volume)
-        return jobs_fail(t->job, EINVAL,
+        return repl_fail(t, EINVAL,
                          "Source '%s' is a %s, but target '%s' already exists and is a %s", it->src,
                          it->volume ? "volume" : "filesystem", it->dst,
                          dtype == DS_VOLUME ? "volume" : "filesystem");
     if (it->immediate && t->only_from_scratch && it->dst_exists)
-        return jobs_fail(t->job, EEXIST, "Target dataset '%s' already exists", it->dst);
+        return repl_fail(t, EEXIST, "Target dataset '%s' already exists", it->dst);
     if (!it->volume)
         return 0; /* blockd filesystems hold no snapshots: nothing to send */
     if (t->readonly == RO_REQUIRE && it->dst_exists && !ro)
-        return jobs_fail(t->job, EINVAL,
+        return repl_fail(t, EINVAL,
                          "Target dataset '%s' exists and does not have readonly=on property, but "
                          "replication task is set up to require this property. Refusing to "
                          "replicate.",
@@ -615,10 +632,10 @@ static int plan_item(struct repl_task *t, struct item *it)
     if (rc == 0 && it->dst_exists)
         rc = snaps_list(it->dst, &t->sel, &it->dsn);
     if (rc < 0)
-        return jobs_fail(t->job, rc, "cannot list snapshots of %s", it->src);
+        return repl_fail(t, rc, "cannot list snapshots of %s", it->src);
     it->send = calloc(it->ssn.n ? it->ssn.n : 1, sizeof(*it->send));
     if (!it->send)
-        return jobs_fail(t->job, ENOMEM, "out of memory");
+        return repl_fail(t, ENOMEM, "out of memory");
 
     if (t->sel.use_regex) {
         /* newest source snapshot (creation order) the target also has,
@@ -664,14 +681,14 @@ static int plan_item(struct repl_task *t, struct item *it)
     if (!it->base && it->nsend) {
         if (it->dsn.n) {
             if (!t->allow_from_scratch)
-                return jobs_fail(t->job, EINVAL,
+                return repl_fail(t, EINVAL,
                                  "No incremental base on dataset '%s' and replication from "
                                  "scratch is not allowed",
                                  it->src);
             it->destroy_first = true;
         } else if (!t->allow_from_scratch && it->immediate && it->dst_exists &&
                    used > REPL_EMPTY_TARGET_MAX) {
-            return jobs_fail(t->job, EINVAL,
+            return repl_fail(t, EINVAL,
                              "Target dataset '%s' does not have snapshots but has data (%llu "
                              "bytes used) and replication from scratch is not allowed. Refusing "
                              "to overwrite existing data.",
@@ -683,10 +700,10 @@ static int plan_item(struct repl_task *t, struct item *it)
          * changed (snapshots destroyed) before the refusal */
         char why[256];
         if (ds_in_use(it->dst, why, sizeof(why)))
-            return jobs_fail(t->job, EBUSY, "target %s is in use (%s)", it->dst, why);
+            return repl_fail(t, EBUSY, "target %s is in use (%s)", it->dst, why);
     }
     if (!it->nsend && it->immediate && !it->base)
-        return jobs_fail(t->job, ENOENT,
+        return repl_fail(t, ENOENT,
                          "Dataset '%s' does not have any matching snapshots to replicate", it->src);
     t->total += it->nsend;
     return 0;
@@ -730,7 +747,7 @@ static int create_target(struct repl_task *t, struct item *it, uint64_t volsize)
     rc = ds_dataset_get(it->src, &src);
     db_unlock();
     if (rc < 0)
-        return jobs_fail(t->job, rc, "cannot read dataset %s", it->src);
+        return repl_fail(t, rc, "cannot read dataset %s", it->src);
     /* Target volumes are thin: the received data decides what is
      * allocated (a thick source's unwritten space is not sent either). */
     data = json_pack("{s:s, s:s, s:I, s:o, s:b, s:b}", "name", it->dst, "type", "VOLUME", "volsize",
@@ -798,23 +815,23 @@ static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap
     db_unlock();
     if (rc < 0) {
         ds_ops_unlock();
-        return jobs_fail(t->job, rc, "cannot locate %s@%s or %s", it->src, s->name, it->dst);
+        return repl_fail(t, rc, "cannot locate %s@%s or %s", it->src, s->name, it->dst);
     }
     if (drow.memory) {
         ds_ops_unlock();
-        return jobs_fail(t->job, ENOTSUP, "%s is memory-backed; replication needs the file backend",
+        return repl_fail(t, ENOTSUP, "%s is memory-backed; replication needs the file backend",
                          it->dst);
     }
     /* zfs recv replaces the data under any user: refuse instead */
     if (ds_in_use(it->dst, why, sizeof(why))) {
         ds_ops_unlock();
-        return jobs_fail(t->job, EBUSY, "target %s is in use (%s)", it->dst, why);
+        return repl_fail(t, EBUSY, "target %s is in use (%s)", it->dst, why);
     }
     v = ds_cache_peek(it->dst);
     if (v && (rc = volume_flush_wait(v)) < 0) {
         ds_ops_unlock();
         volume_unref(v);
-        return jobs_fail(t->job, rc, "cannot flush %s", it->dst);
+        return repl_fail(t, rc, "cannot flush %s", it->dst);
     }
     recv_progress(0, 1, t);
     rc = store_update_file(spath, dpath, 0, recv_progress, t, &st);
@@ -839,7 +856,7 @@ static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap
     if (v)
         volume_unref(v);
     if (rc < 0)
-        return jobs_fail(t->job, rc, "receiving %s@%s into %s: %s", it->src, s->name, it->dst,
+        return repl_fail(t, rc, "receiving %s@%s into %s: %s", it->src, s->name, it->dst,
                          strerror(-rc));
     log_info("replication: %s@%s → %s (%s%s): %s; %llu MiB compared, %llu MiB written, %llu "
              "MiB punched",
