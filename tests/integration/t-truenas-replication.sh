@@ -311,6 +311,22 @@ assert any(x[0] == "replication.run_onetime.lifetime_unit" for x in r["error"]["
 r = c.call("replication.run_onetime", [dict(BASE, lifetime_value=1)])
 assert any("no sense for specified retention" in x[1] for x in r["error"]["data"]["extra"]), r
 
+# ---- PULL (LOCAL: both sides are ours) takes naming_schema; two jobs at once ----
+r = c.call("replication.run_onetime", [dict(BASE, direction="PULL")])
+assert any("also_include_naming_schema" in x[0] and "no sense for pull" in x[1]
+           for x in r["error"]["data"]["extra"]), r
+PULL = dict(BASE, direction="PULL", naming_schema=[SCHEMA], target_dataset="p2/pulled")
+del PULL["also_include_naming_schema"]
+j1 = c.ok("replication.run_onetime", [PULL])
+j2 = c.ok("replication.run_onetime", [dict(CUST, target_dataset="p2/cust2")])
+for j in (j1, j2):
+    w = c.wait_job(c.ok("core.job_wait", [j]))
+    assert w["state"] == "SUCCESS", w
+want = [s for s in snaps("demo/src") if s.startswith("auto-")]  # not manual-1
+assert snaps("p2/pulled") == want and len(want) == 4, (snaps("p2/pulled"), snaps("demo/src"))
+same("demo/src@auto-2026-01-05_00-00", "p2/pulled@auto-2026-01-05_00-00")
+assert snaps("p2/cust2") == [nm(3), nm(2)], snaps("p2/cust2")
+
 # readonly REQUIRE on an existing writable target
 job = run(dict(BASE, readonly="REQUIRE"), expect="FAILED")
 assert "does not have readonly=on property" in job["error"], job
