@@ -16,7 +16,7 @@ DEPS_TEST  = libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-de
              util-linux curl sqlite3 python3-libnbd dpkg-dev
 DEPS       = $(DEPS_BUILD) $(DEPS_TEST)
 
-.PHONY: all deps build asan run check unit integration fuzz bench format clean build-matrix
+.PHONY: all deps build asan run check unit integration fuzz bench format clean build-matrix fuzz-long
 
 all: build
 
@@ -69,6 +69,10 @@ build-matrix: deps
 
 fuzz: deps
 	@scripts/fuzz.sh
+
+# Each fuzz target for an hour; new coverage is merged into fuzz/corpus/.
+fuzz-long: deps
+	@scripts/fuzz.sh long
 
 bench: build
 	@for b in bench/*.sh; do echo "== $$b"; flock /tmp/blockd-bench.lock bash $$b || exit 1; done

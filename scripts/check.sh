@@ -62,6 +62,13 @@ if=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' $LOGS/i
 [ -n "$ip" ] || { ip=0; if=1; }
 total_pass=$((total_pass + ip)); total_fail=$((total_fail + if))
 
+step "fuzz: every libFuzzer target for ${FUZZ_SECONDS:-60} s (two at a time)"
+if scripts/fuzz.sh 2>&1 | tee $LOGS/fuzz.log; then
+    total_pass=$((total_pass + 1))
+else
+    total_fail=$((total_fail + 1))
+fi
+
 echo
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" = 0 ]
