@@ -46,9 +46,10 @@ except ConnectionRefusedError:
 PY
 }
 
-# discover URL: "TargetName Portal" lines of a SendTargets discovery.
+# discover URL: "TargetName Portal" lines of a SendTargets discovery (and
+# iscsi-ls's complaint, if any, for the failure message).
 discover() {
-    timeout 20 iscsi-ls -i "$INI" "$1" 2>&1
+    timeout 60 iscsi-ls -i "$INI" "$1" 2>&1 || echo "(iscsi-ls $1 failed: exit $?)"
 }
 
 INI=iqn.2026-01.test:portals
@@ -125,7 +126,7 @@ exec 7>"$TMP/q1"
 q1() { echo "$1" >&7; }
 q1 "write -P 0x11 0 1M"
 sess=""
-for i in $(seq 1 100); do
+for i in $(seq 1 300); do
     sess=$(blockctl call iscsi.global.sessions "[[[\"target\",\"=\",\"$BASE:pt-one\"]]]")
     [ "$(jget "$sess" 'len(j)')" = 1 ] && break
     sleep 0.1
@@ -163,7 +164,7 @@ echo "$ls_b" | grep -q "$BASE:pt-one" && fail "pt-one (portal A only) listed on 
 
 # log in through portal B while the session on A does I/O
 q1 "read -P 0x11 0 1M"
-inq=$(timeout 20 iscsi-inq -i "$INI" "iscsi://127.0.0.2:$P/$BASE:pt-two/0" 2>&1) ||
+inq=$(timeout 60 iscsi-inq -i "$INI" "iscsi://127.0.0.2:$P/$BASE:pt-two/0" 2>&1) ||
     fail "iscsi-inq through portal B: $inq"
 echo "$inq" | grep -qi "blockd" || fail "iscsi-inq through portal B: $inq"
 printf 'portal-b' >"$TMP/pattern"
