@@ -694,24 +694,29 @@ int poolfs_root_check(const char *path, const char *state_dir, char *why, size_t
                  path);
         return -EINVAL;
     }
-    for (size_t i = 0; i < sizeof(system_dirs) / sizeof(system_dirs[0]); i++) {
-        if (path_under(system_dirs[i], strlen(system_dirs[i]), path)) {
-            snprintf(why, whylen, "%s is inside the system directory %s", path, system_dirs[i]);
-            return -EINVAL;
-        }
-    }
+    bool in_state_pools = false;
+
     if (state_dir && realpath(state_dir, state)) {
-        size_t sl = strlen(state);
+
         snprintf(pools, sizeof(pools), "%s/pools", state);
         if (path_under(path, len, state)) {
             snprintf(why, whylen, "%s contains the daemon's state directory %s", path, state);
             return -EINVAL;
         }
-        if (path_under(state, sl, path) &&
-            !(path_under(pools, strlen(pools), path) && strcmp(path, pools) != 0)) {
-            snprintf(why, whylen,
-                     "%s is inside the daemon's state directory (only %s/NAME is allowed)", path,
-                     pools);
+        in_state_pools = path_under(pools, strlen(pools), path) && strcmp(path, pools) != 0;
+        /* A pool elsewhere inside the state directory cannot reach the
+         * DB (its files resolve beneath it); STATE/pools itself would
+         * hold the other pools. */
+        if (strcmp(path, pools) == 0) {
+            snprintf(why, whylen, "%s holds the default pools: use %s/NAME", path, pools);
+            return -EINVAL;
+        }
+    }
+    /* STATE/pools/NAME is where the operator put the state directory (a
+     * start-up choice), so it is not refused for lying in a system one. */
+    for (size_t i = 0; !in_state_pools && i < sizeof(system_dirs) / sizeof(system_dirs[0]); i++) {
+        if (path_under(system_dirs[i], strlen(system_dirs[i]), path)) {
+            snprintf(why, whylen, "%s is inside the system directory %s", path, system_dirs[i]);
             return -EINVAL;
         }
     }

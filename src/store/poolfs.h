@@ -101,8 +101,9 @@ int poolfs_openat(int dirfd, const char *rel, int flags, mode_t mode);
  * tmpfs (not procfs, sysfs, devpts, cgroup, debugfs, …); not a system
  * directory or inside one (/etc, /proc, /sys, /dev, /boot, /usr, /bin,
  * /sbin, /lib*, /run, /var/run, /root, /) and not the state directory
- * itself or a directory above it (only directories under STATE/pools/ are
- * accepted inside the state directory). 0, or -EINVAL / -errno with the
+ * itself or a directory above it (which would hold the DB), nor
+ * STATE/pools itself; STATE/pools/NAME is accepted even when the state
+ * directory lies in a system directory. 0, or -EINVAL / -errno with the
  * reason in why.
  */
 int poolfs_root_check(const char *path, const char *state_dir, char *why, size_t whylen);

@@ -20,6 +20,7 @@
 
 #include "core/iopool.h"
 #include "store/copy.h"
+#include "store/poolfs.h"
 #include "store/volume.h"
 
 #define SRC_SIZE (((uint64_t)10 << 20) + 123)
@@ -389,6 +390,15 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
+    /* store/copy.c works beneath registered pool roots only (poolfs). */
+    char real[PATH_MAX];
+    if (!realpath(tmpdir, real) || poolfs_root_add(real) < 0) {
+        perror("poolfs_root_add");
+        return 1;
+    }
+    if (strlen(real) >= sizeof(tmpdir))
+        return 1;
+    memcpy(tmpdir, real, strlen(real) + 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sparse_copy_paths),
         cmocka_unit_test(test_copy_errors),
