@@ -9,6 +9,7 @@
  * threads; cfg_lock serializes them (DB work also takes db_lock()).
  */
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -158,7 +159,9 @@ static int open_source(const char *dataset, const char *path, bool readonly, str
     if (dataset && *dataset)
         return datasets_volume_open(dataset, out);
     struct bdev *b;
-    int rc = bdev_file_open(path, readonly, &b);
+    /* Confined: only files inside a pool, no symlinks (datasets_file_check
+     * said so at create; the open itself refuses what changed since). */
+    int rc = bdev_file_open_in_pool(path, readonly, &b);
     if (rc < 0)
         return rc;
     rc = volume_new(path, b, 512, VOLUME_SYNC_STANDARD, readonly, out);
@@ -367,14 +370,14 @@ static void export_check(struct api_call *call, const char *method, json_t *data
         api_verr(call, field, EINVAL, "%s", why);
     }
     if (path) {
-        struct stat sb;
+        char pwhy[PATH_MAX + 256];
         snprintf(field, sizeof(field), "%s.path", method);
-        if (path[0] != '/')
-            api_verr(call, field, EINVAL, "must be an absolute path");
-        else if (stat(path, &sb) < 0)
-            api_verr(call, field, ENOENT, "%s: %s", path, strerror(errno));
-        else if (!S_ISREG(sb.st_mode) && !S_ISBLK(sb.st_mode))
-            api_verr(call, field, EINVAL, "must be a regular file or a block device");
+        int rc = datasets_file_check(path, false, pwhy, sizeof(pwhy));
+        if (rc < 0) {
+            api_verr(call, field, -rc, "%s", pwhy);
+            log_warn("nbd: %s refused path %s (peer %s): %s", method, path, api_call_peer(call),
+                     pwhy);
+        }
     }
 }
 
