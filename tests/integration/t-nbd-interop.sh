@@ -100,10 +100,10 @@ cmp -s "$COLD" "$TMP/cold.back" || fail "cold file read back differs"
 blockctl share nbd delete cold >/dev/null || fail "share nbd delete cold"
 
 # Unix socket listener (set live), and the default export "".
-blockctl call nbd.global.update "[{\"unix_socket\": \"$TMP/nbd.sock\"}]" >/dev/null || fail "unix_socket"
+blockctl call nbd.global.update "[{\"unix_socket\": \"$STATE/nbd.sock\"}]" >/dev/null || fail "unix_socket"
 blockctl call nbd.export.create '[{"name": "", "dataset": "demo/vm1", "readonly": true}]' >/dev/null ||
     fail "default export"
-nbdinfo --size "nbd+unix:///vm1?socket=$TMP/nbd.sock" | grep -qx 67108864 || fail "unix socket"
+nbdinfo --size "nbd+unix:///vm1?socket=$STATE/nbd.sock" | grep -qx 67108864 || fail "unix socket"
 nbdinfo --size "nbd://127.0.0.1:$NBD_PORT" | grep -qx 67108864 || fail "default export"
 
 # list shows URIs; delete works; a deleted export refuses new connections.
