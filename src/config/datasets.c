@@ -15,13 +15,16 @@
 #include "api/validate.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsprops.h"
 #include "config/dsquery.h"
 #include "core/log.h"
 #include "core/util.h"
 
 static const char *const type_values[] = {"VOLUME", "FILESYSTEM", NULL};
-static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", NULL};
-static const char *const onoff_values[] = {"ON", "OFF", NULL};
+/* "INHERIT": blockd does not inherit sync and readonly (docs/api-datasets.md),
+ * so it means the default (STANDARD, OFF). */
+static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", "INHERIT", NULL};
+static const char *const onoff_values[] = {"ON", "OFF", "INHERIT", NULL};
 static const char *const vbs_values[] = {"512", "512B", "1K",  "2K",   "4K", "8K",
                                          "16K", "32K",  "64K", "128K", NULL};
 static const char *const backend_values[] = {"file", "memory", NULL};
@@ -91,11 +94,20 @@ static const struct api_field create_fields[] = {
      .items = &user_prop_item},
     {.name = "backend", .type = API_T_ENUM, .choices = backend_values},
     {.name = "latency_us", .type = API_T_INT, .flags = API_RANGE, .min = 0, .max = LATENCY_MAX_US},
+    DS_PROP_FIELDS_COMMON,
+    DS_PROP_FIELDS_CREATE,
 };
 
 static const struct api_field update_fields[] = {
     {.name = "managedby", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = 256},
     {.name = "user_properties_update",
+     .type = API_T_ARRAY,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = 256,
+     .items = &user_prop_update_item},
+    /* the whole set: listed keys are set, the others removed */
+    {.name = "user_properties",
      .type = API_T_ARRAY,
      .flags = API_RANGE,
      .min = 0,
@@ -109,6 +121,10 @@ static const struct api_field update_fields[] = {
      .flags = API_RANGE,
      .min = 0,
      .max = DS_COMMENTS_MAX},
+    /* Accepted as TrueNAS does; they only matter for a volume's size check,
+     * which blockd does not make (see create's force_size). */
+    {.name = "force_size", .type = API_T_BOOL},
+    DS_PROP_FIELDS_COMMON,
 };
 
 static const struct api_field delete_fields[] = {
@@ -198,9 +214,12 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
     vbs_s = str_or(data, "volblocksize", "16K");
     row.volblocksize = is_volume ? ds_volblocksize_parse(vbs_s) : 0;
     row.sparse = bool_or(data, "sparse", true);
-    volume_sync_parse(str_or(data, "sync", "STANDARD"), &row.sync);
+    if (volume_sync_parse(str_or(data, "sync", "STANDARD"), &row.sync) < 0)
+        row.sync = VOLUME_SYNC_STANDARD; /* "INHERIT" */
     row.readonly = strcmp(str_or(data, "readonly", "OFF"), "ON") == 0;
-    snprintf(row.comments, sizeof(row.comments), "%s", str_or(data, "comments", ""));
+    /* TrueNAS' default for comments is "INHERIT": no comment of its own */
+    if (strcmp(str_or(data, "comments", ""), "INHERIT") != 0)
+        snprintf(row.comments, sizeof(row.comments), "%s", str_or(data, "comments", ""));
     row.memory = strcmp(str_or(data, "backend", "file"), "memory") == 0;
     if (json_is_integer(json_object_get(data, "latency_us")))
         row.latency_us = (uint32_t)json_integer_value(json_object_get(data, "latency_us"));
@@ -241,6 +260,8 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
     ds_ops_lock();
     db_lock();
     rc = ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"), &pool);
+    if (rc == 0)
+        ds_props_check(call, "pool.dataset.create", data, row.type, row.name, false);
     if (rc < 0 || api_has_verrs(call)) {
         db_unlock();
         ds_ops_unlock();
@@ -257,11 +278,13 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
     rc = ds_create_ancestors(&pool, row.name);
     if (rc == 0)
         rc = ds_dataset_insert(&row);
-    if (rc == 0 && json_object_get(data, "managedby"))
-        rc =
-            ds_prop_set(row.id, "managedby", json_string_value(json_object_get(data, "managedby")));
+    if (rc == 0 && json_object_get(data, "managedby") &&
+        strcmp(str_or(data, "managedby", ""), "INHERIT") != 0)
+        rc = ds_prop_set(row.id, "managedby", str_or(data, "managedby", ""));
     if (rc == 0)
         rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties"));
+    if (rc == 0)
+        rc = ds_props_apply(row.id, data, row.type, false);
     if (rc == 0) {
         if (!is_volume) {
             rc = mkdir(path, 0755) < 0 ? -errno : 0;
@@ -310,12 +333,22 @@ fail_unlocked_tx:
     return *result ? 0 : api_error(call, EIO, "dataset %s vanished", row.name);
 }
 
-/* TrueNAS' options.extra: flat=false lists only pool roots (children
- * nested), retrieve_children=false leaves children empty. */
+/*
+ * TrueNAS' options.extra:
+ * - flat=false nests children under their parents. Without filters only
+ *   the pool roots are listed (their children carry the rest); with
+ *   filters, TrueNAS matches them against every dataset at any depth, so
+ *   [["name", "=", "pool/a/vol"]] finds a nested dataset (clients check
+ *   existence this way before every create and delete).
+ * - retrieve_children=false leaves children empty.
+ * - properties: null (all), [] (none) or the ZFS property names to return.
+ * - retrieve_user_props=false (or user_properties=false, which the
+ *   truenas_incus_ctl client sends) leaves user_properties empty.
+ */
 static int m_dataset_query(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *rows, *extra;
-    bool flat = true, children = true;
+    json_t *rows, *extra, *props = NULL;
+    bool flat = true, children = true, user_props = true, filtered;
     int rc;
 
     if (api_check_arity(call, params, 2) < 0)
@@ -326,22 +359,41 @@ static int m_dataset_query(struct api_call *call, json_t *params, json_t **resul
     if (extra) {
         flat = bool_or(extra, "flat", true);
         children = bool_or(extra, "retrieve_children", true);
+        user_props = bool_or(extra, "retrieve_user_props", bool_or(extra, "user_properties", true));
+        props = json_object_get(extra, "properties");
+        if (props && !json_is_null(props) && !json_is_array(props)) {
+            api_verr(call, "query-options.extra.properties", EINVAL,
+                     "Input should be a valid list");
+            return api_invalid(call);
+        }
+        if (json_is_null(props))
+            props = NULL;
     }
+    filtered = json_array_size(api_param(params, 0)) > 0;
     db_lock();
     rows = ds_dataset_rows_hinted(params);
     db_unlock();
     if (!rows)
         return api_error(call, EIO, "cannot read datasets");
-    if (!flat || !children) {
+    {
         json_t *keep = json_array();
         size_t i;
         json_t *row;
 
+        /* Every row (nested ones are the same objects) before filtering:
+         * TrueNAS retrieves only the asked properties, then filters. */
         json_array_foreach(rows, i, row)
         {
             if (!children)
                 json_object_set_new(row, "children", json_array());
-            if (flat || !strchr(json_string_value(json_object_get(row, "name")), '/'))
+            if (!user_props)
+                json_object_set_new(row, "user_properties", json_object());
+            if (props)
+                ds_props_select(row, props);
+        }
+        json_array_foreach(rows, i, row)
+        {
+            if (flat || filtered || !strchr(json_string_value(json_object_get(row, "name")), '/'))
                 json_array_append(keep, row);
         }
         json_decref(rows);
@@ -464,7 +516,8 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
         }
     }
     if ((js = json_object_get(data, "sync"))) {
-        volume_sync_parse(json_string_value(js), &sync);
+        if (volume_sync_parse(json_string_value(js), &sync) < 0)
+            sync = VOLUME_SYNC_STANDARD; /* "INHERIT": the default */
         sync_set = true;
         props |= sync != row.sync;
     }
@@ -475,9 +528,19 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     }
     ds_check_user_props(call, "pool.dataset.update.user_properties_update",
                         json_object_get(data, "user_properties_update"), true);
+    ds_check_user_props(call, "pool.dataset.update.user_properties",
+                        json_object_get(data, "user_properties"), true);
+    if (json_array_size(json_object_get(data, "user_properties")) &&
+        json_array_size(json_object_get(data, "user_properties_update")))
+        api_verr(call, "pool.dataset.update.user_properties_update", EINVAL,
+                 "Should not be specified when \"user_properties\" are explicitly specified");
+    ds_props_check(call, "pool.dataset.update", data, row.type, row.name, true);
     if ((js = json_object_get(data, "comments"))) {
-        props |= strcmp(json_string_value(js), row.comments) != 0;
-        snprintf(row.comments, sizeof(row.comments), "%s", json_string_value(js));
+        const char *c = json_string_value(js);
+        if (strcmp(c, "INHERIT") == 0)
+            c = ""; /* TrueNAS' "no comment of its own" */
+        props |= strcmp(c, row.comments) != 0;
+        snprintf(row.comments, sizeof(row.comments), "%s", c);
     }
     if (api_has_verrs(call)) {
         db_unlock();
@@ -501,9 +564,18 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
         db_stmt_done(st);
     }
     if (rc == 0 && (js = json_object_get(data, "managedby")))
-        rc = ds_prop_set(row.id, "managedby", json_string_value(js));
+        rc = ds_prop_set(row.id, "managedby",
+                         strcmp(json_string_value(js), "INHERIT") == 0 ? NULL
+                                                                       : json_string_value(js));
+    /* user_properties is the whole set (TrueNAS): drop the others first */
+    if (rc == 0 && json_array_size(json_object_get(data, "user_properties")))
+        rc = ds_clear_user_props(row.id);
+    if (rc == 0)
+        rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties"));
     if (rc == 0)
         rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties_update"));
+    if (rc == 0)
+        rc = ds_props_apply(row.id, data, row.type, true);
     if (rc == 0 && row.type == DS_VOLUME)
         v = ds_cache_peek(row.name);
     /* A memory volume is (re)created on first open: open it so the new size

@@ -107,6 +107,9 @@ int ds_prop_set(int64_t dataset_id, const char *name, const char *value);
 int ds_check_user_props(struct api_call *call, const char *field, json_t *list, bool update);
 /* Apply such a list ({key, value} sets, {key, remove: true} removes). */
 int ds_apply_user_props(int64_t dataset_id, json_t *list);
+/* Remove every user property ("ns:name") of a dataset. Locked by caller,
+ * inside a transaction. */
+int ds_clear_user_props(int64_t dataset_id);
 #define DS_USER_PROP_VALUE_MAX 8192
 #define DS_USER_PROP_KEY_MAX 256
 

@@ -478,3 +478,17 @@ int ds_apply_user_props(int64_t dataset_id, json_t *list)
     }
     return 0;
 }
+
+int ds_clear_user_props(int64_t dataset_id)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    rc = db_stmt("DELETE FROM dataset_props WHERE dataset_id = ? AND instr(name, ':') > 0", &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, dataset_id);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
+}
