@@ -900,12 +900,14 @@ const struct api_method ds_dataset_methods[] = {
     {"pool.dataset.get_instance", "[id]", "One dataset by its name", m_dataset_get_instance, 0},
     {"pool.dataset.create",
      "{name, type: VOLUME|FILESYSTEM, volsize, volblocksize?, sparse?, sync?, readonly?, "
-     "comments?, backend?: file|memory, latency_us?}",
+     "comments?, managedby?, user_properties?, backend?: file|memory, latency_us?, ZFS properties "
+     "(atime, exec, acltype, aclmode, compression, quota, recordsize, … see docs/api-datasets.md)}",
      "Create a volume (a sparse or thick file) or a filesystem (a directory)", m_dataset_create, 0},
     {"pool.dataset.query", "[filters, options]", "List datasets with TrueNAS-style properties",
      m_dataset_query, 0},
     {"pool.dataset.update",
-     "[id, {volsize?, sync?, readonly?, comments?, managedby?, user_properties_update?}]",
+     "[id, {volsize?, sync?, readonly?, comments?, managedby?, user_properties?, "
+     "user_properties_update?, ZFS properties (value or \"INHERIT\")}]",
      "Resize a volume or change its properties; applied live to open volumes", m_dataset_update, 0},
     {"pool.dataset.delete", "[id, {recursive?, force?}]",
      "Delete a dataset (with its children and snapshots when recursive)", m_dataset_delete, 0},
