@@ -334,6 +334,33 @@ fail_unlocked_tx:
 }
 
 /*
+ * Apply options.extra to the flat rows (consumed): children emptied,
+ * user properties dropped, only the asked properties kept — on every row
+ * (nested ones are the same objects) and before filtering, since TrueNAS
+ * retrieves only what was asked and then filters. all=false keeps only
+ * the pool roots. New array, or NULL.
+ */
+static json_t *rows_shape(json_t *rows, bool all, bool children, bool user_props, json_t *props)
+{
+    json_t *keep = json_array(), *row;
+    size_t i;
+
+    json_array_foreach(rows, i, row)
+    {
+        if (!children)
+            json_object_set_new(row, "children", json_array());
+        if (!user_props)
+            json_object_set_new(row, "user_properties", json_object());
+        if (props)
+            ds_props_select(row, props);
+        if (keep && (all || !strchr(json_string_value(json_object_get(row, "name")), '/')))
+            json_array_append(keep, row);
+    }
+    json_decref(rows);
+    return keep;
+}
+
+/*
  * TrueNAS' options.extra:
  * - flat=false nests children under their parents. Without filters only
  *   the pool roots are listed (their children carry the rest); with
@@ -375,30 +402,9 @@ static int m_dataset_query(struct api_call *call, json_t *params, json_t **resul
     db_unlock();
     if (!rows)
         return api_error(call, EIO, "cannot read datasets");
-    {
-        json_t *keep = json_array();
-        size_t i;
-        json_t *row;
-
-        /* Every row (nested ones are the same objects) before filtering:
-         * TrueNAS retrieves only the asked properties, then filters. */
-        json_array_foreach(rows, i, row)
-        {
-            if (!children)
-                json_object_set_new(row, "children", json_array());
-            if (!user_props)
-                json_object_set_new(row, "user_properties", json_object());
-            if (props)
-                ds_props_select(row, props);
-        }
-        json_array_foreach(rows, i, row)
-        {
-            if (flat || filtered || !strchr(json_string_value(json_object_get(row, "name")), '/'))
-                json_array_append(keep, row);
-        }
-        json_decref(rows);
-        rows = keep;
-    }
+    rows = rows_shape(rows, flat || filtered, children, user_props, props);
+    if (!rows)
+        return api_error(call, ENOMEM, "cannot list datasets");
     rc = api_query(call, rows, params, result); /* it accepts options.extra */
     json_decref(rows);
     return rc;
