@@ -21,8 +21,6 @@
 #include "core/util.h"
 
 static const char *const type_values[] = {"VOLUME", "FILESYSTEM", NULL};
-/* "INHERIT": blockd does not inherit sync and readonly (docs/api-datasets.md),
- * so it means the default (STANDARD, OFF). */
 static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", "INHERIT", NULL};
 static const char *const onoff_values[] = {"ON", "OFF", "INHERIT", NULL};
 static const char *const vbs_values[] = {"512", "512B", "1K",  "2K",   "4K", "8K",
@@ -215,7 +213,7 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
     row.volblocksize = is_volume ? ds_volblocksize_parse(vbs_s) : 0;
     row.sparse = bool_or(data, "sparse", true);
     if (volume_sync_parse(str_or(data, "sync", "STANDARD"), &row.sync) < 0)
-        row.sync = VOLUME_SYNC_STANDARD; /* "INHERIT" */
+        row.sync = VOLUME_SYNC_STANDARD; /* "INHERIT": the parent's, below */
     row.readonly = strcmp(str_or(data, "readonly", "OFF"), "ON") == 0;
     /* TrueNAS' default for comments is "INHERIT": no comment of its own */
     if (strcmp(str_or(data, "comments", ""), "INHERIT") != 0)
@@ -260,8 +258,18 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
     ds_ops_lock();
     db_lock();
     rc = ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"), &pool);
-    if (rc == 0)
+    if (rc == 0) {
+        enum volume_sync psync;
+        bool pro;
+
         ds_props_check(call, "pool.dataset.create", data, row.type, row.name, false);
+        /* not given (or "INHERIT"): what the parent has */
+        ds_props_parent_effective(row.name, &psync, &pro);
+        if (strcmp(str_or(data, "sync", "INHERIT"), "INHERIT") == 0)
+            row.sync = psync;
+        if (strcmp(str_or(data, "readonly", "INHERIT"), "INHERIT") == 0)
+            row.readonly = pro;
+    }
     if (rc < 0 || api_has_verrs(call)) {
         db_unlock();
         ds_ops_unlock();
@@ -465,6 +473,39 @@ static int resize_file(const char *path, uint64_t size)
     return rc;
 }
 
+/* After the commit, still locked: give the open volumes of a recompute
+ * their new sync and readonly. */
+static void apply_changes(const struct ds_eff_change *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct volume *v = ds_cache_peek(c[i].name);
+
+        if (!v)
+            continue;
+        if (c[i].sync_changed)
+            volume_set_sync(v, c[i].sync);
+        if (c[i].readonly_changed)
+            volume_set_readonly(v, c[i].readonly);
+        volume_unref(v);
+    }
+}
+
+/* Unlocked: tell the observers (iSCSI re-reads WCE and read-only) about
+ * the other volumes a recompute changed (not self: the caller does). */
+static void notify_changes(const struct ds_eff_change *c, size_t n, const char *self)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct volume *v;
+
+        if (strcmp(c[i].name, self) == 0)
+            continue;
+        v = ds_cache_peek(c[i].name);
+        ds_notify(DATASETS_PROPERTY_CHANGED, c[i].name, v);
+        if (v)
+            volume_unref(v);
+    }
+}
+
 static int m_dataset_update(struct api_call *call, json_t *params, json_t **result)
 {
     const char *id;
@@ -474,9 +515,9 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     char poolname[DS_NAME_BUF], path[PATH_MAX];
     struct volume *v = NULL;
     uint64_t old_size = 0, new_size = 0;
-    bool resize = false, props = false, sync_set = false, ro_set = false, opened_here = false;
-    enum volume_sync sync = VOLUME_SYNC_STANDARD;
-    bool ro = false;
+    bool resize = false, props = false, opened_here = false;
+    struct ds_eff_change *changes = NULL;
+    size_t nchanges = 0;
     sqlite3_stmt *st;
     int rc;
 
@@ -521,17 +562,6 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
             resize = new_size != old_size;
         }
     }
-    if ((js = json_object_get(data, "sync"))) {
-        if (volume_sync_parse(json_string_value(js), &sync) < 0)
-            sync = VOLUME_SYNC_STANDARD; /* "INHERIT": the default */
-        sync_set = true;
-        props |= sync != row.sync;
-    }
-    if ((js = json_object_get(data, "readonly"))) {
-        ro = strcmp(json_string_value(js), "ON") == 0;
-        ro_set = true;
-        props |= ro != row.readonly;
-    }
     ds_check_user_props(call, "pool.dataset.update.user_properties_update",
                         json_object_get(data, "user_properties_update"), true);
     ds_check_user_props(call, "pool.dataset.update.user_properties",
@@ -557,15 +587,11 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     rc = db_begin();
     if (rc < 0)
         goto out;
-    rc = db_stmt("UPDATE datasets SET volsize = ?, sync = ?, readonly = ?, comments = ?"
-                 " WHERE id = ?",
-                 &st);
+    rc = db_stmt("UPDATE datasets SET volsize = ?, comments = ? WHERE id = ?", &st);
     if (rc == 0) {
         sqlite3_bind_int64(st, 1, (sqlite3_int64)(resize ? new_size : row.volsize));
-        sqlite3_bind_text(st, 2, volume_sync_name(sync_set ? sync : row.sync), -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 3, ro_set ? ro : row.readonly);
-        sqlite3_bind_text(st, 4, row.comments, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 5, row.id);
+        sqlite3_bind_text(st, 2, row.comments, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, row.id);
         rc = db_step_done(st);
         db_stmt_done(st);
     }
@@ -582,6 +608,9 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
         rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties_update"));
     if (rc == 0)
         rc = ds_props_apply(row.id, data, row.type, true);
+    /* sync / readonly: this dataset's and its descendants' effective values */
+    if (rc == 0 && (json_object_get(data, "sync") || json_object_get(data, "readonly")))
+        rc = ds_props_recompute(row.name, &changes, &nchanges);
     if (rc == 0 && row.type == DS_VOLUME)
         v = ds_cache_peek(row.name);
     /* A memory volume is (re)created on first open: open it so the new size
@@ -612,11 +641,10 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     }
     if (rc < 0 && opened_here)
         ds_cache_drop(row.name, false); /* it was empty: nothing is lost */
-    if (rc == 0 && v) {
-        if (sync_set)
-            volume_set_sync(v, sync);
-        if (ro_set)
-            volume_set_readonly(v, ro);
+    if (rc == 0) {
+        apply_changes(changes, nchanges);
+        for (size_t i = 0; i < nchanges; i++)
+            props |= strcmp(changes[i].name, row.name) == 0;
     }
 out:
     if (rc == 0)
@@ -624,10 +652,13 @@ out:
     db_unlock();
     ds_ops_unlock();
     if (rc < 0) {
+        free(changes);
         if (v)
             volume_unref(v);
         return ds_api_errno(call, rc, "cannot update dataset", id);
     }
+    notify_changes(changes, nchanges, row.name);
+    free(changes);
     if (resize) {
         log_info("datasets: %s resized %llu -> %llu bytes (peer %s)", row.name,
                  (unsigned long long)old_size, (unsigned long long)new_size, api_call_peer(call));

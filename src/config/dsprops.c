@@ -98,9 +98,15 @@ struct propdef {
     bool inheritable; /* children take the nearest ancestor's local value */
     bool create_only; /* refused by update (TrueNAS excludes it there) */
     const char *def;  /* raw default */
+    /* sync, readonly: blockd acts on them, so the datasets row holds the
+     * effective value (ds_props_recompute keeps it); dataset_props holds
+     * only whether it is set locally. dsrows.c shows the value. */
+    bool column;
 };
 
 static const struct propdef props[] = {
+    {"sync", "sync", K_ENUM, T_FS | T_VOL, true, false, "standard", true},
+    {"readonly", "readonly", K_BOOL, T_FS | T_VOL, true, false, "off", true},
     {"atime", "atime", K_BOOL, T_FS, true, false, "on"},
     {"exec", "exec", K_BOOL, T_FS, true, false, "on"},
     {"acltype", "acltype", K_ENUM, T_FS, true, false, "off"},
@@ -361,6 +367,15 @@ void ds_props_emit(json_t *row, const char *name, enum ds_type type, json_t *loc
 
         if (!(p->types & (1u << type)))
             continue;
+        if (p->column) {
+            json_t *shown = json_object_get(row, p->api);
+            if (shown)
+                json_object_set_new(shown, "source",
+                                    json_string(json_is_string(lv) ? "LOCAL"
+                                                : iv               ? "INHERITED"
+                                                                   : "DEFAULT"));
+            continue;
+        }
         if (json_is_string(lv))
             json_object_set_new(row, p->api, render(p, json_string_value(lv), "LOCAL"));
         else if (strcmp(p->zfs, "refreservation") == 0 && type == DS_VOLUME)
@@ -491,6 +506,23 @@ int ds_props_check(struct api_call *call, const char *method, json_t *data, enum
         } else {
             share_presets(data);
         }
+        {
+            /* TrueNAS: a child of a read-only parent cannot be created */
+            enum volume_sync ps;
+            bool pro;
+            char parent[DS_NAME_BUF], *slash;
+
+            ds_props_parent_effective(name, &ps, &pro);
+            snprintf(parent, sizeof(parent), "%s", name);
+            slash = strrchr(parent, '/');
+            if (slash)
+                *slash = '\0';
+            if (pro) {
+                field_name(field, sizeof(field), method, "readonly");
+                api_verr(call, field, EROFS, "Turn off readonly mode on %s to create %s", parent,
+                         name);
+            }
+        }
         if (json_is_true(json_object_get(data, "encryption"))) {
             field_name(field, sizeof(field), method, "encryption");
             api_verr(call, field, ENOTSUP,
@@ -550,14 +582,6 @@ int ds_props_check(struct api_call *call, const char *method, json_t *data, enum
     return api_has_verrs(call) ? -EINVAL : 0;
 }
 
-bool ds_props_present(json_t *data)
-{
-    for (size_t i = 0; i < NPROPS; i++)
-        if (json_object_get(data, props[i].api))
-            return true;
-    return false;
-}
-
 int ds_props_apply(int64_t id, json_t *data, enum ds_type type, bool update)
 {
     char buf[64];
@@ -608,4 +632,161 @@ void ds_props_select(json_t *row, json_t *names)
         if (!keep)
             json_object_del(row, key);
     }
+}
+
+void ds_props_parent_effective(const char *name, enum volume_sync *sync, bool *readonly)
+{
+    char anc[DS_NAME_BUF];
+    struct ds_row row;
+    char *slash;
+
+    *sync = VOLUME_SYNC_STANDARD;
+    *readonly = false;
+    snprintf(anc, sizeof(anc), "%s", name);
+    while ((slash = strrchr(anc, '/'))) {
+        *slash = '\0';
+        if (ds_dataset_get(anc, &row) == 0) {
+            *sync = row.sync;
+            *readonly = row.readonly;
+            return;
+        }
+    }
+}
+
+/* One dataset of a subtree being recomputed. */
+struct eff_row {
+    int64_t id;
+    char name[DS_NAME_BUF];
+    bool volume;
+    enum volume_sync sync, old_sync;
+    bool readonly, old_readonly;
+    int local_sync; /* -1 unset, else enum volume_sync */
+    int local_ro;   /* -1 unset, 0, 1 */
+};
+
+static int eff_collect(const char *name, struct eff_row **out, size_t *n)
+{
+    sqlite3_stmt *st;
+    size_t cap = 0;
+    int rc;
+
+    *out = NULL;
+    *n = 0;
+    /* name order with '/' lowest: a parent comes right before its subtree */
+    rc = db_stmt("SELECT d.id, d.name, d.type, d.sync, d.readonly,"
+                 " (SELECT value FROM dataset_props WHERE dataset_id = d.id AND name = 'sync'),"
+                 " (SELECT value FROM dataset_props WHERE dataset_id = d.id AND name = 'readonly')"
+                 " FROM datasets d WHERE d.name = ?1 OR (d.name > ?1 || '/' AND d.name < ?1 || '0')"
+                 " ORDER BY replace(d.name, '/', char(1))",
+                 &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct eff_row *e;
+        const char *ls = (const char *)sqlite3_column_text(st, 5);
+        const char *lr = (const char *)sqlite3_column_text(st, 6);
+        char up[16];
+
+        if (*n == cap) {
+            struct eff_row *grown = realloc(*out, (cap ? cap * 2 : 8) * sizeof(*grown));
+            if (!grown) {
+                db_stmt_done(st);
+                return -ENOMEM;
+            }
+            *out = grown;
+            cap = cap ? cap * 2 : 8;
+        }
+        e = &(*out)[(*n)++];
+        memset(e, 0, sizeof(*e));
+        e->id = sqlite3_column_int64(st, 0);
+        snprintf(e->name, sizeof(e->name), "%s", (const char *)sqlite3_column_text(st, 1));
+        e->volume = strcmp((const char *)sqlite3_column_text(st, 2), "VOLUME") == 0;
+        if (volume_sync_parse((const char *)sqlite3_column_text(st, 3), &e->old_sync) < 0)
+            e->old_sync = VOLUME_SYNC_STANDARD;
+        e->old_readonly = sqlite3_column_int(st, 4) != 0;
+        e->local_sync = -1;
+        if (ls) {
+            enum volume_sync v;
+            upper(up, sizeof(up), ls);
+            if (volume_sync_parse(up, &v) == 0)
+                e->local_sync = (int)v;
+        }
+        e->local_ro = lr ? strcmp(lr, "on") == 0 : -1;
+    }
+    db_stmt_done(st);
+    return rc == SQLITE_DONE ? 0 : -db_errno();
+}
+
+int ds_props_recompute(const char *name, struct ds_eff_change **changes, size_t *nchanges)
+{
+    struct eff_row *rows;
+    size_t n, depth = 0, *stack;
+    enum volume_sync psync;
+    bool pro;
+    int rc;
+
+    *changes = NULL;
+    *nchanges = 0;
+    ds_props_parent_effective(name, &psync, &pro);
+    rc = eff_collect(name, &rows, &n);
+    if (rc < 0)
+        return rc;
+    stack = calloc(n ? n : 1, sizeof(*stack));
+    *changes = calloc(n ? n : 1, sizeof(**changes));
+    if (!stack || !*changes) {
+        free(stack);
+        free(rows);
+        free(*changes);
+        *changes = NULL;
+        return -ENOMEM;
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        struct eff_row *e = &rows[i];
+        enum volume_sync s = psync;
+        bool ro = pro;
+
+        /* the nearest ancestor in the subtree: pop until one is a prefix */
+        while (depth > 0) {
+            const char *a = rows[stack[depth - 1]].name;
+            size_t al = strlen(a);
+            if (strncmp(e->name, a, al) == 0 && e->name[al] == '/')
+                break;
+            depth--;
+        }
+        if (depth > 0) {
+            s = rows[stack[depth - 1]].sync;
+            ro = rows[stack[depth - 1]].readonly;
+        }
+        e->sync = e->local_sync >= 0 ? (enum volume_sync)e->local_sync : s;
+        e->readonly = e->local_ro >= 0 ? e->local_ro == 1 : ro;
+        stack[depth++] = i;
+        if (e->sync == e->old_sync && e->readonly == e->old_readonly)
+            continue;
+        sqlite3_stmt *st;
+        rc = db_stmt("UPDATE datasets SET sync = ?, readonly = ? WHERE id = ?", &st);
+        if (rc < 0)
+            break;
+        sqlite3_bind_text(st, 1, volume_sync_name(e->sync), -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 2, e->readonly);
+        sqlite3_bind_int64(st, 3, e->id);
+        rc = db_step_done(st);
+        db_stmt_done(st);
+        if (rc == 0 && e->volume) {
+            struct ds_eff_change *c = &(*changes)[(*nchanges)++];
+            snprintf(c->name, sizeof(c->name), "%s", e->name);
+            c->sync = e->sync;
+            c->readonly = e->readonly;
+            c->sync_changed = e->sync != e->old_sync;
+            c->readonly_changed = e->readonly != e->old_readonly;
+        }
+    }
+    free(stack);
+    free(rows);
+    if (rc < 0) {
+        free(*changes);
+        *changes = NULL;
+        *nchanges = 0;
+    }
+    return rc;
 }

@@ -9,8 +9,9 @@
  * whether children inherit it); validation, storage (dataset_props rows
  * named by the ZFS name, raw lower-case ZFS values) and the query rows
  * ({parsed, rawvalue, value, source} with LOCAL / INHERITED / DEFAULT)
- * all walk that table. blockd stores these for its clients: none of them
- * changes how volumes are served (docs/api-datasets.md).
+ * all walk that table. sync and readonly are in it for inheritance; blockd
+ * acts on them (the datasets row keeps their effective value); the others
+ * are stored for clients only (docs/api-datasets.md).
  *
  * Private to src/config/. API thread; DB locked where said.
  */
@@ -101,9 +102,6 @@ int ds_props_check(struct api_call *call, const char *method, json_t *data, enum
  * TrueNAS does. DB locked, inside a transaction. 0 or -errno. */
 int ds_props_apply(int64_t id, json_t *data, enum ds_type type, bool update);
 
-/* Whether data sets any table property (for PROPERTY_CHANGED). */
-bool ds_props_present(json_t *data);
-
 /*
  * Add the table's property objects to a dataset row: local values from
  * local (an object ZFS name → raw value, borrowed), else the nearest
@@ -111,6 +109,28 @@ bool ds_props_present(json_t *data);
  * Only the properties of the row's type. DB locked.
  */
 void ds_props_emit(json_t *row, const char *name, enum ds_type type, json_t *local);
+
+/* The effective sync / readonly of name's nearest existing ancestor
+ * (what name inherits), defaults if none. DB locked. */
+void ds_props_parent_effective(const char *name, enum volume_sync *sync, bool *readonly);
+
+/* A volume whose effective sync or readonly a recompute changed. */
+struct ds_eff_change {
+    char name[DS_NAME_BUF];
+    enum volume_sync sync;
+    bool readonly;
+    bool sync_changed, readonly_changed;
+};
+
+/*
+ * sync and readonly act on volumes, so the datasets row keeps their
+ * effective value: recompute it for name and its descendants from the
+ * local values (dataset_props) and inheritance, after a change of a local
+ * value or of the tree. *changes (malloc'd, caller frees; may be empty)
+ * lists the volumes whose values changed, to apply to open volumes after
+ * the commit. DB locked, inside a transaction. 0 or -errno.
+ */
+int ds_props_recompute(const char *name, struct ds_eff_change **changes, size_t *nchanges);
 
 /* Keep only the property objects ({parsed, rawvalue, …}) of row whose API
  * or ZFS name is in names (a JSON array of strings); other keys stay. */

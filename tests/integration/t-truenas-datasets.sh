@@ -9,7 +9,8 @@
 #   properties=[], retrieve_children=false, user_properties=false) find the
 #   dataset; retrieve_children and properties select what rows carry;
 # - children inherit unset properties (source INHERITED, also a volume under
-#   a filesystem), "INHERIT" on update drops a local value;
+#   a filesystem; sync and readonly too), "INHERIT" on update drops a local
+#   value; no child under a read-only parent;
 # - update takes user_properties (the whole set) besides
 #   user_properties_update, never both;
 # - bad values get TrueNAS-shaped field errors (-32602, the field's name);
@@ -159,6 +160,19 @@ if phase == "create":
          "LOCAL")
     prop(ok("pool.dataset.update", [VOL, {"compression": "ZSTD-3", "snapdev": "VISIBLE"}]),
          "compression", "ZSTD-3", "zstd-3", "zstd-3", "LOCAL")
+
+    # sync / readonly (which blockd acts on) are inherited too
+    prop(ok("pool.dataset.update", [VMS, {"readonly": "ON", "sync": "ALWAYS"}]),
+         "readonly", "ON", "on", True, "LOCAL")
+    v = get(VOL)
+    prop(v, "readonly", "ON", "on", True, "INHERITED")
+    prop(v, "sync", "ALWAYS", "always", "always", "INHERITED")
+    field_error("pool.dataset.create", [{"name": VMS + "/v2", "type": "VOLUME", "volsize": 1 << 20}],
+                "pool.dataset.create.readonly", "Turn off readonly mode")
+    ok("pool.dataset.update", [VMS, {"readonly": "INHERIT", "sync": "INHERIT"}])
+    v = get(VOL)
+    prop(v, "readonly", "OFF", "off", False, "DEFAULT")
+    prop(v, "sync", "STANDARD", "standard", "standard", "DEFAULT")
 
     # 6. user_properties on update: the whole set
     u = ok("pool.dataset.update", [VOL, {"user_properties": [

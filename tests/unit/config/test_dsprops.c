@@ -21,6 +21,7 @@
 #include "config/datasets.h"
 #include "config/db.h"
 #include "config/dsprops.h"
+#include "store/volume.h"
 
 static char state[] = "/tmp/blockd-test-dsprops.XXXXXX";
 static char dbpath[256];
@@ -76,8 +77,8 @@ static void test_render(void **st)
     expect_prop(ds_props_render("recordsize", "1048576", "LOCAL"), "1M", "1048576",
                 json_integer(1048576), "LOCAL");
     expect_prop(ds_props_render("copies", "3", "LOCAL"), "3", "3", json_integer(3), "LOCAL");
-    expect_prop(ds_props_render("special_small_blocks", "0", "DEFAULT"), "0", "0",
-                json_string("0"), "DEFAULT");
+    expect_prop(ds_props_render("special_small_blocks", "0", "DEFAULT"), "0", "0", json_string("0"),
+                "DEFAULT");
     expect_prop(ds_props_render("quota_warning", "80", "DEFAULT"), "80", "80", json_string("80"),
                 "DEFAULT");
     assert_null(ds_props_render("relatime", "on", "LOCAL"));
@@ -86,10 +87,10 @@ static void test_render(void **st)
 
 static void test_select(void **st)
 {
-    json_t *row = json_pack("{s:s, s:[], s:{s:s}, s:{s:s}, s:{s:s}, s:{}, s:s}", "name", "p/a",
-                            "children", "atime", "rawvalue", "off", "deduplication", "rawvalue",
-                            "off", "sync", "rawvalue", "standard", "user_properties", "mountpoint",
-                            "/x");
+    json_t *row =
+        json_pack("{s:s, s:[], s:{s:s}, s:{s:s}, s:{s:s}, s:{}, s:s}", "name", "p/a", "children",
+                  "atime", "rawvalue", "off", "deduplication", "rawvalue", "off", "sync",
+                  "rawvalue", "standard", "user_properties", "mountpoint", "/x");
     json_t *names = json_pack("[sss]", "atime", "dedup", "relatime");
 
     (void)st;
@@ -152,8 +153,8 @@ static void field_error(const char *method, const char *params, const char *fiel
     if (r)
         fail_msg("%s %s unexpectedly succeeded", method, params);
     assert_int_equal(json_integer_value(json_object_get(err, "code")), -32602);
-    json_array_foreach(json_object_get(json_object_get(err, "data"), "extra"), i, e)
-    found |= strcmp(json_string_value(json_array_get(e, 0)), field) == 0;
+    json_array_foreach(json_object_get(json_object_get(err, "data"), "extra"), i, e) found |=
+        strcmp(json_string_value(json_array_get(e, 0)), field) == 0;
     if (!found)
         fail_msg("%s %s: no error for %s in %s", method, params, field,
                  json_string_value(json_object_get(err, "message")));
@@ -173,8 +174,7 @@ static json_t *row_of(const char *name)
     return row;
 }
 
-static void expect_source(const char *name, const char *key, const char *value,
-                          const char *source)
+static void expect_source(const char *name, const char *key, const char *value, const char *source)
 {
     json_t *row = row_of(name), *p = json_object_get(row, key);
 
@@ -308,14 +308,86 @@ static void test_user_properties_update(void **st)
     json_decref(r);
 }
 
+/* sync and readonly act on volumes and are inherited: the open volume
+ * below a filesystem follows its parent's changes. */
+static void test_sync_readonly(void **st)
+{
+    struct volume *v;
+    json_t *r;
+
+    (void)st;
+    json_decref(ok("pool.dataset.create", "[{\"name\":\"demo/sr/vol\",\"type\":\"VOLUME\","
+                                          "\"volsize\":1048576,\"create_ancestors\":true}]"));
+    assert_int_equal(datasets_volume_open("demo/sr/vol", &v), 0);
+    assert_false(volume_readonly(v));
+    json_decref(ok("pool.dataset.update", "[\"demo/sr\",{\"readonly\":\"ON\","
+                                          "\"sync\":\"ALWAYS\"}]"));
+    assert_true(volume_readonly(v));
+    assert_int_equal(volume_sync_mode(v), VOLUME_SYNC_ALWAYS);
+    expect_source("demo/sr/vol", "readonly", "ON", "INHERITED");
+    expect_source("demo/sr/vol", "sync", "ALWAYS", "INHERITED");
+    expect_source("demo/sr", "readonly", "ON", "LOCAL");
+    /* TrueNAS refuses children under a read-only parent */
+    field_error("pool.dataset.create",
+                "[{\"name\":\"demo/sr/v2\",\"type\":\"VOLUME\","
+                "\"volsize\":1048576}]",
+                "pool.dataset.create.readonly");
+    /* a local value on the volume wins over the parent's */
+    json_decref(ok("pool.dataset.update", "[\"demo/sr/vol\",{\"sync\":\"DISABLED\"}]"));
+    assert_int_equal(volume_sync_mode(v), VOLUME_SYNC_DISABLED);
+    json_decref(ok("pool.dataset.update", "[\"demo/sr\",{\"sync\":\"STANDARD\"}]"));
+    assert_int_equal(volume_sync_mode(v), VOLUME_SYNC_DISABLED);
+    expect_source("demo/sr/vol", "sync", "DISABLED", "LOCAL");
+    json_decref(ok("pool.dataset.update", "[\"demo/sr/vol\",{\"sync\":\"INHERIT\"}]"));
+    expect_source("demo/sr/vol", "sync", "STANDARD", "INHERITED");
+    /* INHERIT on the parent: back to the default */
+    r = ok("pool.dataset.update", "[\"demo/sr\",{\"readonly\":\"INHERIT\",\"sync\":\"INHERIT\"}]");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(r, "readonly"), "source")), "DEFAULT");
+    json_decref(r);
+    assert_false(volume_readonly(v));
+    assert_int_equal(volume_sync_mode(v), VOLUME_SYNC_STANDARD);
+    expect_source("demo/sr/vol", "readonly", "OFF", "DEFAULT");
+    volume_unref(v);
+    /* a new child takes the parent's value as inherited */
+    json_decref(ok("pool.dataset.update", "[\"demo/sr\",{\"sync\":\"ALWAYS\"}]"));
+    json_decref(
+        ok("pool.dataset.create", "[{\"name\":\"demo/sr/a/b\",\"create_ancestors\":true}]"));
+    expect_source("demo/sr/a", "sync", "ALWAYS", "INHERITED");
+    expect_source("demo/sr/a/b", "sync", "ALWAYS", "INHERITED");
+    json_decref(ok("pool.dataset.create", "[{\"name\":\"demo/sr/a/c\",\"sync\":\"ALWAYS\"}]"));
+    expect_source("demo/sr/a/c", "sync", "ALWAYS", "LOCAL"); /* given explicitly */
+}
+
 static void test_persist(void **st)
 {
     (void)st;
+    /* A database from before sync/readonly were inherited: only the
+     * columns, no local rows. At open, values that differ from the
+     * parent's become local; equal ones are inherited. */
+    json_decref(ok("pool.dataset.create", "[{\"name\":\"demo/mig/v\",\"type\":\"VOLUME\","
+                                          "\"volsize\":1048576,\"create_ancestors\":true}]"));
+    json_decref(ok("pool.dataset.create", "[{\"name\":\"demo/mig/w\",\"type\":\"VOLUME\","
+                                          "\"volsize\":1048576}]"));
+    db_lock();
+    assert_int_equal(db_exec("DELETE FROM dataset_props WHERE name IN ('sync', 'readonly');"
+                             "DELETE FROM ds_migrations;"
+                             "UPDATE datasets SET sync = 'ALWAYS' WHERE name IN ('demo/mig',"
+                             " 'demo/mig/v');"
+                             "UPDATE datasets SET readonly = 1 WHERE name = 'demo/mig/w';"),
+                     0);
+    db_unlock();
     datasets_flush_all();
     db_close();
     assert_int_equal(db_open(dbpath), 0);
+    expect_source("demo/mig", "sync", "ALWAYS", "LOCAL");
+    expect_source("demo/mig/v", "sync", "ALWAYS", "INHERITED");
+    expect_source("demo/mig/w", "sync", "STANDARD", "LOCAL");
+    expect_source("demo/mig/w", "readonly", "ON", "LOCAL");
+    expect_source("demo/mig/v", "readonly", "OFF", "DEFAULT");
     expect_source("demo/t/fs", "recordsize", "1M", "LOCAL");
     expect_source("demo/t/fs/sub/deep", "acltype", "POSIX", "INHERITED");
+    expect_source("demo/sr/a/b", "sync", "ALWAYS", "INHERITED");
 }
 
 int main(void)
@@ -329,6 +401,7 @@ int main(void)
         cmocka_unit_test(test_tree),
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_user_properties_update),
+        cmocka_unit_test(test_sync_readonly),
         cmocka_unit_test(test_persist),
     };
     int rc = cmocka_run_group_tests_name("dsprops-pure", pure, NULL, NULL);
