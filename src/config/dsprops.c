@@ -389,8 +389,9 @@ void ds_props_emit(json_t *row, const char *name, enum ds_type type, json_t *loc
     json_decref(inh);
 }
 
-/* The value a dataset (or, with from_parent, its parent) has for zfs,
- * looking at local values up the tree, else the default. DB locked. */
+/* The value an inheritable property has on a dataset (or, with
+ * from_parent, on its parent): the nearest local value up the tree, else
+ * the default. DB locked. */
 static void effective(const char *name, bool from_parent, const struct propdef *p, char *buf,
                       size_t len)
 {
@@ -411,19 +412,6 @@ static void effective(const char *name, bool from_parent, const struct propdef *
     iv = json_object_get(inh, p->zfs);
     snprintf(buf, len, "%s", iv ? json_string_value(json_array_get(iv, 0)) : p->def);
     json_decref(inh);
-    /* a non-inheritable local value of the dataset itself */
-    if (!from_parent && !p->inheritable) {
-        sqlite3_stmt *st;
-        if (db_stmt("SELECT p.value FROM dataset_props p JOIN datasets d ON d.id = p.dataset_id"
-                    " WHERE d.name = ? AND p.name = ?",
-                    &st) == 0) {
-            sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-            sqlite3_bind_text(st, 2, p->zfs, -1, SQLITE_STATIC);
-            if (sqlite3_step(st) == SQLITE_ROW)
-                snprintf(buf, len, "%s", (const char *)sqlite3_column_text(st, 0));
-            db_stmt_done(st);
-        }
-    }
 }
 
 static void field_name(char *buf, size_t len, const char *method, const char *key)
