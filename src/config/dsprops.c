@@ -352,14 +352,52 @@ static json_t *inherited(char names[][DS_NAME_BUF], size_t n)
     return out;
 }
 
-void ds_props_emit(json_t *row, const char *name, enum ds_type type, json_t *local)
+/* Between ds_props_batch_begin/end (one row-building pass, DB locked):
+ * the inherited values of the last parent, since siblings come in a row. */
+static __thread bool batch;
+static __thread json_t *batch_inh;
+static __thread char batch_parent[DS_NAME_BUF];
+
+void ds_props_batch_begin(void)
+{
+    batch = true;
+    batch_parent[0] = '\0';
+}
+
+void ds_props_batch_end(void)
+{
+    batch = false;
+    json_decref(batch_inh);
+    batch_inh = NULL;
+}
+
+/* What name inherits (new reference): an object ZFS name → [raw, from]. */
+static json_t *inherited_for(const char *name)
 {
     size_t max = depth(name);
-    char(*anc)[DS_NAME_BUF] = max ? malloc(max * sizeof(*anc)) : NULL;
-    size_t n = anc ? ancestors(name, anc, max) : 0;
-    json_t *inh = inherited(anc, n);
+    const char *slash = strrchr(name, '/');
+    char(*anc)[DS_NAME_BUF];
+    size_t n;
+    json_t *inh;
 
+    if (batch && slash && batch_inh && strlen(batch_parent) == (size_t)(slash - name) &&
+        strncmp(batch_parent, name, (size_t)(slash - name)) == 0)
+        return json_incref(batch_inh);
+    anc = max ? malloc(max * sizeof(*anc)) : NULL;
+    n = anc ? ancestors(name, anc, max) : 0;
+    inh = inherited(anc, n);
     free(anc);
+    if (batch && slash && inh) {
+        json_decref(batch_inh);
+        batch_inh = json_incref(inh);
+        snprintf(batch_parent, sizeof(batch_parent), "%.*s", (int)(slash - name), name);
+    }
+    return inh;
+}
+
+void ds_props_emit(json_t *row, const char *name, enum ds_type type, json_t *local)
+{
+    json_t *inh = inherited_for(name);
 
     for (size_t i = 0; i < NPROPS; i++) {
         const struct propdef *p = &props[i];

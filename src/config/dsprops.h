@@ -132,6 +132,12 @@ struct ds_eff_change {
  */
 int ds_props_recompute(const char *name, struct ds_eff_change **changes, size_t *nchanges);
 
+/* Around a pass that emits many rows with the DB locked and unchanged
+ * (dsrows.c): lets siblings share one lookup of what they inherit. Same
+ * thread; not nested. */
+void ds_props_batch_begin(void);
+void ds_props_batch_end(void);
+
 /* Keep only the property objects ({parsed, rawvalue, …}) of row whose API
  * or ZFS name is in names (a JSON array of strings); other keys stay. */
 void ds_props_select(json_t *row, json_t *names);

@@ -256,6 +256,7 @@ static json_t *rows_select_where(const char *where, json_t *binds)
         json_decref(rows);
         return NULL;
     }
+    ds_props_batch_begin();
     while (sqlite3_step(st) == SQLITE_ROW) {
         uint64_t u = 0;
         json_t *row = row_build(st, &u);
@@ -274,6 +275,7 @@ static json_t *rows_select_where(const char *where, json_t *binds)
         used[n++] = u;
         json_array_append_new(rows, row);
     }
+    ds_props_batch_end();
     db_stmt_done(st);
     rows_link(rows, used);
     free(used);
