@@ -30,7 +30,10 @@ int listener_open_tcp_opts(const char *addr_port, unsigned opts, listener_accept
  * bind's -errno (-EADDRINUSE, -EADDRNOTAVAIL, -EACCES, -EINVAL for a bad
  * address); nothing is logged. Any thread; does not block. */
 int listener_probe_tcp(const char *addr_port, unsigned opts);
-/* Unix stream socket at path (replaces a stale socket file), mode applied. */
+/* Unix stream socket at path, mode applied before anyone can connect.
+ * Something already at path is replaced only if it is a socket nobody
+ * listens on (connect gets ECONNREFUSED); else -EEXIST (not a socket, or
+ * not answering for another reason) or -EADDRINUSE (alive), logged. */
 int listener_open_unix(const char *path, unsigned mode, listener_accept_fn fn, void *arg,
                        struct listener **out);
 /* Stop accepting and close. Thread-safe; waits until no accept callback runs. */
