@@ -1060,12 +1060,16 @@ static void nop_timer_fire(struct reactor_timer *tm)
     uint64_t interval = iscsi_server_nop_interval_ns();
     uint64_t timeout = iscsi_server_nop_timeout_ns();
     if (ic->phase == ISCSI_PHASE_LOGIN) {
-        /* A login that does not finish in time is dropped. */
-        if (now - ic->last_rx_ns >= timeout) {
-            log_warn("%s: login timed out", ic->c->peer);
+        /* A login must finish within the handshake deadline, however
+         * slowly its bytes keep coming. */
+        if (now >= ic->login_deadline_ns) {
+            admit_log(&iscsi_gate, "%s: iscsi: login not finished within %u s, closing",
+                      ic->c->peer, admit_handshake_timeout_s());
             conn_close(ic->c);
             return;
         }
+        reactor_timer_start(ic->c->reactor, &ic->nop_timer, ic->login_deadline_ns - now);
+        return;
     } else if (ic->ping_outstanding) {
         if (now - ic->ping_sent_ns >= timeout) {
             log_warn("%s: no answer to NOP-In for %llu s: closing", ic->c->peer,
@@ -1094,6 +1098,10 @@ static void nop_timer_fire(struct reactor_timer *tm)
 int iscsi_conn_enter_full_feature(struct iscsi_conn *ic)
 {
     ic->phase = ISCSI_PHASE_FULL_FEATURE;
+    admit_promote(&ic->ticket);
+    /* The NOP timer was set for the login deadline: back to its pace. */
+    reactor_timer_cancel(ic->c->reactor, &ic->nop_timer);
+    reactor_timer_start(ic->c->reactor, &ic->nop_timer, 1000000000ull);
     conn_input_reserve(ic->c, ISCSI_BHS_LEN + ISCSI_AHS_MAX + 8 + ic->params.max_recv_dsl + 4);
     return 0;
 }
@@ -1139,6 +1147,7 @@ static void conn_on_free(struct conn *c)
         free(t);
     }
     iscsi_text_out_free(&ic->text_pending);
+    admit_release(&ic->ticket);
     free(ic);
     c->proto = NULL;
 }
@@ -1184,7 +1193,8 @@ int iscsi_conn_init(struct conn *c, uint16_t portal_tag, const struct sockaddr *
     iscsi_chap_random(&ic->ttt_next, sizeof(ic->ttt_next));
     c->proto = ic;
     ic->last_rx_ns = time_now_ns();
+    ic->login_deadline_ns = ic->last_rx_ns + admit_handshake_timeout_ns();
     reactor_timer_init(&ic->nop_timer, nop_timer_fire);
-    reactor_timer_start(c->reactor, &ic->nop_timer, 1000000000ull);
+    reactor_timer_start(c->reactor, &ic->nop_timer, admit_handshake_timeout_ns());
     return 0;
 }

@@ -175,6 +175,10 @@ unsigned iscsi_sessions_count_target(const char *iqn);
  * on their reactors shortly after). Returns how many were asked to close. */
 unsigned iscsi_sessions_close_target(const char *iqn);
 
+/* iSCSI connections in all (any phase), default 1024; logins in progress
+ * are further capped by core/admit.h. Call before the server starts. */
+void iscsi_server_set_max_connections(unsigned n);
+
 /* Queue depth (CmdSN window) for new sessions: 1..4096, default 128. */
 void iscsi_server_set_queue_depth(unsigned depth);
 /* NOP-In ping: an idle full-feature connection (no PDU for interval_s) gets

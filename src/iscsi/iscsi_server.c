@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/admit.h"
 #include "core/listener.h"
 #include "core/log.h"
 #include "core/reactor.h"
@@ -24,6 +25,13 @@ struct portal {
     uint16_t tag;
     struct listener *l;
 };
+
+struct admit_gate iscsi_gate = ADMIT_GATE_INIT("iscsi", 1024);
+
+void iscsi_server_set_max_connections(unsigned n)
+{
+    admit_set_max_total(&iscsi_gate, n);
+}
 
 static pthread_mutex_t srv_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct portal *portals;
@@ -64,6 +72,7 @@ uint64_t iscsi_server_nop_timeout_ns(void)
 }
 
 struct accept_arg {
+    struct admit_ticket ticket;
     uint16_t tag;
     struct sockaddr_storage local;
     socklen_t locallen;
@@ -73,6 +82,12 @@ static int adopt_init(struct conn *c, void *arg)
 {
     struct accept_arg *a = arg;
     int rc = iscsi_conn_init(c, a->tag, (const struct sockaddr *)&a->local, a->locallen);
+    if (rc == 0) {
+        struct iscsi_conn *ic = c->proto;
+        ic->ticket = a->ticket; /* released by the connection's on_free */
+    } else {
+        admit_release(&a->ticket);
+    }
     free(a);
     return rc;
 }
@@ -86,13 +101,23 @@ static void on_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
         close(fd);
         return;
     }
+    char name[80];
+    format_sockaddr(peer, peerlen, name, sizeof(name));
+    if (admit_try(&iscsi_gate, peer, peerlen, name, &a->ticket) < 0) {
+        free(a);
+        close(fd);
+        return;
+    }
     a->tag = p->tag;
     if (local && locallen <= sizeof(a->local)) {
         memcpy(&a->local, local, locallen);
         a->locallen = locallen;
     }
-    if (conn_adopt(reactor_next(), fd, peer, peerlen, &iscsi_conn_ops, adopt_init, a) < 0)
+    if (conn_adopt(reactor_next(), fd, peer, peerlen, &iscsi_conn_ops, adopt_init, a) < 0) {
         log_warn("iscsi: could not adopt a connection on %s", p->addr);
+        admit_release(&a->ticket);
+        free(a);
+    }
 }
 
 int iscsi_server_listen(const char *addr_port, uint16_t portal_tag)
