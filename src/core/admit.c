@@ -201,11 +201,21 @@ void admit_release(struct admit_ticket *t)
     struct admit_gate *g = t->gate;
     if (!g || !t->held)
         return;
+    unsigned suppressed = 0;
     pthread_mutex_lock(&g->lock);
     unpend(g, t);
     t->held = false;
     g->total--;
+    /* A flood's last lines were suppressed and no event has logged their
+     * count since: say it now that the flood has ended. */
+    if (g->log_suppressed && time_now_ns() - g->log_window_ns >= 1000000000ull) {
+        suppressed = g->log_suppressed;
+        g->log_suppressed = 0;
+    }
     pthread_mutex_unlock(&g->lock);
+    if (suppressed)
+        log_warn("%s: %u more connection refusals/drops not logged in the last second", g->name,
+                 suppressed);
 }
 
 void admit_counts(struct admit_gate *g, unsigned *total, unsigned *pending)
