@@ -306,6 +306,7 @@ static bool payload_room(const struct nbd_conn *nc)
 }
 
 static void drain_check(struct nbd_conn *nc);
+static void paused_poll_start(struct nbd_conn *nc);
 
 static void conn_kick_run(struct reactor_msg *m)
 {
@@ -320,6 +321,8 @@ static void conn_kick_run(struct reactor_msg *m)
         else if (nc->paused && payload_room(nc)) {
             nc->paused = false;
             conn_pause_input(c, false);
+        } else if (nc->paused) {
+            paused_poll_start(nc); /* now waiting on the budget, say */
         }
     }
     conn_put(c);
