@@ -192,6 +192,11 @@ int conn_flush_now(struct conn *c)
     return c->out_head ? -EAGAIN : 0;
 }
 
+static void release_run(struct reactor_msg *m)
+{
+    conn_put(container_of(m, struct conn, release_msg));
+}
+
 static void deferred_flush(struct reactor_msg *m)
 {
     struct conn *c = (struct conn *)((char *)m - offsetof(struct conn, flush_msg));
@@ -546,7 +551,13 @@ void conn_close(struct conn *c)
     c->out_count = 0;
     if (c->ops->on_close)
         c->ops->on_close(c);
-    conn_put(c); /* the socket's reference */
+    /* The socket's reference goes at the end of the loop iteration: the
+     * epoll batch being handled may still hold an event for this conn
+     * (e.g. a timer closed it), and on_event must find it, closed. */
+    if (reactor_self() == c->reactor)
+        reactor_defer(c->reactor, &c->release_msg);
+    else
+        conn_put(c);
 }
 
 struct close_req {
@@ -645,6 +656,7 @@ int conn_adopt(struct reactor *r, int fd, const struct sockaddr *peer, socklen_t
     c->in_cap = c->in_buf ? IN_INITIAL : 0;
     c->flush_msg.fn = deferred_flush;
     reactor_timer_init(&c->finish_timer, finish_poll);
+    c->release_msg.fn = release_run;
     atomic_fetch_add(&live_conns, 1);
     a->msg.fn = adopt_run;
     a->c = c;

@@ -70,6 +70,7 @@ struct conn {
     bool finishing;  /* conn_finish: closing once output is written */
     bool write_shut; /* FIN sent */
     struct reactor_timer finish_timer; /* polls until the peer has our FIN */
+    struct reactor_msg release_msg;    /* drops the socket's reference after close */
     uint32_t events;
     uint8_t *in_buf;
     size_t in_start, in_end, in_cap, in_max;
