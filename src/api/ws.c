@@ -94,7 +94,6 @@ struct ws_client {
     int64_t auth_deadline_ms;
 };
 
-
 static struct {
     bool running;
     struct api_acceptor acceptor;

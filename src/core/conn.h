@@ -67,8 +67,8 @@ struct conn {
     bool closing;
     bool flush_deferred;
     bool reading_paused;
-    bool finishing;  /* conn_finish: closing once output is written */
-    bool write_shut; /* FIN sent */
+    bool finishing;                    /* conn_finish: closing once output is written */
+    bool write_shut;                   /* FIN sent */
     struct reactor_timer finish_timer; /* polls until the peer has our FIN */
     struct reactor_msg release_msg;    /* drops the socket's reference after close */
     uint32_t events;

@@ -7,8 +7,9 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-/* Take an accepted socket (listener callback, reactor 0's thread): enforce
- * max_connections, then hand it to the next reactor. Owns fd. */
+/* Take an accepted socket (listener callback, reactor 0's thread): admit it
+ * (max_connections in all, and the pending caps of core/admit.h), then hand
+ * it to the next reactor, where the handshake deadline starts. Owns fd. */
 void nbd_conn_accept(int fd, const struct sockaddr *peer, socklen_t peerlen);
 /* NBD connections alive now (any state). Thread-safe. */
 unsigned nbd_conn_live(void);
