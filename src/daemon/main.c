@@ -515,7 +515,11 @@ int main(int argc, char **argv)
     /* Stop taking requests first: every request already started completes
      * and its reply is sent before its connection closes (up to the
      * deadline), so nothing reaches a disk unacknowledged. */
+    uint64_t drain_end = time_now_ns() + (uint64_t)o.shutdown_timeout_s * 1000000000ull;
     nbd_server_drain(o.shutdown_timeout_s * 1000u); /* nbd */
+    uint64_t drain_now = time_now_ns();
+    iscsi_server_drain(drain_now < drain_end ? (unsigned)((drain_end - drain_now) / 1000000u)
+                                             : 0); /* iscsi */
 
     api_server_stop();
     api_ws_stop(); /* control */

@@ -158,6 +158,7 @@ static struct iscsi_task *task_new(struct iscsi_conn *ic, uint32_t itt)
 }
 
 static void conn_check_logout(struct iscsi_conn *ic);
+static void drain_check(struct iscsi_conn *ic);
 
 /* The task leaves the ITT table (the initiator may reuse the tag as soon as
  * it has the response) and the CmdSN window accounting. */
@@ -205,6 +206,8 @@ static void task_free(struct iscsi_task *t)
         free(t);
     }
     conn_check_logout(ic);
+    if (ic->draining)
+        drain_check(ic);
     conn_put(c);
 }
 
@@ -997,6 +1000,8 @@ static int dispatch_full_feature(struct iscsi_conn *ic, const uint8_t *bhs, cons
 static int conn_on_input(struct conn *c)
 {
     struct iscsi_conn *ic = c->proto;
+    if (ic->draining)
+        return 0; /* shutdown: no new commands */
     ic->last_rx_ns = time_now_ns();
     while (conn_input_len(c) >= ISCSI_BHS_LEN && ic->phase != ISCSI_PHASE_CLOSED) {
         const uint8_t *p = conn_input(c);
@@ -1097,6 +1102,34 @@ static void nop_timer_fire(struct reactor_timer *tm)
 }
 
 /* ------------------------------------------------------------ lifecycle */
+
+/* Shutdown: once no task is executing (tasks waiting for Data-Out never
+ * will), the replies queued go out, then FIN, then the close. */
+static void drain_check(struct iscsi_conn *ic)
+{
+    if (ic->phase == ISCSI_PHASE_CLOSED || ic->c->closing)
+        return;
+    for (struct iscsi_task *t = ic->tasks; t; t = t->next)
+        if (t->executing)
+            return;
+    conn_finish(ic->c);
+}
+
+void iscsi_conn_drain_msg(struct reactor_msg *m)
+{
+    struct iscsi_conn *ic = container_of(m, struct iscsi_conn, drain_msg);
+    struct conn *c = ic->c;
+    if (!c->closing && ic->phase != ISCSI_PHASE_CLOSED) {
+        ic->draining = true;
+        if (ic->phase != ISCSI_PHASE_FULL_FEATURE) {
+            conn_close(c);
+        } else {
+            conn_pause_input(c, true);
+            drain_check(ic);
+        }
+    }
+    conn_put(c);
+}
 
 int iscsi_conn_enter_full_feature(struct iscsi_conn *ic)
 {

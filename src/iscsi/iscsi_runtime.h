@@ -199,5 +199,11 @@ int iscsi_server_listen(const char *addr_port, uint16_t portal_tag);
 int iscsi_server_unlisten(const char *addr_port);
 /* Close every listener and every session. */
 void iscsi_server_stop(void);
+/* Graceful shutdown, before iscsi_server_stop(): refuse new connections;
+ * every session stops reading PDUs, lets the commands it is executing
+ * complete and sends their responses, then closes; waits up to timeout_ms,
+ * then closes what is left. Returns how many sessions had to be closed at
+ * the deadline. Thread: control (the main thread at SIGTERM). */
+unsigned iscsi_server_drain(unsigned timeout_ms);
 
 #endif

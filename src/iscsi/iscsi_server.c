@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -92,10 +93,16 @@ static int adopt_init(struct conn *c, void *arg)
     return rc;
 }
 
+static atomic_bool draining; /* shutdown: refuse new connections */
+
 static void on_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
                       const struct sockaddr *local, socklen_t locallen, void *arg)
 {
     struct portal *p = arg;
+    if (atomic_load(&draining)) {
+        close(fd);
+        return;
+    }
     struct accept_arg *a = calloc(1, sizeof(*a));
     if (!a) {
         close(fd);
@@ -188,6 +195,22 @@ int iscsi_server_start(const char *listen_addr_port)
     if (!listen_addr_port)
         return 0;
     return iscsi_server_listen(listen_addr_port, 0);
+}
+
+unsigned iscsi_server_drain(unsigned timeout_ms)
+{
+    atomic_store(&draining, true);
+    iscsi_sessions_drain_all();
+    uint64_t end = time_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    while (iscsi_sessions_count() > 0 && time_now_ns() < end)
+        usleep(5000);
+    unsigned left = iscsi_sessions_count();
+    if (left) {
+        log_warn("iscsi: %u sessions still busy after %u ms of shutdown, closing them", left,
+                 timeout_ms);
+        iscsi_sessions_close_all();
+    }
+    return left;
 }
 
 void iscsi_server_stop(void)
