@@ -358,9 +358,6 @@ static int input_deliver(struct conn *c)
     return c->closing ? -1 : 0;
 }
 
-/* The protocol sees the input after every read, so that once it has parsed
- * a request header announcing a large payload it receives the rest into the
- * request's buffer itself (input_direct) instead of it landing here first. */
 /* A finishing connection reads and drops what the peer still sends (so
  * that closing with unread input does not reset the connection and discard
  * replies not yet delivered), until the peer closes. */
@@ -379,6 +376,9 @@ static void discard_input(struct conn *c)
     c->in_start = c->in_end = 0;
 }
 
+/* The protocol sees the input after every read, so that once it has parsed
+ * a request header announcing a large payload it receives the rest into the
+ * request's buffer itself (input_direct) instead of it landing here first. */
 static void handle_input(struct conn *c)
 {
     if (c->finishing) {
