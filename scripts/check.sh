@@ -12,6 +12,13 @@ LOGS=$(mktemp -d /tmp/blockd-check.XXXXXX)
 
 step() { echo; echo "=== $*"; }
 
+step "format (clang-format)"
+if scripts/check-format.sh; then
+    total_pass=$((total_pass + 1))
+else
+    total_fail=$((total_fail + 1))
+fi
+
 step "build ($BUILD)"
 [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" --buildtype=debugoptimized -Dwerror=true >/dev/null || exit 1
 ninja -C "$BUILD" || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
