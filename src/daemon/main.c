@@ -38,6 +38,7 @@
 #include "api/auth.h"            /* control */
 #include "api/jobs.h"            /* control */
 #include "api/service.h"         /* control */
+#include "api/sharing.h"         /* auth */
 #include "api/ws.h"              /* control */
 #include "iscsi/iscsi_share.h"   /* control */
 
@@ -380,6 +381,7 @@ int main(int argc, char **argv)
     jobs_init();         /* control: core.get_jobs/job_wait/bulk/subscribe */
     service_init();      /* control: service.* */
     iscsi_share_init();  /* control: share.iscsi.* */
+    api_sharing_init();  /* auth: sharing.nfs/smb.* refused with ENOTSUP */
 
     if ((rc = db_open(db_path)) < 0) {
         log_error("cannot open configuration database %s: %s", db_path, strerror(-rc));
