@@ -14,10 +14,10 @@ DEPS_BUILD = gcc meson ninja-build pkg-config python3 \
              libcrypt-dev
 DEPS_TEST  = libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
-             util-linux curl sqlite3 python3-libnbd
+             util-linux curl sqlite3 python3-libnbd dpkg-dev
 DEPS       = $(DEPS_BUILD) $(DEPS_TEST)
 
-.PHONY: all deps build asan run check unit integration fuzz bench format clean
+.PHONY: all deps build asan run check unit integration fuzz bench format clean build-matrix
 
 all: build
 
@@ -39,13 +39,13 @@ deps:
 	fi
 
 $(BUILD)/build.ninja:
-	meson setup $(BUILD) --buildtype=debugoptimized
+	meson setup $(BUILD) --buildtype=debugoptimized -Dwerror=true
 
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 
 $(ASAN_BUILD)/build.ninja:
-	meson setup $(ASAN_BUILD) --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+	meson setup $(ASAN_BUILD) --buildtype=debug -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false
 
 asan: deps $(ASAN_BUILD)/build.ninja
 	ninja -C $(ASAN_BUILD)
@@ -63,6 +63,10 @@ integration: build
 
 check: deps
 	@scripts/check.sh $(BUILD) $(ASAN_BUILD)
+
+# Every buildtype x sanitizer combination with -Werror (make check builds a subset).
+build-matrix: deps
+	scripts/build-matrix.sh full
 
 fuzz: deps
 	@scripts/fuzz.sh

@@ -13,13 +13,20 @@ LOGS=$(mktemp -d /tmp/blockd-check.XXXXXX)
 step() { echo; echo "=== $*"; }
 
 step "build ($BUILD)"
-[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" --buildtype=debugoptimized >/dev/null || exit 1
+[ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" --buildtype=debugoptimized -Dwerror=true >/dev/null || exit 1
 ninja -C "$BUILD" || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
 
 step "build with ASan+UBSan ($ASAN_BUILD)"
-[ -f "$ASAN_BUILD/build.ninja" ] || meson setup "$ASAN_BUILD" --buildtype=debug \
+[ -f "$ASAN_BUILD/build.ninja" ] || meson setup "$ASAN_BUILD" --buildtype=debug -Dwerror=true \
     -Db_sanitize=address,undefined -Db_lundef=false >/dev/null || exit 1
 ninja -C "$ASAN_BUILD" || { echo "asan build failed"; echo "0 passed, 1 failed"; exit 1; }
+
+step "build matrix (release, sanitizers at -O2/-O3, Debian's hardening flags)"
+if scripts/build-matrix.sh 2>&1 | tee $LOGS/matrix.log; then
+    total_pass=$((total_pass + 1))
+else
+    total_fail=$((total_fail + 1))
+fi
 
 count_meson() { # parse "Ok: N" / "Fail: N" from meson test output
     local log=$1
