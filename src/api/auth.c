@@ -504,6 +504,11 @@ static int login_password(struct api_call *call, json_t *juser, json_t *jpw, con
         return -1;
     const char *user = json_string_value(juser);
     const char *pw = json_string_value(jpw);
+    /* Counted as a failure before the hash, and forgotten on success:
+     * pipelined attempts from one address (each on its own worker) would
+     * otherwise all pass the gate before the first one failed, and each
+     * cost a hash. A right password forgives it (and its address). */
+    bool blocked = auth_rate_failed(addr, ratelimit_now_ms());
     struct auth_session *s = NULL;
     int err = 0;
     /* Over-long or NUL-carrying input cannot match: no hash for it. */
@@ -513,13 +518,12 @@ static int login_password(struct api_call *call, json_t *juser, json_t *jpw, con
     if (err < 0)
         return api_error(call, err, "cannot check the password");
     if (!s) {
-        char what[96];
-        snprintf(what, sizeof(what), "a wrong password for user '%.32s'",
-                 account_name_valid(user) ? user : "?");
-        login_failed(call, addr, what);
+        log_warn("auth: %s: login with a wrong password for user '%.32s' refused%s",
+                 api_call_peer(call), account_name_valid(user) ? user : "?",
+                 blocked ? "; address blocked for 30 s after repeated failures" : "");
         return 0;
     }
-    auth_rate_succeeded(addr);
+    ratelimit_forgive(&login_rl, addr); /* the attempt counted above was right */
     char name[sizeof(s->username)];
     memcpy(name, s->username, sizeof(name));
     session_install(call, s);

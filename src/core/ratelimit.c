@@ -96,6 +96,15 @@ void ratelimit_succeeded(struct ratelimit *rl, const char *key)
     pthread_mutex_unlock(&rl->lock);
 }
 
+void ratelimit_forgive(struct ratelimit *rl, const char *key)
+{
+    pthread_mutex_lock(&rl->lock);
+    struct ratelimit_slot *s = slot_find(rl, key, false, 0);
+    if (s)
+        memset(s, 0, sizeof(*s));
+    pthread_mutex_unlock(&rl->lock);
+}
+
 void ratelimit_reset(struct ratelimit *rl)
 {
     pthread_mutex_lock(&rl->lock);

@@ -56,6 +56,10 @@ bool ratelimit_allowed(struct ratelimit *rl, const char *key, uint64_t now_ms);
 bool ratelimit_failed(struct ratelimit *rl, const char *key, uint64_t now_ms);
 /* Forget key's failures (a block in force stays). */
 void ratelimit_succeeded(struct ratelimit *rl, const char *key);
+/* Forget key entirely, a block included: for a caller that counts an
+ * attempt as failed before checking it (so that concurrent attempts cannot
+ * all pass ratelimit_allowed) and then finds it right. */
+void ratelimit_forgive(struct ratelimit *rl, const char *key);
 /* Milliseconds key stays blocked from now_ms (0 when not blocked). */
 uint64_t ratelimit_blocked_for(struct ratelimit *rl, const char *key, uint64_t now_ms);
 /* Empty the table (tests). */

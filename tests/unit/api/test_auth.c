@@ -295,10 +295,17 @@ static void test_accounts(void **state)
     assert_null(strstr(txt, "$y$")); /* never the hash */
     free(txt);
     json_decref(r);
+    /* four typos, then the right password: in, and the address stays open */
+    for (int i = 0; i < AUTH_FAIL_MAX - 1; i++) {
+        r = rpc(&ws, "auth.login", "[\"alice\", \"typo\"]");
+        assert_true(json_is_false(json_object_get(r, "result")));
+        json_decref(r);
+    }
     r = rpc(&ws, "auth.login", "[\"alice\", \"pw-alice-1\"]");
     assert_true(json_is_true(json_object_get(r, "result")));
     json_decref(r);
     assert_true(ws.authenticated);
+    assert_true(auth_rate_allowed("10.8.8.8", ratelimit_now_ms()));
     /* a remote session, even logged in, cannot manage accounts */
     r = rpc(&ws, "account.query", "[]");
     assert_errno(r, EPERM);
