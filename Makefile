@@ -1,7 +1,8 @@
 # blockd — the two commands a new user runs:
 #   make run    install what is missing, build, start blockd with a demo volume
 #   make check  install what is missing, build, run every test
-# Other targets: deps, build, asan, unit, integration, fuzz, bench, format, clean.
+# Other targets: deps, build, asan, unit, integration, fuzz, fuzz-long, bench, format,
+# format-check, build-matrix, clean.
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -14,10 +15,10 @@ DEPS_BUILD = gcc meson ninja-build pkg-config python3 \
              libcrypt-dev
 DEPS_TEST  = libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
-             util-linux curl sqlite3 python3-libnbd dpkg-dev
+             util-linux curl sqlite3 python3-libnbd dpkg-dev clang-format
 DEPS       = $(DEPS_BUILD) $(DEPS_TEST)
 
-.PHONY: all deps build asan run check unit integration fuzz bench format clean build-matrix
+.PHONY: all deps build asan run check unit integration fuzz bench format clean build-matrix fuzz-long format-check
 
 all: build
 
@@ -71,11 +72,19 @@ build-matrix: deps
 fuzz: deps
 	@scripts/fuzz.sh
 
+# Each fuzz target for an hour; new coverage is merged into fuzz/corpus/.
+fuzz-long: deps
+	@scripts/fuzz.sh long
+
 bench: build
 	@for b in bench/*.sh; do echo "== $$b"; flock /tmp/blockd-bench.lock bash $$b || exit 1; done
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
+
+# What make check runs: fail if a file is not clang-format clean.
+format-check:
+	@scripts/check-format.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

@@ -529,6 +529,8 @@ static int dst_has_data(int fd, uint64_t off, uint64_t len)
 static int read_full(int fd, char *p, size_t n, uint64_t off, size_t *got)
 {
     size_t done = 0;
+
+    *got = 0; /* set on every path, the error ones included */
     while (done < n) {
         ssize_t r = pread(fd, p + done, n - done, (off_t)(off + done));
         if (r < 0) {
