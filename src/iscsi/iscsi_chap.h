@@ -58,5 +58,7 @@ uint64_t iscsi_chap_limit_check(const char *initiator, const struct sockaddr_sto
 bool iscsi_chap_limit_failed(const char *initiator, const struct sockaddr_storage *peer);
 /* A right response: forget both keys' failures. */
 void iscsi_chap_limit_succeeded(const char *initiator, const struct sockaddr_storage *peer);
+/* Forget every failure and block (fuzzers: each input starts afresh). */
+void iscsi_chap_limit_reset(void);
 
 #endif

@@ -65,3 +65,8 @@ void iscsi_chap_limit_succeeded(const char *initiator, const struct sockaddr_sto
     ratelimit_succeeded(&chap_rl, ak);
     ratelimit_succeeded(&chap_rl, nk);
 }
+
+void iscsi_chap_limit_reset(void)
+{
+    ratelimit_reset(&chap_rl);
+}
