@@ -79,14 +79,19 @@ timeout 20 iscsi-inq -i "$INI_A" "$(url4 $SECRET)" >/dev/null ||
 # ---- storage: sealed, with the key outside the DB ----
 [ "$(stat -c %a "$STATE/pwenc.key")" = 600 ] || fail "pwenc.key is not 0600"
 [ "$(stat -c %s "$STATE/pwenc.key")" = 32 ] || fail "pwenc.key is not 32 bytes"
-sqlite3 "$STATE/blockd.db" .dump | grep -qE "$SECRET|$PEERSECRET" && fail "sqlite3 shows a CHAP secret"
-sqlite3 "$STATE/blockd.db" "SELECT secret FROM iscsi_auth" | grep -q '^\$pwenc1\$' ||
+# (outputs are captured before grep -q: under pipefail, grep -q closing the
+# pipe early would make the writer die of SIGPIPE and hide a match)
+dump=$(sqlite3 "$STATE/blockd.db" .dump)
+grep -qE "$SECRET|$PEERSECRET" <<<"$dump" && fail "sqlite3 shows a CHAP secret"
+stored=$(sqlite3 "$STATE/blockd.db" "SELECT secret FROM iscsi_auth")
+grep -q '^\$pwenc1\$' <<<"$stored" ||
     fail "the secret is not stored sealed"
 for f in "$STATE"/blockd.db*; do
     grep -qaE "$SECRET|$PEERSECRET" "$f" && fail "$(basename "$f") holds a CHAP secret in clear"
 done
 # the API still returns it, as TrueNAS does to an administrator
-blockctl call iscsi.auth.query | grep -q "\"secret\": *\"$SECRET\"" || fail "iscsi.auth.query lost the secret"
+q=$(blockctl call iscsi.auth.query)
+grep -q "\"secret\": *\"$SECRET\"" <<<"$q" || fail "iscsi.auth.query lost the secret"
 
 # ---- an API key through the WebSocket (its text must not reach the log) ----
 KEY=$(jget "$(blockctl call api_key.create '{"name":"hard"}')" 'j["key"]')
@@ -104,10 +109,12 @@ PY
 # ---- migration: a row stored in clear by an older blockd ----
 blockd_stop
 sqlite3 "$STATE/blockd.db" "UPDATE iscsi_auth SET secret = 'oldclearsecr1', peersecret = '$PEERSECRET'"
-sqlite3 "$STATE/blockd.db" .dump | grep -q oldclearsecr1 || fail "test setup: cleartext row not written"
+dump=$(sqlite3 "$STATE/blockd.db" .dump)
+grep -q oldclearsecr1 <<<"$dump" || fail "test setup: cleartext row not written"
 blockd_start --api-listen "127.0.0.1:$WS_PORT"
 grep -q "encrypted the CHAP secrets of 1 authorized access" "$BLOCKD_LOG" || fail "migration not logged"
-sqlite3 "$STATE/blockd.db" .dump | grep -qE "oldclearsecr1|$PEERSECRET" && fail "migration left a secret in clear"
+dump=$(sqlite3 "$STATE/blockd.db" .dump)
+grep -qE "oldclearsecr1|$PEERSECRET" <<<"$dump" && fail "migration left a secret in clear"
 for f in "$STATE"/blockd.db*; do
     grep -qaE "oldclearsecr1|$PEERSECRET" "$f" && fail "$(basename "$f") still holds the old cleartext"
 done

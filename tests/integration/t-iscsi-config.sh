@@ -107,9 +107,11 @@ expect_error iscsi.target.delete "[$tl, false, false, true, 1]" "Too many argume
 
 # ---- secrets: returned as TrueNAS returns them to an admin, stored sealed ----
 blockctl call iscsi.auth.create '{"tag":5,"user":"chapuser","secret":"chapsecret123"}' >/dev/null
-blockctl call iscsi.auth.query | grep -q '"secret": *"chapsecret123"' ||
+q=$(blockctl call iscsi.auth.query)
+grep -q '"secret": *"chapsecret123"' <<<"$q" ||
     fail "iscsi.auth.query does not return the secret (TrueNAS does)"
-sqlite3 "$STATE/blockd.db" .dump | grep -q chapsecret123 && fail "the DB holds a CHAP secret in clear"
+dump=$(sqlite3 "$STATE/blockd.db" .dump)
+grep -q chapsecret123 <<<"$dump" && fail "the DB holds a CHAP secret in clear"
 
 # ---- delete while logged in: EBUSY unless forced ----
 qemu-io -f raw -r -c 'sleep 60000' "iscsi://127.0.0.1:$ISCSI_PORT/$BASE:it-one/0" \

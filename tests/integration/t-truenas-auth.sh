@@ -26,14 +26,19 @@ PW2='second-Pass-2026'
 
 # ---- accounts from the CLI ----
 printf '%s\n' "$PW" | blockctl user set-password incus >/dev/null || fail "set-password failed"
-blockctl user list | grep -q incus || fail "user list does not show incus"
-blockctl --json user list | grep -qi 'hash\|c0rrect' && fail "account.query shows a hash or password"
+# (outputs are captured before grep -q: under pipefail, grep -q closing the
+# pipe early would make the writer die of SIGPIPE and hide a match)
+out=$(blockctl user list)
+grep -q incus <<<"$out" || fail "user list does not show incus"
+out=$(blockctl --json user list)
+grep -qi 'hash\|c0rrect' <<<"$out" && fail "account.query shows a hash or password"
 blockctl user set-password incus "$PW" 2>/dev/null && fail "set-password took the password from argv"
 printf '' | blockctl user set-password other 2>/dev/null && fail "empty stdin made an account"
 printf 'x\n' | blockctl user set-password 'bad name' 2>/dev/null && fail "bad user name accepted"
 hash=$(sqlite3 "$STATE/blockd.db" "SELECT pwhash FROM account WHERE username='incus'")
 case "$hash" in '$y$'*) ;; *) fail "password not stored as a yescrypt hash: $hash" ;; esac
-sqlite3 "$STATE/blockd.db" .dump | grep -q "c0rrect" && fail "the DB holds the password"
+dump=$(sqlite3 "$STATE/blockd.db" .dump)
+grep -q "c0rrect" <<<"$dump" && fail "the DB holds the password"
 
 cat >"$TMP/client.py" <<'PY'
 import json, sys, time, websocket
@@ -164,7 +169,8 @@ grep -q "too many failed logins from 127.0.0.1" "$BLOCKD_LOG" || fail "refusal n
 
 # ---- account delete: gone, logins fail ----
 blockctl user delete incus >/dev/null || fail "user delete failed"
-blockctl user list | grep -q incus && fail "deleted user still listed"
+out=$(blockctl user list)
+grep -q incus <<<"$out" && fail "deleted user still listed"
 blockctl user delete incus 2>/dev/null && fail "deleting a missing user succeeded"
 
 # ---- no password or key in the log ----
