@@ -76,6 +76,15 @@ int store_rollback_file(const char *snap_path, const char *vol_path, unsigned fl
 int store_rollback_volume(struct volume *v, const char *vol_path, const char *snap_path,
                           unsigned flags, store_progress_fn progress, void *arg, bool *reflinked);
 
+/* FICLONE src_fd into dst_fd (whole file), remembering per filesystem a
+ * "cannot" (then -EOPNOTSUPP at once, without asking the kernel again).
+ * 0 or -errno. Blocking. */
+int store_reflink_fd(int src_fd, int dst_fd);
+/* Can the filesystem holding directory dir reflink (O(1) snapshots)?
+ * Asked once per filesystem with two small temporary files in dir, then
+ * remembered. 1 yes, 0 no, -errno if it cannot tell. Blocking. */
+int store_reflink_probe(const char *dir);
+
 /* Forget what was learned about reflink support (tests). */
 void store_copy_reset_probes(void);
 

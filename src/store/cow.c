@@ -1,0 +1,222 @@
+/* Copy-before-write snapshot state; see cow.h for the contract. */
+#include "store/cow.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/log.h"
+
+#define ZERO_BLOCK 4096
+#define EXTENTS_BATCH 64
+
+int store_cow_new(struct bdev *origin, int dst_fd, uint64_t size, uint32_t chunk,
+                  struct store_cow **out)
+{
+    *out = NULL;
+    if (chunk == 0)
+        chunk = STORE_COW_CHUNK_DEFAULT;
+    if (!origin || dst_fd < 0 || chunk < ZERO_BLOCK || chunk > (64u << 20) || (chunk & (chunk - 1)))
+        return -EINVAL;
+    struct store_cow *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->origin = origin;
+    c->dst_fd = dst_fd;
+    c->size = size;
+    c->chunk = chunk;
+    c->chunk_shift = (unsigned)__builtin_ctz(chunk);
+    c->nchunks = (size + chunk - 1) >> c->chunk_shift;
+    c->bits = calloc((size_t)((c->nchunks + 63) / 64) + 1, sizeof(*c->bits));
+    c->buf = malloc(chunk);
+    if (!c->bits || !c->buf) {
+        free(c->bits);
+        free(c->buf);
+        free(c);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&c->copy_lock, NULL);
+    *out = c;
+    return 0;
+}
+
+void store_cow_free(struct store_cow *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_destroy(&c->copy_lock);
+    free(c->bits);
+    free(c->buf);
+    free(c);
+}
+
+static bool chunk_copied(const struct store_cow *c, uint64_t i)
+{
+    return atomic_load_explicit(&c->bits[i >> 6], memory_order_acquire) & (1ull << (i & 63));
+}
+
+static void fail(struct store_cow *c, int rc, const char *what, uint64_t off)
+{
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&c->error, &expected, rc))
+        log_error("store: snapshot copy: %s at %llu: %s; the snapshot is abandoned, the "
+                  "volume's writes go on",
+                  what, (unsigned long long)off, strerror(-rc));
+}
+
+static bool all_zero(const char *p, size_t n)
+{
+    static const char zeros[ZERO_BLOCK];
+    for (; n >= ZERO_BLOCK; p += ZERO_BLOCK, n -= ZERO_BLOCK)
+        if (memcmp(p, zeros, ZERO_BLOCK))
+            return false;
+    return n == 0 || memcmp(p, zeros, n) == 0;
+}
+
+static int write_all(int fd, const char *p, size_t n, uint64_t off)
+{
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (w == 0)
+            return -EIO;
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+/* Copy chunk i's current origin data to the snapshot file and set its bit.
+ * copy_lock held. All-zero blocks are left out: the file is sparse and
+ * reads zeros there already. */
+static int chunk_copy(struct store_cow *c, uint64_t i)
+{
+    uint64_t off = i << c->chunk_shift;
+    size_t len = (size_t)(c->size - off < c->chunk ? c->size - off : c->chunk);
+    int rc = c->origin->ops->read(c->origin, c->buf, len, off);
+    if (rc < 0) {
+        fail(c, rc, "read of the volume", off);
+        return rc;
+    }
+    for (size_t at = 0; at < len; at += ZERO_BLOCK) {
+        size_t bn = len - at < ZERO_BLOCK ? len - at : ZERO_BLOCK;
+        if (all_zero(c->buf + at, bn))
+            continue;
+        rc = write_all(c->dst_fd, c->buf + at, bn, off + at);
+        if (rc < 0) {
+            fail(c, rc, "write to the snapshot file", off + at);
+            return rc;
+        }
+    }
+    atomic_fetch_or_explicit(&c->bits[i >> 6], 1ull << (i & 63), memory_order_release);
+    return 0;
+}
+
+void store_cow_before_write(struct store_cow *c, uint64_t off, uint64_t len)
+{
+    if (store_cow_range_copied(c, off, len) || atomic_load(&c->error))
+        return;
+    uint64_t last = off + len - 1 < c->size ? off + len - 1 : c->size - 1;
+    pthread_mutex_lock(&c->copy_lock);
+    for (uint64_t i = off >> c->chunk_shift; i <= last >> c->chunk_shift; i++) {
+        if (atomic_load(&c->error))
+            break;
+        if (chunk_copied(c, i))
+            continue; /* the copier or another write was first */
+        if (chunk_copy(c, i) == 0)
+            atomic_fetch_add_explicit(&c->copied_by_writes, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&c->copy_lock);
+}
+
+/* Copy the chunks of [off, end) that hold data. */
+static int copy_range(struct store_cow *c, uint64_t off, uint64_t end)
+{
+    for (uint64_t i = off >> c->chunk_shift; i <= (end - 1) >> c->chunk_shift; i++) {
+        if (atomic_load(&c->cancel))
+            return -ECANCELED;
+        int rc = atomic_load(&c->error);
+        if (rc)
+            return rc;
+        if (chunk_copied(c, i))
+            continue;
+        pthread_mutex_lock(&c->copy_lock);
+        if (!chunk_copied(c, i) && !atomic_load(&c->error) && chunk_copy(c, i) == 0)
+            atomic_fetch_add_explicit(&c->copied_by_copier, 1, memory_order_relaxed);
+        pthread_mutex_unlock(&c->copy_lock);
+        uint64_t next = (i + 1) << c->chunk_shift;
+        atomic_store_explicit(&c->progress, next < c->size ? next : c->size, memory_order_relaxed);
+    }
+    return atomic_load(&c->error);
+}
+
+int store_cow_copy_rest(struct store_cow *c)
+{
+    struct extent ext[EXTENTS_BATCH];
+    uint64_t pos = 0;
+    bool extents = (c->origin->caps & BDEV_CAN_EXTENTS) && c->origin->ops->extents;
+
+    while (pos < c->size) {
+        uint64_t before = pos;
+        size_t n = 0;
+        if (extents) {
+            /* The origin's holes at any time after the instant were holes
+             * then, or were made since by a write that copied first. */
+            int rc = c->origin->ops->extents(c->origin, pos, c->size - pos, ext, EXTENTS_BATCH, &n);
+            if (rc < 0) {
+                fail(c, rc, "extents of the volume", pos);
+                return rc;
+            }
+        }
+        if (n == 0) { /* no extents: everything is data */
+            ext[0] = (struct extent){.offset = pos, .length = c->size - pos, .type = EXTENT_DATA};
+            n = 1;
+        }
+        for (size_t k = 0; k < n; k++) {
+            uint64_t s = ext[k].offset, e = ext[k].offset + ext[k].length;
+            if (e > c->size)
+                e = c->size;
+            if (s < pos)
+                s = pos;
+            if (e <= s)
+                continue;
+            if (ext[k].type == EXTENT_DATA) {
+                int rc = copy_range(c, s, e);
+                if (rc < 0)
+                    return rc;
+            }
+            pos = e;
+            atomic_store_explicit(&c->progress, pos, memory_order_relaxed);
+        }
+        if (pos == before) { /* extents that do not advance: copy the rest as data */
+            int rc = copy_range(c, pos, c->size);
+            if (rc < 0)
+                return rc;
+            pos = c->size;
+        }
+    }
+    atomic_store_explicit(&c->progress, c->size, memory_order_relaxed);
+    return atomic_load(&c->error);
+}
+
+void store_cow_cancel(struct store_cow *c)
+{
+    atomic_store(&c->cancel, true);
+}
+
+int store_cow_error(const struct store_cow *c)
+{
+    return atomic_load_explicit(&c->error, memory_order_acquire);
+}
+
+uint64_t store_cow_copied_count(const struct store_cow *c)
+{
+    return atomic_load_explicit(&c->copied_by_writes, memory_order_relaxed) +
+           atomic_load_explicit(&c->copied_by_copier, memory_order_relaxed);
+}
