@@ -11,6 +11,7 @@
 #include "config/ds_internal.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "store/copy.h"
 
 static json_t *pool_row_build(int64_t id, const char *name, const char *path, int64_t created)
 {
@@ -26,14 +27,20 @@ static json_t *pool_row_build(int64_t id, const char *name, const char *path, in
         allocated = size - (uint64_t)sv.f_bfree * sv.f_frsize;
     }
     snprintf(guid, sizeof(guid), "%lld", (long long)id);
-    return json_pack("{s:I, s:s, s:s, s:s, s:s, s:b, s:b, s:s, s:n, s:I, s:I, s:I, s:I, s:s, "
-                     "s:b, s:n, s:I}",
-                     "id", (json_int_t)id, "name", name, "guid", guid, "path", path, "status",
-                     online ? "ONLINE" : "UNAVAIL", "healthy", online, "warning", false,
-                     "status_code", online ? "" : "POOL_DIRECTORY_MISSING", "status_detail", "size",
-                     (json_int_t)size, "allocated", (json_int_t)allocated, "free",
-                     (json_int_t)avail, "freeing", (json_int_t)0, "fragmentation", "0",
-                     "is_upgraded", true, "scan", "created", (json_int_t)created);
+    json_t *row = json_pack(
+        "{s:I, s:s, s:s, s:s, s:s, s:b, s:b, s:s, s:n, s:I, s:I, s:I, s:I, s:s, "
+        "s:b, s:n, s:I}",
+        "id", (json_int_t)id, "name", name, "guid", guid, "path", path, "status",
+        online ? "ONLINE" : "UNAVAIL", "healthy", online, "warning", false, "status_code",
+        online ? "" : "POOL_DIRECTORY_MISSING", "status_detail", "size", (json_int_t)size,
+        "allocated", (json_int_t)allocated, "free", (json_int_t)avail, "freeing", (json_int_t)0,
+        "fragmentation", "0", "is_upgraded", true, "scan", "created", (json_int_t)created);
+    /* O(1) snapshots and clones need reflink (probed once per filesystem);
+     * without it they copy (store/snapshot.h). null: cannot tell. */
+    int o1 = online ? store_reflink_probe(path) : -ENOENT;
+    if (row)
+        json_object_set_new(row, "snapshot_o1", o1 < 0 ? json_null() : json_boolean(o1 == 1));
+    return row;
 }
 
 json_t *ds_pool_rows(void)
@@ -266,6 +273,13 @@ static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
     db_lock();
     *result = ds_pool_row(name);
     db_unlock();
+    if (*result && json_is_false(json_object_get(*result, "snapshot_o1"))) {
+        static const char warn[] =
+            "the filesystem has no reflink: snapshots and clones copy the volume's data "
+            "(writes are not held: copy-before-write), taking time and space in proportion";
+        log_warn("datasets: pool %s at %s: %s", name, resolved, warn);
+        json_object_set_new(*result, "warnings", json_pack("[s]", warn));
+    }
     return *result ? 0 : api_error(call, EIO, "pool %s vanished", name);
 }
 

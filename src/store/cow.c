@@ -2,6 +2,7 @@
 #include "store/cow.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -92,29 +93,39 @@ static int write_all(int fd, const char *p, size_t n, uint64_t off)
     return 0;
 }
 
-/* Copy chunk i's current origin data to the snapshot file and set its bit.
- * copy_lock held. All-zero blocks are left out: the file is sparse and
- * reads zeros there already. */
-static int chunk_copy(struct store_cow *c, uint64_t i)
+/* Capture chunk i's current origin data into buf and set its bit: from
+ * here on writes may change it in the origin. copy_lock held (so no write
+ * to the chunk runs meanwhile). Returns its length or -errno. */
+static ssize_t chunk_capture(struct store_cow *c, uint64_t i, char *buf)
 {
     uint64_t off = i << c->chunk_shift;
     size_t len = (size_t)(c->size - off < c->chunk ? c->size - off : c->chunk);
-    int rc = c->origin->ops->read(c->origin, c->buf, len, off);
+    int rc = c->origin->ops->read(c->origin, buf, len, off);
     if (rc < 0) {
         fail(c, rc, "read of the volume", off);
         return rc;
     }
+    atomic_fetch_or_explicit(&c->bits[i >> 6], 1ull << (i & 63), memory_order_release);
+    return (ssize_t)len;
+}
+
+/* Write a captured chunk to the snapshot file, without copy_lock: a write
+ * to the file may wait for writeback (dirty page limits), and writes to
+ * the volume must not wait for that. All-zero blocks are left out: the
+ * file is sparse and reads zeros there already. */
+static int chunk_store(struct store_cow *c, uint64_t i, const char *buf, size_t len)
+{
+    uint64_t off = i << c->chunk_shift;
     for (size_t at = 0; at < len; at += ZERO_BLOCK) {
         size_t bn = len - at < ZERO_BLOCK ? len - at : ZERO_BLOCK;
-        if (all_zero(c->buf + at, bn))
+        if (all_zero(buf + at, bn))
             continue;
-        rc = write_all(c->dst_fd, c->buf + at, bn, off + at);
+        int rc = write_all(c->dst_fd, buf + at, bn, off + at);
         if (rc < 0) {
             fail(c, rc, "write to the snapshot file", off + at);
             return rc;
         }
     }
-    atomic_fetch_or_explicit(&c->bits[i >> 6], 1ull << (i & 63), memory_order_release);
     return 0;
 }
 
@@ -122,21 +133,50 @@ void store_cow_before_write(struct store_cow *c, uint64_t off, uint64_t len)
 {
     if (store_cow_range_copied(c, off, len) || atomic_load(&c->error))
         return;
+    char *buf = malloc(c->chunk); /* slow path: once per write that copies */
+    if (!buf) {
+        fail(c, -ENOMEM, "buffer for copy-before-write", off);
+        return;
+    }
     uint64_t last = off + len - 1 < c->size ? off + len - 1 : c->size - 1;
-    pthread_mutex_lock(&c->copy_lock);
     for (uint64_t i = off >> c->chunk_shift; i <= last >> c->chunk_shift; i++) {
         if (atomic_load(&c->error))
             break;
         if (chunk_copied(c, i))
-            continue; /* the copier or another write was first */
-        if (chunk_copy(c, i) == 0)
+            continue;
+        pthread_mutex_lock(&c->copy_lock);
+        ssize_t n = chunk_copied(c, i) ? 0 : chunk_capture(c, i, buf);
+        pthread_mutex_unlock(&c->copy_lock);
+        if (n > 0 && chunk_store(c, i, buf, (size_t)n) == 0)
             atomic_fetch_add_explicit(&c->copied_by_writes, 1, memory_order_relaxed);
     }
-    pthread_mutex_unlock(&c->copy_lock);
+    free(buf);
+}
+
+/* The copier's writeback pacing: every PACE_BYTES of the file it wrote,
+ * start writeback of that window and wait for the one before, so that the
+ * copy keeps at most ~2 windows dirty instead of filling the page cache
+ * until the kernel throttles every writer of the machine (the volume's
+ * included). The final fsync then has little left to do. */
+#define PACE_BYTES ((uint64_t)8 << 20)
+
+static void pace(struct store_cow *c, uint64_t upto, uint64_t *win_start, uint64_t *prev_start)
+{
+    if (upto - *win_start < PACE_BYTES)
+        return;
+    if (*prev_start < *win_start)
+        sync_file_range(c->dst_fd, (off_t)*prev_start, (off_t)(*win_start - *prev_start),
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                            SYNC_FILE_RANGE_WAIT_AFTER);
+    sync_file_range(c->dst_fd, (off_t)*win_start, (off_t)(upto - *win_start),
+                    SYNC_FILE_RANGE_WRITE);
+    *prev_start = *win_start;
+    *win_start = upto;
 }
 
 /* Copy the chunks of [off, end) that hold data. */
-static int copy_range(struct store_cow *c, uint64_t off, uint64_t end)
+static int copy_range(struct store_cow *c, uint64_t off, uint64_t end, uint64_t *win_start,
+                      uint64_t *prev_start)
 {
     for (uint64_t i = off >> c->chunk_shift; i <= (end - 1) >> c->chunk_shift; i++) {
         if (atomic_load(&c->cancel))
@@ -147,11 +187,15 @@ static int copy_range(struct store_cow *c, uint64_t off, uint64_t end)
         if (chunk_copied(c, i))
             continue;
         pthread_mutex_lock(&c->copy_lock);
-        if (!chunk_copied(c, i) && !atomic_load(&c->error) && chunk_copy(c, i) == 0)
-            atomic_fetch_add_explicit(&c->copied_by_copier, 1, memory_order_relaxed);
+        ssize_t n = chunk_copied(c, i) ? 0 : chunk_capture(c, i, c->buf);
         pthread_mutex_unlock(&c->copy_lock);
+        if (n > 0 && chunk_store(c, i, c->buf, (size_t)n) == 0)
+            atomic_fetch_add_explicit(&c->copied_by_copier, 1, memory_order_relaxed);
         uint64_t next = (i + 1) << c->chunk_shift;
-        atomic_store_explicit(&c->progress, next < c->size ? next : c->size, memory_order_relaxed);
+        if (next > c->size)
+            next = c->size;
+        atomic_store_explicit(&c->progress, next, memory_order_relaxed);
+        pace(c, next, win_start, prev_start);
     }
     return atomic_load(&c->error);
 }
@@ -159,7 +203,7 @@ static int copy_range(struct store_cow *c, uint64_t off, uint64_t end)
 int store_cow_copy_rest(struct store_cow *c)
 {
     struct extent ext[EXTENTS_BATCH];
-    uint64_t pos = 0;
+    uint64_t pos = 0, win_start = 0, prev_start = 0;
     bool extents = (c->origin->caps & BDEV_CAN_EXTENTS) && c->origin->ops->extents;
 
     while (pos < c->size) {
@@ -187,7 +231,7 @@ int store_cow_copy_rest(struct store_cow *c)
             if (e <= s)
                 continue;
             if (ext[k].type == EXTENT_DATA) {
-                int rc = copy_range(c, s, e);
+                int rc = copy_range(c, s, e, &win_start, &prev_start);
                 if (rc < 0)
                     return rc;
             }
@@ -195,7 +239,7 @@ int store_cow_copy_rest(struct store_cow *c)
             atomic_store_explicit(&c->progress, pos, memory_order_relaxed);
         }
         if (pos == before) { /* extents that do not advance: copy the rest as data */
-            int rc = copy_range(c, pos, c->size);
+            int rc = copy_range(c, pos, c->size, &win_start, &prev_start);
             if (rc < 0)
                 return rc;
             pos = c->size;

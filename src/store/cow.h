@@ -7,11 +7,13 @@
  * extents and copies every chunk no write has copied already.
  *
  * The bitmap of copied chunks is read without a lock (atomics): a write to
- * a chunk already copied costs a few loads and takes no lock. A bit is set
- * only after its chunk's old data is in the snapshot file, under copy_lock,
- * and never cleared. Copies (by writes or by the copier) run under
- * copy_lock, one chunk at a time, so a write waits at most for one chunk
- * copy of the copier plus its own.
+ * a chunk already copied costs a few loads and takes no lock. A chunk is
+ * captured (its old data read from the origin into a buffer, then its bit
+ * set, never cleared) under copy_lock, one chunk at a time; the buffer is
+ * written to the snapshot file after the lock is dropped, so a write
+ * waits at most for one chunk read of the copier plus its own, never for
+ * the snapshot file's writeback. The copier paces its writeback
+ * (sync_file_range) so the copy does not fill the page cache.
  *
  * Why the result is the origin at the instant of volume_cow_attach: a
  * chunk whose bit is clear has not been modified since (every modifying
@@ -53,7 +55,7 @@ struct store_cow {
     _Atomic uint64_t copied_by_writes, copied_by_copier; /* chunks (statistics) */
     _Atomic uint64_t progress;                           /* copier position, bytes */
     pthread_mutex_t copy_lock;
-    char *buf; /* one chunk, used under copy_lock */
+    char *buf; /* one chunk, the copier's */
 };
 
 /*
