@@ -27,17 +27,25 @@ static json_t *pool_row_build(int64_t id, const char *name, const char *path, in
         allocated = size - (uint64_t)sv.f_bfree * sv.f_frsize;
     }
     snprintf(guid, sizeof(guid), "%lld", (long long)id);
-    json_t *row = json_pack(
-        "{s:I, s:s, s:s, s:s, s:s, s:b, s:b, s:s, s:n, s:I, s:I, s:I, s:I, s:s, "
-        "s:b, s:n, s:I}",
-        "id", (json_int_t)id, "name", name, "guid", guid, "path", path, "status",
-        online ? "ONLINE" : "UNAVAIL", "healthy", online, "warning", false, "status_code",
-        online ? "" : "POOL_DIRECTORY_MISSING", "status_detail", "size", (json_int_t)size,
-        "allocated", (json_int_t)allocated, "free", (json_int_t)avail, "freeing", (json_int_t)0,
-        "fragmentation", "0", "is_upgraded", true, "scan", "created", (json_int_t)created);
-    /* O(1) snapshots and clones need reflink (probed once per filesystem);
-     * without it they copy (store/snapshot.h). null: cannot tell. */
-    int o1 = online ? store_reflink_probe(path) : -ENOENT;
+    return json_pack("{s:I, s:s, s:s, s:s, s:s, s:b, s:b, s:s, s:n, s:I, s:I, s:I, s:I, s:s, "
+                     "s:b, s:n, s:I}",
+                     "id", (json_int_t)id, "name", name, "guid", guid, "path", path, "status",
+                     online ? "ONLINE" : "UNAVAIL", "healthy", online, "warning", false,
+                     "status_code", online ? "" : "POOL_DIRECTORY_MISSING", "status_detail", "size",
+                     (json_int_t)size, "allocated", (json_int_t)allocated, "free",
+                     (json_int_t)avail, "freeing", (json_int_t)0, "fragmentation", "0",
+                     "is_upgraded", true, "scan", "created", (json_int_t)created);
+}
+
+/* The row plus snapshot_o1: O(1) snapshots and clones need reflink
+ * (probed once per filesystem); without it they copy (store/snapshot.h).
+ * null: cannot tell. */
+static json_t *pool_row_full(int64_t id, const char *name, const char *path, int64_t created)
+{
+    json_t *row = pool_row_build(id, name, path, created);
+    struct stat st;
+    int o1 = stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? store_reflink_probe(path) : -ENOENT;
+
     if (row)
         json_object_set_new(row, "snapshot_o1", o1 < 0 ? json_null() : json_boolean(o1 == 1));
     return row;
@@ -53,10 +61,10 @@ json_t *ds_pool_rows(void)
         return NULL;
     }
     while (sqlite3_step(st) == SQLITE_ROW) {
-        json_array_append_new(rows, pool_row_build(sqlite3_column_int64(st, 0),
-                                                   (const char *)sqlite3_column_text(st, 1),
-                                                   (const char *)sqlite3_column_text(st, 2),
-                                                   sqlite3_column_int64(st, 3)));
+        json_array_append_new(rows, pool_row_full(sqlite3_column_int64(st, 0),
+                                                  (const char *)sqlite3_column_text(st, 1),
+                                                  (const char *)sqlite3_column_text(st, 2),
+                                                  sqlite3_column_int64(st, 3)));
     }
     db_stmt_done(st);
     return rows;
@@ -68,7 +76,7 @@ json_t *ds_pool_row(const char *name)
 
     if (ds_pool_get(name, &p) < 0)
         return NULL;
-    return pool_row_build(p.id, p.name, p.path, p.created);
+    return pool_row_full(p.id, p.name, p.path, p.created);
 }
 
 /* Insert the pool and its root dataset (a FILESYSTEM named like the pool).
