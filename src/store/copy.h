@@ -12,11 +12,10 @@
  * back to read/write, which also leaves all-zero blocks as holes), so holes
  * stay holes.
  *
- * Consistency: the copy sees whatever is in the file while it runs. For a
- * point-in-time snapshot the caller quiesces the open volume around it
- * (volume_quiesce/volume_resume: writes wait, the file is synced); a
- * reflink is near-instant, a sparse copy holds the writes for its whole
- * duration.
+ * Consistency: the copy sees whatever is in the file while it runs: use it
+ * for files that do not change (a snapshot to clone). A point-in-time
+ * snapshot of a live volume is store_snapshot_volume (store/snapshot.h),
+ * which never holds the volume's writes for a copy.
  */
 #ifndef BLOCKD_STORE_COPY_H
 #define BLOCKD_STORE_COPY_H
