@@ -3,7 +3,8 @@
  *
  * A snapshot of "pool/vol" named "s1" is the file "<pool dir>/vol@s1" ('@'
  * cannot appear in a component, so it never collides with a dataset),
- * made by store_clone_file (reflink where possible, else a sparse copy).
+ * made by store_snapshot_volume (a reflink, or copy-before-write without
+ * holding writes for the copy: store/snapshot.h); clones by store_clone_file.
  * Copies can be long: they run with only ds_ops_lock() held (other dataset
  * changes wait; queries and other modules' API calls do not), and report
  * progress in the log.
@@ -1132,7 +1133,8 @@ const struct api_method ds_snapshot_methods[] = {
     {"zfs.snapshot.get_instance", "[id]", "One snapshot by its name (pool/vol@snap)",
      m_snapshot_get_instance, 0},
     {"zfs.snapshot.create", "{dataset, name} or {name: \"pool/vol@snap\"}",
-     "Snapshot a volume (reflink or sparse copy)", m_snapshot_create, 0},
+     "Snapshot a volume (reflink, or copy-before-write: writes are never held for the copy)",
+     m_snapshot_create, 0},
     {"zfs.snapshot.query", "[filters, options]", "List snapshots", m_snapshot_query, 0},
     {"zfs.snapshot.delete", "[id, {defer?, recursive?}]",
      "Delete a snapshot (refused while clones depend on it)", m_snapshot_delete, 0},
