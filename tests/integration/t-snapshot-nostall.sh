@@ -10,9 +10,9 @@
 # 100 ms, or twice that of the same job without snapshots if the machine
 # is so loaded that this is higher (before copy-before-write, each
 # snapshot held the writes for its whole sparse copy: seconds). Meanwhile a Python writer writes sequence-numbered
-# blocks into 1024 slots over [0, 512M); each snapshot, read from its file,
+# blocks into 1024 slots over [0, 128M); each snapshot, read from its file,
 # must hold exactly the state after writes 1..M for one M inside the
-# snapshot call's window (point-in-time), and every byte of [0, 512M)
+# snapshot call's window (point-in-time), and every byte of [0, 128M)
 # outside the slots must equal the prefill (chunks copied by writes and by
 # the background copier alike). The snapshots are checked (and deleted)
 # once fio has stopped.
@@ -38,7 +38,7 @@ blockctl volume create demo/ns --size 2G >/dev/null || fail "volume create"
 blockctl share nbd create demo/ns --name ns >/dev/null || fail "share create"
 head -c 1G /dev/urandom >"$TMP/fill" || fail "cannot make fill data"
 nbdcopy --allocated "$TMP/fill" "nbd://127.0.0.1:$NBD_PORT/ns" || fail "prefill with nbdcopy"
-truncate -s 512M "$TMP/fill" # the part the snapshots are compared with
+truncate -s 128M "$TMP/fill" # the part the snapshots are compared with
 
 cat >"$TMP/fio.job" <<EOF
 [w]
@@ -59,7 +59,7 @@ import json, mmap, os, signal, struct, subprocess, time, nbd
 
 K = 1024
 BS = 4096
-REGION = 512 << 20
+REGION = 128 << 20
 STRIDE = REGION // K
 SNAPS = 10
 
@@ -104,7 +104,7 @@ def check_snapshot(name, lo, hi):
             name, m, bad[:8])
         assert lo <= m <= hi, "snapshot %s holds writes up to %d, outside its call (%d..%d)" % (
             name, m, lo, hi)
-        # Everything else in [0, 512M) is the prefill.
+        # Everything else in [0, 128M) is the prefill.
         f.seek(0)
         for s in range(K):
             piece = f.read(STRIDE)
