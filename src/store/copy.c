@@ -550,6 +550,8 @@ int store_reflink_probe(const char *dir)
         close(fb);
         unlink(b);
     }
+    return rc;
+}
 
 /* ---- incremental update (replication) ---- */
 

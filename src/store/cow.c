@@ -154,11 +154,12 @@ void store_cow_before_write(struct store_cow *c, uint64_t off, uint64_t len)
 }
 
 /* The copier's writeback pacing: every PACE_BYTES of the file it went
- * through, start writeback of the file's dirty pages (what writes copied
- * too) and wait for the window before, so that the copy keeps little
- * dirty instead of filling the page cache until the kernel throttles every
- * writer of the machine (the volume's included). The final fsync then has
- * little left to do. */
+ * through, start writeback of that window and wait for the one before, so
+ * that the copy keeps ~2 windows dirty instead of filling the page cache
+ * until the kernel throttles every writer of the machine (the volume's
+ * included). (Starting writeback of the whole file each time, to cover
+ * the chunks writes copied, made fio's mean write latency during the copy
+ * 3x worse.) */
 #define PACE_BYTES ((uint64_t)8 << 20)
 
 static void pace(struct store_cow *c, uint64_t upto, uint64_t *win_start, uint64_t *prev_start)
@@ -169,8 +170,8 @@ static void pace(struct store_cow *c, uint64_t upto, uint64_t *win_start, uint64
         sync_file_range(c->dst_fd, (off_t)*prev_start, (off_t)(*win_start - *prev_start),
                         SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
                             SYNC_FILE_RANGE_WAIT_AFTER);
-    /* The whole file: chunks that writes copied are dirty anywhere in it. */
-    sync_file_range(c->dst_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+    sync_file_range(c->dst_fd, (off_t)*win_start, (off_t)(upto - *win_start),
+                    SYNC_FILE_RANGE_WRITE);
     *prev_start = *win_start;
     *win_start = upto;
 }
