@@ -168,8 +168,7 @@ static int copy_job(struct job *job, void *arg, json_t **result)
         api_thread_boost();
         rc = store_snapshot_volume(w->vol, w->src, w->dst, 0, 0, copy_progress, w, &w->snap);
         api_thread_unboost();
-    }
-    else
+    } else
         rc = store_rollback_volume(w->vol, w->dst, w->src, 0, copy_progress, w, &w->reflinked);
     if (rc < 0)
         return jobs_fail(job, rc, "%s %s: %s", w->what, w->name, strerror(-rc));
