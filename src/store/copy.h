@@ -16,6 +16,11 @@
  * for files that do not change (a snapshot to clone). A point-in-time
  * snapshot of a live volume is store_snapshot_volume (store/snapshot.h),
  * which never holds the volume's writes for a copy.
+ *
+ * Confinement: every path given here must lie beneath a pool root
+ * registered with store/poolfs.h; the files are opened, created, renamed
+ * and removed through poolfs, so no symlink is ever followed (-ELOOP) and
+ * nothing outside the pool is touched (-EXDEV).
  */
 #ifndef BLOCKD_STORE_COPY_H
 #define BLOCKD_STORE_COPY_H

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "store/cow.h"
+#include "store/poolfs.h"
 
 #define PROGRESS_EVERY_NS 250000000ll
 
@@ -86,9 +87,9 @@ static int copier_wait(struct store_cow *cow, store_progress_fn progress, void *
 
 static int fsync_dir(const char *dir)
 {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = poolfs_open(dir, O_RDONLY | O_DIRECTORY, 0);
     if (fd < 0)
-        return -errno;
+        return fd;
     int rc = fsync(fd) < 0 ? -errno : 0;
     close(fd);
     return rc;
@@ -167,13 +168,14 @@ int store_snapshot_volume(struct volume *v, const char *src_path, const char *ds
         memcpy(dir, dst, (size_t)(slash - dst));
         dir[slash - dst] = '\0';
     }
-    if (access(dst, F_OK) == 0)
+    struct stat dst_st;
+    if (poolfs_stat(dst, &dst_st) == 0)
         return -EEXIST;
     if (snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.XXXXXX", dir, slash + 1) >= (int)sizeof(tmp))
         return -ENAMETOOLONG;
-    int sfd = open(src_path, O_RDONLY | O_CLOEXEC);
+    int sfd = poolfs_open(src_path, O_RDONLY, 0);
     if (sfd < 0) {
-        rc = -errno;
+        rc = sfd;
         log_error("store: snapshot: open %s: %s", src_path, strerror(-rc));
         return rc;
     }
@@ -183,9 +185,9 @@ int store_snapshot_volume(struct volume *v, const char *src_path, const char *ds
         close(sfd);
         return rc;
     }
-    int dfd = mkostemp(tmp, O_CLOEXEC);
+    int dfd = poolfs_mkstemp(tmp, 0);
     if (dfd < 0) {
-        rc = -errno;
+        rc = dfd;
         log_error("store: snapshot: create temp in %s: %s", dir, strerror(-rc));
         close(sfd);
         return rc;
@@ -208,12 +210,12 @@ int store_snapshot_volume(struct volume *v, const char *src_path, const char *ds
     if (fsync(dfd) < 0)
         goto fail_errno;
     what = "rename";
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dst, RENAME_NOREPLACE) < 0) {
-        rc = -errno;
+    rc = poolfs_rename(tmp, dst, RENAME_NOREPLACE);
+    if (rc < 0) {
         if (rc == -EINVAL) { /* no RENAME_NOREPLACE here: link() refuses to replace */
-            rc = link(tmp, dst) < 0 ? -errno : 0;
+            rc = poolfs_link(tmp, dst);
             if (rc == 0)
-                unlink(tmp);
+                poolfs_unlink(tmp);
         }
         if (rc < 0)
             goto fail;
@@ -223,7 +225,7 @@ int store_snapshot_volume(struct volume *v, const char *src_path, const char *ds
     rc = fsync_dir(dir);
     if (rc < 0) {
         log_error("store: snapshot: fsync directory %s: %s", dir, strerror(-rc));
-        unlink(dst);
+        poolfs_unlink(dst);
         return rc;
     }
     if (stats)
@@ -236,7 +238,7 @@ fail:
     log_error("store: snapshot %s → %s: %s: %s", src_path, dst, what, strerror(-rc));
     close(dfd);
     close(sfd);
-    unlink(tmp);
+    poolfs_unlink(tmp);
     if (stats)
         *stats = st;
     return rc;

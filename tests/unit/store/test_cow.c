@@ -33,6 +33,7 @@
 #include "core/iopool.h"
 #include "core/reactor.h"
 #include "store/cow.h"
+#include "store/poolfs.h"
 #include "store/snapshot.h"
 #include "store/volume.h"
 
@@ -442,11 +443,19 @@ int main(void)
 {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 
-    snprintf(tmpdir, sizeof(tmpdir), "%s/store-cow-XXXXXX", base);
-    if (!mkdtemp(tmpdir)) {
+    char made[256], real[4096];
+    snprintf(made, sizeof(made), "%s/store-cow-XXXXXX", base);
+    if (!mkdtemp(made)) {
         perror("mkdtemp");
         return 1;
     }
+    /* Snapshots are made through poolfs: the directory is a pool root
+     * (canonical, as pool paths are). */
+    if (!realpath(made, real) || strlen(real) >= sizeof(tmpdir) || poolfs_root_add(real) < 0) {
+        perror("poolfs_root_add");
+        return 1;
+    }
+    memcpy(tmpdir, real, strlen(real) + 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bitmap),
         cmocka_unit_test(test_copy_before_write),
