@@ -261,6 +261,11 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
                          "Failed to rename dataset: cannot rename '%s': recursive rename requires "
                          "a snapshot",
                          old_name);
+    if (!strchr(old_name, '/'))
+        return api_error(call, EINVAL,
+                         "Failed to rename dataset: cannot rename '%s': a pool's root dataset "
+                         "cannot be renamed",
+                         old_name);
     if (name_check_dataset(new_name, false, why, sizeof(why)) < 0)
         return api_error(call, EINVAL,
                          "Failed to rename dataset: cannot rename '%s' to '%s': invalid name: %s",
@@ -274,8 +279,6 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
         RENAME_FAIL(ENOENT, "dataset does not exist");
     if (rc < 0)
         RENAME_FAIL(-rc, "%s", strerror(-rc));
-    if (!strchr(old_name, '/'))
-        RENAME_FAIL(EINVAL, "a pool's root dataset cannot be renamed");
     if (strcmp(old_name, new_name) == 0) {
         rc = 0; /* as zfs rename: nothing to do */
         goto out;
