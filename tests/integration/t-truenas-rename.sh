@@ -143,7 +143,10 @@ c.err("zfs.snapshot.rename", "demo/incus/ctrs/c3@base", "demo/incus/ctrs/c3@snap
 # pool.dataset.rename (TrueNAS 25.10+ shape, force accepted)
 assert c.ok("pool.dataset.rename", "demo/rx", {"new_name": "demo/ry", "force": True}) is None
 assert snaps("demo/ry") == ["demo/ry@s"]
-c.err("pool.dataset.rename", "demo/ry@s", {"new_name": "demo/ry@z"})
+# Incus' driver may give the new snapshot name as "[dataset]@name"
+assert c.ok("zfs.dataset.rename", "demo/ry@s", {"new_name": "@s2"}) is None
+assert snaps("demo/ry") == ["demo/ry@s2"]
+c.err("pool.dataset.rename", "demo/ry@s2", {"new_name": "demo/ry@z"})
 print("OK renames")
 
 # ---- a shared volume renamed under live iSCSI and NBD sessions ----
@@ -265,10 +268,38 @@ assert exists(P2DIR + "/xc@a") and not exists(POOL + "/p/b2@a")
 jobs = c.ok("core.get_jobs", [["method", "=", "pool.dataset.promote"]])
 assert jobs and jobs[-1]["state"] == "SUCCESS", jobs
 print("OK promote")
+
+# ---- the Incus driver's tree, step by step: image -> snapshot -> instance
+# clone -> rename -> promote -> delete the image ----
+def row(name):
+    r = c.ok("pool.dataset.query", [["name", "=", name]], {"extra": {"flat": True, "retrieve_children": False}})
+    return r[0] if r else None
+for d in ("demo/inc", "demo/inc/images", "demo/inc/virtual-machines"):
+    c.ok("pool.dataset.create", {"name": d, "type": "FILESYSTEM", "managedby": "incus",
+                                 "user_properties": [{"key": "incus:content_type", "value": "dir"}]})
+    assert row(d)["type"] == "FILESYSTEM"
+img = "demo/inc/images/abc123.block"
+vol(img)
+c.ok("zfs.snapshot.create", {"dataset": img, "name": "readonly"})
+assert snaps(img) == [img + "@readonly"]
+c.ok("zfs.snapshot.clone", {"snapshot": img + "@readonly", "dataset_dst": "demo/inc/virtual-machines/vm1.block"})
+assert row("demo/inc/virtual-machines/vm1.block")["origin"]["value"] == img + "@readonly"
+c.ok("zfs.dataset.rename", "demo/inc/virtual-machines/vm1.block", {"new_name": "demo/inc/virtual-machines/vm2.block"})
+assert row("demo/inc/virtual-machines/vm1.block") is None
+assert row("demo/inc/virtual-machines/vm2.block")["origin"]["value"] == img + "@readonly"
+c.ok("pool.dataset.promote", "demo/inc/virtual-machines/vm2.block")
+assert row("demo/inc/virtual-machines/vm2.block")["origin"]["value"] == ""
+assert row(img)["origin"]["value"] == "demo/inc/virtual-machines/vm2.block@readonly"
+assert snaps("demo/inc/virtual-machines/vm2.block") == ["demo/inc/virtual-machines/vm2.block@readonly"]
+c.ok("pool.dataset.delete", img, {"recursive": True})
+assert row(img) is None
+c.ok("pool.dataset.delete", "demo/inc/virtual-machines/vm2.block", {"recursive": True})
+assert names("demo/inc/") == ["demo/inc/images", "demo/inc/virtual-machines"], names("demo/inc/")
+print("OK incus tree")
 PY
 
 out=$(/usr/bin/python3 "$TMP/rename.py" 2>&1) || fail "rename/promote: $out"
-echo "$out" | grep -q "OK promote" || fail "script did not finish: $out"
+echo "$out" | grep -q "OK incus tree" || fail "script did not finish: $out"
 blockd_alive || fail "daemon died"
 
 # Everything survives a restart under the new names.
