@@ -1,7 +1,8 @@
 # blockd — the two commands a new user runs:
 #   make run    install what is missing, build, start blockd with a demo volume
 #   make check  install what is missing, build, run every test
-# Other targets: deps, build, asan, unit, integration, fuzz, bench, format, clean.
+# Other targets: deps, build, asan, unit, integration, fuzz, fuzz-long, bench, format,
+# format-check, build-matrix, clean.
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -13,10 +14,10 @@ DEPS_BUILD = gcc meson ninja-build pkg-config python3 \
              libjansson-dev libsqlite3-dev libcmocka-dev libgnutls28-dev liburing-dev libwslay-dev
 DEPS_TEST  = libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
-             util-linux curl sqlite3 python3-libnbd
+             util-linux curl sqlite3 python3-libnbd dpkg-dev clang-format
 DEPS       = $(DEPS_BUILD) $(DEPS_TEST)
 
-.PHONY: all deps build asan run check unit integration fuzz bench format clean
+.PHONY: all deps build asan run check unit integration fuzz bench format clean build-matrix fuzz-long format-check
 
 all: build
 
@@ -38,13 +39,13 @@ deps:
 	fi
 
 $(BUILD)/build.ninja:
-	meson setup $(BUILD) --buildtype=debugoptimized
+	meson setup $(BUILD) --buildtype=debugoptimized -Dwerror=true
 
 build: deps $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 
 $(ASAN_BUILD)/build.ninja:
-	meson setup $(ASAN_BUILD) --buildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+	meson setup $(ASAN_BUILD) --buildtype=debug -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false
 
 asan: deps $(ASAN_BUILD)/build.ninja
 	ninja -C $(ASAN_BUILD)
@@ -63,14 +64,26 @@ integration: build
 check: deps
 	@scripts/check.sh $(BUILD) $(ASAN_BUILD)
 
+# Every buildtype x sanitizer combination with -Werror (make check builds a subset).
+build-matrix: deps
+	scripts/build-matrix.sh full
+
 fuzz: deps
 	@scripts/fuzz.sh
+
+# Each fuzz target for an hour; new coverage is merged into fuzz/corpus/.
+fuzz-long: deps
+	@scripts/fuzz.sh long
 
 bench: build
 	@for b in bench/*.sh; do echo "== $$b"; flock /tmp/blockd-bench.lock bash $$b || exit 1; done
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
+
+# What make check runs: fail if a file is not clang-format clean.
+format-check:
+	@scripts/check-format.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz

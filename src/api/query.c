@@ -429,7 +429,10 @@ static int compile_node(struct qctx *q, json_t *f, int depth, const char *where,
     for (size_t i = 0; i < nb; i++) {
         json_t *b = json_array_get(branches, i);
         char sub[256];
-        snprintf(sub, sizeof(sub), "%s.1.%zu", where, i);
+        /* The path only names the branch in error messages; the depth limit
+         * keeps it short, but a cut-off name would point at the wrong one. */
+        if (snprintf(sub, sizeof(sub), "%s.1.%zu", where, i) >= (int)sizeof(sub))
+            return bad_filter(q, where, "query-filters max recursion depth exceeded%s", "");
         n->nbranches = i + 1;
         if (json_is_array(b) && json_array_size(b) > 0 && json_is_array(json_array_get(b, 0))) {
             /* a list of filters: all must hold for the branch */

@@ -346,7 +346,7 @@ int api_server_start(const char *path)
     /* chmod before listen(): nobody can connect in between */
     if (chmod(path, 0600) < 0 || listen(fd, 64) < 0) {
         int e = errno;
-        log_error("api: chmod/listen %s: %s", path, strerror(e));
+        log_error("api: chmod/listen %s: %s", sa.sun_path, strerror(e));
         close(fd);
         unlink(path);
         return -e;

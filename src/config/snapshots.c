@@ -200,6 +200,7 @@ static int split_snapshot(const char *full, char *dataset, size_t dlen, const ch
 {
     const char *at = strchr(full, '@');
 
+    *snap = NULL;
     if (!at) {
         snprintf(why, whylen, "not a snapshot name (expected POOL/DATASET@SNAPSHOT)");
         return -EINVAL;
@@ -559,6 +560,7 @@ static int m_snapshot_query(struct api_call *call, json_t *params, json_t **resu
 static int snapshot_opts_param(struct api_call *call, json_t *params, const char *prefix,
                                const struct api_field *fields, size_t nfields, json_t **opts)
 {
+    *opts = NULL;
     if (api_check_arity(call, params, 2) < 0)
         return api_invalid(call);
     *opts = api_param(params, 1);

@@ -28,6 +28,7 @@
 #include "api/server.h"
 #include "config/datasets.h"
 #include "config/db.h"
+#include "config/replication.h"
 #include "core/iopool.h"
 #include "core/log.h"
 #include "core/reactor.h"
@@ -378,6 +379,7 @@ int main(int argc, char **argv)
     iscsi_config_init(); /* iscsi-config: schema + iscsi.* methods */
     api_auth_init();     /* control: api_key table, auth.* */
     jobs_init();         /* control: core.get_jobs/job_wait/bulk/subscribe */
+    replication_init();  /* replication.run_onetime (a job; calls the dataset methods) */
     service_init();      /* control: service.* */
     iscsi_share_init();  /* control: share.iscsi.* */
 

@@ -506,3 +506,206 @@ int store_rollback_volume(struct volume *v, const char *vol_path, const char *sn
     }
     return 0;
 }
+
+/* ---- incremental update (replication) ---- */
+
+#define UPDATE_BLOCK ((size_t)64 << 10) /* compare granularity */
+
+struct updater {
+    struct copier c; /* src, dst, size, buf (src data), progress */
+    char *dbuf;      /* dst data */
+    struct store_update_stats *st;
+};
+
+/* Does dst hold any data in [off, off + len)? */
+static int dst_has_data(int fd, uint64_t off, uint64_t len)
+{
+    off_t d = lseek(fd, (off_t)off, SEEK_DATA);
+    if (d < 0)
+        return errno == ENXIO ? 0 : (errno == EINVAL ? 1 : -errno);
+    return (uint64_t)d < off + len;
+}
+
+static int read_full(int fd, char *p, size_t n, uint64_t off, size_t *got)
+{
+    size_t done = 0;
+
+    *got = 0; /* set on every path, the error ones included */
+    while (done < n) {
+        ssize_t r = pread(fd, p + done, n - done, (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            break;
+        done += (size_t)r;
+    }
+    *got = done;
+    return 0;
+}
+
+/* Compare src's data range [off, off + len) with dst and write what differs. */
+static int update_data(struct updater *u, uint64_t off, uint64_t len)
+{
+    struct copier *c = &u->c;
+    while (len > 0) {
+        size_t want = len < RW_BUF_SIZE ? (size_t)len : RW_BUF_SIZE, sgot, dgot = 0;
+        int rc = read_full(c->src, c->buf, want, off, &sgot);
+        if (rc < 0)
+            return rc;
+        if (sgot == 0)
+            return 0; /* the source shrank under us */
+        /* A dst without data here reads as zeros: skip reading it. */
+        int has = dst_has_data(c->dst, off, sgot);
+        if (has < 0)
+            return has;
+        if (has) {
+            rc = read_full(c->dst, u->dbuf, sgot, off, &dgot);
+            if (rc < 0)
+                return rc;
+        }
+        memset(u->dbuf + dgot, 0, sgot - dgot);
+        u->st->compared += sgot;
+        for (size_t at = 0; at < sgot; at += UPDATE_BLOCK) {
+            size_t bn = sgot - at < UPDATE_BLOCK ? sgot - at : UPDATE_BLOCK;
+            if (memcmp(c->buf + at, u->dbuf + at, bn) == 0)
+                continue;
+            if (all_zero(c->buf + at, bn) &&
+                fallocate(c->dst, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)(off + at),
+                          (off_t)bn) == 0) {
+                /* (not punch(): its fallback would reuse c->buf) */
+                u->st->punched += bn;
+            } else {
+                rc = write_all(c->dst, c->buf + at, bn, off + at);
+                u->st->written += bn;
+            }
+            if (rc < 0)
+                return rc;
+        }
+        off += sgot;
+        len -= sgot;
+        report(c, off);
+    }
+    return 0;
+}
+
+static int update_sparse(struct updater *u)
+{
+    struct copier *c = &u->c;
+    uint64_t pos = 0;
+    report(c, 0);
+    while (pos < c->size) {
+        uint64_t dstart, dend;
+        off_t data = lseek(c->src, (off_t)pos, SEEK_DATA);
+        if (data < 0) {
+            if (errno == ENXIO) {
+                dstart = dend = c->size;
+            } else if (errno == EINVAL) {
+                dstart = pos;
+                dend = c->size;
+            } else {
+                return -errno;
+            }
+        } else {
+            dstart = (uint64_t)data < c->size ? (uint64_t)data : c->size;
+            off_t hole = lseek(c->src, (off_t)dstart, SEEK_HOLE);
+            if (hole < 0 && errno != ENXIO)
+                return -errno;
+            dend = hole < 0 || (uint64_t)hole > c->size ? c->size : (uint64_t)hole;
+            if (dend <= dstart)
+                dend = c->size;
+        }
+        if (dstart > pos) { /* a hole in src: dst must read zeros there too */
+            int has = dst_has_data(c->dst, pos, dstart - pos);
+            if (has < 0)
+                return has;
+            if (has) {
+                int rc = punch(c, pos, dstart - pos);
+                if (rc < 0)
+                    return rc;
+                u->st->punched += dstart - pos;
+            }
+        }
+        if (dend > dstart) {
+            int rc = update_data(u, dstart, dend - dstart);
+            if (rc < 0)
+                return rc;
+        }
+        pos = dend;
+        report(c, pos);
+    }
+    report(c, c->size);
+    return 0;
+}
+
+int store_update_file(const char *src_path, const char *dst_path, unsigned flags,
+                      store_progress_fn progress, void *arg, struct store_update_stats *stats)
+{
+    struct store_update_stats local;
+    struct updater u = {.st = stats ? stats : &local};
+    struct stat sst, dst_st;
+    const char *what = "open";
+    int rc;
+
+    memset(u.st, 0, sizeof(*u.st));
+    u.c.src = open(src_path, O_RDONLY | O_CLOEXEC);
+    if (u.c.src < 0) {
+        rc = -errno;
+        log_error("store: update: open %s: %s", src_path, strerror(-rc));
+        return rc;
+    }
+    u.c.dst = open(dst_path, O_RDWR | O_CLOEXEC);
+    if (u.c.dst < 0) {
+        rc = -errno;
+        log_error("store: update: open %s: %s", dst_path, strerror(-rc));
+        close(u.c.src);
+        return rc;
+    }
+    u.c.in_place = true;
+    u.c.progress = progress;
+    u.c.arg = arg;
+    what = "fstat";
+    if (fstat(u.c.src, &sst) < 0 || fstat(u.c.dst, &dst_st) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (!S_ISREG(sst.st_mode) || !S_ISREG(dst_st.st_mode)) {
+        rc = -EINVAL;
+        goto out;
+    }
+    u.c.size = u.st->size = (uint64_t)sst.st_size;
+    what = "ftruncate";
+    if (ftruncate(u.c.dst, (off_t)u.c.size) < 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (!(flags & STORE_COPY_NO_REFLINK) &&
+        try_reflink(u.c.src, u.c.dst, sst.st_dev, dst_st.st_dev) == 0) {
+        u.st->reflinked = true;
+        if (progress)
+            progress(u.c.size, u.c.size, arg);
+    } else {
+        what = "compare-and-write";
+        u.c.buf = malloc(RW_BUF_SIZE);
+        u.dbuf = malloc(RW_BUF_SIZE);
+        if (!u.c.buf || !u.dbuf) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        rc = update_sparse(&u);
+        if (rc < 0)
+            goto out;
+    }
+    what = "fdatasync";
+    rc = fdatasync(u.c.dst) < 0 ? -errno : 0;
+out:
+    if (rc < 0)
+        log_error("store: update %s ← %s: %s: %s", dst_path, src_path, what, strerror(-rc));
+    close(u.c.dst);
+    close(u.c.src);
+    free(u.c.buf);
+    free(u.dbuf);
+    return rc;
+}

@@ -76,6 +76,30 @@ int store_rollback_file(const char *snap_path, const char *vol_path, unsigned fl
 int store_rollback_volume(struct volume *v, const char *vol_path, const char *snap_path,
                           unsigned flags, store_progress_fn progress, void *arg, bool *reflinked);
 
+/*
+ * Incremental receive IN PLACE (replication): make the file at dst_path
+ * hold exactly the contents (and size) of src_path, keeping its inode, and
+ * write as little as possible. dst normally already holds an older state
+ * of the same data (the newest snapshot both sides share). Reflink of the
+ * whole file (FICLONE) when both are on one reflink filesystem. Otherwise
+ * a compare-and-write: dst is truncated to src's size; where src has a
+ * hole, dst's data (if any) is punched; src's data ranges are read with
+ * the same ranges of dst and compared in 64 KiB blocks, and only the
+ * blocks that differ are written (all-zero ones punched). Whatever dst
+ * held, the result equals src; when dst held the common snapshot, only
+ * what changed since it is written. Ends with fdatasync(dst).
+ * Synchronous; API/job thread. stats may be NULL.
+ */
+struct store_update_stats {
+    uint64_t size;     /* src's size */
+    uint64_t compared; /* bytes of src data read and compared */
+    uint64_t written;  /* bytes written to dst (differing blocks) */
+    uint64_t punched;  /* bytes of dst turned into holes */
+    bool reflinked;    /* FICLONE did it all */
+};
+int store_update_file(const char *src_path, const char *dst_path, unsigned flags,
+                      store_progress_fn progress, void *arg, struct store_update_stats *stats);
+
 /* Forget what was learned about reflink support (tests). */
 void store_copy_reset_probes(void);
 

@@ -381,6 +381,63 @@ static void test_auto_fallback(void **state)
     unlink(dst);
 }
 
+/* store_update_file: the result equals the source whatever the target
+ * held, holes stay holes, and only differing blocks are written. */
+static void test_update_compare_and_write(void **state)
+{
+    (void)state;
+    char src[512], dst[512];
+    snprintf(src, sizeof(src), "%s/upd-src", tmpdir);
+    snprintf(dst, sizeof(dst), "%s/upd-dst", tmpdir);
+    struct store_update_stats st;
+
+    /* 1. empty, shorter target: a full send (everything written) */
+    make_source(src, SRC_SIZE, 5);
+    int fd = open(dst, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 4096), 0);
+    close(fd);
+    struct progress p = {0};
+    assert_int_equal(store_update_file(src, dst, STORE_COPY_NO_REFLINK, on_progress, &p, &st), 0);
+    assert_false(st.reflinked);
+    assert_int_equal(st.size, SRC_SIZE);
+    assert_true(st.written > 0 && st.written <= st.compared);
+    assert_same_content(src, dst);
+    assert_same_map(src, dst);
+    assert_false(p.backwards);
+    assert_int_equal(p.last, SRC_SIZE);
+
+    /* 2. same again: nothing to write */
+    assert_int_equal(store_update_file(src, dst, STORE_COPY_NO_REFLINK, NULL, NULL, &st), 0);
+    assert_int_equal(st.written, 0);
+    assert_int_equal(st.punched, 0);
+    assert_true(st.compared > 0);
+
+    /* 3. one changed block in the source, a stray write in the target
+     *    where the source has a hole, and a longer target: exactly the
+     *    changed 64 KiB block is written, the stray data punched */
+    static uint8_t b[4096];
+    memset(b, 0xAB, sizeof(b));
+    fd = open(src, O_RDWR | O_CLOEXEC);
+    pwrite_all(fd, b, sizeof(b), (1 << 20) + 800);
+    close(fd);
+    fd = open(dst, O_RDWR | O_CLOEXEC);
+    pwrite_all(fd, b, sizeof(b), 3 << 20); /* a hole in src */
+    assert_int_equal(ftruncate(fd, (off_t)SRC_SIZE + (1 << 20)), 0);
+    close(fd);
+    assert_int_equal(store_update_file(src, dst, STORE_COPY_NO_REFLINK, NULL, NULL, &st), 0);
+    assert_int_equal(st.written, 64 << 10);
+    assert_true(st.punched >= 4096);
+    assert_same_content(src, dst);
+    assert_same_map(src, dst);
+
+    /* 4. errors */
+    assert_int_equal(store_update_file("/nonexistent/x", dst, 0, NULL, NULL, NULL), -ENOENT);
+    assert_int_equal(store_update_file(src, "/nonexistent/y", 0, NULL, NULL, NULL), -ENOENT);
+    unlink(src);
+    unlink(dst);
+}
+
 int main(void)
 {
     const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -394,6 +451,7 @@ int main(void)
         cmocka_unit_test(test_copy_errors),
         cmocka_unit_test(test_rollback),
         cmocka_unit_test(test_auto_fallback),
+        cmocka_unit_test(test_update_compare_and_write),
         cmocka_unit_test_teardown(test_xfs_reflink, xfs_teardown_fn),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
