@@ -26,6 +26,7 @@
 #include "api/validate.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsprops.h"
 #include "core/log.h"
 #include "core/util.h"
 
@@ -238,7 +239,8 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
     struct ds_pool pool;
     struct moves moves = {0};
     char **snaps = NULL;
-    size_t nsnaps = 0, olen = strlen(old_name);
+    struct ds_eff_change *changes = NULL;
+    size_t nsnaps = 0, nchanges = 0, olen = strlen(old_name);
     bool committed = false;
     int rc;
 
@@ -317,6 +319,9 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
     rc = exec_text_int("UPDATE datasets SET name = ?2 || substr(name, length(?1) + 1)"
                        " WHERE name = ?1 OR substr(name, 1, length(?1) + 1) = ?1 || '/'",
                        old_name, new_name, 0);
+    /* a new parent: inherited sync/readonly come from it now (ZFS) */
+    if (rc == 0)
+        rc = ds_props_recompute(new_name, &changes, &nchanges);
     if (rc == 0)
         rc = ds_rename_hooks_update(old_name, new_name, true);
     /* files last, still inside the transaction: undone if it fails */
@@ -347,6 +352,17 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
     committed = true;
     /* still under db_lock: an opener of the new name waits for this */
     ds_cache_rename(old_name, new_name, true);
+    for (size_t i = 0; i < nchanges; i++) {
+        struct volume *v = ds_cache_peek(changes[i].name);
+
+        if (!v)
+            continue;
+        if (changes[i].sync_changed)
+            volume_set_sync(v, changes[i].sync);
+        if (changes[i].readonly_changed)
+            volume_set_readonly(v, changes[i].readonly);
+        volume_unref(v);
+    }
     log_info("datasets: renamed %s %s to %s (%zu snapshot(s) moved along; peer %s)",
              row.type == DS_VOLUME ? "volume" : "filesystem", old_name, new_name, nsnaps,
              api_call_peer(call));
@@ -355,6 +371,16 @@ out:
     db_unlock();
     ds_ops_unlock();
     ds_rename_hooks_applied(committed);
+    /* front-ends re-read WCE and read-only of the volumes whose inherited
+     * values the new parent changed */
+    for (size_t i = 0; committed && i < nchanges; i++) {
+        struct volume *v = ds_cache_peek(changes[i].name);
+
+        ds_notify(DATASETS_PROPERTY_CHANGED, changes[i].name, v);
+        if (v)
+            volume_unref(v);
+    }
+    free(changes);
     names_free(snaps, nsnaps);
     return rc;
 #undef RENAME_FAIL

@@ -147,6 +147,26 @@ assert snaps("demo/ry") == ["demo/ry@s"]
 assert c.ok("zfs.dataset.rename", "demo/ry@s", {"new_name": "@s2"}) is None
 assert snaps("demo/ry") == ["demo/ry@s2"]
 c.err("pool.dataset.rename", "demo/ry@s2", {"new_name": "demo/ry@z"})
+# inherited properties come from the new parent (ZFS): a volume moved under
+# a read-only filesystem is read-only, with source INHERITED
+c.ok("pool.dataset.create", {"name": "demo/rofs", "type": "FILESYSTEM", "readonly": "ON"})
+vol("demo/rw1")
+assert ds("demo/rw1")["readonly"]["value"] == "OFF"
+rwx = c.ok("nbd.export.create", {"name": "rw1", "dataset": "demo/rw1"})
+h = nbd.NBD(); h.connect_uri("nbd://127.0.0.1:%s/rw1" % os.environ["NBD_PORT"])
+h.pwrite(b"x" * 4096, 0); h.shutdown()
+c.ok("zfs.dataset.rename", "demo/rw1", {"new_name": "demo/rofs/rw1"})
+ro = ds("demo/rofs/rw1")["readonly"]
+assert ro["value"] == "ON" and ro["source"] == "INHERITED", ro
+# the open volume follows: writes are refused now
+h = nbd.NBD(); h.connect_uri("nbd://127.0.0.1:%s/rw1" % os.environ["NBD_PORT"])
+try:
+    h.pwrite(b"y" * 4096, 0)
+    raise AssertionError("write to a volume under a read-only parent succeeded")
+except nbd.Error:
+    pass
+h.shutdown()
+c.ok("nbd.export.delete", rwx["id"], {})
 print("OK renames")
 
 # ---- a shared volume renamed under live iSCSI and NBD sessions ----
