@@ -58,6 +58,12 @@ def first_mib(export):
     h = connect(export); d = h.pread(MiB, 0); h.shutdown(); return d
 def nbd_sessions(export):
     return [s for s in c.ok("nbd.global.sessions") if s["export"] == export]
+def wait_closed(export):
+    # a client's shutdown returns before the server has let go of it
+    deadline = time.time() + 30
+    while nbd_sessions(export):
+        assert time.time() < deadline, nbd_sessions(export)
+        time.sleep(0.02)
 
 # 1. exported, nobody connected: no force needed
 volume("demo/r1")
@@ -65,10 +71,11 @@ c.ok("nbd.export.create", {"name": "r1", "dataset": "demo/r1"})
 fill("r1", 0xa1)
 c.ok("zfs.snapshot.create", {"dataset": "demo/r1", "name": "s"})
 fill("r1", 0xb1)
-assert nbd_sessions("r1") == []
+wait_closed("r1")
 r = c.call("zfs.snapshot.rollback", "demo/r1@s", {})
 assert "result" in r, ("rollback of an export without clients refused", r)
 assert first_mib("r1") == bytes([0xa1]) * MiB, "the export does not serve the rolled-back data"
+wait_closed("r1")
 print("OK 1")
 
 # 2. only a snapshot is exported, with a client on it: no force needed
@@ -77,6 +84,7 @@ c.ok("nbd.export.create", {"name": "r2tmp", "dataset": "demo/r2"})
 fill("r2tmp", 0xa2)
 c.ok("zfs.snapshot.create", {"dataset": "demo/r2", "name": "s"})
 fill("r2tmp", 0xb2)
+wait_closed("r2tmp")
 c.ok("nbd.export.delete", [e for e in c.ok("nbd.export.query") if e["name"] == "r2tmp"][0]["id"], {})
 c.ok("nbd.export.create", {"name": "r2snap", "dataset": "demo/r2@s"})
 hs = connect("r2snap")
@@ -96,11 +104,18 @@ assert e and e["data"]["errno"] == 16, r
 assert "exported over NBD as 'r1' with 1 connected client" in e["message"], e["message"]
 assert "use force" in e["message"], e["message"]
 assert h.pread(MiB, 0) == bytes([0xc1]) * MiB, "refused rollback changed data"
+h2 = connect("r1")  # a second client: both are disconnected
+h2.pread(4096, 0)
 assert "result" in c.call("zfs.snapshot.rollback", "demo/r1@s", {"force": True})
 assert nbd_sessions("r1") == [], "client still connected after a forced rollback returned"
 try:
     h.pread(4096, 0)
     raise AssertionError("the NBD client was not disconnected")
+except nbd.Error:
+    pass
+try:
+    h2.pread(4096, 0)
+    raise AssertionError("the second NBD client was not disconnected")
 except nbd.Error:
     pass
 assert first_mib("r1") == bytes([0xa1]) * MiB, "a new connection does not see the rolled-back data"
