@@ -18,17 +18,17 @@
  * hooks); open snapshot volumes stay open and are re-keyed.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <sys/stat.h>
 
 #include "api/validate.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "store/poolfs.h"
 
 struct promote_snap {
     int64_t id;
@@ -171,7 +171,8 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
             rc = ds_path(&cpool, clone.name, snaps[i].name, snaps[i].to, sizeof(snaps[i].to));
         if (rc < 0)
             PROMOTE_FAIL(-rc, "%s", strerror(-rc));
-        if (access(snaps[i].to, F_OK) == 0)
+        struct stat st;
+        if (poolfs_stat(snaps[i].to, &st) == 0)
             PROMOTE_FAIL(EEXIST, "a file named %s is in the way", snaps[i].to);
     }
     cross_pool = cpool.id != opool.id;
@@ -216,9 +217,12 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
         rc = ds_rename_hooks_update(o, n, false);
     }
     for (size_t i = 0; rc == 0 && !cross_pool && i < nsnaps; i++) {
-        if (renameat2(AT_FDCWD, snaps[i].from, AT_FDCWD, snaps[i].to, RENAME_NOREPLACE) < 0 &&
-            (errno != EINVAL || rename(snaps[i].from, snaps[i].to) < 0)) {
-            rc = -errno;
+        /* poolfs: confined to the pool, no symlink followed; the target's
+         * absence was checked above under ds_ops_lock */
+        rc = poolfs_rename(snaps[i].from, snaps[i].to, RENAME_NOREPLACE);
+        if (rc == -EINVAL)
+            rc = poolfs_rename(snaps[i].from, snaps[i].to, 0);
+        if (rc < 0) {
             log_error("datasets: promote %s: rename %s to %s: %s", id, snaps[i].from, snaps[i].to,
                       strerror(-rc));
         } else {
@@ -248,24 +252,15 @@ out:
     if (committed) {
         /* Durable renames; a cross-pool promote's originals go now. */
         for (size_t i = 0; i < nsnaps; i++) {
-            if (cross_pool && unlink(snaps[i].from) < 0 && errno != ENOENT)
-                log_error("datasets: unlink %s: %s", snaps[i].from, strerror(errno));
+            int urc = cross_pool ? poolfs_unlink(snaps[i].from) : 0;
+            if (urc < 0 && urc != -ENOENT)
+                log_error("datasets: unlink %s: %s", snaps[i].from, strerror(-urc));
         }
-        if (nsnaps) {
-            char dir[PATH_MAX], *slash;
-            for (int k = 0; k < 2; k++) {
-                snprintf(dir, sizeof(dir), "%s", k ? snaps[0].from : snaps[0].to);
-                slash = strrchr(dir, '/');
-                if (slash && slash != dir) {
-                    *slash = '\0';
-                    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                    if (fd >= 0) {
-                        if (fsync(fd) < 0)
-                            log_error("datasets: fsync %s: %s", dir, strerror(errno));
-                        close(fd);
-                    }
-                }
-            }
+        for (int k = 0; nsnaps && k < 2; k++) {
+            int frc = poolfs_fsync_parent(k ? snaps[0].from : snaps[0].to);
+            if (frc < 0)
+                log_error("datasets: fsync the directory of %s: %s",
+                          k ? snaps[0].from : snaps[0].to, strerror(-frc));
         }
         log_info("datasets: promoted %s (was a clone of %s; %zu snapshot(s) moved from %s%s; "
                  "peer %s)",
@@ -276,9 +271,11 @@ out:
         for (size_t i = nsnaps; i-- > 0;) {
             if (!snaps[i].moved)
                 continue;
-            if (cross_pool ? unlink(snaps[i].to) < 0 : rename(snaps[i].to, snaps[i].from) < 0)
+            int urc = cross_pool ? poolfs_unlink(snaps[i].to)
+                                 : poolfs_rename(snaps[i].to, snaps[i].from, 0);
+            if (urc < 0)
                 log_error("datasets: promote %s: cannot undo %s: %s", id, snaps[i].to,
-                          strerror(errno));
+                          strerror(-urc));
         }
     }
     ds_ops_unlock();

@@ -17,11 +17,10 @@
  * holding their own lock, so the order is safe.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <sys/stat.h>
 
 #include "api/validate.h"
 #include "config/db.h"
@@ -29,6 +28,7 @@
 #include "config/dsprops.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "store/poolfs.h"
 
 static const struct api_field zfs_rename_fields[] = {
     {.name = "new_name",
@@ -59,51 +59,29 @@ static const struct api_field snap_rename_fields[] = {
      .max = NAME_DATASET_MAX},
 };
 
-/* fsync a directory so that a rename in it is durable. */
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = 0;
-
-    if (fd < 0)
-        return -errno;
-    if (fsync(fd) < 0)
-        rc = -errno;
-    close(fd);
-    return rc;
-}
-
+/* fsync the directory holding path, so that a rename in it is durable. */
 static void fsync_parent(const char *path)
 {
-    char dir[PATH_MAX];
-    char *slash;
-    int rc;
+    int rc = poolfs_fsync_parent(path);
 
-    snprintf(dir, sizeof(dir), "%s", path);
-    slash = strrchr(dir, '/');
-    if (!slash)
-        return;
-    *slash = slash == dir ? '/' : '\0';
-    if (slash == dir)
-        dir[1] = '\0';
-    rc = fsync_dir(dir);
     if (rc < 0)
-        log_error("datasets: fsync %s: %s", dir, strerror(-rc));
+        log_error("datasets: fsync the directory of %s: %s", path, strerror(-rc));
 }
 
-/* rename(2) that never replaces an existing file or directory. */
+/* rename(2) inside a pool (poolfs: no symlink followed, no escape) that
+ * never replaces an existing file or directory. */
 static int rename_noreplace(const char *from, const char *to)
 {
-    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
-        return 0;
-    if (errno == EINVAL || errno == ENOSYS) {
-        /* a filesystem without RENAME_NOREPLACE: check, then rename (the
-         * names are ours and ds_ops_lock is held) */
-        if (access(to, F_OK) == 0)
-            return -EEXIST;
-        return rename(from, to) < 0 ? -errno : 0;
-    }
-    return -errno;
+    struct stat st;
+    int rc = poolfs_rename(from, to, RENAME_NOREPLACE);
+
+    if (rc != -EINVAL)
+        return rc;
+    /* a filesystem without RENAME_NOREPLACE: check, then rename (the names
+     * are ours and ds_ops_lock is held) */
+    if (poolfs_stat(to, &st) == 0)
+        return -EEXIST;
+    return poolfs_rename(from, to, 0);
 }
 
 /* Files renamed so far by one operation, to undo them on failure. */
@@ -140,9 +118,10 @@ static void moves_end(struct moves *m, bool undo)
         if (!m->v[i].from || !m->v[i].to) {
             log_error("datasets: out of memory tracking a rename");
         } else if (undo) {
-            if (rename(m->v[i].to, m->v[i].from) < 0)
+            int rc = poolfs_rename(m->v[i].to, m->v[i].from, 0);
+            if (rc < 0)
                 log_error("datasets: cannot undo the rename of %s to %s: %s", m->v[i].from,
-                          m->v[i].to, strerror(errno));
+                          m->v[i].to, strerror(-rc));
         } else {
             fsync_parent(m->v[i].to);
             fsync_parent(m->v[i].from);

@@ -958,6 +958,27 @@ static int rename_update(const char *old_name, const char *new_name, bool subtre
     db_stmt_done(st);
     if (rc == 0 && sqlite3_changes(db_handle()) > 0)
         rename_touched = true;
+    /* path exports of files inside a renamed filesystem's directory (a
+     * rename never leaves its pool) */
+    const char *so = strchr(old_name, '/'), *sn = strchr(new_name, '/');
+    if (rc < 0 || !subtree || !so || !sn)
+        return rc;
+    char pool[256];
+    snprintf(pool, sizeof(pool), "%.*s", (int)(so - old_name), old_name);
+    rc = db_stmt("UPDATE nbd_export SET path = (SELECT p.path FROM pools p WHERE p.name = ?1) || "
+                 "?3 || substr(path, length((SELECT p.path FROM pools p WHERE p.name = ?1) || ?2) "
+                 "+ 1) WHERE substr(path, 1, length((SELECT p.path FROM pools p WHERE p.name = "
+                 "?1) || ?2 || '/')) = (SELECT p.path FROM pools p WHERE p.name = ?1) || ?2 || '/'",
+                 &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, pool, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, so, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, sn, -1, SQLITE_STATIC);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    if (rc == 0 && sqlite3_changes(db_handle()) > 0)
+        rename_touched = true;
     return rc;
 }
 

@@ -167,6 +167,17 @@ except nbd.Error:
     pass
 h.shutdown()
 c.ok("nbd.export.delete", rwx["id"], {"force": True})  # the closed client may still count
+# files inside a renamed filesystem: FILE extents and NBD path exports follow
+fs("demo/fdir")
+fext = c.ok("iscsi.extent.create", {"name": "fext", "type": "FILE", "path": POOL + "/fdir/disk.img", "filesize": 1048576})
+fexp = c.ok("nbd.export.create", {"name": "fexp", "path": POOL + "/fdir/disk.img"})
+c.ok("zfs.dataset.rename", "demo/fdir", {"new_name": "demo/fdir2"})
+assert c.ok("iscsi.extent.get_instance", fext["id"])["path"] == POOL + "/fdir2/disk.img"
+assert c.ok("nbd.export.query", [["id", "=", fexp["id"]]])[0]["path"] == POOL + "/fdir2/disk.img"
+h = nbd.NBD(); h.connect_uri("nbd://127.0.0.1:%s/fexp" % os.environ["NBD_PORT"])
+assert h.get_size() == 1048576; h.shutdown()
+c.ok("nbd.export.delete", fexp["id"], {"force": True})
+c.ok("iscsi.extent.delete", fext["id"], True, True)
 print("OK renames")
 
 # ---- a shared volume renamed under live iSCSI and NBD sessions ----
