@@ -42,6 +42,8 @@
 #include "api/auth.h"            /* control */
 #include "api/jobs.h"            /* control */
 #include "api/service.h"         /* control */
+#include "api/sharing.h"         /* auth */
+#include "config/pwenc.h"        /* auth */
 #include "api/ws.h"              /* control */
 #include "iscsi/iscsi_share.h"   /* control */
 
@@ -468,11 +470,18 @@ int main(int argc, char **argv)
     replication_init();  /* replication.run_onetime (a job; calls the dataset methods) */
     service_init();      /* control: service.* */
     iscsi_share_init();  /* control: share.iscsi.* */
+    api_sharing_init();  /* auth: sharing.nfs/smb.* refused with ENOTSUP */
 
+    /* auth: the key that seals CHAP secrets, kept outside the DB */
+    if ((rc = pwenc_init(state_dir)) < 0)
+        return 1;
     if ((rc = db_open(db_path)) < 0) {
         log_error("cannot open configuration database %s: %s", db_path, strerror(-rc));
         return 1;
     }
+    /* auth: seal CHAP secrets an older blockd stored in clear; on failure
+     * (logged) they keep working as they are. */
+    (void)iscsi_config_seal_secrets();
     if ((rc = datasets_ensure_default_pool("demo")) < 0) {
         log_error("cannot create the default pool: %s", strerror(-rc));
         return 1;
