@@ -7,6 +7,7 @@
  * calls with params as an array.
  */
 #include "api/api.h"
+#include "api/apistats.h"
 #include "api/api_internal.h"
 #include "api/jsonw.h"
 
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/reactor.h"
 
 /* ---- registry ---- */
 
@@ -331,7 +333,9 @@ static int call_run(struct api_call *call, const struct api_method *m, json_t *p
     *result = NULL;
     if (call->client && !call->client->authenticated && !(m->flags & API_NO_AUTH))
         return api_error(call, EACCES, "Not authenticated");
+    uint64_t t0 = time_now_ns();
     int rc = m->fn(call, params, result);
+    apistats_record(m, time_now_ns() - t0, rc != 0 || call->code != 0 || api_has_verrs(call));
     if (rc == 0 && call->code == 0 && !api_has_verrs(call)) {
         if (!*result)
             *result = json_null();

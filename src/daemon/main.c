@@ -33,6 +33,7 @@
 #include "core/log.h"
 #include "core/reactor.h"
 /* @@module-includes@@ (helpers: add your module's header here) */
+#include "daemon/metrics.h"
 #include "iscsi/iscsi_runtime.h" /* iscsi */
 #include "iscsi/iscsi_config.h"  /* iscsi-config */
 #include "nbd/nbd.h"             /* nbd */
@@ -382,6 +383,7 @@ int main(int argc, char **argv)
     replication_init();  /* replication.run_onetime (a job; calls the dataset methods) */
     service_init();      /* control: service.* */
     iscsi_share_init();  /* control: share.iscsi.* */
+    metrics_init();      /* metrics: /metrics, /ui, core.metrics */
 
     if ((rc = db_open(db_path)) < 0) {
         log_error("cannot open configuration database %s: %s", db_path, strerror(-rc));
