@@ -116,6 +116,9 @@ wait_for(iops + " || document.getElementById('sessions').innerText.includes('nbd
          "non-zero IOPS for demo/u1", 20)
 wait_for("document.getElementById('sessions').innerText.includes('127.0.0.1')", "the NBD session", 10)
 time.sleep(1.5)
+state = js("document.getElementById('state').textContent")
+if not state.startswith("logged in"):
+    die("page state: " + state)
 shot = cdp("Page.captureScreenshot", format="png")
 import base64
 with open(os.path.join(out, "ui.png"), "wb") as f:
