@@ -295,11 +295,12 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
         rc = ds_props_apply(row.id, data, row.type, false);
     if (rc == 0) {
         if (!is_volume) {
-            rc = mkdir(path, 0755) < 0 ? -errno : 0;
+            rc = poolfs_mkdir(path, 0755);
             if (rc < 0)
-                log_error("datasets: mkdir %s: %s", path, strerror(-rc));
+                log_error("datasets: mkdir %s: %s (peer %s)", path, strerror(-rc),
+                          api_call_peer(call));
         } else if (!row.memory) {
-            rc = bdev_file_create(path, row.volsize, !row.sparse);
+            rc = bdev_file_create_in_pool(path, row.volsize, !row.sparse);
         } else {
             /* Allocate it now (this connection sees the uncommitted row), so
              * a size the memory backend refuses fails the create. */
@@ -318,9 +319,9 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
         ds_cache_drop(row.name, false);
     if (rc < 0 && created_file) {
         if (is_volume)
-            unlink(path);
+            poolfs_unlink(path);
         else
-            rmdir(path);
+            poolfs_rmdir(path);
     }
 fail_unlocked_tx:
     if (rc == 0)
@@ -449,9 +450,9 @@ static int thick_extend(const char *path, uint64_t old, uint64_t new_size)
 
     if (new_size <= old)
         return 0;
-    fd = open(path, O_WRONLY | O_CLOEXEC);
+    fd = poolfs_open(path, O_WRONLY, 0);
     if (fd < 0)
-        return -errno;
+        return fd;
     if (fallocate(fd, 0, (off_t)old, (off_t)(new_size - old)) < 0)
         rc = -errno;
     else if (fdatasync(fd) < 0)
@@ -464,9 +465,9 @@ static int resize_file(const char *path, uint64_t size)
 {
     int fd, rc = 0;
 
-    fd = open(path, O_WRONLY | O_CLOEXEC);
+    fd = poolfs_open(path, O_WRONLY, 0);
     if (fd < 0)
-        return -errno;
+        return fd;
     if (ftruncate(fd, (off_t)size) < 0 || fsync(fd) < 0)
         rc = -errno;
     close(fd);
@@ -896,15 +897,16 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
         char *at = strchr(plan.snapshots[i].name, '@');
         *at = '\0';
         if (ds_path(&pool, plan.snapshots[i].name, at + 1, path, sizeof(path)) == 0 &&
-            unlink(path) < 0 && errno != ENOENT)
-            log_error("datasets: unlink %s: %s", path, strerror(errno));
+            (rc = poolfs_unlink(path)) < 0 && rc != -ENOENT)
+            log_error("datasets: unlink %s: %s", path, strerror(-rc));
         *at = '@';
     }
     for (i = 0; i < plan.ndatasets; i++) {
         if (ds_path(&pool, plan.datasets[i].name, NULL, path, sizeof(path)) < 0)
             continue;
-        if ((plan.datasets[i].is_volume ? unlink(path) : rmdir(path)) < 0 && errno != ENOENT)
-            log_error("datasets: remove %s: %s", path, strerror(errno));
+        rc = plan.datasets[i].is_volume ? poolfs_unlink(path) : poolfs_rmdir(path);
+        if (rc < 0 && rc != -ENOENT)
+            log_error("datasets: remove %s: %s", path, strerror(-rc));
     }
     ds_ops_unlock();
     if (force)

@@ -20,6 +20,7 @@
 #include "api/api.h"
 #include "config/datasets.h"
 #include "store/names.h"
+#include "store/poolfs.h"
 #include "store/volume.h"
 
 #define DS_NAME_BUF (NAME_DATASET_MAX + 1)
@@ -81,7 +82,8 @@ int ds_create_ancestors(const struct ds_pool *pool, const char *name);
 /* "<pool path>/<name below the pool>[@snap]" into buf. snap may be NULL.
  * 0 or -ENAMETOOLONG. */
 int ds_path(const struct ds_pool *pool, const char *name, const char *snap, char *buf, size_t len);
-/* mkdir -p (mode 0755). 0 or -errno. */
+/* mkdir -p (mode 0755) below the pool root that contains path, confined
+ * (poolfs_mkdir_parents). 0 or -errno. */
 int ds_mkdir_parents(const char *path);
 /* Split "pool/a/b" into the pool name. */
 void ds_pool_of(const char *name, char *pool, size_t len);

@@ -29,7 +29,7 @@ static uint64_t file_used(const char *path)
 {
     struct stat st;
 
-    if (stat(path, &st) < 0)
+    if (poolfs_stat(path, &st) < 0)
         return 0;
     return (uint64_t)st.st_blocks * 512;
 }

@@ -337,8 +337,8 @@ int ds_create_ancestors(const struct ds_pool *pool, const char *name)
         rc = ds_path(pool, anc, NULL, path, sizeof(path));
         if (rc < 0)
             return rc;
-        if (mkdir(path, 0755) < 0 && errno != EEXIST) {
-            rc = -errno;
+        rc = poolfs_mkdir(path, 0755);
+        if (rc < 0 && rc != -EEXIST) {
             log_error("datasets: mkdir %s: %s", path, strerror(-rc));
             return rc;
         }
@@ -348,23 +348,7 @@ int ds_create_ancestors(const struct ds_pool *pool, const char *name)
 
 int ds_mkdir_parents(const char *path)
 {
-    char buf[PATH_MAX];
-    size_t len = strlen(path);
-
-    if (len >= sizeof(buf))
-        return -ENAMETOOLONG;
-    memcpy(buf, path, len + 1);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
+    return poolfs_mkdir_parents(path);
 }
 
 json_t *ds_prop(json_t *parsed, const char *rawvalue, const char *value, const char *source)

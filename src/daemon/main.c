@@ -29,6 +29,7 @@
 #include "config/datasets.h"
 #include "config/db.h"
 #include "config/replication.h"
+#include "core/allowdir.h"
 #include "core/iopool.h"
 #include "core/log.h"
 #include "core/reactor.h"
@@ -62,6 +63,7 @@ static void usage(FILE *f)
             "              [--nbd-listen ADDR:PORT] [--iscsi-listen ADDR:PORT]\n"
             "              [--api-listen ADDR:PORT [--api-tls-cert F --api-tls-key F]]\n"
             "              [--api-priority idle|low|normal] [--reactor-spin-us N]\n"
+            "              [--allow-dir DIR]...\n"
             "\n"
             "  --state-dir DIR        configuration DB, pools, lock (default /var/lib/blockd)\n"
             "  --api-socket PATH      JSON-RPC Unix socket (default DIR/blockd.sock, mode 0600)\n"
@@ -76,7 +78,10 @@ static void usage(FILE *f)
             "  --api-priority P       CPU priority of API threads: idle (SCHED_IDLE,\n"
             "                         default: I/O first), low (nice 10), normal\n"
             "  --reactor-spin-us N    after handling events a reactor polls N more\n"
-            "                         microseconds before sleeping (default 20; 0: never)\n");
+            "                         microseconds before sleeping (default 20; 0: never)\n"
+            "  --allow-dir DIR        a directory where API calls may name host files (NBD\n"
+            "                         unix_socket, TLS files) besides the state directory;\n"
+            "                         repeatable (docs/security.md)\n");
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -93,6 +98,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"api-tls-key", required_argument, NULL, 'K'},  /* control */
         {"api-priority", required_argument, NULL, 'P'}, /* control */
         {"reactor-spin-us", required_argument, NULL, 'S'},
+        {"allow-dir", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -155,6 +161,14 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return -1;
             }
             reactors_set_spin((unsigned)v);
+            break;
+        }
+        case 'D': {
+            int rc = allowdir_add(optarg);
+            if (rc < 0) {
+                fprintf(stderr, "blockd: --allow-dir %s: %s\n", optarg, strerror(-rc));
+                return -1;
+            }
             break;
         }
         case 'h':
@@ -342,6 +356,7 @@ int main(int argc, char **argv)
         return 1;
     }
     raise_fd_limit();
+    allowdir_add(state_dir); /* API-named host files (core/allowdir.h) */
     int lock_fd = take_lock(state_dir);
     if (lock_fd < 0)
         return 1;
