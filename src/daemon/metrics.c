@@ -68,6 +68,46 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
     }
 }
 
+/* Append n bytes. */
+static void sb_put(struct sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->cap - b->len <= n) {
+        size_t nc = b->cap * 2 + n + 1;
+        char *np = realloc(b->p, nc);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+/* "name{label} value\n" without printf: a scrape of 1,000 volumes writes
+ * some 14,000 of these lines. */
+static void sb_series(struct sbuf *b, const char *name, size_t name_len, const char *label,
+                      size_t label_len, uint64_t v)
+{
+    char num[24];
+    size_t i = sizeof(num);
+    num[--i] = '\n';
+    do {
+        num[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    num[--i] = ' ';
+    num[--i] = '}';
+    sb_put(b, name, name_len);
+    sb_put(b, "{", 1);
+    sb_put(b, label, label_len);
+    sb_put(b, num + i, sizeof(num) - i);
+}
+
 /* A label value with \, " and newline escaped (Prometheus text format). */
 static void label_escape(const char *in, char *out, size_t outlen)
 {
@@ -117,6 +157,7 @@ struct vrow {
     size_t slot;
     enum iostats_proto proto;
     char label[600]; /* volume="...",protocol="..." */
+    size_t label_len;
     struct iostats_totals t;
 };
 
@@ -136,8 +177,9 @@ static int vrows_collect(struct vrow **out)
             r->proto = (enum iostats_proto)p;
             char esc[512];
             label_escape(iostats_name(s), esc, sizeof(esc));
-            snprintf(r->label, sizeof(r->label), "volume=\"%s\",protocol=\"%s\"", esc,
-                     iostats_proto_name(r->proto));
+            int ln = snprintf(r->label, sizeof(r->label), "volume=\"%s\",protocol=\"%s\"", esc,
+                              iostats_proto_name(r->proto));
+            r->label_len = ln > 0 && (size_t)ln < sizeof(r->label) ? (size_t)ln : strlen(r->label);
             iostats_read(s, r->proto, &r->t);
         }
     }
@@ -168,19 +210,19 @@ static void render_volumes(struct sbuf *b)
         snprintf(help, sizeof(help), "Completed %s requests.", on);
         family(b, name, "counter", help);
         for (int i = 0; i < n; i++)
-            sb_printf(b, "%s{%s} %" PRIu64 "\n", name, v[i].label, v[i].t.ops[op]);
+            sb_series(b, name, strlen(name), v[i].label, v[i].label_len, v[i].t.ops[op]);
         if (op != IOSTATS_FLUSH && op != IOSTATS_OTHER) {
             snprintf(name, sizeof(name), "blockd_volume_%s_bytes_total", on);
             snprintf(help, sizeof(help), "Bytes of completed %s requests.", on);
             family(b, name, "counter", help);
             for (int i = 0; i < n; i++)
-                sb_printf(b, "%s{%s} %" PRIu64 "\n", name, v[i].label, v[i].t.bytes[op]);
+                sb_series(b, name, strlen(name), v[i].label, v[i].label_len, v[i].t.bytes[op]);
         }
         snprintf(name, sizeof(name), "blockd_volume_%s_errors_total", on);
         snprintf(help, sizeof(help), "%s requests answered with an error.", on);
         family(b, name, "counter", help);
         for (int i = 0; i < n; i++)
-            sb_printf(b, "%s{%s} %" PRIu64 "\n", name, v[i].label, v[i].t.errors[op]);
+            sb_series(b, name, strlen(name), v[i].label, v[i].label_len, v[i].t.errors[op]);
         snprintf(name, sizeof(name), "blockd_volume_%s_seconds", on);
         snprintf(help, sizeof(help),
                  "Latency of %s requests, arrival to completion (histogram; series "
@@ -208,7 +250,7 @@ static void render_volumes(struct sbuf *b)
     for (int i = 0; i < n; i++) {
         uint64_t done = total_ops(&v[i].t);
         uint64_t infl = v[i].t.started > done ? v[i].t.started - done : 0;
-        sb_printf(b, "blockd_volume_inflight_requests{%s} %" PRIu64 "\n", v[i].label, infl);
+        sb_series(b, "blockd_volume_inflight_requests", 31, v[i].label, v[i].label_len, infl);
     }
     free(v);
 }
