@@ -535,7 +535,7 @@ int auth_check_key(const char *key, size_t len, const char *peer)
 {
     char addr[64];
     auth_peer_address(peer, addr, sizeof(addr));
-    uint64_t now = now_monotonic_ms();
+    uint64_t now = ratelimit_now_ms();
     if (!auth_rate_allowed(addr, now)) {
         log_warn("auth: %s: API key refused: too many failed logins from %s", peer, addr);
         return -EBUSY;
