@@ -33,7 +33,8 @@ chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
     --disable-dev-shm-usage --user-data-dir="$TMP/chrome" --window-size=1200,900 \
     --remote-debugging-address=127.0.0.1 --remote-debugging-port="$CDP_PORT" about:blank \
     >"$TMP/chromium.log" 2>&1 &
-BG_PIDS+=($!)
+CHROME=$!
+BG_PIDS+=($CHROME)
 
 OUT=${BLOCKD_TEST_OUTPUT:-$TMP}
 cat >"$TMP/drive.py" <<'PY'
@@ -124,10 +125,18 @@ import base64
 with open(os.path.join(out, "ui.png"), "wb") as f:
     f.write(base64.b64decode(shot["data"]))
 qio.wait(timeout=30)
+# Close the browser cleanly: its helper processes exit with it, and none
+# keeps writing into the profile dir while the test removes it.
+try:
+    cdp("Browser.close")
+except Exception:
+    pass
 print("page ok")
 PY
 /usr/bin/python3 "$TMP/drive.py" "$CDP_PORT" "http://127.0.0.1:$WS_PORT/ui" "$KEY" "$OUT" "$SOCK" \
     "$BLOCKCTL_BIN" "$NBD_PORT" || fail "the status page test failed (see above)"
+for i in $(seq 1 100); do kill -0 "$CHROME" 2>/dev/null || break; sleep 0.1; done
+wait "$CHROME" 2>/dev/null || true
 [ -s "$OUT/ui.png" ] || fail "no screenshot"
 grep -q "login with an invalid API key refused" "$BLOCKD_LOG" || fail "the page's wrong key was not logged"
 echo "screenshot: $OUT/ui.png"
