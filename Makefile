@@ -10,7 +10,7 @@ STATE      ?= ./var
 
 # Debian packages: build tools and libraries, then the real clients and peers
 # the tests and benchmarks drive.
-DEPS_BUILD = gcc meson ninja-build pkg-config python3 \
+DEPS_BUILD = gcc meson ninja-build pkg-config python3 xxd \
              libjansson-dev libsqlite3-dev libcmocka-dev libgnutls28-dev liburing-dev libwslay-dev \
              libcrypt-dev
 DEPS_TEST  = prometheus chromium libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
