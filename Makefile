@@ -10,10 +10,10 @@ STATE      ?= ./var
 
 # Debian packages: build tools and libraries, then the real clients and peers
 # the tests and benchmarks drive.
-DEPS_BUILD = gcc meson ninja-build pkg-config python3 \
+DEPS_BUILD = gcc meson ninja-build pkg-config python3 xxd \
              libjansson-dev libsqlite3-dev libcmocka-dev libgnutls28-dev liburing-dev libwslay-dev \
              libcrypt-dev
-DEPS_TEST  = libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
+DEPS_TEST  = prometheus chromium libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
              util-linux curl sqlite3 python3-libnbd dpkg-dev clang-format
 DEPS       = $(DEPS_BUILD) $(DEPS_TEST)

@@ -7,6 +7,7 @@
  * calls with params as an array.
  */
 #include "api/api.h"
+#include "api/apistats.h"
 #include "api/api_internal.h"
 #include "api/jsonw.h"
 
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/reactor.h"
 
 /* ---- registry ---- */
 
@@ -338,7 +340,9 @@ static int call_run(struct api_call *call, const struct api_method *m, json_t *p
     if ((m->flags & API_LOCAL_ONLY) && call->client && !call->client->local)
         return api_error(call, EPERM, "%s is only available on the local API socket (blockctl)",
                          m->name);
+    uint64_t t0 = time_now_ns();
     int rc = m->fn(call, params, result);
+    apistats_record(m, time_now_ns() - t0, rc != 0 || call->code != 0 || api_has_verrs(call));
     if (rc == 0 && call->code == 0 && !api_has_verrs(call)) {
         if (!*result)
             *result = json_null();

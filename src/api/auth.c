@@ -531,6 +531,33 @@ static int login_password(struct api_call *call, json_t *juser, json_t *jpw, con
     return 1;
 }
 
+int auth_check_key(const char *key, size_t len, const char *peer)
+{
+    char addr[64];
+    auth_peer_address(peer, addr, sizeof(addr));
+    uint64_t now = ratelimit_now_ms();
+    if (!auth_rate_allowed(addr, now)) {
+        log_warn("auth: %s: API key refused: too many failed logins from %s", peer, addr);
+        return -EBUSY;
+    }
+    struct auth_session *s = NULL;
+    if (len > 0 && len <= KEY_MAX_LEN && !memchr(key, 0, len)) {
+        char k[KEY_MAX_LEN + 1];
+        memcpy(k, key, len);
+        k[len] = 0;
+        s = key_lookup(k);
+    }
+    if (!s) {
+        bool blocked = auth_rate_failed(addr, now);
+        log_warn("auth: %s: HTTP request with an invalid API key refused%s", peer,
+                 blocked ? "; address blocked for 30 s after repeated failures" : "");
+        return -EACCES;
+    }
+    free(s);
+    auth_rate_succeeded(addr);
+    return 0;
+}
+
 static int auth_login_with_api_key(struct api_call *call, json_t *params, json_t **result)
 {
     if (api_check_arity(call, params, 1) < 0)

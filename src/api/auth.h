@@ -51,6 +51,15 @@ void api_auth_client_release(struct api_client *client);
  * session re-checks its own at its next call. Any thread. */
 void api_auth_sessions_changed(void);
 
+/*
+ * Check an API key presented outside a JSON-RPC login (HTTP
+ * "Authorization: Bearer <key>", for /metrics), with the same rate limit
+ * per source address as the logins. peer as in the logs ("ws:1.2.3.4:5").
+ * Blocking (a DB lookup): API threads only. 0 valid, -EACCES invalid,
+ * -EBUSY the address is blocked.
+ */
+int auth_check_key(const char *key, size_t len, const char *peer);
+
 /* ---- pure parts, exposed for unit tests ---- */
 
 /* Make a new key string for id into buf (at least 96 bytes). 0 or -errno. */

@@ -379,6 +379,13 @@ static void http_reply_error(struct ws_client *c, int status, const char *why, i
         write_all_until(c, buf, (size_t)n, deadline);
 }
 
+static api_http_handler_fn http_handler; /* set at start-up (api_ws_set_http_handler) */
+
+void api_ws_set_http_handler(api_http_handler_fn fn)
+{
+    http_handler = fn;
+}
+
 /* Read the HTTP head and answer the upgrade. 0 when the WebSocket is open. */
 static int http_upgrade(struct ws_client *c, int64_t deadline)
 {
@@ -412,6 +419,15 @@ static int http_upgrade(struct ws_client *c, int64_t deadline)
         head_end = memmem(buf, len, "\r\n\r\n", 4);
     }
     size_t head_len = (size_t)(head_end - buf) + 4;
+    char *page = NULL;
+    size_t page_len = 0;
+    if (http_handler && http_handler(buf, head_len, c->peer, &page, &page_len) > 0) {
+        /* A plain HTTP route (/metrics, /ui): one response, then close. */
+        write_all_until(c, page, page_len, deadline);
+        free(page);
+        free(buf);
+        return -ECONNRESET;
+    }
     char key[25];
     int status = ws_parse_upgrade(buf, head_len, key);
     if (status != 0) {

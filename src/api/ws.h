@@ -57,4 +57,15 @@ int ws_accept_key(const char *key, size_t keylen, char out[29]);
  */
 int ws_parse_upgrade(const char *head, size_t len, char key[25]);
 
+/*
+ * Plain HTTP routes on the WebSocket listener. fn sees each request head
+ * (up to and including the blank line) before the upgrade is parsed; it
+ * returns 1 with a complete HTTP response in *resp (malloc'd, the listener
+ * writes it, frees it and closes the connection), or 0 to let the upgrade
+ * proceed. Runs on the connection's API thread. Call before api_ws_start.
+ */
+typedef int (*api_http_handler_fn)(const char *head, size_t len, const char *peer, char **resp,
+                                   size_t *resp_len);
+void api_ws_set_http_handler(api_http_handler_fn fn);
+
 #endif

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <fcntl.h>
@@ -54,12 +55,13 @@ static size_t stmt_n;
 /* ---- durability (db.h) ---- */
 static pthread_mutex_t sync_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sync_cond = PTHREAD_COND_INITIALIZER;
-static uint64_t commit_seq; /* commits whose WAL frames are written (atomic) */
-static uint64_t synced_seq; /* commits known durable (sync_mutex) */
-static bool sync_running;   /* a leader is in fdatasync (sync_mutex) */
-static bool sync_failed;    /* sticky (sync_mutex) */
-static uint64_t sync_count; /* fdatasync calls (sync_mutex) */
-static int wal_fd = -1;     /* the leader's only (sync_running) */
+static uint64_t commit_seq;    /* commits whose WAL frames are written (atomic) */
+static uint64_t synced_seq;    /* commits known durable (sync_mutex) */
+static int64_t last_commit_ms; /* wall clock of the last commit (atomic; metrics) */
+static bool sync_running;      /* a leader is in fdatasync (sync_mutex) */
+static bool sync_failed;       /* sticky (sync_mutex) */
+static uint64_t sync_count;    /* fdatasync calls (sync_mutex) */
+static int wal_fd = -1;        /* the leader's only (sync_running) */
 static char wal_path[PATH_MAX];
 static char main_path[PATH_MAX];
 static __thread bool tls_nosync;     /* inside db_commit_nosync */
@@ -201,6 +203,11 @@ void db_sync_stats(uint64_t *commits, uint64_t *syncs)
     pthread_mutex_unlock(&sync_mutex);
 }
 
+int64_t db_last_commit_ms(void)
+{
+    return __atomic_load_n(&last_commit_ms, __ATOMIC_RELAXED);
+}
+
 /* Called by SQLite after each commit on our connection, on the committing
  * thread, once the commit's WAL frames are written. */
 static int db_wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
@@ -208,6 +215,10 @@ static int db_wal_hook(void *arg, sqlite3 *db, const char *name, int pages)
     (void)arg;
     uint64_t seq = __atomic_add_fetch(&commit_seq, 1, __ATOMIC_ACQ_REL);
     tls_commit = seq;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    __atomic_store_n(&last_commit_ms, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+                     __ATOMIC_RELAXED);
     if (pages >= DB_CHECKPOINT_PAGES) {
         /* What SQLite's auto-checkpoint would do (PASSIVE: syncs the WAL,
          * copies, syncs the database). A busy result is not an error. */

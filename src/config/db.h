@@ -94,6 +94,9 @@ void db_sync_batch_begin(void);
 int db_sync_batch_end(void);
 /* Counters for tests and benchmarks: commits, and fdatasync calls made. */
 void db_sync_stats(uint64_t *commits, uint64_t *syncs);
+/* Wall-clock time (ms since the epoch) of the last commit, 0 if none since
+ * start. Any thread (metrics: when the configuration last changed). */
+int64_t db_last_commit_ms(void);
 
 /*
  * Row-change watches (addition): through SQLite's update hook, the rowids

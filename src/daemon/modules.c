@@ -12,6 +12,7 @@
 #include "config/pwenc.h"
 #include "config/replication.h"
 #include "core/log.h"
+#include "daemon/metrics.h"
 #include "iscsi/iscsi_config.h"
 #include "iscsi/iscsi_share.h"
 #include "nbd/nbd.h"
@@ -30,6 +31,7 @@ int modules_init(const char *state_dir, const char *db_path)
     service_init();      /* service.* */
     iscsi_share_init();  /* share.iscsi.* */
     api_sharing_init();  /* sharing.nfs/smb.* refused with ENOTSUP */
+    metrics_init();      /* /metrics and /ui on the API listener, core.metrics */
 
     /* The key that seals CHAP secrets, kept outside the DB. */
     if ((rc = pwenc_init(state_dir)) < 0)

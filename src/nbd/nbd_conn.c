@@ -27,6 +27,7 @@
 #include "core/admit.h"
 #include "core/bufpool.h"
 #include "core/conn.h"
+#include "core/iostats.h"
 #include "core/log.h"
 #include "core/tls.h"
 #include "core/util.h"
@@ -85,6 +86,8 @@ struct nbd_req {
     struct nbd_sub *subs;
     unsigned subs_left; /* chunk completions still to come */
     unsigned pending;   /* sends + completions before the slot is free */
+    uint64_t mt0;       /* iostats_start time; 0: not counted */
+    bool mfailed;       /* the client got an error (for the metrics) */
     uint8_t hdr[NBD_CHUNK_HEADER_LEN + 16];
 };
 
@@ -104,6 +107,7 @@ struct nbd_conn {
     struct nbd_settings *settings;
     struct nbd_export *exp; /* transmission: the export in use (ref) */
     struct volume *vol;
+    int mslot; /* iostats slot of vol, -1 none */
     struct nbd_session_caps caps;
     struct nbd_req *free_reqs;
     unsigned inflight;
@@ -340,10 +344,33 @@ static void conn_kick(struct nbd_conn *nc)
     reactor_post(nc->c->reactor, &nc->kick);
 }
 
+/* The metrics operation of an NBD command. */
+static enum iostats_op nbd_iostats_op(uint16_t type)
+{
+    switch (type) {
+    case NBD_CMD_READ:
+        return IOSTATS_READ;
+    case NBD_CMD_WRITE:
+        return IOSTATS_WRITE;
+    case NBD_CMD_FLUSH:
+        return IOSTATS_FLUSH;
+    case NBD_CMD_TRIM:
+        return IOSTATS_UNMAP;
+    default:
+        return IOSTATS_OTHER;
+    }
+}
+
 static void req_free(struct nbd_req *r)
 {
     struct nbd_conn *nc = r->nc;
     struct conn *c = nc->c;
+    if (r->mt0) {
+        enum iostats_op op = nbd_iostats_op(r->rq.type);
+        uint64_t bytes = op == IOSTATS_FLUSH || op == IOSTATS_OTHER ? 0 : r->rq.length;
+        iostats_done(nc->mslot, IOSTATS_NBD, op, bytes, r->mfailed, r->mt0);
+        r->mt0 = 0;
+    }
     if (r->buf) {
         nc->held -= r->buf_size;
         atomic_fetch_sub(&held_total, r->buf_size);
@@ -431,6 +458,7 @@ static void read_done(struct vreq *vr)
     struct nbd_req *r = container_of(vr, struct nbd_req, vr);
     struct nbd_conn *nc = r->nc;
     if (vr->result < 0) {
+        r->mfailed = true;
         send_error(nc, &r->rq, nbd_errno_to_wire(vr->result), true, r->rq.offset, true);
         req_free(r);
         return;
@@ -458,6 +486,7 @@ static void sub_done(struct vreq *vr)
     struct nbd_conn *nc = r->nc;
     bool last = --r->subs_left == 0;
     if (vr->result < 0) {
+        r->mfailed = true;
         send_error(nc, &r->rq, nbd_errno_to_wire(vr->result), true, vr->offset, last);
         req_release(r);
         return;
@@ -598,6 +627,7 @@ static void reply_done(struct vreq *vr)
         atomic_store_explicit(&nc->exp->maybe_sparse, true, memory_order_relaxed);
     if (vr->result == 0 && r->rq.type == NBD_CMD_WRITE)
         counter_add(&nc->st_written, r->rq.length);
+    r->mfailed = vr->result < 0;
     /* The reply lives in the slot, so queued replies stay bounded by
      * max_inflight even for a client that does not read them. */
     nbd_simple_reply(r->hdr, nbd_errno_to_wire(vr->result), r->rq.cookie);
@@ -908,6 +938,8 @@ static int handle_request(struct nbd_conn *nc)
     }
     r->rq = rq;
     r->pending = 0;
+    r->mfailed = false;
+    r->mt0 = iostats_start(nc->mslot, IOSTATS_NBD);
     switch (rq.type) {
     case NBD_CMD_READ:
         submit_read(nc, r);
@@ -977,6 +1009,8 @@ static void enter_transmission(struct nbd_conn *nc, struct nbd_export *e)
 {
     nbd_export_ref(e);
     nc->vol = e->vol;
+    nc->mslot = iostats_slot(volume_name(e->vol));
+    iostats_bind(nc->mslot, IOSTATS_NBD);
     nc->caps.eflags = export_eflags(nc, e);
     nc->caps.structured = nc->structured;
     nc->caps.meta_alloc = nc->meta_alloc;
@@ -1393,6 +1427,7 @@ void nbd_conn_accept(int fd, const struct sockaddr *peer, socklen_t peerlen)
     }
     atomic_fetch_add(&nbd_conn_count, 1);
     nc->state = ST_CLIENT_FLAGS;
+    nc->mslot = -1;
     nc->settings = s;
     nc->connected_at = (uint64_t)time(NULL);
     reactor_timer_init(&nc->backlog_timer, backlog_retry);

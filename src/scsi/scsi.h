@@ -270,6 +270,7 @@ struct scsi_cmd {
         uint64_t lock_start, lock_end;
         uint8_t lock_state;
         bool lock_excl;
+        uint64_t mt0; /* iostats_start time; 0: not counted */
     } priv;
 };
 

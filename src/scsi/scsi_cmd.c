@@ -5,6 +5,7 @@
  */
 #include <string.h>
 
+#include "core/iostats.h"
 #include "core/util.h"
 #include "scsi/scsi_internal.h"
 
@@ -182,6 +183,8 @@ void scsi_cmd_execute(struct scsi_cmd *c)
     c->data_in_len = 0;
     c->xfer_want = 0;
     memset(&c->priv, 0, sizeof c->priv);
+    if (c->lu && scsi_iostats_op(c->cdb) != IOSTATS_NOP)
+        c->priv.mt0 = iostats_start(c->lu->mslot, IOSTATS_ISCSI);
 
     if (c->cdb_len < 6 || c->cdb_len > SCSI_CDB_MAX) {
         scsi_sense_fill(c, SK_ILLEGAL_REQUEST, 0x20, 0x00);

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "core/iostats.h"
 #include "scsi/scsi.h"
 
 /* Limits we advertise in the Block Limits VPD page and enforce. */
@@ -101,6 +102,7 @@ struct scsi_pr_reg {
 struct scsi_lu {
     atomic_int refs;
     struct volume *vol;
+    int mslot; /* iostats slot of vol (metrics), -1 none */
     uint32_t block_size;
     unsigned block_shift;
     uint8_t pblock_exp;
@@ -243,5 +245,9 @@ static inline uint32_t scsi_alloc_len(const struct scsi_cmd *c, uint32_t want)
 {
     return want < c->data_in_cap ? want : c->data_in_cap;
 }
+
+/* Metrics: the iostats operation of a CDB, or IOSTATS_NOP for commands
+ * not counted (INQUIRY, TEST UNIT READY, ...). */
+int scsi_iostats_op(const uint8_t *cdb);
 
 #endif

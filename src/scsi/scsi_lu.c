@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/iostats.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "scsi/scsi_internal.h"
@@ -98,6 +99,8 @@ int scsi_lu_new(struct volume *vol, const struct scsi_lu_params *p, struct scsi_
         return -ENOMEM;
     atomic_init(&lu->refs, 1);
     lu->vol = vol;
+    lu->mslot = iostats_slot(volume_name(vol));
+    iostats_bind(lu->mslot, IOSTATS_ISCSI);
     lu->block_size = bs;
     lu->block_shift = (unsigned)__builtin_ctz(bs);
     lu->pblock_exp = p->pblock_exp;

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "core/iostats.h"
 #include "core/bufpool.h"
 #include "core/util.h"
 #include "scsi/scsi_internal.h"
@@ -110,6 +111,50 @@ void scsi_fail_errno(struct scsi_cmd *c, int err, bool write)
     }
 }
 
+int scsi_iostats_op(const uint8_t *cdb)
+{
+    switch (cdb[0]) {
+    case 0x08: /* READ (6) */
+    case 0x28: /* READ (10) */
+    case 0xa8: /* READ (12) */
+    case 0x88: /* READ (16) */
+        return IOSTATS_READ;
+    case 0x0a: /* WRITE (6) */
+    case 0x2a: /* WRITE (10) */
+    case 0xaa: /* WRITE (12) */
+    case 0x8a: /* WRITE (16) */
+    case 0x2e: /* WRITE AND VERIFY (10) */
+    case 0xae: /* WRITE AND VERIFY (12) */
+    case 0x8e: /* WRITE AND VERIFY (16) */
+        return IOSTATS_WRITE;
+    case 0x35: /* SYNCHRONIZE CACHE (10) */
+    case 0x91: /* SYNCHRONIZE CACHE (16) */
+        return IOSTATS_FLUSH;
+    case 0x42: /* UNMAP */
+        return IOSTATS_UNMAP;
+    case 0x41: /* WRITE SAME (10) */
+    case 0x93: /* WRITE SAME (16) */
+    case 0x89: /* COMPARE AND WRITE */
+        return IOSTATS_OTHER;
+    default:
+        return IOSTATS_NOP;
+    }
+}
+
+/* One completed, counted command: bytes are the data moved (reads: sent,
+ * writes: received); UNMAP counts no bytes (its ranges are in the
+ * parameter list). */
+static void scsi_iostats_done(struct scsi_cmd *c)
+{
+    int op = scsi_iostats_op(c->cdb);
+    bool ok = c->status == SCSI_STATUS_GOOD;
+    uint64_t bytes = op == IOSTATS_READ    ? c->data_in_len
+                     : op == IOSTATS_WRITE ? (ok ? c->data_out_len : 0)
+                                           : 0;
+    iostats_done(c->lu->mslot, IOSTATS_ISCSI, (enum iostats_op)op, bytes, !ok, c->priv.mt0);
+    c->priv.mt0 = 0;
+}
+
 void scsi_complete(struct scsi_cmd *c)
 {
     if (c->priv.lock_state)
@@ -123,6 +168,8 @@ void scsi_complete(struct scsi_cmd *c)
         /* No data accompanies an error status. */
         c->data_in_len = 0;
     }
+    if (c->priv.mt0)
+        scsi_iostats_done(c);
     c->done(c);
 }
 
