@@ -1,6 +1,7 @@
 # blockd — the two commands a new user runs:
 #   make run    install what is missing, build, start blockd with a demo volume
 #   make check  install what is missing, build, run every test
+#   make deb    build the Debian package into build-deb/ (scripts/make-deb.sh)
 # Other targets: deps, build, asan, unit, integration, fuzz, bench, format, clean.
 
 BUILD      ?= build
@@ -14,9 +15,11 @@ DEPS_BUILD = gcc meson ninja-build pkg-config python3 \
 DEPS_TEST  = libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
              util-linux curl sqlite3 python3-libnbd dpkg-dev
-DEPS       = $(DEPS_BUILD) $(DEPS_TEST)
+# The Debian package (make deb) and its checks: man pages from scdoc.
+DEPS_PKG   = scdoc debhelper lintian man-db groff-base
+DEPS       = $(DEPS_BUILD) $(DEPS_TEST) $(DEPS_PKG)
 
-.PHONY: all deps build asan run check unit integration fuzz bench format clean build-matrix
+.PHONY: all deps build asan run check unit integration fuzz bench format clean build-matrix deb
 
 all: build
 
@@ -67,6 +70,10 @@ check: deps
 build-matrix: deps
 	scripts/build-matrix.sh full
 
+# The package, built from a clean copy of the tree: build-deb/blockd_*.deb
+deb: deps
+	scripts/make-deb.sh build-deb
+
 fuzz: deps
 	@scripts/fuzz.sh
 
@@ -77,4 +84,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz build-deb
