@@ -2,7 +2,8 @@
 #   make run    install what is missing, build, start blockd with a demo volume
 #   make check  install what is missing, build, run every test
 #   make deb    build the Debian package into build-deb/ (scripts/make-deb.sh)
-# Other targets: deps, build, asan, unit, integration, fuzz, bench, format, clean.
+# Other targets: deps, build, asan, unit, integration, fuzz, fuzz-long, bench, format,
+# format-check, build-matrix, clean.
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
@@ -14,12 +15,9 @@ DEPS_BUILD = gcc meson ninja-build pkg-config python3 \
              libjansson-dev libsqlite3-dev libcmocka-dev libgnutls28-dev liburing-dev libwslay-dev
 DEPS_TEST  = libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
-             util-linux curl sqlite3 python3-libnbd dpkg-dev
-# The Debian package (make deb) and its checks: man pages from scdoc.
-DEPS_PKG   = scdoc debhelper lintian man-db groff-base
-DEPS       = $(DEPS_BUILD) $(DEPS_TEST) $(DEPS_PKG)
-
-.PHONY: all deps build asan run check unit integration fuzz bench format clean build-matrix deb
+#   make deb    build the Debian package into build-deb/ (scripts/make-deb.sh)
+# Other targets: deps, build, asan, unit, integration, fuzz, fuzz-long, bench, format,
+# format-check, build-matrix, clean.
 
 all: build
 
@@ -77,11 +75,19 @@ deb: deps
 fuzz: deps
 	@scripts/fuzz.sh
 
+# Each fuzz target for an hour; new coverage is merged into fuzz/corpus/.
+fuzz-long: deps
+	@scripts/fuzz.sh long
+
 bench: build
 	@for b in bench/*.sh; do echo "== $$b"; flock /tmp/blockd-bench.lock bash $$b || exit 1; done
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
+
+# What make check runs: fail if a file is not clang-format clean.
+format-check:
+	@scripts/check-format.sh
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz build-deb

@@ -6,8 +6,6 @@
  * reactors, and waits until the connection has been freed.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +13,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "fuzz_conn.h"
 
 #include "core/conn.h"
 #include "core/iopool.h"
@@ -158,39 +158,7 @@ static void fuzz_iscsi_feed(const uint8_t *data, size_t len)
     if (conn_adopt(reactor_get(0), sv[1], (const struct sockaddr *)&peer, sizeof(peer),
                    &wrapped_ops, init_cb, NULL) < 0)
         abort();
-    fcntl(sv[0], F_SETFL, O_NONBLOCK);
-    size_t off = 0;
-    uint8_t sink[65536];
-    int idle = 0;
-    bool shut = false;
-    for (;;) {
-        struct pollfd pfd = {sv[0], POLLIN | (off < len ? POLLOUT : 0), 0};
-        int pr = poll(&pfd, 1, 20);
-        if (pr == 0) {
-            /* Nothing more to say and nothing coming back: hang up. */
-            if (off >= len && ++idle > 3)
-                break;
-            continue;
-        }
-        idle = 0;
-        if (pfd.revents & POLLOUT && off < len) {
-            ssize_t w = write(sv[0], data + off, len - off);
-            if (w > 0)
-                off += (size_t)w;
-            else if (w < 0 && errno != EAGAIN)
-                off = len;
-        }
-        if (off >= len && !shut) {
-            shutdown(sv[0], SHUT_WR);
-            shut = true;
-        }
-        if (pfd.revents & (POLLIN | POLLHUP)) {
-            ssize_t r = read(sv[0], sink, sizeof(sink));
-            if (r == 0 || (r < 0 && errno != EAGAIN))
-                break;
-        }
-    }
-    close(sv[0]);
+    fuzz_conn_talk(sv[0], data, len);
     sem_wait(&freed_sem);
 }
 

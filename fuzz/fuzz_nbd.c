@@ -1,90 +1,148 @@
 /*
- * libFuzzer target for the NBD option and command parsers (src/nbd/nbd_proto.c)
- * and the PSK file line parser (src/core/tls.c). The first input byte picks
- * the parser and, for requests, the negotiated session; the rest is wire data.
+ * libFuzzer target: the NBD server over a real connection. Each input is the
+ * byte stream a client sends after the server's greeting, fed over a
+ * socketpair to a connection on a real reactor (handshake, options,
+ * transmission with every command, against two exports of one memory
+ * volume, "rw" and "ro"). The first byte picks a preamble that the server
+ * sees before the fuzzed bytes, so that mutations also start deep in the
+ * protocol:
+ *   0: none (the fuzzer writes the client flags and options itself)
+ *   1: client flags + NBD_OPT_GO "rw"            (simple replies)
+ *   2: flags + STRUCTURED_REPLY + SET_META_CONTEXT base:allocation + GO "rw"
+ *   3: flags + STRUCTURED_REPLY + GO "ro"
  */
-#include <stddef.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
-#include "core/tls.h"
+#include "fuzz_conn.h"
+
+#include "core/iopool.h"
+#include "core/log.h"
+#include "core/reactor.h"
+#include "core/util.h"
+#include "nbd/nbd_conn.h"
+#include "nbd/nbd_export.h"
 #include "nbd/nbd_proto.h"
+#include "nbd/nbd_server.h"
+#include "store/bdev.h"
+#include "store/volume.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static struct nbd_export *export_new(struct volume *v, const char *name, bool readonly)
+{
+    struct nbd_export *e = calloc(1, sizeof(*e));
+    if (!e)
+        abort();
+    atomic_init(&e->refs, 1);
+    e->name = strdup(name);
+    e->description = strdup("fuzz");
+    e->readonly = readonly;
+    e->multi_conn = true;
+    e->enabled = true;
+    e->tls = NBD_TLS_ALLOW;
+    volume_ref(v);
+    e->vol = v;
+    atomic_init(&e->maybe_sparse, true);
+    return e;
+}
+
+static void setup(void)
+{
+    static bool done;
+    if (done)
+        return;
+    done = true;
+    log_set_level(getenv("FUZZ_LOG") ? LOG_DEBUG : LOG_ERROR);
+    if (reactors_start(1) < 0 || iopool_start(2) < 0)
+        abort();
+    struct bdev *b;
+    struct volume *v;
+    if (bdev_memory_open(1 << 20, 0, &b) < 0 ||
+        volume_new("fuzz/mem", b, 512, VOLUME_SYNC_STANDARD, false, &v) < 0)
+        abort();
+    struct nbd_export_table *t = nbd_export_table_new(2);
+    t->exports[t->count++] = export_new(v, "rw", false);
+    t->exports[t->count++] = export_new(v, "ro", true);
+    nbd_exports_publish(t);
+    volume_unref(v); /* the exports hold it */
+}
+
+static size_t put_opt(uint8_t *out, uint32_t opt, const void *payload, uint32_t len)
+{
+    be64_store(out, NBD_IHAVEOPT);
+    be32_store(out + 8, opt);
+    be32_store(out + 12, len);
+    if (len)
+        memcpy(out + 16, payload, len);
+    return 16 + len;
+}
+
+/* NBD_OPT_GO / SET_META_CONTEXT payloads: u32 name length, name, u16/u32 count, items. */
+static size_t put_go(uint8_t *out, const char *name)
+{
+    uint8_t p[64];
+    uint32_t nl = (uint32_t)strlen(name);
+    be32_store(p, nl);
+    memcpy(p + 4, name, nl);
+    be16_store(p + 4 + nl, 0);
+    return put_opt(out, NBD_OPT_GO, p, 4 + nl + 2);
+}
+
+static size_t put_meta(uint8_t *out, const char *name, const char *query)
+{
+    uint8_t p[128];
+    uint32_t nl = (uint32_t)strlen(name), ql = (uint32_t)strlen(query);
+    be32_store(p, nl);
+    memcpy(p + 4, name, nl);
+    be32_store(p + 4 + nl, 1);
+    be32_store(p + 8 + nl, ql);
+    memcpy(p + 12 + nl, query, ql);
+    return put_opt(out, NBD_OPT_SET_META_CONTEXT, p, 12 + nl + ql);
+}
+
+static size_t preamble(uint8_t sel, uint8_t *out)
+{
+    size_t n = 0;
+    if (sel == 0)
+        return 0;
+    be32_store(out, NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES);
+    n = 4;
+    if (sel >= 2)
+        n += put_opt(out + n, NBD_OPT_STRUCTURED_REPLY, NULL, 0);
+    if (sel == 2)
+        n += put_meta(out + n, "rw", "base:allocation");
+    n += put_go(out + n, sel == 3 ? "ro" : "rw");
+    return n;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (size < 1)
+    setup();
+    if (size < 1 || size > (1 << 20))
         return 0;
-    uint8_t sel = data[0];
-    data++;
-    size--;
-    switch (sel % 4) {
-    case 0: { /* a stream of request headers against a session */
-        struct nbd_session_caps s = {
-            .eflags = (uint16_t)((sel >> 2) * 0x1357u),
-            .structured = sel & 0x40,
-            .meta_alloc = sel & 0x80,
-            .size = 1ull << (sel % 48),
-            .max_length = 32u << 20,
-        };
-        while (size >= NBD_REQUEST_LEN) {
-            struct nbd_request r;
-            if (nbd_request_parse(data, &r) == 0) {
-                const char *why = NULL;
-                uint32_t err = nbd_request_validate(&r, &s, &why);
-                if (err == 0 && r.length > s.max_length && r.type <= NBD_CMD_WRITE)
-                    __builtin_trap();
-                if (err && !why)
-                    __builtin_trap();
-                (void)nbd_cmd_name(r.type);
-            }
-            data += NBD_REQUEST_LEN;
-            size -= NBD_REQUEST_LEN;
-        }
-        break;
-    }
-    case 1: { /* INFO/GO payload */
-        struct nbd_opt_go go;
-        if (size > UINT32_MAX)
-            return 0;
-        if (nbd_opt_go_parse(data, (uint32_t)size, &go) == 0) {
-            if (go.name_len > size || (const uint8_t *)go.name < data ||
-                go.reqs + 2 * (size_t)go.nreqs > data + size)
-                __builtin_trap();
-            volatile uint8_t sink = 0;
-            for (uint32_t i = 0; i < go.name_len; i++)
-                sink ^= (uint8_t)go.name[i];
-            for (unsigned i = 0; i < go.nreqs; i++)
-                sink ^= go.reqs[2 * i];
-            (void)sink;
-        }
-        break;
-    }
-    case 2: { /* LIST/SET_META_CONTEXT payload */
-        struct nbd_opt_meta m;
-        if (size > UINT32_MAX)
-            return 0;
-        if (nbd_opt_meta_parse(data, (uint32_t)size, &m) == 0) {
-            uint32_t pos = 0, ql;
-            const char *q;
-            while (nbd_opt_meta_next(&m, &pos, &q, &ql) == 1) {
-                if ((const uint8_t *)q + ql > data + size)
-                    __builtin_trap();
-                (void)nbd_meta_query_matches(q, ql, sel & 4);
-            }
-        }
-        break;
-    }
-    case 3: { /* PSK file line */
-        const char *u;
-        size_t ul, kl;
-        unsigned char key[64];
-        if (tls_psk_parse_line((const char *)data, size, &u, &ul, key, sizeof(key), &kl) == 0 &&
-            (ul > size || kl > sizeof(key)))
-            __builtin_trap();
-        break;
-    }
-    }
+    uint8_t *buf = malloc(size + 512);
+    if (!buf)
+        return 0;
+    size_t n = preamble(data[0] % 4, buf);
+    memcpy(buf + n, data + 1, size - 1);
+
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        abort();
+    struct {
+        sa_family_t f;
+    } peer = {AF_UNIX};
+    nbd_conn_accept(sv[1], (const struct sockaddr *)&peer, sizeof(peer));
+    fuzz_conn_talk(sv[0], buf, n + size - 1);
+    free(buf);
+    /* One input, one connection: the next starts from a clean slate. */
+    while (nbd_conn_live() > 0)
+        usleep(50);
     return 0;
 }

@@ -12,6 +12,13 @@ LOGS=$(mktemp -d /tmp/blockd-check.XXXXXX)
 
 step() { echo; echo "=== $*"; }
 
+step "format (clang-format)"
+if scripts/check-format.sh; then
+    total_pass=$((total_pass + 1))
+else
+    total_fail=$((total_fail + 1))
+fi
+
 step "build ($BUILD)"
 [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" --buildtype=debugoptimized -Dwerror=true >/dev/null || exit 1
 ninja -C "$BUILD" || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
@@ -61,6 +68,13 @@ ip=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' $LOGS/i
 if=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' $LOGS/integration-asan.log)
 [ -n "$ip" ] || { ip=0; if=1; }
 total_pass=$((total_pass + ip)); total_fail=$((total_fail + if))
+
+step "fuzz: every libFuzzer target for ${FUZZ_SECONDS:-60} s (two at a time)"
+if scripts/fuzz.sh 2>&1 | tee $LOGS/fuzz.log; then
+    total_pass=$((total_pass + 1))
+else
+    total_fail=$((total_fail + 1))
+fi
 
 echo
 echo "$total_pass passed, $total_fail failed"

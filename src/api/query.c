@@ -22,6 +22,8 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "api/query_regex.h"
+#include "core/log.h"
 
 #define QUERY_MAX_DEPTH 3       /* OR nesting, as TrueNAS MAX_FILTERS_DEPTH */
 #define QUERY_MAX_COMPONENT 255 /* bytes of one dotted path component */
@@ -65,6 +67,7 @@ struct qnode {
     json_t *value; /* own reference */
     bool has_re;
     regex_t re;
+    uint64_t re_cost; /* query_regex_cost of the pattern */
     /* OR: each branch is a conjunction */
     struct qlist *branches;
     size_t nbranches;
@@ -310,8 +313,15 @@ static json_t *path_get(json_t *cur, const char *path)
 
 struct qctx {
     struct api_call *call;
-    char field[64]; /* "<method>.query-filters" */
+    char field[64];        /* "<method>.query-filters" */
+    uint64_t re_cost_used; /* summed over the call's patterns */
 };
+
+/* Matching work left for the query running on this thread, and whether it
+ * ran out (query_regex.h). Thread-local: eval_* take no context, and one
+ * thread runs one query at a time. */
+static _Thread_local uint64_t re_work_left = QUERY_REGEX_WORK_MAX;
+static _Thread_local bool re_work_over;
 
 static int compile_list(struct qctx *q, json_t *arr, int depth, const char *where,
                         struct qlist *out);
@@ -387,7 +397,37 @@ static int compile_condition(struct qctx *q, json_t *f, const char *where, struc
     if (op == OP_RE) {
         if (json_string_length(val) > QUERY_MAX_REGEX)
             return bad_filter(q, where, "Invalid filter: regular expression too long%s", "");
-        int rc = regcomp(&n->re, json_string_value(val), REG_EXTENDED);
+        const char *pat = json_string_value(val);
+        size_t plen = json_string_length(val);
+        char why[160];
+        if (strlen(pat) != plen)
+            return bad_filter(q, where, "Invalid regular expression: %s", "contains a NUL byte");
+        if (query_regex_cost(pat, plen, &n->re_cost, why, sizeof(why)) < 0) {
+            log_warn("api: %s: %s refused a regular expression filter: %s", api_call_peer(q->call),
+                     api_call_method(q->call), why);
+            return bad_filter(q, where, "Invalid regular expression: %s", why);
+        }
+        q->re_cost_used += n->re_cost;
+        if (q->re_cost_used > QUERY_REGEX_CALL_COST_MAX) {
+            snprintf(why, sizeof(why),
+                     "the regular expressions of one query expand to more than %u nodes in all",
+                     QUERY_REGEX_CALL_COST_MAX);
+            log_warn("api: %s: %s: %s", api_call_peer(q->call), api_call_method(q->call), why);
+            return bad_filter(q, where, "Invalid regular expression: %s", why);
+        }
+        /* re.match: anchored at the start. "^(P)" is P anchored (P has
+         * balanced parentheses, checked above); REG_NOSUB lets glibc match
+         * without submatch registers, in time linear in the subject. */
+        char *anchored = malloc(plen + 4);
+        if (!anchored)
+            return bad_filter(q, where, "Invalid regular expression: %s", "out of memory");
+        anchored[0] = '^';
+        anchored[1] = '(';
+        memcpy(anchored + 2, pat, plen);
+        anchored[plen + 2] = ')';
+        anchored[plen + 3] = '\0';
+        int rc = regcomp(&n->re, anchored, REG_EXTENDED | REG_NOSUB);
+        free(anchored);
         if (rc != 0) {
             char msg[128];
             regerror(rc, &n->re, msg, sizeof(msg));
@@ -510,8 +550,19 @@ static bool apply_op(const struct qnode *n, json_t *x)
     case OP_RE: {
         /* re.match: null is treated as "" and the match must start at 0 */
         const char *s = json_is_null(x) ? "" : json_string_value(x);
-        regmatch_t m;
-        r = s && regexec(&n->re, s, 1, &m, 0) == 0 && m.rm_so == 0;
+        if (!s) {
+            r = false;
+            break;
+        }
+        uint64_t work = ((uint64_t)json_string_length(x) + 1) * n->re_cost;
+        if (work > re_work_left) {
+            re_work_over = true;
+            re_work_left = 0;
+            r = false;
+            break;
+        }
+        re_work_left -= work;
+        r = regexec(&n->re, s, 0, NULL, 0) == 0;
         break;
     }
     case OP_IN:
@@ -933,8 +984,12 @@ int api_query(struct api_call *call, json_t *rows, json_t *params, json_t **resu
     bool shortcircuit = opts.get && opts.norder == 0;
     size_t i;
     json_t *row;
+    re_work_left = QUERY_REGEX_WORK_MAX;
+    re_work_over = false;
     json_array_foreach(rows, i, row)
     {
+        if (re_work_over)
+            break;
         if (!eval_list(&filters, row))
             continue;
         if (opts.select) {
@@ -952,6 +1007,17 @@ int api_query(struct api_call *call, json_t *rows, json_t *params, json_t **resu
             break;
     }
     qlist_free(&filters);
+    if (rc == 0 && re_work_over) {
+        char field[96];
+        snprintf(field, sizeof(field), "%s.query-filters", api_call_method(call));
+        log_warn("api: %s: %s: regular expression matching over %zu rows ran out of its budget",
+                 api_call_peer(call), api_call_method(call), json_array_size(rows));
+        api_verr(call, field, EINVAL,
+                 "regular expression filters would take too long over these rows (more than "
+                 "%llu units of matching work): narrow the query with other filters first",
+                 (unsigned long long)QUERY_REGEX_WORK_MAX);
+        rc = -1;
+    }
     if (rc < 0) {
         json_decref(rv);
         free(opts.order);

@@ -15,13 +15,14 @@
 #include "api/validate.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsprops.h"
 #include "config/dsquery.h"
 #include "core/log.h"
 #include "core/util.h"
 
 static const char *const type_values[] = {"VOLUME", "FILESYSTEM", NULL};
-static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", NULL};
-static const char *const onoff_values[] = {"ON", "OFF", NULL};
+static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", "INHERIT", NULL};
+static const char *const onoff_values[] = {"ON", "OFF", "INHERIT", NULL};
 static const char *const vbs_values[] = {"512", "512B", "1K",  "2K",   "4K", "8K",
                                          "16K", "32K",  "64K", "128K", NULL};
 static const char *const backend_values[] = {"file", "memory", NULL};
@@ -91,11 +92,20 @@ static const struct api_field create_fields[] = {
      .items = &user_prop_item},
     {.name = "backend", .type = API_T_ENUM, .choices = backend_values},
     {.name = "latency_us", .type = API_T_INT, .flags = API_RANGE, .min = 0, .max = LATENCY_MAX_US},
+    DS_PROP_FIELDS_COMMON,
+    DS_PROP_FIELDS_CREATE,
 };
 
 static const struct api_field update_fields[] = {
     {.name = "managedby", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = 256},
     {.name = "user_properties_update",
+     .type = API_T_ARRAY,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = 256,
+     .items = &user_prop_update_item},
+    /* the whole set: listed keys are set, the others removed */
+    {.name = "user_properties",
      .type = API_T_ARRAY,
      .flags = API_RANGE,
      .min = 0,
@@ -109,6 +119,10 @@ static const struct api_field update_fields[] = {
      .flags = API_RANGE,
      .min = 0,
      .max = DS_COMMENTS_MAX},
+    /* Accepted as TrueNAS does; they only matter for a volume's size check,
+     * which blockd does not make (see create's force_size). */
+    {.name = "force_size", .type = API_T_BOOL},
+    DS_PROP_FIELDS_COMMON,
 };
 
 static const struct api_field delete_fields[] = {
@@ -198,9 +212,12 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
     vbs_s = str_or(data, "volblocksize", "16K");
     row.volblocksize = is_volume ? ds_volblocksize_parse(vbs_s) : 0;
     row.sparse = bool_or(data, "sparse", true);
-    volume_sync_parse(str_or(data, "sync", "STANDARD"), &row.sync);
+    if (volume_sync_parse(str_or(data, "sync", "STANDARD"), &row.sync) < 0)
+        row.sync = VOLUME_SYNC_STANDARD; /* "INHERIT": the parent's, below */
     row.readonly = strcmp(str_or(data, "readonly", "OFF"), "ON") == 0;
-    snprintf(row.comments, sizeof(row.comments), "%s", str_or(data, "comments", ""));
+    /* TrueNAS' default for comments is "INHERIT": no comment of its own */
+    if (strcmp(str_or(data, "comments", ""), "INHERIT") != 0)
+        snprintf(row.comments, sizeof(row.comments), "%s", str_or(data, "comments", ""));
     row.memory = strcmp(str_or(data, "backend", "file"), "memory") == 0;
     if (json_is_integer(json_object_get(data, "latency_us")))
         row.latency_us = (uint32_t)json_integer_value(json_object_get(data, "latency_us"));
@@ -241,6 +258,18 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
     ds_ops_lock();
     db_lock();
     rc = ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"), &pool);
+    if (rc == 0) {
+        enum volume_sync psync;
+        bool pro;
+
+        ds_props_check(call, "pool.dataset.create", data, row.type, row.name, false);
+        /* not given (or "INHERIT"): what the parent has */
+        ds_props_parent_effective(row.name, &psync, &pro);
+        if (strcmp(str_or(data, "sync", "INHERIT"), "INHERIT") == 0)
+            row.sync = psync;
+        if (strcmp(str_or(data, "readonly", "INHERIT"), "INHERIT") == 0)
+            row.readonly = pro;
+    }
     if (rc < 0 || api_has_verrs(call)) {
         db_unlock();
         ds_ops_unlock();
@@ -257,18 +286,21 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
     rc = ds_create_ancestors(&pool, row.name);
     if (rc == 0)
         rc = ds_dataset_insert(&row);
-    if (rc == 0 && json_object_get(data, "managedby"))
-        rc =
-            ds_prop_set(row.id, "managedby", json_string_value(json_object_get(data, "managedby")));
+    if (rc == 0 && json_object_get(data, "managedby") &&
+        strcmp(str_or(data, "managedby", ""), "INHERIT") != 0)
+        rc = ds_prop_set(row.id, "managedby", str_or(data, "managedby", ""));
     if (rc == 0)
         rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties"));
+    if (rc == 0)
+        rc = ds_props_apply(row.id, data, row.type, false);
     if (rc == 0) {
         if (!is_volume) {
-            rc = mkdir(path, 0755) < 0 ? -errno : 0;
+            rc = poolfs_mkdir(path, 0755);
             if (rc < 0)
-                log_error("datasets: mkdir %s: %s", path, strerror(-rc));
+                log_error("datasets: mkdir %s: %s (peer %s)", path, strerror(-rc),
+                          api_call_peer(call));
         } else if (!row.memory) {
-            rc = bdev_file_create(path, row.volsize, !row.sparse);
+            rc = bdev_file_create_in_pool(path, row.volsize, !row.sparse);
         } else {
             /* Allocate it now (this connection sees the uncommitted row), so
              * a size the memory backend refuses fails the create. */
@@ -287,9 +319,9 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
         ds_cache_drop(row.name, false);
     if (rc < 0 && created_file) {
         if (is_volume)
-            unlink(path);
+            poolfs_unlink(path);
         else
-            rmdir(path);
+            poolfs_rmdir(path);
     }
 fail_unlocked_tx:
     if (rc == 0)
@@ -310,12 +342,49 @@ fail_unlocked_tx:
     return *result ? 0 : api_error(call, EIO, "dataset %s vanished", row.name);
 }
 
-/* TrueNAS' options.extra: flat=false lists only pool roots (children
- * nested), retrieve_children=false leaves children empty. */
+/*
+ * Apply options.extra to the flat rows (consumed): children emptied,
+ * user properties dropped, only the asked properties kept — on every row
+ * (nested ones are the same objects) and before filtering, since TrueNAS
+ * retrieves only what was asked and then filters. all=false keeps only
+ * the pool roots. New array, or NULL.
+ */
+static json_t *rows_shape(json_t *rows, bool all, bool children, bool user_props, json_t *props)
+{
+    json_t *keep = json_array(), *row;
+    size_t i;
+
+    json_array_foreach(rows, i, row)
+    {
+        if (!children)
+            json_object_set_new(row, "children", json_array());
+        if (!user_props)
+            json_object_set_new(row, "user_properties", json_object());
+        if (props)
+            ds_props_select(row, props);
+        if (keep && (all || !strchr(json_string_value(json_object_get(row, "name")), '/')))
+            json_array_append(keep, row);
+    }
+    json_decref(rows);
+    return keep;
+}
+
+/*
+ * TrueNAS' options.extra:
+ * - flat=false nests children under their parents. Without filters only
+ *   the pool roots are listed (their children carry the rest); with
+ *   filters, TrueNAS matches them against every dataset at any depth, so
+ *   [["name", "=", "pool/a/vol"]] finds a nested dataset (clients check
+ *   existence this way before every create and delete).
+ * - retrieve_children=false leaves children empty.
+ * - properties: null (all), [] (none) or the ZFS property names to return.
+ * - retrieve_user_props=false (or user_properties=false, which the
+ *   truenas_incus_ctl client sends) leaves user_properties empty.
+ */
 static int m_dataset_query(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *rows, *extra;
-    bool flat = true, children = true;
+    json_t *rows, *extra, *props = NULL;
+    bool flat = true, children = true, user_props = true, filtered;
     int rc;
 
     if (api_check_arity(call, params, 2) < 0)
@@ -326,27 +395,25 @@ static int m_dataset_query(struct api_call *call, json_t *params, json_t **resul
     if (extra) {
         flat = bool_or(extra, "flat", true);
         children = bool_or(extra, "retrieve_children", true);
+        user_props = bool_or(extra, "retrieve_user_props", bool_or(extra, "user_properties", true));
+        props = json_object_get(extra, "properties");
+        if (props && !json_is_null(props) && !json_is_array(props)) {
+            api_verr(call, "query-options.extra.properties", EINVAL,
+                     "Input should be a valid list");
+            return api_invalid(call);
+        }
+        if (json_is_null(props))
+            props = NULL;
     }
+    filtered = json_array_size(api_param(params, 0)) > 0;
     db_lock();
     rows = ds_dataset_rows_hinted(params);
     db_unlock();
     if (!rows)
         return api_error(call, EIO, "cannot read datasets");
-    if (!flat || !children) {
-        json_t *keep = json_array();
-        size_t i;
-        json_t *row;
-
-        json_array_foreach(rows, i, row)
-        {
-            if (!children)
-                json_object_set_new(row, "children", json_array());
-            if (flat || !strchr(json_string_value(json_object_get(row, "name")), '/'))
-                json_array_append(keep, row);
-        }
-        json_decref(rows);
-        rows = keep;
-    }
+    rows = rows_shape(rows, flat || filtered, children, user_props, props);
+    if (!rows)
+        return api_error(call, ENOMEM, "cannot list datasets");
     rc = api_query(call, rows, params, result); /* it accepts options.extra */
     json_decref(rows);
     return rc;
@@ -383,9 +450,9 @@ static int thick_extend(const char *path, uint64_t old, uint64_t new_size)
 
     if (new_size <= old)
         return 0;
-    fd = open(path, O_WRONLY | O_CLOEXEC);
+    fd = poolfs_open(path, O_WRONLY, 0);
     if (fd < 0)
-        return -errno;
+        return fd;
     if (fallocate(fd, 0, (off_t)old, (off_t)(new_size - old)) < 0)
         rc = -errno;
     else if (fdatasync(fd) < 0)
@@ -398,13 +465,46 @@ static int resize_file(const char *path, uint64_t size)
 {
     int fd, rc = 0;
 
-    fd = open(path, O_WRONLY | O_CLOEXEC);
+    fd = poolfs_open(path, O_WRONLY, 0);
     if (fd < 0)
-        return -errno;
+        return fd;
     if (ftruncate(fd, (off_t)size) < 0 || fsync(fd) < 0)
         rc = -errno;
     close(fd);
     return rc;
+}
+
+/* After the commit, still locked: give the open volumes of a recompute
+ * their new sync and readonly. */
+static void apply_changes(const struct ds_eff_change *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct volume *v = ds_cache_peek(c[i].name);
+
+        if (!v)
+            continue;
+        if (c[i].sync_changed)
+            volume_set_sync(v, c[i].sync);
+        if (c[i].readonly_changed)
+            volume_set_readonly(v, c[i].readonly);
+        volume_unref(v);
+    }
+}
+
+/* Unlocked: tell the observers (iSCSI re-reads WCE and read-only) about
+ * the other volumes a recompute changed (not self: the caller does). */
+static void notify_changes(const struct ds_eff_change *c, size_t n, const char *self)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct volume *v;
+
+        if (strcmp(c[i].name, self) == 0)
+            continue;
+        v = ds_cache_peek(c[i].name);
+        ds_notify(DATASETS_PROPERTY_CHANGED, c[i].name, v);
+        if (v)
+            volume_unref(v);
+    }
 }
 
 static int m_dataset_update(struct api_call *call, json_t *params, json_t **result)
@@ -416,9 +516,9 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     char poolname[DS_NAME_BUF], path[PATH_MAX];
     struct volume *v = NULL;
     uint64_t old_size = 0, new_size = 0;
-    bool resize = false, props = false, sync_set = false, ro_set = false, opened_here = false;
-    enum volume_sync sync = VOLUME_SYNC_STANDARD;
-    bool ro = false;
+    bool resize = false, props = false, opened_here = false;
+    struct ds_eff_change *changes = NULL;
+    size_t nchanges = 0;
     sqlite3_stmt *st;
     int rc;
 
@@ -463,21 +563,21 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
             resize = new_size != old_size;
         }
     }
-    if ((js = json_object_get(data, "sync"))) {
-        volume_sync_parse(json_string_value(js), &sync);
-        sync_set = true;
-        props |= sync != row.sync;
-    }
-    if ((js = json_object_get(data, "readonly"))) {
-        ro = strcmp(json_string_value(js), "ON") == 0;
-        ro_set = true;
-        props |= ro != row.readonly;
-    }
     ds_check_user_props(call, "pool.dataset.update.user_properties_update",
                         json_object_get(data, "user_properties_update"), true);
+    ds_check_user_props(call, "pool.dataset.update.user_properties",
+                        json_object_get(data, "user_properties"), true);
+    if (json_array_size(json_object_get(data, "user_properties")) &&
+        json_array_size(json_object_get(data, "user_properties_update")))
+        api_verr(call, "pool.dataset.update.user_properties_update", EINVAL,
+                 "Should not be specified when \"user_properties\" are explicitly specified");
+    ds_props_check(call, "pool.dataset.update", data, row.type, row.name, true);
     if ((js = json_object_get(data, "comments"))) {
-        props |= strcmp(json_string_value(js), row.comments) != 0;
-        snprintf(row.comments, sizeof(row.comments), "%s", json_string_value(js));
+        const char *c = json_string_value(js);
+        if (strcmp(c, "INHERIT") == 0)
+            c = ""; /* TrueNAS' "no comment of its own" */
+        props |= strcmp(c, row.comments) != 0;
+        snprintf(row.comments, sizeof(row.comments), "%s", c);
     }
     if (api_has_verrs(call)) {
         db_unlock();
@@ -488,22 +588,30 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     rc = db_begin();
     if (rc < 0)
         goto out;
-    rc = db_stmt("UPDATE datasets SET volsize = ?, sync = ?, readonly = ?, comments = ?"
-                 " WHERE id = ?",
-                 &st);
+    rc = db_stmt("UPDATE datasets SET volsize = ?, comments = ? WHERE id = ?", &st);
     if (rc == 0) {
         sqlite3_bind_int64(st, 1, (sqlite3_int64)(resize ? new_size : row.volsize));
-        sqlite3_bind_text(st, 2, volume_sync_name(sync_set ? sync : row.sync), -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 3, ro_set ? ro : row.readonly);
-        sqlite3_bind_text(st, 4, row.comments, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 5, row.id);
+        sqlite3_bind_text(st, 2, row.comments, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, row.id);
         rc = db_step_done(st);
         db_stmt_done(st);
     }
     if (rc == 0 && (js = json_object_get(data, "managedby")))
-        rc = ds_prop_set(row.id, "managedby", json_string_value(js));
+        rc = ds_prop_set(row.id, "managedby",
+                         strcmp(json_string_value(js), "INHERIT") == 0 ? NULL
+                                                                       : json_string_value(js));
+    /* user_properties is the whole set (TrueNAS): drop the others first */
+    if (rc == 0 && json_array_size(json_object_get(data, "user_properties")))
+        rc = ds_clear_user_props(row.id);
+    if (rc == 0)
+        rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties"));
     if (rc == 0)
         rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties_update"));
+    if (rc == 0)
+        rc = ds_props_apply(row.id, data, row.type, true);
+    /* sync / readonly: this dataset's and its descendants' effective values */
+    if (rc == 0 && (json_object_get(data, "sync") || json_object_get(data, "readonly")))
+        rc = ds_props_recompute(row.name, &changes, &nchanges);
     if (rc == 0 && row.type == DS_VOLUME)
         v = ds_cache_peek(row.name);
     /* A memory volume is (re)created on first open: open it so the new size
@@ -534,11 +642,10 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     }
     if (rc < 0 && opened_here)
         ds_cache_drop(row.name, false); /* it was empty: nothing is lost */
-    if (rc == 0 && v) {
-        if (sync_set)
-            volume_set_sync(v, sync);
-        if (ro_set)
-            volume_set_readonly(v, ro);
+    if (rc == 0) {
+        apply_changes(changes, nchanges);
+        for (size_t i = 0; i < nchanges; i++)
+            props |= strcmp(changes[i].name, row.name) == 0;
     }
 out:
     if (rc == 0)
@@ -546,10 +653,13 @@ out:
     db_unlock();
     ds_ops_unlock();
     if (rc < 0) {
+        free(changes);
         if (v)
             volume_unref(v);
         return ds_api_errno(call, rc, "cannot update dataset", id);
     }
+    notify_changes(changes, nchanges, row.name);
+    free(changes);
     if (resize) {
         log_info("datasets: %s resized %llu -> %llu bytes (peer %s)", row.name,
                  (unsigned long long)old_size, (unsigned long long)new_size, api_call_peer(call));
@@ -787,15 +897,16 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
         char *at = strchr(plan.snapshots[i].name, '@');
         *at = '\0';
         if (ds_path(&pool, plan.snapshots[i].name, at + 1, path, sizeof(path)) == 0 &&
-            unlink(path) < 0 && errno != ENOENT)
-            log_error("datasets: unlink %s: %s", path, strerror(errno));
+            (rc = poolfs_unlink(path)) < 0 && rc != -ENOENT)
+            log_error("datasets: unlink %s: %s", path, strerror(-rc));
         *at = '@';
     }
     for (i = 0; i < plan.ndatasets; i++) {
         if (ds_path(&pool, plan.datasets[i].name, NULL, path, sizeof(path)) < 0)
             continue;
-        if ((plan.datasets[i].is_volume ? unlink(path) : rmdir(path)) < 0 && errno != ENOENT)
-            log_error("datasets: remove %s: %s", path, strerror(errno));
+        rc = plan.datasets[i].is_volume ? poolfs_unlink(path) : poolfs_rmdir(path);
+        if (rc < 0 && rc != -ENOENT)
+            log_error("datasets: remove %s: %s", path, strerror(-rc));
     }
     ds_ops_unlock();
     if (force)
@@ -828,12 +939,14 @@ const struct api_method ds_dataset_methods[] = {
     {"pool.dataset.get_instance", "[id]", "One dataset by its name", m_dataset_get_instance, 0},
     {"pool.dataset.create",
      "{name, type: VOLUME|FILESYSTEM, volsize, volblocksize?, sparse?, sync?, readonly?, "
-     "comments?, backend?: file|memory, latency_us?}",
+     "comments?, managedby?, user_properties?, backend?: file|memory, latency_us?, ZFS properties "
+     "(atime, exec, acltype, aclmode, compression, quota, recordsize, … see docs/api-datasets.md)}",
      "Create a volume (a sparse or thick file) or a filesystem (a directory)", m_dataset_create, 0},
     {"pool.dataset.query", "[filters, options]", "List datasets with TrueNAS-style properties",
      m_dataset_query, 0},
     {"pool.dataset.update",
-     "[id, {volsize?, sync?, readonly?, comments?, managedby?, user_properties_update?}]",
+     "[id, {volsize?, sync?, readonly?, comments?, managedby?, user_properties?, "
+     "user_properties_update?, ZFS properties (value or \"INHERIT\")}]",
      "Resize a volume or change its properties; applied live to open volumes", m_dataset_update, 0},
     {"pool.dataset.delete", "[id, {recursive?, force?}]",
      "Delete a dataset (with its children and snapshots when recursive)", m_dataset_delete, 0},

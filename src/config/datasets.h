@@ -61,6 +61,17 @@ typedef void (*datasets_observer_fn)(enum datasets_event ev, const char *name, s
                                      void *arg);
 void datasets_observe(datasets_observer_fn fn, void *arg);
 
+/*
+ * Whether a host file may back an NBD export ("path") or an iSCSI FILE
+ * extent: it must lie inside a pool directory (store/poolfs.h: resolved
+ * beneath the pool root, no symlink anywhere on the way), be a regular
+ * file or a block device, and not be a dataset's volume or snapshot file.
+ * may_create: a missing file is fine if its directory exists (FILE extents
+ * with a filesize). 0, or -errno with a reason for the client in why.
+ * Blocking (filesystem, DB); API threads.
+ */
+int datasets_file_check(const char *path, bool may_create, char *why, size_t whylen);
+
 /* Flush every open volume (shutdown). */
 void datasets_flush_all(void);
 void datasets_shutdown(void);

@@ -20,6 +20,7 @@
 #include "api/api.h"
 #include "config/datasets.h"
 #include "store/names.h"
+#include "store/poolfs.h"
 #include "store/volume.h"
 
 #define DS_NAME_BUF (NAME_DATASET_MAX + 1)
@@ -81,7 +82,8 @@ int ds_create_ancestors(const struct ds_pool *pool, const char *name);
 /* "<pool path>/<name below the pool>[@snap]" into buf. snap may be NULL.
  * 0 or -ENAMETOOLONG. */
 int ds_path(const struct ds_pool *pool, const char *name, const char *snap, char *buf, size_t len);
-/* mkdir -p (mode 0755). 0 or -errno. */
+/* mkdir -p (mode 0755) below the pool root that contains path, confined
+ * (poolfs_mkdir_parents). 0 or -errno. */
 int ds_mkdir_parents(const char *path);
 /* Split "pool/a/b" into the pool name. */
 void ds_pool_of(const char *name, char *pool, size_t len);
@@ -99,14 +101,19 @@ uint32_t ds_volblocksize_parse(const char *s);
  * Caller holds db_lock(). */
 int ds_check_new_name(struct api_call *call, const char *field, json_t *jname,
                       struct ds_pool *pool);
-/* dataset_props rows: "managedby" and user properties ("ns:name").
- * value NULL removes. Locked by caller, inside a transaction. */
+/* dataset_props rows: "managedby", user properties ("ns:name", always
+ * with a ':') and the local values of the ZFS properties of dsprops.h
+ * (by ZFS name, raw value). value NULL removes. Locked by caller, inside a
+ * transaction. */
 int ds_prop_set(int64_t dataset_id, const char *name, const char *value);
 /* Semantic checks of a validated user_properties (create) or
  * user_properties_update (update) list; field errors added on call. */
 int ds_check_user_props(struct api_call *call, const char *field, json_t *list, bool update);
 /* Apply such a list ({key, value} sets, {key, remove: true} removes). */
 int ds_apply_user_props(int64_t dataset_id, json_t *list);
+/* Remove every user property ("ns:name") of a dataset. Locked by caller,
+ * inside a transaction. */
+int ds_clear_user_props(int64_t dataset_id);
 #define DS_USER_PROP_VALUE_MAX 8192
 #define DS_USER_PROP_KEY_MAX 256
 

@@ -13,6 +13,7 @@
 
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsprops.h"
 #include "config/dsquery.h"
 #include "core/log.h"
 
@@ -28,7 +29,7 @@ static uint64_t file_used(const char *path)
 {
     struct stat st;
 
-    if (stat(path, &st) < 0)
+    if (poolfs_stat(path, &st) < 0)
         return 0;
     return (uint64_t)st.st_blocks * 512;
 }
@@ -91,10 +92,12 @@ static json_t *prop_sync(enum volume_sync s)
     return prop_str(low, low, up, s == VOLUME_SYNC_STANDARD ? "DEFAULT" : "LOCAL");
 }
 
-/* managedby and user_properties from dataset_props. */
-static void row_props(json_t *row, int64_t id)
+/* managedby, user_properties and the ZFS properties of dsprops.h from
+ * dataset_props (the latter with their inherited values). */
+static void row_props(json_t *row, int64_t id, const char *name, enum ds_type type)
 {
     json_t *user = json_object_get(row, "user_properties");
+    json_t *local = json_object();
     const char *managedby = "";
     sqlite3_stmt *st;
 
@@ -107,13 +110,17 @@ static void row_props(json_t *row, int64_t id)
 
             if (strcmp(n, "managedby") == 0)
                 json_object_set_new(row, "managedby", prop_str(v, v, v, "LOCAL"));
-            else
+            else if (strchr(n, ':')) /* user properties always have one */
                 json_object_set_new(user, n, prop_str(v, v, v, "LOCAL"));
+            else
+                json_object_set_new(local, n, json_string(v));
         }
         db_stmt_done(st);
     }
     if (!json_object_get(row, "managedby"))
         json_object_set_new(row, "managedby", prop_str(managedby, "-", "-", "DEFAULT"));
+    ds_props_emit(row, name, type, local);
+    json_decref(local);
 }
 
 static json_t *row_build(sqlite3_stmt *st, uint64_t *used_out)
@@ -167,13 +174,9 @@ static json_t *row_build(sqlite3_stmt *st, uint64_t *used_out)
                         ds_prop(json_boolean(r.readonly), r.readonly ? "on" : "off",
                                 r.readonly ? "ON" : "OFF", r.readonly ? "LOCAL" : "DEFAULT"));
     json_object_set_new(row, "sync", prop_sync(r.sync));
-    json_object_set_new(row, "compression", prop_str("off", "off", "OFF", "DEFAULT"));
-    json_object_set_new(row, "deduplication", prop_str("off", "off", "OFF", "DEFAULT"));
-    json_object_set_new(row, "snapdev", prop_str("hidden", "hidden", "HIDDEN", "DEFAULT"));
     json_object_set_new(row, "creation", prop_creation(r.created));
     json_object_set_new(row, "available", ds_prop_size(avail, "NONE"));
     json_object_set_new(row, "path", json_string(path));
-    row_props(row, r.id);
 
     if (r.type == DS_VOLUME) {
         if (!r.memory) {
@@ -195,7 +198,7 @@ static json_t *row_build(sqlite3_stmt *st, uint64_t *used_out)
     } else {
         json_object_set_new(row, "mountpoint", json_string(path));
     }
-    json_object_set_new(row, "reservation", ds_prop_size(0, "DEFAULT"));
+    row_props(row, r.id, r.name, r.type); /* after refreservation: a local one wins */
     json_object_set_new(row, "usedbydataset", ds_prop_size(used, "NONE"));
     json_object_set_new(row, "usedbysnapshots", ds_prop_size(snapused, "NONE"));
     json_object_set_new(row, "usedbychildren", ds_prop_size(0, "NONE"));
@@ -253,6 +256,7 @@ static json_t *rows_select_where(const char *where, json_t *binds)
         json_decref(rows);
         return NULL;
     }
+    ds_props_batch_begin();
     while (sqlite3_step(st) == SQLITE_ROW) {
         uint64_t u = 0;
         json_t *row = row_build(st, &u);
@@ -271,6 +275,7 @@ static json_t *rows_select_where(const char *where, json_t *binds)
         used[n++] = u;
         json_array_append_new(rows, row);
     }
+    ds_props_batch_end();
     db_stmt_done(st);
     rows_link(rows, used);
     free(used);

@@ -8,6 +8,7 @@
 
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsprops.h"
 #include "core/log.h"
 
 char ds_state_dir[PATH_MAX];
@@ -23,6 +24,11 @@ void ds_ops_unlock(void)
 {
     pthread_mutex_unlock(&ds_ops_mutex);
 }
+
+/* p is d's parent: "p/" starts d's name and the rest has no '/'. */
+#define DS_PARENT_SQL                                                                              \
+    "substr(d.name, 1, length(p.name) + 1) = p.name || '/'"                                        \
+    " AND instr(substr(d.name, length(p.name) + 2), '/') = 0"
 
 const char ds_schema_sql[] =
     "CREATE TABLE IF NOT EXISTS pools ("
@@ -61,7 +67,20 @@ const char ds_schema_sql[] =
     " value TEXT NOT NULL,"
     " PRIMARY KEY (dataset_id, name));"
     /* a snapshot row's clones, without scanning every dataset */
-    "CREATE INDEX IF NOT EXISTS datasets_origin ON datasets(origin_id);";
+    "CREATE INDEX IF NOT EXISTS datasets_origin ON datasets(origin_id);"
+    /* Once, for databases from before sync/readonly were inherited: every
+     * value that differs from the parent's was set on the dataset itself,
+     * so record it as local (dataset_props). */
+    "CREATE TABLE IF NOT EXISTS ds_migrations (name TEXT PRIMARY KEY);"
+    "INSERT OR IGNORE INTO dataset_props (dataset_id, name, value)"
+    " SELECT d.id, 'sync', lower(d.sync) FROM datasets d"
+    " WHERE (SELECT COUNT(*) FROM ds_migrations WHERE name = 'local_sync_readonly') = 0"
+    " AND d.sync <> IFNULL((SELECT p.sync FROM datasets p WHERE " DS_PARENT_SQL "), 'STANDARD');"
+    "INSERT OR IGNORE INTO dataset_props (dataset_id, name, value)"
+    " SELECT d.id, 'readonly', CASE d.readonly WHEN 0 THEN 'off' ELSE 'on' END FROM datasets d"
+    " WHERE (SELECT COUNT(*) FROM ds_migrations WHERE name = 'local_sync_readonly') = 0"
+    " AND d.readonly <> IFNULL((SELECT p.readonly FROM datasets p WHERE " DS_PARENT_SQL "), 0);"
+    "INSERT OR IGNORE INTO ds_migrations (name) VALUES ('local_sync_readonly');";
 
 static void copy_text(char *dst, size_t len, const unsigned char *src)
 {
@@ -213,6 +232,8 @@ static int64_t now_ms(void)
 int ds_dataset_insert(struct ds_row *r)
 {
     sqlite3_stmt *st;
+    enum volume_sync psync;
+    bool pro;
     int rc;
 
     rc = db_stmt("INSERT INTO datasets (name, pool_id, type, volsize, volblocksize, sparse,"
@@ -241,8 +262,24 @@ int ds_dataset_insert(struct ds_row *r)
     sqlite3_bind_int64(st, 13, r->created);
     rc = db_step_done(st);
     db_stmt_done(st);
-    if (rc == 0)
-        r->id = sqlite3_last_insert_rowid(db_handle());
+    if (rc < 0)
+        return rc;
+    r->id = sqlite3_last_insert_rowid(db_handle());
+    /* sync and readonly the new dataset does not inherit are its own
+     * (a clone keeps its origin's; ZFS would have it inherit) */
+    ds_props_parent_effective(r->name, &psync, &pro);
+    if (r->sync != psync) {
+        char low[16];
+        const char *up = volume_sync_name(r->sync);
+        size_t i;
+
+        for (i = 0; up[i] && i + 1 < sizeof(low); i++)
+            low[i] = (char)(up[i] >= 'A' && up[i] <= 'Z' ? up[i] + 32 : up[i]);
+        low[i] = '\0';
+        rc = ds_prop_set(r->id, "sync", low);
+    }
+    if (rc == 0 && r->readonly != pro)
+        rc = ds_prop_set(r->id, "readonly", r->readonly ? "on" : "off");
     return rc;
 }
 
@@ -293,14 +330,15 @@ int ds_create_ancestors(const struct ds_pool *pool, const char *name)
         row.pool_id = pool->id;
         row.type = DS_FILESYSTEM;
         row.sparse = true;
+        ds_props_parent_effective(anc, &row.sync, &row.readonly); /* inherited */
         rc = ds_dataset_insert(&row);
         if (rc < 0)
             return rc;
         rc = ds_path(pool, anc, NULL, path, sizeof(path));
         if (rc < 0)
             return rc;
-        if (mkdir(path, 0755) < 0 && errno != EEXIST) {
-            rc = -errno;
+        rc = poolfs_mkdir(path, 0755);
+        if (rc < 0 && rc != -EEXIST) {
             log_error("datasets: mkdir %s: %s", path, strerror(-rc));
             return rc;
         }
@@ -310,23 +348,7 @@ int ds_create_ancestors(const struct ds_pool *pool, const char *name)
 
 int ds_mkdir_parents(const char *path)
 {
-    char buf[PATH_MAX];
-    size_t len = strlen(path);
-
-    if (len >= sizeof(buf))
-        return -ENAMETOOLONG;
-    memcpy(buf, path, len + 1);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
+    return poolfs_mkdir_parents(path);
 }
 
 json_t *ds_prop(json_t *parsed, const char *rawvalue, const char *value, const char *source)
@@ -477,4 +499,18 @@ int ds_apply_user_props(int64_t dataset_id, json_t *list)
             return rc;
     }
     return 0;
+}
+
+int ds_clear_user_props(int64_t dataset_id)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    rc = db_stmt("DELETE FROM dataset_props WHERE dataset_id = ? AND instr(name, ':') > 0", &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, dataset_id);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "api/validate.h"
 #include "config/db.h"
@@ -17,7 +18,8 @@ static json_t *pool_row_build(int64_t id, const char *name, const char *path, in
     struct statvfs sv;
     struct stat st;
     uint64_t size = 0, allocated = 0, avail = 0;
-    bool online = stat(path, &st) == 0 && S_ISDIR(st.st_mode) && statvfs(path, &sv) == 0;
+    /* poolfs: the registered root, reached without symlinks. */
+    bool online = poolfs_stat(path, &st) == 0 && S_ISDIR(st.st_mode) && statvfs(path, &sv) == 0;
     char guid[32];
 
     if (online) {
@@ -136,12 +138,16 @@ static int pool_path_overlap(const char *path, char *why, size_t whylen)
     return rc;
 }
 
-/* Create the directory, resolve it, insert. why gets a message on failure. */
+/*
+ * Check the path (poolfs_root_check: absolute, canonical, no symlink, not a
+ * system or state directory, not a pseudo filesystem), create the
+ * directory without following symlinks, check again now that it exists,
+ * register it with poolfs, insert. why gets a message on failure.
+ */
 static int pool_create(const char *name, const char *path_in, char *resolved, size_t rlen,
                        char *why, size_t whylen)
 {
     char path[PATH_MAX];
-    struct stat st;
     int rc;
 
     if (path_in)
@@ -149,34 +155,74 @@ static int pool_create(const char *name, const char *path_in, char *resolved, si
     else if (snprintf(path, sizeof(path), "%s/pools/%s", ds_state_dir, name) >= (int)sizeof(path))
         return -ENAMETOOLONG;
     /* Before mkdir too, so a refused path leaves no directory behind. */
+    rc = poolfs_root_check(path, ds_state_dir, why, whylen);
+    if (rc < 0)
+        return rc == -ELOOP || rc == -ENOTDIR ? -EINVAL : rc;
     rc = pool_path_overlap(path, why, whylen);
     if (rc < 0)
         return rc;
-    rc = ds_mkdir_parents(path);
+    rc = poolfs_root_make(path);
     if (rc < 0) {
         snprintf(why, whylen, "cannot create directory %s: %s", path, strerror(-rc));
-        return rc;
+        return rc == -ELOOP ? -EINVAL : rc;
     }
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        snprintf(why, whylen, "%s is not a directory", path);
-        return -ENOTDIR;
-    }
-    if (!realpath(path, resolved)) {
-        rc = -errno;
-        snprintf(why, whylen, "%s: %s", path, strerror(-rc));
-        return rc;
-    }
-    (void)rlen;
-    rc = pool_path_overlap(resolved, why, whylen);
+    rc = poolfs_root_check(path, ds_state_dir, why, whylen);
     if (rc < 0)
-        return rc;
+        return rc == -ELOOP || rc == -ENOTDIR ? -EINVAL : rc;
+    snprintf(resolved, rlen, "%s", path);
+    rc = poolfs_root_add(resolved);
+    if (rc < 0) {
+        snprintf(why, whylen, "cannot open pool directory %s: %s", resolved, strerror(-rc));
+        return rc == -EEXIST ? -EINVAL : rc;
+    }
     rc = pool_insert(name, resolved);
+    if (rc < 0)
+        poolfs_root_remove(resolved);
     if (rc == -EEXIST)
         snprintf(why, whylen, "a pool named %s or using directory %s already exists", name,
                  resolved);
     else if (rc < 0)
         snprintf(why, whylen, "cannot record pool %s: %s", name, strerror(-rc));
     return rc;
+}
+
+/* Start-up: register every pool directory with poolfs. A pool whose path
+ * no longer passes the checks (made by an older version, or a directory
+ * replaced by a symlink) stays UNAVAILABLE: none of its files is opened. */
+static void pools_register_all(void)
+{
+    char why[PATH_MAX + 128];
+    sqlite3_stmt *st;
+
+    db_lock();
+    if (db_stmt("SELECT name, path FROM pools", &st) < 0) {
+        db_unlock();
+        return;
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *n = (const char *)sqlite3_column_text(st, 0);
+        const char *p = (const char *)sqlite3_column_text(st, 1);
+        int rc = poolfs_root_check(p, ds_state_dir, why, sizeof(why));
+
+        if (rc == -ENOENT || (rc == 0 && access(p, F_OK) < 0)) {
+            rc = poolfs_root_make(p);
+            if (rc == 0)
+                log_warn("datasets: pool %s: directory %s was missing, created it empty", n, p);
+            if (rc == 0)
+                rc = poolfs_root_check(p, ds_state_dir, why, sizeof(why));
+            else
+                snprintf(why, sizeof(why), "cannot create %s: %s", p, strerror(-rc));
+        }
+        if (rc == 0) {
+            rc = poolfs_root_add(p);
+            if (rc < 0)
+                snprintf(why, sizeof(why), "cannot open %s: %s", p, strerror(-rc));
+        }
+        if (rc < 0)
+            log_error("datasets: pool %s is unavailable (its files are not opened): %s", n, why);
+    }
+    db_stmt_done(st);
+    db_unlock();
 }
 
 int datasets_ensure_default_pool(const char *name)
@@ -186,6 +232,7 @@ int datasets_ensure_default_pool(const char *name)
     int rc;
 
     ds_ops_lock();
+    pools_register_all();
     db_lock();
     rc = ds_pool_get(name, &p);
     db_unlock();
@@ -195,8 +242,6 @@ int datasets_ensure_default_pool(const char *name)
             log_error("datasets: default pool %s: %s", name, why);
         else
             log_info("datasets: created default pool %s at %s", name, resolved);
-    } else if (rc == 0 && ds_mkdir_parents(p.path) < 0) {
-        log_warn("datasets: pool %s: directory %s is missing and cannot be created", name, p.path);
     }
     ds_ops_unlock();
     if (rc == 0)

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/query_regex.h"
+
 static const char schema_chars[] =
     "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz %_.:-";
 
@@ -202,8 +204,17 @@ int repl_schema_parse(const char *schema, const char *name, int64_t *when)
 int repl_regex_compile(const char *regex, regex_t *out, char *why, size_t len)
 {
     size_t n = strlen(regex) + 8;
-    char *full = malloc(n);
+    uint64_t cost;
     int rc;
+
+    /* Bounded like query filters (api/query_regex.h): glibc expands
+     * nested {m,n} by copying, e.g. (a{32767}){32767}. */
+    char reason[160];
+    if (query_regex_cost(regex, strlen(regex), &cost, reason, sizeof(reason)) < 0) {
+        snprintf(why, len, "Invalid regex: %s", reason);
+        return -EINVAL;
+    }
+    char *full = malloc(n);
 
     if (!full) {
         snprintf(why, len, "out of memory");

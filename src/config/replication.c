@@ -596,7 +596,7 @@ static int target_info(const char *name, bool *exists, enum ds_type *type, bool 
         *readonly = row.readonly;
         ds_pool_of(name, poolname, sizeof(poolname));
         if (row.type == DS_VOLUME && ds_pool_get(poolname, &pool) == 0 &&
-            ds_path(&pool, name, NULL, path, sizeof(path)) == 0 && stat(path, &sb) == 0)
+            ds_path(&pool, name, NULL, path, sizeof(path)) == 0 && poolfs_stat(path, &sb) == 0)
             *used = (uint64_t)sb.st_blocks * 512;
     }
     db_unlock();

@@ -241,7 +241,7 @@ static json_t *snapshot_rows_where(const char *where, json_t *binds)
         snprintf(pool.name, sizeof(pool.name), "%s", (const char *)sqlite3_column_text(st, 5));
         snprintf(pool.path, sizeof(pool.path), "%s", (const char *)sqlite3_column_text(st, 6));
         snprintf(full, sizeof(full), "%s@%s", ds, sn);
-        if (ds_path(&pool, ds, sn, path, sizeof(path)) == 0 && stat(path, &sb) == 0)
+        if (ds_path(&pool, ds, sn, path, sizeof(path)) == 0 && poolfs_stat(path, &sb) == 0)
             used = (uint64_t)sb.st_blocks * 512;
         snprintf(raw, sizeof(raw), "%lld", (long long)(created / 1000));
         gmtime_r(&t, &tm);
@@ -513,7 +513,7 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
             db_rollback();
     }
     if (rc < 0)
-        unlink(snap_path);
+        poolfs_unlink(snap_path);
     else
         *result = ds_snapshot_row(dataset, snap);
     db_unlock();
@@ -654,8 +654,9 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
     }
     db_unlock();
     ds_cache_drop(full, false);
-    if (unlink(path) < 0 && errno != ENOENT)
-        log_error("datasets: unlink %s: %s", path, strerror(errno));
+    rc = poolfs_unlink(path);
+    if (rc < 0 && rc != -ENOENT)
+        log_error("datasets: unlink %s: %s", path, strerror(-rc));
     ds_ops_unlock();
     log_info("datasets: snapshot %s deleted (peer %s)", full, api_call_peer(call));
     ds_notify(DATASETS_DELETED, full, NULL);
@@ -768,7 +769,7 @@ static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **resu
             db_rollback();
     }
     if (rc < 0) {
-        unlink(dst_path);
+        poolfs_unlink(dst_path);
         goto fail_errno;
     }
     db_unlock();
@@ -972,9 +973,10 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
 
             snprintf(n, sizeof(n), "%s@%s", row.name, newer[i].name);
             ds_cache_drop(n, false);
-            if (ds_path(&pool, row.name, newer[i].name, p, sizeof(p)) == 0 && unlink(p) < 0 &&
-                errno != ENOENT)
-                log_error("datasets: unlink %s: %s", p, strerror(errno));
+            int urc = ds_path(&pool, row.name, newer[i].name, p, sizeof(p));
+
+            if (urc == 0 && (urc = poolfs_unlink(p)) < 0 && urc != -ENOENT)
+                log_error("datasets: unlink %s: %s", p, strerror(-urc));
             log_info("datasets: snapshot %s destroyed by the recursive rollback", n);
         }
     }
@@ -1048,7 +1050,7 @@ static int sweep_one(const char *fpath, const struct stat *sb, int type, struct 
     } else if (ds_dataset_get(name, &row) == 0) {
         return 0;
     }
-    if (unlink(fpath) == 0)
+    if (poolfs_unlink(fpath) == 0)
         log_warn("datasets: removed %s, left by an interrupted copy (%lld MiB)", fpath,
                  (long long)(sb->st_blocks * 512 >> 20));
     return 0;

@@ -177,14 +177,14 @@ static int volume_open_uncached(const char *name, struct volume **out)
         rc = ds_path(&pool, dsname, at + 1, path, sizeof(path));
         if (rc < 0)
             return rc;
-        rc = bdev_file_open(path, true, &b);
+        rc = bdev_file_open_in_pool(path, true, &b);
     } else if (row.memory) {
         rc = bdev_memory_open(row.volsize, row.latency_us, &b);
     } else {
         rc = ds_path(&pool, dsname, NULL, path, sizeof(path));
         if (rc < 0)
             return rc;
-        rc = bdev_file_open(path, false, &b);
+        rc = bdev_file_open_in_pool(path, false, &b);
         if (rc == 0 && b->size != row.volsize)
             log_warn("datasets: %s: file is %llu bytes but volsize is %llu", name,
                      (unsigned long long)b->size, (unsigned long long)row.volsize);

@@ -102,6 +102,36 @@ int listener_open_tcp(const char *addr_port, listener_accept_fn fn, void *arg,
     return 0;
 }
 
+/* Only a socket that nobody listens on may be replaced: a regular file,
+ * a directory or a live socket at path is an error, not something to
+ * unlink. */
+static int unix_remove_stale(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode)) {
+        log_error("cannot listen on %s: it exists and is not a socket; not replacing it", path);
+        return -EEXIST;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    memcpy(sun.sun_path, path, strlen(path) + 1);
+    int rc = connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0 ? -EADDRINUSE : -errno;
+    close(fd);
+    if (rc != -ECONNREFUSED) {
+        log_error("cannot listen on %s: %s", path,
+                  rc == -EADDRINUSE ? "something is listening on it" : strerror(-rc));
+        return rc == -EADDRINUSE ? rc : -EEXIST;
+    }
+    if (unlink(path) < 0 && errno != ENOENT)
+        return -errno;
+    log_info("removed the stale socket %s", path);
+    return 0;
+}
+
 int listener_open_unix(const char *path, unsigned mode, listener_accept_fn fn, void *arg,
                        struct listener **out)
 {
@@ -121,20 +151,35 @@ int listener_open_unix(const char *path, unsigned mode, listener_accept_fn fn, v
         free(l);
         return -e;
     }
-    unlink(path);
-    /* Create with the final mode: no window where others can connect. */
-    mode_t old = umask(0777 & ~mode);
+    int rc = unix_remove_stale(path);
+    if (rc < 0) {
+        close(l->fd);
+        free(l);
+        return rc;
+    }
+    /* chmod between bind and listen: until listen() nobody can connect
+     * (ECONNREFUSED), so no one gets in under the umask's mode. (Not a
+     * umask change: that is process-wide and races with other threads.) */
+    const char *what = "bind";
     int brc = bind(l->fd, (struct sockaddr *)&sun, sizeof(sun));
-    umask(old);
-    if (brc < 0 || listen(l->fd, 1024) < 0) {
+    if (brc == 0) {
+        what = "chmod";
+        brc = chmod(path, mode);
+    }
+    if (brc == 0) {
+        what = "listen";
+        brc = listen(l->fd, 1024);
+    }
+    if (brc < 0) {
         int e = errno;
-        log_error("cannot listen on %s: %s", path, strerror(e));
+        log_error("cannot listen on %s: %s: %s", path, what, strerror(e));
+        if (strcmp(what, "bind") != 0)
+            unlink(path);
         close(l->fd);
         free(l);
         return -e;
     }
-    chmod(path, mode);
-    int rc = listener_register(l);
+    rc = listener_register(l);
     if (rc) {
         close(l->fd);
         free(l);

@@ -16,7 +16,10 @@ typedef void (*listener_accept_fn)(int fd, const struct sockaddr *peer, socklen_
 /* "ADDR:PORT" (IPv4, [IPv6], or ":PORT" for all). 0 or -errno (logged). */
 int listener_open_tcp(const char *addr_port, listener_accept_fn fn, void *arg,
                       struct listener **out);
-/* Unix stream socket at path (replaces a stale socket file), mode applied. */
+/* Unix stream socket at path, mode applied before anyone can connect.
+ * Something already at path is replaced only if it is a socket nobody
+ * listens on (connect gets ECONNREFUSED); else -EEXIST (not a socket, or
+ * not answering for another reason) or -EADDRINUSE (alive), logged. */
 int listener_open_unix(const char *path, unsigned mode, listener_accept_fn fn, void *arg,
                        struct listener **out);
 /* Stop accepting and close. Thread-safe; waits until no accept callback runs. */

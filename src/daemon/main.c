@@ -29,6 +29,7 @@
 #include "config/datasets.h"
 #include "config/db.h"
 #include "config/replication.h"
+#include "core/allowdir.h"
 #include "core/iopool.h"
 #include "core/log.h"
 #include "core/reactor.h"
@@ -64,6 +65,7 @@ static void usage(FILE *f)
             "              [--nbd-listen ADDR:PORT] [--iscsi-listen ADDR:PORT]\n"
             "              [--api-listen ADDR:PORT [--api-tls-cert F --api-tls-key F]]\n"
             "              [--api-priority idle|low|normal] [--reactor-spin-us N]\n"
+            "              [--allow-dir DIR]...\n"
             "\n"
             "  --config FILE          settings as 'key = value' lines, a key per flag below\n"
             "                         (default " CONFIG_FILE_DEFAULT " if it exists);\n"
@@ -86,7 +88,10 @@ static void usage(FILE *f)
             "  --api-priority P       CPU priority of API threads: idle (SCHED_IDLE,\n"
             "                         default: I/O first), low (nice 10), normal\n"
             "  --reactor-spin-us N    after handling events a reactor polls N more\n"
-            "                         microseconds before sleeping (default 20; 0: never)\n");
+            "                         microseconds before sleeping (default 20; 0: never)\n"
+            "  --allow-dir DIR        a directory where API calls may name host files (NBD\n"
+            "                         unix_socket, TLS files) besides the state directory;\n"
+            "                         repeatable (docs/security.md)\n");
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -106,6 +111,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"config", required_argument, NULL, 'c'}, /* read by config_file_merge */
         {"log-format", required_argument, NULL, 'F'},
         {"version", no_argument, NULL, 'V'},
+        {"allow-dir", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -187,6 +193,14 @@ static int parse_args(int argc, char **argv, struct options *o)
         case 'V':
             printf("blockd %s\n", BLOCKD_VERSION);
             exit(0);
+        case 'D': {
+            int rc = allowdir_add(optarg);
+            if (rc < 0) {
+                fprintf(stderr, "blockd: --allow-dir %s: %s\n", optarg, strerror(-rc));
+                return -1;
+            }
+            break;
+        }
         case 'h':
             usage(stdout);
             exit(0);
@@ -363,6 +377,7 @@ int main(int argc, char **argv)
         return 1;
     }
     raise_fd_limit();
+    allowdir_add(state_dir); /* API-named host files (core/allowdir.h) */
     int lock_fd = take_lock(state_dir);
     if (lock_fd < 0)
         return 1;

@@ -11,6 +11,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "iscsi/config_internal.h"
+#include "store/poolfs.h"
 
 void icfg_dirty_add(struct icfg_dirty *d, int64_t target_id)
 {
@@ -361,9 +362,10 @@ int icfg_write_end(struct icfg_write *w, int rc)
     json_array_foreach(w->unlink_after, i, path)
     {
         /* durably committed only: a rolled-back delete keeps its file */
-        if (rc == 0 && unlink(json_string_value(path)) < 0 && errno != ENOENT)
+        int urc = rc == 0 ? poolfs_unlink(json_string_value(path)) : 0;
+        if (urc < 0 && urc != -ENOENT)
             log_warn("iscsi config: cannot remove extent file %s: %s", json_string_value(path),
-                     strerror(errno));
+                     strerror(-urc));
     }
     json_decref(w->unlink_after);
     w->unlink_after = NULL;

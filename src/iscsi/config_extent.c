@@ -16,6 +16,7 @@
 #include "iscsi/config_crud.h"
 #include "store/bdev.h"
 #include "store/names.h"
+#include "store/poolfs.h"
 
 json_t *icfg_extent_row_internal(sqlite3_stmt *st)
 {
@@ -131,46 +132,16 @@ static int filesize_value(json_t *v, int64_t *out)
     return -EINVAL;
 }
 
-/* As TrueNAS (check_path_resides_within_volume): a FILE extent lives inside
- * a pool, so the API cannot export arbitrary host files; and it is not a
- * blockd volume or snapshot file (those are DISK extents: a snapshot must
- * stay read-only, a volume must go through its shared open volume). The
- * parent directory is resolved (the file itself may not exist yet).
- * Returns NULL or the problem. DB locked. */
-static const char *file_path_problem(const char *path)
+/* As TrueNAS (check_path_resides_within_volume), and stricter: a FILE
+ * extent is a file or block device inside a pool, reached without any
+ * symlink (datasets_file_check, store/poolfs.h), so the API cannot export
+ * or grow arbitrary host files; and it is not a blockd volume or snapshot
+ * file (those are DISK extents: a snapshot must stay read-only, a volume
+ * must go through its shared open volume). The file may not exist yet
+ * when may_create. 0 or -errno with the problem in why. */
+static int file_path_problem(const char *path, bool may_create, char *why, size_t whylen)
 {
-    char parent[PATH_MAX], real[PATH_MAX];
-    snprintf(parent, sizeof(parent), "%s", path);
-    char *slash = strrchr(parent, '/');
-    if (!slash || !slash[1])
-        return "Path must name a file";
-    const char *base = path + (slash - parent) + 1;
-    if (slash == parent)
-        slash[1] = '\0';
-    else
-        *slash = '\0';
-    if (!realpath(parent, real))
-        return "The path must reside within a pool directory";
-    sqlite3_stmt *st;
-    if (icfg_prepare("SELECT name, path FROM pools", &st) < 0)
-        return "The path must reside within a pool directory";
-    char dataset[PATH_MAX * 2] = "";
-    while (!dataset[0] && sqlite3_step(st) == SQLITE_ROW) {
-        char pool[PATH_MAX];
-        if (!realpath(icfg_col_text(st, 1), pool))
-            continue;
-        size_t n = strlen(pool);
-        if (strncmp(real, pool, n) == 0 && (real[n] == '\0' || real[n] == '/'))
-            snprintf(dataset, sizeof(dataset), "%s%s/%s", icfg_col_text(st, 0), real + n, base);
-    }
-    icfg_finalize(st);
-    if (!dataset[0])
-        return "The path must reside within a pool directory";
-    int64_t id;
-    if (strchr(base, '@') ||
-        icfg_int(&id, "SELECT id FROM datasets WHERE name = ?", "t", dataset) == 0)
-        return "This is a blockd volume or snapshot: use a DISK extent (zvol/<pool>/<volume>)";
-    return NULL;
+    return datasets_file_check(path, may_create, why, whylen);
 }
 
 /* Checks of the complete (defaults applied or merged) object. old is the
@@ -289,9 +260,13 @@ static void extent_check(struct api_call *call, json_t *d, int64_t self_id, json
         api_verr(call, f, EINVAL, "Path must be absolute and without '..'");
         return;
     }
-    const char *problem = file_path_problem(path);
-    if (problem) {
-        api_verr(call, f, EINVAL, "%s", problem);
+    char problem[PATH_MAX + 256];
+    /* a missing file is reported below (filesize) */
+    int perr = file_path_problem(path, true, problem, sizeof(problem));
+    if (perr < 0) {
+        api_verr(call, f, perr == -EISDIR ? EISDIR : EINVAL, "%s", problem);
+        log_warn("iscsi config: %s refused path %s (peer %s): %s", api_call_method(call), path,
+                 api_call_peer(call), problem);
         return;
     }
     json_t *dk = json_object_get(d, "disk");
@@ -300,7 +275,7 @@ static void extent_check(struct api_call *call, json_t *d, int64_t self_id, json
                  "disk is for DISK extents only");
     json_object_set_new(d, "disk", json_null());
     struct stat sb;
-    if (stat(path, &sb) == 0) {
+    if (poolfs_stat(path, &sb) == 0) {
         if (S_ISDIR(sb.st_mode)) {
             api_verr(call, f, EISDIR, "You need to specify a filepath not a directory.");
             return;
@@ -336,14 +311,18 @@ static int extent_prepare_file(struct api_call *call, json_t *d)
     const char *path = json_string_value(json_object_get(d, "path"));
     int64_t size = json_integer_value(json_object_get(d, "filesize"));
     struct stat sb;
-    if (stat(path, &sb) < 0) {
-        int err = bdev_file_create(path, (uint64_t)size, false);
+    int err = poolfs_stat(path, &sb);
+    if (err == -ENOENT) {
+        err = bdev_file_create_in_pool(path, (uint64_t)size, false);
         if (err < 0)
             return api_error(call, -err, "Cannot create %s: %s", path, strerror(-err));
         log_info("iscsi config: created sparse file %s (%lld bytes)", path, (long long)size);
+    } else if (err < 0) {
+        return api_error(call, -err, "Cannot use %s: %s", path, strerror(-err));
     } else if (S_ISREG(sb.st_mode) && size > sb.st_size) {
-        if (truncate(path, size) < 0)
-            return api_error(call, errno, "Cannot grow %s: %s", path, strerror(errno));
+        err = poolfs_truncate(path, (uint64_t)size);
+        if (err < 0)
+            return api_error(call, -err, "Cannot grow %s: %s", path, strerror(-err));
     }
     return 0;
 }

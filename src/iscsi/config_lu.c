@@ -74,7 +74,7 @@ static int open_volume(json_t *e, struct volume **out)
     const char *path = json_string_value(json_object_get(e, "path"));
     uint32_t bs = (uint32_t)json_integer_value(json_object_get(e, "blocksize"));
     struct bdev *b;
-    int rc = bdev_file_open(path, ro, &b);
+    int rc = bdev_file_open_in_pool(path, ro, &b); /* confined: store/poolfs.h */
     if (rc < 0) {
         log_warn("iscsi config: extent %s: cannot open %s: %s", name, path, strerror(-rc));
         return rc;

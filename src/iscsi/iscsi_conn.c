@@ -866,7 +866,10 @@ static int text_send_chunk(struct iscsi_conn *ic, uint32_t itt)
         be32_store(rsp + 20, ic->text_ttt);
     }
     iscsi_conn_fill_sn(ic, rsp, true);
-    int rc = iscsi_conn_send_pdu(ic, rsp, ic->text_pending.buf + ic->text_sent, n);
+    /* An empty answer (SendTargets for no target) has no buffer at all:
+     * no pointer arithmetic on NULL. */
+    const char *data = n ? ic->text_pending.buf + ic->text_sent : NULL;
+    int rc = iscsi_conn_send_pdu(ic, rsp, data, n);
     ic->text_sent += n;
     if (last) {
         iscsi_text_out_free(&ic->text_pending);

@@ -9,6 +9,7 @@
  * threads; cfg_lock serializes them (DB work also takes db_lock()).
  */
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -20,6 +21,7 @@
 #include "api/validate.h"
 #include "config/datasets.h"
 #include "config/db.h"
+#include "core/allowdir.h"
 #include "core/log.h"
 #include "core/tls.h"
 #include "core/util.h"
@@ -158,7 +160,9 @@ static int open_source(const char *dataset, const char *path, bool readonly, str
     if (dataset && *dataset)
         return datasets_volume_open(dataset, out);
     struct bdev *b;
-    int rc = bdev_file_open(path, readonly, &b);
+    /* Confined: only files inside a pool, no symlinks (datasets_file_check
+     * said so at create; the open itself refuses what changed since). */
+    int rc = bdev_file_open_in_pool(path, readonly, &b);
     if (rc < 0)
         return rc;
     rc = volume_new(path, b, 512, VOLUME_SYNC_STANDARD, readonly, out);
@@ -367,14 +371,14 @@ static void export_check(struct api_call *call, const char *method, json_t *data
         api_verr(call, field, EINVAL, "%s", why);
     }
     if (path) {
-        struct stat sb;
+        char pwhy[PATH_MAX + 256];
         snprintf(field, sizeof(field), "%s.path", method);
-        if (path[0] != '/')
-            api_verr(call, field, EINVAL, "must be an absolute path");
-        else if (stat(path, &sb) < 0)
-            api_verr(call, field, ENOENT, "%s: %s", path, strerror(errno));
-        else if (!S_ISREG(sb.st_mode) && !S_ISBLK(sb.st_mode))
-            api_verr(call, field, EINVAL, "must be a regular file or a block device");
+        int rc = datasets_file_check(path, false, pwhy, sizeof(pwhy));
+        if (rc < 0) {
+            api_verr(call, field, -rc, "%s", pwhy);
+            log_warn("nbd: %s refused path %s (peer %s): %s", method, path, api_call_peer(call),
+                     pwhy);
+        }
     }
 }
 
@@ -706,7 +710,55 @@ static int settings_apply(json_t *g, char *err, size_t errlen)
 static int listen_apply(json_t *g)
 {
     const char *tcp = listen_override ? listen_override : jstr(g, "listen");
-    return nbd_listen_apply(tcp, jstr(g, "unix_socket"));
+    const char *unix_sock = jstr(g, "unix_socket");
+    char why[PATH_MAX + 256];
+    /* A path stored by an older version is checked again at start-up. */
+    if (unix_sock && *unix_sock && allowdir_check(unix_sock, why, sizeof(why)) < 0) {
+        log_error("nbd: not listening on unix socket %s: %s", unix_sock, why);
+        unix_sock = NULL;
+    }
+    return nbd_listen_apply(tcp, unix_sock);
+}
+
+/*
+ * Host paths in nbd.global.update: the Unix socket's directory and the TLS
+ * files must be in an allowed directory (core/allowdir.h: the state
+ * directory or a --allow-dir); a TLS file must be a regular file, not a
+ * symlink; the socket path must be free or hold a socket (a stale one is
+ * replaced when the listener opens, a live one or anything else is
+ * refused there).
+ */
+static void global_paths_check(struct api_call *call, json_t *in)
+{
+    static const char *const files[] = {"unix_socket", "tls_cert", "tls_key", "tls_ca",
+                                        "tls_psk_file"};
+    char field[64], why[PATH_MAX + 256];
+    for (size_t i = 0; i < ARRAY_SIZE(files); i++) {
+        const char *p = jstr(in, files[i]);
+        if (!p || !*p)
+            continue;
+        snprintf(field, sizeof(field), "nbd.global.update.%s", files[i]);
+        int rc = allowdir_check(p, why, sizeof(why));
+        struct stat st;
+        if (rc == 0 && lstat(p, &st) == 0) {
+            if (i == 0 && !S_ISSOCK(st.st_mode)) {
+                snprintf(why, sizeof(why), "%s exists and is not a socket: not replacing it", p);
+                rc = -EEXIST;
+            } else if (i > 0 && !S_ISREG(st.st_mode)) {
+                snprintf(why, sizeof(why), "%s is not a regular file (symlinks are not followed)",
+                         p);
+                rc = -EINVAL;
+            }
+        } else if (rc == 0 && i > 0) {
+            snprintf(why, sizeof(why), "%s: %s", p, strerror(errno));
+            rc = -errno;
+        }
+        if (rc < 0) {
+            api_verr(call, field, -rc, "%s", why);
+            log_warn("nbd: nbd.global.update refused %s %s (peer %s): %s", files[i], p,
+                     api_call_peer(call), why);
+        }
+    }
 }
 
 static int m_global_config(struct api_call *call, json_t *params, json_t **result)
@@ -736,6 +788,7 @@ static int m_global_update(struct api_call *call, json_t *params, json_t **resul
         if (parse_host_port(l, &ss, &sl) < 0)
             api_verr(call, "nbd.global.update.listen", EINVAL, "expected ADDR:PORT");
     }
+    global_paths_check(call, in);
     if (api_has_verrs(call))
         return api_invalid(call);
     pthread_mutex_lock(&cfg_lock);

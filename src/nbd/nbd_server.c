@@ -168,7 +168,8 @@ int nbd_listen_apply(const char *tcp, const char *unix_sock)
             unix_listener = NULL;
         }
         if (unix_sock && *unix_sock) {
-            rc = listener_open_unix(unix_sock, 0666, on_accept, NULL, &unix_listener);
+            rc = listener_open_unix(unix_sock, NBD_UNIX_SOCKET_MODE, on_accept, NULL,
+                                    &unix_listener);
             if (rc < 0)
                 goto out;
             log_info("nbd: listening on unix socket %s", unix_sock);

@@ -7,6 +7,9 @@
 #include "nbd/nbd_export.h"
 
 #define NBD_DEFAULT_LISTEN "0.0.0.0:10809"
+/* The NBD Unix socket: the daemon's user and group may connect, others not
+ * (NBD has no authentication of its own; docs/nbd.md, docs/security.md). */
+#define NBD_UNIX_SOCKET_MODE 0660
 #define NBD_DEFAULT_MAX_REQUEST (32u << 20)
 #define NBD_DEFAULT_MAX_INFLIGHT 64u
 #define NBD_DEFAULT_MAX_CONNECTIONS 1024u

@@ -78,6 +78,12 @@ struct bdev {
 int bdev_file_open(const char *path, bool readonly, struct bdev **out);
 /* Create a file-backed volume file: sparse (ftruncate) or thick (fallocate). */
 int bdev_file_create(const char *path, uint64_t size, bool thick);
+/* The same, confined to a registered pool root (store/poolfs.h): path must
+ * lie beneath one, with no symlink on the way (-EXDEV, -ELOOP, -EINVAL).
+ * Everything the API names (datasets, export and extent paths) opens
+ * through these; the unconfined pair is for tests and tools. */
+int bdev_file_open_in_pool(const char *path, bool readonly, struct bdev **out);
+int bdev_file_create_in_pool(const char *path, uint64_t size, bool thick);
 /* A sparse in-memory device (allocated in chunks on first write).
  * latency_us > 0 makes every request complete after that delay (without
  * blocking any thread), like nbdkit's delay filter. */

@@ -4,6 +4,7 @@
  * path stays available behind each. */
 #include "core/log.h"
 #include "store/bdev.h"
+#include "store/poolfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -468,7 +469,16 @@ static void probe_caps(struct bdev_file *f, bool readonly, const struct stat *st
     f->base.caps = caps;
 }
 
-int bdev_file_open(const char *path, bool readonly, struct bdev **out)
+/* open(2), or poolfs_open when the file must lie beneath a pool root. */
+static int path_open(const char *path, int flags, mode_t mode, bool in_pool)
+{
+    if (in_pool)
+        return poolfs_open(path, flags, mode);
+    int fd = open(path, flags | O_CLOEXEC, mode);
+    return fd < 0 ? -errno : fd;
+}
+
+static int file_open(const char *path, bool readonly, bool in_pool, struct bdev **out)
 {
     *out = NULL;
     size_t plen = strlen(path);
@@ -476,9 +486,9 @@ int bdev_file_open(const char *path, bool readonly, struct bdev **out)
     if (!f)
         return -ENOMEM;
     memcpy(f->path, path, plen + 1);
-    f->fd = open(path, (readonly ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    f->fd = path_open(path, readonly ? O_RDONLY : O_RDWR, 0, in_pool);
     if (f->fd < 0) {
-        int e = errno;
+        int e = -f->fd;
         log_error("store: open %s: %s", path, strerror(e));
         free(f);
         return -e;
@@ -514,6 +524,16 @@ int bdev_file_open(const char *path, bool readonly, struct bdev **out)
     return 0;
 }
 
+int bdev_file_open(const char *path, bool readonly, struct bdev **out)
+{
+    return file_open(path, readonly, false, out);
+}
+
+int bdev_file_open_in_pool(const char *path, bool readonly, struct bdev **out)
+{
+    return file_open(path, readonly, true, out);
+}
+
 static int fsync_parent_dir(const char *path)
 {
     char dir[4096];
@@ -538,13 +558,13 @@ static int fsync_parent_dir(const char *path)
     return rc;
 }
 
-int bdev_file_create(const char *path, uint64_t size, bool thick)
+static int file_create(const char *path, uint64_t size, bool thick, bool in_pool)
 {
     if (size > (uint64_t)INT64_MAX)
         return -EFBIG;
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = path_open(path, O_RDWR | O_CREAT | O_EXCL, 0600, in_pool);
     if (fd < 0) {
-        int e = errno;
+        int e = -fd;
         log_error("store: create %s: %s", path, strerror(e));
         return -e;
     }
@@ -564,11 +584,26 @@ int bdev_file_create(const char *path, uint64_t size, bool thick)
         rc = -errno;
     }
     close(fd);
-    if (rc == 0)
-        rc = fsync_parent_dir(path);
+    if (rc == 0) {
+        what = "fsync directory";
+        rc = in_pool ? poolfs_fsync_parent(path) : fsync_parent_dir(path);
+    }
     if (rc < 0) {
         log_error("store: %s %s: %s", what, path, strerror(-rc));
-        unlink(path);
+        if (in_pool)
+            poolfs_unlink(path);
+        else
+            unlink(path);
     }
     return rc;
+}
+
+int bdev_file_create(const char *path, uint64_t size, bool thick)
+{
+    return file_create(path, size, thick, false);
+}
+
+int bdev_file_create_in_pool(const char *path, uint64_t size, bool thick)
+{
+    return file_create(path, size, thick, true);
 }

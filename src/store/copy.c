@@ -1,5 +1,6 @@
 /* Reflink or sparse copies of volume files; see copy.h for the contract. */
 #include "store/copy.h"
+#include "store/poolfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -287,9 +288,9 @@ static int dir_of(const char *path, char *out, size_t outlen, const char **base)
 
 static int fsync_dir(const char *dir)
 {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = poolfs_open(dir, O_RDONLY | O_DIRECTORY, 0);
     if (fd < 0)
-        return -errno;
+        return fd;
     int rc = fsync(fd) < 0 ? -errno : 0;
     close(fd);
     return rc;
@@ -307,15 +308,16 @@ int store_clone_file_flags(const char *src, const char *dst, unsigned flags,
     int rc = dir_of(dst, dir, sizeof(dir), &base);
     if (rc < 0)
         return rc;
-    if (access(dst, F_OK) == 0)
+    struct stat dst_exists;
+    if (poolfs_stat(dst, &dst_exists) == 0)
         return -EEXIST;
     int n = snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.XXXXXX", dir, base);
     if (n < 0 || (size_t)n >= sizeof(tmp))
         return -ENAMETOOLONG;
 
-    int sfd = open(src, O_RDONLY | O_CLOEXEC);
+    int sfd = poolfs_open(src, O_RDONLY, 0);
     if (sfd < 0) {
-        rc = -errno;
+        rc = sfd;
         log_error("store: copy: open %s: %s", src, strerror(-rc));
         return rc;
     }
@@ -330,9 +332,9 @@ int store_clone_file_flags(const char *src, const char *dst, unsigned flags,
         close(sfd);
         return -EINVAL;
     }
-    int dfd = mkostemp(tmp, O_CLOEXEC);
+    int dfd = poolfs_mkstemp(tmp, 0);
     if (dfd < 0) {
-        rc = -errno;
+        rc = dfd;
         log_error("store: copy: create temp in %s: %s", dir, strerror(-rc));
         close(sfd);
         return rc;
@@ -375,12 +377,12 @@ int store_clone_file_flags(const char *src, const char *dst, unsigned flags,
         goto fail;
     }
     what = "rename";
-    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dst, RENAME_NOREPLACE) < 0) {
-        rc = -errno;
+    rc = poolfs_rename(tmp, dst, RENAME_NOREPLACE);
+    if (rc < 0) {
         if (rc == -EINVAL) { /* filesystem without NOREPLACE: link() refuses to replace */
-            rc = link(tmp, dst) < 0 ? -errno : 0;
+            rc = poolfs_link(tmp, dst);
             if (rc == 0)
-                unlink(tmp);
+                poolfs_unlink(tmp);
         }
         if (rc < 0)
             goto fail;
@@ -395,7 +397,7 @@ int store_clone_file_flags(const char *src, const char *dst, unsigned flags,
         /* The name may not survive a crash: report failure and leave
          * nothing behind, so a retry starts clean. */
         log_error("store: copy: fsync directory %s: %s", dir, strerror(-rc));
-        unlink(dst);
+        poolfs_unlink(dst);
     }
     return rc;
 
@@ -403,7 +405,7 @@ fail:
     log_error("store: copy %s → %s: %s: %s", src, dst, what, strerror(-rc));
     close(dfd);
     close(sfd);
-    unlink(tmp);
+    poolfs_unlink(tmp);
     free(c.buf);
     return rc;
 }
@@ -420,15 +422,15 @@ int store_rollback_file(const char *snap_path, const char *vol_path, unsigned fl
     if (reflinked)
         *reflinked = false;
     int rc;
-    int sfd = open(snap_path, O_RDONLY | O_CLOEXEC);
+    int sfd = poolfs_open(snap_path, O_RDONLY, 0);
     if (sfd < 0) {
-        rc = -errno;
+        rc = sfd;
         log_error("store: rollback: open %s: %s", snap_path, strerror(-rc));
         return rc;
     }
-    int dfd = open(vol_path, O_RDWR | O_CLOEXEC);
+    int dfd = poolfs_open(vol_path, O_RDWR, 0);
     if (dfd < 0) {
-        rc = -errno;
+        rc = dfd;
         log_error("store: rollback: open %s: %s", vol_path, strerror(-rc));
         close(sfd);
         return rc;
@@ -529,6 +531,8 @@ static int dst_has_data(int fd, uint64_t off, uint64_t len)
 static int read_full(int fd, char *p, size_t n, uint64_t off, size_t *got)
 {
     size_t done = 0;
+
+    *got = 0; /* set on every path, the error ones included */
     while (done < n) {
         ssize_t r = pread(fd, p + done, n - done, (off_t)(off + done));
         if (r < 0) {
@@ -648,15 +652,15 @@ int store_update_file(const char *src_path, const char *dst_path, unsigned flags
     int rc;
 
     memset(u.st, 0, sizeof(*u.st));
-    u.c.src = open(src_path, O_RDONLY | O_CLOEXEC);
+    u.c.src = poolfs_open(src_path, O_RDONLY, 0);
     if (u.c.src < 0) {
-        rc = -errno;
+        rc = u.c.src;
         log_error("store: update: open %s: %s", src_path, strerror(-rc));
         return rc;
     }
-    u.c.dst = open(dst_path, O_RDWR | O_CLOEXEC);
+    u.c.dst = poolfs_open(dst_path, O_RDWR, 0);
     if (u.c.dst < 0) {
-        rc = -errno;
+        rc = u.c.dst;
         log_error("store: update: open %s: %s", dst_path, strerror(-rc));
         close(u.c.src);
         return rc;

@@ -17,6 +17,11 @@
  * (volume_quiesce/volume_resume: writes wait, the file is synced); a
  * reflink is near-instant, a sparse copy holds the writes for its whole
  * duration.
+ *
+ * Confinement: every path given here must lie beneath a pool root
+ * registered with store/poolfs.h; the files are opened, created, renamed
+ * and removed through poolfs, so no symlink is ever followed (-ELOOP) and
+ * nothing outside the pool is touched (-EXDEV).
  */
 #ifndef BLOCKD_STORE_COPY_H
 #define BLOCKD_STORE_COPY_H

@@ -84,24 +84,26 @@ grep -q "err= 0" "$TMP/fio.out" || fail "fio reported errors"
 # Reads of a file that is not in the page cache complete asynchronously in
 # the io_uring engine (a completion that never woke the reactor once hung
 # the client right here), and return the file's bytes.
-head -c 32M /dev/urandom >"$TMP/cold.img"
-blockctl share nbd create --path "$TMP/cold.img" --name cold >/dev/null || fail "share cold"
+# (A path export names a file inside a pool: here the default pool's directory.)
+COLD=$STATE/pools/demo/cold.img
+head -c 32M /dev/urandom >"$COLD"
+blockctl share nbd create --path "$COLD" --name cold >/dev/null || fail "share cold"
 C=nbd://127.0.0.1:$NBD_PORT/cold
-sync "$TMP/cold.img"
-dd if="$TMP/cold.img" iflag=nocache count=0 status=none # drop it from the page cache
+sync "$COLD"
+dd if="$COLD" iflag=nocache count=0 status=none # drop it from the page cache
 timeout -k 5 60 fio --name=cold --ioengine=nbd --uri="$C" --rw=randread --bs=4k --iodepth=1 \
     --size=32M --runtime=2 --time_based --output="$TMP/cold.out" || fail "fio on a cold file hung or failed"
 grep -q "err= 0" "$TMP/cold.out" || fail "fio on a cold file reported errors"
-dd if="$TMP/cold.img" iflag=nocache count=0 status=none
+dd if="$COLD" iflag=nocache count=0 status=none
 timeout -k 5 60 nbdcopy "$C" "$TMP/cold.back" || fail "nbdcopy of a cold file"
-cmp -s "$TMP/cold.img" "$TMP/cold.back" || fail "cold file read back differs"
+cmp -s "$COLD" "$TMP/cold.back" || fail "cold file read back differs"
 blockctl share nbd delete cold >/dev/null || fail "share nbd delete cold"
 
 # Unix socket listener (set live), and the default export "".
-blockctl call nbd.global.update "[{\"unix_socket\": \"$TMP/nbd.sock\"}]" >/dev/null || fail "unix_socket"
+blockctl call nbd.global.update "[{\"unix_socket\": \"$STATE/nbd.sock\"}]" >/dev/null || fail "unix_socket"
 blockctl call nbd.export.create '[{"name": "", "dataset": "demo/vm1", "readonly": true}]' >/dev/null ||
     fail "default export"
-nbdinfo --size "nbd+unix:///vm1?socket=$TMP/nbd.sock" | grep -qx 67108864 || fail "unix socket"
+nbdinfo --size "nbd+unix:///vm1?socket=$STATE/nbd.sock" | grep -qx 67108864 || fail "unix socket"
 nbdinfo --size "nbd://127.0.0.1:$NBD_PORT" | grep -qx 67108864 || fail "default export"
 
 # list shows URIs; delete works; a deleted export refuses new connections.

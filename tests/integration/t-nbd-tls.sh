@@ -5,7 +5,9 @@
 # client without a certificate refused; tls=off refuses TLS sessions.
 . "$(dirname "$0")/lib.sh"
 need certtool nbdinfo nbdcopy python3 md5sum
-blockd_start
+# --allow-dir: the API may name the TLS files in $TMP/pki (docs/security.md).
+mkdir -p "$TMP/pki"
+blockd_start --allow-dir "$TMP/pki"
 
 pki=$TMP/pki
 mkdir -p "$pki/client" "$pki/nocert"

@@ -97,8 +97,8 @@ static void test_containers(void **state)
         "[]",
         "{}",
         "[[],{},[[]],{\"a\":{}}]",
-        "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":[{\"id\":1,\"target\":2,\"extent\":3,"
-        "\"lunid\":0},{\"id\":2,\"name\":\"x\\ny\",\"ro\":false,\"z\":null,\"r\":0.25}]}",
+        ("{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":[{\"id\":1,\"target\":2,\"extent\":3,"
+         "\"lunid\":0},{\"id\":2,\"name\":\"x\\ny\",\"ro\":false,\"z\":null,\"r\":0.25}]}"),
         "{\"z\":1,\"a\":2,\"m\":[1,\"two\",3.5,true]}", /* insertion order kept */
         "{\"k\\\"e\\ny\\u0001\":1}",
     };

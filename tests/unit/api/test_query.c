@@ -3,6 +3,7 @@
  * paths with indexes and "*", every option, and the errors. Runs through
  * a registered test method so the error shapes are the real ones.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 #include <cmocka.h>
 
 #include "api/api.h"
+#include "api/query_regex.h"
 
 static const char *rows_text =
     "["
@@ -458,6 +460,79 @@ static void test_options_misc(void **state)
     assert_invalid("[[], []]", "query-options", "dictionary");
 }
 
+/* Bounded regular expressions (issue #13 item 4): the size estimate, the
+ * refusals, and that accepted patterns still mean re.match. */
+static void expect_cost(const char *pat, uint64_t want)
+{
+    uint64_t c = 0;
+    char why[160] = "";
+    if (query_regex_cost(pat, strlen(pat), &c, why, sizeof(why)) != 0)
+        fail_msg("'%s' refused: %s", pat, why);
+    if (c != want)
+        fail_msg("'%s': cost %llu, want %llu", pat, (unsigned long long)c,
+                 (unsigned long long)want);
+}
+
+static void expect_refused(const char *pat, const char *why_part)
+{
+    uint64_t c = 0;
+    char why[160] = "";
+    if (query_regex_cost(pat, strlen(pat), &c, why, sizeof(why)) != -EINVAL)
+        fail_msg("'%s' accepted (cost %llu)", pat, (unsigned long long)c);
+    if (!strstr(why, why_part))
+        fail_msg("'%s': reason '%s' lacks '%s'", pat, why, why_part);
+}
+
+static void test_regex_bounds(void **state)
+{
+    (void)state;
+    expect_cost("abc", 3);
+    expect_cost("a*", 2);
+    expect_cost("a+", 3);
+    expect_cost("(ab)", 4);
+    expect_cost("a|b", 3);
+    expect_cost("a{10}", 11);
+    expect_cost("a{2,5}", 6);
+    expect_cost("a{3,}", 5);
+    expect_cost("(a{10}){10}", 131);
+    expect_cost("[a-z]{4}", 5);
+    expect_cost("[]a]", 1);
+    expect_cost("[[:alpha:]_]+", 3);
+    expect_cost("a{", 2);    /* a literal '{' */
+    expect_cost("x{,3}", 4); /* glibc: {0,3} */
+    expect_cost("x{,}", 2);  /* glibc: {0,} */
+    expect_cost("\\(", 1);   /* an escaped parenthesis is a literal */
+    expect_refused("(a{32767}){32767}", "too complex");
+    expect_refused("(((a{10}){10}){10})", "too complex");
+    expect_refused("a{1001}", "too complex");
+    expect_refused("(a{,32767}){,32767}", "too complex");
+    expect_refused("(.*){400}", "too complex");
+    expect_refused("(a)\\1", "back-references");
+    expect_refused("(a", "unbalanced");
+    expect_refused("a)|(b", "unbalanced");
+    expect_refused("[abc", "unterminated");
+    expect_refused("a{5,2}", "repetition count");
+    expect_refused("a\\", "trailing backslash");
+    char deep[80] = "";
+    for (int i = 0; i < 33; i++)
+        strcat(deep, "(");
+    expect_refused(deep, "nested too deeply");
+
+    /* Through the query engine: the exact pattern of the report is an
+     * EINVAL validation error (at once, nothing expanded), anchoring is
+     * re.match's, alternation at the top level stays anchored. */
+    assert_invalid(F("[[\"name\", \"~\", \"(a{32767}){32767}\"]]"), "query-filters.0",
+                   "too complex");
+    assert_invalid(F("[[\"name\", \"~\", \"(a)\\\\1\"]]"), "query-filters.0", "back-references");
+    ASSERT_IDS(F("[[\"name\", \"~\", \"vm|demo\"]]"), "1,2");
+    ASSERT_IDS(F("[[\"name\", \"~\", \"x|tank/Data\"]]"), "3");
+    /* Several patterns that are each fine but too much together. */
+    assert_invalid(F("[[\"name\", \"~\", \"a{900}\"], [\"name\", \"~\", \"a{900}\"], "
+                     "[\"name\", \"~\", \"a{900}\"], [\"name\", \"~\", \"a{900}\"], "
+                     "[\"name\", \"~\", \"a{900}\"]]"),
+                   "query-filters.4", "in all");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -478,6 +553,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_order_by, setup, teardown),
         cmocka_unit_test_setup_teardown(test_select, setup, teardown),
         cmocka_unit_test_setup_teardown(test_options_misc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_regex_bounds, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

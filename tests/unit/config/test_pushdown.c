@@ -113,6 +113,9 @@ static int setup_group(void **st)
     ok("zfs.snapshot.create", "[{\"dataset\":\"demo/a/b/vol\",\"name\":\"s2\"}]");
     ok("zfs.snapshot.create", "[{\"dataset\":\"demo/ab\",\"name\":\"s2\"}]");
     ok("zfs.snapshot.clone", "[{\"snapshot\":\"demo/ab@s2\",\"dataset_dst\":\"demo/a/clone\"}]");
+    /* inherited values come from ancestors a narrowed query does not build */
+    ok("pool.dataset.update", "[\"demo\",{\"atime\":\"OFF\",\"compression\":\"LZ4\"}]");
+    ok("pool.dataset.update", "[\"demo/a\",{\"compression\":\"ZSTD\",\"copies\":2}]");
     return 0;
 }
 
@@ -146,6 +149,11 @@ static void test_datasets(void **st)
         "[[[\"id\",\"=\",\"demo/a\"]],{\"extra\":{\"flat\":false}}]",
         "[[[\"id\",\"=\",\"demo\"]],{\"extra\":{\"flat\":false}}]",
         "[[[\"id\",\"=\",\"demo/a\"]],{\"extra\":{\"retrieve_children\":false}}]",
+        "[[[\"name\",\"=\",\"demo/a/b/vol\"]],{\"extra\":{\"flat\":false}}]",
+        "[[[\"name\",\"in\",[\"demo/a/b\",\"demo/z\"]]],{\"extra\":{\"flat\":false,"
+        "\"properties\":[],\"retrieve_children\":false,\"user_properties\":false}}]",
+        "[[[\"name\",\"^\",\"demo/a/\"]],{\"extra\":{\"flat\":false,"
+        "\"properties\":[\"atime\",\"compression\",\"copies\",\"dedup\"]}}]",
         "[[[\"id\",\"=\",\"demo/a\"]],{\"get\":true}]",
         "[[[\"id\",\"=\",\"demo/nope\"]],{\"get\":true}]",
         "[[[\"id\",\"in\",[\"demo/a\"]]],{\"count\":true}]",

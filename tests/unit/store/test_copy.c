@@ -20,6 +20,7 @@
 
 #include "core/iopool.h"
 #include "store/copy.h"
+#include "store/poolfs.h"
 #include "store/volume.h"
 
 #define SRC_SIZE (((uint64_t)10 << 20) + 123)
@@ -432,8 +433,9 @@ static void test_update_compare_and_write(void **state)
     assert_same_map(src, dst);
 
     /* 4. errors */
-    assert_int_equal(store_update_file("/nonexistent/x", dst, 0, NULL, NULL, NULL), -ENOENT);
-    assert_int_equal(store_update_file(src, "/nonexistent/y", 0, NULL, NULL, NULL), -ENOENT);
+    /* outside every pool root (store/poolfs.h): refused before any open */
+    assert_int_equal(store_update_file("/nonexistent/x", dst, 0, NULL, NULL, NULL), -EXDEV);
+    assert_int_equal(store_update_file(src, "/nonexistent/y", 0, NULL, NULL, NULL), -EXDEV);
     unlink(src);
     unlink(dst);
 }
@@ -446,6 +448,15 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
+    /* store/copy.c works beneath registered pool roots only (poolfs). */
+    char real[PATH_MAX];
+    if (!realpath(tmpdir, real) || poolfs_root_add(real) < 0) {
+        perror("poolfs_root_add");
+        return 1;
+    }
+    if (strlen(real) >= sizeof(tmpdir))
+        return 1;
+    memcpy(tmpdir, real, strlen(real) + 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sparse_copy_paths),
         cmocka_unit_test(test_copy_errors),
