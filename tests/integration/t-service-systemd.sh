@@ -5,7 +5,8 @@
 # RuntimeDirectory= paths, NOTIFY_SOCKET with WATCHDOG_USEC/WATCHDOG_PID,
 # JOURNAL_STREAM naming its stderr, --config FILE) is set by hand and a
 # small Python listener plays systemd's notify socket. Checks: READY=1,
-# periodic WATCHDOG=1 fed by the reactors, <N> priority prefixes instead
+# periodic WATCHDOG=1 fed by the reactors (none while one reactor thread is
+# frozen), <N> priority prefixes instead
 # of timestamps, state and socket where the unit puts them; SIGHUP
 # (ExecReload) applies log_level live without dropping an NBD session,
 # logs the keys that need a restart, refuses a broken file; config-file
@@ -113,6 +114,46 @@ n0=$(notes | grep -c 'WATCHDOG=1' || true)
 sleep 2
 n1=$(notes | grep -c 'WATCHDOG=1' || true)
 [ "$((n1 - n0))" -ge 2 ] || fail "only $((n1 - n0)) WATCHDOG=1 in 2 s"
+
+# A hung reactor stops the pings (systemd would restart blockd): freeze
+# one reactor thread alone (ptrace SEIZE + INTERRUPT stops only that
+# thread), then let it go and see the pings come back.
+cat >"$TMP/freeze.py" <<'PY'
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+tid, thaw = int(sys.argv[1]), sys.argv[2]
+PTRACE_DETACH, PTRACE_SEIZE, PTRACE_INTERRUPT, WALL = 17, 0x4206, 0x4207, 0x40000000
+if libc.ptrace(PTRACE_SEIZE, tid, None, None) != 0:
+    sys.exit("ptrace seize: %s" % os.strerror(ctypes.get_errno()))
+libc.ptrace(PTRACE_INTERRUPT, tid, None, None)
+os.waitpid(tid, WALL)
+open(sys.argv[3], "w").close()
+deadline = time.monotonic() + 60
+while not os.path.exists(thaw) and time.monotonic() < deadline:
+    time.sleep(0.05)
+libc.ptrace(PTRACE_DETACH, tid, None, None)
+PY
+rtid=
+for t in /proc/"$BLOCKD_PID"/task/*; do
+    [ "$(cat "$t/comm")" = reactor1 ] && rtid=${t##*/}
+done
+[ -n "$rtid" ] || fail "no reactor1 thread"
+python3 "$TMP/freeze.py" "$rtid" "$TMP/thaw" "$TMP/frozen" &
+freeze_pid=$!
+for _ in $(seq 200); do [ -f "$TMP/frozen" ] && break; sleep 0.05; done
+[ -f "$TMP/frozen" ] || fail "could not freeze reactor1"
+sleep 1 # a round already answered may still ping once
+n0=$(notes | grep -c 'WATCHDOG=1' || true)
+sleep 2
+n1=$(notes | grep -c 'WATCHDOG=1' || true)
+[ "$n1" = "$n0" ] || { touch "$TMP/thaw"; fail "$((n1 - n0)) WATCHDOG=1 while reactor1 was frozen"; }
+grep -q '^<4>watchdog: 1 reactor(s) (first: 1) did not answer' "$BLOCKD_LOG" ||
+    fail "the hung reactor was not logged"
+touch "$TMP/thaw"
+wait "$freeze_pid" || fail "freeze.py failed"
+wait_note 'WATCHDOG=1' "$(notes | wc -l)"
+grep -q '^<6>watchdog: every reactor answers again' "$BLOCKD_LOG" || fail "no recovery line"
 
 # An NBD session open across the reload.
 rm -f "$TMP/go"
