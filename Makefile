@@ -12,7 +12,8 @@ STATE      ?= ./var
 # Debian packages: build tools and libraries, then the real clients and peers
 # the tests and benchmarks drive.
 DEPS_BUILD = gcc meson ninja-build pkg-config python3 \
-             libjansson-dev libsqlite3-dev libcmocka-dev libgnutls28-dev liburing-dev libwslay-dev
+             libjansson-dev libsqlite3-dev libcmocka-dev libgnutls28-dev liburing-dev libwslay-dev \
+             libcrypt-dev
 DEPS_TEST  = libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
 #   make deb    build the Debian package into build-deb/ (scripts/make-deb.sh)

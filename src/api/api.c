@@ -147,6 +147,10 @@ const char *api_errno_name(int errnum)
 {
     if (errnum < 0)
         errnum = -errnum;
+    /* glibc names 95 EOPNOTSUPP; TrueNAS (Python's errno.errorcode) and
+     * its clients say ENOTSUP. */
+    if (errnum == ENOTSUP)
+        return "ENOTSUP";
     const char *n = strerrorname_np(errnum);
     return n ? n : "EFAULT";
 }
@@ -331,6 +335,9 @@ static int call_run(struct api_call *call, const struct api_method *m, json_t *p
     *result = NULL;
     if (call->client && !call->client->authenticated && !(m->flags & API_NO_AUTH))
         return api_error(call, EACCES, "Not authenticated");
+    if ((m->flags & API_LOCAL_ONLY) && call->client && !call->client->local)
+        return api_error(call, EPERM, "%s is only available on the local API socket (blockctl)",
+                         m->name);
     int rc = m->fn(call, params, result);
     if (rc == 0 && call->code == 0 && !api_has_verrs(call)) {
         if (!*result)
@@ -434,7 +441,7 @@ json_t *api_handle_request(json_t *req, const char *peer)
 {
     if (!peer)
         return api_handle_request_client(req, NULL);
-    struct api_client local = {.peer = peer, .authenticated = true};
+    struct api_client local = {.peer = peer, .authenticated = true, .local = true};
     return api_handle_request_client(req, &local);
 }
 
@@ -504,7 +511,7 @@ char *api_handle_text_client(const char *text, size_t len, struct api_client *cl
 
 char *api_handle_text(const char *text, size_t len, const char *peer)
 {
-    struct api_client local = {.peer = peer ? peer : "local", .authenticated = true};
+    struct api_client local = {.peer = peer ? peer : "local", .authenticated = true, .local = true};
     return api_handle_text_client(text, len, &local);
 }
 

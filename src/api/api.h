@@ -35,8 +35,9 @@ struct api_call;
 typedef int (*api_handler_fn)(struct api_call *call, json_t *params, json_t **result);
 
 enum api_method_flags {
-    API_NO_AUTH = 1u << 0, /* allowed before login on remote transports */
-    API_WAITS = 1u << 1,   /* may wait for other calls or jobs (core.job_wait) */
+    API_NO_AUTH = 1u << 0,    /* allowed before login on remote transports */
+    API_WAITS = 1u << 1,      /* may wait for other calls or jobs (core.job_wait) */
+    API_LOCAL_ONLY = 1u << 2, /* only on the local Unix socket (account.*): EPERM elsewhere */
 };
 
 struct api_method {
@@ -110,6 +111,10 @@ struct api_client {
      * core.subscribe (the event list must not outlive them). */
     bool jobs_wait;
     bool closes_notified;
+    /* The local administrator (the 0600 Unix socket): set by that
+     * transport only, so a new transport is remote unless it says
+     * otherwise. Methods flagged API_LOCAL_ONLY refuse other clients. */
+    bool local;
 };
 
 /* True when req (a parsed request; NULL allowed) is one call that cannot

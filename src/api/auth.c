@@ -14,13 +14,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/account.h"
 #include "api/validate.h"
 #include "config/db.h"
 #include "core/log.h"
+#include "core/ratelimit.h"
 #include "core/util.h"
 
 #define KEY_MAX_LEN 256
-#define RATE_SLOTS 256
 
 static const char schema[] = "CREATE TABLE IF NOT EXISTS api_key ("
                              " id INTEGER PRIMARY KEY AUTOINCREMENT,"
@@ -32,24 +33,19 @@ static const char schema[] = "CREATE TABLE IF NOT EXISTS api_key ("
 
 /* What a logged-in connection remembers (client->auth). */
 struct auth_session {
-    int64_t key_id;
-    unsigned gen; /* auth_gen when last checked */
-    char name[201];
+    bool password;                /* logged in with a password (else an API key) */
+    int64_t key_id;               /* API key */
+    char name[201];               /* API key name */
+    struct account_login account; /* password */
+    unsigned gen;                 /* auth_gen when last checked */
     char username[65];
 };
 
-/* Bumped by api_key.delete so sessions re-check their key. */
+/* Bumped by api_key.delete and account changes so sessions re-check. */
 static atomic_uint auth_gen;
 /* Guards every client's ->auth: a connection's calls run on several
  * worker threads at once (login, logout, checks). Taken before db_lock. */
 static pthread_mutex_t session_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static uint64_t now_monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static int64_t now_wall_ms(void)
 {
@@ -132,84 +128,29 @@ void auth_peer_address(const char *peer, char *buf, size_t len)
     snprintf(buf, len, "%.*s", (int)n, p);
 }
 
-/* ---- rate limiter ---- */
+/* ---- rate limiter (core/ratelimit.h, one table for every API login) ---- */
 
-struct rate_slot {
-    char addr[64];
-    unsigned fails;
-    uint64_t window_start;
-    uint64_t blocked_until;
-    uint64_t last_seen;
-};
-
-static struct {
-    pthread_mutex_t lock;
-    struct rate_slot slots[RATE_SLOTS];
-} rate = {.lock = PTHREAD_MUTEX_INITIALIZER};
-
-/* The slot of addr, or NULL; with create, a fresh or the stalest slot. */
-static struct rate_slot *rate_slot(const char *addr, bool create)
-{
-    struct rate_slot *oldest = NULL;
-    for (size_t i = 0; i < RATE_SLOTS; i++) {
-        struct rate_slot *s = &rate.slots[i];
-        if (s->addr[0] && strcmp(s->addr, addr) == 0)
-            return s;
-        if (!oldest || (!s->addr[0] && oldest->addr[0]) ||
-            (s->addr[0] && oldest->addr[0] && s->last_seen < oldest->last_seen))
-            oldest = s;
-    }
-    if (!create)
-        return NULL;
-    memset(oldest, 0, sizeof(*oldest));
-    snprintf(oldest->addr, sizeof(oldest->addr), "%s", addr);
-    return oldest;
-}
+static struct ratelimit login_rl =
+    RATELIMIT_INIT(AUTH_FAIL_MAX, AUTH_FAIL_WINDOW_MS, AUTH_BLOCK_MS);
 
 bool auth_rate_allowed(const char *addr, uint64_t now_ms)
 {
-    pthread_mutex_lock(&rate.lock);
-    struct rate_slot *s = rate_slot(addr, false);
-    bool ok = !s || s->blocked_until <= now_ms;
-    pthread_mutex_unlock(&rate.lock);
-    return ok;
+    return ratelimit_allowed(&login_rl, addr, now_ms);
 }
 
 bool auth_rate_failed(const char *addr, uint64_t now_ms)
 {
-    pthread_mutex_lock(&rate.lock);
-    struct rate_slot *s = rate_slot(addr, true);
-    s->last_seen = now_ms;
-    if (s->fails == 0 || now_ms - s->window_start > AUTH_FAIL_WINDOW_MS) {
-        s->window_start = now_ms;
-        s->fails = 0;
-    }
-    bool blocked = false;
-    if (++s->fails >= AUTH_FAIL_MAX && s->blocked_until <= now_ms) {
-        s->blocked_until = now_ms + AUTH_BLOCK_MS;
-        s->fails = 0;
-        blocked = true;
-    }
-    pthread_mutex_unlock(&rate.lock);
-    return blocked;
+    return ratelimit_failed(&login_rl, addr, now_ms);
 }
 
 void auth_rate_succeeded(const char *addr)
 {
-    pthread_mutex_lock(&rate.lock);
-    struct rate_slot *s = rate_slot(addr, false);
-    if (s && s->blocked_until == 0)
-        memset(s, 0, sizeof(*s));
-    else if (s)
-        s->fails = 0;
-    pthread_mutex_unlock(&rate.lock);
+    ratelimit_succeeded(&login_rl, addr);
 }
 
 void auth_rate_reset(void)
 {
-    pthread_mutex_lock(&rate.lock);
-    memset(rate.slots, 0, sizeof(rate.slots));
-    pthread_mutex_unlock(&rate.lock);
+    ratelimit_reset(&login_rl);
 }
 
 /* ---- rows ---- */
@@ -412,7 +353,7 @@ static int key_delete(struct api_call *call, json_t *params, json_t **result)
         return api_error(call, rc, "cannot delete API key %" PRId64, id);
     if (changes == 0)
         return api_error(call, ENOENT, "API key %" PRId64 " does not exist", id);
-    atomic_fetch_add(&auth_gen, 1);
+    api_auth_sessions_changed();
     log_info("auth: %s: API key %" PRId64 " deleted", api_call_peer(call), id);
     *result = json_true();
     return 0;
@@ -452,6 +393,66 @@ static struct auth_session *key_lookup(const char *key)
     return s;
 }
 
+/* The account's session if username/password match (a new struct), else
+ * NULL; *err set to a -errno when the check itself failed. */
+static struct auth_session *password_lookup(const char *username, const char *password, int *err)
+{
+    struct account_login login;
+    *err = 0;
+    unsigned gen = atomic_load(&auth_gen);
+    int rc = account_verify(username, password, &login);
+    if (rc != 1) {
+        *err = rc < 0 ? rc : 0;
+        return NULL;
+    }
+    struct auth_session *s = calloc(1, sizeof(*s));
+    if (!s) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    s->password = true;
+    s->account = login;
+    snprintf(s->username, sizeof(s->username), "%s", login.username);
+    s->gen = gen;
+    return s;
+}
+
+/* Make s the session of call's client (takes s). A trusted local client
+ * (authenticated, no session) stays as it is. */
+static void session_install(struct api_call *call, struct auth_session *s)
+{
+    struct api_client *client = api_call_client(call);
+    pthread_mutex_lock(&session_lock);
+    if (client && (!client->authenticated || client->auth)) {
+        free(client->auth);
+        client->auth = s;
+        client->authenticated = true;
+    } else {
+        free(s);
+    }
+    pthread_mutex_unlock(&session_lock);
+}
+
+/* Shared by every login method: -1 with EBUSY set while the caller's
+ * address is blocked; else 0 with *addr filled. */
+static int login_gate(struct api_call *call, char *addr, size_t len)
+{
+    const char *peer = api_call_peer(call);
+    auth_peer_address(peer, addr, len);
+    if (!auth_rate_allowed(addr, ratelimit_now_ms())) {
+        log_warn("auth: %s: login refused: too many failed logins from %s", peer, addr);
+        return api_error(call, EBUSY, "Rate Limit Exceeded");
+    }
+    return 0;
+}
+
+static void login_failed(struct api_call *call, const char *addr, const char *what)
+{
+    bool blocked = auth_rate_failed(addr, ratelimit_now_ms());
+    log_warn("auth: %s: login with %s refused%s", api_call_peer(call), what,
+             blocked ? "; address blocked for 30 s after repeated failures" : "");
+}
+
 /*
  * Check key for call's client: 1 logged in, 0 wrong key, -1 error set
  * (rate limit, bad input).
@@ -462,38 +463,71 @@ static int login_key(struct api_call *call, json_t *jkey, const char *field)
         api_verr(call, field, EINVAL, "Input should be a valid string");
         return api_invalid(call);
     }
-    const char *peer = api_call_peer(call);
     char addr[64];
-    auth_peer_address(peer, addr, sizeof(addr));
-    uint64_t now = now_monotonic_ms();
-    if (!auth_rate_allowed(addr, now)) {
-        log_warn("auth: %s: login refused: too many failed logins from %s", peer, addr);
-        return api_error(call, EBUSY, "Rate Limit Exceeded");
-    }
+    if (login_gate(call, addr, sizeof(addr)) < 0)
+        return -1;
     const char *key = json_string_value(jkey);
     struct auth_session *s = NULL;
     if (json_string_length(jkey) <= KEY_MAX_LEN && strlen(key) == json_string_length(jkey))
         s = key_lookup(key);
     if (!s) {
-        bool blocked = auth_rate_failed(addr, now);
-        log_warn("auth: %s: login with an invalid API key refused%s", peer,
-                 blocked ? "; address blocked for 30 s after repeated failures" : "");
+        login_failed(call, addr, "an invalid API key");
         return 0;
     }
     auth_rate_succeeded(addr);
-    struct api_client *client = api_call_client(call);
-    /* A trusted local client (authenticated, no session) stays as it is. */
     int64_t key_id = s->key_id;
-    pthread_mutex_lock(&session_lock);
-    if (client && (!client->authenticated || client->auth)) {
-        free(client->auth);
-        client->auth = s;
-        client->authenticated = true;
-    } else {
-        free(s);
+    session_install(call, s);
+    log_info("auth: %s: logged in with API key %" PRId64, api_call_peer(call), key_id);
+    return 1;
+}
+
+/*
+ * Check username/password for call's client: 1 logged in, 0 wrong, -1
+ * error set (rate limit, bad input, hash failure). The hash blocks this
+ * API thread ~100 ms (never a reactor: docs/threads.md).
+ */
+static int login_password(struct api_call *call, json_t *juser, json_t *jpw, const char *prefix)
+{
+    char f[96];
+    if (!json_is_string(juser)) {
+        snprintf(f, sizeof(f), "%s.username", prefix);
+        api_verr(call, f, EINVAL, "Input should be a valid string");
     }
-    pthread_mutex_unlock(&session_lock);
-    log_info("auth: %s: logged in with API key %" PRId64, peer, key_id);
+    if (!json_is_string(jpw)) {
+        snprintf(f, sizeof(f), "%s.password", prefix);
+        api_verr(call, f, EINVAL, "Input should be a valid string");
+    }
+    if (api_has_verrs(call))
+        return api_invalid(call);
+    char addr[64];
+    if (login_gate(call, addr, sizeof(addr)) < 0)
+        return -1;
+    const char *user = json_string_value(juser);
+    const char *pw = json_string_value(jpw);
+    /* Counted as a failure before the hash, and forgotten on success:
+     * pipelined attempts from one address (each on its own worker) would
+     * otherwise all pass the gate before the first one failed, and each
+     * cost a hash. A right password forgives it (and its address). */
+    bool blocked = auth_rate_failed(addr, ratelimit_now_ms());
+    struct auth_session *s = NULL;
+    int err = 0;
+    /* Over-long or NUL-carrying input cannot match: no hash for it. */
+    if (json_string_length(jpw) <= ACCOUNT_PASSWORD_MAX && strlen(pw) == json_string_length(jpw) &&
+        strlen(user) == json_string_length(juser))
+        s = password_lookup(user, pw, &err);
+    if (err < 0)
+        return api_error(call, err, "cannot check the password");
+    if (!s) {
+        log_warn("auth: %s: login with a wrong password for user '%.32s' refused%s",
+                 api_call_peer(call), account_name_valid(user) ? user : "?",
+                 blocked ? "; address blocked for 30 s after repeated failures" : "");
+        return 0;
+    }
+    ratelimit_forgive(&login_rl, addr); /* the attempt counted above was right */
+    char name[sizeof(s->username)];
+    memcpy(name, s->username, sizeof(name));
+    session_install(call, s);
+    log_info("auth: %s: logged in with the password of account %s", api_call_peer(call), name);
     return 1;
 }
 
@@ -502,6 +536,25 @@ static int auth_login_with_api_key(struct api_call *call, json_t *params, json_t
     if (api_check_arity(call, params, 1) < 0)
         return api_invalid(call);
     int rc = login_key(call, api_param(params, 0), "auth.login_with_api_key.api_key");
+    if (rc < 0)
+        return -1;
+    *result = json_boolean(rc == 1);
+    return 0;
+}
+
+/* auth.login(username, password, otp_token=null): blockd has no second
+ * factor, so otp_token is accepted and ignored, as TrueNAS does for an
+ * account without 2FA. */
+static int auth_login(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 3) < 0)
+        return api_invalid(call);
+    json_t *otp = api_param(params, 2);
+    if (otp && !json_is_string(otp)) {
+        api_verr(call, "auth.login.otp_token", EINVAL, "Input should be a valid string");
+        return api_invalid(call);
+    }
+    int rc = login_password(call, api_param(params, 0), api_param(params, 1), "auth.login");
     if (rc < 0)
         return -1;
     *result = json_boolean(rc == 1);
@@ -517,16 +570,23 @@ static json_t *me_object(struct api_client *client)
         s = &copy;
     }
     pthread_mutex_unlock(&session_lock);
-    json_t *me =
-        json_pack("{s:s, s:i, s:i, s:s, s:s, s:s, s:[i], s:b, s:s, s:{}, s:{s:[s]}}", "pw_name",
-                  s ? s->username : "root", "pw_uid", 0, "pw_gid", 0, "pw_gecos", "root", "pw_dir",
-                  "/root", "pw_shell", "/bin/sh", "grouplist", 0, "local", 1, "source", "LOCAL",
-                  "attributes", "privilege", "roles", "FULL_ADMIN");
-    json_object_set_new(me, "account_attributes",
-                        s ? json_pack("[s, s]", "LOCAL", "API_KEY") : json_pack("[s]", "LOCAL"));
+    /* Every blockd login is a full administrator: the root identity with
+     * the name the login used (TrueNAS's AuthUserInfo fields). */
+    const char *name = s ? s->username : "root";
+    json_t *me = json_pack(
+        "{s:s, s:i, s:i, s:s, s:s, s:s, s:[i], s:n, s:b, s:s, s:{}, s:{s:b, s:i, s:i}, s:{s:[s]}}",
+        "pw_name", name, "pw_uid", 0, "pw_gid", 0, "pw_gecos", name, "pw_dir", "/root", "pw_shell",
+        "/bin/sh", "grouplist", 0, "sid", "local", 1, "source", "LOCAL", "attributes",
+        "two_factor_config", "secret_configured", 0, "interval", 30, "otp_digits", 6, "privilege",
+        "roles", "FULL_ADMIN");
+    json_t *attrs = json_pack("[s]", "LOCAL");
+    if (s && !s->password)
+        json_array_append_new(attrs, json_string("API_KEY"));
+    json_object_set_new(me, "account_attributes", attrs);
     json_object_set_new(me, "api_key",
-                        s ? json_pack("{s:I, s:s}", "id", (json_int_t)s->key_id, "name", s->name)
-                          : json_null());
+                        s && !s->password
+                            ? json_pack("{s:I, s:s}", "id", (json_int_t)s->key_id, "name", s->name)
+                            : json_null());
     return me;
 }
 
@@ -540,20 +600,28 @@ static int auth_login_ex(struct api_call *call, json_t *params, json_t **result)
         return api_invalid(call);
     }
     const char *mech = json_string_value(json_object_get(data, "mechanism"));
-    if (!mech || strcmp(mech, "API_KEY_PLAIN") != 0) {
+    int rc;
+    if (mech && strcmp(mech, "API_KEY_PLAIN") == 0) {
+        rc = login_key(call, json_object_get(data, "api_key"), "auth.login_ex.login_data.api_key");
+    } else if (mech && strcmp(mech, "PASSWORD_PLAIN") == 0) {
+        rc = login_password(call, json_object_get(data, "username"),
+                            json_object_get(data, "password"), "auth.login_ex.login_data");
+    } else {
         api_verr(call, "auth.login_ex.login_data.mechanism", ENOTSUP,
-                 "only API_KEY_PLAIN is supported");
+                 "only API_KEY_PLAIN and PASSWORD_PLAIN are supported");
         return api_invalid(call);
     }
-    int rc = login_key(call, json_object_get(data, "api_key"), "auth.login_ex.login_data.api_key");
     if (rc < 0)
         return -1;
     if (rc == 0) {
         *result = json_pack("{s:s}", "response_type", "AUTH_ERR");
         return 0;
     }
+    json_t *opts = json_object_get(data, "login_options");
+    json_t *ui = json_is_object(opts) ? json_object_get(opts, "user_info") : NULL;
     *result = json_pack("{s:s, s:o, s:s}", "response_type", "SUCCESS", "user_info",
-                        me_object(api_call_client(call)), "authenticator", "LEVEL_1");
+                        json_is_false(ui) ? json_null() : me_object(api_call_client(call)),
+                        "authenticator", "LEVEL_1");
     return 0;
 }
 
@@ -581,6 +649,23 @@ static int auth_logout(struct api_call *call, json_t *params, json_t **result)
     return 0;
 }
 
+/* Does s's credential still exist (the DB is not locked)? */
+static bool session_current(const struct auth_session *s)
+{
+    if (s->password)
+        return account_current(&s->account);
+    bool exists = false;
+    db_lock();
+    sqlite3_stmt *st = NULL;
+    if (db_prepare("SELECT 1 FROM api_key WHERE id = ?", &st) == 0) {
+        sqlite3_bind_int64(st, 1, s->key_id);
+        exists = sqlite3_step(st) == SQLITE_ROW;
+        sqlite3_finalize(st);
+    }
+    db_unlock();
+    return exists;
+}
+
 void api_auth_client_check(struct api_client *client)
 {
     if (!client)
@@ -592,26 +677,21 @@ void api_auth_client_check(struct api_client *client)
         pthread_mutex_unlock(&session_lock);
         return;
     }
-    bool exists = false;
-    db_lock();
-    sqlite3_stmt *st = NULL;
-    if (db_prepare("SELECT 1 FROM api_key WHERE id = ?", &st) == 0) {
-        sqlite3_bind_int64(st, 1, s->key_id);
-        exists = sqlite3_step(st) == SQLITE_ROW;
-        sqlite3_finalize(st);
-    }
-    db_unlock();
-    if (exists) {
+    if (session_current(s)) {
         s->gen = gen;
         pthread_mutex_unlock(&session_lock);
         return;
     }
-    int64_t key_id = s->key_id;
+    char what[160];
+    if (s->password)
+        snprintf(what, sizeof(what), "account %s was deleted or its password changed", s->username);
+    else
+        snprintf(what, sizeof(what), "API key %" PRId64 " was deleted", s->key_id);
     free(client->auth);
     client->auth = NULL;
     client->authenticated = false;
     pthread_mutex_unlock(&session_lock);
-    log_info("auth: %s: API key %" PRId64 " was deleted; logged out", client->peer, key_id);
+    log_info("auth: %s: %s; logged out", client->peer, what);
 }
 
 void api_auth_client_release(struct api_client *client)
@@ -633,15 +713,25 @@ static const struct api_method auth_methods[] = {
     {"api_key.delete", "[id]", "Delete an API key; its sessions are logged out.", key_delete, 0},
     {"auth.login_with_api_key", "[api_key]", "Log this connection in; returns true or false.",
      auth_login_with_api_key, API_NO_AUTH},
-    {"auth.login_ex", "[{mechanism: \"API_KEY_PLAIN\", api_key}]",
+    {"auth.login", "[username, password, otp_token?]",
+     "Log this connection in with a local account's password; returns true or false.", auth_login,
+     API_NO_AUTH},
+    {"auth.login_ex",
+     "[{mechanism: \"API_KEY_PLAIN\"|\"PASSWORD_PLAIN\", username?, api_key|password}]",
      "Log in (TrueNAS login_ex shape); returns {response_type, user_info}.", auth_login_ex,
      API_NO_AUTH},
     {"auth.me", "[]", "The logged-in identity.", auth_me, 0},
     {"auth.logout", "[]", "End this connection's login.", auth_logout, 0},
 };
 
+void api_auth_sessions_changed(void)
+{
+    atomic_fetch_add(&auth_gen, 1);
+}
+
 void api_auth_init(void)
 {
+    account_init();
     db_register_schema(schema);
     api_register(auth_methods, ARRAY_SIZE(auth_methods));
 }

@@ -2,8 +2,10 @@
  * API keys and logins for the remote (WebSocket) transport.
  *
  * Methods: api_key.create {name} → the key, shown once; api_key.query;
- * api_key.delete [id]; auth.login_with_api_key [key] → bool; auth.login_ex
- * {mechanism: "API_KEY_PLAIN", api_key}; auth.me; auth.logout.
+ * api_key.delete [id]; auth.login_with_api_key [key] → bool;
+ * auth.login [username, password, otp_token?] → bool (local accounts,
+ * api/account.h); auth.login_ex {mechanism: "API_KEY_PLAIN" | "PASSWORD_PLAIN",
+ * …}; auth.me; auth.logout.
  *
  * Keys are "<id>-<64 random alphanumerics>" (~380 bits from gnutls_rnd).
  * Only SHA-256(key) is stored: with that much entropy there is no
@@ -11,10 +13,10 @@
  * login milliseconds and add nothing; the hash is looked up by its unique
  * index. api_key.query never returns the key or its hash.
  *
- * Failed logins are logged with the peer and rate-limited per source
- * address: AUTH_FAIL_MAX failures within AUTH_FAIL_WINDOW_MS block that
- * address for AUTH_BLOCK_MS; while blocked every login is refused with
- * -32001 EBUSY "Rate Limit Exceeded" (the TrueNAS error), even a correct key.
+ * Failed logins (keys and passwords alike) are logged with the peer and
+ * rate-limited per source address (core/ratelimit.h): AUTH_FAIL_MAX failures within
+ * AUTH_FAIL_WINDOW_MS block that address for AUTH_BLOCK_MS; while blocked every login is refused
+ * with -32001 EBUSY "Rate Limit Exceeded" (the TrueNAS error), even a correct key.
  *
  * Start-up: api_auth_init() before db_open() (schema + methods).
  * Threads: handlers run on API threads; everything here is thread-safe.
@@ -44,6 +46,10 @@ void api_auth_init(void);
  */
 void api_auth_client_check(struct api_client *client);
 void api_auth_client_release(struct api_client *client);
+
+/* A credential was deleted or changed (API key, account password): every
+ * session re-checks its own at its next call. Any thread. */
+void api_auth_sessions_changed(void);
 
 /* ---- pure parts, exposed for unit tests ---- */
 

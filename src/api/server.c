@@ -268,6 +268,7 @@ static void accept_one(int fd, const struct sockaddr *addr, socklen_t addrlen)
     memcpy(c->peer, peer, sizeof(c->peer));
     c->api.peer = c->peer;
     c->api.authenticated = true; /* the socket is 0600: local admin only */
+    c->api.local = true;
     c->api.transport = c;
     c->api.send = client_send;
     c->api.closes_notified = true; /* jobs_client_closed() on disconnect: may subscribe */

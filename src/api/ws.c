@@ -43,8 +43,11 @@
 #include "api/auth.h"
 #include "api/jobs.h"
 #include "api/jsonw.h"
+#include "core/admit.h"
 #include "core/log.h"
 #include "core/util.h"
+
+static struct admit_gate ws_gate = ADMIT_GATE_INIT("api-ws", API_WS_MAX_CLIENTS);
 
 static const char ws_guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
@@ -86,6 +89,9 @@ struct ws_client {
     bool rx_drained;
     char peer[80];
     struct api_client api;
+    /* admission: pending until authenticated, which must happen by then */
+    struct admit_ticket ticket;
+    int64_t auth_deadline_ms;
 };
 
 static struct {
@@ -391,8 +397,8 @@ static int http_upgrade(struct ws_client *c, int64_t deadline)
         ssize_t n = io_recv(c, buf + len, API_WS_MAX_HEADER - len);
         if (n == -EAGAIN) {
             if (wait_fd(c->fd, POLLIN, deadline) < 0) {
-                log_info("api: %s: no complete HTTP request within %d ms", c->peer,
-                         API_WS_HANDSHAKE_MS);
+                admit_log(&ws_gate, "api: %s: no complete HTTP request within %u s, closing",
+                          c->peer, admit_handshake_timeout_s());
                 free(buf);
                 return -ETIMEDOUT;
             }
@@ -817,9 +823,31 @@ static void request_dispatch(struct ws_client *c, struct rx_msg *m)
 
 /* ---- the connection ---- */
 
+/* Poll timeout for the connection: until its authentication deadline while
+ * it has not logged in (then -2: drop it), forever after. */
+static int auth_wait_ms(struct ws_client *c)
+{
+    if (!c->ticket.pending)
+        return -1;
+    if (__atomic_load_n(&c->api.authenticated, __ATOMIC_ACQUIRE)) {
+        admit_promote(&c->ticket);
+        return -1;
+    }
+    int64_t left = c->auth_deadline_ms - mono_ms();
+    if (left <= 0) {
+        admit_log(&ws_gate, "api: %s: not authenticated within %u s, closing", c->peer,
+                  admit_handshake_timeout_s());
+        return -2;
+    }
+    return (int)left;
+}
+
 static void client_loop(struct ws_client *c)
 {
     for (;;) {
+        int wait_ms = auth_wait_ms(c);
+        if (wait_ms == -2)
+            break;
         pthread_mutex_lock(&c->lock);
         if (c->too_big && !c->draining && wslay_event_get_queued_msg_count(c->ws) == 0) {
             /* The error text (queued by cb_frame_start) is out: now close
@@ -841,14 +869,17 @@ static void client_loop(struct ws_client *c)
             {.fd = c->fd, .events = (short)((want_read ? POLLIN : 0) | (want_write ? POLLOUT : 0))},
             {.fd = c->wake_fd, .events = POLLIN},
         };
+        int n = 1;
         if (c->pre)
             fds[0].revents = POLLIN; /* buffered bytes: no need to wait */
-        else if (poll(fds, 2, -1) < 0) {
+        else if ((n = poll(fds, 2, wait_ms)) < 0) {
             if (errno == EINTR)
                 continue;
             log_error("api: %s: poll: %s", c->peer, strerror(errno));
             break;
         }
+        if (n == 0)
+            continue; /* the authentication deadline: auth_wait_ms decides */
         if (fds[1].revents & POLLIN) {
             uint64_t v;
             ssize_t r = read(c->wake_fd, &v, sizeof(v));
@@ -936,13 +967,14 @@ static void client_remove(struct ws_client *c)
     srv.nclients--;
     pthread_cond_broadcast(&srv.idle);
     pthread_mutex_unlock(&srv.lock);
+    admit_release(&c->ticket);
 }
 
 static void *client_thread(void *arg)
 {
     struct ws_client *c = arg;
     api_thread_background();
-    int64_t deadline = mono_ms() + API_WS_HANDSHAKE_MS;
+    int64_t deadline = c->auth_deadline_ms;
     int rc = 0;
     if (srv.x509)
         rc = tls_handshake(c, deadline);
@@ -989,7 +1021,6 @@ static void reject_busy(int fd, const char *peer)
 {
     static const char msg[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
                               "Connection: close\r\n\r\n";
-    log_warn("api: %s: refused: %d WebSocket connections already", peer, API_WS_MAX_CLIENTS);
     /* Plain text even on a TLS port: the peer sees a failed handshake. */
     ssize_t w = send(fd, msg, sizeof(msg) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
     (void)w;
@@ -1006,19 +1037,28 @@ static void accept_one(int fd, const struct sockaddr *sa, socklen_t sl)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 
+    struct admit_ticket ticket;
+    if (admit_try(&ws_gate, sa, sl, peer, &ticket) < 0) {
+        reject_busy(fd, peer);
+        return;
+    }
     pthread_mutex_lock(&srv.lock);
-    if (srv.nclients >= API_WS_MAX_CLIENTS || srv.stopping) {
+    if (srv.stopping) {
         pthread_mutex_unlock(&srv.lock);
+        admit_release(&ticket);
         reject_busy(fd, peer);
         return;
     }
     struct ws_client *c = calloc(1, sizeof(*c));
     if (!c) {
         pthread_mutex_unlock(&srv.lock);
+        admit_release(&ticket);
         log_error("api: %s: out of memory", peer);
         close(fd);
         return;
     }
+    c->ticket = ticket;
+    c->auth_deadline_ms = mono_ms() + (int64_t)admit_handshake_timeout_s() * 1000;
     c->fd = fd;
     c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     pthread_mutex_init(&c->lock, NULL);
@@ -1039,6 +1079,7 @@ static void accept_one(int fd, const struct sockaddr *sa, socklen_t sl)
     if (rc != 0) {
         pthread_mutex_unlock(&srv.lock);
         log_error("api: %s: cannot start a connection thread: %s", peer, strerror(rc));
+        admit_release(&c->ticket);
         client_free(c);
         return;
     }

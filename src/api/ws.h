@@ -13,11 +13,13 @@
  * API_WS_MAX_INFLIGHT per connection at once (the reader then waits, so TCP
  * pushes back), and responses go out as they finish, matched by id.
  *
- * Limits: API_WS_MAX_CLIENTS connections (one more gets HTTP 503); a
- * message over API_MAX_REQUEST gets a -32600 error text and the connection
- * is closed with status 1009; a client that lets more than
- * API_WS_MAX_QUEUED bytes of replies pile up is disconnected; the
- * handshake must complete in API_WS_HANDSHAKE_MS.
+ * Limits: API_WS_MAX_CLIENTS connections, of which those not yet
+ * authenticated are capped in all and per address (core/admit.h; one more
+ * gets HTTP 503); a message over API_MAX_REQUEST gets a -32600 error text
+ * and the connection is closed with status 1009; a client that lets more
+ * than API_WS_MAX_QUEUED bytes of replies pile up is disconnected; the TLS
+ * and HTTP handshake and then auth.login_with_api_key must complete within
+ * the handshake deadline (--handshake-timeout) from accept.
  *
  * Authentication: connections start unauthenticated (only API_NO_AUTH
  * methods answer; see auth.h).
@@ -30,7 +32,7 @@
 #define API_WS_MAX_CLIENTS 64
 #define API_WS_MAX_INFLIGHT 20
 #define API_WS_MAX_QUEUED (64u * 1024 * 1024)
-#define API_WS_HANDSHAKE_MS 10000
+#define API_WS_HANDSHAKE_MS 10000 /* drain after an oversized message */
 #define API_WS_MAX_HEADER 8192
 
 /*

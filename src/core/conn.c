@@ -15,7 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
+
+#include <linux/sockios.h>
 
 #include "core/log.h"
 #include "core/util.h"
@@ -26,6 +29,7 @@
 #define OUT_IOVS 4
 #define MAX_WRITEV_IOVS 256
 #define READS_PER_WAKEUP 4
+#define FINISH_POLL_NS (5u * 1000 * 1000)
 
 struct conn_out {
     struct conn_out *next;
@@ -176,8 +180,21 @@ int conn_flush_now(struct conn *c)
             out_release(c, o);
         }
     }
+    if (c->finishing && !c->out_head && !c->write_shut) {
+        /* Everything is written: the FIN follows the last reply; close once
+         * the peer has it all (finish_poll). */
+        shutdown(c->fd, SHUT_WR);
+        c->write_shut = true;
+        conn_get(c);
+        reactor_timer_start(c->reactor, &c->finish_timer, FINISH_POLL_NS);
+    }
     update_events(c);
     return c->out_head ? -EAGAIN : 0;
+}
+
+static void release_run(struct reactor_msg *m)
+{
+    conn_put(container_of(m, struct conn, release_msg));
 }
 
 static void deferred_flush(struct reactor_msg *m)
@@ -341,11 +358,33 @@ static int input_deliver(struct conn *c)
     return c->closing ? -1 : 0;
 }
 
+/* A finishing connection reads and drops what the peer still sends (so
+ * that closing with unread input does not reset the connection and discard
+ * replies not yet delivered), until the peer closes. */
+static void discard_input(struct conn *c)
+{
+    for (int i = 0; i < READS_PER_WAKEUP && !c->closing; i++) {
+        c->in_start = c->in_end = 0;
+        ssize_t n = c->transport->recv(c, c->in_buf, c->in_cap);
+        if (n == -EAGAIN || n == -EINTR)
+            return;
+        if (n <= 0) {
+            conn_close(c);
+            return;
+        }
+    }
+    c->in_start = c->in_end = 0;
+}
+
 /* The protocol sees the input after every read, so that once it has parsed
  * a request header announcing a large payload it receives the rest into the
  * request's buffer itself (input_direct) instead of it landing here first. */
 static void handle_input(struct conn *c)
 {
+    if (c->finishing) {
+        discard_input(c);
+        return;
+    }
     bool delivered = false; /* the protocol has seen the latest input */
     for (int i = 0; i < READS_PER_WAKEUP && !c->closing && !c->reading_paused; i++) {
         if (c->input_direct && conn_input_len(c) == 0) {
@@ -401,9 +440,39 @@ static void on_event(struct reactor_handler *h, uint32_t events)
     conn_put(c);
 }
 
+/* After the FIN: close when the kernel holds nothing more for the peer
+ * (everything acknowledged), so that a close with unread input (which
+ * resets the connection) cannot discard replies still on their way. */
+static void finish_poll(struct reactor_timer *t)
+{
+    struct conn *c = container_of(t, struct conn, finish_timer);
+    if (!c->closing) {
+        int unsent = 0;
+        if (ioctl(c->fd, SIOCOUTQ, &unsent) < 0 || unsent == 0) {
+            conn_close(c);
+        } else {
+            conn_get(c);
+            reactor_timer_start(c->reactor, &c->finish_timer, FINISH_POLL_NS);
+        }
+    }
+    conn_put(c);
+}
+
+void conn_finish(struct conn *c)
+{
+    if (c->closing || c->finishing)
+        return;
+    c->finishing = true;
+    c->reading_paused = false; /* read, to discard (handle_input) */
+    c->input_direct = false;
+    int rc = conn_flush_now(c);
+    if (rc < 0 && rc != -EAGAIN)
+        conn_close(c);
+}
+
 void conn_pause_input(struct conn *c, bool pause)
 {
-    if (c->reading_paused == pause)
+    if (c->finishing || c->reading_paused == pause)
         return;
     c->reading_paused = pause;
     update_events(c);
@@ -466,6 +535,10 @@ void conn_close(struct conn *c)
     /* Best effort: let queued replies (e.g. an error) reach the peer. */
     conn_flush_now(c);
     c->closing = true;
+    if (reactor_timer_armed(&c->finish_timer)) {
+        reactor_timer_cancel(c->reactor, &c->finish_timer);
+        conn_put(c); /* the timer's; the socket's reference is still held */
+    }
     reactor_remove(c->reactor, c->fd);
     shutdown(c->fd, SHUT_RDWR);
     while (c->out_head) {
@@ -478,7 +551,13 @@ void conn_close(struct conn *c)
     c->out_count = 0;
     if (c->ops->on_close)
         c->ops->on_close(c);
-    conn_put(c); /* the socket's reference */
+    /* The socket's reference goes at the end of the loop iteration: the
+     * epoll batch being handled may still hold an event for this conn
+     * (e.g. a timer closed it), and on_event must find it, closed. */
+    if (reactor_self() == c->reactor)
+        reactor_defer(c->reactor, &c->release_msg);
+    else
+        conn_put(c);
 }
 
 struct close_req {
@@ -576,6 +655,8 @@ int conn_adopt(struct reactor *r, int fd, const struct sockaddr *peer, socklen_t
     c->in_buf = malloc(IN_INITIAL);
     c->in_cap = c->in_buf ? IN_INITIAL : 0;
     c->flush_msg.fn = deferred_flush;
+    reactor_timer_init(&c->finish_timer, finish_poll);
+    c->release_msg.fn = release_run;
     atomic_fetch_add(&live_conns, 1);
     a->msg.fn = adopt_run;
     a->c = c;

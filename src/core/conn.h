@@ -67,6 +67,10 @@ struct conn {
     bool closing;
     bool flush_deferred;
     bool reading_paused;
+    bool finishing;                    /* conn_finish: closing once output is written */
+    bool write_shut;                   /* FIN sent */
+    struct reactor_timer finish_timer; /* polls until the peer has our FIN */
+    struct reactor_msg release_msg;    /* drops the socket's reference after close */
     uint32_t events;
     uint8_t *in_buf;
     size_t in_start, in_end, in_cap, in_max;
@@ -123,6 +127,13 @@ void conn_set_transport(struct conn *c, const struct conn_transport *t, void *ct
 
 /* Stop reading input (back-pressure) or resume. */
 void conn_pause_input(struct conn *c, bool pause);
+
+/* Graceful close: stop delivering input to the protocol (what still arrives
+ * is read and dropped), write everything queued, send FIN after it, and
+ * close when the peer closes its side (or on error). A peer that neither
+ * reads nor closes keeps the connection until conn_close(). Idempotent.
+ * Thread: owner only. */
+void conn_finish(struct conn *c);
 
 void conn_get(struct conn *c);
 void conn_put(struct conn *c);

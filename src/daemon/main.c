@@ -30,9 +30,11 @@
 #include "config/db.h"
 #include "config/replication.h"
 #include "core/allowdir.h"
+#include "core/admit.h"
 #include "core/iopool.h"
 #include "core/log.h"
 #include "core/reactor.h"
+#include "core/util.h"
 #include "daemon/config_file.h"
 #include "daemon/sdnotify.h"
 #include "daemon/watchdog.h"
@@ -43,6 +45,8 @@
 #include "api/auth.h"            /* control */
 #include "api/jobs.h"            /* control */
 #include "api/service.h"         /* control */
+#include "api/sharing.h"         /* auth */
+#include "config/pwenc.h"        /* auth */
 #include "api/ws.h"              /* control */
 #include "iscsi/iscsi_share.h"   /* control */
 
@@ -55,6 +59,7 @@ struct options {
     const char *api_listen;   /* control */
     const char *api_tls_cert; /* control */
     const char *api_tls_key;  /* control */
+    unsigned shutdown_timeout_s;
 };
 
 static void usage(FILE *f)
@@ -66,6 +71,9 @@ static void usage(FILE *f)
             "              [--api-listen ADDR:PORT [--api-tls-cert F --api-tls-key F]]\n"
             "              [--api-priority idle|low|normal] [--reactor-spin-us N]\n"
             "              [--allow-dir DIR]...\n"
+            "              [--handshake-timeout S] [--max-pending N] [--max-pending-per-addr N]\n"
+            "              [--iscsi-max-connections N] [--nbd-payload-budget SIZE]\n"
+            "              [--shutdown-timeout S]\n"
             "\n"
             "  --config FILE          settings as 'key = value' lines, a key per flag below\n"
             "                         (default " CONFIG_FILE_DEFAULT " if it exists);\n"
@@ -91,7 +99,17 @@ static void usage(FILE *f)
             "                         microseconds before sleeping (default 20; 0: never)\n"
             "  --allow-dir DIR        a directory where API calls may name host files (NBD\n"
             "                         unix_socket, TLS files) besides the state directory;\n"
-            "                         repeatable (docs/security.md)\n");
+            "                         repeatable (docs/security.md)\n"
+            "  --handshake-timeout S  NBD handshake, iSCSI login and WebSocket upgrade +\n"
+            "                         authentication must finish within S seconds (default 10)\n"
+            "  --max-pending N        per protocol, connections still in that phase (default\n"
+            "                         128, at most 3/4 of the protocol's connection cap)\n"
+            "  --max-pending-per-addr N  of those, from one remote address (default 16)\n"
+            "  --iscsi-max-connections N iSCSI connections in all (default 1024)\n"
+            "  --nbd-payload-budget SIZE payload all NBD connections may hold together\n"
+            "                         (K/M/G; default 256M); past it they stop reading requests\n"
+            "  --shutdown-timeout S   at SIGTERM, wait up to S seconds for in-flight requests\n"
+            "                         and their replies (default 10)\n");
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -112,6 +130,12 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"log-format", required_argument, NULL, 'F'},
         {"version", no_argument, NULL, 'V'},
         {"allow-dir", required_argument, NULL, 'D'},
+        {"handshake-timeout", required_argument, NULL, 'H'},
+        {"max-pending", required_argument, NULL, 'p'},
+        {"max-pending-per-addr", required_argument, NULL, 'A'},
+        {"iscsi-max-connections", required_argument, NULL, 'I'},
+        {"nbd-payload-budget", required_argument, NULL, 'B'},
+        {"shutdown-timeout", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -199,6 +223,55 @@ static int parse_args(int argc, char **argv, struct options *o)
                 fprintf(stderr, "blockd: --allow-dir %s: %s\n", optarg, strerror(-rc));
                 return -1;
             }
+            break;
+        }
+        case 'H':
+        case 'p':
+        case 'A':
+        case 'I':
+        case 'T': {
+            static const struct {
+                int opt;
+                const char *name;
+                unsigned long max;
+            } lim[] = {{'H', "--handshake-timeout", 3600},
+                       {'p', "--max-pending", 65536},
+                       {'A', "--max-pending-per-addr", 65536},
+                       {'I', "--iscsi-max-connections", 65536},
+                       {'T', "--shutdown-timeout", 3600}};
+            unsigned long max = 0;
+            const char *name = "";
+            for (size_t i = 0; i < sizeof(lim) / sizeof(lim[0]); i++)
+                if (lim[i].opt == c) {
+                    max = lim[i].max;
+                    name = lim[i].name;
+                }
+            char *end;
+            errno = 0;
+            unsigned long v = strtoul(optarg, &end, 10);
+            if (errno || *end || end == optarg || v == 0 || v > max) {
+                fprintf(stderr, "blockd: %s must be 1..%lu\n", name, max);
+                return -1;
+            }
+            if (c == 'H')
+                admit_configure((unsigned)v, 0, 0);
+            else if (c == 'p')
+                admit_configure(0, (unsigned)v, 0);
+            else if (c == 'A')
+                admit_configure(0, 0, (unsigned)v);
+            else if (c == 'I')
+                iscsi_server_set_max_connections((unsigned)v);
+            else
+                o->shutdown_timeout_s = (unsigned)v;
+            break;
+        }
+        case 'B': {
+            uint64_t v;
+            if (parse_size(optarg, &v) < 0 || v < (1u << 20) || v > (1ull << 40)) {
+                fprintf(stderr, "blockd: --nbd-payload-budget must be 1M..1T\n");
+                return -1;
+            }
+            nbd_set_payload_budget((size_t)v);
             break;
         }
         case 'h':
@@ -348,7 +421,7 @@ static const struct service_ops svc_nbd_ops = {
 
 int main(int argc, char **argv)
 {
-    struct options o = {0};
+    struct options o = {.shutdown_timeout_s = 10};
     if (parse_args(argc, argv, &o) < 0) {
         config_file_explain(optind - 1);
         return 2;
@@ -419,11 +492,18 @@ int main(int argc, char **argv)
     replication_init();  /* replication.run_onetime (a job; calls the dataset methods) */
     service_init();      /* control: service.* */
     iscsi_share_init();  /* control: share.iscsi.* */
+    api_sharing_init();  /* auth: sharing.nfs/smb.* refused with ENOTSUP */
 
+    /* auth: the key that seals CHAP secrets, kept outside the DB */
+    if ((rc = pwenc_init(state_dir)) < 0)
+        return 1;
     if ((rc = db_open(db_path)) < 0) {
         log_error("cannot open configuration database %s: %s", db_path, strerror(-rc));
         return 1;
     }
+    /* auth: seal CHAP secrets an older blockd stored in clear; on failure
+     * (logged) they keep working as they are. */
+    (void)iscsi_config_seal_secrets();
     if ((rc = datasets_ensure_default_pool("demo")) < 0) {
         log_error("cannot create the default pool: %s", strerror(-rc));
         return 1;
@@ -484,6 +564,15 @@ int main(int argc, char **argv)
     }
     sdnotify_send("STOPPING=1");
     watchdog_stop();
+
+    /* Stop taking requests first: every request already started completes
+     * and its reply is sent before its connection closes (up to the
+     * deadline), so nothing reaches a disk unacknowledged. */
+    uint64_t drain_end = time_now_ns() + (uint64_t)o.shutdown_timeout_s * 1000000000ull;
+    nbd_server_drain(o.shutdown_timeout_s * 1000u); /* nbd */
+    uint64_t drain_now = time_now_ns();
+    iscsi_server_drain(drain_now < drain_end ? (unsigned)((drain_end - drain_now) / 1000000u)
+                                             : 0); /* iscsi */
 
     api_server_stop();
     api_ws_stop(); /* control */

@@ -1,31 +1,52 @@
 /* iscsi.auth.create|update|delete|query: CHAP credentials grouped by tag.
- * Secrets are write-only: queries never return them. */
+ *
+ * Secrets are stored sealed (config/pwenc.h: AES-256-GCM with a key kept
+ * outside the DB), so the DB alone does not give them away; CHAP needs
+ * the cleartext, so they cannot be hashed. Queries return them in clear,
+ * as TrueNAS does for an administrator (its Secret fields are redacted
+ * only for read-only roles, which blockd does not have): clients that
+ * read a credential and write it back (the TrueNAS web UI's edit form,
+ * Terraform-style drift checks) need them. They are never logged. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config/db.h"
+#include "config/pwenc.h"
+#include "core/log.h"
 #include "core/util.h"
 #include "iscsi/config_crud.h"
+#include "iscsi/iscsi_config.h"
 
 #define AUTH_SELECT                                                                                \
     "SELECT id, tag, user, secret, peeruser, peersecret, discovery_auth FROM iscsi_auth"
 
-static json_t *auth_row_internal(sqlite3_stmt *st)
+/* A stored secret in clear, or JSON null (logged) when it cannot be
+ * decrypted: the key file was lost or replaced, or the row was altered. */
+static json_t *secret_value(sqlite3_stmt *st, int col, const char *what)
 {
-    return json_pack("{s:I, s:I, s:s, s:s, s:s, s:s, s:s}", "id",
-                     (json_int_t)sqlite3_column_int64(st, 0), "tag",
-                     (json_int_t)sqlite3_column_int64(st, 1), "user", icfg_col_text(st, 2),
-                     "secret", icfg_col_text(st, 3), "peeruser", icfg_col_text(st, 4), "peersecret",
-                     icfg_col_text(st, 5), "discovery_auth", icfg_col_text(st, 6));
+    char plain[PWENC_PLAIN_MAX];
+    int rc = pwenc_open(icfg_col_text(st, col), plain, sizeof(plain));
+    if (rc < 0) {
+        log_error("iscsi config: the %s of authorized access %lld cannot be decrypted (%s); "
+                  "set it again with iscsi.auth.update",
+                  what, (long long)sqlite3_column_int64(st, 0), strerror(-rc));
+        return json_null();
+    }
+    json_t *v = json_string(plain);
+    explicit_bzero(plain, sizeof(plain));
+    return v;
 }
 
-static json_t *auth_row_public(sqlite3_stmt *st)
+static json_t *auth_row(sqlite3_stmt *st)
 {
-    json_t *row = auth_row_internal(st);
-    json_object_del(row, "secret");
-    json_object_del(row, "peersecret");
+    json_t *row =
+        json_pack("{s:I, s:I, s:s, s:s, s:s}", "id", (json_int_t)sqlite3_column_int64(st, 0), "tag",
+                  (json_int_t)sqlite3_column_int64(st, 1), "user", icfg_col_text(st, 2), "peeruser",
+                  icfg_col_text(st, 4), "discovery_auth", icfg_col_text(st, 6));
+    json_object_set_new(row, "secret", secret_value(st, 3, "secret"));
+    json_object_set_new(row, "peersecret", secret_value(st, 5, "peer secret"));
     return row;
 }
 
@@ -73,6 +94,12 @@ static void auth_check(struct api_call *call, json_t *d, int64_t self_id)
     const char *peeruser = json_string_value(json_object_get(d, "peeruser"));
     const char *peersecret = json_string_value(json_object_get(d, "peersecret"));
     const char *disc = json_string_value(json_object_get(d, "discovery_auth"));
+    if (!secret || !peersecret) {
+        /* An update of a row whose stored secret cannot be decrypted. */
+        api_verr(call, icfg_field(call, secret ? "peersecret" : "secret", f, sizeof(f)), EINVAL,
+                 "The stored value cannot be decrypted (was pwenc.key replaced?); set it again");
+        return;
+    }
     secret_chars(call, "secret", secret);
     if (peeruser[0]) {
         size_t n = strlen(peersecret);
@@ -104,24 +131,26 @@ static void auth_check(struct api_call *call, json_t *d, int64_t self_id)
 static int auth_store(struct api_call *call, json_t *d, int64_t id, int64_t *out_id)
 {
     const char *disc = json_string_value(json_object_get(d, "discovery_auth"));
-    int err;
+    char secret[PWENC_SEALED_MAX], peersecret[PWENC_SEALED_MAX];
+    int err = pwenc_seal(json_string_value(json_object_get(d, "secret")), secret, sizeof(secret));
+    if (err == 0)
+        err = pwenc_seal(json_string_value(json_object_get(d, "peersecret")), peersecret,
+                         sizeof(peersecret));
+    if (err < 0)
+        return api_error(call, err, "cannot encrypt the CHAP secret");
     if (id == 0) {
         err = icfg_run("INSERT INTO iscsi_auth (tag, user, secret, peeruser, peersecret, "
                        "discovery_auth) VALUES (?, ?, ?, ?, ?, ?)",
                        "ittttt", (int64_t)json_integer_value(json_object_get(d, "tag")),
-                       json_string_value(json_object_get(d, "user")),
-                       json_string_value(json_object_get(d, "secret")),
-                       json_string_value(json_object_get(d, "peeruser")),
-                       json_string_value(json_object_get(d, "peersecret")), disc);
+                       json_string_value(json_object_get(d, "user")), secret,
+                       json_string_value(json_object_get(d, "peeruser")), peersecret, disc);
         *out_id = sqlite3_last_insert_rowid(db_handle());
     } else {
         err = icfg_run("UPDATE iscsi_auth SET tag = ?, user = ?, secret = ?, peeruser = ?, "
                        "peersecret = ?, discovery_auth = ? WHERE id = ?",
                        "ittttti", (int64_t)json_integer_value(json_object_get(d, "tag")),
-                       json_string_value(json_object_get(d, "user")),
-                       json_string_value(json_object_get(d, "secret")),
-                       json_string_value(json_object_get(d, "peeruser")),
-                       json_string_value(json_object_get(d, "peersecret")), disc, id);
+                       json_string_value(json_object_get(d, "user")), secret,
+                       json_string_value(json_object_get(d, "peeruser")), peersecret, disc, id);
         *out_id = id;
     }
     return err < 0 ? icfg_db_fail(call, err) : 0;
@@ -146,7 +175,7 @@ static int auth_create(struct api_call *call, json_t *params, json_t **result)
         icfg_dirty_add_query(&w.dirty, TARGETS_BY_TAG,
                              json_integer_value(json_object_get(data, "tag")));
         w.dirty.discovery = true;
-        *result = icfg_get_by_id(auth_row_public, AUTH_SELECT " WHERE id = ?", id);
+        *result = icfg_get_by_id(auth_row, AUTH_SELECT " WHERE id = ?", id);
     }
     json_decref(data);
     return icfg_write_end(&w, rc);
@@ -160,7 +189,7 @@ static int auth_update(struct api_call *call, json_t *params, json_t **result)
     if (icfg_update_begin(&w, call, params, auth_fields, ARRAY_SIZE(auth_fields), &id, &data) < 0)
         return -1;
     int rc = 0;
-    json_t *old = icfg_get_by_id(auth_row_internal, AUTH_SELECT " WHERE id = ?", id);
+    json_t *old = icfg_get_by_id(auth_row, AUTH_SELECT " WHERE id = ?", id);
     if (!old) {
         json_decref(data);
         return icfg_write_end(
@@ -191,7 +220,7 @@ static int auth_update(struct api_call *call, json_t *params, json_t **result)
         icfg_dirty_add_query(&w.dirty, TARGETS_BY_TAG, old_tag);
         icfg_dirty_add_query(&w.dirty, TARGETS_BY_TAG, new_tag);
         w.dirty.discovery = true;
-        *result = icfg_get_by_id(auth_row_public, AUTH_SELECT " WHERE id = ?", id);
+        *result = icfg_get_by_id(auth_row, AUTH_SELECT " WHERE id = ?", id);
     }
     json_decref(merged);
     json_decref(old);
@@ -233,8 +262,7 @@ static int auth_delete(struct api_call *call, json_t *params, json_t **result)
 static int auth_query(struct api_call *call, json_t *params, json_t **result)
 {
     static const struct icfg_hint hints[] = {{"id", "id"}, {"tag", "tag"}, {"user", "user"}};
-    return icfg_query_hinted(call, params, result, auth_row_public, AUTH_SELECT, hints,
-                             ARRAY_SIZE(hints));
+    return icfg_query_hinted(call, params, result, auth_row, AUTH_SELECT, hints, ARRAY_SIZE(hints));
 }
 
 static int auth_query_instance(struct api_call *call, json_t *params, json_t **result)
@@ -244,12 +272,94 @@ static int auth_query_instance(struct api_call *call, json_t *params, json_t **r
 
 const struct api_method icfg_auth_methods[] = {
     {"iscsi.auth.create", "{tag, user, secret, peeruser?, peersecret?, discovery_auth?}",
-     "Create a CHAP credential (secrets 12-16 characters, never returned)", auth_create, 0},
+     "Create a CHAP credential (secrets 12-16 characters, stored encrypted)", auth_create, 0},
     {"iscsi.auth.update", "id, {...}", "Change a CHAP credential", auth_update, 0},
     {"iscsi.auth.delete", "id", "Delete a CHAP credential", auth_delete, 0},
-    {"iscsi.auth.query", "[filters, options]", "List CHAP credentials (without secrets)",
-     auth_query, 0},
+    {"iscsi.auth.query", "[filters, options]",
+     "List CHAP credentials (secrets included, as TrueNAS shows an administrator)", auth_query, 0},
     {"iscsi.auth.get_instance", "id, options?", "One authorized access by id", auth_query_instance,
      0},
 };
 const size_t icfg_auth_methods_count = ARRAY_SIZE(icfg_auth_methods);
+
+/* One credential whose secrets are still stored in clear. */
+struct clear_row {
+    int64_t id;
+    char secret[PWENC_SEALED_MAX];
+    char peersecret[PWENC_SEALED_MAX];
+};
+
+static bool needs_seal(const char *v)
+{
+    return v[0] && !pwenc_is_sealed(v);
+}
+
+int iscsi_config_seal_secrets(void)
+{
+    struct clear_row *rows = NULL;
+    size_t n = 0;
+    int rc = 0;
+    db_lock();
+    sqlite3_stmt *st = NULL;
+    if (db_prepare("SELECT id, secret, peersecret FROM iscsi_auth ORDER BY id", &st) < 0) {
+        db_unlock();
+        return -EIO;
+    }
+    int step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *s = icfg_col_text(st, 1), *p = icfg_col_text(st, 2);
+        if (!needs_seal(s) && !needs_seal(p))
+            continue;
+        struct clear_row *grown = realloc(rows, (n + 1) * sizeof(*rows));
+        if (!grown) {
+            rc = -ENOMEM;
+            break;
+        }
+        rows = grown;
+        struct clear_row *r = &rows[n++];
+        r->id = sqlite3_column_int64(st, 0);
+        /* Sealed values are kept as they are; cleartext ones are sealed. */
+        if (rc == 0)
+            rc = needs_seal(s) ? pwenc_seal(s, r->secret, sizeof(r->secret))
+                               : (snprintf(r->secret, sizeof(r->secret), "%s", s), 0);
+        if (rc == 0)
+            rc = needs_seal(p) ? pwenc_seal(p, r->peersecret, sizeof(r->peersecret))
+                               : (snprintf(r->peersecret, sizeof(r->peersecret), "%s", p), 0);
+        if (rc < 0)
+            break;
+    }
+    sqlite3_finalize(st);
+    if (rc == 0 && step != SQLITE_DONE && step != SQLITE_ROW)
+        rc = -EIO;
+    if (rc == 0 && n > 0) {
+        /* secure_delete zeroes the space the cleartext rows leave behind;
+         * the checkpoint then copies the new pages over the old ones in
+         * the DB file and truncates the WAL, which held older copies. */
+        bool began = false;
+        rc = db_exec("PRAGMA secure_delete=ON");
+        if (rc == 0 && (rc = db_begin()) == 0)
+            began = true;
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            rc = icfg_run("UPDATE iscsi_auth SET secret = ?, peersecret = ? WHERE id = ?", "tti",
+                          rows[i].secret, rows[i].peersecret, rows[i].id);
+        if (began && rc == 0)
+            rc = db_commit();
+        else if (began)
+            db_rollback();
+        if (rc == 0 && db_exec("PRAGMA wal_checkpoint(TRUNCATE)") < 0)
+            log_warn("iscsi config: the WAL could not be truncated after sealing CHAP secrets");
+        db_exec("PRAGMA secure_delete=OFF");
+    }
+    db_unlock();
+    if (rows)
+        explicit_bzero(rows, n * sizeof(*rows));
+    free(rows);
+    if (rc < 0)
+        log_error("iscsi config: cannot encrypt the CHAP secrets stored in clear: %s",
+                  strerror(-rc));
+    else if (n)
+        log_info("iscsi config: encrypted the CHAP secrets of %zu authorized access(es) stored "
+                 "in clear by an older blockd",
+                 n);
+    return rc;
+}

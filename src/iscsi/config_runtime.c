@@ -22,6 +22,7 @@
 #include <strings.h>
 
 #include "config/db.h"
+#include "config/pwenc.h"
 #include "core/log.h"
 #include "iscsi/config_internal.h"
 #include "iscsi/iscsi_config.h"
@@ -195,11 +196,12 @@ static int load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out,
                       enum iscsi_auth_method *method)
 {
     sqlite3_stmt *st;
-    int rc = icfg_prepare(discovery ? "SELECT user, secret, peeruser, peersecret, discovery_auth "
-                                      "FROM iscsi_auth WHERE discovery_auth != 'NONE' ORDER BY id"
-                                    : "SELECT user, secret, peeruser, peersecret, discovery_auth "
-                                      "FROM iscsi_auth WHERE tag = ? ORDER BY id",
-                          &st);
+    int rc =
+        icfg_prepare(discovery ? "SELECT user, secret, peeruser, peersecret, discovery_auth, "
+                                 "id FROM iscsi_auth WHERE discovery_auth != 'NONE' ORDER BY id"
+                               : "SELECT user, secret, peeruser, peersecret, discovery_auth, "
+                                 "id FROM iscsi_auth WHERE tag = ? ORDER BY id",
+                     &st);
     if (rc < 0)
         return rc;
     if (!discovery)
@@ -218,15 +220,27 @@ static int load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out,
         c = &creds[count++];
         memset(c, 0, sizeof(*c));
         snprintf(c->user, sizeof(c->user), "%s", icfg_col_text(st, 0));
-        snprintf(c->secret, sizeof(c->secret), "%s", icfg_col_text(st, 1));
         snprintf(c->peeruser, sizeof(c->peeruser), "%s", icfg_col_text(st, 2));
-        snprintf(c->peersecret, sizeof(c->peersecret), "%s", icfg_col_text(st, 3));
         if (method) {
             enum iscsi_auth_method m = strcmp(icfg_col_text(st, 4), "CHAP_MUTUAL") == 0
                                            ? ISCSI_AUTH_CHAP_MUTUAL
                                            : ISCSI_AUTH_CHAP;
             if (m > *method)
                 *method = m;
+        }
+        /* Secrets are stored sealed (config/pwenc.h). One that cannot be
+         * opened drops the credential (an empty secret must never let a
+         * login through); the method above still counts it, so that
+         * discovery stays closed. */
+        if (pwenc_open(icfg_col_text(st, 1), c->secret, sizeof(c->secret)) < 0 ||
+            pwenc_open(icfg_col_text(st, 3), c->peersecret, sizeof(c->peersecret)) < 0 ||
+            !c->secret[0]) {
+            log_error("iscsi config: CHAP user '%s' (authorized access %lld) left out: its "
+                      "secret cannot be decrypted (set it again with iscsi.auth.update)",
+                      c->user, (long long)sqlite3_column_int64(st, 5));
+            explicit_bzero(c, sizeof(*c));
+            count--;
+            continue;
         }
     }
     icfg_finalize(st);

@@ -24,6 +24,13 @@
 void iscsi_config_init(void);
 
 /*
+ * Encrypt CHAP secrets that an older blockd stored in clear (config/pwenc.h;
+ * pwenc_init must have run). Call from the main thread after db_open(),
+ * before iscsi_config_start(). 0 or -errno (logged; never the secrets).
+ */
+int iscsi_config_seal_secrets(void);
+
+/*
  * Build and publish every target's runtime view from the DB and, unless
  * listen_override (blockd --iscsi-listen "ADDR:PORT") is given, open a
  * listener per portal address at iscsi.global.listen_port. With an override

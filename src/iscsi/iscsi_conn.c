@@ -158,6 +158,7 @@ static struct iscsi_task *task_new(struct iscsi_conn *ic, uint32_t itt)
 }
 
 static void conn_check_logout(struct iscsi_conn *ic);
+static void drain_check(struct iscsi_conn *ic);
 
 /* The task leaves the ITT table (the initiator may reuse the tag as soon as
  * it has the response) and the CmdSN window accounting. */
@@ -205,6 +206,8 @@ static void task_free(struct iscsi_task *t)
         free(t);
     }
     conn_check_logout(ic);
+    if (ic->draining)
+        drain_check(ic);
     conn_put(c);
 }
 
@@ -997,6 +1000,8 @@ static int dispatch_full_feature(struct iscsi_conn *ic, const uint8_t *bhs, cons
 static int conn_on_input(struct conn *c)
 {
     struct iscsi_conn *ic = c->proto;
+    if (ic->draining)
+        return 0; /* shutdown: no new commands */
     ic->last_rx_ns = time_now_ns();
     while (conn_input_len(c) >= ISCSI_BHS_LEN && ic->phase != ISCSI_PHASE_CLOSED) {
         const uint8_t *p = conn_input(c);
@@ -1063,12 +1068,16 @@ static void nop_timer_fire(struct reactor_timer *tm)
     uint64_t interval = iscsi_server_nop_interval_ns();
     uint64_t timeout = iscsi_server_nop_timeout_ns();
     if (ic->phase == ISCSI_PHASE_LOGIN) {
-        /* A login that does not finish in time is dropped. */
-        if (now - ic->last_rx_ns >= timeout) {
-            log_warn("%s: login timed out", ic->c->peer);
+        /* A login must finish within the handshake deadline, however
+         * slowly its bytes keep coming. */
+        if (now >= ic->login_deadline_ns) {
+            admit_log(&iscsi_gate, "%s: iscsi: login not finished within %u s, closing",
+                      ic->c->peer, admit_handshake_timeout_s());
             conn_close(ic->c);
             return;
         }
+        reactor_timer_start(ic->c->reactor, &ic->nop_timer, ic->login_deadline_ns - now);
+        return;
     } else if (ic->ping_outstanding) {
         if (now - ic->ping_sent_ns >= timeout) {
             log_warn("%s: no answer to NOP-In for %llu s: closing", ic->c->peer,
@@ -1094,9 +1103,41 @@ static void nop_timer_fire(struct reactor_timer *tm)
 
 /* ------------------------------------------------------------ lifecycle */
 
+/* Shutdown: once no task is executing (tasks waiting for Data-Out never
+ * will), the replies queued go out, then FIN, then the close. */
+static void drain_check(struct iscsi_conn *ic)
+{
+    if (ic->phase == ISCSI_PHASE_CLOSED || ic->c->closing)
+        return;
+    for (struct iscsi_task *t = ic->tasks; t; t = t->next)
+        if (t->executing)
+            return;
+    conn_finish(ic->c);
+}
+
+void iscsi_conn_drain_msg(struct reactor_msg *m)
+{
+    struct iscsi_conn *ic = container_of(m, struct iscsi_conn, drain_msg);
+    struct conn *c = ic->c;
+    if (!c->closing && ic->phase != ISCSI_PHASE_CLOSED) {
+        ic->draining = true;
+        if (ic->phase != ISCSI_PHASE_FULL_FEATURE) {
+            conn_close(c);
+        } else {
+            conn_pause_input(c, true);
+            drain_check(ic);
+        }
+    }
+    conn_put(c);
+}
+
 int iscsi_conn_enter_full_feature(struct iscsi_conn *ic)
 {
     ic->phase = ISCSI_PHASE_FULL_FEATURE;
+    admit_promote(&ic->ticket);
+    /* The NOP timer was set for the login deadline: back to its pace. */
+    reactor_timer_cancel(ic->c->reactor, &ic->nop_timer);
+    reactor_timer_start(ic->c->reactor, &ic->nop_timer, 1000000000ull);
     conn_input_reserve(ic->c, ISCSI_BHS_LEN + ISCSI_AHS_MAX + 8 + ic->params.max_recv_dsl + 4);
     return 0;
 }
@@ -1142,6 +1183,7 @@ static void conn_on_free(struct conn *c)
         free(t);
     }
     iscsi_text_out_free(&ic->text_pending);
+    admit_release(&ic->ticket);
     free(ic);
     c->proto = NULL;
 }
@@ -1187,7 +1229,8 @@ int iscsi_conn_init(struct conn *c, uint16_t portal_tag, const struct sockaddr *
     iscsi_chap_random(&ic->ttt_next, sizeof(ic->ttt_next));
     c->proto = ic;
     ic->last_rx_ns = time_now_ns();
+    ic->login_deadline_ns = ic->last_rx_ns + admit_handshake_timeout_ns();
     reactor_timer_init(&ic->nop_timer, nop_timer_fire);
-    reactor_timer_start(c->reactor, &ic->nop_timer, 1000000000ull);
+    reactor_timer_start(c->reactor, &ic->nop_timer, admit_handshake_timeout_ns());
     return 0;
 }

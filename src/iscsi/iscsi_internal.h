@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/admit.h"
 #include "core/conn.h"
 #include "core/reactor.h"
 #include "iscsi/iscsi_chap.h"
@@ -171,7 +172,22 @@ struct iscsi_conn {
     bool ping_outstanding;
     uint32_t ping_ttt;
     uint64_t ping_sent_ns;
+    /* admission (pending until full feature phase) and the login deadline */
+    struct admit_ticket ticket;
+    uint64_t login_deadline_ns;
+    /* shutdown: no new PDUs; close once executing tasks have replied */
+    bool draining;
+    struct reactor_msg drain_msg;
 };
+
+/* iscsi_server.c: the admission gate of iSCSI connections. */
+extern struct admit_gate iscsi_gate;
+/* iscsi_conn.c: start draining ic (posted by iscsi_sessions_drain_all). */
+void iscsi_conn_drain_msg(struct reactor_msg *m);
+/* iscsi_session.c: post a drain to every session's connection; the number
+ * of sessions registered now. */
+void iscsi_sessions_drain_all(void);
+unsigned iscsi_sessions_count(void);
 
 /* iscsi_conn.c */
 int iscsi_conn_send_pdu(struct iscsi_conn *ic, const uint8_t *bhs, const void *data, uint32_t dsl);

@@ -338,6 +338,16 @@ static uint16_t security_step(struct iscsi_conn *ic, struct iscsi_text_out *out,
             *why = "CHAP_N/CHAP_R out of sequence";
             return ISCSI_LOGIN_AUTH_FAILED;
         }
+        /* Throttled (iscsi_chap.h): not even checked, so that a guesser
+         * learns nothing; "service unavailable" tells an honest initiator
+         * to retry later rather than give up. */
+        const char *blocked;
+        if (iscsi_chap_limit_check(l->initiator_name, &ic->peer_sa, &blocked)) {
+            *why = strcmp(blocked, "address") == 0
+                       ? "CHAP refused: too many failed logins from this address, retry later"
+                       : "CHAP refused: too many failed logins for this initiator, retry later";
+            return ISCSI_LOGIN_SERVICE_UNAVAILABLE;
+        }
         const struct iscsi_chap_cred *cred = NULL;
         for (size_t i = 0; i < l->policy.n_creds; i++)
             if (strcmp(l->policy.creds[i].user, l->chap_n) == 0)
@@ -345,17 +355,19 @@ static uint16_t security_step(struct iscsi_conn *ic, struct iscsi_text_out *out,
         uint8_t got[ISCSI_CHAP_BINARY_MAX];
         int glen = iscsi_chap_decode(l->chap_r, got, sizeof(got));
         uint8_t want[ISCSI_CHAP_DIGEST_LEN];
-        if (!cred) {
-            *why = "unknown CHAP user";
-            return ISCSI_LOGIN_AUTH_FAILED;
-        }
-        if (glen != ISCSI_CHAP_DIGEST_LEN ||
+        if (!cred || glen != ISCSI_CHAP_DIGEST_LEN ||
             iscsi_chap_response(l->chap_id, cred->secret, l->chap_challenge,
                                 sizeof(l->chap_challenge), want) < 0 ||
             !iscsi_chap_equal(got, want, ISCSI_CHAP_DIGEST_LEN)) {
-            *why = "wrong CHAP response (secret mismatch)";
+            *why = cred ? "wrong CHAP response (secret mismatch)" : "unknown CHAP user";
+            if (iscsi_chap_limit_failed(l->initiator_name, &ic->peer_sa))
+                log_warn("%s: CHAP: initiator '%s' or its address blocked for %d s after %d "
+                         "failed logins",
+                         ic->c->peer, l->initiator_name, ISCSI_CHAP_BLOCK_MS / 1000,
+                         ISCSI_CHAP_FAIL_MAX);
             return ISCSI_LOGIN_AUTH_FAILED;
         }
+        iscsi_chap_limit_succeeded(l->initiator_name, &ic->peer_sa);
         bool mutual_req = l->chap_i[0] || l->chap_c[0];
         if (l->policy.method == ISCSI_AUTH_CHAP_MUTUAL && !mutual_req) {
             *why = "mutual CHAP required but the initiator sent no challenge";

@@ -175,6 +175,10 @@ unsigned iscsi_sessions_count_target(const char *iqn);
  * on their reactors shortly after). Returns how many were asked to close. */
 unsigned iscsi_sessions_close_target(const char *iqn);
 
+/* iSCSI connections in all (any phase), default 1024; logins in progress
+ * are further capped by core/admit.h. Call before the server starts. */
+void iscsi_server_set_max_connections(unsigned n);
+
 /* Queue depth (CmdSN window) for new sessions: 1..4096, default 128. */
 void iscsi_server_set_queue_depth(unsigned depth);
 /* NOP-In ping: an idle full-feature connection (no PDU for interval_s) gets
@@ -195,5 +199,11 @@ int iscsi_server_listen(const char *addr_port, uint16_t portal_tag);
 int iscsi_server_unlisten(const char *addr_port);
 /* Close every listener and every session. */
 void iscsi_server_stop(void);
+/* Graceful shutdown, before iscsi_server_stop(): refuse new connections;
+ * every session stops reading PDUs, lets the commands it is executing
+ * complete and sends their responses, then closes; waits up to timeout_ms,
+ * then closes what is left. Returns how many sessions had to be closed at
+ * the deadline. Thread: control (the main thread at SIGTERM). */
+unsigned iscsi_server_drain(unsigned timeout_ms);
 
 #endif

@@ -5,10 +5,12 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/admit.h"
 #include "core/listener.h"
 #include "core/log.h"
 #include "core/reactor.h"
@@ -24,6 +26,13 @@ struct portal {
     uint16_t tag;
     struct listener *l;
 };
+
+struct admit_gate iscsi_gate = ADMIT_GATE_INIT("iscsi", 1024);
+
+void iscsi_server_set_max_connections(unsigned n)
+{
+    admit_set_max_total(&iscsi_gate, n);
+}
 
 static pthread_mutex_t srv_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct portal *portals;
@@ -64,6 +73,7 @@ uint64_t iscsi_server_nop_timeout_ns(void)
 }
 
 struct accept_arg {
+    struct admit_ticket ticket;
     uint16_t tag;
     struct sockaddr_storage local;
     socklen_t locallen;
@@ -73,16 +83,35 @@ static int adopt_init(struct conn *c, void *arg)
 {
     struct accept_arg *a = arg;
     int rc = iscsi_conn_init(c, a->tag, (const struct sockaddr *)&a->local, a->locallen);
+    if (rc == 0) {
+        struct iscsi_conn *ic = c->proto;
+        ic->ticket = a->ticket; /* released by the connection's on_free */
+    } else {
+        admit_release(&a->ticket);
+    }
     free(a);
     return rc;
 }
+
+static atomic_bool draining; /* shutdown: refuse new connections */
 
 static void on_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
                       const struct sockaddr *local, socklen_t locallen, void *arg)
 {
     struct portal *p = arg;
+    if (atomic_load(&draining)) {
+        close(fd);
+        return;
+    }
     struct accept_arg *a = calloc(1, sizeof(*a));
     if (!a) {
+        close(fd);
+        return;
+    }
+    char name[80];
+    format_sockaddr(peer, peerlen, name, sizeof(name));
+    if (admit_try(&iscsi_gate, peer, peerlen, name, &a->ticket) < 0) {
+        free(a);
         close(fd);
         return;
     }
@@ -91,8 +120,11 @@ static void on_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
         memcpy(&a->local, local, locallen);
         a->locallen = locallen;
     }
-    if (conn_adopt(reactor_next(), fd, peer, peerlen, &iscsi_conn_ops, adopt_init, a) < 0)
+    if (conn_adopt(reactor_next(), fd, peer, peerlen, &iscsi_conn_ops, adopt_init, a) < 0) {
         log_warn("iscsi: could not adopt a connection on %s", p->addr);
+        admit_release(&a->ticket);
+        free(a);
+    }
 }
 
 int iscsi_server_listen(const char *addr_port, uint16_t portal_tag)
@@ -163,6 +195,22 @@ int iscsi_server_start(const char *listen_addr_port)
     if (!listen_addr_port)
         return 0;
     return iscsi_server_listen(listen_addr_port, 0);
+}
+
+unsigned iscsi_server_drain(unsigned timeout_ms)
+{
+    atomic_store(&draining, true);
+    iscsi_sessions_drain_all();
+    uint64_t end = time_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    while (iscsi_sessions_count() > 0 && time_now_ns() < end)
+        usleep(5000);
+    unsigned left = iscsi_sessions_count();
+    if (left) {
+        log_warn("iscsi: %u sessions still busy after %u ms of shutdown, closing them", left,
+                 timeout_ms);
+        iscsi_sessions_close_all();
+    }
+    return left;
 }
 
 void iscsi_server_stop(void)

@@ -85,6 +85,27 @@ void iscsi_session_unregister(struct iscsi_session *s)
     pthread_mutex_unlock(&reg_lock);
 }
 
+void iscsi_sessions_drain_all(void)
+{
+    pthread_mutex_lock(&reg_lock);
+    for (struct iscsi_session *s = reg_head; s; s = s->reg_next) {
+        if (s->closing)
+            continue;
+        conn_get(s->ic->c);
+        s->ic->drain_msg.fn = iscsi_conn_drain_msg;
+        reactor_post(s->ic->c->reactor, &s->ic->drain_msg);
+    }
+    pthread_mutex_unlock(&reg_lock);
+}
+
+unsigned iscsi_sessions_count(void)
+{
+    pthread_mutex_lock(&reg_lock);
+    unsigned n = reg_count;
+    pthread_mutex_unlock(&reg_lock);
+    return n;
+}
+
 static void close_locked(struct iscsi_session *s)
 {
     if (s->closing)

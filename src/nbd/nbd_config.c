@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "api/api.h"
 #include "api/validate.h"
@@ -23,6 +24,7 @@
 #include "config/db.h"
 #include "core/allowdir.h"
 #include "core/log.h"
+#include "core/reactor.h"
 #include "core/tls.h"
 #include "core/util.h"
 #include "nbd/nbd.h"
@@ -895,6 +897,25 @@ int nbd_server_start(const char *listen_arg)
     pthread_mutex_unlock(&cfg_lock);
     json_decref(g);
     return rc;
+}
+
+unsigned nbd_server_drain(unsigned timeout_ms)
+{
+    pthread_mutex_lock(&cfg_lock);
+    server_running = false; /* nbd.global.update must not reopen them */
+    nbd_listen_close();
+    pthread_mutex_unlock(&cfg_lock);
+    nbd_conn_drain_all();
+    uint64_t end = time_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    while (nbd_conn_live() > 0 && time_now_ns() < end)
+        usleep(5000);
+    unsigned left = nbd_conn_live();
+    if (left) {
+        log_warn("nbd: %u connections still busy after %u ms of shutdown, closing them", left,
+                 timeout_ms);
+        nbd_conn_close_all();
+    }
+    return left;
 }
 
 void nbd_server_stop(void)

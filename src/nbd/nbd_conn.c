@@ -14,14 +14,17 @@
 #include "nbd/nbd_conn.h"
 
 #include <errno.h>
+#include <linux/sockios.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "core/admit.h"
 #include "core/bufpool.h"
 #include "core/conn.h"
 #include "core/log.h"
@@ -29,6 +32,7 @@
 #include "core/util.h"
 #include "nbd/nbd_export.h"
 #include "nbd/nbd_proto.h"
+#include "nbd/nbd_server.h"
 
 #define NBD_OPT_MAX_LEN (64u * 1024) /* longer options get ERR_TOO_BIG */
 #define NBD_SKIP_MAX (256u << 20)    /* longer ignored payloads disconnect */
@@ -50,6 +54,12 @@
 #define NBD_OUT_ENTRIES_MAX 8192u
 #define NBD_BACKLOG_RETRY_NS (5u * 1000 * 1000) /* re-check a reply backlog every 5 ms */
 #define NBD_DIRECT_RX_MIN (64u * 1024)          /* payloads this big bypass the input buffer */
+/* Over the global payload budget, a connection that holds nothing and whose
+ * peer has read everything sent to it may still start one request of up to
+ * this much payload: a client that reads its replies is never starved by
+ * clients that do not (those hold their payload until they read). */
+#define NBD_HELD_FLOOR (1u << 20)
+#define NBD_BUDGET_RETRY_NS (20u * 1000 * 1000) /* re-check the payload budget every 20 ms */
 
 enum nbd_state { ST_CLIENT_FLAGS, ST_OPTIONS, ST_TRANSMISSION };
 
@@ -115,6 +125,12 @@ struct nbd_conn {
      * by API threads under reg_lock */
     uint64_t connected_at;
     _Atomic uint64_t st_requests, st_read, st_written;
+    /* admission (pending until the handshake ends) and its deadline */
+    struct admit_ticket ticket;
+    struct reactor_timer handshake_timer;
+    /* shutdown: no new requests; close once replies are sent */
+    bool draining;
+    struct reactor_msg drain_msg;
 };
 
 /* ---- registry (for EBUSY on delete, and forced close) ---- */
@@ -122,6 +138,28 @@ struct nbd_conn {
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nbd_conn *reg_head;
 static atomic_uint nbd_conn_count;
+static atomic_bool draining_all; /* shutdown: refuse new connections */
+
+/* Admission: max_connections (nbd.global) in all, fewer still in their
+ * handshake (core/admit.h). */
+static struct admit_gate nbd_gate = ADMIT_GATE_INIT("nbd", NBD_DEFAULT_MAX_CONNECTIONS);
+
+/* Payload bytes held by every connection together (read data waiting to be
+ * sent, write data waiting to be written), and the budget past which
+ * connections stop reading new requests. */
+static _Atomic size_t held_total;
+static _Atomic size_t held_budget = NBD_DEFAULT_PAYLOAD_BUDGET;
+
+void nbd_set_payload_budget(size_t bytes)
+{
+    if (bytes)
+        atomic_store(&held_budget, bytes);
+}
+
+size_t nbd_payload_held(void)
+{
+    return atomic_load(&held_total);
+}
 
 static void reg_add(struct nbd_conn *nc)
 {
@@ -233,11 +271,42 @@ static struct nbd_req *req_get(struct nbd_conn *nc)
     return r;
 }
 
+/* Payload bytes the request at the head of the input will hold (0: none,
+ * or not all of its header has arrived). */
+static size_t next_request_payload(const struct nbd_conn *nc)
+{
+    const struct conn *c = nc->c;
+    struct nbd_request rq;
+    if (nc->state != ST_TRANSMISSION || conn_input_len(c) < NBD_REQUEST_LEN ||
+        nbd_request_parse(conn_input(c), &rq) < 0)
+        return 0;
+    if (rq.type != NBD_CMD_READ && rq.type != NBD_CMD_WRITE)
+        return 0;
+    return MIN(rq.length, nc->settings->max_request);
+}
+
+/* The global budget lets this connection take need more bytes. Past it, a
+ * connection that holds nothing and whose peer has read everything sent to
+ * it (nothing queued here or in the kernel) may take one small request. */
+static bool budget_allows(const struct nbd_conn *nc, size_t need)
+{
+    if (need == 0 || atomic_load(&held_total) + need <= atomic_load(&held_budget))
+        return true;
+    if (nc->held != 0 || need > NBD_HELD_FLOOR || conn_output_queued(nc->c) != 0)
+        return false;
+    int unsent = 0;
+    return ioctl(nc->c->fd, SIOCOUTQ, &unsent) == 0 && unsent == 0;
+}
+
 /* Room for one more request's payload (and a request slot). */
 static bool payload_room(const struct nbd_conn *nc)
 {
-    return nc->inflight < nc->settings->max_inflight && nc->held < NBD_HELD_MAX;
+    return nc->inflight < nc->settings->max_inflight && nc->held < NBD_HELD_MAX &&
+           budget_allows(nc, next_request_payload(nc));
 }
+
+static void drain_check(struct nbd_conn *nc);
+static void paused_poll_start(struct nbd_conn *nc);
 
 static void conn_kick_run(struct reactor_msg *m)
 {
@@ -245,11 +314,15 @@ static void conn_kick_run(struct reactor_msg *m)
     struct conn *c = nc->c;
     nc->kick_posted = false;
     if (!c->closing) {
-        if (nc->disconnecting && nc->inflight == 0)
+        if (nc->draining)
+            drain_check(nc);
+        else if (nc->disconnecting && nc->inflight == 0)
             conn_close(c);
         else if (nc->paused && payload_room(nc)) {
             nc->paused = false;
             conn_pause_input(c, false);
+        } else if (nc->paused) {
+            paused_poll_start(nc); /* now waiting on the budget, say */
         }
     }
     conn_put(c);
@@ -273,6 +346,7 @@ static void req_free(struct nbd_req *r)
     struct conn *c = nc->c;
     if (r->buf) {
         nc->held -= r->buf_size;
+        atomic_fetch_sub(&held_total, r->buf_size);
         bufpool_put(r->buf, r->buf_size);
         r->buf = NULL;
     }
@@ -304,6 +378,7 @@ static int req_buf(struct nbd_req *r, size_t size)
         return -ENOMEM;
     r->buf_size = size;
     r->nc->held += size;
+    atomic_fetch_add(&held_total, size);
     return 0;
 }
 
@@ -741,17 +816,38 @@ static bool can_accept_request(struct nbd_conn *nc)
     return payload_room(nc) && !reply_backlog(nc->c);
 }
 
+/* How long to wait before looking again at a paused connection, or 0 when
+ * a completion of its own will wake it: nothing signals that the client
+ * has read its replies, or that other connections released payload. */
+static uint64_t paused_poll_ns(const struct nbd_conn *nc)
+{
+    if (reply_backlog(nc->c))
+        return NBD_BACKLOG_RETRY_NS;
+    if (nc->inflight < nc->settings->max_inflight && nc->held < NBD_HELD_MAX &&
+        !budget_allows(nc, next_request_payload(nc)))
+        return NBD_BUDGET_RETRY_NS;
+    return 0;
+}
+
+static void paused_poll_start(struct nbd_conn *nc)
+{
+    uint64_t ns = paused_poll_ns(nc);
+    if (ns && !reactor_timer_armed(&nc->backlog_timer)) {
+        conn_get(nc->c);
+        reactor_timer_start(nc->c->reactor, &nc->backlog_timer, ns);
+    }
+}
+
 static void backlog_retry(struct reactor_timer *t)
 {
     struct nbd_conn *nc = container_of(t, struct nbd_conn, backlog_timer);
     struct conn *c = nc->c;
-    if (!c->closing && nc->paused && !nc->disconnecting) {
+    if (!c->closing && nc->paused && !nc->disconnecting && !nc->draining) {
         if (can_accept_request(nc)) {
             nc->paused = false;
             conn_pause_input(c, false);
-        } else if (reply_backlog(c)) {
-            conn_get(c);
-            reactor_timer_start(c->reactor, &nc->backlog_timer, NBD_BACKLOG_RETRY_NS);
+        } else {
+            paused_poll_start(nc);
         }
     }
     conn_put(c); /* the timer's reference */
@@ -766,12 +862,8 @@ static int handle_request(struct nbd_conn *nc)
     if (!can_accept_request(nc)) {
         nc->paused = true;
         conn_pause_input(c, true);
-        /* Completions wake us for slots; nothing signals that the client
-         * has read its replies, so poll for that. */
-        if (reply_backlog(c) && !reactor_timer_armed(&nc->backlog_timer)) {
-            conn_get(c);
-            reactor_timer_start(c->reactor, &nc->backlog_timer, NBD_BACKLOG_RETRY_NS);
-        }
+        /* Completions wake us for slots; poll for the rest. */
+        paused_poll_start(nc);
         return 1;
     }
     struct nbd_request rq;
@@ -893,6 +985,11 @@ static void enter_transmission(struct nbd_conn *nc, struct nbd_export *e)
     /* Last: from here nbd_sessions_list reads the negotiated state. */
     reg_set_export(nc, e);
     nc->state = ST_TRANSMISSION;
+    admit_promote(&nc->ticket);
+    if (reactor_timer_armed(&nc->handshake_timer)) {
+        reactor_timer_cancel(nc->c->reactor, &nc->handshake_timer);
+        conn_put(nc->c); /* the timer's reference */
+    }
     log_debug("%s: nbd: export '%s' (flags 0x%x%s%s)", nc->c->peer, e->name, nc->caps.eflags,
               nc->structured ? ", structured" : "", nc->tls ? ", tls" : "");
 }
@@ -1166,6 +1263,10 @@ static int nbd_on_input(struct conn *c)
             }
             continue;
         }
+        if (nc->draining) {
+            rc = 1; /* shutdown: no new requests, nor the rest of a payload */
+            break;
+        }
         if (nc->rx_req) {
             rc = rx_payload(nc);
             continue;
@@ -1201,6 +1302,10 @@ static void nbd_on_close(struct conn *c)
         reactor_timer_cancel(c->reactor, &nc->backlog_timer);
         conn_put(c); /* the timer's reference; the socket's is still held */
     }
+    if (reactor_timer_armed(&nc->handshake_timer)) {
+        reactor_timer_cancel(c->reactor, &nc->handshake_timer);
+        conn_put(c);
+    }
     if (nc->rx_req) {
         struct nbd_req *r = nc->rx_req;
         nc->rx_req = NULL;
@@ -1222,6 +1327,7 @@ static void nbd_on_free(struct conn *c)
     if (nc->exp)
         nbd_export_unref(nc->exp);
     nbd_settings_unref(nc->settings);
+    admit_release(&nc->ticket);
     free(nc);
     c->proto = NULL;
     atomic_fetch_sub(&nbd_conn_count, 1);
@@ -1233,21 +1339,27 @@ static const struct conn_ops nbd_conn_ops = {
     .on_free = nbd_on_free,
 };
 
+static void handshake_expired(struct reactor_timer *t)
+{
+    struct nbd_conn *nc = container_of(t, struct nbd_conn, handshake_timer);
+    struct conn *c = nc->c;
+    if (!c->closing && nc->state != ST_TRANSMISSION) {
+        admit_log(&nbd_gate, "%s: nbd: handshake not finished within %u s, closing", c->peer,
+                  admit_handshake_timeout_s());
+        conn_close(c);
+    }
+    conn_put(c); /* the timer's reference */
+}
+
+/* On the owner reactor: nc was allocated by nbd_conn_accept. */
 static int nbd_conn_init(struct conn *c, void *arg)
 {
-    struct nbd_conn *nc = calloc(1, sizeof(*nc));
-    if (!nc) {
-        atomic_fetch_sub(&nbd_conn_count, 1);
-        nbd_settings_unref(arg);
-        return -ENOMEM;
-    }
+    struct nbd_conn *nc = arg;
     nc->c = c;
-    nc->state = ST_CLIENT_FLAGS;
-    nc->settings = arg;
-    nc->connected_at = (uint64_t)time(NULL);
-    reactor_timer_init(&nc->backlog_timer, backlog_retry);
     c->proto = nc;
     reg_add(nc);
+    conn_get(c);
+    reactor_timer_start(c->reactor, &nc->handshake_timer, admit_handshake_timeout_ns());
     uint8_t hello[NBD_OLD_HELLO_LEN];
     be64_store(hello, NBD_MAGIC);
     be64_store(hello + 8, NBD_IHAVEOPT);
@@ -1257,23 +1369,89 @@ static int nbd_conn_init(struct conn *c, void *arg)
 
 void nbd_conn_accept(int fd, const struct sockaddr *peer, socklen_t peerlen)
 {
+    char name[80];
+    format_sockaddr(peer, peerlen, name, sizeof(name));
     struct nbd_settings *s = nbd_settings_current();
-    unsigned live = atomic_fetch_add(&nbd_conn_count, 1);
-    if (live >= s->max_connections) {
-        char name[80];
-        format_sockaddr(peer, peerlen, name, sizeof(name));
-        log_warn("%s: nbd: connection refused: %u connections is the maximum", name,
-                 s->max_connections);
-        atomic_fetch_sub(&nbd_conn_count, 1);
+    if (atomic_load(&draining_all)) {
         nbd_settings_unref(s);
         close(fd);
         return;
     }
-    struct reactor *r = reactor_next();
-    /* On failure before init runs, conn_adopt closes fd; the count and
-     * settings are released here. */
-    if (conn_adopt(r, fd, peer, peerlen, &nbd_conn_ops, nbd_conn_init, s) < 0) {
-        atomic_fetch_sub(&nbd_conn_count, 1);
+    admit_set_max_total(&nbd_gate, s->max_connections);
+    struct nbd_conn *nc = calloc(1, sizeof(*nc));
+    if (!nc) {
+        log_error("%s: nbd: out of memory for a connection", name);
         nbd_settings_unref(s);
+        close(fd);
+        return;
     }
+    if (admit_try(&nbd_gate, peer, peerlen, name, &nc->ticket) < 0) {
+        nbd_settings_unref(s);
+        free(nc);
+        close(fd);
+        return;
+    }
+    atomic_fetch_add(&nbd_conn_count, 1);
+    nc->state = ST_CLIENT_FLAGS;
+    nc->settings = s;
+    nc->connected_at = (uint64_t)time(NULL);
+    reactor_timer_init(&nc->backlog_timer, backlog_retry);
+    reactor_timer_init(&nc->handshake_timer, handshake_expired);
+    /* On failure before init runs, conn_adopt closes fd; the rest is
+     * released here. Once init has run, on_free releases it. */
+    if (conn_adopt(reactor_next(), fd, peer, peerlen, &nbd_conn_ops, nbd_conn_init, nc) < 0) {
+        atomic_fetch_sub(&nbd_conn_count, 1);
+        admit_release(&nc->ticket);
+        nbd_settings_unref(s);
+        free(nc);
+    }
+}
+
+/* ---- shutdown drain ---- */
+
+/* A draining connection reads nothing more; once every request it had
+ * started has completed and its reply has been written, it closes
+ * gracefully (conn_finish: FIN after the last reply). */
+static void drain_check(struct nbd_conn *nc)
+{
+    unsigned started = nc->inflight - (nc->rx_req ? 1u : 0u);
+    if (started == 0 && !nc->c->closing)
+        conn_finish(nc->c);
+}
+
+static void drain_run(struct reactor_msg *m)
+{
+    struct nbd_conn *nc = container_of(m, struct nbd_conn, drain_msg);
+    struct conn *c = nc->c;
+    if (!c->closing) {
+        nc->draining = true;
+        if (nc->state != ST_TRANSMISSION) {
+            conn_close(c);
+        } else {
+            nc->paused = true;
+            conn_pause_input(c, true);
+            drain_check(nc);
+        }
+    }
+    conn_put(c);
+}
+
+void nbd_conn_drain_all(void)
+{
+    atomic_store(&draining_all, true);
+    pthread_mutex_lock(&reg_lock);
+    for (struct nbd_conn *nc = reg_head; nc; nc = nc->reg_next) {
+        conn_get(nc->c);
+        nc->drain_msg.fn = drain_run;
+        reactor_post(nc->c->reactor, &nc->drain_msg);
+    }
+    pthread_mutex_unlock(&reg_lock);
+}
+
+void nbd_conn_close_all(void)
+{
+    pthread_mutex_lock(&reg_lock);
+    for (struct nbd_conn *nc = reg_head; nc; nc = nc->reg_next)
+        conn_close_async(nc->c);
+    pthread_mutex_unlock(&reg_lock);
 }

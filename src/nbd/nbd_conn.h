@@ -3,14 +3,26 @@
 #define BLOCKD_NBD_CONN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 
-/* Take an accepted socket (listener callback, reactor 0's thread): enforce
- * max_connections, then hand it to the next reactor. Owns fd. */
+/* Take an accepted socket (listener callback, reactor 0's thread): admit it
+ * (max_connections in all, and the pending caps of core/admit.h), then hand
+ * it to the next reactor, where the handshake deadline starts. Owns fd. */
 void nbd_conn_accept(int fd, const struct sockaddr *peer, socklen_t peerlen);
 /* NBD connections alive now (any state). Thread-safe. */
 unsigned nbd_conn_live(void);
+/* Shutdown, step 1: refuse new connections; close those still in their
+ * handshake; the others stop reading requests, finish the ones started,
+ * send their replies, then close. Asynchronous (posted to each owner
+ * reactor); wait with nbd_conn_live(). Once only. Thread: control. */
+void nbd_conn_drain_all(void);
+/* Shutdown, step 2 (after the drain deadline): close every connection now.
+ * Asynchronous. Thread: any. */
+void nbd_conn_close_all(void);
+/* Payload bytes all connections hold now (see nbd_set_payload_budget). */
+size_t nbd_payload_held(void);
 
 /* One NBD connection as seen now (a copy; for nbd.global.sessions and
  * `blockctl session list`). Counters are logical bytes: a read hole counts

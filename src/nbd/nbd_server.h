@@ -13,6 +13,7 @@
 #define NBD_DEFAULT_MAX_REQUEST (32u << 20)
 #define NBD_DEFAULT_MAX_INFLIGHT 64u
 #define NBD_DEFAULT_MAX_CONNECTIONS 1024u
+#define NBD_DEFAULT_PAYLOAD_BUDGET (256u << 20)
 
 struct nbd_export_table *nbd_export_table_new(size_t count);
 

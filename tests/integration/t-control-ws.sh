@@ -13,7 +13,10 @@ need /usr/bin/python3 iscsi-ls iscsi-inq curl sqlite3
 /usr/bin/python3 -c 'import websocket' 2>/dev/null || fail "python3-websocket is not installed"
 
 WS_PORT=$(free_port)
-blockd_start --api-listen "127.0.0.1:$WS_PORT"
+# The unauthenticated client that sends a 16 MiB message (pure-Python
+# masking) may need more than the default 10 s handshake deadline on a
+# loaded machine.
+blockd_start --api-listen "127.0.0.1:$WS_PORT" --handshake-timeout 60
 URL="ws://127.0.0.1:$WS_PORT/api/current"
 
 jget() {

@@ -7,7 +7,7 @@
 # configuration survives a restart; defer + service.reload; portals without
 # --iscsi-listen follow listen_port.
 . "$(dirname "$0")/lib.sh"
-need python3 iscsi-ls iscsi-inq qemu-io timeout
+need python3 iscsi-ls iscsi-inq qemu-io timeout sqlite3
 
 jget() {
     python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2"
@@ -105,9 +105,13 @@ if discover "$INI_OTHER" | grep -qx "$BASE:it-late"; then
 fi
 expect_error iscsi.target.delete "[$tl, false, false, true, 1]" "Too many arguments"
 
-# ---- secrets are write-only ----
+# ---- secrets: returned as TrueNAS returns them to an admin, stored sealed ----
 blockctl call iscsi.auth.create '{"tag":5,"user":"chapuser","secret":"chapsecret123"}' >/dev/null
-blockctl call iscsi.auth.query | grep -q chapsecret123 && fail "iscsi.auth.query returned a secret"
+q=$(blockctl call iscsi.auth.query)
+grep -q '"secret": *"chapsecret123"' <<<"$q" ||
+    fail "iscsi.auth.query does not return the secret (TrueNAS does)"
+dump=$(sqlite3 "$STATE/blockd.db" .dump)
+grep -q chapsecret123 <<<"$dump" && fail "the DB holds a CHAP secret in clear"
 
 # ---- delete while logged in: EBUSY unless forced ----
 qemu-io -f raw -r -c 'sleep 60000' "iscsi://127.0.0.1:$ISCSI_PORT/$BASE:it-one/0" \

@@ -16,8 +16,10 @@
 
 #include <cmocka.h>
 
+#include "api/account.h"
 #include "api/api.h"
 #include "api/auth.h"
+#include "core/ratelimit.h"
 #include "config/db.h"
 
 static char dir[] = "/tmp/blockd-test-auth.XXXXXX";
@@ -253,6 +255,111 @@ static void test_methods(void **state)
     json_decref(r);
 }
 
+static void test_password_hash(void **state)
+{
+    char h[ACCOUNT_HASH_MAX], h2[ACCOUNT_HASH_MAX];
+    assert_int_equal(account_hash_password("s3cret pw", h, sizeof(h)), 0);
+    assert_true(strncmp(h, "$y$", 3) == 0); /* yescrypt */
+    assert_null(strstr(h, "s3cret"));
+    assert_int_equal(account_check_password("s3cret pw", h), 1);
+    assert_int_equal(account_check_password("s3cret pX", h), 0);
+    assert_int_equal(account_check_password("", h), 0);
+    /* salted: the same password hashes differently */
+    assert_int_equal(account_hash_password("s3cret pw", h2, sizeof(h2)), 0);
+    assert_string_not_equal(h, h2);
+    assert_int_equal(account_check_password("s3cret pw", h2), 1);
+    /* a garbage stored hash never matches */
+    assert_true(account_check_password("s3cret pw", "not-a-hash") <= 0);
+
+    assert_true(account_name_valid("incus"));
+    assert_true(account_name_valid("a.b-c_1"));
+    assert_false(account_name_valid(""));
+    assert_false(account_name_valid("-x"));
+    assert_false(account_name_valid(".x"));
+    assert_false(account_name_valid("a b"));
+    assert_false(account_name_valid("a/b"));
+    assert_false(account_name_valid("0123456789012345678901234567890123"));
+}
+
+static void test_accounts(void **state)
+{
+    auth_rate_reset();
+    struct api_client ws = {.peer = "ws:10.8.8.8:1", .authenticated = false};
+    struct api_client local = {.peer = "unix:pid=1", .authenticated = true, .local = true};
+    /* managed on the local socket only */
+    json_t *r = rpc(&local, "account.set_password",
+                    "[{\"username\":\"alice\",\"password\":\"pw-alice-1\"}]");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(r, "result"), "username")), "alice");
+    char *txt = json_dumps(r, 0);
+    assert_null(strstr(txt, "$y$")); /* never the hash */
+    free(txt);
+    json_decref(r);
+    /* four typos, then the right password: in, and the address stays open */
+    for (int i = 0; i < AUTH_FAIL_MAX - 1; i++) {
+        r = rpc(&ws, "auth.login", "[\"alice\", \"typo\"]");
+        assert_true(json_is_false(json_object_get(r, "result")));
+        json_decref(r);
+    }
+    r = rpc(&ws, "auth.login", "[\"alice\", \"pw-alice-1\"]");
+    assert_true(json_is_true(json_object_get(r, "result")));
+    json_decref(r);
+    assert_true(ws.authenticated);
+    assert_true(auth_rate_allowed("10.8.8.8", ratelimit_now_ms()));
+    /* a remote session, even logged in, cannot manage accounts */
+    r = rpc(&ws, "account.query", "[]");
+    assert_errno(r, EPERM);
+    json_decref(r);
+    r = rpc(&ws, "auth.me", "[]");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r, "result"), "pw_name")),
+                        "alice");
+    json_decref(r);
+    /* a password change ends the session at its next call */
+    r = rpc(&local, "account.set_password",
+            "[{\"username\":\"alice\",\"password\":\"pw-alice-2\"}]");
+    json_decref(r);
+    api_auth_client_check(&ws);
+    assert_false(ws.authenticated);
+    r = rpc(&ws, "auth.login", "[\"alice\", \"pw-alice-1\"]");
+    assert_true(json_is_false(json_object_get(r, "result")));
+    json_decref(r);
+    r = rpc(&ws, "auth.login_ex",
+            "[{\"mechanism\":\"PASSWORD_PLAIN\",\"username\":\"alice\","
+            "\"password\":\"pw-alice-2\"}]");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(r, "result"), "response_type")),
+        "SUCCESS");
+    json_decref(r);
+    /* deleting the account logs it out */
+    r = rpc(&local, "account.delete", "[\"alice\"]");
+    assert_true(json_is_true(json_object_get(r, "result")));
+    json_decref(r);
+    api_auth_client_check(&ws);
+    assert_false(ws.authenticated);
+    r = rpc(&local, "account.delete", "[\"alice\"]");
+    assert_errno(r, ENOENT);
+    json_decref(r);
+    api_auth_client_release(&ws);
+    auth_rate_reset();
+}
+
+/* A flood of new keys must not evict a key that is blocked. */
+static void test_ratelimit_eviction(void **state)
+{
+    static struct ratelimit rl = RATELIMIT_INIT(2, 1000, 60000);
+    uint64_t t = 100;
+    ratelimit_failed(&rl, "victim", t);
+    assert_true(ratelimit_failed(&rl, "victim", t));
+    char k[32];
+    for (int i = 0; i < 3 * RATELIMIT_SLOTS; i++) {
+        snprintf(k, sizeof(k), "flood-%d", i);
+        ratelimit_failed(&rl, k, t + 1 + (uint64_t)i);
+    }
+    assert_false(ratelimit_allowed(&rl, "victim", t + 5000));
+    assert_true(ratelimit_blocked_for(&rl, "victim", t + 5000) > 0);
+    assert_true(ratelimit_allowed(&rl, "victim", t + 60000));
+}
+
 int main(void)
 {
     if (!mkdtemp(dir))
@@ -265,7 +372,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_format),   cmocka_unit_test(test_hash),
         cmocka_unit_test(test_peer_address), cmocka_unit_test(test_rate_limit),
-        cmocka_unit_test(test_methods),
+        cmocka_unit_test(test_methods),      cmocka_unit_test(test_password_hash),
+        cmocka_unit_test(test_accounts),     cmocka_unit_test(test_ratelimit_eviction),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     db_close();

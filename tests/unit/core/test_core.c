@@ -11,10 +11,12 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "core/admit.h"
 #include "core/bufpool.h"
 #include "core/conn.h"
 #include "core/iopool.h"
@@ -253,6 +255,64 @@ static void test_bufpool(void **state)
     bufpool_thread_release();
 }
 
+static struct sockaddr_in addr4(const char *ip, int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    return a;
+}
+
+/* Pending connections: per-address cap, pending cap at most 3/4 of the
+ * total, promotion frees pending room, release frees all. */
+static void test_admit(void **state)
+{
+    static struct admit_gate g = ADMIT_GATE_INIT("test", 8);
+    admit_configure(0, 100, 2);
+    struct admit_ticket t[8];
+    struct sockaddr_in a = addr4("10.0.0.1", 1), b = addr4("10.0.0.2", 1);
+    const struct sockaddr *sa = (const struct sockaddr *)&a, *sb = (const struct sockaddr *)&b;
+    assert_int_equal(admit_try(&g, sa, sizeof(a), "a", &t[0]), 0);
+    assert_int_equal(admit_try(&g, sa, sizeof(a), "a", &t[1]), 0);
+    /* a third from the same address: per-address cap */
+    assert_int_equal(admit_try(&g, sa, sizeof(a), "a", &t[2]), -EBUSY);
+    admit_promote(&t[0]);
+    assert_int_equal(admit_try(&g, sa, sizeof(a), "a", &t[2]), 0);
+    /* pending cap: 8 - 8/4 = 6 (the configured 100 is larger) */
+    char ip[32];
+    struct sockaddr_in o[4];
+    for (int i = 0; i < 4; i++) {
+        snprintf(ip, sizeof(ip), "10.0.1.%d", i);
+        o[i] = addr4(ip, 1);
+    }
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(
+            admit_try(&g, (const struct sockaddr *)&o[i], sizeof(o[i]), "o", &t[3 + i]), 0);
+    unsigned total, pending;
+    admit_counts(&g, &total, &pending);
+    assert_int_equal(total, 7);
+    assert_int_equal(pending, 6);
+    /* pending room is full, though the total has room left */
+    assert_int_equal(admit_try(&g, sb, sizeof(b), "b", &t[7]), -EBUSY);
+    /* established sessions may fill the rest of the total */
+    for (int i = 1; i < 7; i++)
+        admit_promote(&t[i]);
+    admit_counts(&g, &total, &pending);
+    assert_int_equal(total, 7);
+    assert_int_equal(pending, 0);
+    assert_int_equal(admit_try(&g, sb, sizeof(b), "b", &t[7]), 0);
+    struct admit_ticket x;
+    assert_int_equal(admit_try(&g, sb, sizeof(b), "b", &x), -EBUSY); /* total 8 */
+    for (int i = 0; i < 8; i++) {
+        admit_release(&t[i]);
+        admit_release(&t[i]); /* idempotent */
+    }
+    admit_counts(&g, &total, &pending);
+    assert_int_equal(total, 0);
+    assert_int_equal(pending, 0);
+    assert_int_equal(g.naddrs, 0);
+    admit_configure(0, ADMIT_DEFAULT_MAX_PENDING, ADMIT_DEFAULT_MAX_PENDING_PER_ADDR);
+}
+
 static int setup(void **state)
 {
     sem_init(&done_sem, 0, 0);
@@ -278,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_parse_size),
         cmocka_unit_test(test_host_port),
         cmocka_unit_test(test_bufpool),
+        cmocka_unit_test(test_admit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -24,6 +24,7 @@
 #include "api/api.h"
 #include "config/datasets.h"
 #include "config/db.h"
+#include "config/pwenc.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "iscsi/iscsi_config.h"
@@ -155,6 +156,8 @@ static int group_setup(void **state)
     log_set_level(LOG_ERROR);
     datasets_init(tmpdir);
     iscsi_config_init();
+    if (pwenc_init(tmpdir) < 0)
+        return -1;
     if (db_open(dbpath) < 0)
         return -1;
     if (datasets_ensure_default_pool("tank") < 0)
@@ -325,16 +328,26 @@ static void test_auth(void **state)
     json_t *a =
         ok(rpc("iscsi.auth.create", "[{\"tag\":7,\"user\":\"alice\",\"secret\":\"alicesecret1\","
                                     "\"peeruser\":\"tgt\",\"peersecret\":\"targetsecret\"}]"));
-    assert_null(json_object_get(a, "secret"));
-    assert_null(json_object_get(a, "peersecret"));
+    /* returned in clear, as TrueNAS shows an administrator */
+    assert_string_equal(json_string_value(json_object_get(a, "secret")), "alicesecret1");
+    assert_string_equal(json_string_value(json_object_get(a, "peersecret")), "targetsecret");
     assert_string_equal(json_string_value(json_object_get(a, "peeruser")), "tgt");
     json_int_t aid = id_of(a);
-    json_t *q = ok(rpc("iscsi.auth.query", "[]"));
-    char *text = json_dumps(q, 0);
-    assert_null(strstr(text, "alicesecret1"));
-    assert_null(strstr(text, "targetsecret"));
-    free(text);
+    json_t *q = ok(rpc("iscsi.auth.query", "[[[\"user\",\"=\",\"alice\"]]]"));
+    assert_string_equal(json_string_value(json_object_get(json_array_get(q, 0), "secret")),
+                        "alicesecret1");
     json_decref(q);
+    /* …but stored sealed: the DB alone does not give them away */
+    db_lock();
+    sqlite3_stmt *st;
+    assert_int_equal(db_prepare("SELECT secret, peersecret FROM iscsi_auth WHERE id = ?", &st), 0);
+    sqlite3_bind_int64(st, 1, aid);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_true(pwenc_is_sealed((const char *)sqlite3_column_text(st, 0)));
+    assert_true(pwenc_is_sealed((const char *)sqlite3_column_text(st, 1)));
+    assert_null(strstr((const char *)sqlite3_column_text(st, 0), "alicesecret1"));
+    sqlite3_finalize(st);
+    db_unlock();
 
     /* a target using tag 7 with mutual CHAP sees the credentials */
     json_int_t portal = portal_new("127.0.0.3");

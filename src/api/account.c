@@ -1,0 +1,376 @@
+/* Local accounts: password hashing, the account table, account.* methods
+ * (see account.h). */
+#include "api/account.h"
+
+#include <crypt.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/auth.h"
+#include "api/validate.h"
+#include "config/db.h"
+#include "core/log.h"
+#include "core/util.h"
+
+static const char schema[] = "CREATE TABLE IF NOT EXISTS account ("
+                             " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                             " username TEXT NOT NULL UNIQUE,"
+                             " pwhash TEXT NOT NULL,"
+                             " pwgen INTEGER NOT NULL DEFAULT 1,"
+                             " created_at INTEGER NOT NULL,"
+                             " password_changed_at INTEGER NOT NULL);";
+
+static int64_t now_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the hash, bounded ---- */
+
+/* A check costs ~16 MiB and ~100 ms of CPU: without a bound, a burst of
+ * logins on many connections (each on its own API thread) would take the
+ * memory and CPU of the data path. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    unsigned running;
+} hash_slots = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+
+static void hash_slot_take(void)
+{
+    pthread_mutex_lock(&hash_slots.lock);
+    if (hash_slots.running >= ACCOUNT_HASH_CONCURRENCY)
+        log_info("auth: %u password checks running (the limit); a login waits its turn",
+                 hash_slots.running);
+    while (hash_slots.running >= ACCOUNT_HASH_CONCURRENCY)
+        pthread_cond_wait(&hash_slots.cond, &hash_slots.lock);
+    hash_slots.running++;
+    pthread_mutex_unlock(&hash_slots.lock);
+}
+
+static void hash_slot_give(void)
+{
+    pthread_mutex_lock(&hash_slots.lock);
+    hash_slots.running--;
+    pthread_cond_signal(&hash_slots.cond);
+    pthread_mutex_unlock(&hash_slots.lock);
+}
+
+/* crypt_r with setting (a salt or a whole hash) into out. 0 or -errno. */
+static int crypt_into(const char *password, const char *setting, char *out, size_t len)
+{
+    struct crypt_data *cd = calloc(1, sizeof(*cd)); /* 32 KiB: not on the stack */
+    if (!cd)
+        return -ENOMEM;
+    hash_slot_take();
+    const char *h = crypt_r(password, setting, cd);
+    hash_slot_give();
+    int rc = 0;
+    /* libxcrypt fails with NULL or a "*…" token, never a valid hash. */
+    if (!h || h[0] == '*')
+        rc = -EINVAL;
+    else if ((size_t)snprintf(out, len, "%s", h) >= len)
+        rc = -ENAMETOOLONG;
+    explicit_bzero(cd, sizeof(*cd));
+    free(cd);
+    return rc;
+}
+
+int account_hash_password(const char *password, char *out, size_t len)
+{
+    char salt[CRYPT_GENSALT_OUTPUT_SIZE];
+    /* "$y$", count 0 (libxcrypt's default cost), random bytes from the
+     * library's own getentropy. */
+    if (!crypt_gensalt_rn("$y$", 0, NULL, 0, salt, sizeof(salt))) {
+        log_error("auth: crypt_gensalt_rn(yescrypt): %s", strerror(errno));
+        return -EIO;
+    }
+    return crypt_into(password, salt, out, len);
+}
+
+int account_check_password(const char *password, const char *hash)
+{
+    char got[ACCOUNT_HASH_MAX];
+    int rc = crypt_into(password, hash, got, sizeof(got));
+    if (rc < 0)
+        return rc;
+    rc = auth_hash_equal(got, hash) ? 1 : 0;
+    explicit_bzero(got, sizeof(got));
+    return rc;
+}
+
+bool account_name_valid(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > ACCOUNT_NAME_MAX || name[0] == '-' || name[0] == '.')
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_' || *p == '.' || *p == '-'))
+            return false;
+    return true;
+}
+
+/* A hash of a random password, made once: unknown users are checked
+ * against it so that they cost the same time as known ones. */
+static pthread_once_t dummy_once = PTHREAD_ONCE_INIT;
+static char dummy_hash[ACCOUNT_HASH_MAX];
+
+static void dummy_make(void)
+{
+    unsigned char rnd[16];
+    char pw[33];
+    if (getentropy(rnd, sizeof(rnd)) < 0)
+        memset(rnd, 0x5a, sizeof(rnd));
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        snprintf(pw + 2 * i, 3, "%02x", rnd[i]);
+    if (account_hash_password(pw, dummy_hash, sizeof(dummy_hash)) < 0)
+        dummy_hash[0] = 0;
+    explicit_bzero(pw, sizeof(pw));
+}
+
+int account_verify(const char *username, const char *password, struct account_login *out)
+{
+    char hash[ACCOUNT_HASH_MAX] = "";
+    bool found = false;
+    if (account_name_valid(username)) {
+        db_lock();
+        sqlite3_stmt *st = NULL;
+        if (db_prepare("SELECT id, pwgen, pwhash FROM account WHERE username = ?", &st) == 0) {
+            sqlite3_bind_text(st, 1, username, -1, SQLITE_TRANSIENT);
+            if (sqlite3_step(st) == SQLITE_ROW) {
+                out->id = sqlite3_column_int64(st, 0);
+                out->pwgen = sqlite3_column_int64(st, 1);
+                snprintf(hash, sizeof(hash), "%s", (const char *)sqlite3_column_text(st, 2));
+                snprintf(out->username, sizeof(out->username), "%s", username);
+                found = true;
+            }
+            sqlite3_finalize(st);
+        }
+        db_unlock();
+    }
+    if (!found) {
+        pthread_once(&dummy_once, dummy_make);
+        if (dummy_hash[0])
+            (void)account_check_password(password, dummy_hash);
+        return 0;
+    }
+    int rc = account_check_password(password, hash);
+    explicit_bzero(hash, sizeof(hash));
+    if (rc < 0)
+        log_error("auth: checking the password of account %s failed: %s", username, strerror(-rc));
+    return rc;
+}
+
+bool account_current(const struct account_login *login)
+{
+    bool ok = false;
+    db_lock();
+    sqlite3_stmt *st = NULL;
+    if (db_prepare("SELECT 1 FROM account WHERE id = ? AND pwgen = ?", &st) == 0) {
+        sqlite3_bind_int64(st, 1, login->id);
+        sqlite3_bind_int64(st, 2, login->pwgen);
+        ok = sqlite3_step(st) == SQLITE_ROW;
+        sqlite3_finalize(st);
+    }
+    db_unlock();
+    return ok;
+}
+
+/* ---- rows ---- */
+
+static json_t *account_rows(void)
+{
+    json_t *rows = json_array();
+    sqlite3_stmt *st = NULL;
+    db_lock();
+    if (db_prepare("SELECT id, username, created_at, password_changed_at FROM account "
+                   "ORDER BY id",
+                   &st) < 0) {
+        db_unlock();
+        json_decref(rows);
+        return NULL;
+    }
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        json_array_append_new(
+            rows,
+            json_pack("{s:I, s:s, s:{s:I}, s:{s:I}}", "id", (json_int_t)sqlite3_column_int64(st, 0),
+                      "username", (const char *)sqlite3_column_text(st, 1), "created_at", "$date",
+                      (json_int_t)sqlite3_column_int64(st, 2), "password_changed_at", "$date",
+                      (json_int_t)sqlite3_column_int64(st, 3)));
+    sqlite3_finalize(st);
+    db_unlock();
+    if (rc != SQLITE_DONE) {
+        json_decref(rows);
+        return NULL;
+    }
+    return rows;
+}
+
+/* ---- account.* ---- */
+
+static int account_query(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    json_t *rows = account_rows();
+    if (!rows)
+        return api_error(call, EIO, "cannot read the accounts");
+    int rc = api_query(call, rows, params, result);
+    json_decref(rows);
+    return rc;
+}
+
+static const struct api_field set_fields[] = {
+    {.name = "username",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = ACCOUNT_NAME_MAX},
+    {.name = "password",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = ACCOUNT_PASSWORD_MAX},
+};
+
+static int account_set_password(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    json_t *data = api_param(params, 0);
+    if (api_validate_object(call, "account.set_password", data, set_fields, ARRAY_SIZE(set_fields),
+                            0) < 0)
+        return api_invalid(call);
+    const char *name = json_string_value(json_object_get(data, "username"));
+    json_t *jpw = json_object_get(data, "password");
+    const char *pw = json_string_value(jpw);
+    if (!account_name_valid(name))
+        api_verr(call, "account.set_password.username", EINVAL,
+                 "Usernames are 1-%d letters, digits, '_', '.' or '-', not starting with '-' or "
+                 "'.'",
+                 ACCOUNT_NAME_MAX);
+    if (strlen(pw) != json_string_length(jpw))
+        api_verr(call, "account.set_password.password", EINVAL,
+                 "The password may not contain NUL characters");
+    if (api_has_verrs(call))
+        return api_invalid(call);
+
+    char hash[ACCOUNT_HASH_MAX];
+    int rc = account_hash_password(pw, hash, sizeof(hash));
+    if (rc < 0)
+        return api_error(call, rc, "cannot hash the password");
+
+    int64_t now = now_wall_ms(), id = 0;
+    bool created = false;
+    db_lock();
+    rc = db_begin();
+    sqlite3_stmt *st = NULL;
+    if (rc == 0 && (rc = db_prepare("SELECT id FROM account WHERE username = ?", &st)) == 0) {
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            id = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+        st = NULL;
+    }
+    if (rc == 0) {
+        created = id == 0;
+        rc = db_prepare(created ? "INSERT INTO account (pwhash, password_changed_at, "
+                                  "created_at, username) VALUES (?, ?, ?, ?)"
+                                : "UPDATE account SET pwhash = ?, password_changed_at = ?, "
+                                  "pwgen = pwgen + 1 WHERE id = ?",
+                        &st);
+    }
+    if (rc == 0) {
+        sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 2, now);
+        if (created) {
+            sqlite3_bind_int64(st, 3, now);
+            sqlite3_bind_text(st, 4, name, -1, SQLITE_TRANSIENT);
+        } else {
+            sqlite3_bind_int64(st, 3, id);
+        }
+        rc = db_step_done(st);
+        sqlite3_finalize(st);
+        if (created)
+            id = sqlite3_last_insert_rowid(db_handle());
+    }
+    if (rc == 0)
+        rc = db_commit();
+    else
+        db_rollback();
+    db_unlock();
+    explicit_bzero(hash, sizeof(hash));
+    if (rc < 0)
+        return api_error(call, rc, "cannot store the password of %s", name);
+    if (!created)
+        api_auth_sessions_changed(); /* sessions of the old password end */
+    log_info("auth: %s: account %s %s", api_call_peer(call), name,
+             created ? "created" : "password changed");
+    json_t *rows = account_rows();
+    json_t *row = NULL;
+    for (size_t i = 0; rows && i < json_array_size(rows); i++)
+        if (json_integer_value(json_object_get(json_array_get(rows, i), "id")) == id)
+            row = json_incref(json_array_get(rows, i));
+    json_decref(rows);
+    if (!row)
+        return api_error(call, EIO, "cannot read back account %s", name);
+    *result = row;
+    return 0;
+}
+
+static int account_delete(struct api_call *call, json_t *params, json_t **result)
+{
+    if (api_check_arity(call, params, 1) < 0)
+        return api_invalid(call);
+    json_t *jn = api_param(params, 0);
+    if (!json_is_string(jn)) {
+        api_verr(call, "account.delete.username", EINVAL, "Input should be a valid string");
+        return api_invalid(call);
+    }
+    const char *name = json_string_value(jn);
+    db_lock();
+    sqlite3_stmt *st = NULL;
+    int rc = db_prepare("DELETE FROM account WHERE username = ?", &st);
+    int changes = 0;
+    if (rc == 0) {
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+        rc = db_step_done(st);
+        sqlite3_finalize(st);
+        changes = sqlite3_changes(db_handle());
+    }
+    db_unlock();
+    if (rc < 0)
+        return api_error(call, rc, "cannot delete account %s", name);
+    if (changes == 0)
+        return api_error(call, ENOENT, "Account %s does not exist", name);
+    api_auth_sessions_changed();
+    log_info("auth: %s: account %s deleted", api_call_peer(call), name);
+    *result = json_true();
+    return 0;
+}
+
+static const struct api_method account_methods[] = {
+    {"account.set_password", "[{username, password}]",
+     "Create a local account or change its password (local socket only; stored as yescrypt).",
+     account_set_password, API_LOCAL_ONLY},
+    {"account.query", "[filters?, options?]", "Local accounts (never the password or its hash).",
+     account_query, API_LOCAL_ONLY},
+    {"account.delete", "[username]", "Delete a local account; its sessions are logged out.",
+     account_delete, API_LOCAL_ONLY},
+};
+
+void account_init(void)
+{
+    db_register_schema(schema);
+    api_register(account_methods, ARRAY_SIZE(account_methods));
+}

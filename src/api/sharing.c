@@ -1,0 +1,58 @@
+/* sharing.nfs.* / sharing.smb.*: refused on purpose (see sharing.h). */
+#include "api/sharing.h"
+
+#include <errno.h>
+
+#include "api/api.h"
+#include "core/util.h"
+
+static int sharing_query(struct api_call *call, json_t *params, json_t **result)
+{
+    /* Through the query engine, so that filters and options (count, get,
+     * select) are validated and answered as for any other empty table. */
+    json_t *rows = json_array();
+    int rc = api_query(call, rows, params, result);
+    json_decref(rows);
+    return rc;
+}
+
+static int sharing_refused(struct api_call *call, json_t *params, json_t **result)
+{
+    return api_error(call, ENOTSUP,
+                     "%s is not supported: blockd serves block volumes over iSCSI and NBD, not "
+                     "file shares (NFS/SMB)",
+                     api_call_method(call));
+}
+
+#define REFUSED(name)                                                                              \
+    {                                                                                              \
+        name, "[...]", "Not supported: blockd has no NFS/SMB file sharing.", sharing_refused, 0    \
+    }
+
+static const struct api_method sharing_methods[] = {
+    {"sharing.nfs.query", "[filters?, options?]",
+     "NFS shares: always [] (blockd serves block volumes only).", sharing_query, 0},
+    {"sharing.smb.query", "[filters?, options?]",
+     "SMB shares: always [] (blockd serves block volumes only).", sharing_query, 0},
+    REFUSED("sharing.nfs.create"),
+    REFUSED("sharing.nfs.update"),
+    REFUSED("sharing.nfs.delete"),
+    REFUSED("sharing.nfs.get_instance"),
+    REFUSED("sharing.smb.create"),
+    REFUSED("sharing.smb.update"),
+    REFUSED("sharing.smb.delete"),
+    REFUSED("sharing.smb.get_instance"),
+    REFUSED("sharing.smb.getacl"),
+    REFUSED("sharing.smb.setacl"),
+    REFUSED("sharing.smb.presets"),
+    REFUSED("sharing.smb.share_precheck"),
+    REFUSED("nfs.config"),
+    REFUSED("nfs.update"),
+    REFUSED("smb.config"),
+    REFUSED("smb.update"),
+};
+
+void api_sharing_init(void)
+{
+    api_register(sharing_methods, ARRAY_SIZE(sharing_methods));
+}

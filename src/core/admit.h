@@ -1,0 +1,85 @@
+/*
+ * Connection admission for one protocol (NBD, iSCSI, WebSocket API): a cap
+ * on all its connections, a smaller cap on connections that have not yet
+ * finished their handshake / login / authentication ("pending"), and a cap
+ * on pending connections per remote address. Pending connections can never
+ * take the room kept for established sessions (the pending cap is at most
+ * three quarters of the total), so idle or slow peers cannot lock real
+ * clients out; the handshake deadline (admit_handshake_timeout_ns) then
+ * clears them. Unix-socket peers are counted but have no per-address cap.
+ *
+ * Refusals and drops are logged with the peer, one line per event, at most
+ * ADMIT_LOG_BURST lines per second per gate (then a count of the lines
+ * suppressed). All functions are thread-safe.
+ */
+#ifndef BLOCKD_CORE_ADMIT_H
+#define BLOCKD_CORE_ADMIT_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#define ADMIT_DEFAULT_HANDSHAKE_S 10
+#define ADMIT_DEFAULT_MAX_PENDING 128
+#define ADMIT_DEFAULT_MAX_PENDING_PER_ADDR 16
+#define ADMIT_LOG_BURST 10
+
+struct admit_addr {
+    uint8_t key[17]; /* family byte + IPv4/IPv6 address (IPv4-mapped folded) */
+    unsigned pending;
+};
+
+struct admit_gate {
+    const char *name; /* "nbd", "iscsi", "api-ws": log prefix */
+    pthread_mutex_t lock;
+    unsigned max_total;
+    unsigned total, pending;
+    struct admit_addr *addrs; /* one entry per address with pending > 0 */
+    unsigned naddrs, addrs_cap;
+    /* rate limit of the log lines */
+    uint64_t log_window_ns;
+    unsigned log_lines, log_suppressed;
+};
+
+/* Static initializer; max_total is the protocol's connection cap. */
+#define ADMIT_GATE_INIT(gname, total)                                                              \
+    {                                                                                              \
+        .name = (gname), .lock = PTHREAD_MUTEX_INITIALIZER, .max_total = (total)                   \
+    }
+
+/* A connection's place in a gate; embedded in the connection's state. */
+struct admit_ticket {
+    struct admit_gate *gate;
+    uint8_t key[17];
+    bool held;    /* counted in the gate */
+    bool pending; /* counted as pending (and per address) */
+};
+
+/* Daemon-wide settings (blockd flags); call before the front-ends start.
+ * 0 leaves a value unchanged. */
+void admit_configure(unsigned handshake_s, unsigned max_pending, unsigned max_pending_per_addr);
+/* The handshake / login / authentication deadline, in nanoseconds. */
+uint64_t admit_handshake_timeout_ns(void);
+unsigned admit_handshake_timeout_s(void);
+
+/* Change a gate's total cap (e.g. nbd.global.update max_connections). */
+void admit_set_max_total(struct admit_gate *g, unsigned max_total);
+
+/* Admit a new connection as pending. 0 (t filled in: release it with
+ * admit_release), or -EBUSY after logging, rate-limited, which cap refused
+ * peer (peer_name names it in the log line). */
+int admit_try(struct admit_gate *g, const struct sockaddr *peer, socklen_t peerlen,
+              const char *peer_name, struct admit_ticket *t);
+/* The connection finished its handshake / login / authentication: it no
+ * longer counts as pending. Idempotent. */
+void admit_promote(struct admit_ticket *t);
+/* The connection is gone. Idempotent; a zeroed ticket is a no-op. */
+void admit_release(struct admit_ticket *t);
+/* Counts now (tests, logs). */
+void admit_counts(struct admit_gate *g, unsigned *total, unsigned *pending);
+
+/* Log a warning line about gate g, at most ADMIT_LOG_BURST per second. */
+void admit_log(struct admit_gate *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

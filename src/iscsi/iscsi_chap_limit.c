@@ -1,0 +1,72 @@
+/* Throttling of failed CHAP logins (see iscsi_chap.h), on core/ratelimit. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "core/ratelimit.h"
+#include "iscsi/iscsi_chap.h"
+
+static struct ratelimit chap_rl =
+    RATELIMIT_INIT(ISCSI_CHAP_FAIL_MAX, ISCSI_CHAP_FAIL_WINDOW_MS, ISCSI_CHAP_BLOCK_MS);
+
+/* The table's keys: "iqn:<name>" and "ip:<address>" (an IPv4-mapped IPv6
+ * peer counts as its IPv4 address). */
+static void name_key(const char *initiator, char *buf, size_t len)
+{
+    snprintf(buf, len, "iqn:%s", initiator);
+}
+
+static void addr_key(const struct sockaddr_storage *ss, char *buf, size_t len)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (ss->ss_family == AF_INET) {
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, ip, sizeof(ip));
+    } else if (ss->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a))
+            inet_ntop(AF_INET, &a->s6_addr[12], ip, sizeof(ip));
+        else
+            inet_ntop(AF_INET6, a, ip, sizeof(ip));
+    }
+    snprintf(buf, len, "ip:%s", ip);
+}
+
+uint64_t iscsi_chap_limit_check(const char *initiator, const struct sockaddr_storage *peer,
+                                const char **what)
+{
+    char nk[RATELIMIT_KEY_MAX], ak[64];
+    name_key(initiator, nk, sizeof(nk));
+    addr_key(peer, ak, sizeof(ak));
+    uint64_t now = ratelimit_now_ms();
+    uint64_t a = ratelimit_blocked_for(&chap_rl, ak, now);
+    uint64_t n = ratelimit_blocked_for(&chap_rl, nk, now);
+    *what = a >= n ? "address" : "initiator";
+    return a > n ? a : n;
+}
+
+bool iscsi_chap_limit_failed(const char *initiator, const struct sockaddr_storage *peer)
+{
+    char nk[RATELIMIT_KEY_MAX], ak[64];
+    name_key(initiator, nk, sizeof(nk));
+    addr_key(peer, ak, sizeof(ak));
+    uint64_t now = ratelimit_now_ms();
+    bool a = ratelimit_failed(&chap_rl, ak, now);
+    bool n = ratelimit_failed(&chap_rl, nk, now);
+    return a || n;
+}
+
+void iscsi_chap_limit_succeeded(const char *initiator, const struct sockaddr_storage *peer)
+{
+    char nk[RATELIMIT_KEY_MAX], ak[64];
+    name_key(initiator, nk, sizeof(nk));
+    addr_key(peer, ak, sizeof(ak));
+    ratelimit_succeeded(&chap_rl, ak);
+    ratelimit_succeeded(&chap_rl, nk);
+}
+
+void iscsi_chap_limit_reset(void)
+{
+    ratelimit_reset(&chap_rl);
+}
