@@ -12,6 +12,7 @@
 #include "config/ds_internal.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "store/copy.h"
 
 static json_t *pool_row_build(int64_t id, const char *name, const char *path, int64_t created)
 {
@@ -38,6 +39,20 @@ static json_t *pool_row_build(int64_t id, const char *name, const char *path, in
                      "is_upgraded", true, "scan", "created", (json_int_t)created);
 }
 
+/* The row plus snapshot_o1: O(1) snapshots and clones need reflink
+ * (probed once per filesystem); without it they copy (store/snapshot.h).
+ * null: cannot tell. */
+static json_t *pool_row_full(int64_t id, const char *name, const char *path, int64_t created)
+{
+    json_t *row = pool_row_build(id, name, path, created);
+    struct stat st;
+    int o1 = stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? store_reflink_probe(path) : -ENOENT;
+
+    if (row)
+        json_object_set_new(row, "snapshot_o1", o1 < 0 ? json_null() : json_boolean(o1 == 1));
+    return row;
+}
+
 json_t *ds_pool_rows(void)
 {
     json_t *rows = json_array();
@@ -48,10 +63,10 @@ json_t *ds_pool_rows(void)
         return NULL;
     }
     while (sqlite3_step(st) == SQLITE_ROW) {
-        json_array_append_new(rows, pool_row_build(sqlite3_column_int64(st, 0),
-                                                   (const char *)sqlite3_column_text(st, 1),
-                                                   (const char *)sqlite3_column_text(st, 2),
-                                                   sqlite3_column_int64(st, 3)));
+        json_array_append_new(rows, pool_row_full(sqlite3_column_int64(st, 0),
+                                                  (const char *)sqlite3_column_text(st, 1),
+                                                  (const char *)sqlite3_column_text(st, 2),
+                                                  sqlite3_column_int64(st, 3)));
     }
     db_stmt_done(st);
     return rows;
@@ -63,7 +78,7 @@ json_t *ds_pool_row(const char *name)
 
     if (ds_pool_get(name, &p) < 0)
         return NULL;
-    return pool_row_build(p.id, p.name, p.path, p.created);
+    return pool_row_full(p.id, p.name, p.path, p.created);
 }
 
 /* Insert the pool and its root dataset (a FILESYSTEM named like the pool).
@@ -311,6 +326,13 @@ static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
     db_lock();
     *result = ds_pool_row(name);
     db_unlock();
+    if (*result && json_is_false(json_object_get(*result, "snapshot_o1"))) {
+        static const char warn[] =
+            "the filesystem has no reflink: snapshots and clones copy the volume's data "
+            "(writes are not held: copy-before-write), taking time and space in proportion";
+        log_warn("datasets: pool %s at %s: %s", name, resolved, warn);
+        json_object_set_new(*result, "warnings", json_pack("[s]", warn));
+    }
     return *result ? 0 : api_error(call, EIO, "pool %s vanished", name);
 }
 

@@ -55,44 +55,72 @@ static int listener_register(struct listener *l)
     return reactor_add(l->reactor, l->fd, EPOLLIN, &l->handler);
 }
 
-int listener_open_tcp(const char *addr_port, listener_accept_fn fn, void *arg,
-                      struct listener **out)
+/* A TCP socket bound to addr_port with the options of opts (not yet
+ * listening): 0 with *fdp, or -errno (not logged: callers decide). */
+static int tcp_bind(const char *addr_port, unsigned opts, int *fdp)
 {
     struct sockaddr_storage ss;
     socklen_t len;
-    if (parse_host_port(addr_port, &ss, &len) < 0) {
-        log_error("listen address '%s' is not ADDR:PORT", addr_port);
+    if (parse_host_port(addr_port, &ss, &len) < 0)
         return -EINVAL;
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if ((opts & LISTENER_REUSEPORT) &&
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
     }
+    if (ss.ss_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&ss, len) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    *fdp = fd;
+    return 0;
+}
+
+int listener_open_tcp(const char *addr_port, listener_accept_fn fn, void *arg,
+                      struct listener **out)
+{
+    return listener_open_tcp_opts(addr_port, 0, fn, arg, out);
+}
+
+int listener_open_tcp_opts(const char *addr_port, unsigned opts, listener_accept_fn fn, void *arg,
+                           struct listener **out)
+{
     struct listener *l = calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
     l->fn = fn;
     l->arg = arg;
     snprintf(l->name, sizeof(l->name), "%s", addr_port);
-    l->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (l->fd < 0) {
-        int e = errno;
+    int rc = tcp_bind(addr_port, opts, &l->fd);
+    if (rc == -EINVAL) {
+        log_error("listen address '%s' is not ADDR:PORT", addr_port);
         free(l);
-        return -e;
+        return rc;
     }
-    int one = 1;
-    setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (ss.ss_family == AF_INET6)
-        setsockopt(l->fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(l->fd, (struct sockaddr *)&ss, len) < 0 || listen(l->fd, 1024) < 0) {
-        int e = errno;
-        log_error("cannot listen on %s: %s", addr_port, strerror(e));
+    if (rc == 0 && listen(l->fd, 1024) < 0) {
+        rc = -errno;
         close(l->fd);
+    }
+    if (rc < 0) {
+        log_error("cannot listen on %s: %s", addr_port, strerror(-rc));
         free(l);
-        return -e;
+        return rc;
     }
     struct sockaddr_storage bound;
     socklen_t blen = sizeof(bound);
     if (getsockname(l->fd, (struct sockaddr *)&bound, &blen) == 0)
         l->port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
                                                    : ((struct sockaddr_in6 *)&bound)->sin6_port);
-    int rc = listener_register(l);
+    rc = listener_register(l);
     if (rc) {
         close(l->fd);
         free(l);
@@ -100,6 +128,15 @@ int listener_open_tcp(const char *addr_port, listener_accept_fn fn, void *arg,
     }
     *out = l;
     return 0;
+}
+
+int listener_probe_tcp(const char *addr_port, unsigned opts)
+{
+    int fd;
+    int rc = tcp_bind(addr_port, opts, &fd);
+    if (rc == 0)
+        close(fd);
+    return rc;
 }
 
 /* Only a socket that nobody listens on may be replaced: a regular file,

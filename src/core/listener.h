@@ -16,6 +16,20 @@ typedef void (*listener_accept_fn)(int fd, const struct sockaddr *peer, socklen_
 /* "ADDR:PORT" (IPv4, [IPv6], or ":PORT" for all). 0 or -errno (logged). */
 int listener_open_tcp(const char *addr_port, listener_accept_fn fn, void *arg,
                       struct listener **out);
+/* listener_open_tcp_opts / listener_probe_tcp options. LISTENER_REUSEPORT
+ * sets SO_REUSEPORT, so that sockets of this process on the same port may
+ * overlap (a wildcard address and a specific one both listening: the
+ * kernel hands each connection to the most specific). Only sockets of the
+ * same user that also set it can share the address. */
+#define LISTENER_REUSEPORT 0x1u
+/* listener_open_tcp with options. 0 or -errno (logged). Any thread. */
+int listener_open_tcp_opts(const char *addr_port, unsigned opts, listener_accept_fn fn, void *arg,
+                           struct listener **out);
+/* Whether addr_port can be bound now with opts: binds a throwaway socket
+ * (not listening, so no connection can reach it) and closes it. 0, or the
+ * bind's -errno (-EADDRINUSE, -EADDRNOTAVAIL, -EACCES, -EINVAL for a bad
+ * address); nothing is logged. Any thread; does not block. */
+int listener_probe_tcp(const char *addr_port, unsigned opts);
 /* Unix stream socket at path, mode applied before anyone can connect.
  * Something already at path is replaced only if it is a socket nobody
  * listens on (connect gets ECONNREFUSED); else -EEXIST (not a socket, or

@@ -88,8 +88,9 @@ static void usage(FILE *f)
             "                         timestamp; plain: timestamp and level; auto (default):\n"
             "                         journal when $JOURNAL_STREAM is our stderr\n"
             "  --nbd-listen ADDR:PORT NBD listen address (default from config, 0.0.0.0:10809)\n"
-            "  --iscsi-listen A:P     serve every iSCSI portal on this one address\n"
-            "                         (default: the portals' addresses at port 3260)\n"
+            "  --iscsi-listen A:P     also serve iSCSI on address A, and make P the\n"
+            "                         portals' port (iscsi.global.listen_port) at start\n"
+            "                         (default: the portals' addresses at listen_port)\n"
             "  --api-listen ADDR:PORT serve the JSON-RPC API over WebSocket (/api/current)\n"
             "  --api-tls-cert FILE    with --api-tls-key: PEM certificate, serve wss://\n"
             "  --api-tls-key FILE     PEM private key for --api-tls-cert\n"
@@ -368,7 +369,7 @@ static bool svc_iscsi_on, svc_nbd_on;
 
 static int svc_iscsi_start(void)
 {
-    int rc = iscsi_server_start(svc_opts->iscsi_listen);
+    int rc = iscsi_server_start();
     if (rc == 0)
         rc = iscsi_config_start(svc_opts->iscsi_listen);
     if (rc < 0) {
@@ -513,7 +514,7 @@ int main(int argc, char **argv)
         log_error("cannot start the NBD server: %s", strerror(-rc));
         return 1;
     }
-    if ((rc = iscsi_server_start(o.iscsi_listen)) < 0) { /* iscsi */
+    if ((rc = iscsi_server_start()) < 0) { /* iscsi */
         log_error("cannot start the iSCSI server: %s", strerror(-rc));
         return 1;
     }

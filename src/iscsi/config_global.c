@@ -123,13 +123,19 @@ static int global_update(struct api_call *call, json_t *params, json_t **result)
     if (icfg_write_begin(&w, call) < 0)
         return -1;
     int rc = 0;
+    /* Every portal address (and --iscsi-listen's) moves to the new port
+     * live: refuse the change, writing nothing, if one cannot be bound. */
+    json_t *port = json_object_get(data, "listen_port");
+    if (port && json_integer_value(port) != icfg_global_listen_port() &&
+        icfg_listen_check_port(call, icfg_field(call, "listen_port", f, sizeof(f)),
+                               (int)json_integer_value(port)) < 0)
+        return icfg_write_end(&w, api_invalid(call));
     char *old = icfg_global_basename();
     if (b && (!old || strcmp(old, json_string_value(b)) != 0)) {
         rc = db_setting_set(KEY_BASENAME, json_string_value(b));
         w.dirty.all = true; /* every IQN changes */
     }
     free(old);
-    json_t *port = json_object_get(data, "listen_port");
     if (rc == 0 && port && json_integer_value(port) != icfg_global_listen_port()) {
         char buf[16];
         snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(port));

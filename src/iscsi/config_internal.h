@@ -186,8 +186,31 @@ void icfg_runtime_forget_extent(int64_t extent_id);
 /* Apply ro and a grown FILE size (0: unchanged) to an extent's running LU,
  * after the DB lock is released. DB locked. */
 void icfg_runtime_extent_live(int64_t extent_id, bool ro, uint64_t size);
-/* Open / close portal listeners to match the DB (no-op with --iscsi-listen). */
+
+/* ---- portal listeners (config_listen.c) ---- */
+/* Compute the wanted listeners (every portal IP, and the --iscsi-listen
+ * address, at listen_port) and publish the portal addresses for
+ * SendTargets. DB locked; the sockets change in icfg_listen_apply(). */
 int icfg_runtime_sync_portals(void);
+/* Open, retag and close listeners to match the last wanted set. After the
+ * DB lock is released (icfg_runtime_after_unlock calls it). */
+void icfg_listen_apply(void);
+/* --iscsi-listen ADDR:PORT (NULL: none). At the first call of the process
+ * PORT (":0": a free one) becomes iscsi.global.listen_port. DB locked.
+ * 0 or -errno (logged). */
+int icfg_listen_set_override(const char *addr_port);
+/* The result of the last bind of the --iscsi-listen address: 0 or -errno. */
+int icfg_listen_override_status(void);
+/* Want no listener (they close at the next apply) and forget the
+ * override and the published addresses. DB locked. */
+void icfg_listen_stop(void);
+/* Whether ip can be listened on at port (already ours, or a test bind
+ * succeeds). 0, or -1 with a validation error on field ("Cannot listen on
+ * ADDR: the address is already in use", errno EADDRINUSE ...). */
+int icfg_listen_check(struct api_call *call, const char *field, const char *ip, int port);
+/* icfg_listen_check for every portal IP and the --iscsi-listen address at
+ * port (a listen_port change). DB locked. */
+int icfg_listen_check_port(struct api_call *call, const char *field, int port);
 void icfg_runtime_stop(void);
 /* Unit attentions and session closing queued by apply; call after the DB
  * lock is released (see config_runtime.c). */

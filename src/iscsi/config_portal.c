@@ -1,6 +1,7 @@
 /* iscsi.portal.create|update|delete|query. A portal is a set of listen
  * addresses (port = iscsi.global.listen_port) with a tag that TrueNAS keeps
- * numbered 1..n. */
+ * numbered 1..n. Each address listens live (config_listen.c); one that
+ * cannot be bound is refused before anything is written. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -110,9 +111,18 @@ static void portal_check(struct api_call *call, json_t *data, int64_t self_id)
         int64_t other;
         if (icfg_int(&other,
                      "SELECT portal_id FROM iscsi_portal_ip WHERE ip = ? AND portal_id != ?", "ti",
-                     canon, self_id) == 0)
+                     canon, self_id) == 0) {
             api_verr(call, f, EEXIST, "IP %s already belongs to portal %lld", canon,
                      (long long)other);
+            continue;
+        }
+        /* A new address must be bindable now: the listener opens right
+         * after commit, and a portal that cannot listen is refused rather
+         * than stored dead. Addresses the portal already has are left
+         * alone (they are listening, or their failure was logged). */
+        if (icfg_int(&other, "SELECT portal_id FROM iscsi_portal_ip WHERE ip = ? AND portal_id = ?",
+                     "ti", canon, self_id) != 0)
+            icfg_listen_check(call, f, canon, icfg_global_listen_port());
     }
 }
 

@@ -64,13 +64,6 @@ static struct lu_entry *lu_cache;
 static size_t lu_n, lu_cap;
 static struct icfg_dirty pending;
 static bool started;
-static char *listen_override;
-struct listener_entry {
-    char addr[80];
-    uint16_t tag;
-};
-static struct listener_entry *listeners;
-static size_t listeners_n;
 
 /* ---- after-unlock work (own lock: filled under the DB lock, drained
  * after it is released) ---- */
@@ -113,8 +106,6 @@ static void post_push(struct scsi_lu *lu, const char *iqn)
                                       .close_iqn = iqn ? strdup(iqn) : NULL});
 }
 
-static void portals_apply(void);
-
 void icfg_runtime_after_unlock(void)
 {
     pthread_mutex_lock(&post_lock);
@@ -152,7 +143,7 @@ void icfg_runtime_after_unlock(void)
     if (n)
         api_thread_unboost();
     free(items);
-    portals_apply();
+    icfg_listen_apply();
 }
 
 /* ---- views ---- */
@@ -751,122 +742,26 @@ bool icfg_runtime_started(void)
     return started;
 }
 
-/* ---- portals ---- */
-
-/* Listener changes computed under the DB lock, carried out after it is
- * released (iscsi_server_listen may wait for reactors, and a reactor may be
- * waiting for the DB lock in pr_save). listen_lock orders concurrent
- * appliers. */
-static pthread_mutex_t listen_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct listener_entry *portal_want; /* post_lock */
-static size_t portal_want_n;
-static bool portal_want_set;
-
-static void portals_want(struct listener_entry *want, size_t n)
-{
-    pthread_mutex_lock(&post_lock);
-    free(portal_want);
-    portal_want = want;
-    portal_want_n = n;
-    portal_want_set = true;
-    pthread_mutex_unlock(&post_lock);
-}
-
-int icfg_runtime_sync_portals(void)
-{
-    if (listen_override)
-        return 0;
-    struct listener_entry *want = NULL;
-    size_t nwant = 0;
-    if (started) {
-        int port = icfg_global_listen_port();
-        sqlite3_stmt *st;
-        if (icfg_prepare("SELECT i.ip, p.tag FROM iscsi_portal_ip i JOIN iscsi_portal p ON p.id "
-                         "= i.portal_id ORDER BY p.tag",
-                         &st) < 0)
-            return -EIO;
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            struct listener_entry *w = realloc(want, (nwant + 1) * sizeof(*w));
-            if (!w)
-                break;
-            want = w;
-            const char *ip = icfg_col_text(st, 0);
-            snprintf(want[nwant].addr, sizeof(want[nwant].addr),
-                     strchr(ip, ':') ? "[%s]:%d" : "%s:%d", ip, port);
-            want[nwant].tag = (uint16_t)sqlite3_column_int(st, 1);
-            nwant++;
-        }
-        icfg_finalize(st);
-    }
-    portals_want(want, nwant);
-    return 0;
-}
-
-static void portals_apply(void)
-{
-    pthread_mutex_lock(&listen_lock);
-    pthread_mutex_lock(&post_lock);
-    bool set = portal_want_set;
-    struct listener_entry *want = portal_want;
-    size_t nwant = portal_want_n;
-    portal_want = NULL;
-    portal_want_n = 0;
-    portal_want_set = false;
-    pthread_mutex_unlock(&post_lock);
-    if (!set) {
-        pthread_mutex_unlock(&listen_lock);
-        return;
-    }
-    /* Close what is no longer wanted (or changed tag), then open the new. */
-    for (size_t i = 0; i < listeners_n;) {
-        bool keep = false;
-        for (size_t k = 0; k < nwant; k++)
-            if (strcmp(want[k].addr, listeners[i].addr) == 0 && want[k].tag == listeners[i].tag)
-                keep = true;
-        if (keep) {
-            i++;
-            continue;
-        }
-        iscsi_server_unlisten(listeners[i].addr);
-        listeners[i] = listeners[--listeners_n];
-    }
-    for (size_t k = 0; k < nwant; k++) {
-        bool have = false;
-        for (size_t i = 0; i < listeners_n; i++)
-            if (strcmp(want[k].addr, listeners[i].addr) == 0)
-                have = true;
-        if (have)
-            continue;
-        if (iscsi_server_listen(want[k].addr, want[k].tag) < 0)
-            continue; /* logged by the server; retried at the next portal change */
-        struct listener_entry *l = realloc(listeners, (listeners_n + 1) * sizeof(*l));
-        if (!l) {
-            iscsi_server_unlisten(want[k].addr);
-            continue;
-        }
-        listeners = l;
-        listeners[listeners_n++] = want[k];
-    }
-    if (listeners_n == 0) {
-        free(listeners);
-        listeners = NULL;
-    }
-    free(want);
-    pthread_mutex_unlock(&listen_lock);
-}
-
 /* ---- start / stop ---- */
 
 int iscsi_config_start(const char *override)
 {
     db_lock();
-    free(listen_override);
-    listen_override = override ? strdup(override) : NULL;
+    int rc = icfg_listen_set_override(override);
+    if (rc < 0) {
+        db_unlock();
+        return rc;
+    }
     started = true;
     struct icfg_dirty all = {.all = true, .discovery = true, .portals = true};
-    int rc = icfg_runtime_apply(&all);
+    rc = icfg_runtime_apply(&all);
     db_unlock();
     icfg_runtime_after_unlock();
+    /* The daemon's own address must be served: fail the start as a
+     * listener that cannot bind always did. */
+    int lrc = override ? icfg_listen_override_status() : 0;
+    if (lrc < 0)
+        return lrc;
     pub_lock_take();
     size_t n = pub_n;
     pub_lock_give();
@@ -877,8 +772,7 @@ int iscsi_config_start(const char *override)
 void icfg_runtime_stop(void)
 {
     db_lock();
-    if (!listen_override)
-        portals_want(NULL, 0); /* close every portal listener after unlock */
+    icfg_listen_stop(); /* close every portal listener after unlock */
     pub_lock_take();
     struct iscsi_target_view **views = pub_views;
     size_t n = pub_n;
@@ -907,8 +801,6 @@ void icfg_runtime_stop(void)
     lu_n = lu_cap = 0;
     icfg_dirty_free(&pending);
     started = false;
-    free(listen_override);
-    listen_override = NULL;
     db_unlock();
     icfg_runtime_after_unlock();
 }

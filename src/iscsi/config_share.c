@@ -254,7 +254,8 @@ static int share_create(struct api_call *call, json_t *params, json_t **result)
     if (rc == 0 && db_commit_nosync(&seq) < 0)
         rc = api_error(call, EIO, "cannot commit the share of %s", ds);
     struct icfg_dirty d = {0};
-    icfg_dirty_add(&d, target);
+    if (target)
+        icfg_dirty_add(&d, target);
     if (rc == 0) {
         if (icfg_runtime_started()) {
             if (defer)
@@ -265,8 +266,12 @@ static int share_create(struct api_call *call, json_t *params, json_t **result)
     } else {
         db_rollback();
         /* The nested calls put the target in the pending set; rebuilding
-         * it now (it is gone again) keeps the running view exact. */
-        if (target && icfg_runtime_started())
+         * it now (it is gone again) keeps the running view exact. A
+         * default portal the nested create made listened at once: the
+         * listeners follow the rolled-back table again (closed after the
+         * DB lock is released). */
+        d.portals = true;
+        if (icfg_runtime_started())
             icfg_runtime_apply(&d);
     }
     db_unlock();

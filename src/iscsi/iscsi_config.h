@@ -7,7 +7,7 @@
  * Start-up order in the daemon:
  *   iscsi_config_init();                 before db_open() (schema + methods)
  *   db_open(...); datasets_init(...) ...
- *   reactors_start(...); iscsi_server_start(listen or NULL);
+ *   reactors_start(...); iscsi_server_start();
  *   iscsi_config_start(listen or NULL);  after the DB is open and datasets
  *                                        can open volumes
  *   ...
@@ -31,11 +31,13 @@ void iscsi_config_init(void);
 int iscsi_config_seal_secrets(void);
 
 /*
- * Build and publish every target's runtime view from the DB and, unless
- * listen_override (blockd --iscsi-listen "ADDR:PORT") is given, open a
- * listener per portal address at iscsi.global.listen_port. With an override
- * the portals are only configuration: the one listener serves them all.
- * 0 or -errno (logged). Call from the main thread after db_open().
+ * Build and publish every target's runtime view from the DB and open a
+ * listener per portal address at iscsi.global.listen_port. listen_override
+ * (blockd --iscsi-listen "ADDR:PORT", or NULL): at the first start of the
+ * process PORT becomes listen_port, and ADDR is listened on too (portal
+ * tag 0, every group, while no portal lists ADDR); an ADDR that cannot be
+ * bound fails the start. 0 or -errno (logged). Call from the main thread
+ * (or the API thread restarting the service) after db_open().
  */
 int iscsi_config_start(const char *listen_override);
 

@@ -69,6 +69,17 @@ static bool cidr_match(const struct iscsi_cidr *c, const struct sockaddr *sa)
     return true;
 }
 
+/* The group's initiator list admits initiator (an empty list: everyone). */
+static bool group_admits(const struct iscsi_target_group *g, const char *initiator)
+{
+    if (g->n_initiators == 0)
+        return true;
+    for (size_t i = 0; i < g->n_initiators; i++)
+        if (strcasecmp(g->initiators[i], initiator) == 0)
+            return true;
+    return false;
+}
+
 int iscsi_target_access(const struct iscsi_target_view *v, const char *initiator,
                         uint16_t portal_tag, const struct sockaddr *peer)
 {
@@ -85,11 +96,8 @@ int iscsi_target_access(const struct iscsi_target_view *v, const char *initiator
         const struct iscsi_target_group *grp = &v->groups[g];
         if (portal_tag != 0 && grp->portal_tag != portal_tag)
             continue;
-        if (grp->n_initiators == 0)
+        if (group_admits(grp, initiator))
             return (int)g;
-        for (size_t i = 0; i < grp->n_initiators; i++)
-            if (strcasecmp(grp->initiators[i], initiator) == 0)
-                return (int)g;
     }
     return -1;
 }
@@ -99,14 +107,34 @@ static uint16_t reported_tag(const struct iscsi_conn *ic)
     return ic->portal_tag ? ic->portal_tag : 1;
 }
 
+/* TargetName and its TargetAddress keys: every listen address of every
+ * portal group the initiator may use for the target ("ip:port,tag"; a
+ * wildcard portal answers with the address this connection reached). A
+ * target without groups is on every portal: the address reached, as is a
+ * target whose groups have no address this initiator can use. */
 static int add_target_entry(struct iscsi_conn *ic, const struct iscsi_target_view *v,
-                            struct iscsi_text_out *out)
+                            const char *initiator, struct iscsi_text_out *out)
 {
-    char addr[128];
-    snprintf(addr, sizeof(addr), "%s,%u", ic->local_addr, reported_tag(ic));
+    char addr[ISCSI_PORTAL_ADDR_MAX + 96];
     int rc = iscsi_text_add(out, "TargetName", v->iqn);
-    if (rc == 0)
+    int added = 0;
+    for (size_t g = 0; rc == 0 && g < v->n_groups; g++) {
+        const struct iscsi_target_group *grp = &v->groups[g];
+        if (!group_admits(grp, initiator))
+            continue;
+        char addrs[16][ISCSI_PORTAL_ADDR_MAX];
+        int n = iscsi_runtime_portal_addrs(grp->portal_tag, (const struct sockaddr *)&ic->local_sa,
+                                           addrs, 16);
+        for (int i = 0; rc == 0 && i < n; i++, added++) {
+            snprintf(addr, sizeof(addr), "%.*s,%u", ISCSI_PORTAL_ADDR_MAX - 1, addrs[i],
+                     grp->portal_tag);
+            rc = iscsi_text_add(out, "TargetAddress", addr);
+        }
+    }
+    if (rc == 0 && added == 0) {
+        snprintf(addr, sizeof(addr), "%s,%u", ic->local_addr, reported_tag(ic));
         rc = iscsi_text_add(out, "TargetAddress", addr);
+    }
     return rc;
 }
 
@@ -119,7 +147,7 @@ int iscsi_send_targets(struct iscsi_conn *ic, const char *which, const char *ini
         /* The session's own target (normal sessions only). */
         if (!ic->sess || !ic->sess->view)
             return iscsi_text_add(out, "SendTargets", "Reject");
-        return add_target_entry(ic, ic->sess->view, out);
+        return add_target_entry(ic, ic->sess->view, initiator, out);
     }
     if (strcmp(which, "All") == 0) {
         if (!discovery)
@@ -131,7 +159,7 @@ int iscsi_send_targets(struct iscsi_conn *ic, const char *which, const char *ini
         int rc = 0;
         for (int i = 0; i < n; i++) {
             if (rc == 0 && iscsi_target_access(list[i], initiator, ic->portal_tag, peer) >= 0)
-                rc = add_target_entry(ic, list[i], out);
+                rc = add_target_entry(ic, list[i], initiator, out);
             iscsi_target_view_unref(list[i]);
         }
         free(list);
@@ -140,7 +168,7 @@ int iscsi_send_targets(struct iscsi_conn *ic, const char *which, const char *ini
     struct iscsi_target_view *v = iscsi_runtime_find_target(which);
     int rc = 0;
     if (v && iscsi_target_access(v, initiator, ic->portal_tag, peer) >= 0)
-        rc = add_target_entry(ic, v, out);
+        rc = add_target_entry(ic, v, initiator, out);
     if (v)
         iscsi_target_view_unref(v);
     return rc;

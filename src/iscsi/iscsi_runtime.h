@@ -187,16 +187,38 @@ void iscsi_server_set_queue_depth(unsigned depth);
  * (defaults 30 s / 30 s). */
 void iscsi_server_set_nop(unsigned interval_s, unsigned timeout_s);
 
-/* Listening. iscsi_server_start(addr) is the daemon's --iscsi-listen (NULL:
- * none): one socket that serves every portal (portal tag 0 = matches any
- * group). iscsi_server_listen/unlisten open/close one portal address
- * ("ip:port") with its tag; the config side drives these from iscsi.portal
- * and iscsi.global.listen_port. Call after reactors_start(); from a
- * non-reactor thread (they may wait for accept callbacks to finish).
- * Return 0 or -errno (logged). Listening twice on one address is -EEXIST. */
-int iscsi_server_start(const char *listen_addr_port);
+/* Listening. iscsi_server_start() reads the transport's environment
+ * settings; it opens no socket. iscsi_server_listen/unlisten open/close one
+ * portal address ("ip:port", "[ip6]:port") with its tag (0: the
+ * --iscsi-listen address while no portal lists it, which matches every
+ * group); the config side drives these from iscsi.portal,
+ * iscsi.global.listen_port and --iscsi-listen (config_listen.c). Sockets
+ * use SO_REUSEPORT so that a wildcard portal and address portals on one
+ * port coexist (a connection goes to the most specific). Call after
+ * reactors_start(); from a non-reactor thread (they may wait for accept
+ * callbacks to finish). Return 0 or -errno (logged, as is every bind and
+ * unbind). Listening twice on one address is -EEXIST. */
+int iscsi_server_start(void);
 int iscsi_server_listen(const char *addr_port, uint16_t portal_tag);
 int iscsi_server_unlisten(const char *addr_port);
+/* Change the portal group tag of an open listener in place (no unbind:
+ * connections arriving from now on get the new tag; established ones keep
+ * theirs). 0 or -ENOENT. Any non-reactor thread. */
+int iscsi_server_retag(const char *addr_port, uint16_t portal_tag);
+/* Whether iscsi_server_listen(addr_port) would succeed now: 0 if this
+ * server already listens there or a test bind succeeds, else the bind's
+ * -errno (-EADDRINUSE, -EADDRNOTAVAIL, ...). Nothing is logged and nothing
+ * stays bound. Any thread; does not block. */
+int iscsi_server_probe(const char *addr_port);
+
+/* Published portal addresses (config side, for SendTargets). Writes the
+ * listen addresses of portal group `tag` into out[0..max) as "ip:port" or
+ * "[ip6]:port"; a wildcard address (0.0.0.0, ::) is replaced by local's
+ * address when the family matches and left out otherwise. Returns the
+ * count (0: no such portal). Any thread (takes a leaf lock briefly). */
+#define ISCSI_PORTAL_ADDR_MAX 64
+int iscsi_runtime_portal_addrs(uint16_t tag, const struct sockaddr *local,
+                               char (*out)[ISCSI_PORTAL_ADDR_MAX], int max);
 /* Close every listener and every session. */
 void iscsi_server_stop(void);
 /* Graceful shutdown, before iscsi_server_stop(): refuse new connections;

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,7 +24,8 @@ void iscsi_sessions_close_all(void);
 struct portal {
     struct portal *next;
     char addr[128];
-    uint16_t tag;
+    uint16_t tag; /* atomic: iscsi_server_retag changes it while accepts run */
+    int port;
     struct listener *l;
 };
 
@@ -115,7 +117,7 @@ static void on_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
         close(fd);
         return;
     }
-    a->tag = p->tag;
+    a->tag = __atomic_load_n(&p->tag, __ATOMIC_RELAXED);
     if (local && locallen <= sizeof(a->local)) {
         memcpy(&a->local, local, locallen);
         a->locallen = locallen;
@@ -146,12 +148,15 @@ int iscsi_server_listen(const char *addr_port, uint16_t portal_tag)
             return -EEXIST;
         }
     }
-    int rc = listener_open_tcp(addr_port, on_accept, p, &p->l);
+    /* SO_REUSEPORT: a wildcard portal and address portals on the same port
+     * listen side by side (the kernel picks the most specific). */
+    int rc = listener_open_tcp_opts(addr_port, LISTENER_REUSEPORT, on_accept, p, &p->l);
     if (rc < 0) {
         pthread_mutex_unlock(&srv_lock);
         free(p);
         return rc;
     }
+    p->port = listener_port(p->l);
     p->next = portals;
     portals = p;
     pthread_mutex_unlock(&srv_lock);
@@ -177,7 +182,56 @@ int iscsi_server_unlisten(const char *addr_port)
     return 0;
 }
 
-int iscsi_server_start(const char *listen_addr_port)
+int iscsi_server_retag(const char *addr_port, uint16_t portal_tag)
+{
+    pthread_mutex_lock(&srv_lock);
+    struct portal *p = portals;
+    while (p && strcmp(p->addr, addr_port) != 0)
+        p = p->next;
+    uint16_t old = p ? p->tag : 0;
+    if (p)
+        __atomic_store_n(&p->tag, portal_tag, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&srv_lock);
+    if (!p)
+        return -ENOENT;
+    if (old != portal_tag)
+        log_info("iscsi: %s now serves portal group tag %u (was %u)", addr_port, portal_tag, old);
+    return 0;
+}
+
+/* The port of "ADDR:PORT" / "[ADDR]:PORT", or -1. */
+static int addr_port_port(const char *addr_port)
+{
+    const char *colon = strrchr(addr_port, ':');
+    if (!colon)
+        return -1;
+    char *end;
+    long v = strtol(colon + 1, &end, 10);
+    return *end == '\0' && v >= 0 && v <= 65535 ? (int)v : -1;
+}
+
+int iscsi_server_probe(const char *addr_port)
+{
+    int port = addr_port_port(addr_port);
+    bool ours = false, same_port = false;
+    pthread_mutex_lock(&srv_lock);
+    for (struct portal *q = portals; q; q = q->next) {
+        ours |= strcmp(q->addr, addr_port) == 0;
+        same_port |= q->port == port;
+    }
+    pthread_mutex_unlock(&srv_lock);
+    if (ours)
+        return 0;
+    int rc = listener_probe_tcp(addr_port, 0);
+    /* In use, maybe only by our own overlapping listeners on this port (a
+     * wildcard and an address): those share with SO_REUSEPORT, foreign
+     * sockets without it still refuse. */
+    if (rc == -EADDRINUSE && same_port)
+        rc = listener_probe_tcp(addr_port, LISTENER_REUSEPORT);
+    return rc;
+}
+
+int iscsi_server_start(void)
 {
     /* BLOCKD_ISCSI_NOP="INTERVAL,TIMEOUT" (seconds): shorter NOP-In pings,
      * for tests of the idle-initiator path. */
@@ -192,9 +246,7 @@ int iscsi_server_start(const char *listen_addr_port)
             log_info("iscsi: NOP-In after %lu s idle, timeout %lu s", iv, to ? to : iv);
         }
     }
-    if (!listen_addr_port)
-        return 0;
-    return iscsi_server_listen(listen_addr_port, 0);
+    return 0;
 }
 
 unsigned iscsi_server_drain(unsigned timeout_ms)

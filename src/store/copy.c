@@ -509,6 +509,52 @@ int store_rollback_volume(struct volume *v, const char *vol_path, const char *sn
     return 0;
 }
 
+int store_reflink_fd(int src_fd, int dst_fd)
+{
+    struct stat s, d;
+    if (fstat(src_fd, &s) < 0 || fstat(dst_fd, &d) < 0)
+        return -errno;
+    return try_reflink(src_fd, dst_fd, s.st_dev, d.st_dev);
+}
+
+int store_reflink_probe(const char *dir)
+{
+    struct stat st;
+    char a[4096], b[4096];
+    static const char block[4096] = {1};
+
+    if (stat(dir, &st) < 0)
+        return -errno;
+    enum reflink_state s = probe_get(st.st_dev);
+    if (s != REFLINK_UNKNOWN)
+        return s == REFLINK_YES;
+    /* Names the start-up sweep of interrupted copies recognises. */
+    if (snprintf(a, sizeof(a), "%s/.reflink-probe.tmp.XXXXXX", dir) >= (int)sizeof(a))
+        return -ENAMETOOLONG;
+    memcpy(b, a, sizeof(b));
+    int fa = poolfs_mkstemp(a, 0);
+    if (fa < 0)
+        return fa;
+    int fb = poolfs_mkstemp(b, 0);
+    int rc = fb < 0 ? fb : 0;
+    if (rc == 0 && write_all(fa, block, sizeof(block), 0) < 0)
+        rc = -EIO;
+    if (rc == 0) {
+        rc = try_reflink(fa, fb, st.st_dev, st.st_dev);
+        if (rc == 0)
+            rc = 1;
+        else if (probe_get(st.st_dev) == REFLINK_NO)
+            rc = 0;
+    }
+    close(fa);
+    poolfs_unlink(a);
+    if (fb >= 0) {
+        close(fb);
+        poolfs_unlink(b);
+    }
+    return rc;
+}
+
 /* ---- incremental update (replication) ---- */
 
 #define UPDATE_BLOCK ((size_t)64 << 10) /* compare granularity */

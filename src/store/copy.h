@@ -12,11 +12,10 @@
  * back to read/write, which also leaves all-zero blocks as holes), so holes
  * stay holes.
  *
- * Consistency: the copy sees whatever is in the file while it runs. For a
- * point-in-time snapshot the caller quiesces the open volume around it
- * (volume_quiesce/volume_resume: writes wait, the file is synced); a
- * reflink is near-instant, a sparse copy holds the writes for its whole
- * duration.
+ * Consistency: the copy sees whatever is in the file while it runs: use it
+ * for files that do not change (a snapshot to clone). A point-in-time
+ * snapshot of a live volume is store_snapshot_volume (store/snapshot.h),
+ * which never holds the volume's writes for a copy.
  *
  * Confinement: every path given here must lie beneath a pool root
  * registered with store/poolfs.h; the files are opened, created, renamed
@@ -80,6 +79,15 @@ int store_rollback_file(const char *snap_path, const char *vol_path, unsigned fl
  */
 int store_rollback_volume(struct volume *v, const char *vol_path, const char *snap_path,
                           unsigned flags, store_progress_fn progress, void *arg, bool *reflinked);
+
+/* FICLONE src_fd into dst_fd (whole file), remembering per filesystem a
+ * "cannot" (then -EOPNOTSUPP at once, without asking the kernel again).
+ * 0 or -errno. Blocking. */
+int store_reflink_fd(int src_fd, int dst_fd);
+/* Can the filesystem holding directory dir reflink (O(1) snapshots)?
+ * Asked once per filesystem with two small temporary files in dir, then
+ * remembered. 1 yes, 0 no, -errno if it cannot tell. Blocking. */
+int store_reflink_probe(const char *dir);
 
 /*
  * Incremental receive IN PLACE (replication): make the file at dst_path

@@ -24,6 +24,16 @@
  * the count and parks, or is seen by the drain (both sides are seq_cst:
  * a Dekker handshake). Parked requests wait on a FIFO, holding no thread;
  * the last volume_resume resubmits them.
+ *
+ * Snapshot copies (store/cow.h): while one is attached, v->cow is set and
+ * every modifying request loads it (seq_cst, after registering as in
+ * flight, like quiesce_count): none attached costs one load and one
+ * predictable branch. A write whose chunks are all copied goes on as usual
+ * (lock-free bitmap loads); otherwise it skips the reactor's inline
+ * attempt and runs on the I/O pool, where vreq_execute copies the old data
+ * first. Attach happens under a brief hold (no sync) so that every request
+ * that may modify the file after it has seen the pointer; detach clears it
+ * and drains the requests that may still use it, like a shrink.
  */
 #include "store/volume.h"
 
@@ -37,6 +47,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#include "store/cow.h"
 
 /* Syncs that may run at once on one volume. One would be enough to share
  * fdatasync calls, but then a flush arriving just after a sync started
@@ -86,6 +97,9 @@ struct volume {
     pthread_mutex_t quiesce_lock;
     struct vreq *parked_head, **parked_tail;
     size_t parked;
+
+    /* The snapshot being copied out of this volume, or NULL. */
+    _Atomic(struct store_cow *) cow;
 
     /* Pool-bound writes (write_queue_add), linked through batch_next. */
     pthread_mutex_t wq_lock;
@@ -168,6 +182,7 @@ int volume_new(const char *name, struct bdev *b, uint32_t block_size, enum volum
     v->wq_job.run = write_queue_run;
     v->wq_job.done.fn = write_queue_done;
     atomic_init(&v->quiesce_count, 0);
+    atomic_init(&v->cow, NULL);
     v->parked_head = NULL;
     v->parked_tail = &v->parked_head;
     /* Set once: a job is resubmitted while the pool may still be reading
@@ -278,6 +293,12 @@ int volume_resize(struct volume *v, uint64_t new_size)
         return -EINVAL;
     pthread_mutex_lock(&v->resize_lock);
     uint64_t old_size = volume_size(v);
+    if (new_size < old_size && atomic_load(&v->cow)) {
+        /* The copier still reads the old end from the volume's file. */
+        pthread_mutex_unlock(&v->resize_lock);
+        log_error("store: volume %s: cannot shrink while a snapshot is being copied", v->name);
+        return -EBUSY;
+    }
     if (new_size < old_size) {
         /* Refuse new requests past the new end first, then let the ones
          * in flight land, so nothing re-extends the file afterwards. */
@@ -488,6 +509,12 @@ static bool needs_durable(const struct volume *v, const struct vreq *r)
 static int vreq_execute(struct volume *v, struct vreq *r)
 {
     struct bdev *b = v->bdev;
+    if (op_modifies(r->op)) {
+        /* Valid while r is in flight: detach drains before freeing it. */
+        struct store_cow *cow = atomic_load(&v->cow);
+        if (__builtin_expect(cow != NULL, 0))
+            store_cow_before_write(cow, r->offset, r->length);
+    }
     switch (r->op) {
     case VREQ_READ:
         return b->ops->read(b, r->buf, (size_t)r->length, r->offset);
@@ -829,6 +856,15 @@ static int vreq_uring_read(struct volume *v, struct vreq *r)
 
 static void vreq_start(struct volume *v, struct vreq *r, bool modifies);
 
+/* A write that must copy old data for a snapshot first (never inline on a
+ * reactor: the copy blocks). The one cost of snapshots on the hot path
+ * when none is being copied: this load and branch. */
+static inline bool cow_pending(struct volume *v, const struct vreq *r)
+{
+    struct store_cow *cow = atomic_load(&v->cow);
+    return __builtin_expect(cow != NULL, 0) && !store_cow_range_copied(cow, r->offset, r->length);
+}
+
 void volume_submit(struct volume *v, struct vreq *r)
 {
     vreq_reset(v, r);
@@ -875,7 +911,7 @@ static void vreq_start(struct volume *v, struct vreq *r, bool modifies)
         }
         if (rd && ops->read_fd && reactor_self() && vreq_uring_read(v, r) == 0)
             return;
-        if (reactor_self()) {
+        if (reactor_self() && (rd || !cow_pending(v, r))) {
             rc = rd ? ops->read_nowait(v->bdev, r->buf, (size_t)r->length, r->offset)
                     : ops->write_nowait(v->bdev, r->buf, (size_t)r->length, r->offset);
             if (rc != -EAGAIN) {
@@ -911,7 +947,7 @@ static void vreq_start(struct volume *v, struct vreq *r, bool modifies)
 
 static int quiesce_sync(struct volume *v);
 
-int volume_quiesce(struct volume *v)
+void volume_hold(struct volume *v)
 {
     pthread_mutex_lock(&v->quiesce_lock);
     atomic_fetch_add(&v->quiesce_count, 1);
@@ -920,6 +956,60 @@ int volume_quiesce(struct volume *v)
     pthread_mutex_lock(&v->resize_lock);
     mod_drain(v, "quiesce");
     pthread_mutex_unlock(&v->resize_lock);
+}
+
+int volume_cow_attach(struct volume *v, int dst_fd, uint32_t chunk, struct store_cow **out,
+                      uint64_t *held_ns)
+{
+    *out = NULL;
+    for (;;) {
+        uint64_t size = volume_size(v);
+        struct store_cow *cow;
+        int rc = store_cow_new(v->bdev, dst_fd, size, chunk, &cow);
+        if (rc < 0)
+            return rc;
+        uint64_t t0 = time_now_ns();
+        volume_hold(v);
+        /* A resize between the size read and the hold: size it again. */
+        bool resized = volume_size(v) != size;
+        struct store_cow *none = NULL;
+        bool ok = !resized && atomic_compare_exchange_strong(&v->cow, &none, cow);
+        volume_resume(v);
+        if (held_ns)
+            *held_ns = time_now_ns() - t0;
+        if (ok) {
+            *out = cow;
+            return 0;
+        }
+        store_cow_free(cow);
+        if (!resized) {
+            log_error("store: volume %s: a snapshot is already being copied", v->name);
+            return -EBUSY;
+        }
+    }
+}
+
+int volume_cow_detach(struct volume *v, struct store_cow *cow)
+{
+    struct store_cow *expected = cow;
+    if (!cow)
+        return 0;
+    if (atomic_compare_exchange_strong(&v->cow, &expected, NULL)) {
+        /* Requests that registered before this point may still hold the
+         * pointer (vreq_execute): let them land before it is freed. New
+         * ones see NULL (seq_cst, as for quiesce). Nothing is held. */
+        pthread_mutex_lock(&v->resize_lock);
+        mod_drain(v, "snapshot copy end");
+        pthread_mutex_unlock(&v->resize_lock);
+    }
+    int rc = store_cow_error(cow);
+    store_cow_free(cow);
+    return rc;
+}
+
+int volume_quiesce(struct volume *v)
+{
+    volume_hold(v);
     int rc = quiesce_sync(v);
     if (rc < 0) {
         log_error("store: volume %s: quiesce: sync failed (%s)", v->name, strerror(-rc));

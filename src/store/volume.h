@@ -62,7 +62,8 @@ void volume_set_readonly(struct volume *v, bool ro);
  * new requests see the new size, then waits for the modifying requests
  * already in flight (so none can write past the new end after it), then
  * cuts the backend. Front-ends learn of the change via
- * volume_size_generation. Block devices: -ENOTSUP. */
+ * volume_size_generation. Block devices: -ENOTSUP. A shrink while a
+ * snapshot is being copied out of the volume (volume_cow_attach): -EBUSY. */
 int volume_resize(struct volume *v, uint64_t new_size);
 /* Flush and wait (used at shutdown and by tests/benchmarks). */
 int volume_flush_wait(struct volume *v);
@@ -89,6 +90,34 @@ int volume_quiesce(struct volume *v);
 void volume_resume(struct volume *v);
 /* Modifying requests parked right now (tests). */
 size_t volume_parked_count(struct volume *v);
+/*
+ * The first half of volume_quiesce without the sync: new modifying
+ * requests park, the ones in flight land; pairs with volume_resume. It
+ * takes as long as the writes already in flight (no fdatasync), so it may
+ * be used where writes must not wait long. Blocking: API/control thread.
+ */
+void volume_hold(struct volume *v);
+
+struct store_cow;
+/*
+ * Start copying a snapshot of v out into dst_fd (an empty file, borrowed
+ * until detach) by copy-before-write (store/cow.h; chunk: bytes, 0 for the
+ * default): this is the snapshot's instant. Writes are held only while the
+ * requests in flight land (volume_hold, no sync); *held_ns (may be NULL)
+ * gets how long. From then on every modifying request first copies the old
+ * data of its chunks not copied yet, on an I/O pool thread (never inline on
+ * a reactor); the caller runs store_cow_copy_rest(*out) for the rest. The
+ * snapshot's size is (*out)->size. One at a time per volume: -EBUSY.
+ * Blocking: API/control thread. 0 or -errno.
+ */
+int volume_cow_attach(struct volume *v, int dst_fd, uint32_t chunk, struct store_cow **out,
+                      uint64_t *held_ns);
+/* Detach and free cow: new requests stop copying; returns once no request
+ * that may still use it is in flight (writes are not held meanwhile).
+ * Returns the copy's first error (store_cow_error), 0 if the snapshot file
+ * is complete as far as writes are concerned. Blocking: API/control
+ * thread. */
+int volume_cow_detach(struct volume *v, struct store_cow *cow);
 
 enum vreq_op {
     VREQ_READ,

@@ -40,6 +40,9 @@ out=$(blockctl share iscsi create demo/missing 2>&1) || rc=$?
 [ "$(count iscsi.portal.query)" = 0 ] || fail "a portal was left behind"
 [ "$(count iscsi.initiator.query)" = 0 ] || fail "an initiator group was left behind"
 [ "$(count iscsi.extent.query)" = 0 ] || fail "an extent was left behind"
+# nor the listener of the rolled-back default portal (0.0.0.0)
+python3 -c 'import socket,sys; socket.create_connection(("127.0.0.5", int(sys.argv[1])), timeout=5)' \
+    "$ISCSI_PORT" 2>/dev/null && fail "the rolled-back default portal still listens"
 
 out=$(blockctl share iscsi create --target-prefix incus demo/a demo/My_Vol.x "$long")
 [ "$(printf 'created\tdemo/a\ncreated\tdemo/My_Vol.x\ncreated\t%s' "$long")" = "$out" ] ||

@@ -258,7 +258,35 @@ static void test_portal(void **state)
     unsigned unlistens = stub.unlistens;
     json_decref(ok(rpc("iscsi.portal.delete", "[%lld]", (long long)p3)));
     assert_true(stub.unlistens > unlistens); /* its listener is closed at once */
-    (void)p1;
+
+    /* An address that cannot be bound is refused before anything is
+     * written: a new portal, a new address of a portal, a port change. */
+    snprintf(stub.probe_busy, sizeof(stub.probe_busy), "127.0.0.9:3260");
+    json_t *before = ok(rpc("iscsi.portal.query", "[]"));
+    listens = stub.listens;
+    verr(rpc("iscsi.portal.create", "[{\"listen\":[{\"ip\":\"127.0.0.9\"}]}]"),
+         "iscsi.portal.create.listen.0.ip", "Cannot listen on 127.0.0.9:3260");
+    verr(rpc("iscsi.portal.update",
+             "[%lld, {\"listen\":[{\"ip\":\"127.0.0.1\"},{\"ip\":\"127.0.0.9\"}]}]", (long long)p1),
+         "iscsi.portal.update.listen.1.ip", "already in use");
+    /* a comment change does not probe the addresses the portal has */
+    snprintf(stub.probe_busy, sizeof(stub.probe_busy), "127.0.0.1:3260");
+    json_decref(
+        ok(rpc("iscsi.portal.update", "[%lld, {\"comment\":\"still lo\"}]", (long long)p1)));
+    snprintf(stub.probe_busy, sizeof(stub.probe_busy), "127.0.0.1:3262");
+    verr(rpc("iscsi.global.update", "[{\"listen_port\":3262}]"), "iscsi.global.update.listen_port",
+         "Cannot listen on 127.0.0.1:3262");
+    json_t *g = ok(rpc("iscsi.global.config", "[]"));
+    assert_int_equal(json_integer_value(json_object_get(g, "listen_port")), 3260);
+    json_decref(g);
+    stub.probe_busy[0] = '\0';
+    json_t *after = ok(rpc("iscsi.portal.query", "[]"));
+    json_object_del(json_array_get(before, 0), "comment");
+    json_object_del(json_array_get(after, 0), "comment");
+    assert_true(json_equal(before, after));
+    assert_int_equal(stub.listens, listens);
+    json_decref(before);
+    json_decref(after);
 }
 
 /* ---- initiators ---- */

@@ -72,6 +72,18 @@ int iscsi_server_unlisten(const char *addr_port)
     return 0;
 }
 
+int iscsi_server_retag(const char *addr_port, uint16_t portal_tag)
+{
+    snprintf(stub.last_listen, sizeof(stub.last_listen), "%s#%u", addr_port, portal_tag);
+    return 0;
+}
+
+int iscsi_server_probe(const char *addr_port)
+{
+    /* "in use" on demand: the refusal path without sockets */
+    return stub.probe_busy[0] && strstr(addr_port, stub.probe_busy) ? -EADDRINUSE : 0;
+}
+
 /* A counting stand-in for scsi/'s logical unit: the config's job is to
  * create one per enabled, mapped extent, share it between views, and drop
  * every reference it took. */

@@ -10,6 +10,7 @@ struct stub_state {
     unsigned closed;
     unsigned listens, unlistens;
     char last_listen[128];
+    char probe_busy[64];   /* iscsi_server_probe of an address containing this: -EADDRINUSE */
     int lus_live;          /* stub LUs not yet freed */
     unsigned luns_changed; /* REPORTED LUNS DATA HAS CHANGED raised */
 };

@@ -1,0 +1,245 @@
+/* Point-in-time snapshots of live volumes; see snapshot.h. */
+#include "store/snapshot.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/iopool.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "store/cow.h"
+#include "store/poolfs.h"
+
+#define PROGRESS_EVERY_NS 250000000ll
+
+/* The background copier, as an I/O pool job: pool threads run at the data
+ * path's priority, and writes may wait for the chunk it is copying (API
+ * threads may be SCHED_IDLE). */
+struct copier_job {
+    struct io_job job;
+    struct store_cow *cow;
+    int rc;
+    bool done;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+};
+
+static void copier_run(struct io_job *j)
+{
+    struct copier_job *cj = container_of(j, struct copier_job, job);
+    int rc = store_cow_copy_rest(cj->cow);
+    pthread_mutex_lock(&cj->lock);
+    cj->rc = rc;
+    cj->done = true;
+    pthread_cond_signal(&cj->cond);
+    pthread_mutex_unlock(&cj->lock);
+}
+
+/* Run the copier and wait for it, reporting progress from this thread. */
+static int copier_wait(struct store_cow *cow, store_progress_fn progress, void *arg)
+{
+    struct copier_job cj = {.cow = cow};
+    pthread_condattr_t ca;
+
+    pthread_mutex_init(&cj.lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&cj.cond, &ca);
+    pthread_condattr_destroy(&ca);
+    cj.job.run = copier_run;
+    cj.job.owner = NULL;
+    cj.job.done.fn = NULL;
+    if (progress)
+        progress(0, cow->size, arg);
+    iopool_submit(&cj.job);
+    pthread_mutex_lock(&cj.lock);
+    while (!cj.done) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += PROGRESS_EVERY_NS;
+        if (until.tv_nsec >= 1000000000l) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000l;
+        }
+        pthread_cond_timedwait(&cj.cond, &cj.lock, &until);
+        if (!cj.done && progress) {
+            pthread_mutex_unlock(&cj.lock);
+            progress(atomic_load_explicit(&cow->progress, memory_order_relaxed), cow->size, arg);
+            pthread_mutex_lock(&cj.lock);
+        }
+    }
+    pthread_mutex_unlock(&cj.lock);
+    /* The job's last touch of cj was under the lock just taken: safe to
+     * destroy (done.fn is NULL, the pool does not touch it afterwards). */
+    pthread_cond_destroy(&cj.cond);
+    pthread_mutex_destroy(&cj.lock);
+    if (progress)
+        progress(cow->size, cow->size, arg);
+    return cj.rc;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = poolfs_open(dir, O_RDONLY | O_DIRECTORY, 0);
+    if (fd < 0)
+        return fd;
+    int rc = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+/* The copy-before-write path; dfd is the empty temporary file. */
+static int snapshot_cow(struct volume *v, int dfd, uint32_t chunk, store_progress_fn progress,
+                        void *arg, struct store_snapshot_stats *st, const char **what)
+{
+    struct store_cow *cow;
+
+    *what = "ftruncate";
+    if (ftruncate(dfd, (off_t)volume_size(v)) < 0)
+        return -errno;
+    *what = "attach";
+    int rc = volume_cow_attach(v, dfd, chunk, &cow, &st->held_ns);
+    if (rc < 0)
+        return rc;
+    *what = "ftruncate";
+    if ((uint64_t)lseek(dfd, 0, SEEK_END) != cow->size && ftruncate(dfd, (off_t)cow->size) < 0)
+        rc = -errno; /* resized before the instant; writes never go past cow->size */
+    *what = "copy";
+    if (rc == 0)
+        rc = copier_wait(cow, progress, arg);
+    else
+        store_cow_cancel(cow);
+    st->chunks_by_writes = atomic_load(&cow->copied_by_writes);
+    st->chunks_by_copier = atomic_load(&cow->copied_by_copier);
+    int drc = volume_cow_detach(v, cow);
+    return rc < 0 ? rc : drc;
+}
+
+/* The reflink path: 1 if it was not possible (nothing done), 0, -errno. */
+static int snapshot_reflink(struct volume *v, const char *dir, int sfd, int dfd,
+                            struct store_snapshot_stats *st)
+{
+    /* The answer is remembered per filesystem: ext4 costs nothing here,
+     * and nothing is flushed or held for a reflink that cannot be. */
+    if (store_reflink_probe(dir) == 0)
+        return 1;
+    /* Flush first, writes going on, so the FICLONE under the hold (which
+     * writes the file's dirty pages back itself) has little left to do. */
+    int rc = volume_flush_wait(v);
+    if (rc < 0)
+        return rc;
+    uint64_t t0 = time_now_ns();
+    volume_hold(v);
+    rc = store_reflink_fd(sfd, dfd);
+    volume_resume(v);
+    st->held_ns = time_now_ns() - t0;
+    if (rc == -EOPNOTSUPP || rc == -ENOTTY || rc == -EINVAL || rc == -ENOSYS || rc == -EXDEV)
+        return 1;
+    if (rc == 0)
+        st->reflinked = true;
+    return rc;
+}
+
+int store_snapshot_volume(struct volume *v, const char *src_path, const char *dst, unsigned flags,
+                          uint32_t chunk, store_progress_fn progress, void *arg,
+                          struct store_snapshot_stats *stats)
+{
+    struct store_snapshot_stats st = {0};
+    char dir[4096], tmp[4096 + 64];
+    const char *slash = strrchr(dst, '/'), *what = "open";
+    struct stat sst;
+    int rc;
+
+    if (stats)
+        *stats = st;
+    if (!slash || !slash[1] || (size_t)(slash - dst) >= sizeof(dir))
+        return -EINVAL;
+    if (slash == dst) {
+        dir[0] = '/';
+        dir[1] = '\0';
+    } else {
+        memcpy(dir, dst, (size_t)(slash - dst));
+        dir[slash - dst] = '\0';
+    }
+    struct stat dst_st;
+    if (poolfs_stat(dst, &dst_st) == 0)
+        return -EEXIST;
+    if (snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.XXXXXX", dir, slash + 1) >= (int)sizeof(tmp))
+        return -ENAMETOOLONG;
+    int sfd = poolfs_open(src_path, O_RDONLY, 0);
+    if (sfd < 0) {
+        rc = sfd;
+        log_error("store: snapshot: open %s: %s", src_path, strerror(-rc));
+        return rc;
+    }
+    if (fstat(sfd, &sst) < 0 || !S_ISREG(sst.st_mode)) {
+        rc = S_ISREG(sst.st_mode) ? -errno : -EINVAL;
+        log_error("store: snapshot: %s is not a regular file", src_path);
+        close(sfd);
+        return rc;
+    }
+    int dfd = poolfs_mkstemp(tmp, 0);
+    if (dfd < 0) {
+        rc = dfd;
+        log_error("store: snapshot: create temp in %s: %s", dir, strerror(-rc));
+        close(sfd);
+        return rc;
+    }
+    rc = 1;
+    if (!(flags & STORE_COPY_NO_REFLINK)) {
+        what = "reflink";
+        rc = snapshot_reflink(v, dir, sfd, dfd, &st);
+        if (rc == 0 && progress)
+            progress(volume_size(v), volume_size(v), arg);
+    }
+    if (rc == 1)
+        rc = snapshot_cow(v, dfd, chunk, progress, arg, &st, &what);
+    if (rc < 0)
+        goto fail;
+    what = "fchmod";
+    if (fchmod(dfd, sst.st_mode & 07777) < 0)
+        goto fail_errno;
+    what = "fsync";
+    if (fsync(dfd) < 0)
+        goto fail_errno;
+    what = "rename";
+    rc = poolfs_rename(tmp, dst, RENAME_NOREPLACE);
+    if (rc < 0) {
+        if (rc == -EINVAL) { /* no RENAME_NOREPLACE here: link() refuses to replace */
+            rc = poolfs_link(tmp, dst);
+            if (rc == 0)
+                poolfs_unlink(tmp);
+        }
+        if (rc < 0)
+            goto fail;
+    }
+    close(dfd);
+    close(sfd);
+    rc = fsync_dir(dir);
+    if (rc < 0) {
+        log_error("store: snapshot: fsync directory %s: %s", dir, strerror(-rc));
+        poolfs_unlink(dst);
+        return rc;
+    }
+    if (stats)
+        *stats = st;
+    return 0;
+
+fail_errno:
+    rc = -errno;
+fail:
+    log_error("store: snapshot %s → %s: %s: %s", src_path, dst, what, strerror(-rc));
+    close(dfd);
+    close(sfd);
+    poolfs_unlink(tmp);
+    if (stats)
+        *stats = st;
+    return rc;
+}
