@@ -1,38 +1,67 @@
 /*
- * libFuzzer target for the JSON-RPC request path: framing checks, method
- * dispatch, error building, and the query engine (filters and options) over
- * a fixed set of rows, through api_handle_text like a transport calls it.
+ * libFuzzer target for the JSON-RPC API through the full request path: each
+ * input is the byte stream a client sends on the daemon's Unix socket (one
+ * JSON-RPC text per line), served by the real socket server (framing, size
+ * limits, batches) against the method table and SQLite configuration DB
+ * the daemon itself brings up (src/daemon/modules.c): validation, queries,
+ * datasets, snapshots, iSCSI and NBD configuration, jobs, auth.
+ *
+ * The methods create files and directories, so the target runs only in the
+ * sandbox scripts/fuzz.sh sets up (a private mount namespace whose root is
+ * read-only, with a writable state directory FUZZ_STATE): it refuses to
+ * start without FUZZ_API_SANDBOX=1.
  */
-#include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
-#include "api/api.h"
+#include "fuzz_conn.h"
 
-static int fuzz_query(struct api_call *call, json_t *params, json_t **result)
+#include "api/server.h"
+#include "core/iopool.h"
+#include "core/log.h"
+#include "core/reactor.h"
+#include "daemon/modules.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+static void setup(void)
 {
-    json_t *rows = json_pack("[{s:s, s:i, s:{s:s}, s:[{s:s}]}, {s:s, s:n, s:{s:s}, s:[]},"
-                             " {s:s, s:i, s:b, s:[{s:s}]}]",
-                             "name", "demo/a", "size", 10, "nested", "x", "1", "list", "ip",
-                             "1.2.3.4", "name", "demo/b", "size", "nested", "x", "2", "list",
-                             "name", "other/c", "size", 30, "flag", 1, "list", "ip", "::1");
-    int rc = api_query(call, rows, params, result);
-    json_decref(rows);
-    return rc;
+    static int done;
+    if (done)
+        return;
+    done = 1;
+    const char *state = getenv("FUZZ_STATE");
+    if (!getenv("FUZZ_API_SANDBOX") || !state) {
+        fprintf(stderr, "fuzz_api: run it through scripts/fuzz.sh (it needs the sandbox: "
+                        "FUZZ_API_SANDBOX=1 and FUZZ_STATE)\n");
+        exit(1);
+    }
+    log_set_level(getenv("FUZZ_LOG") ? LOG_DEBUG : LOG_ERROR);
+    char db[512];
+    snprintf(db, sizeof(db), "%s/blockd.db", state);
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/blockd.sock", state);
+    if (reactors_start(1) < 0 || iopool_start(2) < 0 || modules_init(state, db) < 0 ||
+        api_server_start(sa.sun_path) < 0)
+        abort();
 }
-
-static const struct api_method fuzz_methods[] = {
-    {"fuzz.query", "[filters, options]", "query over fixed rows", fuzz_query, 0},
-};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static int registered;
-    if (!registered) {
-        api_register(fuzz_methods, 1);
-        registered = 1;
-    }
-    char *resp = api_handle_text((const char *)data, size, "fuzz");
-    free(resp);
+    setup();
+    if (size > (1 << 20))
+        return 0;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+        abort();
+    /* Returns once the server has answered every line and closed (it
+     * closes after the client's EOF), or has gone quiet. */
+    fuzz_conn_talk(fd, data, size);
     return 0;
 }

@@ -543,7 +543,23 @@ static int volume_clone(struct cli_ctx *ctx, int argc, char **argv)
 
 static int volume_rollback(struct cli_ctx *ctx, int argc, char **argv)
 {
-    if (plain_args(ctx, argc, argv, 1, "POOL/VOL@SNAP"))
+    /* --force: roll back even while clients are connected to the volume's
+     * shares (NBD clients are disconnected, iSCSI sessions get a unit
+     * attention); --recursive: destroy the snapshots newer than SNAP. */
+    static const struct option opts[] = {
+        {"force", no_argument, NULL, 'f'}, {"recursive", no_argument, NULL, 'r'}, {0}};
+    bool force = false, recursive = false;
+    opt_reset();
+    int c;
+    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+        if (c == '?')
+            return CLI_USAGE;
+        if (c == 'f')
+            force = true;
+        else
+            recursive = true;
+    }
+    if (need_args(ctx, argc, 1, "POOL/VOL@SNAP"))
         return CLI_USAGE;
     const char *snap = argv[optind];
     if (!has_at(snap))
@@ -552,7 +568,12 @@ static int volume_rollback(struct cli_ctx *ctx, int argc, char **argv)
     snprintf(label, sizeof(label), "rolling back to %s", snap);
     ctx->progress_label = label;
     json_t *res;
-    int rc = cli_call(ctx, "zfs.snapshot.rollback", json_pack("[s, {}]", snap), &res);
+    json_t *opts_obj = json_object();
+    if (force)
+        json_object_set_new(opts_obj, "force", json_true());
+    if (recursive)
+        json_object_set_new(opts_obj, "recursive", json_true());
+    int rc = cli_call(ctx, "zfs.snapshot.rollback", json_pack("[s, o]", snap, opts_obj), &res);
     ctx->progress_label = NULL;
     if (rc)
         return rc;
@@ -644,7 +665,8 @@ static const struct cli_command volume_commands[] = {
      volume_delete},
     {"volume", "snapshot", "POOL/VOL@SNAP", "Take a snapshot", volume_snapshot},
     {"volume", "clone", "POOL/VOL@SNAP POOL/NEW", "Create a volume from a snapshot", volume_clone},
-    {"volume", "rollback", "POOL/VOL@SNAP", "Replace a volume's contents with a snapshot's",
+    {"volume", "rollback", "[--force] [--recursive] POOL/VOL@SNAP",
+     "Replace a volume's contents with a snapshot's (--force: even with clients connected)",
      volume_rollback},
     {"snapshot", "list", "[POOL/VOL]", "List snapshots (of one volume)", snapshot_list},
     {"snapshot", "delete", "POOL/VOL@SNAP", "Delete a snapshot", snapshot_delete},

@@ -965,6 +965,8 @@ void datasets_init(const char *state_dir)
     api_register(ds_pool_methods, ds_pool_method_count);
     api_register(ds_dataset_methods, ds_dataset_method_count);
     api_register(ds_snapshot_methods, ds_snapshot_method_count);
+    api_register(ds_rename_methods, ds_rename_method_count);
+    api_register(ds_promote_methods, ds_promote_method_count);
     /* core.bulk: one fdatasync for all its calls, before it answers. */
     api_set_batch_hooks(db_sync_batch_begin, db_sync_batch_end);
 }

@@ -38,6 +38,43 @@ typedef bool (*datasets_in_use_fn)(const char *name, char *why, size_t len);
 void datasets_register_in_use(datasets_in_use_fn fn);
 
 /*
+ * Clients connected to the shares of one volume (exactly name, not its
+ * snapshots or children): a rollback needs force while any are. The
+ * function returns how many clients are connected and, when any, a reason
+ * in why ("exported over NBD as 'x' with 1 connected client"). Called on
+ * the API thread with ds_ops_lock and db_lock() held; must not take other
+ * config locks. Register at start-up; up to 16.
+ */
+typedef unsigned (*datasets_clients_fn)(const char *name, char *why, size_t len);
+void datasets_register_clients(datasets_clients_fn fn);
+
+/*
+ * Rename hooks: front-ends whose configuration names datasets (NBD export
+ * rows, iSCSI DISK extents "zvol/<name>", FILE extents under a pool
+ * directory) follow a rename, so shares keep serving under the new name.
+ * A rename of old → new covers old itself and, with subtree, every
+ * "old/…" and "old@…" (a dataset rename); without, old alone (a snapshot).
+ *   lock():   before the rename takes any config lock: take the front-end's
+ *             own configuration lock so that no change of its rows runs
+ *             between update() and applied(). May be NULL.
+ *   update(): inside the rename's transaction (db_lock() held): rewrite the
+ *             front-end's rows. 0, or -errno to roll the rename back.
+ *   applied(committed): after the transaction ended, no config lock held
+ *             but the front-end's own (from lock()): republish when
+ *             committed; always release what lock() took.
+ * Open volumes are not reopened: an open file descriptor survives the
+ * file's rename, and the volume cache is re-keyed under the new name.
+ * Register at start-up; up to 16.
+ */
+struct datasets_rename_hook {
+    void (*lock)(void *arg);
+    int (*update)(const char *old_name, const char *new_name, bool subtree, void *arg);
+    void (*applied)(bool committed, void *arg);
+    void *arg;
+};
+void datasets_register_rename(const struct datasets_rename_hook *hook);
+
+/*
  * Observers (addition): front-ends learn about dataset changes made through
  * the API, e.g. to raise CAPACITY DATA HAS CHANGED (iSCSI) or refresh an
  * export's size (NBD). Called on the API thread that made the change, after
@@ -50,12 +87,17 @@ void datasets_register_in_use(datasets_in_use_fn fn);
  *   DATASETS_DELETED          dataset or snapshot removed
  *   DATASETS_PROPERTY_CHANGED sync, readonly or comments changed
  *   DATASETS_ROLLED_BACK      contents replaced by a snapshot's
+ *   DATASETS_ROLLING_BACK     (the one event sent BEFORE the change, with
+ *                             ds_ops_lock held but no DB lock) a rollback
+ *                             is about to replace name's contents: drop
+ *                             clients that must not see the switch (NBD)
  */
 enum datasets_event {
     DATASETS_RESIZED,
     DATASETS_DELETED,
     DATASETS_PROPERTY_CHANGED,
     DATASETS_ROLLED_BACK,
+    DATASETS_ROLLING_BACK,
 };
 typedef void (*datasets_observer_fn)(enum datasets_event ev, const char *name, struct volume *v,
                                      void *arg);

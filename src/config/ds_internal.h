@@ -131,9 +131,28 @@ struct volume *ds_cache_peek(const char *name);
 void ds_cache_drop(const char *name, bool children);
 /* Open a volume for a just-created memory dataset and keep it cached. */
 int ds_cache_insert(const char *name, struct volume *v);
+/* Re-key every cached volume covered by old_name (with subtree: also
+ * "old/…" and "old@…") under new_name; the volumes stay open. Call with
+ * db_lock() held, right after the rename is committed, so that no opener
+ * looks between the two. Returns how many entries moved. */
+int ds_cache_rename(const char *old_name, const char *new_name, bool subtree);
+/* Clients connected to the shares of exactly name (the registered
+ * datasets_clients_fn summed); reasons joined into why. */
+unsigned ds_clients(const char *name, char *why, size_t len);
+/* The registered rename hooks (datasets.h), in registration order. */
+void ds_rename_hooks_lock(void);
+int ds_rename_hooks_update(const char *old_name, const char *new_name, bool subtree);
+void ds_rename_hooks_applied(bool committed);
 /* Ask every registered in-use check about name (a dataset or snapshot). */
 bool ds_in_use(const char *name, char *why, size_t len);
 void ds_notify(enum datasets_event ev, const char *name, struct volume *v);
+
+/* Copy src to the new file dst (store_clone_file: reflink, else a sparse
+ * copy) as a job with progress, like a clone's copy; what/name describe it
+ * ("promote", "pool/c@s"). Call with ds_ops_lock() held and db_lock() not
+ * held. 0, or -1 with the error set on call. */
+int ds_copy_file_job(struct api_call *call, json_t *params, const char *what, const char *name,
+                     const char *src, const char *dst, bool *reflinked);
 
 /* snapshots.c / datasets.c / pools.c method tables */
 extern const struct api_method ds_pool_methods[];
@@ -142,6 +161,10 @@ extern const struct api_method ds_dataset_methods[];
 extern const size_t ds_dataset_method_count;
 extern const struct api_method ds_snapshot_methods[];
 extern const size_t ds_snapshot_method_count;
+extern const struct api_method ds_rename_methods[];
+extern const size_t ds_rename_method_count;
+extern const struct api_method ds_promote_methods[];
+extern const size_t ds_promote_method_count;
 extern const char ds_schema_sql[];
 
 /* Build rows (for queries and create/update results). Locked by caller. */

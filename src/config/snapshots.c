@@ -193,6 +193,17 @@ static int copy_run(struct api_call *call, json_t *params, struct copy_work *w)
     return rc;
 }
 
+int ds_copy_file_job(struct api_call *call, json_t *params, const char *what, const char *name,
+                     const char *src, const char *dst, bool *reflinked)
+{
+    struct copy_work w = {.kind = COPY_CLONE, .what = what, .name = name, .src = src, .dst = dst};
+    int rc = copy_run(call, params, &w);
+
+    if (reflinked)
+        *reflinked = w.reflinked;
+    return rc;
+}
+
 /* Split "pool/vol@snap". 0 or -EINVAL with why. */
 static int split_snapshot(const char *full, char *dataset, size_t dlen, const char **snap,
                           char *why, size_t whylen)
@@ -913,6 +924,7 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
     uint64_t old_size;
     struct ds_snap *newer = NULL;
     size_t nnewer = 0;
+    unsigned nclients;
     int rc;
 
     if (snapshot_opts_param(call, params, "zfs.snapshot.rollback.options", rollback_fields,
@@ -932,10 +944,14 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
         rc = ds_api_errno(call, rc, "cannot roll back to", full);
         goto fail;
     }
-    why[0] = '\0';
-    if (!json_is_true(json_object_get(opts, "force")) && ds_in_use(row.name, why, sizeof(why))) {
+    /* Being exported does not block a rollback (the export then serves
+     * the rolled-back data, as a zvol would); clients connected to the
+     * volume's shares do, unless forced. Shares of its snapshots never
+     * matter: their files are not touched. */
+    nclients = ds_clients(row.name, why, sizeof(why));
+    if (nclients && !json_is_true(json_object_get(opts, "force"))) {
         rc = api_error(call, EBUSY, "dataset %s is in use: %s (use force to roll back anyway)",
-                       row.name, why[0] ? why : "busy");
+                       row.name, why[0] ? why : "clients connected");
         goto fail;
     }
     if (json_is_true(json_object_get(opts, "recursive"))) {
@@ -952,6 +968,12 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
 
     old_size = row.volsize;
     v = ds_cache_peek(row.name);
+    /* Front-ends drop the clients that must not see the switch (NBD
+     * disconnects the volume's exports' clients, forced or none). */
+    if (nclients)
+        log_warn("datasets: rolling back %s with %u client(s) connected (force): %s", row.name,
+                 nclients, why);
+    ds_notify(DATASETS_ROLLING_BACK, row.name, v);
     work = (struct copy_work){.kind = COPY_ROLLBACK,
                               .what = "rollback",
                               .name = row.name,

@@ -54,6 +54,10 @@ static void bucket_remove_locked(struct cache_entry *e)
 
 static datasets_in_use_fn in_use_fns[DS_MAX_IN_USE];
 static size_t in_use_count;
+static datasets_clients_fn clients_fns[DS_MAX_IN_USE];
+static size_t clients_count;
+static struct datasets_rename_hook rename_hooks[DS_MAX_IN_USE];
+static size_t rename_hook_count;
 
 static struct {
     datasets_observer_fn fn;
@@ -143,6 +147,38 @@ void ds_cache_drop(const char *name, bool children)
         free(e->name);
         free(e);
     }
+}
+
+int ds_cache_rename(const char *old_name, const char *new_name, bool subtree)
+{
+    size_t olen = strlen(old_name), nlen = strlen(new_name);
+    struct cache_entry *e;
+    int moved = 0;
+
+    pthread_mutex_lock(&cache_mutex);
+    for (e = cache_head; e; e = e->next) {
+        if (!name_covers(old_name, e->name, subtree))
+            continue;
+        size_t rest = strlen(e->name) - olen;
+        char *n = malloc(nlen + rest + 1);
+        if (!n) {
+            /* Left under the old name: the next open of the new name
+             * opens the (renamed) file again; both stay valid. */
+            log_error("datasets: out of memory re-keying cached volume %s", e->name);
+            continue;
+        }
+        memcpy(n, new_name, nlen);
+        memcpy(n + nlen, e->name + olen, rest + 1);
+        bucket_remove_locked(e);
+        free(e->name);
+        e->name = n;
+        e->hash = name_hash(n);
+        e->hnext = cache_buckets[e->hash % CACHE_BUCKETS];
+        cache_buckets[e->hash % CACHE_BUCKETS] = e;
+        moved++;
+    }
+    pthread_mutex_unlock(&cache_mutex);
+    return moved;
 }
 
 static int volume_open_uncached(const char *name, struct volume **out)
@@ -250,6 +286,74 @@ bool ds_in_use(const char *name, char *why, size_t len)
             return true;
     }
     return false;
+}
+
+void datasets_register_clients(datasets_clients_fn fn)
+{
+    if (clients_count == DS_MAX_IN_USE) {
+        log_error("datasets: too many client checks registered");
+        abort();
+    }
+    for (size_t i = 0; i < clients_count; i++)
+        if (clients_fns[i] == fn)
+            return;
+    clients_fns[clients_count++] = fn;
+}
+
+unsigned ds_clients(const char *name, char *why, size_t len)
+{
+    unsigned total = 0;
+    size_t used = 0;
+
+    if (len)
+        why[0] = '\0';
+    for (size_t i = 0; i < clients_count; i++) {
+        char one[256] = "";
+        unsigned n = clients_fns[i](name, one, sizeof(one));
+        if (!n)
+            continue;
+        total += n;
+        if (used < len) {
+            int w = snprintf(why + used, len - used, "%s%s", used ? "; " : "", one);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    }
+    return total;
+}
+
+void datasets_register_rename(const struct datasets_rename_hook *hook)
+{
+    if (rename_hook_count == DS_MAX_IN_USE) {
+        log_error("datasets: too many rename hooks registered");
+        abort();
+    }
+    rename_hooks[rename_hook_count++] = *hook;
+}
+
+void ds_rename_hooks_lock(void)
+{
+    for (size_t i = 0; i < rename_hook_count; i++)
+        if (rename_hooks[i].lock)
+            rename_hooks[i].lock(rename_hooks[i].arg);
+}
+
+int ds_rename_hooks_update(const char *old_name, const char *new_name, bool subtree)
+{
+    for (size_t i = 0; i < rename_hook_count; i++) {
+        if (!rename_hooks[i].update)
+            continue;
+        int rc = rename_hooks[i].update(old_name, new_name, subtree, rename_hooks[i].arg);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+void ds_rename_hooks_applied(bool committed)
+{
+    for (size_t i = 0; i < rename_hook_count; i++)
+        if (rename_hooks[i].applied)
+            rename_hooks[i].applied(committed, rename_hooks[i].arg);
 }
 
 void datasets_observe(datasets_observer_fn fn, void *arg)

@@ -61,6 +61,8 @@ static int tcp_bind(const char *addr_port, unsigned opts, int *fdp)
 {
     struct sockaddr_storage ss;
     socklen_t len;
+
+    *fdp = -1; /* set on every path: errno may read as 0 to the compiler */
     if (parse_host_port(addr_port, &ss, &len) < 0)
         return -EINVAL;
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -28,7 +28,6 @@
 #include "api/server.h"
 #include "config/datasets.h"
 #include "config/db.h"
-#include "config/replication.h"
 #include "core/allowdir.h"
 #include "core/admit.h"
 #include "core/iopool.h"
@@ -38,17 +37,13 @@
 #include "daemon/config_file.h"
 #include "daemon/sdnotify.h"
 #include "daemon/watchdog.h"
-/* @@module-includes@@ (helpers: add your module's header here) */
-#include "iscsi/iscsi_runtime.h" /* iscsi */
-#include "iscsi/iscsi_config.h"  /* iscsi-config */
-#include "nbd/nbd.h"             /* nbd */
-#include "api/auth.h"            /* control */
-#include "api/jobs.h"            /* control */
-#include "api/service.h"         /* control */
-#include "api/sharing.h"         /* auth */
-#include "config/pwenc.h"        /* auth */
-#include "api/ws.h"              /* control */
-#include "iscsi/iscsi_share.h"   /* control */
+#include "daemon/modules.h"
+#include "iscsi/iscsi_runtime.h"
+#include "iscsi/iscsi_config.h"
+#include "nbd/nbd.h"
+#include "api/jobs.h"
+#include "api/service.h"
+#include "api/ws.h"
 
 struct options {
     const char *state_dir;
@@ -483,33 +478,9 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    /* Modules register their schema and API methods before the DB opens. */
-    datasets_init(state_dir);
-    /* @@module-init@@ (helpers: schema + method registration calls here) */
-    nbd_init();          /* nbd */
-    iscsi_config_init(); /* iscsi-config: schema + iscsi.* methods */
-    api_auth_init();     /* control: api_key table, auth.* */
-    jobs_init();         /* control: core.get_jobs/job_wait/bulk/subscribe */
-    replication_init();  /* replication.run_onetime (a job; calls the dataset methods) */
-    service_init();      /* control: service.* */
-    iscsi_share_init();  /* control: share.iscsi.* */
-    api_sharing_init();  /* auth: sharing.nfs/smb.* refused with ENOTSUP */
-
-    /* auth: the key that seals CHAP secrets, kept outside the DB */
-    if ((rc = pwenc_init(state_dir)) < 0)
+    if (modules_init(state_dir, db_path) < 0)
         return 1;
-    if ((rc = db_open(db_path)) < 0) {
-        log_error("cannot open configuration database %s: %s", db_path, strerror(-rc));
-        return 1;
-    }
-    /* auth: seal CHAP secrets an older blockd stored in clear; on failure
-     * (logged) they keep working as they are. */
-    (void)iscsi_config_seal_secrets();
-    if ((rc = datasets_ensure_default_pool("demo")) < 0) {
-        log_error("cannot create the default pool: %s", strerror(-rc));
-        return 1;
-    }
-    /* @@module-start@@ (helpers: start front-ends here; on failure log and return 1) */
+    /* Front-ends start once the configuration they serve is open. */
     if ((rc = nbd_server_start(o.nbd_listen)) < 0) { /* nbd */
         log_error("cannot start the NBD server: %s", strerror(-rc));
         return 1;
@@ -576,9 +547,8 @@ int main(int argc, char **argv)
                                              : 0); /* iscsi */
 
     api_server_stop();
-    api_ws_stop(); /* control */
-    jobs_stop();   /* control: wait for running jobs */
-    /* @@module-stop@@ (helpers: stop accepting, finish in-flight requests) */
+    api_ws_stop();       /* control */
+    jobs_stop();         /* control: wait for running jobs */
     nbd_server_stop();   /* nbd */
     iscsi_config_stop(); /* iscsi-config: withdraw targets, close portal listeners */
     iscsi_server_stop(); /* iscsi */

@@ -23,6 +23,7 @@
 #include "api/api.h"
 #include "config/db.h"
 #include "api/validate.h"
+#include "scsi/scsi.h"
 
 #define ICFG_DEFAULT_BASENAME "iqn.2026-11.org.blockd"
 #define ICFG_DEFAULT_PORT 3260
@@ -186,6 +187,10 @@ void icfg_runtime_forget_extent(int64_t extent_id);
 /* Apply ro and a grown FILE size (0: unchanged) to an extent's running LU,
  * after the DB lock is released. DB locked. */
 void icfg_runtime_extent_live(int64_t extent_id, bool ro, uint64_t size);
+/* Queue ua for every running LU over vol (the volume of a rolled-back
+ * dataset), raised by icfg_runtime_after_unlock(). DB locked. Returns how
+ * many LUs. */
+size_t icfg_runtime_volume_ua(const struct volume *vol, enum scsi_ua ua);
 
 /* ---- portal listeners (config_listen.c) ---- */
 /* Compute the wanted listeners (every portal IP, and the --iscsi-listen

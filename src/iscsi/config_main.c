@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "iscsi/config_internal.h"
 #include "iscsi/iscsi_config.h"
+#include "iscsi/iscsi_runtime.h"
 
 /* Ids use AUTOINCREMENT so a deleted object's id is never reused: clients
  * (democratic-csi) store ids in dataset properties. Cascades are done in
@@ -128,6 +129,77 @@ bool iscsi_config_dataset_in_use(const char *name, char *why, size_t len)
 }
 
 /*
+ * Rollback needs force while initiators are logged in to a target that
+ * maps the volume (exactly it: a snapshot's extent is not affected).
+ * Called by datasets with db_lock() held.
+ */
+static unsigned dataset_clients(const char *name, char *why, size_t len)
+{
+    char disk[600];
+    snprintf(disk, sizeof(disk), "zvol/%s", name);
+    unsigned total = 0;
+    sqlite3_stmt *st;
+    db_lock();
+    if (icfg_prepare("SELECT t.name, e.name FROM iscsi_extent e JOIN iscsi_targetextent te ON "
+                     "te.extent_id = e.id JOIN iscsi_target t ON t.id = te.target_id WHERE "
+                     "e.type = 'DISK' AND e.disk = ?1 ORDER BY t.id",
+                     &st) == 0) {
+        sqlite3_bind_text(st, 1, disk, -1, SQLITE_STATIC);
+        char *basename = icfg_global_basename();
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            char iqn[600];
+            snprintf(iqn, sizeof(iqn), "%s:%s", basename ? basename : "", icfg_col_text(st, 0));
+            unsigned n = iscsi_sessions_count_target(iqn);
+            if (n && !total && why && len)
+                snprintf(why, len, "shared over iSCSI as extent %s of target %s with %u session%s",
+                         icfg_col_text(st, 1), icfg_col_text(st, 0), n, n == 1 ? "" : "s");
+            total += n;
+        }
+        free(basename);
+        icfg_finalize(st);
+    }
+    db_unlock();
+    return total;
+}
+
+/*
+ * A rename moves extents along: DISK extents on the renamed dataset (with
+ * subtree, also on its children and snapshots) get the new "zvol/<name>",
+ * and FILE extents whose file was inside a renamed directory the new path.
+ * The gen column is left alone, so the running LUs stay (their volumes
+ * are the same open files) and sessions see nothing. Inside the rename's
+ * transaction, db_lock() held.
+ */
+static int dataset_renamed(const char *old_name, const char *new_name, bool subtree, void *arg)
+{
+    char od[600], nd[600];
+    snprintf(od, sizeof(od), "zvol/%s", old_name);
+    snprintf(nd, sizeof(nd), "zvol/%s", new_name);
+    int rc = icfg_run(subtree ? "UPDATE iscsi_extent SET disk = ?2 || substr(disk, length(?1) + "
+                                "1), path = CASE WHEN path = disk THEN ?2 || substr(disk, "
+                                "length(?1) + 1) ELSE path END WHERE type = 'DISK' AND (disk = "
+                                "?1 OR substr(disk, 1, length(?1) + 1) IN (?1 || '/', ?1 || '@'))"
+                              : "UPDATE iscsi_extent SET disk = ?2, path = CASE WHEN path = disk "
+                                "THEN ?2 ELSE path END WHERE type = 'DISK' AND disk = ?1",
+                      "tt", od, nd);
+    if (rc < 0 || !subtree)
+        return rc;
+    /* FILE extents below the renamed directory (a pool's path is fixed,
+     * and a rename never leaves its pool) */
+    const char *so = strchr(old_name, '/'), *sn = strchr(new_name, '/');
+    if (!so || !sn)
+        return 0;
+    char pool[256];
+    snprintf(pool, sizeof(pool), "%.*s", (int)(so - old_name), old_name);
+    return icfg_run("UPDATE iscsi_extent SET path = (SELECT p.path FROM pools p WHERE p.name = ?1) "
+                    "|| ?3 || substr(path, length((SELECT p.path FROM pools p WHERE p.name = ?1) "
+                    "|| ?2) + 1) WHERE type = 'FILE' AND substr(path, 1, length((SELECT p.path "
+                    "FROM pools p WHERE p.name = ?1) || ?2 || '/')) = (SELECT p.path FROM pools p "
+                    "WHERE p.name = ?1) || ?2 || '/'",
+                    "ttt", pool, so, sn);
+}
+
+/*
  * A dataset was deleted after all (pool.dataset.delete with force skips the
  * in-use check): its extents, their mappings and the targets left without
  * a LUN by that go too, as TrueNAS' attachment delegate does, so no extent
@@ -136,6 +208,19 @@ bool iscsi_config_dataset_in_use(const char *name, char *why, size_t len)
  */
 static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
 {
+    if (ev == DATASETS_ROLLED_BACK) {
+        /* The sessions stay; each nexus learns on its next command that the
+         * medium changed (a size change adds CAPACITY DATA HAS CHANGED by
+         * itself). */
+        db_lock();
+        size_t n = icfg_runtime_volume_ua(v, SCSI_UA_MEDIUM_CHANGED);
+        db_unlock();
+        icfg_runtime_after_unlock();
+        if (n)
+            log_info("iscsi config: %s rolled back: MEDIUM MAY HAVE CHANGED raised on %zu LU(s)",
+                     name, n);
+        return;
+    }
     if (ev != DATASETS_DELETED)
         return;
     char disk[600], child[600], snap[600];
@@ -233,5 +318,8 @@ void iscsi_config_init(void)
     api_register(icfg_extent_methods, icfg_extent_methods_count);
     api_register(icfg_targetextent_methods, icfg_targetextent_methods_count);
     datasets_register_in_use(iscsi_config_dataset_in_use);
+    datasets_register_clients(dataset_clients);
+    static const struct datasets_rename_hook rename_hook = {.update = dataset_renamed};
+    datasets_register_rename(&rename_hook);
     datasets_observe(dataset_observer, NULL);
 }

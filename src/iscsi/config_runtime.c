@@ -68,13 +68,14 @@ static bool started;
 /* ---- after-unlock work (own lock: filled under the DB lock, drained
  * after it is released) ---- */
 static pthread_mutex_t post_lock = PTHREAD_MUTEX_INITIALIZER;
-enum post_kind { POST_LUNS_CHANGED, POST_CLOSE, POST_LIVE };
+enum post_kind { POST_LUNS_CHANGED, POST_CLOSE, POST_LIVE, POST_UA };
 struct post_item {
     enum post_kind kind;
     struct scsi_lu *lu; /* ref held */
     char *close_iqn;
     bool ro;
     uint64_t size;
+    enum scsi_ua ua; /* POST_UA */
 };
 static struct post_item *post_items;
 static size_t post_n, post_cap;
@@ -129,6 +130,8 @@ void icfg_runtime_after_unlock(void)
             }
         } else if (items[i].kind == POST_LUNS_CHANGED) {
             scsi_lu_raise_ua(items[i].lu, SCSI_UA_LUNS_CHANGED);
+        } else if (items[i].kind == POST_UA) {
+            scsi_lu_raise_ua(items[i].lu, items[i].ua);
         }
         if (items[i].lu)
             icfg_lu_unref(items[i].lu);
@@ -281,6 +284,18 @@ void icfg_runtime_extent_live(int64_t extent_id, bool ro, uint64_t size)
         if (lu_cache[i].extent_id == extent_id)
             post_push_item((struct post_item){
                 .kind = POST_LIVE, .lu = lu_cache[i].lu, .ro = ro, .size = size});
+}
+
+size_t icfg_runtime_volume_ua(const struct volume *vol, enum scsi_ua ua)
+{
+    size_t n = 0;
+    for (size_t i = 0; vol && i < lu_n; i++) {
+        if (scsi_lu_volume(lu_cache[i].lu) != vol)
+            continue;
+        post_push_item((struct post_item){.kind = POST_UA, .lu = lu_cache[i].lu, .ua = ua});
+        n++;
+    }
+    return n;
 }
 
 void icfg_runtime_forget_extent(int64_t extent_id)

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api/api.h"
@@ -866,11 +867,144 @@ static bool dataset_in_use(const char *name, char *why, size_t len)
     return used;
 }
 
+/* datasets: clients connected to exports of exactly this volume (a
+ * rollback needs force then). No config lock taken. */
+static unsigned dataset_clients(const char *name, char *why, size_t len)
+{
+    struct nbd_export_table *t = nbd_exports_current();
+    unsigned total = 0;
+    for (size_t i = 0; i < t->count; i++) {
+        const struct nbd_export *e = t->exports[i];
+        if (!e->dataset || strcmp(e->dataset, name) != 0)
+            continue;
+        unsigned n = nbd_export_connections(e->name);
+        if (n && !total)
+            snprintf(why, len, "exported over NBD as '%s' with %u connected client%s", e->name, n,
+                     n == 1 ? "" : "s");
+        total += n;
+    }
+    nbd_export_table_unref(t);
+    return total;
+}
+
+/*
+ * datasets: a rollback of name is about to replace its contents. NBD has
+ * no way to tell a client that the disk changed under it, so (as when a
+ * zvol is rolled back under qemu-nbd) the clients of its exports are
+ * disconnected first — the rollback only gets here with none, or with
+ * force — and we wait (bounded) until their connections are gone, so that
+ * no write of theirs lands after the rollback. Exports of snapshots are
+ * not affected. After the rollback the volume may have holes again.
+ */
+#define ROLLBACK_DRAIN_MS 5000
+static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
+{
+    if (ev != DATASETS_ROLLING_BACK && ev != DATASETS_ROLLED_BACK)
+        return;
+    struct nbd_export_table *t = nbd_exports_current();
+    for (size_t i = 0; i < t->count; i++) {
+        struct nbd_export *e = t->exports[i];
+        if (!e->dataset || strcmp(e->dataset, name) != 0)
+            continue;
+        if (ev == DATASETS_ROLLED_BACK) {
+            atomic_store(&e->maybe_sparse, true);
+            continue;
+        }
+        unsigned n = nbd_export_connections(e->name);
+        if (!n)
+            continue;
+        nbd_export_close_connections(e->name);
+        int waited = 0;
+        while (nbd_export_connections(e->name) && waited < ROLLBACK_DRAIN_MS) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+            waited++;
+        }
+        if (nbd_export_connections(e->name))
+            log_warn("nbd: export '%s': %u connection(s) still open %d ms after the disconnect "
+                     "for the rollback of %s",
+                     e->name, nbd_export_connections(e->name), ROLLBACK_DRAIN_MS, name);
+        log_info("nbd: export '%s': %u client(s) disconnected for the rollback of %s", e->name, n,
+                 name);
+    }
+    nbd_export_table_unref(t);
+}
+
+/* datasets: a rename of a dataset (with its subtree) or of a snapshot
+ * moves the exports along. cfg_lock is held from lock() to applied(), so
+ * no nbd.export.* change runs in between; update() runs inside the
+ * rename's transaction. */
+static bool rename_touched;
+
+static void rename_lock(void *arg)
+{
+    pthread_mutex_lock(&cfg_lock);
+    rename_touched = false;
+}
+
+static int rename_update(const char *old_name, const char *new_name, bool subtree, void *arg)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt(subtree ? "UPDATE nbd_export SET dataset = ?2 || substr(dataset, length(?1) "
+                               "+ 1) WHERE dataset = ?1 OR substr(dataset, 1, length(?1) + 1) IN "
+                               "(?1 || '/', ?1 || '@')"
+                             : "UPDATE nbd_export SET dataset = ?2 WHERE dataset = ?1",
+                     &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, old_name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, new_name, -1, SQLITE_STATIC);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    if (rc == 0 && sqlite3_changes(db_handle()) > 0)
+        rename_touched = true;
+    /* path exports of files inside a renamed filesystem's directory (a
+     * rename never leaves its pool) */
+    const char *so = strchr(old_name, '/'), *sn = strchr(new_name, '/');
+    if (rc < 0 || !subtree || !so || !sn)
+        return rc;
+    char pool[256];
+    snprintf(pool, sizeof(pool), "%.*s", (int)(so - old_name), old_name);
+    rc = db_stmt("UPDATE nbd_export SET path = (SELECT p.path FROM pools p WHERE p.name = ?1) || "
+                 "?3 || substr(path, length((SELECT p.path FROM pools p WHERE p.name = ?1) || ?2) "
+                 "+ 1) WHERE substr(path, 1, length((SELECT p.path FROM pools p WHERE p.name = "
+                 "?1) || ?2 || '/')) = (SELECT p.path FROM pools p WHERE p.name = ?1) || ?2 || '/'",
+                 &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, pool, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, so, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, sn, -1, SQLITE_STATIC);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    if (rc == 0 && sqlite3_changes(db_handle()) > 0)
+        rename_touched = true;
+    return rc;
+}
+
+static void rename_applied(bool committed, void *arg)
+{
+    /* The new table reuses the open volumes (the cache holds them under
+     * their new names): connections are not touched. */
+    if (committed && rename_touched && server_running) {
+        int rc = exports_reload();
+        if (rc < 0)
+            log_error("nbd: cannot republish the exports after a rename: %s", strerror(-rc));
+    }
+    rename_touched = false;
+    pthread_mutex_unlock(&cfg_lock);
+}
+
 void nbd_init(void)
 {
     db_register_schema(nbd_schema);
     api_register(nbd_methods, ARRAY_SIZE(nbd_methods));
     datasets_register_in_use(dataset_in_use);
+    datasets_register_clients(dataset_clients);
+    datasets_observe(dataset_observer, NULL);
+    static const struct datasets_rename_hook rename_hook = {
+        .lock = rename_lock, .update = rename_update, .applied = rename_applied};
+    datasets_register_rename(&rename_hook);
 }
 
 int nbd_server_start(const char *listen_arg)

@@ -135,6 +135,10 @@ enum scsi_ua {
     SCSI_UA_CAPACITY_CHANGED,        /* 2A/09 CAPACITY DATA HAS CHANGED */
     SCSI_UA_INQUIRY_CHANGED,         /* 3F/03 INQUIRY DATA HAS CHANGED */
     SCSI_UA_LUNS_CHANGED,            /* 3F/0E REPORTED LUNS DATA HAS CHANGED */
+    /* 28/00 NOT READY TO READY CHANGE, MEDIUM MAY HAVE CHANGED: the
+     * volume's contents were replaced under the LU (a snapshot rollback),
+     * so an initiator drops what it cached of the medium. */
+    SCSI_UA_MEDIUM_CHANGED,
     SCSI_UA_COUNT
 };
 
@@ -142,7 +146,8 @@ enum scsi_ua {
  * POWER_ON). A resize of the volume (CAPACITY_CHANGED) and a change of its
  * sync or read-only property (MODE_CHANGED) are noticed by scsi/ itself on
  * the next command; the control plane calls this for LUN map changes
- * (LUNS_CHANGED) and for INQUIRY data changes (INQUIRY_CHANGED). */
+ * (LUNS_CHANGED), for INQUIRY data changes (INQUIRY_CHANGED) and after a
+ * rollback replaced the volume's contents (MEDIUM_CHANGED). */
 void scsi_lu_raise_ua(struct scsi_lu *lu, enum scsi_ua ua);
 
 /* ------------------------------------------------------------------ */

@@ -211,6 +211,7 @@ static const uint8_t ua_codes[SCSI_UA_COUNT][2] = {
     [SCSI_UA_CAPACITY_CHANGED] = {0x2a, 0x09},
     [SCSI_UA_INQUIRY_CHANGED] = {0x3f, 0x03},
     [SCSI_UA_LUNS_CHANGED] = {0x3f, 0x0e},
+    [SCSI_UA_MEDIUM_CHANGED] = {0x28, 0x00},
 };
 
 struct scsi_nexus_state *scsi_lu_nexus_locked(struct scsi_lu *lu, const struct scsi_nexus *n)

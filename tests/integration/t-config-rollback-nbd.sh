@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Snapshot and rollback under a connected NBD client: the export's open
 # volume sees the snapshot's data and size at once (in-place rollback);
-# rollback and delete are refused while exported unless forced; a snapshot
-# can be exported read-only; a resize is seen by a new connection.
+# rollback is refused while a client is connected unless forced (then the
+# client is disconnected), delete while exported; a snapshot can be
+# exported read-only; a resize is seen by a new connection.
 . "$(dirname "$0")/lib.sh"
 need nbdsh python3
 NBDSH() { PATH=/usr/bin:$PATH nbdsh "$@"; }
@@ -41,9 +42,17 @@ assert p.returncode == 1 and "exported over NBD" in p.stderr, p.stderr
 p = ctl("call", "pool.dataset.delete", '["demo/rb",{"recursive":true}]', ok=False)
 assert p.returncode == 1 and "in use" in p.stderr, p.stderr
 
-# forced: the same connection reads the snapshot's data
+# forced: the client is disconnected (NBD cannot tell it the disk changed);
+# a new connection reads the snapshot's data
 ctl("call", "zfs.snapshot.rollback", '["demo/rb@s1",{"force":true}]')
-assert h.pread(65536, 1 << 20) == A, "rolled-back data not visible on the open export"
+try:
+    h.pread(4096, 0)
+    raise AssertionError("the client survived a forced rollback")
+except nbd.Error:
+    pass
+h = nbd.NBD()
+h.connect_uri(os.environ["URI"])
+assert h.pread(65536, 1 << 20) == A, "rolled-back data not visible on the export"
 assert h.pread(65536, 0) == bytes(65536), "data written after the snapshot survived"
 h.shutdown()
 

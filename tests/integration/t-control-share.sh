@@ -65,13 +65,15 @@ blockctl share iscsi list | grep -E '^demo/ro +0 +yes +'"$BASE:incus:demo:ro" >/
 out=$(qemu-io -f raw -c 'write 0 4k' "iscsi://127.0.0.1:$ISCSI_PORT/$BASE:incus:demo:ro/0" 2>&1) || true
 echo "$out" | grep -qi "failed\|error\|read-only\|protect" || fail "write to a read-only share worked: $out"
 
-# Live sessions: listed with what they moved; iSCSI's protects the share
+# Live sessions (kept open for up to 60 s: a loaded machine may take many
+# seconds to list them; the test kills them when done): listed with what they
+# moved; iSCSI's protects the share
 # from a plain delete.
 blockctl share nbd create demo/My_Vol.x --name sess >/dev/null
-qemu-io -f raw -c 'write -P 0x5a 0 64k' -c 'read 0 1M' -c 'sleep 5000' \
+qemu-io -f raw -c 'write -P 0x5a 0 64k' -c 'read 0 1M' -c 'sleep 60000' \
     "iscsi://127.0.0.1:$ISCSI_PORT/$BASE:incus:demo:a/0" >"$TMP/qio.log" 2>&1 &
 qio=$!
-qemu-io -f raw -c 'write -P 0xa5 0 128k' -c 'read 0 2M' -c 'sleep 5000' \
+qemu-io -f raw -c 'write -P 0xa5 0 128k' -c 'read 0 2M' -c 'sleep 60000' \
     "nbd://127.0.0.1:$NBD_PORT/sess" >"$TMP/qio-nbd.log" 2>&1 &
 qnbd=$!
 BG_PIDS+=("$qio" "$qnbd")

@@ -39,11 +39,11 @@ o1=$(blockctl call pool.query '[[["name","=","demo"]]]' |
 # smaller one (1 GiB, 256 MiB written, 4 snapshots), which takes a third of
 # the time and writes a tenth of the data.
 if [ "${NOSTALL_MODE:-check}" = strict ]; then
-    VSIZE=2G FILL_MB=1024 SNAPS=10
+    VSIZE=2G VBYTES=$((2 << 30)) FILL_MB=1024 SNAPS=10
 else
-    VSIZE=1G FILL_MB=256 SNAPS=4
+    VSIZE=1G VBYTES=$((1 << 30)) FILL_MB=256 SNAPS=4
 fi
-export SNAPS
+export SNAPS VBYTES
 blockctl volume create demo/ns --size $VSIZE >/dev/null || fail "volume create"
 blockctl share nbd create demo/ns --name ns >/dev/null || fail "share create"
 head -c ${FILL_MB}M /dev/urandom >"$TMP/fill" || fail "cannot make fill data"
@@ -99,7 +99,7 @@ fillmap = mmap.mmap(fill.fileno(), 0, prot=mmap.PROT_READ)
 def check_snapshot(name, lo, hi):
     path = os.path.join(os.environ["POOL_DIR"], "ns@" + name)
     with open(path, "rb") as f:
-        assert os.fstat(f.fileno()).st_size == 2 << 30, "snapshot %s: wrong size" % name
+        assert os.fstat(f.fileno()).st_size == int(os.environ["VBYTES"]), "snapshot %s: wrong size" % name
         seqs = []
         for s in range(K):
             f.seek(off(s))

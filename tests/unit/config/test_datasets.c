@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -142,7 +143,7 @@ static int io(struct volume *v, enum vreq_op op, void *buf, size_t len, uint64_t
 
 /* ---- observers and in-use checks ---- */
 
-static int ev_counts[4];
+static int ev_counts[8];
 static char ev_last[256];
 
 static void observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
@@ -160,12 +161,23 @@ static bool busy_check(const char *name, char *why, size_t len)
     return false;
 }
 
+/* A rollback needs force only while clients are connected. */
+static unsigned busy_clients(const char *name, char *why, size_t len)
+{
+    if (strcmp(name, "demo/busy") == 0) {
+        snprintf(why, len, "exported over NBD as 'busy' with 1 connected client");
+        return 1;
+    }
+    return 0;
+}
+
 static int setup_group(void **st)
 {
     assert_non_null(mkdtemp(state));
     snprintf(dbpath, sizeof(dbpath), "%s/blockd.db", state);
     datasets_init(state);
     datasets_register_in_use(busy_check);
+    datasets_register_clients(busy_clients);
     datasets_observe(observer, NULL);
     assert_int_equal(db_open(dbpath), 0);
     assert_int_equal(datasets_ensure_default_pool("demo"), 0);
@@ -884,6 +896,65 @@ static void test_bad_inputs(void **st)
     expect_errno("pool.dataset.get_instance", "[\"demo/q\"]", ENOENT);
 }
 
+/* Renames move rows, files and snapshot files, and re-key open volumes;
+ * promote moves the origin's older snapshots to the clone. */
+static void test_rename_promote(void **st)
+{
+    struct volume *v, *again;
+    char path[PATH_MAX];
+    json_t *row;
+    uint8_t buf[4096];
+
+    json_decref(ok("pool.dataset.create", "[{\"name\":\"demo/rn\",\"type\":\"FILESYSTEM\"}]"));
+    json_decref(ok("pool.dataset.create",
+                   "[{\"name\":\"demo/rn/v\",\"type\":\"VOLUME\",\"volsize\":65536}]"));
+    json_decref(ok("zfs.snapshot.create", "[{\"dataset\":\"demo/rn/v\",\"name\":\"s1\"}]"));
+    assert_int_equal(datasets_volume_open("demo/rn/v", &v), 0);
+    json_decref(ok("zfs.dataset.rename", "[\"demo/rn\",{\"new_name\":\"demo/rn2\"}]"));
+    assert_int_equal(datasets_volume_open("demo/rn2/v", &again), 0);
+    assert_ptr_equal(v, again); /* the same open volume, under its new name */
+    volume_unref(again);
+    vol_path("rn2/v@s1", path, sizeof(path));
+    assert_int_equal(access(path, F_OK), 0);
+    vol_path("rn", path, sizeof(path));
+    assert_int_not_equal(access(path, F_OK), 0);
+    expect_errno("pool.dataset.get_instance", "[\"demo/rn/v\"]", ENOENT);
+    /* the open volume writes the renamed file */
+    memset(buf, 0x5a, sizeof(buf));
+    assert_int_equal(io(v, VREQ_WRITE, buf, sizeof(buf), 0), 0);
+    volume_unref(v);
+    vol_path("rn2/v", path, sizeof(path));
+    {
+        FILE *f = fopen(path, "rb");
+        uint8_t back[4096];
+        assert_non_null(f);
+        assert_int_equal(fread(back, 1, sizeof(back), f), sizeof(back));
+        fclose(f);
+        assert_memory_equal(back, buf, sizeof(buf));
+    }
+    expect_errno("zfs.dataset.rename", "[\"demo/rn2/v\",{\"new_name\":\"demo/rn2\"}]", EEXIST);
+    expect_errno("zfs.dataset.rename", "[\"demo/rn2/v\",{\"new_name\":\"demo/x/v\"}]", ENOENT);
+    expect_errno("zfs.dataset.rename", "[\"demo/rn2\",{\"new_name\":\"demo/rn2/in\"}]", EINVAL);
+    json_decref(ok("zfs.snapshot.rename", "[\"demo/rn2/v@s1\",\"demo/rn2/v@t1\"]"));
+    json_decref(ok("zfs.snapshot.create", "[{\"dataset\":\"demo/rn2/v\",\"name\":\"t2\"}]"));
+
+    /* promote */
+    json_decref(ok("zfs.snapshot.clone",
+                   "[{\"snapshot\":\"demo/rn2/v@t1\",\"dataset_dst\":\"demo/rn2/c\"}]"));
+    expect_errno("pool.dataset.promote", "[\"demo/rn2/v\"]", EINVAL);
+    json_decref(ok("pool.dataset.promote", "[\"demo/rn2/c\"]"));
+    row = get_dataset("demo/rn2/v");
+    assert_string_equal(prop_value(row, "origin"), "demo/rn2/c@t1");
+    json_decref(row);
+    row = get_dataset("demo/rn2/c");
+    assert_string_equal(prop_value(row, "origin"), "");
+    json_decref(row);
+    vol_path("rn2/c@t1", path, sizeof(path));
+    assert_int_equal(access(path, F_OK), 0);
+    json_decref(ok("pool.dataset.delete", "[\"demo/rn2/v\",{\"recursive\":true}]"));
+    json_decref(ok("pool.dataset.delete", "[\"demo/rn2\",{\"recursive\":true}]"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -898,6 +969,7 @@ int main(void)
         cmocka_unit_test(test_persistence),
         cmocka_unit_test(test_rollback_recovery),
         cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_rename_promote),
     };
 
     return cmocka_run_group_tests(tests, setup_group, teardown_group);

@@ -1,0 +1,668 @@
+/*
+ * zfs.dataset.rename / pool.dataset.rename / zfs.snapshot.rename /
+ * pool.snapshot.rename: rename a volume, a filesystem (with everything
+ * below it) or a snapshot (with recursive, the same snapshot of every
+ * descendant), as ZFS does.
+ *
+ * A rename is a rename(2) of the dataset's file or directory (and of a
+ * volume's snapshot files "<vol>@<snap>") inside one SQLite transaction
+ * that renames the rows and lets the front-ends rewrite theirs (NBD export
+ * rows, iSCSI extents: datasets_register_rename). Open volumes are not
+ * touched: an open file descriptor survives rename(2), so NBD connections
+ * and iSCSI sessions go on without a pause; the open-volume cache is
+ * re-keyed under the new names.
+ *
+ * Locks: the front-ends' configuration locks (rename hooks' lock()), then
+ * ds_ops_lock(), then db_lock() — front-ends never take ds_ops_lock while
+ * holding their own lock, so the order is safe.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "api/validate.h"
+#include "config/db.h"
+#include "config/ds_internal.h"
+#include "config/dsprops.h"
+#include "core/log.h"
+#include "core/util.h"
+#include "store/poolfs.h"
+
+static const struct api_field zfs_rename_fields[] = {
+    {.name = "new_name",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX},
+    {.name = "recursive", .type = API_T_BOOL},
+};
+
+/* pool.dataset.rename: TrueNAS' force skips its attachment checks (a
+ * renamed zvol breaks its shares there); blockd's shares follow the
+ * rename, so force changes nothing. */
+static const struct api_field pool_rename_fields[] = {
+    {.name = "new_name",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX},
+    {.name = "force", .type = API_T_BOOL},
+};
+
+static const struct api_field snap_rename_fields[] = {
+    {.name = "new_name",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX},
+};
+
+/* fsync the directory holding path, so that a rename in it is durable. */
+static void fsync_parent(const char *path)
+{
+    int rc = poolfs_fsync_parent(path);
+
+    if (rc < 0)
+        log_error("datasets: fsync the directory of %s: %s", path, strerror(-rc));
+}
+
+/* rename(2) inside a pool (poolfs: no symlink followed, no escape) that
+ * never replaces an existing file or directory. */
+static int rename_noreplace(const char *from, const char *to)
+{
+    struct stat st;
+    int rc = poolfs_rename(from, to, RENAME_NOREPLACE);
+
+    if (rc != -EINVAL)
+        return rc;
+    /* a filesystem without RENAME_NOREPLACE: check, then rename (the names
+     * are ours and ds_ops_lock is held) */
+    if (poolfs_stat(to, &st) == 0)
+        return -EEXIST;
+    return poolfs_rename(from, to, 0);
+}
+
+/* Files renamed so far by one operation, to undo them on failure. */
+struct moves {
+    struct move {
+        char *from, *to;
+    } * v;
+    size_t n;
+};
+
+static int moves_do(struct moves *m, const char *from, const char *to)
+{
+    struct move *grown = realloc(m->v, (m->n + 1) * sizeof(*m->v));
+    int rc;
+
+    if (!grown)
+        return -ENOMEM;
+    m->v = grown;
+    rc = rename_noreplace(from, to);
+    if (rc < 0) {
+        log_error("datasets: rename %s to %s: %s", from, to, strerror(-rc));
+        return rc;
+    }
+    m->v[m->n].from = strdup(from);
+    m->v[m->n].to = strdup(to);
+    m->n++;
+    return 0;
+}
+
+/* Undo (failure) or make durable (success) the renames, then free. */
+static void moves_end(struct moves *m, bool undo)
+{
+    for (size_t i = m->n; i-- > 0;) {
+        if (!m->v[i].from || !m->v[i].to) {
+            log_error("datasets: out of memory tracking a rename");
+        } else if (undo) {
+            int rc = poolfs_rename(m->v[i].to, m->v[i].from, 0);
+            if (rc < 0)
+                log_error("datasets: cannot undo the rename of %s to %s: %s", m->v[i].from,
+                          m->v[i].to, strerror(-rc));
+        } else {
+            fsync_parent(m->v[i].to);
+            fsync_parent(m->v[i].from);
+        }
+        free(m->v[i].from);
+        free(m->v[i].to);
+    }
+    free(m->v);
+    m->v = NULL;
+    m->n = 0;
+}
+
+/* "pool/a/b" → "pool/a"; false for a pool root. */
+static bool parent_of(const char *name, char *out, size_t len)
+{
+    const char *slash = strrchr(name, '/');
+
+    if (!slash)
+        return false;
+    snprintf(out, len, "%.*s", (int)(slash - name), name);
+    return true;
+}
+
+static int exec_text_int(const char *sql, const char *a, const char *b, int64_t id)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt(sql, &st);
+
+    if (rc < 0)
+        return rc;
+    if (a)
+        sqlite3_bind_text(st, 1, a, -1, SQLITE_STATIC);
+    if (b)
+        sqlite3_bind_text(st, 2, b, -1, SQLITE_STATIC);
+    if (id)
+        sqlite3_bind_int64(st, 3, id);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
+}
+
+/* A volume's snapshot names (malloc'd array of malloc'd strings). */
+static int snapshot_names(int64_t dataset_id, char ***out, size_t *n)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt("SELECT name FROM snapshots WHERE dataset_id = ? ORDER BY id", &st);
+
+    *out = NULL;
+    *n = 0;
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, dataset_id);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        char **grown = realloc(*out, (*n + 1) * sizeof(**out));
+        if (!grown || !(grown[*n] = strdup((const char *)sqlite3_column_text(st, 0)))) {
+            if (grown)
+                *out = grown;
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        *out = grown;
+        (*n)++;
+    }
+    db_stmt_done(st);
+    if (rc != SQLITE_DONE) {
+        for (size_t i = 0; i < *n; i++)
+            free((*out)[i]);
+        free(*out);
+        *out = NULL;
+        *n = 0;
+        return rc == SQLITE_NOMEM ? -ENOMEM : -db_errno();
+    }
+    return 0;
+}
+
+static void names_free(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+/*
+ * Rename dataset old_name (no '@') to new_name. Locks: hooks, ds_ops and
+ * db taken here. Errors are set on call (TrueNAS' CallError text: "Failed
+ * to rename dataset: cannot rename 'a' to 'b': <why>").
+ */
+static int rename_dataset(struct api_call *call, const char *old_name, const char *new_name,
+                          bool recursive)
+{
+    char why[256], oldpool[DS_NAME_BUF], newpool[DS_NAME_BUF], parent[DS_NAME_BUF];
+    char from[PATH_MAX], to[PATH_MAX];
+    struct ds_row row, prow;
+    struct ds_pool pool;
+    struct moves moves = {0};
+    char **snaps = NULL;
+    struct ds_eff_change *changes = NULL;
+    size_t nsnaps = 0, nchanges = 0, olen = strlen(old_name);
+    bool committed = false;
+    int rc;
+
+#define RENAME_FAIL(err, ...)                                                                      \
+    do {                                                                                           \
+        char msg_[8192];                                                                           \
+        snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                                 \
+        rc = api_error(call, err, "Failed to rename dataset: cannot rename '%s' to '%s': %s",      \
+                       old_name, new_name, msg_);                                                  \
+        goto out;                                                                                  \
+    } while (0)
+
+    if (strchr(new_name, '@'))
+        return api_error(call, EINVAL,
+                         "Failed to rename dataset: cannot rename '%s' to '%s': a dataset cannot "
+                         "be renamed to a snapshot",
+                         old_name, new_name);
+    if (recursive)
+        return api_error(call, EINVAL,
+                         "Failed to rename dataset: cannot rename '%s': recursive rename requires "
+                         "a snapshot",
+                         old_name);
+    if (!strchr(old_name, '/'))
+        return api_error(call, EINVAL,
+                         "Failed to rename dataset: cannot rename '%s': a pool's root dataset "
+                         "cannot be renamed",
+                         old_name);
+    if (name_check_dataset(new_name, false, why, sizeof(why)) < 0)
+        return api_error(call, EINVAL,
+                         "Failed to rename dataset: cannot rename '%s' to '%s': invalid name: %s",
+                         old_name, new_name, why);
+
+    ds_rename_hooks_lock();
+    ds_ops_lock();
+    db_lock();
+    rc = ds_dataset_get(old_name, &row);
+    if (rc == -ENOENT)
+        RENAME_FAIL(ENOENT, "dataset does not exist");
+    if (rc < 0)
+        RENAME_FAIL(-rc, "%s", strerror(-rc));
+    if (strcmp(old_name, new_name) == 0) {
+        rc = 0; /* as zfs rename: nothing to do */
+        goto out;
+    }
+    ds_pool_of(old_name, oldpool, sizeof(oldpool));
+    ds_pool_of(new_name, newpool, sizeof(newpool));
+    if (strcmp(oldpool, newpool) != 0)
+        RENAME_FAIL(EXDEV, "datasets must be within same pool");
+    if (strncmp(new_name, old_name, olen) == 0 && new_name[olen] == '/')
+        RENAME_FAIL(EINVAL, "New dataset name cannot be a descendant of current dataset name");
+    rc = ds_dataset_get(new_name, &prow);
+    if (rc == 0)
+        RENAME_FAIL(EEXIST, "dataset already exists");
+    if (rc != -ENOENT)
+        RENAME_FAIL(-rc, "%s", strerror(-rc));
+    if (!parent_of(new_name, parent, sizeof(parent)))
+        RENAME_FAIL(EINVAL, "must be POOL/NAME");
+    rc = ds_dataset_get(parent, &prow);
+    if (rc == -ENOENT)
+        RENAME_FAIL(ENOENT, "parent does not exist");
+    if (rc < 0)
+        RENAME_FAIL(-rc, "%s", strerror(-rc));
+    if (prow.type == DS_VOLUME)
+        RENAME_FAIL(ENOTDIR, "parent %s is a volume and cannot have children", parent);
+    rc = ds_pool_get(oldpool, &pool);
+    if (rc < 0)
+        RENAME_FAIL(-rc, "cannot read pool %s: %s", oldpool, strerror(-rc));
+    if (row.type == DS_VOLUME && (rc = snapshot_names(row.id, &snaps, &nsnaps)) < 0)
+        RENAME_FAIL(-rc, "cannot list snapshots: %s", strerror(-rc));
+
+    rc = db_begin();
+    if (rc < 0)
+        RENAME_FAIL(-rc, "%s", strerror(-rc));
+    /* the dataset and everything below it; snapshot rows follow through
+     * their dataset_id */
+    rc = exec_text_int("UPDATE datasets SET name = ?2 || substr(name, length(?1) + 1)"
+                       " WHERE name = ?1 OR substr(name, 1, length(?1) + 1) = ?1 || '/'",
+                       old_name, new_name, 0);
+    /* a new parent: inherited sync/readonly come from it now (ZFS) */
+    if (rc == 0)
+        rc = ds_props_recompute(new_name, &changes, &nchanges);
+    if (rc == 0)
+        rc = ds_rename_hooks_update(old_name, new_name, true);
+    /* files last, still inside the transaction: undone if it fails */
+    if (rc == 0 && !row.memory) {
+        rc = ds_path(&pool, old_name, NULL, from, sizeof(from));
+        if (rc == 0)
+            rc = ds_path(&pool, new_name, NULL, to, sizeof(to));
+        if (rc == 0)
+            rc = moves_do(&moves, from, to);
+        for (size_t i = 0; rc == 0 && i < nsnaps; i++) {
+            rc = ds_path(&pool, old_name, snaps[i], from, sizeof(from));
+            if (rc == 0)
+                rc = ds_path(&pool, new_name, snaps[i], to, sizeof(to));
+            if (rc == 0)
+                rc = moves_do(&moves, from, to);
+        }
+    }
+    if (rc == 0)
+        rc = db_commit();
+    else
+        db_rollback();
+    moves_end(&moves, rc < 0);
+    if (rc < 0) {
+        if (rc == -EEXIST)
+            RENAME_FAIL(EEXIST, "a file named %s is in the way", to);
+        RENAME_FAIL(-rc, "%s", strerror(-rc));
+    }
+    committed = true;
+    /* still under db_lock: an opener of the new name waits for this */
+    ds_cache_rename(old_name, new_name, true);
+    for (size_t i = 0; i < nchanges; i++) {
+        struct volume *v = ds_cache_peek(changes[i].name);
+
+        if (!v)
+            continue;
+        if (changes[i].sync_changed)
+            volume_set_sync(v, changes[i].sync);
+        if (changes[i].readonly_changed)
+            volume_set_readonly(v, changes[i].readonly);
+        volume_unref(v);
+    }
+    log_info("datasets: renamed %s %s to %s (%zu snapshot(s) moved along; peer %s)",
+             row.type == DS_VOLUME ? "volume" : "filesystem", old_name, new_name, nsnaps,
+             api_call_peer(call));
+    rc = 0;
+out:
+    db_unlock();
+    ds_ops_unlock();
+    ds_rename_hooks_applied(committed);
+    /* front-ends re-read WCE and read-only of the volumes whose inherited
+     * values the new parent changed */
+    for (size_t i = 0; committed && i < nchanges; i++) {
+        struct volume *v = ds_cache_peek(changes[i].name);
+
+        ds_notify(DATASETS_PROPERTY_CHANGED, changes[i].name, v);
+        if (v)
+            volume_unref(v);
+    }
+    free(changes);
+    names_free(snaps, nsnaps);
+    return rc;
+#undef RENAME_FAIL
+}
+
+/* One snapshot a rename moves: its row, its dataset and files. */
+struct snap_move {
+    int64_t id;
+    char *dataset;
+};
+
+/*
+ * Rename snapshot old_full ("pool/vol@a") to new_name ("pool/vol@b", or
+ * "@b" / "b" for the same dataset). recursive: also the snapshot of the
+ * same name of every descendant (ZFS -r).
+ */
+static int rename_snapshot(struct api_call *call, const char *old_full, const char *new_name,
+                           bool recursive)
+{
+    char dataset[DS_NAME_BUF], newfull[DS_NAME_BUF * 2], why[256], poolname[DS_NAME_BUF];
+    char from[PATH_MAX], to[PATH_MAX];
+    const char *at = strchr(old_full, '@'), *oldsnap, *newsnap, *nat;
+    struct ds_pool pool;
+    struct ds_snap s;
+    struct snap_move *list = NULL;
+    struct moves moves = {0};
+    size_t n = 0;
+    bool committed = false;
+    sqlite3_stmt *st;
+    int rc;
+
+#define SNAP_FAIL(err, ...)                                                                        \
+    do {                                                                                           \
+        char msg_[8192];                                                                           \
+        snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                                 \
+        rc = api_error(call, err, "Failed to rename snapshot: cannot rename '%s' to '%s': %s",     \
+                       old_full, newfull, msg_);                                                   \
+        goto out;                                                                                  \
+    } while (0)
+
+    snprintf(dataset, sizeof(dataset), "%.*s", (int)(at - old_full), old_full);
+    oldsnap = at + 1;
+    nat = strchr(new_name, '@');
+    if (!nat)
+        snprintf(newfull, sizeof(newfull), "%s@%s", dataset, new_name);
+    else if (nat == new_name)
+        snprintf(newfull, sizeof(newfull), "%s%s", dataset, new_name);
+    else
+        snprintf(newfull, sizeof(newfull), "%s", new_name);
+    if (name_check_dataset(old_full, true, why, sizeof(why)) < 0)
+        return api_error(call, EINVAL, "Failed to rename snapshot: %s: %s", old_full, why);
+    if (name_check_dataset(newfull, true, why, sizeof(why)) < 0)
+        return api_error(call, EINVAL, "Failed to rename snapshot: %s: %s", newfull, why);
+    nat = strchr(newfull, '@');
+    newsnap = nat + 1;
+    if ((size_t)(nat - newfull) != strlen(dataset) || strncmp(newfull, dataset, strlen(dataset)))
+        return api_error(call, EINVAL,
+                         "Failed to rename snapshot: cannot rename '%s' to '%s': snapshots must "
+                         "be part of same dataset",
+                         old_full, newfull);
+
+    ds_rename_hooks_lock();
+    ds_ops_lock();
+    db_lock();
+    if (strcmp(oldsnap, newsnap) == 0) {
+        rc = ds_snapshot_get(dataset, oldsnap, &s);
+        if (rc < 0)
+            SNAP_FAIL(ENOENT, "dataset does not exist");
+        rc = 0;
+        goto out;
+    }
+    /* The snapshots to rename: the named one, and with recursive the one
+     * of the same name of every descendant. */
+    rc = db_stmt(recursive ? "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
+                             " s.dataset_id WHERE s.name = ?2 AND (d.name = ?1 OR"
+                             " substr(d.name, 1, length(?1) + 1) = ?1 || '/') ORDER BY d.name"
+                           : "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
+                             " s.dataset_id WHERE s.name = ?2 AND d.name = ?1",
+                 &st);
+    if (rc < 0)
+        SNAP_FAIL(-rc, "%s", strerror(-rc));
+    sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, oldsnap, -1, SQLITE_STATIC);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        struct snap_move *grown = realloc(list, (n + 1) * sizeof(*list));
+        if (!grown) {
+            db_stmt_done(st);
+            SNAP_FAIL(ENOMEM, "out of memory");
+        }
+        list = grown;
+        list[n].id = sqlite3_column_int64(st, 0);
+        list[n].dataset = strdup((const char *)sqlite3_column_text(st, 1));
+        if (!list[n].dataset) {
+            db_stmt_done(st);
+            SNAP_FAIL(ENOMEM, "out of memory");
+        }
+        n++;
+    }
+    db_stmt_done(st);
+    if (n == 0 || (!recursive && strcmp(list[0].dataset, dataset) != 0))
+        SNAP_FAIL(ENOENT, "dataset does not exist");
+    for (size_t i = 0; i < n; i++) {
+        if (ds_snapshot_get(list[i].dataset, newsnap, &s) == 0) {
+            if (strcmp(list[i].dataset, dataset) == 0)
+                SNAP_FAIL(EEXIST, "dataset already exists");
+            SNAP_FAIL(EEXIST, "a child dataset already has a snapshot with the new name (%s@%s)",
+                      list[i].dataset, newsnap);
+        }
+    }
+    ds_pool_of(dataset, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, &pool);
+    if (rc < 0)
+        SNAP_FAIL(-rc, "cannot read pool %s: %s", poolname, strerror(-rc));
+
+    rc = db_begin();
+    if (rc < 0)
+        SNAP_FAIL(-rc, "%s", strerror(-rc));
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        char o[DS_NAME_BUF * 2], nn[DS_NAME_BUF * 2];
+
+        rc = exec_text_int("UPDATE snapshots SET name = ?2 WHERE id = ?3", NULL, newsnap,
+                           list[i].id);
+        snprintf(o, sizeof(o), "%s@%s", list[i].dataset, oldsnap);
+        snprintf(nn, sizeof(nn), "%s@%s", list[i].dataset, newsnap);
+        if (rc == 0)
+            rc = ds_rename_hooks_update(o, nn, false);
+        if (rc == 0)
+            rc = ds_path(&pool, list[i].dataset, oldsnap, from, sizeof(from));
+        if (rc == 0)
+            rc = ds_path(&pool, list[i].dataset, newsnap, to, sizeof(to));
+        if (rc == 0)
+            rc = moves_do(&moves, from, to);
+    }
+    if (rc == 0)
+        rc = db_commit();
+    else
+        db_rollback();
+    moves_end(&moves, rc < 0);
+    if (rc < 0)
+        SNAP_FAIL(-rc, "%s", strerror(-rc));
+    committed = true;
+    for (size_t i = 0; i < n; i++) {
+        char o[DS_NAME_BUF * 2], nn[DS_NAME_BUF * 2];
+
+        snprintf(o, sizeof(o), "%s@%s", list[i].dataset, oldsnap);
+        snprintf(nn, sizeof(nn), "%s@%s", list[i].dataset, newsnap);
+        ds_cache_rename(o, nn, false);
+    }
+    log_info("datasets: renamed snapshot %s to %s%s (%zu snapshot(s); peer %s)", old_full, newfull,
+             recursive ? " recursively" : "", n, api_call_peer(call));
+    rc = 0;
+out:
+    db_unlock();
+    ds_ops_unlock();
+    ds_rename_hooks_applied(committed);
+    for (size_t i = 0; i < n; i++)
+        free(list[i].dataset);
+    free(list);
+    return rc;
+#undef SNAP_FAIL
+}
+
+/* params[0]: the id (a string without NUL bytes); field errors on call. */
+static const char *id_param(struct api_call *call, json_t *params)
+{
+    json_t *jid = api_param(params, 0);
+    char field[96];
+
+    snprintf(field, sizeof(field), "%s.id", api_call_method(call));
+    if (!json_is_string(jid)) {
+        api_verr(call, field, EINVAL, jid ? "Input should be a valid string" : "Field required");
+        return NULL;
+    }
+    if (strlen(json_string_value(jid)) != json_string_length(jid) ||
+        json_string_length(jid) > NAME_DATASET_MAX) {
+        api_verr(call, field, EINVAL, "not a dataset name");
+        return NULL;
+    }
+    return json_string_value(jid);
+}
+
+/* [id, {new_name, ...}] validated against fields; new_name checked too. */
+static json_t *options_param(struct api_call *call, json_t *params, const struct api_field *fields,
+                             size_t nfields)
+{
+    json_t *opts = api_param(params, 1);
+    char prefix[96];
+
+    snprintf(prefix, sizeof(prefix), "%s.options", api_call_method(call));
+    if (!opts) {
+        char field[128];
+        snprintf(field, sizeof(field), "%s.new_name", prefix);
+        api_verr(call, field, EINVAL, "Field required");
+        return NULL;
+    }
+    if (api_validate_object(call, prefix, opts, fields, nfields, 0) < 0)
+        return NULL;
+    if (strlen(json_string_value(json_object_get(opts, "new_name"))) !=
+        json_string_length(json_object_get(opts, "new_name"))) {
+        char field[128];
+        snprintf(field, sizeof(field), "%s.new_name", prefix);
+        api_verr(call, field, EINVAL, "name contains a NUL byte");
+        return NULL;
+    }
+    return opts;
+}
+
+/* zfs.dataset.rename [id, {new_name, recursive?}]: datasets and snapshots
+ * (Incus renames snapshots through it too). */
+static int m_zfs_dataset_rename(struct api_call *call, json_t *params, json_t **result)
+{
+    const char *id, *new_name;
+    json_t *opts;
+    bool recursive;
+    int rc;
+
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    id = id_param(call, params);
+    opts = options_param(call, params, zfs_rename_fields, ARRAY_SIZE(zfs_rename_fields));
+    if (!id || !opts)
+        return api_invalid(call);
+    new_name = json_string_value(json_object_get(opts, "new_name"));
+    recursive = json_is_true(json_object_get(opts, "recursive"));
+    if (strchr(id, '@'))
+        rc = rename_snapshot(call, id, new_name, recursive);
+    else
+        rc = rename_dataset(call, id, new_name, recursive);
+    if (rc == 0)
+        *result = json_null();
+    return rc;
+}
+
+/* pool.dataset.rename [id, {new_name, force?}]: datasets only. */
+static int m_pool_dataset_rename(struct api_call *call, json_t *params, json_t **result)
+{
+    const char *id;
+    json_t *opts;
+    int rc;
+
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    id = id_param(call, params);
+    opts = options_param(call, params, pool_rename_fields, ARRAY_SIZE(pool_rename_fields));
+    if (id && strchr(id, '@'))
+        api_verr(call, "pool.dataset.rename.id", EINVAL,
+                 "%s is a snapshot: rename it with pool.snapshot.rename", id);
+    if (!id || !opts || api_has_verrs(call))
+        return api_invalid(call);
+    rc = rename_dataset(call, id, json_string_value(json_object_get(opts, "new_name")), false);
+    if (rc == 0)
+        *result = json_null();
+    return rc;
+}
+
+/* zfs.snapshot.rename [id, new_name] (TrueNAS' backported form) or
+ * [id, {new_name}]; pool.snapshot.rename [id, {new_name}]. */
+static int m_snapshot_rename(struct api_call *call, json_t *params, json_t **result)
+{
+    const char *id, *new_name = NULL;
+    json_t *arg1 = api_param(params, 1);
+    char field[96];
+    int rc;
+
+    if (api_check_arity(call, params, 2) < 0)
+        return api_invalid(call);
+    id = id_param(call, params);
+    if (json_is_string(arg1)) {
+        snprintf(field, sizeof(field), "%s.new_name", api_call_method(call));
+        if (strlen(json_string_value(arg1)) != json_string_length(arg1) ||
+            json_string_length(arg1) == 0 || json_string_length(arg1) > NAME_DATASET_MAX)
+            api_verr(call, field, EINVAL, "not a snapshot name");
+        else
+            new_name = json_string_value(arg1);
+    } else {
+        json_t *opts =
+            options_param(call, params, snap_rename_fields, ARRAY_SIZE(snap_rename_fields));
+        if (opts)
+            new_name = json_string_value(json_object_get(opts, "new_name"));
+    }
+    if (id && !strchr(id, '@')) {
+        snprintf(field, sizeof(field), "%s.id", api_call_method(call));
+        api_verr(call, field, EINVAL, "%s is not a snapshot (expected POOL/DATASET@SNAPSHOT)", id);
+    }
+    if (!id || !new_name || api_has_verrs(call))
+        return api_invalid(call);
+    rc = rename_snapshot(call, id, new_name, false);
+    if (rc == 0)
+        *result = json_null();
+    return rc;
+}
+
+const struct api_method ds_rename_methods[] = {
+    {"zfs.dataset.rename", "[id, {new_name, recursive?}]",
+     "Rename a volume, a filesystem (with its descendants) or a snapshot (recursive: the same "
+     "snapshot of every descendant); shares follow",
+     m_zfs_dataset_rename, 0},
+    {"pool.dataset.rename", "[id, {new_name, force?}]",
+     "Rename a volume or a filesystem (with its descendants); shares follow", m_pool_dataset_rename,
+     0},
+    {"zfs.snapshot.rename", "[id, new_name] or [id, {new_name}]",
+     "Rename a snapshot within its dataset; shares of it follow", m_snapshot_rename, 0},
+    {"pool.snapshot.rename", "[id, {new_name}]",
+     "Rename a snapshot within its dataset; shares of it follow", m_snapshot_rename, 0},
+};
+const size_t ds_rename_method_count = ARRAY_SIZE(ds_rename_methods);
