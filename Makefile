@@ -1,6 +1,7 @@
 # blockd — the two commands a new user runs:
 #   make run    install what is missing, build, start blockd with a demo volume
 #   make check  install what is missing, build, run every test
+#   make deb    build the Debian package into build-deb/ (scripts/make-deb.sh)
 # Other targets: deps, build, asan, unit, integration, fuzz, fuzz-long, bench, format,
 # format-check, build-matrix, clean.
 
@@ -15,10 +16,9 @@ DEPS_BUILD = gcc meson ninja-build pkg-config python3 xxd \
              libcrypt-dev
 DEPS_TEST  = prometheus chromium libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
-             util-linux curl sqlite3 python3-libnbd dpkg-dev clang-format
-DEPS       = $(DEPS_BUILD) $(DEPS_TEST)
-
-.PHONY: all deps build asan run check unit integration fuzz bench format clean build-matrix fuzz-long format-check
+#   make deb    build the Debian package into build-deb/ (scripts/make-deb.sh)
+# Other targets: deps, build, asan, unit, integration, fuzz, fuzz-long, bench, format,
+# format-check, build-matrix, clean.
 
 all: build
 
@@ -69,6 +69,10 @@ check: deps
 build-matrix: deps
 	scripts/build-matrix.sh full
 
+# The package, built from a clean copy of the tree: build-deb/blockd_*.deb
+deb: deps
+	scripts/make-deb.sh build-deb
+
 fuzz: deps
 	@scripts/fuzz.sh
 
@@ -87,4 +91,4 @@ format-check:
 	@scripts/check-format.sh
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz build-deb

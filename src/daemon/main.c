@@ -34,6 +34,9 @@
 #include "core/log.h"
 #include "core/reactor.h"
 #include "core/util.h"
+#include "daemon/config_file.h"
+#include "daemon/sdnotify.h"
+#include "daemon/watchdog.h"
 #include "daemon/modules.h"
 #include "iscsi/iscsi_runtime.h"
 #include "iscsi/iscsi_config.h"
@@ -57,8 +60,8 @@ struct options {
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: blockd [--state-dir DIR] [--api-socket PATH] [--threads N]\n"
-            "              [--log-level error|warn|info|debug]\n"
+            "usage: blockd [--config FILE] [--state-dir DIR] [--api-socket PATH] [--threads N]\n"
+            "              [--log-level error|warn|info|debug] [--log-format auto|plain|journal]\n"
             "              [--nbd-listen ADDR:PORT] [--iscsi-listen ADDR:PORT]\n"
             "              [--api-listen ADDR:PORT [--api-tls-cert F --api-tls-key F]]\n"
             "              [--api-priority idle|low|normal] [--reactor-spin-us N]\n"
@@ -67,10 +70,18 @@ static void usage(FILE *f)
             "              [--iscsi-max-connections N] [--nbd-payload-budget SIZE]\n"
             "              [--shutdown-timeout S]\n"
             "\n"
-            "  --state-dir DIR        configuration DB, pools, lock (default /var/lib/blockd)\n"
-            "  --api-socket PATH      JSON-RPC Unix socket (default DIR/blockd.sock, mode 0600)\n"
+            "  --config FILE          settings as 'key = value' lines, a key per flag below\n"
+            "                         (default " CONFIG_FILE_DEFAULT " if it exists);\n"
+            "                         flags given here override the file\n"
+            "  --state-dir DIR        configuration DB, pools, lock (default $STATE_DIRECTORY,\n"
+            "                         else /var/lib/blockd)\n"
+            "  --api-socket PATH      JSON-RPC Unix socket, mode 0600 (default\n"
+            "                         $RUNTIME_DIRECTORY/blockd.sock, else DIR/blockd.sock)\n"
             "  --threads N            reactor threads (default: one per CPU)\n"
             "  --log-level LEVEL      log verbosity on stderr (default info)\n"
+            "  --log-format F         journal: lines start with a <N> syslog priority, no\n"
+            "                         timestamp; plain: timestamp and level; auto (default):\n"
+            "                         journal when $JOURNAL_STREAM is our stderr\n"
             "  --nbd-listen ADDR:PORT NBD listen address (default from config, 0.0.0.0:10809)\n"
             "  --iscsi-listen A:P     also serve iSCSI on address A, and make P the\n"
             "                         portals' port (iscsi.global.listen_port) at start\n"
@@ -111,6 +122,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"api-tls-key", required_argument, NULL, 'K'},  /* control */
         {"api-priority", required_argument, NULL, 'P'}, /* control */
         {"reactor-spin-us", required_argument, NULL, 'S'},
+        {"config", required_argument, NULL, 'c'}, /* read by config_file_merge */
+        {"log-format", required_argument, NULL, 'F'},
+        {"version", no_argument, NULL, 'V'},
         {"allow-dir", required_argument, NULL, 'D'},
         {"handshake-timeout", required_argument, NULL, 'H'},
         {"max-pending", required_argument, NULL, 'p'},
@@ -121,6 +135,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    /* The config file's keys are these flags: its settings come first. */
+    if (config_file_merge(&argc, &argv, longopts) < 0)
+        return -1;
     int c;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
@@ -182,6 +199,20 @@ static int parse_args(int argc, char **argv, struct options *o)
             reactors_set_spin((unsigned)v);
             break;
         }
+        case 'c':
+            break;
+        case 'F': {
+            enum log_format f;
+            if (log_parse_format(optarg, &f) < 0) {
+                fprintf(stderr, "blockd: --log-format must be auto, plain or journal\n");
+                return -1;
+            }
+            log_set_format(f);
+            break;
+        }
+        case 'V':
+            printf("blockd %s\n", BLOCKD_VERSION);
+            exit(0);
         case 'D': {
             int rc = allowdir_add(optarg);
             if (rc < 0) {
@@ -326,28 +357,6 @@ static int take_lock(const char *state_dir)
     return fd; /* kept open (and locked) for the life of the process */
 }
 
-/* systemd readiness, without linking libsystemd: one datagram. */
-static void notify_ready(void)
-{
-    const char *path = getenv("NOTIFY_SOCKET");
-    if (!path || !*path)
-        return;
-    struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    size_t len = strlen(path);
-    if (len >= sizeof(sun.sun_path))
-        return;
-    memcpy(sun.sun_path, path, len);
-    if (sun.sun_path[0] == '@')
-        sun.sun_path[0] = 0; /* abstract namespace */
-    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return;
-    static const char msg[] = "READY=1";
-    sendto(fd, msg, sizeof(msg) - 1, 0, (struct sockaddr *)&sun,
-           (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len));
-    close(fd);
-}
-
 /* control: the front-ends as services (service.start/stop/restart/reload).
  * Only API threads call these, one at a time (service.c serializes them). */
 static const struct options *svc_opts;
@@ -409,8 +418,21 @@ static const struct service_ops svc_nbd_ops = {
 int main(int argc, char **argv)
 {
     struct options o = {.shutdown_timeout_s = 10};
-    if (parse_args(argc, argv, &o) < 0)
+    if (parse_args(argc, argv, &o) < 0) {
+        config_file_explain(optind - 1);
         return 2;
+    }
+    /* Under systemd: StateDirectory= and RuntimeDirectory= (the unit). */
+    char env_state[PATH_MAX], env_socket[PATH_MAX];
+    const char *sd_state = getenv("STATE_DIRECTORY"), *sd_run = getenv("RUNTIME_DIRECTORY");
+    if (!o.state_dir && sd_state && *sd_state &&
+        snprintf(env_state, sizeof(env_state), "%.*s", (int)strcspn(sd_state, ":"), sd_state) <
+            (int)sizeof(env_state))
+        o.state_dir = env_state;
+    if (!o.api_socket && sd_run && *sd_run &&
+        snprintf(env_socket, sizeof(env_socket), "%.*s/blockd.sock", (int)strcspn(sd_run, ":"),
+                 sd_run) < (int)sizeof(env_socket))
+        o.api_socket = env_socket;
     if (!o.state_dir) {
         if (geteuid() != 0) {
             fprintf(stderr, "blockd: --state-dir is required when not running as root\n");
@@ -489,7 +511,9 @@ int main(int argc, char **argv)
     }
     log_info("blockd ready: state %s, api %s, %u reactor threads", state_dir, api_socket,
              reactors_count());
-    notify_ready();
+    if ((rc = watchdog_start()) < 0)
+        log_warn("cannot start the watchdog thread: %s", strerror(-rc));
+    sdnotify_send("READY=1");
 
     for (;;) {
         struct signalfd_siginfo si;
@@ -501,12 +525,17 @@ int main(int argc, char **argv)
             break;
         }
         if (si.ssi_signo == SIGHUP) {
-            log_info("SIGHUP ignored (configuration changes apply live)");
+            /* API configuration applies live already; this is the file. */
+            sdnotify_send("RELOADING=1");
+            config_file_reload();
+            sdnotify_send("READY=1");
             continue;
         }
         log_info("received %s, shutting down", strsignal((int)si.ssi_signo));
         break;
     }
+    sdnotify_send("STOPPING=1");
+    watchdog_stop();
 
     /* Stop taking requests first: every request already started completes
      * and its reply is sent before its connection closes (up to the
