@@ -3,6 +3,10 @@
  * that miss the page cache, copies). A job's run() executes on a pool
  * thread; then, if owner is set, done.fn is posted to the owner reactor,
  * else done.fn (if set) is called directly on the pool thread.
+ *
+ * The pool reads the job (owner, done.fn) after run() returns: the job must
+ * stay valid until done.fn runs. A waiter that owns the job's memory (on its
+ * stack, say) is woken by done.fn, never by run().
  */
 #ifndef BLOCKD_CORE_IOPOOL_H
 #define BLOCKD_CORE_IOPOOL_H

@@ -34,9 +34,17 @@ struct copier_job {
 static void copier_run(struct io_job *j)
 {
     struct copier_job *cj = container_of(j, struct copier_job, job);
-    int rc = store_cow_copy_rest(cj->cow);
+    cj->rc = store_cow_copy_rest(cj->cow);
+}
+
+/* The job's completion, the pool's last access to it: only once this has
+ * signalled may the waiter's stack frame (which holds the job) go away. The
+ * pool reads the job (owner, done.fn) after run() returns, so run() itself
+ * must not wake the waiter (ASan saw that read land in a returned frame). */
+static void copier_done(struct reactor_msg *m)
+{
+    struct copier_job *cj = container_of(m, struct copier_job, job.done);
     pthread_mutex_lock(&cj->lock);
-    cj->rc = rc;
     cj->done = true;
     pthread_cond_signal(&cj->cond);
     pthread_mutex_unlock(&cj->lock);
@@ -55,7 +63,7 @@ static int copier_wait(struct store_cow *cow, store_progress_fn progress, void *
     pthread_condattr_destroy(&ca);
     cj.job.run = copier_run;
     cj.job.owner = NULL;
-    cj.job.done.fn = NULL;
+    cj.job.done.fn = copier_done;
     if (progress)
         progress(0, cow->size, arg);
     iopool_submit(&cj.job);
@@ -76,8 +84,8 @@ static int copier_wait(struct store_cow *cow, store_progress_fn progress, void *
         }
     }
     pthread_mutex_unlock(&cj.lock);
-    /* The job's last touch of cj was under the lock just taken: safe to
-     * destroy (done.fn is NULL, the pool does not touch it afterwards). */
+    /* The pool's last touch of cj was copier_done, under the lock just
+     * taken: safe to destroy. */
     pthread_cond_destroy(&cj.cond);
     pthread_mutex_destroy(&cj.lock);
     if (progress)
