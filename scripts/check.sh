@@ -3,6 +3,8 @@
 # integration tests against a real daemon with real clients. Prints one
 # closing line "N passed, N failed" over all of it.
 set -u
+# A step piped into tee fails when its command fails, not when tee does.
+set -o pipefail
 BUILD=${1:-build}
 ASAN_BUILD=${2:-build-asan}
 cd "$(dirname "$0")/.."
