@@ -286,16 +286,6 @@ static int dir_of(const char *path, char *out, size_t outlen, const char **base)
     return **base ? 0 : -EINVAL;
 }
 
-static int fsync_dir(const char *dir)
-{
-    int fd = poolfs_open(dir, O_RDONLY | O_DIRECTORY, 0);
-    if (fd < 0)
-        return fd;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 /* ---- public ---- */
 
 int store_clone_file_flags(const char *src, const char *dst, unsigned flags,
@@ -377,22 +367,15 @@ int store_clone_file_flags(const char *src, const char *dst, unsigned flags,
         goto fail;
     }
     what = "rename";
-    rc = poolfs_rename(tmp, dst, RENAME_NOREPLACE);
-    if (rc < 0) {
-        if (rc == -EINVAL) { /* filesystem without NOREPLACE: link() refuses to replace */
-            rc = poolfs_link(tmp, dst);
-            if (rc == 0)
-                poolfs_unlink(tmp);
-        }
-        if (rc < 0)
-            goto fail;
-    }
+    rc = poolfs_publish(tmp, dst);
+    if (rc < 0)
+        goto fail;
     close(dfd);
     close(sfd);
     free(c.buf);
     if (reflinked)
         *reflinked = cloned;
-    rc = fsync_dir(dir);
+    rc = poolfs_fsync_parent(dst);
     if (rc < 0) {
         /* The name may not survive a crash: report failure and leave
          * nothing behind, so a retry starts clean. */

@@ -775,3 +775,14 @@ int poolfs_root_check(const char *path, const char *state_dir, char *why, size_t
     }
     return 0;
 }
+
+int poolfs_publish(const char *tmp, const char *dst)
+{
+    int rc = poolfs_rename(tmp, dst, RENAME_NOREPLACE);
+    if (rc == -EINVAL) { /* no RENAME_NOREPLACE here: link() refuses to replace */
+        rc = poolfs_link(tmp, dst);
+        if (rc == 0)
+            poolfs_unlink(tmp);
+    }
+    return rc;
+}

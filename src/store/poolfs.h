@@ -85,6 +85,10 @@ int poolfs_link(const char *from, const char *to);
 int poolfs_truncate(const char *path, uint64_t size);
 /* fsync the directory that contains path. */
 int poolfs_fsync_parent(const char *path);
+/* Give the finished temporary file tmp its final name dst, never replacing
+ * an existing dst (-EEXIST): renameat2(RENAME_NOREPLACE), or link + unlink
+ * on a filesystem without it. The caller fsyncs the parent afterwards. */
+int poolfs_publish(const char *tmp, const char *dst);
 
 /*
  * The primitive, for a descriptor the caller holds: open rel (relative,

@@ -93,16 +93,6 @@ static int copier_wait(struct store_cow *cow, store_progress_fn progress, void *
     return cj.rc;
 }
 
-static int fsync_dir(const char *dir)
-{
-    int fd = poolfs_open(dir, O_RDONLY | O_DIRECTORY, 0);
-    if (fd < 0)
-        return fd;
-    int rc = fsync(fd) < 0 ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
 /* The copy-before-write path; dfd is the empty temporary file. */
 static int snapshot_cow(struct volume *v, int dfd, uint32_t chunk, store_progress_fn progress,
                         void *arg, struct store_snapshot_stats *st, const char **what)
@@ -218,19 +208,12 @@ int store_snapshot_volume(struct volume *v, const char *src_path, const char *ds
     if (fsync(dfd) < 0)
         goto fail_errno;
     what = "rename";
-    rc = poolfs_rename(tmp, dst, RENAME_NOREPLACE);
-    if (rc < 0) {
-        if (rc == -EINVAL) { /* no RENAME_NOREPLACE here: link() refuses to replace */
-            rc = poolfs_link(tmp, dst);
-            if (rc == 0)
-                poolfs_unlink(tmp);
-        }
-        if (rc < 0)
-            goto fail;
-    }
+    rc = poolfs_publish(tmp, dst);
+    if (rc < 0)
+        goto fail;
     close(dfd);
     close(sfd);
-    rc = fsync_dir(dir);
+    rc = poolfs_fsync_parent(dst);
     if (rc < 0) {
         log_error("store: snapshot: fsync directory %s: %s", dir, strerror(-rc));
         poolfs_unlink(dst);
