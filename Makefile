@@ -13,8 +13,8 @@ STATE      ?= ./var
 # the tests and benchmarks drive.
 DEPS_BUILD = gcc meson ninja-build pkg-config python3 xxd \
              libjansson-dev libsqlite3-dev libcmocka-dev libgnutls28-dev liburing-dev libwslay-dev \
-             libcrypt-dev
-DEPS_TEST  = prometheus chromium libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
+             libcrypt-dev librbd-dev
+DEPS_TEST  = ceph-mon ceph-osd ceph-mgr ceph-common uuid-runtime tgt-rbd prometheus chromium libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
 #   make deb    build the Debian package into build-deb/ (scripts/make-deb.sh)
 # Other targets: deps, build, asan, unit, integration, fuzz, fuzz-long, bench, format,

@@ -1,0 +1,183 @@
+/* Shared librados connections (see rbd_cluster.h). */
+#include "store/rbd_cluster.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/log.h"
+
+struct rbd_cluster {
+    struct rbd_cluster *next;
+    char *conf, *id, *keyring;
+    char desc[512];
+    rados_t rados;
+    int refs; /* under lock */
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rbd_cluster *clusters;
+
+static const char *or_empty(const char *s)
+{
+    return s ? s : "";
+}
+
+static bool same_spec(const struct rbd_cluster *c, const struct rbd_cluster_spec *s)
+{
+    return strcmp(c->conf, or_empty(s->conf)) == 0 && strcmp(c->id, or_empty(s->id)) == 0 &&
+           strcmp(c->keyring, or_empty(s->keyring)) == 0;
+}
+
+static int set_opt(rados_t r, const char *key, const char *val)
+{
+    int rc = rados_conf_set(r, key, val);
+    if (rc < 0)
+        log_warn("rbd: cannot set %s=%s: %s", key, val, strerror(-rc));
+    return rc;
+}
+
+static int connect_cluster(struct rbd_cluster *c, unsigned timeout_s)
+{
+    struct stat st;
+    char buf[32];
+    int rc;
+
+    if (c->conf[0] && stat(c->conf, &st) < 0)
+        return -errno;
+    rc = rados_create(&c->rados, c->id[0] ? c->id : NULL);
+    if (rc < 0)
+        return rc;
+    rc = rados_conf_read_file(c->rados, c->conf[0] ? c->conf : NULL);
+    if (rc < 0 && c->conf[0])
+        goto fail;
+    /* The environment's CEPH_ARGS (e.g. --keyring) still applies. */
+    rados_conf_parse_env(c->rados, NULL);
+    if (c->keyring[0] && (rc = set_opt(c->rados, "keyring", c->keyring)) < 0)
+        goto fail;
+    snprintf(buf, sizeof(buf), "%u", timeout_s);
+    set_opt(c->rados, "client_mount_timeout", buf);
+    snprintf(buf, sizeof(buf), "%d", RBD_CLUSTER_OP_TIMEOUT);
+    set_opt(c->rados, "rados_mon_op_timeout", buf);
+    set_opt(c->rados, "rados_osd_op_timeout", buf);
+    rc = rados_connect(c->rados);
+    if (rc < 0)
+        goto fail;
+    return 0;
+fail:
+    rados_shutdown(c->rados);
+    c->rados = NULL;
+    return rc;
+}
+
+int rbd_cluster_get(const struct rbd_cluster_spec *spec, unsigned timeout_s,
+                    struct rbd_cluster **out)
+{
+    struct rbd_cluster *c;
+    int rc;
+
+    *out = NULL;
+    pthread_mutex_lock(&lock);
+    for (c = clusters; c; c = c->next) {
+        if (same_spec(c, spec)) {
+            c->refs++;
+            pthread_mutex_unlock(&lock);
+            *out = c;
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+
+    c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->conf = strdup(or_empty(spec->conf));
+    c->id = strdup(or_empty(spec->id));
+    c->keyring = strdup(or_empty(spec->keyring));
+    if (!c->conf || !c->id || !c->keyring) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    snprintf(c->desc, sizeof(c->desc), "conf=%s id=%s", c->conf[0] ? c->conf : "(default)",
+             c->id[0] ? c->id : "admin");
+    /* Connect outside the lock: it may take up to timeout_s. */
+    rc = connect_cluster(c, timeout_s ? timeout_s : 10);
+    if (rc < 0)
+        goto fail;
+    c->refs = 1;
+
+    pthread_mutex_lock(&lock);
+    for (struct rbd_cluster *o = clusters; o; o = o->next) {
+        if (same_spec(o, spec)) { /* another thread connected meanwhile */
+            o->refs++;
+            pthread_mutex_unlock(&lock);
+            rados_shutdown(c->rados);
+            free(c->conf), free(c->id), free(c->keyring), free(c);
+            *out = o;
+            return 0;
+        }
+    }
+    c->next = clusters;
+    clusters = c;
+    pthread_mutex_unlock(&lock);
+    log_info("rbd: connected to the cluster (%s)", c->desc);
+    *out = c;
+    return 0;
+fail:
+    free(c->conf), free(c->id), free(c->keyring), free(c);
+    return rc;
+}
+
+void rbd_cluster_ref(struct rbd_cluster *c)
+{
+    pthread_mutex_lock(&lock);
+    c->refs++;
+    pthread_mutex_unlock(&lock);
+}
+
+void rbd_cluster_put(struct rbd_cluster *c)
+{
+    struct rbd_cluster **pp;
+
+    if (!c)
+        return;
+    pthread_mutex_lock(&lock);
+    if (--c->refs > 0) {
+        pthread_mutex_unlock(&lock);
+        return;
+    }
+    for (pp = &clusters; *pp; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    rados_shutdown(c->rados);
+    log_info("rbd: disconnected from the cluster (%s)", c->desc);
+    free(c->conf), free(c->id), free(c->keyring), free(c);
+}
+
+rados_t rbd_cluster_rados(struct rbd_cluster *c)
+{
+    return c->rados;
+}
+
+const char *rbd_cluster_describe(const struct rbd_cluster *c)
+{
+    return c->desc;
+}
+
+int rbd_cluster_ioctx(struct rbd_cluster *c, const char *pool, const char *ns, rados_ioctx_t *out)
+{
+    int rc = rados_ioctx_create(c->rados, pool, out);
+    if (rc < 0)
+        return rc;
+    if (ns && ns[0])
+        rados_ioctx_set_namespace(*out, ns);
+    return 0;
+}
