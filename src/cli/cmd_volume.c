@@ -12,24 +12,6 @@
 
 /* ---- helpers ---- */
 
-/* Parse options for a command. Returns the getopt value, -1 at the end,
- * or CLI_USAGE already reported ('?'). */
-static int next_opt(struct cli_ctx *ctx, int argc, char **argv, const struct option *opts)
-{
-    int c = getopt_long(argc, argv, "", opts, NULL);
-    if (c == '?' || c == ':') {
-        cli_usage(ctx, "bad option %s", argv[optind - 1]);
-        return '?';
-    }
-    return c;
-}
-
-static void opt_reset(void)
-{
-    optind = 0; /* glibc: full re-initialisation */
-    opterr = 0;
-}
-
 static int need_args(struct cli_ctx *ctx, int argc, int want, const char *what)
 {
     if (argc - optind < want)
@@ -100,9 +82,9 @@ static int pool_create(struct cli_ctx *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {{"path", required_argument, NULL, 'p'}, {0}};
     const char *path = NULL;
-    opt_reset();
+    cli_opt_begin();
     int c;
-    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
         if (c == '?')
             return CLI_USAGE;
         path = optarg;
@@ -188,9 +170,9 @@ static int volume_create(struct cli_ctx *ctx, int argc, char **argv)
     };
     const char *size = NULL, *bs = NULL, *sync = NULL;
     bool ro = false, thick = false;
-    opt_reset();
+    cli_opt_begin();
     int c;
-    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
         switch (c) {
         case 's':
             size = optarg;
@@ -364,8 +346,8 @@ static void show_row(json_t *row)
 
 static int volume_show(struct cli_ctx *ctx, int argc, char **argv)
 {
-    opt_reset();
-    if (next_opt(ctx, argc, argv, (const struct option[]){{0}}) == '?')
+    cli_opt_begin();
+    if (cli_opt_next(ctx, argc, argv, "", (const struct option[]){{0}}) == '?')
         return CLI_USAGE;
     if (need_args(ctx, argc, 1, "volume NAME"))
         return CLI_USAGE;
@@ -397,9 +379,9 @@ static int volume_resize(struct cli_ctx *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {{"size", required_argument, NULL, 's'}, {0}};
     const char *size = NULL;
-    opt_reset();
+    cli_opt_begin();
     int c;
-    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
         if (c == '?')
             return CLI_USAGE;
         size = optarg;
@@ -429,9 +411,9 @@ static int volume_set(struct cli_ctx *ctx, int argc, char **argv)
                                          {"comments", required_argument, NULL, 'c'},
                                          {0}};
     json_t *changes = json_object();
-    opt_reset();
+    cli_opt_begin();
     int c;
-    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
         char up[16];
         switch (c) {
         case 'y':
@@ -477,9 +459,9 @@ static int volume_delete(struct cli_ctx *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {{"recursive", no_argument, NULL, 'r'}, {0}};
     bool recursive = false;
-    opt_reset();
+    cli_opt_begin();
     int c;
-    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
         if (c == '?')
             return CLI_USAGE;
         recursive = true;
@@ -498,8 +480,8 @@ static int volume_delete(struct cli_ctx *ctx, int argc, char **argv)
 /* Positional-only commands: exactly n args, no options. */
 static int plain_args(struct cli_ctx *ctx, int argc, char **argv, int n, const char *what)
 {
-    opt_reset();
-    if (next_opt(ctx, argc, argv, (const struct option[]){{0}}) == '?')
+    cli_opt_begin();
+    if (cli_opt_next(ctx, argc, argv, "", (const struct option[]){{0}}) == '?')
         return CLI_USAGE;
     return need_args(ctx, argc, n, what) ? CLI_USAGE : 0;
 }
@@ -549,9 +531,9 @@ static int volume_rollback(struct cli_ctx *ctx, int argc, char **argv)
     static const struct option opts[] = {
         {"force", no_argument, NULL, 'f'}, {"recursive", no_argument, NULL, 'r'}, {0}};
     bool force = false, recursive = false;
-    opt_reset();
+    cli_opt_begin();
     int c;
-    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
         if (c == '?')
             return CLI_USAGE;
         if (c == 'f')
@@ -584,8 +566,8 @@ static int volume_rollback(struct cli_ctx *ctx, int argc, char **argv)
 
 static int snapshot_list(struct cli_ctx *ctx, int argc, char **argv)
 {
-    opt_reset();
-    if (next_opt(ctx, argc, argv, (const struct option[]){{0}}) == '?')
+    cli_opt_begin();
+    if (cli_opt_next(ctx, argc, argv, "", (const struct option[]){{0}}) == '?')
         return CLI_USAGE;
     if (argc - optind > 1)
         return cli_usage(ctx, "too many arguments");

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -23,6 +24,32 @@ void format_size(uint64_t v, char *buf, size_t len);
 int parse_host_port(const char *s, struct sockaddr_storage *out, socklen_t *len);
 /* Printable "addr:port" of a socket address. */
 void format_sockaddr(const struct sockaddr *sa, socklen_t len, char *buf, size_t buflen);
+
+/* The value of one hexadecimal digit (either case), or -1. */
+static inline int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Decode hexlen hex digits (an even count; no prefix) into out, pair by
+ * pair: a pair with a non-hex digit is -EINVAL, a pair past max bytes is
+ * -E2BIG (whichever comes first). Returns the byte count. Pure. */
+int hex_decode(const char *hex, size_t hexlen, uint8_t *out, size_t max);
+
+/* Send all of buf on a socket, retrying on EINTR and short sends, without
+ * SIGPIPE (MSG_NOSIGNAL: a peer that has gone is -EPIPE, not a signal).
+ * Blocking sockets only. 0 or -errno. */
+int send_all(int fd, const void *buf, size_t len);
+
+/* pwrite all of buf at off, retrying on EINTR and short writes. 0 or
+ * -errno (-EIO when the kernel writes nothing). */
+int pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 
 /* Add to a statistics counter that one thread writes and others read:
  * a relaxed load and store, no locked read-modify-write. */

@@ -14,6 +14,7 @@
 #include "core/admit.h"
 #include "core/conn.h"
 #include "core/reactor.h"
+#include "core/registry.h"
 #include "iscsi/iscsi_chap.h"
 #include "iscsi/iscsi_pdu.h"
 #include "iscsi/iscsi_runtime.h"
@@ -74,7 +75,7 @@ struct iscsi_task {
 };
 
 struct iscsi_session {
-    struct iscsi_session *reg_next, *reg_prev; /* registry list (mutex) */
+    struct registry_entry reg; /* in the session registry (iscsi_session.c) */
     struct iscsi_conn *ic;
     struct iscsi_session_info info; /* registry copy, fixed after login */
     struct iscsi_target_view *view; /* NULL for discovery */

@@ -15,7 +15,6 @@
 
 #include <errno.h>
 #include <linux/sockios.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +28,7 @@
 #include "core/conn.h"
 #include "core/iostats.h"
 #include "core/log.h"
+#include "core/registry.h"
 #include "core/tls.h"
 #include "core/util.h"
 #include "nbd/nbd_export.h"
@@ -123,10 +123,10 @@ struct nbd_conn {
     struct reactor_msg kick;
     /* Retries parsing while replies the client has not read pile up. */
     struct reactor_timer backlog_timer;
-    /* registry of live connections (nbd_export_connections) */
-    struct nbd_conn *reg_prev, *reg_next;
+    /* in the registry of live connections (nbd_export_connections) */
+    struct registry_entry reg;
     /* nbd.global.sessions: written by the reactor only (counter_add), read
-     * by API threads under reg_lock */
+     * by API threads under the registry's lock */
     uint64_t connected_at;
     _Atomic uint64_t st_requests, st_read, st_written;
     /* admission (pending until the handshake ends) and its deadline */
@@ -139,8 +139,7 @@ struct nbd_conn {
 
 /* ---- registry (for EBUSY on delete, and forced close) ---- */
 
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct nbd_conn *reg_head;
+static struct registry conns = REGISTRY_INIT(0);
 static atomic_uint nbd_conn_count;
 static atomic_bool draining_all; /* shutdown: refuse new connections */
 
@@ -165,52 +164,33 @@ size_t nbd_payload_held(void)
     return atomic_load(&held_total);
 }
 
-static void reg_add(struct nbd_conn *nc)
+static struct nbd_conn *conn_of(struct registry_entry *e)
 {
-    pthread_mutex_lock(&reg_lock);
-    nc->reg_next = reg_head;
-    if (reg_head)
-        reg_head->reg_prev = nc;
-    reg_head = nc;
-    pthread_mutex_unlock(&reg_lock);
-}
-
-static void reg_remove(struct nbd_conn *nc)
-{
-    pthread_mutex_lock(&reg_lock);
-    if (nc->reg_prev)
-        nc->reg_prev->reg_next = nc->reg_next;
-    else if (reg_head == nc)
-        reg_head = nc->reg_next;
-    if (nc->reg_next)
-        nc->reg_next->reg_prev = nc->reg_prev;
-    nc->reg_prev = nc->reg_next = NULL;
-    pthread_mutex_unlock(&reg_lock);
+    return container_of(e, struct nbd_conn, reg);
 }
 
 static void reg_set_export(struct nbd_conn *nc, struct nbd_export *e)
 {
-    pthread_mutex_lock(&reg_lock);
+    registry_lock(&conns);
     nc->exp = e;
-    pthread_mutex_unlock(&reg_lock);
+    registry_unlock(&conns);
 }
 
 int nbd_sessions_list(struct nbd_session_info **out)
 {
-    pthread_mutex_lock(&reg_lock);
-    size_t n = 0;
-    for (struct nbd_conn *nc = reg_head; nc; nc = nc->reg_next)
-        n++;
+    registry_lock(&conns);
+    size_t n = conns.count;
     struct nbd_session_info *a = calloc(n ? n : 1, sizeof(*a));
     if (!a) {
-        pthread_mutex_unlock(&reg_lock);
+        registry_unlock(&conns);
         return -ENOMEM;
     }
     size_t i = 0;
-    for (struct nbd_conn *nc = reg_head; nc; nc = nc->reg_next, i++) {
-        struct nbd_session_info *s = &a[i];
+    REGISTRY_FOREACH (&conns, reg) {
+        struct nbd_conn *nc = conn_of(reg);
+        struct nbd_session_info *s = &a[i++];
         snprintf(s->peer, sizeof(s->peer), "%s", nc->c->peer);
-        /* Once exp is set (under reg_lock, at the end of the handshake)
+        /* Once exp is set (under the lock, at the end of the handshake)
          * the negotiated flags no longer change: safe to read here. */
         if (nc->exp) {
             snprintf(s->export, sizeof(s->export), "%s", nc->exp->name);
@@ -227,7 +207,7 @@ int nbd_sessions_list(struct nbd_session_info **out)
         s->bytes_read = atomic_load_explicit(&nc->st_read, memory_order_relaxed);
         s->bytes_written = atomic_load_explicit(&nc->st_written, memory_order_relaxed);
     }
-    pthread_mutex_unlock(&reg_lock);
+    registry_unlock(&conns);
     *out = a;
     return (int)n;
 }
@@ -235,21 +215,25 @@ int nbd_sessions_list(struct nbd_session_info **out)
 unsigned nbd_export_connections(const char *name)
 {
     unsigned n = 0;
-    pthread_mutex_lock(&reg_lock);
-    for (struct nbd_conn *nc = reg_head; nc; nc = nc->reg_next)
+    registry_lock(&conns);
+    REGISTRY_FOREACH (&conns, reg) {
+        struct nbd_conn *nc = conn_of(reg);
         if (nc->exp && strcmp(nc->exp->name, name) == 0)
             n++;
-    pthread_mutex_unlock(&reg_lock);
+    }
+    registry_unlock(&conns);
     return n;
 }
 
 void nbd_export_close_connections(const char *name)
 {
-    pthread_mutex_lock(&reg_lock);
-    for (struct nbd_conn *nc = reg_head; nc; nc = nc->reg_next)
+    registry_lock(&conns);
+    REGISTRY_FOREACH (&conns, reg) {
+        struct nbd_conn *nc = conn_of(reg);
         if (nc->exp && strcmp(nc->exp->name, name) == 0)
             conn_close_async(nc->c);
-    pthread_mutex_unlock(&reg_lock);
+    }
+    registry_unlock(&conns);
 }
 
 unsigned nbd_conn_live(void)
@@ -1331,7 +1315,7 @@ static void nbd_on_close(struct conn *c)
     struct nbd_conn *nc = c->proto;
     if (!nc)
         return;
-    reg_remove(nc);
+    registry_remove(&conns, &nc->reg);
     if (reactor_timer_armed(&nc->backlog_timer)) {
         reactor_timer_cancel(c->reactor, &nc->backlog_timer);
         conn_put(c); /* the timer's reference; the socket's is still held */
@@ -1391,7 +1375,7 @@ static int nbd_conn_init(struct conn *c, void *arg)
     struct nbd_conn *nc = arg;
     nc->c = c;
     c->proto = nc;
-    reg_add(nc);
+    registry_add(&conns, &nc->reg); /* no cap: cannot fail */
     conn_get(c);
     reactor_timer_start(c->reactor, &nc->handshake_timer, admit_handshake_timeout_ns());
     uint8_t hello[NBD_OLD_HELLO_LEN];
@@ -1474,19 +1458,20 @@ static void drain_run(struct reactor_msg *m)
 void nbd_conn_drain_all(void)
 {
     atomic_store(&draining_all, true);
-    pthread_mutex_lock(&reg_lock);
-    for (struct nbd_conn *nc = reg_head; nc; nc = nc->reg_next) {
+    registry_lock(&conns);
+    REGISTRY_FOREACH (&conns, reg) {
+        struct nbd_conn *nc = conn_of(reg);
         conn_get(nc->c);
         nc->drain_msg.fn = drain_run;
         reactor_post(nc->c->reactor, &nc->drain_msg);
     }
-    pthread_mutex_unlock(&reg_lock);
+    registry_unlock(&conns);
 }
 
 void nbd_conn_close_all(void)
 {
-    pthread_mutex_lock(&reg_lock);
-    for (struct nbd_conn *nc = reg_head; nc; nc = nc->reg_next)
-        conn_close_async(nc->c);
-    pthread_mutex_unlock(&reg_lock);
+    registry_lock(&conns);
+    REGISTRY_FOREACH (&conns, reg)
+        conn_close_async(conn_of(reg)->c);
+    registry_unlock(&conns);
 }
