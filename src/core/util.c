@@ -200,3 +200,9 @@ int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
     }
     return 0;
 }
+
+void cleanup_close(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+}

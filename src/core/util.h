@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -13,6 +14,35 @@
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 #define container_of(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+/*
+ * Scope-bound cleanup (__attribute__((cleanup)), as nbdkit's cleanup.h):
+ * a variable declared with one of these is released when it goes out of
+ * scope, on every return path, so error paths need no free-and-return
+ * chains. Ownership can still leave the scope: set the variable to NULL
+ * (or -1 for a descriptor) after handing it on.
+ *
+ *   CLEANUP_FREE char *buf = malloc(n);
+ *   CLEANUP_CLOSE int fd = open(path, O_RDONLY);
+ *
+ * A module's own release function gets a cleanup with
+ * DEFINE_CLEANUP(type, fn) next to its declaration (called only for a
+ * non-NULL pointer), used as CLEANUP(fn) type *x = ...;
+ */
+static inline void cleanup_free(void *p)
+{
+    free(*(void **)p);
+}
+void cleanup_close(int *fd); /* util.c: close(*fd) when *fd >= 0 */
+#define CLEANUP_FREE __attribute__((cleanup(cleanup_free)))
+#define CLEANUP_CLOSE __attribute__((cleanup(cleanup_close)))
+#define DEFINE_CLEANUP(type, fn)                                                                   \
+    static inline void cleanup_##fn(type **p)                                                      \
+    {                                                                                              \
+        if (*p)                                                                                    \
+            fn(*p);                                                                                \
+    }
+#define CLEANUP(fn) __attribute__((cleanup(cleanup_##fn)))
 
 /* "10G", "512", "4k", "1.5M"? no: integers with optional K/M/G/T/P suffix
  * (binary, case-insensitive, optional trailing "B"/"iB"). 0 or -EINVAL/-ERANGE. */

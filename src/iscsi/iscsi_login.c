@@ -165,13 +165,10 @@ int iscsi_send_targets(struct iscsi_conn *ic, const char *which, const char *ini
         free(list);
         return rc;
     }
-    struct iscsi_target_view *v = iscsi_runtime_find_target(which);
-    int rc = 0;
+    CLEANUP(iscsi_target_view_unref) struct iscsi_target_view *v = iscsi_runtime_find_target(which);
     if (v && iscsi_target_access(v, initiator, ic->portal_tag, peer) >= 0)
-        rc = add_target_entry(ic, v, initiator, out);
-    if (v)
-        iscsi_target_view_unref(v);
-    return rc;
+        return add_target_entry(ic, v, initiator, out);
+    return 0;
 }
 
 /* ------------------------------------------------------------ responses */

@@ -241,25 +241,17 @@ void nbd_conn_accept(int fd, const struct sockaddr *peer, socklen_t peerlen)
     char name[80];
     format_sockaddr(peer, peerlen, name, sizeof(name));
     struct nbd_settings *s = nbd_settings_current();
-    if (atomic_load(&draining_all)) {
-        nbd_settings_unref(s);
-        close(fd);
-        return;
-    }
+    struct nbd_conn *nc = NULL;
+    if (atomic_load(&draining_all))
+        goto refuse;
     admit_set_max_total(&nbd_gate, s->max_connections);
-    struct nbd_conn *nc = calloc(1, sizeof(*nc));
+    nc = calloc(1, sizeof(*nc));
     if (!nc) {
         log_error("%s: nbd: out of memory for a connection", name);
-        nbd_settings_unref(s);
-        close(fd);
-        return;
+        goto refuse;
     }
-    if (admit_try(&nbd_gate, peer, peerlen, name, &nc->ticket) < 0) {
-        nbd_settings_unref(s);
-        free(nc);
-        close(fd);
-        return;
-    }
+    if (admit_try(&nbd_gate, peer, peerlen, name, &nc->ticket) < 0)
+        goto refuse; /* logged by admit */
     atomic_fetch_add(&nbd_conn_count, 1);
     nc->state = ST_CLIENT_FLAGS;
     nc->mslot = -1;
@@ -269,12 +261,16 @@ void nbd_conn_accept(int fd, const struct sockaddr *peer, socklen_t peerlen)
     reactor_timer_init(&nc->handshake_timer, handshake_expired);
     /* On failure before init runs, conn_adopt closes fd; the rest is
      * released here. Once init has run, on_free releases it. */
-    if (conn_adopt(reactor_next(), fd, peer, peerlen, &nbd_conn_ops, nbd_conn_init, nc) < 0) {
-        atomic_fetch_sub(&nbd_conn_count, 1);
-        admit_release(&nc->ticket);
-        nbd_settings_unref(s);
-        free(nc);
-    }
+    if (conn_adopt(reactor_next(), fd, peer, peerlen, &nbd_conn_ops, nbd_conn_init, nc) == 0)
+        return;
+    atomic_fetch_sub(&nbd_conn_count, 1);
+    admit_release(&nc->ticket);
+    fd = -1; /* conn_adopt closed it */
+refuse:
+    nbd_settings_unref(s);
+    free(nc);
+    if (fd >= 0)
+        close(fd);
 }
 
 /* ---- shutdown drain ---- */

@@ -72,7 +72,7 @@ static uint32_t export_refusal(struct nbd_conn *nc, const struct nbd_export *e)
 static int opt_export_name(struct nbd_conn *nc, const uint8_t *data, uint32_t len)
 {
     struct conn *c = nc->c;
-    struct nbd_export_table *t = nbd_exports_current();
+    CLEANUP(nbd_export_table_unref) struct nbd_export_table *t = nbd_exports_current();
     struct nbd_export *e =
         len <= NBD_MAX_STRING ? nbd_export_table_find(t, (const char *)data, len) : NULL;
     uint32_t why = export_refusal(nc, e);
@@ -80,11 +80,9 @@ static int opt_export_name(struct nbd_conn *nc, const uint8_t *data, uint32_t le
         log_info("%s: nbd: EXPORT_NAME '%.*s' refused (%s), closing", c->peer, (int)MIN(len, 256u),
                  (const char *)data,
                  why == NBD_REP_ERR_TLS_REQD ? "TLS required" : "no such export");
-        nbd_export_table_unref(t);
         return -ENOENT;
     }
     nbd_conn_enter_transmission(nc, e, export_eflags(nc, e));
-    nbd_export_table_unref(t);
     uint8_t b[8 + 2 + 124] = {0};
     be64_store(b, nc->caps.size);
     be16_store(b + 8, nc->caps.eflags);
@@ -134,14 +132,13 @@ static void opt_info_go(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, 
         send_opt_reply(nc, opt, NBD_REP_ERR_INVALID, NULL, 0);
         return;
     }
-    struct nbd_export_table *t = nbd_exports_current();
+    CLEANUP(nbd_export_table_unref) struct nbd_export_table *t = nbd_exports_current();
     struct nbd_export *e = nbd_export_table_find(t, go.name, go.name_len);
     uint32_t why = export_refusal(nc, e);
     if (why) {
         log_debug("%s: nbd: %s '%.*s' refused (0x%x)", nc->c->peer, nbd_opt_name(opt),
                   (int)go.name_len, go.name, why);
         send_opt_reply(nc, opt, why, NULL, 0);
-        nbd_export_table_unref(t);
         return;
     }
     uint8_t b[12];
@@ -164,7 +161,6 @@ static void opt_info_go(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, 
     send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
     if (opt == NBD_OPT_GO)
         nbd_conn_enter_transmission(nc, e, export_eflags(nc, e));
-    nbd_export_table_unref(t);
 }
 
 static void opt_meta(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, uint32_t len)

@@ -275,6 +275,13 @@ static void send_error(struct nbd_conn *nc, const struct nbd_request *rq, uint32
     conn_send_copy(nc->c, b, NBD_CHUNK_HEADER_LEN + plen);
 }
 
+/* Answer r with an error (its whole reply) and free its slot. */
+static void req_fail(struct nbd_req *r, uint32_t error, bool has_offset, uint64_t offset)
+{
+    send_error(r->nc, &r->rq, error, has_offset, offset, true);
+    req_free(r);
+}
+
 /* ---- completions ---- */
 
 static void read_done(struct vreq *vr)
@@ -283,8 +290,7 @@ static void read_done(struct vreq *vr)
     struct nbd_conn *nc = r->nc;
     if (vr->result < 0) {
         r->mfailed = true;
-        send_error(nc, &r->rq, nbd_errno_to_wire(vr->result), true, r->rq.offset, true);
-        req_free(r);
+        req_fail(r, nbd_errno_to_wire(vr->result), true, r->rq.offset);
         return;
     }
     struct iovec iov[2];
@@ -384,16 +390,14 @@ static void read_plan(struct nbd_req *r, const struct extent *ext, size_t n)
         return;
     }
     if (req_buf(r, rq->length) < 0) {
-        send_error(nc, rq, NBD_ENOMEM, false, 0, true);
-        req_free(r);
+        req_fail(r, NBD_ENOMEM, false, 0);
         return;
     }
     /* Reuse buf2 (the extents) only after we are done reading ext. */
     size_t subs_bytes = nsubs * sizeof(struct nbd_sub);
     void *subs_mem = bufpool_get(subs_bytes);
     if (!subs_mem) {
-        send_error(nc, rq, NBD_ENOMEM, false, 0, true);
-        req_free(r);
+        req_fail(r, NBD_ENOMEM, false, 0);
         return;
     }
     for (size_t i = 0; i < nr; i++)
@@ -465,8 +469,7 @@ static void block_status_done(struct vreq *vr)
     struct nbd_req *r = container_of(vr, struct nbd_req, vr);
     struct nbd_conn *nc = r->nc;
     if (vr->result < 0) {
-        send_error(nc, &r->rq, nbd_errno_to_wire(vr->result), false, 0, true);
-        req_free(r);
+        req_fail(r, nbd_errno_to_wire(vr->result), false, 0);
         return;
     }
     /* Descriptors go right after the extents in buf2. */
@@ -533,8 +536,7 @@ static void submit_read(struct nbd_conn *nc, struct nbd_req *r)
         size_t sz = NBD_EXTENTS_MAX * sizeof(struct extent);
         r->buf2 = bufpool_get(sz);
         if (!r->buf2) {
-            send_error(nc, rq, NBD_ENOMEM, false, 0, true);
-            req_free(r);
+            req_fail(r, NBD_ENOMEM, false, 0);
             return;
         }
         r->buf2_size = sz;
@@ -550,8 +552,7 @@ static void submit_read(struct nbd_conn *nc, struct nbd_req *r)
         return;
     }
     if (req_buf(r, rq->length) < 0) {
-        send_error(nc, rq, NBD_ENOMEM, false, 0, true);
-        req_free(r);
+        req_fail(r, NBD_ENOMEM, false, 0);
         return;
     }
     vreq_init(r, VREQ_READ, read_done);
@@ -565,8 +566,7 @@ static void submit_block_status(struct nbd_conn *nc, struct nbd_req *r)
         NBD_EXTENTS_MAX * sizeof(struct extent) + NBD_CHUNK_HEADER_LEN + 4 + 8 * NBD_EXTENTS_MAX;
     r->buf2 = bufpool_get(sz);
     if (!r->buf2) {
-        send_error(nc, &r->rq, NBD_ENOMEM, false, 0, true);
-        req_free(r);
+        req_fail(r, NBD_ENOMEM, false, 0);
         return;
     }
     r->buf2_size = sz;
