@@ -440,20 +440,12 @@ static uint16_t security_step(struct iscsi_conn *ic, struct iscsi_text_out *out,
 static size_t session_list_luns(const struct scsi_nexus *n, uint64_t *out, size_t max)
 {
     struct iscsi_session *s = n->arg;
-    if (!s->view)
+    const struct iscsi_target_view *v = iscsi_session_view(s);
+    if (!v)
         return 0;
-    uint64_t gen = iscsi_runtime_generation();
-    if (gen != s->view_gen) {
-        struct iscsi_target_view *v = iscsi_runtime_find_target(s->info.target);
-        s->view_gen = gen;
-        if (v) {
-            iscsi_target_view_unref(s->view);
-            s->view = v;
-        }
-    }
-    for (size_t i = 0; i < s->view->n_luns && i < max; i++)
-        out[i] = s->view->luns[i].lun;
-    return s->view->n_luns;
+    for (size_t i = 0; i < v->n_luns && i < max; i++)
+        out[i] = v->luns[i].lun;
+    return v->n_luns;
 }
 
 static int session_create(struct iscsi_conn *ic)

@@ -82,6 +82,22 @@ unsigned iscsi_sessions_count(void)
     return registry_count(&sessions);
 }
 
+const struct iscsi_target_view *iscsi_session_view(struct iscsi_session *s)
+{
+    if (!s->view)
+        return NULL;
+    uint64_t gen = iscsi_runtime_generation();
+    if (gen != s->view_gen) {
+        struct iscsi_target_view *v = iscsi_runtime_find_target(s->info.target);
+        s->view_gen = gen;
+        if (v) {
+            iscsi_target_view_unref(s->view);
+            s->view = v;
+        }
+    }
+    return s->view;
+}
+
 static void close_locked(struct iscsi_session *s)
 {
     if (s->closing)
