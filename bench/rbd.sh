@@ -133,7 +133,9 @@ fio_run() { # engine-args rw bs qd [extra]
         --time_based --runtime="$RUNTIME" --randrepeat=1 --norandommap $extra \
         --output-format=json 2>/dev/null | python3 -c '
 import json, sys
-j = json.load(sys.stdin)["jobs"]
+out = sys.stdin.read()
+# the fio nbd engine prints "fio: connected to NBD server" before the JSON
+j = json.loads(out[out.index("{"):])["jobs"]
 iops = sum(x["read"]["iops"] + x["write"]["iops"] for x in j)
 bw = sum(x["read"]["bw_bytes"] + x["write"]["bw_bytes"] for x in j)
 print("%.0f %.1f" % (iops, bw / 1048576))'
@@ -153,8 +155,8 @@ run_case() { # server case
         if [ "$c" = 4k-write+flush-8w ]; then
             "$FLUSH" "$url" 4096 8 "$RUNTIME" | sed -n 's/.*MiB\/s=\([0-9.]*\) IOPS=\([0-9]*\).*/\2 \1/p'
         else
-            local b=$((${bs%k} * 1024))
-            [ "${bs: -1}" = M ] && b=$((${bs%M} << 20))
+            local b
+            case $bs in *M) b=$((${bs%M} << 20)) ;; *k) b=$((${bs%k} << 10)) ;; *) b=$bs ;; esac
             "$LOAD" "$url" "$rw" "$b" "$qd" "$RUNTIME" | sed -n 's/.*IOPS=\([0-9]*\) MiB\/s=\([0-9.]*\).*/\1 \2/p'
         fi
         ;;
