@@ -525,6 +525,20 @@ static void vreq_init(struct nbd_req *r, enum vreq_op op, void (*done)(struct vr
     r->vr.done = done;
 }
 
+/* Give r a buffer of size bytes in buf2, the extents at its start. 0, or
+ * -ENOMEM after answering r with NBD_ENOMEM and freeing its slot. */
+static int req_extents_buf(struct nbd_req *r, size_t size)
+{
+    r->buf2 = bufpool_get(size);
+    if (!r->buf2) {
+        req_fail(r, NBD_ENOMEM, false, 0);
+        return -ENOMEM;
+    }
+    r->buf2_size = size;
+    r->ext = r->buf2;
+    return 0;
+}
+
 static void submit_read(struct nbd_conn *nc, struct nbd_req *r)
 {
     const struct nbd_request *rq = &r->rq;
@@ -533,14 +547,8 @@ static void submit_read(struct nbd_conn *nc, struct nbd_req *r)
                  atomic_load_explicit(&nc->exp->maybe_sparse, memory_order_relaxed) &&
                  (volume_caps(nc->vol) & BDEV_CAN_EXTENTS);
     if (nc->structured && (big || holes)) {
-        size_t sz = NBD_EXTENTS_MAX * sizeof(struct extent);
-        r->buf2 = bufpool_get(sz);
-        if (!r->buf2) {
-            req_fail(r, NBD_ENOMEM, false, 0);
+        if (req_extents_buf(r, NBD_EXTENTS_MAX * sizeof(struct extent)) < 0)
             return;
-        }
-        r->buf2_size = sz;
-        r->ext = r->buf2;
         if (!holes) {
             read_plan(r, NULL, 0);
             return;
@@ -562,15 +570,10 @@ static void submit_read(struct nbd_conn *nc, struct nbd_req *r)
 
 static void submit_block_status(struct nbd_conn *nc, struct nbd_req *r)
 {
-    size_t sz =
-        NBD_EXTENTS_MAX * sizeof(struct extent) + NBD_CHUNK_HEADER_LEN + 4 + 8 * NBD_EXTENTS_MAX;
-    r->buf2 = bufpool_get(sz);
-    if (!r->buf2) {
-        req_fail(r, NBD_ENOMEM, false, 0);
+    /* The extents, then the reply built from them (block_status_done). */
+    if (req_extents_buf(r, NBD_EXTENTS_MAX * sizeof(struct extent) + NBD_CHUNK_HEADER_LEN + 4 +
+                               8 * NBD_EXTENTS_MAX) < 0)
         return;
-    }
-    r->buf2_size = sz;
-    r->ext = r->buf2;
     vreq_init(r, VREQ_EXTENTS, block_status_done);
     r->vr.extents = r->ext;
     r->vr.extents_max = (r->rq.flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : NBD_EXTENTS_MAX;
