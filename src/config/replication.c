@@ -38,6 +38,7 @@
 #include "api/validate.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsbackend.h"
 #include "config/repl_select.h"
 #include "core/log.h"
 #include "core/util.h"
@@ -806,6 +807,14 @@ static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap
     if (rc == 0) {
         ds_pool_of(it->dst, poolname, sizeof(poolname));
         rc = ds_pool_get(poolname, &dpool);
+    }
+    if (rc == 0 && (ds_pool_is_rbd(&spool) || ds_pool_is_rbd(&dpool))) {
+        db_unlock();
+        ds_ops_unlock();
+        return repl_fail(t, ENOTSUP,
+                         "replication of %s to %s: RBD pools are not supported by "
+                         "replication.run_onetime yet (file pools only)",
+                         it->src, it->dst);
     }
     if (rc == 0)
         rc = ds_dataset_get(it->dst, &drow);
