@@ -264,7 +264,7 @@ static json_t *snapshot_rows_where(const char *where, json_t *binds)
     if (!rows ||
         ds_select_where("SELECT s.id, d.name, s.name, s.volsize, s.created, p.name, p.path, "
                         "d.volblocksize, (SELECT group_concat(c.name, ',') FROM datasets c WHERE "
-                        "c.origin_id = s.id) FROM snapshots s JOIN datasets d ON d.id = "
+                        "c.origin_id = s.id), p.id FROM snapshots s JOIN datasets d ON d.id = "
                         "s.dataset_id JOIN pools p ON p.id = d.pool_id",
                         where, "ORDER BY d.name, s.id", binds, &st) < 0) {
         json_decref(rows);
@@ -285,6 +285,7 @@ static json_t *snapshot_rows_where(const char *where, json_t *binds)
         memset(&pool, 0, sizeof(pool));
         snprintf(pool.name, sizeof(pool.name), "%s", (const char *)sqlite3_column_text(st, 5));
         snprintf(pool.path, sizeof(pool.path), "%s", (const char *)sqlite3_column_text(st, 6));
+        pool.id = sqlite3_column_int64(st, 9);
         snprintf(full, sizeof(full), "%s@%s", ds, sn);
         used = ds_backend_of(&pool)->snapshot_usage(&pool, ds, sn);
         snprintf(raw, sizeof(raw), "%lld", (long long)(created / 1000));
