@@ -38,6 +38,7 @@ static bool rp_running, rp_stop;
 
 static void spec_c(const struct ds_rbd_spec *s, struct rbd_cluster_spec *cs)
 {
+    memset(cs, 0, sizeof(*cs)); /* op_timeout_s 0: the default */
     cs->conf = s->conf;
     cs->id = s->id;
     cs->keyring = s->keyring;
@@ -267,12 +268,19 @@ static void connector_pass(void)
         if (rc == 0 && !was_online)
             rc = check_pool(c, &spec, false, why, sizeof(why));
 
+        struct rbd_cluster *stale = NULL;
         pthread_mutex_lock(&rp_lock);
         p = find_locked(ids[i]);
         if (p) {
-            if (c && !p->c) {
+            if (rc == 0 && c && !p->c) {
                 p->c = c; /* our reference goes to the pool */
                 c = NULL;
+            } else if (rc < 0 && p->c) {
+                /* Let go: the next attempt connects afresh and reads the
+                 * conf again (monitors may have moved). Open images keep
+                 * their own references. */
+                stale = p->c;
+                p->c = NULL;
             }
             p->online = rc == 0;
             if (rc == 0) {
@@ -285,6 +293,8 @@ static void connector_pass(void)
         pthread_mutex_unlock(&rp_lock);
         if (c)
             rbd_cluster_put(c);
+        if (stale)
+            rbd_cluster_put(stale);
         if (rc == 0 && !was_online)
             log_info("datasets: RBD pool %s (%s%s%s) is ONLINE", name, spec.pool,
                      spec.ns[0] ? "/" : "", spec.ns);
@@ -409,10 +419,32 @@ int ds_rbd_image_name(const struct ds_pool *p, const char *name, char *buf, size
 
 /* A cluster reference and an I/O context on the pool's pool/namespace. */
 struct rbd_io {
+    int64_t pool_id;
     struct rbd_cluster *c;
     rados_ioctx_t io;
     struct ds_rbd_spec spec;
 };
+
+static void mark_lost(int64_t pool_id, int rc)
+{
+    struct rbd_pool *p;
+    bool logged = false;
+    char name[NAME_DATASET_MAX + 1] = "";
+
+    pthread_mutex_lock(&rp_lock);
+    p = find_locked(pool_id);
+    if (p && p->online) {
+        p->online = false;
+        snprintf(p->why, sizeof(p->why), "a request to the Ceph cluster failed: %s",
+                 strerror(-rc));
+        snprintf(name, sizeof(name), "%s", p->name);
+        logged = true;
+    }
+    pthread_mutex_unlock(&rp_lock);
+    if (logged)
+        log_error("datasets: RBD pool %s is UNAVAIL: a request to the Ceph cluster failed: %s",
+                  name, strerror(-rc));
+}
 
 static int io_get(const struct ds_pool *dp, struct rbd_io *out)
 {
@@ -428,6 +460,7 @@ static int io_get(const struct ds_pool *dp, struct rbd_io *out)
         pthread_mutex_unlock(&rp_lock);
         return -EHOSTUNREACH;
     }
+    out->pool_id = p->id;
     out->c = p->c;
     out->spec = p->spec;
     rbd_cluster_ref(out->c);
@@ -440,8 +473,16 @@ static int io_get(const struct ds_pool *dp, struct rbd_io *out)
     return rc;
 }
 
-static void io_put(struct rbd_io *r)
+static void mark_lost(int64_t pool_id, int rc);
+
+/* Done with r; rc is the call's result: a request the cluster did not
+ * answer (-ETIMEDOUT) makes the pool UNAVAIL at once, so that the calls
+ * after it fail fast instead of each waiting out the timeout (the
+ * connector brings it back). */
+static void io_put(struct rbd_io *r, int rc)
 {
+    if (rc == -ETIMEDOUT && r->pool_id)
+        mark_lost(r->pool_id, rc);
     if (r->io)
         rados_ioctx_destroy(r->io);
     if (r->c)
@@ -515,7 +556,7 @@ static int rbdpool_volume_create(const struct ds_pool *p, const char *name, uint
         snprintf(ds_backend_why, sizeof(ds_backend_why),
                  "an RBD image named %.200s already exists in %.100s%s%.100s", image, r.spec.pool,
                  r.spec.ns[0] ? "/" : "", r.spec.ns);
-    io_put(&r);
+    io_put(&r, rc);
     return rc;
 }
 
@@ -540,7 +581,7 @@ static int rbdpool_dataset_remove(const struct ds_pool *p, const char *name, boo
     if (rc < 0)
         return rc;
     rc = rbd_image_remove(r.io, image);
-    io_put(&r);
+    io_put(&r, rc);
     return rc;
 }
 
@@ -559,7 +600,7 @@ static int rbdpool_snapshot_remove(const struct ds_pool *p, const char *name, co
     if (rc == 0)
         rc = rbd_image_snap_remove(h.img, snap);
     handle_put(&h);
-    io_put(&r);
+    io_put(&r, rc);
     return rc;
 }
 
@@ -583,7 +624,7 @@ static int rbdpool_volume_resize(const struct ds_pool *p, const char *name, stru
     if (rc == 0)
         rc = rbd_image_resize(h.img, new_size);
     handle_put(&h);
-    io_put(&r);
+    io_put(&r, rc);
     return rc;
 }
 
@@ -600,7 +641,7 @@ static int rbdpool_open_bdev(const struct ds_pool *p, const char *name, const ch
         return rc;
     /* the bdev takes its own cluster reference */
     rc = bdev_rbd_open(r.c, r.spec.pool, r.spec.ns, image, snap, snap ? true : readonly, out);
-    io_put(&r);
+    io_put(&r, rc);
     return rc;
 }
 
@@ -610,14 +651,16 @@ static uint64_t rbdpool_snapshot_usage(const struct ds_pool *p, const char *name
     struct rbd_io r;
     rbd_image_t img;
     uint64_t used = 0;
+    int rc;
 
     if (ds_rbd_image_name(p, name, image, sizeof(image)) < 0 || io_get(p, &r) < 0)
         return 0;
-    if (rbd_image_open_mgmt(r.io, image, snap, true, &img) == 0) {
-        rbd_image_usage(img, &used, NULL);
+    rc = rbd_image_open_mgmt(r.io, image, snap, true, &img);
+    if (rc == 0) {
+        rc = rbd_image_usage(img, &used, NULL);
         rbd_close(img);
     }
-    io_put(&r);
+    io_put(&r, rc);
     return used;
 }
 
@@ -638,17 +681,19 @@ static void rbdpool_volume_usage(const struct ds_pool *p, const char *name, int6
     struct rbd_io r;
     rbd_image_t img;
     sqlite3_stmt *st;
+    int rc;
 
     (void)v;
     *used = *snapused = 0;
     if (ds_rbd_image_name(p, name, image, sizeof(image)) < 0 || io_get(p, &r) < 0)
         return;
     /* a read-only handle of our own: rbd_snap_set below moves its view */
-    if (rbd_image_open_mgmt(r.io, image, NULL, true, &img) < 0) {
-        io_put(&r);
+    rc = rbd_image_open_mgmt(r.io, image, NULL, true, &img);
+    if (rc < 0) {
+        io_put(&r, rc);
         return;
     }
-    rbd_image_usage(img, used, NULL);
+    rc = rbd_image_usage(img, used, NULL);
     if (db_stmt("SELECT name FROM snapshots WHERE dataset_id = ? ORDER BY id", &st) == 0) {
         sqlite3_bind_int64(st, 1, id);
         while (sqlite3_step(st) == SQLITE_ROW) {
@@ -662,7 +707,7 @@ static void rbdpool_volume_usage(const struct ds_pool *p, const char *name, int6
         db_stmt_done(st);
     }
     rbd_close(img);
-    io_put(&r);
+    io_put(&r, rc);
 }
 
 static uint64_t rbdpool_available(const struct ds_pool *p)
@@ -712,7 +757,7 @@ static int rbdpool_snapshot_create(const struct ds_pool *p, const char *name, co
         rc = rbd_image_snap_create(h.img, snap);
     clock_gettime(CLOCK_MONOTONIC, &b);
     handle_put(&h);
-    io_put(&r);
+    io_put(&r, rc);
     if (rc == 0) {
         memset(stats, 0, sizeof(*stats));
         stats->reflinked = true; /* O(1): no data copied */
@@ -745,9 +790,9 @@ static int rbdpool_clone(const struct ds_pool *p, const char *name, const char *
     rc = io_get(dp, &dr);
     if (rc == 0) {
         rc = rbd_image_clone(r.io, image, snap, dr.io, dimage);
-        io_put(&dr);
+        io_put(&dr, rc);
     }
-    io_put(&r);
+    io_put(&r, rc);
     if (rc == 0) {
         *o1 = true;
         if (fn)
@@ -787,7 +832,7 @@ static int rbdpool_rollback(const struct ds_pool *p, const char *name, const cha
             rc = volume_resize(v, size);
     }
     handle_put(&h);
-    io_put(&r);
+    io_put(&r, rc);
     if (rc == 0)
         *o1 = true;
     return rc;
@@ -806,7 +851,7 @@ static int rbdpool_volume_rename(const struct ds_pool *p, const char *from, cons
         return rc;
     /* An open image keeps serving: its handle does not go by the name. */
     rc = rbd_image_rename(r.io, ifrom, ito);
-    io_put(&r);
+    io_put(&r, rc);
     return rc;
 }
 
@@ -826,7 +871,7 @@ static int rbdpool_snapshot_rename(const struct ds_pool *p, const char *name, co
     if (rc == 0)
         rc = rbd_image_snap_rename(h.img, from, to);
     handle_put(&h);
-    io_put(&r);
+    io_put(&r, rc);
     return rc;
 }
 
@@ -845,7 +890,7 @@ static int rbdpool_flatten(const struct ds_pool *p, const char *name, ds_progres
     if (rc == 0)
         rc = rbd_image_flatten(h.img, fn, arg);
     handle_put(&h);
-    io_put(&r);
+    io_put(&r, rc);
     return rc;
 }
 

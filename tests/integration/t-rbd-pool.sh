@@ -6,7 +6,8 @@
 #     volume in it is an RBD image (rbd CLI);
 #  2. refused clearly: a conf file that does not exist, a Ceph pool that
 #     does not exist, path and rbd together;
-#  3. the cluster down at start-up: the daemon starts at once, the pool is
+#  3. the cluster lost while the daemon runs: the pool goes UNAVAIL; the
+#     cluster down at start-up: the daemon starts at once, the pool is
 #     UNAVAIL with the reason, dataset calls on it fail naming it, a file
 #     pool keeps serving; the cluster back: the pool comes back ONLINE on
 #     its own and takes new volumes.
@@ -32,7 +33,7 @@ pool_field() { # pool.query's FIELD of pool NAME
         python3 -c "import json,sys; r=json.load(sys.stdin); print(r[0]$2 if r else 'none')"
 }
 
-blockd_start
+BLOCKD_RBD_OP_TIMEOUT=5 blockd_start
 
 # 1. an RBD pool
 blockctl pool create rp --rbd rbd --ceph-conf "$CONF" >/dev/null || fail "pool create --rbd failed"
@@ -63,11 +64,21 @@ out=$(blockctl call pool.create "{\"name\":\"bad\",\"path\":\"$TMP/p\",\"rbd\":{
 echo "$out" | grep -q "either a directory" || fail "path+rbd: $out"
 [ "$(pool_field bad '')" = none ] || fail "a refused pool was recorded"
 
-# 3. cluster down at start-up
-blockd_stop
+# 3. the cluster lost while the daemon runs: UNAVAIL (requests time out
+# after BLOCKD_RBD_OP_TIMEOUT, 5 s here), file pools unaffected
 "$CEPH" stop "$CEPH_DIR" >/dev/null
+for i in $(seq 1 40); do
+    [ "$(pool_field rp '["status"]')" = UNAVAIL ] && break
+    sleep 1
+done
+[ "$(pool_field rp '["status"]')" = UNAVAIL ] || fail "lost cluster: pool still $(pool_field rp '["status"]')"
+grep -q "RBD pool rp is UNAVAIL" "$BLOCKD_LOG" || fail "no log line for the lost cluster"
+blockctl volume create demo/f0 --size 16M >/dev/null || fail "file pool does not serve"
+
+# ... and down at start-up: the daemon starts at once, the pool UNAVAIL
+blockd_stop
 t0=$(date +%s)
-blockd_start
+BLOCKD_RBD_OP_TIMEOUT=5 blockd_start
 [ $(($(date +%s) - t0)) -le 5 ] || fail "start-up waited for the lost cluster"
 st=$(pool_field rp '["status"]')
 [ "$st" = UNAVAIL ] || fail "rbd pool with the cluster down is $st"
