@@ -158,12 +158,6 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
     rc = snaps_upto(origin.id, osnap.id, &snaps, &nsnaps);
     if (rc < 0)
         PROMOTE_FAIL(-rc, "cannot list the snapshots of %s: %s", origin.name, strerror(-rc));
-    for (size_t i = 0; i < nsnaps; i++) {
-        if (ds_snapshot_get(clone.name, snaps[i].name, &other) == 0)
-            PROMOTE_FAIL(EEXIST,
-                         "snapshot name '%s' from origin conflicts with '%s@%s' from target",
-                         snaps[i].name, clone.name, snaps[i].name);
-    }
     ds_pool_of(clone.name, poolname, sizeof(poolname));
     rc = ds_pool_get(poolname, &cpool);
     if (rc == 0) {
@@ -172,6 +166,12 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
     }
     if (rc < 0)
         PROMOTE_FAIL(-rc, "cannot read pool %s: %s", poolname, strerror(-rc));
+    for (size_t i = 0; !ds_backend_of(&cpool)->flatten && i < nsnaps; i++) {
+        if (ds_snapshot_get(clone.name, snaps[i].name, &other) == 0)
+            PROMOTE_FAIL(EEXIST,
+                         "snapshot name '%s' from origin conflicts with '%s@%s' from target",
+                         snaps[i].name, clone.name, snaps[i].name);
+    }
     if (ds_backend_of(&cpool)->flatten) {
         /* Nothing here touches other shares' names: a plain transaction
          * after the job, no rename hooks to update. */
