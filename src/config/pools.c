@@ -405,9 +405,10 @@ static int pool_create_rbd(struct api_call *call, const char *name, const struct
         }
         return api_error(call, -rc, "cannot record pool %s: %s", name, strerror(-rc));
     }
-    ds_rbd_pool_add(id, name, spec, c);
+    /* before handing c over: the connector may drop it at any time after */
     log_info("datasets: created pool %s on %s (%s; peer %s)", name, path, rbd_cluster_describe(c),
              api_call_peer(call));
+    ds_rbd_pool_add(id, name, spec, c);
     db_lock();
     *result = ds_pool_row(name);
     db_unlock();
