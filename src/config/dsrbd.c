@@ -34,7 +34,7 @@ static pthread_mutex_t rp_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t rp_cond = PTHREAD_COND_INITIALIZER;
 static struct rbd_pool *rp_head;
 static pthread_t rp_thread;
-static bool rp_running, rp_stop;
+static bool rp_running, rp_stop, rp_exited;
 
 static void spec_c(const struct ds_rbd_spec *s, struct rbd_cluster_spec *cs)
 {
@@ -234,7 +234,7 @@ static void connector_pass(void)
     for (struct rbd_pool *p = rp_head; p && n < 64; p = p->next)
         ids[n++] = p->id;
     pthread_mutex_unlock(&rp_lock);
-    for (size_t i = 0; i < n && !rp_stop; i++) {
+    for (size_t i = 0; i < n && !__atomic_load_n(&rp_stop, __ATOMIC_RELAXED); i++) {
         struct ds_rbd_spec spec;
         struct rbd_cluster *c = NULL;
         char why[256] = "", name[NAME_DATASET_MAX + 1];
@@ -320,6 +320,8 @@ static void *connector_main(void *arg)
         while (!rp_stop && pthread_cond_timedwait(&rp_cond, &rp_lock, &until) != ETIMEDOUT)
             ;
     }
+    rp_exited = true;
+    pthread_cond_broadcast(&rp_cond);
     pthread_mutex_unlock(&rp_lock);
     return NULL;
 }
@@ -362,6 +364,7 @@ void ds_rbd_start(void)
     pthread_mutex_lock(&rp_lock);
     if (!rp_running) {
         rp_stop = false;
+        rp_exited = false;
         rp_running = pthread_create(&rp_thread, NULL, connector_main, NULL) == 0;
         if (!rp_running)
             log_error("datasets: cannot start the RBD connector thread");
@@ -376,12 +379,27 @@ void ds_rbd_stop(void)
     struct rbd_pool *p;
     bool join;
 
+    struct timespec until;
+    bool exited = true;
+
     pthread_mutex_lock(&rp_lock);
-    rp_stop = true;
+    __atomic_store_n(&rp_stop, true, __ATOMIC_RELAXED);
     join = rp_running;
     rp_running = false;
     pthread_cond_broadcast(&rp_cond);
+    /* Bounded: the connector may be inside a call to a lost cluster (up
+     * to the op timeout); shutdown does not wait that long for it. */
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += DS_RBD_STOP_WAIT;
+    while (join && !rp_exited && pthread_cond_timedwait(&rp_cond, &rp_lock, &until) != ETIMEDOUT)
+        ;
+    exited = rp_exited;
     pthread_mutex_unlock(&rp_lock);
+    if (join && !exited) {
+        log_warn("datasets: the RBD connector is still waiting on a cluster; not waiting for it");
+        pthread_detach(rp_thread);
+        return; /* it may still use the pools: leave them */
+    }
     if (join)
         pthread_join(rp_thread, NULL);
     pthread_mutex_lock(&rp_lock);
@@ -435,8 +453,7 @@ static void mark_lost(int64_t pool_id, int rc)
     p = find_locked(pool_id);
     if (p && p->online) {
         p->online = false;
-        snprintf(p->why, sizeof(p->why), "a request to the Ceph cluster failed: %s",
-                 strerror(-rc));
+        snprintf(p->why, sizeof(p->why), "a request to the Ceph cluster failed: %s", strerror(-rc));
         snprintf(name, sizeof(name), "%s", p->name);
         logged = true;
     }

@@ -25,6 +25,7 @@
 #define DS_RBD_CONNECT_TIMEOUT 5 /* seconds per connection attempt */
 #define DS_RBD_CHECK_INTERVAL 5  /* seconds between checks/retries */
 #define DS_RBD_NAME_MAX 128      /* Ceph pool and namespace names */
+#define DS_RBD_STOP_WAIT 3       /* seconds shutdown waits for the connector */
 
 struct ds_rbd_spec {
     char pool[DS_RBD_NAME_MAX];
