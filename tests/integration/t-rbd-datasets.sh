@@ -37,7 +37,7 @@ KEY=$(blockctl call api_key.create '{"name":"rbd"}' |
 export URL="ws://127.0.0.1:$WS_PORT/api/current" KEY ISCSI_PORT NBD_PORT TMP
 
 cat >"$TMP/rbd.py" <<'PY'
-import json, os, subprocess, websocket, nbd
+import json, os, subprocess, time, websocket, nbd
 
 class Client:
     def __init__(self):
@@ -77,6 +77,13 @@ MiB = 1 << 20
 NBDP = os.environ["NBD_PORT"]
 def connect(name):
     h = nbd.NBD(); h.connect_uri("nbd://127.0.0.1:%s/%s" % (NBDP, name)); return h
+def idle(export):
+    # a client's disconnect reaches the server a little after shutdown()
+    for _ in range(100):
+        if not [x for x in c.ok("nbd.global.sessions") if x["export"] == export]:
+            return
+        time.sleep(0.1)
+    raise AssertionError("NBD clients of %s still connected" % export)
 def ds(name):
     rows = c.ok("pool.dataset.query", [["name", "=", name]])
     assert len(rows) == 1, (name, rows)
@@ -132,6 +139,7 @@ assert [s["name"] for s in q] == ["rp/vms/d1@s1"], q
 assert q[0]["properties"]["referenced"]["parsed"] >= 4 * MiB, q[0]["properties"]["referenced"]
 h = connect("d1"); h.pwrite(bytes([0xb2]) * MiB, 0); h.flush(); h.shutdown()
 # rollback (no client connected): contents and size come back
+idle("d1")
 c.ok("zfs.snapshot.rollback", "rp/vms/d1@s1", {})
 assert rbd_json("info", "rbd/vms%d1")["size"] == 48 * MiB
 h = connect("d1"); assert h.pread(MiB, 0) == bytes([0xa1]) * MiB, "rollback over NBD"; h.shutdown()
