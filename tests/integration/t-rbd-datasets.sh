@@ -15,20 +15,8 @@
 . "$(dirname "$0")/lib.sh"
 need /usr/bin/python3 rbd ceph-mon ceph-osd qemu-img
 /usr/bin/python3 -c 'import websocket, nbd' 2>/dev/null || fail "python3-websocket or python3-libnbd missing"
-CEPH=$(cd "$(dirname "$0")/../.." && pwd)/scripts/ceph-cluster.sh
-CEPH_DIR=$TMP/ceph
-ceph_cleanup() {
-    local rc=$?
-    "$CEPH" stop "$CEPH_DIR" >/dev/null 2>&1 || true
-    (exit $rc)
-    _cleanup
-}
-trap ceph_cleanup EXIT
-"$CEPH" start "$CEPH_DIR" >"$TMP/ceph-start.log" 2>&1 || {
-    cat "$TMP/ceph-start.log" >&2
-    fail "the Ceph test cluster did not start"
-}
-export CONF=$CEPH_DIR/ceph.conf
+ceph_start
+export CONF=$CEPH_CONF
 
 WS_PORT=$(free_port)
 blockd_start --api-listen "127.0.0.1:$WS_PORT"

@@ -13,20 +13,9 @@
 #     its own and takes new volumes.
 . "$(dirname "$0")/lib.sh"
 need /usr/bin/python3 rbd ceph-mon ceph-osd
-CEPH=$(cd "$(dirname "$0")/../.." && pwd)/scripts/ceph-cluster.sh
-CEPH_DIR=$TMP/ceph
-ceph_cleanup() {
-    local rc=$?
-    "$CEPH" stop "$CEPH_DIR" >/dev/null 2>&1 || true
-    (exit $rc)
-    _cleanup
-}
-trap ceph_cleanup EXIT
-"$CEPH" start "$CEPH_DIR" >"$TMP/ceph-start.log" 2>&1 || {
-    cat "$TMP/ceph-start.log" >&2
-    fail "the Ceph test cluster did not start"
-}
-CONF=$CEPH_DIR/ceph.conf
+ceph_start
+CEPH=$CEPH_SCRIPT
+CONF=$CEPH_CONF
 rbdc() { rbd -c "$CONF" "$@"; }
 pool_field() { # pool.query's FIELD of pool NAME
     blockctl call pool.query "[[[\"name\",\"=\",\"$1\"]]]" |
