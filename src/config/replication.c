@@ -1261,6 +1261,37 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
                              what);
         }
     }
+    /* RBD pools: not yet (the transfer compares files); refused before
+     * any job starts */
+    {
+        json_t *names = json_array(), *n;
+        size_t k;
+        const char *rbd_name = NULL;
+
+        json_array_extend(names, sources);
+        json_array_append(names, json_object_get(data, "target_dataset"));
+        db_lock();
+        json_array_foreach(names, k, n)
+        {
+            char poolname[DS_NAME_BUF];
+            struct ds_pool pool;
+
+            ds_pool_of(json_string_value(n), poolname, sizeof(poolname));
+            if (!rbd_name && ds_pool_get(poolname, &pool) == 0 && ds_pool_is_rbd(&pool))
+                rbd_name = json_string_value(n);
+        }
+        db_unlock();
+        if (rbd_name) {
+            int rc = api_error(call, ENOTSUP,
+                               "%s is in an RBD pool: replication.run_onetime supports file "
+                               "pools only (not RBD pools yet)",
+                               rbd_name);
+            json_decref(names);
+            task_free(t);
+            return rc;
+        }
+        json_decref(names);
+    }
     t->args = json_incref(data);
     t->allow_from_scratch = json_is_true(json_object_get(data, "allow_from_scratch"));
     t->only_from_scratch = json_is_true(json_object_get(data, "only_from_scratch"));
