@@ -418,10 +418,12 @@ void ds_rbd_stop(void)
 int ds_rbd_image_name(const struct ds_pool *p, const char *name, char *buf, size_t len)
 {
     size_t plen = strlen(p->name), i;
-    const char *rest = name;
+    const char *rest;
 
-    if (strncmp(name, p->name, plen) == 0 && name[plen] == '/')
-        rest = name + plen + 1;
+    /* only datasets below the pool's root have an image */
+    if (strncmp(name, p->name, plen) != 0 || name[plen] != '/' || !name[plen + 1])
+        return -EINVAL;
+    rest = name + plen + 1;
     for (i = 0; rest[i]; i++) {
         if (i + 1 >= len)
             return -ENAMETOOLONG;
@@ -743,11 +745,12 @@ static int rbdpool_locator(const struct ds_pool *p, const char *name, const char
     char image[DS_NAME_BUF];
     int n;
 
-    IMAGE_OF(p, name, image);
-    if (strcmp(name, p->name) == 0)
+    if (strcmp(name, p->name) == 0) {
         n = snprintf(buf, len, "%s", p->path);
-    else
+    } else {
+        IMAGE_OF(p, name, image);
         n = snprintf(buf, len, "%s/%s%s%s", p->path, image, snap ? "@" : "", snap ? snap : "");
+    }
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 

@@ -61,7 +61,8 @@ void ds_rbd_status(int64_t pool_id, bool *online, char *why, size_t whylen, uint
 
 /* The RBD image name of a dataset: its name below the pool with '/'
  * written '%' ('%' cannot occur in dataset names, and RBD image names
- * cannot hold '/'): "tank/vms/disk0" → "vms%disk0". 0 or -ENAMETOOLONG. */
+ * cannot hold '/'): "tank/vms/disk0" → "vms%disk0". 0, -ENAMETOOLONG, or
+ * -EINVAL for a name not below the pool's root. */
 int ds_rbd_image_name(const struct ds_pool *p, const char *name, char *buf, size_t len);
 
 /* A reason for the client of the last backend failure on this thread

@@ -989,6 +989,8 @@ static void test_rbd_pool_refusals(void **st)
     assert_int_equal(ds_rbd_image_name(&p, "tank/v", image, sizeof(image)), 0);
     assert_string_equal(image, "v");
     assert_int_equal(ds_rbd_image_name(&p, "tank/a/b/c", image, 4), -ENAMETOOLONG);
+    assert_int_equal(ds_rbd_image_name(&p, "tank", image, sizeof(image)), -EINVAL);
+    assert_int_equal(ds_rbd_image_name(&p, "other/v", image, sizeof(image)), -EINVAL);
 }
 
 int main(void)
