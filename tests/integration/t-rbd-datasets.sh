@@ -87,6 +87,8 @@ row = c.ok("pool.dataset.create", {"name": "rp/vms/d1", "type": "VOLUME", "volsi
 assert row["backend"] == "rbd", row
 assert row["path"] == "rbd:rbd/vms%d1", row["path"]
 assert images() == ["vms%d1"], images()
+assert ds("rp")["mountpoint"] == "rbd:rbd", ds("rp")["mountpoint"]
+assert ds("rp/vms")["mountpoint"] == "rbd:rbd/vms", ds("rp/vms")["mountpoint"]
 info = rbd_json("info", "rbd/vms%d1")
 assert info["size"] == 32 * MiB and info["format"] == 2, info
 assert set(info["features"]) >= {"layering", "exclusive-lock", "object-map", "fast-diff",
