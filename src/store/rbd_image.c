@@ -120,9 +120,18 @@ int rbd_image_open_mgmt(rados_ioctx_t io, const char *name, const char *snap, bo
     return rbd_open(io, name, out, NULL);
 }
 
+/* librbd calls a progress callback without checking it for NULL. */
+static int no_progress(uint64_t done, uint64_t total, void *arg)
+{
+    (void)done;
+    (void)total;
+    (void)arg;
+    return 0;
+}
+
 int rbd_image_resize(rbd_image_t img, uint64_t size)
 {
-    return rbd_resize2(img, size, true, NULL, NULL);
+    return rbd_resize2(img, size, true, no_progress, NULL);
 }
 
 int rbd_image_snap_create(rbd_image_t img, const char *snap)
@@ -132,7 +141,7 @@ int rbd_image_snap_create(rbd_image_t img, const char *snap)
 
 int rbd_image_snap_remove(rbd_image_t img, const char *snap)
 {
-    return rbd_snap_remove2(img, snap, 0, NULL, NULL);
+    return rbd_snap_remove2(img, snap, 0, no_progress, NULL);
 }
 
 int rbd_image_snap_rename(rbd_image_t img, const char *from, const char *to)

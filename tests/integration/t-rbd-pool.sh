@@ -35,6 +35,9 @@ rbdc ls rbd | grep -qx v1 || fail "no RBD image v1: $(rbdc ls rbd)"
 rbdc info rbd/v1 | grep -q "size 64 MiB" || fail "image size: $(rbdc info rbd/v1)"
 rbdc info rbd/v1 | grep -q "features: layering, exclusive-lock, object-map, fast-diff, deep-flatten" ||
     fail "image features: $(rbdc info rbd/v1)"
+# resize of a volume no front-end has open (a handle of its own)
+blockctl volume resize rp/v1 --size 96M >/dev/null || fail "resize of a closed RBD volume"
+rbdc info rbd/v1 | grep -q "size 96 MiB" || fail "resized image: $(rbdc info rbd/v1)"
 # a namespace, made on the way
 blockctl pool create rns --rbd rbd --rbd-namespace blk --ceph-conf "$CONF" >/dev/null ||
     fail "pool create with a namespace"
