@@ -560,10 +560,13 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
     ds_ops_unlock();
     if (rc < 0)
         return ds_api_errno(call, rc, "cannot record snapshot of", dataset);
-    if (reflinked)
-        log_info("datasets: snapshot %s@%s created (%s; writes held %.1f ms; peer %s)", dataset,
-                 snap, ds_pool_is_rbd(&pool) ? "RBD snapshot" : "reflink", held_ms,
-                 api_call_peer(call));
+    if (ds_pool_is_rbd(&pool))
+        /* librbd holds the image's writes for part of this time */
+        log_info("datasets: snapshot %s@%s created (RBD snapshot in %.1f ms; peer %s)", dataset,
+                 snap, held_ms, api_call_peer(call));
+    else if (reflinked)
+        log_info("datasets: snapshot %s@%s created (reflink; writes held %.1f ms; peer %s)",
+                 dataset, snap, held_ms, api_call_peer(call));
     else
         log_info("datasets: snapshot %s@%s created (copy-before-write: %llu chunks copied by "
                  "writes, %llu by the copier; writes held %.1f ms; peer %s)",
