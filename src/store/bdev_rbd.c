@@ -206,6 +206,7 @@ static int rbd_resize_sync(struct bdev *b, uint64_t new_size)
 static void rbd_close_bdev(struct bdev *b)
 {
     struct bdev_rbd *r = to_rbd(b);
+    bdev_rbd_aio_fini(r);
     rbd_close(r->image);
     rados_ioctx_destroy(r->ioctx);
     rbd_cluster_put(r->cluster);
@@ -225,6 +226,7 @@ static const struct bdev_ops rbd_ops = {
     .extents = rbd_extents_sync,
     .resize = rbd_resize_sync,
     .close = rbd_close_bdev,
+    .submit = bdev_rbd_submit,
 };
 
 int bdev_rbd_open(struct rbd_cluster *c, const char *pool, const char *ns, const char *image,
@@ -253,6 +255,9 @@ int bdev_rbd_open(struct rbd_cluster *c, const char *pool, const char *ns, const
     if (rc < 0)
         goto fail_ioctx;
     rc = rbd_get_size(r->image, &size);
+    if (rc < 0)
+        goto fail_image;
+    rc = bdev_rbd_aio_init(r);
     if (rc < 0)
         goto fail_image;
     rbd_cluster_ref(c);

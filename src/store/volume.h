@@ -158,6 +158,7 @@ struct vreq {
     struct vreq *next_waiter;
     struct vreq *batch_next; /* the volume's write queue */
     struct uring_op uop;
+    struct bdev_io bio; /* backends with submit() (bdev.h) */
     uint64_t flush_target;
     unsigned resize_epoch;
 };

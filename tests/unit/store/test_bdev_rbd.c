@@ -1,8 +1,11 @@
 /* The RBD backend against a real throwaway Ceph cluster (run through
  * scripts/with-ceph.sh, which exports CEPH_CONF): open errors, data
  * round trips across object boundaries, flush, discard, zeroing, block
- * status from rbd_diff_iterate2, resize, read-only and snapshot opens.
- * Without a cluster the test fails: it never skips. */
+ * status from rbd_diff_iterate2, resize, read-only and snapshot opens;
+ * then the asynchronous path through struct volume (both completion
+ * modes, with every I/O pool thread blocked, so nothing may wait on one),
+ * and last the cluster stopped under I/O: requests end with -ETIMEDOUT in
+ * bounded time. Without a cluster the test fails: it never skips. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,8 +19,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "core/iopool.h"
+#include "core/reactor.h"
 #include "core/util.h"
 #include "store/bdev_rbd.h"
+#include "store/volume.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define IMG_SIZE (64 * MiB)
@@ -280,8 +290,355 @@ static void test_snapshot_open(void **state)
     bdev_close(b);
 }
 
+/* ---- the asynchronous path, through struct volume ---- */
+
+#define NREQ 64
+#define POOL_THREADS 2
+
+/* Jobs that hold every I/O pool thread until released: the data path must
+ * complete without any. */
+struct pool_block {
+    struct io_job job[POOL_THREADS];
+    sem_t go, running;
+};
+
+static struct pool_block *blocker;
+
+static void blocker_run(struct io_job *j)
+{
+    sem_post(&blocker->running);
+    while (sem_wait(&blocker->go) < 0)
+        ;
+}
+
+static void pool_hold(void)
+{
+    blocker = calloc(1, sizeof(*blocker));
+    sem_init(&blocker->go, 0, 0);
+    sem_init(&blocker->running, 0, 0);
+    for (int i = 0; i < POOL_THREADS; i++) {
+        blocker->job[i].run = blocker_run;
+        iopool_submit(&blocker->job[i]);
+    }
+    for (int i = 0; i < POOL_THREADS; i++)
+        sem_wait(&blocker->running);
+}
+
+static void pool_release(void)
+{
+    for (int i = 0; i < POOL_THREADS; i++)
+        sem_post(&blocker->go);
+    while (iopool_busy())
+        usleep(1000);
+    free(blocker);
+    blocker = NULL;
+}
+
+struct batch {
+    struct volume *v;
+    struct reactor *owner;
+    enum vreq_op op;
+    unsigned flags;
+    uint64_t len;
+    struct vreq req[NREQ];
+    char *data[NREQ];
+    atomic_int left, wrong_thread, errors;
+    int first_error;
+    sem_t done;
+    struct reactor_msg start;
+};
+
+static void batch_done(struct vreq *r)
+{
+    struct batch *b = r->arg;
+    if (reactor_self() != b->owner)
+        atomic_fetch_add(&b->wrong_thread, 1);
+    if (r->result != 0 && atomic_fetch_add(&b->errors, 1) == 0)
+        b->first_error = r->result;
+    if (atomic_fetch_sub(&b->left, 1) == 1)
+        sem_post(&b->done);
+}
+
+static void batch_start(struct reactor_msg *m)
+{
+    struct batch *b = container_of(m, struct batch, start);
+    for (int i = 0; i < NREQ; i++) {
+        struct vreq *r = &b->req[i];
+        *r = (struct vreq){.op = b->op,
+                           .buf = b->data[i],
+                           .length = b->op == VREQ_FLUSH ? 0 : b->len,
+                           .offset = (uint64_t)i * 2 * b->len,
+                           .flags = b->flags,
+                           .owner = b->owner,
+                           .done = batch_done,
+                           .arg = b};
+        volume_submit(b->v, r);
+    }
+}
+
+/* NREQ requests of len bytes at i*2*len, submitted on reactor ridx. */
+static void run_batch(struct batch *b, enum vreq_op op, unsigned flags, unsigned ridx)
+{
+    b->owner = reactor_get(ridx);
+    b->op = op;
+    b->flags = flags;
+    atomic_store(&b->left, NREQ);
+    atomic_store(&b->wrong_thread, 0);
+    atomic_store(&b->errors, 0);
+    b->start.fn = batch_start;
+    reactor_post(b->owner, &b->start);
+    assert_int_equal(sem_wait(&b->done), 0);
+    assert_int_equal(atomic_load(&b->wrong_thread), 0);
+    if (atomic_load(&b->errors))
+        fail_msg("%d of %d failed, first with %s", atomic_load(&b->errors), NREQ,
+                 strerror(-b->first_error));
+}
+
+static int vreq_sync(struct volume *v, enum vreq_op op, uint64_t off, uint64_t len, void *buf,
+                     unsigned flags)
+{
+    struct vreq r = {.op = op, .offset = off, .length = len, .buf = buf, .flags = flags};
+    return volume_submit_wait(v, &r);
+}
+
+static void async_volume(const char *mode)
+{
+    char name[64];
+    struct bdev *bd;
+    struct volume *v;
+    struct batch *b = calloc(1, sizeof(*b));
+    sem_init(&b->done, 0, 0);
+    b->len = 4096;
+    for (int i = 0; i < NREQ; i++) {
+        b->data[i] = malloc(MiB);
+        fill(b->data[i], MiB, (unsigned)i);
+    }
+    setenv("BLOCKD_RBD_COMPLETION", mode, 1);
+    image_create(name, sizeof(name), 2 * IMG_SIZE); /* NREQ MiB writes at 2 MiB steps */
+    assert_int_equal(bdev_rbd_open(cluster, "rbd", NULL, name, NULL, false, &bd), 0);
+    unsetenv("BLOCKD_RBD_COMPLETION");
+    assert_int_equal(volume_new("t/rbd", bd, 4096, VOLUME_SYNC_STANDARD, false, &v), 0);
+    b->v = v;
+
+    pool_hold();
+    /* 4 KiB writes (half FUA) from one reactor, flushes from another,
+     * reads back from a third thread's view: all without a pool thread. */
+    run_batch(b, VREQ_WRITE, 0, 0);
+    run_batch(b, VREQ_WRITE, VREQ_FUA, 1);
+    uint64_t syncs = volume_sync_calls(v);
+    assert_true(syncs >= 1); /* the FUA writes waited for a flush */
+    run_batch(b, VREQ_FLUSH, 0, 0);
+    char **expect = malloc(sizeof(char *) * NREQ);
+    for (int i = 0; i < NREQ; i++) {
+        expect[i] = b->data[i];
+        b->data[i] = calloc(1, MiB);
+    }
+    run_batch(b, VREQ_READ, 0, 1);
+    for (int i = 0; i < NREQ; i++)
+        assert_memory_equal(b->data[i], expect[i], 4096);
+    /* 1 MiB requests, crossing object boundaries (i*2 MiB). */
+    b->len = MiB;
+    for (int i = 0; i < NREQ; i++)
+        memcpy(b->data[i], expect[i], MiB);
+    run_batch(b, VREQ_WRITE, 0, 0);
+    for (int i = 0; i < NREQ; i++)
+        memset(b->data[i], 0, MiB);
+    run_batch(b, VREQ_READ, 0, 1);
+    for (int i = 0; i < NREQ; i++)
+        assert_memory_equal(b->data[i], expect[i], MiB);
+    b->len = 4096;
+
+    /* sync=always: every write is followed by a flush before its ack. */
+    volume_set_sync(v, VOLUME_SYNC_ALWAYS);
+    syncs = volume_sync_calls(v);
+    run_batch(b, VREQ_WRITE, 0, 1);
+    assert_true(volume_sync_calls(v) > syncs);
+    volume_set_sync(v, VOLUME_SYNC_STANDARD);
+    /* Group commit off: one FLUSH per request, still asynchronous. */
+    volume_set_group_commit(v, false);
+    syncs = volume_sync_calls(v);
+    assert_int_equal(vreq_sync(v, VREQ_FLUSH, 0, 0, NULL, 0), 0);
+    volume_set_group_commit(v, true);
+
+    /* Discard, zeroing, and requests of no length (never reach librbd). */
+    char *buf = malloc(OBJ);
+    assert_int_equal(vreq_sync(v, VREQ_TRIM, 0, OBJ, NULL, 0), 0);
+    assert_int_equal(vreq_sync(v, VREQ_READ, 0, OBJ, buf, 0), 0);
+    assert_zeros(buf, OBJ);
+    assert_int_equal(vreq_sync(v, VREQ_WRITE_ZEROES, 8 * OBJ, 4 * MiB, NULL, VREQ_MAY_TRIM), 0);
+    assert_int_equal(vreq_sync(v, VREQ_WRITE_ZEROES, 9 * OBJ, 8192, NULL, VREQ_FUA), 0);
+    assert_int_equal(vreq_sync(v, VREQ_READ, 8 * OBJ, OBJ, buf, 0), 0);
+    assert_zeros(buf, OBJ);
+    assert_int_equal(vreq_sync(v, VREQ_WRITE_ZEROES, 0, 4096, NULL, VREQ_FAST_ZERO), -ENOTSUP);
+    assert_int_equal(vreq_sync(v, VREQ_WRITE, 4096, 0, buf, 0), 0);
+    assert_int_equal(vreq_sync(v, VREQ_READ, 4096, 0, buf, 0), 0);
+    assert_int_equal(vreq_sync(v, VREQ_TRIM, 4096, 0, NULL, 0), 0);
+    assert_int_equal(vreq_sync(v, VREQ_WRITE_ZEROES, 4096, 0, NULL, 0), 0);
+    assert_int_equal(vreq_sync(v, VREQ_CACHE, 0, 4096, NULL, 0), 0);
+    assert_int_equal(vreq_sync(v, VREQ_READ, 2 * IMG_SIZE, 4096, buf, 0), -EINVAL);
+    pool_release();
+
+    /* Block status goes through the pool (rbd_diff_iterate2 is blocking). */
+    struct extent e[16];
+    struct vreq x = {
+        .op = VREQ_EXTENTS, .offset = 0, .length = OBJ, .extents = e, .extents_max = 16};
+    assert_int_equal(volume_submit_wait(v, &x), 0);
+    assert_true(x.extents_count == 1 && e[0].type == EXTENT_HOLE);
+    volume_unref(v);
+    for (int i = 0; i < NREQ; i++) {
+        free(b->data[i]);
+        free(expect[i]);
+    }
+    free(expect);
+    free(buf);
+    free(b);
+}
+
+static void test_async_callback(void **state)
+{
+    async_volume("callback");
+}
+
+static void test_async_eventfd(void **state)
+{
+    async_volume("eventfd");
+}
+
+/* ---- the cluster lost under I/O (the last test: it stops the cluster) ---- */
+
+#define LOST_TIMEOUT 3 /* seconds: the connection's op timeout */
+#define LOST_QD 8
+
+struct stream {
+    struct volume *v;
+    struct reactor *owner;
+    struct vreq req[LOST_QD];
+    char buf[LOST_QD][4096];
+    atomic_bool stop;
+    atomic_int running, ok, timedout, other;
+    int other_rc;
+    uint64_t next;
+    sem_t done;
+    struct reactor_msg start;
+};
+
+static void stream_submit(struct stream *s, struct vreq *r)
+{
+    r->op = (s->next & 1) ? VREQ_READ : VREQ_WRITE;
+    r->offset = (s->next * 4096) % (IMG_SIZE / 2);
+    s->next++;
+    volume_submit(s->v, r);
+}
+
+static void stream_done(struct vreq *r)
+{
+    struct stream *s = r->arg;
+    if (r->result == 0)
+        atomic_fetch_add(&s->ok, 1);
+    else if (r->result == -ETIMEDOUT)
+        atomic_fetch_add(&s->timedout, 1);
+    else {
+        s->other_rc = r->result;
+        atomic_fetch_add(&s->other, 1);
+    }
+    if (r->result == 0 && !atomic_load(&s->stop)) {
+        stream_submit(s, r);
+        return;
+    }
+    if (atomic_fetch_sub(&s->running, 1) == 1)
+        sem_post(&s->done);
+}
+
+static void stream_start(struct reactor_msg *m)
+{
+    struct stream *s = container_of(m, struct stream, start);
+    for (int i = 0; i < LOST_QD; i++) {
+        s->req[i] = (struct vreq){
+            .buf = s->buf[i], .length = 4096, .owner = s->owner, .done = stream_done, .arg = s};
+        stream_submit(s, &s->req[i]);
+    }
+}
+
+static void test_cluster_lost(void **state)
+{
+    const char *script = getenv("BLOCKD_CEPH_CLUSTER"), *dir = getenv("BLOCKD_CEPH_DIR");
+    if (!script || !dir)
+        fail_msg("BLOCKD_CEPH_CLUSTER/BLOCKD_CEPH_DIR unset: run through scripts/with-ceph.sh");
+    struct rbd_cluster_spec spec = {.conf = getenv("CEPH_CONF"), .op_timeout_s = LOST_TIMEOUT};
+    struct rbd_cluster *c;
+    assert_int_equal(rbd_cluster_get(&spec, 10, &c), 0);
+    assert_ptr_not_equal(c, cluster); /* its own connection, short timeouts */
+    char name[64];
+    struct bdev *bd;
+    struct volume *v;
+    image_create(name, sizeof(name), IMG_SIZE);
+    assert_int_equal(bdev_rbd_open(c, "rbd", NULL, name, NULL, false, &bd), 0);
+    assert_int_equal(volume_new("t/lost", bd, 4096, VOLUME_SYNC_STANDARD, false, &v), 0);
+
+    struct stream *s = calloc(1, sizeof(*s));
+    s->v = v;
+    s->owner = reactor_get(0);
+    sem_init(&s->done, 0, 0);
+    atomic_store(&s->running, LOST_QD);
+    s->start.fn = stream_start;
+    reactor_post(s->owner, &s->start);
+    usleep(500000);
+    assert_true(atomic_load(&s->ok) > 0);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "'%s' stop '%s' >/dev/null 2>&1", script, dir);
+    uint64_t t0 = time_now_ns();
+    assert_int_equal(system(cmd), 0);
+    /* Every request in flight ends, with -ETIMEDOUT, in bounded time: the
+     * op timeout after the stop, plus librbd's own retries. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
+    int rc;
+    while ((rc = sem_timedwait(&s->done, &until)) < 0 && errno == EINTR)
+        ;
+    double secs = (double)(time_now_ns() - t0) / 1e9;
+    fprintf(stderr,
+            "cluster stopped: in-flight requests ended after %.1f s (ok %d, timed out %d, "
+            "other %d: %s)\n",
+            secs, atomic_load(&s->ok), atomic_load(&s->timedout), atomic_load(&s->other),
+            atomic_load(&s->other) ? strerror(-s->other_rc) : "-");
+    if (rc < 0)
+        fail_msg("requests still in flight 60 s after the cluster stopped");
+    assert_true(atomic_load(&s->timedout) > 0);
+    assert_int_equal(atomic_load(&s->other), 0);
+    atomic_store(&s->stop, true);
+
+    /* New requests too, each within the bound. Reads may still succeed:
+     * from librbd's cache, or as zeros where the object map says no
+     * object exists; writes cannot. */
+    char buf[4096] = {0};
+    t0 = time_now_ns();
+    int rrc = vreq_sync(v, VREQ_READ, 8192, 4096, buf, 0);
+    assert_true(rrc == 0 || rrc == -ETIMEDOUT);
+    assert_int_equal(vreq_sync(v, VREQ_WRITE, IMG_SIZE - 8192, 4096, buf, 0), -ETIMEDOUT);
+    assert_int_equal(vreq_sync(v, VREQ_WRITE, 4096, 4096, buf, VREQ_FUA), -ETIMEDOUT);
+    int frc = vreq_sync(v, VREQ_FLUSH, 0, 0, NULL, 0);
+    assert_true(frc == -ETIMEDOUT || frc == 0); /* nothing new to flush: may succeed */
+    /* With rbd_cache in writeback a write may be taken into the cache;
+     * then the flush that would make it durable must fail. */
+    int wrc = bd->ops->write(bd, buf, 4096, 0);
+    assert_true(wrc == 0 || wrc == -ETIMEDOUT);
+    if (wrc == 0)
+        assert_int_equal(bd->ops->sync(bd), -ETIMEDOUT);
+    secs = (double)(time_now_ns() - t0) / 1e9;
+    fprintf(stderr,
+            "requests to the lost cluster: %.1f s for 5 (read %d, flush %d, sync write %d)\n", secs,
+            rrc, frc, wrc);
+    assert_true(secs < 4 * 4 * LOST_TIMEOUT + 10);
+    volume_unref(v);
+    rbd_cluster_put(c);
+    free(s);
+}
+
 static int setup(void **state)
 {
+    if (reactors_start(3) || iopool_start(POOL_THREADS))
+        return -1;
     const char *conf = getenv("CEPH_CONF");
     if (!conf || !conf[0]) {
         fprintf(stderr, "CEPH_CONF is not set: run this test through scripts/with-ceph.sh\n");
@@ -312,10 +669,16 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_open_errors),   cmocka_unit_test(test_open_caps),
-        cmocka_unit_test(test_read_write),    cmocka_unit_test(test_extents),
-        cmocka_unit_test(test_write_zeroes),  cmocka_unit_test(test_resize),
+        cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_open_caps),
+        cmocka_unit_test(test_read_write),
+        cmocka_unit_test(test_extents),
+        cmocka_unit_test(test_write_zeroes),
+        cmocka_unit_test(test_resize),
         cmocka_unit_test(test_snapshot_open),
+        cmocka_unit_test(test_async_callback),
+        cmocka_unit_test(test_async_eventfd),
+        cmocka_unit_test(test_cluster_lost), /* last: it stops the cluster */
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
