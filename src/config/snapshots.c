@@ -167,6 +167,7 @@ static int copy_job(struct job *job, void *arg, json_t **result)
     const struct ds_backend *be = w->pool ? ds_backend_of(w->pool) : NULL;
 
     w->job = job;
+    ds_backend_why[0] = '\0'; /* this thread's: jobs may run on their own */
     if (w->kind == COPY_FILE)
         rc = store_clone_file(w->src, w->dst, copy_progress, w, &w->reflinked);
     else if (w->kind == COPY_CLONE)
