@@ -660,6 +660,12 @@ static int rbdpool_open_bdev(const struct ds_pool *p, const char *name, const ch
         return rc;
     /* the bdev takes its own cluster reference */
     rc = bdev_rbd_open(r.c, r.spec.pool, r.spec.ns, image, snap, snap ? true : readonly, out);
+    if (rc == -ENOENT)
+        /* removed behind blockd's back (rbd rm), or never made */
+        snprintf(ds_backend_why, sizeof(ds_backend_why),
+                 "the RBD image %.200s%s%.100s does not exist in %.100s%s%.100s", image,
+                 snap ? "@" : "", snap ? snap : "", r.spec.pool, r.spec.ns[0] ? "/" : "",
+                 r.spec.ns);
     io_put(&r, rc);
     return rc;
 }

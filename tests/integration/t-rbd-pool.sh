@@ -10,7 +10,9 @@
 #     cluster down at start-up: the daemon starts at once, the pool is
 #     UNAVAIL with the reason, dataset calls on it fail naming it, a file
 #     pool keeps serving; the cluster back: the pool comes back ONLINE on
-#     its own and takes new volumes.
+#     its own and takes new volumes;
+#  4. an image removed behind blockd's back: a clear error naming it, the
+#     dataset can still be deleted.
 . "$(dirname "$0")/lib.sh"
 need /usr/bin/python3 rbd ceph-mon ceph-osd
 ceph_start
@@ -91,5 +93,13 @@ done
 grep -q "RBD pool rp .* is ONLINE" "$BLOCKD_LOG" || fail "no log line for the pool coming back"
 blockctl volume create rp/v3 --size 16M >/dev/null || fail "volume create after the cluster came back"
 rbdc ls rbd | grep -qx v3 || fail "no image v3 after the cluster came back"
+
+# 4. an image removed behind blockd's back: a clear error, no crash, and
+# the dataset can still be deleted
+rbdc rm rbd/v3 >/dev/null 2>&1 || fail "rbd rm v3"
+out=$(blockctl volume snapshot rp/v3@s 2>&1) && fail "snapshot of a removed image succeeded"
+echo "$out" | grep -q "the RBD image v3 does not exist in rbd" || fail "removed image: $out"
+blockctl volume delete rp/v3 >/dev/null || fail "delete of a dataset whose image is gone"
+blockd_alive || fail "blockd died"
 blockd_stop
 pass
