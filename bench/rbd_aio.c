@@ -9,6 +9,9 @@
  * times per mode, the modes alternating; the median is reported with the
  * process's CPU time per request (reactor + librbd + messenger threads).
  * librbd options come from CEPH_ARGS (e.g. --rbd_cache=false).
+ * BENCH_REACTORS=N (default 1) splits each case's queue depth over N
+ * reactors (at least 1 request each), one volume shared, as with
+ * connections on several reactors.
  *
  * usage: rbd_aio CEPH_CONF [seconds-per-run] [reps] [pool]
  * The image "blockd-bench-aio" (256 MiB) is created and filled if absent.
@@ -125,43 +128,57 @@ static int open_volume(struct rbd_cluster *c, const char *pool, const char *mode
 static int one_run(struct rbd_cluster *c, const char *pool, const char *mode, enum vreq_op op,
                    uint32_t bs, unsigned qd, bool seq, unsigned seconds, struct result *res)
 {
-    struct run *r = calloc(1, sizeof(*r));
-    int rc = open_volume(c, pool, mode, &r->v);
-    if (rc < 0) {
-        free(r);
+    unsigned nr = reactors_count();
+    struct volume *v;
+    struct run *runs[16];
+    int rc = open_volume(c, pool, mode, &v);
+    if (rc < 0)
         return rc;
-    }
-    r->owner = reactor_get(0);
-    r->op = op;
-    r->bs = bs;
-    r->qd = qd;
-    r->seq = seq;
-    r->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)time_now_ns();
-    sem_init(&r->done, 0, 0);
-    for (unsigned i = 0; i < qd; i++) {
-        r->buf[i] = aligned_alloc(4096, bs);
-        memset(r->buf[i], (int)i + 1, bs);
+    for (unsigned k = 0; k < nr; k++) {
+        struct run *r = runs[k] = calloc(1, sizeof(*r));
+        r->v = v;
+        r->owner = reactor_get(k);
+        r->op = op;
+        r->bs = bs;
+        r->qd = qd / nr ? qd / nr : 1;
+        r->seq = seq;
+        r->next_off = (uint64_t)k * (IMAGE_SIZE / nr);
+        r->rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)time_now_ns() ^ k;
+        sem_init(&r->done, 0, 0);
+        for (unsigned i = 0; i < r->qd; i++) {
+            r->buf[i] = aligned_alloc(4096, bs);
+            memset(r->buf[i], (int)i + 1, bs);
+        }
     }
     double cpu0 = cpu_seconds();
     uint64_t t0 = time_now_ns();
-    r->start.fn = run_start;
-    reactor_post(r->owner, &r->start);
+    for (unsigned k = 0; k < nr; k++) {
+        runs[k]->start.fn = run_start;
+        reactor_post(runs[k]->owner, &runs[k]->start);
+    }
     usleep(seconds * 1000000u);
-    atomic_store(&r->stop, true);
-    sem_wait(&r->done);
+    for (unsigned k = 0; k < nr; k++)
+        atomic_store(&runs[k]->stop, true);
+    for (unsigned k = 0; k < nr; k++)
+        sem_wait(&runs[k]->done);
     double secs = (double)(time_now_ns() - t0) / 1e9;
     double cpu = cpu_seconds() - cpu0;
-    if (r->errors) {
-        fprintf(stderr, "rbd_aio: %d errors, first %s\n", r->errors, strerror(-r->first_error));
-        rc = r->first_error;
+    uint64_t ops = 0;
+    for (unsigned k = 0; k < nr; k++) {
+        struct run *r = runs[k];
+        ops += r->ops;
+        if (r->errors) {
+            fprintf(stderr, "rbd_aio: %d errors, first %s\n", r->errors, strerror(-r->first_error));
+            rc = r->first_error;
+        }
+        for (unsigned i = 0; i < r->qd; i++)
+            free(r->buf[i]);
+        free(r);
     }
-    res->iops = (double)r->ops / secs;
-    res->cpu_us = r->ops ? cpu * 1e6 / (double)r->ops : 0;
-    volume_flush_wait(r->v);
-    volume_unref(r->v);
-    for (unsigned i = 0; i < qd; i++)
-        free(r->buf[i]);
-    free(r);
+    res->iops = (double)ops / secs;
+    res->cpu_us = ops ? cpu * 1e6 / (double)ops : 0;
+    volume_flush_wait(v);
+    volume_unref(v);
     return rc;
 }
 
@@ -213,7 +230,11 @@ int main(int argc, char **argv)
     const char *pool = argc > 4 ? argv[4] : "rbd";
     if (!seconds || !reps || reps > 16)
         return 2;
-    if (reactors_start(1) || iopool_start(4))
+    const char *nr_env = getenv("BENCH_REACTORS");
+    unsigned nr = nr_env ? (unsigned)strtoul(nr_env, NULL, 10) : 1;
+    if (nr < 1 || nr > 16)
+        return 2;
+    if (reactors_start(nr) || iopool_start(4))
         return 1;
     struct rbd_cluster_spec spec = {.conf = argv[1]};
     struct rbd_cluster *c;
@@ -238,8 +259,8 @@ int main(int argc, char **argv)
     };
     static const char *modes[] = {"callback", "eventfd"};
     const char *args = getenv("CEPH_ARGS");
-    printf("CEPH_ARGS: %s; %u s per run, median of %u\n\n", args && args[0] ? args : "(none)",
-           seconds, reps);
+    printf("CEPH_ARGS: %s; %u reactor(s); %u s per run, median of %u\n\n",
+           args && args[0] ? args : "(none)", nr, seconds, reps);
     printf("| case | callback IOPS | callback MiB/s | callback CPU µs/IO | eventfd IOPS | "
            "eventfd MiB/s | eventfd CPU µs/IO |\n|---|---|---|---|---|---|---|\n");
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {

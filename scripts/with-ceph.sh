@@ -22,6 +22,14 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# A runner that kills us with SIGKILL (meson on a timeout) leaves no trap
+# to run: a watcher stops the cluster once we are gone. Its output goes
+# nowhere, so that nobody waits on a pipe it holds.
+me=$$
+(
+    while kill -0 "$me" 2>/dev/null; do sleep 2; done
+    cleanup
+) </dev/null >/dev/null 2>&1 3>&- &
 
 if ! "$cluster" start "$dir" >"$dir/start.out" 2>&1; then
     echo "with-ceph: the Ceph test cluster did not start:" >&2

@@ -107,6 +107,7 @@ struct volume {
     struct vreq *wq_head, *wq_tail;
     bool wq_running;
     struct io_job wq_job;
+    struct io_job final_job; /* volume_free_on_pool */
     char name[];
 };
 
@@ -204,16 +205,50 @@ void volume_ref(struct volume *v)
     atomic_fetch_add_explicit(&v->refs, 1, memory_order_relaxed);
 }
 
-void volume_unref(struct volume *v)
+static void volume_free(struct volume *v)
 {
-    if (!v || atomic_fetch_sub_explicit(&v->refs, 1, memory_order_acq_rel) != 1)
-        return;
     bdev_close(v->bdev);
     pthread_mutex_destroy(&v->gc_lock);
     pthread_mutex_destroy(&v->resize_lock);
     pthread_mutex_destroy(&v->quiesce_lock);
     pthread_mutex_destroy(&v->wq_lock);
     free(v);
+}
+
+static void volume_final_run(struct io_job *j)
+{
+}
+
+/* After the job: the pool no longer touches it. */
+static void volume_final_done(struct reactor_msg *m)
+{
+    volume_free(container_of(m, struct volume, final_job.done));
+}
+
+/* Close v on the I/O pool: closing an RBD image blocks (a reactor must
+ * not), and from a librbd completion thread it would deadlock. */
+static void volume_free_on_pool(struct volume *v)
+{
+    v->final_job = (struct io_job){.run = volume_final_run, .done.fn = volume_final_done};
+    iopool_submit(&v->final_job);
+}
+
+void volume_unref(struct volume *v)
+{
+    if (!v || atomic_fetch_sub_explicit(&v->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (v->bdev->ops->submit && reactor_self())
+        volume_free_on_pool(v);
+    else
+        volume_free(v);
+}
+
+/* volume_unref from a backend's completion (bdev_io.done with no owner):
+ * the last reference never closes the backend on that thread. */
+static void volume_unref_from_backend(struct volume *v)
+{
+    if (atomic_fetch_sub_explicit(&v->refs, 1, memory_order_acq_rel) == 1)
+        volume_free_on_pool(v);
 }
 
 const char *volume_name(const struct volume *v)
@@ -497,7 +532,7 @@ static void sync_bio_done(struct bdev_io *io)
         sync_slot_go(v, s);
         return;
     }
-    volume_unref(v); /* the launch's reference */
+    volume_unref_from_backend(v); /* the launch's reference */
 }
 
 /* Run the sync of a launched slot: an asynchronous FLUSH where the backend

@@ -494,14 +494,40 @@ static void async_volume(const char *mode)
     free(b);
 }
 
+/* The volume's own group-commit flush may hold the last reference when
+ * the owner drops its own right after the flush completed: the close must
+ * not then run on librbd's completion thread (rbd_close deadlocks there),
+ * nor on a reactor. */
+static void close_after_flush(const char *mode)
+{
+    char name[64];
+    char buf[4096] = {1};
+    image_create(name, sizeof(name), IMG_SIZE);
+    setenv("BLOCKD_RBD_COMPLETION", mode, 1);
+    for (int i = 0; i < 20; i++) {
+        struct bdev *bd;
+        struct volume *v;
+        assert_int_equal(bdev_rbd_open(cluster, "rbd", NULL, name, NULL, false, &bd), 0);
+        assert_int_equal(volume_new("t/close", bd, 4096, VOLUME_SYNC_STANDARD, false, &v), 0);
+        assert_int_equal(vreq_sync(v, VREQ_WRITE, 0, 4096, buf, 0), 0);
+        assert_int_equal(volume_flush_wait(v), 0);
+        volume_unref(v);
+    }
+    unsetenv("BLOCKD_RBD_COMPLETION");
+    while (iopool_busy()) /* a close handed to the pool */
+        usleep(1000);
+}
+
 static void test_async_callback(void **state)
 {
     async_volume("callback");
+    close_after_flush("callback");
 }
 
 static void test_async_eventfd(void **state)
 {
     async_volume("eventfd");
+    close_after_flush("eventfd");
 }
 
 /* ---- the cluster lost under I/O (the last test: it stops the cluster) ---- */
