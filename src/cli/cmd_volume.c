@@ -78,33 +78,93 @@ static int done(struct cli_ctx *ctx, json_t *result, const char *fmt, const char
 
 /* ---- pool ---- */
 
+/* path made absolute (the daemon has its own working directory) into
+ * buf; NULL if it cannot be. */
+static const char *abs_path(const char *path, char *buf, size_t len)
+{
+    char cwd[PATH_MAX];
+
+    if (path[0] == '/')
+        return path;
+    if (!getcwd(cwd, sizeof(cwd)) || (size_t)snprintf(buf, len, "%s/%s", cwd, path) >= len)
+        return NULL;
+    return buf;
+}
+
 static int pool_create(struct cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {{"path", required_argument, NULL, 'p'}, {0}};
-    const char *path = NULL;
+    enum { O_PATH = 'p', O_RBD = 'r', O_NS = 'n', O_CONF = 'c', O_ID = 'i', O_KEYRING = 'k' };
+    static const struct option opts[] = {{"path", required_argument, NULL, O_PATH},
+                                         {"rbd", required_argument, NULL, O_RBD},
+                                         {"rbd-namespace", required_argument, NULL, O_NS},
+                                         {"ceph-conf", required_argument, NULL, O_CONF},
+                                         {"ceph-id", required_argument, NULL, O_ID},
+                                         {"keyring", required_argument, NULL, O_KEYRING},
+                                         {0}};
+    const char *path = NULL, *rbd = NULL, *ns = NULL, *conf = NULL, *id = NULL, *keyring = NULL;
+    char pbuf[PATH_MAX], cbuf[PATH_MAX], kbuf[PATH_MAX];
     cli_opt_begin();
     int c;
     while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
-        if (c == '?')
+        switch (c) {
+        case O_PATH:
+            path = optarg;
+            break;
+        case O_RBD:
+            rbd = optarg;
+            break;
+        case O_NS:
+            ns = optarg;
+            break;
+        case O_CONF:
+            conf = optarg;
+            break;
+        case O_ID:
+            id = optarg;
+            break;
+        case O_KEYRING:
+            keyring = optarg;
+            break;
+        default:
             return CLI_USAGE;
-        path = optarg;
+        }
     }
     if (need_args(ctx, argc, 1, "pool NAME"))
         return CLI_USAGE;
+    if (!rbd && (ns || conf || id || keyring))
+        return cli_usage(ctx, "--rbd-namespace, --ceph-conf, --ceph-id and --keyring need --rbd");
+    if (rbd && path)
+        return cli_usage(ctx, "a pool has either --path or --rbd, not both");
     json_t *data = json_pack("{s:s}", "name", argv[optind]);
     if (path) {
-        /* the daemon has its own working directory */
-        char abs[PATH_MAX];
-        if (path[0] != '/') {
-            char cwd[PATH_MAX];
-            if (!getcwd(cwd, sizeof(cwd)) ||
-                (size_t)snprintf(abs, sizeof(abs), "%s/%s", cwd, path) >= sizeof(abs)) {
-                json_decref(data);
-                return cli_fail("cannot make %s absolute", path);
-            }
-            path = abs;
+        const char *given = path;
+        if (!(path = abs_path(given, pbuf, sizeof(pbuf)))) {
+            json_decref(data);
+            return cli_fail("cannot make %s absolute", given);
         }
         json_object_set_new(data, "path", json_string(path));
+    }
+    if (rbd) {
+        json_t *r = json_pack("{s:s}", "pool", rbd);
+        if (ns)
+            json_object_set_new(r, "namespace", json_string(ns));
+        if (id)
+            json_object_set_new(r, "id", json_string(id));
+        if (conf && !(conf = abs_path(conf, cbuf, sizeof(cbuf)))) {
+            json_decref(r);
+            json_decref(data);
+            return cli_fail("cannot make the --ceph-conf path absolute");
+        }
+        if (conf)
+            json_object_set_new(r, "conf", json_string(conf));
+        if (keyring && !(keyring = abs_path(keyring, kbuf, sizeof(kbuf)))) {
+            json_decref(r);
+            json_decref(data);
+            return cli_fail("cannot make the --keyring path absolute");
+        }
+        if (keyring)
+            json_object_set_new(r, "keyring", json_string(keyring));
+        json_object_set_new(data, "rbd", r);
     }
     json_t *res;
     int rc = cli_call(ctx, "pool.create", json_pack("[o]", data), &res);
@@ -630,8 +690,10 @@ static int snapshot_delete(struct cli_ctx *ctx, int argc, char **argv)
 }
 
 static const struct cli_command volume_commands[] = {
-    {"pool", "create", "NAME [--path DIR]", "Create a pool (a directory holding volumes)",
-     pool_create},
+    {"pool", "create",
+     "NAME [--path DIR | --rbd POOL [--rbd-namespace NS] [--ceph-conf FILE] [--ceph-id ID] "
+     "[--keyring FILE]]",
+     "Create a pool (a directory, or a Ceph RBD pool, holding volumes)", pool_create},
     {"pool", "list", "", "List pools", pool_list},
     {"volume", "create",
      "POOL/NAME --size SIZE [--blocksize B] [--sync standard|always|disabled] [--readonly] "
