@@ -92,6 +92,12 @@ void datasets_register_rename(const struct datasets_rename_hook *hook);
  *                             ds_ops_lock held but no DB lock) a rollback
  *                             is about to replace name's contents: drop
  *                             clients that must not see the switch (NBD)
+ *   DATASETS_POOL_ONLINE      a pool became usable (an RBD pool whose cluster
+ *                             answered: at start-up the connection is made in
+ *                             the background, and a lost cluster comes back);
+ *                             name is the pool. Sent from the RBD connector
+ *                             thread, no lock held: front-ends open now the
+ *                             shares they could not open before.
  */
 enum datasets_event {
     DATASETS_RESIZED,
@@ -99,6 +105,7 @@ enum datasets_event {
     DATASETS_PROPERTY_CHANGED,
     DATASETS_ROLLED_BACK,
     DATASETS_ROLLING_BACK,
+    DATASETS_POOL_ONLINE,
 };
 typedef void (*datasets_observer_fn)(enum datasets_event ev, const char *name, struct volume *v,
                                      void *arg);

@@ -295,10 +295,13 @@ static void connector_pass(void)
             rbd_cluster_put(c);
         if (stale)
             rbd_cluster_put(stale);
-        if (rc == 0 && !was_online)
+        if (rc == 0 && !was_online) {
             log_info("datasets: RBD pool %s (%s%s%s) is ONLINE", name, spec.pool,
                      spec.ns[0] ? "/" : "", spec.ns);
-        else if (rc < 0 && was_online)
+            /* Shares whose volumes could not be opened while the pool was
+             * down (at start-up: always) are opened now. */
+            ds_notify(DATASETS_POOL_ONLINE, name, NULL);
+        } else if (rc < 0 && was_online)
             log_error("datasets: RBD pool %s is UNAVAIL: %s", name, why);
         else if (rc < 0)
             log_debug("datasets: RBD pool %s still UNAVAIL: %s", name, why);

@@ -208,6 +208,20 @@ static int dataset_renamed(const char *old_name, const char *new_name, bool subt
  */
 static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
 {
+    if (ev == DATASETS_POOL_ONLINE) {
+        /* Rebuild every target: an extent whose volume could not be opened
+         * has no LU yet and gets one now (its target's sessions see
+         * REPORTED LUNS DATA HAS CHANGED); unchanged LUs are reused. */
+        struct icfg_dirty all = {.all = true};
+        db_lock();
+        int rc = icfg_runtime_started() ? icfg_runtime_apply(&all) : 0;
+        db_unlock();
+        icfg_runtime_after_unlock();
+        if (rc < 0)
+            log_error("iscsi config: cannot republish the targets after pool %s came online: %s",
+                      name, strerror(-rc));
+        return;
+    }
     if (ev == DATASETS_ROLLED_BACK) {
         /* The sessions stay; each nexus learns on its next command that the
          * medium changed (a size change adds CAPACITY DATA HAS CHANGED by

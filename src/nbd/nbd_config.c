@@ -899,6 +899,18 @@ static unsigned dataset_clients(const char *name, char *why, size_t len)
 #define ROLLBACK_DRAIN_MS 5000
 static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
 {
+    if (ev == DATASETS_POOL_ONLINE) {
+        /* Exports whose volume did not open (e->vol NULL) are not "the
+         * same" as their row: the reload opens them; the others are kept
+         * with their connections. */
+        pthread_mutex_lock(&cfg_lock);
+        int rc = server_running ? exports_reload() : 0;
+        pthread_mutex_unlock(&cfg_lock);
+        if (rc < 0)
+            log_error("nbd: cannot republish the exports after pool %s came online: %s", name,
+                      strerror(-rc));
+        return;
+    }
     if (ev != DATASETS_ROLLING_BACK && ev != DATASETS_ROLLED_BACK)
         return;
     struct nbd_export_table *t = nbd_exports_current();
