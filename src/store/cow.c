@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/util.h"
 
 #define ZERO_BLOCK 4096
 #define EXTENTS_BATCH 64
@@ -75,24 +76,6 @@ static bool all_zero(const char *p, size_t n)
     return n == 0 || memcmp(p, zeros, n) == 0;
 }
 
-static int write_all(int fd, const char *p, size_t n, uint64_t off)
-{
-    while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (w == 0)
-            return -EIO;
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
 /* Capture chunk i's current origin data into buf and set its bit: from
  * here on writes may change it in the origin. copy_lock held (so no write
  * to the chunk runs meanwhile). Returns its length or -errno. */
@@ -120,7 +103,7 @@ static int chunk_store(struct store_cow *c, uint64_t i, const char *buf, size_t 
         size_t bn = len - at < ZERO_BLOCK ? len - at : ZERO_BLOCK;
         if (all_zero(buf + at, bn))
             continue;
-        int rc = write_all(c->dst_fd, buf + at, bn, off + at);
+        int rc = pwrite_all(c->dst_fd, buf + at, bn, off + at);
         if (rc < 0) {
             fail(c, rc, "write to the snapshot file", off + at);
             return rc;
