@@ -64,7 +64,8 @@ struct bdev_io {
     uint64_t length; /* > 0 for every op but FLUSH (0 there) */
     void *buf;       /* READ: destination; WRITE: source (length bytes) */
     /* done() runs on this reactor's thread; NULL: on whatever thread the
-     * backend completes on (never a reactor's, and it must not block). */
+     * backend completes on (its own, or a reactor): done() must not block,
+     * and must not close the bdev there. */
     struct reactor *owner;
     void (*done)(struct bdev_io *io);
     int result; /* 0 or -errno, set before done() */

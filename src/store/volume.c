@@ -1008,8 +1008,10 @@ static bool vreq_try_bio(struct volume *v, struct vreq *r, bool modifies)
     case VREQ_WRITE:
     case VREQ_TRIM:
     case VREQ_WRITE_ZEROES:
-        if (modifies && atomic_load(&v->cow))
-            return false;
+        if (modifies && atomic_load(&v->cow)) {
+            vreq_to_pool(r); /* the copy and the synchronous op block */
+            return true;
+        }
         if (r->length == 0) {
             vreq_inline_done(v, r, 0);
             return true;

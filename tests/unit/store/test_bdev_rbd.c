@@ -27,6 +27,7 @@
 #include "core/reactor.h"
 #include "core/util.h"
 #include "store/bdev_rbd.h"
+#include "store/cow.h"
 #include "store/volume.h"
 
 #define MiB ((uint64_t)1 << 20)
@@ -530,6 +531,37 @@ static void test_async_eventfd(void **state)
     close_after_flush("eventfd");
 }
 
+/* A snapshot copied out of an RBD volume by copy-before-write
+ * (volume_cow_attach): a write after the instant takes the pool path,
+ * which copies the old data first; the copy holds the volume as it was. */
+static void test_cow_on_rbd(void **state)
+{
+    char name[64], path[] = "/tmp/blockd-rbd-cow.XXXXXX";
+    struct bdev *bd;
+    struct volume *v;
+    struct store_cow *c;
+    char old[4096], new[4096], got[4096];
+    image_create(name, sizeof(name), 8 * MiB);
+    assert_int_equal(bdev_rbd_open(cluster, "rbd", NULL, name, NULL, false, &bd), 0);
+    assert_int_equal(volume_new("t/cow", bd, 4096, VOLUME_SYNC_STANDARD, false, &v), 0);
+    fill(old, sizeof(old), 21);
+    fill(new, sizeof(new), 22);
+    assert_int_equal(vreq_sync(v, VREQ_WRITE, MiB, 4096, old, 0), 0);
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    assert_int_equal(volume_cow_attach(v, fd, 0, &c, NULL), 0);
+    assert_int_equal(vreq_sync(v, VREQ_WRITE, MiB, 4096, new, 0), 0);
+    assert_int_equal(store_cow_copy_rest(c), 0);
+    assert_int_equal(volume_cow_detach(v, c), 0);
+    assert_int_equal(pread(fd, got, sizeof(got), MiB), (ssize_t)sizeof(got));
+    assert_memory_equal(got, old, sizeof(old));
+    assert_int_equal(vreq_sync(v, VREQ_READ, MiB, 4096, got, 0), 0);
+    assert_memory_equal(got, new, sizeof(new));
+    close(fd);
+    volume_unref(v);
+}
+
 /* ---- the cluster lost under I/O (the last test: it stops the cluster) ---- */
 
 #define LOST_TIMEOUT 3 /* seconds: the connection's op timeout */
@@ -695,15 +727,11 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_open_errors),
-        cmocka_unit_test(test_open_caps),
-        cmocka_unit_test(test_read_write),
-        cmocka_unit_test(test_extents),
-        cmocka_unit_test(test_write_zeroes),
-        cmocka_unit_test(test_resize),
-        cmocka_unit_test(test_snapshot_open),
-        cmocka_unit_test(test_async_callback),
-        cmocka_unit_test(test_async_eventfd),
+        cmocka_unit_test(test_open_errors),   cmocka_unit_test(test_open_caps),
+        cmocka_unit_test(test_read_write),    cmocka_unit_test(test_extents),
+        cmocka_unit_test(test_write_zeroes),  cmocka_unit_test(test_resize),
+        cmocka_unit_test(test_snapshot_open), cmocka_unit_test(test_async_callback),
+        cmocka_unit_test(test_async_eventfd), cmocka_unit_test(test_cow_on_rbd),
         cmocka_unit_test(test_cluster_lost), /* last: it stops the cluster */
     };
     return cmocka_run_group_tests(tests, setup, teardown);
