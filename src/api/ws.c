@@ -693,7 +693,7 @@ static int client_send(struct api_client *ac, json_t *msg)
     size_t len = 0;
     char *s = api_json_dumps(msg, &len);
     if (!s)
-        return -ENOMEM;
+        return errno == E2BIG ? -E2BIG : -ENOMEM;
     int rc = client_queue(c, s, len);
     free(s);
     return rc;
@@ -709,10 +709,12 @@ static void request_run(struct ws_client *c, struct rx_msg *m, json_t *req)
     if (req) {
         json_t *resp = api_handle_request_client(req, &c->api);
         json_decref(req);
-        if (resp) {
-            client_send(&c->api, resp);
-            json_decref(resp);
+        if (resp && client_send(&c->api, resp) == -E2BIG) {
+            json_t *e = api_response_too_big(resp, c->peer);
+            client_send(&c->api, e);
+            json_decref(e);
         }
+        json_decref(resp);
         return;
     }
     char *resp = api_handle_text_client(m->text, m->len, &c->api);
