@@ -421,7 +421,12 @@ static int http_upgrade(struct ws_client *c, int64_t deadline)
     size_t head_len = (size_t)(head_end - buf) + 4;
     char *page = NULL;
     size_t page_len = 0;
-    if (http_handler && http_handler(buf, head_len, c->peer, &page, &page_len) > 0) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    bool have_addr = getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0;
+    if (http_handler &&
+        http_handler(buf, head_len, c->peer, have_addr ? (const struct sockaddr *)&ss : NULL, &page,
+                     &page_len) > 0) {
         /* A plain HTTP route (/metrics, /ui): one response, then close. */
         write_all_until(c, page, page_len, deadline);
         free(page);

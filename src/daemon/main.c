@@ -36,6 +36,7 @@
 #include "core/reactor.h"
 #include "core/util.h"
 #include "daemon/config_file.h"
+#include "daemon/metrics_allow.h"
 #include "daemon/sdnotify.h"
 #include "daemon/watchdog.h"
 #include "daemon/modules.h"
@@ -70,6 +71,7 @@ static void usage(FILE *f)
             "              [--handshake-timeout S] [--max-pending N] [--max-pending-per-addr N]\n"
             "              [--iscsi-max-connections N] [--nbd-payload-budget SIZE]\n"
             "              [--shutdown-timeout S] [--api-call-memory SIZE]\n"
+            "              [--metrics-allow CIDR[,CIDR]...]\n"
             "\n"
             "  --config FILE          settings as 'key = value' lines, a key per flag below\n"
             "                         (default " CONFIG_FILE_DEFAULT " if it exists);\n"
@@ -109,7 +111,9 @@ static void usage(FILE *f)
             "                         and their replies (default 10)\n"
             "  --api-call-memory SIZE JSON one API call (or job) may build, and the length of\n"
             "                         its response (K/M/G; default 256M); past it the call\n"
-            "                         fails with ENOMEM\n");
+            "                         fails with ENOMEM\n"
+            "  --metrics-allow LIST   networks (CIDR, comma-separated; repeatable) that may\n"
+            "                         read /metrics without an API key (default: none)\n");
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -137,6 +141,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"nbd-payload-budget", required_argument, NULL, 'B'},
         {"shutdown-timeout", required_argument, NULL, 'T'},
         {"api-call-memory", required_argument, NULL, 'M'},
+        {"metrics-allow", required_argument, NULL, 'W'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -282,6 +287,16 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return -1;
             }
             callmem_set_budget(v);
+            break;
+        }
+        case 'W': {
+            int rc = metrics_allow_add(optarg);
+            if (rc < 0) {
+                fprintf(stderr, "blockd: --metrics-allow %s: %s\n", optarg,
+                        rc == -ENOSPC ? "more than 32 networks"
+                                      : "not a list of networks (10.0.0.0/8,::1/128)");
+                return -1;
+            }
             break;
         }
         case 'h':
