@@ -80,6 +80,7 @@ blockd_alive() {
 # Client processes a test starts in the background: killed on exit, so a
 # failed test leaves none behind (holding the bench lock, or retrying).
 BG_PIDS=()
+CEPH_DIR=
 _cleanup() {
     local rc=$?
     for p in "${BG_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
@@ -87,9 +88,22 @@ _cleanup() {
         kill -KILL "$BLOCKD_PID" 2>/dev/null || true
         wait "$BLOCKD_PID" 2>/dev/null || true
     fi
+    [ -z "$CEPH_DIR" ] || "$CEPH_SCRIPT" stop "$CEPH_DIR" >/dev/null 2>&1 || true
     if [ "$rc" = 0 ]; then rm -rf "$TMP"; else echo "(test files kept in $TMP)" >&2; fi
 }
 trap _cleanup EXIT
+
+# A throwaway Ceph cluster for this test (scripts/ceph-cluster.sh: one
+# monitor, one in-memory OSD, pool "rbd"), stopped on exit. Sets CEPH_CONF.
+# No Ceph on the machine: the test fails (make deps installs it).
+CEPH_SCRIPT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/scripts/ceph-cluster.sh
+ceph_start() {
+    need ceph-mon ceph-osd ceph rbd
+    CEPH_DIR=$TMP/ceph
+    "$CEPH_SCRIPT" start "$CEPH_DIR" >"$TMP/ceph-start.log" 2>&1 ||
+        fail "the Ceph test cluster did not start: $(tail -5 "$TMP/ceph-start.log")"
+    export CEPH_CONF=$CEPH_DIR/ceph.conf
+}
 
 pass() {
     echo "PASS: $TEST_NAME${1:+: $1}"

@@ -1,4 +1,5 @@
 #!/bin/bash
+# run-alone: it measures latency or daemon memory, which other tests running beside it would disturb
 # The NBD payload budget (--nbd-payload-budget): 100 raw-socket clients each
 # send two 8 MiB READs and do not read the replies. blockd stops reading
 # their requests once the connections together hold the budget (64 MiB

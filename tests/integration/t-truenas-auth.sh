@@ -19,7 +19,10 @@ need /usr/bin/python3 sqlite3
 /usr/bin/python3 -c 'import websocket' 2>/dev/null || fail "python3-websocket is not installed"
 
 WS_PORT=$(free_port)
-blockd_start --api-listen "127.0.0.1:$WS_PORT"
+# The connection below stays unauthenticated through two throttled wrong
+# logins (yescrypt, slow on a loaded machine): more than the default 10 s
+# handshake deadline must not cut it.
+blockd_start --api-listen "127.0.0.1:$WS_PORT" --handshake-timeout 60
 URL="ws://127.0.0.1:$WS_PORT/api/current"
 PW='c0rrect horse:battery"staple'
 PW2='second-Pass-2026'
