@@ -172,10 +172,11 @@ static ssize_t chunk_capture(struct store_cow *c, uint64_t i, char *buf)
 
 /* Write [p, p+n) at off. The copier's O_DIRECT writes need DIRECT_ALIGN
  * offsets and lengths: an unaligned piece (the end of a volume whose size
- * is not a multiple of 4 KiB) is written through the page cache. */
+ * is not a multiple of 4 KiB) is written through the page cache, and so
+ * is a queued chunk while the queue is over half full (store_buffered). */
 static int store_piece(struct store_cow *c, const char *p, size_t n, uint64_t off)
 {
-    bool unaligned = c->direct && ((off | n) & (DIRECT_ALIGN - 1));
+    bool unaligned = c->direct && (c->store_buffered || ((off | n) & (DIRECT_ALIGN - 1)));
     int fl = 0;
     if (unaligned) {
         fl = fcntl(c->dst_fd, F_GETFL);
@@ -275,6 +276,10 @@ static void queue_drain(struct store_cow *c, bool stop)
     for (;;) {
         pthread_mutex_lock(&c->q_lock);
         struct store_cow_pending *p = c->q_head;
+        /* Writes capture faster than O_DIRECT stores (50-550 ms each on
+         * the loaded shared disk): past half the queue, store through the
+         * page cache, so that writes do not wait for a slot. */
+        bool behind = c->q_bytes > STORE_COW_QUEUE_BYTES / 2;
         if (p) {
             c->q_head = p->next;
             if (!c->q_head)
@@ -286,8 +291,11 @@ static void queue_drain(struct store_cow *c, bool stop)
         pthread_mutex_unlock(&c->q_lock);
         if (!p)
             return;
-        if (!atomic_load(&c->error))
+        if (!atomic_load(&c->error)) {
+            c->store_buffered = behind;
             chunk_store(c, p->chunk, p->buf, p->len);
+            c->store_buffered = false;
+        }
         pthread_mutex_lock(&c->q_lock);
         p->next = c->q_free;
         c->q_free = p;
@@ -487,9 +495,12 @@ int store_cow_copy_rest(struct store_cow *c)
     int rc = copy_all(c);
     /* Every chunk a write captured is stored before this returns; writes
      * after the last look store their own (holes at the instant, in
-     * practice: every data chunk has been copied by now). */
-    queue_drain(c, true);
+     * practice: every data chunk has been copied by now), buffered:
+     * O_DIRECT is off before the copier says it has stopped (q_lock orders
+     * the two for those writes). */
+    queue_drain(c, false);
     direct_off(c);
+    queue_drain(c, true);
     return rc < 0 ? rc : atomic_load(&c->error);
 }
 

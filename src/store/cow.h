@@ -27,6 +27,8 @@
  * filesystem allows it: no dirty pages of the snapshot file, so no
  * writeback of it that could hold the file's locks or fill the page cache
  * the volume's own writes need, and nothing for the final fsync to write.
+ * When writes capture faster than that (the queue over half full), it
+ * stores queued chunks through the page cache until it has caught up.
  * (Without O_DIRECT it paces its writeback with sync_file_range.)
  *
  * Why the result is the origin at the instant of volume_cow_attach: a
@@ -91,7 +93,8 @@ struct store_cow {
     struct store_cow_pending *q_free; /* buffers stored already, for reuse */
     uint64_t q_bytes;
     bool copier_active;
-    bool direct;                                     /* the copier writes with O_DIRECT */
+    bool direct;         /* the copier writes with O_DIRECT */
+    bool store_buffered; /* this store goes through the page cache (copier only) */
     _Atomic uint64_t queue_waits, queue_wait_max_ns; /* writes that waited for a slot */
 };
 
