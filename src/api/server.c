@@ -20,6 +20,7 @@
 #include "api/jobs.h"
 #include "api/jsonw.h"
 #include "core/log.h"
+#include "core/util.h"
 
 #define READ_CHUNK (64 * 1024)
 
@@ -46,28 +47,12 @@ static struct {
     .idle = PTHREAD_COND_INITIALIZER,
 };
 
-/* Write all of buf; the peer may have gone (EPIPE is not fatal to us). */
-static int write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        buf += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 static int client_write_line(struct client *c, const char *text, size_t len)
 {
     pthread_mutex_lock(&c->write_lock);
-    int rc = write_all(c->fd, text, len);
+    int rc = send_all(c->fd, text, len);
     if (rc == 0)
-        rc = write_all(c->fd, "\n", 1);
+        rc = send_all(c->fd, "\n", 1);
     pthread_mutex_unlock(&c->write_lock);
     return rc;
 }
@@ -235,8 +220,8 @@ static void reject_busy(int fd)
     char *s = json_dumps(e, JSON_COMPACT);
     json_decref(e);
     if (s) {
-        write_all(fd, s, strlen(s));
-        write_all(fd, "\n", 1);
+        send_all(fd, s, strlen(s));
+        send_all(fd, "\n", 1);
         free(s);
     }
     close(fd);

@@ -7,6 +7,7 @@
  * this file parses the global options, finds the command and prints help.
  */
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +157,23 @@ static int help_for(int argc, char **argv)
         return CLI_USAGE;
     }
     return CLI_OK;
+}
+
+void cli_opt_begin(void)
+{
+    optind = 0; /* glibc: full re-initialisation */
+    opterr = 0; /* we report bad options ourselves, with the usage */
+}
+
+int cli_opt_next(struct cli_ctx *ctx, int argc, char **argv, const char *shortopts,
+                 const struct option *opts)
+{
+    int c = getopt_long(argc, argv, shortopts, opts, NULL);
+    if (c == '?' || c == ':') {
+        cli_usage(ctx, "bad option %s", argv[optind - 1]);
+        return '?';
+    }
+    return c;
 }
 
 int cli_usage(struct cli_ctx *ctx, const char *fmt, ...)

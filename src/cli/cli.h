@@ -10,8 +10,8 @@
  *
  *   static int share_nbd_create(struct cli_ctx *ctx, int argc, char **argv)
  *   {
- *       // argv[0] is the command name ("create"); options via getopt_long
- *       // (reset with optind = 0 first) or cli_* helpers below.
+ *       // argv[0] is the command name ("create"); options via
+ *       // cli_opt_begin()/cli_opt_next() (below), operands from optind.
  *       if (argc < 2)
  *           return cli_usage(ctx, "missing POOL/VOL");
  *       json_t *result;
@@ -103,6 +103,17 @@ void cli_print_error(json_t *error);
 int cli_usage(struct cli_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Print "blockctl: <msg>" to stderr; returns CLI_ERROR. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+struct option; /* <getopt.h> */
+/* A command's options, with getopt_long: call cli_opt_begin() once, then
+ * cli_opt_next() until it returns -1 (operands then start at optind).
+ * Returns the option's value (opts[].val, or the letter of shortopts); an
+ * unknown option or a missing argument is reported as "bad option X" with
+ * the command's usage and returned as '?' (return CLI_USAGE then). Uses
+ * getopt's globals (optind, optarg): one command at a time. */
+void cli_opt_begin(void);
+int cli_opt_next(struct cli_ctx *ctx, int argc, char **argv, const char *shortopts,
+                 const struct option *opts);
 
 /* Indented JSON on stdout with a newline. */
 void cli_print_json(json_t *v);

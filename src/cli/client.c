@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/util.h"
 
 /* Replies can be large (a query over thousands of rows) but are bounded. */
 #define REPLY_MAX (256u * 1024 * 1024)
@@ -41,21 +42,6 @@ static int cli_connect(struct cli_ctx *ctx)
     cli_call_raw(ctx, "core.set_options", json_pack("[{s:b}]", "legacy_jobs", 0), &res, &err);
     json_decref(res);
     json_decref(err);
-    return 0;
-}
-
-static int send_all(int fd, const char *buf, size_t len)
-{
-    while (len) {
-        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        buf += n;
-        len -= (size_t)n;
-    }
     return 0;
 }
 

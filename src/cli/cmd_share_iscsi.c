@@ -37,10 +37,9 @@ static int share_create(struct cli_ctx *ctx, int argc, char **argv)
     const char *prefix = NULL;
     json_int_t portal = 0, initiator = 0;
     bool readonly = false, defer = false;
-    optind = 0;
-    opterr = 0;
+    cli_opt_begin();
     int c;
-    while ((c = getopt_long(argc, argv, "t:p:i:r", opts, NULL)) != -1) {
+    while ((c = cli_opt_next(ctx, argc, argv, "t:p:i:r", opts)) != -1) {
         switch (c) {
         case 't':
             prefix = optarg;
@@ -60,7 +59,7 @@ static int share_create(struct cli_ctx *ctx, int argc, char **argv)
             defer = true;
             break;
         default:
-            return cli_usage(ctx, "bad option %s", argv[optind - 1]);
+            return CLI_USAGE; /* reported by cli_opt_next */
         }
     }
     if (optind >= argc)
@@ -102,10 +101,9 @@ static int share_delete(struct cli_ctx *ctx, int argc, char **argv)
     };
     const char *prefix = NULL;
     bool force = false, defer = false;
-    optind = 0;
-    opterr = 0;
+    cli_opt_begin();
     int c;
-    while ((c = getopt_long(argc, argv, "t:f", opts, NULL)) != -1) {
+    while ((c = cli_opt_next(ctx, argc, argv, "t:f", opts)) != -1) {
         switch (c) {
         case 't':
             prefix = optarg;
@@ -117,7 +115,7 @@ static int share_delete(struct cli_ctx *ctx, int argc, char **argv)
             defer = true;
             break;
         default:
-            return cli_usage(ctx, "bad option %s", argv[optind - 1]);
+            return CLI_USAGE; /* reported by cli_opt_next */
         }
     }
     if (optind >= argc)

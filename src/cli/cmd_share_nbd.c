@@ -51,8 +51,8 @@ static int share_nbd_create(struct cli_ctx *ctx, int argc, char **argv)
     };
     const char *name = NULL, *tls = NULL, *desc = NULL;
     int readonly = 0, is_path = 0, no_multi = 0, c;
-    optind = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    cli_opt_begin();
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
         switch (c) {
         case 'n':
             name = optarg;
@@ -73,7 +73,7 @@ static int share_nbd_create(struct cli_ctx *ctx, int argc, char **argv)
             no_multi = 1;
             break;
         default:
-            return cli_usage(ctx, "unknown option");
+            return CLI_USAGE; /* reported by cli_opt_next */
         }
     }
     if (optind != argc - 1)
@@ -119,12 +119,11 @@ static int share_nbd_delete(struct cli_ctx *ctx, int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     int force = 0, c;
-    optind = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'f')
-            force = 1;
-        else
-            return cli_usage(ctx, "unknown option");
+    cli_opt_begin();
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
+        if (c != 'f')
+            return CLI_USAGE; /* reported by cli_opt_next */
+        force = 1;
     }
     if (optind != argc - 1)
         return cli_usage(ctx, "expected one export NAME");

@@ -12,24 +12,6 @@
 
 /* ---- helpers ---- */
 
-/* Parse options for a command. Returns the getopt value, -1 at the end,
- * or CLI_USAGE already reported ('?'). */
-static int next_opt(struct cli_ctx *ctx, int argc, char **argv, const struct option *opts)
-{
-    int c = getopt_long(argc, argv, "", opts, NULL);
-    if (c == '?' || c == ':') {
-        cli_usage(ctx, "bad option %s", argv[optind - 1]);
-        return '?';
-    }
-    return c;
-}
-
-static void opt_reset(void)
-{
-    optind = 0; /* glibc: full re-initialisation */
-    opterr = 0;
-}
-
 static int need_args(struct cli_ctx *ctx, int argc, int want, const char *what)
 {
     if (argc - optind < want)
@@ -96,33 +78,93 @@ static int done(struct cli_ctx *ctx, json_t *result, const char *fmt, const char
 
 /* ---- pool ---- */
 
+/* path made absolute (the daemon has its own working directory) into
+ * buf; NULL if it cannot be. */
+static const char *abs_path(const char *path, char *buf, size_t len)
+{
+    char cwd[PATH_MAX];
+
+    if (path[0] == '/')
+        return path;
+    if (!getcwd(cwd, sizeof(cwd)) || (size_t)snprintf(buf, len, "%s/%s", cwd, path) >= len)
+        return NULL;
+    return buf;
+}
+
 static int pool_create(struct cli_ctx *ctx, int argc, char **argv)
 {
-    static const struct option opts[] = {{"path", required_argument, NULL, 'p'}, {0}};
-    const char *path = NULL;
-    opt_reset();
+    enum { O_PATH = 'p', O_RBD = 'r', O_NS = 'n', O_CONF = 'c', O_ID = 'i', O_KEYRING = 'k' };
+    static const struct option opts[] = {{"path", required_argument, NULL, O_PATH},
+                                         {"rbd", required_argument, NULL, O_RBD},
+                                         {"rbd-namespace", required_argument, NULL, O_NS},
+                                         {"ceph-conf", required_argument, NULL, O_CONF},
+                                         {"ceph-id", required_argument, NULL, O_ID},
+                                         {"keyring", required_argument, NULL, O_KEYRING},
+                                         {0}};
+    const char *path = NULL, *rbd = NULL, *ns = NULL, *conf = NULL, *id = NULL, *keyring = NULL;
+    char pbuf[PATH_MAX], cbuf[PATH_MAX], kbuf[PATH_MAX];
+    cli_opt_begin();
     int c;
-    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
-        if (c == '?')
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
+        switch (c) {
+        case O_PATH:
+            path = optarg;
+            break;
+        case O_RBD:
+            rbd = optarg;
+            break;
+        case O_NS:
+            ns = optarg;
+            break;
+        case O_CONF:
+            conf = optarg;
+            break;
+        case O_ID:
+            id = optarg;
+            break;
+        case O_KEYRING:
+            keyring = optarg;
+            break;
+        default:
             return CLI_USAGE;
-        path = optarg;
+        }
     }
     if (need_args(ctx, argc, 1, "pool NAME"))
         return CLI_USAGE;
+    if (!rbd && (ns || conf || id || keyring))
+        return cli_usage(ctx, "--rbd-namespace, --ceph-conf, --ceph-id and --keyring need --rbd");
+    if (rbd && path)
+        return cli_usage(ctx, "a pool has either --path or --rbd, not both");
     json_t *data = json_pack("{s:s}", "name", argv[optind]);
     if (path) {
-        /* the daemon has its own working directory */
-        char abs[PATH_MAX];
-        if (path[0] != '/') {
-            char cwd[PATH_MAX];
-            if (!getcwd(cwd, sizeof(cwd)) ||
-                (size_t)snprintf(abs, sizeof(abs), "%s/%s", cwd, path) >= sizeof(abs)) {
-                json_decref(data);
-                return cli_fail("cannot make %s absolute", path);
-            }
-            path = abs;
+        const char *given = path;
+        if (!(path = abs_path(given, pbuf, sizeof(pbuf)))) {
+            json_decref(data);
+            return cli_fail("cannot make %s absolute", given);
         }
         json_object_set_new(data, "path", json_string(path));
+    }
+    if (rbd) {
+        json_t *r = json_pack("{s:s}", "pool", rbd);
+        if (ns)
+            json_object_set_new(r, "namespace", json_string(ns));
+        if (id)
+            json_object_set_new(r, "id", json_string(id));
+        if (conf && !(conf = abs_path(conf, cbuf, sizeof(cbuf)))) {
+            json_decref(r);
+            json_decref(data);
+            return cli_fail("cannot make the --ceph-conf path absolute");
+        }
+        if (conf)
+            json_object_set_new(r, "conf", json_string(conf));
+        if (keyring && !(keyring = abs_path(keyring, kbuf, sizeof(kbuf)))) {
+            json_decref(r);
+            json_decref(data);
+            return cli_fail("cannot make the --keyring path absolute");
+        }
+        if (keyring)
+            json_object_set_new(r, "keyring", json_string(keyring));
+        json_object_set_new(data, "rbd", r);
     }
     json_t *res;
     int rc = cli_call(ctx, "pool.create", json_pack("[o]", data), &res);
@@ -188,9 +230,9 @@ static int volume_create(struct cli_ctx *ctx, int argc, char **argv)
     };
     const char *size = NULL, *bs = NULL, *sync = NULL;
     bool ro = false, thick = false;
-    opt_reset();
+    cli_opt_begin();
     int c;
-    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
         switch (c) {
         case 's':
             size = optarg;
@@ -364,8 +406,8 @@ static void show_row(json_t *row)
 
 static int volume_show(struct cli_ctx *ctx, int argc, char **argv)
 {
-    opt_reset();
-    if (next_opt(ctx, argc, argv, (const struct option[]){{0}}) == '?')
+    cli_opt_begin();
+    if (cli_opt_next(ctx, argc, argv, "", (const struct option[]){{0}}) == '?')
         return CLI_USAGE;
     if (need_args(ctx, argc, 1, "volume NAME"))
         return CLI_USAGE;
@@ -397,9 +439,9 @@ static int volume_resize(struct cli_ctx *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {{"size", required_argument, NULL, 's'}, {0}};
     const char *size = NULL;
-    opt_reset();
+    cli_opt_begin();
     int c;
-    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
         if (c == '?')
             return CLI_USAGE;
         size = optarg;
@@ -429,9 +471,9 @@ static int volume_set(struct cli_ctx *ctx, int argc, char **argv)
                                          {"comments", required_argument, NULL, 'c'},
                                          {0}};
     json_t *changes = json_object();
-    opt_reset();
+    cli_opt_begin();
     int c;
-    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
         char up[16];
         switch (c) {
         case 'y':
@@ -477,9 +519,9 @@ static int volume_delete(struct cli_ctx *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {{"recursive", no_argument, NULL, 'r'}, {0}};
     bool recursive = false;
-    opt_reset();
+    cli_opt_begin();
     int c;
-    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
         if (c == '?')
             return CLI_USAGE;
         recursive = true;
@@ -498,8 +540,8 @@ static int volume_delete(struct cli_ctx *ctx, int argc, char **argv)
 /* Positional-only commands: exactly n args, no options. */
 static int plain_args(struct cli_ctx *ctx, int argc, char **argv, int n, const char *what)
 {
-    opt_reset();
-    if (next_opt(ctx, argc, argv, (const struct option[]){{0}}) == '?')
+    cli_opt_begin();
+    if (cli_opt_next(ctx, argc, argv, "", (const struct option[]){{0}}) == '?')
         return CLI_USAGE;
     return need_args(ctx, argc, n, what) ? CLI_USAGE : 0;
 }
@@ -549,9 +591,9 @@ static int volume_rollback(struct cli_ctx *ctx, int argc, char **argv)
     static const struct option opts[] = {
         {"force", no_argument, NULL, 'f'}, {"recursive", no_argument, NULL, 'r'}, {0}};
     bool force = false, recursive = false;
-    opt_reset();
+    cli_opt_begin();
     int c;
-    while ((c = next_opt(ctx, argc, argv, opts)) != -1) {
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
         if (c == '?')
             return CLI_USAGE;
         if (c == 'f')
@@ -584,8 +626,8 @@ static int volume_rollback(struct cli_ctx *ctx, int argc, char **argv)
 
 static int snapshot_list(struct cli_ctx *ctx, int argc, char **argv)
 {
-    opt_reset();
-    if (next_opt(ctx, argc, argv, (const struct option[]){{0}}) == '?')
+    cli_opt_begin();
+    if (cli_opt_next(ctx, argc, argv, "", (const struct option[]){{0}}) == '?')
         return CLI_USAGE;
     if (argc - optind > 1)
         return cli_usage(ctx, "too many arguments");
@@ -648,8 +690,10 @@ static int snapshot_delete(struct cli_ctx *ctx, int argc, char **argv)
 }
 
 static const struct cli_command volume_commands[] = {
-    {"pool", "create", "NAME [--path DIR]", "Create a pool (a directory holding volumes)",
-     pool_create},
+    {"pool", "create",
+     "NAME [--path DIR | --rbd POOL [--rbd-namespace NS] [--ceph-conf FILE] [--ceph-id ID] "
+     "[--keyring FILE]]",
+     "Create a pool (a directory, or a Ceph RBD pool, holding volumes)", pool_create},
     {"pool", "list", "", "List pools", pool_list},
     {"volume", "create",
      "POOL/NAME --size SIZE [--blocksize B] [--sync standard|always|disabled] [--readonly] "

@@ -15,6 +15,7 @@
 #include "api/validate.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsbackend.h"
 #include "config/dsprops.h"
 #include "config/dsquery.h"
 #include "core/log.h"
@@ -194,8 +195,9 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
     json_t *data;
     struct ds_row row;
     struct ds_pool pool;
+    const struct ds_backend *be;
     const char *vbs_s;
-    char path[PATH_MAX];
+    char why[256] = "";
     bool is_volume, created_file = false;
     int rc;
 
@@ -278,9 +280,8 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
         return api_invalid(call);
     }
     row.pool_id = pool.id;
-    rc = ds_path(&pool, row.name, NULL, path, sizeof(path));
-    if (rc == 0)
-        rc = db_begin();
+    be = ds_backend_of(&pool);
+    rc = db_begin();
     if (rc < 0)
         goto fail_unlocked_tx;
     rc = ds_create_ancestors(&pool, row.name);
@@ -295,12 +296,15 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
         rc = ds_props_apply(row.id, data, row.type, false);
     if (rc == 0) {
         if (!is_volume) {
-            rc = poolfs_mkdir(path, 0755);
+            rc = be->filesystem_create(&pool, row.name);
             if (rc < 0)
-                log_error("datasets: mkdir %s: %s (peer %s)", path, strerror(-rc),
+                log_error("datasets: create filesystem %s: %s (peer %s)", row.name, strerror(-rc),
                           api_call_peer(call));
         } else if (!row.memory) {
-            rc = bdev_file_create_in_pool(path, row.volsize, !row.sparse);
+            rc = be->volume_create(&pool, row.name, row.volsize, row.sparse, why, sizeof(why));
+            if (rc < 0)
+                log_error("datasets: create volume %s in %s pool %s: %s (peer %s)", row.name,
+                          be->name, pool.name, why[0] ? why : strerror(-rc), api_call_peer(call));
         } else {
             /* Allocate it now (this connection sees the uncommitted row), so
              * a size the memory backend refuses fails the create. */
@@ -317,12 +321,8 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
         db_rollback();
     if (rc < 0 && row.memory)
         ds_cache_drop(row.name, false);
-    if (rc < 0 && created_file) {
-        if (is_volume)
-            poolfs_unlink(path);
-        else
-            poolfs_rmdir(path);
-    }
+    if (rc < 0 && created_file && (is_volume ? !row.memory : true))
+        be->dataset_remove(&pool, row.name, is_volume);
 fail_unlocked_tx:
     if (rc == 0)
         *result = ds_dataset_row(row.name);
@@ -443,37 +443,6 @@ static int dataset_id_param(struct api_call *call, json_t *params, const char *m
     return 0;
 }
 
-/* Grow a thick volume's allocation to cover [old, new). */
-static int thick_extend(const char *path, uint64_t old, uint64_t new_size)
-{
-    int fd, rc = 0;
-
-    if (new_size <= old)
-        return 0;
-    fd = poolfs_open(path, O_WRONLY, 0);
-    if (fd < 0)
-        return fd;
-    if (fallocate(fd, 0, (off_t)old, (off_t)(new_size - old)) < 0)
-        rc = -errno;
-    else if (fdatasync(fd) < 0)
-        rc = -errno;
-    close(fd);
-    return rc;
-}
-
-static int resize_file(const char *path, uint64_t size)
-{
-    int fd, rc = 0;
-
-    fd = poolfs_open(path, O_WRONLY, 0);
-    if (fd < 0)
-        return fd;
-    if (ftruncate(fd, (off_t)size) < 0 || fsync(fd) < 0)
-        rc = -errno;
-    close(fd);
-    return rc;
-}
-
 /* After the commit, still locked: give the open volumes of a recompute
  * their new sync and readonly. */
 static void apply_changes(const struct ds_eff_change *c, size_t n)
@@ -513,7 +482,7 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     json_t *data, *js;
     struct ds_row row;
     struct ds_pool pool;
-    char poolname[DS_NAME_BUF], path[PATH_MAX];
+    char poolname[DS_NAME_BUF];
     struct volume *v = NULL;
     uint64_t old_size = 0, new_size = 0;
     bool resize = false, props = false, opened_here = false;
@@ -546,8 +515,6 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     }
     ds_pool_of(id, poolname, sizeof(poolname));
     rc = ds_pool_get(poolname, &pool);
-    if (rc == 0)
-        rc = ds_path(&pool, row.name, NULL, path, sizeof(path));
     if (rc < 0)
         goto out;
 
@@ -623,12 +590,11 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     if (rc == 0 && resize) {
         /* Apply to the file (and the open volume) inside the transaction:
          * if that fails nothing is recorded. */
-        if (v)
+        if (row.memory)
             rc = volume_resize(v, new_size);
-        else if (!row.memory)
-            rc = resize_file(path, new_size);
-        if (rc == 0 && !row.memory && !row.sparse)
-            rc = thick_extend(path, old_size, new_size);
+        else
+            rc = ds_backend_of(&pool)->volume_resize(&pool, row.name, v, old_size, new_size,
+                                                     row.sparse);
         if (rc < 0)
             log_error("datasets: resize %s to %llu: %s", row.name, (unsigned long long)new_size,
                       strerror(-rc));
@@ -801,7 +767,7 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
     struct ds_row row;
     struct ds_pool pool;
     char poolname[DS_NAME_BUF], why[512], clone[DS_NAME_BUF], origin[DS_NAME_BUF];
-    char path[PATH_MAX];
+    const struct ds_backend *be;
     bool recursive, force;
     size_t i;
     int rc;
@@ -893,20 +859,21 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
      * is logged; the dataset is gone either way. */
     db_unlock();
     ds_cache_drop(id, true);
+    be = ds_backend_of(&pool);
+    /* snapshots first: an RBD image with snapshots cannot be removed */
     for (i = 0; i < plan.nsnapshots; i++) {
         char *at = strchr(plan.snapshots[i].name, '@');
         *at = '\0';
-        if (ds_path(&pool, plan.snapshots[i].name, at + 1, path, sizeof(path)) == 0 &&
-            (rc = poolfs_unlink(path)) < 0 && rc != -ENOENT)
-            log_error("datasets: unlink %s: %s", path, strerror(-rc));
+        rc = be->snapshot_remove(&pool, plan.snapshots[i].name, at + 1);
+        if (rc < 0 && rc != -ENOENT)
+            log_error("datasets: remove snapshot %s@%s: %s", plan.snapshots[i].name, at + 1,
+                      strerror(-rc));
         *at = '@';
     }
     for (i = 0; i < plan.ndatasets; i++) {
-        if (ds_path(&pool, plan.datasets[i].name, NULL, path, sizeof(path)) < 0)
-            continue;
-        rc = plan.datasets[i].is_volume ? poolfs_unlink(path) : poolfs_rmdir(path);
+        rc = be->dataset_remove(&pool, plan.datasets[i].name, plan.datasets[i].is_volume);
         if (rc < 0 && rc != -ENOENT)
-            log_error("datasets: remove %s: %s", path, strerror(-rc));
+            log_error("datasets: remove %s: %s", plan.datasets[i].name, strerror(-rc));
     }
     ds_ops_unlock();
     if (force)

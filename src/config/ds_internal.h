@@ -126,6 +126,9 @@ int ds_api_errno(struct api_call *call, int err, const char *what, const char *n
 /* volcache.c */
 /* The cached volume of name if open (new reference) or NULL. */
 struct volume *ds_cache_peek(const char *name);
+/* The same, with the bdev it serves through (borrowed, valid while the
+ * reference is held; NULL if unknown, e.g. a memory volume). */
+struct volume *ds_cache_peek_bdev(const char *name, struct bdev **b);
 /* Remove name (and, with children, every "name/…" and "name@…") from the
  * cache, dropping the cache's reference. */
 void ds_cache_drop(const char *name, bool children);
@@ -153,6 +156,11 @@ void ds_notify(enum datasets_event ev, const char *name, struct volume *v);
  * held. 0, or -1 with the error set on call. */
 int ds_copy_file_job(struct api_call *call, json_t *params, const char *what, const char *name,
                      const char *src, const char *dst, bool *reflinked);
+
+/* Flatten the RBD clone name (the storage step of its promote,
+ * dsbackend.h) as a job with progress. Same locking as ds_copy_file_job. */
+int ds_flatten_job(struct api_call *call, json_t *params, const struct ds_pool *pool,
+                   const char *name);
 
 /* snapshots.c / datasets.c / pools.c method tables */
 extern const struct api_method ds_pool_methods[];

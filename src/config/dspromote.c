@@ -16,6 +16,12 @@
  * reflinked where the filesystem can — and the originals removed once the
  * promote is committed. Shares of the moved snapshots follow them (rename
  * hooks); open snapshot volumes stay open and are re-keyed.
+ *
+ * On backends with a flatten op (RBD pools) the clone's data is what
+ * depends on the origin, not its name: the promote flattens the clone (a
+ * job with progress: the origin's data is copied into it), after which
+ * it has no origin and the origin can be deleted. The origin's snapshots
+ * stay with the origin: an RBD snapshot cannot move to another image.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -26,6 +32,7 @@
 #include "api/validate.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsbackend.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "store/poolfs.h"
@@ -151,12 +158,6 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
     rc = snaps_upto(origin.id, osnap.id, &snaps, &nsnaps);
     if (rc < 0)
         PROMOTE_FAIL(-rc, "cannot list the snapshots of %s: %s", origin.name, strerror(-rc));
-    for (size_t i = 0; i < nsnaps; i++) {
-        if (ds_snapshot_get(clone.name, snaps[i].name, &other) == 0)
-            PROMOTE_FAIL(EEXIST,
-                         "snapshot name '%s' from origin conflicts with '%s@%s' from target",
-                         snaps[i].name, clone.name, snaps[i].name);
-    }
     ds_pool_of(clone.name, poolname, sizeof(poolname));
     rc = ds_pool_get(poolname, &cpool);
     if (rc == 0) {
@@ -165,6 +166,38 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
     }
     if (rc < 0)
         PROMOTE_FAIL(-rc, "cannot read pool %s: %s", poolname, strerror(-rc));
+    for (size_t i = 0; !ds_backend_of(&cpool)->flatten && i < nsnaps; i++) {
+        if (ds_snapshot_get(clone.name, snaps[i].name, &other) == 0)
+            PROMOTE_FAIL(EEXIST,
+                         "snapshot name '%s' from origin conflicts with '%s@%s' from target",
+                         snaps[i].name, clone.name, snaps[i].name);
+    }
+    if (ds_backend_of(&cpool)->flatten) {
+        /* Nothing here touches other shares' names: a plain transaction
+         * after the job, no rename hooks to update. */
+        db_unlock();
+        if (ds_flatten_job(call, params, &cpool, clone.name) < 0) {
+            db_lock();
+            rc = -1;
+            goto out; /* the error is set */
+        }
+        db_lock();
+        rc = db_begin();
+        if (rc == 0) {
+            rc = exec_ids("UPDATE datasets SET origin_id = NULL WHERE id = ?1", clone.id, 0, 0);
+            if (rc == 0)
+                rc = db_commit();
+            else
+                db_rollback();
+        }
+        if (rc < 0)
+            PROMOTE_FAIL(-rc, "the clone is flattened but its origin could not be cleared: %s",
+                         strerror(-rc));
+        log_info("datasets: promoted %s (flattened: no longer a clone of %s; peer %s)", id,
+                 origin_full, api_call_peer(call));
+        rc = 0; /* no snapshot moved: the exit below has nothing to undo */
+        goto out;
+    }
     for (size_t i = 0; i < nsnaps; i++) {
         rc = ds_path(&opool, origin.name, snaps[i].name, snaps[i].from, sizeof(snaps[i].from));
         if (rc == 0)

@@ -25,6 +25,7 @@
 #include "api/validate.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsbackend.h"
 #include "config/dsprops.h"
 #include "core/log.h"
 #include "core/util.h"
@@ -84,13 +85,47 @@ static int rename_noreplace(const char *from, const char *to)
     return poolfs_rename(from, to, 0);
 }
 
-/* Files renamed so far by one operation, to undo them on failure. */
+/* Files (or, on backends that rename by name, volumes and snapshots)
+ * renamed so far by one operation, to undo them on failure. */
 struct moves {
     struct move {
         char *from, *to;
+        /* backend renames: dataset is NULL for a volume, the volume of a
+         * snapshot otherwise; from/to are dataset or snapshot names */
+        const struct ds_backend *be;
+        const struct ds_pool *pool;
+        char *dataset;
     } * v;
     size_t n;
 };
+
+/* Rename through the pool's backend (volume_rename/snapshot_rename),
+ * recorded in m for the undo. dataset NULL: the volume from → to. */
+static int moves_backend(struct moves *m, const struct ds_pool *pool, const char *dataset,
+                         const char *from, const char *to)
+{
+    const struct ds_backend *be = ds_backend_of(pool);
+    struct move *grown = realloc(m->v, (m->n + 1) * sizeof(*m->v));
+    int rc;
+
+    if (!grown)
+        return -ENOMEM;
+    m->v = grown;
+    rc = dataset ? be->snapshot_rename(pool, dataset, from, to) : be->volume_rename(pool, from, to);
+    if (rc < 0) {
+        log_error("datasets: rename %s%s%s to %s in %s pool %s: %s", dataset ? dataset : "",
+                  dataset ? "@" : "", from, to, be->name, pool->name, strerror(-rc));
+        return rc;
+    }
+    memset(&m->v[m->n], 0, sizeof(m->v[m->n]));
+    m->v[m->n].from = strdup(from);
+    m->v[m->n].to = strdup(to);
+    m->v[m->n].be = be;
+    m->v[m->n].pool = pool;
+    m->v[m->n].dataset = dataset ? strdup(dataset) : NULL;
+    m->n++;
+    return 0;
+}
 
 static int moves_do(struct moves *m, const char *from, const char *to)
 {
@@ -105,6 +140,7 @@ static int moves_do(struct moves *m, const char *from, const char *to)
         log_error("datasets: rename %s to %s: %s", from, to, strerror(-rc));
         return rc;
     }
+    memset(&m->v[m->n], 0, sizeof(m->v[m->n]));
     m->v[m->n].from = strdup(from);
     m->v[m->n].to = strdup(to);
     m->n++;
@@ -117,6 +153,16 @@ static void moves_end(struct moves *m, bool undo)
     for (size_t i = m->n; i-- > 0;) {
         if (!m->v[i].from || !m->v[i].to) {
             log_error("datasets: out of memory tracking a rename");
+        } else if (m->v[i].be) {
+            int rc = 0;
+            if (undo && m->v[i].dataset)
+                rc = m->v[i].be->snapshot_rename(m->v[i].pool, m->v[i].dataset, m->v[i].to,
+                                                 m->v[i].from);
+            else if (undo)
+                rc = m->v[i].be->volume_rename(m->v[i].pool, m->v[i].to, m->v[i].from);
+            if (rc < 0)
+                log_error("datasets: cannot undo the rename of %s to %s: %s", m->v[i].from,
+                          m->v[i].to, strerror(-rc));
         } else if (undo) {
             int rc = poolfs_rename(m->v[i].to, m->v[i].from, 0);
             if (rc < 0)
@@ -128,6 +174,7 @@ static void moves_end(struct moves *m, bool undo)
         }
         free(m->v[i].from);
         free(m->v[i].to);
+        free(m->v[i].dataset);
     }
     free(m->v);
     m->v = NULL;
@@ -304,7 +351,29 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
     if (rc == 0)
         rc = ds_rename_hooks_update(old_name, new_name, true);
     /* files last, still inside the transaction: undone if it fails */
-    if (rc == 0 && !row.memory) {
+    if (rc == 0 && ds_backend_of(&pool)->volume_rename) {
+        /* Backends that keep volumes by name (RBD: "a%b%vol"): rename the
+         * image of every volume now under new_name; snapshots go with
+         * their image. */
+        sqlite3_stmt *vs;
+
+        rc = db_stmt("SELECT name FROM datasets WHERE (name = ?1 OR"
+                     " substr(name, 1, length(?1) + 1) = ?1 || '/') AND type = 'VOLUME'"
+                     " AND backend <> 'memory'",
+                     &vs);
+        if (rc == 0) {
+            sqlite3_bind_text(vs, 1, new_name, -1, SQLITE_STATIC);
+            while (rc == 0 && sqlite3_step(vs) == SQLITE_ROW) {
+                const char *nv = (const char *)sqlite3_column_text(vs, 0);
+                char ov[DS_NAME_BUF * 2];
+
+                snprintf(ov, sizeof(ov), "%s%s", old_name, nv + strlen(new_name));
+                snprintf(to, sizeof(to), "%s", nv);
+                rc = moves_backend(&moves, &pool, NULL, ov, nv);
+            }
+            db_stmt_done(vs);
+        }
+    } else if (rc == 0 && !row.memory) {
         rc = ds_path(&pool, old_name, NULL, from, sizeof(from));
         if (rc == 0)
             rc = ds_path(&pool, new_name, NULL, to, sizeof(to));
@@ -486,6 +555,10 @@ static int rename_snapshot(struct api_call *call, const char *old_full, const ch
         snprintf(nn, sizeof(nn), "%s@%s", list[i].dataset, newsnap);
         if (rc == 0)
             rc = ds_rename_hooks_update(o, nn, false);
+        if (rc == 0 && ds_backend_of(&pool)->snapshot_rename) {
+            rc = moves_backend(&moves, &pool, list[i].dataset, oldsnap, newsnap);
+            continue;
+        }
         if (rc == 0)
             rc = ds_path(&pool, list[i].dataset, oldsnap, from, sizeof(from));
         if (rc == 0)

@@ -13,6 +13,7 @@
 
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsbackend.h"
 #include "config/dsprops.h"
 #include "config/dsquery.h"
 #include "core/log.h"
@@ -24,43 +25,6 @@
     " IFNULL((SELECT od.name || '@' || os.name FROM snapshots os"                                  \
     "   JOIN datasets od ON od.id = os.dataset_id WHERE os.id = d.origin_id), '')"                 \
     " FROM datasets d JOIN pools p ON p.id = d.pool_id"
-
-static uint64_t file_used(const char *path)
-{
-    struct stat st;
-
-    if (poolfs_stat(path, &st) < 0)
-        return 0;
-    return (uint64_t)st.st_blocks * 512;
-}
-
-static uint64_t pool_avail(const char *path)
-{
-    struct statvfs sv;
-
-    if (statvfs(path, &sv) < 0)
-        return 0;
-    return (uint64_t)sv.f_bavail * sv.f_frsize;
-}
-
-/* Space used by the snapshot files of a volume. */
-static uint64_t snapshots_used(const struct ds_pool *pool, const char *dataset, int64_t id)
-{
-    sqlite3_stmt *st;
-    uint64_t used = 0;
-    char path[PATH_MAX];
-
-    if (db_stmt("SELECT name FROM snapshots WHERE dataset_id = ?", &st) < 0)
-        return 0;
-    sqlite3_bind_int64(st, 1, id);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        if (ds_path(pool, dataset, (const char *)sqlite3_column_text(st, 0), path, sizeof(path)) ==
-            0)
-            used += file_used(path);
-    }
-    db_stmt_done(st);
-    return used;
-}
 
 static json_t *prop_str(const char *parsed, const char *raw, const char *value, const char *src)
 {
@@ -127,6 +91,7 @@ static json_t *row_build(sqlite3_stmt *st, uint64_t *used_out)
 {
     struct ds_row r;
     struct ds_pool pool;
+    const struct ds_backend *be;
     char path[PATH_MAX], vbs[16], vbsraw[16];
     const char *origin;
     int64_t snapcount;
@@ -155,9 +120,10 @@ static json_t *row_build(sqlite3_stmt *st, uint64_t *used_out)
     snprintf(pool.path, sizeof(pool.path), "%s", (const char *)sqlite3_column_text(st, 15));
     snapcount = sqlite3_column_int64(st, 16);
     origin = (const char *)sqlite3_column_text(st, 17);
-    if (ds_path(&pool, r.name, NULL, path, sizeof(path)) < 0)
+    be = ds_backend_of(&pool);
+    if (be->locator(&pool, r.name, NULL, path, sizeof(path)) < 0)
         path[0] = '\0';
-    avail = pool_avail(pool.path);
+    avail = be->available(&pool);
 
     row =
         json_pack("{s:s, s:s, s:s, s:s, s:b, s:n, s:b, s:b, s:[], s:{}, s:I}", "id", r.name, "name",
@@ -180,8 +146,11 @@ static json_t *row_build(sqlite3_stmt *st, uint64_t *used_out)
 
     if (r.type == DS_VOLUME) {
         if (!r.memory) {
-            used = file_used(path);
-            snapused = snapshots_used(&pool, r.name, r.id);
+            struct volume *v = ds_cache_peek(r.name);
+
+            be->volume_usage(&pool, r.name, r.id, v, &used, &snapused);
+            if (v)
+                volume_unref(v);
         }
         json_object_set_new(row, "mountpoint", json_null());
         json_object_set_new(row, "volsize", ds_prop_size(r.volsize, "LOCAL"));
@@ -193,7 +162,7 @@ static json_t *row_build(sqlite3_stmt *st, uint64_t *used_out)
         json_object_set_new(row, "sparse", json_boolean(r.sparse));
         json_object_set_new(row, "refreservation",
                             ds_prop_size(r.sparse ? 0 : r.volsize, r.sparse ? "DEFAULT" : "LOCAL"));
-        json_object_set_new(row, "backend", json_string(r.memory ? "memory" : "file"));
+        json_object_set_new(row, "backend", json_string(r.memory ? "memory" : be->name));
         json_object_set_new(row, "latency_us", json_integer(r.latency_us));
     } else {
         json_object_set_new(row, "mountpoint", json_string(path));

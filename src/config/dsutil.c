@@ -8,7 +8,9 @@
 
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsbackend.h"
 #include "config/dsprops.h"
+#include "config/dsrbd.h"
 #include "core/log.h"
 
 char ds_state_dir[PATH_MAX];
@@ -18,6 +20,7 @@ static pthread_mutex_t ds_ops_mutex = PTHREAD_MUTEX_INITIALIZER;
 void ds_ops_lock(void)
 {
     pthread_mutex_lock(&ds_ops_mutex);
+    ds_backend_why[0] = '\0'; /* a reason left by an earlier operation */
 }
 
 void ds_ops_unlock(void)
@@ -80,7 +83,17 @@ const char ds_schema_sql[] =
     " SELECT d.id, 'readonly', CASE d.readonly WHEN 0 THEN 'off' ELSE 'on' END FROM datasets d"
     " WHERE (SELECT COUNT(*) FROM ds_migrations WHERE name = 'local_sync_readonly') = 0"
     " AND d.readonly <> IFNULL((SELECT p.readonly FROM datasets p WHERE " DS_PARENT_SQL "), 0);"
-    "INSERT OR IGNORE INTO ds_migrations (name) VALUES ('local_sync_readonly');";
+    "INSERT OR IGNORE INTO ds_migrations (name) VALUES ('local_sync_readonly');"
+    /* RBD pools (added after the first release: a table of its own, so
+     * databases from before gain it on open and their pools stay file
+     * pools). pools.path of an RBD pool is "rbd:POOL[/NAMESPACE]". */
+    "CREATE TABLE IF NOT EXISTS pool_rbd ("
+    " pool_id INTEGER PRIMARY KEY REFERENCES pools(id) ON DELETE CASCADE,"
+    " rbd_pool TEXT NOT NULL,"
+    " namespace TEXT NOT NULL DEFAULT '',"
+    " conf TEXT NOT NULL DEFAULT '',"
+    " ceph_id TEXT NOT NULL DEFAULT '',"
+    " keyring TEXT NOT NULL DEFAULT '');";
 
 static void copy_text(char *dst, size_t len, const unsigned char *src)
 {
@@ -307,7 +320,7 @@ int ds_path(const struct ds_pool *pool, const char *name, const char *snap, char
 
 int ds_create_ancestors(const struct ds_pool *pool, const char *name)
 {
-    char anc[DS_NAME_BUF], path[PATH_MAX];
+    char anc[DS_NAME_BUF];
     size_t plen = strlen(pool->name);
     const char *p;
     int rc;
@@ -334,14 +347,9 @@ int ds_create_ancestors(const struct ds_pool *pool, const char *name)
         rc = ds_dataset_insert(&row);
         if (rc < 0)
             return rc;
-        rc = ds_path(pool, anc, NULL, path, sizeof(path));
-        if (rc < 0)
+        rc = ds_backend_of(pool)->filesystem_create(pool, anc);
+        if (rc < 0 && rc != -EEXIST)
             return rc;
-        rc = poolfs_mkdir(path, 0755);
-        if (rc < 0 && rc != -EEXIST) {
-            log_error("datasets: mkdir %s: %s", path, strerror(-rc));
-            return rc;
-        }
     }
     return 0;
 }
@@ -404,6 +412,12 @@ int ds_api_errno(struct api_call *call, int err, const char *what, const char *n
 {
     if (err < 0)
         err = -err;
+    if (ds_backend_why[0]) {
+        /* the backend said why (an RBD pool UNAVAIL, sparse: false, …) */
+        int rc = api_error(call, err, "%s %s: %s", what, name, ds_backend_why);
+        ds_backend_why[0] = '\0';
+        return rc;
+    }
     return api_error(call, err, "%s %s: %s", what, name, strerror(err));
 }
 

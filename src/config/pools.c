@@ -10,6 +10,8 @@
 #include "api/validate.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsbackend.h"
+#include "config/dsrbd.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "store/copy.h"
@@ -39,11 +41,43 @@ static json_t *pool_row_build(int64_t id, const char *name, const char *path, in
                      "is_upgraded", true, "scan", "created", (json_int_t)created);
 }
 
+/* An RBD pool's row: its state as the connector last saw it (never a
+ * call to the cluster here), and its Ceph settings under "rbd". Locked by
+ * caller. */
+static json_t *pool_row_rbd(int64_t id, const char *name, const char *path, int64_t created)
+{
+    struct ds_rbd_spec spec;
+    char guid[32], why[256];
+    uint64_t size, avail;
+    bool online;
+    json_t *row;
+
+    memset(&spec, 0, sizeof(spec));
+    ds_rbd_spec_get(id, &spec);
+    ds_rbd_status(id, &online, why, sizeof(why), &size, &avail);
+    snprintf(guid, sizeof(guid), "%lld", (long long)id);
+    row = json_pack("{s:I, s:s, s:s, s:s, s:s, s:b, s:b, s:s, s:s, s:I, s:I, s:I, s:I, s:s, "
+                    "s:b, s:n, s:I, s:b, s:{s:s, s:s, s:s, s:s, s:s}}",
+                    "id", (json_int_t)id, "name", name, "guid", guid, "path", path, "status",
+                    online ? "ONLINE" : "UNAVAIL", "healthy", online, "warning", false,
+                    "status_code", online ? "" : "RBD_CLUSTER_UNAVAILABLE", "status_detail", why,
+                    "size", (json_int_t)size, "allocated", (json_int_t)(size - avail), "free",
+                    (json_int_t)avail, "freeing", (json_int_t)0, "fragmentation", "0",
+                    "is_upgraded", true, "scan", "created", (json_int_t)created, "snapshot_o1",
+                    true, "rbd", "pool", spec.pool, "namespace", spec.ns, "conf", spec.conf, "id",
+                    spec.id, "keyring", spec.keyring);
+    if (row && online)
+        json_object_set_new(row, "status_detail", json_null());
+    return row;
+}
+
 /* The row plus snapshot_o1: O(1) snapshots and clones need reflink
  * (probed once per filesystem); without it they copy (store/snapshot.h).
  * null: cannot tell. */
 static json_t *pool_row_full(int64_t id, const char *name, const char *path, int64_t created)
 {
+    if (strncmp(path, "rbd:", 4) == 0)
+        return pool_row_rbd(id, name, path, created);
     json_t *row = pool_row_build(id, name, path, created);
     struct stat st;
     int o1 = stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? store_reflink_probe(path) : -ENOENT;
@@ -83,7 +117,8 @@ json_t *ds_pool_row(const char *name)
 
 /* Insert the pool and its root dataset (a FILESYSTEM named like the pool).
  * Locked by caller (ds_ops_lock). 0 or -errno; EEXIST for a duplicate. */
-static int pool_insert(const char *name, const char *path)
+static int pool_insert(const char *name, const char *path, const struct ds_rbd_spec *rbd,
+                       int64_t *id_out)
 {
     struct ds_row root;
     sqlite3_stmt *st;
@@ -108,8 +143,11 @@ static int pool_insert(const char *name, const char *path)
         root.pool_id = sqlite3_last_insert_rowid(db_handle());
         root.type = DS_FILESYSTEM;
         root.sparse = true;
+        *id_out = root.pool_id;
         rc = ds_dataset_insert(&root);
     }
+    if (rc == 0 && rbd)
+        rc = ds_rbd_spec_insert(root.pool_id, rbd);
     if (rc == 0)
         rc = db_commit();
     else
@@ -190,7 +228,8 @@ static int pool_create(const char *name, const char *path_in, char *resolved, si
         snprintf(why, whylen, "cannot open pool directory %s: %s", resolved, strerror(-rc));
         return rc == -EEXIST ? -EINVAL : rc;
     }
-    rc = pool_insert(name, resolved);
+    int64_t id;
+    rc = pool_insert(name, resolved, NULL, &id);
     if (rc < 0)
         poolfs_root_remove(resolved);
     if (rc == -EEXIST)
@@ -217,6 +256,9 @@ static void pools_register_all(void)
     while (sqlite3_step(st) == SQLITE_ROW) {
         const char *n = (const char *)sqlite3_column_text(st, 0);
         const char *p = (const char *)sqlite3_column_text(st, 1);
+
+        if (strncmp(p, "rbd:", 4) == 0)
+            continue; /* no directory: ds_rbd_start connects it */
         int rc = poolfs_root_check(p, ds_state_dir, why, sizeof(why));
 
         if (rc == -ENOENT || (rc == 0 && access(p, F_OK) < 0)) {
@@ -248,6 +290,7 @@ int datasets_ensure_default_pool(const char *name)
 
     ds_ops_lock();
     pools_register_all();
+    ds_rbd_start();
     db_lock();
     rc = ds_pool_get(name, &p);
     db_unlock();
@@ -264,6 +307,34 @@ int datasets_ensure_default_pool(const char *name)
     return rc;
 }
 
+static const struct api_field pool_rbd_fields[] = {
+    {.name = "pool",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = DS_RBD_NAME_MAX - 1},
+    {.name = "namespace",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 0,
+     .max = DS_RBD_NAME_MAX - 1},
+    {.name = "conf",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 0,
+     .max = PATH_MAX - 1},
+    {.name = "id",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 0,
+     .max = DS_RBD_NAME_MAX - 1},
+    {.name = "keyring",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 0,
+     .max = PATH_MAX - 1},
+};
+
 static const struct api_field pool_create_fields[] = {
     {.name = "name", .type = API_T_STRING, .flags = API_REQUIRED},
     {.name = "path",
@@ -271,14 +342,86 @@ static const struct api_field pool_create_fields[] = {
      .flags = API_NULLABLE | API_RANGE,
      .min = 1,
      .max = PATH_MAX - 1},
+    /* blockd extension: a pool on a Ceph RBD pool instead of a directory */
+    {.name = "rbd",
+     .type = API_T_OBJECT,
+     .flags = API_NULLABLE,
+     .fields = pool_rbd_fields,
+     .nfields = ARRAY_SIZE(pool_rbd_fields)},
 };
+
+/* A Ceph name or file path from the rbd object: no NUL, no control
+ * characters; names also no '/' or '@'. */
+static void rbd_str(struct api_call *call, json_t *rbd, const char *key, bool path, char *dst,
+                    size_t len)
+{
+    json_t *v = json_object_get(rbd, key);
+    const char *s = json_string_value(v);
+    char field[64];
+
+    dst[0] = '\0';
+    if (!s)
+        return;
+    snprintf(field, sizeof(field), "pool.create.rbd.%s", key);
+    if (strlen(s) != json_string_length(v)) {
+        api_verr(call, field, EINVAL, "contains a NUL byte");
+        return;
+    }
+    for (const char *c = s; *c; c++) {
+        if ((unsigned char)*c < 0x20 || (!path && (*c == '/' || *c == '@'))) {
+            api_verr(call, field, EINVAL, "invalid character in %s", path ? "path" : "name");
+            return;
+        }
+    }
+    if (path && s[0] && s[0] != '/') {
+        api_verr(call, field, EINVAL, "must be an absolute path");
+        return;
+    }
+    snprintf(dst, len, "%s", s);
+}
+
+/* pool.create with rbd: connect (bounded), check, record. */
+static int pool_create_rbd(struct api_call *call, const char *name, const struct ds_rbd_spec *spec,
+                           json_t **result)
+{
+    struct rbd_cluster *c = NULL;
+    char path[DS_RBD_NAME_MAX * 2 + 8], why[512];
+    int64_t id = 0;
+    int rc;
+
+    snprintf(path, sizeof(path), "rbd:%s%s%s", spec->pool, spec->ns[0] ? "/" : "", spec->ns);
+    rc = ds_rbd_probe(spec, &c, why, sizeof(why));
+    if (rc < 0) {
+        log_warn("datasets: pool %s on %s: %s (peer %s)", name, path, why, api_call_peer(call));
+        return api_error(call, -rc, "cannot create pool %s: %s", name, why);
+    }
+    rc = pool_insert(name, path, spec, &id);
+    if (rc < 0) {
+        rbd_cluster_put(c);
+        if (rc == -EEXIST) {
+            api_verr(call, "pool.create.rbd.pool", EEXIST,
+                     "a pool named %s or using %s already exists", name, path);
+            return api_invalid(call);
+        }
+        return api_error(call, -rc, "cannot record pool %s: %s", name, strerror(-rc));
+    }
+    /* before handing c over: the connector may drop it at any time after */
+    log_info("datasets: created pool %s on %s (%s; peer %s)", name, path, rbd_cluster_describe(c),
+             api_call_peer(call));
+    ds_rbd_pool_add(id, name, spec, c);
+    db_lock();
+    *result = ds_pool_row(name);
+    db_unlock();
+    return *result ? 0 : api_error(call, EIO, "pool %s vanished", name);
+}
 
 static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
 {
     char resolved[PATH_MAX], why[PATH_MAX + 128];
-    json_t *data, *jpath;
+    json_t *data, *jpath, *jrbd;
     const char *name, *path = NULL;
     struct ds_pool existing;
+    struct ds_rbd_spec spec;
     int rc;
 
     if (api_check_arity(call, params, 1) < 0)
@@ -302,6 +445,18 @@ static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
         else if (strlen(path) != json_string_length(jpath))
             api_verr(call, "pool.create.path", EINVAL, "path contains a NUL byte");
     }
+    jrbd = json_object_get(data, "rbd");
+    if (json_is_object(jrbd)) {
+        memset(&spec, 0, sizeof(spec));
+        rbd_str(call, jrbd, "pool", false, spec.pool, sizeof(spec.pool));
+        rbd_str(call, jrbd, "namespace", false, spec.ns, sizeof(spec.ns));
+        rbd_str(call, jrbd, "conf", true, spec.conf, sizeof(spec.conf));
+        rbd_str(call, jrbd, "id", false, spec.id, sizeof(spec.id));
+        rbd_str(call, jrbd, "keyring", true, spec.keyring, sizeof(spec.keyring));
+        if (path)
+            api_verr(call, "pool.create.path", EINVAL,
+                     "a pool has either a directory (path) or an RBD pool (rbd), not both");
+    }
     if (api_has_verrs(call))
         return api_invalid(call);
 
@@ -313,6 +468,11 @@ static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
         ds_ops_unlock();
         api_verr(call, "pool.create.name", EEXIST, "pool %s already exists", name);
         return api_invalid(call);
+    }
+    if (json_is_object(jrbd)) {
+        rc = pool_create_rbd(call, name, &spec, result);
+        ds_ops_unlock();
+        return rc;
     }
     rc = pool_create(name, path, resolved, sizeof(resolved), why, sizeof(why));
     ds_ops_unlock();
@@ -370,8 +530,9 @@ static int m_pool_get_instance(struct api_call *call, json_t *params, json_t **r
 
 const struct api_method ds_pool_methods[] = {
     {"pool.get_instance", "[id]", "One pool by its numeric id", m_pool_get_instance, 0},
-    {"pool.create", "{name, path?}",
-     "Create a pool: a directory (default STATE/pools/NAME) holding datasets", m_pool_create, 0},
+    {"pool.create", "{name, path? | rbd?: {pool, namespace?, conf?, id?, keyring?}}",
+     "Create a pool: a directory (default STATE/pools/NAME) or a Ceph RBD pool holding datasets",
+     m_pool_create, 0},
     {"pool.query", "[filters, options]", "List pools with their space usage", m_pool_query, 0},
 };
 const size_t ds_pool_method_count = ARRAY_SIZE(ds_pool_methods);

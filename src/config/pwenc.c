@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/util.h"
 
 #define KEY_LEN 32
 #define NONCE_LEN 12
@@ -178,15 +179,6 @@ int pwenc_seal(const char *plain, char *out, size_t len)
     return 0;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
 int pwenc_open(const char *stored, char *out, size_t len)
 {
     if (!pwenc_is_sealed(stored)) {
@@ -201,12 +193,8 @@ int pwenc_open(const char *stored, char *out, size_t len)
     uint8_t buf[NONCE_LEN + PWENC_PLAIN_MAX + TAG_LEN];
     if (hl % 2 || hl / 2 <= NONCE_LEN + TAG_LEN || hl / 2 > sizeof(buf))
         return -EBADMSG;
-    for (size_t i = 0; i < hl / 2; i++) {
-        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -EBADMSG;
-        buf[i] = (uint8_t)(hi << 4 | lo);
-    }
+    if (hex_decode(hex, hl, buf, sizeof(buf)) < 0)
+        return -EBADMSG;
     size_t n = hl / 2;
     if (len < n - NONCE_LEN - TAG_LEN + 1)
         return -E2BIG;

@@ -22,6 +22,8 @@
 #include "api/validate.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsbackend.h"
+#include "config/dsrbd.h"
 #include "config/dsquery.h"
 #include "core/log.h"
 #include "core/util.h"
@@ -99,16 +101,20 @@ static const struct api_field rollback_fields[] = {
  * every 0.5 s once the copy has taken over a second (blockctl's progress
  * bar reads these).
  */
-enum copy_kind { COPY_CLONE, COPY_ROLLBACK, COPY_SNAPSHOT };
+enum copy_kind { COPY_FILE, COPY_CLONE, COPY_ROLLBACK, COPY_SNAPSHOT, COPY_FLATTEN };
 
 struct copy_work {
     enum copy_kind kind;
-    const char *what; /* "snapshot", "clone", "rollback" */
-    const char *name; /* what is being made or rolled back */
-    const char *src, *dst;
+    const char *what;      /* "snapshot", "clone", "rollback" */
+    const char *name;      /* what is being made or rolled back */
+    const char *src, *dst; /* COPY_FILE: file paths */
+    /* the others, through the pool's backend (dsbackend.h): dataset and
+     * snapshot in pool; COPY_CLONE: into dst_name in dst_pool */
+    const struct ds_pool *pool, *dst_pool;
+    const char *dataset, *snap, *dst_name;
     struct volume *vol; /* COPY_ROLLBACK: the open volume or NULL; COPY_SNAPSHOT: the volume */
     bool reflinked;
-    struct store_snapshot_stats snap; /* COPY_SNAPSHOT */
+    struct store_snapshot_stats snap_stats; /* COPY_SNAPSHOT */
     /* progress */
     struct job *job;
     struct api_client *client;
@@ -158,18 +164,29 @@ static int copy_job(struct job *job, void *arg, json_t **result)
     struct copy_work *w = arg;
     int rc;
 
+    const struct ds_backend *be = w->pool ? ds_backend_of(w->pool) : NULL;
+
     w->job = job;
-    if (w->kind == COPY_CLONE)
+    ds_backend_why[0] = '\0'; /* this thread's: jobs may run on their own */
+    if (w->kind == COPY_FILE)
         rc = store_clone_file(w->src, w->dst, copy_progress, w, &w->reflinked);
+    else if (w->kind == COPY_CLONE)
+        rc = be->clone(w->pool, w->dataset, w->snap, w->dst_pool, w->dst_name, copy_progress, w,
+                       &w->reflinked);
     else if (w->kind == COPY_SNAPSHOT) {
         /* This thread parks the volume's writes for the instant of the
          * snapshot: at SCHED_IDLE on a busy machine it could wait long for
          * the CPU with the writes parked (a hold of 110 ms was seen). */
         api_thread_boost();
-        rc = store_snapshot_volume(w->vol, w->src, w->dst, 0, 0, copy_progress, w, &w->snap);
+        rc = be->snapshot_create(w->pool, w->dataset, w->snap, w->vol, copy_progress, w,
+                                 &w->snap_stats);
         api_thread_unboost();
-    } else
-        rc = store_rollback_volume(w->vol, w->dst, w->src, 0, copy_progress, w, &w->reflinked);
+    } else if (w->kind == COPY_FLATTEN)
+        rc = be->flatten(w->pool, w->dataset, copy_progress, w);
+    else
+        rc = be->rollback(w->pool, w->dataset, w->snap, w->vol, copy_progress, w, &w->reflinked);
+    if (rc < 0 && ds_backend_why[0])
+        return jobs_fail(job, rc, "%s %s: %s", w->what, w->name, ds_backend_why);
     if (rc < 0)
         return jobs_fail(job, rc, "%s %s: %s", w->what, w->name, strerror(-rc));
     *result = NULL;
@@ -193,10 +210,19 @@ static int copy_run(struct api_call *call, json_t *params, struct copy_work *w)
     return rc;
 }
 
+int ds_flatten_job(struct api_call *call, json_t *params, const struct ds_pool *pool,
+                   const char *name)
+{
+    struct copy_work w = {
+        .kind = COPY_FLATTEN, .what = "promote", .name = name, .pool = pool, .dataset = name};
+
+    return copy_run(call, params, &w);
+}
+
 int ds_copy_file_job(struct api_call *call, json_t *params, const char *what, const char *name,
                      const char *src, const char *dst, bool *reflinked)
 {
-    struct copy_work w = {.kind = COPY_CLONE, .what = what, .name = name, .src = src, .dst = dst};
+    struct copy_work w = {.kind = COPY_FILE, .what = what, .name = name, .src = src, .dst = dst};
     int rc = copy_run(call, params, &w);
 
     if (reflinked)
@@ -234,12 +260,12 @@ static json_t *snapshot_rows_where(const char *where, json_t *binds)
     json_t *rows = json_array();
     sqlite3_stmt *st;
     struct ds_pool pool;
-    char path[PATH_MAX], full[DS_NAME_BUF * 2], raw[32], value[64];
+    char full[DS_NAME_BUF * 2], raw[32], value[64];
 
     if (!rows ||
         ds_select_where("SELECT s.id, d.name, s.name, s.volsize, s.created, p.name, p.path, "
                         "d.volblocksize, (SELECT group_concat(c.name, ',') FROM datasets c WHERE "
-                        "c.origin_id = s.id) FROM snapshots s JOIN datasets d ON d.id = "
+                        "c.origin_id = s.id), p.id FROM snapshots s JOIN datasets d ON d.id = "
                         "s.dataset_id JOIN pools p ON p.id = d.pool_id",
                         where, "ORDER BY d.name, s.id", binds, &st) < 0) {
         json_decref(rows);
@@ -253,7 +279,6 @@ static json_t *snapshot_rows_where(const char *where, json_t *binds)
         int64_t created = sqlite3_column_int64(st, 4);
         const char *clones = (const char *)sqlite3_column_text(st, 8);
         uint64_t used = 0;
-        struct stat sb;
         time_t t = (time_t)(created / 1000);
         struct tm tm;
         json_t *props, *row;
@@ -261,9 +286,9 @@ static json_t *snapshot_rows_where(const char *where, json_t *binds)
         memset(&pool, 0, sizeof(pool));
         snprintf(pool.name, sizeof(pool.name), "%s", (const char *)sqlite3_column_text(st, 5));
         snprintf(pool.path, sizeof(pool.path), "%s", (const char *)sqlite3_column_text(st, 6));
+        pool.id = sqlite3_column_int64(st, 9);
         snprintf(full, sizeof(full), "%s@%s", ds, sn);
-        if (ds_path(&pool, ds, sn, path, sizeof(path)) == 0 && poolfs_stat(path, &sb) == 0)
-            used = (uint64_t)sb.st_blocks * 512;
+        used = ds_backend_of(&pool)->snapshot_usage(&pool, ds, sn);
         snprintf(raw, sizeof(raw), "%lld", (long long)(created / 1000));
         gmtime_r(&t, &tm);
         strftime(value, sizeof(value), "%a %b %e %H:%M %Y", &tm);
@@ -417,7 +442,7 @@ static int volume_lookup(struct api_call *call, const char *field, const char *n
 static int m_snapshot_create(struct api_call *call, json_t *params, json_t **result)
 {
     json_t *data, *jds;
-    char dataset[DS_NAME_BUF], why[256], vol_path[PATH_MAX], snap_path[PATH_MAX];
+    char dataset[DS_NAME_BUF], why[256];
     char full[DS_NAME_BUF * 2];
     double held_ms;
     const char *snap, *name;
@@ -472,9 +497,6 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
                  snap);
         rc = api_invalid(call);
     }
-    if (rc == 0 && (ds_path(&pool, dataset, NULL, vol_path, sizeof(vol_path)) < 0 ||
-                    ds_path(&pool, dataset, snap, snap_path, sizeof(snap_path)) < 0))
-        rc = api_error(call, ENAMETOOLONG, "path of %s@%s is too long", dataset, snap);
     db_unlock();
     if (rc < 0) {
         ds_ops_unlock();
@@ -500,8 +522,9 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
     work = (struct copy_work){.kind = COPY_SNAPSHOT,
                               .what = "snapshot",
                               .name = full,
-                              .src = vol_path,
-                              .dst = snap_path,
+                              .pool = &pool,
+                              .dataset = dataset,
+                              .snap = snap,
                               .vol = v};
     rc = copy_run(call, params, &work);
     volume_unref(v);
@@ -509,8 +532,8 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
         ds_ops_unlock();
         return -1;
     }
-    reflinked = work.snap.reflinked;
-    held_ms = (double)work.snap.held_ns / 1e6;
+    reflinked = work.snap_stats.reflinked;
+    held_ms = (double)work.snap_stats.held_ns / 1e6;
 
     db_lock();
     rc = db_begin();
@@ -531,24 +554,28 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
             db_rollback();
     }
     if (rc < 0)
-        poolfs_unlink(snap_path);
+        ds_backend_of(&pool)->snapshot_remove(&pool, dataset, snap);
     else
         *result = ds_snapshot_row(dataset, snap);
     db_unlock();
     ds_ops_unlock();
     if (rc < 0)
         return ds_api_errno(call, rc, "cannot record snapshot of", dataset);
-    if (reflinked)
+    if (ds_pool_is_rbd(&pool))
+        /* librbd holds the image's writes for part of this time */
+        log_info("datasets: snapshot %s@%s created (RBD snapshot in %.1f ms; peer %s)", dataset,
+                 snap, held_ms, api_call_peer(call));
+    else if (reflinked)
         log_info("datasets: snapshot %s@%s created (reflink; writes held %.1f ms; peer %s)",
                  dataset, snap, held_ms, api_call_peer(call));
     else
         log_info("datasets: snapshot %s@%s created (copy-before-write: %llu chunks copied by "
                  "writes, %llu by the copier; writes held %.1f ms; %llu writes waited for the "
                  "copier's queue, longest %.1f ms; peer %s)",
-                 dataset, snap, (unsigned long long)work.snap.chunks_by_writes,
-                 (unsigned long long)work.snap.chunks_by_copier, held_ms,
-                 (unsigned long long)work.snap.queue_waits,
-                 (double)work.snap.queue_wait_max_ns / 1e6, api_call_peer(call));
+                 dataset, snap, (unsigned long long)work.snap_stats.chunks_by_writes,
+                 (unsigned long long)work.snap_stats.chunks_by_copier, held_ms,
+                 (unsigned long long)work.snap_stats.queue_waits,
+                 (double)work.snap_stats.queue_wait_max_ns / 1e6, api_call_peer(call));
     return *result ? 0 : api_error(call, EIO, "snapshot %s@%s vanished", dataset, snap);
 }
 
@@ -585,10 +612,10 @@ static int snapshot_opts_param(struct api_call *call, json_t *params, const char
     return 0;
 }
 
-/* params[0] as "pool/vol@snap" → existing snapshot, its file and its full
- * name ("pool/vol@snap"). API error on failure. */
+/* params[0] as "pool/vol@snap" → existing snapshot, its pool and its
+ * full name ("pool/vol@snap"). API error on failure. */
 static int snapshot_id_param(struct api_call *call, json_t *params, const char *method,
-                             struct ds_snap *snap, struct ds_pool *pool, char *path, size_t plen,
+                             struct ds_snap *snap, struct ds_pool *pool,
                              char full[static DS_NAME_BUF * 2])
 {
     json_t *jid = api_param(params, 0);
@@ -614,8 +641,6 @@ static int snapshot_id_param(struct api_call *call, json_t *params, const char *
         return ds_api_errno(call, rc, "cannot read snapshot", json_string_value(jid));
     ds_pool_of(dataset, poolname, sizeof(poolname));
     rc = ds_pool_get(poolname, pool);
-    if (rc == 0)
-        rc = ds_path(pool, dataset, sn, path, plen);
     if (rc < 0)
         return ds_api_errno(call, rc, "cannot locate snapshot", json_string_value(jid));
     snprintf(full, DS_NAME_BUF * 2, "%s@%s", snap->dataset, snap->name);
@@ -627,7 +652,7 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
     json_t *opts;
     struct ds_snap snap;
     struct ds_pool pool;
-    char path[PATH_MAX], full[DS_NAME_BUF * 2], why[512];
+    char full[DS_NAME_BUF * 2], why[512];
     sqlite3_stmt *st;
     int rc;
 
@@ -640,8 +665,7 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
 
     ds_ops_lock();
     db_lock();
-    rc = snapshot_id_param(call, params, "zfs.snapshot.delete", &snap, &pool, path, sizeof(path),
-                           full);
+    rc = snapshot_id_param(call, params, "zfs.snapshot.delete", &snap, &pool, full);
     if (rc < 0)
         goto out;
     rc = db_stmt("SELECT name FROM datasets WHERE origin_id = ? ORDER BY name LIMIT 1", &st);
@@ -681,9 +705,9 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
     }
     db_unlock();
     ds_cache_drop(full, false);
-    rc = poolfs_unlink(path);
+    rc = ds_backend_of(&pool)->snapshot_remove(&pool, snap.dataset, snap.name);
     if (rc < 0 && rc != -ENOENT)
-        log_error("datasets: unlink %s: %s", path, strerror(-rc));
+        log_error("datasets: remove snapshot %s: %s", full, strerror(-rc));
     ds_ops_unlock();
     log_info("datasets: snapshot %s deleted (peer %s)", full, api_call_peer(call));
     ds_notify(DATASETS_DELETED, full, NULL);
@@ -698,8 +722,7 @@ out:
 static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **result)
 {
     json_t *data, *props, *js;
-    char dataset[DS_NAME_BUF], why[256], snap_path[PATH_MAX], dst_path[PATH_MAX];
-    char parent[PATH_MAX], *slash;
+    char dataset[DS_NAME_BUF], why[256];
     const char *snapname, *sn, *dst;
     struct ds_snap snap;
     struct ds_row src, row;
@@ -743,26 +766,24 @@ static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **resu
         rc = api_invalid(call);
         goto fail;
     }
-    rc = ds_path(&pool, dataset, sn, snap_path, sizeof(snap_path));
-    if (rc == 0)
-        rc = ds_path(&dst_pool, dst, NULL, dst_path, sizeof(dst_path));
-    if (rc < 0)
-        goto fail_errno;
+    if (ds_pool_is_rbd(&pool) != ds_pool_is_rbd(&dst_pool)) {
+        rc = api_error(call, EXDEV,
+                       "cannot clone %s into %s: a clone stays in the same kind of pool (%s pool "
+                       "%s, %s pool %s)",
+                       snapname, dst, ds_backend_of(&pool)->name, pool.name,
+                       ds_backend_of(&dst_pool)->name, dst_pool.name);
+        goto fail;
+    }
     db_unlock();
 
-    /* The parent directories must exist for the copy; their dataset rows
-     * are added with the clone's row below. */
-    snprintf(parent, sizeof(parent), "%s", dst_path);
-    slash = strrchr(parent, '/');
-    if (slash)
-        *slash = '\0';
-    rc = ds_mkdir_parents(parent);
-    if (rc < 0) {
-        db_lock();
-        goto fail_errno;
-    }
-    work = (struct copy_work){
-        .kind = COPY_CLONE, .what = "clone", .name = dst, .src = snap_path, .dst = dst_path};
+    work = (struct copy_work){.kind = COPY_CLONE,
+                              .what = "clone",
+                              .name = dst,
+                              .pool = &pool,
+                              .dataset = dataset,
+                              .snap = sn,
+                              .dst_pool = &dst_pool,
+                              .dst_name = dst};
     rc = copy_run(call, params, &work);
     db_lock();
     if (rc < 0)
@@ -796,13 +817,16 @@ static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **resu
             db_rollback();
     }
     if (rc < 0) {
-        poolfs_unlink(dst_path);
+        ds_backend_of(&dst_pool)->dataset_remove(&dst_pool, dst, true);
         goto fail_errno;
     }
     db_unlock();
     ds_ops_unlock();
     log_info("datasets: cloned %s to %s (%s; peer %s)", snapname, dst,
-             reflinked ? "reflink" : "sparse copy", api_call_peer(call));
+             ds_pool_is_rbd(&pool) ? "RBD clone v2"
+             : reflinked           ? "reflink"
+                                   : "sparse copy",
+             api_call_peer(call));
     *result = json_true();
     return 0;
 
@@ -922,7 +946,7 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
     struct ds_row row;
     struct volume *v = NULL;
     struct copy_work work;
-    char snap_path[PATH_MAX], vol_path[PATH_MAX], full[DS_NAME_BUF * 2], why[512];
+    char full[DS_NAME_BUF * 2], why[512];
     bool reflinked = false;
     uint64_t old_size;
     struct ds_snap *newer = NULL;
@@ -936,13 +960,10 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
 
     ds_ops_lock();
     db_lock();
-    rc = snapshot_id_param(call, params, "zfs.snapshot.rollback", &snap, &pool, snap_path,
-                           sizeof(snap_path), full);
+    rc = snapshot_id_param(call, params, "zfs.snapshot.rollback", &snap, &pool, full);
     if (rc < 0)
         goto fail;
     rc = ds_dataset_get_id(snap.dataset_id, &row);
-    if (rc == 0)
-        rc = ds_path(&pool, row.name, NULL, vol_path, sizeof(vol_path));
     if (rc < 0) {
         rc = ds_api_errno(call, rc, "cannot roll back to", full);
         goto fail;
@@ -980,8 +1001,9 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
     work = (struct copy_work){.kind = COPY_ROLLBACK,
                               .what = "rollback",
                               .name = row.name,
-                              .src = snap_path,
-                              .dst = vol_path,
+                              .pool = &pool,
+                              .dataset = row.name,
+                              .snap = snap.name,
                               .vol = v};
     if (copy_run(call, params, &work) < 0) {
         /* rollback_pending stays set: the next start retries it. */
@@ -1007,14 +1029,14 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
     db_unlock();
     if (rc == 0) {
         for (size_t i = 0; i < nnewer; i++) {
-            char p[PATH_MAX], n[DS_NAME_BUF * 2];
+            char n[DS_NAME_BUF * 2];
 
             snprintf(n, sizeof(n), "%s@%s", row.name, newer[i].name);
             ds_cache_drop(n, false);
-            int urc = ds_path(&pool, row.name, newer[i].name, p, sizeof(p));
+            int urc = ds_backend_of(&pool)->snapshot_remove(&pool, row.name, newer[i].name);
 
-            if (urc == 0 && (urc = poolfs_unlink(p)) < 0 && urc != -ENOENT)
-                log_error("datasets: unlink %s: %s", p, strerror(-urc));
+            if (urc < 0 && urc != -ENOENT)
+                log_error("datasets: remove snapshot %s: %s", n, strerror(-urc));
             log_info("datasets: snapshot %s destroyed by the recursive rollback", n);
         }
     }
@@ -1033,7 +1055,10 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
     }
     free(newer);
     log_info("datasets: %s rolled back to %s (%s; peer %s)", row.name, full,
-             reflinked ? "reflink" : "sparse copy", api_call_peer(call));
+             ds_pool_is_rbd(&pool) ? "RBD rollback"
+             : reflinked           ? "reflink"
+                                   : "sparse copy",
+             api_call_peer(call));
     ds_notify(DATASETS_ROLLED_BACK, row.name, v);
     if (old_size != snap.volsize)
         ds_notify(DATASETS_RESIZED, row.name, v);
@@ -1102,7 +1127,8 @@ static void sweep_copy_temps(void)
     if (db_stmt("SELECT name FROM pools", &st) < 0)
         return;
     while (sqlite3_step(st) == SQLITE_ROW) {
-        if (ds_pool_get((const char *)sqlite3_column_text(st, 0), &pool) < 0)
+        if (ds_pool_get((const char *)sqlite3_column_text(st, 0), &pool) < 0 ||
+            ds_pool_is_rbd(&pool))
             continue;
         sweep_pool = &pool;
         nftw(pool.path, sweep_one, 16, FTW_PHYS | FTW_MOUNT);
@@ -1141,8 +1167,16 @@ void ds_rollback_recover(void)
             ds_snapshot_get_id(todo[i].snap_id, &snap) < 0)
             continue;
         ds_pool_of(row.name, poolname, sizeof(poolname));
-        if (ds_pool_get(poolname, &pool) < 0 ||
-            ds_path(&pool, row.name, NULL, vol_path, sizeof(vol_path)) < 0 ||
+        if (ds_pool_get(poolname, &pool) < 0)
+            continue;
+        if (ds_pool_is_rbd(&pool)) {
+            /* Start-up does not wait for a cluster: an RBD rollback is
+             * one librbd call, redone by asking for the rollback again. */
+            log_warn("datasets: the rollback of %s to @%s was interrupted; roll back again",
+                     row.name, snap.name);
+            continue;
+        }
+        if (ds_path(&pool, row.name, NULL, vol_path, sizeof(vol_path)) < 0 ||
             ds_path(&pool, row.name, snap.name, snap_path, sizeof(snap_path)) < 0)
             continue;
         log_warn("datasets: finishing the interrupted rollback of %s to @%s", row.name, snap.name);

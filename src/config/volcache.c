@@ -12,6 +12,8 @@
 
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "config/dsbackend.h"
+#include "config/dsrbd.h"
 #include "core/log.h"
 
 #define DS_MAX_IN_USE 16
@@ -21,6 +23,7 @@ struct cache_entry {
     char *name;
     uint32_t hash;
     struct volume *vol;
+    struct bdev *bdev;         /* the volume's, borrowed; NULL if unknown */
     struct cache_entry *next;  /* every entry (flush, shutdown, drop) */
     struct cache_entry *hnext; /* same bucket */
 };
@@ -89,7 +92,24 @@ struct volume *ds_cache_peek(const char *name)
     return v;
 }
 
-int ds_cache_insert(const char *name, struct volume *v)
+struct volume *ds_cache_peek_bdev(const char *name, struct bdev **b)
+{
+    struct cache_entry *e;
+    struct volume *v = NULL;
+
+    *b = NULL;
+    pthread_mutex_lock(&cache_mutex);
+    e = cache_find_locked(name);
+    if (e) {
+        v = e->vol;
+        *b = e->bdev;
+        volume_ref(v);
+    }
+    pthread_mutex_unlock(&cache_mutex);
+    return v;
+}
+
+static int cache_insert(const char *name, struct volume *v, struct bdev *b)
 {
     struct cache_entry *e = calloc(1, sizeof(*e));
 
@@ -102,6 +122,7 @@ int ds_cache_insert(const char *name, struct volume *v)
     }
     e->hash = name_hash(name);
     e->vol = v;
+    e->bdev = b;
     volume_ref(v);
     pthread_mutex_lock(&cache_mutex);
     e->next = cache_head;
@@ -181,9 +202,14 @@ int ds_cache_rename(const char *old_name, const char *new_name, bool subtree)
     return moved;
 }
 
-static int volume_open_uncached(const char *name, struct volume **out)
+int ds_cache_insert(const char *name, struct volume *v)
 {
-    char dsname[DS_NAME_BUF], poolname[DS_NAME_BUF], path[PATH_MAX];
+    return cache_insert(name, v, NULL);
+}
+
+static int volume_open_uncached(const char *name, struct volume **out, struct bdev **bout)
+{
+    char dsname[DS_NAME_BUF], poolname[DS_NAME_BUF];
     const char *at = strchr(name, '@');
     struct ds_pool pool;
     struct ds_row row;
@@ -210,20 +236,15 @@ static int volume_open_uncached(const char *name, struct volume **out)
         rc = ds_snapshot_get(dsname, at + 1, &snap);
         if (rc < 0)
             return rc;
-        rc = ds_path(&pool, dsname, at + 1, path, sizeof(path));
-        if (rc < 0)
-            return rc;
-        rc = bdev_file_open_in_pool(path, true, &b);
+        rc = ds_backend_of(&pool)->open(&pool, dsname, at + 1, true, &b);
     } else if (row.memory) {
         rc = bdev_memory_open(row.volsize, row.latency_us, &b);
     } else {
-        rc = ds_path(&pool, dsname, NULL, path, sizeof(path));
-        if (rc < 0)
-            return rc;
-        rc = bdev_file_open_in_pool(path, false, &b);
+        rc = ds_backend_of(&pool)->open(&pool, dsname, NULL, false, &b);
         if (rc == 0 && b->size != row.volsize)
-            log_warn("datasets: %s: file is %llu bytes but volsize is %llu", name,
-                     (unsigned long long)b->size, (unsigned long long)row.volsize);
+            log_warn("datasets: %s: %s is %llu bytes but volsize is %llu", name,
+                     ds_backend_of(&pool)->name, (unsigned long long)b->size,
+                     (unsigned long long)row.volsize);
     }
     if (rc < 0) {
         log_error("datasets: cannot open %s: %s", name, strerror(-rc));
@@ -234,12 +255,14 @@ static int volume_open_uncached(const char *name, struct volume **out)
         log_error("datasets: volume %s: %s", name, strerror(-rc));
         bdev_close(b);
     }
+    *bout = rc == 0 ? b : NULL;
     return rc;
 }
 
 int datasets_volume_open(const char *name, struct volume **out)
 {
     struct volume *v;
+    struct bdev *b;
     int rc;
 
     *out = ds_cache_peek(name);
@@ -253,9 +276,9 @@ int datasets_volume_open(const char *name, struct volume **out)
         db_unlock();
         return 0;
     }
-    rc = volume_open_uncached(name, &v);
+    rc = volume_open_uncached(name, &v, &b);
     if (rc == 0) {
-        rc = ds_cache_insert(name, v);
+        rc = cache_insert(name, v, b);
         if (rc == 0)
             *out = v; /* the creation reference goes to the caller */
         else
@@ -427,4 +450,5 @@ void datasets_shutdown(void)
         free(e);
         e = next;
     }
+    ds_rbd_stop(); /* after the volumes: they held cluster references too */
 }

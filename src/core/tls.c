@@ -10,6 +10,7 @@
 
 #include "core/conn.h"
 #include "core/log.h"
+#include "core/util.h"
 
 #define TLS_PSK_MAX_KEY 256
 #define TLS_RECORD_CHUNK 16384
@@ -38,17 +39,6 @@ struct tls_session {
     char identity[128];
 };
 
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 int tls_psk_parse_line(const char *line, size_t len, const char **user, size_t *userlen,
                        unsigned char *key, size_t keymax, size_t *keylen)
 {
@@ -64,12 +54,8 @@ int tls_psk_parse_line(const char *line, size_t len, const char **user, size_t *
     size_t hlen = len - ulen - 1;
     if (hlen == 0 || hlen % 2 != 0 || hlen / 2 > keymax)
         return -EINVAL;
-    for (size_t i = 0; i < hlen / 2; i++) {
-        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -EINVAL;
-        key[i] = (unsigned char)(hi << 4 | lo);
-    }
+    if (hex_decode(hex, hlen, key, keymax) < 0)
+        return -EINVAL;
     *user = line;
     *userlen = ulen;
     *keylen = hlen / 2;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 int parse_size(const char *s, uint64_t *out)
 {
@@ -147,4 +148,61 @@ void format_sockaddr(const struct sockaddr *sa, socklen_t len, char *buf, size_t
     } else {
         snprintf(buf, buflen, "family-%d", sa->sa_family);
     }
+}
+
+int hex_decode(const char *hex, size_t hexlen, uint8_t *out, size_t max)
+{
+    size_t n = 0;
+    for (size_t i = 0; i + 1 < hexlen; i += 2) {
+        int hi = hex_value(hex[i]), lo = hex_value(hex[i + 1]);
+        if (hi < 0 || lo < 0)
+            return -EINVAL;
+        if (n >= max)
+            return -E2BIG;
+        out[n++] = (uint8_t)(hi << 4 | lo);
+    }
+    return hexlen % 2 ? -EINVAL : (int)n;
+}
+
+int send_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = pwrite(fd, p, len, (off_t)off);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        /* A regular file never writes 0 of n > 0 bytes; do not spin if
+         * something else does. */
+        if (n == 0)
+            return -EIO;
+        p += n;
+        len -= (size_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+void cleanup_close(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
 }

@@ -6,12 +6,43 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 #define container_of(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
+
+/*
+ * Scope-bound cleanup (__attribute__((cleanup)), as nbdkit's cleanup.h):
+ * a variable declared with one of these is released when it goes out of
+ * scope, on every return path, so error paths need no free-and-return
+ * chains. Ownership can still leave the scope: set the variable to NULL
+ * (or -1 for a descriptor) after handing it on.
+ *
+ *   CLEANUP_FREE char *buf = malloc(n);
+ *   CLEANUP_CLOSE int fd = open(path, O_RDONLY);
+ *
+ * A module's own release function gets a cleanup with
+ * DEFINE_CLEANUP(type, fn) next to its declaration (called only for a
+ * non-NULL pointer), used as CLEANUP(fn) type *x = ...;
+ */
+static inline void cleanup_free(void *p)
+{
+    free(*(void **)p);
+}
+void cleanup_close(int *fd); /* util.c: close(*fd) when *fd >= 0 */
+#define CLEANUP_FREE __attribute__((cleanup(cleanup_free)))
+#define CLEANUP_CLOSE __attribute__((cleanup(cleanup_close)))
+#define DEFINE_CLEANUP(type, fn)                                                                   \
+    static inline void cleanup_##fn(type **p)                                                      \
+    {                                                                                              \
+        if (*p)                                                                                    \
+            fn(*p);                                                                                \
+    }
+#define CLEANUP(fn) __attribute__((cleanup(cleanup_##fn)))
 
 /* "10G", "512", "4k", "1.5M"? no: integers with optional K/M/G/T/P suffix
  * (binary, case-insensitive, optional trailing "B"/"iB"). 0 or -EINVAL/-ERANGE. */
@@ -23,6 +54,32 @@ void format_size(uint64_t v, char *buf, size_t len);
 int parse_host_port(const char *s, struct sockaddr_storage *out, socklen_t *len);
 /* Printable "addr:port" of a socket address. */
 void format_sockaddr(const struct sockaddr *sa, socklen_t len, char *buf, size_t buflen);
+
+/* The value of one hexadecimal digit (either case), or -1. */
+static inline int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Decode hexlen hex digits (an even count; no prefix) into out, pair by
+ * pair: a pair with a non-hex digit is -EINVAL, a pair past max bytes is
+ * -E2BIG (whichever comes first). Returns the byte count. Pure. */
+int hex_decode(const char *hex, size_t hexlen, uint8_t *out, size_t max);
+
+/* Send all of buf on a socket, retrying on EINTR and short sends, without
+ * SIGPIPE (MSG_NOSIGNAL: a peer that has gone is -EPIPE, not a signal).
+ * Blocking sockets only. 0 or -errno. */
+int send_all(int fd, const void *buf, size_t len);
+
+/* pwrite all of buf at off, retrying on EINTR and short writes. 0 or
+ * -errno (-EIO when the kernel writes nothing). */
+int pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 
 /* Add to a statistics counter that one thread writes and others read:
  * a relaxed load and store, no locked read-modify-write. */

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "core/util.h"
+
 int iscsi_chap_response(uint8_t id, const char *secret, const uint8_t *challenge,
                         size_t challenge_len, uint8_t out[ISCSI_CHAP_DIGEST_LEN])
 {
@@ -25,17 +27,6 @@ int iscsi_chap_response(uint8_t id, const char *secret, const uint8_t *challenge
     if (buf != stackbuf)
         free(buf);
     return rc < 0 ? -EIO : 0;
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 static int b64val(char c)
@@ -66,7 +57,7 @@ int iscsi_chap_decode(const char *s, uint8_t *out, size_t max)
         /* An odd digit count means a leading zero nibble. */
         size_t i = 0;
         if (len % 2) {
-            int v = hexval(p[0]);
+            int v = hex_value(p[0]);
             if (v < 0)
                 return -EINVAL;
             if (n >= max)
@@ -74,15 +65,8 @@ int iscsi_chap_decode(const char *s, uint8_t *out, size_t max)
             out[n++] = (uint8_t)v;
             i = 1;
         }
-        for (; i < len; i += 2) {
-            int hi = hexval(p[i]), lo = hexval(p[i + 1]);
-            if (hi < 0 || lo < 0)
-                return -EINVAL;
-            if (n >= max)
-                return -E2BIG;
-            out[n++] = (uint8_t)(hi << 4 | lo);
-        }
-        return (int)n;
+        int rc = hex_decode(p + i, len - i, out + n, max - n);
+        return rc < 0 ? rc : (int)n + rc;
     }
     uint32_t acc = 0;
     int bits = 0;

@@ -445,18 +445,9 @@ static int task_send_r2ts(struct iscsi_conn *ic, struct iscsi_task *t)
 
 static struct scsi_lu *session_lookup_lu(struct iscsi_session *s, uint64_t lun)
 {
-    if (!s->view)
+    const struct iscsi_target_view *v = iscsi_session_view(s);
+    if (!v)
         return NULL;
-    uint64_t gen = iscsi_runtime_generation();
-    if (gen != s->view_gen) {
-        struct iscsi_target_view *v = iscsi_runtime_find_target(s->info.target);
-        s->view_gen = gen;
-        if (v) {
-            iscsi_target_view_unref(s->view);
-            s->view = v;
-        }
-    }
-    const struct iscsi_target_view *v = s->view;
     size_t lo = 0, hi = v->n_luns;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;

@@ -14,6 +14,7 @@
 #include "core/admit.h"
 #include "core/conn.h"
 #include "core/reactor.h"
+#include "core/registry.h"
 #include "iscsi/iscsi_chap.h"
 #include "iscsi/iscsi_pdu.h"
 #include "iscsi/iscsi_runtime.h"
@@ -74,7 +75,7 @@ struct iscsi_task {
 };
 
 struct iscsi_session {
-    struct iscsi_session *reg_next, *reg_prev; /* registry list (mutex) */
+    struct registry_entry reg; /* in the session registry (iscsi_session.c) */
     struct iscsi_conn *ic;
     struct iscsi_session_info info; /* registry copy, fixed after login */
     struct iscsi_target_view *view; /* NULL for discovery */
@@ -216,6 +217,11 @@ uint16_t iscsi_session_new_tsih(void);
 /* Close older sessions of the same initiator name + ISID + target. */
 void iscsi_session_reinstate(struct iscsi_session *s);
 bool iscsi_session_tsih_exists(uint16_t tsih);
+/* The view a normal session serves (NULL for discovery): re-fetched from
+ * the published configuration when its generation has moved since the
+ * last call, so a LUN added or removed is seen by the next command; the
+ * old view is released. Thread: the session's reactor. */
+const struct iscsi_target_view *iscsi_session_view(struct iscsi_session *s);
 
 /* iscsi_server.c */
 unsigned iscsi_server_queue_depth(void);

@@ -165,13 +165,10 @@ int iscsi_send_targets(struct iscsi_conn *ic, const char *which, const char *ini
         free(list);
         return rc;
     }
-    struct iscsi_target_view *v = iscsi_runtime_find_target(which);
-    int rc = 0;
+    CLEANUP(iscsi_target_view_unref) struct iscsi_target_view *v = iscsi_runtime_find_target(which);
     if (v && iscsi_target_access(v, initiator, ic->portal_tag, peer) >= 0)
-        rc = add_target_entry(ic, v, initiator, out);
-    if (v)
-        iscsi_target_view_unref(v);
-    return rc;
+        return add_target_entry(ic, v, initiator, out);
+    return 0;
 }
 
 /* ------------------------------------------------------------ responses */
@@ -443,20 +440,12 @@ static uint16_t security_step(struct iscsi_conn *ic, struct iscsi_text_out *out,
 static size_t session_list_luns(const struct scsi_nexus *n, uint64_t *out, size_t max)
 {
     struct iscsi_session *s = n->arg;
-    if (!s->view)
+    const struct iscsi_target_view *v = iscsi_session_view(s);
+    if (!v)
         return 0;
-    uint64_t gen = iscsi_runtime_generation();
-    if (gen != s->view_gen) {
-        struct iscsi_target_view *v = iscsi_runtime_find_target(s->info.target);
-        s->view_gen = gen;
-        if (v) {
-            iscsi_target_view_unref(s->view);
-            s->view = v;
-        }
-    }
-    for (size_t i = 0; i < s->view->n_luns && i < max; i++)
-        out[i] = s->view->luns[i].lun;
-    return s->view->n_luns;
+    for (size_t i = 0; i < v->n_luns && i < max; i++)
+        out[i] = v->luns[i].lun;
+    return v->n_luns;
 }
 
 static int session_create(struct iscsi_conn *ic)
@@ -520,197 +509,311 @@ static int session_create(struct iscsi_conn *ic)
 
 /* ------------------------------------------------------------- the PDU */
 
-int iscsi_login_handle(struct iscsi_conn *ic, const uint8_t *bhs, const uint8_t *data, uint32_t dsl)
+/*
+ * A Login Request goes through the stages of login_stages[] in order. The
+ * first stage that does not answer LOGIN_NEXT decides the outcome, and
+ * login_finish() — the one exit — answers it: a reject (status
+ * class/detail, then close), an empty response to a partial text (C bit),
+ * or the negotiated keys with the stage transition the initiator asked for.
+ */
+enum login_verdict {
+    LOGIN_NEXT,    /* go on with the next stage; after the last: respond */
+    LOGIN_FAIL,    /* reject with status/why, then close */
+    LOGIN_PARTIAL, /* C bit: text collected, answer with an empty response */
+    LOGIN_DROP,    /* not a Login Request: close without an answer (err) */
+};
+
+/* One Login Request on its way through the stages. */
+struct login_req {
+    struct iscsi_conn *ic;
+    struct iscsi_login *l;
+    const uint8_t *bhs;
+    const uint8_t *data; /* the text: this PDU's, or all that was collected */
+    uint32_t dsl;
+    bool first; /* the first request of the login (no text collected before) */
+    bool transit, cont;
+    uint8_t csg, nsg;
+    bool go;                   /* the transition to nsg happens */
+    struct iscsi_text_out out; /* keys to answer */
+    uint16_t status;           /* LOGIN_FAIL */
+    const char *why;           /* LOGIN_FAIL */
+    int err;                   /* LOGIN_DROP */
+};
+
+static enum login_verdict login_reject(struct login_req *r, uint16_t status, const char *why)
 {
-    struct iscsi_login *l = ic->login;
+    r->status = status;
+    r->why = why;
+    return LOGIN_FAIL;
+}
+
+/* The BHS: opcode, ISID/CID (fixed for the login), version, stages, T/C. */
+static enum login_verdict stage_header(struct login_req *r)
+{
+    struct iscsi_login *l = r->l;
+    const uint8_t *bhs = r->bhs;
     if (iscsi_bhs_opcode(bhs) != ISCSI_OP_LOGIN_REQ) {
-        log_warn("%s: %s before login completed", ic->c->peer,
+        log_warn("%s: %s before login completed", r->ic->c->peer,
                  iscsi_opcode_name(iscsi_bhs_opcode(bhs)));
-        return -EPROTO;
+        r->err = -EPROTO;
+        return LOGIN_DROP;
     }
-    uint8_t flags = bhs[1];
-    bool transit = flags & ISCSI_LOGIN_TRANSIT;
-    bool cont = flags & ISCSI_LOGIN_CONTINUE;
-    uint8_t csg = ISCSI_LOGIN_CSG(flags), nsg = ISCSI_LOGIN_NSG(flags);
-    if (!l->first_done && !l->pending) {
+    if (r->first && !l->pending) {
         memcpy(l->isid, bhs + 8, 6);
         l->tsih = be16_load(bhs + 14);
         l->cid = be16_load(bhs + 20);
-        l->stage = csg;
-        ic->cid = l->cid;
+        l->stage = r->csg;
+        r->ic->cid = l->cid;
         iscsi_neg_init(&l->neg, NULL);
     } else if (memcmp(l->isid, bhs + 8, 6) != 0 || be16_load(bhs + 20) != l->cid) {
-        return login_fail(ic, ISCSI_LOGIN_INITIATOR_ERROR, "ISID/CID changed during login");
+        return login_reject(r, ISCSI_LOGIN_INITIATOR_ERROR, "ISID/CID changed during login");
     }
     l->itt = iscsi_bhs_itt(bhs);
     l->cmdsn = be32_load(bhs + 24);
     if (bhs[3] > 0 || bhs[2] < bhs[3])
-        return login_fail(ic, ISCSI_LOGIN_UNSUPPORTED_VERSION, "unsupported version");
-    if (csg != l->stage || csg == 2 || csg == 3)
-        return login_fail(ic, ISCSI_LOGIN_INITIATOR_ERROR, "invalid current stage");
-    if (transit && cont)
-        return login_fail(ic, ISCSI_LOGIN_INITIATOR_ERROR, "T and C bits both set");
-    if (transit && (nsg == 2 || nsg <= csg))
-        return login_fail(ic, ISCSI_LOGIN_INITIATOR_ERROR, "invalid next stage");
+        return login_reject(r, ISCSI_LOGIN_UNSUPPORTED_VERSION, "unsupported version");
+    if (r->csg != l->stage || r->csg == 2 || r->csg == 3)
+        return login_reject(r, ISCSI_LOGIN_INITIATOR_ERROR, "invalid current stage");
+    if (r->transit && r->cont)
+        return login_reject(r, ISCSI_LOGIN_INITIATOR_ERROR, "T and C bits both set");
+    if (r->transit && (r->nsg == 2 || r->nsg <= r->csg))
+        return login_reject(r, ISCSI_LOGIN_INITIATOR_ERROR, "invalid next stage");
+    return LOGIN_NEXT;
+}
 
-    /* Text spread over several PDUs (C bit): collect, answer empty. */
-    if (cont || l->pending) {
-        if (l->pending_len + dsl > LOGIN_TEXT_MAX)
-            return login_fail(ic, ISCSI_LOGIN_INITIATOR_ERROR, "login text too long");
-        char *p = realloc(l->pending, l->pending_len + dsl + 1);
-        if (!p)
-            return login_fail(ic, ISCSI_LOGIN_OUT_OF_RESOURCES, "out of memory");
-        memcpy(p + l->pending_len, data, dsl);
-        l->pending = p;
-        l->pending_len += dsl;
-        if (cont)
-            return send_login_response(ic, (uint8_t)(csg << 2), 0, NULL);
-        data = (const uint8_t *)l->pending;
-        dsl = (uint32_t)l->pending_len;
-    }
+/* Text spread over several PDUs (C bit): collect it, answer each part
+ * empty, and go on with the whole text once the last part arrives. */
+static enum login_verdict stage_continued_text(struct login_req *r)
+{
+    struct iscsi_login *l = r->l;
+    if (!r->cont && !l->pending)
+        return LOGIN_NEXT;
+    if (l->pending_len + r->dsl > LOGIN_TEXT_MAX)
+        return login_reject(r, ISCSI_LOGIN_INITIATOR_ERROR, "login text too long");
+    char *p = realloc(l->pending, l->pending_len + r->dsl + 1);
+    if (!p)
+        return login_reject(r, ISCSI_LOGIN_OUT_OF_RESOURCES, "out of memory");
+    memcpy(p + l->pending_len, r->data, r->dsl);
+    l->pending = p;
+    l->pending_len += r->dsl;
+    if (r->cont)
+        return LOGIN_PARTIAL;
+    r->data = (const uint8_t *)l->pending;
+    r->dsl = (uint32_t)l->pending_len;
+    return LOGIN_NEXT;
+}
 
+/* Every key of the text, through login_key (operational keys go to the
+ * negotiation table, the rest are kept in the login for the stages below). */
+static enum login_verdict stage_keys(struct login_req *r)
+{
+    struct iscsi_login *l = r->l;
     l->auth_method[0] = l->chap_a[0] = l->chap_n[0] = l->chap_r[0] = '\0';
     l->chap_i[0] = l->chap_c[0] = '\0';
-    struct iscsi_text_out out;
-    iscsi_text_out_init(&out, ISCSI_LOGIN_DSL_MAX);
-    struct login_ctx x = {ic, &out, false, NULL, 0};
-    int rc = iscsi_text_parse((const char *)data, dsl, login_key, &x);
+    struct login_ctx x = {r->ic, &r->out, false, NULL, 0};
+    int rc = iscsi_text_parse((const char *)r->data, r->dsl, login_key, &x);
     free(l->pending);
     l->pending = NULL;
     l->pending_len = 0;
-    uint16_t status = 0;
-    const char *why = NULL;
-    if (rc == -EINVAL) {
-        status = ISCSI_LOGIN_INITIATOR_ERROR;
-        why = "malformed login text";
-    } else if (rc == -E2BIG) {
-        status = ISCSI_LOGIN_INITIATOR_ERROR;
-        why = "login response too long";
-    } else if (rc < 0) {
-        status = ISCSI_LOGIN_OUT_OF_RESOURCES;
-        why = "out of memory";
-    } else if (x.bad_value) {
-        status = x.bad_status;
-        why = x.bad_why;
-    }
-    if (status) {
-        iscsi_text_out_free(&out);
-        return login_fail(ic, status, why);
-    }
-
-    bool first = !l->first_done;
-    if (first) {
-        l->first_done = true;
-        if (!l->initiator_name[0]) {
-            iscsi_text_out_free(&out);
-            return login_fail(ic, ISCSI_LOGIN_MISSING_PARAMETER, "no InitiatorName");
-        }
-        if (l->tsih != 0) {
-            /* Adding a connection to an existing session: MaxConnections=1. */
-            iscsi_text_out_free(&out);
-            return login_fail(ic,
-                              iscsi_session_tsih_exists(l->tsih)
-                                  ? ISCSI_LOGIN_TOO_MANY_CONNECTIONS
-                                  : ISCSI_LOGIN_SESSION_DOES_NOT_EXIST,
-                              "TSIH != 0 (one connection per session)");
-        }
-        if (l->discovery) {
-            if (iscsi_runtime_discovery_auth(&l->policy) < 0) {
-                iscsi_text_out_free(&out);
-                return login_fail(ic, ISCSI_LOGIN_TARGET_ERROR, "discovery settings unavailable");
-            }
-            l->policy_owned = true;
-        } else {
-            if (!l->target_name[0]) {
-                iscsi_text_out_free(&out);
-                return login_fail(ic, ISCSI_LOGIN_MISSING_PARAMETER, "no TargetName");
-            }
-            l->view = iscsi_runtime_find_target(l->target_name);
-            if (!l->view) {
-                iscsi_text_out_free(&out);
-                return login_fail(ic, ISCSI_LOGIN_NOT_FOUND, "no such target");
-            }
-            int g = iscsi_target_access(l->view, l->initiator_name, ic->portal_tag,
-                                        (const struct sockaddr *)&ic->peer_sa);
-            if (g < 0) {
-                iscsi_text_out_free(&out);
-                return login_fail(ic, ISCSI_LOGIN_FORBIDDEN,
-                                  "initiator not allowed (groups/auth_networks)");
-            }
-            l->target_group = g;
-            if (l->view->n_groups)
-                l->policy = l->view->groups[g].auth;
-            else
-                memset(&l->policy, 0, sizeof(l->policy));
-            char tag[8];
-            snprintf(tag, sizeof(tag), "%u", reported_tag(ic));
-            iscsi_text_add(&out, "TargetPortalGroupTag", tag);
-            if (l->view->alias[0])
-                iscsi_text_add(&out, "TargetAlias", l->view->alias);
-        }
-    }
-
-    if (csg == ISCSI_STAGE_SECURITY) {
-        status = security_step(ic, &out, &why);
-        if (status) {
-            iscsi_text_out_free(&out);
-            return login_fail(ic, status, why);
-        }
-        if (transit && !l->auth_method_chosen) {
-            /* No AuthMethod offered: its default is None. */
-            if (l->policy.method != ISCSI_AUTH_NONE) {
-                iscsi_text_out_free(&out);
-                return login_fail(ic, ISCSI_LOGIN_AUTH_FAILED, "authentication required");
-            }
-            l->authenticated = true;
-        }
-    } else {
-        if (!l->authenticated) {
-            if (l->policy.method != ISCSI_AUTH_NONE) {
-                iscsi_text_out_free(&out);
-                return login_fail(ic, ISCSI_LOGIN_AUTH_FAILED,
-                                  "security negotiation skipped but authentication required");
-            }
-            l->authenticated = true;
-        }
-        if (iscsi_neg_declare(&l->neg, &out) < 0) {
-            iscsi_text_out_free(&out);
-            return login_fail(ic, ISCSI_LOGIN_TARGET_ERROR, "response too long");
-        }
-    }
-
-    bool go = transit && l->authenticated;
-    uint8_t rflags = (uint8_t)(csg << 2);
-    if (go)
-        rflags |= ISCSI_LOGIN_TRANSIT | nsg;
-    if (go && nsg == ISCSI_STAGE_FULL_FEATURE) {
-        iscsi_neg_finish(&l->neg);
-        rc = session_create(ic);
-        if (rc < 0) {
-            iscsi_text_out_free(&out);
-            return login_fail(ic, ISCSI_LOGIN_OUT_OF_RESOURCES, "session registry full");
-        }
-    }
-    rc = send_login_response(ic, rflags, 0, &out);
-    iscsi_text_out_free(&out);
+    r->data = NULL;
+    if (rc == -EINVAL)
+        return login_reject(r, ISCSI_LOGIN_INITIATOR_ERROR, "malformed login text");
+    if (rc == -E2BIG)
+        return login_reject(r, ISCSI_LOGIN_INITIATOR_ERROR, "login response too long");
     if (rc < 0)
-        return rc;
-    if (go)
-        l->stage = nsg;
-    if (go && nsg == ISCSI_STAGE_FULL_FEATURE) {
-        ic->params = l->neg.params;
-        log_info("%s: %s session of '%s'%s%s logged in (TSIH %u, digests %s/%s, "
-                 "MaxRecvDataSegmentLength %u/%u, MaxBurstLength %u, FirstBurstLength %u, "
-                 "ImmediateData %s, InitialR2T %s)",
-                 ic->c->peer, l->discovery ? "discovery" : "normal", l->initiator_name,
-                 l->discovery ? "" : " to ", l->discovery ? "" : ic->sess->info.target, l->tsih,
-                 ic->params.header_digest ? "CRC32C" : "None",
-                 ic->params.data_digest ? "CRC32C" : "None", ic->params.max_send_dsl,
-                 ic->params.max_recv_dsl, ic->params.max_burst, ic->params.first_burst,
-                 ic->params.immediate_data ? "Yes" : "No", ic->params.initial_r2t ? "Yes" : "No");
-        iscsi_login_free(l);
-        ic->login = NULL;
-        return iscsi_conn_enter_full_feature(ic);
+        return login_reject(r, ISCSI_LOGIN_OUT_OF_RESOURCES, "out of memory");
+    if (x.bad_value)
+        return login_reject(r, x.bad_status, x.bad_why);
+    return LOGIN_NEXT;
+}
+
+/* First request: who the initiator is, and a new session (no TSIH). */
+static enum login_verdict stage_session(struct login_req *r)
+{
+    struct iscsi_login *l = r->l;
+    if (!r->first)
+        return LOGIN_NEXT;
+    l->first_done = true;
+    if (!l->initiator_name[0])
+        return login_reject(r, ISCSI_LOGIN_MISSING_PARAMETER, "no InitiatorName");
+    if (l->tsih != 0) {
+        /* Adding a connection to an existing session: MaxConnections=1. */
+        return login_reject(r,
+                            iscsi_session_tsih_exists(l->tsih) ? ISCSI_LOGIN_TOO_MANY_CONNECTIONS
+                                                               : ISCSI_LOGIN_SESSION_DOES_NOT_EXIST,
+                            "TSIH != 0 (one connection per session)");
     }
-    return 0;
+    return LOGIN_NEXT;
+}
+
+/* First request: the target and whether this initiator may use it, which
+ * decides the authentication policy (discovery has its own). */
+static enum login_verdict stage_target(struct login_req *r)
+{
+    struct iscsi_conn *ic = r->ic;
+    struct iscsi_login *l = r->l;
+    if (!r->first)
+        return LOGIN_NEXT;
+    if (l->discovery) {
+        if (iscsi_runtime_discovery_auth(&l->policy) < 0)
+            return login_reject(r, ISCSI_LOGIN_TARGET_ERROR, "discovery settings unavailable");
+        l->policy_owned = true;
+        return LOGIN_NEXT;
+    }
+    if (!l->target_name[0])
+        return login_reject(r, ISCSI_LOGIN_MISSING_PARAMETER, "no TargetName");
+    l->view = iscsi_runtime_find_target(l->target_name);
+    if (!l->view)
+        return login_reject(r, ISCSI_LOGIN_NOT_FOUND, "no such target");
+    int g = iscsi_target_access(l->view, l->initiator_name, ic->portal_tag,
+                                (const struct sockaddr *)&ic->peer_sa);
+    if (g < 0)
+        return login_reject(r, ISCSI_LOGIN_FORBIDDEN,
+                            "initiator not allowed (groups/auth_networks)");
+    l->target_group = g;
+    if (l->view->n_groups)
+        l->policy = l->view->groups[g].auth;
+    else
+        memset(&l->policy, 0, sizeof(l->policy));
+    char tag[8];
+    snprintf(tag, sizeof(tag), "%u", reported_tag(ic));
+    iscsi_text_add(&r->out, "TargetPortalGroupTag", tag);
+    if (l->view->alias[0])
+        iscsi_text_add(&r->out, "TargetAlias", l->view->alias);
+    return LOGIN_NEXT;
+}
+
+/* CSG 0: AuthMethod and CHAP (security_step). */
+static enum login_verdict stage_security(struct login_req *r)
+{
+    struct iscsi_login *l = r->l;
+    if (r->csg != ISCSI_STAGE_SECURITY)
+        return LOGIN_NEXT;
+    const char *why = NULL;
+    uint16_t status = security_step(r->ic, &r->out, &why);
+    if (status)
+        return login_reject(r, status, why);
+    if (r->transit && !l->auth_method_chosen) {
+        /* No AuthMethod offered: its default is None. */
+        if (l->policy.method != ISCSI_AUTH_NONE)
+            return login_reject(r, ISCSI_LOGIN_AUTH_FAILED, "authentication required");
+        l->authenticated = true;
+    }
+    return LOGIN_NEXT;
+}
+
+/* CSG 1: the operational keys we declare (the initiator's were answered
+ * by login_key). Reaching it without authentication is allowed only when
+ * the policy asks for none. */
+static enum login_verdict stage_operational(struct login_req *r)
+{
+    struct iscsi_login *l = r->l;
+    if (r->csg == ISCSI_STAGE_SECURITY)
+        return LOGIN_NEXT;
+    if (!l->authenticated) {
+        if (l->policy.method != ISCSI_AUTH_NONE)
+            return login_reject(r, ISCSI_LOGIN_AUTH_FAILED,
+                                "security negotiation skipped but authentication required");
+        l->authenticated = true;
+    }
+    if (iscsi_neg_declare(&l->neg, &r->out) < 0)
+        return login_reject(r, ISCSI_LOGIN_TARGET_ERROR, "response too long");
+    return LOGIN_NEXT;
+}
+
+/* T bit and authenticated: the transition happens; to full feature phase
+ * it needs a session (registered before the response leaves). */
+static enum login_verdict stage_full_feature(struct login_req *r)
+{
+    struct iscsi_login *l = r->l;
+    r->go = r->transit && l->authenticated;
+    if (!r->go || r->nsg != ISCSI_STAGE_FULL_FEATURE)
+        return LOGIN_NEXT;
+    iscsi_neg_finish(&l->neg);
+    if (session_create(r->ic) < 0)
+        return login_reject(r, ISCSI_LOGIN_OUT_OF_RESOURCES, "session registry full");
+    return LOGIN_NEXT;
+}
+
+static const struct login_stage {
+    const char *name; /* for the debug log */
+    enum login_verdict (*run)(struct login_req *r);
+} login_stages[] = {
+    {"request header", stage_header},
+    {"continued text", stage_continued_text},
+    {"login keys", stage_keys},
+    {"initiator and session", stage_session},
+    {"target and access", stage_target},
+    {"security negotiation", stage_security},
+    {"operational negotiation", stage_operational},
+    {"full feature transition", stage_full_feature},
+};
+
+/* The one exit: answer the request as the stages decided. Returns 0, or
+ * <0 to close the connection (after a reject has been flushed). */
+static int login_finish(struct login_req *r, enum login_verdict v)
+{
+    struct iscsi_conn *ic = r->ic;
+    struct iscsi_login *l = r->l;
+    switch (v) {
+    case LOGIN_DROP:
+        return r->err;
+    case LOGIN_FAIL:
+        return login_fail(ic, r->status, r->why);
+    case LOGIN_PARTIAL:
+        return send_login_response(ic, (uint8_t)(r->csg << 2), 0, NULL);
+    case LOGIN_NEXT:
+        break;
+    }
+    uint8_t rflags = (uint8_t)(r->csg << 2);
+    if (r->go)
+        rflags |= ISCSI_LOGIN_TRANSIT | r->nsg;
+    int rc = send_login_response(ic, rflags, 0, &r->out);
+    if (rc < 0 || !r->go)
+        return rc < 0 ? rc : 0;
+    l->stage = r->nsg;
+    if (r->nsg != ISCSI_STAGE_FULL_FEATURE)
+        return 0;
+    ic->params = l->neg.params;
+    log_info("%s: %s session of '%s'%s%s logged in (TSIH %u, digests %s/%s, "
+             "MaxRecvDataSegmentLength %u/%u, MaxBurstLength %u, FirstBurstLength %u, "
+             "ImmediateData %s, InitialR2T %s)",
+             ic->c->peer, l->discovery ? "discovery" : "normal", l->initiator_name,
+             l->discovery ? "" : " to ", l->discovery ? "" : ic->sess->info.target, l->tsih,
+             ic->params.header_digest ? "CRC32C" : "None",
+             ic->params.data_digest ? "CRC32C" : "None", ic->params.max_send_dsl,
+             ic->params.max_recv_dsl, ic->params.max_burst, ic->params.first_burst,
+             ic->params.immediate_data ? "Yes" : "No", ic->params.initial_r2t ? "Yes" : "No");
+    iscsi_login_free(l);
+    ic->login = NULL;
+    return iscsi_conn_enter_full_feature(ic);
+}
+
+int iscsi_login_handle(struct iscsi_conn *ic, const uint8_t *bhs, const uint8_t *data, uint32_t dsl)
+{
+    struct iscsi_login *l = ic->login;
+    uint8_t flags = bhs[1];
+    struct login_req r = {
+        .ic = ic,
+        .l = l,
+        .bhs = bhs,
+        .data = data,
+        .dsl = dsl,
+        .first = !l->first_done,
+        .transit = flags & ISCSI_LOGIN_TRANSIT,
+        .cont = flags & ISCSI_LOGIN_CONTINUE,
+        .csg = ISCSI_LOGIN_CSG(flags),
+        .nsg = ISCSI_LOGIN_NSG(flags),
+    };
+    iscsi_text_out_init(&r.out, ISCSI_LOGIN_DSL_MAX);
+    enum login_verdict v = LOGIN_NEXT;
+    for (size_t i = 0; i < ARRAY_SIZE(login_stages) && v == LOGIN_NEXT; i++) {
+        v = login_stages[i].run(&r);
+        if (v != LOGIN_NEXT)
+            log_debug("%s: login request stopped at stage '%s' (%d)", ic->c->peer,
+                      login_stages[i].name, (int)v);
+    }
+    int rc = login_finish(&r, v);
+    iscsi_text_out_free(&r.out);
+    return rc;
 }

@@ -27,6 +27,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include "core/util.h"
+
 struct scsi_lu; /* scsi/scsi.h */
 
 #define ISCSI_NAME_MAX 224 /* RFC 7143 §4.2.7.1: 223 bytes + NUL */
@@ -113,6 +115,8 @@ static inline void iscsi_target_view_unref(struct iscsi_target_view *v)
     if (v && __atomic_sub_fetch(&v->refs, 1, __ATOMIC_ACQ_REL) == 0)
         v->destroy(v);
 }
+/* CLEANUP(iscsi_target_view_unref) struct iscsi_target_view *v = ... (core/util.h) */
+DEFINE_CLEANUP(struct iscsi_target_view, iscsi_target_view_unref)
 
 /* ---- implemented by the config side ---- */
 

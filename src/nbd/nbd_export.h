@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/util.h"
 #include "store/volume.h"
 
 enum nbd_tls_mode { NBD_TLS_OFF = 0, NBD_TLS_ALLOW = 1, NBD_TLS_REQUIRE = 2 };
@@ -48,6 +49,8 @@ struct nbd_export_table {
 /* The current table (a new reference; never NULL after nbd_init). Thread-safe. */
 struct nbd_export_table *nbd_exports_current(void);
 void nbd_export_table_unref(struct nbd_export_table *t);
+/* CLEANUP(nbd_export_table_unref) struct nbd_export_table *t = ... (core/util.h) */
+DEFINE_CLEANUP(struct nbd_export_table, nbd_export_table_unref)
 /* Find an enabled export by name in t (no reference taken). */
 struct nbd_export *nbd_export_table_find(const struct nbd_export_table *t, const char *name,
                                          size_t len);

@@ -32,17 +32,6 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 static int parse_naa(const char *s, uint8_t out[16], uint8_t *len)
 {
     if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
@@ -50,12 +39,8 @@ static int parse_naa(const char *s, uint8_t out[16], uint8_t *len)
     size_t n = strlen(s);
     if (n != 16 && n != 32)
         return -EINVAL;
-    for (size_t i = 0; i < n; i += 2) {
-        int hi = hexval(s[i]), lo = hexval(s[i + 1]);
-        if (hi < 0 || lo < 0)
-            return -EINVAL;
-        out[i / 2] = (uint8_t)(hi << 4 | lo);
-    }
+    if (hex_decode(s, n, out, 16) < 0)
+        return -EINVAL;
     /* NAA 5 is 8 bytes, NAA 6 is 16; NAA 2/3 are 8 bytes as well. */
     unsigned naa = out[0] >> 4;
     if ((n == 32) != (naa == 6))

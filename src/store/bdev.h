@@ -1,7 +1,8 @@
 /*
- * The block backend interface: an ops table of synchronous calls plus
- * capability bits. Backends are thread-safe: many threads may call read/
- * write concurrently. Front-ends never call a bdev directly; they go through
+ * The block backend interface: an ops table of synchronous calls, an
+ * optional asynchronous submission path (submit, for backends whose
+ * requests go to a remote service: RBD), plus capability bits. Backends are thread-safe: many
+ * threads may call read/ write concurrently. Front-ends never call a bdev directly; they go through
  * struct volume (volume.h), which adds async dispatch, group commit, and the
  * sync policy. Capabilities decide what front-ends advertise (NBD flags, SCSI
  * VPD/mode pages); nothing is hard-coded there.
@@ -12,6 +13,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
+
+#include "core/reactor.h"
 
 enum bdev_cap {
     BDEV_CAN_FLUSH = 1u << 0,      /* sync() makes written data durable */
@@ -40,6 +44,35 @@ struct extent {
 
 struct bdev;
 
+enum bdev_io_op {
+    BDEV_IO_READ,
+    BDEV_IO_WRITE,
+    BDEV_IO_FLUSH,
+    BDEV_IO_TRIM,
+    BDEV_IO_WRITE_ZEROES,
+};
+
+/*
+ * An asynchronous request (bdev_ops.submit). The submitter owns the memory
+ * (usually embedded in its own request) and fills the public fields; it
+ * must stay valid, and buf untouched, until done() has run.
+ */
+struct bdev_io {
+    enum bdev_io_op op;
+    unsigned flags;  /* WRITE_ZEROES: enum bdev_zero_flags */
+    uint64_t offset; /* range-checked by the submitter */
+    uint64_t length; /* > 0 for every op but FLUSH (0 there) */
+    void *buf;       /* READ: destination; WRITE: source (length bytes) */
+    /* done() runs on this reactor's thread; NULL: on whatever thread the
+     * backend completes on (never a reactor's, and it must not block). */
+    struct reactor *owner;
+    void (*done)(struct bdev_io *io);
+    int result; /* 0 or -errno, set before done() */
+    /* private to the backend */
+    struct reactor_msg msg;
+    struct iovec iov;
+};
+
 struct bdev_ops {
     const char *name;
     /* All return 0 or -errno; len/off are already range-checked by volume. */
@@ -63,6 +96,14 @@ struct bdev_ops {
     /* An fd whose byte offsets are the device's, for reads through the
      * reactor's io_uring (store/uring.h). NULL: no such fd. */
     int (*read_fd)(struct bdev *b);
+    /* The asynchronous data path; NULL: none (volume runs the synchronous
+     * ops above on the I/O pool or inline). Starts io without blocking
+     * and returns 0: done() then runs exactly once, as io->owner says,
+     * possibly before submit returns. -errno: refused (nothing started,
+     * done() will not run). Thread-safe; callable from a reactor.
+     * A FLUSH completes once every write whose done() ran before submit
+     * was called, on any thread, is durable (sync()'s promise). */
+    int (*submit)(struct bdev *b, struct bdev_io *io);
 };
 
 struct bdev {

@@ -3,6 +3,7 @@
  * per open) and remembered in caps and in the flags below; the portable
  * path stays available behind each. */
 #include "core/log.h"
+#include "core/util.h"
 #include "store/bdev.h"
 #include "store/poolfs.h"
 
@@ -103,24 +104,11 @@ static int file_read_nowait(struct bdev *b, void *buf, size_t len, uint64_t off)
 static int file_write(struct bdev *b, const void *buf, size_t len, uint64_t off)
 {
     struct bdev_file *f = to_file(b);
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = pwrite(f->fd, p, len, (off_t)off);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            int e = errno;
-            log_error("store: pwrite %s at %llu: %s", f->path, (unsigned long long)off,
-                      strerror(e));
-            return -e;
-        }
-        if (n == 0)
-            return -EIO;
-        p += n;
-        len -= (size_t)n;
-        off += (uint64_t)n;
-    }
-    return 0;
+    int rc = pwrite_all(f->fd, buf, len, off);
+    if (rc < 0)
+        log_error("store: pwrite %s at %llu (%zu bytes): %s", f->path, (unsigned long long)off, len,
+                  strerror(-rc));
+    return rc;
 }
 
 static int file_write_nowait(struct bdev *b, const void *buf, size_t len, uint64_t off)

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/util.h"
 
 #ifndef FICLONE
 #define FICLONE _IOW(0x94, 9, int)
@@ -124,22 +125,6 @@ static bool all_zero(const char *p, size_t n)
     return n == 0 || memcmp(p, zeros, n) == 0;
 }
 
-static int write_all(int fd, const char *p, size_t n, uint64_t off)
-{
-    while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
 static int copy_rw(struct copier *c, uint64_t off, uint64_t len)
 {
     if (!c->buf) {
@@ -162,7 +147,7 @@ static int copy_rw(struct copier *c, uint64_t off, uint64_t len)
             size_t bn = (size_t)n - at < ZERO_BLOCK ? (size_t)n - at : ZERO_BLOCK;
             if (!c->in_place && all_zero(c->buf + at, bn))
                 continue;
-            int rc = write_all(c->dst, c->buf + at, bn, off + at);
+            int rc = pwrite_all(c->dst, c->buf + at, bn, off + at);
             if (rc < 0)
                 return rc;
         }
@@ -212,7 +197,7 @@ static int punch(struct copier *c, uint64_t off, uint64_t len)
     memset(c->buf, 0, RW_BUF_SIZE);
     while (len > 0) {
         size_t n = len < RW_BUF_SIZE ? (size_t)len : RW_BUF_SIZE;
-        int rc = write_all(c->dst, c->buf, n, off);
+        int rc = pwrite_all(c->dst, c->buf, n, off);
         if (rc < 0)
             return rc;
         off += n;
@@ -520,7 +505,7 @@ int store_reflink_probe(const char *dir)
         return fa;
     int fb = poolfs_mkstemp(b, 0);
     int rc = fb < 0 ? fb : 0;
-    if (rc == 0 && write_all(fa, block, sizeof(block), 0) < 0)
+    if (rc == 0 && pwrite_all(fa, block, sizeof(block), 0) < 0)
         rc = -EIO;
     if (rc == 0) {
         rc = try_reflink(fa, fb, st.st_dev, st.st_dev);
@@ -609,7 +594,7 @@ static int update_data(struct updater *u, uint64_t off, uint64_t len)
                 /* (not punch(): its fallback would reuse c->buf) */
                 u->st->punched += bn;
             } else {
-                rc = write_all(c->dst, c->buf + at, bn, off + at);
+                rc = pwrite_all(c->dst, c->buf + at, bn, off + at);
                 u->st->written += bn;
             }
             if (rc < 0)

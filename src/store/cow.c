@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "core/reactor.h"
+#include "core/util.h"
 
 #define ZERO_BLOCK 4096
 #define EXTENTS_BATCH 64
@@ -136,24 +137,6 @@ static bool all_zero(const char *p, size_t n)
     return n == 0 || memcmp(p, zeros, n) == 0;
 }
 
-static int write_all(int fd, const char *p, size_t n, uint64_t off)
-{
-    while (n > 0) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (w == 0)
-            return -EIO;
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
-}
-
 /* Capture chunk i's current origin data into buf and set its bit: from
  * here on writes may change it in the origin. copy_lock held (so no write
  * to the chunk runs meanwhile). Returns its length or -errno. */
@@ -183,14 +166,14 @@ static int store_piece(struct store_cow *c, const char *p, size_t n, uint64_t of
         if (fl < 0 || fcntl(c->dst_fd, F_SETFL, fl & ~O_DIRECT) < 0)
             return -errno;
     }
-    int rc = write_all(c->dst_fd, p, n, off);
+    int rc = pwrite_all(c->dst_fd, p, n, off);
     if (rc == -EINVAL && c->direct && !unaligned) {
         /* A filesystem or device with larger O_DIRECT alignment needs:
          * buffered from here on. */
         fl = fcntl(c->dst_fd, F_GETFL);
         if (fl >= 0 && fcntl(c->dst_fd, F_SETFL, fl & ~O_DIRECT) == 0) {
             c->direct = false;
-            rc = write_all(c->dst_fd, p, n, off);
+            rc = pwrite_all(c->dst_fd, p, n, off);
         }
     }
     if (unaligned && fcntl(c->dst_fd, F_SETFL, fl) < 0 && rc == 0)

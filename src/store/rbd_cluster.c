@@ -15,6 +15,7 @@ struct rbd_cluster {
     struct rbd_cluster *next;
     char *conf, *id, *keyring;
     char desc[512];
+    unsigned op_timeout_s;
     rados_t rados;
     int refs; /* under lock */
 };
@@ -27,10 +28,29 @@ static const char *or_empty(const char *s)
     return s ? s : "";
 }
 
+/* The spec's op timeout, else BLOCKD_RBD_OP_TIMEOUT, else the default. */
+static unsigned op_timeout(const struct rbd_cluster_spec *s)
+{
+    const char *env = getenv("BLOCKD_RBD_OP_TIMEOUT");
+    char *end;
+    unsigned long v;
+
+    if (s->op_timeout_s)
+        return s->op_timeout_s;
+    if (env && env[0]) {
+        errno = 0;
+        v = strtoul(env, &end, 10);
+        if (errno == 0 && *end == '\0' && v > 0 && v <= 86400)
+            return (unsigned)v;
+        log_warn("rbd: ignoring BLOCKD_RBD_OP_TIMEOUT=%s (want 1..86400 seconds)", env);
+    }
+    return RBD_CLUSTER_OP_TIMEOUT;
+}
+
 static bool same_spec(const struct rbd_cluster *c, const struct rbd_cluster_spec *s)
 {
     return strcmp(c->conf, or_empty(s->conf)) == 0 && strcmp(c->id, or_empty(s->id)) == 0 &&
-           strcmp(c->keyring, or_empty(s->keyring)) == 0;
+           strcmp(c->keyring, or_empty(s->keyring)) == 0 && c->op_timeout_s == op_timeout(s);
 }
 
 static int set_opt(rados_t r, const char *key, const char *val)
@@ -61,7 +81,7 @@ static int connect_cluster(struct rbd_cluster *c, unsigned timeout_s)
         goto fail;
     snprintf(buf, sizeof(buf), "%u", timeout_s);
     set_opt(c->rados, "client_mount_timeout", buf);
-    snprintf(buf, sizeof(buf), "%d", RBD_CLUSTER_OP_TIMEOUT);
+    snprintf(buf, sizeof(buf), "%u", c->op_timeout_s);
     set_opt(c->rados, "rados_mon_op_timeout", buf);
     set_opt(c->rados, "rados_osd_op_timeout", buf);
     rc = rados_connect(c->rados);
@@ -102,6 +122,7 @@ int rbd_cluster_get(const struct rbd_cluster_spec *spec, unsigned timeout_s,
         rc = -ENOMEM;
         goto fail;
     }
+    c->op_timeout_s = op_timeout(spec);
     snprintf(c->desc, sizeof(c->desc), "conf=%s id=%s", c->conf[0] ? c->conf : "(default)",
              c->id[0] ? c->id : "admin");
     /* Connect outside the lock: it may take up to timeout_s. */

@@ -9,8 +9,8 @@
  * cluster waits forever:
  *   - client_mount_timeout = the timeout given to rbd_cluster_get;
  *   - rados_mon_op_timeout and rados_osd_op_timeout = RBD_CLUSTER_OP_TIMEOUT
- *     seconds: a request the cluster does not answer ends with -ETIMEDOUT
- *     (front-ends report a retriable error), the daemon never hangs.
+ *     seconds (or the spec's op_timeout_s): a request the cluster does not answer ends with
+ * -ETIMEDOUT (front-ends report a retriable error), the daemon never hangs.
  *
  * Threads: every function is thread-safe. rbd_cluster_get blocks (it
  * talks to the monitors): API/control threads or I/O pool jobs only,
@@ -21,13 +21,16 @@
 
 #include <rados/librados.h>
 
-/* Seconds before a monitor or OSD request that gets no answer fails. */
+/* Seconds before a monitor or OSD request that gets no answer fails, unless
+ * the spec's op_timeout_s or the environment's BLOCKD_RBD_OP_TIMEOUT (a
+ * positive number of seconds; tests make it short) says otherwise. */
 #define RBD_CLUSTER_OP_TIMEOUT 30
 
 struct rbd_cluster_spec {
-    const char *conf;    /* ceph.conf path; NULL or "": librados' default search */
-    const char *id;      /* client id without "client."; NULL or "": "admin" */
-    const char *keyring; /* keyring path; NULL or "": from ceph.conf */
+    const char *conf;      /* ceph.conf path; NULL or "": librados' default search */
+    const char *id;        /* client id without "client."; NULL or "": "admin" */
+    const char *keyring;   /* keyring path; NULL or "": from ceph.conf */
+    unsigned op_timeout_s; /* 0: BLOCKD_RBD_OP_TIMEOUT, else RBD_CLUSTER_OP_TIMEOUT */
 };
 
 struct rbd_cluster;

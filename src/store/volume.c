@@ -56,7 +56,8 @@
 #define VOLUME_SYNC_PARALLEL 4
 
 struct sync_slot {
-    struct io_job job;
+    struct io_job job;  /* synchronous backends: the sync on the I/O pool */
+    struct bdev_io bio; /* backends with submit(): an asynchronous FLUSH */
     struct volume *vol;
     uint64_t start; /* writes_done when this sync was launched */
     bool busy;
@@ -106,11 +107,13 @@ struct volume {
     struct vreq *wq_head, *wq_tail;
     bool wq_running;
     struct io_job wq_job;
+    struct io_job final_job; /* volume_free_on_pool */
     char name[];
 };
 
 static void sync_job_run(struct io_job *j);
 static void sync_job_done(struct reactor_msg *m);
+static void sync_slot_go(struct volume *v, struct sync_slot *s);
 static void write_queue_run(struct io_job *j);
 static void write_queue_done(struct reactor_msg *m);
 
@@ -202,16 +205,50 @@ void volume_ref(struct volume *v)
     atomic_fetch_add_explicit(&v->refs, 1, memory_order_relaxed);
 }
 
-void volume_unref(struct volume *v)
+static void volume_free(struct volume *v)
 {
-    if (!v || atomic_fetch_sub_explicit(&v->refs, 1, memory_order_acq_rel) != 1)
-        return;
     bdev_close(v->bdev);
     pthread_mutex_destroy(&v->gc_lock);
     pthread_mutex_destroy(&v->resize_lock);
     pthread_mutex_destroy(&v->quiesce_lock);
     pthread_mutex_destroy(&v->wq_lock);
     free(v);
+}
+
+static void volume_final_run(struct io_job *j)
+{
+}
+
+/* After the job: the pool no longer touches it. */
+static void volume_final_done(struct reactor_msg *m)
+{
+    volume_free(container_of(m, struct volume, final_job.done));
+}
+
+/* Close v on the I/O pool: closing an RBD image blocks (a reactor must
+ * not), and from a librbd completion thread it would deadlock. */
+static void volume_free_on_pool(struct volume *v)
+{
+    v->final_job = (struct io_job){.run = volume_final_run, .done.fn = volume_final_done};
+    iopool_submit(&v->final_job);
+}
+
+void volume_unref(struct volume *v)
+{
+    if (!v || atomic_fetch_sub_explicit(&v->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (v->bdev->ops->submit && reactor_self())
+        volume_free_on_pool(v);
+    else
+        volume_free(v);
+}
+
+/* volume_unref from a backend's completion (bdev_io.done with no owner):
+ * the last reference never closes the backend on that thread. */
+static void volume_unref_from_backend(struct volume *v)
+{
+    if (atomic_fetch_sub_explicit(&v->refs, 1, memory_order_acq_rel) == 1)
+        volume_free_on_pool(v);
 }
 
 const char *volume_name(const struct volume *v)
@@ -376,7 +413,7 @@ static void vreq_fail(struct vreq *r, int rc)
 
 /* Launch a sync in slot i covering every write counted so far. Called with
  * gc_lock held; the caller submits the returned job after unlocking. */
-static struct io_job *sync_slot_launch(struct volume *v, unsigned i)
+static struct sync_slot *sync_slot_launch(struct volume *v, unsigned i)
 {
     struct sync_slot *s = &v->slots[i];
     /* Read under the lock and before the sync can begin: every write
@@ -386,7 +423,7 @@ static struct io_job *sync_slot_launch(struct volume *v, unsigned i)
     v->started_max = s->start;
     v->syncs_running++;
     volume_ref(v); /* the job may outlive every request; dropped in done */
-    return &s->job;
+    return s;
 }
 
 static int sync_slot_free(const struct volume *v)
@@ -415,7 +452,7 @@ static void flush_wait(struct volume *v, struct vreq *r, uint64_t target)
     r->flush_target = target;
     r->next_waiter = v->waiters;
     v->waiters = r;
-    struct io_job *job = NULL;
+    struct sync_slot *job = NULL;
     /* A running sync that started late enough covers r: just wait for it.
      * Otherwise start one now if a slot is free; if none is, the first
      * sync to finish goes again for everybody still uncovered. */
@@ -426,57 +463,93 @@ static void flush_wait(struct volume *v, struct vreq *r, uint64_t target)
     }
     pthread_mutex_unlock(&v->gc_lock);
     if (job)
-        iopool_submit(job);
+        sync_slot_go(v, job);
+}
+
+/* A sync of slot s returned rc: complete every flush it covers. Returns
+ * true if the slot must sync again (for waiters that came while every
+ * slot was busy); false if the slot is free again, and then s must not be
+ * touched any more (another flush may be relaunching it). */
+static bool sync_slot_finish(struct volume *v, struct sync_slot *s, int rc)
+{
+    atomic_fetch_add(&v->sync_calls, 1);
+    pthread_mutex_lock(&v->gc_lock);
+    if (rc < 0 && !v->sync_error) {
+        v->sync_error = rc;
+        log_error("store: volume %s: sync failed (%s); flushes fail from now on", v->name,
+                  strerror(-rc));
+    }
+    if (rc == 0 && s->start > v->synced)
+        v->synced = s->start;
+    struct vreq *ready = NULL, **pp = &v->waiters;
+    bool uncovered = false;
+    while (*pp) {
+        struct vreq *w = *pp;
+        if (v->sync_error || w->flush_target <= v->synced) {
+            *pp = w->next_waiter;
+            w->result = v->sync_error;
+            w->next_waiter = ready;
+            ready = w;
+        } else {
+            if (w->flush_target > v->started_max)
+                uncovered = true;
+            pp = &w->next_waiter;
+        }
+    }
+    /* Waiters no running sync covers (they came while every slot was
+     * busy): this slot goes again for them. */
+    bool again = uncovered && !v->sync_error;
+    if (again) {
+        s->start = atomic_load(&v->writes_done);
+        v->started_max = s->start;
+    } else {
+        s->busy = false;
+        v->syncs_running--;
+    }
+    pthread_mutex_unlock(&v->gc_lock);
+    while (ready) {
+        struct vreq *w = ready;
+        ready = w->next_waiter;
+        vreq_deliver(w);
+    }
+    return again;
 }
 
 static void sync_job_run(struct io_job *j)
 {
     struct sync_slot *s = container_of(j, struct sync_slot, job);
     struct volume *v = s->vol;
-    for (;;) {
-        int rc = v->bdev->ops->sync(v->bdev);
-        atomic_fetch_add(&v->sync_calls, 1);
-        pthread_mutex_lock(&v->gc_lock);
-        if (rc < 0 && !v->sync_error) {
-            v->sync_error = rc;
-            log_error("store: volume %s: sync failed (%s); flushes fail from now on", v->name,
-                      strerror(-rc));
-        }
-        if (rc == 0 && s->start > v->synced)
-            v->synced = s->start;
-        struct vreq *ready = NULL, **pp = &v->waiters;
-        bool uncovered = false;
-        while (*pp) {
-            struct vreq *w = *pp;
-            if (v->sync_error || w->flush_target <= v->synced) {
-                *pp = w->next_waiter;
-                w->result = v->sync_error;
-                w->next_waiter = ready;
-                ready = w;
-            } else {
-                if (w->flush_target > v->started_max)
-                    uncovered = true;
-                pp = &w->next_waiter;
-            }
-        }
-        /* Waiters no running sync covers (they came while every slot was
-         * busy): this slot goes again for them. */
-        bool again = uncovered && !v->sync_error;
-        if (again) {
-            s->start = atomic_load(&v->writes_done);
-            v->started_max = s->start;
-        } else {
-            s->busy = false;
-            v->syncs_running--;
-        }
-        pthread_mutex_unlock(&v->gc_lock);
-        while (ready) {
-            struct vreq *w = ready;
-            ready = w->next_waiter;
-            vreq_deliver(w);
-        }
-        if (!again)
-            return;
+    while (sync_slot_finish(v, s, v->bdev->ops->sync(v->bdev)))
+        ;
+}
+
+/* The asynchronous FLUSH of slot s completed (on the backend's thread). */
+static void sync_bio_done(struct bdev_io *io)
+{
+    struct sync_slot *s = container_of(io, struct sync_slot, bio);
+    struct volume *v = s->vol;
+    if (sync_slot_finish(v, s, io->result)) {
+        sync_slot_go(v, s);
+        return;
+    }
+    volume_unref_from_backend(v); /* the launch's reference */
+}
+
+/* Run the sync of a launched slot: an asynchronous FLUSH where the backend
+ * has one (no thread waits for it; with RBD, rbd_aio_flush on the shared
+ * image handle covers every write completed before it is issued, which is
+ * after s->start was read), else the blocking sync on the I/O pool. */
+static void sync_slot_go(struct volume *v, struct sync_slot *s)
+{
+    if (!v->bdev->ops->submit) {
+        iopool_submit(&s->job);
+        return;
+    }
+    s->bio = (struct bdev_io){.op = BDEV_IO_FLUSH, .owner = NULL, .done = sync_bio_done};
+    int rc = v->bdev->ops->submit(v->bdev, &s->bio);
+    if (rc < 0) {
+        s->bio.result = rc;
+        sync_bio_done(&s->bio);
     }
 }
 
@@ -884,6 +957,83 @@ void volume_submit(struct volume *v, struct vreq *r)
     vreq_start(v, r, modifies);
 }
 
+/* An asynchronous backend request completed, on r's owner (or on the
+ * backend's thread when r has none). */
+static void vreq_bio_done(struct bdev_io *io)
+{
+    struct vreq *r = container_of(io, struct vreq, bio);
+    vreq_inline_done(r->vol, r, io->result);
+}
+
+static const enum bdev_io_op bio_op[] = {
+    [VREQ_READ] = BDEV_IO_READ,
+    [VREQ_WRITE] = BDEV_IO_WRITE,
+    [VREQ_FLUSH] = BDEV_IO_FLUSH,
+    [VREQ_TRIM] = BDEV_IO_TRIM,
+    [VREQ_WRITE_ZEROES] = BDEV_IO_WRITE_ZEROES,
+};
+
+/* Backends with submit(): hand r over; no thread waits for it. */
+static void vreq_submit_bio(struct volume *v, struct vreq *r)
+{
+    struct bdev_io *io = &r->bio;
+    bool flush = r->op == VREQ_FLUSH;
+    unsigned f = 0;
+    if (r->flags & VREQ_MAY_TRIM)
+        f |= BDEV_ZERO_MAY_TRIM;
+    if (r->flags & VREQ_FAST_ZERO)
+        f |= BDEV_ZERO_FAST;
+    *io = (struct bdev_io){
+        .op = bio_op[r->op],
+        .flags = r->op == VREQ_WRITE_ZEROES ? f : 0,
+        .offset = flush ? 0 : r->offset,
+        .length = flush ? 0 : r->length,
+        .buf = r->buf,
+        .owner = r->owner,
+        .done = vreq_bio_done,
+    };
+    int rc = v->bdev->ops->submit(v->bdev, io);
+    if (rc < 0)
+        vreq_inline_done(v, r, rc);
+}
+
+/* The asynchronous path of a backend with submit(): true if it took r.
+ * Requests of no length complete here (librbd asserts on them); extents
+ * stay on the I/O pool (rbd_diff_iterate2 has no asynchronous form), and
+ * so do writes that must first copy old data out for a snapshot (cow). */
+static bool vreq_try_bio(struct volume *v, struct vreq *r, bool modifies)
+{
+    switch (r->op) {
+    case VREQ_READ:
+    case VREQ_WRITE:
+    case VREQ_TRIM:
+    case VREQ_WRITE_ZEROES:
+        if (modifies && atomic_load(&v->cow))
+            return false;
+        if (r->length == 0) {
+            vreq_inline_done(v, r, 0);
+            return true;
+        }
+        vreq_submit_bio(v, r);
+        return true;
+    case VREQ_CACHE:
+        if (v->bdev->caps & BDEV_CAN_CACHE)
+            return false;
+        vreq_deliver(r); /* nothing to prefetch: no pool round trip */
+        return true;
+    case VREQ_FLUSH:
+        /* Group commit on: flush_wait issues the asynchronous FLUSHes
+         * itself (sync_slot_go). Off: one FLUSH per request. */
+        if (volume_sync_mode(v) == VOLUME_SYNC_DISABLED ||
+            atomic_load_explicit(&v->group_commit, memory_order_relaxed))
+            return false;
+        vreq_submit_bio(v, r);
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* Everything after registration; modifying requests are in flight. */
 static void vreq_start(struct volume *v, struct vreq *r, bool modifies)
 {
@@ -895,6 +1045,8 @@ static void vreq_start(struct volume *v, struct vreq *r, bool modifies)
         return;
     }
     const struct bdev_ops *ops = v->bdev->ops;
+    if (ops->submit && vreq_try_bio(v, r, modifies))
+        return;
     switch (r->op) {
     case VREQ_READ:
     case VREQ_WRITE: {

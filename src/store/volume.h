@@ -43,6 +43,10 @@ struct volume;
 int volume_new(const char *name, struct bdev *b, uint32_t block_size, enum volume_sync sync,
                bool readonly, struct volume **out);
 void volume_ref(struct volume *v);
+/* The last reference closes the backend, on the calling thread, except
+ * for asynchronous backends (bdev_ops.submit: RBD) dropped on a reactor or
+ * by the volume's own completions: their close blocks, so it runs on the
+ * I/O pool then. */
 void volume_unref(struct volume *v);
 
 const char *volume_name(const struct volume *v);
@@ -158,6 +162,7 @@ struct vreq {
     struct vreq *next_waiter;
     struct vreq *batch_next; /* the volume's write queue */
     struct uring_op uop;
+    struct bdev_io bio; /* backends with submit() (bdev.h) */
     uint64_t flush_target;
     unsigned resize_epoch;
 };

@@ -23,6 +23,7 @@
 #include "api/api.h"
 #include "config/datasets.h"
 #include "config/db.h"
+#include "config/dsrbd.h"
 
 #define MiB (1024 * 1024)
 
@@ -955,6 +956,43 @@ static void test_rename_promote(void **st)
     json_decref(ok("pool.dataset.delete", "[\"demo/rn2\",{\"recursive\":true}]"));
 }
 
+/* pool.create {rbd: …}: field errors, and a cluster that cannot be
+ * reached refuses the pool without recording anything (no Ceph needed:
+ * the conf file does not exist). The image-name encoding of datasets. */
+static void test_rbd_pool_refusals(void **st)
+{
+    struct ds_pool p = {.name = "tank", .path = "rbd:vms"};
+    char image[64];
+    json_t *r;
+
+    (void)st;
+    expect_field_error("pool.create", "[{\"name\":\"r\",\"rbd\":{}}]", "pool.create.rbd.pool");
+    expect_field_error("pool.create", "[{\"name\":\"r\",\"rbd\":{\"pool\":\"a/b\"}}]",
+                       "pool.create.rbd.pool");
+    expect_field_error("pool.create",
+                       "[{\"name\":\"r\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"rel.conf\"}}]",
+                       "pool.create.rbd.conf");
+    expect_field_error("pool.create", "[{\"name\":\"r\",\"rbd\":{\"pool\":\"rbd\",\"bogus\":1}}]",
+                       "pool.create.rbd.bogus");
+    expect_field_error("pool.create",
+                       "[{\"name\":\"r\",\"path\":\"/tmp/x\",\"rbd\":{\"pool\":\"rbd\"}}]",
+                       "pool.create.path");
+    expect_errno("pool.create",
+                 "[{\"name\":\"r\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"/nonexistent/c.conf\"}}]",
+                 ENOENT);
+    r = ok("pool.query", "[[[\"name\",\"=\",\"r\"]], {\"count\":true}]");
+    assert_int_equal(json_integer_value(r), 0);
+    json_decref(r);
+
+    assert_int_equal(ds_rbd_image_name(&p, "tank/vms/disk0", image, sizeof(image)), 0);
+    assert_string_equal(image, "vms%disk0");
+    assert_int_equal(ds_rbd_image_name(&p, "tank/v", image, sizeof(image)), 0);
+    assert_string_equal(image, "v");
+    assert_int_equal(ds_rbd_image_name(&p, "tank/a/b/c", image, 4), -ENAMETOOLONG);
+    assert_int_equal(ds_rbd_image_name(&p, "tank", image, sizeof(image)), -EINVAL);
+    assert_int_equal(ds_rbd_image_name(&p, "other/v", image, sizeof(image)), -EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -970,6 +1008,7 @@ int main(void)
         cmocka_unit_test(test_rollback_recovery),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_rename_promote),
+        cmocka_unit_test(test_rbd_pool_refusals),
     };
 
     return cmocka_run_group_tests(tests, setup_group, teardown_group);

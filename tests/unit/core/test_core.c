@@ -23,6 +23,7 @@
 #include "core/iopool.h"
 #include "core/listener.h"
 #include "core/reactor.h"
+#include "core/registry.h"
 #include "core/util.h"
 
 static sem_t done_sem;
@@ -380,6 +381,82 @@ static void test_admit(void **state)
     admit_configure(0, ADMIT_DEFAULT_MAX_PENDING, ADMIT_DEFAULT_MAX_PENDING_PER_ADDR);
 }
 
+static void test_hex_decode(void **state)
+{
+    (void)state;
+    uint8_t b[4];
+    assert_int_equal(hex_value('7'), 7);
+    assert_int_equal(hex_value('c'), 12);
+    assert_int_equal(hex_value('F'), 15);
+    assert_int_equal(hex_value('g'), -1);
+    assert_int_equal(hex_decode("00aBff", 6, b, sizeof(b)), 3);
+    assert_memory_equal(b, "\x00\xab\xff", 3);
+    assert_int_equal(hex_decode("", 0, b, sizeof(b)), 0);
+    assert_int_equal(hex_decode("abc", 3, b, sizeof(b)), -EINVAL);
+    assert_int_equal(hex_decode("a-", 2, b, sizeof(b)), -EINVAL);
+    /* pair by pair: a bad digit before the overflow is -EINVAL, after it -E2BIG */
+    assert_int_equal(hex_decode("01zz02", 6, b, 1), -EINVAL);
+    assert_int_equal(hex_decode("0102zz", 6, b, 1), -E2BIG);
+    assert_int_equal(hex_decode("0102", 4, b, 1), -E2BIG);
+}
+
+static void test_write_helpers(void **state)
+{
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    assert_int_equal(send_all(sv[0], "hello", 5), 0);
+    char got[8] = {0};
+    assert_int_equal(read(sv[1], got, sizeof(got)), 5);
+    assert_string_equal(got, "hello");
+    close(sv[1]);
+    assert_int_equal(send_all(sv[0], "x", 1), -EPIPE); /* no SIGPIPE */
+    close(sv[0]);
+    char path[] = "/tmp/blockd-test-pwrite-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    assert_int_equal(pwrite_all(fd, "abcd", 4, 4096), 0);
+    assert_int_equal(pread(fd, got, 4, 4096), 4);
+    assert_memory_equal(got, "abcd", 4);
+    close(fd);
+    assert_int_equal(pwrite_all(-1, "a", 1, 0), -EBADF);
+}
+
+struct reg_item {
+    int id;
+    struct registry_entry e;
+};
+
+static void test_registry(void **state)
+{
+    (void)state;
+    struct registry r = REGISTRY_INIT(2);
+    struct reg_item a = {.id = 1}, b = {.id = 2}, c = {.id = 3};
+    assert_int_equal(registry_add(&r, &a.e), 0);
+    assert_int_equal(registry_add(&r, &b.e), 0);
+    assert_int_equal(registry_add(&r, &c.e), -ENOSPC); /* the cap */
+    assert_int_equal(registry_count(&r), 2);
+    registry_remove(&r, &c.e); /* never listed: nothing */
+    assert_int_equal(registry_count(&r), 2);
+    int order[2], n = 0;
+    registry_lock(&r);
+    REGISTRY_FOREACH (&r, e)
+        order[n++] = container_of(e, struct reg_item, e)->id;
+    registry_unlock(&r);
+    assert_int_equal(n, 2);
+    assert_int_equal(order[0], 2); /* newest first */
+    assert_int_equal(order[1], 1);
+    registry_remove(&r, &b.e);
+    registry_remove(&r, &b.e); /* twice: nothing */
+    assert_int_equal(registry_count(&r), 1);
+    assert_int_equal(registry_add(&r, &c.e), 0);
+    registry_remove(&r, &a.e);
+    registry_remove(&r, &c.e);
+    assert_int_equal(registry_count(&r), 0);
+    assert_null(r.head);
+}
+
 static int setup(void **state)
 {
     sem_init(&done_sem, 0, 0);
@@ -407,6 +484,9 @@ int main(void)
         cmocka_unit_test(test_bufpool),
         cmocka_unit_test(test_iostats),
         cmocka_unit_test(test_admit),
+        cmocka_unit_test(test_hex_decode),
+        cmocka_unit_test(test_write_helpers),
+        cmocka_unit_test(test_registry),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,941 @@
+/*
+ * RBD pools: connection settings, state and the connector thread
+ * (dsrbd.h), and the rbd pool backend (dsbackend.h).
+ */
+#include "config/dsrbd.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config/db.h"
+#include "config/dsbackend.h"
+#include "core/log.h"
+#include "store/bdev_rbd.h"
+#include "store/rbd_image.h"
+
+_Thread_local char ds_backend_why[512];
+
+struct rbd_pool {
+    int64_t id;
+    char name[NAME_DATASET_MAX + 1];
+    struct ds_rbd_spec spec;
+    struct rbd_cluster *c; /* NULL until connected */
+    bool online;
+    char why[256];
+    uint64_t size, avail;
+    struct rbd_pool *next;
+};
+
+static pthread_mutex_t rp_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rp_cond = PTHREAD_COND_INITIALIZER;
+static struct rbd_pool *rp_head;
+static pthread_t rp_thread;
+static bool rp_running, rp_stop, rp_exited;
+
+static void spec_c(const struct ds_rbd_spec *s, struct rbd_cluster_spec *cs)
+{
+    memset(cs, 0, sizeof(*cs)); /* op_timeout_s 0: the default */
+    cs->conf = s->conf;
+    cs->id = s->id;
+    cs->keyring = s->keyring;
+}
+
+static void copy_col(char *dst, size_t len, sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    snprintf(dst, len, "%s", t ? (const char *)t : "");
+}
+
+int ds_rbd_spec_get(int64_t pool_id, struct ds_rbd_spec *out)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt("SELECT rbd_pool, namespace, conf, ceph_id, keyring FROM pool_rbd"
+                     " WHERE pool_id = ?",
+                     &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, pool_id);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        copy_col(out->pool, sizeof(out->pool), st, 0);
+        copy_col(out->ns, sizeof(out->ns), st, 1);
+        copy_col(out->conf, sizeof(out->conf), st, 2);
+        copy_col(out->id, sizeof(out->id), st, 3);
+        copy_col(out->keyring, sizeof(out->keyring), st, 4);
+        rc = 0;
+    } else {
+        rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
+    }
+    db_stmt_done(st);
+    return rc;
+}
+
+int ds_rbd_spec_insert(int64_t pool_id, const struct ds_rbd_spec *s)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt("INSERT INTO pool_rbd (pool_id, rbd_pool, namespace, conf, ceph_id, keyring)"
+                     " VALUES (?, ?, ?, ?, ?, ?)",
+                     &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, pool_id);
+    sqlite3_bind_text(st, 2, s->pool, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, s->ns, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, s->conf, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, s->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, s->keyring, -1, SQLITE_STATIC);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
+}
+
+/* The pool (and namespace) answer on c: 0, or -errno with why. */
+static int check_pool(struct rbd_cluster *c, const struct ds_rbd_spec *s, bool make_ns, char *why,
+                      size_t whylen)
+{
+    rados_ioctx_t io;
+    bool exists = false;
+    int rc = rbd_cluster_ioctx(c, s->pool, NULL, &io);
+
+    if (rc == -ENOENT) {
+        snprintf(why, whylen, "the Ceph pool %s does not exist", s->pool);
+        return rc;
+    }
+    if (rc < 0) {
+        snprintf(why, whylen, "cannot open the Ceph pool %s: %s", s->pool, strerror(-rc));
+        return rc;
+    }
+    if (s->ns[0]) {
+        rc = rbd_namespace_exists(io, s->ns, &exists);
+        if (rc == 0 && !exists && make_ns) {
+            rc = rbd_namespace_create(io, s->ns);
+            if (rc == 0)
+                log_info("datasets: created RBD namespace %s/%s", s->pool, s->ns);
+        } else if (rc == 0 && !exists) {
+            rc = -ENOENT;
+        }
+        if (rc < 0)
+            snprintf(why, whylen, "RBD namespace %s/%s: %s", s->pool, s->ns, strerror(-rc));
+    }
+    rados_ioctx_destroy(io);
+    return rc;
+}
+
+static int connect_spec(const struct ds_rbd_spec *s, struct rbd_cluster **out, char *why,
+                        size_t whylen)
+{
+    struct rbd_cluster_spec cs;
+    int rc;
+
+    spec_c(s, &cs);
+    rc = rbd_cluster_get(&cs, DS_RBD_CONNECT_TIMEOUT, out);
+    if (rc < 0)
+        snprintf(why, whylen, "cannot connect to the Ceph cluster (conf %s, id %s): %s",
+                 s->conf[0] ? s->conf : "default", s->id[0] ? s->id : "admin", strerror(-rc));
+    return rc;
+}
+
+int ds_rbd_probe(const struct ds_rbd_spec *spec, struct rbd_cluster **out, char *why, size_t whylen)
+{
+    int rc = connect_spec(spec, out, why, whylen);
+
+    if (rc < 0)
+        return rc;
+    rc = check_pool(*out, spec, true, why, whylen);
+    if (rc < 0) {
+        rbd_cluster_put(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+static struct rbd_pool *find_locked(int64_t id)
+{
+    for (struct rbd_pool *p = rp_head; p; p = p->next)
+        if (p->id == id)
+            return p;
+    return NULL;
+}
+
+static struct rbd_pool *pool_new(int64_t id, const char *name, const struct ds_rbd_spec *spec)
+{
+    struct rbd_pool *p = calloc(1, sizeof(*p));
+
+    if (!p)
+        return NULL;
+    p->id = id;
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    p->spec = *spec;
+    snprintf(p->why, sizeof(p->why), "connecting to the Ceph cluster");
+    return p;
+}
+
+static void cluster_usage(struct rbd_cluster *c, uint64_t *size, uint64_t *avail, int *rc)
+{
+    struct rados_cluster_stat_t cs;
+
+    *rc = rados_cluster_stat(rbd_cluster_rados(c), &cs);
+    if (*rc == 0) {
+        *size = cs.kb * 1024;
+        *avail = cs.kb_avail * 1024;
+    }
+}
+
+void ds_rbd_pool_add(int64_t pool_id, const char *name, const struct ds_rbd_spec *spec,
+                     struct rbd_cluster *c)
+{
+    struct rbd_pool *p = pool_new(pool_id, name, spec);
+    int rc;
+
+    if (!p) {
+        rbd_cluster_put(c);
+        return;
+    }
+    p->c = c;
+    cluster_usage(c, &p->size, &p->avail, &rc);
+    p->online = rc == 0;
+    if (rc < 0)
+        snprintf(p->why, sizeof(p->why), "the Ceph cluster does not answer: %s", strerror(-rc));
+    pthread_mutex_lock(&rp_lock);
+    p->next = rp_head;
+    rp_head = p;
+    pthread_mutex_unlock(&rp_lock);
+}
+
+void ds_rbd_status(int64_t pool_id, bool *online, char *why, size_t whylen, uint64_t *size,
+                   uint64_t *avail)
+{
+    struct rbd_pool *p;
+
+    pthread_mutex_lock(&rp_lock);
+    p = find_locked(pool_id);
+    *online = p && p->online;
+    snprintf(why, whylen, "%s", p ? (p->online ? "" : p->why) : "not loaded");
+    *size = p ? p->size : 0;
+    *avail = p ? p->avail : 0;
+    pthread_mutex_unlock(&rp_lock);
+}
+
+/* One pass of the connector: connect what is not, check what is. Works
+ * on copies unlocked: an attempt may take DS_RBD_CONNECT_TIMEOUT (a lost
+ * cluster's stat up to RBD_CLUSTER_OP_TIMEOUT). */
+static void connector_pass(void)
+{
+    int64_t ids[64];
+    size_t n = 0;
+
+    pthread_mutex_lock(&rp_lock);
+    for (struct rbd_pool *p = rp_head; p && n < 64; p = p->next)
+        ids[n++] = p->id;
+    pthread_mutex_unlock(&rp_lock);
+    for (size_t i = 0; i < n && !__atomic_load_n(&rp_stop, __ATOMIC_RELAXED); i++) {
+        struct ds_rbd_spec spec;
+        struct rbd_cluster *c = NULL;
+        char why[256] = "", name[NAME_DATASET_MAX + 1];
+        uint64_t size = 0, avail = 0;
+        bool was_online;
+        int rc;
+
+        pthread_mutex_lock(&rp_lock);
+        struct rbd_pool *p = find_locked(ids[i]);
+        if (!p) {
+            pthread_mutex_unlock(&rp_lock);
+            continue;
+        }
+        spec = p->spec;
+        was_online = p->online;
+        snprintf(name, sizeof(name), "%s", p->name);
+        if (p->c) {
+            c = p->c;
+            rbd_cluster_ref(c);
+        }
+        pthread_mutex_unlock(&rp_lock);
+
+        rc = 0;
+        if (!c)
+            rc = connect_spec(&spec, &c, why, sizeof(why));
+        if (rc == 0) {
+            cluster_usage(c, &size, &avail, &rc);
+            if (rc < 0)
+                snprintf(why, sizeof(why), "the Ceph cluster does not answer: %s", strerror(-rc));
+        }
+        if (rc == 0 && !was_online)
+            rc = check_pool(c, &spec, false, why, sizeof(why));
+
+        struct rbd_cluster *stale = NULL;
+        pthread_mutex_lock(&rp_lock);
+        p = find_locked(ids[i]);
+        if (p) {
+            if (rc == 0 && c && !p->c) {
+                p->c = c; /* our reference goes to the pool */
+                c = NULL;
+            } else if (rc < 0 && p->c) {
+                /* Let go: the next attempt connects afresh and reads the
+                 * conf again (monitors may have moved). Open images keep
+                 * their own references. */
+                stale = p->c;
+                p->c = NULL;
+            }
+            p->online = rc == 0;
+            if (rc == 0) {
+                p->size = size;
+                p->avail = avail;
+            } else {
+                snprintf(p->why, sizeof(p->why), "%s", why);
+            }
+        }
+        pthread_mutex_unlock(&rp_lock);
+        if (c)
+            rbd_cluster_put(c);
+        if (stale)
+            rbd_cluster_put(stale);
+        if (rc == 0 && !was_online)
+            log_info("datasets: RBD pool %s (%s%s%s) is ONLINE", name, spec.pool,
+                     spec.ns[0] ? "/" : "", spec.ns);
+        else if (rc < 0 && was_online)
+            log_error("datasets: RBD pool %s is UNAVAIL: %s", name, why);
+        else if (rc < 0)
+            log_debug("datasets: RBD pool %s still UNAVAIL: %s", name, why);
+    }
+}
+
+static void *connector_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&rp_lock);
+    while (!rp_stop) {
+        struct timespec until;
+
+        pthread_mutex_unlock(&rp_lock);
+        connector_pass();
+        pthread_mutex_lock(&rp_lock);
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += DS_RBD_CHECK_INTERVAL;
+        while (!rp_stop && pthread_cond_timedwait(&rp_cond, &rp_lock, &until) != ETIMEDOUT)
+            ;
+    }
+    rp_exited = true;
+    pthread_cond_broadcast(&rp_cond);
+    pthread_mutex_unlock(&rp_lock);
+    return NULL;
+}
+
+void ds_rbd_start(void)
+{
+    sqlite3_stmt *st;
+    size_t n = 0;
+
+    db_lock();
+    if (db_stmt("SELECT p.id, p.name, r.rbd_pool, r.namespace, r.conf, r.ceph_id, r.keyring"
+                " FROM pool_rbd r JOIN pools p ON p.id = r.pool_id",
+                &st) == 0) {
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            struct ds_rbd_spec spec;
+            struct rbd_pool *p;
+
+            copy_col(spec.pool, sizeof(spec.pool), st, 2);
+            copy_col(spec.ns, sizeof(spec.ns), st, 3);
+            copy_col(spec.conf, sizeof(spec.conf), st, 4);
+            copy_col(spec.id, sizeof(spec.id), st, 5);
+            copy_col(spec.keyring, sizeof(spec.keyring), st, 6);
+            p = pool_new(sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1),
+                         &spec);
+            if (!p)
+                continue;
+            pthread_mutex_lock(&rp_lock);
+            if (!find_locked(p->id)) {
+                p->next = rp_head;
+                rp_head = p;
+                p = NULL;
+                n++;
+            }
+            pthread_mutex_unlock(&rp_lock);
+            free(p);
+        }
+        db_stmt_done(st);
+    }
+    db_unlock();
+    pthread_mutex_lock(&rp_lock);
+    if (!rp_running) {
+        rp_stop = false;
+        rp_exited = false;
+        rp_running = pthread_create(&rp_thread, NULL, connector_main, NULL) == 0;
+        if (!rp_running)
+            log_error("datasets: cannot start the RBD connector thread");
+    }
+    pthread_mutex_unlock(&rp_lock);
+    if (n)
+        log_info("datasets: %zu RBD pool(s); connecting in the background", n);
+}
+
+void ds_rbd_stop(void)
+{
+    struct rbd_pool *p;
+    bool join;
+
+    struct timespec until;
+    bool exited = true;
+
+    pthread_mutex_lock(&rp_lock);
+    __atomic_store_n(&rp_stop, true, __ATOMIC_RELAXED);
+    join = rp_running;
+    rp_running = false;
+    pthread_cond_broadcast(&rp_cond);
+    /* Bounded: the connector may be inside a call to a lost cluster (up
+     * to the op timeout); shutdown does not wait that long for it. */
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += DS_RBD_STOP_WAIT;
+    while (join && !rp_exited && pthread_cond_timedwait(&rp_cond, &rp_lock, &until) != ETIMEDOUT)
+        ;
+    exited = rp_exited;
+    pthread_mutex_unlock(&rp_lock);
+    if (join && !exited) {
+        log_warn("datasets: the RBD connector is still waiting on a cluster; not waiting for it");
+        pthread_detach(rp_thread);
+        return; /* it may still use the pools: leave them */
+    }
+    if (join)
+        pthread_join(rp_thread, NULL);
+    pthread_mutex_lock(&rp_lock);
+    p = rp_head;
+    rp_head = NULL;
+    pthread_mutex_unlock(&rp_lock);
+    while (p) {
+        struct rbd_pool *next = p->next;
+        if (p->c)
+            rbd_cluster_put(p->c);
+        free(p);
+        p = next;
+    }
+}
+
+int ds_rbd_image_name(const struct ds_pool *p, const char *name, char *buf, size_t len)
+{
+    size_t plen = strlen(p->name), i;
+    const char *rest;
+
+    /* only datasets below the pool's root have an image */
+    if (strncmp(name, p->name, plen) != 0 || name[plen] != '/' || !name[plen + 1])
+        return -EINVAL;
+    rest = name + plen + 1;
+    for (i = 0; rest[i]; i++) {
+        if (i + 1 >= len)
+            return -ENAMETOOLONG;
+        buf[i] = rest[i] == '/' ? '%' : rest[i];
+    }
+    if (len == 0)
+        return -ENAMETOOLONG;
+    buf[i] = '\0';
+    return 0;
+}
+
+/* ---- the rbd backend ---- */
+
+/* A cluster reference and an I/O context on the pool's pool/namespace. */
+struct rbd_io {
+    int64_t pool_id;
+    struct rbd_cluster *c;
+    rados_ioctx_t io;
+    struct ds_rbd_spec spec;
+};
+
+static void mark_lost(int64_t pool_id, int rc)
+{
+    struct rbd_pool *p;
+    bool logged = false;
+    char name[NAME_DATASET_MAX + 1] = "";
+
+    pthread_mutex_lock(&rp_lock);
+    p = find_locked(pool_id);
+    if (p && p->online) {
+        p->online = false;
+        snprintf(p->why, sizeof(p->why), "a request to the Ceph cluster failed: %s", strerror(-rc));
+        snprintf(name, sizeof(name), "%s", p->name);
+        logged = true;
+    }
+    pthread_mutex_unlock(&rp_lock);
+    if (logged)
+        log_error("datasets: RBD pool %s is UNAVAIL: a request to the Ceph cluster failed: %s",
+                  name, strerror(-rc));
+}
+
+static int io_get(const struct ds_pool *dp, struct rbd_io *out)
+{
+    struct rbd_pool *p;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&rp_lock);
+    p = find_locked(dp->id);
+    if (!p || !p->online || !p->c) {
+        snprintf(ds_backend_why, sizeof(ds_backend_why), "pool %.200s is UNAVAIL: %.255s", dp->name,
+                 p ? p->why : "not loaded");
+        pthread_mutex_unlock(&rp_lock);
+        return -EHOSTUNREACH;
+    }
+    out->pool_id = p->id;
+    out->c = p->c;
+    out->spec = p->spec;
+    rbd_cluster_ref(out->c);
+    pthread_mutex_unlock(&rp_lock);
+    rc = rbd_cluster_ioctx(out->c, out->spec.pool, out->spec.ns, &out->io);
+    if (rc < 0) {
+        rbd_cluster_put(out->c);
+        out->c = NULL;
+    }
+    return rc;
+}
+
+static void mark_lost(int64_t pool_id, int rc);
+
+/* Done with r; rc is the call's result: a request the cluster did not
+ * answer (-ETIMEDOUT) makes the pool UNAVAIL at once, so that the calls
+ * after it fail fast instead of each waiting out the timeout (the
+ * connector brings it back). */
+static void io_put(struct rbd_io *r, int rc)
+{
+    if (rc == -ETIMEDOUT && r->pool_id)
+        mark_lost(r->pool_id, rc);
+    if (r->io)
+        rados_ioctx_destroy(r->io);
+    if (r->c)
+        rbd_cluster_put(r->c);
+    memset(r, 0, sizeof(*r));
+}
+
+/* A handle on the image of name: the one serving it if the volume is
+ * open (no second handle to pull the exclusive lock away), else one
+ * opened here (*owned). *vol (when serving) holds a reference to drop. */
+struct img_handle {
+    rbd_image_t img;
+    bool owned;
+    struct volume *vol;
+};
+
+static int handle_get(struct rbd_io *r, const char *name, const char *image, bool readonly,
+                      struct img_handle *h)
+{
+    struct bdev *b = NULL;
+
+    memset(h, 0, sizeof(*h));
+    h->vol = ds_cache_peek_bdev(name, &b);
+    if (h->vol && b && bdev_is_rbd(b)) {
+        h->img = bdev_rbd_image(b);
+        return 0;
+    }
+    if (h->vol)
+        volume_unref(h->vol);
+    h->vol = NULL;
+    h->owned = true;
+    return rbd_image_open_mgmt(r->io, image, NULL, readonly, &h->img);
+}
+
+static void handle_put(struct img_handle *h)
+{
+    if (h->owned && h->img)
+        rbd_close(h->img);
+    if (h->vol)
+        volume_unref(h->vol);
+    memset(h, 0, sizeof(*h));
+}
+
+#define IMAGE_OF(p, name, buf)                                                                     \
+    do {                                                                                           \
+        int irc_ = ds_rbd_image_name(p, name, buf, sizeof(buf));                                   \
+        if (irc_ < 0)                                                                              \
+            return irc_;                                                                           \
+    } while (0)
+
+static int rbdpool_volume_create(const struct ds_pool *p, const char *name, uint64_t size,
+                                 bool sparse, char *why, size_t whylen)
+{
+    char image[DS_NAME_BUF];
+    struct rbd_io r;
+    int rc;
+
+    if (!sparse) {
+        snprintf(why, whylen,
+                 "sparse: false (a preallocated volume) is not supported on RBD pools: RBD "
+                 "images are thin");
+        snprintf(ds_backend_why, sizeof(ds_backend_why), "%s", why);
+        return -ENOTSUP;
+    }
+    IMAGE_OF(p, name, image);
+    rc = io_get(p, &r);
+    if (rc < 0)
+        return rc;
+    rc = rbd_image_create(r.io, image, size);
+    if (rc == -EEXIST)
+        snprintf(ds_backend_why, sizeof(ds_backend_why),
+                 "an RBD image named %.200s already exists in %.100s%s%.100s", image, r.spec.pool,
+                 r.spec.ns[0] ? "/" : "", r.spec.ns);
+    io_put(&r, rc);
+    return rc;
+}
+
+static int rbdpool_filesystem_create(const struct ds_pool *p, const char *name)
+{
+    /* A FILESYSTEM is only a prefix of image names: nothing to make. */
+    (void)p;
+    (void)name;
+    return 0;
+}
+
+static int rbdpool_dataset_remove(const struct ds_pool *p, const char *name, bool is_volume)
+{
+    char image[DS_NAME_BUF];
+    struct rbd_io r;
+    int rc;
+
+    if (!is_volume)
+        return 0;
+    IMAGE_OF(p, name, image);
+    rc = io_get(p, &r);
+    if (rc < 0)
+        return rc;
+    rc = rbd_image_remove(r.io, image);
+    io_put(&r, rc);
+    return rc;
+}
+
+static int rbdpool_snapshot_remove(const struct ds_pool *p, const char *name, const char *snap)
+{
+    char image[DS_NAME_BUF];
+    struct img_handle h;
+    struct rbd_io r;
+    int rc;
+
+    IMAGE_OF(p, name, image);
+    rc = io_get(p, &r);
+    if (rc < 0)
+        return rc;
+    rc = handle_get(&r, name, image, false, &h);
+    if (rc == 0)
+        rc = rbd_image_snap_remove(h.img, snap);
+    handle_put(&h);
+    io_put(&r, rc);
+    return rc;
+}
+
+static int rbdpool_volume_resize(const struct ds_pool *p, const char *name, struct volume *v,
+                                 uint64_t old_size, uint64_t new_size, bool sparse)
+{
+    char image[DS_NAME_BUF];
+    struct img_handle h;
+    struct rbd_io r;
+    int rc;
+
+    (void)old_size;
+    (void)sparse;
+    if (v)
+        return volume_resize(v, new_size); /* the bdev resizes its image */
+    IMAGE_OF(p, name, image);
+    rc = io_get(p, &r);
+    if (rc < 0)
+        return rc;
+    rc = handle_get(&r, name, image, false, &h);
+    if (rc == 0)
+        rc = rbd_image_resize(h.img, new_size);
+    handle_put(&h);
+    io_put(&r, rc);
+    return rc;
+}
+
+static int rbdpool_open_bdev(const struct ds_pool *p, const char *name, const char *snap,
+                             bool readonly, struct bdev **out)
+{
+    char image[DS_NAME_BUF];
+    struct rbd_io r;
+    int rc;
+
+    IMAGE_OF(p, name, image);
+    rc = io_get(p, &r);
+    if (rc < 0)
+        return rc;
+    /* the bdev takes its own cluster reference */
+    rc = bdev_rbd_open(r.c, r.spec.pool, r.spec.ns, image, snap, snap ? true : readonly, out);
+    if (rc == -ENOENT)
+        /* removed behind blockd's back (rbd rm), or never made */
+        snprintf(ds_backend_why, sizeof(ds_backend_why),
+                 "the RBD image %.200s%s%.100s does not exist in %.100s%s%.100s", image,
+                 snap ? "@" : "", snap ? snap : "", r.spec.pool, r.spec.ns[0] ? "/" : "",
+                 r.spec.ns);
+    io_put(&r, rc);
+    return rc;
+}
+
+static uint64_t rbdpool_snapshot_usage(const struct ds_pool *p, const char *name, const char *snap)
+{
+    char image[DS_NAME_BUF];
+    struct rbd_io r;
+    rbd_image_t img;
+    uint64_t used = 0;
+    int rc;
+
+    if (ds_rbd_image_name(p, name, image, sizeof(image)) < 0 || io_get(p, &r) < 0)
+        return 0;
+    rc = rbd_image_open_mgmt(r.io, image, snap, true, &img);
+    if (rc == 0) {
+        rc = rbd_image_usage(img, &used, NULL);
+        rbd_close(img);
+    }
+    io_put(&r, rc);
+    return used;
+}
+
+static int sum_cb(uint64_t off, size_t len, int exists, void *arg)
+{
+    (void)off;
+    if (exists)
+        *(uint64_t *)arg += len;
+    return 0;
+}
+
+/* used: the head's own objects (fast-diff); snapused: what each snapshot
+ * wrote over the one before it (what the snapshots keep alive, at most). */
+static void rbdpool_volume_usage(const struct ds_pool *p, const char *name, int64_t id,
+                                 struct volume *v, uint64_t *used, uint64_t *snapused)
+{
+    char image[DS_NAME_BUF], prev[NAME_DATASET_MAX + 1] = "";
+    struct rbd_io r;
+    rbd_image_t img;
+    sqlite3_stmt *st;
+    int rc;
+
+    (void)v;
+    *used = *snapused = 0;
+    if (ds_rbd_image_name(p, name, image, sizeof(image)) < 0 || io_get(p, &r) < 0)
+        return;
+    /* a read-only handle of our own: rbd_snap_set below moves its view */
+    rc = rbd_image_open_mgmt(r.io, image, NULL, true, &img);
+    if (rc < 0) {
+        io_put(&r, rc);
+        return;
+    }
+    rc = rbd_image_usage(img, used, NULL);
+    if (db_stmt("SELECT name FROM snapshots WHERE dataset_id = ? ORDER BY id", &st) == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            const char *sn = (const char *)sqlite3_column_text(st, 0);
+            uint64_t size = 0;
+
+            if (rbd_snap_set(img, sn) == 0 && rbd_get_size(img, &size) == 0)
+                rbd_diff_iterate2(img, prev[0] ? prev : NULL, 0, size, 0, 1, sum_cb, snapused);
+            snprintf(prev, sizeof(prev), "%s", sn);
+        }
+        db_stmt_done(st);
+    }
+    rbd_close(img);
+    io_put(&r, rc);
+}
+
+static uint64_t rbdpool_available(const struct ds_pool *p)
+{
+    bool online;
+    char why[8];
+    uint64_t size, avail;
+
+    ds_rbd_status(p->id, &online, why, sizeof(why), &size, &avail);
+    return avail;
+}
+
+static int rbdpool_locator(const struct ds_pool *p, const char *name, const char *snap, char *buf,
+                           size_t len)
+{
+    char image[DS_NAME_BUF];
+    int n;
+
+    if (strcmp(name, p->name) == 0) {
+        n = snprintf(buf, len, "%s", p->path);
+    } else {
+        IMAGE_OF(p, name, image);
+        n = snprintf(buf, len, "%s/%s%s%s", p->path, image, snap ? "@" : "", snap ? snap : "");
+    }
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static int rbdpool_snapshot_create(const struct ds_pool *p, const char *name, const char *snap,
+                                   struct volume *v, ds_progress_fn fn, void *arg,
+                                   struct store_snapshot_stats *stats)
+{
+    char image[DS_NAME_BUF];
+    struct img_handle h;
+    struct rbd_io r;
+    struct timespec a, b;
+    int rc;
+
+    (void)v;
+    IMAGE_OF(p, name, image);
+    rc = io_get(p, &r);
+    if (rc < 0)
+        return rc;
+    /* librbd blocks the image's writes for the snapshot's instant and
+     * flushes its cache first: every write acknowledged before is in. */
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    rc = handle_get(&r, name, image, false, &h);
+    if (rc == 0)
+        rc = rbd_image_snap_create(h.img, snap);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    handle_put(&h);
+    io_put(&r, rc);
+    if (rc == 0) {
+        memset(stats, 0, sizeof(*stats));
+        stats->reflinked = true; /* O(1): no data copied */
+        stats->held_ns = (uint64_t)((b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec));
+        if (fn)
+            fn(1, 1, arg);
+    }
+    return rc;
+}
+
+static int rbdpool_clone(const struct ds_pool *p, const char *name, const char *snap,
+                         const struct ds_pool *dp, const char *dst, ds_progress_fn fn, void *arg,
+                         bool *o1)
+{
+    char image[DS_NAME_BUF], dimage[DS_NAME_BUF];
+    struct rbd_io r, dr;
+    int rc;
+
+    if (!ds_pool_is_rbd(dp)) {
+        snprintf(ds_backend_why, sizeof(ds_backend_why),
+                 "a clone of an RBD snapshot must be in an RBD pool (%.200s is a file pool)",
+                 dp->name);
+        return -EXDEV;
+    }
+    IMAGE_OF(p, name, image);
+    IMAGE_OF(dp, dst, dimage);
+    rc = io_get(p, &r);
+    if (rc < 0)
+        return rc;
+    rc = io_get(dp, &dr);
+    if (rc == 0) {
+        rc = rbd_image_clone(r.io, image, snap, dr.io, dimage);
+        io_put(&dr, rc);
+    }
+    io_put(&r, rc);
+    if (rc == 0) {
+        *o1 = true;
+        if (fn)
+            fn(1, 1, arg);
+    }
+    return rc;
+}
+
+static int rbdpool_rollback(const struct ds_pool *p, const char *name, const char *snap,
+                            struct volume *v, ds_progress_fn fn, void *arg, bool *o1)
+{
+    char image[DS_NAME_BUF];
+    struct img_handle h;
+    struct rbd_io r;
+    uint64_t size = 0;
+    int rc;
+
+    IMAGE_OF(p, name, image);
+    rc = io_get(p, &r);
+    if (rc < 0)
+        return rc;
+    rc = handle_get(&r, name, image, false, &h);
+    if (rc == 0) {
+        /* Hold the volume's writes (and land those in flight) while the
+         * image's contents are replaced. */
+        if (v)
+            rc = volume_quiesce(v);
+        if (rc == 0) {
+            rc = rbd_image_snap_rollback(h.img, snap, fn, arg);
+            if (rc == 0)
+                rc = rbd_get_size(h.img, &size);
+            if (v)
+                volume_resume(v);
+        }
+        /* the snapshot's size is the volume's now: tell the open volume */
+        if (rc == 0 && v && size != volume_size(v))
+            rc = volume_resize(v, size);
+    }
+    handle_put(&h);
+    io_put(&r, rc);
+    if (rc == 0)
+        *o1 = true;
+    return rc;
+}
+
+static int rbdpool_volume_rename(const struct ds_pool *p, const char *from, const char *to)
+{
+    char ifrom[DS_NAME_BUF], ito[DS_NAME_BUF];
+    struct rbd_io r;
+    int rc;
+
+    IMAGE_OF(p, from, ifrom);
+    IMAGE_OF(p, to, ito);
+    rc = io_get(p, &r);
+    if (rc < 0)
+        return rc;
+    /* An open image keeps serving: its handle does not go by the name. */
+    rc = rbd_image_rename(r.io, ifrom, ito);
+    io_put(&r, rc);
+    return rc;
+}
+
+static int rbdpool_snapshot_rename(const struct ds_pool *p, const char *name, const char *from,
+                                   const char *to)
+{
+    char image[DS_NAME_BUF];
+    struct img_handle h;
+    struct rbd_io r;
+    int rc;
+
+    IMAGE_OF(p, name, image);
+    rc = io_get(p, &r);
+    if (rc < 0)
+        return rc;
+    rc = handle_get(&r, name, image, false, &h);
+    if (rc == 0)
+        rc = rbd_image_snap_rename(h.img, from, to);
+    handle_put(&h);
+    io_put(&r, rc);
+    return rc;
+}
+
+static int rbdpool_flatten(const struct ds_pool *p, const char *name, ds_progress_fn fn, void *arg)
+{
+    char image[DS_NAME_BUF];
+    struct img_handle h;
+    struct rbd_io r;
+    int rc;
+
+    IMAGE_OF(p, name, image);
+    rc = io_get(p, &r);
+    if (rc < 0)
+        return rc;
+    rc = handle_get(&r, name, image, false, &h);
+    if (rc == 0)
+        rc = rbd_image_flatten(h.img, fn, arg);
+    handle_put(&h);
+    io_put(&r, rc);
+    return rc;
+}
+
+const struct ds_backend ds_backend_rbd = {
+    .name = "rbd",
+    .volume_create = rbdpool_volume_create,
+    .filesystem_create = rbdpool_filesystem_create,
+    .dataset_remove = rbdpool_dataset_remove,
+    .snapshot_remove = rbdpool_snapshot_remove,
+    .volume_resize = rbdpool_volume_resize,
+    .open = rbdpool_open_bdev,
+    .volume_usage = rbdpool_volume_usage,
+    .snapshot_usage = rbdpool_snapshot_usage,
+    .available = rbdpool_available,
+    .locator = rbdpool_locator,
+    .snapshot_create = rbdpool_snapshot_create,
+    .clone = rbdpool_clone,
+    .rollback = rbdpool_rollback,
+    .volume_rename = rbdpool_volume_rename,
+    .snapshot_rename = rbdpool_snapshot_rename,
+    .flatten = rbdpool_flatten,
+};

@@ -1,0 +1,328 @@
+/*
+ * The NBD fixed-newstyle handshake and option haggling (nbd_handshake.h).
+ * Exports are looked up in the published table (nbd_export.h) once per
+ * option; what the client may see and use follows from the export, the
+ * volume's capabilities and this connection's TLS state.
+ */
+#include "nbd/nbd_handshake.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/tls.h"
+#include "core/util.h"
+#include "nbd/nbd_server.h"
+
+#define NBD_OPT_MAX_LEN (64u * 1024) /* longer options get ERR_TOO_BIG */
+#define NBD_MAX_OPTIONS 4096         /* options per connection before we give up */
+
+static void send_opt_reply(struct nbd_conn *nc, uint32_t opt, uint32_t type, const void *data,
+                           uint32_t len)
+{
+    uint8_t b[NBD_OPT_REPLY_HEADER_LEN + 8 + NBD_MAX_STRING + 8];
+    if (len > sizeof(b) - NBD_OPT_REPLY_HEADER_LEN)
+        len = (uint32_t)(sizeof(b) - NBD_OPT_REPLY_HEADER_LEN);
+    nbd_opt_reply_header(b, opt, type, len);
+    if (len)
+        memcpy(b + NBD_OPT_REPLY_HEADER_LEN, data, len);
+    conn_send_copy(nc->c, b, NBD_OPT_REPLY_HEADER_LEN + len);
+}
+
+static uint16_t export_eflags(struct nbd_conn *nc, const struct nbd_export *e)
+{
+    unsigned caps = volume_caps(e->vol);
+    bool ro = e->readonly || volume_readonly(e->vol);
+    uint16_t f = NBD_FLAG_HAS_FLAGS;
+    if (ro)
+        f |= NBD_FLAG_READ_ONLY;
+    if (caps & BDEV_CAN_FLUSH) {
+        f |= NBD_FLAG_SEND_FLUSH;
+        if (!ro)
+            f |= NBD_FLAG_SEND_FUA;
+    }
+    if (caps & BDEV_ROTATIONAL)
+        f |= NBD_FLAG_ROTATIONAL;
+    if (!ro) {
+        if (caps & BDEV_CAN_TRIM)
+            f |= NBD_FLAG_SEND_TRIM;
+        f |= NBD_FLAG_SEND_WRITE_ZEROES | NBD_FLAG_SEND_FAST_ZERO;
+    }
+    if (nc->structured)
+        f |= NBD_FLAG_SEND_DF;
+    if (e->multi_conn && (caps & BDEV_CAN_MULTI_CONN))
+        f |= NBD_FLAG_CAN_MULTI_CONN;
+    if (caps & BDEV_CAN_CACHE)
+        f |= NBD_FLAG_SEND_CACHE;
+    return f;
+}
+
+/* NBD_REP_ERR_* for an export this connection may not use, or 0. */
+static uint32_t export_refusal(struct nbd_conn *nc, const struct nbd_export *e)
+{
+    if (!e || !e->enabled || !e->vol)
+        return NBD_REP_ERR_UNKNOWN;
+    if (e->tls == NBD_TLS_REQUIRE && !nc->tls)
+        return NBD_REP_ERR_TLS_REQD;
+    if (e->tls == NBD_TLS_OFF && nc->tls)
+        return NBD_REP_ERR_POLICY;
+    return 0;
+}
+
+static int opt_export_name(struct nbd_conn *nc, const uint8_t *data, uint32_t len)
+{
+    struct conn *c = nc->c;
+    CLEANUP(nbd_export_table_unref) struct nbd_export_table *t = nbd_exports_current();
+    struct nbd_export *e =
+        len <= NBD_MAX_STRING ? nbd_export_table_find(t, (const char *)data, len) : NULL;
+    uint32_t why = export_refusal(nc, e);
+    if (why) {
+        log_info("%s: nbd: EXPORT_NAME '%.*s' refused (%s), closing", c->peer, (int)MIN(len, 256u),
+                 (const char *)data,
+                 why == NBD_REP_ERR_TLS_REQD ? "TLS required" : "no such export");
+        return -ENOENT;
+    }
+    nbd_conn_enter_transmission(nc, e, export_eflags(nc, e));
+    uint8_t b[8 + 2 + 124] = {0};
+    be64_store(b, nc->caps.size);
+    be16_store(b + 8, nc->caps.eflags);
+    conn_send_copy(c, b, nc->no_zeroes ? 10 : sizeof(b));
+    return 0;
+}
+
+static void opt_list(struct nbd_conn *nc, uint32_t opt, uint32_t len)
+{
+    if (len != 0) {
+        send_opt_reply(nc, opt, NBD_REP_ERR_INVALID, NULL, 0);
+        return;
+    }
+    struct nbd_export_table *t = nbd_exports_current();
+    uint8_t b[4 + 2 * NBD_MAX_STRING];
+    for (size_t i = 0; i < t->count; i++) {
+        struct nbd_export *e = t->exports[i];
+        /* Exports this session may not open (e.g. TLS required) are not
+         * even named to it. */
+        if (export_refusal(nc, e))
+            continue;
+        size_t nl = MIN(strlen(e->name), (size_t)NBD_MAX_STRING);
+        size_t dl = MIN(strlen(e->description), (size_t)NBD_MAX_STRING - 8);
+        be32_store(b, (uint32_t)nl);
+        memcpy(b + 4, e->name, nl);
+        memcpy(b + 4 + nl, e->description, dl);
+        send_opt_reply(nc, opt, NBD_REP_SERVER, b, (uint32_t)(4 + nl + dl));
+    }
+    nbd_export_table_unref(t);
+    send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
+}
+
+static void send_info(struct nbd_conn *nc, uint32_t opt, uint16_t type, const void *data,
+                      size_t len)
+{
+    uint8_t b[2 + NBD_MAX_STRING];
+    len = MIN(len, (size_t)NBD_MAX_STRING);
+    be16_store(b, type);
+    memcpy(b + 2, data, len);
+    send_opt_reply(nc, opt, NBD_REP_INFO, b, (uint32_t)(2 + len));
+}
+
+static void opt_info_go(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, uint32_t len)
+{
+    struct nbd_opt_go go;
+    if (nbd_opt_go_parse(data, len, &go) < 0) {
+        send_opt_reply(nc, opt, NBD_REP_ERR_INVALID, NULL, 0);
+        return;
+    }
+    CLEANUP(nbd_export_table_unref) struct nbd_export_table *t = nbd_exports_current();
+    struct nbd_export *e = nbd_export_table_find(t, go.name, go.name_len);
+    uint32_t why = export_refusal(nc, e);
+    if (why) {
+        log_debug("%s: nbd: %s '%.*s' refused (0x%x)", nc->c->peer, nbd_opt_name(opt),
+                  (int)go.name_len, go.name, why);
+        send_opt_reply(nc, opt, why, NULL, 0);
+        return;
+    }
+    uint8_t b[12];
+    be64_store(b, volume_size(e->vol));
+    be16_store(b + 8, export_eflags(nc, e));
+    send_info(nc, opt, NBD_INFO_EXPORT, b, 10);
+    for (unsigned i = 0; i < go.nreqs; i++) {
+        uint16_t type = be16_load(go.reqs + 2 * i);
+        if (type == NBD_INFO_NAME)
+            send_info(nc, opt, NBD_INFO_NAME, e->name, strlen(e->name));
+        else if (type == NBD_INFO_DESCRIPTION && e->description[0])
+            send_info(nc, opt, NBD_INFO_DESCRIPTION, e->description, strlen(e->description));
+    }
+    uint8_t bs[12];
+    uint32_t pref = MAX(4096u, volume_block_size(e->vol));
+    be32_store(bs, 1);
+    be32_store(bs + 4, pref);
+    be32_store(bs + 8, nc->settings->max_request);
+    send_info(nc, opt, NBD_INFO_BLOCK_SIZE, bs, 12);
+    send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
+    if (opt == NBD_OPT_GO)
+        nbd_conn_enter_transmission(nc, e, export_eflags(nc, e));
+}
+
+static void opt_meta(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, uint32_t len)
+{
+    bool listing = opt == NBD_OPT_LIST_META_CONTEXT;
+    struct nbd_opt_meta m;
+    if ((!listing && !nc->structured) || nbd_opt_meta_parse(data, len, &m) < 0) {
+        send_opt_reply(nc, opt, NBD_REP_ERR_INVALID, NULL, 0);
+        return;
+    }
+    struct nbd_export_table *t = nbd_exports_current();
+    struct nbd_export *e = nbd_export_table_find(t, m.name, m.name_len);
+    uint32_t why = export_refusal(nc, e);
+    nbd_export_table_unref(t);
+    if (why) {
+        send_opt_reply(nc, opt, why, NULL, 0);
+        return;
+    }
+    bool match = listing && m.nqueries == 0;
+    uint32_t pos = 0, qlen;
+    const char *q;
+    while (!match && nbd_opt_meta_next(&m, &pos, &q, &qlen) == 1)
+        match = nbd_meta_query_matches(q, qlen, listing);
+    if (match) {
+        uint8_t b[4 + sizeof(NBD_META_BASE_ALLOCATION)];
+        be32_store(b, NBD_META_ID_BASE_ALLOCATION);
+        memcpy(b + 4, NBD_META_BASE_ALLOCATION, sizeof(NBD_META_BASE_ALLOCATION) - 1);
+        send_opt_reply(nc, opt, NBD_REP_META_CONTEXT, b, sizeof(b) - 1);
+    }
+    if (!listing)
+        nc->meta_alloc = match;
+    send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
+}
+
+/* One option. 0 progress, 1 need more input, <0 close. */
+int nbd_handshake_option(struct nbd_conn *nc)
+{
+    struct conn *c = nc->c;
+    size_t avail = conn_input_len(c);
+    if (avail < NBD_OPT_HEADER_LEN)
+        return 1;
+    const uint8_t *p = conn_input(c);
+    if (be64_load(p) != NBD_IHAVEOPT) {
+        log_warn("%s: nbd: bad option magic, closing", c->peer);
+        return -EPROTO;
+    }
+    uint32_t opt = be32_load(p + 8), len = be32_load(p + 12);
+    if (++nc->options > NBD_MAX_OPTIONS) {
+        log_warn("%s: nbd: more than %u options, closing", c->peer, NBD_MAX_OPTIONS);
+        return -EPROTO;
+    }
+    if (len > NBD_OPT_MAX_LEN) {
+        if (opt == NBD_OPT_EXPORT_NAME || len > NBD_SKIP_MAX) {
+            log_warn("%s: nbd: option %s with %u bytes of data, closing", c->peer,
+                     nbd_opt_name(opt), len);
+            return -EPROTO;
+        }
+        conn_consume(c, NBD_OPT_HEADER_LEN);
+        nc->skip = len;
+        send_opt_reply(nc, opt, NBD_REP_ERR_TOO_BIG, NULL, 0);
+        return 0;
+    }
+    if (avail < NBD_OPT_HEADER_LEN + len) {
+        if (conn_input_reserve(c, NBD_OPT_HEADER_LEN + len) < 0)
+            return -ENOMEM;
+        return 1;
+    }
+    const uint8_t *data = p + NBD_OPT_HEADER_LEN;
+    int rc = 0;
+    log_debug("%s: nbd: option %s (%u bytes)", c->peer, nbd_opt_name(opt), len);
+    switch (opt) {
+    case NBD_OPT_EXPORT_NAME:
+        rc = opt_export_name(nc, data, len);
+        break;
+    case NBD_OPT_ABORT:
+        send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
+        rc = -ECONNABORTED;
+        break;
+    case NBD_OPT_LIST:
+        opt_list(nc, opt, len);
+        break;
+    case NBD_OPT_STARTTLS:
+        if (len != 0 || nc->tls)
+            send_opt_reply(nc, opt, NBD_REP_ERR_INVALID, NULL, 0);
+        else if (!nc->settings->tls)
+            send_opt_reply(nc, opt, NBD_REP_ERR_UNSUP, NULL, 0);
+        else {
+            send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
+            nc->starttls_pending = true;
+        }
+        break;
+    case NBD_OPT_INFO:
+    case NBD_OPT_GO:
+        opt_info_go(nc, opt, data, len);
+        break;
+    case NBD_OPT_STRUCTURED_REPLY:
+        if (len != 0 || nc->structured) {
+            send_opt_reply(nc, opt, NBD_REP_ERR_INVALID, NULL, 0);
+        } else {
+            nc->structured = true;
+            send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
+        }
+        break;
+    case NBD_OPT_LIST_META_CONTEXT:
+    case NBD_OPT_SET_META_CONTEXT:
+        opt_meta(nc, opt, data, len);
+        break;
+    default:
+        send_opt_reply(nc, opt, NBD_REP_ERR_UNSUP, NULL, 0);
+        break;
+    }
+    conn_consume(c, NBD_OPT_HEADER_LEN + len);
+    if (rc < 0)
+        return rc;
+    if (nc->starttls_pending) {
+        nc->starttls_pending = false;
+        if (conn_input_len(c) != 0) {
+            log_warn("%s: nbd: data after STARTTLS before the TLS handshake, closing", c->peer);
+            return -EPROTO;
+        }
+        if (conn_flush_now(c) < 0) {
+            log_warn("%s: nbd: could not send the STARTTLS reply, closing", c->peer);
+            return -EIO;
+        }
+        rc = tls_conn_start(c, nc->settings->tls);
+        if (rc < 0)
+            return rc;
+        nc->tls = true;
+        /* Negotiation starts over under TLS (the spec forbids carrying
+         * anything across). */
+        nc->structured = false;
+        nc->meta_alloc = false;
+        return 1;
+    }
+    return 0;
+}
+
+int nbd_handshake_client_flags(struct nbd_conn *nc)
+{
+    struct conn *c = nc->c;
+    if (conn_input_len(c) < 4)
+        return 1;
+    uint32_t f = be32_load(conn_input(c));
+    conn_consume(c, 4);
+    if (f & ~(uint32_t)(NBD_FLAG_C_FIXED_NEWSTYLE | NBD_FLAG_C_NO_ZEROES)) {
+        log_warn("%s: nbd: unknown client flags 0x%x, closing", c->peer, f);
+        return -EPROTO;
+    }
+    if (!(f & NBD_FLAG_C_FIXED_NEWSTYLE)) {
+        log_warn("%s: nbd: client does not support fixed newstyle, closing", c->peer);
+        return -EPROTO;
+    }
+    nc->no_zeroes = f & NBD_FLAG_C_NO_ZEROES;
+    nc->state = ST_OPTIONS;
+    return 0;
+}
+
+int nbd_handshake_hello(struct nbd_conn *nc)
+{
+    uint8_t hello[NBD_OLD_HELLO_LEN];
+    be64_store(hello, NBD_MAGIC);
+    be64_store(hello + 8, NBD_IHAVEOPT);
+    be16_store(hello + 16, NBD_FLAG_FIXED_NEWSTYLE | NBD_FLAG_NO_ZEROES);
+    return conn_send_copy(nc->c, hello, sizeof(hello));
+}

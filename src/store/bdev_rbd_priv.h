@@ -1,0 +1,45 @@
+/*
+ * The RBD backend's internals, shared by bdev_rbd.c (open, synchronous ops)
+ * and bdev_rbd_aio.c (the asynchronous data path). Not for other modules:
+ * they use bdev_rbd.h.
+ */
+#ifndef BLOCKD_STORE_BDEV_RBD_PRIV_H
+#define BLOCKD_STORE_BDEV_RBD_PRIV_H
+
+#include <rados/librados.h>
+#include <rbd/librbd.h>
+
+#include "store/bdev.h"
+#include "store/rbd_cluster.h"
+
+/* How completions come back (bdev_rbd_aio.c). */
+enum bdev_rbd_completion {
+    BDEV_RBD_CALLBACK, /* librbd's callback posts to the owner reactor */
+    BDEV_RBD_EVENTFD,  /* rbd_set_image_notification + rbd_poll_io_events on a reactor */
+};
+#define BDEV_RBD_COMPLETION_DEFAULT BDEV_RBD_CALLBACK
+
+struct rbd_poller;
+
+struct bdev_rbd {
+    struct bdev base;
+    enum bdev_rbd_completion mode;
+    struct rbd_poller *poller;   /* BDEV_RBD_EVENTFD only */
+    struct rbd_cluster *cluster; /* a reference */
+    rados_ioctx_t ioctx;
+    rbd_image_t image;
+    char name[256]; /* pool/[ns/]image[@snap], for logs */
+};
+
+/* rbd_write_zeroes flags for enum bdev_zero_flags. */
+int bdev_rbd_zero_flags(unsigned flags);
+/* Set up completion delivery for a just-opened image (r->image valid).
+ * Blocking (control thread). 0 or -errno. */
+int bdev_rbd_aio_init(struct bdev_rbd *r);
+/* Undo bdev_rbd_aio_init before rbd_close; no request may be in flight.
+ * May wait for the poller reactor (never when called on it). */
+void bdev_rbd_aio_fini(struct bdev_rbd *r);
+/* bdev_ops.submit (bdev.h). */
+int bdev_rbd_submit(struct bdev *b, struct bdev_io *io);
+
+#endif
