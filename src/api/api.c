@@ -10,6 +10,7 @@
 #include "api/apistats.h"
 #include "api/api_internal.h"
 #include "api/jsonw.h"
+#include "api/callmem.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -373,6 +374,61 @@ static void log_failure(struct api_call *call)
     }
 }
 
+/* The call's JSON went past the per-call memory budget: whatever the
+ * handler built (with allocations failing) is dropped, and the call
+ * answers ENOMEM naming the limit. */
+static int call_over_budget(struct api_call *call, json_t **result)
+{
+    json_decref(*result);
+    *result = NULL;
+    free(call->message);
+    call->message = NULL;
+    json_decref(call->verrs);
+    call->verrs = NULL;
+    call->code = 0;
+    call->errnum = 0;
+    log_warn("api: %s: %s: refused: it needed more than the per-call memory limit of %llu "
+             "bytes (--api-call-memory)",
+             call->peer, call->method, (unsigned long long)callmem_budget());
+    return api_error(call, ENOMEM,
+                     "%s needs more memory than one API call may use (%llu bytes; blockd "
+                     "--api-call-memory): narrow the query (filters, select, limit)",
+                     call->method, (unsigned long long)callmem_budget());
+}
+
+/* Run m inside a memory scope (callmem.h). */
+static int call_run_bounded(struct api_call *call, const struct api_method *m, json_t *params,
+                            json_t **result)
+{
+    struct callmem_scope ms;
+    callmem_begin(&ms);
+    int rc = call_run(call, m, params, result);
+    if (callmem_end(&ms))
+        rc = call_over_budget(call, result);
+    return rc;
+}
+
+json_t *api_response_too_big(json_t *resp, const char *peer)
+{
+    json_t *id = json_is_object(resp) ? json_object_get(resp, "id") : NULL;
+    log_warn("api: %s: response refused: longer than the per-call memory limit of %llu bytes "
+             "(--api-call-memory)",
+             peer ? peer : "local", (unsigned long long)callmem_budget());
+    char *msg = NULL;
+    if (asprintf(&msg,
+                 "[ENOMEM] the response is longer than one API call may use (%llu bytes; blockd "
+                 "--api-call-memory): narrow the query (filters, select, limit)",
+                 (unsigned long long)callmem_budget()) < 0)
+        msg = NULL;
+    json_t *data = json_pack("{s:i, s:s, s:s}", "errno", ENOMEM, "error", "ENOMEM", "reason",
+                             msg ? msg : "response too large");
+    json_t *r = response_new(id);
+    json_object_set_new(r, "error",
+                        error_object(API_CALL_ERROR, msg ? msg : "response too large", data));
+    free(msg);
+    return r;
+}
+
 json_t *api_handle_request_client(json_t *req, struct api_client *client)
 {
     const char *peer = client && client->peer ? client->peer : "local";
@@ -421,7 +477,7 @@ json_t *api_handle_request_client(json_t *req, struct api_client *client)
     call_init(&call, m->name, peer, client);
     log_debug("api: %s: call %s", peer, m->name);
     json_t *result = NULL;
-    int rc = call_run(&call, m, params, &result);
+    int rc = call_run_bounded(&call, m, params, &result);
     json_decref(params);
 
     json_t *resp = NULL;
@@ -472,9 +528,15 @@ static json_t *handle_parsed(json_t *doc, struct api_client *client)
     return out;
 }
 
-static char *dump(json_t *resp)
+static char *dump(json_t *resp, const char *peer)
 {
     char *s = api_json_dumps(resp, NULL);
+    if (!s && errno == E2BIG) {
+        json_t *e = api_response_too_big(resp, peer);
+        json_decref(resp);
+        resp = e;
+        s = api_json_dumps(resp, NULL);
+    }
     json_decref(resp);
     if (!s) {
         /* Only when out of memory or a handler built invalid UTF-8. */
@@ -490,8 +552,8 @@ char *api_handle_text_client(const char *text, size_t len, struct api_client *cl
     const char *peer = client && client->peer ? client->peer : "local";
     if (len > API_MAX_REQUEST) {
         log_info("api: %s: request of %zu bytes rejected (max %u)", peer, len, API_MAX_REQUEST);
-        return dump(
-            api_error_response(API_INVALID_REQUEST, "request too large (max 16 MiB)", NULL));
+        return dump(api_error_response(API_INVALID_REQUEST, "request too large (max 16 MiB)", NULL),
+                    peer);
     }
     json_error_t err;
     json_t *doc = json_loadb(text, len, JSON_DECODE_ANY, &err);
@@ -504,13 +566,13 @@ char *api_handle_text_client(const char *text, size_t len, struct api_client *cl
             msg = NULL;
         json_t *r = api_error_response(API_PARSE_ERROR, msg ? msg : "Parse error", NULL);
         free(msg);
-        return dump(r);
+        return dump(r, peer);
     }
     json_t *resp = handle_parsed(doc, client);
     json_decref(doc);
     if (!resp)
         return NULL;
-    return dump(resp);
+    return dump(resp, peer);
 }
 
 char *api_handle_text(const char *text, size_t len, const char *peer)
@@ -536,7 +598,7 @@ int api_call_method_json(struct api_call *parent, const char *method, json_t *pa
     struct api_call call;
     call_init(&call, m->name, parent ? parent->peer : "local", parent ? parent->client : NULL);
     json_t *p = params ? json_incref(params) : json_array();
-    int rc = call_run(&call, m, p, result);
+    int rc = call_run_bounded(&call, m, p, result);
     json_decref(p);
     if (rc != 0) {
         log_failure(&call);

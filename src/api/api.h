@@ -126,6 +126,11 @@ bool api_request_runs_briefly(const json_t *req, const struct api_client *client
 /* As api_handle_text/api_handle_request, for a client of a transport. */
 char *api_handle_text_client(const char *text, size_t len, struct api_client *client);
 json_t *api_handle_request_client(json_t *req, struct api_client *client);
+/* The error response that replaces resp when its text is longer than the
+ * per-call memory budget (api_json_dumps failed with E2BIG): same id,
+ * ENOMEM naming the limit; logs a line naming peer. Returns a new
+ * reference; resp is borrowed. */
+json_t *api_response_too_big(json_t *resp, const char *peer);
 /* The client of a call, or NULL for a trusted local call. */
 struct api_client *api_call_client(const struct api_call *call);
 /* Build a JSON-RPC error response {"jsonrpc","error":{code,message},"id"}

@@ -7,6 +7,7 @@
  * of other threads for longer than its own send).
  */
 #include "api/jobs.h"
+#include "api/callmem.h"
 
 #include <errno.h>
 #include <gnutls/crypto.h>
@@ -366,7 +367,23 @@ static void *job_thread(void *p)
 {
     struct job *j = p;
     json_t *res = NULL;
+    /* A job is the rest of an API call: the same per-call memory budget
+     * (callmem.h), counted from here on. */
+    struct callmem_scope ms;
+    callmem_begin(&ms);
     int rc = j->fn(j, j->arg, &res);
+    if (callmem_end(&ms)) {
+        json_decref(res);
+        res = NULL;
+        log_warn("api: job %lld (%s): refused: it needed more than the per-call memory limit "
+                 "of %llu bytes (--api-call-memory)",
+                 (long long)j->id, j->method, (unsigned long long)callmem_budget());
+        jobs_fail(j, ENOMEM,
+                  "%s needs more memory than one API call may use (%llu bytes; blockd "
+                  "--api-call-memory)",
+                  j->method, (unsigned long long)callmem_budget());
+        rc = -1;
+    }
     if (j->arg_free)
         j->arg_free(j->arg);
     job_finish(j, rc == 0 ? 0 : -1, res);

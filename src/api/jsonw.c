@@ -1,6 +1,8 @@
 /* Compact JSON writer with saved texts for shared rows (see jsonw.h). */
 #include "api/jsonw.h"
 
+#include "api/callmem.h"
+
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -78,7 +80,8 @@ static int memo_grow(size_t want)
 struct wbuf {
     char *p;
     size_t len, cap;
-    bool failed;
+    size_t max; /* 0: no limit */
+    bool failed, too_big;
 };
 
 static bool reserve(struct wbuf *b, size_t n)
@@ -87,6 +90,10 @@ static bool reserve(struct wbuf *b, size_t n)
         return false;
     if (b->cap - b->len >= n)
         return true;
+    if (b->max && b->len + n > b->max) {
+        b->failed = b->too_big = true;
+        return false;
+    }
     size_t cap = b->cap ? b->cap : 256;
     while (cap - b->len < n)
         cap *= 2;
@@ -326,6 +333,7 @@ static char *finish(struct wbuf *b, size_t *len)
         b->p[b->len] = '\0';
     if (b->failed) {
         free(b->p);
+        errno = b->too_big ? E2BIG : ENOMEM;
         return NULL;
     }
     if (len)
@@ -337,7 +345,9 @@ char *api_json_dumps(json_t *v, size_t *len)
 {
     if (!v)
         return NULL;
-    struct wbuf b = {0};
+    /* A response is bounded like the call that built it (callmem.h). */
+    uint64_t max = callmem_budget();
+    struct wbuf b = {.max = max < SIZE_MAX ? (size_t)max : 0};
     pthread_rwlock_rdlock(&memo_lock);
     put_value(&b, v, 0, true);
     pthread_rwlock_unlock(&memo_lock);

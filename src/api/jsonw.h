@@ -21,7 +21,8 @@
 
 /* Compact text of v, NUL-terminated, malloc'd; its length in *len when
  * len is not NULL. NULL when out of memory or v holds NaN, an infinity or
- * nesting deeper than 2048. */
+ * nesting deeper than 2048 (errno ENOMEM), or when the text would be longer
+ * than the per-call memory budget (callmem_budget(); errno E2BIG). */
 char *api_json_dumps(json_t *v, size_t *len);
 
 /* Save obj's text now and use it whenever obj is written (takes a

@@ -421,7 +421,12 @@ static int http_upgrade(struct ws_client *c, int64_t deadline)
     size_t head_len = (size_t)(head_end - buf) + 4;
     char *page = NULL;
     size_t page_len = 0;
-    if (http_handler && http_handler(buf, head_len, c->peer, &page, &page_len) > 0) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    bool have_addr = getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0;
+    if (http_handler &&
+        http_handler(buf, head_len, c->peer, have_addr ? (const struct sockaddr *)&ss : NULL, &page,
+                     &page_len) > 0) {
         /* A plain HTTP route (/metrics, /ui): one response, then close. */
         write_all_until(c, page, page_len, deadline);
         free(page);
@@ -693,7 +698,7 @@ static int client_send(struct api_client *ac, json_t *msg)
     size_t len = 0;
     char *s = api_json_dumps(msg, &len);
     if (!s)
-        return -ENOMEM;
+        return errno == E2BIG ? -E2BIG : -ENOMEM;
     int rc = client_queue(c, s, len);
     free(s);
     return rc;
@@ -709,10 +714,12 @@ static void request_run(struct ws_client *c, struct rx_msg *m, json_t *req)
     if (req) {
         json_t *resp = api_handle_request_client(req, &c->api);
         json_decref(req);
-        if (resp) {
-            client_send(&c->api, resp);
-            json_decref(resp);
+        if (resp && client_send(&c->api, resp) == -E2BIG) {
+            json_t *e = api_response_too_big(resp, c->peer);
+            client_send(&c->api, e);
+            json_decref(e);
         }
+        json_decref(resp);
         return;
     }
     char *resp = api_handle_text_client(m->text, m->len, &c->api);

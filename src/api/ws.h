@@ -27,6 +27,8 @@
 #ifndef BLOCKD_API_WS_H
 #define BLOCKD_API_WS_H
 
+#include <sys/socket.h>
+
 #include <stddef.h>
 
 #define API_WS_MAX_CLIENTS 64
@@ -62,10 +64,11 @@ int ws_parse_upgrade(const char *head, size_t len, char key[25]);
  * (up to and including the blank line) before the upgrade is parsed; it
  * returns 1 with a complete HTTP response in *resp (malloc'd, the listener
  * writes it, frees it and closes the connection), or 0 to let the upgrade
- * proceed. Runs on the connection's API thread. Call before api_ws_start.
+ * proceed. peer_addr: the client's address (NULL if unknown). Runs on the
+ * connection's API thread. Call before api_ws_start.
  */
-typedef int (*api_http_handler_fn)(const char *head, size_t len, const char *peer, char **resp,
-                                   size_t *resp_len);
+typedef int (*api_http_handler_fn)(const char *head, size_t len, const char *peer,
+                                   const struct sockaddr *peer_addr, char **resp, size_t *resp_len);
 void api_ws_set_http_handler(api_http_handler_fn fn);
 
 #endif

@@ -570,10 +570,12 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
                  dataset, snap, held_ms, api_call_peer(call));
     else
         log_info("datasets: snapshot %s@%s created (copy-before-write: %llu chunks copied by "
-                 "writes, %llu by the copier; writes held %.1f ms; peer %s)",
+                 "writes, %llu by the copier; writes held %.1f ms; %llu writes waited for the "
+                 "copier's queue, longest %.1f ms; peer %s)",
                  dataset, snap, (unsigned long long)work.snap_stats.chunks_by_writes,
                  (unsigned long long)work.snap_stats.chunks_by_copier, held_ms,
-                 api_call_peer(call));
+                 (unsigned long long)work.snap_stats.queue_waits,
+                 (double)work.snap_stats.queue_wait_max_ns / 1e6, api_call_peer(call));
     return *result ? 0 : api_error(call, EIO, "snapshot %s@%s vanished", dataset, snap);
 }
 

@@ -25,6 +25,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "api/callmem.h"
 #include "api/server.h"
 #include "config/datasets.h"
 #include "config/db.h"
@@ -35,6 +36,7 @@
 #include "core/reactor.h"
 #include "core/util.h"
 #include "daemon/config_file.h"
+#include "daemon/metrics_allow.h"
 #include "daemon/sdnotify.h"
 #include "daemon/watchdog.h"
 #include "daemon/modules.h"
@@ -68,7 +70,8 @@ static void usage(FILE *f)
             "              [--allow-dir DIR]...\n"
             "              [--handshake-timeout S] [--max-pending N] [--max-pending-per-addr N]\n"
             "              [--iscsi-max-connections N] [--nbd-payload-budget SIZE]\n"
-            "              [--shutdown-timeout S]\n"
+            "              [--shutdown-timeout S] [--api-call-memory SIZE]\n"
+            "              [--metrics-allow CIDR[,CIDR]...]\n"
             "\n"
             "  --config FILE          settings as 'key = value' lines, a key per flag below\n"
             "                         (default " CONFIG_FILE_DEFAULT " if it exists);\n"
@@ -105,7 +108,12 @@ static void usage(FILE *f)
             "  --nbd-payload-budget SIZE payload all NBD connections may hold together\n"
             "                         (K/M/G; default 256M); past it they stop reading requests\n"
             "  --shutdown-timeout S   at SIGTERM, wait up to S seconds for in-flight requests\n"
-            "                         and their replies (default 10)\n");
+            "                         and their replies (default 10)\n"
+            "  --api-call-memory SIZE JSON one API call (or job) may build, and the length of\n"
+            "                         its response (K/M/G; default 256M); past it the call\n"
+            "                         fails with ENOMEM\n"
+            "  --metrics-allow LIST   networks (CIDR, comma-separated; repeatable) that may\n"
+            "                         read /metrics without an API key (default: none)\n");
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -132,6 +140,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"iscsi-max-connections", required_argument, NULL, 'I'},
         {"nbd-payload-budget", required_argument, NULL, 'B'},
         {"shutdown-timeout", required_argument, NULL, 'T'},
+        {"api-call-memory", required_argument, NULL, 'M'},
+        {"metrics-allow", required_argument, NULL, 'W'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -268,6 +278,25 @@ static int parse_args(int argc, char **argv, struct options *o)
                 return -1;
             }
             nbd_set_payload_budget((size_t)v);
+            break;
+        }
+        case 'M': {
+            uint64_t v;
+            if (parse_size(optarg, &v) < 0 || v < (64u << 10) || v > (1ull << 40)) {
+                fprintf(stderr, "blockd: --api-call-memory must be 64K..1T\n");
+                return -1;
+            }
+            callmem_set_budget(v);
+            break;
+        }
+        case 'W': {
+            int rc = metrics_allow_add(optarg);
+            if (rc < 0) {
+                fprintf(stderr, "blockd: --metrics-allow %s: %s\n", optarg,
+                        rc == -ENOSPC ? "more than 32 networks"
+                                      : "not a list of networks (10.0.0.0/8,::1/128)");
+                return -1;
+            }
             break;
         }
         case 'h':
@@ -418,6 +447,8 @@ static const struct service_ops svc_nbd_ops = {
 int main(int argc, char **argv)
 {
     struct options o = {.shutdown_timeout_s = 10};
+    /* Before any JSON is allocated (the config file, the DB): see callmem.h. */
+    callmem_init();
     if (parse_args(argc, argv, &o) < 0) {
         config_file_explain(optind - 1);
         return 2;

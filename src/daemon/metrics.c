@@ -25,6 +25,7 @@
 #include "config/db.h"
 #include "core/iostats.h"
 #include "core/log.h"
+#include "daemon/metrics_allow.h"
 #include "iscsi/iscsi_runtime.h"
 #include "nbd/nbd_conn.h"
 
@@ -554,16 +555,19 @@ static const char *header_value(const char *head, size_t len, const char *name, 
     return NULL;
 }
 
-static int serve_metrics(const char *head, size_t len, const char *peer, char **resp,
-                         size_t *resp_len)
+static int serve_metrics(const char *head, size_t len, const char *peer,
+                         const struct sockaddr *peer_addr, char **resp, size_t *resp_len)
 {
     size_t vlen = 0;
     const char *v = header_value(head, len, "Authorization", &vlen);
     int rc = -EACCES;
     if (v && vlen > 7 && strncasecmp(v, "Bearer ", 7) == 0)
         rc = auth_check_key(v + 7, vlen - 7, peer);
+    else if (metrics_allow_match(peer_addr))
+        rc = 0; /* --metrics-allow: this network scrapes without a key */
     else
-        log_info("metrics: %s: /metrics without an API key refused", peer);
+        log_info("metrics: %s: /metrics without an API key refused%s", peer,
+                 metrics_allow_count() ? " (not in --metrics-allow)" : "");
     if (rc == -EBUSY) {
         static const char msg[] = "too many failed logins from this address\n";
         return http_response(resp, resp_len, 429, "Too Many Requests", "", "text/plain", msg,
@@ -587,7 +591,8 @@ static int serve_metrics(const char *head, size_t len, const char *peer, char **
     return r;
 }
 
-static int http_route(const char *head, size_t len, const char *peer, char **resp, size_t *resp_len)
+static int http_route(const char *head, size_t len, const char *peer,
+                      const struct sockaddr *peer_addr, char **resp, size_t *resp_len)
 {
     const char *eol = memmem(head, len, "\r\n", 2);
     if (!eol || len < 5 || memcmp(head, "GET ", 4) != 0)
@@ -601,7 +606,7 @@ static int http_route(const char *head, size_t len, const char *peer, char **res
     if (q)
         pl = (size_t)(q - path);
     if (pl == 8 && memcmp(path, "/metrics", 8) == 0)
-        return serve_metrics(head, len, peer, resp, resp_len);
+        return serve_metrics(head, len, peer, peer_addr, resp, resp_len);
     if ((pl == 3 && memcmp(path, "/ui", 3) == 0) || (pl == 4 && memcmp(path, "/ui/", 4) == 0))
         return http_response(resp, resp_len, 200, "OK",
                              "X-Frame-Options: DENY\r\nContent-Security-Policy: default-src "

@@ -116,6 +116,8 @@ static int snapshot_cow(struct volume *v, int dfd, uint32_t chunk, store_progres
         store_cow_cancel(cow);
     st->chunks_by_writes = atomic_load(&cow->copied_by_writes);
     st->chunks_by_copier = atomic_load(&cow->copied_by_copier);
+    st->queue_waits = atomic_load(&cow->queue_waits);
+    st->queue_wait_max_ns = atomic_load(&cow->queue_wait_max_ns);
     int drc = volume_cow_detach(v, cow);
     return rc < 0 ? rc : drc;
 }

@@ -31,6 +31,8 @@ struct store_snapshot_stats {
     uint64_t held_ns;          /* how long the volume's writes were held */
     uint64_t chunks_by_writes; /* copy-before-write: chunks copied by writes */
     uint64_t chunks_by_copier; /* ... and by the background copier */
+    uint64_t queue_waits;      /* writes that waited for a free copier queue slot */
+    uint64_t queue_wait_max_ns;
 };
 
 /*

@@ -10,7 +10,10 @@
 # logs each hold), and fio's maximum completion latency must stay under
 # 100 ms, or twice that of the same job without snapshots if the machine
 # is so loaded that this is higher (before copy-before-write, each
-# snapshot held the writes for its whole sparse copy: seconds). Meanwhile a Python writer writes sequence-numbered
+# snapshot held the writes for its whole sparse copy: seconds). blockd's
+# own write latency histogram (/metrics, scraped without a key from
+# 127.0.0.1) is printed for both runs: it tells a stall inside the daemon
+# from one of the loaded machine. Meanwhile a Python writer writes sequence-numbered
 # blocks into 1024 slots over [0, 128M); each snapshot, read from its file,
 # must hold exactly the state after writes 1..M for one M inside the
 # snapshot call's window (point-in-time), and every byte of [0, 128M)
@@ -18,11 +21,15 @@
 # the background copier alike). The snapshots are checked (and deleted)
 # once fio has stopped.
 . "$(dirname "$0")/lib.sh"
-need fio nbdsh nbdcopy python3 cp
+need fio nbdsh nbdcopy python3 cp curl
 NBDSH() { PATH=/usr/bin:$PATH nbdsh "$@"; }
 NBDSH -n -c 'import nbd' || fail "nbdsh cannot import nbd (python3-libnbd missing)"
 fio --enghelp 2>/dev/null | grep -qw nbd || fail "fio has no nbd ioengine"
-blockd_start
+# /metrics from 127.0.0.1 without a key: the daemon's own write latency
+# histogram, to tell a stall inside blockd from one outside (fio's process
+# or the machine; see the end).
+WS_PORT=$(free_port)
+blockd_start --api-listen "127.0.0.1:$WS_PORT" --metrics-allow 127.0.0.1
 
 POOL_DIR=$STATE/pools/demo
 [ -d "$POOL_DIR" ] || fail "no default pool directory at $POOL_DIR"
@@ -64,6 +71,7 @@ rate_iops=1500
 time_based=1
 EOF
 export URI=nbd://127.0.0.1:$NBD_PORT/ns BLOCKCTL_BIN SOCK TMP POOL_DIR
+export METRICS=http://127.0.0.1:$WS_PORT/metrics
 
 cat >"$TMP/nostall.py" <<'PY'
 import json, mmap, os, signal, struct, subprocess, time, nbd
@@ -133,6 +141,29 @@ for s in range(K):
     h.pwrite(block(0, s), off(s))
 h.flush()
 
+def write_hist():
+    """blockd's cumulative write latency buckets for demo/ns over NBD: {le: count}."""
+    text = subprocess.run(["curl", "-sf", os.environ["METRICS"]], capture_output=True,
+                          text=True, check=True).stdout
+    h = {}
+    for line in text.splitlines():
+        if line.startswith("blockd_volume_write_seconds_bucket{") and 'volume="demo/ns"' in line \
+                and 'protocol="nbd"' in line:
+            le = line.split('le="')[1].split('"')[0]
+            h[float("inf") if le == "+Inf" else float(le)] = int(line.rsplit(" ", 1)[1])
+    return h
+
+def slow_writes(h0, h1):
+    """Writes between two scrapes, and how many took over ~65 and ~131 ms in blockd."""
+    les = sorted(h1)
+    total = h1[float("inf")] - h0.get(float("inf"), 0)
+    def over(t):
+        le = max(l for l in les if l <= t)
+        return total - (h1[le] - h0.get(le, 0))
+    return "blockd: %d writes, %d over 65 ms, %d over 131 ms, worst bucket le %s" % (
+        total, over(0.065536), over(0.131072),
+        min((l for l in les if h1[l] - h0.get(l, 0) == total), default="?"))
+
 def fio_stats(path):
     text = open(path).read()
     w = json.loads(text[text.index("{"):])["jobs"][0]["write"]  # after any "terminating" line
@@ -142,6 +173,7 @@ def fio_stats(path):
 
 # Baseline: the same fio job for 15 s, the writer writing, no snapshot.
 base = os.path.join(os.environ["TMP"], "fio-base.json")
+h0 = write_hist()
 fio = subprocess.Popen(["fio", "--output-format=json", "--output=" + base, "--runtime=15",
                         os.path.join(os.environ["TMP"], "fio.job")])
 n = 1
@@ -150,6 +182,8 @@ while fio.poll() is None:
     n += 1
 assert fio.returncode == 0, "baseline fio failed"
 print("baseline: " + fio_stats(base), flush=True)
+h1 = write_hist()
+print("baseline " + slow_writes(h0, h1), flush=True)
 
 fio = subprocess.Popen(["fio", "--output-format=json", "--runtime=600",
                         "--output=" + os.path.join(os.environ["TMP"], "fio.json"),
@@ -185,8 +219,10 @@ for i in range(1, SNAPS + 1):
 
 fio.send_signal(signal.SIGINT)
 fio.wait(timeout=60)
+h2 = write_hist()
 h.shutdown()
 print("fio: " + fio_stats(os.path.join(os.environ["TMP"], "fio.json")), flush=True)
+print("snapshots " + slow_writes(h1, h2), flush=True)
 # Checked once fio has stopped: reading and deleting 1 GiB files on the
 # same filesystem is not what the latency limit is about.
 for name, lo, hi, secs in windows:
@@ -216,10 +252,15 @@ python3 -c "import sys; sys.exit(0 if float('$held') < 50 else 1)" ||
 max=$(echo "$out" | sed -n 's/^fio: .*clat max \([0-9.]*\) ms.*/\1/p')
 base=$(echo "$out" | sed -n 's/^baseline: .*clat max \([0-9.]*\) ms.*/\1/p')
 limit=$(python3 -c "print(max(float('${NOSTALL_LIMIT_MS:-100}'), 2 * float('$base')))")
+# blockd's own histogram says whether a stall was inside the daemon (from
+# the request's arrival to its reply) or outside (fio's process, the
+# machine): both are printed with a failure.
+inside=$(echo "$out" | sed -n 's/^snapshots blockd: //p')
+inside_base=$(echo "$out" | sed -n 's/^baseline blockd: //p')
 if ! python3 -c "import sys; sys.exit(0 if float('$max') < float('$limit') else 1)"; then
-    msg="a write waited ${max} ms during the snapshots (limit ${limit} ms; without snapshots: ${base} ms)"
+    msg="a write waited ${max} ms during the snapshots (limit ${limit} ms; without snapshots: ${base} ms); inside blockd during the snapshots: $inside; without: $inside_base"
     [ "${NOSTALL_MODE:-check}" = strict ] && fail "$msg"
     echo "note: $msg"
 fi
 blockd_alive || fail "daemon died"
-pass "$SNAPS snapshots, longest hold ${held} ms; fio clat max ${max} ms (without snapshots ${base} ms)"
+pass "$SNAPS snapshots, longest hold ${held} ms; fio clat max ${max} ms (without snapshots ${base} ms); inside blockd: $inside (without snapshots: $inside_base)"

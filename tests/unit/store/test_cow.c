@@ -146,10 +146,14 @@ static void test_copy_before_write(void **state)
     bwrite(b, 3 * CHUNK + 4096, 4096, 0xB3);
     store_cow_before_write(c, 7 * CHUNK, 8192);
     bwrite(b, 7 * CHUNK, 8192, 0xB7);
-    expect_file(fd, 3 * CHUNK, CHUNK, 0xA3); /* the old data, saved */
-    expect_file(fd, 7 * CHUNK, CHUNK, -1);   /* a hole then */
+    /* Captured for the copier to store: a write never writes the file. */
+    expect_file(fd, 3 * CHUNK, CHUNK, -1);
+    assert_int_equal(c->q_bytes, 2 * CHUNK);
 
     assert_int_equal(store_cow_copy_rest(c), 0);
+    assert_int_equal(c->q_bytes, 0);
+    expect_file(fd, 3 * CHUNK, CHUNK, 0xA3); /* the old data, saved */
+    expect_file(fd, 7 * CHUNK, CHUNK, -1);   /* a hole then */
     assert_int_equal(c->progress, SIZE);
     assert_int_equal(atomic_load(&c->copied_by_writes), 2);
     /* Only the data chunks not copied by writes: 0 and the last. */
@@ -240,11 +244,12 @@ static void test_snapshot_file_fails(void **state)
     assert_int_equal(volume_new("cow/bad", b, 4096, VOLUME_SYNC_STANDARD, false, &v), 0);
     vwrite(v, 0, 2 * CHUNK, 0x40);
     assert_int_equal(volume_cow_attach(v, fd, CHUNK, &c, NULL), 0);
-    vwrite(v, 0, 4096, 0x41); /* the volume's write still succeeds */
-    assert_int_equal(store_cow_error(c), -EBADF);
-    vwrite(v, CHUNK, 4096, 0x42); /* and later ones do not try again */
-    assert_int_equal(atomic_load(&c->copied_by_writes), 0);
+    vwrite(v, 0, 4096, 0x41);                               /* the volume's write still succeeds */
+    assert_int_equal(atomic_load(&c->copied_by_writes), 1); /* captured for the copier */
     assert_int_equal(store_cow_copy_rest(c), -EBADF);
+    assert_int_equal(store_cow_error(c), -EBADF);
+    vwrite(v, CHUNK, 4096, 0x42); /* later writes do not try again */
+    assert_int_equal(atomic_load(&c->copied_by_writes), 1);
     assert_int_equal(volume_cow_detach(v, c), -EBADF);
     char got[4096], want[4096];
     struct vreq r = {.op = VREQ_READ, .offset = CHUNK, .length = 4096, .buf = got};
@@ -254,6 +259,70 @@ static void test_snapshot_file_fails(void **state)
     volume_unref(v);
     close(fd);
     unlink(path);
+}
+
+/* ---- the copier's queue: bounded, writes wait for a slot, cancel frees them ---- */
+
+#define QCHUNKS (STORE_COW_QUEUE_BYTES / CHUNK)
+#define QSIZE ((QCHUNKS + 2) * CHUNK)
+
+struct qwriter {
+    struct store_cow *c;
+    uint64_t off;
+    atomic_bool done;
+};
+
+static void *qwriter_main(void *arg)
+{
+    struct qwriter *w = arg;
+    store_cow_before_write(w->c, w->off, 4096);
+    atomic_store(&w->done, true);
+    return NULL;
+}
+
+static void test_queue_bound(void **state)
+{
+    (void)state;
+    struct bdev *b;
+    struct store_cow *c;
+    char path[300];
+    pthread_t th;
+
+    assert_int_equal(bdev_memory_open(QSIZE, 0, &b), 0);
+    for (uint64_t i = 0; i < QCHUNKS + 2; i++)
+        bwrite(b, i * CHUNK, CHUNK, (unsigned char)i);
+    for (int round = 0; round < 2; round++) {
+        int fd = dst_file(QSIZE, path, sizeof(path));
+        assert_int_equal(store_cow_new(b, fd, QSIZE, CHUNK, &c), 0);
+        for (uint64_t i = 0; i < QCHUNKS; i++) /* fills the queue exactly */
+            store_cow_before_write(c, i * CHUNK, 4096);
+        assert_int_equal(c->q_bytes, STORE_COW_QUEUE_BYTES);
+        assert_int_equal(atomic_load(&c->queue_waits), 0);
+        /* One more chunk: the write waits for the copier. */
+        struct qwriter w = {.c = c, .off = QCHUNKS * CHUNK};
+        assert_int_equal(pthread_create(&th, NULL, qwriter_main, &w), 0);
+        usleep(200000);
+        assert_false(atomic_load(&w.done));
+        if (round == 0) {
+            assert_int_equal(store_cow_copy_rest(c), 0); /* frees slots, then stops */
+            pthread_join(th, NULL);
+            assert_true(atomic_load(&w.done));
+            assert_int_equal(atomic_load(&c->queue_waits), 1);
+            assert_int_equal(c->q_bytes, 0);
+            /* Every chunk, captured by writes or copied, holds the old data. */
+            expect_file(fd, 0, CHUNK, 0);
+            expect_file(fd, QCHUNKS * CHUNK, CHUNK, (unsigned char)QCHUNKS);
+            expect_file(fd, (QCHUNKS + 1) * CHUNK, CHUNK, (unsigned char)(QCHUNKS + 1));
+        } else {
+            store_cow_cancel(c); /* abandoned: the waiting write goes on */
+            pthread_join(th, NULL);
+            assert_true(atomic_load(&w.done));
+        }
+        store_cow_free(c);
+        close(fd);
+        unlink(path);
+    }
+    bdev_close(b);
 }
 
 /* ---- store_snapshot_volume on a file volume under a writer ---- */
@@ -461,6 +530,7 @@ int main(void)
         cmocka_unit_test(test_copy_before_write),
         cmocka_unit_test(test_volume_attach),
         cmocka_unit_test(test_snapshot_file_fails),
+        cmocka_unit_test(test_queue_bound),
         cmocka_unit_test(test_snapshot_volume_forced),
         cmocka_unit_test(test_snapshot_volume_auto),
     };
