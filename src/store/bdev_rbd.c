@@ -229,6 +229,18 @@ static const struct bdev_ops rbd_ops = {
     .submit = bdev_rbd_submit,
 };
 
+/* An image may override the client's settings in its metadata
+ * ("conf_<option>"): true when it makes discards skip partial objects. */
+static bool image_skips_partial_discard(rbd_image_t image)
+{
+    char val[16];
+    size_t len = sizeof(val);
+
+    if (rbd_metadata_get(image, "conf_rbd_skip_partial_discard", val, &len) < 0)
+        return false;
+    return strcmp(val, "true") == 0 || strcmp(val, "1") == 0;
+}
+
 int bdev_rbd_open(struct rbd_cluster *c, const char *pool, const char *ns, const char *image,
                   const char *snap, bool readonly, struct bdev **out)
 {
@@ -265,12 +277,15 @@ int bdev_rbd_open(struct rbd_cluster *c, const char *pool, const char *ns, const
     r->base.ops = &rbd_ops;
     r->base.size = size;
     r->base.readonly = readonly;
-    /* Not BDEV_TRIM_ZEROES: librbd skips the parts of a discard that do not
-     * cover whole discard-granularity units (rbd_skip_partial_discard), so
-     * trimmed ranges need not read back as zeros. Not FAST_ZERO: zeroing a
-     * clone's range may copy the parent's object up. */
+    /* BDEV_TRIM_ZEROES: the cluster connection turns rbd_skip_partial_discard
+     * off (rbd_cluster.c), so a discard zeroes the parts of its range that
+     * it cannot deallocate, unless the image's own metadata turns skipping
+     * back on. Not FAST_ZERO: zeroing a clone's range may copy the parent's
+     * object up. */
     r->base.caps =
         BDEV_CAN_FLUSH | BDEV_CAN_TRIM | BDEV_CAN_ZERO | BDEV_CAN_EXTENTS | BDEV_CAN_MULTI_CONN;
+    if (!image_skips_partial_discard(r->image))
+        r->base.caps |= BDEV_TRIM_ZEROES;
     snprintf(r->name, sizeof(r->name), "%s/%s%s%s%s%s", pool, ns && ns[0] ? ns : "",
              ns && ns[0] ? "/" : "", image, snap ? "@" : "", snap ? snap : "");
     *out = &r->base;

@@ -84,6 +84,11 @@ static int connect_cluster(struct rbd_cluster *c, unsigned timeout_s)
     snprintf(buf, sizeof(buf), "%u", c->op_timeout_s);
     set_opt(c->rados, "rados_mon_op_timeout", buf);
     set_opt(c->rados, "rados_osd_op_timeout", buf);
+    /* Discards zero what they cannot deallocate (the parts of a range that
+     * do not cover whole objects), so a trimmed range always reads back as
+     * zeros: UNMAP can then promise LBPRZ and SANITIZE BLOCK ERASE works.
+     * librbd's default skips those parts, leaving the old data readable. */
+    set_opt(c->rados, "rbd_skip_partial_discard", "false");
     rc = rados_connect(c->rados);
     if (rc < 0)
         goto fail;
