@@ -17,7 +17,7 @@
 #include "store/bdev_rbd.h"
 #include "store/rbd_image.h"
 
-_Thread_local char ds_backend_why[512];
+_Thread_local char ds_backend_why[640];
 
 struct rbd_pool {
     int64_t id;

@@ -67,6 +67,6 @@ int ds_rbd_image_name(const struct ds_pool *p, const char *name, char *buf, size
 
 /* A reason for the client of the last backend failure on this thread
  * ("" if none); ds_api_errno uses and clears it. */
-extern _Thread_local char ds_backend_why[512];
+extern _Thread_local char ds_backend_why[640];
 
 #endif
