@@ -135,9 +135,15 @@ static int connect_spec(const struct ds_rbd_spec *s, struct rbd_cluster **out, c
 
     spec_c(s, &cs);
     rc = rbd_cluster_get(&cs, DS_RBD_CONNECT_TIMEOUT, out);
-    if (rc < 0)
-        snprintf(why, whylen, "cannot connect to the Ceph cluster (conf %s, id %s): %s",
-                 s->conf[0] ? s->conf : "default", s->id[0] ? s->id : "admin", strerror(-rc));
+    if (rc < 0) {
+        /* A reason for a client: a very long conf path is shortened with
+         * "...", the error always fits. */
+        const char *conf = s->conf[0] ? s->conf : "default";
+        size_t clen = strlen(conf);
+        snprintf(why, whylen, "cannot connect to the Ceph cluster (conf %s%.100s, id %.64s): %s",
+                 clen > 100 ? "..." : "", clen > 100 ? conf + clen - 100 : conf,
+                 s->id[0] ? s->id : "admin", strerror(-rc));
+    }
     return rc;
 }
 
