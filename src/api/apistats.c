@@ -44,7 +44,8 @@ int apistats_snapshot(struct apistats_row **out)
         pthread_mutex_unlock(&lock);
         return -ENOMEM;
     }
-    memcpy(a, rows, nrows * sizeof(*a));
+    if (nrows) /* rows is NULL until the first call is counted */
+        memcpy(a, rows, nrows * sizeof(*a));
     int n = (int)nrows;
     pthread_mutex_unlock(&lock);
     *out = a;

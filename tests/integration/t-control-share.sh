@@ -88,9 +88,12 @@ for r in j["nbd"]:
     print("nbd", r["peer"], r["export"] or "-", r["bytes_read"], r["bytes_written"], r["requests"],
           r["state"], r["structured_replies"])'
 }
+# Wait until both clients' reads are complete in the counters (a reply is
+# counted chunk by chunk as it is sent: a row can show part of a read).
 for i in $(seq 1 100); do
     r=$(rows)
-    echo "$r" | grep -qE "^iscsi .* [0-9]{7,} " && echo "$r" | grep -qE "^nbd .* [0-9]{7,} " && break
+    echo "$r" | awk '$1 == "iscsi" && $4 >= 1048576 {i = 1} $1 == "nbd" && $4 >= 2097152 {n = 1}
+        END {exit !(i && n)}' && break
     sleep 0.1
 done
 echo "$r" | grep -E "^iscsi 127\.0\.0\.1:[0-9]+ $BASE:incus:demo:a " >/dev/null ||
