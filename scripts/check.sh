@@ -9,10 +9,11 @@ BUILD=${1:-build}
 ASAN_BUILD=${2:-build-asan}
 cd "$(dirname "$0")/.."
 total_pass=0; total_fail=0
+START=$(date +%s)
 # Logs of this run (several checkouts may run make check at once).
 LOGS=$(mktemp -d /tmp/blockd-check.XXXXXX)
 
-step() { echo; echo "=== $*"; }
+step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
 
 step "format (clang-format)"
 if scripts/check-format.sh; then
@@ -79,5 +80,6 @@ else
 fi
 
 echo
+echo "make check took $(($(date +%s) - START)) s"
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" = 0 ]
