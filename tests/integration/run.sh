@@ -6,7 +6,8 @@
 # waiting (timeouts, throttles, clients starting), and each test runs its
 # own daemon on free ports in its own temporary directory. A test whose
 # file has a line "# run-alone" (it measures latency or memory) runs after
-# the others, by itself.
+# the others, by itself. IT_SKIP (names, space-separated) leaves tests out,
+# each said on a line of its own.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 JOBS=${IT_JOBS:-2}
@@ -18,6 +19,7 @@ parallel=(); alone=()
 for t in "$here"/t-*.sh; do
     name=$(basename "$t" .sh)
     if [ -n "${1:-}" ] && [[ "$name" != *"$1"* ]]; then continue; fi
+    if [[ " ${IT_SKIP:-} " == *" $name "* ]]; then echo "skip $name (IT_SKIP)"; continue; fi
     if grep -q '^# run-alone' "$t"; then alone+=("$t"); else parallel+=("$t"); fi
 done
 
