@@ -71,7 +71,11 @@ start_blockd() {
     "$BLOCKD" --state-dir "$STATE" --log-level warn --nbd-listen "127.0.0.1:$NP" \
         --iscsi-listen "127.0.0.1:$BP" >>"$TMP/blockd.log" 2>&1 &
     SERVER_PID=$!
-    for _ in $(seq 1 200); do grep -q "blockd ready" "$TMP/blockd.log" 2>/dev/null && return 0; sleep 0.05; done
+    # (--log-level warn hides the "ready" line: ask the API instead)
+    for _ in $(seq 1 200); do
+        "$BLOCKCTL" --socket "$STATE/blockd.sock" call core.ping >/dev/null 2>&1 && return 0
+        sleep 0.05
+    done
     echo "bench/rbd.sh: blockd did not start" >&2; cat "$TMP/blockd.log" >&2; exit 1
 }
 bctl() { "$BLOCKCTL" --socket "$STATE/blockd.sock" "$@"; }
