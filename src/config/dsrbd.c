@@ -561,6 +561,39 @@ static void handle_put(struct img_handle *h)
             return irc_;                                                                           \
     } while (0)
 
+/* One management call on an image: the pool's I/O context and a handle on
+ * name's image (handle_get). image_begin: 0, or -errno with nothing held;
+ * image_end releases both and returns rc (a timeout marks the pool lost). */
+struct image_op {
+    struct rbd_io r;
+    struct img_handle h;
+};
+
+static int image_begin(const struct ds_pool *p, const char *name, struct image_op *op)
+{
+    char image[DS_NAME_BUF];
+    int rc = ds_rbd_image_name(p, name, image, sizeof(image));
+
+    if (rc < 0)
+        return rc;
+    rc = io_get(p, &op->r);
+    if (rc < 0)
+        return rc;
+    rc = handle_get(&op->r, name, image, false, &op->h);
+    if (rc < 0) {
+        handle_put(&op->h);
+        io_put(&op->r, rc);
+    }
+    return rc;
+}
+
+static int image_end(struct image_op *op, int rc)
+{
+    handle_put(&op->h);
+    io_put(&op->r, rc);
+    return rc;
+}
+
 static int rbdpool_volume_create(const struct ds_pool *p, const char *name, uint64_t size,
                                  bool sparse, char *why, size_t whylen)
 {
@@ -615,45 +648,24 @@ static int rbdpool_dataset_remove(const struct ds_pool *p, const char *name, boo
 
 static int rbdpool_snapshot_remove(const struct ds_pool *p, const char *name, const char *snap)
 {
-    char image[DS_NAME_BUF];
-    struct img_handle h;
-    struct rbd_io r;
-    int rc;
+    struct image_op op;
+    int rc = image_begin(p, name, &op);
 
-    IMAGE_OF(p, name, image);
-    rc = io_get(p, &r);
-    if (rc < 0)
-        return rc;
-    rc = handle_get(&r, name, image, false, &h);
-    if (rc == 0)
-        rc = rbd_image_snap_remove(h.img, snap);
-    handle_put(&h);
-    io_put(&r, rc);
-    return rc;
+    return rc < 0 ? rc : image_end(&op, rbd_image_snap_remove(op.h.img, snap));
 }
 
 static int rbdpool_volume_resize(const struct ds_pool *p, const char *name, struct volume *v,
                                  uint64_t old_size, uint64_t new_size, bool sparse)
 {
-    char image[DS_NAME_BUF];
-    struct img_handle h;
-    struct rbd_io r;
+    struct image_op op;
     int rc;
 
     (void)old_size;
     (void)sparse;
     if (v)
         return volume_resize(v, new_size); /* the bdev resizes its image */
-    IMAGE_OF(p, name, image);
-    rc = io_get(p, &r);
-    if (rc < 0)
-        return rc;
-    rc = handle_get(&r, name, image, false, &h);
-    if (rc == 0)
-        rc = rbd_image_resize(h.img, new_size);
-    handle_put(&h);
-    io_put(&r, rc);
-    return rc;
+    rc = image_begin(p, name, &op);
+    return rc < 0 ? rc : image_end(&op, rbd_image_resize(op.h.img, new_size));
 }
 
 static int rbdpool_open_bdev(const struct ds_pool *p, const char *name, const char *snap,
@@ -773,26 +785,18 @@ static int rbdpool_snapshot_create(const struct ds_pool *p, const char *name, co
                                    struct volume *v, ds_progress_fn fn, void *arg,
                                    struct store_snapshot_stats *stats)
 {
-    char image[DS_NAME_BUF];
-    struct img_handle h;
-    struct rbd_io r;
+    struct image_op op;
     struct timespec a, b;
     int rc;
 
     (void)v;
-    IMAGE_OF(p, name, image);
-    rc = io_get(p, &r);
-    if (rc < 0)
-        return rc;
     /* librbd blocks the image's writes for the snapshot's instant and
      * flushes its cache first: every write acknowledged before is in. */
     clock_gettime(CLOCK_MONOTONIC, &a);
-    rc = handle_get(&r, name, image, false, &h);
+    rc = image_begin(p, name, &op);
     if (rc == 0)
-        rc = rbd_image_snap_create(h.img, snap);
+        rc = image_end(&op, rbd_image_snap_create(op.h.img, snap));
     clock_gettime(CLOCK_MONOTONIC, &b);
-    handle_put(&h);
-    io_put(&r, rc);
     if (rc == 0) {
         memset(stats, 0, sizeof(*stats));
         stats->reflinked = true; /* O(1): no data copied */
@@ -839,35 +843,28 @@ static int rbdpool_clone(const struct ds_pool *p, const char *name, const char *
 static int rbdpool_rollback(const struct ds_pool *p, const char *name, const char *snap,
                             struct volume *v, ds_progress_fn fn, void *arg, bool *o1)
 {
-    char image[DS_NAME_BUF];
-    struct img_handle h;
-    struct rbd_io r;
+    struct image_op op;
     uint64_t size = 0;
     int rc;
 
-    IMAGE_OF(p, name, image);
-    rc = io_get(p, &r);
-    if (rc < 0)
-        return rc;
-    rc = handle_get(&r, name, image, false, &h);
+    rc = image_begin(p, name, &op);
     if (rc == 0) {
         /* Hold the volume's writes (and land those in flight) while the
          * image's contents are replaced. */
         if (v)
             rc = volume_quiesce(v);
         if (rc == 0) {
-            rc = rbd_image_snap_rollback(h.img, snap, fn, arg);
+            rc = rbd_image_snap_rollback(op.h.img, snap, fn, arg);
             if (rc == 0)
-                rc = rbd_get_size(h.img, &size);
+                rc = rbd_get_size(op.h.img, &size);
             if (v)
                 volume_resume(v);
         }
         /* the snapshot's size is the volume's now: tell the open volume */
         if (rc == 0 && v && size != volume_size(v))
             rc = volume_resize(v, size);
+        rc = image_end(&op, rc);
     }
-    handle_put(&h);
-    io_put(&r, rc);
     if (rc == 0)
         *o1 = true;
     return rc;
@@ -893,40 +890,18 @@ static int rbdpool_volume_rename(const struct ds_pool *p, const char *from, cons
 static int rbdpool_snapshot_rename(const struct ds_pool *p, const char *name, const char *from,
                                    const char *to)
 {
-    char image[DS_NAME_BUF];
-    struct img_handle h;
-    struct rbd_io r;
-    int rc;
+    struct image_op op;
+    int rc = image_begin(p, name, &op);
 
-    IMAGE_OF(p, name, image);
-    rc = io_get(p, &r);
-    if (rc < 0)
-        return rc;
-    rc = handle_get(&r, name, image, false, &h);
-    if (rc == 0)
-        rc = rbd_image_snap_rename(h.img, from, to);
-    handle_put(&h);
-    io_put(&r, rc);
-    return rc;
+    return rc < 0 ? rc : image_end(&op, rbd_image_snap_rename(op.h.img, from, to));
 }
 
 static int rbdpool_flatten(const struct ds_pool *p, const char *name, ds_progress_fn fn, void *arg)
 {
-    char image[DS_NAME_BUF];
-    struct img_handle h;
-    struct rbd_io r;
-    int rc;
+    struct image_op op;
+    int rc = image_begin(p, name, &op);
 
-    IMAGE_OF(p, name, image);
-    rc = io_get(p, &r);
-    if (rc < 0)
-        return rc;
-    rc = handle_get(&r, name, image, false, &h);
-    if (rc == 0)
-        rc = rbd_image_flatten(h.img, fn, arg);
-    handle_put(&h);
-    io_put(&r, rc);
-    return rc;
+    return rc < 0 ? rc : image_end(&op, rbd_image_flatten(op.h.img, fn, arg));
 }
 
 const struct ds_backend ds_backend_rbd = {
