@@ -10,6 +10,8 @@ BUILD=${BUILD:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build}
 BLOCKD_BIN=${BLOCKD_BIN:-$BUILD/src/daemon/blockd}
 BLOCKCTL_BIN=${BLOCKCTL_BIN:-$BUILD/src/cli/blockctl}
 TEST_NAME=$(basename "$0" .sh)
+# tests/integration/wsclient.py for the tests' Python WebSocket clients
+export PYTHONPATH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)${PYTHONPATH:+:$PYTHONPATH}
 TMP=$(mktemp -d "/tmp/blockd-${TEST_NAME}.XXXXXX")
 STATE=$TMP/state
 SOCK=$STATE/blockd.sock

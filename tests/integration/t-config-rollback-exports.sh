@@ -26,22 +26,7 @@ export URL="ws://127.0.0.1:$WS_PORT/api/current" KEY ISCSI_PORT NBD_PORT BLOCKCT
 cat >"$TMP/rollback.py" <<'PY'
 import json, os, subprocess, threading, time, websocket, nbd
 
-class Client:
-    def __init__(self):
-        self.ws = websocket.create_connection(os.environ["URL"], timeout=60)
-        self.n = 0
-    def call(self, method, *params):
-        self.n += 1
-        self.ws.send(json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
-                                 "params": list(params)}))
-        while True:
-            r = json.loads(self.ws.recv())
-            if r.get("id") == self.n:
-                return r
-    def ok(self, method, *params):
-        r = self.call(method, *params)
-        assert "result" in r, (method, params, r)
-        return r["result"]
+from wsclient import Client
 
 c = Client()
 assert c.ok("auth.login_with_api_key", os.environ["KEY"]) is True

@@ -28,22 +28,11 @@ export URL="ws://127.0.0.1:$WS_PORT/api/current" KEY ISCSI_PORT NBD_PORT TMP
 cat >"$TMP/rbd.py" <<'PY'
 import json, os, subprocess, time, websocket, nbd
 
-class Client:
+from wsclient import Client as WsClient
+
+class Client(WsClient):
     def __init__(self):
-        self.ws = websocket.create_connection(os.environ["URL"], timeout=120)
-        self.n = 0
-    def call(self, method, *params):
-        self.n += 1
-        self.ws.send(json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
-                                 "params": list(params)}))
-        while True:
-            r = json.loads(self.ws.recv())
-            if r.get("id") == self.n:
-                return r
-    def ok(self, method, *params):
-        r = self.call(method, *params)
-        assert "result" in r, (method, params, r)
-        return r["result"]
+        super().__init__(timeout=120)
     def err(self, method, *params):
         r = self.call(method, *params)
         assert "error" in r, (method, params, r)

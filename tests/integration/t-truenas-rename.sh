@@ -35,22 +35,9 @@ import json, os, subprocess, threading, time, websocket, nbd
 STATE, P2DIR = os.environ["STATE"], os.environ["P2DIR"]
 POOL = STATE + "/pools/demo"
 
-class Client:
-    def __init__(self):
-        self.ws = websocket.create_connection(os.environ["URL"], timeout=60)
-        self.n = 0
-    def call(self, method, *params):
-        self.n += 1
-        self.ws.send(json.dumps({"jsonrpc": "2.0", "id": self.n, "method": method,
-                                 "params": list(params)}))
-        while True:
-            r = json.loads(self.ws.recv())
-            if r.get("id") == self.n:
-                return r
-    def ok(self, method, *params):
-        r = self.call(method, *params)
-        assert "result" in r, (method, params, r)
-        return r["result"]
+from wsclient import Client as WsClient
+
+class Client(WsClient):
     def err(self, method, *params, errno=None, text=None):
         r = self.call(method, *params)
         e = r.get("error")
