@@ -31,12 +31,15 @@
 #include "core/util.h"
 #include "store/poolfs.h"
 
+/* Every rename method takes the new name the same way. */
+#define NEW_NAME_FIELD                                                                             \
+    {                                                                                              \
+        .name = "new_name", .type = API_T_STRING, .flags = API_REQUIRED | API_RANGE, .min = 1,     \
+        .max = NAME_DATASET_MAX                                                                    \
+    }
+
 static const struct api_field zfs_rename_fields[] = {
-    {.name = "new_name",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = NAME_DATASET_MAX},
+    NEW_NAME_FIELD,
     {.name = "recursive", .type = API_T_BOOL},
 };
 
@@ -44,20 +47,12 @@ static const struct api_field zfs_rename_fields[] = {
  * renamed zvol breaks its shares there); blockd's shares follow the
  * rename, so force changes nothing. */
 static const struct api_field pool_rename_fields[] = {
-    {.name = "new_name",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = NAME_DATASET_MAX},
+    NEW_NAME_FIELD,
     {.name = "force", .type = API_T_BOOL},
 };
 
 static const struct api_field snap_rename_fields[] = {
-    {.name = "new_name",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = NAME_DATASET_MAX},
+    NEW_NAME_FIELD,
 };
 
 /* fsync the directory holding path, so that a rename in it is durable. */
