@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "api/validate.h"
+#include "config/cfgtx.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
 #include "config/dsbackend.h"
@@ -120,12 +121,13 @@ json_t *ds_pool_row(const char *name)
 static int pool_insert(const char *name, const char *path, const struct ds_rbd_spec *rbd,
                        int64_t *id_out)
 {
+    struct cfg_tx tx;
     struct ds_row root;
     sqlite3_stmt *st;
     int rc;
 
     db_lock();
-    rc = db_begin();
+    rc = cfg_tx_begin(&tx);
     if (rc < 0)
         goto out;
     rc = db_stmt("INSERT INTO pools (name, path, created) VALUES (?, ?,"
@@ -144,14 +146,15 @@ static int pool_insert(const char *name, const char *path, const struct ds_rbd_s
         root.type = DS_FILESYSTEM;
         root.sparse = true;
         *id_out = root.pool_id;
+        cfg_tx_changed(&tx, CFG_POOL, root.pool_id, CFG_CREATED);
         rc = ds_dataset_insert(&root);
     }
     if (rc == 0 && rbd)
         rc = ds_rbd_spec_insert(root.pool_id, rbd);
     if (rc == 0)
-        rc = db_commit();
+        rc = cfg_tx_commit(&tx);
     else
-        db_rollback();
+        cfg_tx_abort(&tx);
 out:
     db_unlock();
     return rc;

@@ -1,16 +1,19 @@
 /*
  * Private to the iSCSI configuration (src/iscsi/config_*.c): the SQLite
- * helpers, the "dirty set" a write transaction fills, and the runtime
- * builder it feeds after commit.
+ * helpers, the write transaction, and the runtime publisher's interface.
  *
- * Every API write follows one shape (config_write_begin/…_end):
- *   db_lock → BEGIN IMMEDIATE → validate against the DB, write rows,
- *   allocate ids, mark affected targets dirty → COMMIT →
- *   apply the dirty targets (rebuild + publish their views) unless the
- *   call was deferred, in which case they join the pending set that
- *   iscsi_config_reload() applies → db_unlock.
+ * Every API write follows one shape (icfg_write_begin/…_end, on the one
+ * transaction path config/cfgtx.h):
+ *   cfg_tx_begin (db_lock, BEGIN IMMEDIATE) → validate against the DB,
+ *   write rows, allocate ids, record the changed objects (the targets
+ *   whose published view changes: icfg_changed_target[s]) → COMMIT →
+ *   the iSCSI publisher (config_runtime.c, registered at start) rebuilds
+ *   and publishes the changed targets' views, or, when the call was
+ *   deferred, adds them to the pending set iscsi_config_reload() applies
+ *   → db_unlock → the publisher's after-unlock work → fdatasync.
  * Publication happens under the DB lock, so views are published in commit
- * order.
+ * order. The configuration code never calls the runtime: it only records
+ * what changed.
  */
 #ifndef BLOCKD_ISCSI_CONFIG_INTERNAL_H
 #define BLOCKD_ISCSI_CONFIG_INTERNAL_H
@@ -21,6 +24,7 @@
 #include <stdint.h>
 
 #include "api/api.h"
+#include "config/cfgtx.h"
 #include "config/db.h"
 #include "api/validate.h"
 #include "scsi/scsi.h"
@@ -32,7 +36,8 @@
 #define ICFG_TARGET_NAME_MAX 120
 #define ICFG_EXTENT_NAME_MAX 64
 
-/* Targets whose runtime view must be rebuilt after commit. */
+/* Targets whose runtime view must be rebuilt (the runtime's set, built
+ * from a transaction's changes by its publisher). */
 struct icfg_dirty {
     int64_t *ids;
     size_t n, cap;
@@ -70,16 +75,21 @@ json_t *icfg_rows(icfg_row_fn fn, const char *sql, const char *types, ...);
 /* ---- write transactions ---- */
 struct icfg_write {
     struct api_call *call;
-    struct icfg_dirty dirty;
-    bool defer;
-    bool began;
+    struct cfg_tx tx;
+    bool defer;           /* publish at service.reload (TrueNAS "defer") */
     json_t *unlink_after; /* files to remove once committed (array or NULL) */
 };
-/* db_lock + BEGIN. Returns 0, or -1 with an error set on call. */
+/* cfg_tx_begin (joins the thread's open transaction, if any). Returns 0,
+ * or -1 with an error set on call. */
 int icfg_write_begin(struct icfg_write *w, struct api_call *call);
-/* rc == 0: COMMIT, then apply/defer; else ROLLBACK. Always unlocks.
- * Returns rc (or -1 if the commit failed, with an error set). */
+/* rc == 0: cfg_tx_commit (publishes, or defers); else roll back. Always
+ * ends the transaction. Returns rc (or -1 if the commit failed, with an
+ * error set). */
 int icfg_write_end(struct icfg_write *w, int rc);
+/* Record that target id's published view changes (CFG_ISCSI_TARGET). */
+void icfg_changed_target(struct icfg_write *w, int64_t target_id);
+/* icfg_changed_target for each id sql (one int64 parameter) returns. 0 or -EIO. */
+int icfg_changed_targets(struct icfg_write *w, const char *sql, int64_t arg);
 /* Translate an -errno from a DB step into a call error; returns -1. */
 int icfg_db_fail(struct api_call *call, int err);
 
@@ -180,17 +190,13 @@ extern const size_t icfg_targetextent_methods_count;
 /* ---- runtime (config_runtime.c) ---- */
 /* Rebuild and publish the views of the dirty targets (DB locked by caller). */
 int icfg_runtime_apply(const struct icfg_dirty *d);
-/* Add d to the pending (deferred) set. */
-void icfg_runtime_defer(const struct icfg_dirty *d);
-/* Drop the cached LU of an extent (changed or deleted). DB locked. */
-void icfg_runtime_forget_extent(int64_t extent_id);
-/* Apply ro and a grown FILE size (0: unchanged) to an extent's running LU,
- * after the DB lock is released. DB locked. */
-void icfg_runtime_extent_live(int64_t extent_id, bool ro, uint64_t size);
-/* Queue ua for every running LU over vol (the volume of a rolled-back
- * dataset), raised by icfg_runtime_after_unlock(). DB locked. Returns how
- * many LUs. */
-size_t icfg_runtime_volume_ua(const struct volume *vol, enum scsi_ua ua);
+/* The publisher on the transaction path (config/cfgtx.h), registered by
+ * iscsi_config_init: turns a committed change into the dirty set and
+ * applies or defers it; the after hook is icfg_runtime_after_unlock. */
+void icfg_runtime_publish(const struct cfg_changes *changes, void *arg);
+/* Register the publisher and the runtime's dataset observer (rollbacks,
+ * pools coming online). Once, at startup (iscsi_config_init). */
+void icfg_runtime_init(void);
 
 /* ---- portal listeners (config_listen.c) ---- */
 /* Compute the wanted listeners (every portal IP, and the --iscsi-listen

@@ -125,7 +125,16 @@ int icfg_listen_set_override(const char *addr_port)
     if (old != port) {
         char buf[16];
         snprintf(buf, sizeof(buf), "%d", port);
-        int rc = db_setting_set(KEY_PORT, buf);
+        /* the first start of the process: the runtime is not started, so
+         * the commit publishes nothing yet (iscsi_config_start applies) */
+        struct cfg_tx tx;
+        int rc = cfg_tx_begin(&tx);
+        if (rc == 0 && (rc = db_setting_set(KEY_PORT, buf)) == 0) {
+            cfg_tx_changed(&tx, CFG_ISCSI_GLOBAL, CFG_ISCSI_GLOBAL_LISTEN, CFG_UPDATED);
+            rc = cfg_tx_commit(&tx);
+        } else if (rc == 0) {
+            cfg_tx_abort(&tx);
+        }
         if (rc < 0) {
             log_error("iscsi: cannot store listen_port %d: %s", port, strerror(-rc));
             return rc;

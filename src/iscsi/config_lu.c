@@ -37,7 +37,11 @@ void icfg_lu_unref(struct scsi_lu *lu)
 static int pr_save(void *arg, const void *blob, size_t len)
 {
     int64_t extent_id = (int64_t)(intptr_t)arg;
-    db_lock();
+    struct cfg_tx tx;
+    /* Runtime state, not configuration: recorded as no change, so no
+     * publisher runs (it would take LU mutexes: we hold one). */
+    if (cfg_tx_begin(&tx) < 0)
+        return -EIO;
     sqlite3_stmt *st;
     int rc = icfg_prepare("UPDATE iscsi_extent SET pr_blob = ? WHERE id = ?", &st);
     if (rc == 0) {
@@ -53,8 +57,11 @@ static int pr_save(void *arg, const void *blob, size_t len)
         }
         icfg_finalize(st);
     }
-    db_unlock();
-    return rc;
+    if (rc < 0) {
+        cfg_tx_abort(&tx);
+        return rc;
+    }
+    return cfg_tx_commit(&tx);
 }
 
 static int open_volume(json_t *e, struct volume **out)

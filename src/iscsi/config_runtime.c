@@ -21,6 +21,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "config/datasets.h"
 #include "config/db.h"
 #include "config/pwenc.h"
 #include "core/log.h"
@@ -247,6 +248,55 @@ static int load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out,
     return 0;
 }
 
+/* ---- the dirty set ---- */
+
+void icfg_dirty_add(struct icfg_dirty *d, int64_t target_id)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (d->ids[i] == target_id)
+            return;
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 8;
+        int64_t *ids = realloc(d->ids, cap * sizeof(*ids));
+        if (!ids) {
+            /* Out of memory: fall back to rebuilding everything. */
+            d->all = true;
+            return;
+        }
+        d->ids = ids;
+        d->cap = cap;
+    }
+    d->ids[d->n++] = target_id;
+}
+
+void icfg_dirty_merge(struct icfg_dirty *into, const struct icfg_dirty *from)
+{
+    for (size_t i = 0; i < from->n; i++)
+        icfg_dirty_add(into, from->ids[i]);
+    into->all |= from->all;
+    into->discovery |= from->discovery;
+    into->portals |= from->portals;
+}
+
+void icfg_dirty_free(struct icfg_dirty *d)
+{
+    free(d->ids);
+    memset(d, 0, sizeof(*d));
+}
+
+int icfg_dirty_add_query(struct icfg_dirty *d, const char *sql, int64_t arg)
+{
+    sqlite3_stmt *st;
+    int rc = icfg_prepare(sql, &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, arg);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        icfg_dirty_add(d, sqlite3_column_int64(st, 0));
+    icfg_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
 static struct scsi_lu *lu_for_extent(json_t *extent)
 {
     int64_t id = json_integer_value(json_object_get(extent, "id"));
@@ -278,15 +328,7 @@ static struct scsi_lu *lu_for_extent(json_t *extent)
     return lu;
 }
 
-void icfg_runtime_extent_live(int64_t extent_id, bool ro, uint64_t size)
-{
-    for (size_t i = 0; i < lu_n; i++)
-        if (lu_cache[i].extent_id == extent_id)
-            post_push_item((struct post_item){
-                .kind = POST_LIVE, .lu = lu_cache[i].lu, .ro = ro, .size = size});
-}
-
-size_t icfg_runtime_volume_ua(const struct volume *vol, enum scsi_ua ua)
+static size_t icfg_runtime_volume_ua(const struct volume *vol, enum scsi_ua ua)
 {
     size_t n = 0;
     for (size_t i = 0; vol && i < lu_n; i++) {
@@ -296,17 +338,6 @@ size_t icfg_runtime_volume_ua(const struct volume *vol, enum scsi_ua ua)
         n++;
     }
     return n;
-}
-
-void icfg_runtime_forget_extent(int64_t extent_id)
-{
-    for (size_t i = 0; i < lu_n; i++) {
-        if (lu_cache[i].extent_id == extent_id) {
-            icfg_lu_unref(lu_cache[i].lu);
-            lu_cache[i] = lu_cache[--lu_n];
-            return;
-        }
-    }
 }
 
 static char *box_strdup(struct view_box *b, const char *s)
@@ -727,9 +758,134 @@ int icfg_runtime_apply(const struct icfg_dirty *in)
     return rc;
 }
 
-void icfg_runtime_defer(const struct icfg_dirty *d)
+static void icfg_runtime_defer(const struct icfg_dirty *d)
 {
     icfg_dirty_merge(&pending, d);
+}
+
+/* ---- the publisher (config/cfgtx.h) ---- */
+
+/* An extent changed: drop the LU of a rebuilt or deleted one (its gen
+ * moved: sessions see a new device at the next apply); apply ro and size
+ * to the running LU otherwise (sessions keep their state). DB locked. */
+static void extent_changed(int64_t id)
+{
+    size_t at = SIZE_MAX;
+    for (size_t i = 0; i < lu_n && at == SIZE_MAX; i++)
+        if (lu_cache[i].extent_id == id)
+            at = i;
+    if (at == SIZE_MAX)
+        return;
+    sqlite3_stmt *st;
+    if (icfg_prepare("SELECT gen, ro, filesize FROM iscsi_extent WHERE id = ?", &st) < 0)
+        return;
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) == lu_cache[at].gen) {
+        post_push_item((struct post_item){.kind = POST_LIVE,
+                                          .lu = lu_cache[at].lu,
+                                          .ro = sqlite3_column_int(st, 1) != 0,
+                                          .size = (uint64_t)sqlite3_column_int64(st, 2)});
+    } else {
+        icfg_lu_unref(lu_cache[at].lu);
+        lu_cache[at] = lu_cache[--lu_n];
+    }
+    icfg_finalize(st);
+}
+
+/* The dirty set a committed change makes. */
+static void changes_dirty(const struct cfg_changes *ch, struct icfg_dirty *d)
+{
+    if (ch->overflow)
+        d->all = d->discovery = d->portals = true;
+    for (size_t i = 0; i < ch->n; i++) {
+        const struct cfg_change *c = &ch->v[i];
+        switch (c->kind) {
+        case CFG_ISCSI_TARGET:
+            icfg_dirty_add(d, c->id);
+            break;
+        case CFG_ISCSI_PORTAL:
+            d->portals = true;
+            /* tags are renumbered: every target's groups change */
+            d->all |= c->op == CFG_DELETED;
+            break;
+        case CFG_ISCSI_GLOBAL:
+            d->all |= c->id == CFG_ISCSI_GLOBAL_BASENAME;
+            d->portals |= c->id == CFG_ISCSI_GLOBAL_LISTEN;
+            break;
+        case CFG_ISCSI_AUTH:
+            d->discovery = true;
+            break;
+        case CFG_ISCSI_EXTENT:
+            extent_changed(c->id);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+void icfg_runtime_publish(const struct cfg_changes *changes, void *arg)
+{
+    (void)arg;
+    struct icfg_dirty d = {0};
+    changes_dirty(changes, &d);
+    /* an extent created or changed while unmapped: no view changes */
+    bool empty = d.n == 0 && !d.all && !d.discovery && !d.portals;
+    if (started && !empty) {
+        if (changes->defer)
+            icfg_runtime_defer(&d);
+        else
+            icfg_runtime_apply(&d);
+    }
+    icfg_dirty_free(&d);
+}
+
+/*
+ * Dataset events that concern the running targets (the configuration's own
+ * consequences, extents of a deleted dataset, are config_main.c's).
+ */
+static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
+{
+    (void)arg;
+    if (ev == DATASETS_POOL_ONLINE) {
+        /* Rebuild every target: an extent whose volume could not be opened
+         * has no LU yet and gets one now (its target's sessions see
+         * REPORTED LUNS DATA HAS CHANGED); unchanged LUs are reused. */
+        struct icfg_dirty all = {.all = true};
+        db_lock();
+        int rc = started ? icfg_runtime_apply(&all) : 0;
+        db_unlock();
+        icfg_runtime_after_unlock();
+        if (rc < 0)
+            log_error("iscsi config: cannot republish the targets after pool %s came online: %s",
+                      name, strerror(-rc));
+    } else if (ev == DATASETS_ROLLED_BACK) {
+        /* The sessions stay; each nexus learns on its next command that the
+         * medium changed (a size change adds CAPACITY DATA HAS CHANGED by
+         * itself). */
+        db_lock();
+        size_t n = icfg_runtime_volume_ua(v, SCSI_UA_MEDIUM_CHANGED);
+        db_unlock();
+        icfg_runtime_after_unlock();
+        if (n)
+            log_info("iscsi config: %s rolled back: MEDIUM MAY HAVE CHANGED raised on %zu LU(s)",
+                     name, n);
+    }
+}
+
+static void publisher_after(void *arg)
+{
+    (void)arg;
+    icfg_runtime_after_unlock();
+}
+
+void icfg_runtime_init(void)
+{
+    cfg_publisher_register(CFG_KIND_BIT(CFG_ISCSI_TARGET) | CFG_KIND_BIT(CFG_ISCSI_PORTAL) |
+                               CFG_KIND_BIT(CFG_ISCSI_GLOBAL) | CFG_KIND_BIT(CFG_ISCSI_AUTH) |
+                               CFG_KIND_BIT(CFG_ISCSI_EXTENT),
+                           icfg_runtime_publish, publisher_after, NULL);
+    datasets_observe(dataset_observer, NULL);
 }
 
 int iscsi_config_reload(void)

@@ -21,6 +21,7 @@
 
 #include "api/api.h"
 #include "api/validate.h"
+#include "config/cfgtx.h"
 #include "config/datasets.h"
 #include "config/db.h"
 #include "core/allowdir.h"
@@ -398,6 +399,8 @@ static int export_probe(struct api_call *call, json_t *data)
     return 0;
 }
 
+/* Store the export row (id 0: insert) in one transaction; its commit
+ * publishes the new export table (exports_publish). cfg_lock held. */
 static int export_write(json_t *data, int64_t id, int64_t *new_id)
 {
     sqlite3_stmt *st;
@@ -405,9 +408,11 @@ static int export_write(json_t *data, int64_t id, int64_t *new_id)
                            " description=?5, multi_conn=?6, tls=?7, enabled=?8 WHERE id=?9"
                          : "INSERT INTO nbd_export (name, dataset, path, readonly, description,"
                            " multi_conn, tls, enabled) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)";
-    db_lock();
+    struct cfg_tx tx;
+    if (cfg_tx_begin(&tx) < 0)
+        return -EIO;
     if (sqlite3_prepare_v2(db_handle(), sql, -1, &st, NULL) != SQLITE_OK) {
-        db_unlock();
+        cfg_tx_abort(&tx);
         return -EIO;
     }
     sqlite3_bind_text(st, 1, jstr(data, "name"), -1, SQLITE_TRANSIENT);
@@ -428,11 +433,16 @@ static int export_write(json_t *data, int64_t id, int64_t *new_id)
     if (id)
         sqlite3_bind_int64(st, 9, id);
     int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -db_errno();
-    if (rc == 0 && new_id)
-        *new_id = id ? id : sqlite3_last_insert_rowid(db_handle());
+    int64_t row_id = id ? id : sqlite3_last_insert_rowid(db_handle());
     sqlite3_finalize(st);
-    db_unlock();
-    return rc;
+    if (rc < 0) {
+        cfg_tx_abort(&tx);
+        return rc;
+    }
+    if (new_id)
+        *new_id = row_id;
+    cfg_tx_changed(&tx, CFG_NBD_EXPORT, row_id, id ? CFG_UPDATED : CFG_CREATED);
+    return cfg_tx_commit(&tx);
 }
 
 static int export_result(struct api_call *call, int64_t id, json_t **result)
@@ -463,7 +473,6 @@ static int export_save(struct api_call *call, const char *method, json_t *data, 
     }
     if (w < 0)
         return api_error(call, -w, "cannot store the export: %s", strerror(-w));
-    exports_reload();
     return export_result(call, id, result);
 }
 
@@ -544,6 +553,27 @@ static int m_export_update(struct api_call *call, json_t *params, json_t **resul
     return rc;
 }
 
+/* Delete export id in one transaction. cfg_lock held. 0 or -errno. */
+static int export_remove(int64_t id)
+{
+    struct cfg_tx tx;
+    sqlite3_stmt *st;
+    if (cfg_tx_begin(&tx) < 0)
+        return -EIO;
+    int rc = db_stmt("DELETE FROM nbd_export WHERE id = ?", &st);
+    if (rc == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        rc = db_step_done(st);
+        db_stmt_done(st);
+    }
+    if (rc < 0) {
+        cfg_tx_abort(&tx);
+        return rc;
+    }
+    cfg_tx_changed(&tx, CFG_NBD_EXPORT, id, CFG_DELETED);
+    return cfg_tx_commit(&tx);
+}
+
 static int m_export_delete(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
@@ -566,17 +596,12 @@ static int m_export_delete(struct api_call *call, json_t *params, json_t **resul
         rc = api_error(call, EBUSY, "export '%s' has %u open connection%s (use force)", r.name, n,
                        n == 1 ? "" : "s");
     } else {
-        char sql[96];
-        snprintf(sql, sizeof(sql), "DELETE FROM nbd_export WHERE id=%" PRId64, id);
-        db_lock();
-        int w = db_exec(sql);
-        db_unlock();
+        /* the commit publishes the table without it and closes its
+         * connections (exports_publish) */
+        int w = export_remove(id);
         if (w < 0) {
             rc = api_error(call, EIO, "cannot delete the export");
         } else {
-            exports_reload();
-            if (n)
-                nbd_export_close_connections(r.name);
             log_info("nbd: export '%s' deleted%s", r.name, n ? " (connections closed)" : "");
             *result = json_true();
         }
@@ -764,6 +789,27 @@ static void global_paths_check(struct api_call *call, json_t *in)
     }
 }
 
+/* Store the settings (already applied live) in one transaction. 0 or -errno. */
+static int global_store(json_t *g)
+{
+    char *text = json_dumps(g, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!text)
+        return -ENOMEM;
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+    if (rc == 0) {
+        rc = db_setting_set("nbd.global", text);
+        if (rc == 0) {
+            cfg_tx_changed(&tx, CFG_NBD_GLOBAL, 0, CFG_UPDATED);
+            rc = cfg_tx_commit(&tx);
+        } else {
+            cfg_tx_abort(&tx);
+        }
+    }
+    free(text);
+    return rc;
+}
+
 static int m_global_config(struct api_call *call, json_t *params, json_t **result)
 {
     if (api_check_arity(call, params, 0) < 0)
@@ -815,11 +861,7 @@ static int m_global_update(struct api_call *call, json_t *params, json_t **resul
             goto out;
         }
     }
-    char *text = json_dumps(g, JSON_COMPACT | JSON_SORT_KEYS);
-    db_lock();
-    int w = text ? db_setting_set("nbd.global", text) : -ENOMEM;
-    db_unlock();
-    free(text);
+    int w = global_store(g);
     if (w < 0) {
         rc = api_error(call, -w, "cannot store the settings");
         goto out;
@@ -945,13 +987,19 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
 /* datasets: a rename of a dataset (with its subtree) or of a snapshot
  * moves the exports along. cfg_lock is held from lock() to applied(), so
  * no nbd.export.* change runs in between; update() runs inside the
- * rename's transaction. */
-static bool rename_touched;
-
+ * rename's transaction (config/cfgtx.h) and records the change, whose
+ * commit publishes the new table (exports_publish). */
 static void rename_lock(void *arg)
 {
     pthread_mutex_lock(&cfg_lock);
-    rename_touched = false;
+}
+
+/* Rows of nbd_export moved: every export may have (the rename's tx). */
+static void rename_record(void)
+{
+    struct cfg_tx *tx = cfg_tx_current();
+    if (tx && sqlite3_changes(db_handle()) > 0)
+        cfg_tx_changed(tx, CFG_NBD_EXPORT, CFG_ID_ALL, CFG_UPDATED);
 }
 
 static int rename_update(const char *old_name, const char *new_name, bool subtree, void *arg)
@@ -968,8 +1016,8 @@ static int rename_update(const char *old_name, const char *new_name, bool subtre
     sqlite3_bind_text(st, 2, new_name, -1, SQLITE_STATIC);
     rc = db_step_done(st);
     db_stmt_done(st);
-    if (rc == 0 && sqlite3_changes(db_handle()) > 0)
-        rename_touched = true;
+    if (rc == 0)
+        rename_record();
     /* path exports of files inside a renamed filesystem's directory (a
      * rename never leaves its pool) */
     const char *so = strchr(old_name, '/'), *sn = strchr(new_name, '/');
@@ -989,22 +1037,49 @@ static int rename_update(const char *old_name, const char *new_name, bool subtre
     sqlite3_bind_text(st, 3, sn, -1, SQLITE_STATIC);
     rc = db_step_done(st);
     db_stmt_done(st);
-    if (rc == 0 && sqlite3_changes(db_handle()) > 0)
-        rename_touched = true;
+    if (rc == 0)
+        rename_record();
     return rc;
 }
 
 static void rename_applied(bool committed, void *arg)
 {
-    /* The new table reuses the open volumes (the cache holds them under
-     * their new names): connections are not touched. */
-    if (committed && rename_touched && server_running) {
-        int rc = exports_reload();
-        if (rc < 0)
-            log_error("nbd: cannot republish the exports after a rename: %s", strerror(-rc));
-    }
-    rename_touched = false;
     pthread_mutex_unlock(&cfg_lock);
+}
+
+/*
+ * The publisher (config/cfgtx.h): a committed change of nbd_export rows
+ * becomes a new export table, built from the DB reusing unchanged exports
+ * and open volumes, swapped in; the connections of deleted exports are
+ * closed. Under the DB lock; the writer holds cfg_lock (every NBD writer
+ * and the rename hooks do), which exports_reload needs.
+ */
+static void exports_publish(const struct cfg_changes *ch, void *arg)
+{
+    (void)arg;
+    bool rename_only = !ch->overflow;
+    for (size_t i = 0; i < ch->n; i++)
+        if (ch->v[i].kind == CFG_NBD_EXPORT && ch->v[i].id != CFG_ID_ALL)
+            rename_only = false;
+    /* A rename republishes only while serving (the new table reuses the
+     * open volumes, which the cache holds under their new names). */
+    if (rename_only && !server_running)
+        return;
+    struct nbd_export_table *old = nbd_exports_current();
+    int rc = exports_reload();
+    if (rc < 0 && rename_only)
+        log_error("nbd: cannot republish the exports after a rename: %s", strerror(-rc));
+    else if (rc < 0)
+        log_error("nbd: cannot republish the exports: %s", strerror(-rc));
+    for (size_t i = 0; i < ch->n; i++) {
+        const struct cfg_change *c = &ch->v[i];
+        if (c->kind != CFG_NBD_EXPORT || c->op != CFG_DELETED)
+            continue;
+        for (size_t k = 0; k < old->count; k++)
+            if (old->exports[k]->id == c->id)
+                nbd_export_close_connections(old->exports[k]->name);
+    }
+    nbd_export_table_unref(old);
 }
 
 void nbd_init(void)
@@ -1017,6 +1092,7 @@ void nbd_init(void)
     static const struct datasets_rename_hook rename_hook = {
         .lock = rename_lock, .update = rename_update, .applied = rename_applied};
     datasets_register_rename(&rename_hook);
+    cfg_publisher_register(CFG_KIND_BIT(CFG_NBD_EXPORT), exports_publish, NULL, NULL);
 }
 
 int nbd_server_start(const char *listen_arg)
