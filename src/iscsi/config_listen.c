@@ -35,7 +35,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 #include "iscsi/iscsi_runtime.h"
 
 #define KEY_PORT "iscsi.global.listen_port"

@@ -9,7 +9,7 @@
 #include "config/datasets.h"
 #include "config/db.h"
 #include "core/log.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 #include "scsi/scsi.h"
 #include "store/bdev.h"
 

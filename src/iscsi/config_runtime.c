@@ -25,7 +25,7 @@
 #include "config/db.h"
 #include "config/pwenc.h"
 #include "core/log.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 #include "iscsi/iscsi_config.h"
 #include "iscsi/iscsi_runtime.h"
 #include "scsi/scsi.h"

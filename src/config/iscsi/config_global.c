@@ -6,7 +6,7 @@
 
 #include "config/db.h"
 #include "core/util.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 #include "iscsi/iscsi_runtime.h"
 
 #define KEY_BASENAME "iscsi.global.basename"

@@ -10,7 +10,7 @@
 #include "api/jsonw.h"
 #include "config/db.h"
 #include "core/log.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 #include "store/poolfs.h"
 
 int icfg_prepare(const char *sql, sqlite3_stmt **st)

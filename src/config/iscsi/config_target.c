@@ -8,7 +8,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "iscsi/config_crud.h"
+#include "config/iscsi/config_crud.h"
 #include "iscsi/iscsi_runtime.h"
 
 /* Every rel_tgt_id below this is in use (DB lock). Reset to 1 whenever a

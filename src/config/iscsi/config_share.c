@@ -24,7 +24,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 
 int iscsi_share_target_name(const char *prefix, const char *dataset, char *out, size_t len)
 {

@@ -8,7 +8,7 @@
 #include "config/datasets.h"
 #include "config/db.h"
 #include "core/log.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 #include "iscsi/iscsi_config.h"
 #include "iscsi/iscsi_runtime.h"
 

@@ -6,7 +6,7 @@
 
 #include "config/db.h"
 #include "core/util.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 
 #define TE_SELECT "SELECT id, target_id, extent_id, lunid FROM iscsi_targetextent"
 #define TE_BY_ID TE_SELECT " WHERE id = ?"

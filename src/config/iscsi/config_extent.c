@@ -13,7 +13,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "iscsi/config_crud.h"
+#include "config/iscsi/config_crud.h"
 #include "store/bdev.h"
 #include "store/names.h"
 #include "store/poolfs.h"

@@ -12,7 +12,7 @@
 
 #include "config/db.h"
 #include "core/util.h"
-#include "iscsi/config_crud.h"
+#include "config/iscsi/config_crud.h"
 
 static json_t *portal_row(sqlite3_stmt *st)
 {

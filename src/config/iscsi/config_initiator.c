@@ -7,7 +7,7 @@
 
 #include "config/db.h"
 #include "core/util.h"
-#include "iscsi/config_crud.h"
+#include "config/iscsi/config_crud.h"
 #include "iscsi/iscsi_runtime.h"
 
 #define INITIATOR_SELECT "SELECT id, initiators, comment FROM iscsi_initiator"

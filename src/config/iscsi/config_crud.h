@@ -9,7 +9,7 @@
 #ifndef BLOCKD_ISCSI_CONFIG_CRUD_H
 #define BLOCKD_ISCSI_CONFIG_CRUD_H
 
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 
 /*
  * <ns>.create [{...}]: the object is validated against fields; *data is a

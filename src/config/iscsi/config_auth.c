@@ -16,7 +16,7 @@
 #include "config/pwenc.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "iscsi/config_crud.h"
+#include "config/iscsi/config_crud.h"
 #include "iscsi/iscsi_config.h"
 
 #define AUTH_SELECT                                                                                \
