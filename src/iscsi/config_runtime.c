@@ -190,36 +190,25 @@ static void view_destroy(struct iscsi_target_view *v)
 static int load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out, size_t *n,
                       enum iscsi_auth_method *method)
 {
-    sqlite3_stmt *st;
-    int rc =
-        icfg_prepare(discovery ? "SELECT user, secret, peeruser, peersecret, discovery_auth, "
-                                 "id FROM iscsi_auth WHERE discovery_auth != 'NONE' ORDER BY id"
-                               : "SELECT user, secret, peeruser, peersecret, discovery_auth, "
-                                 "id FROM iscsi_auth WHERE tag = ? ORDER BY id",
-                     &st);
+    struct icfg_cred_rec *rows;
+    size_t nrows;
+    int rc = icfg_read_creds(tag, discovery, &rows, &nrows);
     if (rc < 0)
         return rc;
-    if (!discovery)
-        sqlite3_bind_int64(st, 1, tag);
-    struct iscsi_chap_cred *creds = NULL;
+    struct iscsi_chap_cred *creds = calloc(nrows ? nrows : 1, sizeof(*creds));
+    if (!creds) {
+        icfg_creds_free(rows, nrows);
+        return -EIO;
+    }
     size_t count = 0;
     if (method)
         *method = ISCSI_AUTH_NONE;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct iscsi_chap_cred *c = realloc(creds, (count + 1) * sizeof(*c));
-        if (!c) {
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        creds = c;
-        c = &creds[count++];
-        memset(c, 0, sizeof(*c));
-        snprintf(c->user, sizeof(c->user), "%s", icfg_col_text(st, 0));
-        snprintf(c->peeruser, sizeof(c->peeruser), "%s", icfg_col_text(st, 2));
+    for (size_t i = 0; i < nrows; i++) {
+        struct iscsi_chap_cred *c = &creds[count++];
+        snprintf(c->user, sizeof(c->user), "%s", rows[i].user);
+        snprintf(c->peeruser, sizeof(c->peeruser), "%s", rows[i].peeruser);
         if (method) {
-            enum iscsi_auth_method m = strcmp(icfg_col_text(st, 4), "CHAP_MUTUAL") == 0
-                                           ? ISCSI_AUTH_CHAP_MUTUAL
-                                           : ISCSI_AUTH_CHAP;
+            enum iscsi_auth_method m = rows[i].mutual ? ISCSI_AUTH_CHAP_MUTUAL : ISCSI_AUTH_CHAP;
             if (m > *method)
                 *method = m;
         }
@@ -227,22 +216,17 @@ static int load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out,
          * opened drops the credential (an empty secret must never let a
          * login through); the method above still counts it, so that
          * discovery stays closed. */
-        if (pwenc_open(icfg_col_text(st, 1), c->secret, sizeof(c->secret)) < 0 ||
-            pwenc_open(icfg_col_text(st, 3), c->peersecret, sizeof(c->peersecret)) < 0 ||
+        if (pwenc_open(rows[i].secret, c->secret, sizeof(c->secret)) < 0 ||
+            pwenc_open(rows[i].peersecret, c->peersecret, sizeof(c->peersecret)) < 0 ||
             !c->secret[0]) {
             log_error("iscsi config: CHAP user '%s' (authorized access %lld) left out: its "
                       "secret cannot be decrypted (set it again with iscsi.auth.update)",
-                      c->user, (long long)sqlite3_column_int64(st, 5));
+                      c->user, (long long)rows[i].id);
             explicit_bzero(c, sizeof(*c));
             count--;
-            continue;
         }
     }
-    icfg_finalize(st);
-    if (rc != SQLITE_DONE) {
-        free(creds);
-        return -EIO;
-    }
+    icfg_creds_free(rows, nrows);
     *out = creds;
     *n = count;
     return 0;
@@ -282,19 +266,6 @@ void icfg_dirty_free(struct icfg_dirty *d)
 {
     free(d->ids);
     memset(d, 0, sizeof(*d));
-}
-
-int icfg_dirty_add_query(struct icfg_dirty *d, const char *sql, int64_t arg)
-{
-    sqlite3_stmt *st;
-    int rc = icfg_prepare(sql, &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, arg);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        icfg_dirty_add(d, sqlite3_column_int64(st, 0));
-    icfg_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -EIO;
 }
 
 static struct scsi_lu *lu_for_extent(json_t *extent)
@@ -352,169 +323,151 @@ static char *box_strdup(struct view_box *b, const char *s)
     return copy;
 }
 
-static int build_groups(struct view_box *b, int64_t target_id)
+/* A group's initiator names into g (a restricted group never turns into
+ * an open one, even out of memory). */
+static void group_initiators(struct view_box *b, size_t at, json_t *inis)
 {
-    sqlite3_stmt *st;
-    int rc = icfg_prepare("SELECT p.tag, i.initiators, g.authmethod, g.auth_tag FROM "
-                          "iscsi_target_group g JOIN iscsi_portal p ON p.id = g.portal_id LEFT "
-                          "JOIN iscsi_initiator i ON i.id = g.initiator_id WHERE g.target_id = ? "
-                          "ORDER BY g.id",
-                          &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, target_id);
-    size_t n = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct iscsi_target_group *g = realloc(b->groups, (n + 1) * sizeof(*g));
-        const char ***ia = realloc(b->initiator_arrays, (n + 1) * sizeof(*ia));
-        if (ia)
-            b->initiator_arrays = ia;
-        struct iscsi_chap_cred **ca = realloc(b->cred_arrays, (n + 1) * sizeof(*ca));
-        if (ca)
-            b->cred_arrays = ca;
-        if (!g || !ia || !ca) {
-            if (g)
-                b->groups = g;
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        b->groups = g;
-        g = &b->groups[n];
-        memset(g, 0, sizeof(*g));
-        b->initiator_arrays[n] = NULL;
-        b->cred_arrays[n] = NULL;
-        b->v.n_groups = ++n;
-        g->portal_tag = (uint16_t)sqlite3_column_int(st, 0);
-        json_t *inis = icfg_col_json(st, 1);
-        size_t k;
-        json_t *ini;
-        if (json_array_size(inis) > 0) {
-            const char **arr = calloc(json_array_size(inis), sizeof(*arr));
-            b->initiator_arrays[n - 1] = arr;
-            json_array_foreach(inis, k, ini)
-            {
-                if (arr && json_is_string(ini)) {
-                    char *s = box_strdup(b, json_string_value(ini));
-                    if (s)
-                        arr[g->n_initiators++] = s;
-                }
-            }
-            g->initiators = arr;
-            if (!arr || g->n_initiators == 0) {
-                /* never turn a restricted group into an open one */
-                static const char *const nobody[] = {""};
-                g->initiators = nobody;
-                g->n_initiators = 1;
-            }
-        }
-        json_decref(inis);
-        const char *method = icfg_col_text(st, 2);
-        g->auth.method = strcmp(method, "CHAP_MUTUAL") == 0 ? ISCSI_AUTH_CHAP_MUTUAL
-                         : strcmp(method, "CHAP") == 0      ? ISCSI_AUTH_CHAP
-                                                            : ISCSI_AUTH_NONE;
-        if (g->auth.method != ISCSI_AUTH_NONE) {
-            struct iscsi_chap_cred *creds = NULL;
-            size_t nc = 0;
-            if (load_creds(sqlite3_column_int64(st, 3), false, &creds, &nc, NULL) == 0) {
-                b->cred_arrays[n - 1] = creds;
-                g->auth.creds = creds;
-                g->auth.n_creds = nc;
-            }
-            /* A CHAP group with no credentials admits nobody: the login
-             * cannot succeed, which is the safe direction. */
+    struct iscsi_target_group *g = &b->groups[at];
+    if (json_array_size(inis) == 0)
+        return;
+    const char **arr = calloc(json_array_size(inis), sizeof(*arr));
+    b->initiator_arrays[at] = arr;
+    size_t k;
+    json_t *ini;
+    json_array_foreach(inis, k, ini)
+    {
+        if (arr && json_is_string(ini)) {
+            char *s = box_strdup(b, json_string_value(ini));
+            if (s)
+                arr[g->n_initiators++] = s;
         }
     }
-    icfg_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -EIO;
+    g->initiators = arr;
+    if (!arr || g->n_initiators == 0) {
+        static const char *const nobody[] = {""};
+        g->initiators = nobody;
+        g->n_initiators = 1;
+    }
+}
+
+/* A group's CHAP policy into g. */
+static void group_auth(struct view_box *b, size_t at, const struct icfg_group_rec *r)
+{
+    struct iscsi_target_group *g = &b->groups[at];
+    g->auth.method = strcmp(r->authmethod, "CHAP_MUTUAL") == 0 ? ISCSI_AUTH_CHAP_MUTUAL
+                     : strcmp(r->authmethod, "CHAP") == 0      ? ISCSI_AUTH_CHAP
+                                                               : ISCSI_AUTH_NONE;
+    if (g->auth.method == ISCSI_AUTH_NONE)
+        return;
+    struct iscsi_chap_cred *creds = NULL;
+    size_t nc = 0;
+    if (load_creds(r->auth_tag, false, &creds, &nc, NULL) == 0) {
+        b->cred_arrays[at] = creds;
+        g->auth.creds = creds;
+        g->auth.n_creds = nc;
+    }
+    /* A CHAP group with no credentials admits nobody: the login cannot
+     * succeed, which is the safe direction. */
+}
+
+static int build_groups(struct view_box *b, int64_t target_id)
+{
+    struct icfg_group_rec *rows;
+    size_t n;
+    int rc = icfg_read_groups(target_id, &rows, &n);
+    if (rc < 0)
+        return rc;
+    b->groups = calloc(n ? n : 1, sizeof(*b->groups));
+    b->initiator_arrays = calloc(n ? n : 1, sizeof(*b->initiator_arrays));
+    b->cred_arrays = calloc(n ? n : 1, sizeof(*b->cred_arrays));
+    if (!b->groups || !b->initiator_arrays || !b->cred_arrays) {
+        icfg_groups_free(rows, n);
+        return -EIO;
+    }
+    for (size_t i = 0; i < n; i++) {
+        b->groups[i].portal_tag = rows[i].portal_tag;
+        b->v.n_groups = i + 1;
+        group_initiators(b, i, rows[i].initiators);
+        group_auth(b, i, &rows[i]);
+    }
+    icfg_groups_free(rows, n);
+    return 0;
 }
 
 static int build_luns(struct view_box *b, int64_t target_id)
 {
-    sqlite3_stmt *st;
-    int rc = icfg_prepare("SELECT te.lunid, te.extent_id FROM iscsi_targetextent te JOIN "
-                          "iscsi_extent e ON e.id = te.extent_id WHERE te.target_id = ? AND "
-                          "e.enabled = 1 ORDER BY te.lunid",
-                          &st);
+    struct icfg_lun_rec *rows;
+    size_t n;
+    int rc = icfg_read_luns(target_id, &rows, &n);
     if (rc < 0)
         return rc;
-    sqlite3_bind_int64(st, 1, target_id);
-    size_t n = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        uint64_t lun = (uint64_t)sqlite3_column_int64(st, 0);
-        int64_t extent_id = sqlite3_column_int64(st, 1);
-        json_t *extent =
-            icfg_get_by_id(icfg_extent_row_internal, ICFG_EXTENT_SELECT " WHERE id = ?", extent_id);
+    b->luns = calloc(n ? n : 1, sizeof(*b->luns));
+    if (!b->luns) {
+        free(rows);
+        return -EIO;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *extent = icfg_read_extent(rows[i].extent_id);
         struct scsi_lu *lu = extent ? lu_for_extent(extent) : NULL;
         json_decref(extent);
         if (!lu) {
             log_warn("iscsi config: target %s: LUN %llu left out (its extent cannot be opened)",
-                     b->v.iqn, (unsigned long long)lun);
+                     b->v.iqn, (unsigned long long)rows[i].lun);
             continue;
         }
-        struct iscsi_target_lun *l = realloc(b->luns, (n + 1) * sizeof(*l));
-        if (!l) {
-            icfg_lu_unref(lu);
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        b->luns = l;
-        b->luns[n].lun = lun;
-        b->luns[n].lu = lu;
-        b->v.n_luns = ++n;
+        b->luns[b->v.n_luns].lun = rows[i].lun;
+        b->luns[b->v.n_luns++].lu = lu;
     }
-    icfg_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -EIO;
+    free(rows);
+    return 0;
 }
 
 /* Build the view of one target: 0 with *out, -ENOENT if the target no
  * longer exists, or -errno. */
+/* The target's auth_networks (CIDR strings) into b. */
+static void view_nets(struct view_box *b, json_t *nets)
+{
+    if (json_array_size(nets) == 0)
+        return;
+    b->nets = calloc(json_array_size(nets), sizeof(*b->nets));
+    size_t i;
+    json_t *n;
+    json_array_foreach(nets, i, n)
+    {
+        if (b->nets && json_is_string(n) &&
+            icfg_parse_cidr(json_string_value(n), &b->nets[b->v.n_auth_networks]) == 0)
+            b->v.n_auth_networks++;
+    }
+    if (!b->nets || b->v.n_auth_networks == 0) {
+        /* unparsable list (validated on write, so only on corruption):
+         * admit no address rather than every address */
+        static const struct iscsi_cidr none = {.family = -1};
+        b->v.auth_networks = &none;
+        b->v.n_auth_networks = 1;
+    } else {
+        b->v.auth_networks = b->nets;
+    }
+}
+
 static int view_build(int64_t id, const char *basename, struct iscsi_target_view **out)
 {
-    sqlite3_stmt *st;
-    int rc = icfg_prepare("SELECT name, alias, auth_networks, rel_tgt_id FROM iscsi_target "
-                          "WHERE id = ?",
-                          &st);
+    struct icfg_target_rec t;
+    int rc = icfg_read_target(id, &t);
     if (rc < 0)
         return rc;
-    sqlite3_bind_int64(st, 1, id);
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        icfg_finalize(st);
-        return -ENOENT;
-    }
     struct view_box *b = calloc(1, sizeof(*b));
     if (!b) {
-        icfg_finalize(st);
+        icfg_target_rec_clear(&t);
         return -ENOMEM;
     }
     b->v.refs = 1;
     b->v.destroy = view_destroy;
     b->v.id = (uint64_t)id;
-    snprintf(b->v.iqn, sizeof(b->v.iqn), "%s:%s", basename, icfg_col_text(st, 0));
-    snprintf(b->v.alias, sizeof(b->v.alias), "%s", icfg_col_text(st, 1));
-    b->v.rel_tgt_id = (uint16_t)sqlite3_column_int(st, 3);
-    json_t *nets = icfg_col_json(st, 2);
-    icfg_finalize(st);
-    if (json_array_size(nets) > 0) {
-        b->nets = calloc(json_array_size(nets), sizeof(*b->nets));
-        size_t i;
-        json_t *n;
-        json_array_foreach(nets, i, n)
-        {
-            if (b->nets && json_is_string(n) &&
-                icfg_parse_cidr(json_string_value(n), &b->nets[b->v.n_auth_networks]) == 0)
-                b->v.n_auth_networks++;
-        }
-        if (!b->nets || b->v.n_auth_networks == 0) {
-            /* unparsable list (validated on write, so only on corruption):
-             * admit no address rather than every address */
-            static const struct iscsi_cidr none = {.family = -1};
-            b->v.auth_networks = &none;
-            b->v.n_auth_networks = 1;
-        } else {
-            b->v.auth_networks = b->nets;
-        }
-    }
-    json_decref(nets);
+    snprintf(b->v.iqn, sizeof(b->v.iqn), "%s:%s", basename, t.name);
+    snprintf(b->v.alias, sizeof(b->v.alias), "%s", t.alias);
+    b->v.rel_tgt_id = t.rel_tgt_id;
+    view_nets(b, t.auth_networks);
+    icfg_target_rec_clear(&t);
     rc = build_groups(b, id);
     b->v.groups = b->groups;
     if (rc == 0)
@@ -628,7 +581,7 @@ struct change {
 
 static int collect_all_ids(struct icfg_dirty *d)
 {
-    int rc = icfg_dirty_add_query(d, "SELECT id FROM iscsi_target WHERE id >= ?", 0);
+    int rc = icfg_read_target_ids(d);
     pub_lock_take();
     for (size_t i = 0; i < pub_n; i++)
         icfg_dirty_add(d, (int64_t)pub_views[i]->id);
@@ -776,20 +729,16 @@ static void extent_changed(int64_t id)
             at = i;
     if (at == SIZE_MAX)
         return;
-    sqlite3_stmt *st;
-    if (icfg_prepare("SELECT gen, ro, filesize FROM iscsi_extent WHERE id = ?", &st) < 0)
-        return;
-    sqlite3_bind_int64(st, 1, id);
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) == lu_cache[at].gen) {
-        post_push_item((struct post_item){.kind = POST_LIVE,
-                                          .lu = lu_cache[at].lu,
-                                          .ro = sqlite3_column_int(st, 1) != 0,
-                                          .size = (uint64_t)sqlite3_column_int64(st, 2)});
+    int64_t gen;
+    bool ro;
+    uint64_t size;
+    if (icfg_read_extent_state(id, &gen, &ro, &size) == 0 && gen == lu_cache[at].gen) {
+        post_push_item(
+            (struct post_item){.kind = POST_LIVE, .lu = lu_cache[at].lu, .ro = ro, .size = size});
     } else {
         icfg_lu_unref(lu_cache[at].lu);
         lu_cache[at] = lu_cache[--lu_n];
     }
-    icfg_finalize(st);
 }
 
 /* The dirty set a committed change makes. */

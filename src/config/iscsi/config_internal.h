@@ -49,8 +49,6 @@ struct icfg_dirty {
 void icfg_dirty_add(struct icfg_dirty *d, int64_t target_id);
 void icfg_dirty_merge(struct icfg_dirty *into, const struct icfg_dirty *from);
 void icfg_dirty_free(struct icfg_dirty *d);
-/* Mark every target that references portal/initiator id or auth tag. */
-int icfg_dirty_add_query(struct icfg_dirty *d, const char *sql, int64_t arg);
 
 /* ---- SQL helpers (caller holds db_lock) ----
  * Bind types: 'i' int64, 't' text (NULL → SQL NULL), 'n' NULL, 'b' bool(int). */
@@ -186,6 +184,60 @@ extern const struct api_method icfg_extent_methods[];
 extern const size_t icfg_extent_methods_count;
 extern const struct api_method icfg_targetextent_methods[];
 extern const size_t icfg_targetextent_methods_count;
+
+/* ---- reads for the runtime (config_read.c): the rows the publisher
+ * builds target views, LUs and listeners from, as structs. DB locked. ---- */
+struct icfg_target_rec {
+    char *name, *alias;
+    json_t *auth_networks; /* array of CIDR strings */
+    uint16_t rel_tgt_id;
+};
+/* Target id: 0, -ENOENT or -errno; clear with icfg_target_rec_clear. */
+int icfg_read_target(int64_t id, struct icfg_target_rec *out);
+void icfg_target_rec_clear(struct icfg_target_rec *r);
+struct icfg_group_rec {
+    uint16_t portal_tag;
+    json_t *initiators; /* array of names; empty: everyone */
+    char authmethod[16];
+    int64_t auth_tag;
+};
+/* A target's portal groups in order: 0 or -errno; free with icfg_groups_free. */
+int icfg_read_groups(int64_t target_id, struct icfg_group_rec **out, size_t *n);
+void icfg_groups_free(struct icfg_group_rec *g, size_t n);
+struct icfg_cred_rec {
+    char *user, *secret, *peeruser, *peersecret; /* secrets sealed (config/pwenc.h) */
+    bool mutual;
+    int64_t id;
+};
+/* The credentials of auth tag (or, discovery, of every discovery auth):
+ * 0 or -errno; free (zeroes the secrets) with icfg_creds_free. */
+int icfg_read_creds(int64_t tag, bool discovery, struct icfg_cred_rec **out, size_t *n);
+void icfg_creds_free(struct icfg_cred_rec *c, size_t n);
+struct icfg_lun_rec {
+    uint64_t lun;
+    int64_t extent_id;
+};
+/* A target's LUNs on enabled extents, by LUN: 0 or -errno (free()). */
+int icfg_read_luns(int64_t target_id, struct icfg_lun_rec **out, size_t *n);
+/* The internal extent row (icfg_extent_row_internal) or NULL. */
+json_t *icfg_read_extent(int64_t extent_id);
+/* An extent's gen, ro and filesize: 0, -ENOENT or -EIO. */
+int icfg_read_extent_state(int64_t extent_id, int64_t *gen, bool *ro, uint64_t *size);
+/* Add every target id to d. 0 or -EIO. */
+int icfg_read_target_ids(struct icfg_dirty *d);
+struct icfg_portal_ip_rec {
+    char ip[46];  /* INET6_ADDRSTRLEN */
+    uint16_t tag; /* 0 with distinct */
+};
+/* Every portal address with its tag (by tag), or distinct: each address
+ * once. 0 or -errno (free()). */
+int icfg_read_portal_ips(bool distinct, struct icfg_portal_ip_rec **out, size_t *n);
+/* An extent's saved persistent reservations (a malloc'd copy, NULL if
+ * none): 0 or -errno. */
+int icfg_read_pr(int64_t extent_id, void **blob, size_t *len);
+/* Save them in one transaction (no change recorded). Takes the DB lock:
+ * any thread. 0 or -errno (logged). */
+int icfg_write_pr(int64_t extent_id, const void *blob, size_t len);
 
 /* ---- runtime (config_runtime.c) ---- */
 /* Rebuild and publish the views of the dirty targets (DB locked by caller). */
