@@ -574,9 +574,13 @@ static bool lun_maps_equal(const struct iscsi_target_view *a, const struct iscsi
     return true;
 }
 
+/* One target of an apply: its new view (NULL: withdraw), the view it
+ * replaces, and a stale view of a deferred delete under the same IQN. */
 struct change {
     int64_t id;
-    struct iscsi_target_view *view; /* NULL: withdraw */
+    struct iscsi_target_view *view;
+    struct iscsi_target_view *old;
+    struct iscsi_target_view *stale;
 };
 
 static int collect_all_ids(struct icfg_dirty *d)
@@ -589,6 +593,102 @@ static int collect_all_ids(struct icfg_dirty *d)
     return rc;
 }
 
+/* Build the new views of d's targets into changes (*nc of them), in one
+ * read snapshot (DB locked). A view that cannot be built keeps the old
+ * one (logged; the error is returned). */
+static int build_views(const struct icfg_dirty *d, const char *basename, struct change *changes,
+                       size_t *nc)
+{
+    int rc = 0;
+    *nc = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        struct iscsi_target_view *v = NULL;
+        int err = view_build(d->ids[i], basename, &v);
+        if (err < 0 && err != -ENOENT) {
+            log_error("iscsi config: cannot build target %lld: %s (old view kept)",
+                      (long long)d->ids[i], strerror(-err));
+            rc = err;
+            continue;
+        }
+        changes[(*nc)++] = (struct change){.id = d->ids[i], .view = v};
+    }
+    return rc;
+}
+
+/* Swap the changed views in (pub_lock held): each change's old and stale
+ * views are taken out of the published set and kept in the change. */
+static void swap_views(struct change *changes, size_t nc)
+{
+    for (size_t i = 0; i < nc; i++) {
+        struct change *c = &changes[i];
+        size_t at = pub_find_id((uint64_t)c->id);
+        if (at != SIZE_MAX) {
+            c->old = pub_views[at];
+            pub_remove_at(at);
+        }
+        /* A deferred delete may still publish a view under this IQN; names
+         * are unique in the DB, so that view is stale: replace it. */
+        size_t same = c->view ? pub_lower_bound(c->view->iqn) : pub_n;
+        if (same < pub_n && strcasecmp(pub_views[same]->iqn, c->view->iqn) == 0) {
+            c->stale = pub_views[same];
+            pub_remove_at(same);
+        }
+        if (c->view && pub_insert(c->view) < 0) {
+            log_error("iscsi config: out of memory publishing %s", c->view->iqn);
+            iscsi_target_view_unref(c->view);
+            c->view = NULL;
+        }
+    }
+}
+
+/* Swap in new discovery credentials (pub_lock held); the old ones are
+ * returned in *creds / *n for the caller to wipe. */
+static void swap_discovery(struct iscsi_chap_cred **creds, size_t *n, enum iscsi_auth_method m)
+{
+    struct iscsi_chap_cred *prev = disc_creds;
+    size_t prev_n = disc_n;
+    disc_creds = *creds;
+    disc_n = *n;
+    disc_method = m;
+    *creds = prev;
+    *n = prev_n;
+}
+
+/*
+ * What the sessions must learn from (old, new), derived in one place and
+ * queued for after the DB lock is released: a target gone or renamed
+ * closes its sessions; a changed LUN map raises REPORTED LUNS DATA HAS
+ * CHANGED on its LUs; a stale view's sessions close. Drops the old views.
+ */
+static void views_apply(struct change *changes, size_t nc)
+{
+    for (size_t i = 0; i < nc; i++) {
+        struct iscsi_target_view *o = changes[i].old, *n = changes[i].view;
+        if (o && (!n || strcasecmp(o->iqn, n->iqn) != 0))
+            post_push(NULL, o->iqn);
+        else if (o && !lun_maps_equal(o, n))
+            for (size_t k = 0; k < n->n_luns; k++)
+                post_push(n->luns[k].lu, NULL);
+        if (o)
+            iscsi_target_view_unref(o);
+        if (changes[i].stale) {
+            post_push(NULL, changes[i].stale->iqn);
+            iscsi_target_view_unref(changes[i].stale);
+        }
+    }
+}
+
+/* The applied targets are no longer pending. */
+static void pending_drop(const struct icfg_dirty *d)
+{
+    for (size_t i = 0; i < d->n && pending.n; i++)
+        for (size_t k = 0; k < pending.n; k++)
+            if (pending.ids[k] == d->ids[i]) {
+                pending.ids[k] = pending.ids[--pending.n];
+                break;
+            }
+}
+
 int icfg_runtime_apply(const struct icfg_dirty *in)
 {
     struct icfg_dirty d = {0};
@@ -598,7 +698,6 @@ int icfg_runtime_apply(const struct icfg_dirty *in)
         collect_all_ids(&d);
     /* Anything pending for these targets is superseded by this rebuild.
      * Its reads share one snapshot (the caller holds the DB lock). */
-    int rc = 0;
     bool snap = db_read_begin() == 0;
     char *basename = icfg_global_basename();
     struct change *changes = calloc(d.n ? d.n : 1, sizeof(*changes));
@@ -611,102 +710,29 @@ int icfg_runtime_apply(const struct icfg_dirty *in)
         return -ENOMEM;
     }
     size_t nc = 0;
-    for (size_t i = 0; i < d.n; i++) {
-        struct iscsi_target_view *v = NULL;
-        int err = view_build(d.ids[i], basename, &v);
-        if (err < 0 && err != -ENOENT) {
-            log_error("iscsi config: cannot build target %lld: %s (old view kept)",
-                      (long long)d.ids[i], strerror(-err));
-            rc = err;
-            continue;
-        }
-        changes[nc++] = (struct change){.id = d.ids[i], .view = v};
-    }
+    int rc = build_views(&d, basename, changes, &nc);
     free(basename);
-
     struct iscsi_chap_cred *dcreds = NULL;
     size_t dn = 0;
     enum iscsi_auth_method dmethod = ISCSI_AUTH_NONE;
     bool disc = in->discovery && load_creds(0, true, &dcreds, &dn, &dmethod) == 0;
     if (snap)
         db_read_end();
-
-    struct iscsi_target_view **old = calloc(nc ? nc : 1, sizeof(*old));
-    struct iscsi_target_view **stale = calloc(nc ? nc : 1, sizeof(*stale));
     pub_lock_take();
-    for (size_t i = 0; i < nc; i++) {
-        size_t at = pub_find_id((uint64_t)changes[i].id);
-        if (old)
-            old[i] = NULL;
-        if (at != SIZE_MAX) {
-            if (old)
-                old[i] = pub_views[at];
-            else
-                iscsi_target_view_unref(pub_views[at]);
-            pub_remove_at(at);
-        }
-        /* A deferred delete may still publish a view under this IQN; names
-         * are unique in the DB, so that view is stale: replace it. */
-        size_t same = changes[i].view ? pub_lower_bound(changes[i].view->iqn) : pub_n;
-        if (same < pub_n && strcasecmp(pub_views[same]->iqn, changes[i].view->iqn) == 0) {
-            if (stale)
-                stale[i] = pub_views[same];
-            else
-                iscsi_target_view_unref(pub_views[same]);
-            pub_remove_at(same);
-        }
-        if (changes[i].view && pub_insert(changes[i].view) < 0) {
-            log_error("iscsi config: out of memory publishing %s", changes[i].view->iqn);
-            iscsi_target_view_unref(changes[i].view);
-            changes[i].view = NULL;
-        }
-    }
-    if (disc) {
-        struct iscsi_chap_cred *prev = disc_creds;
-        size_t prev_n = disc_n;
-        disc_creds = dcreds;
-        disc_n = dn;
-        disc_method = dmethod;
-        dcreds = prev;
-        dn = prev_n;
-    }
+    swap_views(changes, nc);
+    if (disc)
+        swap_discovery(&dcreds, &dn, dmethod);
     __atomic_add_fetch(&pub_generation, 1, __ATOMIC_RELEASE);
     pub_lock_give();
     if (dcreds) {
         explicit_bzero(dcreds, dn * sizeof(*dcreds));
         free(dcreds);
     }
-
-    /* Side effects on sessions, after the DB lock is released. */
-    for (size_t i = 0; old && i < nc; i++) {
-        struct iscsi_target_view *o = old[i], *n = changes[i].view;
-        if (!o)
-            continue;
-        if (!n || strcasecmp(o->iqn, n->iqn) != 0)
-            post_push(NULL, o->iqn);
-        else if (!lun_maps_equal(o, n))
-            for (size_t k = 0; k < n->n_luns; k++)
-                post_push(n->luns[k].lu, NULL);
-        iscsi_target_view_unref(o);
-    }
-    for (size_t i = 0; stale && i < nc; i++) {
-        if (stale[i]) {
-            post_push(NULL, stale[i]->iqn);
-            iscsi_target_view_unref(stale[i]);
-        }
-    }
-    free(stale);
-    free(old);
+    views_apply(changes, nc);
     free(changes);
     if (in->portals)
         icfg_runtime_sync_portals();
-    /* the applied targets are no longer pending */
-    for (size_t i = 0; i < d.n && pending.n; i++)
-        for (size_t k = 0; k < pending.n; k++)
-            if (pending.ids[k] == d.ids[i]) {
-                pending.ids[k] = pending.ids[--pending.n];
-                break;
-            }
+    pending_drop(&d);
     icfg_dirty_free(&d);
     return rc;
 }
