@@ -539,3 +539,34 @@ const struct api_method ds_pool_methods[] = {
     {"pool.query", "[filters, options]", "List pools with their space usage", m_pool_query, 0},
 };
 const size_t ds_pool_method_count = ARRAY_SIZE(ds_pool_methods);
+
+int datasets_pool_paths(struct datasets_pool_path **out, size_t *n)
+{
+    struct datasets_pool_path *p = NULL;
+    size_t cnt = 0;
+    sqlite3_stmt *st;
+    int rc = 0;
+    *out = NULL;
+    *n = 0;
+    db_lock();
+    if (db_stmt("SELECT name, path FROM pools ORDER BY name", &st) < 0) {
+        db_unlock();
+        return -EIO;
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        struct datasets_pool_path *np = realloc(p, (cnt + 1) * sizeof(*np));
+        if (!np) {
+            rc = -ENOMEM;
+            break;
+        }
+        p = np;
+        snprintf(p[cnt].name, sizeof(p[cnt].name), "%s", (const char *)sqlite3_column_text(st, 0));
+        snprintf(p[cnt].path, sizeof(p[cnt].path), "%s", (const char *)sqlite3_column_text(st, 1));
+        cnt++;
+    }
+    db_stmt_done(st);
+    db_unlock();
+    *out = p;
+    *n = cnt;
+    return rc;
+}
