@@ -90,6 +90,77 @@ enum api_validate_flags {
 };
 
 /*
+ * One positional parameter of a method (struct api_method.args).
+ *
+ *   API_T_OBJECT with fields  the object is checked as api_validate_object
+ *                             (prefix, default the method name) with the
+ *                             arg's API_PARTIAL / API_ALLOW_EXTRA flags, so
+ *                             errors read "<method>.<field>" as before.
+ *   API_T_ANY                 not checked here: the handler (api_query for
+ *                             [filters, options]) owns it; the arg only
+ *                             counts for the arity and the synopsis.
+ *   other types               the value is checked as one field named
+ *                             "<method>.<name>" (API_T_INT id: "Field
+ *                             required" / "Input should be a valid integer").
+ *   check                     replaces the above for an argument whose errors
+ *                             are worded by its module; it gets params[i] as
+ *                             sent (NULL when absent) and returns 0, or -1
+ *                             after api_verr().
+ *
+ * An API_ARG_OPTIONAL argument that is absent or null is not checked; only
+ * trailing arguments should be optional.
+ */
+enum api_arg_flags {
+    API_ARG_OPTIONAL = 1u << 8, /* may be absent or null */
+    API_ARG_NULLABLE = 1u << 9, /* scalar: JSON null accepted */
+};
+
+struct api_arg {
+    const char *name; /* synopsis name ("id", "data"); scalar errors use it */
+    enum api_type type;
+    unsigned flags;                 /* enum api_arg_flags | API_PARTIAL | API_ALLOW_EXTRA */
+    const struct api_field *fields; /* API_T_OBJECT */
+    size_t nfields;
+    const char *prefix; /* API_T_OBJECT: error path prefix (NULL: the method name) */
+    int (*check)(struct api_call *call, json_t *value);
+};
+
+/* The arg entries: API_ARG_OBJECT("data", create_fields, 0). */
+#define API_ARG_OBJECT(nm, tbl, fl)                                                                \
+    {                                                                                              \
+        .name = (nm), .type = API_T_OBJECT, .flags = (fl), .fields = (tbl),                        \
+        .nfields = sizeof(tbl) / sizeof((tbl)[0])                                                  \
+    }
+#define API_ARG_ID                                                                                 \
+    {                                                                                              \
+        .name = "id", .type = API_T_INT                                                            \
+    }
+#define API_ARG_QUERY                                                                              \
+    {.name = "filters", .type = API_T_ANY, .flags = API_ARG_OPTIONAL},                             \
+    {                                                                                              \
+        .name = "options", .type = API_T_ANY, .flags = API_ARG_OPTIONAL                            \
+    }
+
+/*
+ * The dispatcher's check (api.c calls it before a method without a
+ * hand-written params synopsis runs): more arguments than m->nargs is
+ * "Too many arguments"; then each argument in order, stopping at the
+ * first that fails (a handler used to return at its first bad argument).
+ * 0, or -EINVAL with the errors added to call. Any thread.
+ */
+int api_validate_args(struct api_call *call, const struct api_method *m, json_t *params);
+
+/*
+ * The synopsis of m (malloc'd; NULL on ENOMEM): the hand-written params
+ * text if it has one, else generated from its args, e.g.
+ *   [id, data: {name?, path?, rbd?: {pool?, conf?}}]
+ * Optional arguments and fields end in "?"; API_PARTIAL makes every field
+ * of that argument optional; nested objects and lists of objects print
+ * their fields.
+ */
+char *api_method_synopsis(const struct api_method *m);
+
+/*
  * Check obj (must be a JSON object) against fields. Each problem becomes
  * one api_verr() on call with the field path prefix + "." + name. Returns
  * 0 if obj passed, -EINVAL if any error was added (the caller then
