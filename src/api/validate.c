@@ -288,7 +288,7 @@ static int validate_arg(struct api_call *call, const struct api_arg *a, json_t *
                                    a->flags & (API_PARTIAL | API_ALLOW_EXTRA));
     char path[PATH_MAX_LEN];
     join_path(path, sizeof(path), api_call_method(call), a->name);
-    if (!raw) {
+    if (!raw && !(a->flags & API_ARG_TYPE_MSG)) {
         api_verr(call, path, EINVAL, "Field required");
         return -EINVAL;
     }

@@ -105,7 +105,8 @@ enum api_validate_flags {
  *   check                     replaces the above for an argument whose errors
  *                             are worded by its module; it gets params[i] as
  *                             sent (NULL when absent) and returns 0, or -1
- *                             after api_verr().
+ *                             after api_verr() (or after api_error() for an
+ *                             error that is not -32602, e.g. ENOENT).
  *
  * An API_ARG_OPTIONAL argument that is absent or null is not checked; only
  * trailing arguments should be optional.
@@ -113,6 +114,9 @@ enum api_validate_flags {
 enum api_arg_flags {
     API_ARG_OPTIONAL = 1u << 8, /* may be absent or null */
     API_ARG_NULLABLE = 1u << 9, /* scalar: JSON null accepted */
+    API_ARG_TYPE_MSG = 1u << 10, /* scalar: a missing value gets the type error
+                                  * ("Input should be a valid integer"), not
+                                  * "Field required" (what these methods always said) */
 };
 
 struct api_arg {
