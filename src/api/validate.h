@@ -7,34 +7,33 @@
  * through api_verr(), so the call fails with -32602 and data.extra lists
  * [[field, message, errno], …].
  *
- * Usage in a handler (any thread; no state is kept between calls):
+ * Usage: the field table is attached to the method's registration and the
+ * dispatcher validates against it before the handler runs (api.h):
  *
  *   static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", NULL};
  *   static const struct api_field create_fields[] = {
  *       {.name = "name", .type = API_T_STRING, .flags = API_REQUIRED},
- *       {.name = "type", .type = API_T_ENUM, .choices = (const char *const[]){"VOLUME", NULL},
- *        .def = "\"VOLUME\""},
  *       {.name = "volsize", .type = API_T_INT, .flags = API_REQUIRED | API_RANGE,
  *        .min = 1, .max = INT64_MAX},
  *       {.name = "sync", .type = API_T_ENUM, .choices = sync_values, .def = "\"STANDARD\""},
  *       {.name = "comments", .type = API_T_STRING, .flags = API_NULLABLE | API_RANGE,
  *        .min = 0, .max = 1024},
  *   };
+ *   static const struct api_arg create_args[] = {API_ARG_OBJECT("data", create_fields, 0)};
+ *   … {"pool.dataset.create", NULL, "Create a volume", dataset_create, 0, API_ARGS(create_args)},
  *
  *   static int dataset_create(struct api_call *call, json_t *params, json_t **result)
  *   {
- *       if (api_check_arity(call, params, 1) < 0)
- *           return api_invalid(call);
- *       json_t *data = api_param(params, 0);
- *       if (api_validate_object(call, NULL, data, create_fields,
- *                               ARRAY_SIZE(create_fields), 0) < 0)
- *           return api_invalid(call);
+ *       json_t *data = api_param(params, 0); // already checked against create_fields
  *       // ... semantic checks: api_verr(call, "pool.dataset.create.volsize", EINVAL,
  *       //                              "must be a multiple of volblocksize");
  *       if (api_has_verrs(call))
  *           return api_invalid(call);
  *       ...
  *   }
+ *
+ * api_validate_object/api_validate_value stay available for nested checks
+ * a handler must make itself (a value whose shape depends on another).
  *
  * Field names: prefix NULL means the method name ("pool.dataset.create"),
  * so a field is reported as "<method>.<field>"; nested objects and list
