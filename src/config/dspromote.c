@@ -126,7 +126,7 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
 {
     json_t *jid = api_param(params, 0);
     const char *id;
-    char field[96], poolname[DS_NAME_BUF], origin_full[DS_NAME_BUF * 2];
+    char poolname[DS_NAME_BUF], origin_full[DS_NAME_BUF * 2];
     struct ds_row clone, origin;
     struct ds_snap osnap, other;
     struct ds_pool cpool, opool;
