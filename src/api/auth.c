@@ -739,7 +739,9 @@ static const struct api_method auth_methods[] = {
     {"auth.login", NULL,
      "Log this connection in with a local account's password; returns true or false.", auth_login,
      API_NO_AUTH, API_ARGS(login_args)},
-    {"auth.login_ex", NULL, "Log in (TrueNAS login_ex shape); returns {response_type, user_info}.",
+    {"auth.login_ex", NULL,
+     "Log in (TrueNAS login_ex shape: login_data {mechanism: API_KEY_PLAIN|PASSWORD_PLAIN, "
+     "username?, api_key|password}); returns {response_type, user_info}.",
      auth_login_ex, API_NO_AUTH, API_ARGS(login_ex_args)},
     {"auth.me", NULL, "The logged-in identity.", auth_me, 0},
     {"auth.logout", NULL, "End this connection's login.", auth_logout, 0},

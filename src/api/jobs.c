@@ -752,8 +752,9 @@ static const struct api_method job_methods[] = {
     {"core.job_wait", NULL, "A job that waits for job id and returns its result.", core_job_wait,
      API_WAITS, API_ARGS(job_wait_args)},
     {"core.bulk", NULL,
-     "A job that calls method once per params list; result [{job_id, result, error}].", core_bulk,
-     0, API_ARGS(bulk_args)},
+     "A job that calls method once per params list (params: [[params]...]); result [{job_id, "
+     "result, error}].",
+     core_bulk, 0, API_ARGS(bulk_args)},
     {"core.subscribe", NULL,
      "Receive collection_update notifications for jobs (event \"core.get_jobs\"); returns the "
      "subscription id.",

@@ -277,7 +277,7 @@ int api_apply_defaults(json_t *obj, const struct api_field *fields, size_t nfiel
 static int validate_arg(struct api_call *call, const struct api_arg *a, json_t *raw)
 {
     json_t *v = json_is_null(raw) ? NULL : raw; /* as api_param() */
-    if (!v && (a->flags & API_ARG_OPTIONAL))
+    if ((!v && (a->flags & API_ARG_OPTIONAL)) || (a->flags & API_ARG_SELF_CHECKED))
         return 0;
     if (a->check)
         return a->check(call, raw) < 0 ? -EINVAL : 0;

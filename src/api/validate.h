@@ -111,11 +111,14 @@ enum api_validate_flags {
  * trailing arguments should be optional.
  */
 enum api_arg_flags {
-    API_ARG_OPTIONAL = 1u << 8, /* may be absent or null */
-    API_ARG_NULLABLE = 1u << 9, /* scalar: JSON null accepted */
-    API_ARG_TYPE_MSG = 1u << 10, /* scalar: a missing value gets the type error
-                                  * ("Input should be a valid integer"), not
-                                  * "Field required" (what these methods always said) */
+    API_ARG_OPTIONAL = 1u << 8,      /* may be absent or null */
+    API_ARG_NULLABLE = 1u << 9,      /* scalar: JSON null accepted */
+    API_ARG_TYPE_MSG = 1u << 10,     /* scalar: a missing value gets the type error
+                                      * ("Input should be a valid integer"), not
+                                      * "Field required" (what these methods always said) */
+    API_ARG_SELF_CHECKED = 1u << 11, /* the handler checks this argument itself (its errors
+                                      * come with another argument's, or its shape varies);
+                                      * the fields are for the synopsis only */
 };
 
 struct api_arg {

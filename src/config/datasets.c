@@ -897,11 +897,12 @@ static const struct api_arg create_args[] = {API_ARG_OBJECT("data", create_field
 /* update and delete check their id and their object in the handler: the id
  * is resolved as it is checked (dataset_id_param) and both errors are
  * reported together; the args give the arity and the synopsis. */
-static const struct api_arg update_args[] = {{.name = "id", .type = API_T_ANY},
-                                             {.name = "data", .type = API_T_ANY}};
+static const struct api_arg update_args[] = {
+    {.name = "id", .type = API_T_ANY},
+    API_ARG_OBJECT("data", update_fields, API_PARTIAL | API_ARG_SELF_CHECKED)};
 static const struct api_arg delete_args[] = {
     {.name = "id", .type = API_T_ANY},
-    {.name = "options", .type = API_T_ANY, .flags = API_ARG_OPTIONAL}};
+    API_ARG_OBJECT("options", delete_fields, API_ARG_OPTIONAL | API_ARG_SELF_CHECKED)};
 
 const struct api_method ds_dataset_methods[] = {
     {"pool.dataset.get_instance", NULL, "One dataset by its name", m_dataset_get_instance, 0,

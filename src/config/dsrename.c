@@ -718,28 +718,33 @@ static int m_snapshot_rename(struct api_call *call, json_t *params, json_t **res
  * The renames check their id and options in the handler (id_param,
  * options_param): both are reported together, and zfs.snapshot.rename's
  * second argument is a name or an object. The args give the arity and
- * the synopsis; the summaries name the options. fields.
+ * the synopsis (API_ARG_SELF_CHECKED).
  */
-static const struct api_arg zfs_rename_args[] = {{.name = "id", .type = API_T_ANY},
-                                                 {.name = "options", .type = API_T_ANY}};
+static const struct api_arg zfs_rename_args[] = {
+    {.name = "id", .type = API_T_ANY},
+    API_ARG_OBJECT("options", zfs_rename_fields, API_ARG_SELF_CHECKED)};
+static const struct api_arg pool_rename_args[] = {
+    {.name = "id", .type = API_T_ANY},
+    API_ARG_OBJECT("options", pool_rename_fields, API_ARG_SELF_CHECKED)};
+static const struct api_arg pool_snapshot_rename_args[] = {
+    {.name = "id", .type = API_T_ANY},
+    API_ARG_OBJECT("options", snap_rename_fields, API_ARG_SELF_CHECKED)};
 static const struct api_arg snapshot_rename_args[] = {
     {.name = "id", .type = API_T_ANY}, {.name = "new_name_or_options", .type = API_T_ANY}};
 
 const struct api_method ds_rename_methods[] = {
     {"zfs.dataset.rename", NULL,
      "Rename a volume, a filesystem (with its descendants) or a snapshot (recursive: the same "
-     "snapshot of every descendant); shares follow. options: {new_name, recursive?}",
+     "snapshot of every descendant); shares follow",
      m_zfs_dataset_rename, 0, API_ARGS(zfs_rename_args)},
     {"pool.dataset.rename", NULL,
-     "Rename a volume or a filesystem (with its descendants); shares follow. options: {new_name, "
-     "force?}",
-     m_pool_dataset_rename, 0, API_ARGS(zfs_rename_args)},
+     "Rename a volume or a filesystem (with its descendants); shares follow", m_pool_dataset_rename,
+     0, API_ARGS(pool_rename_args)},
     {"zfs.snapshot.rename", NULL,
-     "Rename a snapshot within its dataset; shares of it follow ([id, new_name] or [id, "
-     "{new_name}])",
+     "Rename a snapshot within its dataset; shares of it follow (new_name_or_options: a name or "
+     "{new_name})",
      m_snapshot_rename, 0, API_ARGS(snapshot_rename_args)},
-    {"pool.snapshot.rename", NULL,
-     "Rename a snapshot within its dataset; shares of it follow. options: {new_name}",
-     m_snapshot_rename, 0, API_ARGS(zfs_rename_args)},
+    {"pool.snapshot.rename", NULL, "Rename a snapshot within its dataset; shares of it follow",
+     m_snapshot_rename, 0, API_ARGS(pool_snapshot_rename_args)},
 };
 const size_t ds_rename_method_count = ARRAY_SIZE(ds_rename_methods);

@@ -53,6 +53,8 @@ static const struct api_arg update_args[] = {API_ARG_ID,
 static const struct api_arg delete_args[] = {
     API_ARG_ID, API_ARG_OBJECT("options", del_fields, API_ARG_OPTIONAL)};
 static const struct api_arg query_args[] = {API_ARG_QUERY};
+static const struct api_arg self_args[] = {
+    API_ARG_OBJECT("options", del_fields, API_ARG_OPTIONAL | API_ARG_SELF_CHECKED)};
 
 static const struct api_method methods[] = {
     {"t.create", NULL, "create", t_handler, 0, API_ARGS(create_args)},
@@ -60,6 +62,7 @@ static const struct api_method methods[] = {
     {"t.delete", NULL, "delete", t_handler, 0, API_ARGS(delete_args)},
     {"t.query", NULL, "query", t_handler, 0, API_ARGS(query_args)},
     {"t.none", NULL, "no parameters", t_handler, 0},
+    {"t.self", NULL, "checks its options itself", t_handler, 0, API_ARGS(self_args)},
     {"t.legacy", "[anything…]", "checks its own", t_handler, 0},
 };
 
@@ -168,7 +171,11 @@ static void test_optional_trailing(void **state)
                    "[[\"t.query\",\"Too many arguments (expected 2, found 3)\",22]]");
     /* a method with a hand-written synopsis checks its own parameters */
     expect_ok("t.legacy", "[1, 2, 3]");
-    assert_int_equal(calls, 6);
+    /* so does a self-checked argument (its arity is still checked) */
+    expect_ok("t.self", "[{\"force\":1}]");
+    assert_int_equal(calls, 7);
+    expect_invalid("t.self", "[{}, 2]",
+                   "[[\"t.self\",\"Too many arguments (expected 1, found 2)\",22]]");
 }
 
 static void test_synopsis(void **state)
@@ -180,6 +187,7 @@ static void test_synopsis(void **state)
         {"t.delete", "[id, options?: {force?}]"},
         {"t.query", "[filters?, options?]"},
         {"t.none", "[]"},
+        {"t.self", "[options?: {force?}]"},
         {"t.legacy", "[anything…]"},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
