@@ -1,4 +1,5 @@
 #!/bin/bash
+# slow: run.sh starts it first (30 s or more)
 # Nothing acknowledged is lost when blockd is killed (issue #16, RBD pools):
 # fio writes half of an RBD volume over NBD with crc32c verify headers and
 # flushes (end_fsync); a second fio keeps writing the other half while
