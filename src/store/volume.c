@@ -281,6 +281,11 @@ unsigned volume_caps(const struct volume *v)
     return v->bdev->caps;
 }
 
+struct bdev *volume_bdev(const struct volume *v)
+{
+    return v->bdev;
+}
+
 uint64_t volume_size_generation(const struct volume *v)
 {
     return atomic_load_explicit(&v->size_gen, memory_order_acquire);
