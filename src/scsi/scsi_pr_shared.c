@@ -324,8 +324,11 @@ static void update_run(struct io_job *j)
         rc = blob ? rbd_pr_cas(sh->store, seq, blob, len) : -ENOMEM;
         free(blob);
         if (rc == -ECANCELED) {
+            /* Another daemon changed it first: redo on its state. */
+            log_info("scsi: %s: reservation update lost a race at seq %" PRIu64 ", retrying",
+                     volume_name(lu->vol), seq);
             scsi_pr_state_free(&ch->s);
-            continue; /* another daemon changed it first: redo on its state */
+            continue;
         }
         if (rc < 0) {
             log_error("scsi: %s: updating the reservation object %s failed: %s",

@@ -256,6 +256,11 @@ const char *volume_name(const struct volume *v)
     return v->name;
 }
 
+struct bdev *volume_bdev(struct volume *v)
+{
+    return v->bdev;
+}
+
 uint64_t volume_size(const struct volume *v)
 {
     return atomic_load_explicit(&v->size, memory_order_acquire);
@@ -279,11 +284,6 @@ bool volume_readonly(const struct volume *v)
 unsigned volume_caps(const struct volume *v)
 {
     return v->bdev->caps;
-}
-
-struct bdev *volume_bdev(const struct volume *v)
-{
-    return v->bdev;
 }
 
 uint64_t volume_size_generation(const struct volume *v)

@@ -50,15 +50,14 @@ void volume_ref(struct volume *v);
 void volume_unref(struct volume *v);
 
 const char *volume_name(const struct volume *v);
+/* The backend (borrowed: valid while a reference on v is held), for
+ * backend-specific queries (e.g. bdev_rbd_image). */
+struct bdev *volume_bdev(struct volume *v);
 uint64_t volume_size(const struct volume *v); /* bytes, atomic read */
 uint32_t volume_block_size(const struct volume *v);
 enum volume_sync volume_sync_mode(const struct volume *v);
 bool volume_readonly(const struct volume *v);
 unsigned volume_caps(const struct volume *v); /* enum bdev_cap */
-/* The backend (borrowed: valid while a volume reference is held), for
- * modules that need to know what stores the volume (scsi/ keeps the
- * reservations of RBD volumes in the cluster). */
-struct bdev *volume_bdev(const struct volume *v);
 /* A counter bumped by every resize, so front-ends can notice (UA, NBD). */
 uint64_t volume_size_generation(const struct volume *v);
 
