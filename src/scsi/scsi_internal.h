@@ -200,7 +200,7 @@ struct scsi_nexus_state *scsi_lu_nexus_locked(struct scsi_lu *lu, const struct s
 /* mu held: queue ua for every known nexus except `except` (0: none). */
 void scsi_lu_ua_all_locked(struct scsi_lu *lu, enum scsi_ua ua, uint64_t except);
 /* mu held: queue ua for the nexuses of an I_T nexus identity (rel 0: through
- * any target port). */
+ * any target port; port "*": every nexus). */
 void scsi_lu_ua_port_locked(struct scsi_lu *lu, const char *port, uint16_t rel, enum scsi_ua ua);
 /* Pop the highest-priority pending UA into c's sense; false if none. mu held. */
 bool scsi_lu_ua_pop_locked(struct scsi_nexus_state *ns, struct scsi_cmd *c);
@@ -258,6 +258,18 @@ bool scsi_lu_can_block_erase(const struct scsi_lu *lu);
 bool scsi_pr_conflict_locked(struct scsi_lu *lu, const struct scsi_nexus *n,
                              const struct scsi_op *op, const uint8_t *cdb);
 int scsi_pr_load(struct scsi_lu *lu, const void *blob, size_t len);
+/* An SPC-2 reservation holder to release: I_T nexus identity; port "" is
+ * whoever holds it (LU reset). */
+struct scsi_pr_res2_who {
+    uint16_t rel;
+    char port[SCSI_PORT_NAME_MAX];
+};
+/* Release s's SPC-2 reservation if w holds it; true if it did. */
+bool scsi_pr_res2_release(struct scsi_pr_state *s, const struct scsi_pr_res2_who *w);
+/* Shared LU: stop enforcing w's SPC-2 reservation here at once, and
+ * release it in the cluster (asynchronously; every later update of this
+ * daemon includes it until it is committed). */
+void scsi_pr_shared_drop_res2(struct scsi_lu *lu, const struct scsi_pr_res2_who *w);
 /* Release the SPC-2 reservation if n (NULL: anybody) holds it: nexus loss,
  * LU reset. Takes lu->mu; for a shared LU the update is asynchronous. */
 void scsi_pr_res2_drop(struct scsi_lu *lu, const struct scsi_nexus *n);

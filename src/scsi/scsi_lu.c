@@ -251,7 +251,8 @@ void scsi_lu_ua_all_locked(struct scsi_lu *lu, enum scsi_ua ua, uint64_t except)
 void scsi_lu_ua_port_locked(struct scsi_lu *lu, const char *port, uint16_t rel, enum scsi_ua ua)
 {
     for (struct scsi_nexus_state *ns = lu->nexuses; ns; ns = ns->next)
-        if ((rel == 0 || ns->rel_tgt_port_id == rel) && strcasecmp(ns->initiator_port, port) == 0)
+        if (strcmp(port, "*") == 0 ||
+            ((rel == 0 || ns->rel_tgt_port_id == rel) && strcasecmp(ns->initiator_port, port) == 0))
             ns->ua_pending |= 1u << ua;
 }
 

@@ -409,38 +409,30 @@ void scsi_run_release(struct scsi_cmd *c)
     pr_execute(c, act_release, NULL, 0);
 }
 
-/* Background release of an SPC-2 reservation (nexus loss, LU reset): arg
- * is a struct res2_who; an empty port releases whoever holds it. */
-struct res2_who {
-    uint16_t rel;
-    char port[SCSI_PORT_NAME_MAX];
-};
-
-static int act_res2_drop(struct scsi_cmd *c, struct scsi_pr_change *ch, const void *arg)
+bool scsi_pr_res2_release(struct scsi_pr_state *s, const struct scsi_pr_res2_who *w)
 {
-    (void)c;
-    const struct res2_who *w = arg;
-    struct scsi_pr_state *s = &ch->s;
     if (!s->res2_held)
-        return PR_NOOP;
+        return false;
     if (w->port[0] && (s->res2_rel != w->rel || strcasecmp(s->res2_port, w->port) != 0))
-        return PR_NOOP;
+        return false;
     s->res2_held = false;
-    return PR_OK;
+    return true;
 }
 
 void scsi_pr_res2_drop(struct scsi_lu *lu, const struct scsi_nexus *n)
 {
-    pthread_mutex_lock(&lu->mu);
-    bool drop = lu->pr.res2_held && (!n || res2_mine(&lu->pr, n));
-    if (drop && !lu->shared)
-        lu->pr.res2_held = false;
-    pthread_mutex_unlock(&lu->mu);
-    if (!drop || !lu->shared)
-        return;
-    struct res2_who w = {.rel = n ? n->rel_tgt_port_id : 0};
+    struct scsi_pr_res2_who w = {.rel = n ? n->rel_tgt_port_id : 0};
     snprintf(w.port, sizeof w.port, "%s", n ? n->initiator_port : "");
-    scsi_pr_shared_update(lu, NULL, act_res2_drop, &w, sizeof w);
+    pthread_mutex_lock(&lu->mu);
+    /* A shared LU's cache has every reservation made through this daemon
+     * (installed before the RESERVE completed): nothing there, nothing to
+     * release in the cluster either. */
+    bool held = lu->pr.res2_held && (!n || res2_mine(&lu->pr, n));
+    if (held && !lu->shared)
+        scsi_pr_res2_release(&lu->pr, &w);
+    pthread_mutex_unlock(&lu->mu);
+    if (held && lu->shared)
+        scsi_pr_shared_drop_res2(lu, &w);
 }
 
 /* ---- PERSISTENT RESERVE IN ---- */

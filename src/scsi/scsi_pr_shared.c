@@ -27,6 +27,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,20 +41,57 @@
  * round is one read and one write to the cluster). */
 #define CAS_ROUNDS 64
 
+/* SPC-2 reservations to release (nexus losses, LU resets) not yet
+ * committed to the cluster; more than this and the oldest are left to
+ * their own background updates. */
+#define DROPS_MAX 16
+
 struct scsi_pr_shared {
     struct rbd_pr *store;
-    pthread_mutex_t mu; /* jobs, closing */
+    pthread_mutex_t mu; /* jobs, closing, drops */
     pthread_cond_t cond;
     unsigned jobs; /* resync jobs running (they hold no LU reference) */
     bool closing;
     atomic_bool stale;
+    /* Releases of SPC-2 reservations not committed yet: every update and
+     * every install applies them first, so that a RESERVE right after the
+     * holder's logout does not see the old holder (a nexus loss cannot wait
+     * for the cluster, its release is asynchronous). */
+    struct scsi_pr_res2_who drops[DROPS_MAX];
+    size_t ndrops;
 };
+
+/* Apply the pending SPC-2 releases to s; true if one changed it. Takes
+ * sh->mu. *n gets how many were applied (for drops_done). */
+static bool drops_apply(struct scsi_pr_shared *sh, struct scsi_pr_state *s, size_t *n)
+{
+    bool changed = false;
+    pthread_mutex_lock(&sh->mu);
+    for (size_t i = 0; i < sh->ndrops; i++)
+        changed |= scsi_pr_res2_release(s, &sh->drops[i]);
+    if (n)
+        *n = sh->ndrops;
+    pthread_mutex_unlock(&sh->mu);
+    return changed;
+}
+
+/* The first n pending releases are committed: forget them. */
+static void drops_done(struct scsi_pr_shared *sh, size_t n)
+{
+    pthread_mutex_lock(&sh->mu);
+    if (n > sh->ndrops)
+        n = sh->ndrops;
+    memmove(sh->drops, sh->drops + n, (sh->ndrops - n) * sizeof *sh->drops);
+    sh->ndrops -= n;
+    pthread_mutex_unlock(&sh->mu);
+}
 
 /* Install a fetched or committed state in lu's cache if it is newer;
  * queue its unit attentions when with_uas. Takes ch->s (frees what is
  * left). Any thread. */
 static void install(struct scsi_lu *lu, struct scsi_pr_change *ch, uint64_t seq, bool with_uas)
 {
+    drops_apply(lu->shared, &ch->s, NULL);
     pthread_mutex_lock(&lu->mu);
     if (seq > lu->pr.seq) {
         struct scsi_pr_state old = lu->pr;
@@ -86,17 +124,27 @@ static int fetch(struct scsi_lu *lu, struct scsi_pr_change *ch, uint64_t *seq)
 
 /* ---- listener (librados threads) ---- */
 
-static void on_changed(void *arg, const void *msg, size_t len)
+static void on_changed(void *arg, const void *msg, size_t len, bool self)
 {
     struct scsi_lu *lu = arg;
     struct scsi_pr_change *ch = malloc(sizeof *ch);
     uint64_t seq = 0;
     if (!ch)
         return;
-    if (scsi_pr_state_parse(msg, len, ch, &seq) == 0 && seq)
-        install(lu, ch, seq, true);
-    else
+    if (scsi_pr_state_parse(msg, len, ch, &seq) < 0) {
         log_warn("scsi: %s: ignoring a malformed reservation notify", volume_name(lu->vol));
+    } else if (seq) {
+        install(lu, ch, seq, true);
+    } else if (!self) {
+        /* An event without state (an LU reset elsewhere): its unit
+         * attentions only; the sender raised them on its own sessions. */
+        pthread_mutex_lock(&lu->mu);
+        scsi_pr_apply_uas_locked(lu, ch);
+        pthread_mutex_unlock(&lu->mu);
+        scsi_pr_state_free(&ch->s);
+    } else {
+        scsi_pr_state_free(&ch->s);
+    }
     free(ch);
 }
 
@@ -270,6 +318,7 @@ struct upd_job {
     int res;
     struct scsi_pr_change ch; /* PR IN: the state read */
     bool read;
+    struct reactor_msg *ext_done; /* background: posted when done */
     _Alignas(max_align_t) uint8_t arg[];
 };
 
@@ -314,8 +363,11 @@ static void update_run(struct io_job *j)
             u->c->status = SCSI_STATUS_GOOD;
             u->c->sense_len = 0;
         }
+        size_t ndrops;
+        bool dirty = drops_apply(sh, &ch->s, &ndrops);
         u->res = u->action(u->c, ch, u->arg);
-        if (u->res != SCSI_PR_OK) {
+        if (u->res != SCSI_PR_OK && !dirty) {
+            drops_done(sh, ndrops);      /* nothing to release in what we read */
             install(lu, ch, seq, false); /* what we read is news too */
             return;
         }
@@ -337,6 +389,7 @@ static void update_run(struct io_job *j)
             fail(u, rc);
             return;
         }
+        drops_done(sh, ndrops);
         char *msg = scsi_pr_state_format(&ch->s, ch, seq + 1, &len);
         install(lu, ch, seq + 1, true);
         unsigned missed = 0;
@@ -360,8 +413,11 @@ static void update_done(struct reactor_msg *m)
     struct upd_job *u = container_of(m, struct upd_job, job.done);
     struct scsi_cmd *c = u->c;
     if (!c) {
+        struct reactor_msg *d = u->ext_done;
         scsi_lu_unref(u->lu);
         free(u);
+        if (d)
+            d->fn(d);
         return;
     }
     if (u->read && u->res == SCSI_PR_OK) {
@@ -376,6 +432,113 @@ static void update_done(struct reactor_msg *m)
     }
     free(u);
     scsi_complete(c);
+}
+
+static int act_none(struct scsi_cmd *c, struct scsi_pr_change *ch, const void *arg)
+{
+    (void)c;
+    (void)ch;
+    (void)arg;
+    return SCSI_PR_NOOP;
+}
+
+/* Queue w's release and start a background update committing it (done
+ * posted to owner when given). false: out of memory, the release stays
+ * queued for the next update of this daemon (done not used). */
+static bool drop_res2(struct scsi_lu *lu, const struct scsi_pr_res2_who *w, struct reactor *owner,
+                      struct reactor_msg *done);
+static struct upd_job *job_new(struct scsi_lu *lu, struct scsi_cmd *c, size_t arg_len);
+
+void scsi_pr_shared_drop_res2(struct scsi_lu *lu, const struct scsi_pr_res2_who *w)
+{
+    drop_res2(lu, w, NULL, NULL);
+}
+
+bool scsi_lu_nexus_release_shared(struct scsi_lu *lu, const struct scsi_nexus *n,
+                                  struct reactor *owner, struct reactor_msg *done)
+{
+    if (!lu || !lu->shared || !n)
+        return false;
+    struct scsi_pr_res2_who w = {.rel = n->rel_tgt_port_id};
+    snprintf(w.port, sizeof w.port, "%s", n->initiator_port);
+    pthread_mutex_lock(&lu->mu);
+    bool held =
+        lu->pr.res2_held && lu->pr.res2_rel == w.rel && strcasecmp(lu->pr.res2_port, w.port) == 0;
+    pthread_mutex_unlock(&lu->mu);
+    if (!held)
+        return false;
+    return drop_res2(lu, &w, owner, done);
+}
+
+static bool drop_res2(struct scsi_lu *lu, const struct scsi_pr_res2_who *w, struct reactor *owner,
+                      struct reactor_msg *done)
+{
+    struct scsi_pr_shared *sh = lu->shared;
+    pthread_mutex_lock(&sh->mu);
+    if (sh->ndrops == DROPS_MAX) {
+        memmove(sh->drops, sh->drops + 1, (DROPS_MAX - 1) * sizeof *sh->drops);
+        sh->ndrops--;
+    }
+    sh->drops[sh->ndrops++] = *w;
+    pthread_mutex_unlock(&sh->mu);
+    pthread_mutex_lock(&lu->mu);
+    scsi_pr_res2_release(&lu->pr, w); /* this daemon stops enforcing it now */
+    pthread_mutex_unlock(&lu->mu);
+    struct upd_job *u = job_new(lu, NULL, 0);
+    if (!u)
+        return false;
+    u->action = act_none; /* the update commits the pending drops */
+    u->ext_done = done;
+    u->job.owner = owner;
+    scsi_lu_ref(lu);
+    iopool_submit(&u->job);
+    return true;
+}
+
+/* ---- LU reset: an event for the other daemons ---- */
+
+struct reset_job {
+    struct io_job job;
+    struct scsi_lu *lu;
+    struct reactor_msg *done;
+};
+
+static void reset_run(struct io_job *j)
+{
+    struct reset_job *r = container_of(j, struct reset_job, job);
+    static const char msg[] = "blockd-pr 1\nua 2 0 *\n"; /* SCSI_UA_LU_RESET on every nexus */
+    _Static_assert(SCSI_UA_LU_RESET == 2, "the event names LU RESET by number");
+    unsigned missed = 0;
+    int rc = rbd_pr_notify(r->lu->shared->store, msg, sizeof msg - 1, &missed);
+    if (rc < 0)
+        log_warn("scsi: %s: LU reset not acknowledged by %u daemon%s: %s", volume_name(r->lu->vol),
+                 missed, missed == 1 ? "" : "s", strerror(-rc));
+}
+
+static void reset_done(struct reactor_msg *m)
+{
+    struct reset_job *r = container_of(m, struct reset_job, job.done);
+    struct reactor_msg *done = r->done;
+    scsi_lu_unref(r->lu);
+    free(r);
+    done->fn(done);
+}
+
+bool scsi_lu_reset_shared(struct scsi_lu *lu, struct reactor *owner, struct reactor_msg *done)
+{
+    if (!lu || !lu->shared)
+        return false;
+    struct reset_job *r = calloc(1, sizeof *r);
+    if (!r)
+        return false;
+    scsi_lu_ref(lu);
+    r->lu = lu;
+    r->done = done;
+    r->job.run = reset_run;
+    r->job.done.fn = reset_done;
+    r->job.owner = owner;
+    iopool_submit(&r->job);
+    return true;
 }
 
 static struct upd_job *job_new(struct scsi_lu *lu, struct scsi_cmd *c, size_t arg_len)

@@ -35,10 +35,10 @@ const char *rbd_pr_name(const struct rbd_pr *p)
 static void on_notify(void *arg, uint64_t notify_id, uint64_t handle, uint64_t notifier_id,
                       void *data, size_t len)
 {
-    (void)notifier_id;
     struct rbd_pr *p = arg;
+    bool self = notifier_id == rados_get_instance_id(rbd_cluster_rados(p->cluster));
     if (len && p->l.changed)
-        p->l.changed(p->l.arg, data, len);
+        p->l.changed(p->l.arg, data, len, self);
     /* Acknowledge after the listener applied the change: the notifier's
      * PERSISTENT RESERVE OUT completes only when every daemon enforces it. */
     rados_notify_ack(p->io, p->oid, notify_id, handle, NULL, 0);

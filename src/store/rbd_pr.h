@@ -24,6 +24,7 @@
 #ifndef BLOCKD_STORE_RBD_PR_H
 #define BLOCKD_STORE_RBD_PR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,9 +40,9 @@
 #define RBD_PR_MAX_BYTES (256u * 1024u)
 
 struct rbd_pr_listener {
-    /* A peer (or this daemon) notified: msg is its payload, valid for the
-     * call only. */
-    void (*changed)(void *arg, const void *msg, size_t len);
+    /* A peer (self: this process' own cluster connection) notified: msg is
+     * its payload, valid for the call only. */
+    void (*changed)(void *arg, const void *msg, size_t len, bool self);
     /* The watch broke (connection to the OSD lost, err < 0): notifies may
      * have been missed; re-watch with rbd_pr_rewatch and read again. */
     void (*lost)(void *arg, int err);
