@@ -131,7 +131,9 @@ int rbd_pr_open(struct bdev *b, const struct rbd_pr_listener *l, unsigned *peers
     struct rbd_pr *p = calloc(1, sizeof *p);
     if (!p)
         return -ENOMEM;
-    snprintf(p->oid, sizeof p->oid, "blockd.pr.%s", id);
+    /* A snapshot's LU is another LU than the image's: its own object. */
+    const char *at = strchr(r->name, '@');
+    snprintf(p->oid, sizeof p->oid, "blockd.pr.%s%.80s", id, at ? at : "");
     p->l = *l;
     pthread_mutex_init(&p->mu, NULL);
     rados_t rados = rbd_cluster_rados(r->cluster);

@@ -6,7 +6,8 @@
  *
  *   - The object is "blockd.pr.<image id>" in the image's pool and
  *     namespace (the id is librbd's, stable across renames; a deleted and
- *     re-created image gets a new one).
+ *     re-created image gets a new one); "blockd.pr.<image id>@<snapshot>"
+ *     for an LU on a snapshot.
  *   - Its contents carry a sequence number in the xattr "blockd.seq". An
  *     update is a compare-and-swap: one RADOS write op asserts the seq it
  *     read (cmpxattr), replaces the contents and stores seq + 1, so two
