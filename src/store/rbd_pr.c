@@ -101,7 +101,10 @@ static int count_peers(struct rbd_pr *p, unsigned *peers)
 {
     char *reply = NULL;
     size_t rlen = 0;
-    int rc = rados_notify2(p->io, p->oid, NULL, 0, RBD_PR_NOTIFY_MS, &reply, &rlen);
+    /* A live daemon answers in milliseconds; one that does not (dead, its
+     * watch not yet dropped) counts as serving, which is the safe answer,
+     * so this need not wait long (LU creation holds the config lock). */
+    int rc = rados_notify2(p->io, p->oid, NULL, 0, RBD_PR_COUNT_MS, &reply, &rlen);
     if (rc < 0 && rc != -ETIMEDOUT) {
         if (reply)
             rados_buffer_free(reply);

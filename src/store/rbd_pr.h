@@ -37,6 +37,8 @@
  * take right after a member died. */
 #define RBD_PR_NOTIFY_MS 5000u
 #define RBD_PR_WATCH_TIMEOUT_S 10u
+/* How long rbd_pr_open waits for the other daemons to answer its count. */
+#define RBD_PR_COUNT_MS 1000u
 /* The largest state object accepted (64 registrations need ~20 KiB). */
 #define RBD_PR_MAX_BYTES (256u * 1024u)
 
