@@ -1,4 +1,5 @@
 #!/bin/bash
+# slow: run.sh starts it first (30 s or more)
 # Persistent reservations shared by two blockd daemons serving the same RBD
 # image (issue #17): A on 127.0.0.2 and B on 127.0.0.3, separate state dirs,
 # one throwaway Ceph cluster, the same target and LUN on both.
