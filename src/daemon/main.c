@@ -40,6 +40,7 @@
 #include "daemon/sdnotify.h"
 #include "daemon/watchdog.h"
 #include "daemon/modules.h"
+#include "gateway/gateway.h"
 #include "iscsi/iscsi_runtime.h"
 #include "iscsi/iscsi_config.h"
 #include "nbd/nbd.h"
@@ -72,6 +73,9 @@ static void usage(FILE *f)
             "              [--iscsi-max-connections N] [--nbd-payload-budget SIZE]\n"
             "              [--shutdown-timeout S] [--api-call-memory SIZE]\n"
             "              [--metrics-allow CIDR[,CIDR]...]\n"
+            "              [--gateway-group NAME --gateway-id N [--gateway-name NAME]\n"
+            "               [--gateway-ceph-conf FILE] [--gateway-ceph-id ID]\n"
+            "               [--gateway-pool POOL] [--gateway-heartbeat-timeout S]]\n"
             "\n"
             "  --config FILE          settings as 'key = value' lines, a key per flag below\n"
             "                         (default " CONFIG_FILE_DEFAULT " if it exists);\n"
@@ -113,7 +117,18 @@ static void usage(FILE *f)
             "                         its response (K/M/G; default 256M); past it the call\n"
             "                         fails with ENOMEM\n"
             "  --metrics-allow LIST   networks (CIDR, comma-separated; repeatable) that may\n"
-            "                         read /metrics without an API key (default: none)\n");
+            "                         read /metrics without an API key (default: none)\n"
+            "  --gateway-group NAME   join gateway group NAME: several blockd serving the same\n"
+            "                         RBD images over several paths (docs/ha.md; default off)\n"
+            "  --gateway-id N         this member's id, 1..32: its target port group and\n"
+            "                         relative target port id (required with a group)\n"
+            "  --gateway-name NAME    this member's name (default: the host name)\n"
+            "  --gateway-ceph-conf F  ceph.conf of the cluster holding the membership\n"
+            "                         (default: librados' search)\n"
+            "  --gateway-ceph-id ID   its client id (default admin)\n"
+            "  --gateway-pool POOL    RADOS pool of the membership object (default rbd)\n"
+            "  --gateway-heartbeat-timeout S  a member silent for S seconds is OFFLINE and\n"
+            "                         fenced (2..60, default 3)\n");
 }
 
 static int parse_args(int argc, char **argv, struct options *o)
@@ -142,6 +157,13 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"shutdown-timeout", required_argument, NULL, 'T'},
         {"api-call-memory", required_argument, NULL, 'M'},
         {"metrics-allow", required_argument, NULL, 'W'},
+        {"gateway-group", required_argument, NULL, 1001},
+        {"gateway-id", required_argument, NULL, 1002},
+        {"gateway-name", required_argument, NULL, 1003},
+        {"gateway-ceph-conf", required_argument, NULL, 1004},
+        {"gateway-ceph-id", required_argument, NULL, 1005},
+        {"gateway-pool", required_argument, NULL, 1006},
+        {"gateway-heartbeat-timeout", required_argument, NULL, 1007},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -295,6 +317,35 @@ static int parse_args(int argc, char **argv, struct options *o)
                 fprintf(stderr, "blockd: --metrics-allow %s: %s\n", optarg,
                         rc == -ENOSPC ? "more than 32 networks"
                                       : "not a list of networks (10.0.0.0/8,::1/128)");
+                return -1;
+            }
+            break;
+        }
+        case 1001:
+        case 1002:
+        case 1003:
+        case 1004:
+        case 1005:
+        case 1006:
+        case 1007: {
+            static const char *const what[] = {
+                "--gateway-group must be 1..63 of A-Z a-z 0-9 . _ -",
+                "--gateway-id must be 1..32",
+                "--gateway-name must be 1..63 of A-Z a-z 0-9 . _ -",
+                "--gateway-ceph-conf: path too long",
+                "--gateway-ceph-id: too long",
+                "--gateway-pool must be a pool name",
+                "--gateway-heartbeat-timeout must be 2..60",
+            };
+            int rc = c == 1001   ? gateway_configure_group(optarg)
+                     : c == 1002 ? gateway_configure_id(optarg)
+                     : c == 1003 ? gateway_configure_name(optarg)
+                     : c == 1004 ? gateway_configure_ceph(optarg, NULL, NULL)
+                     : c == 1005 ? gateway_configure_ceph(NULL, optarg, NULL)
+                     : c == 1006 ? gateway_configure_ceph(NULL, NULL, optarg)
+                                 : gateway_configure_timeout(optarg);
+            if (rc < 0) {
+                fprintf(stderr, "blockd: %s\n", what[c - 1001]);
                 return -1;
             }
             break;
@@ -511,6 +562,9 @@ int main(int argc, char **argv)
 
     if (modules_init(state_dir, db_path) < 0)
         return 1;
+    /* Before the front-ends: LUs on RBD images take the group's identity. */
+    if ((rc = gateway_start(o.iscsi_listen)) < 0)
+        return 1;
     /* Front-ends start once the configuration they serve is open. */
     if ((rc = nbd_server_start(o.nbd_listen)) < 0) { /* nbd */
         log_error("cannot start the NBD server: %s", strerror(-rc));
@@ -583,6 +637,7 @@ int main(int argc, char **argv)
     nbd_server_stop();   /* nbd */
     iscsi_config_stop(); /* iscsi-config: withdraw targets, close portal listeners */
     iscsi_server_stop(); /* iscsi */
+    gateway_stop();      /* leave the group after the last I/O */
     datasets_flush_all();
     reactors_stop();
     iopool_stop();

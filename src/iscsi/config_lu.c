@@ -9,6 +9,7 @@
 #include "config/datasets.h"
 #include "config/db.h"
 #include "core/log.h"
+#include "gateway/gateway.h"
 #include "iscsi/config_internal.h"
 #include "scsi/scsi.h"
 #include "store/bdev.h"
@@ -132,7 +133,10 @@ int icfg_lu_from_extent(json_t *e, struct scsi_lu **out)
             p.pr_blob_len = (size_t)sqlite3_column_bytes(st, 0);
         }
     }
+    gateway_lu_params(vol, &p); /* a gateway group: identity from the RBD image */
     rc = scsi_lu_new(vol, &p, out);
+    if (rc == 0)
+        gateway_lu_attach(*out, vol); /* a gateway group: ALUA from the image lock */
     icfg_finalize(st);
     volume_unref(vol);
     if (rc < 0)

@@ -117,6 +117,8 @@ struct scsi_lu {
     uint8_t naa[16];
     uint8_t naa_len;
     struct scsi_pr_store pr_store;
+    const struct scsi_alua_ops *alua; /* NULL: one group, optimized */
+    void *alua_arg;
 
     pthread_mutex_t mu; /* everything below */
     struct scsi_nexus_state *nexuses;

@@ -150,8 +150,16 @@ void scsi_lu_unref(struct scsi_lu *lu)
     }
     free(lu->regs);
     pthread_mutex_destroy(&lu->mu);
+    if (lu->alua && lu->alua->release)
+        lu->alua->release(lu->alua_arg);
     volume_unref(lu->vol);
     free(lu);
+}
+
+void scsi_lu_set_alua(struct scsi_lu *lu, const struct scsi_alua_ops *ops, void *arg)
+{
+    lu->alua = ops;
+    lu->alua_arg = arg;
 }
 
 struct volume *scsi_lu_volume(const struct scsi_lu *lu)
@@ -200,6 +208,7 @@ static const uint8_t ua_codes[SCSI_UA_COUNT][2] = {
     [SCSI_UA_INQUIRY_CHANGED] = {0x3f, 0x03},
     [SCSI_UA_LUNS_CHANGED] = {0x3f, 0x0e},
     [SCSI_UA_MEDIUM_CHANGED] = {0x28, 0x00},
+    [SCSI_UA_ALUA_CHANGED] = {0x2a, 0x06},
 };
 
 struct scsi_nexus_state *scsi_lu_nexus_locked(struct scsi_lu *lu, const struct scsi_nexus *n)
