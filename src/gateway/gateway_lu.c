@@ -123,6 +123,8 @@ static void alua_release(void *arg)
 
 static const struct scsi_alua_ops alua_ops = {.report = alua_report, .release = alua_release};
 
+static void lu_check(struct gw_lu *gl);
+
 void gateway_lu_attach(struct scsi_lu *lu, struct volume *vol)
 {
     struct bdev *b = volume_bdev(vol);
@@ -138,6 +140,9 @@ void gateway_lu_attach(struct scsi_lu *lu, struct volume *vol)
     gl->vol = vol;
     volume_ref(vol);
     gl->img = bdev_rbd_image(b);
+    /* The view is right from the first command (not only after the next
+     * membership round): who holds the lock now. */
+    lu_check(gl);
     scsi_lu_set_alua(lu, &alua_ops, gl);
     pthread_mutex_lock(&lu_mu);
     gl->next = lus;
@@ -179,8 +184,9 @@ static void lu_check(struct gw_lu *gl)
     }
     pthread_mutex_lock(&gw_mu);
     if (gl->owner != id)
-        log_info("gateway: %s: the exclusive lock is now held by %s%u%s", volume_name(gl->vol),
-                 id ? "member " : "", id, id == gateway_id() ? " (this member: optimized)" : "");
+        log_info("gateway: %s: the exclusive lock is now held by %s%.0u%s", volume_name(gl->vol),
+                 id ? "member " : "no member", id,
+                 id == gateway_id() ? " (this member: optimized)" : "");
     gl->owner = id;
     snprintf(gl->owner_addr, sizeof(gl->owner_addr), "%s", addr);
     pthread_mutex_unlock(&gw_mu);

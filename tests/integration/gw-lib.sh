@@ -5,8 +5,10 @@
 #   gw_ctl A gateway list      # blockctl against member A
 #   gw_kill A / gw_stop A
 GW_PROBE=${GW_PROBE:-$BUILD/tests/tools/gw_probe}
-GW_ISCSI_PORT=${GW_ISCSI_PORT:-$(free_port)}
-declare -A GW_PID GW_ADDR
+# Each member has its own iSCSI port too: a share's default portal is
+# 0.0.0.0:<listen_port>, and a dead member's address must refuse, not reach
+# another member's wildcard listener.
+declare -A GW_PID GW_ADDR GW_PORT
 
 gw_dir() { echo "$TMP/gw-$1"; }
 
@@ -37,8 +39,9 @@ gw_start() {
     mkdir -p "$d"
     local log=$d/blockd.log before=0
     [ -f "$log" ] && before=$(wc -l <"$log")
+    [ -n "${GW_PORT[$name]:-}" ] || GW_PORT[$name]=$(free_port)
     "$BLOCKD_BIN" --state-dir "$d/state" --log-level "${BLOCKD_LOG_LEVEL:-info}" \
-        --nbd-listen "$addr:0" --iscsi-listen "$addr:$GW_ISCSI_PORT" \
+        --nbd-listen "$addr:0" --iscsi-listen "$addr:${GW_PORT[$name]}" \
         --gateway-group test --gateway-id "$id" --gateway-name "$name" \
         --gateway-ceph-conf "$CEPH_CONF" "$@" >>"$log" 2>&1 &
     GW_PID[$name]=$!
@@ -106,7 +109,7 @@ gw_share() {
 gw_url() {
     local base
     base=$(gw_ctl "$1" call iscsi.global.config | python3 -c 'import json,sys; print(json.load(sys.stdin)["basename"])')
-    echo "iscsi://${GW_ADDR[$1]}:$GW_ISCSI_PORT/$base:ceph:v/0"
+    echo "iscsi://${GW_ADDR[$1]}:${GW_PORT[$1]}/$base:ceph:v/0"
 }
 
 # Milliseconds between the first line matching RE1 in member N1's log and

@@ -28,20 +28,21 @@ ms=$(gw_log_gap B "gateway test: member B, id 2" A "member B \(id 2\) joined") |
 echo "A saw B join ${ms} ms after B registered"
 [ "$ms" -le 1000 ] || fail "A saw B's join after ${ms} ms (> 1 s)"
 rows=$(gw_ctl A call gateway.query '[[["state","=","ONLINE"]],{"order_by":["id"]}]')
-python3 - "$rows" "$GW_ISCSI_PORT" <<'PY' || fail "gateway.query on A: $rows"
+python3 - "$rows" "${GW_PORT[A]}" "${GW_PORT[B]}" <<'PY' || fail "gateway.query on A: $rows"
 import json, sys
-rows = json.loads(sys.argv[1]); port = sys.argv[2]
+rows = json.loads(sys.argv[1])
 assert [(r["id"], r["name"], r["local"]) for r in rows] == [(1, "A", True), (2, "B", False)], rows
-assert rows[0]["portals"] == "127.0.0.2:" + port and rows[1]["portals"] == "127.0.0.3:" + port, rows
+assert rows[0]["portals"] == "127.0.0.2:" + sys.argv[2], rows
+assert rows[1]["portals"] == "127.0.0.3:" + sys.argv[3], rows
 assert all(r["client_address"] and r["last_seen"] > 0 and not r["fenced"] for r in rows), rows
 PY
-gw_ctl B gateway list | grep -E "^1 +A +ONLINE +127.0.0.2:$GW_ISCSI_PORT" >/dev/null ||
+gw_ctl B gateway list | grep -E "^1 +A +ONLINE +127.0.0.2:${GW_PORT[A]}" >/dev/null ||
     fail "blockctl gateway list on B: $(gw_ctl B gateway list)"
 
 # A duplicate id is refused loudly while its holder is alive.
 mkdir -p "$TMP/dup"
 if timeout 30 "$BLOCKD_BIN" --state-dir "$TMP/dup/state" --nbd-listen 127.0.0.4:0 \
-    --iscsi-listen "127.0.0.4:$GW_ISCSI_PORT" --gateway-group test --gateway-id 2 \
+    --iscsi-listen "127.0.0.4:$(free_port)" --gateway-group test --gateway-id 2 \
     --gateway-name C --gateway-ceph-conf "$CEPH_CONF" >"$TMP/dup/log" 2>&1; then
     fail "a second member with id 2 started"
 fi
