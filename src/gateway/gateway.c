@@ -5,6 +5,7 @@
 #include "gateway/gateway.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <jansson.h>
 #include <limits.h>
 #include <rados/librados.h>
@@ -61,7 +62,7 @@ static char my_key[32];
 static char my_addr[128];
 static char my_portals[128];
 static uint64_t my_counter;
-static bool my_blocklisted;
+static _Atomic bool my_blocklisted;
 
 uint64_t gw_now_ms(void)
 {
@@ -139,6 +140,11 @@ int gateway_configure_ceph(const char *conf, const char *id, const char *pool)
 bool gateway_enabled(void)
 {
     return enabled;
+}
+
+bool gateway_fenced(void)
+{
+    return my_blocklisted;
 }
 
 unsigned gateway_id(void)

@@ -74,6 +74,9 @@ int gateway_start(const char *portals);
 void gateway_stop(void);
 
 bool gateway_enabled(void);
+/* True once this member found itself blocklisted by the group (its
+ * heartbeat failed with EBLOCKLISTED): it serves no I/O any more. */
+bool gateway_fenced(void);
 /* This member's id (its TPG and relative target port id); 0 if disabled. */
 unsigned gateway_id(void);
 

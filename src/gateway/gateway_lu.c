@@ -121,7 +121,16 @@ static void alua_release(void *arg)
     pthread_mutex_unlock(&lu_mu);
 }
 
-static const struct scsi_alua_ops alua_ops = {.report = alua_report, .release = alua_release};
+/* Only a fenced member refuses I/O: a non-optimized one serves it (librbd
+ * moves the lock). */
+static uint8_t alua_port_state(void *arg, uint16_t tpg_id)
+{
+    (void)arg, (void)tpg_id;
+    return gateway_fenced() ? SCSI_ALUA_UNAVAILABLE : SCSI_ALUA_OPTIMIZED;
+}
+
+static const struct scsi_alua_ops alua_ops = {
+    .report = alua_report, .release = alua_release, .port_state = alua_port_state};
 
 static void lu_check(struct gw_lu *gl);
 

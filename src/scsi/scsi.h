@@ -161,6 +161,11 @@ void scsi_lu_raise_ua(struct scsi_lu *lu, enum scsi_ua ua);
  *   report:  fill up to max descriptors, return how many there are. Called
  *            on the command's thread (a reactor): must not block.
  *   release: the LU is being freed (any thread, must not block).
+ *   port_state: the state of port group tpg_id (the nexus' own) for this
+ *            command; UNAVAILABLE fails every command but the ones SPC-4
+ *            allows there with NOT READY 04/0C, TRANSITIONING with 04/0A
+ *            (both make a multipath initiator retry on another path).
+ *            Same thread rules as report; NULL: always accessible.
  */
 enum scsi_alua_state {
     SCSI_ALUA_OPTIMIZED = 0x0,
@@ -177,6 +182,7 @@ struct scsi_tpg_desc {
 struct scsi_alua_ops {
     size_t (*report)(void *arg, struct scsi_tpg_desc *out, size_t max);
     void (*release)(void *arg);
+    uint8_t (*port_state)(void *arg, uint16_t tpg_id);
 };
 /* Set once, right after scsi_lu_new and before the LU is used. */
 void scsi_lu_set_alua(struct scsi_lu *lu, const struct scsi_alua_ops *ops, void *arg);

@@ -13,7 +13,9 @@
 #     B succeeds within 15 s (B fences A, breaks its lock; target 5 s) and
 #     every acknowledged block reads back intact through B; B is optimized
 #     and A unavailable;
-#   - a restarted A rejoins as non-optimized and serves the same bytes.
+#   - a restarted A rejoins as non-optimized and serves the same bytes;
+#   - a member that freezes (SIGSTOP) is fenced by the other, which takes
+#     over; woken up, it refuses I/O (NOT READY 04/0C) and cannot write.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/gw-lib.sh"
 need python3 rbd
@@ -93,6 +95,20 @@ gw_start A 127.0.0.2 1
 rtpg_both "tpg=1 state=1 relport=1 tpg=2 state=0 relport=2 "
 "$GW_PROBE" verify "$UA" "$TMP/acked2" 2 >/dev/null || fail "A after rejoining: acknowledged data"
 "$GW_PROBE" verify "$UA" "$TMP/acked3" 4 >/dev/null || fail "A after rejoining: B's writes"
+
+# ---- a zombie: B (optimized) stops answering without dying (SIGSTOP);
+# A fences it and takes over; when B wakes up it must not write again: its
+# commands fail with NOT READY, TARGET PORT IN UNAVAILABLE STATE.
+kill -STOP "${GW_PID[B]}"
+"$GW_PROBE" first-write "$UA" 600 5 30 >/dev/null || fail "no write through A after B froze"
+kill -CONT "${GW_PID[B]}"
+if "$GW_PROBE" write "$UB" 600 1 6 >/dev/null 2>"$TMP/zombie.err"; then
+    fail "the fenced member B acknowledged a write"
+fi
+grep -q "0x040c" "$TMP/zombie.err" || fail "the fenced member's refusal: $(cat "$TMP/zombie.err")"
+echo 'acked 600' >"$TMP/acked5"
+"$GW_PROBE" verify "$UA" "$TMP/acked5" 5 >/dev/null || fail "the zombie's write reached the image"
+grep -q "was fenced by the group" "$(gw_dir B)/blockd.log" || fail "B does not say it was fenced"
 gw_stop A
 gw_stop B
-pass "identity and RTPG the same on both paths, ALUA follows the lock, kill -9 → B writes after $ms ms with $acked acknowledged blocks intact, A rejoins non-optimized"
+pass "identity and RTPG the same on both paths, ALUA follows the lock, kill -9 → B writes after $ms ms with $acked acknowledged blocks intact, A rejoins non-optimized, a frozen member is fenced and cannot write when it wakes"
