@@ -921,7 +921,7 @@ static int m_dataset_get_instance(struct api_call *call, json_t *params, json_t 
 const struct api_method ds_dataset_methods[] = {
     {"pool.dataset.get_instance", "[id]", "One dataset by its name", m_dataset_get_instance, 0},
     {"pool.dataset.create",
-     "{name, type: VOLUME|FILESYSTEM, volsize, volblocksize?, sparse?, sync?, readonly?, "
+     "{name, type: VOLUME|FILESYSTEM, volsize, volblocksize?, sparse?, adopt?, sync?, readonly?, "
      "comments?, managedby?, user_properties?, backend?: file|memory, latency_us?, ZFS properties "
      "(atime, exec, acltype, aclmode, compression, quota, recordsize, … see docs/api-datasets.md)}",
      "Create a volume (a sparse or thick file) or a filesystem (a directory)", m_dataset_create, 0},
