@@ -255,12 +255,13 @@ void gw_lu_shutdown(void)
     pthread_mutex_lock(&lu_mu);
     struct gw_lu *gl = lus;
     lus = NULL;
+    /* An LU still alive keeps pointing at its entry: detach it first. */
+    for (struct gw_lu *g = gl; g; g = g->next)
+        if (!g->released)
+            scsi_lu_set_alua(g->lu, NULL, NULL);
     pthread_mutex_unlock(&lu_mu);
     while (gl) {
         struct gw_lu *next = gl->next;
-        /* An LU still alive keeps pointing at gl: detach it first. */
-        if (!gl->released)
-            scsi_lu_set_alua(gl->lu, NULL, NULL);
         volume_unref(gl->vol);
         free(gl);
         gl = next;
