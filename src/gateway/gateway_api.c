@@ -2,6 +2,7 @@
 #include <jansson.h>
 
 #include "api/api.h"
+#include "api/validate.h"
 #include "core/util.h"
 #include "gateway/gateway.h"
 
@@ -25,12 +26,14 @@ static int m_query(struct api_call *call, json_t *params, json_t **result)
     return rc;
 }
 
+static const struct api_arg query_args[] = {API_ARG_QUERY};
+
 static const struct api_method gateway_methods[] = {
-    {"gateway.query", "[filters?, options?]",
+    {"gateway.query", NULL,
      "Members of this daemon's gateway group (--gateway-group): id (its target port group), "
      "name, portals, state ONLINE/OFFLINE, last_seen (unix s), client_address, local, fenced. "
      "Empty when the group is off.",
-     m_query, 0},
+     m_query, 0, API_ARGS(query_args)},
 };
 
 void gateway_api_init(void)
