@@ -167,8 +167,13 @@ void scsi_lu_set_alua(struct scsi_lu *lu, const struct scsi_alua_ops *ops, void 
 
 static void lu_free_run(struct io_job *j)
 {
-    struct scsi_lu *lu = container_of(j, struct scsi_lu, final_job);
-    lu_free(lu);
+    (void)j;
+}
+
+/* After the job: the pool no longer touches it (as volume.c does). */
+static void lu_free_done(struct reactor_msg *m)
+{
+    lu_free(container_of(m, struct scsi_lu, final_job.done));
 }
 
 void scsi_lu_unref(struct scsi_lu *lu)
@@ -177,7 +182,7 @@ void scsi_lu_unref(struct scsi_lu *lu)
         return;
     if (lu->shared && reactor_self()) {
         /* Closing the shared store blocks (unwatch): not on a reactor. */
-        lu->final_job = (struct io_job){.run = lu_free_run};
+        lu->final_job = (struct io_job){.run = lu_free_run, .done.fn = lu_free_done};
         iopool_submit(&lu->final_job);
         return;
     }
