@@ -7,6 +7,7 @@
  *
  * usage: iscsi_load URL read|write|randread|randwrite BS QD SECONDS
  * prints: "rw=<mode> bs=<bytes> qd=<n> ops=<n> IOPS=<x> MiB/s=<y> lat_us=<mean>"
+ * (+ " unit_attentions=<n>" when some were retried)
  * Exits 1 on any failed command (a benchmark that hides errors measures
  * nothing).
  */
@@ -35,6 +36,7 @@ struct load {
     uint64_t ops, inflight;
     double lat_sum;
     int failed;
+    uint64_t unit_attentions; /* retried, not counted */
     uint64_t rng;
 };
 
@@ -63,7 +65,12 @@ static void done(struct iscsi_context *ctx, int status, void *data, void *arg)
     struct scsi_task *task = data;
 
     ld->inflight--;
-    if (status != SCSI_STATUS_GOOD) {
+    if (status == SCSI_STATUS_CHECK_CONDITION && task->sense.key == SCSI_SENSE_UNIT_ATTENTION) {
+        /* e.g. ASYMMETRIC ACCESS STATE CHANGED (a gateway group's lock
+         * moved, bench/gateways.sh): an initiator retries; so do we, by
+         * issuing the next command (not counted as an op) */
+        ld->unit_attentions++;
+    } else if (status != SCSI_STATUS_GOOD) {
         fprintf(stderr, "command failed: %s\n", iscsi_get_error(ctx));
         ld->failed = 1;
     } else {
@@ -174,9 +181,12 @@ int main(int argc, char **argv)
         }
     }
     double elapsed = now_s() - start;
-    printf("rw=%s bs=%u qd=%u ops=%llu IOPS=%.0f MiB/s=%.1f lat_us=%.0f\n", mode, ld.bs, qd,
+    printf("rw=%s bs=%u qd=%u ops=%llu IOPS=%.0f MiB/s=%.1f lat_us=%.0f", mode, ld.bs, qd,
            (unsigned long long)ld.ops, ld.ops / elapsed,
            ld.ops * (double)ld.bs / elapsed / 1048576.0, ld.ops ? ld.lat_sum / ld.ops * 1e6 : 0.0);
+    if (ld.unit_attentions)
+        printf(" unit_attentions=%llu", (unsigned long long)ld.unit_attentions);
+    printf("\n");
     iscsi_logout_sync(ld.ctx);
     iscsi_destroy_context(ld.ctx);
     return ld.failed;

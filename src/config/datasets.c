@@ -19,6 +19,7 @@
 #include "config/dsbackend.h"
 #include "config/dsprops.h"
 #include "config/dsquery.h"
+#include "config/dsrbd.h" /* ds_backend_why */
 #include "core/log.h"
 #include "core/util.h"
 
@@ -85,6 +86,9 @@ static const struct api_field create_fields[] = {
     /* Only disables TrueNAS' "volsize over 80% of free space" check, which
      * blockd does not make (sparse files are the norm here). */
     {.name = "force_size", .type = API_T_BOOL},
+    /* blockd extension (docs/ha.md): a VOLUME of an RBD pool whose image
+     * already exists (made by another gateway of the group) is adopted. */
+    {.name = "adopt", .type = API_T_BOOL},
     {.name = "managedby", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = 256},
     {.name = "user_properties",
      .type = API_T_ARRAY,
@@ -300,6 +304,17 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
             if (rc < 0)
                 log_error("datasets: create filesystem %s: %s (peer %s)", row.name, strerror(-rc),
                           api_call_peer(call));
+        } else if (!row.memory && bool_or(data, "adopt", false)) {
+            rc = be->volume_adopt ? be->volume_adopt(&pool, row.name, row.volsize, why, sizeof(why))
+                                  : -ENOTSUP;
+            if (rc == -ENOTSUP && !be->volume_adopt)
+                snprintf(ds_backend_why, sizeof(ds_backend_why),
+                         "adopt: only RBD pools hold volumes to adopt");
+            if (rc < 0)
+                log_error("datasets: adopt volume %s in %s pool %s: %s (peer %s)", row.name,
+                          be->name, pool.name, why[0] ? why : strerror(-rc), api_call_peer(call));
+            created_file = false; /* never remove what was adopted */
+            goto created;
         } else if (!row.memory) {
             rc = be->volume_create(&pool, row.name, row.volsize, row.sparse, why, sizeof(why));
             if (rc < 0)
@@ -315,6 +330,7 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
         }
         created_file = rc == 0;
     }
+created:
     if (rc == 0)
         rc = cfg_tx_commit(&tx);
     else

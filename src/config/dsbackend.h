@@ -40,6 +40,11 @@ struct ds_backend {
     int (*volume_create)(const struct ds_pool *p, const char *name, uint64_t size, bool sparse,
                          char *why, size_t whylen);
     int (*filesystem_create)(const struct ds_pool *p, const char *name);
+    /* pool.dataset.create {adopt: true}: take a VOLUME whose storage already
+     * exists (an RBD image another gateway created) instead of making it;
+     * its size must be size. NULL: the pool type has nothing to adopt. */
+    int (*volume_adopt)(const struct ds_pool *p, const char *name, uint64_t size, char *why,
+                        size_t whylen);
     /* Remove a dataset's storage (after its rows are gone: a failure only
      * leaves a stray, logged). is_volume: a volume, else a FILESYSTEM. */
     int (*dataset_remove)(const struct ds_pool *p, const char *name, bool is_volume);

@@ -621,6 +621,41 @@ static int rbdpool_volume_create(const struct ds_pool *p, const char *name, uint
     return rc;
 }
 
+/* The image exists (another gateway of the group made it): check its size
+ * and take it as it is. */
+static int rbdpool_volume_adopt(const struct ds_pool *p, const char *name, uint64_t size, char *why,
+                                size_t whylen)
+{
+    char image[DS_NAME_BUF];
+    struct rbd_io r;
+    rbd_image_t img = NULL;
+    uint64_t have = 0;
+    int rc;
+
+    IMAGE_OF(p, name, image);
+    rc = io_get(p, &r);
+    if (rc < 0)
+        return rc;
+    rc = rbd_image_open_mgmt(r.io, image, NULL, true, &img);
+    if (rc == 0) {
+        rc = rbd_get_size(img, &have);
+        rbd_close(img);
+    }
+    if (rc == -ENOENT)
+        snprintf(ds_backend_why, sizeof(ds_backend_why),
+                 "adopt: there is no RBD image %.200s in %.100s%s%.100s to adopt", image,
+                 r.spec.pool, r.spec.ns[0] ? "/" : "", r.spec.ns);
+    else if (rc == 0 && have != size) {
+        snprintf(ds_backend_why, sizeof(ds_backend_why),
+                 "adopt: RBD image %.200s is %llu bytes, not volsize %llu", image,
+                 (unsigned long long)have, (unsigned long long)size);
+        rc = -EINVAL;
+    }
+    snprintf(why, whylen, "%s", ds_backend_why);
+    io_put(&r, rc);
+    return rc;
+}
+
 static int rbdpool_filesystem_create(const struct ds_pool *p, const char *name)
 {
     /* A FILESYSTEM is only a prefix of image names: nothing to make. */
@@ -907,6 +942,7 @@ static int rbdpool_flatten(const struct ds_pool *p, const char *name, ds_progres
 const struct ds_backend ds_backend_rbd = {
     .name = "rbd",
     .volume_create = rbdpool_volume_create,
+    .volume_adopt = rbdpool_volume_adopt,
     .filesystem_create = rbdpool_filesystem_create,
     .dataset_remove = rbdpool_dataset_remove,
     .snapshot_remove = rbdpool_snapshot_remove,

@@ -41,6 +41,7 @@
 #include "daemon/watchdog.h"
 #include "daemon/modules.h"
 #include "daemon/options.h"
+#include "gateway/gateway.h"
 #include "iscsi/iscsi_runtime.h"
 #include "iscsi/iscsi_config.h"
 #include "nbd/nbd.h"
@@ -223,6 +224,9 @@ static int start_all(const struct options *o, const char *state_dir, const char 
     }
     if (modules_init(state_dir, db_path) < 0)
         return -1;
+    /* Before the front-ends: LUs on RBD images take the group's identity. */
+    if (gateway_start(o->iscsi_listen) < 0)
+        return -1;
     /* Front-ends start once the configuration they serve is open. */
     if ((rc = nbd_server_start(o->nbd_listen)) < 0) {
         log_error("cannot start the NBD server: %s", strerror(-rc));
@@ -292,6 +296,7 @@ static void stop_all(const struct options *o)
     nbd_server_stop();
     iscsi_config_stop(); /* withdraw targets, close portal listeners */
     iscsi_server_stop();
+    gateway_stop(); /* leave the group after the last I/O */
     datasets_flush_all();
     reactors_stop();
     iopool_stop();

@@ -13,6 +13,7 @@
 #include "config/replication.h"
 #include "core/log.h"
 #include "daemon/metrics.h"
+#include "gateway/gateway.h"
 #include "iscsi/iscsi_config.h"
 #include "iscsi/iscsi_share.h"
 #include "nbd/nbd.h"
@@ -32,6 +33,7 @@ int modules_init(const char *state_dir, const char *db_path)
     iscsi_share_init();  /* share.iscsi.* */
     api_sharing_init();  /* sharing.nfs/smb.* refused with ENOTSUP */
     metrics_init();      /* /metrics and /ui on the API listener, core.metrics */
+    gateway_api_init();  /* gateway.query */
 
     /* The key that seals CHAP secrets, kept outside the DB. */
     if ((rc = pwenc_init(state_dir)) < 0)

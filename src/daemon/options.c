@@ -17,6 +17,7 @@
 #include "core/util.h"
 #include "daemon/config_file.h"
 #include "daemon/metrics_allow.h"
+#include "gateway/gateway.h"
 #include "iscsi/iscsi_runtime.h"
 #include "nbd/nbd.h"
 
@@ -240,6 +241,60 @@ static int f_metrics_allow(const char *arg, struct options *o)
     return 0;
 }
 
+/* --gateway-*: gateway/gateway.h checks and keeps them. */
+static int gateway_flag(int rc, const char *why)
+{
+    if (rc < 0)
+        fprintf(stderr, "blockd: %s\n", why);
+    return rc < 0 ? -1 : 0;
+}
+
+static int f_gateway_group(const char *arg, struct options *o)
+{
+    (void)o;
+    return gateway_flag(gateway_configure_group(arg),
+                        "--gateway-group must be 1..63 of A-Z a-z 0-9 . _ -");
+}
+
+static int f_gateway_id(const char *arg, struct options *o)
+{
+    (void)o;
+    return gateway_flag(gateway_configure_id(arg), "--gateway-id must be 1..32");
+}
+
+static int f_gateway_name(const char *arg, struct options *o)
+{
+    (void)o;
+    return gateway_flag(gateway_configure_name(arg),
+                        "--gateway-name must be 1..63 of A-Z a-z 0-9 . _ -");
+}
+
+static int f_gateway_ceph_conf(const char *arg, struct options *o)
+{
+    (void)o;
+    return gateway_flag(gateway_configure_ceph(arg, NULL, NULL), "--gateway-ceph-conf: too long");
+}
+
+static int f_gateway_ceph_id(const char *arg, struct options *o)
+{
+    (void)o;
+    return gateway_flag(gateway_configure_ceph(NULL, arg, NULL), "--gateway-ceph-id: too long");
+}
+
+static int f_gateway_pool(const char *arg, struct options *o)
+{
+    (void)o;
+    return gateway_flag(gateway_configure_ceph(NULL, NULL, arg),
+                        "--gateway-pool must be a pool name");
+}
+
+static int f_gateway_heartbeat_timeout(const char *arg, struct options *o)
+{
+    (void)o;
+    return gateway_flag(gateway_configure_timeout(arg),
+                        "--gateway-heartbeat-timeout must be 2..60");
+}
+
 static int f_version(const char *arg, struct options *o);
 static int f_help(const char *arg, struct options *o);
 
@@ -304,6 +359,21 @@ static const struct flag flags[] = {
     {"metrics-allow", "LIST", f_metrics_allow,
      "networks (CIDR, comma-separated; repeatable) that may\n"
      "read /metrics without an API key (default: none)"},
+    {"gateway-group", "NAME", f_gateway_group,
+     "join gateway group NAME: several blockd serving the same\n"
+     "RBD images over several paths (docs/ha.md; default off)"},
+    {"gateway-id", "N", f_gateway_id,
+     "this member's id, 1..32: its target port group and\n"
+     "relative target port id (required with a group)"},
+    {"gateway-name", "NAME", f_gateway_name, "this member's name (default: the host name)"},
+    {"gateway-ceph-conf", "FILE", f_gateway_ceph_conf,
+     "ceph.conf of the cluster holding the membership\n"
+     "(default: librados' search)"},
+    {"gateway-ceph-id", "ID", f_gateway_ceph_id, "its client id (default admin)"},
+    {"gateway-pool", "POOL", f_gateway_pool, "RADOS pool of the membership object (default rbd)"},
+    {"gateway-heartbeat-timeout", "S", f_gateway_heartbeat_timeout,
+     "a member silent for S seconds is OFFLINE and fenced\n"
+     "(2..60, default 3)"},
     {"version", NULL, f_version, "print the version and exit"},
     {"help", NULL, f_help, "print this help and exit"},
 };

@@ -10,6 +10,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "config/iscsi/config_internal.h"
+#include "gateway/gateway.h"
 #include "scsi/scsi.h"
 #include "store/bdev.h"
 
@@ -112,7 +113,10 @@ int icfg_lu_from_extent(json_t *e, struct scsi_lu **out)
         p.pr_blob = pr;
         p.pr_blob_len = pr_len;
     }
+    gateway_lu_params(vol, &p); /* a gateway group: identity from the RBD image */
     rc = scsi_lu_new(vol, &p, out);
+    if (rc == 0)
+        gateway_lu_attach(*out, vol); /* a gateway group: ALUA from the image lock */
     free(pr);
     volume_unref(vol);
     if (rc < 0)

@@ -16,6 +16,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#include "gateway/gateway.h"
 #include "iscsi/iscsi_internal.h"
 
 #define LOGIN_TEXT_MAX (64 * 1024) /* accumulated C-bit text */
@@ -537,6 +538,12 @@ static int session_create(struct iscsi_conn *ic)
         snprintf(n->target_name, sizeof(n->target_name), "%s", s->view->iqn);
         n->rel_tgt_port_id = s->view->rel_tgt_id ? s->view->rel_tgt_id : 1;
         n->tpg_id = 1;
+        if (gateway_enabled()) {
+            /* A gateway group: this member is one port group of every
+             * target, the same numbers on every target (gateway.h). */
+            n->rel_tgt_port_id = (uint16_t)gateway_id();
+            n->tpg_id = (uint16_t)gateway_id();
+        }
         n->list_luns = session_list_luns;
         n->arg = s;
         scsi_nexus_init(n);

@@ -139,6 +139,9 @@ enum scsi_ua {
      * volume's contents were replaced under the LU (a snapshot rollback),
      * so an initiator drops what it cached of the medium. */
     SCSI_UA_MEDIUM_CHANGED,
+    /* 2A/06 ASYMMETRIC ACCESS STATE CHANGED: the ALUA states an LU reports
+     * (scsi_lu_set_alua) moved, e.g. another gateway now holds the lock. */
+    SCSI_UA_ALUA_CHANGED,
     SCSI_UA_COUNT
 };
 
@@ -149,6 +152,40 @@ enum scsi_ua {
  * (LUNS_CHANGED), for INQUIRY data changes (INQUIRY_CHANGED) and after a
  * rollback replaced the volume's contents (MEDIUM_CHANGED). */
 void scsi_lu_raise_ua(struct scsi_lu *lu, enum scsi_ua ua);
+
+/*
+ * Implicit ALUA across several targets serving one LU (gateway/): the
+ * provider reports every target port group with its state; REPORT TARGET
+ * PORT GROUPS lists them in that order. Without a provider the LU has one
+ * group, the nexus' own, active/optimized.
+ *   report:  fill up to max descriptors, return how many there are. Called
+ *            on the command's thread (a reactor): must not block.
+ *   release: the LU is being freed (any thread, must not block).
+ *   port_state: the state of port group tpg_id (the nexus' own) for this
+ *            command; UNAVAILABLE fails every command but the ones SPC-4
+ *            allows there with NOT READY 04/0C, TRANSITIONING with 04/0A
+ *            (both make a multipath initiator retry on another path).
+ *            Same thread rules as report; NULL: always accessible.
+ */
+enum scsi_alua_state {
+    SCSI_ALUA_OPTIMIZED = 0x0,
+    SCSI_ALUA_NON_OPTIMIZED = 0x1,
+    SCSI_ALUA_STANDBY = 0x2,
+    SCSI_ALUA_UNAVAILABLE = 0x3,
+    SCSI_ALUA_TRANSITIONING = 0xf,
+};
+struct scsi_tpg_desc {
+    uint16_t tpg_id;
+    uint16_t rel_port_id; /* the group's one target port */
+    uint8_t state;        /* enum scsi_alua_state */
+};
+struct scsi_alua_ops {
+    size_t (*report)(void *arg, struct scsi_tpg_desc *out, size_t max);
+    void (*release)(void *arg);
+    uint8_t (*port_state)(void *arg, uint16_t tpg_id);
+};
+/* Set once, right after scsi_lu_new and before the LU is used. */
+void scsi_lu_set_alua(struct scsi_lu *lu, const struct scsi_alua_ops *ops, void *arg);
 
 /* ------------------------------------------------------------------ */
 /* I_T nexus                                                           */

@@ -140,6 +140,28 @@ uint64_t scsi_lun_decode(const uint8_t in[8])
     }
 }
 
+/* Commands SPC-4 (5.15.2.4.5) serves in the unavailable and transitioning
+ * ALUA states: what an initiator needs to find out what is going on. */
+static bool alua_allowed(const uint8_t *cdb)
+{
+    switch (cdb[0]) {
+    case 0x03: /* REQUEST SENSE */
+    case 0x12: /* INQUIRY */
+    case 0x15: /* MODE SELECT (6) */
+    case 0x1a: /* MODE SENSE (6) */
+    case 0x4c: /* LOG SELECT */
+    case 0x4d: /* LOG SENSE */
+    case 0x55: /* MODE SELECT (10) */
+    case 0x5a: /* MODE SENSE (10) */
+    case 0xa0: /* REPORT LUNS */
+    case 0xa3: /* MAINTENANCE IN: REPORT TARGET PORT GROUPS, ... */
+    case 0xa4: /* MAINTENANCE OUT */
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* LU-wide checks under the LU mutex. Returns false when c was failed. */
 static bool check_lu_state(struct scsi_cmd *c, const struct scsi_op *op)
 {
@@ -166,6 +188,16 @@ static bool check_lu_state(struct scsi_cmd *c, const struct scsi_op *op)
             ns->ua_pending &= ~(1u << SCSI_UA_LUNS_CHANGED);
         if (!(op->flags & OPF_UA_EXEMPT) && ns->ua_pending && scsi_lu_ua_pop_locked(ns, c))
             ok = false;
+    }
+    if (ok && lu->alua && lu->alua->port_state && !alua_allowed(c->cdb)) {
+        uint8_t st = lu->alua->port_state(lu->alua_arg, c->nexus->tpg_id);
+        if (st == SCSI_ALUA_UNAVAILABLE || st == SCSI_ALUA_TRANSITIONING) {
+            /* LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE /
+             * ASYMMETRIC ACCESS STATE TRANSITION: the initiator tries another
+             * path (a fenced gateway must not fail I/O as a medium error) */
+            scsi_sense_fill(c, SK_NOT_READY, 0x04, st == SCSI_ALUA_UNAVAILABLE ? 0x0c : 0x0a);
+            ok = false;
+        }
     }
     if (ok && scsi_pr_conflict_locked(lu, c->nexus, op, c->cdb)) {
         c->status = SCSI_STATUS_RESERVATION_CONFLICT;

@@ -306,36 +306,53 @@ void scsi_run_report_luns(struct scsi_cmd *c)
     free(b);
 }
 
+/* Seconds an initiator should allow for an implicit transition (a lock
+ * moving between gateways, a dead one being fenced: docs/ha.md). */
+#define SCSI_ALUA_TRANSITION_S 10
+
 void scsi_run_report_tpg(struct scsi_cmd *c)
 {
     uint32_t alloc = be32_load(&c->cdb[6]);
     unsigned format = c->cdb[1] >> 5;
-    uint8_t b[32];
-    size_t off;
+    enum { MAX_TPGS = 32 };
+    struct scsi_tpg_desc tpgs[MAX_TPGS];
+    uint8_t b[8 + MAX_TPGS * 12];
+    size_t off, n = 0;
 
     if (format > 1) {
         scsi_fail_cdb(c, 1, 7);
         scsi_complete(c);
         return;
     }
+    if (c->lu && c->lu->alua)
+        n = c->lu->alua->report(c->lu->alua_arg, tpgs, MAX_TPGS);
+    if (n > MAX_TPGS)
+        n = MAX_TPGS;
+    if (n == 0) {
+        tpgs[0].tpg_id = c->nexus ? c->nexus->tpg_id : 1;
+        tpgs[0].rel_port_id = c->nexus ? c->nexus->rel_tgt_port_id : 1;
+        tpgs[0].state = SCSI_ALUA_OPTIMIZED;
+        n = 1;
+    }
     memset(b, 0, sizeof b);
     if (format == 1) {
         b[4] = 0x10; /* extended header: format 1 */
-        b[5] = 0;    /* implicit transition time */
+        b[5] = SCSI_ALUA_TRANSITION_S;
         off = 8;
     } else {
         off = 4;
     }
-    uint16_t tpg = c->nexus ? c->nexus->tpg_id : 1;
-    uint16_t port = c->nexus ? c->nexus->rel_tgt_port_id : 1;
-    uint8_t *d = b + off;
-    d[0] = 0x80; /* PREF; asymmetric access state 0: active/optimized */
-    d[1] = 0x01; /* AO_SUP */
-    be16_store(d + 2, tpg);
-    d[5] = 0x00; /* status code */
-    d[7] = 1;    /* target port count */
-    be16_store(d + 10, port);
-    off += 12;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *d = b + off;
+        d[0] = tpgs[i].state & 0x0f; /* PREF 0: no group is preferred for good */
+        /* T_SUP, U_SUP, AN_SUP, AO_SUP: the states a group can be in */
+        d[1] = c->lu && c->lu->alua ? 0x80 | 0x08 | 0x02 | 0x01 : 0x01;
+        be16_store(d + 2, tpgs[i].tpg_id);
+        d[5] = 0x00; /* status code: no transition requested by a SET TPGS */
+        d[7] = 1;    /* target port count */
+        be16_store(d + 10, tpgs[i].rel_port_id);
+        off += 12;
+    }
     be32_store(b, (uint32_t)(off - 4));
     scsi_complete_data(c, b, (uint32_t)off, alloc);
 }

@@ -144,6 +144,8 @@ struct scsi_lu {
     uint8_t naa[16];
     uint8_t naa_len;
     struct scsi_pr_store pr_store;
+    const struct scsi_alua_ops *alua; /* NULL: one group, optimized */
+    void *alua_arg;
     struct scsi_pr_shared *shared; /* NULL: local reservations (pr_store) */
     struct io_job final_job;       /* frees a shared LU off the reactors */
 

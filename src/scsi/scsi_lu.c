@@ -153,14 +153,27 @@ static void lu_free(struct scsi_lu *lu)
     }
     scsi_pr_state_free(&lu->pr);
     pthread_mutex_destroy(&lu->mu);
+    if (lu->alua && lu->alua->release)
+        lu->alua->release(lu->alua_arg);
     volume_unref(lu->vol);
     free(lu);
 }
 
+void scsi_lu_set_alua(struct scsi_lu *lu, const struct scsi_alua_ops *ops, void *arg)
+{
+    lu->alua = ops;
+    lu->alua_arg = arg;
+}
+
 static void lu_free_run(struct io_job *j)
 {
-    struct scsi_lu *lu = container_of(j, struct scsi_lu, final_job);
-    lu_free(lu);
+    (void)j;
+}
+
+/* After the job: the pool no longer touches it (as volume.c does). */
+static void lu_free_done(struct reactor_msg *m)
+{
+    lu_free(container_of(m, struct scsi_lu, final_job.done));
 }
 
 void scsi_lu_unref(struct scsi_lu *lu)
@@ -169,7 +182,7 @@ void scsi_lu_unref(struct scsi_lu *lu)
         return;
     if (lu->shared && reactor_self()) {
         /* Closing the shared store blocks (unwatch): not on a reactor. */
-        lu->final_job = (struct io_job){.run = lu_free_run};
+        lu->final_job = (struct io_job){.run = lu_free_run, .done.fn = lu_free_done};
         iopool_submit(&lu->final_job);
         return;
     }
@@ -222,6 +235,7 @@ static const uint8_t ua_codes[SCSI_UA_COUNT][2] = {
     [SCSI_UA_INQUIRY_CHANGED] = {0x3f, 0x03},
     [SCSI_UA_LUNS_CHANGED] = {0x3f, 0x0e},
     [SCSI_UA_MEDIUM_CHANGED] = {0x28, 0x00},
+    [SCSI_UA_ALUA_CHANGED] = {0x2a, 0x06},
 };
 
 struct scsi_nexus_state *scsi_lu_nexus_locked(struct scsi_lu *lu, const struct scsi_nexus *n)

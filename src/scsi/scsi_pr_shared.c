@@ -184,7 +184,13 @@ static void resync_job_run(struct io_job *j)
     sh->jobs--;
     pthread_cond_broadcast(&sh->cond);
     pthread_mutex_unlock(&sh->mu);
-    free(r);
+}
+
+/* The pool touches the job after run() (job_complete): free it in done,
+ * which runs last (on the pool thread: no owner). */
+static void resync_job_free(struct reactor_msg *m)
+{
+    free(container_of(m, struct resync_job, job.done));
 }
 
 static void on_lost(void *arg, int err)
@@ -206,6 +212,7 @@ static void on_lost(void *arg, int err)
     pthread_mutex_unlock(&sh->mu);
     r->lu = lu;
     r->job.run = resync_job_run;
+    r->job.done.fn = resync_job_free;
     iopool_submit(&r->job);
 }
 

@@ -98,6 +98,13 @@ void scsi_fail_errno(struct scsi_cmd *c, int err, bool write)
         c->status = SCSI_STATUS_BUSY;
         c->sense_len = 0;
         break;
+    case -ESHUTDOWN:
+        /* librbd's EBLOCKLISTED: this client was fenced (a gateway group
+         * took over, docs/ha.md). NOT READY, TARGET PORT IN UNAVAILABLE
+         * STATE: a multipath initiator goes to another path; it is not a
+         * medium error. */
+        scsi_sense_fill(c, SK_NOT_READY, 0x04, 0x0c);
+        break;
     case -ENOTSUP:
 #if EOPNOTSUPP != ENOTSUP
     case -EOPNOTSUPP:

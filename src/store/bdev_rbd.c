@@ -44,6 +44,11 @@ rbd_image_t bdev_rbd_image(struct bdev *b)
     return bdev_is_rbd(b) ? to_rbd(b)->image : NULL;
 }
 
+rados_ioctx_t bdev_rbd_ioctx(struct bdev *b)
+{
+    return bdev_is_rbd(b) ? to_rbd(b)->ioctx : NULL;
+}
+
 /* librbd's byte counts are ssize_t; volume never passes more than SIZE_MAX,
  * but a single call must also fit in ssize_t. Longer ranges are split. */
 #define RBD_CHUNK ((uint64_t)1 << 30)

@@ -36,5 +36,8 @@ bool bdev_is_rbd(const struct bdev *b);
  * rollback: a second handle would take the exclusive lock away from the
  * one serving). Borrowed: valid until bdev_close. */
 rbd_image_t bdev_rbd_image(struct bdev *b);
+/* The image's I/O context (its pool, for identity: gateway/). Borrowed
+ * like bdev_rbd_image. */
+rados_ioctx_t bdev_rbd_ioctx(struct bdev *b);
 
 #endif

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "iscsi/iscsi_runtime.h"
+#include "gateway/gateway.h"
 #include "scsi/scsi.h"
 #include "test_config_stubs.h"
 
@@ -143,4 +144,15 @@ void scsi_lu_set_readonly(struct scsi_lu *lu, bool ro)
 struct volume *scsi_lu_volume(const struct scsi_lu *lu)
 {
     return lu->vol;
+}
+
+/* gateway/: no gateway group in these tests. */
+void gateway_lu_params(struct volume *vol, struct scsi_lu_params *p)
+{
+    (void)vol, (void)p;
+}
+
+void gateway_lu_attach(struct scsi_lu *lu, struct volume *vol)
+{
+    (void)lu, (void)vol;
 }

@@ -837,6 +837,94 @@ static void test_mode_pages(void **state)
     fixture_free(g);
 }
 
+/* A gateway group's view (gateway/gateway_lu.c provides the real one). */
+static struct {
+    struct scsi_tpg_desc tpgs[3];
+    size_t n;
+    uint8_t port_state;
+    int released;
+} alua;
+
+static size_t alua_report(void *arg, struct scsi_tpg_desc *out, size_t max)
+{
+    (void)arg;
+    for (size_t i = 0; i < alua.n && i < max; i++)
+        out[i] = alua.tpgs[i];
+    return alua.n;
+}
+
+static uint8_t alua_port_state(void *arg, uint16_t tpg)
+{
+    (void)arg, (void)tpg;
+    return alua.port_state;
+}
+
+static void alua_release(void *arg)
+{
+    (void)arg;
+    alua.released++;
+}
+
+static const struct scsi_alua_ops alua_ops = {
+    .report = alua_report, .release = alua_release, .port_state = alua_port_state};
+
+/* RTPG lists every group of the provider with its state; 2A/06 reaches
+ * every nexus; an unavailable port refuses I/O with 04/0C but serves
+ * INQUIRY and RTPG; the LU releases the provider when freed. */
+static void test_alua_provider(void **state)
+{
+    (void)state;
+    struct fixture *f = fixture_new(0, false, VOLUME_SYNC_STANDARD);
+    struct result r;
+    memset(&alua, 0, sizeof alua);
+    alua.tpgs[0] = (struct scsi_tpg_desc){1, 1, SCSI_ALUA_NON_OPTIMIZED};
+    alua.tpgs[1] = (struct scsi_tpg_desc){2, 2, SCSI_ALUA_OPTIMIZED};
+    alua.tpgs[2] = (struct scsi_tpg_desc){3, 3, SCSI_ALUA_UNAVAILABLE};
+    alua.n = 3;
+    alua.port_state = SCSI_ALUA_NON_OPTIMIZED;
+    scsi_lu_set_alua(f->lu, &alua_ops, NULL);
+    clear_ua(f, &f->a);
+    clear_ua(f, &f->b);
+    /* extended format: header 8 bytes, 3 descriptors of 12 */
+    RUN(f, &f->a, &r, NULL, 0, 255, 0xa3, 0x2a, 0, 0, 0, 0, 0, 0, 0, 255, 0, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    assert_int_equal(be32_load(r.data), 4 + 3 * 12);
+    assert_int_equal(r.data[4], 0x10);
+    for (unsigned i = 0; i < 3; i++) {
+        const uint8_t *d = r.data + 8 + i * 12;
+        assert_int_equal(d[0] & 0x0f, alua.tpgs[i].state);
+        assert_int_equal(d[1], 0x8b); /* T_SUP U_SUP AN_SUP AO_SUP */
+        assert_int_equal(be16_load(d + 2), i + 1);
+        assert_int_equal(d[7], 1);
+        assert_int_equal(be16_load(d + 10), i + 1);
+    }
+    /* the view moved: both nexuses get ASYMMETRIC ACCESS STATE CHANGED once */
+    scsi_lu_raise_ua(f->lu, SCSI_UA_ALUA_CHANGED);
+    RUN(f, &f->a, &r, NULL, 0, 0, 0x00);
+    expect_sense(&r, 0x06, 0x2a, 0x06);
+    RUN(f, &f->b, &r, NULL, 0, 0, 0x00);
+    expect_sense(&r, 0x06, 0x2a, 0x06);
+    RUN(f, &f->a, &r, NULL, 0, 0, 0x00);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    /* non-optimized serves I/O */
+    write_blocks(f, 0, 1, 0x5a);
+    /* unavailable (a fenced gateway): 04/0C for I/O and TUR, not INQUIRY/RTPG */
+    alua.port_state = SCSI_ALUA_UNAVAILABLE;
+    RUN(f, &f->a, &r, NULL, 0, 512, 0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0);
+    expect_sense(&r, 0x02, 0x04, 0x0c);
+    RUN(f, &f->a, &r, NULL, 0, 0, 0x00);
+    expect_sense(&r, 0x02, 0x04, 0x0c);
+    RUN(f, &f->a, &r, NULL, 0, 96, 0x12, 0, 0, 0, 96, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    RUN(f, &f->a, &r, NULL, 0, 255, 0xa3, 0x0a, 0, 0, 0, 0, 0, 0, 0, 255, 0, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    alua.port_state = SCSI_ALUA_TRANSITIONING;
+    RUN(f, &f->a, &r, NULL, 0, 512, 0x28, 0, 0, 0, 0, 0, 0, 0, 1, 0);
+    expect_sense(&r, 0x02, 0x04, 0x0a);
+    fixture_free(f);
+    assert_int_equal(alua.released, 1);
+}
+
 static void test_report_luns_tpg_rsoc(void **state)
 {
     struct fixture *f = *state;
@@ -1262,6 +1350,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sync_cache_prefetch, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mode_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_report_luns_tpg_rsoc, setup, teardown),
+        cmocka_unit_test(test_alua_provider),
         cmocka_unit_test_setup_teardown(test_misc, setup, teardown),
         cmocka_unit_test_setup_teardown(test_spc2_reserve, setup, teardown),
         cmocka_unit_test_setup_teardown(test_persistent_reservations, setup, teardown),

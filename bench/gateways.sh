@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Gateway groups (issue #17, docs/ha.md): two blockd members (127.0.0.2 and
+# 127.0.0.3, separate state directories) serve one RBD volume on one
+# throwaway Ceph cluster (scripts/ceph-cluster.sh: a monitor and a memstore
+# OSD on the same CPUs).
+#   scaling   4K random read/write at QD32 (bench/iscsi_load, one libiscsi
+#             session per path) through one member, then through both at
+#             once (QD32 on each). Writes through both bounce the image's
+#             exclusive lock between the members at every write (librbd's
+#             cooperative transfer): the case an initiator that ignores
+#             ALUA produces, measured so that docs/ha.md can say what it
+#             costs.
+#   failover  a QD4 random writer through A (the optimized member), A gets
+#             SIGKILL, then the time until a 4K FUA write through B is
+#             acknowledged (tests/tools/gw_probe first-write: reconnect +
+#             write, retried). B first notices A's silence (heartbeat
+#             timeout, --gateway-heartbeat-timeout, default 3 s; rounds of
+#             1 s), blocklists A and breaks its lock. Target: <= 5 s.
+#
+# Run under the bench lock:  flock /tmp/blockd-bench.lock bash bench/gateways.sh
+# Knobs: BUILD (./build), RUNTIME (s per run, 5), SIZE_MB (1024), REP (3),
+#        TIMEOUT (heartbeat timeout, 3), OUT (bench/results/gateways.md;
+#        "-" prints only).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+BUILD=${BUILD:-$root/build}
+RUNTIME=${RUNTIME:-5}
+SIZE_MB=${SIZE_MB:-1024}
+REP=${REP:-3}
+TIMEOUT=${TIMEOUT:-3}
+OUT=${OUT:-$here/results/gateways.md}
+BLOCKD=$BUILD/src/daemon/blockd
+BLOCKCTL=$BUILD/src/cli/blockctl
+LOAD=$BUILD/bench/iscsi_load
+PROBE=$BUILD/tests/tools/gw_probe
+
+for t in rbd python3 "$BLOCKD" "$BLOCKCTL" "$LOAD" "$PROBE"; do
+    command -v "$t" >/dev/null 2>&1 || { echo "bench/gateways.sh: missing $t" >&2; exit 1; }
+done
+
+TMP=$(mktemp -d /tmp/blockd-bench-gw.XXXXXX)
+declare -A PID ADDR PORT
+cleanup() {
+    for p in "${PID[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    "$root/scripts/ceph-cluster.sh" stop "$TMP/ceph" >/dev/null 2>&1 || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ctl() { local n=$1; shift; "$BLOCKCTL" --socket "$TMP/$n/blockd.sock" "$@"; }
+
+echo "starting a Ceph cluster ..." >&2
+CEPH_MEM_BYTES=$(((SIZE_MB * 3 + 2048) << 20)) "$root/scripts/ceph-cluster.sh" start "$TMP/ceph" >&2
+export CEPH_CONF=$TMP/ceph/ceph.conf
+
+# member NAME ADDR ID: start it and wait for its API
+member() {
+    local n=$1
+    ADDR[$n]=$2
+    [ -n "${PORT[$n]:-}" ] || PORT[$n]=$(port)
+    "$BLOCKD" --state-dir "$TMP/$n" --log-level info --nbd-listen "$2:0" \
+        --iscsi-listen "$2:${PORT[$n]}" --gateway-group bench --gateway-id "$3" \
+        --gateway-name "$n" --gateway-ceph-conf "$CEPH_CONF" \
+        --gateway-heartbeat-timeout "$TIMEOUT" >>"$TMP/$n.log" 2>&1 &
+    PID[$n]=$!
+    for _ in $(seq 1 300); do
+        ctl "$n" call core.ping >/dev/null 2>&1 && return 0
+        sleep 0.05
+    done
+    echo "bench/gateways.sh: member $n did not start" >&2; tail "$TMP/$n.log" >&2; exit 1
+}
+member A 127.0.0.2 1
+member B 127.0.0.3 2
+size=$((SIZE_MB << 20))
+for n in A B; do
+    adopt=false; [ "$n" = B ] && adopt=true
+    ctl "$n" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null
+    ctl "$n" call pool.dataset.create "{\"name\":\"ceph/v\",\"type\":\"VOLUME\",\"volsize\":$size,\"adopt\":$adopt}" >/dev/null
+    ctl "$n" share iscsi create ceph/v >/dev/null
+done
+BASE=$(ctl A call iscsi.global.config | python3 -c 'import json,sys; print(json.load(sys.stdin)["basename"])')
+url() { echo "iscsi://${ADDR[$1]}:${PORT[$1]}/$BASE:ceph:v/0"; }
+echo "filling the volume through A ..." >&2
+"$LOAD" "$(url A)" write 1048576 8 "$((SIZE_MB / 100 + 3))" >/dev/null
+
+iops() { sed -n 's/.*IOPS=\([0-9.]*\).*/\1/p' "$1"; }
+results=()
+row() { results+=("$1"); echo "$1" >&2; }
+
+for rw in randread randwrite; do
+    for r in $(seq 1 "$REP"); do
+        "$LOAD" "$(url A)" "$rw" 4096 32 "$RUNTIME" >"$TMP/one" || { cat "$TMP/one" >&2; exit 1; }
+        "$LOAD" "$(url A)" "$rw" 4096 32 "$RUNTIME" >"$TMP/a" &
+        la=$!
+        "$LOAD" "$(url B)" "$rw" 4096 32 "$RUNTIME" >"$TMP/b" &
+        lb=$!
+        wait "$la" && wait "$lb" || { cat "$TMP/a" "$TMP/b" >&2; exit 1; }
+        one=$(iops "$TMP/one")
+        a=$(iops "$TMP/a")
+        b=$(iops "$TMP/b")
+        two=$(python3 -c "print(round($a + $b))")
+        ratio=$(python3 -c "print(f'{($a + $b) / $one:.2f}')")
+        row "| 4K $rw QD32 | $r | $(python3 -c "print(round($one))") | $(python3 -c "print(round($a))") + $(python3 -c "print(round($b))") = $two | ${ratio}x |"
+    done
+done
+lock_moves=$(grep -c "exclusive lock is now held" "$TMP/A.log" || true)
+
+fo=()
+for r in $(seq 1 "$REP"); do
+    # A optimized (its write takes the lock), a writer on it, then SIGKILL
+    "$PROBE" write "$(url A)" 0 1 1 >/dev/null
+    "$LOAD" "$(url A)" randwrite 4096 4 60 >/dev/null 2>&1 &
+    w=$!
+    sleep 2
+    kill -KILL "${PID[A]}"
+    t0=$(date +%s%N)
+    "$PROBE" first-write "$(url B)" 7 "$r" 60 >/dev/null
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    kill -KILL "$w" 2>/dev/null || true # libiscsi would reconnect to A forever
+    wait "$w" 2>/dev/null || true
+    wait "${PID[A]}" 2>/dev/null || true
+    fo+=("$ms")
+    echo "failover $r: $ms ms" >&2
+    member A 127.0.0.2 1 # rejoins (after checking its old self is dead)
+done
+
+{
+    echo "## $(date -u +%Y-%m-%dT%H:%MZ): $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), RUNTIME=$RUNTIME REP=$REP SIZE_MB=$SIZE_MB, heartbeat timeout ${TIMEOUT} s"
+    echo
+    echo "Command: \`flock /tmp/blockd-bench.lock bash bench/gateways.sh\` (memstore OSD on the same CPUs)"
+    echo
+    echo "| case | run | one member (IOPS) | two members at once (IOPS) | two / one |"
+    echo "|---|---|---|---|---|"
+    printf '%s\n' "${results[@]}"
+    echo
+    echo "Lock moves logged by A during the runs: $lock_moves (the write case through both paths bounces it)."
+    echo
+    echo "Failover, SIGKILL of the optimized member under a QD4 writer to the first acknowledged"
+    echo "write through the survivor (ms): ${fo[*]} (target <= 5000)."
+    echo
+} >"$TMP/report"
+cat "$TMP/report"
+if [ "$OUT" != - ]; then
+    mkdir -p "$(dirname "$OUT")"
+    cat "$TMP/report" >>"$OUT"
+fi

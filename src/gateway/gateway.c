@@ -1,0 +1,663 @@
+/*
+ * Gateway group membership (gateway.h): configuration, the membership
+ * object in RADOS, heartbeats, liveness and fencing.
+ */
+#include "gateway/gateway.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <jansson.h>
+#include <limits.h>
+#include <rados/librados.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "gateway/gateway_internal.h"
+#include "store/rbd_cluster.h"
+
+/* How long a fenced client stays blocklisted: far longer than any
+ * zombie can live (a restarted daemon has a new address anyway). */
+#define GW_BLOCKLIST_S 3600
+/* Fenced addresses remembered (their locks are broken on sight). */
+#define GW_FENCED_MAX 64
+/* A join or leave waits this long for the other members' acks. */
+#define GW_NOTIFY_MS 1000
+
+static struct {
+    char group[GATEWAY_NAME_MAX + 1];
+    char name[GATEWAY_NAME_MAX + 1];
+    unsigned id;
+    unsigned timeout_s;
+    char conf[PATH_MAX];
+    char ceph_id[64];
+    char pool[128];
+    bool any; /* some --gateway-* flag given */
+} cfg = {.timeout_s = GATEWAY_TIMEOUT_DEFAULT_S, .pool = "rbd"};
+
+struct member_rec {
+    bool present;
+    struct gateway_member m;
+    uint64_t changed_ms; /* our clock when its counter last changed */
+};
+
+pthread_mutex_t gw_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gw_cond = PTHREAD_COND_INITIALIZER;
+static struct member_rec recs[GATEWAY_ID_MAX + 1]; /* by id; gw_mu */
+static char fenced[GW_FENCED_MAX][128];            /* ring; gw_mu */
+static unsigned fenced_next;
+static bool kick, stop_req; /* gw_mu */
+
+static bool enabled;
+static pthread_t thr;
+static struct rbd_cluster *cluster;
+static rados_ioctx_t io;
+static uint64_t watch_cookie;
+static bool watching;
+static char obj[160];
+static char my_key[32];
+static char my_addr[128];
+static char my_portals[128];
+static uint64_t my_counter;
+static _Atomic bool my_blocklisted;
+
+uint64_t gw_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > GATEWAY_NAME_MAX)
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              *s == '.' || *s == '_' || *s == '-'))
+            return false;
+    return true;
+}
+
+static int parse_uint(const char *s, unsigned min, unsigned max, unsigned *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max)
+        return -EINVAL;
+    *out = (unsigned)v;
+    return 0;
+}
+
+int gateway_configure_group(const char *group)
+{
+    if (!name_ok(group))
+        return -EINVAL;
+    snprintf(cfg.group, sizeof(cfg.group), "%s", group);
+    cfg.any = true;
+    return 0;
+}
+
+int gateway_configure_name(const char *name)
+{
+    if (!name_ok(name))
+        return -EINVAL;
+    snprintf(cfg.name, sizeof(cfg.name), "%s", name);
+    cfg.any = true;
+    return 0;
+}
+
+int gateway_configure_id(const char *id)
+{
+    cfg.any = true;
+    return parse_uint(id, 1, GATEWAY_ID_MAX, &cfg.id);
+}
+
+int gateway_configure_timeout(const char *seconds)
+{
+    cfg.any = true;
+    return parse_uint(seconds, 2, 60, &cfg.timeout_s);
+}
+
+int gateway_configure_ceph(const char *conf, const char *id, const char *pool)
+{
+    cfg.any = true;
+    if (conf && snprintf(cfg.conf, sizeof(cfg.conf), "%s", conf) >= (int)sizeof(cfg.conf))
+        return -EINVAL;
+    if (id && snprintf(cfg.ceph_id, sizeof(cfg.ceph_id), "%s", id) >= (int)sizeof(cfg.ceph_id))
+        return -EINVAL;
+    if (pool &&
+        (!pool[0] || snprintf(cfg.pool, sizeof(cfg.pool), "%s", pool) >= (int)sizeof(cfg.pool)))
+        return -EINVAL;
+    return 0;
+}
+
+bool gateway_enabled(void)
+{
+    return enabled;
+}
+
+bool gateway_fenced(void)
+{
+    return my_blocklisted;
+}
+
+unsigned gateway_id(void)
+{
+    return enabled ? cfg.id : 0;
+}
+
+/* ---- the membership object ---- */
+
+static char *record_json(void)
+{
+    json_t *o = json_pack("{s:s, s:i, s:s, s:s, s:I, s:I}", "name", cfg.name, "id", (int)cfg.id,
+                          "portals", my_portals, "addr", my_addr, "heartbeat",
+                          (json_int_t)my_counter, "time", (json_int_t)time(NULL));
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+static int write_record(void)
+{
+    my_counter++;
+    char *val = record_json();
+    if (!val)
+        return -ENOMEM;
+    const char *keys[1] = {my_key};
+    const char *vals[1] = {val};
+    size_t klen[1] = {strlen(my_key)}, vlen[1] = {strlen(val)};
+    rados_write_op_t op = rados_create_write_op();
+    rados_write_op_omap_set2(op, keys, vals, klen, vlen, 1);
+    int rc = rados_write_op_operate(op, io, obj, NULL, 0);
+    rados_release_write_op(op);
+    free(val);
+    return rc;
+}
+
+static int remove_record(void)
+{
+    const char *keys[1] = {my_key};
+    size_t klen[1] = {strlen(my_key)};
+    rados_write_op_t op = rados_create_write_op();
+    rados_write_op_omap_rm_keys2(op, keys, klen, 1);
+    int rc = rados_write_op_operate(op, io, obj, NULL, 0);
+    rados_release_write_op(op);
+    return rc;
+}
+
+/* Tell the watchers to reread now (a join or a leave). */
+static void notify_members(void)
+{
+    char *reply = NULL;
+    size_t reply_len = 0;
+    int rc = rados_notify2(io, obj, "", 0, GW_NOTIFY_MS, &reply, &reply_len);
+    if (reply)
+        rados_buffer_free(reply);
+    /* -ETIMEDOUT: a dead member's watch is still registered; it will
+     * expire. The others got the notification. */
+    if (rc < 0 && rc != -ETIMEDOUT)
+        log_warn("gateway %s: notify on %s: %s", cfg.group, obj, strerror(-rc));
+}
+
+/* The records in the object, parsed: out[id] for each present id. */
+static int read_records(struct gateway_member *out, bool *present)
+{
+    rados_read_op_t op = rados_create_read_op();
+    rados_omap_iter_t it = NULL;
+    unsigned char more = 0;
+    int prval = 0;
+    memset(present, 0, sizeof(bool) * (GATEWAY_ID_MAX + 1));
+    rados_read_op_omap_get_vals2(op, "", "member.", GATEWAY_ID_MAX * 2, &it, &more, &prval);
+    int rc = rados_read_op_operate(op, io, obj, 0);
+    rados_release_read_op(op);
+    if (rc == -ENOENT)
+        return 0; /* no member yet */
+    if (rc < 0)
+        return rc;
+    if (prval < 0) {
+        if (it)
+            rados_omap_get_end(it);
+        return prval;
+    }
+    char *k, *v;
+    size_t kl, vl;
+    while (rados_omap_get_next2(it, &k, &v, &kl, &vl) == 0 && k) {
+        json_t *o = json_loadb(v, vl, 0, NULL);
+        json_int_t id = json_integer_value(json_object_get(o, "id"));
+        if (!o || id < 1 || id > GATEWAY_ID_MAX) {
+            log_warn("gateway %s: ignoring a bad record %.*s in %s", cfg.group, (int)kl, k, obj);
+            json_decref(o);
+            continue;
+        }
+        struct gateway_member *m = &out[id];
+        memset(m, 0, sizeof(*m));
+        m->id = (unsigned)id;
+        snprintf(m->name, sizeof(m->name), "%s",
+                 json_string_value(json_object_get(o, "name")) ?: "");
+        snprintf(m->portals, sizeof(m->portals), "%s",
+                 json_string_value(json_object_get(o, "portals")) ?: "");
+        snprintf(m->addr, sizeof(m->addr), "%s",
+                 json_string_value(json_object_get(o, "addr")) ?: "");
+        m->heartbeat = (uint64_t)json_integer_value(json_object_get(o, "heartbeat"));
+        m->last_seen = (int64_t)json_integer_value(json_object_get(o, "time"));
+        present[id] = true;
+        json_decref(o);
+    }
+    rados_omap_get_end(it);
+    return 0;
+}
+
+static void fence_remember_locked(const char *addr)
+{
+    if (!addr[0])
+        return;
+    for (unsigned i = 0; i < GW_FENCED_MAX; i++)
+        if (strcmp(fenced[i], addr) == 0)
+            return;
+    snprintf(fenced[fenced_next], sizeof(fenced[0]), "%s", addr);
+    fenced_next = (fenced_next + 1) % GW_FENCED_MAX;
+}
+
+/* Blocklist a dead member's client: from now on the OSDs refuse it, so a
+ * member that was only cut off can never write again. Its exclusive locks
+ * are broken by the LU pass (gw_lu_pass). */
+static void fence(const char *what, const char *addr)
+{
+    char a[128];
+    snprintf(a, sizeof(a), "%s", addr);
+    int rc = rados_blocklist_add(rbd_cluster_rados(cluster), a, GW_BLOCKLIST_S);
+    if (rc < 0)
+        log_error("gateway %s: cannot blocklist %s (%s): %s; its locks are not broken", cfg.group,
+                  what, addr, strerror(-rc));
+    else
+        log_warn("gateway %s: fenced %s: client %s blocklisted for %u s", cfg.group, what, addr,
+                 GW_BLOCKLIST_S);
+    if (rc == 0) {
+        pthread_mutex_lock(&gw_mu);
+        fence_remember_locked(addr);
+        pthread_mutex_unlock(&gw_mu);
+    }
+}
+
+/* Merge what was read into the table; fence members that went OFFLINE
+ * (only while our own heartbeat works: a member cut off from the cluster
+ * must not fence the others). */
+static void merge(const struct gateway_member *rd, const bool *present, bool self_ok)
+{
+    uint64_t now = gw_now_ms();
+    struct {
+        char what[128];
+        char addr[128];
+    } to_fence[GATEWAY_ID_MAX + 1];
+    size_t nf = 0;
+
+    pthread_mutex_lock(&gw_mu);
+    for (unsigned id = 1; id <= GATEWAY_ID_MAX; id++) {
+        struct member_rec *r = &recs[id];
+        if (!present[id]) {
+            if (r->present && id != cfg.id)
+                log_info("gateway %s: member %s (id %u) left", cfg.group, r->m.name, id);
+            if (id != cfg.id)
+                r->present = false;
+            continue;
+        }
+        const struct gateway_member *m = &rd[id];
+        if (!r->present || strcmp(r->m.addr, m->addr) != 0) {
+            if (r->present && r->m.addr[0] && strcmp(r->m.addr, m->addr) != 0) {
+                /* A restart: the old instance is dead (the new one fenced
+                 * it when it took the id over); its locks can be broken. */
+                fence_remember_locked(r->m.addr);
+            }
+            if (id != cfg.id)
+                log_info("gateway %s: member %s (id %u) joined, portals %s, client %s", cfg.group,
+                         m->name, id, m->portals, m->addr);
+            r->present = true;
+            r->m = *m;
+            r->m.state = GATEWAY_ONLINE;
+            r->changed_ms = now;
+            continue;
+        }
+        if (m->heartbeat != r->m.heartbeat)
+            r->changed_ms = now;
+        enum gateway_member_state st = r->m.state;
+        bool fenced_before = r->m.fenced;
+        r->m = *m;
+        r->m.fenced = fenced_before;
+        if (id == cfg.id)
+            r->m.state = GATEWAY_ONLINE;
+        else if (now - r->changed_ms >= (uint64_t)cfg.timeout_s * 1000u)
+            r->m.state = GATEWAY_OFFLINE;
+        else
+            r->m.state = GATEWAY_ONLINE;
+        if (st == GATEWAY_OFFLINE && r->m.state == GATEWAY_ONLINE) {
+            log_info("gateway %s: member %s (id %u) is back", cfg.group, m->name, id);
+            r->m.fenced = false;
+        }
+        if (r->m.state == GATEWAY_OFFLINE && st == GATEWAY_ONLINE)
+            log_warn("gateway %s: member %s (id %u) is OFFLINE: no heartbeat for %u s", cfg.group,
+                     m->name, id, cfg.timeout_s);
+        if (r->m.state == GATEWAY_OFFLINE && !r->m.fenced && self_ok) {
+            r->m.fenced = true;
+            snprintf(to_fence[nf].what, sizeof(to_fence[nf].what), "member %s (id %u)", m->name,
+                     id);
+            snprintf(to_fence[nf].addr, sizeof(to_fence[nf].addr), "%s", m->addr);
+            nf++;
+        }
+    }
+    pthread_mutex_unlock(&gw_mu);
+    for (size_t i = 0; i < nf; i++)
+        fence(to_fence[i].what, to_fence[i].addr);
+}
+
+static void watch_cb(void *arg, uint64_t notify_id, uint64_t handle, uint64_t notifier_id,
+                     void *data, size_t data_len)
+{
+    (void)arg, (void)notifier_id, (void)data, (void)data_len;
+    rados_notify_ack(io, obj, notify_id, handle, NULL, 0);
+    pthread_mutex_lock(&gw_mu);
+    kick = true;
+    pthread_cond_signal(&gw_cond);
+    pthread_mutex_unlock(&gw_mu);
+}
+
+static void watch_err_cb(void *arg, uint64_t cookie, int err)
+{
+    (void)arg, (void)cookie;
+    log_warn("gateway %s: the watch on %s failed (%s): watching again", cfg.group, obj,
+             strerror(-err));
+    pthread_mutex_lock(&gw_mu);
+    watching = false;
+    kick = true;
+    pthread_cond_signal(&gw_cond);
+    pthread_mutex_unlock(&gw_mu);
+}
+
+static void watch_start(void)
+{
+    if (watching) {
+        rados_unwatch2(io, watch_cookie);
+        watching = false;
+    }
+    /* Timeout 0: the OSDs' default. The watch only makes rereads prompt;
+     * liveness is the heartbeat's, so its own timeout need not be short. */
+    int rc = rados_watch3(io, obj, &watch_cookie, watch_cb, watch_err_cb, 0, NULL);
+    if (rc < 0)
+        log_warn("gateway %s: cannot watch %s: %s (membership changes are seen within %u ms)",
+                 cfg.group, obj, strerror(-rc), GATEWAY_HEARTBEAT_MS);
+    else
+        watching = true;
+}
+
+/* One round: heartbeat, reread, fence, LU pass. */
+static void round_once(void)
+{
+    int rc = write_record();
+    bool self_ok = rc == 0;
+    if (rc == -ESHUTDOWN /* EBLOCKLISTED */) {
+        if (!my_blocklisted)
+            log_error("gateway %s: this member (client %s) was fenced by the group (its "
+                      "heartbeat stopped for %u s): it can no longer write to the cluster; "
+                      "restart blockd to rejoin",
+                      cfg.group, my_addr, cfg.timeout_s);
+        my_blocklisted = true;
+    } else if (rc < 0) {
+        log_warn("gateway %s: heartbeat on %s failed: %s", cfg.group, obj, strerror(-rc));
+    }
+    struct gateway_member rd[GATEWAY_ID_MAX + 1];
+    bool present[GATEWAY_ID_MAX + 1];
+    rc = read_records(rd, present);
+    if (rc < 0) {
+        log_warn("gateway %s: cannot read %s: %s", cfg.group, obj, strerror(-rc));
+        return;
+    }
+    merge(rd, present, self_ok);
+    gw_lu_pass();
+}
+
+static void *gw_main(void *arg)
+{
+    (void)arg;
+    bool first = true;
+    uint64_t next = 0;
+    for (;;) {
+        pthread_mutex_lock(&gw_mu);
+        if (stop_req) {
+            pthread_mutex_unlock(&gw_mu);
+            break;
+        }
+        bool rewatch = !watching;
+        pthread_mutex_unlock(&gw_mu);
+        if (rewatch && !my_blocklisted)
+            watch_start();
+        if (first) {
+            notify_members(); /* the join: the others reread at once */
+            first = false;
+        }
+        uint64_t now = gw_now_ms();
+        if (now >= next) {
+            round_once();
+            next = now + GATEWAY_HEARTBEAT_MS;
+        } else {
+            /* a notification: reread only */
+            struct gateway_member rd[GATEWAY_ID_MAX + 1];
+            bool present[GATEWAY_ID_MAX + 1];
+            if (read_records(rd, present) == 0)
+                merge(rd, present, true);
+        }
+        pthread_mutex_lock(&gw_mu);
+        while (!kick && !stop_req) {
+            uint64_t t = gw_now_ms();
+            if (t >= next)
+                break;
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            uint64_t wait = next - t;
+            ts.tv_sec += (time_t)(wait / 1000);
+            ts.tv_nsec += (long)(wait % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&gw_cond, &gw_mu, &ts);
+        }
+        kick = false;
+        pthread_mutex_unlock(&gw_mu);
+    }
+    return NULL;
+}
+
+/* Is the id held by another live member? Watch its counter for a timeout. */
+static int check_id_free(void)
+{
+    struct gateway_member rd[GATEWAY_ID_MAX + 1];
+    bool present[GATEWAY_ID_MAX + 1];
+    int rc = read_records(rd, present);
+    if (rc < 0)
+        return rc;
+    if (!present[cfg.id])
+        return 0;
+    struct gateway_member old = rd[cfg.id];
+    log_info("gateway %s: id %u is registered to %s (client %s): checking whether it is alive "
+             "(up to %u s)",
+             cfg.group, cfg.id, old.name, old.addr, cfg.timeout_s + 1);
+    uint64_t end = gw_now_ms() + (uint64_t)(cfg.timeout_s + 1) * 1000u;
+    while (gw_now_ms() < end) {
+        usleep(250 * 1000);
+        rc = read_records(rd, present);
+        if (rc < 0)
+            return rc;
+        if (!present[cfg.id])
+            return 0; /* it left */
+        if (rd[cfg.id].heartbeat != old.heartbeat) {
+            log_error("gateway %s: gateway id %u is already used by the live member %s (client "
+                      "%s, portals %s): refusing to start; give this member another "
+                      "--gateway-id",
+                      cfg.group, cfg.id, rd[cfg.id].name, rd[cfg.id].addr, rd[cfg.id].portals);
+            return -EADDRINUSE;
+        }
+    }
+    /* Dead: take the id over, and fence the old instance first so that it
+     * can never write again (its image locks are broken on sight). */
+    fence("the previous holder of this id", old.addr);
+    return 0;
+}
+
+int gateway_start(const char *portals)
+{
+    if (!cfg.group[0]) {
+        if (cfg.any) {
+            log_error("gateway: --gateway-* options need --gateway-group NAME");
+            return -EINVAL;
+        }
+        return 0;
+    }
+    if (!cfg.id) {
+        log_error("gateway %s: --gateway-id N (1..%d) is required", cfg.group, GATEWAY_ID_MAX);
+        return -EINVAL;
+    }
+    if (!cfg.name[0]) {
+        char host[256] = "";
+        if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
+            snprintf(host, sizeof(host), "gateway-%u", cfg.id);
+        host[strcspn(host, ".")] = 0; /* the short name */
+        if (!name_ok(host))
+            snprintf(host, sizeof(host), "gateway-%u", cfg.id);
+        snprintf(cfg.name, sizeof(cfg.name), "%s", host);
+    }
+    snprintf(my_portals, sizeof(my_portals), "%s", portals ? portals : "");
+    snprintf(obj, sizeof(obj), "blockd.gateway.%s", cfg.group);
+    snprintf(my_key, sizeof(my_key), "member.%03u", cfg.id);
+
+    struct rbd_cluster_spec spec = {.conf = cfg.conf, .id = cfg.ceph_id};
+    int rc = rbd_cluster_get(&spec, 10, &cluster);
+    if (rc < 0) {
+        log_error("gateway %s: cannot connect to the Ceph cluster (conf %s): %s", cfg.group,
+                  cfg.conf[0] ? cfg.conf : "default", strerror(-rc));
+        return rc;
+    }
+    rc = rbd_cluster_ioctx(cluster, cfg.pool, NULL, &io);
+    if (rc < 0) {
+        log_error("gateway %s: RADOS pool %s: %s", cfg.group, cfg.pool, strerror(-rc));
+        rbd_cluster_put(cluster);
+        cluster = NULL;
+        return rc;
+    }
+    char *addrs = NULL;
+    rc = rados_getaddrs(rbd_cluster_rados(cluster), &addrs);
+    if (rc == 0 && addrs)
+        snprintf(my_addr, sizeof(my_addr), "%s", addrs);
+    if (addrs)
+        rados_buffer_free(addrs);
+    if (rc == 0)
+        rc = check_id_free();
+    if (rc == 0)
+        rc = write_record();
+    if (rc < 0) {
+        if (rc != -EADDRINUSE)
+            log_error("gateway %s: cannot register in %s/%s: %s", cfg.group, cfg.pool, obj,
+                      strerror(-rc));
+        rados_ioctx_destroy(io);
+        rbd_cluster_put(cluster);
+        cluster = NULL;
+        return rc;
+    }
+    pthread_mutex_lock(&gw_mu);
+    recs[cfg.id].present = true;
+    memset(&recs[cfg.id].m, 0, sizeof(recs[cfg.id].m));
+    recs[cfg.id].m.id = cfg.id;
+    snprintf(recs[cfg.id].m.name, sizeof(recs[cfg.id].m.name), "%s", cfg.name);
+    snprintf(recs[cfg.id].m.portals, sizeof(recs[cfg.id].m.portals), "%s", my_portals);
+    snprintf(recs[cfg.id].m.addr, sizeof(recs[cfg.id].m.addr), "%s", my_addr);
+    recs[cfg.id].m.heartbeat = my_counter;
+    recs[cfg.id].m.last_seen = time(NULL);
+    recs[cfg.id].changed_ms = gw_now_ms();
+    pthread_mutex_unlock(&gw_mu);
+    enabled = true;
+    rc = pthread_create(&thr, NULL, gw_main, NULL);
+    if (rc != 0) {
+        enabled = false;
+        remove_record();
+        rados_ioctx_destroy(io);
+        rbd_cluster_put(cluster);
+        cluster = NULL;
+        return -rc;
+    }
+    log_info("gateway %s: member %s, id %u (target port group %u), client %s, in %s/%s; "
+             "heartbeat %u ms, timeout %u s",
+             cfg.group, cfg.name, cfg.id, cfg.id, my_addr, cfg.pool, obj, GATEWAY_HEARTBEAT_MS,
+             cfg.timeout_s);
+    return 0;
+}
+
+void gateway_stop(void)
+{
+    if (!cluster)
+        return;
+    pthread_mutex_lock(&gw_mu);
+    stop_req = true;
+    pthread_cond_signal(&gw_cond);
+    pthread_mutex_unlock(&gw_mu);
+    pthread_join(thr, NULL);
+    if (watching)
+        rados_unwatch2(io, watch_cookie);
+    watching = false;
+    if (!my_blocklisted) {
+        log_info("gateway %s: member %s (id %u) leaving the group", cfg.group, cfg.name, cfg.id);
+        int rc = remove_record();
+        if (rc == 0)
+            notify_members(); /* the leave: seen at once */
+        log_info("gateway %s: member %s (id %u) left the group%s", cfg.group, cfg.name, cfg.id,
+                 rc < 0 ? " (could not remove its record)" : "");
+    }
+    gw_lu_shutdown();
+    rados_ioctx_destroy(io);
+    rbd_cluster_put(cluster);
+    cluster = NULL;
+}
+
+size_t gw_members_locked(struct gateway_member *out, size_t max)
+{
+    size_t n = 0;
+    for (unsigned id = 1; id <= GATEWAY_ID_MAX; id++) {
+        if (!recs[id].present)
+            continue;
+        if (n < max) {
+            out[n] = recs[id].m;
+            if (id == cfg.id)
+                out[n].state = my_blocklisted ? GATEWAY_OFFLINE : GATEWAY_ONLINE;
+        }
+        n++;
+    }
+    return n;
+}
+
+size_t gateway_members(struct gateway_member *out, size_t max)
+{
+    pthread_mutex_lock(&gw_mu);
+    size_t n = gw_members_locked(out, max);
+    pthread_mutex_unlock(&gw_mu);
+    return n;
+}
+
+unsigned gw_member_of_addr_locked(const char *addr, bool *is_fenced)
+{
+    *is_fenced = false;
+    for (unsigned i = 0; i < GW_FENCED_MAX; i++)
+        if (fenced[i][0] && strcmp(fenced[i], addr) == 0)
+            *is_fenced = true;
+    for (unsigned id = 1; id <= GATEWAY_ID_MAX; id++) {
+        if (recs[id].present && strcmp(recs[id].m.addr, addr) == 0) {
+            if (recs[id].m.state == GATEWAY_OFFLINE && recs[id].m.fenced)
+                *is_fenced = true;
+            return id;
+        }
+    }
+    return 0;
+}

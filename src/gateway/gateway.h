@@ -1,0 +1,115 @@
+/*
+ * gateway/: several blockd daemons ("members" of a gateway group) serving
+ * the same RBD images to initiators over several paths (issue #17,
+ * docs/ha.md).
+ *
+ * Contract:
+ *   - Off by default. --gateway-group NAME turns it on; the member is
+ *     --gateway-name (default: the host name) with --gateway-id N (1..
+ *     GATEWAY_ID_MAX), which is also its SCSI target port group id and
+ *     relative target port id on every target.
+ *   - Membership lives in the Ceph cluster, not in the local DB: one RADOS
+ *     object per group ("blockd.gateway.<group>" in --gateway-pool, default
+ *     "rbd") whose omap holds one key per member id with {name, id,
+ *     portals, client address, heartbeat counter, wall time}. Every member
+ *     rewrites its key each GATEWAY_HEARTBEAT_MS and watches the object;
+ *     a join or a leave notifies the watchers, so the others reread at once.
+ *   - A member is ONLINE while its heartbeat counter keeps changing, as
+ *     seen by this member's own monotonic clock (clock skew between hosts
+ *     does not matter), and OFFLINE when it has not changed for
+ *     --gateway-heartbeat-timeout seconds (default 3).
+ *   - gateway_start refuses (-EADDRINUSE, logged) an id another live member
+ *     holds: the daemon does not start.
+ *   - Fencing: when a member goes OFFLINE, every survivor blocklists its
+ *     client address in the cluster (it can never write again, even if it
+ *     was only cut off), and breaks the exclusive locks it held on the
+ *     images this member serves, so that I/O resumes here.
+ *   - LUs on RBD images (gateway_lu_params / gateway_lu_attach): the same
+ *     SCSI identity on every member (serial and NAA from the image), and
+ *     implicit ALUA: the member holding the image's exclusive lock is
+ *     active/optimized, the other live members active/non-optimized, dead
+ *     ones unavailable; a change raises ASYMMETRIC ACCESS STATE CHANGED.
+ *
+ * Threads: gateway_configure_* run on the main thread while parsing flags;
+ * gateway_start/stop on the main thread; the membership thread does every
+ * cluster call. gateway_id, gateway_enabled, gateway_members and the scsi
+ * callbacks are thread-safe and never block on the cluster (reactors call
+ * them).
+ */
+#ifndef BLOCKD_GATEWAY_GATEWAY_H
+#define BLOCKD_GATEWAY_GATEWAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scsi/scsi.h"
+#include "store/volume.h"
+
+#define GATEWAY_ID_MAX 32 /* members per group (and RTPG descriptors) */
+#define GATEWAY_NAME_MAX 63
+#define GATEWAY_HEARTBEAT_MS 1000
+#define GATEWAY_TIMEOUT_DEFAULT_S 3
+
+/* Flag handlers. Each returns 0, or -EINVAL (the caller prints the usage
+ * line). name/group: 1..63 of [A-Za-z0-9._-]; id 1..GATEWAY_ID_MAX;
+ * timeout 2..60 s. Strings are copied. */
+int gateway_configure_group(const char *group);
+int gateway_configure_name(const char *name);
+int gateway_configure_id(const char *id);
+int gateway_configure_timeout(const char *seconds);
+/* Where the membership object lives: ceph.conf, client id, RADOS pool
+ * ("" keeps librados' default / "admin" / "rbd"). */
+int gateway_configure_ceph(const char *conf, const char *id, const char *pool);
+
+/* Connect to the cluster, check the id is free, register (portals: the
+ * member's iSCSI portal "ADDR:PORT", may be NULL) and start the membership
+ * thread. 0 when the group is off (nothing to do). Blocking, main thread,
+ * before the front-ends publish anything. -errno logged: -EINVAL (a
+ * --gateway-* flag without --gateway-group, or no --gateway-id),
+ * -EADDRINUSE (the id belongs to another live member), cluster errors. */
+int gateway_start(const char *portals);
+/* Deregister (the others see the leave at once), stop the thread, drop
+ * the connection. Main thread, after the front-ends stopped. */
+void gateway_stop(void);
+
+bool gateway_enabled(void);
+/* True once this member found itself blocklisted by the group (its
+ * heartbeat failed with EBLOCKLISTED): it serves no I/O any more. */
+bool gateway_fenced(void);
+/* This member's id (its TPG and relative target port id); 0 if disabled. */
+unsigned gateway_id(void);
+
+enum gateway_member_state { GATEWAY_ONLINE, GATEWAY_OFFLINE };
+
+struct gateway_member {
+    unsigned id;
+    char name[GATEWAY_NAME_MAX + 1];
+    char portals[128];
+    char addr[128]; /* librados client address (lock owners, blocklist) */
+    enum gateway_member_state state;
+    bool fenced;        /* blocklisted by this member after it went OFFLINE */
+    int64_t last_seen;  /* unix seconds of its last heartbeat, as it wrote it */
+    uint64_t heartbeat; /* its counter */
+};
+
+/* A copy of the membership, sorted by id: up to max entries, returns how
+ * many members there are. Thread-safe, non-blocking. */
+size_t gateway_members(struct gateway_member *out, size_t max);
+
+/*
+ * iSCSI config hooks for an LU over vol (config side, API/control threads).
+ * Both do nothing unless the group is on and vol is an RBD image.
+ * gateway_lu_params: replace p's serial and NAA with ones derived from the
+ * image (its id, its pool and the cluster fsid), the same on every member.
+ * Blocking (asks librbd for the image id), never on a reactor.
+ * gateway_lu_attach: give lu the group's ALUA view (scsi_lu_set_alua): it
+ * takes a volume reference, released when the LU is freed.
+ */
+void gateway_lu_params(struct volume *vol, struct scsi_lu_params *p);
+void gateway_lu_attach(struct scsi_lu *lu, struct volume *vol);
+
+/* API methods (gateway.query): registered by modules_init. */
+void gateway_api_init(void);
+
+#endif

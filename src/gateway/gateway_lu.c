@@ -1,0 +1,269 @@
+/*
+ * LUs on RBD images in a gateway group (gateway.h): the same SCSI identity
+ * on every member, and the ALUA view that follows the image's exclusive
+ * lock.
+ *
+ * Why the lock: librbd gives an image's writes to the one client holding
+ * its exclusive lock and moves the lock cooperatively when another client
+ * writes. The member holding it serves writes without a transfer, so it
+ * is the optimized path; the others serve reads directly and writes after
+ * a transfer (non-optimized, still correct). A dead owner's lock would
+ * only be released by the OSDs after its watch expires (30 s): the
+ * survivors break it as soon as the member is fenced (gateway.c).
+ */
+#include <errno.h>
+#include <rbd/librbd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "gateway/gateway_internal.h"
+#include "store/bdev_rbd.h"
+
+struct gw_lu {
+    struct scsi_lu *lu; /* borrowed until released */
+    struct volume *vol; /* a reference: keeps img open */
+    rbd_image_t img;    /* borrowed from vol's bdev */
+    unsigned owner;     /* member id holding the lock, 0: none known (gw_mu) */
+    char owner_addr[128];
+    struct scsi_tpg_desc seen[GATEWAY_ID_MAX]; /* last view (lu_mu) */
+    size_t nseen;
+    bool viewed;
+    bool released; /* the LU is gone (lu_mu) */
+    struct gw_lu *next;
+};
+
+static pthread_mutex_t lu_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct gw_lu *lus; /* lu_mu */
+
+static uint64_t fnv1a(const char *s, uint64_t h)
+{
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+void gateway_lu_params(struct volume *vol, struct scsi_lu_params *p)
+{
+    struct bdev *b = volume_bdev(vol);
+    if (!gateway_enabled() || !bdev_is_rbd(b))
+        return;
+    char id[64] = "", fsid[64] = "", pool[32];
+    rados_ioctx_t io = bdev_rbd_ioctx(b);
+    int rc = rbd_get_id(bdev_rbd_image(b), id, sizeof(id));
+    if (rc == 0)
+        rc = rados_cluster_fsid(rados_ioctx_get_cluster(io), fsid, sizeof(fsid));
+    if (rc < 0) {
+        log_error("gateway: %s: cannot read the image id (%s): its LU keeps the local serial, "
+                  "so initiators will not see one device on every path",
+                  volume_name(vol), strerror(-rc));
+        return;
+    }
+    snprintf(pool, sizeof(pool), "%lld", (long long)rados_ioctx_get_id(io));
+    /* Serial: the image id (unique in its cluster, the same for every
+     * client). NAA 3 (locally assigned): 60 bits of cluster + pool + id. */
+    snprintf(p->serial, sizeof(p->serial), "%.32s", id);
+    uint64_t h = fnv1a(id, fnv1a("/", fnv1a(pool, fnv1a("/", fnv1a(fsid, 0xcbf29ce484222325ull)))));
+    snprintf(p->naa, sizeof(p->naa), "0x3%015llx", (unsigned long long)(h & 0x0fffffffffffffffull));
+}
+
+/* The view of gl for an RTPG, under gw_mu. */
+static size_t view_locked(const struct gw_lu *gl, struct scsi_tpg_desc *out, size_t max)
+{
+    struct gateway_member m[GATEWAY_ID_MAX];
+    size_t n = gw_members_locked(m, GATEWAY_ID_MAX);
+    unsigned optimized = 0;
+    bool owner_alive = false;
+    for (size_t i = 0; i < n; i++)
+        if (m[i].id == gl->owner && m[i].state == GATEWAY_ONLINE)
+            owner_alive = true;
+    if (owner_alive) {
+        optimized = gl->owner;
+    } else if (!gl->owner) {
+        /* No lock holder yet: the lowest live id is the optimized path; its
+         * first write takes the lock, so the view stays true. */
+        for (size_t i = 0; i < n && !optimized; i++)
+            if (m[i].state == GATEWAY_ONLINE)
+                optimized = m[i].id;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < max; i++, k++) {
+        memset(&out[k], 0, sizeof(out[k])); /* views are compared with memcmp */
+        out[k].tpg_id = (uint16_t)m[i].id;
+        out[k].rel_port_id = (uint16_t)m[i].id;
+        if (m[i].state != GATEWAY_ONLINE)
+            out[k].state = SCSI_ALUA_UNAVAILABLE;
+        else if (m[i].id == optimized)
+            out[k].state = SCSI_ALUA_OPTIMIZED;
+        else
+            out[k].state = SCSI_ALUA_NON_OPTIMIZED;
+    }
+    return k;
+}
+
+static size_t alua_report(void *arg, struct scsi_tpg_desc *out, size_t max)
+{
+    struct gw_lu *gl = arg;
+    pthread_mutex_lock(&gw_mu);
+    size_t n = view_locked(gl, out, max);
+    pthread_mutex_unlock(&gw_mu);
+    return n;
+}
+
+static void alua_release(void *arg)
+{
+    struct gw_lu *gl = arg;
+    pthread_mutex_lock(&lu_mu);
+    gl->released = true; /* freed by the membership thread */
+    pthread_mutex_unlock(&lu_mu);
+}
+
+/* Only a fenced member refuses I/O: a non-optimized one serves it (librbd
+ * moves the lock). */
+static uint8_t alua_port_state(void *arg, uint16_t tpg_id)
+{
+    (void)arg, (void)tpg_id;
+    return gateway_fenced() ? SCSI_ALUA_UNAVAILABLE : SCSI_ALUA_OPTIMIZED;
+}
+
+static const struct scsi_alua_ops alua_ops = {
+    .report = alua_report, .release = alua_release, .port_state = alua_port_state};
+
+static void lu_check(struct gw_lu *gl);
+
+void gateway_lu_attach(struct scsi_lu *lu, struct volume *vol)
+{
+    struct bdev *b = volume_bdev(vol);
+    if (!gateway_enabled() || !bdev_is_rbd(b))
+        return;
+    struct gw_lu *gl = calloc(1, sizeof(*gl));
+    if (!gl) {
+        log_error("gateway: %s: out of memory: the LU reports one optimized path only",
+                  volume_name(vol));
+        return;
+    }
+    gl->lu = lu;
+    gl->vol = vol;
+    volume_ref(vol);
+    gl->img = bdev_rbd_image(b);
+    /* The view is right from the first command (not only after the next
+     * membership round): who holds the lock now. */
+    lu_check(gl);
+    scsi_lu_set_alua(lu, &alua_ops, gl);
+    pthread_mutex_lock(&lu_mu);
+    gl->next = lus;
+    lus = gl;
+    pthread_mutex_unlock(&lu_mu);
+}
+
+/* Read gl's lock owner; break it if it is a fenced member's. */
+static void lu_check(struct gw_lu *gl)
+{
+    rbd_lock_mode_t mode;
+    char *owners[4];
+    size_t n = 4;
+    char addr[128] = "";
+    int rc = rbd_lock_get_owners(gl->img, &mode, owners, &n);
+    if (rc == 0) {
+        if (n > 0)
+            snprintf(addr, sizeof(addr), "%s", owners[0]);
+        rbd_lock_get_owners_cleanup(owners, n);
+    } else if (rc != -ENOENT) {
+        return; /* the cluster did not answer: keep the last view */
+    }
+    bool fenced = false;
+    pthread_mutex_lock(&gw_mu);
+    unsigned id = addr[0] ? gw_member_of_addr_locked(addr, &fenced) : 0;
+    pthread_mutex_unlock(&gw_mu);
+    if (addr[0] && fenced) {
+        /* The owner is blocklisted: breaking its lock lets our writes (and
+         * the ones librbd holds waiting for it) go on now. */
+        rc = rbd_lock_break(gl->img, RBD_LOCK_MODE_EXCLUSIVE, addr);
+        if (rc < 0 && rc != -ENOENT)
+            log_warn("gateway: %s: cannot break the lock of fenced client %s: %s",
+                     volume_name(gl->vol), addr, strerror(-rc));
+        else
+            log_warn("gateway: %s: broke the exclusive lock of fenced client %s",
+                     volume_name(gl->vol), addr);
+        id = 0;
+        addr[0] = 0;
+    }
+    pthread_mutex_lock(&gw_mu);
+    if (gl->owner != id)
+        log_info("gateway: %s: the exclusive lock is now held by %s%.0u%s", volume_name(gl->vol),
+                 id ? "member " : "no member", id,
+                 id == gateway_id() ? " (this member: optimized)" : "");
+    gl->owner = id;
+    snprintf(gl->owner_addr, sizeof(gl->owner_addr), "%s", addr);
+    pthread_mutex_unlock(&gw_mu);
+}
+
+void gw_lu_pass(void)
+{
+    struct gw_lu *dead = NULL, **pp;
+    struct gw_lu **todo = NULL;
+    size_t nt = 0, cap = 0;
+
+    pthread_mutex_lock(&lu_mu);
+    for (struct gw_lu *gl = lus; gl; gl = gl->next)
+        cap++;
+    todo = cap ? malloc(cap * sizeof(*todo)) : NULL;
+    for (pp = &lus; *pp;) {
+        struct gw_lu *gl = *pp;
+        if (gl->released) {
+            *pp = gl->next;
+            gl->next = dead;
+            dead = gl;
+            continue;
+        }
+        if (todo)
+            todo[nt++] = gl;
+        pp = &gl->next;
+    }
+    pthread_mutex_unlock(&lu_mu);
+    while (dead) {
+        struct gw_lu *next = dead->next;
+        volume_unref(dead->vol);
+        free(dead);
+        dead = next;
+    }
+    /* Only this thread frees entries: the ones in todo stay valid. */
+    for (size_t i = 0; i < nt; i++) {
+        struct gw_lu *gl = todo[i];
+        lu_check(gl);
+        struct scsi_tpg_desc v[GATEWAY_ID_MAX];
+        pthread_mutex_lock(&gw_mu);
+        size_t n = view_locked(gl, v, GATEWAY_ID_MAX);
+        pthread_mutex_unlock(&gw_mu);
+        pthread_mutex_lock(&lu_mu);
+        bool changed = gl->viewed && (n != gl->nseen || memcmp(v, gl->seen, n * sizeof(v[0])));
+        memcpy(gl->seen, v, n * sizeof(v[0]));
+        gl->nseen = n;
+        gl->viewed = true;
+        if (changed && !gl->released)
+            scsi_lu_raise_ua(gl->lu, SCSI_UA_ALUA_CHANGED);
+        pthread_mutex_unlock(&lu_mu);
+    }
+    free(todo);
+}
+
+void gw_lu_shutdown(void)
+{
+    pthread_mutex_lock(&lu_mu);
+    struct gw_lu *gl = lus;
+    lus = NULL;
+    /* An LU still alive keeps pointing at its entry: detach it first. */
+    for (struct gw_lu *g = gl; g; g = g->next)
+        if (!g->released)
+            scsi_lu_set_alua(g->lu, NULL, NULL);
+    pthread_mutex_unlock(&lu_mu);
+    while (gl) {
+        struct gw_lu *next = gl->next;
+        volume_unref(gl->vol);
+        free(gl);
+        gl = next;
+    }
+}
