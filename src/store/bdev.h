@@ -27,6 +27,16 @@ enum bdev_cap {
     BDEV_CAN_CACHE = 1u << 6,      /* cache() prefetches */
     BDEV_TRIM_ZEROES = 1u << 7,    /* trimmed ranges read back as zeros (LBPRZ) */
     BDEV_ROTATIONAL = 1u << 8,
+    /* A failed sync() loses no write that completed: the backend keeps no
+     * volatile cache of its own (RBD with rbd_cache off), so the error
+     * (typically -ETIMEDOUT: the cluster did not answer) goes to the
+     * flushes that sync covered and the next sync tries again. Without
+     * it the first sync error is sticky (a failed fdatasync may have
+     * dropped dirty pages). */
+    BDEV_SYNC_RETRIABLE = 1u << 9,
+    /* submit() takes BDEV_IO_COMPARE_WRITE: an atomic compare-and-write
+     * done by the backend itself (for every client of a shared device). */
+    BDEV_CAN_COMPARE_WRITE = 1u << 10,
 };
 
 enum bdev_zero_flags {
@@ -76,7 +86,10 @@ struct bdev_io {
 
 struct bdev_ops {
     const char *name;
-    /* All return 0 or -errno; len/off are already range-checked by volume. */
+    /* All return 0 or -errno; len/off are already range-checked by volume.
+     * -ETIMEDOUT: a remote backend's service did not answer in time (the
+     * request may or may not have been applied); retriable, and front-ends
+     * say so (SCSI NOT READY, NBD EIO). */
     int (*read)(struct bdev *b, void *buf, size_t len, uint64_t off);
     /* Like read but return -EAGAIN instead of blocking (page-cache miss).
      * NULL: read never blocks (memory) — may be called inline. */

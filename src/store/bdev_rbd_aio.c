@@ -46,7 +46,7 @@ static void io_finish(struct bdev_io *io, ssize_t rc)
         /* Past the end of an image shrunk behind our back: zeros, like a
          * short file read. */
         memset((char *)io->buf + rc, 0, (size_t)(io->length - (uint64_t)rc));
-    io->result = rc < 0 ? (int)rc : 0;
+    io->result = bdev_rbd_errno(rc);
     if (io->owner && io->owner != reactor_self()) {
         io->msg.fn = io_msg_done;
         reactor_post(io->owner, &io->msg);

@@ -81,6 +81,7 @@ struct volume {
     uint64_t synced;      /* every write counted up to here is durable */
     uint64_t started_max; /* highest start of any sync launched */
     int sync_error;       /* sticky: after a failed fdatasync nothing is durable */
+    bool sync_failing;    /* BDEV_SYNC_RETRIABLE: the last sync failed (logged once) */
     unsigned syncs_running;
     struct vreq *waiters;
     struct sync_slot slots[VOLUME_SYNC_PARALLEL];
@@ -466,6 +467,34 @@ static void flush_wait(struct volume *v, struct vreq *r, uint64_t target)
         sync_slot_go(v, job);
 }
 
+/* Record a sync's result rc under gc_lock. Returns the error the flushes
+ * it covered get when it is not sticky (BDEV_SYNC_RETRIABLE), else 0 (a
+ * sticky error is in v->sync_error). Logs the first failure and the
+ * recovery, not every retry against a lost cluster. */
+static int sync_note_result(struct volume *v, int rc)
+{
+    if (rc == 0) {
+        if (v->sync_failing)
+            log_info("store: volume %s: sync works again", v->name);
+        v->sync_failing = false;
+        return 0;
+    }
+    if (v->bdev->caps & BDEV_SYNC_RETRIABLE) {
+        if (!v->sync_failing)
+            log_error("store: volume %s: sync failed (%s); the flushes it covered fail, the "
+                      "next one tries again",
+                      v->name, strerror(-rc));
+        v->sync_failing = true;
+        return rc;
+    }
+    if (!v->sync_error) {
+        v->sync_error = rc;
+        log_error("store: volume %s: sync failed (%s); flushes fail from now on", v->name,
+                  strerror(-rc));
+    }
+    return 0;
+}
+
 /* A sync of slot s returned rc: complete every flush it covers. Returns
  * true if the slot must sync again (for waiters that came while every
  * slot was busy); false if the slot is free again, and then s must not be
@@ -474,20 +503,18 @@ static bool sync_slot_finish(struct volume *v, struct sync_slot *s, int rc)
 {
     atomic_fetch_add(&v->sync_calls, 1);
     pthread_mutex_lock(&v->gc_lock);
-    if (rc < 0 && !v->sync_error) {
-        v->sync_error = rc;
-        log_error("store: volume %s: sync failed (%s); flushes fail from now on", v->name,
-                  strerror(-rc));
-    }
+    /* A retriable failure fails only the flushes this sync covered. */
+    int failed = sync_note_result(v, rc);
     if (rc == 0 && s->start > v->synced)
         v->synced = s->start;
     struct vreq *ready = NULL, **pp = &v->waiters;
     bool uncovered = false;
     while (*pp) {
         struct vreq *w = *pp;
-        if (v->sync_error || w->flush_target <= v->synced) {
+        if (v->sync_error || w->flush_target <= v->synced ||
+            (failed && w->flush_target <= s->start)) {
             *pp = w->next_waiter;
-            w->result = v->sync_error;
+            w->result = v->sync_error ? v->sync_error : w->flush_target <= v->synced ? 0 : failed;
             w->next_waiter = ready;
             ready = w;
         } else {
@@ -612,9 +639,8 @@ static int vreq_execute(struct volume *v, struct vreq *r)
         int rc = b->ops->sync(b);
         atomic_fetch_add(&v->sync_calls, 1);
         pthread_mutex_lock(&v->gc_lock);
-        if (rc < 0 && !v->sync_error)
-            v->sync_error = rc;
-        rc = v->sync_error; /* sticky, as in the group-commit path */
+        int failed = sync_note_result(v, rc);
+        rc = v->sync_error ? v->sync_error : failed; /* as in the group-commit path */
         pthread_mutex_unlock(&v->gc_lock);
         return rc;
     }
