@@ -60,6 +60,13 @@ enum bdev_io_op {
     BDEV_IO_FLUSH,
     BDEV_IO_TRIM,
     BDEV_IO_WRITE_ZEROES,
+    /* Atomically (for every client of the device): compare [offset,
+     * offset+length) with buf's first length bytes; equal: write buf's
+     * next length bytes there; else -EILSEQ, nothing written, the byte
+     * offset of the first difference (from offset) in miscompare. Only
+     * with BDEV_CAN_COMPARE_WRITE; -ENOTSUP when the backend cannot do it
+     * for this range (the caller may then fall back to its own locking). */
+    BDEV_IO_COMPARE_WRITE,
 };
 
 /*
@@ -69,10 +76,12 @@ enum bdev_io_op {
  */
 struct bdev_io {
     enum bdev_io_op op;
-    unsigned flags;  /* WRITE_ZEROES: enum bdev_zero_flags */
-    uint64_t offset; /* range-checked by the submitter */
-    uint64_t length; /* > 0 for every op but FLUSH (0 there) */
-    void *buf;       /* READ: destination; WRITE: source (length bytes) */
+    unsigned flags;      /* WRITE_ZEROES: enum bdev_zero_flags */
+    uint64_t offset;     /* range-checked by the submitter */
+    uint64_t length;     /* > 0 for every op but FLUSH (0 there) */
+    void *buf;           /* READ: destination; WRITE: source (length bytes);
+                          * COMPARE_WRITE: compare data then write data (2 x length) */
+    uint64_t miscompare; /* COMPARE_WRITE -EILSEQ: first differing byte */
     /* done() runs on this reactor's thread; NULL: on whatever thread the
      * backend completes on (its own, or a reactor): done() must not block,
      * and must not close the bdev there. */

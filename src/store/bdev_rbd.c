@@ -313,6 +313,8 @@ int bdev_rbd_open(struct rbd_cluster *c, const char *pool, const char *ns, const
         BDEV_CAN_FLUSH | BDEV_CAN_TRIM | BDEV_CAN_ZERO | BDEV_CAN_EXTENTS | BDEV_CAN_MULTI_CONN;
     if (!image_sets(r->image, "conf_rbd_skip_partial_discard"))
         r->base.caps |= BDEV_TRIM_ZEROES;
+    if (!readonly && rbd_get_stripe_unit(r->image, &r->caw_unit) == 0 && r->caw_unit)
+        r->base.caps |= BDEV_CAN_COMPARE_WRITE;
     /* A completed write is on the OSDs: a failed flush loses none. */
     if (!image_caches_writes(c, r->image))
         r->base.caps |= BDEV_SYNC_RETRIABLE;

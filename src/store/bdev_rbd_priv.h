@@ -29,6 +29,9 @@ struct bdev_rbd {
     rados_ioctx_t ioctx;
     rbd_image_t image;
     char name[256]; /* pool/[ns/]image[@snap], for logs */
+    /* Compare-and-write is atomic only within one RADOS object: the
+     * image's stripe unit (its object size unless fancy striping). */
+    uint64_t caw_unit;
 };
 
 /* librbd's result as the bdev contract's errno (bdev.h): the ways librbd

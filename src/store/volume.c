@@ -590,7 +590,8 @@ static void sync_job_done(struct reactor_msg *m)
 
 static bool op_modifies(enum vreq_op op)
 {
-    return op == VREQ_WRITE || op == VREQ_TRIM || op == VREQ_WRITE_ZEROES;
+    return op == VREQ_WRITE || op == VREQ_TRIM || op == VREQ_WRITE_ZEROES ||
+           op == VREQ_COMPARE_WRITE;
 }
 
 static bool needs_durable(const struct volume *v, const struct vreq *r)
@@ -632,6 +633,10 @@ static int vreq_execute(struct volume *v, struct vreq *r)
     }
     case VREQ_CACHE:
         return (b->caps & BDEV_CAN_CACHE) ? b->ops->cache(b, r->offset, r->length) : 0;
+    case VREQ_COMPARE_WRITE:
+        /* No blocking form: here only when a snapshot copy is attached;
+         * the caller falls back to its own compare and write. */
+        return -ENOTSUP;
     case VREQ_EXTENTS:
         return b->ops->extents(b, r->offset, r->length, r->extents, r->extents_max,
                                &r->extents_count);
@@ -888,14 +893,18 @@ static int vreq_check(struct volume *v, struct vreq *r)
     case VREQ_WRITE:
     case VREQ_TRIM:
     case VREQ_WRITE_ZEROES:
+    case VREQ_COMPARE_WRITE:
         if (volume_readonly(v))
             return -EPERM;
         if (r->offset + r->length < r->offset)
             return -EINVAL;
         if (r->offset > size || r->length > size - r->offset)
             return -ENOSPC;
-        if (r->op == VREQ_WRITE && (r->length > SIZE_MAX || (r->length && !r->buf)))
+        if ((r->op == VREQ_WRITE || r->op == VREQ_COMPARE_WRITE) &&
+            (r->length > SIZE_MAX / 2 || (r->length && !r->buf)))
             return -EINVAL;
+        if (r->op == VREQ_COMPARE_WRITE && !(v->bdev->caps & BDEV_CAN_COMPARE_WRITE))
+            return -ENOTSUP;
         if (r->op == VREQ_TRIM && !(v->bdev->caps & BDEV_CAN_TRIM))
             return -EOPNOTSUPP;
         if (r->op == VREQ_WRITE_ZEROES && (r->flags & VREQ_FAST_ZERO) &&
@@ -911,6 +920,7 @@ static void vreq_reset(struct volume *v, struct vreq *r)
     r->vol = v;
     r->result = 0;
     r->extents_count = 0;
+    r->miscompare = 0;
     r->next_waiter = NULL;
     r->flush_target = 0;
 }
@@ -988,6 +998,7 @@ void volume_submit(struct volume *v, struct vreq *r)
 static void vreq_bio_done(struct bdev_io *io)
 {
     struct vreq *r = container_of(io, struct vreq, bio);
+    r->miscompare = io->miscompare;
     vreq_inline_done(r->vol, r, io->result);
 }
 
@@ -997,6 +1008,7 @@ static const enum bdev_io_op bio_op[] = {
     [VREQ_FLUSH] = BDEV_IO_FLUSH,
     [VREQ_TRIM] = BDEV_IO_TRIM,
     [VREQ_WRITE_ZEROES] = BDEV_IO_WRITE_ZEROES,
+    [VREQ_COMPARE_WRITE] = BDEV_IO_COMPARE_WRITE,
 };
 
 /* Backends with submit(): hand r over; no thread waits for it. */
@@ -1034,6 +1046,7 @@ static bool vreq_try_bio(struct volume *v, struct vreq *r, bool modifies)
     case VREQ_WRITE:
     case VREQ_TRIM:
     case VREQ_WRITE_ZEROES:
+    case VREQ_COMPARE_WRITE:
         if (modifies && atomic_load(&v->cow)) {
             vreq_to_pool(r); /* the copy and the synchronous op block */
             return true;
