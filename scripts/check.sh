@@ -38,6 +38,10 @@ else
     total_fail=$((total_fail + 1))
 fi
 
+# Integration tests mostly wait (timeouts, throttles, clients starting):
+# three at a time keep two CPUs busy without starving the ones that measure.
+export IT_JOBS=${IT_JOBS:-3}
+
 count_meson() { # parse "Ok: N" / "Fail: N" from meson test output
     local log=$1
     local ok fail

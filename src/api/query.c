@@ -343,6 +343,88 @@ static int op_lookup(const char *s, enum qop *op)
     return -1;
 }
 
+/* Every component of a dotted field name fits QUERY_MAX_COMPONENT. */
+static int check_path(struct qctx *q, const char *where, const char *path)
+{
+    for (const char *rest = path; rest && *rest;) {
+        char comp[QUERY_MAX_COMPONENT + 1];
+        bool too_long;
+        rest = path_next(rest, comp, sizeof(comp), &too_long);
+        if (too_long)
+            return bad_filter(q, where, "Invalid filter: field name component too long%s", "");
+    }
+    return 0;
+}
+
+/* The operations that need a particular type of value get it. */
+static int check_value(struct qctx *q, const char *where, enum qop op, const char *ops, json_t *val)
+{
+    switch (op) {
+    case OP_IN:
+    case OP_NIN:
+        if (!json_is_array(val) && !json_is_string(val))
+            return bad_filter(q, where, "Invalid filter: %s needs a list (or string) value", ops);
+        break;
+    case OP_SW:
+    case OP_NSW:
+    case OP_EW:
+    case OP_NEW:
+    case OP_RE:
+        if (!json_is_string(val))
+            return bad_filter(q, where, "Invalid filter: %s needs a string value", ops);
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+/* A "~" filter: its cost within the call's budget, then compiled anchored
+ * at the start as Python's re.match is. */
+static int compile_regex(struct qctx *q, const char *where, json_t *val, struct qnode *n)
+{
+    if (json_string_length(val) > QUERY_MAX_REGEX)
+        return bad_filter(q, where, "Invalid filter: regular expression too long%s", "");
+    const char *pat = json_string_value(val);
+    size_t plen = json_string_length(val);
+    char why[160];
+    if (strlen(pat) != plen)
+        return bad_filter(q, where, "Invalid regular expression: %s", "contains a NUL byte");
+    if (query_regex_cost(pat, plen, &n->re_cost, why, sizeof(why)) < 0) {
+        log_warn("api: %s: %s refused a regular expression filter: %s", api_call_peer(q->call),
+                 api_call_method(q->call), why);
+        return bad_filter(q, where, "Invalid regular expression: %s", why);
+    }
+    q->re_cost_used += n->re_cost;
+    if (q->re_cost_used > QUERY_REGEX_CALL_COST_MAX) {
+        snprintf(why, sizeof(why),
+                 "the regular expressions of one query expand to more than %u nodes in all",
+                 QUERY_REGEX_CALL_COST_MAX);
+        log_warn("api: %s: %s: %s", api_call_peer(q->call), api_call_method(q->call), why);
+        return bad_filter(q, where, "Invalid regular expression: %s", why);
+    }
+    /* re.match: anchored at the start. "^(P)" is P anchored (P has
+     * balanced parentheses, checked above); REG_NOSUB lets glibc match
+     * without submatch registers, in time linear in the subject. */
+    char *anchored = malloc(plen + 4);
+    if (!anchored)
+        return bad_filter(q, where, "Invalid regular expression: %s", "out of memory");
+    anchored[0] = '^';
+    anchored[1] = '(';
+    memcpy(anchored + 2, pat, plen);
+    anchored[plen + 2] = ')';
+    anchored[plen + 3] = '\0';
+    int rc = regcomp(&n->re, anchored, REG_EXTENDED | REG_NOSUB);
+    free(anchored);
+    if (rc != 0) {
+        char msg[128];
+        regerror(rc, &n->re, msg, sizeof(msg));
+        return bad_filter(q, where, "Invalid regular expression: %s", msg);
+    }
+    n->has_re = true;
+    return 0;
+}
+
 static int compile_condition(struct qctx *q, json_t *f, const char *where, struct qnode *n)
 {
     json_t *name = json_array_get(f, 0), *jop = json_array_get(f, 1), *val = json_array_get(f, 2);
@@ -361,81 +443,16 @@ static int compile_condition(struct qctx *q, json_t *f, const char *where, struc
     enum qop op;
     if (op_lookup(ops, &op) < 0)
         return bad_filter(q, where, "Invalid operation: %s", json_string_value(jop));
-
     const char *path = json_string_value(name);
-    for (const char *rest = path; rest && *rest;) {
-        char comp[QUERY_MAX_COMPONENT + 1];
-        bool too_long;
-        rest = path_next(rest, comp, sizeof(comp), &too_long);
-        if (too_long)
-            return bad_filter(q, where, "Invalid filter: field name component too long%s", "");
-    }
-
-    switch (op) {
-    case OP_IN:
-    case OP_NIN:
-        if (!json_is_array(val) && !json_is_string(val))
-            return bad_filter(q, where, "Invalid filter: %s needs a list (or string) value", ops);
-        break;
-    case OP_SW:
-    case OP_NSW:
-    case OP_EW:
-    case OP_NEW:
-    case OP_RE:
-        if (!json_is_string(val))
-            return bad_filter(q, where, "Invalid filter: %s needs a string value", ops);
-        break;
-    default:
-        break;
-    }
+    if (check_path(q, where, path) < 0 || check_value(q, where, op, ops, val) < 0)
+        return -1;
 
     n->is_or = false;
     n->path = path;
     n->op = op;
     n->fold = fold;
     n->value = fold ? casefold(val) : json_incref(val);
-    if (op == OP_RE) {
-        if (json_string_length(val) > QUERY_MAX_REGEX)
-            return bad_filter(q, where, "Invalid filter: regular expression too long%s", "");
-        const char *pat = json_string_value(val);
-        size_t plen = json_string_length(val);
-        char why[160];
-        if (strlen(pat) != plen)
-            return bad_filter(q, where, "Invalid regular expression: %s", "contains a NUL byte");
-        if (query_regex_cost(pat, plen, &n->re_cost, why, sizeof(why)) < 0) {
-            log_warn("api: %s: %s refused a regular expression filter: %s", api_call_peer(q->call),
-                     api_call_method(q->call), why);
-            return bad_filter(q, where, "Invalid regular expression: %s", why);
-        }
-        q->re_cost_used += n->re_cost;
-        if (q->re_cost_used > QUERY_REGEX_CALL_COST_MAX) {
-            snprintf(why, sizeof(why),
-                     "the regular expressions of one query expand to more than %u nodes in all",
-                     QUERY_REGEX_CALL_COST_MAX);
-            log_warn("api: %s: %s: %s", api_call_peer(q->call), api_call_method(q->call), why);
-            return bad_filter(q, where, "Invalid regular expression: %s", why);
-        }
-        /* re.match: anchored at the start. "^(P)" is P anchored (P has
-         * balanced parentheses, checked above); REG_NOSUB lets glibc match
-         * without submatch registers, in time linear in the subject. */
-        char *anchored = malloc(plen + 4);
-        if (!anchored)
-            return bad_filter(q, where, "Invalid regular expression: %s", "out of memory");
-        anchored[0] = '^';
-        anchored[1] = '(';
-        memcpy(anchored + 2, pat, plen);
-        anchored[plen + 2] = ')';
-        anchored[plen + 3] = '\0';
-        int rc = regcomp(&n->re, anchored, REG_EXTENDED | REG_NOSUB);
-        free(anchored);
-        if (rc != 0) {
-            char msg[128];
-            regerror(rc, &n->re, msg, sizeof(msg));
-            return bad_filter(q, where, "Invalid regular expression: %s", msg);
-        }
-        n->has_re = true;
-    }
-    return 0;
+    return op == OP_RE ? compile_regex(q, where, val, n) : 0;
 }
 
 static int compile_node(struct qctx *q, json_t *f, int depth, const char *where, struct qnode *n)
@@ -675,15 +692,10 @@ static void opt_err(struct api_call *call, const char *opt, const char *fmt, con
     api_verr(call, field, EINVAL, fmt, arg);
 }
 
-static int parse_options(struct api_call *call, json_t *o, struct qopts *out)
+/* Known option names and the JSON types of the scalar ones; sets a field
+ * error for each problem and returns -1 if there was one. */
+static int check_option_types(struct api_call *call, json_t *o)
 {
-    memset(out, 0, sizeof(*out));
-    if (!o)
-        return 0;
-    if (!json_is_object(o)) {
-        opt_err(call, NULL, "Input should be a valid dictionary%s", "");
-        return -1;
-    }
     int rc = 0;
     const char *key;
     json_t *v;
@@ -726,6 +738,84 @@ static int parse_options(struct api_call *call, json_t *o, struct qopts *out)
         opt_err(call, "extra", "Input should be a valid dictionary%s", "");
         rc = -1;
     }
+    return rc;
+}
+
+/* "select": a list of field names or [field name, alias] pairs. */
+static int parse_select(struct api_call *call, json_t *v, struct qopts *out)
+{
+    if (!json_is_array(v)) {
+        opt_err(call, "select", "Input should be a valid list%s", "");
+        return -1;
+    }
+    size_t i;
+    json_t *s;
+    json_array_foreach(v, i, s)
+    {
+        bool ok = json_is_string(s) ||
+                  (json_is_array(s) && json_array_size(s) == 2 &&
+                   json_is_string(json_array_get(s, 0)) && json_is_string(json_array_get(s, 1)));
+        if (!ok) {
+            opt_err(call, "select", "selectors must be a field name or [field name, as name]%s",
+                    "");
+            return -1;
+        }
+    }
+    out->select = json_array_size(v) ? v : NULL;
+    return 0;
+}
+
+/* "order_by": ["[nulls_first:|nulls_last:][-]field", ...] into out->order. */
+static int parse_order_by(struct api_call *call, json_t *v, struct qopts *out)
+{
+    if (!json_is_array(v)) {
+        opt_err(call, "order_by", "Input should be a valid list%s", "");
+        return -1;
+    }
+    size_t n = json_array_size(v);
+    out->order = n ? calloc(n, sizeof(*out->order)) : NULL;
+    if (n && !out->order) {
+        opt_err(call, "order_by", "out of memory%s", "");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_array_get(v, i);
+        if (!json_is_string(s)) {
+            opt_err(call, "order_by", "every entry must be a string%s", "");
+            return -1;
+        }
+        const char *p = json_string_value(s);
+        struct qorder *ord = &out->order[out->norder++];
+        if (strncmp(p, "nulls_first:", 12) == 0) {
+            ord->nulls = NULLS_FIRST;
+            p += 12;
+        } else if (strncmp(p, "nulls_last:", 11) == 0) {
+            ord->nulls = NULLS_LAST;
+            p += 11;
+        }
+        if (*p == '-') {
+            ord->desc = true;
+            p++;
+        }
+        if (!*p) {
+            opt_err(call, "order_by", "empty field name in %s", json_string_value(s));
+            return -1;
+        }
+        ord->path = p;
+    }
+    return 0;
+}
+
+static int parse_options(struct api_call *call, json_t *o, struct qopts *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!o)
+        return 0;
+    if (!json_is_object(o)) {
+        opt_err(call, NULL, "Input should be a valid dictionary%s", "");
+        return -1;
+    }
+    int rc = check_option_types(call, o);
     out->get = json_is_true(json_object_get(o, "get"));
     out->count = json_is_true(json_object_get(o, "count"));
     out->limit = json_integer_value(json_object_get(o, "limit"));
@@ -734,69 +824,14 @@ static int parse_options(struct api_call *call, json_t *o, struct qopts *out)
         opt_err(call, "get", "Invalid options combination. `get` implies a single result.%s", "");
         rc = -1;
     }
-
-    v = json_object_get(o, "select");
-    if (v) {
-        if (!json_is_array(v)) {
-            opt_err(call, "select", "Input should be a valid list%s", "");
-            rc = -1;
-        } else {
-            size_t i;
-            json_t *s;
-            json_array_foreach(v, i, s)
-            {
-                bool ok = json_is_string(s) || (json_is_array(s) && json_array_size(s) == 2 &&
-                                                json_is_string(json_array_get(s, 0)) &&
-                                                json_is_string(json_array_get(s, 1)));
-                if (!ok) {
-                    opt_err(call, "select",
-                            "selectors must be a field name or [field name, as name]%s", "");
-                    rc = -1;
-                    break;
-                }
-            }
-            out->select = json_array_size(v) ? v : NULL;
-        }
-    }
-
+    json_t *v = json_object_get(o, "select");
+    if (v && parse_select(call, v, out) < 0)
+        rc = -1;
+    /* A bad order_by ends the checks at once (as before): its entries are
+     * parsed into memory the caller frees. */
     v = json_object_get(o, "order_by");
-    if (v) {
-        if (!json_is_array(v)) {
-            opt_err(call, "order_by", "Input should be a valid list%s", "");
-            return -1;
-        }
-        size_t n = json_array_size(v);
-        out->order = n ? calloc(n, sizeof(*out->order)) : NULL;
-        if (n && !out->order) {
-            opt_err(call, "order_by", "out of memory%s", "");
-            return -1;
-        }
-        for (size_t i = 0; i < n; i++) {
-            json_t *s = json_array_get(v, i);
-            if (!json_is_string(s)) {
-                opt_err(call, "order_by", "every entry must be a string%s", "");
-                return -1;
-            }
-            const char *p = json_string_value(s);
-            struct qorder *ord = &out->order[out->norder++];
-            if (strncmp(p, "nulls_first:", 12) == 0) {
-                ord->nulls = NULLS_FIRST;
-                p += 12;
-            } else if (strncmp(p, "nulls_last:", 11) == 0) {
-                ord->nulls = NULLS_LAST;
-                p += 11;
-            }
-            if (*p == '-') {
-                ord->desc = true;
-                p++;
-            }
-            if (!*p) {
-                opt_err(call, "order_by", "empty field name in %s", json_string_value(s));
-                return -1;
-            }
-            ord->path = p;
-        }
-    }
+    if (v && parse_order_by(call, v, out) < 0)
+        return -1;
     return rc;
 }
 
@@ -964,6 +999,82 @@ static void not_found(struct api_call *call)
     api_error(call, ENOENT, "Object does not exist");
 }
 
+/* The rows that pass the filters (selected fields only, if asked) into rv;
+ * -1 with a field error set when selecting failed or the regular
+ * expressions ran out of their work budget. */
+static int filter_rows(struct api_call *call, json_t *rows, const struct qlist *filters,
+                       const struct qopts *opts, json_t *rv)
+{
+    bool shortcircuit = opts->get && opts->norder == 0;
+    size_t i;
+    json_t *row;
+    re_work_left = QUERY_REGEX_WORK_MAX;
+    re_work_over = false;
+    json_array_foreach(rows, i, row)
+    {
+        if (re_work_over)
+            break;
+        if (!eval_list(filters, row))
+            continue;
+        if (opts->select) {
+            int err = 0;
+            json_t *sel = select_row(call, row, opts->select, &err);
+            if (!sel)
+                return -1;
+            json_array_append_new(rv, sel);
+        } else {
+            json_array_append(rv, row);
+        }
+        if (shortcircuit)
+            break;
+    }
+    if (re_work_over) {
+        char field[96];
+        snprintf(field, sizeof(field), "%s.query-filters", api_call_method(call));
+        log_warn("api: %s: %s: regular expression matching over %zu rows ran out of its budget",
+                 api_call_peer(call), api_call_method(call), json_array_size(rows));
+        api_verr(call, field, EINVAL,
+                 "regular expression filters would take too long over these rows (more than "
+                 "%llu units of matching work): narrow the query with other filters first",
+                 (unsigned long long)QUERY_REGEX_WORK_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+/* The matching rows rv shaped as the options ask: a count, one object
+ * (get), or a sorted page of the list. */
+static int shape_result(struct api_call *call, json_t *rv, const struct qopts *opts,
+                        json_t **result)
+{
+    if (opts->count && !opts->get) {
+        *result = json_integer((json_int_t)json_array_size(rv));
+        return 0;
+    }
+    if (sort_rows(rv, opts) < 0)
+        return api_error(call, ENOMEM, "out of memory sorting %zu rows", json_array_size(rv));
+    if (opts->get) {
+        if (json_array_size(rv) == 0) {
+            not_found(call);
+            return -1;
+        }
+        *result = json_incref(json_array_get(rv, 0));
+        return 0;
+    }
+    size_t n = json_array_size(rv);
+    size_t off = (size_t)opts->offset < n ? (size_t)opts->offset : n;
+    size_t lim = opts->limit > 0 && (size_t)opts->limit < n - off ? (size_t)opts->limit : n - off;
+    if (off == 0 && lim == n) {
+        *result = json_incref(rv);
+    } else {
+        json_t *page = json_array();
+        for (size_t k = off; k < off + lim; k++)
+            json_array_append(page, json_array_get(rv, k));
+        *result = page;
+    }
+    return 0;
+}
+
 int api_query(struct api_call *call, json_t *rows, json_t *params, json_t **result)
 {
     *result = NULL;
@@ -978,81 +1089,13 @@ int api_query(struct api_call *call, json_t *rows, json_t *params, json_t **resu
         free(opts.order);
         return api_invalid(call);
     }
-
-    int rc = 0;
     json_t *rv = json_array();
-    bool shortcircuit = opts.get && opts.norder == 0;
-    size_t i;
-    json_t *row;
-    re_work_left = QUERY_REGEX_WORK_MAX;
-    re_work_over = false;
-    json_array_foreach(rows, i, row)
-    {
-        if (re_work_over)
-            break;
-        if (!eval_list(&filters, row))
-            continue;
-        if (opts.select) {
-            int err = 0;
-            json_t *sel = select_row(call, row, opts.select, &err);
-            if (!sel) {
-                rc = -1;
-                break;
-            }
-            json_array_append_new(rv, sel);
-        } else {
-            json_array_append(rv, row);
-        }
-        if (shortcircuit)
-            break;
-    }
+    int rc = filter_rows(call, rows, &filters, &opts, rv);
     qlist_free(&filters);
-    if (rc == 0 && re_work_over) {
-        char field[96];
-        snprintf(field, sizeof(field), "%s.query-filters", api_call_method(call));
-        log_warn("api: %s: %s: regular expression matching over %zu rows ran out of its budget",
-                 api_call_peer(call), api_call_method(call), json_array_size(rows));
-        api_verr(call, field, EINVAL,
-                 "regular expression filters would take too long over these rows (more than "
-                 "%llu units of matching work): narrow the query with other filters first",
-                 (unsigned long long)QUERY_REGEX_WORK_MAX);
-        rc = -1;
-    }
-    if (rc < 0) {
-        json_decref(rv);
-        free(opts.order);
-        return api_invalid(call);
-    }
-
-    if (opts.count && !opts.get) {
-        *result = json_integer((json_int_t)json_array_size(rv));
-        goto out;
-    }
-    if (sort_rows(rv, &opts) < 0) {
-        rc = api_error(call, ENOMEM, "out of memory sorting %zu rows", json_array_size(rv));
-        goto out;
-    }
-    if (opts.get) {
-        if (json_array_size(rv) == 0) {
-            not_found(call);
-            rc = -1;
-            goto out;
-        }
-        *result = json_incref(json_array_get(rv, 0));
-        goto out;
-    }
-    size_t n = json_array_size(rv);
-    size_t off = (size_t)opts.offset < n ? (size_t)opts.offset : n;
-    size_t lim = opts.limit > 0 && (size_t)opts.limit < n - off ? (size_t)opts.limit : n - off;
-    if (off == 0 && lim == n) {
-        *result = json_incref(rv);
-    } else {
-        json_t *page = json_array();
-        for (size_t k = off; k < off + lim; k++)
-            json_array_append(page, json_array_get(rv, k));
-        *result = page;
-    }
-out:
+    if (rc < 0)
+        rc = api_invalid(call);
+    else
+        rc = shape_result(call, rv, &opts, result);
     json_decref(rv);
     free(opts.order);
     return rc;

@@ -309,130 +309,174 @@ static bool list_has(const char *list, const char *item)
     return false;
 }
 
-/* Returns 0, or a login status to fail with (why set). */
+/* Each step below returns 0, or a login status to fail with (why set). */
+
+/* AuthMethod: the policy's method must be among those offered. */
+static uint16_t sec_auth_method(struct iscsi_login *l, struct iscsi_text_out *out, const char **why)
+{
+    if (l->auth_method_chosen) {
+        *why = "AuthMethod offered twice";
+        return ISCSI_LOGIN_INITIATOR_ERROR;
+    }
+    const char *want = l->policy.method == ISCSI_AUTH_NONE ? "None" : "CHAP";
+    if (!list_has(l->auth_method, want)) {
+        iscsi_text_add(out, "AuthMethod", "Reject");
+        *why = l->policy.method == ISCSI_AUTH_NONE ? "initiator does not offer AuthMethod=None"
+                                                   : "CHAP required but not offered";
+        return ISCSI_LOGIN_AUTH_FAILED;
+    }
+    iscsi_text_add(out, "AuthMethod", want);
+    l->auth_method_chosen = true;
+    l->method = l->policy.method;
+    if (l->method == ISCSI_AUTH_NONE)
+        l->authenticated = true;
+    else
+        l->chap = CHAP_WAIT_A;
+    return 0;
+}
+
+/* CHAP_A: MD5 only; answer with our identifier and challenge. */
+static uint16_t sec_chap_a(struct iscsi_login *l, struct iscsi_text_out *out, const char **why)
+{
+    if (l->chap != CHAP_WAIT_A) {
+        *why = "CHAP_A out of sequence";
+        return ISCSI_LOGIN_INITIATOR_ERROR;
+    }
+    if (!list_has(l->chap_a, "5")) {
+        iscsi_text_add(out, "CHAP_A", "Reject");
+        *why = "CHAP_A does not offer MD5 (5)";
+        return ISCSI_LOGIN_AUTH_FAILED;
+    }
+    uint8_t id;
+    if (iscsi_chap_random(&id, 1) < 0 ||
+        iscsi_chap_random(l->chap_challenge, sizeof(l->chap_challenge)) < 0) {
+        *why = "no random numbers";
+        return ISCSI_LOGIN_TARGET_ERROR;
+    }
+    l->chap_id = id;
+    char idv[8], chal[2 * ISCSI_CHAP_CHALLENGE_LEN + 3];
+    snprintf(idv, sizeof(idv), "%u", id);
+    iscsi_chap_encode_hex(l->chap_challenge, sizeof(l->chap_challenge), chal, sizeof(chal));
+    iscsi_text_add(out, "CHAP_A", "5");
+    iscsi_text_add(out, "CHAP_I", idv);
+    iscsi_text_add(out, "CHAP_C", chal);
+    l->chap = CHAP_WAIT_R;
+    return 0;
+}
+
+/* CHAP_N/CHAP_R: the initiator's answer, throttled per name and address
+ * (iscsi_chap.h). *credp is the user's credentials when it succeeds. */
+static uint16_t sec_chap_check(struct iscsi_conn *ic, const struct iscsi_chap_cred **credp,
+                               const char **why)
+{
+    struct iscsi_login *l = ic->login;
+    if (l->chap != CHAP_WAIT_R || !l->chap_n[0] || !l->chap_r[0]) {
+        *why = "CHAP_N/CHAP_R out of sequence";
+        return ISCSI_LOGIN_AUTH_FAILED;
+    }
+    /* Throttled: not even checked, so that a guesser learns nothing;
+     * "service unavailable" tells an honest initiator to retry later
+     * rather than give up. */
+    const char *blocked;
+    if (iscsi_chap_limit_check(l->initiator_name, &ic->peer_sa, &blocked)) {
+        *why = strcmp(blocked, "address") == 0
+                   ? "CHAP refused: too many failed logins from this address, retry later"
+                   : "CHAP refused: too many failed logins for this initiator, retry later";
+        return ISCSI_LOGIN_SERVICE_UNAVAILABLE;
+    }
+    const struct iscsi_chap_cred *cred = NULL;
+    for (size_t i = 0; i < l->policy.n_creds; i++)
+        if (strcmp(l->policy.creds[i].user, l->chap_n) == 0)
+            cred = &l->policy.creds[i];
+    uint8_t got[ISCSI_CHAP_BINARY_MAX];
+    int glen = iscsi_chap_decode(l->chap_r, got, sizeof(got));
+    uint8_t want[ISCSI_CHAP_DIGEST_LEN];
+    if (!cred || glen != ISCSI_CHAP_DIGEST_LEN ||
+        iscsi_chap_response(l->chap_id, cred->secret, l->chap_challenge, sizeof(l->chap_challenge),
+                            want) < 0 ||
+        !iscsi_chap_equal(got, want, ISCSI_CHAP_DIGEST_LEN)) {
+        *why = cred ? "wrong CHAP response (secret mismatch)" : "unknown CHAP user";
+        if (iscsi_chap_limit_failed(l->initiator_name, &ic->peer_sa))
+            log_warn("%s: CHAP: initiator '%s' or its address blocked for %d s after %d "
+                     "failed logins",
+                     ic->c->peer, l->initiator_name, ISCSI_CHAP_BLOCK_MS / 1000,
+                     ISCSI_CHAP_FAIL_MAX);
+        return ISCSI_LOGIN_AUTH_FAILED;
+    }
+    iscsi_chap_limit_succeeded(l->initiator_name, &ic->peer_sa);
+    *credp = cred;
+    return 0;
+}
+
+/* Mutual CHAP: answer the initiator's challenge with the peer secret. */
+static uint16_t sec_chap_mutual(struct iscsi_login *l, const struct iscsi_chap_cred *cred,
+                                struct iscsi_text_out *out, const char **why)
+{
+    uint64_t iid;
+    uint8_t ichal[ISCSI_CHAP_BINARY_MAX];
+    int clen = iscsi_chap_decode(l->chap_c, ichal, sizeof(ichal));
+    if (!l->chap_i[0] || !l->chap_c[0] || iscsi_parse_u64(l->chap_i, &iid) < 0 || iid > 255 ||
+        clen <= 0) {
+        *why = "malformed CHAP_I/CHAP_C";
+        return ISCSI_LOGIN_AUTH_FAILED;
+    }
+    if (!cred->peeruser[0] || !cred->peersecret[0]) {
+        *why = "mutual CHAP requested but no peer secret is configured";
+        return ISCSI_LOGIN_AUTH_FAILED;
+    }
+    /* Refuse a reflected challenge (RFC 7143 §12.1.3). */
+    if ((size_t)clen == sizeof(l->chap_challenge) &&
+        memcmp(ichal, l->chap_challenge, (size_t)clen) == 0) {
+        *why = "initiator reflected our CHAP challenge";
+        return ISCSI_LOGIN_AUTH_FAILED;
+    }
+    uint8_t rsp[ISCSI_CHAP_DIGEST_LEN];
+    if (iscsi_chap_response((uint8_t)iid, cred->peersecret, ichal, (size_t)clen, rsp) < 0) {
+        *why = "MD5 failed";
+        return ISCSI_LOGIN_TARGET_ERROR;
+    }
+    char hex[2 * ISCSI_CHAP_DIGEST_LEN + 3];
+    iscsi_chap_encode_hex(rsp, sizeof(rsp), hex, sizeof(hex));
+    iscsi_text_add(out, "CHAP_N", cred->peeruser);
+    iscsi_text_add(out, "CHAP_R", hex);
+    return 0;
+}
+
+/* CHAP_N/CHAP_R (and CHAP_I/CHAP_C for mutual CHAP): authenticates. */
+static uint16_t sec_chap_response(struct iscsi_conn *ic, struct iscsi_text_out *out,
+                                  const char **why)
+{
+    struct iscsi_login *l = ic->login;
+    const struct iscsi_chap_cred *cred = NULL;
+    uint16_t st = sec_chap_check(ic, &cred, why);
+    if (st)
+        return st;
+    bool mutual_req = l->chap_i[0] || l->chap_c[0];
+    if (l->policy.method == ISCSI_AUTH_CHAP_MUTUAL && !mutual_req) {
+        *why = "mutual CHAP required but the initiator sent no challenge";
+        return ISCSI_LOGIN_AUTH_FAILED;
+    }
+    if (mutual_req && (st = sec_chap_mutual(l, cred, out, why)))
+        return st;
+    l->chap = CHAP_DONE;
+    l->authenticated = true;
+    log_info("%s: CHAP%s authentication of '%s' as '%s' succeeded", ic->c->peer,
+             mutual_req ? " (mutual)" : "", l->initiator_name, l->chap_n);
+    return 0;
+}
+
+/* The security stage's keys, in the order they arrive in one PDU. */
 static uint16_t security_step(struct iscsi_conn *ic, struct iscsi_text_out *out, const char **why)
 {
     struct iscsi_login *l = ic->login;
-    if (l->auth_method[0]) {
-        if (l->auth_method_chosen) {
-            *why = "AuthMethod offered twice";
-            return ISCSI_LOGIN_INITIATOR_ERROR;
-        }
-        const char *want = l->policy.method == ISCSI_AUTH_NONE ? "None" : "CHAP";
-        if (!list_has(l->auth_method, want)) {
-            iscsi_text_add(out, "AuthMethod", "Reject");
-            *why = l->policy.method == ISCSI_AUTH_NONE ? "initiator does not offer AuthMethod=None"
-                                                       : "CHAP required but not offered";
-            return ISCSI_LOGIN_AUTH_FAILED;
-        }
-        iscsi_text_add(out, "AuthMethod", want);
-        l->auth_method_chosen = true;
-        l->method = l->policy.method;
-        if (l->method == ISCSI_AUTH_NONE)
-            l->authenticated = true;
-        else
-            l->chap = CHAP_WAIT_A;
-    }
-    if (l->chap_a[0]) {
-        if (l->chap != CHAP_WAIT_A) {
-            *why = "CHAP_A out of sequence";
-            return ISCSI_LOGIN_INITIATOR_ERROR;
-        }
-        if (!list_has(l->chap_a, "5")) {
-            iscsi_text_add(out, "CHAP_A", "Reject");
-            *why = "CHAP_A does not offer MD5 (5)";
-            return ISCSI_LOGIN_AUTH_FAILED;
-        }
-        uint8_t id;
-        if (iscsi_chap_random(&id, 1) < 0 ||
-            iscsi_chap_random(l->chap_challenge, sizeof(l->chap_challenge)) < 0) {
-            *why = "no random numbers";
-            return ISCSI_LOGIN_TARGET_ERROR;
-        }
-        l->chap_id = id;
-        char idv[8], chal[2 * ISCSI_CHAP_CHALLENGE_LEN + 3];
-        snprintf(idv, sizeof(idv), "%u", id);
-        iscsi_chap_encode_hex(l->chap_challenge, sizeof(l->chap_challenge), chal, sizeof(chal));
-        iscsi_text_add(out, "CHAP_A", "5");
-        iscsi_text_add(out, "CHAP_I", idv);
-        iscsi_text_add(out, "CHAP_C", chal);
-        l->chap = CHAP_WAIT_R;
-    }
-    if (l->chap_n[0] || l->chap_r[0]) {
-        if (l->chap != CHAP_WAIT_R || !l->chap_n[0] || !l->chap_r[0]) {
-            *why = "CHAP_N/CHAP_R out of sequence";
-            return ISCSI_LOGIN_AUTH_FAILED;
-        }
-        /* Throttled (iscsi_chap.h): not even checked, so that a guesser
-         * learns nothing; "service unavailable" tells an honest initiator
-         * to retry later rather than give up. */
-        const char *blocked;
-        if (iscsi_chap_limit_check(l->initiator_name, &ic->peer_sa, &blocked)) {
-            *why = strcmp(blocked, "address") == 0
-                       ? "CHAP refused: too many failed logins from this address, retry later"
-                       : "CHAP refused: too many failed logins for this initiator, retry later";
-            return ISCSI_LOGIN_SERVICE_UNAVAILABLE;
-        }
-        const struct iscsi_chap_cred *cred = NULL;
-        for (size_t i = 0; i < l->policy.n_creds; i++)
-            if (strcmp(l->policy.creds[i].user, l->chap_n) == 0)
-                cred = &l->policy.creds[i];
-        uint8_t got[ISCSI_CHAP_BINARY_MAX];
-        int glen = iscsi_chap_decode(l->chap_r, got, sizeof(got));
-        uint8_t want[ISCSI_CHAP_DIGEST_LEN];
-        if (!cred || glen != ISCSI_CHAP_DIGEST_LEN ||
-            iscsi_chap_response(l->chap_id, cred->secret, l->chap_challenge,
-                                sizeof(l->chap_challenge), want) < 0 ||
-            !iscsi_chap_equal(got, want, ISCSI_CHAP_DIGEST_LEN)) {
-            *why = cred ? "wrong CHAP response (secret mismatch)" : "unknown CHAP user";
-            if (iscsi_chap_limit_failed(l->initiator_name, &ic->peer_sa))
-                log_warn("%s: CHAP: initiator '%s' or its address blocked for %d s after %d "
-                         "failed logins",
-                         ic->c->peer, l->initiator_name, ISCSI_CHAP_BLOCK_MS / 1000,
-                         ISCSI_CHAP_FAIL_MAX);
-            return ISCSI_LOGIN_AUTH_FAILED;
-        }
-        iscsi_chap_limit_succeeded(l->initiator_name, &ic->peer_sa);
-        bool mutual_req = l->chap_i[0] || l->chap_c[0];
-        if (l->policy.method == ISCSI_AUTH_CHAP_MUTUAL && !mutual_req) {
-            *why = "mutual CHAP required but the initiator sent no challenge";
-            return ISCSI_LOGIN_AUTH_FAILED;
-        }
-        if (mutual_req) {
-            uint64_t iid;
-            uint8_t ichal[ISCSI_CHAP_BINARY_MAX];
-            int clen = iscsi_chap_decode(l->chap_c, ichal, sizeof(ichal));
-            if (!l->chap_i[0] || !l->chap_c[0] || iscsi_parse_u64(l->chap_i, &iid) < 0 ||
-                iid > 255 || clen <= 0) {
-                *why = "malformed CHAP_I/CHAP_C";
-                return ISCSI_LOGIN_AUTH_FAILED;
-            }
-            if (!cred->peeruser[0] || !cred->peersecret[0]) {
-                *why = "mutual CHAP requested but no peer secret is configured";
-                return ISCSI_LOGIN_AUTH_FAILED;
-            }
-            /* Refuse a reflected challenge (RFC 7143 §12.1.3). */
-            if ((size_t)clen == sizeof(l->chap_challenge) &&
-                memcmp(ichal, l->chap_challenge, (size_t)clen) == 0) {
-                *why = "initiator reflected our CHAP challenge";
-                return ISCSI_LOGIN_AUTH_FAILED;
-            }
-            uint8_t rsp[ISCSI_CHAP_DIGEST_LEN];
-            if (iscsi_chap_response((uint8_t)iid, cred->peersecret, ichal, (size_t)clen, rsp) < 0) {
-                *why = "MD5 failed";
-                return ISCSI_LOGIN_TARGET_ERROR;
-            }
-            char hex[2 * ISCSI_CHAP_DIGEST_LEN + 3];
-            iscsi_chap_encode_hex(rsp, sizeof(rsp), hex, sizeof(hex));
-            iscsi_text_add(out, "CHAP_N", cred->peeruser);
-            iscsi_text_add(out, "CHAP_R", hex);
-        }
-        l->chap = CHAP_DONE;
-        l->authenticated = true;
-        log_info("%s: CHAP%s authentication of '%s' as '%s' succeeded", ic->c->peer,
-                 mutual_req ? " (mutual)" : "", l->initiator_name, l->chap_n);
-    }
-    return 0;
+    uint16_t st = 0;
+    if (l->auth_method[0] && (st = sec_auth_method(l, out, why)))
+        return st;
+    if (l->chap_a[0] && (st = sec_chap_a(l, out, why)))
+        return st;
+    if (l->chap_n[0] || l->chap_r[0])
+        st = sec_chap_response(ic, out, why);
+    return st;
 }
 
 /* ------------------------------------------------------------- session */

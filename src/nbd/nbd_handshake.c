@@ -196,6 +196,86 @@ static void opt_meta(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, uin
 }
 
 /* One option. 0 progress, 1 need more input, <0 close. */
+static void opt_starttls(struct nbd_conn *nc, uint32_t opt, uint32_t len)
+{
+    if (len != 0 || nc->tls) {
+        send_opt_reply(nc, opt, NBD_REP_ERR_INVALID, NULL, 0);
+    } else if (!nc->settings->tls) {
+        send_opt_reply(nc, opt, NBD_REP_ERR_UNSUP, NULL, 0);
+    } else {
+        send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
+        nc->starttls_pending = true;
+    }
+}
+
+static void opt_structured(struct nbd_conn *nc, uint32_t opt, uint32_t len)
+{
+    if (len != 0 || nc->structured) {
+        send_opt_reply(nc, opt, NBD_REP_ERR_INVALID, NULL, 0);
+    } else {
+        nc->structured = true;
+        send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
+    }
+}
+
+/* One option whose data (len bytes) is all in the input buffer: its reply
+ * is queued. Returns 0, or -errno to close (ABORT, a refused export). */
+static int opt_dispatch(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, uint32_t len)
+{
+    switch (opt) {
+    case NBD_OPT_EXPORT_NAME:
+        return opt_export_name(nc, data, len);
+    case NBD_OPT_ABORT:
+        send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
+        return -ECONNABORTED;
+    case NBD_OPT_LIST:
+        opt_list(nc, opt, len);
+        return 0;
+    case NBD_OPT_STARTTLS:
+        opt_starttls(nc, opt, len);
+        return 0;
+    case NBD_OPT_INFO:
+    case NBD_OPT_GO:
+        opt_info_go(nc, opt, data, len);
+        return 0;
+    case NBD_OPT_STRUCTURED_REPLY:
+        opt_structured(nc, opt, len);
+        return 0;
+    case NBD_OPT_LIST_META_CONTEXT:
+    case NBD_OPT_SET_META_CONTEXT:
+        opt_meta(nc, opt, data, len);
+        return 0;
+    default:
+        send_opt_reply(nc, opt, NBD_REP_ERR_UNSUP, NULL, 0);
+        return 0;
+    }
+}
+
+/* STARTTLS was acknowledged: send the reply in clear, then start TLS.
+ * Returns 1 (negotiation goes on under TLS) or -errno to close. */
+static int starttls_now(struct nbd_conn *nc)
+{
+    struct conn *c = nc->c;
+    nc->starttls_pending = false;
+    if (conn_input_len(c) != 0) {
+        log_warn("%s: nbd: data after STARTTLS before the TLS handshake, closing", c->peer);
+        return -EPROTO;
+    }
+    if (conn_flush_now(c) < 0) {
+        log_warn("%s: nbd: could not send the STARTTLS reply, closing", c->peer);
+        return -EIO;
+    }
+    int rc = tls_conn_start(c, nc->settings->tls);
+    if (rc < 0)
+        return rc;
+    nc->tls = true;
+    /* Negotiation starts over under TLS (the spec forbids carrying
+     * anything across). */
+    nc->structured = false;
+    nc->meta_alloc = false;
+    return 1;
+}
+
 int nbd_handshake_option(struct nbd_conn *nc)
 {
     struct conn *c = nc->c;
@@ -228,74 +308,12 @@ int nbd_handshake_option(struct nbd_conn *nc)
             return -ENOMEM;
         return 1;
     }
-    const uint8_t *data = p + NBD_OPT_HEADER_LEN;
-    int rc = 0;
     log_debug("%s: nbd: option %s (%u bytes)", c->peer, nbd_opt_name(opt), len);
-    switch (opt) {
-    case NBD_OPT_EXPORT_NAME:
-        rc = opt_export_name(nc, data, len);
-        break;
-    case NBD_OPT_ABORT:
-        send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
-        rc = -ECONNABORTED;
-        break;
-    case NBD_OPT_LIST:
-        opt_list(nc, opt, len);
-        break;
-    case NBD_OPT_STARTTLS:
-        if (len != 0 || nc->tls)
-            send_opt_reply(nc, opt, NBD_REP_ERR_INVALID, NULL, 0);
-        else if (!nc->settings->tls)
-            send_opt_reply(nc, opt, NBD_REP_ERR_UNSUP, NULL, 0);
-        else {
-            send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
-            nc->starttls_pending = true;
-        }
-        break;
-    case NBD_OPT_INFO:
-    case NBD_OPT_GO:
-        opt_info_go(nc, opt, data, len);
-        break;
-    case NBD_OPT_STRUCTURED_REPLY:
-        if (len != 0 || nc->structured) {
-            send_opt_reply(nc, opt, NBD_REP_ERR_INVALID, NULL, 0);
-        } else {
-            nc->structured = true;
-            send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
-        }
-        break;
-    case NBD_OPT_LIST_META_CONTEXT:
-    case NBD_OPT_SET_META_CONTEXT:
-        opt_meta(nc, opt, data, len);
-        break;
-    default:
-        send_opt_reply(nc, opt, NBD_REP_ERR_UNSUP, NULL, 0);
-        break;
-    }
+    int rc = opt_dispatch(nc, opt, p + NBD_OPT_HEADER_LEN, len);
     conn_consume(c, NBD_OPT_HEADER_LEN + len);
     if (rc < 0)
         return rc;
-    if (nc->starttls_pending) {
-        nc->starttls_pending = false;
-        if (conn_input_len(c) != 0) {
-            log_warn("%s: nbd: data after STARTTLS before the TLS handshake, closing", c->peer);
-            return -EPROTO;
-        }
-        if (conn_flush_now(c) < 0) {
-            log_warn("%s: nbd: could not send the STARTTLS reply, closing", c->peer);
-            return -EIO;
-        }
-        rc = tls_conn_start(c, nc->settings->tls);
-        if (rc < 0)
-            return rc;
-        nc->tls = true;
-        /* Negotiation starts over under TLS (the spec forbids carrying
-         * anything across). */
-        nc->structured = false;
-        nc->meta_alloc = false;
-        return 1;
-    }
-    return 0;
+    return nc->starttls_pending ? starttls_now(nc) : 0;
 }
 
 int nbd_handshake_client_flags(struct nbd_conn *nc)

@@ -7,7 +7,8 @@
 # own daemon on free ports in its own temporary directory. A test whose
 # file has a line "# run-alone" (it measures latency or memory) runs after
 # the others, by itself. IT_SKIP (names, space-separated) leaves tests out,
-# each said on a line of its own.
+# each said on a line of its own. Tests with a line "# slow" (30 s or more)
+# start first, so that the long ones do not end up alone at the tail.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 JOBS=${IT_JOBS:-2}
@@ -15,13 +16,20 @@ pass=0; failed=0; failures=()
 # Per-run log directory, so that runs from several checkouts do not clash.
 LOGDIR=${LOGDIR:-$(mktemp -d /tmp/blockd-it-logs.XXXXXX)}
 
-parallel=(); alone=()
+parallel=(); alone=(); rest=()
 for t in "$here"/t-*.sh; do
     name=$(basename "$t" .sh)
     if [ -n "${1:-}" ] && [[ "$name" != *"$1"* ]]; then continue; fi
     if [[ " ${IT_SKIP:-} " == *" $name "* ]]; then echo "skip $name (IT_SKIP)"; continue; fi
-    if grep -q '^# run-alone' "$t"; then alone+=("$t"); else parallel+=("$t"); fi
+    if grep -q '^# run-alone' "$t"; then
+        alone+=("$t")
+    elif grep -q '^# slow' "$t"; then
+        parallel+=("$t")
+    else
+        rest+=("$t")
+    fi
 done
+parallel+=("${rest[@]}")
 
 # One test: its log, then a status file "<rc> <seconds>".
 run_one() {

@@ -1,4 +1,5 @@
 #!/bin/bash
+# slow: run.sh starts it first (30 s or more)
 # Prometheus metrics on the API listener (GET /metrics), scraped by the real
 # Prometheus server (Debian's prometheus package):
 #  - 401 without an API key or with a wrong one, 200 with "Authorization:

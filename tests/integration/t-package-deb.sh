@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# slow: run.sh starts it first (30 s or more)
 # The Debian package: `make deb`'s script builds it from a clean copy of
 # the tree (release flags, no unit tests: make check runs those); its
 # contents are checked with dpkg-deb -c; it is extracted into a scratch

@@ -1,4 +1,5 @@
 #!/bin/bash
+# slow: run.sh starts it first (30 s or more)
 # RBD pools (issue #16, control plane): pool.create {rbd: …} and pool.query
 # against a throwaway Ceph cluster started here (scripts/ceph-cluster.sh,
 # stopped on exit; a machine without Ceph FAILS this test):

@@ -1,4 +1,5 @@
 #!/bin/bash
+# slow: run.sh starts it first (30 s or more)
 # SCSI conformance: libiscsi's iscsi-test-cu over the whole ALL family
 # against a blockd LUN (--dataloss, the URL given twice for the multipath
 # tests, a second initiator name for the multi-initiator ones,

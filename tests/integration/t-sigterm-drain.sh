@@ -1,4 +1,5 @@
 #!/bin/bash
+# slow: run.sh starts it first (30 s or more)
 # SIGTERM with writes in flight: blockd stops reading requests, finishes the
 # ones it started and sends their replies before closing, then exits 0.
 # Four raw-socket NBD clients keep 256 KiB writes (each with its own
