@@ -1,4 +1,5 @@
 #!/bin/bash
+# slow: run.sh starts it first (30 s or more)
 # An RBD image changed behind blockd's back (issue #16), as an operator or
 # another librbd client would, while blockd serves it over NBD; a second
 # volume in the same pool is watched throughout (never affected):

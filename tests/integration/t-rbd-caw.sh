@@ -1,4 +1,5 @@
 #!/bin/bash
+# slow: run.sh starts it first (30 s or more)
 # SCSI COMPARE AND WRITE on an RBD LUN (issue #16) is librbd's
 # compare-and-write: one atomic RADOS operation on the OSD (compare extent +
 # write), so it stays atomic across gateways and other librbd clients of
