@@ -532,6 +532,15 @@ static bool sync_slot_finish(struct volume *v, struct sync_slot *s, int rc)
     } else {
         s->busy = false;
         v->syncs_running--;
+        if (failed) {
+            /* This sync covers nobody any more: started_max is again the
+             * latest start of a sync still running (or of the last one that
+             * made writes durable), so the next flush launches its own. */
+            v->started_max = v->synced;
+            for (unsigned i = 0; i < VOLUME_SYNC_PARALLEL; i++)
+                if (v->slots[i].busy && v->slots[i].start > v->started_max)
+                    v->started_max = v->slots[i].start;
+        }
     }
     pthread_mutex_unlock(&v->gc_lock);
     while (ready) {
