@@ -220,8 +220,6 @@ static json_t *account_rows(void)
 
 static int account_query(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     json_t *rows = account_rows();
     if (!rows)
         return api_error(call, EIO, "cannot read the accounts");
@@ -245,12 +243,7 @@ static const struct api_field set_fields[] = {
 
 static int account_set_password(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 0);
-    if (api_validate_object(call, "account.set_password", data, set_fields, ARRAY_SIZE(set_fields),
-                            0) < 0)
-        return api_invalid(call);
+    json_t *data = api_param(params, 0); /* checked against set_fields by the dispatcher */
     const char *name = json_string_value(json_object_get(data, "username"));
     json_t *jpw = json_object_get(data, "password");
     const char *pw = json_string_value(jpw);
@@ -330,13 +323,7 @@ static int account_set_password(struct api_call *call, json_t *params, json_t **
 
 static int account_delete(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *jn = api_param(params, 0);
-    if (!json_is_string(jn)) {
-        api_verr(call, "account.delete.username", EINVAL, "Input should be a valid string");
-        return api_invalid(call);
-    }
+    json_t *jn = api_param(params, 0); /* a string: the dispatcher checked it */
     const char *name = json_string_value(jn);
     db_lock();
     sqlite3_stmt *st = NULL;
@@ -359,14 +346,30 @@ static int account_delete(struct api_call *call, json_t *params, json_t **result
     return 0;
 }
 
+/* The username's errors read "Input should be a valid string" even when
+ * it is missing, as before the dispatcher checked it. */
+static int username_check(struct api_call *call, json_t *v)
+{
+    if (!json_is_string(v)) {
+        api_verr(call, "account.delete.username", EINVAL, "Input should be a valid string");
+        return -1;
+    }
+    return 0;
+}
+
+static const struct api_arg set_password_args[] = {API_ARG_OBJECT("data", set_fields, 0)};
+static const struct api_arg query_args[] = {API_ARG_QUERY};
+static const struct api_arg delete_args[] = {
+    {.name = "username", .type = API_T_STRING, .check = username_check}};
+
 static const struct api_method account_methods[] = {
-    {"account.set_password", "[{username, password}]",
+    {"account.set_password", NULL,
      "Create a local account or change its password (local socket only; stored as yescrypt).",
-     account_set_password, API_LOCAL_ONLY},
-    {"account.query", "[filters?, options?]", "Local accounts (never the password or its hash).",
-     account_query, API_LOCAL_ONLY},
-    {"account.delete", "[username]", "Delete a local account; its sessions are logged out.",
-     account_delete, API_LOCAL_ONLY},
+     account_set_password, API_LOCAL_ONLY, API_ARGS(set_password_args)},
+    {"account.query", NULL, "Local accounts (never the password or its hash).", account_query,
+     API_LOCAL_ONLY, API_ARGS(query_args)},
+    {"account.delete", NULL, "Delete a local account; its sessions are logged out.", account_delete,
+     API_LOCAL_ONLY, API_ARGS(delete_args)},
 };
 
 void account_init(void)

@@ -11,6 +11,7 @@
 #include "api/api_internal.h"
 #include "api/jsonw.h"
 #include "api/callmem.h"
+#include "api/validate.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -342,7 +343,13 @@ static int call_run(struct api_call *call, const struct api_method *m, json_t *p
         return api_error(call, EPERM, "%s is only available on the local API socket (blockctl)",
                          m->name);
     uint64_t t0 = time_now_ns();
-    int rc = m->fn(call, params, result);
+    /* The one check point: a method described by its args never sees
+     * parameters of the wrong shape (a params text means it checks its own). */
+    int rc;
+    if (!m->params && api_validate_args(call, m, params) < 0)
+        rc = api_invalid(call);
+    else
+        rc = m->fn(call, params, result);
     apistats_record(m, time_now_ns() - t0, rc != 0 || call->code != 0 || api_has_verrs(call));
     if (rc == 0 && call->code == 0 && !api_has_verrs(call)) {
         if (!*result)

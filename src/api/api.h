@@ -40,13 +40,34 @@ enum api_method_flags {
     API_LOCAL_ONLY = 1u << 2, /* only on the local Unix socket (account.*): EPERM elsewhere */
 };
 
+/* A method's positional parameter (api/validate.h describes it). */
+struct api_arg;
+
+/*
+ * One method. Its positional parameters are described once, by args/nargs
+ * (api/validate.h): the dispatcher checks the arity and validates every
+ * argument against that table before fn runs, and the synopsis that
+ * core.get_methods, `blockctl methods` and docs/api.md show is generated
+ * from the same table (api_method_synopsis). So a handler starts with
+ * parameters already known to have the right shape and keeps only the
+ * checks a field table cannot say (cross-field rules, existence).
+ *
+ * params is the legacy escape hatch: a method that sets it gets no checks
+ * from the dispatcher (its handler validates everything itself) and that
+ * hand-written text as its synopsis. Leave it NULL for new methods.
+ */
 struct api_method {
     const char *name;    /* "pool.dataset.create" */
-    const char *params;  /* one-line parameter synopsis for help/docs */
+    const char *params;  /* NULL (args describe the parameters), or a free-form synopsis */
     const char *summary; /* one-line description */
     api_handler_fn fn;   /* returns 0 with *result set (new reference), or -1 with an error set */
     unsigned flags;
+    const struct api_arg *args; /* positional parameters, in order (NULL, 0: none) */
+    size_t nargs;
 };
+
+/* The args and nargs of a method table entry: API_ARGS(create_args). */
+#define API_ARGS(a) (a), (sizeof(a) / sizeof((a)[0]))
 
 /* Register a table (must outlive the process). Not thread-safe: start-up only. */
 void api_register(const struct api_method *methods, size_t count);

@@ -205,8 +205,6 @@ static json_t *key_rows(const char *where, int64_t arg)
 
 static int key_query(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     db_lock();
     json_t *rows = key_rows(NULL, 0);
     db_unlock();
@@ -245,11 +243,7 @@ static int parse_expiry(struct api_call *call, json_t *v, int64_t *ms, bool *has
 
 static int key_create(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, create_fields, ARRAY_SIZE(create_fields), 0) < 0)
-        return api_invalid(call);
+    json_t *data = api_param(params, 0); /* checked against create_fields by the dispatcher */
     int64_t expires = 0;
     bool has_expiry;
     if (parse_expiry(call, json_object_get(data, "expires_at"), &expires, &has_expiry) < 0)
@@ -330,13 +324,7 @@ static int key_create(struct api_call *call, json_t *params, json_t **result)
 
 static int key_delete(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *jid = api_param(params, 0);
-    if (!json_is_integer(jid)) {
-        api_verr(call, "api_key.delete.id", EINVAL, "Input should be a valid integer");
-        return api_invalid(call);
-    }
+    json_t *jid = api_param(params, 0); /* an integer: the dispatcher checked it */
     int64_t id = json_integer_value(jid);
     db_lock();
     sqlite3_stmt *st = NULL;
@@ -560,8 +548,6 @@ int auth_check_key(const char *key, size_t len, const char *peer)
 
 static int auth_login_with_api_key(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
     int rc = login_key(call, api_param(params, 0), "auth.login_with_api_key.api_key");
     if (rc < 0)
         return -1;
@@ -574,13 +560,6 @@ static int auth_login_with_api_key(struct api_call *call, json_t *params, json_t
  * account without 2FA. */
 static int auth_login(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 3) < 0)
-        return api_invalid(call);
-    json_t *otp = api_param(params, 2);
-    if (otp && !json_is_string(otp)) {
-        api_verr(call, "auth.login.otp_token", EINVAL, "Input should be a valid string");
-        return api_invalid(call);
-    }
     int rc = login_password(call, api_param(params, 0), api_param(params, 1), "auth.login");
     if (rc < 0)
         return -1;
@@ -619,13 +598,7 @@ static json_t *me_object(struct api_client *client)
 
 static int auth_login_ex(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 0);
-    if (!json_is_object(data)) {
-        api_verr(call, "auth.login_ex.login_data", EINVAL, "Input should be a valid object");
-        return api_invalid(call);
-    }
+    json_t *data = api_param(params, 0); /* an object: login_data_check */
     const char *mech = json_string_value(json_object_get(data, "mechanism"));
     int rc;
     if (mech && strcmp(mech, "API_KEY_PLAIN") == 0) {
@@ -654,16 +627,14 @@ static int auth_login_ex(struct api_call *call, json_t *params, json_t **result)
 
 static int auth_me(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 0) < 0)
-        return api_invalid(call);
+    (void)params;
     *result = me_object(api_call_client(call));
     return 0;
 }
 
 static int auth_logout(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 0) < 0)
-        return api_invalid(call);
+    (void)params;
     struct api_client *client = api_call_client(call);
     pthread_mutex_lock(&session_lock);
     bool had = client && client->auth;
@@ -732,23 +703,48 @@ void api_auth_client_release(struct api_client *client)
     pthread_mutex_unlock(&session_lock);
 }
 
+/* login_ex's data: "valid object" is how this method always worded it. */
+static int login_data_check(struct api_call *call, json_t *data)
+{
+    if (!json_is_object(data)) {
+        api_verr(call, "auth.login_ex.login_data", EINVAL, "Input should be a valid object");
+        return -1;
+    }
+    return 0;
+}
+
+static const struct api_arg key_create_args[] = {API_ARG_OBJECT("data", create_fields, 0)};
+static const struct api_arg query_args[] = {API_ARG_QUERY};
+static const struct api_arg key_delete_args[] = {
+    {.name = "id", .type = API_T_INT, .flags = API_ARG_TYPE_MSG}};
+/* The credentials are checked by the login itself (a wrong type is a
+ * failed login, not a -32602), so they are API_T_ANY here. */
+static const struct api_arg login_key_args[] = {{.name = "api_key", .type = API_T_ANY}};
+static const struct api_arg login_args[] = {
+    {.name = "username", .type = API_T_ANY},
+    {.name = "password", .type = API_T_ANY},
+    {.name = "otp_token", .type = API_T_STRING, .flags = API_ARG_OPTIONAL}};
+static const struct api_arg login_ex_args[] = {
+    {.name = "login_data", .type = API_T_OBJECT, .check = login_data_check}};
+
 static const struct api_method auth_methods[] = {
-    {"api_key.create", "[{name, username?, expires_at?}]",
-     "Create an API key; the key is returned once and stored hashed.", key_create, 0},
-    {"api_key.query", "[filters?, options?]", "API keys (never the key or its hash).", key_query,
-     0},
-    {"api_key.delete", "[id]", "Delete an API key; its sessions are logged out.", key_delete, 0},
-    {"auth.login_with_api_key", "[api_key]", "Log this connection in; returns true or false.",
-     auth_login_with_api_key, API_NO_AUTH},
-    {"auth.login", "[username, password, otp_token?]",
+    {"api_key.create", NULL, "Create an API key; the key is returned once and stored hashed.",
+     key_create, 0, API_ARGS(key_create_args)},
+    {"api_key.query", NULL, "API keys (never the key or its hash).", key_query, 0,
+     API_ARGS(query_args)},
+    {"api_key.delete", NULL, "Delete an API key; its sessions are logged out.", key_delete, 0,
+     API_ARGS(key_delete_args)},
+    {"auth.login_with_api_key", NULL, "Log this connection in; returns true or false.",
+     auth_login_with_api_key, API_NO_AUTH, API_ARGS(login_key_args)},
+    {"auth.login", NULL,
      "Log this connection in with a local account's password; returns true or false.", auth_login,
-     API_NO_AUTH},
-    {"auth.login_ex",
-     "[{mechanism: \"API_KEY_PLAIN\"|\"PASSWORD_PLAIN\", username?, api_key|password}]",
-     "Log in (TrueNAS login_ex shape); returns {response_type, user_info}.", auth_login_ex,
-     API_NO_AUTH},
-    {"auth.me", "[]", "The logged-in identity.", auth_me, 0},
-    {"auth.logout", "[]", "End this connection's login.", auth_logout, 0},
+     API_NO_AUTH, API_ARGS(login_args)},
+    {"auth.login_ex", NULL,
+     "Log in (TrueNAS login_ex shape: login_data {mechanism: API_KEY_PLAIN|PASSWORD_PLAIN, "
+     "username?, api_key|password}); returns {response_type, user_info}.",
+     auth_login_ex, API_NO_AUTH, API_ARGS(login_ex_args)},
+    {"auth.me", NULL, "The logged-in identity.", auth_me, 0},
+    {"auth.logout", NULL, "End this connection's login.", auth_logout, 0},
 };
 
 void api_auth_sessions_changed(void)

@@ -1,13 +1,14 @@
 /* The built-in core.* methods every transport answers. */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "api/api_internal.h"
 #include "api/validate.h"
 
 static int core_ping(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 0) < 0)
-        return api_invalid(call);
+    (void)call;
+    (void)params;
     *result = json_string("pong");
     return 0;
 }
@@ -15,26 +16,37 @@ static int core_ping(struct api_call *call, json_t *params, json_t **result)
 /* TrueNAS returns an object keyed by method name; so do we. */
 static int core_get_methods(struct api_call *call, json_t *params, json_t **result)
 {
-    /* TrueNAS takes (target, …) selectors; we have one method set. */
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
+    (void)params; /* TrueNAS takes (target, …) selectors; we have one method set. */
     const struct api_method **methods;
     size_t n = api_methods(&methods);
     json_t *out = json_object();
     for (size_t i = 0; i < n; i++) {
         const struct api_method *m = methods[i];
+        char *syn = api_method_synopsis(m);
+        if (!syn) {
+            json_decref(out);
+            return api_error(call, ENOMEM, "out of memory");
+        }
         json_object_set_new(out, m->name,
-                            json_pack("{s:s, s:s, s:b}", "params", m->params ? m->params : "",
-                                      "summary", m->summary ? m->summary : "", "no_auth",
+                            json_pack("{s:s, s:s, s:b}", "params", syn, "summary",
+                                      m->summary ? m->summary : "", "no_auth",
                                       (m->flags & API_NO_AUTH) != 0));
+        free(syn);
     }
     *result = out;
     return 0;
 }
 
+/* TrueNAS's (target, …) selectors: accepted, not used. */
+static const struct api_arg get_methods_args[] = {
+    {.name = "target", .type = API_T_ANY, .flags = API_ARG_OPTIONAL},
+    {.name = "options", .type = API_T_ANY, .flags = API_ARG_OPTIONAL},
+};
+
 const struct api_method api_core_methods[] = {
-    {"core.ping", "[]", "Check that the daemon answers; returns \"pong\".", core_ping, API_NO_AUTH},
-    {"core.get_methods", "[]",
-     "Every method with its parameter synopsis and summary, keyed by name.", core_get_methods, 0},
+    {"core.ping", NULL, "Check that the daemon answers; returns \"pong\".", core_ping, API_NO_AUTH},
+    {"core.get_methods", NULL,
+     "Every method with its parameter synopsis and summary, keyed by name.", core_get_methods, 0,
+     API_ARGS(get_methods_args)},
 };
 const size_t api_core_method_count = sizeof(api_core_methods) / sizeof(api_core_methods[0]);

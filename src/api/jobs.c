@@ -476,8 +476,6 @@ void jobs_stop(void)
 
 static int core_get_jobs(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     json_t *rows = json_array();
     pthread_mutex_lock(&jt.lock);
     for (struct job *j = jt.head; j; j = j->next)
@@ -537,13 +535,7 @@ static void wait_arg_free(void *arg)
 
 static int core_job_wait(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *jid = api_param(params, 0);
-    if (!json_is_integer(jid)) {
-        api_verr(call, "core.job_wait.id", EINVAL, "Input should be a valid integer");
-        return api_invalid(call);
-    }
+    json_t *jid = api_param(params, 0); /* an integer: the dispatcher checked it */
     struct job *target = job_find_ref(json_integer_value(jid));
     if (!target)
         return api_error(call, ENOENT, "Job %" JSON_INTEGER_FORMAT " does not exist",
@@ -629,8 +621,8 @@ static int bulk_work(struct job *job, void *arg, json_t **result)
 
 static int core_bulk(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 3) < 0)
-        return api_invalid(call);
+    /* The three arguments are checked here, not by type in bulk_args: a
+     * bulk call reports every bad one (and every bad params list) at once. */
     json_t *jm = api_param(params, 0);
     json_t *calls = api_param(params, 1);
     json_t *desc = api_param(params, 2);
@@ -673,13 +665,7 @@ static int core_bulk(struct api_call *call, json_t *params, json_t **result)
 
 static int core_subscribe(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *jn = api_param(params, 0);
-    if (!json_is_string(jn)) {
-        api_verr(call, "core.subscribe.event", EINVAL, "Input should be a valid string");
-        return api_invalid(call);
-    }
+    json_t *jn = api_param(params, 0); /* a string: the dispatcher checked it */
     if (strcmp(json_string_value(jn), "core.get_jobs") != 0)
         return api_error(call, ENOENT, "Event %.100s not found (only core.get_jobs is offered)",
                          json_string_value(jn));
@@ -711,13 +697,7 @@ static int core_subscribe(struct api_call *call, json_t *params, json_t **result
 
 static int core_unsubscribe(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *jid = api_param(params, 0);
-    if (!json_is_string(jid)) {
-        api_verr(call, "core.unsubscribe.id", EINVAL, "Input should be a valid string");
-        return api_invalid(call);
-    }
+    json_t *jid = api_param(params, 0); /* a string: the dispatcher checked it */
     struct api_client *client = api_call_client(call);
     bool found = false;
     pthread_mutex_lock(&jt.sub_lock);
@@ -744,11 +724,7 @@ static const struct api_field option_fields[] = {
 
 static int core_set_options(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *o = api_param(params, 0);
-    if (api_validate_object(call, NULL, o, option_fields, ARRAY_SIZE(option_fields), 0) < 0)
-        return api_invalid(call);
+    json_t *o = api_param(params, 0); /* checked against option_fields by the dispatcher */
     json_t *lj = json_object_get(o, "legacy_jobs");
     struct api_client *client = api_call_client(call);
     if (lj && client)
@@ -757,21 +733,37 @@ static int core_set_options(struct api_call *call, json_t *params, json_t **resu
     return 0;
 }
 
+static const struct api_arg query_args[] = {API_ARG_QUERY};
+static const struct api_arg job_wait_args[] = {
+    {.name = "id", .type = API_T_INT, .flags = API_ARG_TYPE_MSG}};
+static const struct api_arg bulk_args[] = {
+    {.name = "method", .type = API_T_ANY},
+    {.name = "params", .type = API_T_ANY},
+    {.name = "description", .type = API_T_ANY, .flags = API_ARG_OPTIONAL}};
+static const struct api_arg subscribe_args[] = {
+    {.name = "event", .type = API_T_STRING, .flags = API_ARG_TYPE_MSG}};
+static const struct api_arg unsubscribe_args[] = {
+    {.name = "id", .type = API_T_STRING, .flags = API_ARG_TYPE_MSG}};
+static const struct api_arg set_options_args[] = {API_ARG_OBJECT("options", option_fields, 0)};
+
 static const struct api_method job_methods[] = {
-    {"core.get_jobs", "[filters?, options?]", "Recent and running jobs (query filters/options).",
-     core_get_jobs, 0},
-    {"core.job_wait", "[id]", "A job that waits for job id and returns its result.", core_job_wait,
-     API_WAITS},
-    {"core.bulk", "[method, [[params]...], description?]",
-     "A job that calls method once per params list; result [{job_id, result, error}].", core_bulk,
-     0},
-    {"core.subscribe", "[\"core.get_jobs\"]",
-     "Receive collection_update notifications for jobs; returns the subscription id.",
-     core_subscribe, 0},
-    {"core.unsubscribe", "[id]", "End a subscription.", core_unsubscribe, 0},
-    {"core.set_options", "[{legacy_jobs?}]",
+    {"core.get_jobs", NULL, "Recent and running jobs (query filters/options).", core_get_jobs, 0,
+     API_ARGS(query_args)},
+    {"core.job_wait", NULL, "A job that waits for job id and returns its result.", core_job_wait,
+     API_WAITS, API_ARGS(job_wait_args)},
+    {"core.bulk", NULL,
+     "A job that calls method once per params list (params: [[params]...]); result [{job_id, "
+     "result, error}].",
+     core_bulk, 0, API_ARGS(bulk_args)},
+    {"core.subscribe", NULL,
+     "Receive collection_update notifications for jobs (event \"core.get_jobs\"); returns the "
+     "subscription id.",
+     core_subscribe, 0, API_ARGS(subscribe_args)},
+    {"core.unsubscribe", NULL, "End a subscription.", core_unsubscribe, 0,
+     API_ARGS(unsubscribe_args)},
+    {"core.set_options", NULL,
      "Connection options: legacy_jobs=false makes job methods answer with their result.",
-     core_set_options, 0},
+     core_set_options, 0, API_ARGS(set_options_args)},
 };
 
 void jobs_init(void)

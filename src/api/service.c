@@ -70,8 +70,6 @@ static json_t *service_row(const struct service *s)
 
 static int svc_query(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     json_t *rows = json_array();
     for (size_t i = 0; i < nservices; i++)
         json_array_append_new(rows, service_row(&services[i]));
@@ -80,24 +78,28 @@ static int svc_query(struct api_call *call, json_t *params, json_t **result)
     return rc;
 }
 
-/* params[0] names a registered service: returns it, or NULL with an error. */
-static struct service *param_service(struct api_call *call, json_t *params)
+/* The service argument (api_arg check): names a registered service, else
+ * the -32602 error; the dispatcher runs it before the handler. */
+static int service_arg_check(struct api_call *call, json_t *jn)
 {
-    json_t *jn = api_param(params, 0);
     char field[96];
     snprintf(field, sizeof(field), "%s.service", api_call_method(call));
     if (!json_is_string(jn)) {
         api_verr(call, field, EINVAL, "Input should be a valid string");
-        api_invalid(call);
-        return NULL;
+        return -1;
     }
-    struct service *s = service_find(json_string_value(jn));
-    if (!s) {
+    if (!service_find(json_string_value(jn))) {
         api_verr(call, field, ENOENT, "Unknown service %.64s (known: iscsitarget, nbd)",
                  json_string_value(jn));
-        api_invalid(call);
+        return -1;
     }
-    return s;
+    return 0;
+}
+
+/* params[0], already checked by service_arg_check. */
+static struct service *param_service(json_t *params)
+{
+    return service_find(json_string_value(api_param(params, 0)));
 }
 
 static const struct api_field control_fields[] = {
@@ -111,19 +113,10 @@ static const char *const verb_names[] = {"start", "stop", "restart", "reload"};
 
 static int svc_control(struct api_call *call, json_t *params, json_t **result, enum verb verb)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
-    struct service *s = param_service(call, params);
-    if (!s)
-        return -1;
+    struct service *s = param_service(params);
     json_t *opts = api_param(params, 1);
     bool silent = true;
     if (opts) {
-        char prefix[96];
-        snprintf(prefix, sizeof(prefix), "%s.options", api_call_method(call));
-        if (api_validate_object(call, prefix, opts, control_fields, ARRAY_SIZE(control_fields), 0) <
-            0)
-            return api_invalid(call);
         json_t *js = json_object_get(opts, "silent");
         if (js)
             silent = json_is_true(js);
@@ -188,11 +181,8 @@ static int svc_reload(struct api_call *call, json_t *params, json_t **result)
 
 static int svc_started(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    struct service *s = param_service(call, params);
-    if (!s)
-        return -1;
+    (void)call;
+    struct service *s = param_service(params);
     *result = json_boolean(s->ops->running());
     return 0;
 }
@@ -201,25 +191,33 @@ static const struct api_field update_fields[] = {
     {.name = "enable", .type = API_T_BOOL, .flags = API_REQUIRED},
 };
 
-/* service.update [id_or_name, {enable}] → id */
-static int svc_update(struct api_call *call, json_t *params, json_t **result)
+/* A service by its id (1-based) or name; NULL if there is none. */
+static struct service *service_by_id_or_name(json_t *jid)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
-    json_t *jid = api_param(params, 0);
-    struct service *s = NULL;
     if (json_is_integer(jid)) {
         json_int_t i = json_integer_value(jid);
         if (i >= 1 && (size_t)i <= nservices)
-            s = &services[i - 1];
+            return &services[i - 1];
     } else if (json_is_string(jid)) {
-        s = service_find(json_string_value(jid));
+        return service_find(json_string_value(jid));
     }
-    if (!s)
+    return NULL;
+}
+
+/* The id_or_name argument (api_arg check): ENOENT before the data is
+ * looked at, as TrueNAS answers. */
+static int service_id_check(struct api_call *call, json_t *jid)
+{
+    if (!service_by_id_or_name(json_is_null(jid) ? NULL : jid))
         return api_error(call, ENOENT, "Service not found");
+    return 0;
+}
+
+/* service.update [id_or_name, {enable}] → id */
+static int svc_update(struct api_call *call, json_t *params, json_t **result)
+{
+    struct service *s = service_by_id_or_name(api_param(params, 0));
     json_t *data = api_param(params, 1);
-    if (api_validate_object(call, NULL, data, update_fields, ARRAY_SIZE(update_fields), 0) < 0)
-        return api_invalid(call);
     char key[64];
     snprintf(key, sizeof(key), "service.%s.enable", s->name);
     bool on = json_is_true(json_object_get(data, "enable"));
@@ -245,19 +243,41 @@ void service_apply_enabled(void)
     }
 }
 
+static const struct api_arg query_args[] = {API_ARG_QUERY};
+static const struct api_arg started_args[] = {
+    {.name = "service", .type = API_T_STRING, .check = service_arg_check}};
+/* One table per verb: the options' errors name the method
+ * ("service.start.options.silent"). */
+#define CONTROL_ARGS(verb)                                                                         \
+    static const struct api_arg verb##_args[] = {                                                  \
+        {.name = "service", .type = API_T_STRING, .check = service_arg_check},                     \
+        {.name = "options",                                                                        \
+         .type = API_T_OBJECT,                                                                     \
+         .flags = API_ARG_OPTIONAL,                                                                \
+         .fields = control_fields,                                                                 \
+         .nfields = ARRAY_SIZE(control_fields),                                                    \
+         .prefix = "service." #verb ".options"}}
+CONTROL_ARGS(start);
+CONTROL_ARGS(stop);
+CONTROL_ARGS(restart);
+CONTROL_ARGS(reload);
+static const struct api_arg update_args[] = {
+    {.name = "id_or_name", .type = API_T_ANY, .check = service_id_check},
+    API_ARG_OBJECT("data", update_fields, 0)};
+
 static const struct api_method service_methods[] = {
-    {"service.query", "[filters?, options?]", "Services with their state (RUNNING/STOPPED).",
-     svc_query, 0},
-    {"service.started", "[service]", "Whether a service runs.", svc_started, 0},
-    {"service.start", "[service, options?]", "Open the service's listeners.", svc_start, 0},
-    {"service.stop", "[service, options?]", "Close the service's listeners and sessions.", svc_stop,
-     0},
-    {"service.restart", "[service, options?]", "Stop then start a service.", svc_restart, 0},
-    {"service.reload", "[service, options?]",
+    {"service.query", NULL, "Services with their state (RUNNING/STOPPED).", svc_query, 0,
+     API_ARGS(query_args)},
+    {"service.started", NULL, "Whether a service runs.", svc_started, 0, API_ARGS(started_args)},
+    {"service.start", NULL, "Open the service's listeners.", svc_start, 0, API_ARGS(start_args)},
+    {"service.stop", NULL, "Close the service's listeners and sessions.", svc_stop, 0,
+     API_ARGS(stop_args)},
+    {"service.restart", NULL, "Stop then start a service.", svc_restart, 0, API_ARGS(restart_args)},
+    {"service.reload", NULL,
      "Apply pending configuration (iscsitarget: every deferred change, as one generation).",
-     svc_reload, 0},
-    {"service.update", "[id_or_name, {enable}]", "Whether the service starts with blockd.",
-     svc_update, 0},
+     svc_reload, 0, API_ARGS(reload_args)},
+    {"service.update", NULL, "Whether the service starts with blockd.", svc_update, 0,
+     API_ARGS(update_args)},
 };
 
 void service_init(void)

@@ -4,6 +4,7 @@
 #include <errno.h>
 
 #include "api/api.h"
+#include "api/validate.h"
 #include "core/util.h"
 
 static int sharing_query(struct api_call *call, json_t *params, json_t **result)
@@ -29,11 +30,15 @@ static int sharing_refused(struct api_call *call, json_t *params, json_t **resul
         name, "[...]", "Not supported: blockd has no NFS/SMB file sharing.", sharing_refused, 0    \
     }
 
+static const struct api_arg query_args[] = {API_ARG_QUERY};
+
+/* The REFUSED methods keep a free-form "[...]" synopsis: they take
+ * anything and refuse it, so there is nothing to describe or check. */
 static const struct api_method sharing_methods[] = {
-    {"sharing.nfs.query", "[filters?, options?]",
-     "NFS shares: always [] (blockd serves block volumes only).", sharing_query, 0},
-    {"sharing.smb.query", "[filters?, options?]",
-     "SMB shares: always [] (blockd serves block volumes only).", sharing_query, 0},
+    {"sharing.nfs.query", NULL, "NFS shares: always [] (blockd serves block volumes only).",
+     sharing_query, 0, API_ARGS(query_args)},
+    {"sharing.smb.query", NULL, "SMB shares: always [] (blockd serves block volumes only).",
+     sharing_query, 0, API_ARGS(query_args)},
     REFUSED("sharing.nfs.create"),
     REFUSED("sharing.nfs.update"),
     REFUSED("sharing.nfs.delete"),

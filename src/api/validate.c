@@ -272,3 +272,124 @@ int api_apply_defaults(json_t *obj, const struct api_field *fields, size_t nfiel
     }
     return 0;
 }
+
+/* One positional argument; 0 or -EINVAL (errors added). */
+static int validate_arg(struct api_call *call, const struct api_arg *a, json_t *raw)
+{
+    json_t *v = json_is_null(raw) ? NULL : raw; /* as api_param() */
+    if ((!v && (a->flags & API_ARG_OPTIONAL)) || (a->flags & API_ARG_SELF_CHECKED))
+        return 0;
+    if (a->check)
+        return a->check(call, raw) < 0 ? -EINVAL : 0;
+    if (a->type == API_T_ANY)
+        return 0;
+    if (a->type == API_T_OBJECT && a->fields)
+        return api_validate_object(call, a->prefix, v, a->fields, a->nfields,
+                                   a->flags & (API_PARTIAL | API_ALLOW_EXTRA));
+    char path[PATH_MAX_LEN];
+    join_path(path, sizeof(path), api_call_method(call), a->name);
+    if (!raw && !(a->flags & API_ARG_TYPE_MSG)) {
+        api_verr(call, path, EINVAL, "Field required");
+        return -EINVAL;
+    }
+    struct api_field f = {.name = a->name,
+                          .type = a->type,
+                          .flags = (a->flags & API_ARG_NULLABLE) ? API_NULLABLE : 0};
+    return api_validate_value(call, path, raw, &f);
+}
+
+int api_validate_args(struct api_call *call, const struct api_method *m, json_t *params)
+{
+    if (api_check_arity(call, params, m->nargs) < 0)
+        return -EINVAL;
+    for (size_t i = 0; i < m->nargs; i++) {
+        json_t *raw = json_is_array(params) ? json_array_get(params, i) : NULL;
+        if (validate_arg(call, &m->args[i], raw) < 0)
+            return -EINVAL;
+    }
+    return 0;
+}
+
+/* A growing synopsis text; on ENOMEM it stays failed. */
+struct syn {
+    char *buf;
+    size_t len, cap;
+    bool failed;
+};
+
+static void syn_put(struct syn *s, const char *t)
+{
+    size_t n = strlen(t);
+    if (s->failed)
+        return;
+    if (s->len + n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap : 64;
+        while (cap < s->len + n + 1)
+            cap *= 2;
+        char *b = realloc(s->buf, cap);
+        if (!b) {
+            s->failed = true;
+            return;
+        }
+        s->buf = b;
+        s->cap = cap;
+    }
+    memcpy(s->buf + s->len, t, n + 1);
+    s->len += n;
+}
+
+static void syn_fields(struct syn *s, const struct api_field *fields, size_t n, bool partial);
+
+/* ": {…}" or ": [{…}]" after a field whose value has fields of its own. */
+static void syn_shape(struct syn *s, const struct api_field *f)
+{
+    if (f->type == API_T_OBJECT && f->fields) {
+        syn_put(s, ": ");
+        syn_fields(s, f->fields, f->nfields, false);
+    } else if (f->type == API_T_ARRAY && f->items && f->items->type == API_T_OBJECT &&
+               f->items->fields) {
+        syn_put(s, ": [");
+        syn_fields(s, f->items->fields, f->items->nfields, false);
+        syn_put(s, "]");
+    }
+}
+
+static void syn_fields(struct syn *s, const struct api_field *fields, size_t n, bool partial)
+{
+    syn_put(s, "{");
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            syn_put(s, ", ");
+        syn_put(s, fields[i].name);
+        if (partial || !(fields[i].flags & API_REQUIRED))
+            syn_put(s, "?");
+        syn_shape(s, &fields[i]);
+    }
+    syn_put(s, "}");
+}
+
+char *api_method_synopsis(const struct api_method *m)
+{
+    if (m->params)
+        return strdup(m->params);
+    struct syn s = {0};
+    syn_put(&s, "[");
+    for (size_t i = 0; i < m->nargs; i++) {
+        const struct api_arg *a = &m->args[i];
+        if (i)
+            syn_put(&s, ", ");
+        syn_put(&s, a->name);
+        if (a->flags & API_ARG_OPTIONAL)
+            syn_put(&s, "?");
+        if (a->type == API_T_OBJECT && a->fields) {
+            syn_put(&s, ": ");
+            syn_fields(&s, a->fields, a->nfields, (a->flags & API_PARTIAL) != 0);
+        }
+    }
+    syn_put(&s, "]");
+    if (s.failed) {
+        free(s.buf);
+        return NULL;
+    }
+    return s.buf;
+}

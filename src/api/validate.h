@@ -7,34 +7,33 @@
  * through api_verr(), so the call fails with -32602 and data.extra lists
  * [[field, message, errno], …].
  *
- * Usage in a handler (any thread; no state is kept between calls):
+ * Usage: the field table is attached to the method's registration and the
+ * dispatcher validates against it before the handler runs (api.h):
  *
  *   static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", NULL};
  *   static const struct api_field create_fields[] = {
  *       {.name = "name", .type = API_T_STRING, .flags = API_REQUIRED},
- *       {.name = "type", .type = API_T_ENUM, .choices = (const char *const[]){"VOLUME", NULL},
- *        .def = "\"VOLUME\""},
  *       {.name = "volsize", .type = API_T_INT, .flags = API_REQUIRED | API_RANGE,
  *        .min = 1, .max = INT64_MAX},
  *       {.name = "sync", .type = API_T_ENUM, .choices = sync_values, .def = "\"STANDARD\""},
  *       {.name = "comments", .type = API_T_STRING, .flags = API_NULLABLE | API_RANGE,
  *        .min = 0, .max = 1024},
  *   };
+ *   static const struct api_arg create_args[] = {API_ARG_OBJECT("data", create_fields, 0)};
+ *   … {"pool.dataset.create", NULL, "Create a volume", dataset_create, 0, API_ARGS(create_args)},
  *
  *   static int dataset_create(struct api_call *call, json_t *params, json_t **result)
  *   {
- *       if (api_check_arity(call, params, 1) < 0)
- *           return api_invalid(call);
- *       json_t *data = api_param(params, 0);
- *       if (api_validate_object(call, NULL, data, create_fields,
- *                               ARRAY_SIZE(create_fields), 0) < 0)
- *           return api_invalid(call);
+ *       json_t *data = api_param(params, 0); // already checked against create_fields
  *       // ... semantic checks: api_verr(call, "pool.dataset.create.volsize", EINVAL,
  *       //                              "must be a multiple of volblocksize");
  *       if (api_has_verrs(call))
  *           return api_invalid(call);
  *       ...
  *   }
+ *
+ * api_validate_object/api_validate_value stay available for nested checks
+ * a handler must make itself (a value whose shape depends on another).
  *
  * Field names: prefix NULL means the method name ("pool.dataset.create"),
  * so a field is reported as "<method>.<field>"; nested objects and list
@@ -88,6 +87,84 @@ enum api_validate_flags {
     API_PARTIAL = 1u << 0,     /* update: no field is required */
     API_ALLOW_EXTRA = 1u << 1, /* unknown keys are accepted (rarely right) */
 };
+
+/*
+ * One positional parameter of a method (struct api_method.args).
+ *
+ *   API_T_OBJECT with fields  the object is checked as api_validate_object
+ *                             (prefix, default the method name) with the
+ *                             arg's API_PARTIAL / API_ALLOW_EXTRA flags, so
+ *                             errors read "<method>.<field>" as before.
+ *   API_T_ANY                 not checked here: the handler (api_query for
+ *                             [filters, options]) owns it; the arg only
+ *                             counts for the arity and the synopsis.
+ *   other types               the value is checked as one field named
+ *                             "<method>.<name>" (API_T_INT id: "Field
+ *                             required" / "Input should be a valid integer").
+ *   check                     replaces the above for an argument whose errors
+ *                             are worded by its module; it gets params[i] as
+ *                             sent (NULL when absent) and returns 0, or -1
+ *                             after api_verr() (or after api_error() for an
+ *                             error that is not -32602, e.g. ENOENT).
+ *
+ * An API_ARG_OPTIONAL argument that is absent or null is not checked; only
+ * trailing arguments should be optional.
+ */
+enum api_arg_flags {
+    API_ARG_OPTIONAL = 1u << 8,      /* may be absent or null */
+    API_ARG_NULLABLE = 1u << 9,      /* scalar: JSON null accepted */
+    API_ARG_TYPE_MSG = 1u << 10,     /* scalar: a missing value gets the type error
+                                      * ("Input should be a valid integer"), not
+                                      * "Field required" (what these methods always said) */
+    API_ARG_SELF_CHECKED = 1u << 11, /* the handler checks this argument itself (its errors
+                                      * come with another argument's, or its shape varies);
+                                      * the fields are for the synopsis only */
+};
+
+struct api_arg {
+    const char *name; /* synopsis name ("id", "data"); scalar errors use it */
+    enum api_type type;
+    unsigned flags;                 /* enum api_arg_flags | API_PARTIAL | API_ALLOW_EXTRA */
+    const struct api_field *fields; /* API_T_OBJECT */
+    size_t nfields;
+    const char *prefix; /* API_T_OBJECT: error path prefix (NULL: the method name) */
+    int (*check)(struct api_call *call, json_t *value);
+};
+
+/* The arg entries: API_ARG_OBJECT("data", create_fields, 0). */
+#define API_ARG_OBJECT(nm, tbl, fl)                                                                \
+    {                                                                                              \
+        .name = (nm), .type = API_T_OBJECT, .flags = (fl), .fields = (tbl),                        \
+        .nfields = sizeof(tbl) / sizeof((tbl)[0])                                                  \
+    }
+#define API_ARG_ID                                                                                 \
+    {                                                                                              \
+        .name = "id", .type = API_T_INT                                                            \
+    }
+#define API_ARG_QUERY                                                                              \
+    {.name = "filters", .type = API_T_ANY, .flags = API_ARG_OPTIONAL},                             \
+    {                                                                                              \
+        .name = "options", .type = API_T_ANY, .flags = API_ARG_OPTIONAL                            \
+    }
+
+/*
+ * The dispatcher's check (api.c calls it before a method without a
+ * hand-written params synopsis runs): more arguments than m->nargs is
+ * "Too many arguments"; then each argument in order, stopping at the
+ * first that fails (a handler used to return at its first bad argument).
+ * 0, or -EINVAL with the errors added to call. Any thread.
+ */
+int api_validate_args(struct api_call *call, const struct api_method *m, json_t *params);
+
+/*
+ * The synopsis of m (malloc'd; NULL on ENOMEM): the hand-written params
+ * text if it has one, else generated from its args, e.g.
+ *   [id, data: {name?, path?, rbd?: {pool?, conf?}}]
+ * Optional arguments and fields end in "?"; API_PARTIAL makes every field
+ * of that argument optional; nested objects and lists of objects print
+ * their fields.
+ */
+char *api_method_synopsis(const struct api_method *m);
 
 /*
  * Check obj (must be a JSON object) against fields. Each problem becomes

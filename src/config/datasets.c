@@ -201,11 +201,7 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
     bool is_volume, created_file = false;
     int rc;
 
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, create_fields, ARRAY_SIZE(create_fields), 0) < 0)
-        return api_invalid(call);
+    data = api_param(params, 0); /* checked against create_fields by the dispatcher */
 
     memset(&row, 0, sizeof(row));
     snprintf(row.name, sizeof(row.name), "%s", json_string_value(json_object_get(data, "name")));
@@ -387,8 +383,7 @@ static int m_dataset_query(struct api_call *call, json_t *params, json_t **resul
     bool flat = true, children = true, user_props = true, filtered;
     int rc;
 
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
+    /* The filters are checked before the rows are built from them. */
     if (api_query_validate(call, params) < 0)
         return -1;
     extra = api_query_extra(params);
@@ -491,8 +486,6 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
     sqlite3_stmt *st;
     int rc;
 
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     dataset_id_param(call, params, "pool.dataset.update", &id);
     data = api_param(params, 1);
     if (!data)
@@ -772,8 +765,6 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
     size_t i;
     int rc;
 
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     dataset_id_param(call, params, "pool.dataset.delete", &id);
     opts = api_param(params, 1);
     if (opts)
@@ -902,21 +893,32 @@ static int m_dataset_get_instance(struct api_call *call, json_t *params, json_t 
     return ds_get_instance_hinted(call, params, result, ds_dataset_rows_hinted, "datasets");
 }
 
+static const struct api_arg create_args[] = {API_ARG_OBJECT("data", create_fields, 0)};
+/* update and delete check their id and their object in the handler: the id
+ * is resolved as it is checked (dataset_id_param) and both errors are
+ * reported together; the args give the arity and the synopsis. */
+static const struct api_arg update_args[] = {
+    {.name = "id", .type = API_T_ANY},
+    API_ARG_OBJECT("data", update_fields, API_PARTIAL | API_ARG_SELF_CHECKED)};
+static const struct api_arg delete_args[] = {
+    {.name = "id", .type = API_T_ANY},
+    API_ARG_OBJECT("options", delete_fields, API_ARG_OPTIONAL | API_ARG_SELF_CHECKED)};
+
 const struct api_method ds_dataset_methods[] = {
-    {"pool.dataset.get_instance", "[id]", "One dataset by its name", m_dataset_get_instance, 0},
-    {"pool.dataset.create",
-     "{name, type: VOLUME|FILESYSTEM, volsize, volblocksize?, sparse?, sync?, readonly?, "
-     "comments?, managedby?, user_properties?, backend?: file|memory, latency_us?, ZFS properties "
-     "(atime, exec, acltype, aclmode, compression, quota, recordsize, … see docs/api-datasets.md)}",
-     "Create a volume (a sparse or thick file) or a filesystem (a directory)", m_dataset_create, 0},
-    {"pool.dataset.query", "[filters, options]", "List datasets with TrueNAS-style properties",
-     m_dataset_query, 0},
-    {"pool.dataset.update",
-     "[id, {volsize?, sync?, readonly?, comments?, managedby?, user_properties?, "
-     "user_properties_update?, ZFS properties (value or \"INHERIT\")}]",
-     "Resize a volume or change its properties; applied live to open volumes", m_dataset_update, 0},
-    {"pool.dataset.delete", "[id, {recursive?, force?}]",
-     "Delete a dataset (with its children and snapshots when recursive)", m_dataset_delete, 0},
+    {"pool.dataset.get_instance", NULL, "One dataset by its name", m_dataset_get_instance, 0,
+     API_ARGS(ds_get_instance_args)},
+    {"pool.dataset.create", NULL,
+     "Create a volume (a sparse or thick file) or a filesystem (a directory); ZFS properties: "
+     "docs/api-datasets.md",
+     m_dataset_create, 0, API_ARGS(create_args)},
+    {"pool.dataset.query", NULL, "List datasets with TrueNAS-style properties", m_dataset_query, 0,
+     API_ARGS(ds_query_args)},
+    {"pool.dataset.update", NULL,
+     "Resize a volume or change its properties; applied live to open volumes", m_dataset_update, 0,
+     API_ARGS(update_args)},
+    {"pool.dataset.delete", NULL,
+     "Delete a dataset (with its children and snapshots when recursive)", m_dataset_delete, 0,
+     API_ARGS(delete_args)},
 };
 const size_t ds_dataset_method_count = ARRAY_SIZE(ds_dataset_methods);
 

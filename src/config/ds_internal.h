@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "api/api.h"
+#include "api/validate.h"
 #include "config/datasets.h"
 #include "store/names.h"
 #include "store/poolfs.h"
@@ -120,6 +121,10 @@ int ds_clear_user_props(int64_t dataset_id);
 /* <ns>.get_instance [id]: the row of rows whose "id" equals params[0]
  * (new reference), or ENOENT. Takes no ownership of rows. */
 int ds_get_instance(struct api_call *call, json_t *params, json_t *rows, json_t **result);
+/* The args of the get_instance methods ([id], checked present) and of the
+ * query methods ([filters?, options?], checked by api_query). */
+extern const struct api_arg ds_get_instance_args[1];
+extern const struct api_arg ds_query_args[2];
 /* Convert an errno to an API error on call: -1. */
 int ds_api_errno(struct api_call *call, int err, const char *what, const char *name);
 

@@ -105,11 +105,28 @@ static int exec_ids(const char *sql, int64_t a, int64_t b, int64_t c)
     return rc;
 }
 
+/* The id argument (api_arg check): a dataset name. */
+static int promote_id_check(struct api_call *call, json_t *jid)
+{
+    char field[96];
+
+    if (json_is_null(jid))
+        jid = NULL;
+    snprintf(field, sizeof(field), "%s.id", api_call_method(call));
+    if (!json_is_string(jid) || strlen(json_string_value(jid)) != json_string_length(jid) ||
+        json_string_length(jid) > NAME_DATASET_MAX) {
+        api_verr(call, field, EINVAL,
+                 jid ? "Input should be a valid dataset name" : "Field required");
+        return -1;
+    }
+    return 0;
+}
+
 static int m_dataset_promote(struct api_call *call, json_t *params, json_t **result)
 {
     json_t *jid = api_param(params, 0);
     const char *id;
-    char field[96], poolname[DS_NAME_BUF], origin_full[DS_NAME_BUF * 2];
+    char poolname[DS_NAME_BUF], origin_full[DS_NAME_BUF * 2];
     struct ds_row clone, origin;
     struct ds_snap osnap, other;
     struct ds_pool cpool, opool;
@@ -118,16 +135,7 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
     bool cross_pool = false, committed = false;
     int rc;
 
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    snprintf(field, sizeof(field), "%s.id", api_call_method(call));
-    if (!json_is_string(jid) || strlen(json_string_value(jid)) != json_string_length(jid) ||
-        json_string_length(jid) > NAME_DATASET_MAX) {
-        api_verr(call, field, EINVAL,
-                 jid ? "Input should be a valid dataset name" : "Field required");
-        return api_invalid(call);
-    }
-    id = json_string_value(jid);
+    id = json_string_value(jid); /* promote_id_check */
 
 #define PROMOTE_FAIL(err, ...)                                                                     \
     do {                                                                                           \
@@ -320,10 +328,14 @@ out:
 #undef PROMOTE_FAIL
 }
 
+static const struct api_arg promote_args[] = {
+    {.name = "id", .type = API_T_STRING, .check = promote_id_check}};
+
 const struct api_method ds_promote_methods[] = {
-    {"pool.dataset.promote", "[id]",
+    {"pool.dataset.promote", NULL,
      "Make a clone independent of its origin snapshot (the origin's older snapshots move to it)",
-     m_dataset_promote, 0},
-    {"zfs.dataset.promote", "[id]", "Same as pool.dataset.promote", m_dataset_promote, 0},
+     m_dataset_promote, 0, API_ARGS(promote_args)},
+    {"zfs.dataset.promote", NULL, "Same as pool.dataset.promote", m_dataset_promote, 0,
+     API_ARGS(promote_args)},
 };
 const size_t ds_promote_method_count = ARRAY_SIZE(ds_promote_methods);

@@ -644,8 +644,6 @@ static int m_zfs_dataset_rename(struct api_call *call, json_t *params, json_t **
     bool recursive;
     int rc;
 
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     id = id_param(call, params);
     opts = options_param(call, params, zfs_rename_fields, ARRAY_SIZE(zfs_rename_fields));
     if (!id || !opts)
@@ -668,8 +666,6 @@ static int m_pool_dataset_rename(struct api_call *call, json_t *params, json_t *
     json_t *opts;
     int rc;
 
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     id = id_param(call, params);
     opts = options_param(call, params, pool_rename_fields, ARRAY_SIZE(pool_rename_fields));
     if (id && strchr(id, '@'))
@@ -692,8 +688,6 @@ static int m_snapshot_rename(struct api_call *call, json_t *params, json_t **res
     char field[96];
     int rc;
 
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     id = id_param(call, params);
     if (json_is_string(arg1)) {
         snprintf(field, sizeof(field), "%s.new_name", api_call_method(call));
@@ -720,17 +714,37 @@ static int m_snapshot_rename(struct api_call *call, json_t *params, json_t **res
     return rc;
 }
 
+/*
+ * The renames check their id and options in the handler (id_param,
+ * options_param): both are reported together, and zfs.snapshot.rename's
+ * second argument is a name or an object. The args give the arity and
+ * the synopsis (API_ARG_SELF_CHECKED).
+ */
+static const struct api_arg zfs_rename_args[] = {
+    {.name = "id", .type = API_T_ANY},
+    API_ARG_OBJECT("options", zfs_rename_fields, API_ARG_SELF_CHECKED)};
+static const struct api_arg pool_rename_args[] = {
+    {.name = "id", .type = API_T_ANY},
+    API_ARG_OBJECT("options", pool_rename_fields, API_ARG_SELF_CHECKED)};
+static const struct api_arg pool_snapshot_rename_args[] = {
+    {.name = "id", .type = API_T_ANY},
+    API_ARG_OBJECT("options", snap_rename_fields, API_ARG_SELF_CHECKED)};
+static const struct api_arg snapshot_rename_args[] = {
+    {.name = "id", .type = API_T_ANY}, {.name = "new_name_or_options", .type = API_T_ANY}};
+
 const struct api_method ds_rename_methods[] = {
-    {"zfs.dataset.rename", "[id, {new_name, recursive?}]",
+    {"zfs.dataset.rename", NULL,
      "Rename a volume, a filesystem (with its descendants) or a snapshot (recursive: the same "
      "snapshot of every descendant); shares follow",
-     m_zfs_dataset_rename, 0},
-    {"pool.dataset.rename", "[id, {new_name, force?}]",
+     m_zfs_dataset_rename, 0, API_ARGS(zfs_rename_args)},
+    {"pool.dataset.rename", NULL,
      "Rename a volume or a filesystem (with its descendants); shares follow", m_pool_dataset_rename,
-     0},
-    {"zfs.snapshot.rename", "[id, new_name] or [id, {new_name}]",
-     "Rename a snapshot within its dataset; shares of it follow", m_snapshot_rename, 0},
-    {"pool.snapshot.rename", "[id, {new_name}]",
-     "Rename a snapshot within its dataset; shares of it follow", m_snapshot_rename, 0},
+     0, API_ARGS(pool_rename_args)},
+    {"zfs.snapshot.rename", NULL,
+     "Rename a snapshot within its dataset; shares of it follow (new_name_or_options: a name or "
+     "{new_name})",
+     m_snapshot_rename, 0, API_ARGS(snapshot_rename_args)},
+    {"pool.snapshot.rename", NULL, "Rename a snapshot within its dataset; shares of it follow",
+     m_snapshot_rename, 0, API_ARGS(pool_snapshot_rename_args)},
 };
 const size_t ds_rename_method_count = ARRAY_SIZE(ds_rename_methods);

@@ -421,22 +421,28 @@ int ds_api_errno(struct api_call *call, int err, const char *what, const char *n
     return api_error(call, err, "%s %s: %s", what, name, strerror(err));
 }
 
+/* The get_instance id: any JSON value (it is compared with the rows' ids),
+ * but not absent or null. */
+static int id_present_check(struct api_call *call, json_t *id)
+{
+    char field[128];
+
+    if (id && !json_is_null(id))
+        return 0;
+    snprintf(field, sizeof(field), "%s.id", api_call_method(call));
+    api_verr(call, field, EINVAL, "Field required");
+    return -1;
+}
+
+const struct api_arg ds_get_instance_args[1] = {
+    {.name = "id", .type = API_T_ANY, .check = id_present_check}};
+const struct api_arg ds_query_args[2] = {API_ARG_QUERY};
+
 int ds_get_instance(struct api_call *call, json_t *params, json_t *rows, json_t **result)
 {
-    json_t *id = api_param(params, 0), *row;
-    char field[128];
+    json_t *id = api_param(params, 0), *row; /* ds_get_instance_args */
     size_t i;
 
-    snprintf(field, sizeof(field), "%s.id", api_call_method(call));
-    if (json_array_size(params) > 1) {
-        api_verr(call, api_call_method(call), EINVAL, "Too many arguments (expected 1, found %zu)",
-                 json_array_size(params));
-        return api_invalid(call);
-    }
-    if (!id) {
-        api_verr(call, field, EINVAL, "Field required");
-        return api_invalid(call);
-    }
     json_array_foreach(rows, i, row)
     {
         if (json_equal(json_object_get(row, "id"), id)) {

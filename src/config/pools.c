@@ -424,12 +424,7 @@ static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
     struct ds_rbd_spec spec;
     int rc;
 
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, pool_create_fields, ARRAY_SIZE(pool_create_fields),
-                            0) < 0)
-        return api_invalid(call);
+    data = api_param(params, 0); /* checked against pool_create_fields by the dispatcher */
     name = json_string_value(json_object_get(data, "name"));
     if (strlen(name) != json_string_length(json_object_get(data, "name")) ||
         name_check_pool(name, why, sizeof(why)) < 0)
@@ -501,8 +496,6 @@ static int m_pool_query(struct api_call *call, json_t *params, json_t **result)
     json_t *rows;
     int rc;
 
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     db_lock();
     rows = ds_pool_rows();
     db_unlock();
@@ -528,11 +521,15 @@ static int m_pool_get_instance(struct api_call *call, json_t *params, json_t **r
     return rc;
 }
 
+static const struct api_arg pool_create_args[] = {API_ARG_OBJECT("data", pool_create_fields, 0)};
+
 const struct api_method ds_pool_methods[] = {
-    {"pool.get_instance", "[id]", "One pool by its numeric id", m_pool_get_instance, 0},
-    {"pool.create", "{name, path? | rbd?: {pool, namespace?, conf?, id?, keyring?}}",
+    {"pool.get_instance", NULL, "One pool by its numeric id", m_pool_get_instance, 0,
+     API_ARGS(ds_get_instance_args)},
+    {"pool.create", NULL,
      "Create a pool: a directory (default STATE/pools/NAME) or a Ceph RBD pool holding datasets",
-     m_pool_create, 0},
-    {"pool.query", "[filters, options]", "List pools with their space usage", m_pool_query, 0},
+     m_pool_create, 0, API_ARGS(pool_create_args)},
+    {"pool.query", NULL, "List pools with their space usage", m_pool_query, 0,
+     API_ARGS(ds_query_args)},
 };
 const size_t ds_pool_method_count = ARRAY_SIZE(ds_pool_methods);

@@ -1095,11 +1095,7 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
     bool push;
     size_t i;
 
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, onetime_fields, ARRAY_SIZE(onetime_fields), 0) < 0)
-        return api_invalid(call);
+    data = api_param(params, 0); /* checked against onetime_fields by the dispatcher */
     transport = json_string_value(json_object_get(data, "transport"));
     if (strcmp(transport, "LOCAL") != 0)
         return api_error(call, ENOTSUP,
@@ -1321,8 +1317,7 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
 
 static int m_list_naming_schemas(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 0) < 0)
-        return api_invalid(call);
+    (void)params;
     /* The naming schemas of periodic snapshot tasks and stored
      * replication tasks: blockd keeps neither. */
     *result = json_array();
@@ -1338,11 +1333,7 @@ static int m_count_eligible(struct api_call *call, json_t *params, json_t **resu
     size_t i;
     json_int_t total = 0, eligible = 0;
 
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, count_fields, ARRAY_SIZE(count_fields), 0) < 0)
-        return api_invalid(call);
+    data = api_param(params, 0); /* checked against count_fields by the dispatcher */
     if (strcmp(json_string_value(json_object_get(data, "transport")), "LOCAL") != 0)
         return api_error(call, ENOTSUP,
                          "Replication transport %s is not supported: blockd replicates between "
@@ -1377,16 +1368,17 @@ static int m_count_eligible(struct api_call *call, json_t *params, json_t **resu
     return *result ? 0 : api_error(call, ENOMEM, "out of memory");
 }
 
+static const struct api_arg onetime_args[] = {API_ARG_OBJECT("data", onetime_fields, 0)};
+static const struct api_arg count_args[] = {API_ARG_OBJECT("data", count_fields, 0)};
+
 static const struct api_method repl_methods[] = {
-    {"replication.run_onetime",
-     "{direction, transport: LOCAL, source_datasets, target_dataset, recursive, "
-     "retention_policy, also_include_naming_schema | name_regex, ...}",
-     "Copy volumes and their snapshots to another dataset (a job)", m_run_onetime, 0},
-    {"replication.list_naming_schemas", "", "Naming schemas of stored tasks (none in blockd)",
+    {"replication.run_onetime", NULL, "Copy volumes and their snapshots to another dataset (a job)",
+     m_run_onetime, 0, API_ARGS(onetime_args)},
+    {"replication.list_naming_schemas", NULL, "Naming schemas of stored tasks (none in blockd)",
      m_list_naming_schemas, 0},
-    {"replication.count_eligible_manual_snapshots",
-     "{datasets, naming_schema | name_regex, transport: LOCAL}",
-     "How many snapshots of datasets a naming schema or regex selects", m_count_eligible, 0},
+    {"replication.count_eligible_manual_snapshots", NULL,
+     "How many snapshots of datasets a naming schema or regex selects", m_count_eligible, 0,
+     API_ARGS(count_args)},
 };
 
 void replication_init(void)

@@ -455,12 +455,7 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
     bool reflinked = false;
     int rc;
 
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, snap_create_fields, ARRAY_SIZE(snap_create_fields),
-                            0) < 0)
-        return api_invalid(call);
+    data = api_param(params, 0); /* checked against snap_create_fields by the dispatcher */
     if (json_is_true(json_object_get(data, "vmware_sync")) ||
         json_is_true(json_object_get(data, "suspend_vms")))
         return api_error(call, ENOTSUP, "vmware_sync and suspend_vms are not supported");
@@ -584,8 +579,7 @@ static int m_snapshot_query(struct api_call *call, json_t *params, json_t **resu
     json_t *rows;
     int rc;
 
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
+    /* The filters are checked before the rows are built from them. */
     if (api_query_validate(call, params) < 0)
         return -1;
     db_lock();
@@ -596,20 +590,6 @@ static int m_snapshot_query(struct api_call *call, json_t *params, json_t **resu
     rc = api_query(call, rows, params, result);
     json_decref(rows);
     return rc;
-}
-
-/* [id, options?] of delete and rollback: the options (borrowed, may be
- * NULL) validated against fields. 0, or api_invalid(). */
-static int snapshot_opts_param(struct api_call *call, json_t *params, const char *prefix,
-                               const struct api_field *fields, size_t nfields, json_t **opts)
-{
-    *opts = NULL;
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
-    *opts = api_param(params, 1);
-    if (*opts && api_validate_object(call, prefix, *opts, fields, nfields, 0) < 0)
-        return api_invalid(call);
-    return 0;
 }
 
 /* params[0] as "pool/vol@snap" → existing snapshot, its pool and its
@@ -656,9 +636,7 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
     sqlite3_stmt *st;
     int rc;
 
-    if (snapshot_opts_param(call, params, "zfs.snapshot.delete.options", snap_delete_fields,
-                            ARRAY_SIZE(snap_delete_fields), &opts) < 0)
-        return -1;
+    opts = api_param(params, 1); /* delete_args */
     if (json_is_true(json_object_get(opts, "defer")))
         return api_error(call, ENOTSUP,
                          "deferred destroy is not supported; delete the clones first");
@@ -731,11 +709,7 @@ static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **resu
     bool reflinked = false;
     int rc;
 
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, clone_fields, ARRAY_SIZE(clone_fields), 0) < 0)
-        return api_invalid(call);
+    data = api_param(params, 0); /* checked against clone_fields by the dispatcher */
     snapname = json_string_value(json_object_get(data, "snapshot"));
     dst = json_string_value(json_object_get(data, "dataset_dst"));
     if (split_snapshot(snapname, dataset, sizeof(dataset), &sn, why, sizeof(why)) < 0) {
@@ -954,9 +928,7 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
     unsigned nclients;
     int rc;
 
-    if (snapshot_opts_param(call, params, "zfs.snapshot.rollback.options", rollback_fields,
-                            ARRAY_SIZE(rollback_fields), &opts) < 0)
-        return -1;
+    opts = api_param(params, 1); /* rollback_args */
 
     ds_ops_lock();
     db_lock();
@@ -1197,19 +1169,38 @@ static int m_snapshot_get_instance(struct api_call *call, json_t *params, json_t
     return ds_get_instance_hinted(call, params, result, ds_snapshot_rows_hinted, "snapshots");
 }
 
+static const struct api_arg create_args[] = {API_ARG_OBJECT("data", snap_create_fields, 0)};
+/* The id is resolved (snapshot_id_param) after the options are checked. */
+static const struct api_arg delete_args[] = {{.name = "id", .type = API_T_ANY},
+                                             {.name = "options",
+                                              .type = API_T_OBJECT,
+                                              .flags = API_ARG_OPTIONAL,
+                                              .fields = snap_delete_fields,
+                                              .nfields = ARRAY_SIZE(snap_delete_fields),
+                                              .prefix = "zfs.snapshot.delete.options"}};
+static const struct api_arg clone_args[] = {API_ARG_OBJECT("data", clone_fields, 0)};
+static const struct api_arg rollback_args[] = {{.name = "id", .type = API_T_ANY},
+                                               {.name = "options",
+                                                .type = API_T_OBJECT,
+                                                .flags = API_ARG_OPTIONAL,
+                                                .fields = rollback_fields,
+                                                .nfields = ARRAY_SIZE(rollback_fields),
+                                                .prefix = "zfs.snapshot.rollback.options"}};
+
 const struct api_method ds_snapshot_methods[] = {
-    {"zfs.snapshot.get_instance", "[id]", "One snapshot by its name (pool/vol@snap)",
-     m_snapshot_get_instance, 0},
-    {"zfs.snapshot.create", "{dataset, name} or {name: \"pool/vol@snap\"}",
-     "Snapshot a volume (reflink, or copy-before-write: writes are never held for the copy)",
-     m_snapshot_create, 0},
-    {"zfs.snapshot.query", "[filters, options]", "List snapshots", m_snapshot_query, 0},
-    {"zfs.snapshot.delete", "[id, {defer?, recursive?}]",
-     "Delete a snapshot (refused while clones depend on it)", m_snapshot_delete, 0},
-    {"zfs.snapshot.clone", "{snapshot, dataset_dst, dataset_properties?}",
-     "Create a new volume from a snapshot", m_snapshot_clone, 0},
-    {"zfs.snapshot.rollback", "[id, {force?, recursive?}]",
+    {"zfs.snapshot.get_instance", NULL, "One snapshot by its name (pool/vol@snap)",
+     m_snapshot_get_instance, 0, API_ARGS(ds_get_instance_args)},
+    {"zfs.snapshot.create", NULL,
+     "Snapshot a volume ({dataset, name} or {name: \"pool/vol@snap\"}; reflink, or "
+     "copy-before-write: writes are never held for the copy)",
+     m_snapshot_create, 0, API_ARGS(create_args)},
+    {"zfs.snapshot.query", NULL, "List snapshots", m_snapshot_query, 0, API_ARGS(ds_query_args)},
+    {"zfs.snapshot.delete", NULL, "Delete a snapshot (refused while clones depend on it)",
+     m_snapshot_delete, 0, API_ARGS(delete_args)},
+    {"zfs.snapshot.clone", NULL, "Create a new volume from a snapshot", m_snapshot_clone, 0,
+     API_ARGS(clone_args)},
+    {"zfs.snapshot.rollback", NULL,
      "Replace a volume's contents with a snapshot's (in place; open volumes see it at once)",
-     m_snapshot_rollback, 0},
+     m_snapshot_rollback, 0, API_ARGS(rollback_args)},
 };
 const size_t ds_snapshot_method_count = ARRAY_SIZE(ds_snapshot_methods);

@@ -652,7 +652,7 @@ static int m_core_metrics(struct api_call *call, json_t *params, json_t **result
 }
 
 static const struct api_method methods[] = {
-    {"core.metrics", "[]",
+    {"core.metrics", NULL,
      "I/O counters per volume and protocol (ops, bytes, errors, seconds per operation; "
      "in-flight requests), with a monotonic time in seconds for computing rates",
      m_core_metrics, 0},

@@ -270,15 +270,21 @@ static int auth_query_instance(struct api_call *call, json_t *params, json_t **r
     return icfg_get_instance(call, params, result, auth_query, "Authorized access");
 }
 
+static const struct api_arg create_args[] = {ICFG_ARG_CREATE(auth_fields)};
+static const struct api_arg update_args[] = {ICFG_ARGS_UPDATE(auth_fields)};
+
 const struct api_method icfg_auth_methods[] = {
-    {"iscsi.auth.create", "{tag, user, secret, peeruser?, peersecret?, discovery_auth?}",
-     "Create a CHAP credential (secrets 12-16 characters, stored encrypted)", auth_create, 0},
-    {"iscsi.auth.update", "id, {...}", "Change a CHAP credential", auth_update, 0},
-    {"iscsi.auth.delete", "id", "Delete a CHAP credential", auth_delete, 0},
-    {"iscsi.auth.query", "[filters, options]",
-     "List CHAP credentials (secrets included, as TrueNAS shows an administrator)", auth_query, 0},
-    {"iscsi.auth.get_instance", "id, options?", "One authorized access by id", auth_query_instance,
-     0},
+    {"iscsi.auth.create", NULL,
+     "Create a CHAP credential (secrets 12-16 characters, stored encrypted)", auth_create, 0,
+     API_ARGS(create_args)},
+    {"iscsi.auth.update", NULL, "Change a CHAP credential", auth_update, 0, API_ARGS(update_args)},
+    {"iscsi.auth.delete", NULL, "Delete a CHAP credential", auth_delete, 0,
+     API_ARGS(icfg_delete_args)},
+    {"iscsi.auth.query", NULL,
+     "List CHAP credentials (secrets included, as TrueNAS shows an administrator)", auth_query, 0,
+     API_ARGS(icfg_query_args)},
+    {"iscsi.auth.get_instance", NULL, "One authorized access by id", auth_query_instance, 0,
+     API_ARGS(icfg_get_instance_args)},
 };
 const size_t icfg_auth_methods_count = ARRAY_SIZE(icfg_auth_methods);
 

@@ -4,15 +4,16 @@
 
 #include "config/db.h"
 
+const struct api_arg icfg_query_args[2] = {API_ARG_QUERY};
+const struct api_arg icfg_get_instance_args[2] = {
+    ICFG_ARG_ID, {.name = "options", .type = API_T_OBJECT, .flags = API_ARG_OPTIONAL}};
+const struct api_arg icfg_delete_args[1] = {ICFG_ARG_ID};
+
 int icfg_create_begin(struct icfg_write *w, struct api_call *call, json_t *params,
                       const struct api_field *fields, size_t nfields, json_t **data)
 {
     *data = NULL;
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *obj = api_param(params, 0);
-    if (api_validate_object(call, NULL, obj, fields, nfields, 0) < 0)
-        return api_invalid(call);
+    json_t *obj = api_param(params, 0); /* ICFG_ARG_CREATE: checked by the dispatcher */
     obj = json_deep_copy(obj);
     bool defer = icfg_pop_defer(obj);
     api_apply_defaults(obj, fields, nfields);
@@ -29,11 +30,12 @@ int icfg_update_begin(struct icfg_write *w, struct api_call *call, json_t *param
                       const struct api_field *fields, size_t nfields, int64_t *id, json_t **data)
 {
     *data = NULL;
-    if (api_check_arity(call, params, 2) < 0 || icfg_param_id(call, params, 0, id) < 0)
+    (void)fields;
+    (void)nfields;
+    /* ICFG_ARGS_UPDATE: checked by the dispatcher; this only decodes. */
+    if (icfg_param_id(call, params, 0, id) < 0)
         return api_invalid(call);
     json_t *obj = api_param(params, 1);
-    if (api_validate_object(call, NULL, obj, fields, nfields, API_PARTIAL) < 0)
-        return api_invalid(call);
     obj = json_deep_copy(obj);
     bool defer = icfg_pop_defer(obj);
     if (icfg_write_begin(w, call) < 0) {
@@ -47,7 +49,7 @@ int icfg_update_begin(struct icfg_write *w, struct api_call *call, json_t *param
 
 int icfg_delete_begin(struct icfg_write *w, struct api_call *call, json_t *params, int64_t *id)
 {
-    if (api_check_arity(call, params, 1) < 0 || icfg_param_id(call, params, 0, id) < 0)
+    if (icfg_param_id(call, params, 0, id) < 0) /* decodes: icfg_delete_args checked it */
         return api_invalid(call);
     return icfg_write_begin(w, call);
 }
@@ -56,7 +58,8 @@ int icfg_delete_begin_opts(struct icfg_write *w, struct api_call *call, json_t *
                            const char *name1, bool *value1, const char *name2, bool *value2)
 {
     bool defer;
-    if (api_check_arity(call, params, 4) < 0 || icfg_param_id(call, params, 0, id) < 0 ||
+    /* Decodes: the method's args (ICFG_ARG_BOOL) were checked by the dispatcher. */
+    if (icfg_param_id(call, params, 0, id) < 0 ||
         icfg_param_bool(call, params, 1, name1, false, value1) < 0 ||
         icfg_param_bool(call, params, 2, name2, false, value2) < 0 ||
         icfg_param_bool(call, params, 3, "defer", false, &defer) < 0)
@@ -70,8 +73,6 @@ int icfg_delete_begin_opts(struct icfg_write *w, struct api_call *call, json_t *
 int icfg_query_hinted(struct api_call *call, json_t *params, json_t **result, icfg_row_fn fn,
                       const char *select_sql, const struct icfg_hint *hints, size_t n_hints)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     db_lock();
     json_t *rows = icfg_rows_hinted(fn, select_sql, "ORDER BY id", params, hints, n_hints);
     db_unlock();

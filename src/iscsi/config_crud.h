@@ -12,7 +12,29 @@
 #include "iscsi/config_internal.h"
 
 /*
- * <ns>.create [{...}]: the object is validated against fields; *data is a
+ * The args of the iscsi.* methods (api/validate.h): the dispatcher checks
+ * them before a handler runs, so the helpers below only decode. An id is
+ * "<method>.id: Field required" / "Input should be a valid integer"; a
+ * boolean argument is optional ("<method>.<name>: Input should be a valid
+ * boolean").
+ */
+#define ICFG_ARG_ID                                                                                \
+    {                                                                                              \
+        .name = "id", .type = API_T_INT                                                            \
+    }
+#define ICFG_ARG_BOOL(nm)                                                                          \
+    {                                                                                              \
+        .name = (nm), .type = API_T_BOOL, .flags = API_ARG_OPTIONAL                                \
+    }
+#define ICFG_ARG_CREATE(fields) API_ARG_OBJECT("data", fields, 0)
+#define ICFG_ARGS_UPDATE(fields) ICFG_ARG_ID, API_ARG_OBJECT("data", fields, API_PARTIAL)
+extern const struct api_arg icfg_query_args[2];        /* [filters?, options?] */
+extern const struct api_arg icfg_get_instance_args[2]; /* [id, options?] */
+extern const struct api_arg icfg_delete_args[1];       /* [id] */
+
+/*
+ * <ns>.create [{...}]: the object (checked by the dispatcher against the
+ * same fields); *data is a
  * deep copy with the defaults applied and a "defer" key removed (its value
  * goes to w->defer), then icfg_write_begin(). Returns 0 with the lock held
  * (the caller json_decref()s *data and ends with icfg_write_end()), or -1

@@ -433,15 +433,10 @@ int icfg_get_instance(struct api_call *call, json_t *params, json_t **result, ap
                       const char *what)
 {
     int64_t id;
-    if (api_check_arity(call, params, 2) < 0 || icfg_param_id(call, params, 0, &id) < 0)
+    /* icfg_get_instance_args: checked by the dispatcher; this only decodes. */
+    if (icfg_param_id(call, params, 0, &id) < 0)
         return api_invalid(call);
     json_t *opts = api_param(params, 1);
-    if (opts && !json_is_object(opts)) {
-        char f[128];
-        api_verr(call, icfg_field(call, "options", f, sizeof(f)), EINVAL,
-                 "Input should be a valid dictionary");
-        return api_invalid(call);
-    }
     json_t *o = opts ? json_deep_copy(opts) : json_object();
     json_object_set_new(o, "get", json_true());
     json_t *q = json_pack("[[[s, s, I]], o]", "id", "=", (json_int_t)id, o);

@@ -530,8 +530,7 @@ static int extent_query_instance(struct api_call *call, json_t *params, json_t *
  * uses yet. */
 static int extent_disk_choices(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
+    (void)params;
     json_t *r = json_object();
     sqlite3_stmt *st;
     db_lock();
@@ -555,19 +554,27 @@ static int extent_disk_choices(struct api_call *call, json_t *params, json_t **r
     return 0;
 }
 
+static const struct api_arg create_args[] = {ICFG_ARG_CREATE(extent_fields)};
+static const struct api_arg update_args[] = {ICFG_ARGS_UPDATE(extent_fields)};
+static const struct api_arg delete_args[] = {ICFG_ARG_ID, ICFG_ARG_BOOL("remove"),
+                                             ICFG_ARG_BOOL("force"), ICFG_ARG_BOOL("defer")};
+/* TrueNAS's exclude list: accepted, not used. */
+static const struct api_arg disk_choices_args[] = {
+    {.name = "exclude", .type = API_T_ANY, .flags = API_ARG_OPTIONAL}};
+
 const struct api_method icfg_extent_methods[] = {
-    {"iscsi.extent.create",
-     "{name, type?, disk? | path? + filesize?, serial?, blocksize?, pblocksize?, rpm?, ro?, "
-     "enabled?, insecure_tpc?, xen?, comment?, defer?}",
+    {"iscsi.extent.create", NULL,
      "Create an extent: DISK (zvol/<pool>/<volume>) or FILE (path, created sparse)", extent_create,
-     0},
-    {"iscsi.extent.update", "id, {...}", "Change an extent (live for mapped LUNs)", extent_update,
-     0},
-    {"iscsi.extent.delete", "id, remove?, force?, defer?",
-     "Delete an extent and its mapping (remove: unlink a FILE extent's file)", extent_delete, 0},
-    {"iscsi.extent.query", "[filters, options]", "List extents", extent_query, 0},
-    {"iscsi.extent.disk_choices", "", "Volumes not used by an extent yet (zvol/<pool>/<volume>)",
-     extent_disk_choices, 0},
-    {"iscsi.extent.get_instance", "id, options?", "One extent by id", extent_query_instance, 0},
+     0, API_ARGS(create_args)},
+    {"iscsi.extent.update", NULL, "Change an extent (live for mapped LUNs)", extent_update, 0,
+     API_ARGS(update_args)},
+    {"iscsi.extent.delete", NULL,
+     "Delete an extent and its mapping (remove: unlink a FILE extent's file)", extent_delete, 0,
+     API_ARGS(delete_args)},
+    {"iscsi.extent.query", NULL, "List extents", extent_query, 0, API_ARGS(icfg_query_args)},
+    {"iscsi.extent.disk_choices", NULL, "Volumes not used by an extent yet (zvol/<pool>/<volume>)",
+     extent_disk_choices, 0, API_ARGS(disk_choices_args)},
+    {"iscsi.extent.get_instance", NULL, "One extent by id", extent_query_instance, 0,
+     API_ARGS(icfg_get_instance_args)},
 };
 const size_t icfg_extent_methods_count = ARRAY_SIZE(icfg_extent_methods);

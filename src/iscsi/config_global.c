@@ -57,8 +57,7 @@ static json_t *global_row(void)
 
 static int global_config(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 0) < 0)
-        return api_invalid(call);
+    (void)params;
     db_lock();
     *result = global_row();
     db_unlock();
@@ -93,12 +92,7 @@ static bool basename_ok(const char *s)
 
 static int global_update(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, global_fields, ARRAY_SIZE(global_fields),
-                            API_PARTIAL) < 0)
-        return api_invalid(call);
+    json_t *data = api_param(params, 0); /* checked against global_fields by the dispatcher */
     char f[128];
     json_t *b = json_object_get(data, "basename");
     if (b && !basename_ok(json_string_value(b)))
@@ -217,15 +211,12 @@ static json_t *sessions_rows(void)
 
 static int global_sessions(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     return icfg_query_rows(call, sessions_rows(), params, result);
 }
 
 static int global_client_count(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 0) < 0)
-        return api_invalid(call);
+    (void)params;
     json_t *rows = sessions_rows();
     json_t *seen = json_object();
     size_t i;
@@ -247,14 +238,17 @@ static int global_client_count(struct api_call *call, json_t *params, json_t **r
     return 0;
 }
 
+static const struct api_arg update_args[] = {API_ARG_OBJECT("data", global_fields, API_PARTIAL)};
+static const struct api_arg query_args[] = {API_ARG_QUERY};
+
 const struct api_method icfg_global_methods[] = {
-    {"iscsi.global.config", "", "iSCSI global settings (basename, listen_port, isns_servers)",
+    {"iscsi.global.config", NULL, "iSCSI global settings (basename, listen_port, isns_servers)",
      global_config, 0},
-    {"iscsi.global.update", "{basename?, listen_port?, isns_servers?}",
-     "Change iSCSI global settings", global_update, 0},
-    {"iscsi.global.sessions", "[filters, options]",
-     "Logged-in iSCSI sessions with their negotiated parameters", global_sessions, 0},
-    {"iscsi.global.client_count", "", "Number of distinct connected iSCSI initiator addresses",
+    {"iscsi.global.update", NULL, "Change iSCSI global settings", global_update, 0,
+     API_ARGS(update_args)},
+    {"iscsi.global.sessions", NULL, "Logged-in iSCSI sessions with their negotiated parameters",
+     global_sessions, 0, API_ARGS(query_args)},
+    {"iscsi.global.client_count", NULL, "Number of distinct connected iSCSI initiator addresses",
      global_client_count, 0},
 };
 const size_t icfg_global_methods_count = ARRAY_SIZE(icfg_global_methods);

@@ -155,15 +155,20 @@ static int initiator_query_instance(struct api_call *call, json_t *params, json_
     return icfg_get_instance(call, params, result, initiator_query, "Initiator group");
 }
 
+static const struct api_arg create_args[] = {ICFG_ARG_CREATE(initiator_fields)};
+static const struct api_arg update_args[] = {ICFG_ARGS_UPDATE(initiator_fields)};
+
 const struct api_method icfg_initiator_methods[] = {
-    {"iscsi.initiator.create", "{initiators?: [IQN], comment?}",
-     "Create an authorized-initiator group (empty list = every initiator)", initiator_create, 0},
-    {"iscsi.initiator.update", "id, {initiators?, comment?}", "Change an initiator group",
-     initiator_update, 0},
-    {"iscsi.initiator.delete", "id", "Delete an initiator group not used by a target",
-     initiator_delete, 0},
-    {"iscsi.initiator.query", "[filters, options]", "List initiator groups", initiator_query, 0},
-    {"iscsi.initiator.get_instance", "id, options?", "One initiator group by id",
-     initiator_query_instance, 0},
+    {"iscsi.initiator.create", NULL,
+     "Create an authorized-initiator group (empty list = every initiator)", initiator_create, 0,
+     API_ARGS(create_args)},
+    {"iscsi.initiator.update", NULL, "Change an initiator group", initiator_update, 0,
+     API_ARGS(update_args)},
+    {"iscsi.initiator.delete", NULL, "Delete an initiator group not used by a target",
+     initiator_delete, 0, API_ARGS(icfg_delete_args)},
+    {"iscsi.initiator.query", NULL, "List initiator groups", initiator_query, 0,
+     API_ARGS(icfg_query_args)},
+    {"iscsi.initiator.get_instance", NULL, "One initiator group by id", initiator_query_instance, 0,
+     API_ARGS(icfg_get_instance_args)},
 };
 const size_t icfg_initiator_methods_count = ARRAY_SIZE(icfg_initiator_methods);

@@ -255,8 +255,7 @@ static int portal_query_instance(struct api_call *call, json_t *params, json_t *
 /* TrueNAS: {"0.0.0.0": "0.0.0.0", "::": "::", <address>: <address>…}. */
 static int portal_listen_ip_choices(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 0) < 0)
-        return api_invalid(call);
+    (void)params;
     json_t *r = json_pack("{s:s, s:s}", "0.0.0.0", "0.0.0.0", "::", "::");
     struct ifaddrs *ifs;
     if (r && getifaddrs(&ifs) == 0) {
@@ -284,15 +283,20 @@ static int portal_listen_ip_choices(struct api_call *call, json_t *params, json_
     return 0;
 }
 
+static const struct api_arg create_args[] = {ICFG_ARG_CREATE(portal_fields)};
+static const struct api_arg update_args[] = {ICFG_ARGS_UPDATE(portal_fields)};
+
 const struct api_method icfg_portal_methods[] = {
-    {"iscsi.portal.create", "{listen: [{ip}], comment?}", "Create an iSCSI portal", portal_create,
-     0},
-    {"iscsi.portal.update", "id, {listen?, comment?}", "Change an iSCSI portal", portal_update, 0},
-    {"iscsi.portal.delete", "id", "Delete an iSCSI portal (and the target groups using it)",
-     portal_delete, 0},
-    {"iscsi.portal.query", "[filters, options]", "List iSCSI portals", portal_query, 0},
-    {"iscsi.portal.listen_ip_choices", "", "Addresses a portal may listen on",
+    {"iscsi.portal.create", NULL, "Create an iSCSI portal", portal_create, 0,
+     API_ARGS(create_args)},
+    {"iscsi.portal.update", NULL, "Change an iSCSI portal", portal_update, 0,
+     API_ARGS(update_args)},
+    {"iscsi.portal.delete", NULL, "Delete an iSCSI portal (and the target groups using it)",
+     portal_delete, 0, API_ARGS(icfg_delete_args)},
+    {"iscsi.portal.query", NULL, "List iSCSI portals", portal_query, 0, API_ARGS(icfg_query_args)},
+    {"iscsi.portal.listen_ip_choices", NULL, "Addresses a portal may listen on",
      portal_listen_ip_choices, 0},
-    {"iscsi.portal.get_instance", "id, options?", "One portal by id", portal_query_instance, 0},
+    {"iscsi.portal.get_instance", NULL, "One portal by id", portal_query_instance, 0,
+     API_ARGS(icfg_get_instance_args)},
 };
 const size_t icfg_portal_methods_count = ARRAY_SIZE(icfg_portal_methods);

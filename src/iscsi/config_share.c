@@ -194,11 +194,7 @@ static int share_groups(struct api_call *call, json_t *data, int64_t *portal, in
 
 static int share_create(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, create_fields, ARRAY_SIZE(create_fields), 0) < 0)
-        return api_invalid(call);
+    json_t *data = api_param(params, 0); /* checked against create_fields by the dispatcher */
     char tname[ISCSI_SHARE_NAME_MAX + 1];
     if (share_name(call, data, tname, sizeof(tname)) < 0)
         return -1;
@@ -311,11 +307,7 @@ static const struct api_field delete_fields[] = {
 
 static int share_delete(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, delete_fields, ARRAY_SIZE(delete_fields), 0) < 0)
-        return api_invalid(call);
+    json_t *data = api_param(params, 0); /* checked against delete_fields by the dispatcher */
     char tname[ISCSI_SHARE_NAME_MAX + 1];
     if (share_name(call, data, tname, sizeof(tname)) < 0)
         return -1;
@@ -388,8 +380,6 @@ static json_t *share_rows(void)
 
 static int share_query(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     db_lock();
     json_t *rows = share_rows();
     db_unlock();
@@ -398,17 +388,20 @@ static int share_query(struct api_call *call, json_t *params, json_t **result)
     return rc;
 }
 
+static const struct api_arg create_args[] = {API_ARG_OBJECT("data", create_fields, 0)};
+static const struct api_arg delete_args[] = {API_ARG_OBJECT("data", delete_fields, 0)};
+static const struct api_arg query_args[] = {API_ARG_QUERY};
+
 static const struct api_method share_methods[] = {
-    {"share.iscsi.create",
-     "[{name: POOL/VOL, target_prefix?, portal?, initiator?, readonly?, defer?}]",
-     "Share a volume over iSCSI (target + extent + LUN 0, default portal and allow-all group "
-     "if needed) in one transaction.",
-     share_create, 0},
-    {"share.iscsi.delete", "[{name: POOL/VOL, target_prefix?, force?, defer?}]",
+    {"share.iscsi.create", NULL,
+     "Share a volume (name: POOL/VOL) over iSCSI (target + extent + LUN 0, default portal and "
+     "allow-all group if needed) in one transaction.",
+     share_create, 0, API_ARGS(create_args)},
+    {"share.iscsi.delete", NULL,
      "Remove a volume's iSCSI share (target, mapping and extent) in one transaction.", share_delete,
-     0},
-    {"share.iscsi.query", "[filters?, options?]",
-     "Targets with the datasets on their LUNs (one row per LUN).", share_query, 0},
+     0, API_ARGS(delete_args)},
+    {"share.iscsi.query", NULL, "Targets with the datasets on their LUNs (one row per LUN).",
+     share_query, 0, API_ARGS(query_args)},
 };
 
 void iscsi_share_init(void)

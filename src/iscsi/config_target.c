@@ -479,8 +479,8 @@ static int target_query(struct api_call *call, json_t *params, json_t **result)
 
 static int target_validate_name(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
+    /* Both arguments are checked here, not by type in validate_name_args:
+     * their errors are reported together. */
     json_t *name = api_param(params, 0), *existing = api_param(params, 1);
     char f[128];
     if (!json_is_string(name))
@@ -506,15 +506,27 @@ static int target_query_instance(struct api_call *call, json_t *params, json_t *
     return icfg_get_instance(call, params, result, target_query, "Target");
 }
 
+static const struct api_arg create_args[] = {ICFG_ARG_CREATE(target_fields)};
+static const struct api_arg update_args[] = {ICFG_ARGS_UPDATE(target_fields)};
+static const struct api_arg delete_args[] = {
+    ICFG_ARG_ID, ICFG_ARG_BOOL("force"), ICFG_ARG_BOOL("delete_extents"), ICFG_ARG_BOOL("defer")};
+static const struct api_arg validate_name_args[] = {
+    {.name = "name", .type = API_T_ANY},
+    {.name = "existing_id", .type = API_T_ANY, .flags = API_ARG_OPTIONAL}};
+
 const struct api_method icfg_target_methods[] = {
-    {"iscsi.target.create", "{name, alias?, mode?, groups?, auth_networks?, defer?}",
-     "Create an iSCSI target (IQN = basename:name); live when the call returns", target_create, 0},
-    {"iscsi.target.update", "id, {...}", "Change an iSCSI target", target_update, 0},
-    {"iscsi.target.delete", "id, force?, delete_extents?, defer?",
-     "Delete an iSCSI target (EBUSY while sessions are logged in, unless force)", target_delete, 0},
-    {"iscsi.target.query", "[filters, options]", "List iSCSI targets", target_query, 0},
-    {"iscsi.target.get_instance", "id, options?", "One target by id", target_query_instance, 0},
-    {"iscsi.target.validate_name", "name, existing_id?",
-     "Check a target name: null when valid, else the reason", target_validate_name, 0},
+    {"iscsi.target.create", NULL,
+     "Create an iSCSI target (IQN = basename:name); live when the call returns", target_create, 0,
+     API_ARGS(create_args)},
+    {"iscsi.target.update", NULL, "Change an iSCSI target", target_update, 0,
+     API_ARGS(update_args)},
+    {"iscsi.target.delete", NULL,
+     "Delete an iSCSI target (EBUSY while sessions are logged in, unless force)", target_delete, 0,
+     API_ARGS(delete_args)},
+    {"iscsi.target.query", NULL, "List iSCSI targets", target_query, 0, API_ARGS(icfg_query_args)},
+    {"iscsi.target.get_instance", NULL, "One target by id", target_query_instance, 0,
+     API_ARGS(icfg_get_instance_args)},
+    {"iscsi.target.validate_name", NULL, "Check a target name: null when valid, else the reason",
+     target_validate_name, 0, API_ARGS(validate_name_args)},
 };
 const size_t icfg_target_methods_count = ARRAY_SIZE(icfg_target_methods);

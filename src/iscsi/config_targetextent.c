@@ -6,6 +6,7 @@
 
 #include "config/db.h"
 #include "core/util.h"
+#include "iscsi/config_crud.h"
 #include "iscsi/config_internal.h"
 
 #define TE_SELECT "SELECT id, target_id, extent_id, lunid FROM iscsi_targetextent"
@@ -138,11 +139,7 @@ static int te_write(struct api_call *call, json_t *data, int64_t id, json_t **re
 
 static int te_create(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *data = api_param(params, 0);
-    if (api_validate_object(call, NULL, data, te_fields, ARRAY_SIZE(te_fields), 0) < 0)
-        return api_invalid(call);
+    json_t *data = api_param(params, 0); /* checked against te_fields by the dispatcher */
     data = json_deep_copy(data);
     bool defer = icfg_pop_defer(data);
     int rc = te_write(call, data, 0, result, defer);
@@ -153,11 +150,9 @@ static int te_create(struct api_call *call, json_t *params, json_t **result)
 static int te_update(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
-    if (api_check_arity(call, params, 2) < 0 || icfg_param_id(call, params, 0, &id) < 0)
+    if (icfg_param_id(call, params, 0, &id) < 0) /* decodes: update_args checked it */
         return api_invalid(call);
     json_t *data = api_param(params, 1);
-    if (api_validate_object(call, NULL, data, te_fields, ARRAY_SIZE(te_fields), API_PARTIAL) < 0)
-        return api_invalid(call);
     data = json_deep_copy(data);
     bool defer = icfg_pop_defer(data);
     int rc = te_write(call, data, id, result, defer);
@@ -169,7 +164,8 @@ static int te_delete(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
     bool force, defer;
-    if (api_check_arity(call, params, 3) < 0 || icfg_param_id(call, params, 0, &id) < 0 ||
+    /* Decodes: delete_args were checked by the dispatcher. */
+    if (icfg_param_id(call, params, 0, &id) < 0 ||
         icfg_param_bool(call, params, 1, "force", false, &force) < 0 ||
         icfg_param_bool(call, params, 2, "defer", false, &defer) < 0)
         return api_invalid(call);
@@ -193,8 +189,6 @@ static int te_delete(struct api_call *call, json_t *params, json_t **result)
 
 static int te_query(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 2) < 0)
-        return api_invalid(call);
     static const struct icfg_hint hints[] = {
         {"id", "id"}, {"target", "target_id"}, {"extent", "extent_id"}};
     /* TrueNAS clients list every mapping before each create: without a
@@ -217,13 +211,21 @@ static int te_query_instance(struct api_call *call, json_t *params, json_t **res
     return icfg_get_instance(call, params, result, te_query, "Target-extent mapping");
 }
 
+static const struct api_arg create_args[] = {ICFG_ARG_CREATE(te_fields)};
+static const struct api_arg update_args[] = {ICFG_ARGS_UPDATE(te_fields)};
+static const struct api_arg delete_args[] = {ICFG_ARG_ID, ICFG_ARG_BOOL("force"),
+                                             ICFG_ARG_BOOL("defer")};
+
 const struct api_method icfg_targetextent_methods[] = {
-    {"iscsi.targetextent.create", "{target, extent, lunid?, defer?}",
-     "Map an extent to a target as a LUN (lunid null: lowest free)", te_create, 0},
-    {"iscsi.targetextent.update", "id, {...}", "Change a LUN mapping", te_update, 0},
-    {"iscsi.targetextent.delete", "id, force?, defer?", "Remove a LUN mapping", te_delete, 0},
-    {"iscsi.targetextent.query", "[filters, options]", "List LUN mappings", te_query, 0},
-    {"iscsi.targetextent.get_instance", "id, options?", "One target-extent mapping by id",
-     te_query_instance, 0},
+    {"iscsi.targetextent.create", NULL,
+     "Map an extent to a target as a LUN (lunid null: lowest free)", te_create, 0,
+     API_ARGS(create_args)},
+    {"iscsi.targetextent.update", NULL, "Change a LUN mapping", te_update, 0,
+     API_ARGS(update_args)},
+    {"iscsi.targetextent.delete", NULL, "Remove a LUN mapping", te_delete, 0,
+     API_ARGS(delete_args)},
+    {"iscsi.targetextent.query", NULL, "List LUN mappings", te_query, 0, API_ARGS(icfg_query_args)},
+    {"iscsi.targetextent.get_instance", NULL, "One target-extent mapping by id", te_query_instance,
+     0, API_ARGS(icfg_get_instance_args)},
 };
 const size_t icfg_targetextent_methods_count = ARRAY_SIZE(icfg_targetextent_methods);

@@ -470,11 +470,7 @@ static int export_save(struct api_call *call, const char *method, json_t *data, 
 static int m_export_create(struct api_call *call, json_t *params, json_t **result)
 {
     const char *method = "nbd.export.create";
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
-    json_t *in = api_param(params, 0);
-    if (api_validate_object(call, NULL, in, export_fields, ARRAY_SIZE(export_fields), 0) < 0)
-        return api_invalid(call);
+    json_t *in = api_param(params, 0); /* checked against export_fields by the dispatcher */
     json_t *data = json_deep_copy(in);
     api_apply_defaults(data, export_fields, ARRAY_SIZE(export_fields));
     export_check(call, method, data);
@@ -489,14 +485,13 @@ static int m_export_create(struct api_call *call, json_t *params, json_t **resul
     return rc;
 }
 
-static int get_id(struct api_call *call, json_t *params, int64_t *id)
+/* The id argument (api_arg check): its error names the method, as before. */
+static int export_id_check(struct api_call *call, json_t *v)
 {
-    json_t *v = api_param(params, 0);
     if (!json_is_integer(v)) {
         api_verr(call, api_call_method(call), EINVAL, "the first parameter must be an export id");
         return -1;
     }
-    *id = json_integer_value(v);
     return 0;
 }
 
@@ -515,13 +510,8 @@ static int export_lock_row(struct api_call *call, int64_t id, struct export_row 
 static int m_export_update(struct api_call *call, json_t *params, json_t **result)
 {
     const char *method = "nbd.export.update";
-    int64_t id;
-    if (api_check_arity(call, params, 2) < 0 || get_id(call, params, &id) < 0)
-        return api_invalid(call);
+    int64_t id = json_integer_value(api_param(params, 0));
     json_t *in = api_param(params, 1);
-    if (api_validate_object(call, NULL, in, export_fields, ARRAY_SIZE(export_fields), API_PARTIAL) <
-        0)
-        return api_invalid(call);
     struct export_row r;
     if (export_lock_row(call, id, &r) < 0)
         return -1;
@@ -544,18 +534,14 @@ static int m_export_update(struct api_call *call, json_t *params, json_t **resul
     return rc;
 }
 
+static const struct api_field del_fields[] = {
+    {.name = "force", .type = API_T_BOOL, .def = "false"},
+};
+
 static int m_export_delete(struct api_call *call, json_t *params, json_t **result)
 {
-    int64_t id;
-    if (api_check_arity(call, params, 2) < 0 || get_id(call, params, &id) < 0)
-        return api_invalid(call);
-    static const struct api_field del_fields[] = {
-        {.name = "force", .type = API_T_BOOL, .def = "false"},
-    };
+    int64_t id = json_integer_value(api_param(params, 0));
     json_t *opts = api_param(params, 1);
-    if (opts && api_validate_object(call, "nbd.export.delete", opts, del_fields,
-                                    ARRAY_SIZE(del_fields), 0) < 0)
-        return api_invalid(call);
     bool force = opts && jbool(opts, "force");
     struct export_row r;
     if (export_lock_row(call, id, &r) < 0)
@@ -766,8 +752,7 @@ static void global_paths_check(struct api_call *call, json_t *in)
 
 static int m_global_config(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 0) < 0)
-        return api_invalid(call);
+    (void)params;
     *result = global_load();
     /* What is in force now (--nbd-listen overrides the stored address). */
     json_object_set_new(*result, "listen_active",
@@ -778,12 +763,7 @@ static int m_global_config(struct api_call *call, json_t *params, json_t **resul
 
 static int m_global_update(struct api_call *call, json_t *params, json_t **result)
 {
-    if (api_check_arity(call, params, 1) < 0)
-        return api_invalid(call);
     json_t *in = api_param(params, 0);
-    if (api_validate_object(call, NULL, in, global_fields, ARRAY_SIZE(global_fields), API_PARTIAL) <
-        0)
-        return api_invalid(call);
     const char *l = jstr(in, "listen");
     if (l && *l) {
         struct sockaddr_storage ss;
@@ -832,22 +812,31 @@ out:
     return rc;
 }
 
+static const struct api_arg create_args[] = {API_ARG_OBJECT("data", export_fields, 0)};
+static const struct api_arg update_args[] = {
+    {.name = "id", .type = API_T_INT, .check = export_id_check},
+    API_ARG_OBJECT("data", export_fields, API_PARTIAL)};
+static const struct api_arg delete_args[] = {
+    {.name = "id", .type = API_T_INT, .check = export_id_check},
+    API_ARG_OBJECT("options", del_fields, API_ARG_OPTIONAL)};
+static const struct api_arg query_args[] = {API_ARG_QUERY};
+static const struct api_arg global_update_args[] = {
+    API_ARG_OBJECT("data", global_fields, API_PARTIAL)};
+
 static const struct api_method nbd_methods[] = {
-    {"nbd.export.create",
-     "{name, dataset | path, readonly?, description?, multi_conn?, tls?, enabled?}",
-     "Create an NBD export of a volume, snapshot or raw file", m_export_create, 0},
-    {"nbd.export.update", "id, {fields to change}", "Change an NBD export (live)", m_export_update,
-     0},
-    {"nbd.export.delete", "id, {force?}",
-     "Delete an NBD export (EBUSY with open connections unless force)", m_export_delete, 0},
-    {"nbd.export.query", "[filters], {options}", "List NBD exports", m_export_query, 0},
-    {"nbd.global.sessions", "[filters], {options}",
-     "Open NBD connections: peer, export, negotiated options, bytes moved", m_global_sessions, 0},
-    {"nbd.global.config", "", "NBD server settings", m_global_config, 0},
-    {"nbd.global.update",
-     "{listen?, unix_socket?, tls_cert?, tls_key?, tls_ca?, tls_verify_peer?, tls_psk_file?, "
-     "max_connections?, max_request_size?, max_inflight?}",
-     "Change NBD server settings (live)", m_global_update, 0},
+    {"nbd.export.create", NULL, "Create an NBD export of a volume, snapshot or raw file",
+     m_export_create, 0, API_ARGS(create_args)},
+    {"nbd.export.update", NULL, "Change an NBD export (live)", m_export_update, 0,
+     API_ARGS(update_args)},
+    {"nbd.export.delete", NULL, "Delete an NBD export (EBUSY with open connections unless force)",
+     m_export_delete, 0, API_ARGS(delete_args)},
+    {"nbd.export.query", NULL, "List NBD exports", m_export_query, 0, API_ARGS(query_args)},
+    {"nbd.global.sessions", NULL,
+     "Open NBD connections: peer, export, negotiated options, bytes moved", m_global_sessions, 0,
+     API_ARGS(query_args)},
+    {"nbd.global.config", NULL, "NBD server settings", m_global_config, 0},
+    {"nbd.global.update", NULL, "Change NBD server settings (live)", m_global_update, 0,
+     API_ARGS(global_update_args)},
 };
 
 /* datasets: refuse deleting a dataset (or a parent) that an export uses. */
