@@ -226,6 +226,42 @@ static void tmf_task_finished(struct iscsi_conn *ic, struct iscsi_tmf_wait *w)
     free(w);
 }
 
+/* A LOGICAL UNIT RESET of an LU other daemons serve too (RBD: docs/ha.md)
+ * answers once they applied it, so the initiator's next command on any path
+ * sees the unit attention. */
+struct tmf_shared_wait {
+    struct reactor_msg msg;
+    struct iscsi_conn *ic;
+    struct iscsi_tmf_wait *w;
+};
+
+static void tmf_shared_done(struct reactor_msg *m)
+{
+    struct tmf_shared_wait *sw = container_of(m, struct tmf_shared_wait, msg);
+    struct conn *c = sw->ic->c;
+    tmf_task_finished(sw->ic, sw->w);
+    conn_put(c);
+    free(sw);
+}
+
+static void tmf_wait_shared_reset(struct iscsi_conn *ic, struct iscsi_tmf_wait *w,
+                                  struct scsi_lu *lu)
+{
+    struct tmf_shared_wait *sw = calloc(1, sizeof(*sw));
+    if (!sw)
+        return; /* the others learn nothing: their sessions keep no UA */
+    sw->ic = ic;
+    sw->w = w;
+    sw->msg.fn = tmf_shared_done;
+    conn_get(ic->c);
+    w->remaining++;
+    if (!scsi_lu_reset_shared(lu, ic->c->reactor, &sw->msg)) {
+        w->remaining--;
+        conn_put(ic->c);
+        free(sw);
+    }
+}
+
 /* --------------------------------------------------------- SCSI response */
 
 static void send_scsi_response(struct iscsi_conn *ic, struct iscsi_task *t, uint8_t flags)
@@ -762,9 +798,10 @@ static int handle_tmf(struct iscsi_conn *ic, const uint8_t *bhs)
                 task_free(t);
             }
         }
-        if (fn == ISCSI_TMF_LUN_RESET)
+        if (fn == ISCSI_TMF_LUN_RESET) {
             scsi_lu_reset(lu, &s->nexus);
-        else if (fn == ISCSI_TMF_ABORT_TASK_SET || fn == ISCSI_TMF_CLEAR_TASK_SET)
+            tmf_wait_shared_reset(ic, w, lu);
+        } else if (fn == ISCSI_TMF_ABORT_TASK_SET || fn == ISCSI_TMF_CLEAR_TASK_SET)
             scsi_lu_abort_task_set(lu, &s->nexus);
         else
             for (size_t i = 0; s->view && i < s->view->n_luns; i++)
@@ -805,8 +842,48 @@ static void send_logout_response(struct iscsi_conn *ic)
 
 static void conn_check_logout(struct iscsi_conn *ic)
 {
-    if (ic->logout_pending && ic->ntasks == 0 && ic->phase != ISCSI_PHASE_CLOSED)
+    if (ic->logout_pending && ic->ntasks == 0 && ic->logout_waits == 0 &&
+        ic->phase != ISCSI_PHASE_CLOSED)
         send_logout_response(ic);
+}
+
+/* An SPC-2 reservation the session holds on an LU other daemons serve too
+ * (RBD) is released in the cluster before the logout completes, so that
+ * the initiator's next RESERVE through any daemon finds it free. */
+struct logout_wait {
+    struct reactor_msg msg;
+    struct iscsi_conn *ic;
+};
+
+static void logout_wait_done(struct reactor_msg *m)
+{
+    struct logout_wait *lw = container_of(m, struct logout_wait, msg);
+    struct iscsi_conn *ic = lw->ic;
+    struct conn *c = ic->c;
+    ic->logout_waits--;
+    conn_check_logout(ic);
+    conn_put(c);
+    free(lw);
+}
+
+static void logout_release_shared(struct iscsi_conn *ic)
+{
+    struct iscsi_session *s = ic->sess;
+    for (size_t i = 0; s && s->view && i < s->view->n_luns; i++) {
+        struct scsi_lu *lu = s->view->luns[i].lu;
+        struct logout_wait *lw = lu ? calloc(1, sizeof(*lw)) : NULL;
+        if (!lw)
+            continue;
+        lw->ic = ic;
+        lw->msg.fn = logout_wait_done;
+        conn_get(ic->c);
+        ic->logout_waits++;
+        if (!scsi_lu_nexus_release_shared(lu, &s->nexus, ic->c->reactor, &lw->msg)) {
+            ic->logout_waits--;
+            conn_put(ic->c);
+            free(lw);
+        }
+    }
 }
 
 /* Logout Request (RFC 7143 §11.14): answer once every task has finished. */
@@ -830,6 +907,7 @@ static int handle_logout(struct iscsi_conn *ic, const uint8_t *bhs)
         return iscsi_conn_send_reject(ic, ISCSI_REJECT_INVALID_PDU_FIELD, bhs);
     ic->phase = ISCSI_PHASE_LOGOUT;
     ic->logout_pending = true;
+    logout_release_shared(ic);
     /* Tasks still waiting for data will never get it: drop them. */
     struct iscsi_task *t = ic->tasks, *next;
     for (; t; t = next) {

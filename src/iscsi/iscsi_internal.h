@@ -166,6 +166,7 @@ struct iscsi_conn {
     uint32_t text_itt;
     /* logout waiting for tasks */
     bool logout_pending;
+    unsigned logout_waits; /* shared-LU releases the logout response waits for */
     uint32_t logout_itt;
     /* NOP-In ping */
     struct reactor_timer nop_timer;

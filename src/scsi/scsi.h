@@ -189,6 +189,12 @@ void scsi_nexus_init(struct scsi_nexus *n);
  * every LU the session could address, after its last command completed.
  */
 void scsi_lu_nexus_lost(struct scsi_lu *lu, const struct scsi_nexus *n);
+/* A logout is ending nexus n: for an LU other daemons serve too (RBD), an
+ * SPC-2 reservation n holds is released in the cluster now, so the
+ * transport can answer the logout after it. false: nothing to release
+ * (done not used); true: done->fn(done) runs on owner once released. */
+bool scsi_lu_nexus_release_shared(struct scsi_lu *lu, const struct scsi_nexus *n,
+                                  struct reactor *owner, struct reactor_msg *done);
 
 /* ------------------------------------------------------------------ */
 /* Task management (SAM-5 §7). The transport aborts/waits for its tasks;   */
@@ -199,6 +205,12 @@ void scsi_lu_nexus_lost(struct scsi_lu *lu, const struct scsi_nexus *n);
  * keeps persistent reservations (SPC-4 §5.12) and raises LU_RESET on every
  * nexus, the requester's included (SAM-5 §7.7). */
 void scsi_lu_reset(struct scsi_lu *lu, const struct scsi_nexus *n);
+/* After scsi_lu_reset, for an LU other daemons serve too (an RBD image; see
+ * docs/ha.md): tell them, so that their sessions get the LU RESET unit
+ * attention as well. Returns false when there is nobody to tell (done is
+ * not used); else true, and done->fn(done) runs later on owner once every
+ * daemon applied it (or did not answer within the notify timeout). */
+bool scsi_lu_reset_shared(struct scsi_lu *lu, struct reactor *owner, struct reactor_msg *done);
 /* TARGET WARM RESET: the same with BUS_RESET; call for each LU of the target. */
 void scsi_lu_target_reset(struct scsi_lu *lu, const struct scsi_nexus *n);
 /* ABORT TASK SET / CLEAR TASK SET on lu from n: no LU state changes beyond

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "core/iopool.h"
 #include "core/iostats.h"
 #include "scsi/scsi.h"
 
@@ -95,9 +96,35 @@ struct scsi_nexus_state {
 /* One persistent reservation registration (I_T nexus + key). */
 struct scsi_pr_reg {
     uint64_t key;
+    /* 0: registered through every target port (ALL_TG_PT=1), so through
+     * every member of a gateway group; real ids are 1..65535. */
     uint16_t rel_tgt_port_id;
     char initiator_port[SCSI_PORT_NAME_MAX];
 };
+
+/* The reservation state of an LU (scsi_pr.c): what is persisted with APTPL
+ * and, for LUs over shared storage (RBD), what every daemon serving the LU
+ * shares through the backend. Nexuses are named by identity (initiator
+ * port + relative target port id), never by a daemon-local session id. */
+struct scsi_pr_state {
+    struct scsi_pr_reg *regs; /* SCSI_PR_MAX_REGS slots, or NULL while none */
+    size_t nregs;
+    uint32_t generation; /* PRgeneration */
+    bool aptpl;
+    bool held;
+    uint8_t type;
+    size_t holder; /* index into regs for non-all-registrants types */
+    /* SPC-2 RESERVE/RELEASE */
+    bool res2_held;
+    uint16_t res2_rel;
+    char res2_port[SCSI_PORT_NAME_MAX];
+    /* The backend's sequence number of this copy (0: local LU). */
+    uint64_t seq;
+};
+
+/* A shared reservation store (scsi_pr_shared.c): every blocking call runs
+ * on the I/O pool. */
+struct scsi_pr_shared;
 
 struct scsi_lu {
     atomic_int refs;
@@ -117,6 +144,8 @@ struct scsi_lu {
     uint8_t naa[16];
     uint8_t naa_len;
     struct scsi_pr_store pr_store;
+    struct scsi_pr_shared *shared; /* NULL: local reservations (pr_store) */
+    struct io_job final_job;       /* frees a shared LU off the reactors */
 
     pthread_mutex_t mu; /* everything below */
     struct scsi_nexus_state *nexuses;
@@ -125,18 +154,10 @@ struct scsi_lu {
      * raises MODE PARAMETERS CHANGED on the next command */
     bool wce_seen;
     bool wp_seen;
-    /* SPC-2 RESERVE/RELEASE */
-    bool res2_held;
-    uint64_t res2_nexus;
-    /* SPC-4 persistent reservations */
-    struct scsi_pr_reg *regs;
-    size_t nregs;
-    uint32_t pr_generation;
-    bool pr_aptpl;
-    bool pr_held;
-    uint8_t pr_type;
-    /* holder for non-all-registrants types (index into regs; kept valid on removal) */
-    size_t pr_holder;
+    /* SPC-2 and SPC-4 reservations: the enforced copy. For a shared LU it
+     * is a cache of the backend's state, replaced whenever a daemon of the
+     * group changes it (before that daemon's command completes). */
+    struct scsi_pr_state pr;
     /* LBA range lock */
     struct scsi_cmd *lock_active;
     struct scsi_cmd *lock_wait_head;
@@ -178,8 +199,9 @@ bool scsi_lu_wce(const struct scsi_lu *lu);
 struct scsi_nexus_state *scsi_lu_nexus_locked(struct scsi_lu *lu, const struct scsi_nexus *n);
 /* mu held: queue ua for every known nexus except `except` (0: none). */
 void scsi_lu_ua_all_locked(struct scsi_lu *lu, enum scsi_ua ua, uint64_t except);
-/* mu held: queue ua for the nexuses of a registration (initiator port + rel port). */
-void scsi_lu_ua_port_locked(struct scsi_lu *lu, const struct scsi_pr_reg *r, enum scsi_ua ua);
+/* mu held: queue ua for the nexuses of an I_T nexus identity (rel 0: through
+ * any target port; port "*": every nexus). */
+void scsi_lu_ua_port_locked(struct scsi_lu *lu, const char *port, uint16_t rel, enum scsi_ua ua);
 /* Pop the highest-priority pending UA into c's sense; false if none. mu held. */
 bool scsi_lu_ua_pop_locked(struct scsi_nexus_state *ns, struct scsi_cmd *c);
 /* Range lock: true when granted now; else c is queued and op->run is called
@@ -236,6 +258,73 @@ bool scsi_lu_can_block_erase(const struct scsi_lu *lu);
 bool scsi_pr_conflict_locked(struct scsi_lu *lu, const struct scsi_nexus *n,
                              const struct scsi_op *op, const uint8_t *cdb);
 int scsi_pr_load(struct scsi_lu *lu, const void *blob, size_t len);
+/* An SPC-2 reservation holder to release: I_T nexus identity; port "" is
+ * whoever holds it (LU reset). */
+struct scsi_pr_res2_who {
+    uint16_t rel;
+    char port[SCSI_PORT_NAME_MAX];
+};
+/* Release s's SPC-2 reservation if w holds it; true if it did. */
+bool scsi_pr_res2_release(struct scsi_pr_state *s, const struct scsi_pr_res2_who *w);
+/* Shared LU: stop enforcing w's SPC-2 reservation here at once, and
+ * release it in the cluster (asynchronously; every later update of this
+ * daemon includes it until it is committed). */
+void scsi_pr_shared_drop_res2(struct scsi_lu *lu, const struct scsi_pr_res2_who *w);
+/* Release the SPC-2 reservation if n (NULL: anybody) holds it: nexus loss,
+ * LU reset. Takes lu->mu; for a shared LU the update is asynchronous. */
+void scsi_pr_res2_drop(struct scsi_lu *lu, const struct scsi_nexus *n);
+/* Free the reservation state's memory. */
+void scsi_pr_state_free(struct scsi_pr_state *s);
+
+/* ---- shared reservations (scsi_pr_shared.c) ---- */
+/* A unit attention a reservation change queues for an I_T nexus identity:
+ * applied by every daemon to its own sessions. */
+struct scsi_pr_ua {
+    uint8_t ua; /* enum scsi_ua */
+    uint16_t rel;
+    char port[SCSI_PORT_NAME_MAX];
+};
+#define SCSI_PR_MAX_UAS (2u * SCSI_PR_MAX_REGS)
+
+/* A change computed by a service action on a copy of the state. */
+struct scsi_pr_change {
+    struct scsi_pr_state s;
+    struct scsi_pr_ua uas[SCSI_PR_MAX_UAS];
+    size_t nuas;
+};
+
+/* What the shared path runs on a fresh copy of the state: PR_* of scsi_pr.c
+ * (0 ok and write, 1 conflict, 2 failed with sense set, 3 ok, nothing to
+ * write). c may be NULL (background updates). */
+typedef int (*scsi_pr_action)(struct scsi_cmd *c, struct scsi_pr_change *ch, const void *arg);
+enum { SCSI_PR_OK = 0, SCSI_PR_CONFLICT = 1, SCSI_PR_FAILED = 2, SCSI_PR_NOOP = 3 };
+
+/* Open the shared store for lu's volume if its storage is shared (RBD) and
+ * load the state; 0 (lu->shared stays NULL for local storage) or -errno.
+ * Blocking: control thread (scsi_lu_new). */
+int scsi_pr_shared_open(struct scsi_lu *lu);
+/* Close (blocking; not on a reactor). */
+void scsi_pr_shared_close(struct scsi_lu *lu);
+/* Run action on the shared state (read, act, compare-and-swap, notify) on
+ * the I/O pool, then complete c on its owner with status from the action.
+ * c NULL: a background update (arg copied: arg_len bytes). */
+void scsi_pr_shared_update(struct scsi_lu *lu, struct scsi_cmd *c, scsi_pr_action action,
+                           const void *arg, size_t arg_len);
+/* PERSISTENT RESERVE IN on the shared state, read fresh from the store. */
+void scsi_pr_shared_read(struct scsi_cmd *c);
+
+/* scsi_pr.c helpers used by the shared path. */
+int scsi_pr_state_copy(struct scsi_pr_state *dst, const struct scsi_pr_state *src);
+/* Text form of a state (malloc'd, NUL-terminated); with a change's UAs and
+ * seq line for a notify payload when uas/seq given. */
+char *scsi_pr_state_format(const struct scsi_pr_state *s, const struct scsi_pr_change *uas,
+                           uint64_t seq, size_t *len);
+/* Parse the text form (len 0: empty state); seq/uas filled when present. */
+int scsi_pr_state_parse(const char *text, size_t len, struct scsi_pr_change *out, uint64_t *seq);
+/* mu held: queue the change's UAs on lu's own nexuses. */
+void scsi_pr_apply_uas_locked(struct scsi_lu *lu, const struct scsi_pr_change *ch);
+/* Fill c's PR IN data from s and complete c. */
+void scsi_pr_in_reply(struct scsi_cmd *c, const struct scsi_pr_state *s, bool ptpl_c);
 
 /* CDB field decoding shared by the I/O commands: LBA and transfer length by
  * opcode. false for opcodes without them. */

@@ -118,15 +118,19 @@ int scsi_lu_new(struct volume *vol, const struct scsi_lu_params *p, struct scsi_
     lu->size_gen_seen = volume_size_generation(vol);
     lu->wce_seen = scsi_lu_wce(lu);
     lu->wp_seen = scsi_lu_is_readonly(lu);
-    if (p->pr_blob && p->pr_blob_len) {
-        int rc = scsi_pr_load(lu, p->pr_blob, p->pr_blob_len);
-        if (rc < 0) {
+    /* Shared storage (RBD) keeps the reservations in the cluster, with the
+     * image; the extent's saved blob is for local volumes only. */
+    int rc = scsi_pr_shared_open(lu);
+    if (rc == 0 && !lu->shared && p->pr_blob && p->pr_blob_len) {
+        rc = scsi_pr_load(lu, p->pr_blob, p->pr_blob_len);
+        if (rc < 0)
             log_error("scsi: %s: saved persistent reservations do not parse", volume_name(vol));
-            pthread_mutex_destroy(&lu->mu);
-            free(lu->regs);
-            free(lu);
-            return rc;
-        }
+    }
+    if (rc < 0) {
+        pthread_mutex_destroy(&lu->mu);
+        scsi_pr_state_free(&lu->pr);
+        free(lu);
+        return rc;
     }
     volume_ref(vol);
     *out = lu;
@@ -138,20 +142,38 @@ void scsi_lu_ref(struct scsi_lu *lu)
     atomic_fetch_add_explicit(&lu->refs, 1, memory_order_relaxed);
 }
 
-void scsi_lu_unref(struct scsi_lu *lu)
+static void lu_free(struct scsi_lu *lu)
 {
-    if (!lu || atomic_fetch_sub_explicit(&lu->refs, 1, memory_order_acq_rel) != 1)
-        return;
+    scsi_pr_shared_close(lu);
     struct scsi_nexus_state *ns = lu->nexuses;
     while (ns) {
         struct scsi_nexus_state *next = ns->next;
         free(ns);
         ns = next;
     }
-    free(lu->regs);
+    scsi_pr_state_free(&lu->pr);
     pthread_mutex_destroy(&lu->mu);
     volume_unref(lu->vol);
     free(lu);
+}
+
+static void lu_free_run(struct io_job *j)
+{
+    struct scsi_lu *lu = container_of(j, struct scsi_lu, final_job);
+    lu_free(lu);
+}
+
+void scsi_lu_unref(struct scsi_lu *lu)
+{
+    if (!lu || atomic_fetch_sub_explicit(&lu->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (lu->shared && reactor_self()) {
+        /* Closing the shared store blocks (unwatch): not on a reactor. */
+        lu->final_job = (struct io_job){.run = lu_free_run};
+        iopool_submit(&lu->final_job);
+        return;
+    }
+    lu_free(lu);
 }
 
 struct volume *scsi_lu_volume(const struct scsi_lu *lu)
@@ -226,11 +248,11 @@ void scsi_lu_ua_all_locked(struct scsi_lu *lu, enum scsi_ua ua, uint64_t except)
             ns->ua_pending |= 1u << ua;
 }
 
-void scsi_lu_ua_port_locked(struct scsi_lu *lu, const struct scsi_pr_reg *r, enum scsi_ua ua)
+void scsi_lu_ua_port_locked(struct scsi_lu *lu, const char *port, uint16_t rel, enum scsi_ua ua)
 {
     for (struct scsi_nexus_state *ns = lu->nexuses; ns; ns = ns->next)
-        if (ns->rel_tgt_port_id == r->rel_tgt_port_id &&
-            strcasecmp(ns->initiator_port, r->initiator_port) == 0)
+        if (strcmp(port, "*") == 0 ||
+            ((rel == 0 || ns->rel_tgt_port_id == rel) && strcasecmp(ns->initiator_port, port) == 0))
             ns->ua_pending |= 1u << ua;
 }
 
@@ -269,17 +291,16 @@ void scsi_lu_nexus_lost(struct scsi_lu *lu, const struct scsi_nexus *n)
             break;
         }
     }
-    if (lu->res2_held && lu->res2_nexus == n->id)
-        lu->res2_held = false;
     pthread_mutex_unlock(&lu->mu);
+    scsi_pr_res2_drop(lu, n);
 }
 
 static void lu_reset(struct scsi_lu *lu, enum scsi_ua ua)
 {
     pthread_mutex_lock(&lu->mu);
-    lu->res2_held = false;
     scsi_lu_ua_all_locked(lu, ua, 0);
     pthread_mutex_unlock(&lu->mu);
+    scsi_pr_res2_drop(lu, NULL);
 }
 
 void scsi_lu_reset(struct scsi_lu *lu, const struct scsi_nexus *n)

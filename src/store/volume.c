@@ -257,6 +257,11 @@ const char *volume_name(const struct volume *v)
     return v->name;
 }
 
+struct bdev *volume_bdev(struct volume *v)
+{
+    return v->bdev;
+}
+
 uint64_t volume_size(const struct volume *v)
 {
     return atomic_load_explicit(&v->size, memory_order_acquire);

@@ -50,6 +50,9 @@ void volume_ref(struct volume *v);
 void volume_unref(struct volume *v);
 
 const char *volume_name(const struct volume *v);
+/* The backend (borrowed: valid while a reference on v is held), for
+ * backend-specific queries (e.g. bdev_rbd_image). */
+struct bdev *volume_bdev(struct volume *v);
 uint64_t volume_size(const struct volume *v); /* bytes, atomic read */
 uint32_t volume_block_size(const struct volume *v);
 enum volume_sync volume_sync_mode(const struct volume *v);

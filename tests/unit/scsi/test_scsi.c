@@ -1053,6 +1053,135 @@ static void test_persistent_reservations(void **state)
     expect_sense(&r, 0x05, 0x24, 0x00);
 }
 
+/* ALL_TG_PT: a registration stands for the initiator port through every
+ * target port (every member of a gateway group); without it, the same
+ * initiator port through another target port is another I_T nexus. */
+static void test_pr_all_tg_pt(void **state)
+{
+    struct fixture *f = *state;
+    struct result r;
+    uint8_t buf[BS] = {0};
+    struct scsi_nexus a2, b2;
+    nexus_setup(&a2, "iqn.2026-11.test:a", 2);
+    nexus_setup(&b2, "iqn.2026-11.test:b", 2);
+    clear_ua(f, &f->a);
+    clear_ua(f, &f->b);
+    clear_ua(f, &a2);
+    clear_ua(f, &b2);
+    uint8_t p[24] = {0};
+    be64_store(p + 8, 0x7);
+    p[20] = 0x04; /* ALL_TG_PT */
+    RUN(f, &f->a, &r, p, 24, 0, 0x5f, 0x00, 0, 0, 0, 0, 0, 0, 24, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    /* through port 2 the same initiator port holds the registration */
+    prout(f, &a2, 0x01, 0x01, 0x7, 0, false, &r);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    RUN(f, &f->a, &r, buf, BS, 0, 0x2a, 0, 0, 0, 0, 1, 0, 0, 1, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    RUN(f, &b2, &r, buf, BS, 0, 0x2a, 0, 0, 0, 0, 1, 0, 0, 1, 0);
+    assert_int_equal(r.status, SCSI_STATUS_RESERVATION_CONFLICT);
+    /* READ FULL STATUS: ALL_TG_PT set, relative target port 0 */
+    RUN(f, &f->b, &r, NULL, 0, 512, 0x5e, 0x03, 0, 0, 0, 0, 0, 0, 0xff, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    assert_int_equal(r.data[8 + 12], 0x03); /* ALL_TG_PT | R_HOLDER */
+    assert_int_equal(be16_load(r.data + 8 + 18), 0);
+    /* REPORT CAPABILITIES: ATP_C */
+    RUN(f, &f->a, &r, NULL, 0, 8, 0x5e, 0x02, 0, 0, 0, 0, 0, 0, 8, 0);
+    assert_int_equal(r.data[2] & 0x04, 0x04);
+    /* the holder releases through port 1 */
+    prout(f, &f->a, 0x02, 0x01, 0x7, 0, false, &r);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    RUN(f, &b2, &r, buf, BS, 0, 0x2a, 0, 0, 0, 0, 1, 0, 0, 1, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    /* without ALL_TG_PT: b's registration through port 1 is not b2's */
+    prout(f, &f->b, 0x00, 0, 0, 0x8, false, &r);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    prout(f, &b2, 0x01, 0x01, 0x8, 0, false, &r);
+    assert_int_equal(r.status, SCSI_STATUS_RESERVATION_CONFLICT);
+    prout(f, &f->b, 0x01, 0x03, 0x8, 0, false, &r);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    RUN(f, &b2, &r, NULL, 0, BS, 0x28, 0, 0, 0, 0, 1, 0, 0, 1, 0);
+    assert_int_equal(r.status, SCSI_STATUS_RESERVATION_CONFLICT);
+    /* an SPC-2 reservation is an I_T nexus's too: b2 is not b */
+    prout(f, &f->b, 0x03, 0, 0x8, 0, false, &r);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    clear_ua(f, &f->a);
+    clear_ua(f, &f->b);
+    clear_ua(f, &b2);
+    RUN(f, &f->b, &r, NULL, 0, 0, 0x16, 0, 0, 0, 0, 0);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    RUN(f, &b2, &r, NULL, 0, 0, 0x00);
+    assert_int_equal(r.status, SCSI_STATUS_RESERVATION_CONFLICT);
+    RUN(f, &b2, &r, NULL, 0, 0, 0x17, 0, 0, 0, 0, 0); /* not the holder: a no-op */
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    RUN(f, &b2, &r, NULL, 0, 0, 0x00);
+    assert_int_equal(r.status, SCSI_STATUS_RESERVATION_CONFLICT);
+    scsi_lu_nexus_lost(f->lu, &f->b);
+    RUN(f, &b2, &r, NULL, 0, 0, 0x00);
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+}
+
+/* The text form of a state, as stored in the cluster and notified: every
+ * field survives a round trip, with a notify's seq and unit attentions. */
+static void test_pr_state_text(void **state)
+{
+    (void)state;
+    struct scsi_pr_change *ch = calloc(1, sizeof *ch), *back = calloc(1, sizeof *back);
+    struct scsi_pr_reg regs[2] = {
+        {.key = 0xabc, .rel_tgt_port_id = 0},
+        {.key = 0xdef, .rel_tgt_port_id = 7},
+    };
+    snprintf(regs[0].initiator_port, sizeof regs[0].initiator_port, "iqn.x:a,i,0x1");
+    snprintf(regs[1].initiator_port, sizeof regs[1].initiator_port, "iqn.x:b,i,0x2");
+    ch->s.regs = regs;
+    ch->s.nregs = 2;
+    ch->s.generation = 42;
+    ch->s.aptpl = false;
+    ch->s.held = true;
+    ch->s.type = 5;
+    ch->s.holder = 1;
+    ch->s.res2_held = true;
+    ch->s.res2_rel = 3;
+    snprintf(ch->s.res2_port, sizeof ch->s.res2_port, "iqn.x:c,i,0x3");
+    ch->nuas = 1;
+    ch->uas[0].ua = SCSI_UA_REGISTRATIONS_PREEMPTED;
+    ch->uas[0].rel = 7;
+    snprintf(ch->uas[0].port, sizeof ch->uas[0].port, "iqn.x:b,i,0x2");
+    size_t len;
+    char *text = scsi_pr_state_format(&ch->s, ch, 99, &len);
+    assert_non_null(text);
+    uint64_t seq = 0;
+    assert_int_equal(scsi_pr_state_parse(text, len, back, &seq), 0);
+    assert_int_equal(seq, 99);
+    assert_int_equal(back->s.nregs, 2);
+    assert_int_equal(back->s.regs[0].key, 0xabc);
+    assert_int_equal(back->s.regs[0].rel_tgt_port_id, 0);
+    assert_string_equal(back->s.regs[1].initiator_port, "iqn.x:b,i,0x2");
+    assert_int_equal(back->s.generation, 42);
+    assert_false(back->s.aptpl);
+    assert_true(back->s.held);
+    assert_int_equal(back->s.type, 5);
+    assert_int_equal(back->s.holder, 1);
+    assert_true(back->s.res2_held);
+    assert_int_equal(back->s.res2_rel, 3);
+    assert_string_equal(back->s.res2_port, "iqn.x:c,i,0x3");
+    assert_int_equal(back->nuas, 1);
+    assert_int_equal(back->uas[0].ua, SCSI_UA_REGISTRATIONS_PREEMPTED);
+    scsi_pr_state_free(&back->s);
+    /* a holder index past the registrations is refused */
+    ch->s.holder = 2;
+    free(text);
+    text = scsi_pr_state_format(&ch->s, NULL, 0, &len);
+    assert_int_equal(scsi_pr_state_parse(text, len, back, NULL), -EINVAL);
+    /* an empty object is an empty state */
+    assert_int_equal(scsi_pr_state_parse("", 0, back, NULL), 0);
+    assert_int_equal(back->s.nregs, 0);
+    assert_false(back->s.held);
+    free(text);
+    free(ch);
+    free(back);
+}
+
 static void test_pr_aptpl_persistence(void **state)
 {
     struct fixture *f = *state;
@@ -1137,6 +1266,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_spc2_reserve, setup, teardown),
         cmocka_unit_test_setup_teardown(test_persistent_reservations, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pr_aptpl_persistence, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pr_all_tg_pt, setup, teardown),
+        cmocka_unit_test(test_pr_state_text),
         cmocka_unit_test_setup_teardown(test_lu_params, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
