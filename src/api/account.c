@@ -14,6 +14,7 @@
 
 #include "api/auth.h"
 #include "api/validate.h"
+#include "config/cfgtx.h"
 #include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
@@ -265,8 +266,9 @@ static int account_set_password(struct api_call *call, json_t *params, json_t **
 
     int64_t now = now_wall_ms(), id = 0;
     bool created = false;
-    db_lock();
-    rc = db_begin();
+    struct cfg_tx tx;
+    rc = cfg_tx_begin(&tx);
+    bool began = rc == 0;
     sqlite3_stmt *st = NULL;
     if (rc == 0 && (rc = db_prepare("SELECT id FROM account WHERE username = ?", &st)) == 0) {
         sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
@@ -297,11 +299,12 @@ static int account_set_password(struct api_call *call, json_t *params, json_t **
         if (created)
             id = sqlite3_last_insert_rowid(db_handle());
     }
-    if (rc == 0)
-        rc = db_commit();
-    else
-        db_rollback();
-    db_unlock();
+    if (rc == 0) {
+        cfg_tx_changed(&tx, CFG_USER, id, created ? CFG_CREATED : CFG_UPDATED);
+        rc = cfg_tx_commit(&tx);
+    } else if (began) {
+        cfg_tx_abort(&tx);
+    }
     explicit_bzero(hash, sizeof(hash));
     if (rc < 0)
         return api_error(call, rc, "cannot store the password of %s", name);
@@ -325,17 +328,24 @@ static int account_delete(struct api_call *call, json_t *params, json_t **result
 {
     json_t *jn = api_param(params, 0); /* a string: the dispatcher checked it */
     const char *name = json_string_value(jn);
-    db_lock();
+    struct cfg_tx tx;
     sqlite3_stmt *st = NULL;
-    int rc = db_prepare("DELETE FROM account WHERE username = ?", &st);
     int changes = 0;
+    int rc = cfg_tx_begin(&tx);
     if (rc == 0) {
-        sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-        rc = db_step_done(st);
-        sqlite3_finalize(st);
-        changes = sqlite3_changes(db_handle());
+        rc = db_prepare("DELETE FROM account WHERE username = ?", &st);
+        if (rc == 0) {
+            sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+            rc = db_step_done(st);
+            sqlite3_finalize(st);
+            changes = sqlite3_changes(db_handle());
+        }
+        cfg_tx_changed(&tx, CFG_USER, 0, CFG_DELETED);
+        if (rc == 0)
+            rc = cfg_tx_commit(&tx);
+        else
+            cfg_tx_abort(&tx);
     }
-    db_unlock();
     if (rc < 0)
         return api_error(call, rc, "cannot delete account %s", name);
     if (changes == 0)

@@ -16,6 +16,7 @@
 
 #include "api/account.h"
 #include "api/validate.h"
+#include "config/cfgtx.h"
 #include "config/db.h"
 #include "core/log.h"
 #include "core/ratelimit.h"
@@ -260,8 +261,9 @@ static int key_create(struct api_call *call, json_t *params, json_t **result)
     for (size_t i = 0; i < sizeof(rnd); i++)
         snprintf(placeholder + 2 * i, 3, "%02x", rnd[i]);
 
-    db_lock();
-    int rc = db_begin();
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+    bool began = rc == 0;
     sqlite3_stmt *st = NULL;
     int64_t id = 0;
     if (rc == 0)
@@ -283,8 +285,7 @@ static int key_create(struct api_call *call, json_t *params, json_t **result)
         id = sqlite3_last_insert_rowid(db_handle());
     }
     if (rc == -EEXIST) {
-        db_rollback();
-        db_unlock();
+        cfg_tx_abort(&tx);
         api_verr(call, "api_key.create.name", EEXIST, "API key with name %s already exists", name);
         return api_invalid(call);
     }
@@ -301,13 +302,17 @@ static int key_create(struct api_call *call, json_t *params, json_t **result)
         sqlite3_finalize(st);
     }
     json_t *rows = NULL;
-    if (rc == 0)
-        rc = db_commit();
-    else
-        db_rollback();
-    if (rc == 0)
+    if (rc == 0) {
+        cfg_tx_changed(&tx, CFG_API_KEY, id, CFG_CREATED);
+        rc = cfg_tx_commit(&tx);
+    } else if (began) {
+        cfg_tx_abort(&tx);
+    }
+    if (rc == 0) {
+        db_lock();
         rows = key_rows(" WHERE id = ?", id);
-    db_unlock();
+        db_unlock();
+    }
     if (rc < 0 || !rows || json_array_size(rows) != 1) {
         json_decref(rows);
         explicit_bzero(key, sizeof(key));
@@ -326,17 +331,24 @@ static int key_delete(struct api_call *call, json_t *params, json_t **result)
 {
     json_t *jid = api_param(params, 0); /* an integer: the dispatcher checked it */
     int64_t id = json_integer_value(jid);
-    db_lock();
+    struct cfg_tx tx;
     sqlite3_stmt *st = NULL;
-    int rc = db_prepare("DELETE FROM api_key WHERE id = ?", &st);
     int changes = 0;
+    int rc = cfg_tx_begin(&tx);
     if (rc == 0) {
-        sqlite3_bind_int64(st, 1, id);
-        rc = db_step_done(st);
-        sqlite3_finalize(st);
-        changes = sqlite3_changes(db_handle());
+        rc = db_prepare("DELETE FROM api_key WHERE id = ?", &st);
+        if (rc == 0) {
+            sqlite3_bind_int64(st, 1, id);
+            rc = db_step_done(st);
+            sqlite3_finalize(st);
+            changes = sqlite3_changes(db_handle());
+        }
+        cfg_tx_changed(&tx, CFG_API_KEY, id, CFG_DELETED);
+        if (rc == 0)
+            rc = cfg_tx_commit(&tx);
+        else
+            cfg_tx_abort(&tx);
     }
-    db_unlock();
     if (rc < 0)
         return api_error(call, rc, "cannot delete API key %" PRId64, id);
     if (changes == 0)

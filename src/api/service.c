@@ -9,6 +9,7 @@
 
 #include "api/api.h"
 #include "api/validate.h"
+#include "config/cfgtx.h"
 #include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
@@ -221,9 +222,7 @@ static int svc_update(struct api_call *call, json_t *params, json_t **result)
     char key[64];
     snprintf(key, sizeof(key), "service.%s.enable", s->name);
     bool on = json_is_true(json_object_get(data, "enable"));
-    db_lock();
-    int rc = db_setting_set(key, on ? "1" : "0");
-    db_unlock();
+    int rc = cfg_setting_put(key, on ? "1" : "0", CFG_SERVICE, s - services + 1);
     if (rc < 0)
         return api_error(call, rc, "cannot store the service setting");
     *result = json_integer(s - services + 1);

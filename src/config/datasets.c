@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "api/validate.h"
+#include "config/cfgtx.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
 #include "config/dsbackend.h"
@@ -192,6 +193,7 @@ int ds_check_new_name(struct api_call *call, const char *field, json_t *jname, s
 
 static int m_dataset_create(struct api_call *call, json_t *params, json_t **result)
 {
+    struct cfg_tx tx;
     json_t *data;
     struct ds_row row;
     struct ds_pool pool;
@@ -277,12 +279,14 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
     }
     row.pool_id = pool.id;
     be = ds_backend_of(&pool);
-    rc = db_begin();
+    rc = cfg_tx_begin(&tx);
     if (rc < 0)
         goto fail_unlocked_tx;
     rc = ds_create_ancestors(&pool, row.name);
     if (rc == 0)
         rc = ds_dataset_insert(&row);
+    if (rc == 0)
+        cfg_tx_changed(&tx, CFG_DATASET, row.id, CFG_CREATED);
     if (rc == 0 && json_object_get(data, "managedby") &&
         strcmp(str_or(data, "managedby", ""), "INHERIT") != 0)
         rc = ds_prop_set(row.id, "managedby", str_or(data, "managedby", ""));
@@ -312,9 +316,9 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
         created_file = rc == 0;
     }
     if (rc == 0)
-        rc = db_commit();
+        rc = cfg_tx_commit(&tx);
     else
-        db_rollback();
+        cfg_tx_abort(&tx);
     if (rc < 0 && row.memory)
         ds_cache_drop(row.name, false);
     if (rc < 0 && created_file && (is_volume ? !row.memory : true))
@@ -473,6 +477,7 @@ static void notify_changes(const struct ds_eff_change *c, size_t n, const char *
 
 static int m_dataset_update(struct api_call *call, json_t *params, json_t **result)
 {
+    struct cfg_tx tx;
     const char *id;
     json_t *data, *js;
     struct ds_row row;
@@ -545,9 +550,10 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
         return api_invalid(call);
     }
 
-    rc = db_begin();
+    rc = cfg_tx_begin(&tx);
     if (rc < 0)
         goto out;
+    cfg_tx_changed(&tx, CFG_DATASET, row.id, CFG_UPDATED);
     rc = db_stmt("UPDATE datasets SET volsize = ?, comments = ? WHERE id = ?", &st);
     if (rc == 0) {
         sqlite3_bind_int64(st, 1, (sqlite3_int64)(resize ? new_size : row.volsize));
@@ -593,11 +599,11 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
                       strerror(-rc));
     }
     if (rc == 0) {
-        rc = db_commit();
+        rc = cfg_tx_commit(&tx);
         if (rc < 0 && resize && v)
             volume_resize(v, old_size);
     } else {
-        db_rollback();
+        cfg_tx_abort(&tx);
     }
     if (rc < 0 && opened_here)
         ds_cache_drop(row.name, false); /* it was empty: nothing is lost */
@@ -754,6 +760,7 @@ static int exec_bind_id(const char *sql, int64_t id)
 
 static int m_dataset_delete(struct api_call *call, json_t *params, json_t **result)
 {
+    struct cfg_tx tx;
     const char *id;
     json_t *opts;
     struct delete_plan plan;
@@ -827,7 +834,7 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
         }
     }
 
-    rc = db_begin();
+    rc = cfg_tx_begin(&tx);
     if (rc < 0)
         goto out_errno;
     for (i = 0; rc == 0 && i < plan.ndatasets; i++) {
@@ -837,11 +844,12 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
                 exec_bind_id("DELETE FROM dataset_props WHERE dataset_id = ?", plan.datasets[i].id);
         if (rc == 0)
             rc = exec_bind_id("DELETE FROM datasets WHERE id = ?", plan.datasets[i].id);
+        cfg_tx_changed(&tx, CFG_DATASET, plan.datasets[i].id, CFG_DELETED);
     }
     if (rc == 0)
-        rc = db_commit();
+        rc = cfg_tx_commit(&tx);
     else
-        db_rollback();
+        cfg_tx_abort(&tx);
     if (rc < 0)
         goto out_errno;
 

@@ -123,6 +123,13 @@ void datasets_observe(datasets_observer_fn fn, void *arg);
 int datasets_file_check(const char *path, bool may_create, char *why, size_t whylen);
 
 /* Flush every open volume (shutdown). */
+/* Every pool's name and directory, by name (metrics): a new array in
+ * *out (free()). Takes the DB lock briefly. 0 or -errno. */
+struct datasets_pool_path {
+    char name[256];
+    char path[4096];
+};
+int datasets_pool_paths(struct datasets_pool_path **out, size_t *n);
 void datasets_flush_all(void);
 void datasets_shutdown(void);
 

@@ -96,6 +96,11 @@ void db_unlock(void)
     pthread_mutex_unlock(&db_mutex);
 }
 
+unsigned db_lock_depth(void)
+{
+    return tls_lock_depth;
+}
+
 /* ---- durability ---- */
 
 /* fdatasync the WAL (the leader only). The WAL is persistent

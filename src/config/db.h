@@ -18,6 +18,8 @@ void db_close(void);
 
 void db_lock(void);
 void db_unlock(void);
+/* How many db_lock() the calling thread holds (0: not locked by it). */
+unsigned db_lock_depth(void);
 sqlite3 *db_handle(void); /* only while locked */
 
 /* BEGIN IMMEDIATE / COMMIT / ROLLBACK; take db_lock() first. 0 or -EIO. */

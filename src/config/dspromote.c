@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 
 #include "api/validate.h"
+#include "config/cfgtx.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
 #include "config/dsbackend.h"
@@ -105,6 +106,19 @@ static int exec_ids(const char *sql, int64_t a, int64_t b, int64_t c)
     return rc;
 }
 
+/* Re-key the open volumes of the moved snapshots from origin to clone
+ * (back: the other way). DB locked. */
+static void promote_cache_rename(const struct ds_row *origin, const struct ds_row *clone,
+                                 const struct promote_snap *snaps, size_t nsnaps, bool back)
+{
+    for (size_t i = 0; i < nsnaps; i++) {
+        char o[DS_NAME_BUF * 2], n[DS_NAME_BUF * 2];
+        snprintf(o, sizeof(o), "%s@%s", origin->name, snaps[i].name);
+        snprintf(n, sizeof(n), "%s@%s", clone->name, snaps[i].name);
+        ds_cache_rename(back ? n : o, back ? o : n, false);
+    }
+}
+
 /* The id argument (api_arg check): a dataset name. */
 static int promote_id_check(struct api_call *call, json_t *jid)
 {
@@ -128,6 +142,7 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
     const char *id;
     char poolname[DS_NAME_BUF], origin_full[DS_NAME_BUF * 2];
     struct ds_row clone, origin;
+    struct cfg_tx tx;
     struct ds_snap osnap, other;
     struct ds_pool cpool, opool;
     struct promote_snap *snaps = NULL;
@@ -190,13 +205,14 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
             goto out; /* the error is set */
         }
         db_lock();
-        rc = db_begin();
+        rc = cfg_tx_begin(&tx);
         if (rc == 0) {
             rc = exec_ids("UPDATE datasets SET origin_id = NULL WHERE id = ?1", clone.id, 0, 0);
+            cfg_tx_changed(&tx, CFG_DATASET, clone.id, CFG_UPDATED);
             if (rc == 0)
-                rc = db_commit();
+                rc = cfg_tx_commit(&tx);
             else
-                db_rollback();
+                cfg_tx_abort(&tx);
         }
         if (rc < 0)
             PROMOTE_FAIL(-rc, "the clone is flattened but its origin could not be cleared: %s",
@@ -235,12 +251,14 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
         db_lock();
     }
 
-    rc = db_begin();
+    rc = cfg_tx_begin(&tx);
     if (rc < 0) {
         rc = api_error(call, -rc, "Failed to promote dataset: cannot promote '%s': %s", id,
                        strerror(-rc));
         goto out;
     }
+    cfg_tx_changed(&tx, CFG_DATASET, clone.id, CFG_UPDATED);
+    cfg_tx_changed(&tx, CFG_DATASET, origin.id, CFG_UPDATED);
     rc = exec_ids("UPDATE snapshots SET dataset_id = ?1 WHERE dataset_id = ?2 AND id <= ?3",
                   clone.id, origin.id, osnap.id);
     /* C takes over O's origin; O becomes a clone of C@s. (Binding an
@@ -270,10 +288,16 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
             snaps[i].moved = true;
         }
     }
-    if (rc == 0)
-        rc = db_commit();
-    else
-        db_rollback();
+    if (rc == 0) {
+        /* the cache follows before the commit publishes (front-ends
+         * reopen exports by their new names); undone if it fails */
+        promote_cache_rename(&origin, &clone, snaps, nsnaps, false);
+        rc = cfg_tx_commit(&tx);
+        if (rc < 0)
+            promote_cache_rename(&origin, &clone, snaps, nsnaps, true);
+    } else {
+        cfg_tx_abort(&tx);
+    }
     if (rc < 0) {
         char msg[256];
         snprintf(msg, sizeof(msg), "%s", strerror(-rc));
@@ -281,12 +305,6 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
         goto out;
     }
     committed = true;
-    for (size_t i = 0; i < nsnaps; i++) {
-        char o[DS_NAME_BUF * 2], n[DS_NAME_BUF * 2];
-        snprintf(o, sizeof(o), "%s@%s", origin.name, snaps[i].name);
-        snprintf(n, sizeof(n), "%s@%s", clone.name, snaps[i].name);
-        ds_cache_rename(o, n, false);
-    }
     rc = 0;
 out:
     db_unlock();

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "api/validate.h"
+#include "config/cfgtx.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
 #include "config/dsbackend.h"
@@ -263,6 +264,7 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
     struct ds_eff_change *changes = NULL;
     size_t nsnaps = 0, nchanges = 0, olen = strlen(old_name);
     bool committed = false;
+    struct cfg_tx tx;
     int rc;
 
 #define RENAME_FAIL(err, ...)                                                                      \
@@ -332,9 +334,10 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
     if (row.type == DS_VOLUME && (rc = snapshot_names(row.id, &snaps, &nsnaps)) < 0)
         RENAME_FAIL(-rc, "cannot list snapshots: %s", strerror(-rc));
 
-    rc = db_begin();
+    rc = cfg_tx_begin(&tx);
     if (rc < 0)
         RENAME_FAIL(-rc, "%s", strerror(-rc));
+    cfg_tx_changed(&tx, CFG_DATASET, row.id, CFG_UPDATED);
     /* the dataset and everything below it; snapshot rows follow through
      * their dataset_id */
     rc = exec_text_int("UPDATE datasets SET name = ?2 || substr(name, length(?1) + 1)"
@@ -382,10 +385,17 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
                 rc = moves_do(&moves, from, to);
         }
     }
-    if (rc == 0)
-        rc = db_commit();
-    else
-        db_rollback();
+    if (rc == 0) {
+        /* still under db_lock: an opener of the new name waits for this;
+         * before the commit, whose publishers reopen exports by their new
+         * names and must find the open volumes (undone if it fails) */
+        ds_cache_rename(old_name, new_name, true);
+        rc = cfg_tx_commit(&tx);
+        if (rc < 0)
+            ds_cache_rename(new_name, old_name, true);
+    } else {
+        cfg_tx_abort(&tx);
+    }
     moves_end(&moves, rc < 0);
     if (rc < 0) {
         if (rc == -EEXIST)
@@ -393,8 +403,6 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
         RENAME_FAIL(-rc, "%s", strerror(-rc));
     }
     committed = true;
-    /* still under db_lock: an opener of the new name waits for this */
-    ds_cache_rename(old_name, new_name, true);
     for (size_t i = 0; i < nchanges; i++) {
         struct volume *v = ds_cache_peek(changes[i].name);
 
@@ -435,6 +443,19 @@ struct snap_move {
     char *dataset;
 };
 
+/* Re-key the open snapshot volumes of list from @from to @to. DB locked. */
+static void snaps_cache_rename(const struct snap_move *list, size_t n, const char *from,
+                               const char *to)
+{
+    for (size_t i = 0; i < n; i++) {
+        char o[DS_NAME_BUF * 2], nn[DS_NAME_BUF * 2];
+
+        snprintf(o, sizeof(o), "%s@%s", list[i].dataset, from);
+        snprintf(nn, sizeof(nn), "%s@%s", list[i].dataset, to);
+        ds_cache_rename(o, nn, false);
+    }
+}
+
 /*
  * Rename snapshot old_full ("pool/vol@a") to new_name ("pool/vol@b", or
  * "@b" / "b" for the same dataset). recursive: also the snapshot of the
@@ -452,6 +473,7 @@ static int rename_snapshot(struct api_call *call, const char *old_full, const ch
     struct moves moves = {0};
     size_t n = 0;
     bool committed = false;
+    struct cfg_tx tx;
     sqlite3_stmt *st;
     int rc;
 
@@ -538,10 +560,11 @@ static int rename_snapshot(struct api_call *call, const char *old_full, const ch
     if (rc < 0)
         SNAP_FAIL(-rc, "cannot read pool %s: %s", poolname, strerror(-rc));
 
-    rc = db_begin();
+    rc = cfg_tx_begin(&tx);
     if (rc < 0)
         SNAP_FAIL(-rc, "%s", strerror(-rc));
     for (size_t i = 0; rc == 0 && i < n; i++) {
+        cfg_tx_changed(&tx, CFG_SNAPSHOT, list[i].id, CFG_UPDATED);
         char o[DS_NAME_BUF * 2], nn[DS_NAME_BUF * 2];
 
         rc = exec_text_int("UPDATE snapshots SET name = ?2 WHERE id = ?3", NULL, newsnap,
@@ -561,21 +584,19 @@ static int rename_snapshot(struct api_call *call, const char *old_full, const ch
         if (rc == 0)
             rc = moves_do(&moves, from, to);
     }
-    if (rc == 0)
-        rc = db_commit();
-    else
-        db_rollback();
+    if (rc == 0) {
+        /* the cache follows before the commit publishes (see above) */
+        snaps_cache_rename(list, n, oldsnap, newsnap);
+        rc = cfg_tx_commit(&tx);
+        if (rc < 0)
+            snaps_cache_rename(list, n, newsnap, oldsnap);
+    } else {
+        cfg_tx_abort(&tx);
+    }
     moves_end(&moves, rc < 0);
     if (rc < 0)
         SNAP_FAIL(-rc, "%s", strerror(-rc));
     committed = true;
-    for (size_t i = 0; i < n; i++) {
-        char o[DS_NAME_BUF * 2], nn[DS_NAME_BUF * 2];
-
-        snprintf(o, sizeof(o), "%s@%s", list[i].dataset, oldsnap);
-        snprintf(nn, sizeof(nn), "%s@%s", list[i].dataset, newsnap);
-        ds_cache_rename(o, nn, false);
-    }
     log_info("datasets: renamed snapshot %s to %s%s (%zu snapshot(s); peer %s)", old_full, newfull,
              recursive ? " recursively" : "", n, api_call_peer(call));
     rc = 0;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "api/validate.h"
+#include "config/cfgtx.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
 #include "config/dsbackend.h"
@@ -120,12 +121,13 @@ json_t *ds_pool_row(const char *name)
 static int pool_insert(const char *name, const char *path, const struct ds_rbd_spec *rbd,
                        int64_t *id_out)
 {
+    struct cfg_tx tx;
     struct ds_row root;
     sqlite3_stmt *st;
     int rc;
 
     db_lock();
-    rc = db_begin();
+    rc = cfg_tx_begin(&tx);
     if (rc < 0)
         goto out;
     rc = db_stmt("INSERT INTO pools (name, path, created) VALUES (?, ?,"
@@ -144,14 +146,15 @@ static int pool_insert(const char *name, const char *path, const struct ds_rbd_s
         root.type = DS_FILESYSTEM;
         root.sparse = true;
         *id_out = root.pool_id;
+        cfg_tx_changed(&tx, CFG_POOL, root.pool_id, CFG_CREATED);
         rc = ds_dataset_insert(&root);
     }
     if (rc == 0 && rbd)
         rc = ds_rbd_spec_insert(root.pool_id, rbd);
     if (rc == 0)
-        rc = db_commit();
+        rc = cfg_tx_commit(&tx);
     else
-        db_rollback();
+        cfg_tx_abort(&tx);
 out:
     db_unlock();
     return rc;
@@ -533,3 +536,34 @@ const struct api_method ds_pool_methods[] = {
      API_ARGS(ds_query_args)},
 };
 const size_t ds_pool_method_count = ARRAY_SIZE(ds_pool_methods);
+
+int datasets_pool_paths(struct datasets_pool_path **out, size_t *n)
+{
+    struct datasets_pool_path *p = NULL;
+    size_t cnt = 0;
+    sqlite3_stmt *st;
+    int rc = 0;
+    *out = NULL;
+    *n = 0;
+    db_lock();
+    if (db_stmt("SELECT name, path FROM pools ORDER BY name", &st) < 0) {
+        db_unlock();
+        return -EIO;
+    }
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        struct datasets_pool_path *np = realloc(p, (cnt + 1) * sizeof(*np));
+        if (!np) {
+            rc = -ENOMEM;
+            break;
+        }
+        p = np;
+        snprintf(p[cnt].name, sizeof(p[cnt].name), "%s", (const char *)sqlite3_column_text(st, 0));
+        snprintf(p[cnt].path, sizeof(p[cnt].path), "%s", (const char *)sqlite3_column_text(st, 1));
+        cnt++;
+    }
+    db_stmt_done(st);
+    db_unlock();
+    *out = p;
+    *n = cnt;
+    return rc;
+}

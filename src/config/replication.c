@@ -36,6 +36,7 @@
 
 #include "api/jobs.h"
 #include "api/validate.h"
+#include "config/cfgtx.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
 #include "config/dsbackend.h"
@@ -786,6 +787,53 @@ static int create_target(struct repl_task *t, struct item *it, uint64_t volsize)
 
 /* Receive one snapshot: the target's data becomes the source snapshot's,
  * then the target snapshot of the same name is taken. */
+
+/* The received volume's size, in one transaction. 0 or -errno. */
+static int recv_store_size(int64_t dataset_id, uint64_t size)
+{
+    struct cfg_tx tx;
+    sqlite3_stmt *stmt;
+    int rc = cfg_tx_begin(&tx);
+    if (rc < 0)
+        return rc;
+    rc = db_stmt("UPDATE datasets SET volsize = ? WHERE id = ?", &stmt);
+    if (rc == 0) {
+        sqlite3_bind_int64(stmt, 1, (sqlite3_int64)size);
+        sqlite3_bind_int64(stmt, 2, dataset_id);
+        rc = db_step_done(stmt);
+        db_stmt_done(stmt);
+    }
+    if (rc < 0) {
+        cfg_tx_abort(&tx);
+        return rc;
+    }
+    cfg_tx_changed(&tx, CFG_DATASET, dataset_id, CFG_UPDATED);
+    return cfg_tx_commit(&tx);
+}
+
+/* A received snapshot's creation time (as zfs recv keeps it); best effort. */
+static void recv_store_created(int64_t dataset_id, const char *name, int64_t created)
+{
+    struct cfg_tx tx;
+    sqlite3_stmt *stmt;
+    if (cfg_tx_begin(&tx) < 0)
+        return;
+    int rc = db_stmt("UPDATE snapshots SET created = ? WHERE dataset_id = ? AND name = ?", &stmt);
+    if (rc == 0) {
+        sqlite3_bind_int64(stmt, 1, created);
+        sqlite3_bind_int64(stmt, 2, dataset_id);
+        sqlite3_bind_text(stmt, 3, name, -1, SQLITE_STATIC);
+        rc = db_step_done(stmt);
+        db_stmt_done(stmt);
+    }
+    if (rc < 0) {
+        cfg_tx_abort(&tx);
+        return;
+    }
+    cfg_tx_changed(&tx, CFG_SNAPSHOT, CFG_ID_ALL, CFG_UPDATED);
+    cfg_tx_commit(&tx);
+}
+
 static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap *s)
 {
     struct ds_pool spool, dpool;
@@ -794,7 +842,6 @@ static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap
     struct volume *v = NULL;
     char poolname[DS_NAME_BUF], spath[PATH_MAX], dpath[PATH_MAX], why[256];
     bool resized = false;
-    sqlite3_stmt *stmt;
     int rc;
 
     t->cur = it;
@@ -848,17 +895,8 @@ static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap
         rc = volume_resize(v, st.size);
         resized = rc == 0;
     }
-    if (rc == 0) {
-        db_lock();
-        rc = db_stmt("UPDATE datasets SET volsize = ? WHERE id = ?", &stmt);
-        if (rc == 0) {
-            sqlite3_bind_int64(stmt, 1, (sqlite3_int64)st.size);
-            sqlite3_bind_int64(stmt, 2, drow.id);
-            rc = db_step_done(stmt);
-            db_stmt_done(stmt);
-        }
-        db_unlock();
-    }
+    if (rc == 0)
+        rc = recv_store_size(drow.id, st.size);
     ds_ops_unlock();
     if (resized)
         ds_notify(DATASETS_RESIZED, it->dst, v);
@@ -880,15 +918,7 @@ static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap
     if (rc < 0)
         return rc;
     /* zfs recv keeps the snapshot's creation time */
-    db_lock();
-    if (db_stmt("UPDATE snapshots SET created = ? WHERE dataset_id = ? AND name = ?", &stmt) == 0) {
-        sqlite3_bind_int64(stmt, 1, s->created);
-        sqlite3_bind_int64(stmt, 2, drow.id);
-        sqlite3_bind_text(stmt, 3, s->name, -1, SQLITE_STATIC);
-        db_step_done(stmt);
-        db_stmt_done(stmt);
-    }
-    db_unlock();
+    recv_store_created(drow.id, s->name, s->created);
     t->sent++;
     recv_progress(1, 1, t);
     return 0;

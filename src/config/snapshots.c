@@ -20,6 +20,7 @@
 
 #include "api/jobs.h"
 #include "api/validate.h"
+#include "config/cfgtx.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
 #include "config/dsbackend.h"
@@ -441,6 +442,7 @@ static int volume_lookup(struct api_call *call, const char *field, const char *n
 
 static int m_snapshot_create(struct api_call *call, json_t *params, json_t **result)
 {
+    struct cfg_tx tx;
     json_t *data, *jds;
     char dataset[DS_NAME_BUF], why[256];
     char full[DS_NAME_BUF * 2];
@@ -531,7 +533,7 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
     held_ms = (double)work.snap_stats.held_ns / 1e6;
 
     db_lock();
-    rc = db_begin();
+    rc = cfg_tx_begin(&tx);
     if (rc == 0)
         rc = db_stmt("INSERT INTO snapshots (dataset_id, name, volsize, created)"
                      " VALUES (?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS"
@@ -543,10 +545,11 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
         sqlite3_bind_int64(st, 3, (sqlite3_int64)row.volsize);
         rc = db_step_done(st);
         db_stmt_done(st);
+        cfg_tx_changed(&tx, CFG_SNAPSHOT, sqlite3_last_insert_rowid(db_handle()), CFG_CREATED);
         if (rc == 0)
-            rc = db_commit();
+            rc = cfg_tx_commit(&tx);
         else
-            db_rollback();
+            cfg_tx_abort(&tx);
     }
     if (rc < 0)
         ds_backend_of(&pool)->snapshot_remove(&pool, dataset, snap);
@@ -629,6 +632,7 @@ static int snapshot_id_param(struct api_call *call, json_t *params, const char *
 
 static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **result)
 {
+    struct cfg_tx tx;
     json_t *opts;
     struct ds_snap snap;
     struct ds_pool pool;
@@ -664,7 +668,7 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
         rc = api_error(call, EBUSY, "snapshot %s is in use: %s", full, why[0] ? why : "busy");
         goto out;
     }
-    rc = db_begin();
+    rc = cfg_tx_begin(&tx);
     if (rc == 0) {
         rc = db_stmt("DELETE FROM snapshots WHERE id = ?", &st);
         if (rc == 0) {
@@ -672,10 +676,11 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
             rc = db_step_done(st);
             db_stmt_done(st);
         }
+        cfg_tx_changed(&tx, CFG_SNAPSHOT, snap.id, CFG_DELETED);
         if (rc == 0)
-            rc = db_commit();
+            rc = cfg_tx_commit(&tx);
         else
-            db_rollback();
+            cfg_tx_abort(&tx);
     }
     if (rc < 0) {
         rc = ds_api_errno(call, rc, "cannot delete snapshot", full);
@@ -699,6 +704,7 @@ out:
 
 static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **result)
 {
+    struct cfg_tx tx;
     json_t *data, *props, *js;
     char dataset[DS_NAME_BUF], why[256];
     const char *snapname, *sn, *dst;
@@ -780,15 +786,17 @@ static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **resu
         row.readonly = strcmp(json_string_value(js), "ON") == 0;
     if ((js = json_object_get(props, "comments")))
         snprintf(row.comments, sizeof(row.comments), "%s", json_string_value(js));
-    rc = db_begin();
+    rc = cfg_tx_begin(&tx);
     if (rc == 0) {
         rc = ds_create_ancestors(&dst_pool, dst);
         if (rc == 0)
             rc = ds_dataset_insert(&row);
         if (rc == 0)
-            rc = db_commit();
+            cfg_tx_changed(&tx, CFG_DATASET, row.id, CFG_CREATED);
+        if (rc == 0)
+            rc = cfg_tx_commit(&tx);
         else
-            db_rollback();
+            cfg_tx_abort(&tx);
     }
     if (rc < 0) {
         ds_backend_of(&dst_pool)->dataset_remove(&dst_pool, dst, true);
@@ -814,10 +822,11 @@ fail:
 
 static int set_rollback_pending(int64_t dataset_id, int64_t snap_id, uint64_t volsize, bool done)
 {
+    struct cfg_tx tx;
     sqlite3_stmt *st;
     int rc;
 
-    rc = db_begin();
+    rc = cfg_tx_begin(&tx);
     if (rc < 0)
         return rc;
     rc = db_stmt(done ? "UPDATE datasets SET rollback_pending = NULL, volsize = ?2 WHERE id = ?1"
@@ -832,10 +841,11 @@ static int set_rollback_pending(int64_t dataset_id, int64_t snap_id, uint64_t vo
         rc = db_step_done(st);
         db_stmt_done(st);
     }
+    cfg_tx_changed(&tx, CFG_DATASET, dataset_id, CFG_UPDATED);
     if (rc == 0)
-        rc = db_commit();
+        rc = cfg_tx_commit(&tx);
     else
-        db_rollback();
+        cfg_tx_abort(&tx);
     return rc;
 }
 
@@ -914,6 +924,7 @@ fail:
 
 static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **result)
 {
+    struct cfg_tx tx;
     json_t *opts;
     struct ds_snap snap;
     struct ds_pool pool;
@@ -987,16 +998,18 @@ static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **r
     }
     reflinked = work.reflinked;
     db_lock();
-    rc = db_begin();
+    rc = cfg_tx_begin(&tx);
     if (rc == 0) {
-        for (size_t i = 0; rc == 0 && i < nnewer; i++)
+        for (size_t i = 0; rc == 0 && i < nnewer; i++) {
             rc = snapshot_row_delete(newer[i].id);
+            cfg_tx_changed(&tx, CFG_SNAPSHOT, newer[i].id, CFG_DELETED);
+        }
         if (rc == 0)
             rc = set_rollback_pending(row.id, snap.id, snap.volsize, true);
         if (rc == 0)
-            rc = db_commit();
+            rc = cfg_tx_commit(&tx);
         else
-            db_rollback();
+            cfg_tx_abort(&tx);
     }
     db_unlock();
     if (rc == 0) {

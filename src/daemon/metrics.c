@@ -16,12 +16,12 @@
 #include <unistd.h>
 
 #include <jansson.h>
-#include <sqlite3.h>
 
 #include "api/api.h"
 #include "api/apistats.h"
 #include "api/auth.h"
 #include "api/ws.h"
+#include "config/datasets.h"
 #include "config/db.h"
 #include "core/iostats.h"
 #include "core/log.h"
@@ -379,30 +379,10 @@ static void render_config(struct sbuf *b)
 
 static void render_pools(struct sbuf *b)
 {
-    struct pool {
-        char name[256];
-        char path[4096];
-    } *p = NULL;
-    size_t n = 0, cap = 0;
-    db_lock();
-    sqlite3_stmt *st;
-    if (db_stmt("SELECT name, path FROM pools ORDER BY name", &st) == 0) {
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            if (n == cap) {
-                size_t nc = cap ? cap * 2 : 4;
-                struct pool *np = realloc(p, nc * sizeof(*np));
-                if (!np)
-                    break;
-                p = np;
-                cap = nc;
-            }
-            snprintf(p[n].name, sizeof(p[n].name), "%s", (const char *)sqlite3_column_text(st, 0));
-            snprintf(p[n].path, sizeof(p[n].path), "%s", (const char *)sqlite3_column_text(st, 1));
-            n++;
-        }
-        db_stmt_done(st);
-    }
-    db_unlock();
+    struct datasets_pool_path *p = NULL;
+    size_t n = 0;
+    /* what was read before an error is still shown */
+    (void)datasets_pool_paths(&p, &n);
     /* statvfs outside the DB lock: a slow file system must not hold it. */
     struct statvfs *sv = calloc(n ? n : 1, sizeof(*sv));
     bool *ok = calloc(n ? n : 1, sizeof(*ok));

@@ -35,7 +35,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 #include "iscsi/iscsi_runtime.h"
 
 #define KEY_PORT "iscsi.global.listen_port"
@@ -125,7 +125,16 @@ int icfg_listen_set_override(const char *addr_port)
     if (old != port) {
         char buf[16];
         snprintf(buf, sizeof(buf), "%d", port);
-        int rc = db_setting_set(KEY_PORT, buf);
+        /* the first start of the process: the runtime is not started, so
+         * the commit publishes nothing yet (iscsi_config_start applies) */
+        struct cfg_tx tx;
+        int rc = cfg_tx_begin(&tx);
+        if (rc == 0 && (rc = db_setting_set(KEY_PORT, buf)) == 0) {
+            cfg_tx_changed(&tx, CFG_ISCSI_GLOBAL, CFG_ISCSI_GLOBAL_LISTEN, CFG_UPDATED);
+            rc = cfg_tx_commit(&tx);
+        } else if (rc == 0) {
+            cfg_tx_abort(&tx);
+        }
         if (rc < 0) {
             log_error("iscsi: cannot store listen_port %d: %s", port, strerror(-rc));
             return rc;
@@ -172,6 +181,23 @@ static int want_add(struct listener_entry **want, size_t *n, const char *ip, int
     return 0;
 }
 
+/* The portal address of (ip, tag) at port, for SendTargets. */
+static int addr_add(struct portal_addr **pa, size_t *npa, const char *ip, uint16_t tag, int port)
+{
+    struct portal_addr *p = realloc(*pa, (*npa + 1) * sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    *pa = p;
+    p = &p[(*npa)++];
+    memset(p, 0, sizeof(*p));
+    p->tag = tag;
+    p->port = port;
+    snprintf(p->ip, sizeof(p->ip), "%s", ip);
+    p->family = strchr(ip, ':') ? AF_INET6 : AF_INET;
+    p->wildcard = strcmp(ip, "0.0.0.0") == 0 || strcmp(ip, "::") == 0;
+    return 0;
+}
+
 int icfg_runtime_sync_portals(void)
 {
     struct listener_entry *want = NULL;
@@ -180,33 +206,20 @@ int icfg_runtime_sync_portals(void)
     if (icfg_runtime_started()) {
         int port = icfg_global_listen_port();
         bool ovr_listed = false;
-        sqlite3_stmt *st;
-        if (icfg_prepare("SELECT i.ip, p.tag FROM iscsi_portal_ip i JOIN iscsi_portal p ON p.id "
-                         "= i.portal_id ORDER BY p.tag, i.rowid",
-                         &st) < 0)
+        struct icfg_portal_ip_rec *ips;
+        size_t n;
+        if (icfg_read_portal_ips(false, &ips, &n) < 0)
             return -EIO;
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            const char *ip = icfg_col_text(st, 0);
-            uint16_t tag = (uint16_t)sqlite3_column_int(st, 1);
-            if (want_add(&want, &nwant, ip, port, tag, false) < 0)
+        for (size_t i = 0; i < n; i++) {
+            if (want_add(&want, &nwant, ips[i].ip, port, ips[i].tag, false) < 0 ||
+                addr_add(&pa, &npa, ips[i].ip, ips[i].tag, port) < 0)
                 break;
-            struct portal_addr *p = realloc(pa, (npa + 1) * sizeof(*p));
-            if (!p)
-                break;
-            pa = p;
-            p = &pa[npa++];
-            memset(p, 0, sizeof(*p));
-            p->tag = tag;
-            p->port = port;
-            snprintf(p->ip, sizeof(p->ip), "%s", ip);
-            p->family = strchr(ip, ':') ? AF_INET6 : AF_INET;
-            p->wildcard = strcmp(ip, "0.0.0.0") == 0 || strcmp(ip, "::") == 0;
-            if (ovr_set && strcmp(ip, ovr_ip) == 0) {
+            if (ovr_set && strcmp(ips[i].ip, ovr_ip) == 0) {
                 ovr_listed = true;
                 want[nwant - 1].override = true;
             }
         }
-        icfg_finalize(st);
+        free(ips);
         if (ovr_set && !ovr_listed)
             want_add(&want, &nwant, ovr_ip, port, 0, true);
     }
@@ -321,18 +334,18 @@ int icfg_listen_check(struct api_call *call, const char *field, const char *ip, 
 
 int icfg_listen_check_port(struct api_call *call, const char *field, int port)
 {
-    sqlite3_stmt *st;
-    if (icfg_prepare("SELECT DISTINCT ip FROM iscsi_portal_ip", &st) < 0)
+    struct icfg_portal_ip_rec *ips;
+    size_t n;
+    if (icfg_read_portal_ips(true, &ips, &n) < 0)
         return -1;
     int bad = 0;
     bool ovr_listed = false;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        const char *ip = icfg_col_text(st, 0);
-        ovr_listed |= ovr_set && strcmp(ip, ovr_ip) == 0;
-        if (icfg_listen_check(call, field, ip, port) < 0)
+    for (size_t i = 0; i < n; i++) {
+        ovr_listed |= ovr_set && strcmp(ips[i].ip, ovr_ip) == 0;
+        if (icfg_listen_check(call, field, ips[i].ip, port) < 0)
             bad = -1;
     }
-    icfg_finalize(st);
+    free(ips);
     if (ovr_set && !ovr_listed && icfg_listen_check(call, field, ovr_ip, port) < 0)
         bad = -1;
     return bad;

@@ -9,7 +9,7 @@
 #include "config/datasets.h"
 #include "config/db.h"
 #include "core/log.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 #include "scsi/scsi.h"
 #include "store/bdev.h"
 
@@ -36,25 +36,7 @@ void icfg_lu_unref(struct scsi_lu *lu)
  * see config_runtime.c.) */
 static int pr_save(void *arg, const void *blob, size_t len)
 {
-    int64_t extent_id = (int64_t)(intptr_t)arg;
-    db_lock();
-    sqlite3_stmt *st;
-    int rc = icfg_prepare("UPDATE iscsi_extent SET pr_blob = ? WHERE id = ?", &st);
-    if (rc == 0) {
-        if (len)
-            sqlite3_bind_blob(st, 1, blob, (int)len, SQLITE_TRANSIENT);
-        else
-            sqlite3_bind_null(st, 1);
-        sqlite3_bind_int64(st, 2, extent_id);
-        if (sqlite3_step(st) != SQLITE_DONE) {
-            log_error("iscsi config: cannot save reservations of extent %lld: %s",
-                      (long long)extent_id, sqlite3_errmsg(db_handle()));
-            rc = -EIO;
-        }
-        icfg_finalize(st);
-    }
-    db_unlock();
-    return rc;
+    return icfg_write_pr((int64_t)(intptr_t)arg, blob, len);
 }
 
 static int open_volume(json_t *e, struct volume **out)
@@ -124,16 +106,14 @@ int icfg_lu_from_extent(json_t *e, struct scsi_lu **out)
     p.pr_store.arg = (void *)(intptr_t)id;
 
     /* Saved reservations (the DB lock is held by the caller). */
-    sqlite3_stmt *st = NULL;
-    if (icfg_prepare("SELECT pr_blob FROM iscsi_extent WHERE id = ?", &st) == 0) {
-        sqlite3_bind_int64(st, 1, id);
-        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) == SQLITE_BLOB) {
-            p.pr_blob = sqlite3_column_blob(st, 0);
-            p.pr_blob_len = (size_t)sqlite3_column_bytes(st, 0);
-        }
+    void *pr = NULL;
+    size_t pr_len = 0;
+    if (icfg_read_pr(id, &pr, &pr_len) == 0 && pr) {
+        p.pr_blob = pr;
+        p.pr_blob_len = pr_len;
     }
     rc = scsi_lu_new(vol, &p, out);
-    icfg_finalize(st);
+    free(pr);
     volume_unref(vol);
     if (rc < 0)
         log_warn("iscsi config: extent %s: cannot create LU: %s",

@@ -21,10 +21,11 @@
 #include <string.h>
 #include <strings.h>
 
+#include "config/datasets.h"
 #include "config/db.h"
 #include "config/pwenc.h"
 #include "core/log.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 #include "iscsi/iscsi_config.h"
 #include "iscsi/iscsi_runtime.h"
 #include "scsi/scsi.h"
@@ -189,36 +190,25 @@ static void view_destroy(struct iscsi_target_view *v)
 static int load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out, size_t *n,
                       enum iscsi_auth_method *method)
 {
-    sqlite3_stmt *st;
-    int rc =
-        icfg_prepare(discovery ? "SELECT user, secret, peeruser, peersecret, discovery_auth, "
-                                 "id FROM iscsi_auth WHERE discovery_auth != 'NONE' ORDER BY id"
-                               : "SELECT user, secret, peeruser, peersecret, discovery_auth, "
-                                 "id FROM iscsi_auth WHERE tag = ? ORDER BY id",
-                     &st);
+    struct icfg_cred_rec *rows;
+    size_t nrows;
+    int rc = icfg_read_creds(tag, discovery, &rows, &nrows);
     if (rc < 0)
         return rc;
-    if (!discovery)
-        sqlite3_bind_int64(st, 1, tag);
-    struct iscsi_chap_cred *creds = NULL;
+    struct iscsi_chap_cred *creds = calloc(nrows ? nrows : 1, sizeof(*creds));
+    if (!creds) {
+        icfg_creds_free(rows, nrows);
+        return -EIO;
+    }
     size_t count = 0;
     if (method)
         *method = ISCSI_AUTH_NONE;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct iscsi_chap_cred *c = realloc(creds, (count + 1) * sizeof(*c));
-        if (!c) {
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        creds = c;
-        c = &creds[count++];
-        memset(c, 0, sizeof(*c));
-        snprintf(c->user, sizeof(c->user), "%s", icfg_col_text(st, 0));
-        snprintf(c->peeruser, sizeof(c->peeruser), "%s", icfg_col_text(st, 2));
+    for (size_t i = 0; i < nrows; i++) {
+        struct iscsi_chap_cred *c = &creds[count++];
+        snprintf(c->user, sizeof(c->user), "%s", rows[i].user);
+        snprintf(c->peeruser, sizeof(c->peeruser), "%s", rows[i].peeruser);
         if (method) {
-            enum iscsi_auth_method m = strcmp(icfg_col_text(st, 4), "CHAP_MUTUAL") == 0
-                                           ? ISCSI_AUTH_CHAP_MUTUAL
-                                           : ISCSI_AUTH_CHAP;
+            enum iscsi_auth_method m = rows[i].mutual ? ISCSI_AUTH_CHAP_MUTUAL : ISCSI_AUTH_CHAP;
             if (m > *method)
                 *method = m;
         }
@@ -226,25 +216,56 @@ static int load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out,
          * opened drops the credential (an empty secret must never let a
          * login through); the method above still counts it, so that
          * discovery stays closed. */
-        if (pwenc_open(icfg_col_text(st, 1), c->secret, sizeof(c->secret)) < 0 ||
-            pwenc_open(icfg_col_text(st, 3), c->peersecret, sizeof(c->peersecret)) < 0 ||
+        if (pwenc_open(rows[i].secret, c->secret, sizeof(c->secret)) < 0 ||
+            pwenc_open(rows[i].peersecret, c->peersecret, sizeof(c->peersecret)) < 0 ||
             !c->secret[0]) {
             log_error("iscsi config: CHAP user '%s' (authorized access %lld) left out: its "
                       "secret cannot be decrypted (set it again with iscsi.auth.update)",
-                      c->user, (long long)sqlite3_column_int64(st, 5));
+                      c->user, (long long)rows[i].id);
             explicit_bzero(c, sizeof(*c));
             count--;
-            continue;
         }
     }
-    icfg_finalize(st);
-    if (rc != SQLITE_DONE) {
-        free(creds);
-        return -EIO;
-    }
+    icfg_creds_free(rows, nrows);
     *out = creds;
     *n = count;
     return 0;
+}
+
+/* ---- the dirty set ---- */
+
+void icfg_dirty_add(struct icfg_dirty *d, int64_t target_id)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (d->ids[i] == target_id)
+            return;
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 8;
+        int64_t *ids = realloc(d->ids, cap * sizeof(*ids));
+        if (!ids) {
+            /* Out of memory: fall back to rebuilding everything. */
+            d->all = true;
+            return;
+        }
+        d->ids = ids;
+        d->cap = cap;
+    }
+    d->ids[d->n++] = target_id;
+}
+
+void icfg_dirty_merge(struct icfg_dirty *into, const struct icfg_dirty *from)
+{
+    for (size_t i = 0; i < from->n; i++)
+        icfg_dirty_add(into, from->ids[i]);
+    into->all |= from->all;
+    into->discovery |= from->discovery;
+    into->portals |= from->portals;
+}
+
+void icfg_dirty_free(struct icfg_dirty *d)
+{
+    free(d->ids);
+    memset(d, 0, sizeof(*d));
 }
 
 static struct scsi_lu *lu_for_extent(json_t *extent)
@@ -278,15 +299,7 @@ static struct scsi_lu *lu_for_extent(json_t *extent)
     return lu;
 }
 
-void icfg_runtime_extent_live(int64_t extent_id, bool ro, uint64_t size)
-{
-    for (size_t i = 0; i < lu_n; i++)
-        if (lu_cache[i].extent_id == extent_id)
-            post_push_item((struct post_item){
-                .kind = POST_LIVE, .lu = lu_cache[i].lu, .ro = ro, .size = size});
-}
-
-size_t icfg_runtime_volume_ua(const struct volume *vol, enum scsi_ua ua)
+static size_t icfg_runtime_volume_ua(const struct volume *vol, enum scsi_ua ua)
 {
     size_t n = 0;
     for (size_t i = 0; vol && i < lu_n; i++) {
@@ -296,17 +309,6 @@ size_t icfg_runtime_volume_ua(const struct volume *vol, enum scsi_ua ua)
         n++;
     }
     return n;
-}
-
-void icfg_runtime_forget_extent(int64_t extent_id)
-{
-    for (size_t i = 0; i < lu_n; i++) {
-        if (lu_cache[i].extent_id == extent_id) {
-            icfg_lu_unref(lu_cache[i].lu);
-            lu_cache[i] = lu_cache[--lu_n];
-            return;
-        }
-    }
 }
 
 static char *box_strdup(struct view_box *b, const char *s)
@@ -321,169 +323,151 @@ static char *box_strdup(struct view_box *b, const char *s)
     return copy;
 }
 
-static int build_groups(struct view_box *b, int64_t target_id)
+/* A group's initiator names into g (a restricted group never turns into
+ * an open one, even out of memory). */
+static void group_initiators(struct view_box *b, size_t at, json_t *inis)
 {
-    sqlite3_stmt *st;
-    int rc = icfg_prepare("SELECT p.tag, i.initiators, g.authmethod, g.auth_tag FROM "
-                          "iscsi_target_group g JOIN iscsi_portal p ON p.id = g.portal_id LEFT "
-                          "JOIN iscsi_initiator i ON i.id = g.initiator_id WHERE g.target_id = ? "
-                          "ORDER BY g.id",
-                          &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, target_id);
-    size_t n = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct iscsi_target_group *g = realloc(b->groups, (n + 1) * sizeof(*g));
-        const char ***ia = realloc(b->initiator_arrays, (n + 1) * sizeof(*ia));
-        if (ia)
-            b->initiator_arrays = ia;
-        struct iscsi_chap_cred **ca = realloc(b->cred_arrays, (n + 1) * sizeof(*ca));
-        if (ca)
-            b->cred_arrays = ca;
-        if (!g || !ia || !ca) {
-            if (g)
-                b->groups = g;
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        b->groups = g;
-        g = &b->groups[n];
-        memset(g, 0, sizeof(*g));
-        b->initiator_arrays[n] = NULL;
-        b->cred_arrays[n] = NULL;
-        b->v.n_groups = ++n;
-        g->portal_tag = (uint16_t)sqlite3_column_int(st, 0);
-        json_t *inis = icfg_col_json(st, 1);
-        size_t k;
-        json_t *ini;
-        if (json_array_size(inis) > 0) {
-            const char **arr = calloc(json_array_size(inis), sizeof(*arr));
-            b->initiator_arrays[n - 1] = arr;
-            json_array_foreach(inis, k, ini)
-            {
-                if (arr && json_is_string(ini)) {
-                    char *s = box_strdup(b, json_string_value(ini));
-                    if (s)
-                        arr[g->n_initiators++] = s;
-                }
-            }
-            g->initiators = arr;
-            if (!arr || g->n_initiators == 0) {
-                /* never turn a restricted group into an open one */
-                static const char *const nobody[] = {""};
-                g->initiators = nobody;
-                g->n_initiators = 1;
-            }
-        }
-        json_decref(inis);
-        const char *method = icfg_col_text(st, 2);
-        g->auth.method = strcmp(method, "CHAP_MUTUAL") == 0 ? ISCSI_AUTH_CHAP_MUTUAL
-                         : strcmp(method, "CHAP") == 0      ? ISCSI_AUTH_CHAP
-                                                            : ISCSI_AUTH_NONE;
-        if (g->auth.method != ISCSI_AUTH_NONE) {
-            struct iscsi_chap_cred *creds = NULL;
-            size_t nc = 0;
-            if (load_creds(sqlite3_column_int64(st, 3), false, &creds, &nc, NULL) == 0) {
-                b->cred_arrays[n - 1] = creds;
-                g->auth.creds = creds;
-                g->auth.n_creds = nc;
-            }
-            /* A CHAP group with no credentials admits nobody: the login
-             * cannot succeed, which is the safe direction. */
+    struct iscsi_target_group *g = &b->groups[at];
+    if (json_array_size(inis) == 0)
+        return;
+    const char **arr = calloc(json_array_size(inis), sizeof(*arr));
+    b->initiator_arrays[at] = arr;
+    size_t k;
+    json_t *ini;
+    json_array_foreach(inis, k, ini)
+    {
+        if (arr && json_is_string(ini)) {
+            char *s = box_strdup(b, json_string_value(ini));
+            if (s)
+                arr[g->n_initiators++] = s;
         }
     }
-    icfg_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -EIO;
+    g->initiators = arr;
+    if (!arr || g->n_initiators == 0) {
+        static const char *const nobody[] = {""};
+        g->initiators = nobody;
+        g->n_initiators = 1;
+    }
+}
+
+/* A group's CHAP policy into g. */
+static void group_auth(struct view_box *b, size_t at, const struct icfg_group_rec *r)
+{
+    struct iscsi_target_group *g = &b->groups[at];
+    g->auth.method = strcmp(r->authmethod, "CHAP_MUTUAL") == 0 ? ISCSI_AUTH_CHAP_MUTUAL
+                     : strcmp(r->authmethod, "CHAP") == 0      ? ISCSI_AUTH_CHAP
+                                                               : ISCSI_AUTH_NONE;
+    if (g->auth.method == ISCSI_AUTH_NONE)
+        return;
+    struct iscsi_chap_cred *creds = NULL;
+    size_t nc = 0;
+    if (load_creds(r->auth_tag, false, &creds, &nc, NULL) == 0) {
+        b->cred_arrays[at] = creds;
+        g->auth.creds = creds;
+        g->auth.n_creds = nc;
+    }
+    /* A CHAP group with no credentials admits nobody: the login cannot
+     * succeed, which is the safe direction. */
+}
+
+static int build_groups(struct view_box *b, int64_t target_id)
+{
+    struct icfg_group_rec *rows;
+    size_t n;
+    int rc = icfg_read_groups(target_id, &rows, &n);
+    if (rc < 0)
+        return rc;
+    b->groups = calloc(n ? n : 1, sizeof(*b->groups));
+    b->initiator_arrays = calloc(n ? n : 1, sizeof(*b->initiator_arrays));
+    b->cred_arrays = calloc(n ? n : 1, sizeof(*b->cred_arrays));
+    if (!b->groups || !b->initiator_arrays || !b->cred_arrays) {
+        icfg_groups_free(rows, n);
+        return -EIO;
+    }
+    for (size_t i = 0; i < n; i++) {
+        b->groups[i].portal_tag = rows[i].portal_tag;
+        b->v.n_groups = i + 1;
+        group_initiators(b, i, rows[i].initiators);
+        group_auth(b, i, &rows[i]);
+    }
+    icfg_groups_free(rows, n);
+    return 0;
 }
 
 static int build_luns(struct view_box *b, int64_t target_id)
 {
-    sqlite3_stmt *st;
-    int rc = icfg_prepare("SELECT te.lunid, te.extent_id FROM iscsi_targetextent te JOIN "
-                          "iscsi_extent e ON e.id = te.extent_id WHERE te.target_id = ? AND "
-                          "e.enabled = 1 ORDER BY te.lunid",
-                          &st);
+    struct icfg_lun_rec *rows;
+    size_t n;
+    int rc = icfg_read_luns(target_id, &rows, &n);
     if (rc < 0)
         return rc;
-    sqlite3_bind_int64(st, 1, target_id);
-    size_t n = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        uint64_t lun = (uint64_t)sqlite3_column_int64(st, 0);
-        int64_t extent_id = sqlite3_column_int64(st, 1);
-        json_t *extent =
-            icfg_get_by_id(icfg_extent_row_internal, ICFG_EXTENT_SELECT " WHERE id = ?", extent_id);
+    b->luns = calloc(n ? n : 1, sizeof(*b->luns));
+    if (!b->luns) {
+        free(rows);
+        return -EIO;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *extent = icfg_read_extent(rows[i].extent_id);
         struct scsi_lu *lu = extent ? lu_for_extent(extent) : NULL;
         json_decref(extent);
         if (!lu) {
             log_warn("iscsi config: target %s: LUN %llu left out (its extent cannot be opened)",
-                     b->v.iqn, (unsigned long long)lun);
+                     b->v.iqn, (unsigned long long)rows[i].lun);
             continue;
         }
-        struct iscsi_target_lun *l = realloc(b->luns, (n + 1) * sizeof(*l));
-        if (!l) {
-            icfg_lu_unref(lu);
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        b->luns = l;
-        b->luns[n].lun = lun;
-        b->luns[n].lu = lu;
-        b->v.n_luns = ++n;
+        b->luns[b->v.n_luns].lun = rows[i].lun;
+        b->luns[b->v.n_luns++].lu = lu;
     }
-    icfg_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -EIO;
+    free(rows);
+    return 0;
 }
 
 /* Build the view of one target: 0 with *out, -ENOENT if the target no
  * longer exists, or -errno. */
+/* The target's auth_networks (CIDR strings) into b. */
+static void view_nets(struct view_box *b, json_t *nets)
+{
+    if (json_array_size(nets) == 0)
+        return;
+    b->nets = calloc(json_array_size(nets), sizeof(*b->nets));
+    size_t i;
+    json_t *n;
+    json_array_foreach(nets, i, n)
+    {
+        if (b->nets && json_is_string(n) &&
+            icfg_parse_cidr(json_string_value(n), &b->nets[b->v.n_auth_networks]) == 0)
+            b->v.n_auth_networks++;
+    }
+    if (!b->nets || b->v.n_auth_networks == 0) {
+        /* unparsable list (validated on write, so only on corruption):
+         * admit no address rather than every address */
+        static const struct iscsi_cidr none = {.family = -1};
+        b->v.auth_networks = &none;
+        b->v.n_auth_networks = 1;
+    } else {
+        b->v.auth_networks = b->nets;
+    }
+}
+
 static int view_build(int64_t id, const char *basename, struct iscsi_target_view **out)
 {
-    sqlite3_stmt *st;
-    int rc = icfg_prepare("SELECT name, alias, auth_networks, rel_tgt_id FROM iscsi_target "
-                          "WHERE id = ?",
-                          &st);
+    struct icfg_target_rec t;
+    int rc = icfg_read_target(id, &t);
     if (rc < 0)
         return rc;
-    sqlite3_bind_int64(st, 1, id);
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        icfg_finalize(st);
-        return -ENOENT;
-    }
     struct view_box *b = calloc(1, sizeof(*b));
     if (!b) {
-        icfg_finalize(st);
+        icfg_target_rec_clear(&t);
         return -ENOMEM;
     }
     b->v.refs = 1;
     b->v.destroy = view_destroy;
     b->v.id = (uint64_t)id;
-    snprintf(b->v.iqn, sizeof(b->v.iqn), "%s:%s", basename, icfg_col_text(st, 0));
-    snprintf(b->v.alias, sizeof(b->v.alias), "%s", icfg_col_text(st, 1));
-    b->v.rel_tgt_id = (uint16_t)sqlite3_column_int(st, 3);
-    json_t *nets = icfg_col_json(st, 2);
-    icfg_finalize(st);
-    if (json_array_size(nets) > 0) {
-        b->nets = calloc(json_array_size(nets), sizeof(*b->nets));
-        size_t i;
-        json_t *n;
-        json_array_foreach(nets, i, n)
-        {
-            if (b->nets && json_is_string(n) &&
-                icfg_parse_cidr(json_string_value(n), &b->nets[b->v.n_auth_networks]) == 0)
-                b->v.n_auth_networks++;
-        }
-        if (!b->nets || b->v.n_auth_networks == 0) {
-            /* unparsable list (validated on write, so only on corruption):
-             * admit no address rather than every address */
-            static const struct iscsi_cidr none = {.family = -1};
-            b->v.auth_networks = &none;
-            b->v.n_auth_networks = 1;
-        } else {
-            b->v.auth_networks = b->nets;
-        }
-    }
-    json_decref(nets);
+    snprintf(b->v.iqn, sizeof(b->v.iqn), "%s:%s", basename, t.name);
+    snprintf(b->v.alias, sizeof(b->v.alias), "%s", t.alias);
+    b->v.rel_tgt_id = t.rel_tgt_id;
+    view_nets(b, t.auth_networks);
+    icfg_target_rec_clear(&t);
     rc = build_groups(b, id);
     b->v.groups = b->groups;
     if (rc == 0)
@@ -590,19 +574,119 @@ static bool lun_maps_equal(const struct iscsi_target_view *a, const struct iscsi
     return true;
 }
 
+/* One target of an apply: its new view (NULL: withdraw), the view it
+ * replaces, and a stale view of a deferred delete under the same IQN. */
 struct change {
     int64_t id;
-    struct iscsi_target_view *view; /* NULL: withdraw */
+    struct iscsi_target_view *view;
+    struct iscsi_target_view *old;
+    struct iscsi_target_view *stale;
 };
 
 static int collect_all_ids(struct icfg_dirty *d)
 {
-    int rc = icfg_dirty_add_query(d, "SELECT id FROM iscsi_target WHERE id >= ?", 0);
+    int rc = icfg_read_target_ids(d);
     pub_lock_take();
     for (size_t i = 0; i < pub_n; i++)
         icfg_dirty_add(d, (int64_t)pub_views[i]->id);
     pub_lock_give();
     return rc;
+}
+
+/* Build the new views of d's targets into changes (*nc of them), in one
+ * read snapshot (DB locked). A view that cannot be built keeps the old
+ * one (logged; the error is returned). */
+static int build_views(const struct icfg_dirty *d, const char *basename, struct change *changes,
+                       size_t *nc)
+{
+    int rc = 0;
+    *nc = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        struct iscsi_target_view *v = NULL;
+        int err = view_build(d->ids[i], basename, &v);
+        if (err < 0 && err != -ENOENT) {
+            log_error("iscsi config: cannot build target %lld: %s (old view kept)",
+                      (long long)d->ids[i], strerror(-err));
+            rc = err;
+            continue;
+        }
+        changes[(*nc)++] = (struct change){.id = d->ids[i], .view = v};
+    }
+    return rc;
+}
+
+/* Swap the changed views in (pub_lock held): each change's old and stale
+ * views are taken out of the published set and kept in the change. */
+static void swap_views(struct change *changes, size_t nc)
+{
+    for (size_t i = 0; i < nc; i++) {
+        struct change *c = &changes[i];
+        size_t at = pub_find_id((uint64_t)c->id);
+        if (at != SIZE_MAX) {
+            c->old = pub_views[at];
+            pub_remove_at(at);
+        }
+        /* A deferred delete may still publish a view under this IQN; names
+         * are unique in the DB, so that view is stale: replace it. */
+        size_t same = c->view ? pub_lower_bound(c->view->iqn) : pub_n;
+        if (same < pub_n && strcasecmp(pub_views[same]->iqn, c->view->iqn) == 0) {
+            c->stale = pub_views[same];
+            pub_remove_at(same);
+        }
+        if (c->view && pub_insert(c->view) < 0) {
+            log_error("iscsi config: out of memory publishing %s", c->view->iqn);
+            iscsi_target_view_unref(c->view);
+            c->view = NULL;
+        }
+    }
+}
+
+/* Swap in new discovery credentials (pub_lock held); the old ones are
+ * returned in *creds / *n for the caller to wipe. */
+static void swap_discovery(struct iscsi_chap_cred **creds, size_t *n, enum iscsi_auth_method m)
+{
+    struct iscsi_chap_cred *prev = disc_creds;
+    size_t prev_n = disc_n;
+    disc_creds = *creds;
+    disc_n = *n;
+    disc_method = m;
+    *creds = prev;
+    *n = prev_n;
+}
+
+/*
+ * What the sessions must learn from (old, new), derived in one place and
+ * queued for after the DB lock is released: a target gone or renamed
+ * closes its sessions; a changed LUN map raises REPORTED LUNS DATA HAS
+ * CHANGED on its LUs; a stale view's sessions close. Drops the old views.
+ */
+static void views_apply(struct change *changes, size_t nc)
+{
+    for (size_t i = 0; i < nc; i++) {
+        struct iscsi_target_view *o = changes[i].old, *n = changes[i].view;
+        if (o && (!n || strcasecmp(o->iqn, n->iqn) != 0))
+            post_push(NULL, o->iqn);
+        else if (o && !lun_maps_equal(o, n))
+            for (size_t k = 0; k < n->n_luns; k++)
+                post_push(n->luns[k].lu, NULL);
+        if (o)
+            iscsi_target_view_unref(o);
+        if (changes[i].stale) {
+            post_push(NULL, changes[i].stale->iqn);
+            iscsi_target_view_unref(changes[i].stale);
+        }
+    }
+}
+
+/* The applied targets are no longer pending. */
+static void pending_drop(const struct icfg_dirty *d)
+{
+    for (size_t i = 0; i < d->n && pending.n; i++)
+        for (size_t k = 0; k < pending.n; k++)
+            if (pending.ids[k] == d->ids[i]) {
+                pending.ids[k] = pending.ids[--pending.n];
+                break;
+            }
 }
 
 int icfg_runtime_apply(const struct icfg_dirty *in)
@@ -614,7 +698,6 @@ int icfg_runtime_apply(const struct icfg_dirty *in)
         collect_all_ids(&d);
     /* Anything pending for these targets is superseded by this rebuild.
      * Its reads share one snapshot (the caller holds the DB lock). */
-    int rc = 0;
     bool snap = db_read_begin() == 0;
     char *basename = icfg_global_basename();
     struct change *changes = calloc(d.n ? d.n : 1, sizeof(*changes));
@@ -627,109 +710,157 @@ int icfg_runtime_apply(const struct icfg_dirty *in)
         return -ENOMEM;
     }
     size_t nc = 0;
-    for (size_t i = 0; i < d.n; i++) {
-        struct iscsi_target_view *v = NULL;
-        int err = view_build(d.ids[i], basename, &v);
-        if (err < 0 && err != -ENOENT) {
-            log_error("iscsi config: cannot build target %lld: %s (old view kept)",
-                      (long long)d.ids[i], strerror(-err));
-            rc = err;
-            continue;
-        }
-        changes[nc++] = (struct change){.id = d.ids[i], .view = v};
-    }
+    int rc = build_views(&d, basename, changes, &nc);
     free(basename);
-
     struct iscsi_chap_cred *dcreds = NULL;
     size_t dn = 0;
     enum iscsi_auth_method dmethod = ISCSI_AUTH_NONE;
     bool disc = in->discovery && load_creds(0, true, &dcreds, &dn, &dmethod) == 0;
     if (snap)
         db_read_end();
-
-    struct iscsi_target_view **old = calloc(nc ? nc : 1, sizeof(*old));
-    struct iscsi_target_view **stale = calloc(nc ? nc : 1, sizeof(*stale));
     pub_lock_take();
-    for (size_t i = 0; i < nc; i++) {
-        size_t at = pub_find_id((uint64_t)changes[i].id);
-        if (old)
-            old[i] = NULL;
-        if (at != SIZE_MAX) {
-            if (old)
-                old[i] = pub_views[at];
-            else
-                iscsi_target_view_unref(pub_views[at]);
-            pub_remove_at(at);
-        }
-        /* A deferred delete may still publish a view under this IQN; names
-         * are unique in the DB, so that view is stale: replace it. */
-        size_t same = changes[i].view ? pub_lower_bound(changes[i].view->iqn) : pub_n;
-        if (same < pub_n && strcasecmp(pub_views[same]->iqn, changes[i].view->iqn) == 0) {
-            if (stale)
-                stale[i] = pub_views[same];
-            else
-                iscsi_target_view_unref(pub_views[same]);
-            pub_remove_at(same);
-        }
-        if (changes[i].view && pub_insert(changes[i].view) < 0) {
-            log_error("iscsi config: out of memory publishing %s", changes[i].view->iqn);
-            iscsi_target_view_unref(changes[i].view);
-            changes[i].view = NULL;
-        }
-    }
-    if (disc) {
-        struct iscsi_chap_cred *prev = disc_creds;
-        size_t prev_n = disc_n;
-        disc_creds = dcreds;
-        disc_n = dn;
-        disc_method = dmethod;
-        dcreds = prev;
-        dn = prev_n;
-    }
+    swap_views(changes, nc);
+    if (disc)
+        swap_discovery(&dcreds, &dn, dmethod);
     __atomic_add_fetch(&pub_generation, 1, __ATOMIC_RELEASE);
     pub_lock_give();
     if (dcreds) {
         explicit_bzero(dcreds, dn * sizeof(*dcreds));
         free(dcreds);
     }
-
-    /* Side effects on sessions, after the DB lock is released. */
-    for (size_t i = 0; old && i < nc; i++) {
-        struct iscsi_target_view *o = old[i], *n = changes[i].view;
-        if (!o)
-            continue;
-        if (!n || strcasecmp(o->iqn, n->iqn) != 0)
-            post_push(NULL, o->iqn);
-        else if (!lun_maps_equal(o, n))
-            for (size_t k = 0; k < n->n_luns; k++)
-                post_push(n->luns[k].lu, NULL);
-        iscsi_target_view_unref(o);
-    }
-    for (size_t i = 0; stale && i < nc; i++) {
-        if (stale[i]) {
-            post_push(NULL, stale[i]->iqn);
-            iscsi_target_view_unref(stale[i]);
-        }
-    }
-    free(stale);
-    free(old);
+    views_apply(changes, nc);
     free(changes);
     if (in->portals)
         icfg_runtime_sync_portals();
-    /* the applied targets are no longer pending */
-    for (size_t i = 0; i < d.n && pending.n; i++)
-        for (size_t k = 0; k < pending.n; k++)
-            if (pending.ids[k] == d.ids[i]) {
-                pending.ids[k] = pending.ids[--pending.n];
-                break;
-            }
+    pending_drop(&d);
     icfg_dirty_free(&d);
     return rc;
 }
 
-void icfg_runtime_defer(const struct icfg_dirty *d)
+static void icfg_runtime_defer(const struct icfg_dirty *d)
 {
     icfg_dirty_merge(&pending, d);
+}
+
+/* ---- the publisher (config/cfgtx.h) ---- */
+
+/* An extent changed: drop the LU of a rebuilt or deleted one (its gen
+ * moved: sessions see a new device at the next apply); apply ro and size
+ * to the running LU otherwise (sessions keep their state). DB locked. */
+static void extent_changed(int64_t id)
+{
+    size_t at = SIZE_MAX;
+    for (size_t i = 0; i < lu_n && at == SIZE_MAX; i++)
+        if (lu_cache[i].extent_id == id)
+            at = i;
+    if (at == SIZE_MAX)
+        return;
+    int64_t gen;
+    bool ro;
+    uint64_t size;
+    if (icfg_read_extent_state(id, &gen, &ro, &size) == 0 && gen == lu_cache[at].gen) {
+        post_push_item(
+            (struct post_item){.kind = POST_LIVE, .lu = lu_cache[at].lu, .ro = ro, .size = size});
+    } else {
+        icfg_lu_unref(lu_cache[at].lu);
+        lu_cache[at] = lu_cache[--lu_n];
+    }
+}
+
+/* The dirty set a committed change makes. */
+static void changes_dirty(const struct cfg_changes *ch, struct icfg_dirty *d)
+{
+    if (ch->overflow)
+        d->all = d->discovery = d->portals = true;
+    for (size_t i = 0; i < ch->n; i++) {
+        const struct cfg_change *c = &ch->v[i];
+        switch (c->kind) {
+        case CFG_ISCSI_TARGET:
+            icfg_dirty_add(d, c->id);
+            break;
+        case CFG_ISCSI_PORTAL:
+            d->portals = true;
+            /* tags are renumbered: every target's groups change */
+            d->all |= c->op == CFG_DELETED;
+            break;
+        case CFG_ISCSI_GLOBAL:
+            d->all |= c->id == CFG_ISCSI_GLOBAL_BASENAME;
+            d->portals |= c->id == CFG_ISCSI_GLOBAL_LISTEN;
+            break;
+        case CFG_ISCSI_AUTH:
+            d->discovery = true;
+            break;
+        case CFG_ISCSI_EXTENT:
+            extent_changed(c->id);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+void icfg_runtime_publish(const struct cfg_changes *changes, void *arg)
+{
+    (void)arg;
+    struct icfg_dirty d = {0};
+    changes_dirty(changes, &d);
+    /* an extent created or changed while unmapped: no view changes */
+    bool empty = d.n == 0 && !d.all && !d.discovery && !d.portals;
+    if (started && !empty) {
+        if (changes->defer)
+            icfg_runtime_defer(&d);
+        else
+            icfg_runtime_apply(&d);
+    }
+    icfg_dirty_free(&d);
+}
+
+/*
+ * Dataset events that concern the running targets (the configuration's own
+ * consequences, extents of a deleted dataset, are config_main.c's).
+ */
+static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
+{
+    (void)arg;
+    if (ev == DATASETS_POOL_ONLINE) {
+        /* Rebuild every target: an extent whose volume could not be opened
+         * has no LU yet and gets one now (its target's sessions see
+         * REPORTED LUNS DATA HAS CHANGED); unchanged LUs are reused. */
+        struct icfg_dirty all = {.all = true};
+        db_lock();
+        int rc = started ? icfg_runtime_apply(&all) : 0;
+        db_unlock();
+        icfg_runtime_after_unlock();
+        if (rc < 0)
+            log_error("iscsi config: cannot republish the targets after pool %s came online: %s",
+                      name, strerror(-rc));
+    } else if (ev == DATASETS_ROLLED_BACK) {
+        /* The sessions stay; each nexus learns on its next command that the
+         * medium changed (a size change adds CAPACITY DATA HAS CHANGED by
+         * itself). */
+        db_lock();
+        size_t n = icfg_runtime_volume_ua(v, SCSI_UA_MEDIUM_CHANGED);
+        db_unlock();
+        icfg_runtime_after_unlock();
+        if (n)
+            log_info("iscsi config: %s rolled back: MEDIUM MAY HAVE CHANGED raised on %zu LU(s)",
+                     name, n);
+    }
+}
+
+static void publisher_after(void *arg)
+{
+    (void)arg;
+    icfg_runtime_after_unlock();
+}
+
+void icfg_runtime_init(void)
+{
+    cfg_publisher_register(CFG_KIND_BIT(CFG_ISCSI_TARGET) | CFG_KIND_BIT(CFG_ISCSI_PORTAL) |
+                               CFG_KIND_BIT(CFG_ISCSI_GLOBAL) | CFG_KIND_BIT(CFG_ISCSI_AUTH) |
+                               CFG_KIND_BIT(CFG_ISCSI_EXTENT),
+                           icfg_runtime_publish, publisher_after, NULL);
+    datasets_observe(dataset_observer, NULL);
 }
 
 int iscsi_config_reload(void)

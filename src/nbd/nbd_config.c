@@ -1,12 +1,16 @@
 /*
- * NBD exports and global settings: the SQLite rows, the JSON-RPC methods
- * (nbd.export.create|update|delete|query, nbd.global.config|update), and
- * publication of the immutable export table / settings the server reads.
+ * NBD exports and global settings: the JSON-RPC methods
+ * (nbd.export.create|update|delete|query, nbd.global.config|update), the
+ * JSON ↔ struct nbd_export_row decoding (the rows and their SQL are
+ * config/nbdstore.c's), and the publisher of the immutable export table /
+ * settings the server reads (exports_publish, on the one transaction path
+ * config/cfgtx.h).
  *
  * Every change is applied as a difference: the new table reuses unchanged
  * export objects and already-open volumes, so publishing is cheap and
  * connections to other exports are untouched. Handlers run on API worker
- * threads; cfg_lock serializes them (DB work also takes db_lock()).
+ * threads; cfg_lock serializes them (and is held while their commit
+ * publishes).
  */
 #include <errno.h>
 #include <limits.h>
@@ -21,8 +25,9 @@
 
 #include "api/api.h"
 #include "api/validate.h"
+#include "config/cfgtx.h"
 #include "config/datasets.h"
-#include "config/db.h"
+#include "config/nbdstore.h"
 #include "core/allowdir.h"
 #include "core/log.h"
 #include "core/reactor.h"
@@ -40,17 +45,6 @@ static pthread_mutex_t cfg_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *listen_override;
 static bool server_running;
 
-static const char nbd_schema[] = "CREATE TABLE IF NOT EXISTS nbd_export ("
-                                 " id INTEGER PRIMARY KEY AUTOINCREMENT,"
-                                 " name TEXT NOT NULL UNIQUE,"
-                                 " dataset TEXT,"
-                                 " path TEXT,"
-                                 " readonly INTEGER NOT NULL DEFAULT 0,"
-                                 " description TEXT NOT NULL DEFAULT '',"
-                                 " multi_conn INTEGER NOT NULL DEFAULT 1,"
-                                 " tls TEXT NOT NULL DEFAULT 'allow',"
-                                 " enabled INTEGER NOT NULL DEFAULT 1);";
-
 static const char *const tls_names[] = {"off", "allow", "require", NULL};
 
 static enum nbd_tls_mode tls_parse(const char *s)
@@ -61,92 +55,14 @@ static enum nbd_tls_mode tls_parse(const char *s)
     return NBD_TLS_ALLOW;
 }
 
-/* ---- rows ---- */
+/* ---- rows (config/nbdstore.h) ---- */
 
-struct export_row {
-    int64_t id;
-    char *name, *dataset, *path, *description;
-    bool readonly, multi_conn, enabled;
-    enum nbd_tls_mode tls;
-};
-
-static void row_clear(struct export_row *r)
+static enum nbd_tls_mode row_tls(const struct nbd_export_row *r)
 {
-    free(r->name);
-    free(r->dataset);
-    free(r->path);
-    free(r->description);
-    memset(r, 0, sizeof(*r));
+    return tls_parse(r->tls);
 }
 
-static char *col_dup(sqlite3_stmt *st, int i)
-{
-    const unsigned char *t = sqlite3_column_text(st, i);
-    return t ? strdup((const char *)t) : NULL;
-}
-
-/* All rows, ordered by id (takes db_lock). */
-static int rows_load(struct export_row **out, size_t *count)
-{
-    sqlite3_stmt *st;
-    *out = NULL;
-    *count = 0;
-    db_lock();
-    if (sqlite3_prepare_v2(db_handle(),
-                           "SELECT id, name, dataset, path, readonly, description, multi_conn,"
-                           " tls, enabled FROM nbd_export ORDER BY id",
-                           -1, &st, NULL) != SQLITE_OK) {
-        db_unlock();
-        return -EIO;
-    }
-    struct export_row *rows = NULL;
-    size_t n = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct export_row *nr = realloc(rows, (n + 1) * sizeof(*rows));
-        if (!nr) {
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        rows = nr;
-        struct export_row *r = &rows[n++];
-        memset(r, 0, sizeof(*r));
-        r->id = sqlite3_column_int64(st, 0);
-        r->name = col_dup(st, 1);
-        r->dataset = col_dup(st, 2);
-        r->path = col_dup(st, 3);
-        r->readonly = sqlite3_column_int(st, 4);
-        r->description = col_dup(st, 5);
-        r->multi_conn = sqlite3_column_int(st, 6);
-        char *tls = col_dup(st, 7);
-        r->tls = tls_parse(tls);
-        free(tls);
-        r->enabled = sqlite3_column_int(st, 8);
-        if (!r->description)
-            r->description = strdup("");
-    }
-    sqlite3_finalize(st);
-    db_unlock();
-    if (rc != SQLITE_DONE) {
-        for (size_t i = 0; i < n; i++)
-            row_clear(&rows[i]);
-        free(rows);
-        return -EIO;
-    }
-    *out = rows;
-    *count = n;
-    return 0;
-}
-
-static void rows_free(struct export_row *rows, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        row_clear(&rows[i]);
-    free(rows);
-}
-
-/* Snapshots are exported read-only whatever the row says. */
-static bool row_readonly(const struct export_row *r)
+static bool row_readonly(const struct nbd_export_row *r)
 {
     return r->readonly || (r->dataset && strchr(r->dataset, '@'));
 }
@@ -199,7 +115,7 @@ static struct nbd_export *export_find_by_name(struct nbd_export_table *t, const 
     return NULL;
 }
 
-static struct nbd_export *export_from_row(const struct export_row *r, struct nbd_export *prev)
+static struct nbd_export *export_from_row(const struct nbd_export_row *r, struct nbd_export *prev)
 {
     struct nbd_export *e = calloc(1, sizeof(*e));
     if (!e)
@@ -213,7 +129,7 @@ static struct nbd_export *export_from_row(const struct export_row *r, struct nbd
     e->readonly = row_readonly(r);
     e->multi_conn = r->multi_conn;
     e->enabled = r->enabled;
-    e->tls = r->tls;
+    e->tls = row_tls(r);
     bool same_source = prev && prev->vol && streq(prev->dataset, r->dataset) &&
                        streq(prev->path, r->path) && (r->dataset || prev->readonly == e->readonly);
     if (same_source) {
@@ -233,27 +149,27 @@ static struct nbd_export *export_from_row(const struct export_row *r, struct nbd
     return e;
 }
 
-static bool export_same(const struct nbd_export *e, const struct export_row *r)
+static bool export_same(const struct nbd_export *e, const struct nbd_export_row *r)
 {
     return e->id == r->id && streq(e->name, r->name) && streq(e->dataset, r->dataset) &&
            streq(e->path, r->path) && e->readonly == row_readonly(r) &&
            streq(e->description, r->description) && e->multi_conn == r->multi_conn &&
-           e->enabled == r->enabled && e->tls == r->tls && e->vol;
+           e->enabled == r->enabled && e->tls == row_tls(r) && e->vol;
 }
 
 /* Rebuild the table from the DB and publish it (cfg_lock held). */
 static int exports_reload(void)
 {
-    struct export_row *rows;
+    struct nbd_export_row *rows;
     size_t n;
-    int rc = rows_load(&rows, &n);
+    int rc = nbd_export_rows_load(&rows, &n);
     if (rc < 0)
         return rc;
     struct nbd_export_table *old = nbd_exports_current();
     struct nbd_export_table *t = nbd_export_table_new(n);
     if (!t) {
         nbd_export_table_unref(old);
-        rows_free(rows, n);
+        nbd_export_rows_free(rows, n);
         return -ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
@@ -272,7 +188,7 @@ static int exports_reload(void)
         t->exports[t->count++] = e;
     }
     nbd_export_table_unref(old);
-    rows_free(rows, n);
+    nbd_export_rows_free(rows, n);
     if (rc < 0) {
         nbd_export_table_unref(t);
         return rc;
@@ -281,7 +197,7 @@ static int exports_reload(void)
     return 0;
 }
 
-static json_t *export_json(const struct export_row *r)
+static json_t *export_json(const struct nbd_export_row *r)
 {
     struct nbd_export_table *t = nbd_exports_current();
     struct nbd_export *e = export_find_by_name(t, r->name);
@@ -289,31 +205,11 @@ static json_t *export_json(const struct export_row *r)
         "{s:I, s:s, s:o, s:o, s:b, s:s, s:b, s:s, s:b, s:i, s:o}", "id", (json_int_t)r->id, "name",
         r->name, "dataset", r->dataset ? json_string(r->dataset) : json_null(), "path",
         r->path ? json_string(r->path) : json_null(), "readonly", row_readonly(r), "description",
-        r->description, "multi_conn", r->multi_conn, "tls", tls_names[r->tls], "enabled",
+        r->description, "multi_conn", r->multi_conn, "tls", tls_names[row_tls(r)], "enabled",
         r->enabled, "connections", (int)nbd_export_connections(r->name), "size",
         e && e->vol ? json_integer((json_int_t)volume_size(e->vol)) : json_null());
     nbd_export_table_unref(t);
     return o;
-}
-
-static int row_by_id(int64_t id, struct export_row *out)
-{
-    struct export_row *rows;
-    size_t n;
-    int rc = rows_load(&rows, &n);
-    if (rc < 0)
-        return rc;
-    rc = -ENOENT;
-    for (size_t i = 0; i < n; i++) {
-        if (rows[i].id == id) {
-            *out = rows[i];
-            memset(&rows[i], 0, sizeof(rows[i]));
-            rc = 0;
-            break;
-        }
-    }
-    rows_free(rows, n);
-    return rc;
 }
 
 /* ---- nbd.export.* ---- */
@@ -398,51 +294,48 @@ static int export_probe(struct api_call *call, json_t *data)
     return 0;
 }
 
+static char *dup_or_null(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+/* The export of a checked, complete create/update body (JSON → struct);
+ * clear it with nbd_export_row_clear. 0 or -ENOMEM. */
+static int export_decode(json_t *data, int64_t id, struct nbd_export_row *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = id;
+    r->name = dup_or_null(jstr(data, "name"));
+    r->dataset = dup_or_null(jstr(data, "dataset"));
+    r->path = dup_or_null(jstr(data, "path"));
+    r->description = strdup(jstr(data, "description") ? jstr(data, "description") : "");
+    r->tls = strdup(jstr(data, "tls") ? jstr(data, "tls") : "allow");
+    r->readonly = jbool(data, "readonly");
+    r->multi_conn = jbool(data, "multi_conn");
+    r->enabled = jbool(data, "enabled");
+    return r->name && r->description && r->tls ? 0 : -ENOMEM;
+}
+
+/* Store the export (id 0: a new one); its commit publishes the new
+ * export table (exports_publish). cfg_lock held. */
 static int export_write(json_t *data, int64_t id, int64_t *new_id)
 {
-    sqlite3_stmt *st;
-    const char *sql = id ? "UPDATE nbd_export SET name=?1, dataset=?2, path=?3, readonly=?4,"
-                           " description=?5, multi_conn=?6, tls=?7, enabled=?8 WHERE id=?9"
-                         : "INSERT INTO nbd_export (name, dataset, path, readonly, description,"
-                           " multi_conn, tls, enabled) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)";
-    db_lock();
-    if (sqlite3_prepare_v2(db_handle(), sql, -1, &st, NULL) != SQLITE_OK) {
-        db_unlock();
-        return -EIO;
-    }
-    sqlite3_bind_text(st, 1, jstr(data, "name"), -1, SQLITE_TRANSIENT);
-    if (jstr(data, "dataset"))
-        sqlite3_bind_text(st, 2, jstr(data, "dataset"), -1, SQLITE_TRANSIENT);
-    else
-        sqlite3_bind_null(st, 2);
-    if (jstr(data, "path"))
-        sqlite3_bind_text(st, 3, jstr(data, "path"), -1, SQLITE_TRANSIENT);
-    else
-        sqlite3_bind_null(st, 3);
-    sqlite3_bind_int(st, 4, jbool(data, "readonly"));
-    sqlite3_bind_text(st, 5, jstr(data, "description") ? jstr(data, "description") : "", -1,
-                      SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 6, jbool(data, "multi_conn"));
-    sqlite3_bind_text(st, 7, jstr(data, "tls") ? jstr(data, "tls") : "allow", -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 8, jbool(data, "enabled"));
-    if (id)
-        sqlite3_bind_int64(st, 9, id);
-    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -db_errno();
-    if (rc == 0 && new_id)
-        *new_id = id ? id : sqlite3_last_insert_rowid(db_handle());
-    sqlite3_finalize(st);
-    db_unlock();
+    struct nbd_export_row r;
+    int rc = export_decode(data, id, &r);
+    if (rc == 0)
+        rc = nbd_export_row_store(&r, new_id);
+    nbd_export_row_clear(&r);
     return rc;
 }
 
 static int export_result(struct api_call *call, int64_t id, json_t **result)
 {
-    struct export_row r;
-    int rc = row_by_id(id, &r);
+    struct nbd_export_row r;
+    int rc = nbd_export_row_get(id, &r);
     if (rc < 0)
         return api_error(call, -rc, "export %" PRId64 ": %s", id, strerror(-rc));
     *result = export_json(&r);
-    row_clear(&r);
+    nbd_export_row_clear(&r);
     return 0;
 }
 
@@ -463,7 +356,6 @@ static int export_save(struct api_call *call, const char *method, json_t *data, 
     }
     if (w < 0)
         return api_error(call, -w, "cannot store the export: %s", strerror(-w));
-    exports_reload();
     return export_result(call, id, result);
 }
 
@@ -497,10 +389,10 @@ static int export_id_check(struct api_call *call, json_t *v)
 
 /* Take cfg_lock and read export id into r (row_clear it): 0 with the lock
  * held, or the ENOENT error with it released. */
-static int export_lock_row(struct api_call *call, int64_t id, struct export_row *r)
+static int export_lock_row(struct api_call *call, int64_t id, struct nbd_export_row *r)
 {
     pthread_mutex_lock(&cfg_lock);
-    if (row_by_id(id, r) < 0) {
+    if (nbd_export_row_get(id, r) < 0) {
         pthread_mutex_unlock(&cfg_lock);
         return api_error(call, ENOENT, "export %" PRId64 " does not exist", id);
     }
@@ -512,15 +404,15 @@ static int m_export_update(struct api_call *call, json_t *params, json_t **resul
     const char *method = "nbd.export.update";
     int64_t id = json_integer_value(api_param(params, 0));
     json_t *in = api_param(params, 1);
-    struct export_row r;
+    struct nbd_export_row r;
     if (export_lock_row(call, id, &r) < 0)
         return -1;
     json_t *data = json_pack("{s:s, s:o, s:o, s:b, s:s, s:b, s:s, s:b}", "name", r.name, "dataset",
                              r.dataset ? json_string(r.dataset) : json_null(), "path",
                              r.path ? json_string(r.path) : json_null(), "readonly", r.readonly,
                              "description", r.description, "multi_conn", r.multi_conn, "tls",
-                             tls_names[r.tls], "enabled", r.enabled);
-    row_clear(&r);
+                             tls_names[row_tls(&r)], "enabled", r.enabled);
+    nbd_export_row_clear(&r);
     json_object_update(data, in);
     /* Switching between dataset and path: the one given replaces the other. */
     if (json_is_string(json_object_get(in, "dataset")))
@@ -543,7 +435,7 @@ static int m_export_delete(struct api_call *call, json_t *params, json_t **resul
     int64_t id = json_integer_value(api_param(params, 0));
     json_t *opts = api_param(params, 1);
     bool force = opts && jbool(opts, "force");
-    struct export_row r;
+    struct nbd_export_row r;
     if (export_lock_row(call, id, &r) < 0)
         return -1;
     int rc = 0;
@@ -552,37 +444,32 @@ static int m_export_delete(struct api_call *call, json_t *params, json_t **resul
         rc = api_error(call, EBUSY, "export '%s' has %u open connection%s (use force)", r.name, n,
                        n == 1 ? "" : "s");
     } else {
-        char sql[96];
-        snprintf(sql, sizeof(sql), "DELETE FROM nbd_export WHERE id=%" PRId64, id);
-        db_lock();
-        int w = db_exec(sql);
-        db_unlock();
+        /* the commit publishes the table without it and closes its
+         * connections (exports_publish) */
+        int w = nbd_export_row_delete(id);
         if (w < 0) {
             rc = api_error(call, EIO, "cannot delete the export");
         } else {
-            exports_reload();
-            if (n)
-                nbd_export_close_connections(r.name);
             log_info("nbd: export '%s' deleted%s", r.name, n ? " (connections closed)" : "");
             *result = json_true();
         }
     }
-    row_clear(&r);
+    nbd_export_row_clear(&r);
     pthread_mutex_unlock(&cfg_lock);
     return rc;
 }
 
 static int m_export_query(struct api_call *call, json_t *params, json_t **result)
 {
-    struct export_row *rows;
+    struct nbd_export_row *rows;
     size_t n;
-    int rc = rows_load(&rows, &n);
+    int rc = nbd_export_rows_load(&rows, &n);
     if (rc < 0)
         return api_error(call, EIO, "cannot read exports");
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(arr, export_json(&rows[i]));
-    rows_free(rows, n);
+    nbd_export_rows_free(rows, n);
     rc = api_query(call, arr, params, result);
     json_decref(arr);
     return rc;
@@ -648,9 +535,7 @@ static json_t *global_load(void)
 {
     json_t *g = global_defaults();
     char *text = NULL;
-    db_lock();
-    int rc = db_setting_get("nbd.global", &text);
-    db_unlock();
+    int rc = nbd_global_load(&text);
     if (rc == 0 && text) {
         json_t *stored = json_loads(text, 0, NULL);
         if (json_is_object(stored))
@@ -750,6 +635,15 @@ static void global_paths_check(struct api_call *call, json_t *in)
     }
 }
 
+/* Store the settings (already applied live) in one transaction. 0 or -errno. */
+static int global_store(json_t *g)
+{
+    char *text = json_dumps(g, JSON_COMPACT | JSON_SORT_KEYS);
+    int rc = text ? nbd_global_store(text) : -ENOMEM;
+    free(text);
+    return rc;
+}
+
 static int m_global_config(struct api_call *call, json_t *params, json_t **result)
 {
     (void)params;
@@ -795,11 +689,7 @@ static int m_global_update(struct api_call *call, json_t *params, json_t **resul
             goto out;
         }
     }
-    char *text = json_dumps(g, JSON_COMPACT | JSON_SORT_KEYS);
-    db_lock();
-    int w = text ? db_setting_set("nbd.global", text) : -ENOMEM;
-    db_unlock();
-    free(text);
+    int w = global_store(g);
     if (w < 0) {
         rc = api_error(call, -w, "cannot store the settings");
         goto out;
@@ -934,71 +824,61 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
 /* datasets: a rename of a dataset (with its subtree) or of a snapshot
  * moves the exports along. cfg_lock is held from lock() to applied(), so
  * no nbd.export.* change runs in between; update() runs inside the
- * rename's transaction. */
-static bool rename_touched;
-
+ * rename's transaction (config/cfgtx.h) and records the change, whose
+ * commit publishes the new table (exports_publish). */
 static void rename_lock(void *arg)
 {
     pthread_mutex_lock(&cfg_lock);
-    rename_touched = false;
 }
 
 static int rename_update(const char *old_name, const char *new_name, bool subtree, void *arg)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt(subtree ? "UPDATE nbd_export SET dataset = ?2 || substr(dataset, length(?1) "
-                               "+ 1) WHERE dataset = ?1 OR substr(dataset, 1, length(?1) + 1) IN "
-                               "(?1 || '/', ?1 || '@')"
-                             : "UPDATE nbd_export SET dataset = ?2 WHERE dataset = ?1",
-                     &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_text(st, 1, old_name, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, new_name, -1, SQLITE_STATIC);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    if (rc == 0 && sqlite3_changes(db_handle()) > 0)
-        rename_touched = true;
-    /* path exports of files inside a renamed filesystem's directory (a
-     * rename never leaves its pool) */
-    const char *so = strchr(old_name, '/'), *sn = strchr(new_name, '/');
-    if (rc < 0 || !subtree || !so || !sn)
-        return rc;
-    char pool[256];
-    snprintf(pool, sizeof(pool), "%.*s", (int)(so - old_name), old_name);
-    rc = db_stmt("UPDATE nbd_export SET path = (SELECT p.path FROM pools p WHERE p.name = ?1) || "
-                 "?3 || substr(path, length((SELECT p.path FROM pools p WHERE p.name = ?1) || ?2) "
-                 "+ 1) WHERE substr(path, 1, length((SELECT p.path FROM pools p WHERE p.name = "
-                 "?1) || ?2 || '/')) = (SELECT p.path FROM pools p WHERE p.name = ?1) || ?2 || '/'",
-                 &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_text(st, 1, pool, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, so, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, sn, -1, SQLITE_STATIC);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    if (rc == 0 && sqlite3_changes(db_handle()) > 0)
-        rename_touched = true;
-    return rc;
+    return nbd_export_rows_rename(old_name, new_name, subtree);
 }
 
 static void rename_applied(bool committed, void *arg)
 {
-    /* The new table reuses the open volumes (the cache holds them under
-     * their new names): connections are not touched. */
-    if (committed && rename_touched && server_running) {
-        int rc = exports_reload();
-        if (rc < 0)
-            log_error("nbd: cannot republish the exports after a rename: %s", strerror(-rc));
-    }
-    rename_touched = false;
     pthread_mutex_unlock(&cfg_lock);
+}
+
+/*
+ * The publisher (config/cfgtx.h): a committed change of nbd_export rows
+ * becomes a new export table, built from the DB reusing unchanged exports
+ * and open volumes, swapped in; the connections of deleted exports are
+ * closed. Under the DB lock; the writer holds cfg_lock (every NBD writer
+ * and the rename hooks do), which exports_reload needs.
+ */
+static void exports_publish(const struct cfg_changes *ch, void *arg)
+{
+    (void)arg;
+    bool rename_only = !ch->overflow;
+    for (size_t i = 0; i < ch->n; i++)
+        if (ch->v[i].kind == CFG_NBD_EXPORT && ch->v[i].id != CFG_ID_ALL)
+            rename_only = false;
+    /* A rename republishes only while serving (the new table reuses the
+     * open volumes, which the cache holds under their new names). */
+    if (rename_only && !server_running)
+        return;
+    struct nbd_export_table *old = nbd_exports_current();
+    int rc = exports_reload();
+    if (rc < 0 && rename_only)
+        log_error("nbd: cannot republish the exports after a rename: %s", strerror(-rc));
+    else if (rc < 0)
+        log_error("nbd: cannot republish the exports: %s", strerror(-rc));
+    for (size_t i = 0; i < ch->n; i++) {
+        const struct cfg_change *c = &ch->v[i];
+        if (c->kind != CFG_NBD_EXPORT || c->op != CFG_DELETED)
+            continue;
+        for (size_t k = 0; k < old->count; k++)
+            if (old->exports[k]->id == c->id)
+                nbd_export_close_connections(old->exports[k]->name);
+    }
+    nbd_export_table_unref(old);
 }
 
 void nbd_init(void)
 {
-    db_register_schema(nbd_schema);
+    nbdstore_init();
     api_register(nbd_methods, ARRAY_SIZE(nbd_methods));
     datasets_register_in_use(dataset_in_use);
     datasets_register_clients(dataset_clients);
@@ -1006,6 +886,7 @@ void nbd_init(void)
     static const struct datasets_rename_hook rename_hook = {
         .lock = rename_lock, .update = rename_update, .applied = rename_applied};
     datasets_register_rename(&rename_hook);
+    cfg_publisher_register(CFG_KIND_BIT(CFG_NBD_EXPORT), exports_publish, NULL, NULL);
 }
 
 int nbd_server_start(const char *listen_arg)

@@ -162,7 +162,7 @@ print("OK 5")
 PY
 
 out=$(/usr/bin/python3 "$TMP/rollback.py" 2>&1) || fail "rollback and exports: $out"
-echo "$out" | grep -q "OK 5" || fail "script did not finish: $out"
+grep -q "OK 5" <<<"$out" || fail "script did not finish: $out"
 grep -q "r4 rolled back: MEDIUM MAY HAVE CHANGED raised on 1 LU" "$BLOCKD_LOG" ||
     fail "no unit attention raised for the forced rollback"
 

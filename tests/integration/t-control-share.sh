@@ -48,8 +48,8 @@ out=$(blockctl share iscsi create --target-prefix incus demo/a demo/My_Vol.x "$l
 [ "$(printf 'created\tdemo/a\ncreated\tdemo/My_Vol.x\ncreated\t%s' "$long")" = "$out" ] ||
     fail "create output: $out"
 d=$(discover)
-echo "$d" | grep -qx "$BASE:incus:demo:a" || fail "incus:demo:a not discoverable: $d"
-echo "$d" | grep -qx "$BASE:incus:demo:my-vol-x" || fail "name conversion: $d"
+grep -qx "$BASE:incus:demo:a" <<<"$d" || fail "incus:demo:a not discoverable: $d"
+grep -qx "$BASE:incus:demo:my-vol-x" <<<"$d" || fail "name conversion: $d"
 hashed=$(echo "$d" | grep "$BASE:incus:-:" || true)
 [ -n "$hashed" ] || fail "long name not hashed: $d"
 [ ${#hashed} -le $((${#BASE} + 1 + 64)) ] || fail "hashed name too long: $hashed"
@@ -63,7 +63,7 @@ blockctl share iscsi create --readonly --target-prefix incus demo/ro >/dev/null
 blockctl share iscsi list | grep -E '^demo/ro +0 +yes +'"$BASE:incus:demo:ro" >/dev/null ||
     fail "read-only share not listed as such: $(blockctl share iscsi list)"
 out=$(qemu-io -f raw -c 'write 0 4k' "iscsi://127.0.0.1:$ISCSI_PORT/$BASE:incus:demo:ro/0" 2>&1) || true
-echo "$out" | grep -qi "failed\|error\|read-only\|protect" || fail "write to a read-only share worked: $out"
+grep -qi "failed\|error\|read-only\|protect" <<<"$out" || fail "write to a read-only share worked: $out"
 
 # Live sessions (kept open for up to 60 s: a loaded machine may take many
 # seconds to list them; the test kills them when done): listed with what they
@@ -114,7 +114,7 @@ kill $qnbd 2>/dev/null || true
 wait $qnbd 2>/dev/null || true
 rc=0
 out=$(blockctl share iscsi delete --target-prefix incus demo/a 2>&1) || rc=$?
-[ "$rc" = 1 ] && echo "$out" | grep -q "in use" || fail "delete with a session: exit $rc: $out"
+[ "$rc" = 1 ] && grep -q "in use" <<<"$out" || fail "delete with a session: exit $rc: $out"
 out=$(blockctl share iscsi delete --force --target-prefix incus demo/a)
 [ "$out" = "$(printf 'deleted\tdemo/a')" ] || fail "forced delete: $out"
 # The session is closed (qemu-io's libiscsi then retries a login that the

@@ -183,7 +183,7 @@ PY
 
 PY=/usr/bin/python3
 out=$($PY "$TMP/client.py" "$URL" "$KEY" "$ISCSI_PORT" main 2>&1) || fail "WebSocket client: $out"
-echo "$out" | grep -q "OK main" || fail "client did not finish: $out"
+grep -q "OK main" <<<"$out" || fail "client did not finish: $out"
 echo "$out" | grep "share created"
 target=$(echo "$out" | sed -n 's/^TARGET //p')
 

@@ -70,7 +70,7 @@ except Exception:
     print("plain refused")
 PY
 ) || fail "TLS client: $out"
-echo "$out" | grep -q "OK tls" || fail "TLS client: $out"
-echo "$out" | grep -q "plain refused" || fail "plain ws:// worked on the TLS port: $out"
+grep -q "OK tls" <<<"$out" || fail "TLS client: $out"
+grep -q "plain refused" <<<"$out" || fail "plain ws:// worked on the TLS port: $out"
 blockd_stop
 pass

@@ -46,11 +46,11 @@ target bs4k "[{\"portal\":$portal,\"initiator\":$all}]" demo/c5 ',"blocksize":40
 
 # ---- discovery: SendTargets lists only what the initiator may see ----
 ls_ok=$(timeout 20 iscsi-ls -i "$INI_OK" "iscsi://$P" 2>&1) || fail "iscsi-ls failed: $ls_ok"
-echo "$ls_ok" | grep -q "Target:$BASE:open Portal:$P,1" || fail "open target / portal address missing: $ls_ok"
-echo "$ls_ok" | grep -q "Target:$BASE:only " || fail "allowed initiator does not see 'only': $ls_ok"
+grep -q "Target:$BASE:open Portal:$P,1" <<<"$ls_ok" || fail "open target / portal address missing: $ls_ok"
+grep -q "Target:$BASE:only " <<<"$ls_ok" || fail "allowed initiator does not see 'only': $ls_ok"
 ls_other=$(timeout 20 iscsi-ls -i "$INI_OTHER" "iscsi://$P" 2>&1) || fail "iscsi-ls failed: $ls_other"
-echo "$ls_other" | grep -q "Target:$BASE:only " && fail "'only' shown to another initiator: $ls_other"
-echo "$ls_other" | grep -q "Target:$BASE:open " || fail "open target missing: $ls_other"
+grep -q "Target:$BASE:only " <<<"$ls_other" && fail "'only' shown to another initiator: $ls_other"
+grep -q "Target:$BASE:open " <<<"$ls_other" || fail "open target missing: $ls_other"
 
 # ---- a refused initiator cannot log in ----
 timeout 20 iscsi-inq -i "$INI_OTHER" "$(url only)" >/dev/null 2>&1 && fail "refused initiator logged in"
@@ -93,28 +93,28 @@ out=$(timeout 60 qemu-io -f raw \
     -c "read -P 0xab 1024 1" -c "aio_write -P 0x11 1M 256k" -c "aio_write -P 0x22 2M 1M" \
     -c "aio_flush" -c "read -P 0x11 1M 256k" -c "read -P 0x22 2M 1M" \
     -c "write -z 4M 64k" -c "read -P 0 4M 64k" "$(url open)" 2>&1) || fail "qemu-io: $out"
-echo "$out" | grep -qi "pattern verification failed\|error" && fail "qemu-io: $out"
+grep -qi "pattern verification failed\|error" <<<"$out" && fail "qemu-io: $out"
 
 # ---- CRC32C digests (header and data) ----
 out=$(timeout 60 qemu-io --image-opts -c "write -P 0x5a 7M 300k" -c "read -P 0x5a 7M 300k" \
     "driver=iscsi,transport=tcp,portal=$P,target=$BASE:open,lun=0,header-digest=crc32c" 2>&1) ||
     fail "qemu-io with header digest: $out"
-echo "$out" | grep -qi "verification failed" && fail "header digest I/O: $out"
+grep -qi "verification failed" <<<"$out" && fail "header digest I/O: $out"
 grep -q "digests CRC32C" "$BLOCKD_LOG" || fail "no session negotiated CRC32C"
 
 # ---- a LUN with 4096-byte logical blocks ----
 rc16=$(timeout 20 iscsi-readcapacity16 "$(url bs4k)" 2>&1) || fail "readcapacity16: $rc16"
-echo "$rc16" | grep -q "RETURNED LOGICAL BLOCK ADDRESS:4095$" || fail "not a 4096-byte LUN: $rc16"
+grep -q "RETURNED LOGICAL BLOCK ADDRESS:4095$" <<<"$rc16" || fail "not a 4096-byte LUN: $rc16"
 out=$(timeout 60 qemu-io -f raw -c "write -P 0x77 8k 12k" -c "read -P 0x77 8k 12k" \
     -c "read -P 0x77 9k 1k" "$(url bs4k)" 2>&1) || fail "qemu-io on the 4k LUN: $out"
-echo "$out" | grep -qi "verification failed" && fail "4k LUN I/O: $out"
+grep -qi "verification failed" <<<"$out" && fail "4k LUN I/O: $out"
 
 # ---- discovery authentication ----
 blockctl call iscsi.auth.create \
     '{"tag":9,"user":"discuser","secret":"discsecret12","discovery_auth":"CHAP"}' >/dev/null
 timeout 20 iscsi-ls "iscsi://$P" >/dev/null 2>&1 && fail "discovery without CHAP still allowed"
 out=$(timeout 20 iscsi-ls "iscsi://discuser%discsecret12@$P" 2>&1) || fail "discovery with CHAP: $out"
-echo "$out" | grep -q "Target:$BASE:open " || fail "CHAP discovery lists nothing: $out"
+grep -q "Target:$BASE:open " <<<"$out" || fail "CHAP discovery lists nothing: $out"
 
 blockd_alive || fail "blockd died"
 blockd_stop

@@ -76,7 +76,7 @@ expect_error pool.dataset.delete '"demo/v1"' "e1"
 # the LUN is live: INQUIRY VPD 0x80 returns the extent's serial
 inq=$(timeout 20 iscsi-inq -i "$INI_OTHER" -e 1 -c 128 "iscsi://127.0.0.1:$ISCSI_PORT/$BASE:it-one/0" 2>&1) ||
     fail "iscsi-inq failed: $inq"
-echo "$inq" | grep -q BLOCKDSER1 || fail "VPD 0x80 does not show the serial: $inq"
+grep -q BLOCKDSER1 <<<"$inq" || fail "VPD 0x80 does not show the serial: $inq"
 
 # ---- initiator groups limit discovery ----
 blockctl call iscsi.target.create \

@@ -153,25 +153,25 @@ mkvol pboth "$t3"
 # SendTargets answers each target's portal addresses (and only the
 # targets on the portal asked)
 ls_a=$(discover "iscsi://127.0.0.1:$P")
-echo "$ls_a" | grep -q "Target:$BASE:pt-one Portal:127.0.0.1:$P,1" || fail "pt-one on A: $ls_a"
-echo "$ls_a" | grep -q "$BASE:pt-two" && fail "pt-two (portal B only) listed on A: $ls_a"
-echo "$ls_a" | grep -q "Target:$BASE:pt-both Portal:127.0.0.1:$P,1" || fail "pt-both on A: $ls_a"
-echo "$ls_a" | grep -q "Target:$BASE:pt-both Portal:127.0.0.2:$P,2" ||
+grep -q "Target:$BASE:pt-one Portal:127.0.0.1:$P,1" <<<"$ls_a" || fail "pt-one on A: $ls_a"
+grep -q "$BASE:pt-two" <<<"$ls_a" && fail "pt-two (portal B only) listed on A: $ls_a"
+grep -q "Target:$BASE:pt-both Portal:127.0.0.1:$P,1" <<<"$ls_a" || fail "pt-both on A: $ls_a"
+grep -q "Target:$BASE:pt-both Portal:127.0.0.2:$P,2" <<<"$ls_a" ||
     fail "pt-both's portal B address missing from SendTargets: $ls_a"
 ls_b=$(discover "iscsi://127.0.0.2:$P")
-echo "$ls_b" | grep -q "Target:$BASE:pt-two Portal:127.0.0.2:$P,2" || fail "pt-two on B: $ls_b"
-echo "$ls_b" | grep -q "$BASE:pt-one" && fail "pt-one (portal A only) listed on B: $ls_b"
+grep -q "Target:$BASE:pt-two Portal:127.0.0.2:$P,2" <<<"$ls_b" || fail "pt-two on B: $ls_b"
+grep -q "$BASE:pt-one" <<<"$ls_b" && fail "pt-one (portal A only) listed on B: $ls_b"
 
 # log in through portal B while the session on A does I/O
 q1 "read -P 0x11 0 1M"
 inq=$(timeout 60 iscsi-inq -i "$INI" "iscsi://127.0.0.2:$P/$BASE:pt-two/0" 2>&1) ||
     fail "iscsi-inq through portal B: $inq"
-echo "$inq" | grep -qi "blockd" || fail "iscsi-inq through portal B: $inq"
+grep -qi "blockd" <<<"$inq" || fail "iscsi-inq through portal B: $inq"
 printf 'portal-b' >"$TMP/pattern"
 qemu-img convert -n -O raw "$TMP/pattern" "iscsi://127.0.0.2:$P/$BASE:pt-two/0" ||
     fail "qemu-img could not write through portal B"
 info=$(qemu-img info "iscsi://127.0.0.2:$P/$BASE:pt-two/0" 2>&1) || fail "qemu-img info: $info"
-echo "$info" | grep -q "16 MiB" || fail "qemu-img info through portal B: $info"
+grep -q "16 MiB" <<<"$info" || fail "qemu-img info through portal B: $info"
 same_session "portal B created"
 
 # ---- delete portal B: refused there at once, A untouched ----
@@ -233,7 +233,7 @@ mkvol pwild "$tw"
 # 127.0.0.4 has no portal of its own: the wildcard one answers, naming the
 # address the initiator reached; 127.0.0.1 stays portal A's
 ls_w=$(discover "iscsi://127.0.0.4:$Q")
-echo "$ls_w" | grep -q "Target:$BASE:pt-wild Portal:127.0.0.4:$Q,$wtag" || fail "wildcard: $ls_w"
+grep -q "Target:$BASE:pt-wild Portal:127.0.0.4:$Q,$wtag" <<<"$ls_w" || fail "wildcard: $ls_w"
 discover "iscsi://127.0.0.1:$Q" | grep -q "pt-wild" && fail "127.0.0.1 served by the wildcard portal"
 if [ "$(conn ::1 "$Q")" != refused ] && [ "$(conn ::1 "$Q")" != open ]; then
     echo "no IPv6 loopback: IPv6 portal case skipped"
@@ -244,7 +244,7 @@ else
     tv=$(target pt-six "[{\"portal\":$V}]")
     mkvol psix "$tv"
     ls_v=$(discover "iscsi://[::1]:$Q")
-    echo "$ls_v" | grep -q "Target:$BASE:pt-six Portal:\[::1\]:$Q,$vtag" || fail "IPv6 portal: $ls_v"
+    grep -q "Target:$BASE:pt-six Portal:\[::1\]:$Q,$vtag" <<<"$ls_v" || fail "IPv6 portal: $ls_v"
     blockctl call iscsi.portal.delete "$V" >/dev/null
     [ "$(conn ::1 "$Q")" = refused ] || fail "[::1]:$Q still accepts after its portal was deleted"
 fi

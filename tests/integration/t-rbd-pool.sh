@@ -50,13 +50,13 @@ rbdc ls rbd --namespace blk | grep -qx 'a%v2' || fail "image a%v2 not in namespa
 # 2. refused, with the reason
 out=$(blockctl pool create bad --rbd rbd --ceph-conf /nonexistent/ceph.conf 2>&1) &&
     fail "a missing conf was accepted"
-echo "$out" | grep -q "cannot connect to the Ceph cluster" || fail "missing conf: $out"
+grep -q "cannot connect to the Ceph cluster" <<<"$out" || fail "missing conf: $out"
 out=$(blockctl pool create bad --rbd nosuchpool --ceph-conf "$CONF" 2>&1) &&
     fail "a missing Ceph pool was accepted"
-echo "$out" | grep -q "the Ceph pool nosuchpool does not exist" || fail "missing pool: $out"
+grep -q "the Ceph pool nosuchpool does not exist" <<<"$out" || fail "missing pool: $out"
 out=$(blockctl call pool.create "{\"name\":\"bad\",\"path\":\"$TMP/p\",\"rbd\":{\"pool\":\"rbd\"}}" 2>&1) &&
     fail "path and rbd together were accepted"
-echo "$out" | grep -q "either a directory" || fail "path+rbd: $out"
+grep -q "either a directory" <<<"$out" || fail "path+rbd: $out"
 [ "$(pool_field bad '')" = none ] || fail "a refused pool was recorded"
 
 # 3. the cluster lost while the daemon runs: UNAVAIL (requests time out
@@ -78,9 +78,9 @@ BLOCKD_RBD_OP_TIMEOUT=5 blockd_start
 st=$(pool_field rp '["status"]')
 [ "$st" = UNAVAIL ] || fail "rbd pool with the cluster down is $st"
 detail=$(pool_field rp '["status_detail"]')
-echo "$detail" | grep -qi "ceph cluster" || fail "UNAVAIL reason: $detail"
+grep -qi "ceph cluster" <<<"$detail" || fail "UNAVAIL reason: $detail"
 out=$(blockctl volume create rp/v3 --size 16M 2>&1) && fail "volume create on an UNAVAIL pool"
-echo "$out" | grep -q "pool rp is UNAVAIL" || fail "create on UNAVAIL pool: $out"
+grep -q "pool rp is UNAVAIL" <<<"$out" || fail "create on UNAVAIL pool: $out"
 blockctl volume create demo/f1 --size 16M >/dev/null || fail "file pool does not serve"
 [ "$(pool_field demo '["status"]')" = ONLINE ] || fail "file pool not ONLINE"
 
@@ -99,7 +99,7 @@ rbdc ls rbd | grep -qx v3 || fail "no image v3 after the cluster came back"
 # the dataset can still be deleted
 rbdc rm rbd/v3 >/dev/null 2>&1 || fail "rbd rm v3"
 out=$(blockctl volume snapshot rp/v3@s 2>&1) && fail "snapshot of a removed image succeeded"
-echo "$out" | grep -q "the RBD image v3 does not exist in rbd" || fail "removed image: $out"
+grep -q "the RBD image v3 does not exist in rbd" <<<"$out" || fail "removed image: $out"
 blockctl volume delete rp/v3 >/dev/null || fail "delete of a dataset whose image is gone"
 blockd_alive || fail "blockd died"
 blockd_stop

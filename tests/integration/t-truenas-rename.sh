@@ -317,7 +317,7 @@ print("OK incus tree")
 PY
 
 out=$(/usr/bin/python3 "$TMP/rename.py" 2>&1) || fail "rename/promote: $out"
-echo "$out" | grep -q "OK incus tree" || fail "script did not finish: $out"
+grep -q "OK incus tree" <<<"$out" || fail "script did not finish: $out"
 blockd_alive || fail "daemon died"
 
 # Everything survives a restart under the new names.

@@ -36,9 +36,9 @@ expect_rc 0 "volume list"
 # (No pipeline here: under pipefail a reader that stops early can fail it.)
 [[ ${OUT%%$'\n'*} =~ ^NAME\ +SIZE\ +USED\ +BLOCKSIZE\ +SYNC\ +READONLY ]] ||
     fail "volume list header: $OUT"
-echo "$OUT" | grep -Eq '^demo/vm1 +64\.0 MiB .* 16K +STANDARD +OFF +sparse' ||
+grep -Eq '^demo/vm1 +64\.0 MiB .* 16K +STANDARD +OFF +sparse' <<<"$OUT" ||
     fail "volume list row for demo/vm1: $OUT"
-echo "$OUT" | grep -Eq '^demo/thick1 +1\.0 MiB .* 4K +ALWAYS +ON +thick' ||
+grep -Eq '^demo/thick1 +1\.0 MiB .* 4K +ALWAYS +ON +thick' <<<"$OUT" ||
     fail "volume list row for demo/thick1: $OUT"
 
 run_rc blockctl --json volume list
@@ -54,7 +54,7 @@ VOLPATH=$(echo "$OUT" | json_get 'd["path"]')
 [ -f "$VOLPATH" ] || fail "volume file $VOLPATH missing"
 run_rc blockctl volume show demo/vm1
 expect_rc 0 "volume show (human)"
-echo "$OUT" | grep -Eq '^volsize +64\.0 MiB \(67108864 bytes\)' || fail "volume show: $OUT"
+grep -Eq '^volsize +64\.0 MiB \(67108864 bytes\)' <<<"$OUT" || fail "volume show: $OUT"
 
 # ---- resize ----
 run_rc blockctl volume resize demo/vm1 --size 128M
@@ -71,7 +71,7 @@ expect_rc 0 "volume snapshot"
 dd if=/dev/urandom of="$VOLPATH" bs=64K seek=3 count=16 conv=notrunc status=none
 run_rc blockctl snapshot list demo/vm1
 expect_rc 0 "snapshot list"
-echo "$OUT" | grep -Eq '^demo/vm1@s1 +demo/vm1' || fail "snapshot list: $OUT"
+grep -Eq '^demo/vm1@s1 +demo/vm1' <<<"$OUT" || fail "snapshot list: $OUT"
 
 run_rc blockctl volume clone demo/vm1@s1 demo/vm1c
 expect_rc 0 "volume clone"
@@ -89,7 +89,7 @@ cmp -s "$TMP/data1" "$TMP/rolled" || fail "rollback did not restore the snapshot
 # ---- refusals (exit 1, message on stderr) ----
 run_rc blockctl volume delete demo/vm1
 expect_rc 1 "delete a volume with snapshots"
-[ -n "$ERR" ] && echo "$ERR" | grep -q '^blockctl: ' || fail "no error message: '$ERR'"
+[ -n "$ERR" ] && grep -q '^blockctl: ' <<<"$ERR" || fail "no error message: '$ERR'"
 run_rc blockctl snapshot delete demo/vm1@s1
 expect_rc 1 "delete a snapshot with clones"
 
@@ -108,7 +108,7 @@ size=$(blockctl --json volume show demo/vm1 | json_get 'd["volsize"]["parsed"]')
 sync=$(blockctl --json volume show demo/thick1 | json_get 'd["sync"]["value"]')
 [ "$sync" = ALWAYS ] || fail "sync $sync after restart"
 run_rc blockctl snapshot list demo/vm1
-echo "$OUT" | grep -q 'demo/vm1@s1' || fail "snapshot lost on restart"
+grep -q 'demo/vm1@s1' <<<"$OUT" || fail "snapshot lost on restart"
 dd if="$VOLPATH" of="$TMP/after" bs=64K skip=3 count=16 status=none
 cmp -s "$TMP/data1" "$TMP/after" || fail "volume contents changed across restart"
 
@@ -116,16 +116,16 @@ cmp -s "$TMP/data1" "$TMP/after" || fail "volume contents changed across restart
 for bad in 'demo/../x' 'demo//x' '/abs' 'demo/x y' 'nopool/x' "demo/$(printf 'a%.0s' $(seq 300))"; do
     run_rc blockctl volume create "$bad" --size 1M
     expect_rc 1 "volume create '$bad'"
-    echo "$ERR" | grep -q 'pool.dataset.create.name' || fail "error for '$bad' names no field: $ERR"
+    grep -q 'pool.dataset.create.name' <<<"$ERR" || fail "error for '$bad' names no field: $ERR"
 done
 run_rc blockctl volume create demo/odd --size 1000
 expect_rc 1 "volsize not a multiple of the block size"
-echo "$ERR" | grep -q '^blockctl: pool.dataset.create.volsize: ' || fail "volsize error: $ERR"
+grep -q '^blockctl: pool.dataset.create.volsize: ' <<<"$ERR" || fail "volsize error: $ERR"
 run_rc blockctl volume create demo/bs --size 1M --blocksize 3K
 expect_rc 1 "bad blocksize"
 run_rc blockctl volume create demo/x --size 12Q
 expect_rc 2 "bad size suffix"
-echo "$ERR" | grep -q "invalid size '12Q'" || fail "size error: $ERR"
+grep -q "invalid size '12Q'" <<<"$ERR" || fail "size error: $ERR"
 run_rc blockctl volume create demo/x
 expect_rc 2 "missing --size"
 run_rc blockctl volume create demo/x --size 1M --sync sometimes
@@ -136,21 +136,21 @@ run_rc blockctl --bogus volume list
 expect_rc 2 "unknown global option"
 run_rc blockctl volume show demo/nope
 expect_rc 1 "show a missing volume"
-echo "$ERR" | grep -q 'demo/nope does not exist' || fail "missing volume error: $ERR"
+grep -q 'demo/nope does not exist' <<<"$ERR" || fail "missing volume error: $ERR"
 run_rc blockctl volume snapshot demo/vm1
 expect_rc 2 "snapshot name without @"
 run_rc blockctl call no.such.method
 expect_rc 1 "unknown method"
-echo "$ERR" | grep -q 'Method not found: no.such.method' || fail "unknown method error: $ERR"
+grep -q 'Method not found: no.such.method' <<<"$ERR" || fail "unknown method error: $ERR"
 run_rc blockctl call pool.dataset.create '{"name":"demo/y","type":"VOLUME","volsize":"1G"}'
 expect_rc 1 "volsize as a string"
-echo "$ERR" | grep -q 'pool.dataset.create.volsize' || fail "type error: $ERR"
+grep -q 'pool.dataset.create.volsize' <<<"$ERR" || fail "type error: $ERR"
 run_rc blockctl call pool.dataset.create '{"name":"demo/y","type":"VOLUME","volsize":1048576,"bogus":1}'
 expect_rc 1 "unknown key"
-echo "$ERR" | grep -q 'Extra inputs are not permitted' || fail "extra key error: $ERR"
+grep -q 'Extra inputs are not permitted' <<<"$ERR" || fail "extra key error: $ERR"
 run_rc blockctl call pool.dataset.query '[[["name","like","x"]]]'
 expect_rc 1 "bad filter"
-echo "$ERR" | grep -q 'Invalid operation: like' || fail "bad filter error: $ERR"
+grep -q 'Invalid operation: like' <<<"$ERR" || fail "bad filter error: $ERR"
 run_rc blockctl call core.ping '[not json'
 expect_rc 2 "call with bad JSON params"
 run_rc blockctl call pool.dataset.query '[[["name","=","demo/vm1"]],{"select":["name","volsize.parsed"]}]'
@@ -230,7 +230,7 @@ run_rc blockctl --json volume list
 run_rc blockctl pool create p2 --path "$TMP/p2dir"
 expect_rc 0 "pool create"
 run_rc blockctl pool list
-echo "$OUT" | grep -Eq "^p2 +$TMP/p2dir" || fail "pool list: $OUT"
+grep -Eq "^p2 +$TMP/p2dir" <<<"$OUT" || fail "pool list: $OUT"
 run_rc blockctl volume create p2/v --size 1M
 expect_rc 0 "volume in the new pool"
 run_rc blockctl pool create 'bad/name'

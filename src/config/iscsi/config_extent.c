@@ -13,7 +13,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "iscsi/config_crud.h"
+#include "config/iscsi/config_crud.h"
 #include "store/bdev.h"
 #include "store/names.h"
 #include "store/poolfs.h"
@@ -406,8 +406,10 @@ static int extent_create(struct api_call *call, json_t *params, json_t **result)
         rc = extent_prepare_file(call, data);
     if (rc == 0)
         rc = extent_store(call, data, 0, 0, &id);
-    if (rc == 0)
+    if (rc == 0) {
+        cfg_tx_changed(&w.tx, CFG_ISCSI_EXTENT, id, CFG_CREATED);
         *result = icfg_get_by_id(extent_row, EXTENT_BY_ID, id);
+    }
     /* Not mapped yet: nothing to publish (as TrueNAS: no reload on create). */
     json_decref(data);
     return icfg_write_end(&w, rc);
@@ -452,13 +454,10 @@ static int extent_update(struct api_call *call, json_t *params, json_t **result)
         if (rc == 0)
             rc = extent_store(call, merged, id, rebuild ? 1 : 0, &out);
         if (rc == 0) {
-            icfg_dirty_add_query(&w.dirty, TARGET_OF_EXTENT, id);
-            if (rebuild)
-                icfg_runtime_forget_extent(id);
-            else
-                icfg_runtime_extent_live(
-                    id, json_is_true(json_object_get(merged, "ro")),
-                    (uint64_t)json_integer_value(json_object_get(merged, "filesize")));
+            icfg_changed_targets(&w, TARGET_OF_EXTENT, id);
+            /* The publisher drops the LU of a rebuilt extent (its gen
+             * moved) and applies ro and size to the running one. */
+            cfg_tx_changed(&w.tx, CFG_ISCSI_EXTENT, id, CFG_UPDATED);
             *result = icfg_get_by_id(extent_row, EXTENT_BY_ID, id);
         }
     }
@@ -485,7 +484,7 @@ int icfg_extent_delete_row(struct icfg_write *w, int64_t extent_id, bool remove,
             rc = icfg_db_fail(w->call, err);
     }
     if (rc == 0) {
-        icfg_runtime_forget_extent(extent_id);
+        cfg_tx_changed(&w->tx, CFG_ISCSI_EXTENT, extent_id, CFG_DELETED);
         const char *path = json_string_value(json_object_get(row, "path"));
         /* The file goes once the deletion is committed (icfg_write_end). */
         if (remove && path &&

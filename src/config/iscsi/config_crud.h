@@ -9,7 +9,7 @@
 #ifndef BLOCKD_ISCSI_CONFIG_CRUD_H
 #define BLOCKD_ISCSI_CONFIG_CRUD_H
 
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 
 /*
  * The args of the iscsi.* methods (api/validate.h): the dispatcher checks

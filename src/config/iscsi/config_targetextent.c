@@ -6,8 +6,8 @@
 
 #include "config/db.h"
 #include "core/util.h"
-#include "iscsi/config_crud.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_crud.h"
+#include "config/iscsi/config_internal.h"
 
 #define TE_SELECT "SELECT id, target_id, extent_id, lunid FROM iscsi_targetextent"
 #define TE_BY_ID TE_SELECT " WHERE id = ?"
@@ -83,7 +83,7 @@ int icfg_targetextent_delete_where(struct icfg_write *w, const char *where_sql, 
     char sql[160];
     snprintf(sql, sizeof(sql), "SELECT DISTINCT target_id FROM iscsi_targetextent WHERE %s",
              where_sql);
-    int err = icfg_dirty_add_query(&w->dirty, sql, arg);
+    int err = icfg_changed_targets(w, sql, arg);
     snprintf(sql, sizeof(sql), "DELETE FROM iscsi_targetextent WHERE %s", where_sql);
     if (err == 0)
         err = icfg_run(sql, "i", arg);
@@ -105,7 +105,7 @@ static int te_write(struct api_call *call, json_t *data, int64_t id, json_t **re
                                                 "Target-extent mapping %lld does not exist",
                                                 (long long)id));
         /* the old target loses the LUN */
-        icfg_dirty_add(&w.dirty, json_integer_value(json_object_get(merged, "target")));
+        icfg_changed_target(&w, json_integer_value(json_object_get(merged, "target")));
         json_object_update(merged, data);
     } else {
         merged = json_deep_copy(data);
@@ -129,7 +129,7 @@ static int te_write(struct api_call *call, json_t *data, int64_t id, json_t **re
         } else {
             if (!id)
                 id = sqlite3_last_insert_rowid(db_handle());
-            icfg_dirty_add(&w.dirty, target);
+            icfg_changed_target(&w, target);
             *result = icfg_get_by_id(te_row, TE_BY_ID, id);
         }
     }

@@ -6,7 +6,7 @@
 
 #include "config/db.h"
 #include "core/util.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 #include "iscsi/iscsi_runtime.h"
 
 #define KEY_BASENAME "iscsi.global.basename"
@@ -127,14 +127,15 @@ static int global_update(struct api_call *call, json_t *params, json_t **result)
     char *old = icfg_global_basename();
     if (b && (!old || strcmp(old, json_string_value(b)) != 0)) {
         rc = db_setting_set(KEY_BASENAME, json_string_value(b));
-        w.dirty.all = true; /* every IQN changes */
+        /* every IQN changes */
+        cfg_tx_changed(&w.tx, CFG_ISCSI_GLOBAL, CFG_ISCSI_GLOBAL_BASENAME, CFG_UPDATED);
     }
     free(old);
     if (rc == 0 && port && json_integer_value(port) != icfg_global_listen_port()) {
         char buf[16];
         snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(port));
         rc = db_setting_set(KEY_PORT, buf);
-        w.dirty.portals = true;
+        cfg_tx_changed(&w.tx, CFG_ISCSI_GLOBAL, CFG_ISCSI_GLOBAL_LISTEN, CFG_UPDATED);
     }
     json_t *isns = json_object_get(data, "isns_servers");
     if (rc == 0 && isns) {

@@ -7,7 +7,7 @@
 
 #include "config/db.h"
 #include "core/util.h"
-#include "iscsi/config_crud.h"
+#include "config/iscsi/config_crud.h"
 #include "iscsi/iscsi_runtime.h"
 
 #define INITIATOR_SELECT "SELECT id, initiators, comment FROM iscsi_initiator"
@@ -104,7 +104,7 @@ static int initiator_update(struct api_call *call, json_t *params, json_t **resu
         int64_t out;
         rc = initiator_store(call, old, id, &out);
         if (rc == 0) {
-            icfg_dirty_add_query(&w.dirty,
+            icfg_changed_targets(&w,
                                  "SELECT DISTINCT target_id FROM iscsi_target_group WHERE "
                                  "initiator_id = ?",
                                  id);

@@ -12,7 +12,7 @@
 
 #include "config/db.h"
 #include "core/util.h"
-#include "iscsi/config_crud.h"
+#include "config/iscsi/config_crud.h"
 
 static json_t *portal_row(sqlite3_stmt *st)
 {
@@ -163,7 +163,7 @@ static int portal_create(struct api_call *call, json_t *params, json_t **result)
         if (err < 0)
             rc = icfg_db_fail(call, err);
         else {
-            w.dirty.portals = true;
+            cfg_tx_changed(&w.tx, CFG_ISCSI_PORTAL, id, CFG_CREATED);
             *result = icfg_get_by_id(portal_row, PORTAL_SELECT " WHERE id = ?", id);
         }
     }
@@ -196,7 +196,7 @@ static int portal_update(struct api_call *call, json_t *params, json_t **result)
                            json_string_value(json_object_get(merged, "comment")), id);
         if (err == 0 && json_object_get(data, "listen")) {
             err = portal_store_ips(id, json_object_get(merged, "listen"));
-            w.dirty.portals = true;
+            cfg_tx_changed(&w.tx, CFG_ISCSI_PORTAL, id, CFG_UPDATED);
         }
         if (err < 0)
             rc = icfg_db_fail(call, err);
@@ -233,8 +233,8 @@ static int portal_delete(struct api_call *call, json_t *params, json_t **result)
     if (err < 0)
         rc = icfg_db_fail(call, err);
     else {
-        w.dirty.all = true;
-        w.dirty.portals = true;
+        /* every target's portal group tags move: the publisher rebuilds all */
+        cfg_tx_changed(&w.tx, CFG_ISCSI_PORTAL, id, CFG_DELETED);
         *result = json_true();
     }
     return icfg_write_end(&w, rc);

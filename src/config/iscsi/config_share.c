@@ -2,12 +2,11 @@
  * share.iscsi.create / delete / query (see iscsi_share.h).
  *
  * create runs the ordinary iscsi.* methods (so every validation and id
- * allocation is theirs) inside one outer transaction: their own
- * transactions become savepoints, and they are called with defer=true so
- * that nothing reaches the running target before the outer commit; after
- * it, only this share's target is applied (unless the caller deferred).
+ * allocation is theirs) inside one outer transaction (config/cfgtx.h):
+ * their own transactions join it as savepoints and their changes are
+ * published only when it commits (or deferred, when the caller deferred).
  * A failure rolls everything back: no portal, group, target or extent is
- * left behind.
+ * left behind, and nothing was published.
  */
 #include "iscsi/iscsi_share.h"
 
@@ -25,7 +24,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 
 int iscsi_share_target_name(const char *prefix, const char *dataset, char *out, size_t len)
 {
@@ -192,6 +191,66 @@ static int share_groups(struct api_call *call, json_t *data, int64_t *portal, in
     return 0;
 }
 
+/* The target, extent and LUN mapping of a share, each created if missing
+ * (*created then), inside the caller's transaction. 0 or -1 (error set). */
+static int share_objects(struct api_call *call, const char *ds, const char *tname, const char *disk,
+                         bool ro, int64_t portal, int64_t initiator, int64_t *target,
+                         int64_t *extent, int64_t *te, bool *created)
+{
+    int rc = 0;
+    if (lookup(target, "SELECT id FROM iscsi_target WHERE name = ?", "t", tname, 0) < 0) {
+        *created = true;
+        rc = nested_create(call, "iscsi.target.create",
+                           json_pack("[{s:s, s:s, s:[{s:I, s:I}], s:b}]", "name", tname, "alias",
+                                     ds, "groups", "portal", (json_int_t)portal, "initiator",
+                                     (json_int_t)initiator, "defer", 1),
+                           target);
+    }
+    if (rc == 0 && lookup(extent, "SELECT id FROM iscsi_extent WHERE disk = ?", "t", disk, 0) < 0) {
+        *created = true;
+        rc = nested_create(call, "iscsi.extent.create",
+                           json_pack("[{s:s, s:s, s:s, s:b, s:b}]", "name", tname, "type", "DISK",
+                                     "disk", disk, "ro", ro, "defer", 1),
+                           extent);
+    }
+    if (rc == 0 && icfg_int(te,
+                            "SELECT id FROM iscsi_targetextent WHERE target_id = ? AND "
+                            "extent_id = ?",
+                            "ii", *target, *extent) < 0) {
+        *created = true;
+        rc = nested_create(call, "iscsi.targetextent.create",
+                           json_pack("[{s:I, s:I, s:i, s:b}]", "target", (json_int_t)*target,
+                                     "extent", (json_int_t)*extent, "lunid", 0, "defer", 1),
+                           te);
+    }
+    return rc;
+}
+
+/* Commit the share's transaction: its target (and whatever the nested
+ * calls changed) is published, or deferred with the caller's defer.
+ * 0 or -1 with the error set. */
+static int share_commit(struct icfg_write *w, bool defer, const char *ds, int64_t target)
+{
+    if (target)
+        icfg_changed_target(w, target);
+    w->tx.defer = defer;
+    if (cfg_tx_commit(&w->tx) == 0)
+        return 0;
+    if (!w->tx.committed)
+        return api_error(w->call, EIO, "cannot commit the share of %s", ds);
+    /* group commit: durable before the answer (config/db.h) */
+    return api_error(w->call, EIO, "the share of %s was committed but could not be made durable",
+                     ds);
+}
+
+/* Roll the share back: no portal, group, target or extent is left, and
+ * nothing was published. */
+static void share_abort(struct icfg_write *w)
+{
+    icfg_target_reset_hint(0);
+    cfg_tx_abort(&w->tx);
+}
+
 static int share_create(struct api_call *call, json_t *params, json_t **result)
 {
     json_t *data = api_param(params, 0); /* checked against create_fields by the dispatcher */
@@ -207,76 +266,25 @@ static int share_create(struct api_call *call, json_t *params, json_t **result)
         return api_invalid(call);
     }
 
-    db_lock();
-    if (db_begin() < 0) {
-        db_unlock();
-        return api_error(call, EIO, "cannot start a configuration transaction");
-    }
+    /* One transaction: the nested iscsi.* calls join it (config/cfgtx.h),
+     * and nothing is published before it commits. */
+    struct icfg_write w;
+    if (icfg_write_begin(&w, call) < 0)
+        return -1;
     int64_t portal = 0, initiator = 0, target = 0, extent = 0, te = 0;
     bool created = false;
     int rc = share_groups(call, data, &portal, &initiator);
-    if (rc == 0 &&
-        lookup(&target, "SELECT id FROM iscsi_target WHERE name = ?", "t", tname, 0) < 0) {
-        created = true;
-        rc = nested_create(call, "iscsi.target.create",
-                           json_pack("[{s:s, s:s, s:[{s:I, s:I}], s:b}]", "name", tname, "alias",
-                                     ds, "groups", "portal", (json_int_t)portal, "initiator",
-                                     (json_int_t)initiator, "defer", 1),
-                           &target);
-    }
-    if (rc == 0 &&
-        lookup(&extent, "SELECT id FROM iscsi_extent WHERE disk = ?", "t", disk, 0) < 0) {
-        created = true;
-        rc = nested_create(call, "iscsi.extent.create",
-                           json_pack("[{s:s, s:s, s:s, s:b, s:b}]", "name", tname, "type", "DISK",
-                                     "disk", disk, "ro", ro, "defer", 1),
-                           &extent);
-    }
-    if (rc == 0 && icfg_int(&te,
-                            "SELECT id FROM iscsi_targetextent WHERE target_id = ? AND "
-                            "extent_id = ?",
-                            "ii", target, extent) < 0) {
-        created = true;
-        rc = nested_create(call, "iscsi.targetextent.create",
-                           json_pack("[{s:I, s:I, s:i, s:b}]", "target", (json_int_t)target,
-                                     "extent", (json_int_t)extent, "lunid", 0, "defer", 1),
-                           &te);
-    }
+    if (rc == 0)
+        rc = share_objects(call, ds, tname, disk, ro, portal, initiator, &target, &extent, &te,
+                           &created);
     int64_t lun = 0;
     if (rc == 0)
         icfg_int(&lun, "SELECT lunid FROM iscsi_targetextent WHERE id = ?", "i", te);
     char *basename = rc == 0 ? icfg_global_basename() : NULL;
-    uint64_t seq = 0;
-    if (rc == 0 && db_commit_nosync(&seq) < 0)
-        rc = api_error(call, EIO, "cannot commit the share of %s", ds);
-    struct icfg_dirty d = {0};
-    if (target)
-        icfg_dirty_add(&d, target);
-    if (rc == 0) {
-        if (icfg_runtime_started()) {
-            if (defer)
-                icfg_runtime_defer(&d);
-            else
-                icfg_runtime_apply(&d);
-        }
-    } else {
-        db_rollback();
-        /* The nested calls put the target in the pending set; rebuilding
-         * it now (it is gone again) keeps the running view exact. A
-         * default portal the nested create made listened at once: the
-         * listeners follow the rolled-back table again (closed after the
-         * DB lock is released). */
-        d.portals = true;
-        if (icfg_runtime_started())
-            icfg_runtime_apply(&d);
-    }
-    db_unlock();
-    icfg_runtime_after_unlock();
-    icfg_dirty_free(&d);
-    /* group commit: durable before the answer (config/db.h) */
-    if (rc == 0 && db_sync(seq) < 0)
-        rc =
-            api_error(call, EIO, "the share of %s was committed but could not be made durable", ds);
+    if (rc == 0)
+        rc = share_commit(&w, defer, ds, target);
+    else
+        share_abort(&w);
     if (rc < 0) {
         free(basename);
         return -1;

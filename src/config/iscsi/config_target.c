@@ -8,7 +8,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "iscsi/config_crud.h"
+#include "config/iscsi/config_crud.h"
 #include "iscsi/iscsi_runtime.h"
 
 /* Every rel_tgt_id below this is in use (DB lock). Reset to 1 whenever a
@@ -357,7 +357,7 @@ static int target_create(struct api_call *call, json_t *params, json_t **result)
     else
         rc = target_store(call, data, 0, &id);
     if (rc == 0) {
-        icfg_dirty_add(&w.dirty, id);
+        cfg_tx_changed(&w.tx, CFG_ISCSI_TARGET, id, CFG_CREATED);
         *result = icfg_get_by_id(icfg_target_row, TARGET_BY_ID, id);
     }
     json_decref(data);
@@ -386,7 +386,7 @@ static int target_update(struct api_call *call, json_t *params, json_t **result)
             rc = target_store(call, merged, id, &out);
         }
         if (rc == 0) {
-            icfg_dirty_add(&w.dirty, id);
+            icfg_changed_target(&w, id);
             *result = icfg_get_by_id(icfg_target_row, TARGET_BY_ID, id);
         }
     }
@@ -464,7 +464,7 @@ static int target_delete(struct api_call *call, json_t *params, json_t **result)
             rc = icfg_db_fail(call, err);
     }
     if (rc == 0) {
-        icfg_dirty_add(&w.dirty, id);
+        cfg_tx_changed(&w.tx, CFG_ISCSI_TARGET, id, CFG_DELETED);
         *result = json_true();
     }
     return icfg_write_end(&w, rc);

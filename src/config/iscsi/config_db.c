@@ -10,55 +10,8 @@
 #include "api/jsonw.h"
 #include "config/db.h"
 #include "core/log.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 #include "store/poolfs.h"
-
-void icfg_dirty_add(struct icfg_dirty *d, int64_t target_id)
-{
-    for (size_t i = 0; i < d->n; i++)
-        if (d->ids[i] == target_id)
-            return;
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 8;
-        int64_t *ids = realloc(d->ids, cap * sizeof(*ids));
-        if (!ids) {
-            /* Out of memory: fall back to rebuilding everything. */
-            d->all = true;
-            return;
-        }
-        d->ids = ids;
-        d->cap = cap;
-    }
-    d->ids[d->n++] = target_id;
-}
-
-void icfg_dirty_merge(struct icfg_dirty *into, const struct icfg_dirty *from)
-{
-    for (size_t i = 0; i < from->n; i++)
-        icfg_dirty_add(into, from->ids[i]);
-    into->all |= from->all;
-    into->discovery |= from->discovery;
-    into->portals |= from->portals;
-}
-
-void icfg_dirty_free(struct icfg_dirty *d)
-{
-    free(d->ids);
-    memset(d, 0, sizeof(*d));
-}
-
-int icfg_dirty_add_query(struct icfg_dirty *d, const char *sql, int64_t arg)
-{
-    sqlite3_stmt *st;
-    int rc = icfg_prepare(sql, &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, arg);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        icfg_dirty_add(d, sqlite3_column_int64(st, 0));
-    icfg_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -EIO;
-}
 
 int icfg_prepare(const char *sql, sqlite3_stmt **st)
 {
@@ -320,55 +273,70 @@ int icfg_write_begin(struct icfg_write *w, struct api_call *call)
 {
     memset(w, 0, sizeof(*w));
     w->call = call;
-    db_lock();
-    if (db_begin() < 0) {
-        db_unlock();
+    if (cfg_tx_begin(&w->tx) < 0)
         return api_error(call, EIO, "cannot start a configuration transaction");
-    }
-    w->began = true;
     return 0;
 }
 
-int icfg_write_end(struct icfg_write *w, int rc)
+void icfg_changed_target(struct icfg_write *w, int64_t target_id)
 {
-    uint64_t seq = 0;
-    if (rc == 0) {
-        /* Committed without waiting for the disk: the fdatasync happens
-         * after the DB lock is released (db_sync below), shared with the
-         * writers that commit meanwhile, and before the caller answers. */
-        if (db_commit_nosync(&seq) < 0) {
-            db_rollback();
-            icfg_target_reset_hint(0);
-            rc = api_error(w->call, EIO, "cannot commit the configuration transaction");
-        } else if (icfg_runtime_started()) {
-            if (w->defer)
-                icfg_runtime_defer(&w->dirty);
-            else
-                icfg_runtime_apply(&w->dirty);
-        }
-    } else {
-        db_rollback();
-        icfg_target_reset_hint(0); /* an allocated rel_tgt_id may be free again */
-    }
-    db_unlock();
-    icfg_runtime_after_unlock();
-    icfg_dirty_free(&w->dirty);
-    if (rc == 0 && db_sync(seq) < 0)
-        rc = api_error(w->call, EIO,
-                       "the configuration change was committed but could not be made durable "
-                       "(fdatasync failed)");
+    cfg_tx_changed(&w->tx, CFG_ISCSI_TARGET, target_id, CFG_UPDATED);
+}
+
+int icfg_changed_targets(struct icfg_write *w, const char *sql, int64_t arg)
+{
+    sqlite3_stmt *st;
+    int rc = icfg_prepare(sql, &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, arg);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        icfg_changed_target(w, sqlite3_column_int64(st, 0));
+    icfg_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -EIO;
+}
+
+/* Remove the files of deleted FILE extents once their deletion is durable
+ * (a rolled-back or nested delete keeps its file). */
+static void unlink_committed(struct icfg_write *w, bool durable)
+{
     size_t i;
     json_t *path;
     json_array_foreach(w->unlink_after, i, path)
     {
-        /* durably committed only: a rolled-back delete keeps its file */
-        int urc = rc == 0 ? poolfs_unlink(json_string_value(path)) : 0;
+        int urc = durable ? poolfs_unlink(json_string_value(path)) : 0;
         if (urc < 0 && urc != -ENOENT)
             log_warn("iscsi config: cannot remove extent file %s: %s", json_string_value(path),
                      strerror(-urc));
     }
     json_decref(w->unlink_after);
     w->unlink_after = NULL;
+}
+
+int icfg_write_end(struct icfg_write *w, int rc)
+{
+    bool outermost = w->tx.outer == NULL;
+    if (rc == 0) {
+        /* Committed without waiting for the disk: the fdatasync happens
+         * after the DB lock is released, shared with the writers that
+         * commit meanwhile, and before the caller answers (cfgtx.h). */
+        w->tx.defer = w->defer;
+        int c = cfg_tx_commit(&w->tx);
+        if (c < 0 && !w->tx.committed) {
+            db_lock();
+            icfg_target_reset_hint(0); /* an allocated rel_tgt_id may be free again */
+            db_unlock();
+            rc = api_error(w->call, EIO, "cannot commit the configuration transaction");
+        } else if (c < 0) {
+            rc = api_error(w->call, EIO,
+                           "the configuration change was committed but could not be made durable "
+                           "(fdatasync failed)");
+        }
+    } else {
+        icfg_target_reset_hint(0); /* an allocated rel_tgt_id may be free again */
+        cfg_tx_abort(&w->tx);
+    }
+    unlink_committed(w, rc == 0 && outermost);
     return rc;
 }
 

@@ -8,7 +8,7 @@
 #include "config/datasets.h"
 #include "config/db.h"
 #include "core/log.h"
-#include "iscsi/config_internal.h"
+#include "config/iscsi/config_internal.h"
 #include "iscsi/iscsi_config.h"
 #include "iscsi/iscsi_runtime.h"
 
@@ -199,59 +199,15 @@ static int dataset_renamed(const char *old_name, const char *new_name, bool subt
                     "ttt", pool, so, sn);
 }
 
-/*
- * A dataset was deleted after all (pool.dataset.delete with force skips the
- * in-use check): its extents, their mappings and the targets left without
- * a LUN by that go too, as TrueNAS' attachment delegate does, so no extent
- * points at a volume that no longer exists. Sessions of removed targets are
- * closed; other affected targets get REPORTED LUNS DATA HAS CHANGED.
- */
-static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
+/* The extents on a deleted dataset: DISK extents on it (or a child or
+ * snapshot), and FILE extents whose file was inside its directory. A new
+ * array in *out (caller frees). DB locked. 0 or -errno. */
+static int deleted_extents(const char *name, int64_t **out, size_t *n)
 {
-    if (ev == DATASETS_POOL_ONLINE) {
-        /* Rebuild every target: an extent whose volume could not be opened
-         * has no LU yet and gets one now (its target's sessions see
-         * REPORTED LUNS DATA HAS CHANGED); unchanged LUs are reused. */
-        struct icfg_dirty all = {.all = true};
-        db_lock();
-        int rc = icfg_runtime_started() ? icfg_runtime_apply(&all) : 0;
-        db_unlock();
-        icfg_runtime_after_unlock();
-        if (rc < 0)
-            log_error("iscsi config: cannot republish the targets after pool %s came online: %s",
-                      name, strerror(-rc));
-        return;
-    }
-    if (ev == DATASETS_ROLLED_BACK) {
-        /* The sessions stay; each nexus learns on its next command that the
-         * medium changed (a size change adds CAPACITY DATA HAS CHANGED by
-         * itself). */
-        db_lock();
-        size_t n = icfg_runtime_volume_ua(v, SCSI_UA_MEDIUM_CHANGED);
-        db_unlock();
-        icfg_runtime_after_unlock();
-        if (n)
-            log_info("iscsi config: %s rolled back: MEDIUM MAY HAVE CHANGED raised on %zu LU(s)",
-                     name, n);
-        return;
-    }
-    if (ev != DATASETS_DELETED)
-        return;
     char disk[600], child[600], snap[600];
     snprintf(disk, sizeof(disk), "zvol/%s", name);
     snprintf(child, sizeof(child), "zvol/%s/", name);
     snprintf(snap, sizeof(snap), "zvol/%s@", name);
-    struct icfg_dirty dirty = {0};
-    int64_t *extents = NULL;
-    size_t n = 0;
-    db_lock();
-    if (db_begin() < 0) {
-        db_unlock();
-        log_error("iscsi config: cannot remove the extents of deleted dataset %s", name);
-        return;
-    }
-    /* DISK extents on the dataset (or a child / snapshot), and FILE
-     * extents whose file was inside its directory. */
     const char *slash = strchr(name, '/');
     char pool[256], rest[600];
     snprintf(pool, sizeof(pool), "%.*s", slash ? (int)(slash - name) : (int)strlen(name), name);
@@ -263,61 +219,101 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
         "SELECT e.id FROM iscsi_extent e JOIN pools p ON p.name = ?4 WHERE e.type = 'FILE' "
         "AND instr(?1, '@') = 0 AND substr(e.path, 1, length(p.path || ?5)) = p.path || ?5",
         &st);
-    if (rc == 0) {
-        sqlite3_bind_text(st, 1, disk, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, child, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, snap, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 4, pool, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 5, rest, -1, SQLITE_STATIC);
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            int64_t *e = realloc(extents, (n + 1) * sizeof(*e));
-            if (!e) {
-                rc = -ENOMEM;
-                break;
-            }
-            extents = e;
-            extents[n++] = sqlite3_column_int64(st, 0);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, disk, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, child, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, snap, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, pool, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, rest, -1, SQLITE_STATIC);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int64_t *e = realloc(*out, (*n + 1) * sizeof(*e));
+        if (!e) {
+            rc = -ENOMEM;
+            break;
         }
-        icfg_finalize(st);
+        *out = e;
+        (*out)[(*n)++] = sqlite3_column_int64(st, 0);
     }
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        rc = icfg_dirty_add_query(
-            &dirty, "SELECT target_id FROM iscsi_targetextent WHERE extent_id = ?", extents[i]);
-        if (rc == 0)
-            rc = icfg_run("DELETE FROM iscsi_targetextent WHERE extent_id = ?", "i", extents[i]);
-        if (rc == 0)
-            rc = icfg_run("DELETE FROM iscsi_extent WHERE id = ?", "i", extents[i]);
-    }
-    /* targets this left without any LUN */
-    for (size_t i = 0; rc == 0 && i < dirty.n; i++) {
-        int64_t left;
-        if (icfg_int(&left, "SELECT COUNT(*) FROM iscsi_targetextent WHERE target_id = ?", "i",
-                     dirty.ids[i]) == 0 &&
-            left == 0) {
-            int64_t rel;
-            if (icfg_int(&rel, "SELECT rel_tgt_id FROM iscsi_target WHERE id = ?", "i",
-                         dirty.ids[i]) == 0)
-                icfg_target_reset_hint(rel);
-            rc = icfg_run("DELETE FROM iscsi_target_group WHERE target_id = ?", "i", dirty.ids[i]);
-            if (rc == 0)
-                rc = icfg_run("DELETE FROM iscsi_target WHERE id = ?", "i", dirty.ids[i]);
-        }
-    }
-    if (rc == 0 && db_commit() == 0) {
-        for (size_t i = 0; i < n; i++)
-            icfg_runtime_forget_extent(extents[i]);
-        if (n)
-            log_info("iscsi config: dataset %s deleted: removed %zu extent(s)", name, n);
-        if (icfg_runtime_started())
-            icfg_runtime_apply(&dirty);
-    } else {
-        db_rollback();
-        icfg_target_reset_hint(0);
+    icfg_finalize(st);
+    return rc;
+}
+
+/* Delete an extent and its mappings, recording the extent and the targets
+ * it was mapped to as changed. DB locked, in tx. 0 or -errno. */
+static int delete_extent(struct cfg_tx *tx, int64_t extent_id)
+{
+    sqlite3_stmt *st;
+    int rc = icfg_prepare("SELECT target_id FROM iscsi_targetextent WHERE extent_id = ?", &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, extent_id);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        cfg_tx_changed(tx, CFG_ISCSI_TARGET, sqlite3_column_int64(st, 0), CFG_UPDATED);
+    icfg_finalize(st);
+    rc = rc == SQLITE_DONE ? 0 : -EIO;
+    if (rc == 0)
+        rc = icfg_run("DELETE FROM iscsi_targetextent WHERE extent_id = ?", "i", extent_id);
+    if (rc == 0)
+        rc = icfg_run("DELETE FROM iscsi_extent WHERE id = ?", "i", extent_id);
+    if (rc == 0)
+        cfg_tx_changed(tx, CFG_ISCSI_EXTENT, extent_id, CFG_DELETED);
+    return rc;
+}
+
+/* Delete target id if no LUN is left on it. DB locked. 0 or -errno. */
+static int delete_target_if_empty(int64_t id)
+{
+    int64_t left, rel;
+    if (icfg_int(&left, "SELECT COUNT(*) FROM iscsi_targetextent WHERE target_id = ?", "i", id) <
+            0 ||
+        left != 0)
+        return 0;
+    if (icfg_int(&rel, "SELECT rel_tgt_id FROM iscsi_target WHERE id = ?", "i", id) == 0)
+        icfg_target_reset_hint(rel);
+    int rc = icfg_run("DELETE FROM iscsi_target_group WHERE target_id = ?", "i", id);
+    if (rc == 0)
+        rc = icfg_run("DELETE FROM iscsi_target WHERE id = ?", "i", id);
+    return rc;
+}
+
+/*
+ * A dataset was deleted after all (pool.dataset.delete with force skips the
+ * in-use check): its extents, their mappings and the targets left without
+ * a LUN by that go too, as TrueNAS' attachment delegate does, so no extent
+ * points at a volume that no longer exists. Sessions of removed targets are
+ * closed; other affected targets get REPORTED LUNS DATA HAS CHANGED.
+ */
+static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
+{
+    /* POOL_ONLINE and ROLLED_BACK concern the running targets: the
+     * runtime observes them (config_runtime.c). */
+    if (ev != DATASETS_DELETED)
+        return;
+    struct cfg_tx tx;
+    if (cfg_tx_begin(&tx) < 0) {
         log_error("iscsi config: cannot remove the extents of deleted dataset %s", name);
+        return;
     }
-    db_unlock();
-    icfg_runtime_after_unlock();
-    icfg_dirty_free(&dirty);
+    int64_t *extents = NULL;
+    size_t n = 0;
+    int rc = deleted_extents(name, &extents, &n);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = delete_extent(&tx, extents[i]);
+    /* targets this left without any LUN */
+    for (size_t i = 0; rc == 0 && i < tx.n; i++)
+        if (tx.v[i].kind == CFG_ISCSI_TARGET)
+            rc = delete_target_if_empty(tx.v[i].id);
+    if (rc == 0) {
+        rc = cfg_tx_commit(&tx);
+    } else {
+        icfg_target_reset_hint(0);
+        cfg_tx_abort(&tx);
+    }
+    if (rc == 0 && n)
+        log_info("iscsi config: dataset %s deleted: removed %zu extent(s)", name, n);
+    else if (rc < 0)
+        log_error("iscsi config: cannot remove the extents of deleted dataset %s", name);
     free(extents);
 }
 
@@ -336,4 +332,6 @@ void iscsi_config_init(void)
     static const struct datasets_rename_hook rename_hook = {.update = dataset_renamed};
     datasets_register_rename(&rename_hook);
     datasets_observe(dataset_observer, NULL);
+    /* the runtime side: publishes what every committed change did */
+    icfg_runtime_init();
 }

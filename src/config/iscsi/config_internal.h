@@ -1,16 +1,19 @@
 /*
  * Private to the iSCSI configuration (src/iscsi/config_*.c): the SQLite
- * helpers, the "dirty set" a write transaction fills, and the runtime
- * builder it feeds after commit.
+ * helpers, the write transaction, and the runtime publisher's interface.
  *
- * Every API write follows one shape (config_write_begin/…_end):
- *   db_lock → BEGIN IMMEDIATE → validate against the DB, write rows,
- *   allocate ids, mark affected targets dirty → COMMIT →
- *   apply the dirty targets (rebuild + publish their views) unless the
- *   call was deferred, in which case they join the pending set that
- *   iscsi_config_reload() applies → db_unlock.
+ * Every API write follows one shape (icfg_write_begin/…_end, on the one
+ * transaction path config/cfgtx.h):
+ *   cfg_tx_begin (db_lock, BEGIN IMMEDIATE) → validate against the DB,
+ *   write rows, allocate ids, record the changed objects (the targets
+ *   whose published view changes: icfg_changed_target[s]) → COMMIT →
+ *   the iSCSI publisher (config_runtime.c, registered at start) rebuilds
+ *   and publishes the changed targets' views, or, when the call was
+ *   deferred, adds them to the pending set iscsi_config_reload() applies
+ *   → db_unlock → the publisher's after-unlock work → fdatasync.
  * Publication happens under the DB lock, so views are published in commit
- * order.
+ * order. The configuration code never calls the runtime: it only records
+ * what changed.
  */
 #ifndef BLOCKD_ISCSI_CONFIG_INTERNAL_H
 #define BLOCKD_ISCSI_CONFIG_INTERNAL_H
@@ -21,6 +24,7 @@
 #include <stdint.h>
 
 #include "api/api.h"
+#include "config/cfgtx.h"
 #include "config/db.h"
 #include "api/validate.h"
 #include "scsi/scsi.h"
@@ -32,7 +36,8 @@
 #define ICFG_TARGET_NAME_MAX 120
 #define ICFG_EXTENT_NAME_MAX 64
 
-/* Targets whose runtime view must be rebuilt after commit. */
+/* Targets whose runtime view must be rebuilt (the runtime's set, built
+ * from a transaction's changes by its publisher). */
 struct icfg_dirty {
     int64_t *ids;
     size_t n, cap;
@@ -44,8 +49,6 @@ struct icfg_dirty {
 void icfg_dirty_add(struct icfg_dirty *d, int64_t target_id);
 void icfg_dirty_merge(struct icfg_dirty *into, const struct icfg_dirty *from);
 void icfg_dirty_free(struct icfg_dirty *d);
-/* Mark every target that references portal/initiator id or auth tag. */
-int icfg_dirty_add_query(struct icfg_dirty *d, const char *sql, int64_t arg);
 
 /* ---- SQL helpers (caller holds db_lock) ----
  * Bind types: 'i' int64, 't' text (NULL → SQL NULL), 'n' NULL, 'b' bool(int). */
@@ -70,16 +73,21 @@ json_t *icfg_rows(icfg_row_fn fn, const char *sql, const char *types, ...);
 /* ---- write transactions ---- */
 struct icfg_write {
     struct api_call *call;
-    struct icfg_dirty dirty;
-    bool defer;
-    bool began;
+    struct cfg_tx tx;
+    bool defer;           /* publish at service.reload (TrueNAS "defer") */
     json_t *unlink_after; /* files to remove once committed (array or NULL) */
 };
-/* db_lock + BEGIN. Returns 0, or -1 with an error set on call. */
+/* cfg_tx_begin (joins the thread's open transaction, if any). Returns 0,
+ * or -1 with an error set on call. */
 int icfg_write_begin(struct icfg_write *w, struct api_call *call);
-/* rc == 0: COMMIT, then apply/defer; else ROLLBACK. Always unlocks.
- * Returns rc (or -1 if the commit failed, with an error set). */
+/* rc == 0: cfg_tx_commit (publishes, or defers); else roll back. Always
+ * ends the transaction. Returns rc (or -1 if the commit failed, with an
+ * error set). */
 int icfg_write_end(struct icfg_write *w, int rc);
+/* Record that target id's published view changes (CFG_ISCSI_TARGET). */
+void icfg_changed_target(struct icfg_write *w, int64_t target_id);
+/* icfg_changed_target for each id sql (one int64 parameter) returns. 0 or -EIO. */
+int icfg_changed_targets(struct icfg_write *w, const char *sql, int64_t arg);
 /* Translate an -errno from a DB step into a call error; returns -1. */
 int icfg_db_fail(struct api_call *call, int err);
 
@@ -177,20 +185,70 @@ extern const size_t icfg_extent_methods_count;
 extern const struct api_method icfg_targetextent_methods[];
 extern const size_t icfg_targetextent_methods_count;
 
+/* ---- reads for the runtime (config_read.c): the rows the publisher
+ * builds target views, LUs and listeners from, as structs. DB locked. ---- */
+struct icfg_target_rec {
+    char *name, *alias;
+    json_t *auth_networks; /* array of CIDR strings */
+    uint16_t rel_tgt_id;
+};
+/* Target id: 0, -ENOENT or -errno; clear with icfg_target_rec_clear. */
+int icfg_read_target(int64_t id, struct icfg_target_rec *out);
+void icfg_target_rec_clear(struct icfg_target_rec *r);
+struct icfg_group_rec {
+    uint16_t portal_tag;
+    json_t *initiators; /* array of names; empty: everyone */
+    char authmethod[16];
+    int64_t auth_tag;
+};
+/* A target's portal groups in order: 0 or -errno; free with icfg_groups_free. */
+int icfg_read_groups(int64_t target_id, struct icfg_group_rec **out, size_t *n);
+void icfg_groups_free(struct icfg_group_rec *g, size_t n);
+struct icfg_cred_rec {
+    char *user, *secret, *peeruser, *peersecret; /* secrets sealed (config/pwenc.h) */
+    bool mutual;
+    int64_t id;
+};
+/* The credentials of auth tag (or, discovery, of every discovery auth):
+ * 0 or -errno; free (zeroes the secrets) with icfg_creds_free. */
+int icfg_read_creds(int64_t tag, bool discovery, struct icfg_cred_rec **out, size_t *n);
+void icfg_creds_free(struct icfg_cred_rec *c, size_t n);
+struct icfg_lun_rec {
+    uint64_t lun;
+    int64_t extent_id;
+};
+/* A target's LUNs on enabled extents, by LUN: 0 or -errno (free()). */
+int icfg_read_luns(int64_t target_id, struct icfg_lun_rec **out, size_t *n);
+/* The internal extent row (icfg_extent_row_internal) or NULL. */
+json_t *icfg_read_extent(int64_t extent_id);
+/* An extent's gen, ro and filesize: 0, -ENOENT or -EIO. */
+int icfg_read_extent_state(int64_t extent_id, int64_t *gen, bool *ro, uint64_t *size);
+/* Add every target id to d. 0 or -EIO. */
+int icfg_read_target_ids(struct icfg_dirty *d);
+struct icfg_portal_ip_rec {
+    char ip[46];  /* INET6_ADDRSTRLEN */
+    uint16_t tag; /* 0 with distinct */
+};
+/* Every portal address with its tag (by tag), or distinct: each address
+ * once. 0 or -errno (free()). */
+int icfg_read_portal_ips(bool distinct, struct icfg_portal_ip_rec **out, size_t *n);
+/* An extent's saved persistent reservations (a malloc'd copy, NULL if
+ * none): 0 or -errno. */
+int icfg_read_pr(int64_t extent_id, void **blob, size_t *len);
+/* Save them in one transaction (no change recorded). Takes the DB lock:
+ * any thread. 0 or -errno (logged). */
+int icfg_write_pr(int64_t extent_id, const void *blob, size_t len);
+
 /* ---- runtime (config_runtime.c) ---- */
 /* Rebuild and publish the views of the dirty targets (DB locked by caller). */
 int icfg_runtime_apply(const struct icfg_dirty *d);
-/* Add d to the pending (deferred) set. */
-void icfg_runtime_defer(const struct icfg_dirty *d);
-/* Drop the cached LU of an extent (changed or deleted). DB locked. */
-void icfg_runtime_forget_extent(int64_t extent_id);
-/* Apply ro and a grown FILE size (0: unchanged) to an extent's running LU,
- * after the DB lock is released. DB locked. */
-void icfg_runtime_extent_live(int64_t extent_id, bool ro, uint64_t size);
-/* Queue ua for every running LU over vol (the volume of a rolled-back
- * dataset), raised by icfg_runtime_after_unlock(). DB locked. Returns how
- * many LUs. */
-size_t icfg_runtime_volume_ua(const struct volume *vol, enum scsi_ua ua);
+/* The publisher on the transaction path (config/cfgtx.h), registered by
+ * iscsi_config_init: turns a committed change into the dirty set and
+ * applies or defers it; the after hook is icfg_runtime_after_unlock. */
+void icfg_runtime_publish(const struct cfg_changes *changes, void *arg);
+/* Register the publisher and the runtime's dataset observer (rollbacks,
+ * pools coming online). Once, at startup (iscsi_config_init). */
+void icfg_runtime_init(void);
 
 /* ---- portal listeners (config_listen.c) ---- */
 /* Compute the wanted listeners (every portal IP, and the --iscsi-listen

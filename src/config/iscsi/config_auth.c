@@ -16,7 +16,7 @@
 #include "config/pwenc.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "iscsi/config_crud.h"
+#include "config/iscsi/config_crud.h"
 #include "iscsi/iscsi_config.h"
 
 #define AUTH_SELECT                                                                                \
@@ -172,9 +172,8 @@ static int auth_create(struct api_call *call, json_t *params, json_t **result)
     else
         rc = auth_store(call, data, 0, &id);
     if (rc == 0) {
-        icfg_dirty_add_query(&w.dirty, TARGETS_BY_TAG,
-                             json_integer_value(json_object_get(data, "tag")));
-        w.dirty.discovery = true;
+        icfg_changed_targets(&w, TARGETS_BY_TAG, json_integer_value(json_object_get(data, "tag")));
+        cfg_tx_changed(&w.tx, CFG_ISCSI_AUTH, id, CFG_CREATED);
         *result = icfg_get_by_id(auth_row, AUTH_SELECT " WHERE id = ?", id);
     }
     json_decref(data);
@@ -217,9 +216,9 @@ static int auth_update(struct api_call *call, json_t *params, json_t **result)
         rc = auth_store(call, merged, id, &out);
     }
     if (rc == 0) {
-        icfg_dirty_add_query(&w.dirty, TARGETS_BY_TAG, old_tag);
-        icfg_dirty_add_query(&w.dirty, TARGETS_BY_TAG, new_tag);
-        w.dirty.discovery = true;
+        icfg_changed_targets(&w, TARGETS_BY_TAG, old_tag);
+        icfg_changed_targets(&w, TARGETS_BY_TAG, new_tag);
+        cfg_tx_changed(&w.tx, CFG_ISCSI_AUTH, id, CFG_UPDATED);
         *result = icfg_get_by_id(auth_row, AUTH_SELECT " WHERE id = ?", id);
     }
     json_decref(merged);
@@ -252,8 +251,8 @@ static int auth_delete(struct api_call *call, json_t *params, json_t **result)
     if (err < 0)
         rc = icfg_db_fail(call, err);
     else {
-        icfg_dirty_add_query(&w.dirty, TARGETS_BY_TAG, tag);
-        w.dirty.discovery = true;
+        icfg_changed_targets(&w, TARGETS_BY_TAG, tag);
+        cfg_tx_changed(&w.tx, CFG_ISCSI_AUTH, id, CFG_DELETED);
         *result = json_true();
     }
     return icfg_write_end(&w, rc);
@@ -342,16 +341,19 @@ int iscsi_config_seal_secrets(void)
          * the checkpoint then copies the new pages over the old ones in
          * the DB file and truncates the WAL, which held older copies. */
         bool began = false;
+        struct cfg_tx tx;
         rc = db_exec("PRAGMA secure_delete=ON");
-        if (rc == 0 && (rc = db_begin()) == 0)
+        if (rc == 0 && (rc = cfg_tx_begin(&tx)) == 0)
             began = true;
-        for (size_t i = 0; rc == 0 && i < n; i++)
+        for (size_t i = 0; rc == 0 && i < n; i++) {
             rc = icfg_run("UPDATE iscsi_auth SET secret = ?, peersecret = ? WHERE id = ?", "tti",
                           rows[i].secret, rows[i].peersecret, rows[i].id);
+            cfg_tx_changed(&tx, CFG_ISCSI_AUTH, rows[i].id, CFG_UPDATED);
+        }
         if (began && rc == 0)
-            rc = db_commit();
+            rc = cfg_tx_commit(&tx);
         else if (began)
-            db_rollback();
+            cfg_tx_abort(&tx);
         if (rc == 0 && db_exec("PRAGMA wal_checkpoint(TRUNCATE)") < 0)
             log_warn("iscsi config: the WAL could not be truncated after sealing CHAP secrets");
         db_exec("PRAGMA secure_delete=OFF");

@@ -1,6 +1,6 @@
 /* The parameter, transaction and query steps the iscsi.<object>.* handlers
  * share (see config_crud.h). */
-#include "iscsi/config_crud.h"
+#include "config/iscsi/config_crud.h"
 
 #include "config/db.h"
 

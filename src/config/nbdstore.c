@@ -1,0 +1,259 @@
+/* The stored NBD configuration: SQL of nbd_export and "nbd.global" (nbdstore.h). */
+#include "config/nbdstore.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/cfgtx.h"
+#include "config/db.h"
+
+static const char nbd_schema[] = "CREATE TABLE IF NOT EXISTS nbd_export ("
+                                 " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                                 " name TEXT NOT NULL UNIQUE,"
+                                 " dataset TEXT,"
+                                 " path TEXT,"
+                                 " readonly INTEGER NOT NULL DEFAULT 0,"
+                                 " description TEXT NOT NULL DEFAULT '',"
+                                 " multi_conn INTEGER NOT NULL DEFAULT 1,"
+                                 " tls TEXT NOT NULL DEFAULT 'allow',"
+                                 " enabled INTEGER NOT NULL DEFAULT 1);";
+
+#define EXPORT_SELECT                                                                              \
+    "SELECT id, name, dataset, path, readonly, description, multi_conn, tls, enabled FROM "        \
+    "nbd_export"
+
+void nbdstore_init(void)
+{
+    db_register_schema(nbd_schema);
+}
+
+void nbd_export_row_clear(struct nbd_export_row *r)
+{
+    free(r->name);
+    free(r->dataset);
+    free(r->path);
+    free(r->description);
+    free(r->tls);
+    memset(r, 0, sizeof(*r));
+}
+
+void nbd_export_rows_free(struct nbd_export_row *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        nbd_export_row_clear(&rows[i]);
+    free(rows);
+}
+
+static char *col_dup(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    return t ? strdup((const char *)t) : NULL;
+}
+
+/* The row at st (EXPORT_SELECT's columns). 0 or -ENOMEM. */
+static int row_decode(sqlite3_stmt *st, struct nbd_export_row *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->id = sqlite3_column_int64(st, 0);
+    r->name = col_dup(st, 1);
+    r->dataset = col_dup(st, 2);
+    r->path = col_dup(st, 3);
+    r->readonly = sqlite3_column_int(st, 4);
+    r->description = col_dup(st, 5);
+    r->multi_conn = sqlite3_column_int(st, 6);
+    r->tls = col_dup(st, 7);
+    r->enabled = sqlite3_column_int(st, 8);
+    if (!r->description)
+        r->description = strdup("");
+    if (!r->tls)
+        r->tls = strdup("allow");
+    return r->name && r->description && r->tls ? 0 : -ENOMEM;
+}
+
+/* Rows of sql (no parameters, or one id): a new array. 0 or -errno. */
+static int rows_select(const char *sql, int64_t id, struct nbd_export_row **out, size_t *count)
+{
+    sqlite3_stmt *st;
+    struct nbd_export_row *rows = NULL;
+    size_t n = 0;
+    *out = NULL;
+    *count = 0;
+    db_lock();
+    int rc = db_stmt(sql, &st);
+    if (rc < 0) {
+        db_unlock();
+        return -EIO;
+    }
+    if (id)
+        sqlite3_bind_int64(st, 1, id);
+    int s;
+    while (rc == 0 && (s = sqlite3_step(st)) == SQLITE_ROW) {
+        struct nbd_export_row *nr = realloc(rows, (n + 1) * sizeof(*rows));
+        if (!nr) {
+            rc = -ENOMEM;
+            break;
+        }
+        rows = nr;
+        rc = row_decode(st, &rows[n++]);
+    }
+    if (rc == 0 && s != SQLITE_DONE)
+        rc = -EIO;
+    db_stmt_done(st);
+    db_unlock();
+    if (rc < 0) {
+        nbd_export_rows_free(rows, n);
+        return rc;
+    }
+    *out = rows;
+    *count = n;
+    return 0;
+}
+
+int nbd_export_rows_load(struct nbd_export_row **out, size_t *n)
+{
+    return rows_select(EXPORT_SELECT " ORDER BY id", 0, out, n);
+}
+
+int nbd_export_row_get(int64_t id, struct nbd_export_row *out)
+{
+    struct nbd_export_row *rows;
+    size_t n;
+    int rc = rows_select(EXPORT_SELECT " WHERE id = ?", id ? id : -1, &rows, &n);
+    if (rc < 0)
+        return rc;
+    if (n == 0) {
+        free(rows);
+        return -ENOENT;
+    }
+    *out = rows[0];
+    free(rows);
+    return 0;
+}
+
+static void bind_text_or_null(sqlite3_stmt *st, int i, const char *s)
+{
+    if (s)
+        sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+/* The INSERT or UPDATE of r. In a transaction. 0 or -errno. */
+static int row_write(const struct nbd_export_row *r, int64_t *id_out)
+{
+    sqlite3_stmt *st;
+    const char *sql = r->id ? "UPDATE nbd_export SET name=?1, dataset=?2, path=?3, readonly=?4,"
+                              " description=?5, multi_conn=?6, tls=?7, enabled=?8 WHERE id=?9"
+                            : "INSERT INTO nbd_export (name, dataset, path, readonly, description,"
+                              " multi_conn, tls, enabled) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)";
+    if (db_stmt(sql, &st) < 0)
+        return -EIO;
+    sqlite3_bind_text(st, 1, r->name, -1, SQLITE_TRANSIENT);
+    bind_text_or_null(st, 2, r->dataset);
+    bind_text_or_null(st, 3, r->path);
+    sqlite3_bind_int(st, 4, r->readonly);
+    sqlite3_bind_text(st, 5, r->description ? r->description : "", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 6, r->multi_conn);
+    sqlite3_bind_text(st, 7, r->tls ? r->tls : "allow", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 8, r->enabled);
+    if (r->id)
+        sqlite3_bind_int64(st, 9, r->id);
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -db_errno();
+    *id_out = r->id ? r->id : sqlite3_last_insert_rowid(db_handle());
+    db_stmt_done(st);
+    return rc;
+}
+
+int nbd_export_row_store(const struct nbd_export_row *r, int64_t *id_out)
+{
+    struct cfg_tx tx;
+    int64_t id = 0;
+    if (cfg_tx_begin(&tx) < 0)
+        return -EIO;
+    int rc = row_write(r, &id);
+    if (rc < 0) {
+        cfg_tx_abort(&tx);
+        return rc;
+    }
+    cfg_tx_changed(&tx, CFG_NBD_EXPORT, id, r->id ? CFG_UPDATED : CFG_CREATED);
+    rc = cfg_tx_commit(&tx);
+    if (rc == 0 && id_out)
+        *id_out = id;
+    return rc;
+}
+
+int nbd_export_row_delete(int64_t id)
+{
+    struct cfg_tx tx;
+    sqlite3_stmt *st;
+    if (cfg_tx_begin(&tx) < 0)
+        return -EIO;
+    int rc = db_stmt("DELETE FROM nbd_export WHERE id = ?", &st);
+    if (rc == 0) {
+        sqlite3_bind_int64(st, 1, id);
+        rc = db_step_done(st);
+        db_stmt_done(st);
+    }
+    if (rc < 0) {
+        cfg_tx_abort(&tx);
+        return rc;
+    }
+    cfg_tx_changed(&tx, CFG_NBD_EXPORT, id, CFG_DELETED);
+    return cfg_tx_commit(&tx);
+}
+
+/* Run a rename UPDATE with text parameters a, b (and c if not NULL);
+ * records the change when a row moved. 0 or -errno. */
+static int rename_run(const char *sql, const char *a, const char *b, const char *c)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt(sql, &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, a, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, b, -1, SQLITE_STATIC);
+    if (c)
+        sqlite3_bind_text(st, 3, c, -1, SQLITE_STATIC);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    struct cfg_tx *tx = cfg_tx_current();
+    if (rc == 0 && tx && sqlite3_changes(db_handle()) > 0)
+        cfg_tx_changed(tx, CFG_NBD_EXPORT, CFG_ID_ALL, CFG_UPDATED);
+    return rc;
+}
+
+int nbd_export_rows_rename(const char *old_name, const char *new_name, bool subtree)
+{
+    int rc = rename_run(subtree ? "UPDATE nbd_export SET dataset = ?2 || substr(dataset, "
+                                  "length(?1) + 1) WHERE dataset = ?1 OR substr(dataset, 1, "
+                                  "length(?1) + 1) IN (?1 || '/', ?1 || '@')"
+                                : "UPDATE nbd_export SET dataset = ?2 WHERE dataset = ?1",
+                        old_name, new_name, NULL);
+    /* path exports of files inside a renamed filesystem's directory (a
+     * rename never leaves its pool) */
+    const char *so = strchr(old_name, '/'), *sn = strchr(new_name, '/');
+    if (rc < 0 || !subtree || !so || !sn)
+        return rc;
+    char pool[256];
+    snprintf(pool, sizeof(pool), "%.*s", (int)(so - old_name), old_name);
+    return rename_run("UPDATE nbd_export SET path = (SELECT p.path FROM pools p WHERE p.name = ?1) "
+                      "|| ?3 || substr(path, length((SELECT p.path FROM pools p WHERE p.name = ?1) "
+                      "|| ?2) + 1) WHERE substr(path, 1, length((SELECT p.path FROM pools p WHERE "
+                      "p.name = ?1) || ?2 || '/')) = (SELECT p.path FROM pools p WHERE p.name = "
+                      "?1) || ?2 || '/'",
+                      pool, so, sn);
+}
+
+int nbd_global_load(char **text)
+{
+    *text = NULL;
+    int rc = db_setting_get("nbd.global", text);
+    return rc == -ENOENT ? 0 : rc;
+}
+
+int nbd_global_store(const char *text)
+{
+    return cfg_setting_put("nbd.global", text, CFG_NBD_GLOBAL, 0);
+}

@@ -1,0 +1,51 @@
+/*
+ * The stored NBD configuration (table nbd_export, setting "nbd.global"):
+ * the SQL of the NBD exports behind functions that take and return a
+ * struct, on the one transaction path (config/cfgtx.h). The API layer
+ * (nbd/nbd_config.c) decodes JSON into struct nbd_export_row and encodes
+ * rows back; the NBD server's publisher rebuilds its export table when a
+ * CFG_NBD_EXPORT change commits. Any thread; each call takes the DB lock.
+ */
+#ifndef BLOCKD_CONFIG_NBDSTORE_H
+#define BLOCKD_CONFIG_NBDSTORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One export as stored. Strings are owned (nbd_export_row_clear frees
+ * them); dataset XOR path is set; tls is "off", "allow" or "require". */
+struct nbd_export_row {
+    int64_t id;
+    char *name, *dataset, *path, *description, *tls;
+    bool readonly, multi_conn, enabled;
+};
+
+/* Register the nbd_export table (before db_open). */
+void nbdstore_init(void);
+void nbd_export_row_clear(struct nbd_export_row *r);
+void nbd_export_rows_free(struct nbd_export_row *rows, size_t n);
+/* Every export, ordered by id: a new array in *out. 0 or -EIO/-ENOMEM. */
+int nbd_export_rows_load(struct nbd_export_row **out, size_t *n);
+/* Export id into *out (cleared by the caller). 0, -ENOENT or -errno. */
+int nbd_export_row_get(int64_t id, struct nbd_export_row *out);
+/* Store r in one transaction: r->id 0 inserts (the new id in *id_out),
+ * otherwise updates. Publishes CFG_NBD_EXPORT on commit. 0, -EEXIST (the
+ * name is taken) or -errno. */
+int nbd_export_row_store(const struct nbd_export_row *r, int64_t *id_out);
+/* Delete export id in one transaction (CFG_NBD_EXPORT deleted). 0 or -errno. */
+int nbd_export_row_delete(int64_t id);
+/*
+ * Inside a dataset rename's transaction: exports of old_name (with
+ * subtree, of its children and snapshots, and path exports of files in
+ * its directory) follow to new_name; records CFG_NBD_EXPORT (all) in the
+ * thread's transaction when a row moved. DB locked. 0 or -errno.
+ */
+int nbd_export_rows_rename(const char *old_name, const char *new_name, bool subtree);
+/* The stored "nbd.global" settings text (NULL if never stored; caller
+ * frees). 0 or -errno. */
+int nbd_global_load(char **text);
+/* Store the settings text in one transaction (CFG_NBD_GLOBAL). 0 or -errno. */
+int nbd_global_store(const char *text);
+
+#endif
