@@ -3,7 +3,12 @@
 # Ceph cluster (scripts/ceph-cluster.sh: one monitor, one memstore OSD on the
 # same 2 CPUs), in one run:
 #   direct   librbd itself (fio --ioengine=rbd): the limit a gateway is
-#            measured against
+#            measured against, configured as blockd configures librbd:
+#            rbd_cache off (a client cache would absorb writes a gateway
+#            must send to the OSDs), and for write+flush one image handle
+#            with 8 writes in flight (one fio job, iodepth 8, a flush after
+#            each write) like blockd's one handle for all its clients, not
+#            8 handles bouncing the exclusive lock
 #   iSCSI    blockd on an RBD pool vs tgtd with bs_rbd (tgt-rbd), driven by
 #            bench/iscsi_load (libiscsi, one session) and bench/iscsi_flush
 #   NBD      blockd on an RBD pool vs qemu-nbd on rbd:, driven by fio's nbd
@@ -62,6 +67,11 @@ HZ=$(getconf CLK_TCK)
 echo "starting a Ceph cluster ..." >&2
 CEPH_MEM_BYTES=$(((SIZE_MB * 3 + 2048) << 20)) "$root/scripts/ceph-cluster.sh" start "$TMP/ceph" >&2
 export CEPH_CONF=$TMP/ceph/ceph.conf
+# The direct runs read this copy (CEPH_CONF): librbd's cache off, as in
+# blockd (src/store/rbd_cluster.c). qemu-nbd turns it off with
+# --cache=none; tgtd's bs_rbd runs librbd's default (on, writethrough until
+# the first flush) as it is deployed.
+sed 's/^\[global\]$/[global]\nrbd cache = false/' "$CEPH_CONF" >"$TMP/ceph/direct.conf"
 
 # --- blockd makes the volume (so it is named as blockd names its images) ---
 STATE=$TMP/state
@@ -135,7 +145,7 @@ fio_run() { # engine-args rw bs qd [extra]
     # shellcheck disable=SC2086
     fio --name=b $eng --rw="$rw" --bs="$bs" --iodepth="$qd" --size="${SIZE_MB}M" \
         --time_based --runtime="$RUNTIME" --randrepeat=1 --norandommap $extra \
-        --output-format=json 2>/dev/null | python3 -c '
+        --output-format=json 2>>"$TMP/fio.err" | python3 -c '
 import json, sys
 out = sys.stdin.read()
 # the fio nbd engine prints "fio: connected to NBD server" before the JSON
@@ -152,7 +162,13 @@ run_case() { # server case
     local s=$1 c=$2 rw bs qd
     read -r rw bs qd <<<"$(case_params "$c")"
     case $s in
-    direct) fio_run "${ENG_DIRECT/IMAGE/$IMAGE}" "$rw" "$bs" "$qd" "$(flush_extra "$c")" ;;
+    direct)
+        if [ "$c" = 4k-write+flush-8w ]; then # one handle, 8 writes in flight
+            CEPH_CONF=$TMP/ceph/direct.conf fio_run "${ENG_DIRECT/IMAGE/$IMAGE}" "$rw" "$bs" 8 --fsync=1
+        else
+            CEPH_CONF=$TMP/ceph/direct.conf fio_run "${ENG_DIRECT/IMAGE/$IMAGE}" "$rw" "$bs" "$qd"
+        fi
+        ;;
     blockd-nbd | qemu-nbd) fio_run "$ENG_NBD" "$rw" "$bs" "$qd" "$(flush_extra "$c")" ;;
     blockd-iscsi | tgtd)
         local url=${ISCSI_URL[${s%-iscsi}]}
@@ -193,8 +209,12 @@ for rep in $(seq 1 "$REP"); do
         for c in "${CASES[@]}"; do
             t0=0
             [ -n "$SERVER_PID" ] && t0=$(cpu_ticks "$SERVER_PID")
+            : >"$TMP/fio.err"
             r=$(run_case "$s" "$c") || r=""
-            [ -n "$r" ] || r="0 0"
+            if [ -z "$r" ]; then
+                r="0 0"
+                echo "bench/rbd.sh: $s $c failed: $(tail -3 "$TMP/fio.err")" >&2
+            fi
             cpu=0
             [ -n "$SERVER_PID" ] && cpu=$(($(cpu_ticks "$SERVER_PID") - t0))
             echo "$c $s $r $cpu" | tee -a "$RESULTS" >&2

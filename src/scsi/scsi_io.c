@@ -585,6 +585,29 @@ static bool caw_compare(struct scsi_cmd *c)
     return true;
 }
 
+/* The backend's own compare-and-write (an RBD LU: one atomic RADOS
+ * operation, so atomic across gateways too) finished. */
+static bool caw_atomic_done(struct scsi_cmd *c)
+{
+    struct scsi_lu *lu = c->lu;
+    struct vreq *r = &c->priv.vreq;
+    size_t len = (size_t)c->priv.nblocks << lu->block_shift;
+
+    if (r->result == -EILSEQ) {
+        scsi_fail_miscompare(c, (uint32_t)r->miscompare);
+        return fail(c);
+    }
+    if (r->result != -ENOTSUP)
+        return write_done(c);
+    /* Not atomic in the backend for this range (an RBD object boundary):
+     * read, compare and write under our exclusive range lock. */
+    if (!get_tmp(c, len))
+        return false;
+    scsi_vreq_prep(c, VREQ_READ, 0, c->priv.lba << lu->block_shift, len, c->priv.tmp);
+    c->priv.next = caw_compare;
+    return true;
+}
+
 void scsi_run_caw(struct scsi_cmd *c)
 {
     struct scsi_lu *lu = c->lu;
@@ -615,6 +638,12 @@ void scsi_run_caw(struct scsi_cmd *c)
         return;
     c->priv.lba = lba;
     c->priv.nblocks = n;
+    if (volume_caps(lu->vol) & BDEV_CAN_COMPARE_WRITE) {
+        scsi_vreq_prep(c, VREQ_COMPARE_WRITE, fua_flag(c), lba << lu->block_shift, len,
+                       (void *)c->data_out);
+        scsi_io_submit(c, caw_atomic_done);
+        return;
+    }
     if (!get_tmp(c, len))
         return;
     scsi_vreq_prep(c, VREQ_READ, 0, lba << lu->block_shift, len, c->priv.tmp);

@@ -92,6 +92,13 @@ void scsi_fail_errno(struct scsi_cmd *c, int err, bool write)
         else
             scsi_sense_fill(c, SK_MEDIUM_ERROR, 0x11, 0x00); /* UNRECOVERED READ ERROR */
         break;
+    case -ETIMEDOUT:
+        /* The backend's service (a Ceph cluster) did not answer in time:
+         * LOGICAL UNIT IS IN PROCESS OF BECOMING READY, which initiators
+         * retry after a delay (Linux, ESXi), unlike MEDIUM or HARDWARE
+         * ERROR, which fail the I/O up to the filesystem. */
+        scsi_sense_fill(c, SK_NOT_READY, 0x04, 0x01);
+        break;
     case -ENOMEM:
     case -EAGAIN:
     case -EBUSY:

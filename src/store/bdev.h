@@ -27,6 +27,16 @@ enum bdev_cap {
     BDEV_CAN_CACHE = 1u << 6,      /* cache() prefetches */
     BDEV_TRIM_ZEROES = 1u << 7,    /* trimmed ranges read back as zeros (LBPRZ) */
     BDEV_ROTATIONAL = 1u << 8,
+    /* A failed sync() loses no write that completed: the backend keeps no
+     * volatile cache of its own (RBD with rbd_cache off), so the error
+     * (typically -ETIMEDOUT: the cluster did not answer) goes to the
+     * flushes that sync covered and the next sync tries again. Without
+     * it the first sync error is sticky (a failed fdatasync may have
+     * dropped dirty pages). */
+    BDEV_SYNC_RETRIABLE = 1u << 9,
+    /* submit() takes BDEV_IO_COMPARE_WRITE: an atomic compare-and-write
+     * done by the backend itself (for every client of a shared device). */
+    BDEV_CAN_COMPARE_WRITE = 1u << 10,
 };
 
 enum bdev_zero_flags {
@@ -50,6 +60,13 @@ enum bdev_io_op {
     BDEV_IO_FLUSH,
     BDEV_IO_TRIM,
     BDEV_IO_WRITE_ZEROES,
+    /* Atomically (for every client of the device): compare [offset,
+     * offset+length) with buf's first length bytes; equal: write buf's
+     * next length bytes there; else -EILSEQ, nothing written, the byte
+     * offset of the first difference (from offset) in miscompare. Only
+     * with BDEV_CAN_COMPARE_WRITE; -ENOTSUP when the backend cannot do it
+     * for this range (the caller may then fall back to its own locking). */
+    BDEV_IO_COMPARE_WRITE,
 };
 
 /*
@@ -59,10 +76,12 @@ enum bdev_io_op {
  */
 struct bdev_io {
     enum bdev_io_op op;
-    unsigned flags;  /* WRITE_ZEROES: enum bdev_zero_flags */
-    uint64_t offset; /* range-checked by the submitter */
-    uint64_t length; /* > 0 for every op but FLUSH (0 there) */
-    void *buf;       /* READ: destination; WRITE: source (length bytes) */
+    unsigned flags;      /* WRITE_ZEROES: enum bdev_zero_flags */
+    uint64_t offset;     /* range-checked by the submitter */
+    uint64_t length;     /* > 0 for every op but FLUSH (0 there) */
+    void *buf;           /* READ: destination; WRITE: source (length bytes);
+                          * COMPARE_WRITE: compare data then write data (2 x length) */
+    uint64_t miscompare; /* COMPARE_WRITE -EILSEQ: first differing byte */
     /* done() runs on this reactor's thread; NULL: on whatever thread the
      * backend completes on (its own, or a reactor): done() must not block,
      * and must not close the bdev there. */
@@ -76,7 +95,10 @@ struct bdev_io {
 
 struct bdev_ops {
     const char *name;
-    /* All return 0 or -errno; len/off are already range-checked by volume. */
+    /* All return 0 or -errno; len/off are already range-checked by volume.
+     * -ETIMEDOUT: a remote backend's service did not answer in time (the
+     * request may or may not have been applied); retriable, and front-ends
+     * say so (SCSI NOT READY, NBD EIO). */
     int (*read)(struct bdev *b, void *buf, size_t len, uint64_t off);
     /* Like read but return -EAGAIN instead of blocking (page-cache miss).
      * NULL: read never blocks (memory) — may be called inline. */

@@ -49,6 +49,18 @@ rados_ioctx_t bdev_rbd_ioctx(struct bdev *b)
     return bdev_is_rbd(b) ? to_rbd(b)->ioctx : NULL;
 }
 
+int bdev_rbd_errno(ssize_t rc)
+{
+    switch (rc) {
+    case -ETIMEDOUT:
+    case -ENOTCONN:
+    case -ECONNRESET:
+        return -ETIMEDOUT;
+    default:
+        return rc < 0 ? (int)rc : 0;
+    }
+}
+
 /* librbd's byte counts are ssize_t; volume never passes more than SIZE_MAX,
  * but a single call must also fit in ssize_t. Longer ranges are split. */
 #define RBD_CHUNK ((uint64_t)1 << 30)
@@ -60,7 +72,7 @@ static int rbd_read_sync(struct bdev *b, void *buf, size_t len, uint64_t off)
         size_t n = len > RBD_CHUNK ? (size_t)RBD_CHUNK : len;
         ssize_t rc = rbd_read(to_rbd(b)->image, off, n, p);
         if (rc < 0)
-            return (int)rc;
+            return bdev_rbd_errno(rc);
         if ((size_t)rc < n) /* past the end of a shrunk image: reads as zeros */
             memset(p + rc, 0, n - (size_t)rc);
         p += n;
@@ -77,7 +89,7 @@ static int rbd_write_sync(struct bdev *b, const void *buf, size_t len, uint64_t 
         size_t n = len > RBD_CHUNK ? (size_t)RBD_CHUNK : len;
         ssize_t rc = rbd_write(to_rbd(b)->image, off, n, p);
         if (rc < 0)
-            return (int)rc;
+            return bdev_rbd_errno(rc);
         if ((size_t)rc != n)
             return -EIO;
         p += n;
@@ -89,7 +101,7 @@ static int rbd_write_sync(struct bdev *b, const void *buf, size_t len, uint64_t 
 
 static int rbd_sync_sync(struct bdev *b)
 {
-    return rbd_flush(to_rbd(b)->image);
+    return bdev_rbd_errno(rbd_flush(to_rbd(b)->image));
 }
 
 static int rbd_trim_sync(struct bdev *b, uint64_t off, uint64_t len)
@@ -98,7 +110,7 @@ static int rbd_trim_sync(struct bdev *b, uint64_t off, uint64_t len)
         uint64_t n = len > RBD_CHUNK ? RBD_CHUNK : len;
         int rc = rbd_discard(to_rbd(b)->image, off, n);
         if (rc < 0)
-            return rc;
+            return bdev_rbd_errno(rc);
         off += n;
         len -= n;
     }
@@ -122,7 +134,7 @@ static int rbd_write_zeroes_sync(struct bdev *b, uint64_t off, uint64_t len, uns
         ssize_t rc =
             rbd_write_zeroes(to_rbd(b)->image, off, (size_t)n, bdev_rbd_zero_flags(flags), 0);
         if (rc < 0)
-            return (int)rc;
+            return bdev_rbd_errno(rc);
         off += n;
         len -= n;
     }
@@ -193,7 +205,7 @@ static int rbd_extents_sync(struct bdev *b, uint64_t off, uint64_t len, struct e
      * a clone's data inherited from its parent is data. */
     int rc = rbd_diff_iterate2(to_rbd(b)->image, NULL, off, len, 1, 0, extents_cb, &x);
     if (rc < 0 && !(rc == -ECANCELED && x.full))
-        return rc;
+        return bdev_rbd_errno(rc);
     if (!x.full)
         extents_add(&x, x.cursor, x.end - x.cursor, EXTENT_HOLE);
     *n = x.n;
@@ -235,14 +247,27 @@ static const struct bdev_ops rbd_ops = {
 };
 
 /* An image may override the client's settings in its metadata
- * ("conf_<option>"): true when it makes discards skip partial objects. */
-static bool image_skips_partial_discard(rbd_image_t image)
+ * ("conf_<option>"): true when it sets the boolean option to true. */
+static bool image_sets(rbd_image_t image, const char *key)
 {
     char val[16];
     size_t len = sizeof(val);
 
-    if (rbd_metadata_get(image, "conf_rbd_skip_partial_discard", val, &len) < 0)
+    if (rbd_metadata_get(image, key, val, &len) < 0)
         return false;
+    return strcmp(val, "true") == 0 || strcmp(val, "1") == 0;
+}
+
+/* Whether librbd caches writes for this image: the connection turns
+ * rbd_cache off (rbd_cluster.c) unless the image's metadata turns it on. */
+static bool image_caches_writes(struct rbd_cluster *c, rbd_image_t image)
+{
+    char val[16];
+
+    if (image_sets(image, "conf_rbd_cache"))
+        return true;
+    if (rados_conf_get(rbd_cluster_rados(c), "rbd_cache", val, sizeof(val)) < 0)
+        return true; /* unknown: assume the worst */
     return strcmp(val, "true") == 0 || strcmp(val, "1") == 0;
 }
 
@@ -277,6 +302,8 @@ int bdev_rbd_open(struct rbd_cluster *c, const char *pool, const char *ns, const
     rc = bdev_rbd_aio_init(r);
     if (rc < 0)
         goto fail_image;
+    snprintf(r->name, sizeof(r->name), "%s/%s%s%s%s%s", pool, ns && ns[0] ? ns : "",
+             ns && ns[0] ? "/" : "", image, snap ? "@" : "", snap ? snap : "");
     rbd_cluster_ref(c);
     r->cluster = c;
     r->base.ops = &rbd_ops;
@@ -289,10 +316,17 @@ int bdev_rbd_open(struct rbd_cluster *c, const char *pool, const char *ns, const
      * object up. */
     r->base.caps =
         BDEV_CAN_FLUSH | BDEV_CAN_TRIM | BDEV_CAN_ZERO | BDEV_CAN_EXTENTS | BDEV_CAN_MULTI_CONN;
-    if (!image_skips_partial_discard(r->image))
+    if (!image_sets(r->image, "conf_rbd_skip_partial_discard"))
         r->base.caps |= BDEV_TRIM_ZEROES;
-    snprintf(r->name, sizeof(r->name), "%s/%s%s%s%s%s", pool, ns && ns[0] ? ns : "",
-             ns && ns[0] ? "/" : "", image, snap ? "@" : "", snap ? snap : "");
+    if (!readonly && rbd_get_stripe_unit(r->image, &r->caw_unit) == 0 && r->caw_unit)
+        r->base.caps |= BDEV_CAN_COMPARE_WRITE;
+    /* A completed write is on the OSDs: a failed flush loses none. */
+    if (!image_caches_writes(c, r->image))
+        r->base.caps |= BDEV_SYNC_RETRIABLE;
+    else
+        log_warn("rbd: %s: rbd_cache is on for this image: a failed flush fails every later "
+                 "one until it is reopened",
+                 r->name);
     *out = &r->base;
     return 0;
 fail_image:

@@ -46,7 +46,13 @@ static void io_finish(struct bdev_io *io, ssize_t rc)
         /* Past the end of an image shrunk behind our back: zeros, like a
          * short file read. */
         memset((char *)io->buf + rc, 0, (size_t)(io->length - (uint64_t)rc));
-    io->result = rc < 0 ? (int)rc : 0;
+    io->result = bdev_rbd_errno(rc);
+    if (io->op == BDEV_IO_COMPARE_WRITE) {
+        if (rc == -EILSEQ && io->miscompare >= io->offset)
+            io->miscompare -= io->offset; /* librbd: an image offset */
+        else if (rc == -EINVAL)
+            io->result = -ENOTSUP; /* a range librbd cannot do atomically */
+    }
     if (io->owner && io->owner != reactor_self()) {
         io->msg.fn = io_msg_done;
         reactor_post(io->owner, &io->msg);
@@ -238,6 +244,20 @@ int bdev_rbd_submit(struct bdev *b, struct bdev_io *io)
         }
         rc = rbd_aio_write_zeroes(r->image, io->offset, (size_t)io->length, c,
                                   bdev_rbd_zero_flags(io->flags), 0);
+        break;
+    case BDEV_IO_COMPARE_WRITE:
+        /* One RADOS object's compare-extent + write: atomic on the OSD,
+         * so for every gateway and client of the image. Ranges across an
+         * object boundary cannot be (librbd refuses them). */
+        if (!r->caw_unit ||
+            io->offset / r->caw_unit != (io->offset + io->length - 1) / r->caw_unit) {
+            rc = -ENOTSUP;
+            break;
+        }
+        io->miscompare = 0;
+        rc = (int)rbd_aio_compare_and_write(r->image, io->offset, (size_t)io->length, io->buf,
+                                            (const char *)io->buf + io->length, c, &io->miscompare,
+                                            0);
         break;
     default:
         rc = -EINVAL;

@@ -29,8 +29,17 @@ struct bdev_rbd {
     rados_ioctx_t ioctx;
     rbd_image_t image;
     char name[256]; /* pool/[ns/]image[@snap], for logs */
+    /* Compare-and-write is atomic only within one RADOS object: the
+     * image's stripe unit (its object size unless fancy striping). */
+    uint64_t caw_unit;
 };
 
+/* librbd's result as the bdev contract's errno (bdev.h): the ways librbd
+ * says the cluster did not answer (the op timeouts rbd_cluster.c sets
+ * return -ETIMEDOUT; a dropped session -ENOTCONN/-ECONNRESET) all become
+ * -ETIMEDOUT, which front-ends answer with a retriable error. Other
+ * results pass through. The one place this mapping is made. */
+int bdev_rbd_errno(ssize_t rc);
 /* rbd_write_zeroes flags for enum bdev_zero_flags. */
 int bdev_rbd_zero_flags(unsigned flags);
 /* Set up completion delivery for a just-opened image (r->image valid).

@@ -81,6 +81,7 @@ struct volume {
     uint64_t synced;      /* every write counted up to here is durable */
     uint64_t started_max; /* highest start of any sync launched */
     int sync_error;       /* sticky: after a failed fdatasync nothing is durable */
+    bool sync_failing;    /* BDEV_SYNC_RETRIABLE: the last sync failed (logged once) */
     unsigned syncs_running;
     struct vreq *waiters;
     struct sync_slot slots[VOLUME_SYNC_PARALLEL];
@@ -471,6 +472,34 @@ static void flush_wait(struct volume *v, struct vreq *r, uint64_t target)
         sync_slot_go(v, job);
 }
 
+/* Record a sync's result rc under gc_lock. Returns the error the flushes
+ * it covered get when it is not sticky (BDEV_SYNC_RETRIABLE), else 0 (a
+ * sticky error is in v->sync_error). Logs the first failure and the
+ * recovery, not every retry against a lost cluster. */
+static int sync_note_result(struct volume *v, int rc)
+{
+    if (rc == 0) {
+        if (v->sync_failing)
+            log_info("store: volume %s: sync works again", v->name);
+        v->sync_failing = false;
+        return 0;
+    }
+    if (v->bdev->caps & BDEV_SYNC_RETRIABLE) {
+        if (!v->sync_failing)
+            log_error("store: volume %s: sync failed (%s); the flushes it covered fail, the "
+                      "next one tries again",
+                      v->name, strerror(-rc));
+        v->sync_failing = true;
+        return rc;
+    }
+    if (!v->sync_error) {
+        v->sync_error = rc;
+        log_error("store: volume %s: sync failed (%s); flushes fail from now on", v->name,
+                  strerror(-rc));
+    }
+    return 0;
+}
+
 /* A sync of slot s returned rc: complete every flush it covers. Returns
  * true if the slot must sync again (for waiters that came while every
  * slot was busy); false if the slot is free again, and then s must not be
@@ -479,20 +508,18 @@ static bool sync_slot_finish(struct volume *v, struct sync_slot *s, int rc)
 {
     atomic_fetch_add(&v->sync_calls, 1);
     pthread_mutex_lock(&v->gc_lock);
-    if (rc < 0 && !v->sync_error) {
-        v->sync_error = rc;
-        log_error("store: volume %s: sync failed (%s); flushes fail from now on", v->name,
-                  strerror(-rc));
-    }
+    /* A retriable failure fails only the flushes this sync covered. */
+    int failed = sync_note_result(v, rc);
     if (rc == 0 && s->start > v->synced)
         v->synced = s->start;
     struct vreq *ready = NULL, **pp = &v->waiters;
     bool uncovered = false;
     while (*pp) {
         struct vreq *w = *pp;
-        if (v->sync_error || w->flush_target <= v->synced) {
+        if (v->sync_error || w->flush_target <= v->synced ||
+            (failed && w->flush_target <= s->start)) {
             *pp = w->next_waiter;
-            w->result = v->sync_error;
+            w->result = v->sync_error ? v->sync_error : w->flush_target <= v->synced ? 0 : failed;
             w->next_waiter = ready;
             ready = w;
         } else {
@@ -510,6 +537,15 @@ static bool sync_slot_finish(struct volume *v, struct sync_slot *s, int rc)
     } else {
         s->busy = false;
         v->syncs_running--;
+        if (failed) {
+            /* This sync covers nobody any more: started_max is again the
+             * latest start of a sync still running (or of the last one that
+             * made writes durable), so the next flush launches its own. */
+            v->started_max = v->synced;
+            for (unsigned i = 0; i < VOLUME_SYNC_PARALLEL; i++)
+                if (v->slots[i].busy && v->slots[i].start > v->started_max)
+                    v->started_max = v->slots[i].start;
+        }
     }
     pthread_mutex_unlock(&v->gc_lock);
     while (ready) {
@@ -568,7 +604,8 @@ static void sync_job_done(struct reactor_msg *m)
 
 static bool op_modifies(enum vreq_op op)
 {
-    return op == VREQ_WRITE || op == VREQ_TRIM || op == VREQ_WRITE_ZEROES;
+    return op == VREQ_WRITE || op == VREQ_TRIM || op == VREQ_WRITE_ZEROES ||
+           op == VREQ_COMPARE_WRITE;
 }
 
 static bool needs_durable(const struct volume *v, const struct vreq *r)
@@ -610,6 +647,10 @@ static int vreq_execute(struct volume *v, struct vreq *r)
     }
     case VREQ_CACHE:
         return (b->caps & BDEV_CAN_CACHE) ? b->ops->cache(b, r->offset, r->length) : 0;
+    case VREQ_COMPARE_WRITE:
+        /* No blocking form: here only when a snapshot copy is attached;
+         * the caller falls back to its own compare and write. */
+        return -ENOTSUP;
     case VREQ_EXTENTS:
         return b->ops->extents(b, r->offset, r->length, r->extents, r->extents_max,
                                &r->extents_count);
@@ -617,9 +658,8 @@ static int vreq_execute(struct volume *v, struct vreq *r)
         int rc = b->ops->sync(b);
         atomic_fetch_add(&v->sync_calls, 1);
         pthread_mutex_lock(&v->gc_lock);
-        if (rc < 0 && !v->sync_error)
-            v->sync_error = rc;
-        rc = v->sync_error; /* sticky, as in the group-commit path */
+        int failed = sync_note_result(v, rc);
+        rc = v->sync_error ? v->sync_error : failed; /* as in the group-commit path */
         pthread_mutex_unlock(&v->gc_lock);
         return rc;
     }
@@ -867,14 +907,18 @@ static int vreq_check(struct volume *v, struct vreq *r)
     case VREQ_WRITE:
     case VREQ_TRIM:
     case VREQ_WRITE_ZEROES:
+    case VREQ_COMPARE_WRITE:
         if (volume_readonly(v))
             return -EPERM;
         if (r->offset + r->length < r->offset)
             return -EINVAL;
         if (r->offset > size || r->length > size - r->offset)
             return -ENOSPC;
-        if (r->op == VREQ_WRITE && (r->length > SIZE_MAX || (r->length && !r->buf)))
+        if ((r->op == VREQ_WRITE || r->op == VREQ_COMPARE_WRITE) &&
+            (r->length > SIZE_MAX / 2 || (r->length && !r->buf)))
             return -EINVAL;
+        if (r->op == VREQ_COMPARE_WRITE && !(v->bdev->caps & BDEV_CAN_COMPARE_WRITE))
+            return -ENOTSUP;
         if (r->op == VREQ_TRIM && !(v->bdev->caps & BDEV_CAN_TRIM))
             return -EOPNOTSUPP;
         if (r->op == VREQ_WRITE_ZEROES && (r->flags & VREQ_FAST_ZERO) &&
@@ -890,6 +934,7 @@ static void vreq_reset(struct volume *v, struct vreq *r)
     r->vol = v;
     r->result = 0;
     r->extents_count = 0;
+    r->miscompare = 0;
     r->next_waiter = NULL;
     r->flush_target = 0;
 }
@@ -967,6 +1012,7 @@ void volume_submit(struct volume *v, struct vreq *r)
 static void vreq_bio_done(struct bdev_io *io)
 {
     struct vreq *r = container_of(io, struct vreq, bio);
+    r->miscompare = io->miscompare;
     vreq_inline_done(r->vol, r, io->result);
 }
 
@@ -976,6 +1022,7 @@ static const enum bdev_io_op bio_op[] = {
     [VREQ_FLUSH] = BDEV_IO_FLUSH,
     [VREQ_TRIM] = BDEV_IO_TRIM,
     [VREQ_WRITE_ZEROES] = BDEV_IO_WRITE_ZEROES,
+    [VREQ_COMPARE_WRITE] = BDEV_IO_COMPARE_WRITE,
 };
 
 /* Backends with submit(): hand r over; no thread waits for it. */
@@ -1013,6 +1060,7 @@ static bool vreq_try_bio(struct volume *v, struct vreq *r, bool modifies)
     case VREQ_WRITE:
     case VREQ_TRIM:
     case VREQ_WRITE_ZEROES:
+    case VREQ_COMPARE_WRITE:
         if (modifies && atomic_load(&v->cow)) {
             vreq_to_pool(r); /* the copy and the synchronous op block */
             return true;

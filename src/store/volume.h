@@ -134,6 +134,12 @@ enum vreq_op {
     VREQ_WRITE_ZEROES,
     VREQ_CACHE,
     VREQ_EXTENTS,
+    /* Atomic compare-and-write done by the backend (BDEV_CAN_COMPARE_WRITE in
+     * volume_caps): buf holds length bytes to compare,
+     * then length bytes to write. -EILSEQ: the data differed, nothing was
+     * written, miscompare says where (byte offset from offset). -ENOTSUP:
+     * the backend cannot for this range (the caller locks and does it). */
+    VREQ_COMPARE_WRITE,
 };
 
 enum vreq_flags {
@@ -153,6 +159,7 @@ struct vreq {
     struct extent *extents; /* EXTENTS: output array */
     size_t extents_max;     /* EXTENTS: capacity */
     size_t extents_count;   /* EXTENTS: filled on completion */
+    uint64_t miscompare;    /* COMPARE_WRITE -EILSEQ: first differing byte */
     int result;             /* 0 or -errno, set before done() */
     struct reactor *owner;  /* done() runs on this reactor; NULL: any thread */
     void (*done)(struct vreq *r);

@@ -38,6 +38,7 @@ struct spy {
     atomic_uint_fast64_t syncs_started;
     atomic_uint_fast64_t max_sync_finished;
     atomic_uint_fast64_t w_seen[VOL_SIZE / SLOT];
+    atomic_int fail_syncs; /* the next this many syncs fail with -ETIMEDOUT */
 };
 
 static struct spy *to_spy(struct bdev *b)
@@ -70,6 +71,10 @@ static int spy_sync(struct bdev *b)
 {
     struct spy *s = to_spy(b);
     uint64_t n = atomic_fetch_add(&s->syncs_started, 1) + 1;
+    if (atomic_load(&s->fail_syncs) > 0) {
+        atomic_fetch_sub(&s->fail_syncs, 1);
+        return -ETIMEDOUT; /* a remote backend that did not answer */
+    }
     int rc = s->inner->ops->sync(s->inner);
     if (rc == 0)
         atomic_max(&s->max_sync_finished, n);
@@ -273,6 +278,48 @@ static void test_checker_detects_missing_sync(void **state)
     volume_unref(run.v);
 }
 
+/* A failed sync: sticky for a backend that may have dropped dirty data
+ * (a file: fdatasync's error), only for the flushes it covered with
+ * BDEV_SYNC_RETRIABLE (RBD with no client cache), whose next flush makes
+ * the same write durable. Both with group commit on and off. */
+static void sync_failure(bool retriable, bool group_commit)
+{
+    char buf[SLOT];
+    struct spy *s;
+    struct volume *v = spy_volume(VOLUME_SYNC_STANDARD, &s);
+
+    if (retriable)
+        s->base.caps |= BDEV_SYNC_RETRIABLE;
+    volume_set_group_commit(v, group_commit);
+    memset(buf, 0x5a, sizeof(buf));
+    struct vreq w = {.op = VREQ_WRITE, .offset = 0, .length = SLOT, .buf = buf};
+    assert_int_equal(volume_submit_wait(v, &w), 0);
+    atomic_store(&s->fail_syncs, 1);
+    assert_int_equal(volume_flush_wait(v), -ETIMEDOUT);
+    if (retriable) {
+        assert_int_equal(volume_flush_wait(v), 0);
+        assert_true(atomic_load(&s->max_sync_finished) > atomic_load(&s->w_seen[0]));
+        w = (struct vreq){.op = VREQ_WRITE, .offset = SLOT, .length = SLOT, .buf = buf};
+        assert_int_equal(volume_submit_wait(v, &w), 0);
+        assert_int_equal(volume_flush_wait(v), 0);
+    } else {
+        assert_int_equal(volume_flush_wait(v), -ETIMEDOUT);
+    }
+    volume_unref(v);
+}
+
+static void test_sync_failure_sticky(void **state)
+{
+    sync_failure(false, true);
+    sync_failure(false, false);
+}
+
+static void test_sync_failure_retriable(void **state)
+{
+    sync_failure(true, true);
+    sync_failure(true, false);
+}
+
 static int group_setup(void **state)
 {
     return iopool_start(8) ? -1 : 0;
@@ -297,6 +344,8 @@ int main(void)
         cmocka_unit_test(test_fua_and_always),
         cmocka_unit_test(test_without_group_commit),
         cmocka_unit_test(test_checker_detects_missing_sync),
+        cmocka_unit_test(test_sync_failure_sticky),
+        cmocka_unit_test(test_sync_failure_retriable),
     };
     int rc = cmocka_run_group_tests(tests, group_setup, group_teardown);
     rmdir(tmpdir);
