@@ -523,7 +523,7 @@ int gateway_start(const char *portals)
         return -EINVAL;
     }
     if (!cfg.name[0]) {
-        char host[256] = "";
+        char host[sizeof(cfg.name)] = ""; /* a longer host name falls back below */
         if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
             snprintf(host, sizeof(host), "gateway-%u", cfg.id);
         host[strcspn(host, ".")] = 0; /* the short name */

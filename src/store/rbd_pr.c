@@ -20,7 +20,7 @@
 struct rbd_pr {
     struct rbd_cluster *cluster; /* a reference */
     rados_ioctx_t io;            /* our own: watch callbacks and acks use it */
-    char oid[128];
+    char oid[384];               /* blockd.pr.<image id>[@<snapshot>] */
     struct rbd_pr_listener l;
     pthread_mutex_t mu; /* cookie / watching */
     uint64_t cookie;
@@ -136,7 +136,11 @@ int rbd_pr_open(struct bdev *b, const struct rbd_pr_listener *l, unsigned *peers
         return -ENOMEM;
     /* A snapshot's LU is another LU than the image's: its own object. */
     const char *at = strchr(r->name, '@');
-    snprintf(p->oid, sizeof p->oid, "blockd.pr.%s%.80s", id, at ? at : "");
+    int n = snprintf(p->oid, sizeof p->oid, "blockd.pr.%s%s", id, at ? at : "");
+    if (n < 0 || (size_t)n >= sizeof p->oid) {
+        free(p); /* never cut: two snapshots would share one object */
+        return -ENAMETOOLONG;
+    }
     p->l = *l;
     pthread_mutex_init(&p->mu, NULL);
     rados_t rados = rbd_cluster_rados(r->cluster);
