@@ -20,6 +20,7 @@
 #include "core/iopool.h"
 #include "core/log.h"
 #include "core/reactor.h"
+#include "gateway/gateway.h"
 #include "iscsi/iscsi_internal.h"
 #include "scsi/scsi.h"
 #include "store/bdev.h"
@@ -82,6 +83,17 @@ int iscsi_runtime_portal_addrs(uint16_t tag, const struct sockaddr *local,
 uint64_t iscsi_runtime_generation(void)
 {
     return 1;
+}
+
+/* No gateway group: the login takes the target's own port ids. */
+bool gateway_enabled(void)
+{
+    return false;
+}
+
+unsigned gateway_id(void)
+{
+    return 0;
 }
 
 int iscsi_conn_init(struct conn *c, uint16_t portal_tag, const struct sockaddr *local,

@@ -170,8 +170,17 @@ for i in $(seq 1 60); do
 done
 [ "$(pool_field ceph '["status"]')" = ONLINE ] || fail "the pool did not come back: $(pool_field ceph '["status_detail"]')"
 # the same export, no restart: I/O resumes, the flushed pattern is intact
-timeout 120 qemu-io -f raw "$U" -c "read -P 0xa5 0 4M" | grep -q "read 4194304" ||
-    fail "the flushed pattern did not read back after the cluster came back"
+# The pool is ONLINE once the monitor answers; the OSD may still be
+# re-peering (an op can time out once more under load): retry errors for up
+# to 60 s, but wrong data fails at once.
+ok=
+for i in $(seq 1 12); do
+    out=$(timeout 120 qemu-io -f raw "$U" -c "read -P 0xa5 0 4M" 2>&1) || true
+    grep -q "Pattern verification failed" <<<"$out" && fail "the flushed pattern changed: $out"
+    grep -q "read 4194304" <<<"$out" && { ok=1; break; }
+    sleep 5
+done
+[ -n "$ok" ] || fail "the flushed pattern did not read back after the cluster came back: $out"
 timeout 120 qemu-io -f raw "$U" -c "write -P 0x33 8M 1M" -c flush -c "read -P 0x33 8M 1M" >/dev/null ||
     fail "writes do not resume after the cluster came back"
 timeout 120 python3 "$TMP/iscsi.py" "$ISCSI_PORT" "$IQN" after ||
