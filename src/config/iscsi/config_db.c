@@ -54,16 +54,28 @@ int icfg_bindv(sqlite3_stmt *st, const char *types, va_list ap)
     return 0;
 }
 
+/* Prepare sql and bind its arguments (types as icfg_bindv). Returns the
+ * prepare error (no statement), else 0 or the bind error with *st to
+ * finalize. */
+static int prepare_bound(const char *sql, sqlite3_stmt **st, const char *types, va_list ap)
+{
+    int rc = icfg_prepare(sql, st);
+    if (rc < 0) {
+        *st = NULL;
+        return rc;
+    }
+    return icfg_bindv(*st, types, ap);
+}
+
 int icfg_run(const char *sql, const char *types, ...)
 {
-    sqlite3_stmt *st;
-    int rc = icfg_prepare(sql, &st);
-    if (rc < 0)
-        return rc;
+    sqlite3_stmt *st = NULL;
     va_list ap;
     va_start(ap, types);
-    rc = icfg_bindv(st, types, ap);
+    int rc = prepare_bound(sql, &st, types, ap);
     va_end(ap);
+    if (!st)
+        return rc;
     if (rc == 0) {
         int s = sqlite3_step(st);
         if (s != SQLITE_DONE && s != SQLITE_ROW) {
@@ -80,14 +92,13 @@ int icfg_run(const char *sql, const char *types, ...)
 
 int icfg_int(int64_t *out, const char *sql, const char *types, ...)
 {
-    sqlite3_stmt *st;
-    int rc = icfg_prepare(sql, &st);
-    if (rc < 0)
-        return rc;
+    sqlite3_stmt *st = NULL;
     va_list ap;
     va_start(ap, types);
-    rc = icfg_bindv(st, types, ap);
+    int rc = prepare_bound(sql, &st, types, ap);
     va_end(ap);
+    if (!st)
+        return rc;
     if (rc == 0) {
         int s = sqlite3_step(st);
         if (s == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
@@ -116,13 +127,13 @@ json_t *icfg_col_json(sqlite3_stmt *st, int col)
 
 json_t *icfg_rows(icfg_row_fn fn, const char *sql, const char *types, ...)
 {
-    sqlite3_stmt *st;
-    if (icfg_prepare(sql, &st) < 0)
-        return NULL;
+    sqlite3_stmt *st = NULL;
     va_list ap;
     va_start(ap, types);
-    int rc = icfg_bindv(st, types, ap);
+    int rc = prepare_bound(sql, &st, types, ap);
     va_end(ap);
+    if (!st)
+        return NULL;
     json_t *rows = json_array();
     while (rc == 0 && rows) {
         int s = sqlite3_step(st);
