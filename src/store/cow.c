@@ -92,7 +92,8 @@ int store_cow_new(struct bdev *origin, int dst_fd, uint64_t size, uint32_t chunk
         free(c);
         return -ENOMEM;
     }
-    pthread_mutex_init(&c->copy_lock, NULL);
+    for (unsigned k = 0; k < STORE_COW_LOCKS; k++)
+        pthread_mutex_init(&c->copy_lock[k], NULL);
     pthread_mutex_init(&c->q_lock, NULL);
     pthread_cond_init(&c->q_space, NULL);
     c->copier_active = true; /* writes queue until the copier stops (or is cancelled) */
@@ -108,10 +109,17 @@ void store_cow_free(struct store_cow *c)
     nodes_free(c->q_free);
     pthread_cond_destroy(&c->q_space);
     pthread_mutex_destroy(&c->q_lock);
-    pthread_mutex_destroy(&c->copy_lock);
+    for (unsigned k = 0; k < STORE_COW_LOCKS; k++)
+        pthread_mutex_destroy(&c->copy_lock[k]);
     free(c->bits);
     free(c->buf);
     free(c);
+}
+
+/* The lock that orders captures and claims of chunk i (cow.h). */
+static pthread_mutex_t *copy_lock_of(struct store_cow *c, uint64_t i)
+{
+    return &c->copy_lock[i % STORE_COW_LOCKS];
 }
 
 static bool chunk_copied(const struct store_cow *c, uint64_t i)
@@ -318,11 +326,11 @@ static ssize_t chunk_read_unlocked(struct store_cow *c, uint64_t i, char *buf)
 /* true if chunk i was not captured yet and is now the copier's. */
 static bool chunk_claim(struct store_cow *c, uint64_t i)
 {
-    pthread_mutex_lock(&c->copy_lock);
+    pthread_mutex_lock(copy_lock_of(c, i));
     bool mine = !chunk_copied(c, i);
     if (mine)
         atomic_fetch_or_explicit(&c->bits[i >> 6], 1ull << (i & 63), memory_order_release);
-    pthread_mutex_unlock(&c->copy_lock);
+    pthread_mutex_unlock(copy_lock_of(c, i));
     return mine;
 }
 
@@ -342,9 +350,9 @@ void store_cow_before_write(struct store_cow *c, uint64_t off, uint64_t len)
             fail(c, -ENOMEM, "buffer for copy-before-write", off);
             break;
         }
-        pthread_mutex_lock(&c->copy_lock);
+        pthread_mutex_lock(copy_lock_of(c, i));
         ssize_t n = chunk_copied(c, i) ? 0 : chunk_capture(c, i, p->buf);
-        pthread_mutex_unlock(&c->copy_lock);
+        pthread_mutex_unlock(copy_lock_of(c, i));
         if (n > 0) {
             atomic_fetch_add_explicit(&c->copied_by_writes, 1, memory_order_relaxed);
             p->chunk = i;

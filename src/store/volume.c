@@ -30,10 +30,10 @@
  * flight, like quiesce_count): none attached costs one load and one
  * predictable branch. A write whose chunks are all copied goes on as usual
  * (lock-free bitmap loads); otherwise it skips the reactor's inline
- * attempt and runs on the I/O pool, where vreq_execute copies the old data
- * first. Attach happens under a brief hold (no sync) so that every request
- * that may modify the file after it has seen the pointer; detach clears it
- * and drains the requests that may still use it, like a shrink.
+ * attempt and the write queue and runs as its own I/O pool job, where
+ * vreq_execute copies the old data first. Attach happens under a brief hold (no sync) so that every
+ * request that may modify the file after it has seen the pointer; detach clears it and drains the
+ * requests that may still use it, like a shrink.
  */
 #include "store/volume.h"
 
@@ -99,6 +99,9 @@ struct volume {
     pthread_mutex_t quiesce_lock;
     struct vreq *parked_head, **parked_tail;
     size_t parked;
+
+    /* Slow writes (slow_write_note): how many since the last log line, and when it was. */
+    _Atomic uint64_t slow_writes, slow_logged_ns;
 
     /* The snapshot being copied out of this volume, or NULL. */
     _Atomic(struct store_cow *) cow;
@@ -627,8 +630,11 @@ static int vreq_execute(struct volume *v, struct vreq *r)
     if (op_modifies(r->op)) {
         /* Valid while r is in flight: detach drains before freeing it. */
         struct store_cow *cow = atomic_load(&v->cow);
-        if (__builtin_expect(cow != NULL, 0))
+        if (__builtin_expect(cow != NULL, 0)) {
             store_cow_before_write(cow, r->offset, r->length);
+            if (r->t_submit)
+                r->t_cow = time_now_ns();
+        }
     }
     switch (r->op) {
     case VREQ_READ:
@@ -704,11 +710,50 @@ static void mod_leave(struct volume *v, struct vreq *r)
     atomic_fetch_sub(&v->inflight_mod[r->resize_epoch & 1], 1);
 }
 
+/* A modifying request that took SLOW_WRITE_NS from volume_submit to its
+ * return to the owner is logged with where it waited (at most one line per
+ * SLOW_WRITE_LOG_EVERY_NS per volume, with the count of the others): a
+ * stall inside blockd says where it was, not just that it was. */
+#define SLOW_WRITE_NS 100000000ull
+#define SLOW_WRITE_LOG_EVERY_NS 10000000000ull
+
+static double ms_between(uint64_t a, uint64_t b)
+{
+    return a && b && b > a ? (double)(b - a) / 1e6 : 0.0;
+}
+
+static void slow_write_note(struct volume *v, struct vreq *r)
+{
+    uint64_t now = time_now_ns();
+    if (now - r->t_submit < SLOW_WRITE_NS)
+        return;
+    atomic_fetch_add_explicit(&v->slow_writes, 1, memory_order_relaxed);
+    uint64_t last = atomic_load_explicit(&v->slow_logged_ns, memory_order_relaxed);
+    if (last && now - last < SLOW_WRITE_LOG_EVERY_NS)
+        return;
+    if (!atomic_compare_exchange_strong(&v->slow_logged_ns, &last, now))
+        return;
+    uint64_t others = atomic_exchange(&v->slow_writes, 0) - 1;
+    uint64_t cow_end = r->t_cow ? r->t_cow : r->t_run;
+    log_warn("store: volume %s: a write of %llu bytes at %llu took %.1f ms in the volume: "
+             "parked %.1f, queued %.1f, snapshot copy %.1f, backend %.1f, return to "
+             "the front-end %.1f ms (%llu other slow write(s) since the last such line)",
+             v->name, (unsigned long long)r->length, (unsigned long long)r->offset,
+             ms_between(r->t_submit, now), ms_between(r->t_submit, r->t_start),
+             ms_between(r->t_queued, r->t_run), ms_between(r->t_run, r->t_cow),
+             ms_between(cow_end, r->t_exec), ms_between(r->t_exec, now),
+             (unsigned long long)others);
+}
+
 static void vreq_job_run(struct io_job *j)
 {
     struct vreq *r = container_of(j, struct vreq, job);
     struct volume *v = r->vol;
+    if (r->t_submit)
+        r->t_run = time_now_ns();
     r->result = vreq_execute(v, r);
+    if (r->t_submit)
+        r->t_exec = time_now_ns();
     if (op_modifies(r->op)) {
         if (r->result == 0)
             r->flush_target = count_write(v);
@@ -719,11 +764,15 @@ static void vreq_job_run(struct io_job *j)
 static void vreq_job_done(struct reactor_msg *m)
 {
     struct vreq *r = container_of(m, struct vreq, job.done);
+    if (r->t_submit)
+        slow_write_note(r->vol, r);
     vreq_after(r->vol, r);
 }
 
 static void vreq_to_pool(struct vreq *r)
 {
+    if (r->t_submit)
+        r->t_queued = time_now_ns();
     r->job.run = vreq_job_run;
     r->job.owner = r->owner;
     r->job.done.fn = vreq_job_done;
@@ -857,6 +906,7 @@ static void wq_kick_later(struct volume *v)
 
 static void write_queue_add(struct volume *v, struct vreq *r)
 {
+    r->t_queued = time_now_ns();
     r->job.done.fn = vreq_job_done;
     r->batch_next = NULL;
     pthread_mutex_lock(&v->wq_lock);
@@ -932,6 +982,7 @@ static int vreq_check(struct volume *v, struct vreq *r)
 static void vreq_reset(struct volume *v, struct vreq *r)
 {
     r->vol = v;
+    r->t_start = r->t_queued = r->t_run = r->t_cow = r->t_exec = 0;
     r->result = 0;
     r->extents_count = 0;
     r->miscompare = 0;
@@ -992,7 +1043,9 @@ void volume_submit(struct volume *v, struct vreq *r)
 {
     vreq_reset(v, r);
     bool modifies = op_modifies(r->op);
+    r->t_submit = 0;
     if (modifies) {
+        r->t_submit = time_now_ns();
         for (;;) {
             mod_enter(v, r);
             /* The one extra hot-path cost of quiesce: seq_cst after the
@@ -1092,6 +1145,8 @@ static bool vreq_try_bio(struct volume *v, struct vreq *r, bool modifies)
 /* Everything after registration; modifying requests are in flight. */
 static void vreq_start(struct volume *v, struct vreq *r, bool modifies)
 {
+    if (modifies)
+        r->t_start = time_now_ns();
     int rc = vreq_check(v, r);
     if (rc < 0) {
         if (modifies)
@@ -1127,7 +1182,17 @@ static void vreq_start(struct volume *v, struct vreq *r, bool modifies)
             }
         }
         if (!rd) {
-            write_queue_add(v, r);
+            /* A write that must capture old data for a snapshot runs as
+             * its own pool job: its chunk read (20-90 ms when the loaded
+             * VM's disk or CPU is slow) must not hold up the writes
+             * queued behind it, nor the replies of the writes drained
+             * with it. Writes in flight together have no order among
+             * them (NBD, SCSI simple tasks); captures of one chunk are
+             * ordered by its lock (store/cow.c). */
+            if (cow_pending(v, r))
+                vreq_to_pool(r);
+            else
+                write_queue_add(v, r);
             return;
         }
         vreq_to_pool(r);

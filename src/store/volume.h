@@ -175,6 +175,9 @@ struct vreq {
     struct bdev_io bio; /* backends with submit() (bdev.h) */
     uint64_t flush_target;
     unsigned resize_epoch;
+    /* Where a modifying request spent its time (time_now_ns; 0: not
+     * reached), for the slow-write log line (volume.c, slow_write_note). */
+    uint64_t t_submit, t_start, t_queued, t_run, t_cow, t_exec;
 };
 
 /*
