@@ -1116,34 +1116,18 @@ static int64_t unit_seconds(const char *u)
     return 0; /* MONTH / YEAR: calendar, see lifetime_cutoff */
 }
 
-static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
+/* The direction's own rules (TrueNAS's ReplicationModel checks, in its
+ * order): blockd has no periodic snapshot tasks, and push and pull each
+ * want a different way of naming the snapshots to send. */
+static void onetime_check_direction(struct api_call *call, json_t *data, bool push)
 {
-    json_t *data, *v, *sources, *ns, *aln;
-    struct repl_task *t;
-    const char *transport, *regex, *ret;
-    char why[256], path[96];
-    bool push;
+    json_t *ns = json_object_get(data, "naming_schema");
+    json_t *aln = json_object_get(data, "also_include_naming_schema");
+    const char *regex = json_string_value(json_object_get(data, "name_regex"));
+    char path[96];
+    json_t *v;
     size_t i;
 
-    data = api_param(params, 0); /* checked against onetime_fields by the dispatcher */
-    transport = json_string_value(json_object_get(data, "transport"));
-    if (strcmp(transport, "LOCAL") != 0)
-        return api_error(call, ENOTSUP,
-                         "Replication transport %s is not supported: blockd replicates between "
-                         "its own pools only (supported transports: LOCAL)",
-                         transport);
-    push = strcmp(json_string_value(json_object_get(data, "direction")), "PUSH") == 0;
-    sources = json_object_get(data, "source_datasets");
-    ns = json_object_get(data, "naming_schema");
-    aln = json_object_get(data, "also_include_naming_schema");
-    regex = json_string_value(json_object_get(data, "name_regex"));
-    ret = json_string_value(json_object_get(data, "retention_policy"));
-
-    t = calloc(1, sizeof(*t));
-    if (!t)
-        return api_error(call, ENOMEM, "out of memory");
-    t->push = push;
-    /* direction */
     json_array_foreach(json_object_get(data, "periodic_snapshot_tasks"), i, v)
     {
         snprintf(path, sizeof(path), F("periodic_snapshot_tasks.%zu"), i);
@@ -1171,21 +1155,26 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
                      "Pull replication tasks can't hold pending snapshots because they don't do "
                      "source retention");
     }
-    /* transport LOCAL */
+}
+
+/* Transport LOCAL (the only one, checked before): every SSH, netcat and
+ * network field is an error rather than silently ignored. */
+static void onetime_check_local_transport(struct api_call *call, json_t *data)
+{
+    static const char *const nc[] = {
+        "netcat_active_side_listen_address", "netcat_active_side_port_min",
+        "netcat_active_side_port_max", "netcat_passive_side_connect_address"};
+    char path[96];
+    size_t i;
+
     if (nonnull(data, "netcat_active_side"))
         api_verr(call, F("netcat_active_side"), EINVAL,
                  "This field only has sense for SSH+netcat replication");
-    {
-        static const char *const nc[] = {
-            "netcat_active_side_listen_address", "netcat_active_side_port_min",
-            "netcat_active_side_port_max", "netcat_passive_side_connect_address"};
-        for (i = 0; i < ARRAY_SIZE(nc); i++)
-            if (nonnull(data, nc[i])) {
-                snprintf(path, sizeof(path), F("%s"), nc[i]);
-                api_verr(call, path, EINVAL,
-                         "This field only has sense for SSH+netcat replication");
-            }
-    }
+    for (i = 0; i < ARRAY_SIZE(nc); i++)
+        if (nonnull(data, nc[i])) {
+            snprintf(path, sizeof(path), F("%s"), nc[i]);
+            api_verr(call, path, EINVAL, "This field only has sense for SSH+netcat replication");
+        }
     if (nonnull(data, "ssh_credentials"))
         api_verr(call, F("ssh_credentials"), EINVAL,
                  "Remote credentials have no sense for local replication");
@@ -1193,7 +1182,33 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
         api_verr(call, F("compression"), EINVAL, "Compression has no sense for local replication");
     if (nonnull(data, "speed_limit"))
         api_verr(call, F("speed_limit"), EINVAL, "Speed limit has no sense for local replication");
-    /* datasets */
+}
+
+/* True when name is a strict descendant of one of the source datasets:
+ * "exclude" may only name children of what is sent. */
+static bool onetime_is_source_child(json_t *sources, const char *name)
+{
+    json_t *s;
+    size_t k;
+    bool child = false;
+
+    json_array_foreach(sources, k, s)
+    {
+        size_t n = strlen(json_string_value(s));
+        if (strncmp(name, json_string_value(s), n) == 0 && name[n] == '/')
+            child = true;
+    }
+    return child;
+}
+
+/* Dataset names and the recursion/exclude pair; sets t->recursive, which
+ * the exclude check needs. */
+static void onetime_check_datasets(struct api_call *call, json_t *data, struct repl_task *t)
+{
+    json_t *sources = json_object_get(data, "source_datasets"), *v;
+    char why[256], path[96];
+    size_t i;
+
     json_array_foreach(sources, i, v)
     {
         if (name_check_dataset(json_string_value(v), false, why, sizeof(why)) < 0) {
@@ -1210,40 +1225,52 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
                  "Excluding child datasets is only supported for recursive replication");
     json_array_foreach(json_object_get(data, "exclude"), i, v)
     {
-        json_t *s;
-        size_t k;
-        bool child = false;
-        json_array_foreach(sources, k, s)
-        {
-            size_t n = strlen(json_string_value(s));
-            if (strncmp(json_string_value(v), json_string_value(s), n) == 0 &&
-                json_string_value(v)[n] == '/')
-                child = true;
-        }
-        if (!child) {
+        if (!onetime_is_source_child(sources, json_string_value(v))) {
             snprintf(path, sizeof(path), F("exclude.%zu"), i);
             api_verr(call, path, EINVAL, "This dataset is not a child of any of source datasets");
         }
     }
-    /* snapshot selection */
+}
+
+/* Which snapshots are sent: the naming schemas the direction uses are
+ * compiled into t->sel, the others only checked; a regex excludes both
+ * schemas and a custom retention (it has no date to age). */
+static void onetime_check_selection(struct api_call *call, json_t *data, bool push,
+                                    struct repl_task *t)
+{
+    json_t *ns = json_object_get(data, "naming_schema");
+    json_t *aln = json_object_get(data, "also_include_naming_schema");
+    const char *regex = json_string_value(json_object_get(data, "name_regex"));
+    const char *ret = json_string_value(json_object_get(data, "retention_policy"));
+    char why[256];
+
     check_schemas(call, push ? aln : ns,
                   push ? F("also_include_naming_schema") : F("naming_schema"), &t->sel);
     check_schemas(call, push ? ns : aln,
                   push ? F("naming_schema") : F("also_include_naming_schema"), NULL);
-    if (regex) {
-        if (repl_regex_compile(regex, &t->sel.regex, why, sizeof(why)) < 0)
-            api_verr(call, F("name_regex"), EINVAL, "%s", why);
-        else
-            t->sel.use_regex = true;
-        if (json_array_size(ns) || json_array_size(aln))
-            api_verr(call, F("name_regex"), EINVAL,
-                     "Naming regex can't be used with Naming schema");
-        if (strcmp(ret, "CUSTOM") == 0)
-            api_verr(call, F("retention_policy"), EINVAL,
-                     "Only `Same as Source` and `None` retention policies can be used with Naming "
-                     "regex");
-    }
-    /* retention */
+    if (!regex)
+        return;
+    if (repl_regex_compile(regex, &t->sel.regex, why, sizeof(why)) < 0)
+        api_verr(call, F("name_regex"), EINVAL, "%s", why);
+    else
+        t->sel.use_regex = true;
+    if (json_array_size(ns) || json_array_size(aln))
+        api_verr(call, F("name_regex"), EINVAL, "Naming regex can't be used with Naming schema");
+    if (strcmp(ret, "CUSTOM") == 0)
+        api_verr(call, F("retention_policy"), EINVAL,
+                 "Only `Same as Source` and `None` retention policies can be used with Naming "
+                 "regex");
+}
+
+/* A custom retention needs its lifetime; the other policies must not
+ * carry one (TrueNAS refuses it rather than ignoring it). */
+static void onetime_check_retention(struct api_call *call, json_t *data)
+{
+    static const char *const lt[] = {"lifetime_value", "lifetime_unit"};
+    const char *ret = json_string_value(json_object_get(data, "retention_policy"));
+    char path[96];
+    size_t i;
+
     if (strcmp(ret, "CUSTOM") == 0) {
         if (!nonnull(data, "lifetime_value"))
             api_verr(call, F("lifetime_value"), EINVAL,
@@ -1251,73 +1278,68 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
         if (!nonnull(data, "lifetime_unit"))
             api_verr(call, F("lifetime_unit"), EINVAL,
                      "This field is required for custom retention policy");
-    } else {
-        static const char *const lt[] = {"lifetime_value", "lifetime_unit"};
-        for (i = 0; i < ARRAY_SIZE(lt); i++)
-            if (nonnull(data, lt[i])) {
-                snprintf(path, sizeof(path), F("%s"), lt[i]);
-                api_verr(call, path, EINVAL,
-                         "This field has no sense for specified retention policy");
-            }
-        if (json_array_size(json_object_get(data, "lifetimes")))
-            api_verr(call, F("lifetimes"), EINVAL,
-                     "This field has no sense for specified retention policy");
+        return;
     }
-    if (api_has_verrs(call)) {
-        task_free(t);
-        return api_invalid(call);
-    }
-    /* valid, but beyond what blockd does */
-    {
-        const char *what = NULL;
-        if (json_is_true(json_object_get(data, "replicate")))
-            what = "full filesystem replication (replicate)";
-        else if (json_is_true(json_object_get(data, "encryption")))
-            what = "encrypting the target (encryption)";
-        else if (nonnull(data, "restrict_schedule"))
-            what = "restrict_schedule";
-        else if (json_array_size(json_object_get(data, "lifetimes")))
-            what = "per-schedule lifetimes (lifetimes)";
-        else if (json_array_size(json_object_get(data, "properties_exclude")) ||
-                 json_object_size(json_object_get(data, "properties_override")))
-            what = "properties_exclude / properties_override";
-        if (what) {
-            task_free(t);
-            return api_error(call, ENOTSUP, "%s is not supported by blockd's LOCAL replication",
-                             what);
+    for (i = 0; i < ARRAY_SIZE(lt); i++)
+        if (nonnull(data, lt[i])) {
+            snprintf(path, sizeof(path), F("%s"), lt[i]);
+            api_verr(call, path, EINVAL, "This field has no sense for specified retention policy");
         }
-    }
-    /* RBD pools: not yet (the transfer compares files); refused before
-     * any job starts */
-    {
-        json_t *names = json_array(), *n;
-        size_t k;
-        const char *rbd_name = NULL;
+    if (json_array_size(json_object_get(data, "lifetimes")))
+        api_verr(call, F("lifetimes"), EINVAL,
+                 "This field has no sense for specified retention policy");
+}
 
-        json_array_extend(names, sources);
-        json_array_append(names, json_object_get(data, "target_dataset"));
-        db_lock();
-        json_array_foreach(names, k, n)
-        {
-            char poolname[DS_NAME_BUF];
-            struct ds_pool pool;
+/* A valid request that asks for something blockd's LOCAL replication does
+ * not do: the first such feature's description, or NULL. */
+static const char *onetime_unsupported(json_t *data)
+{
+    if (json_is_true(json_object_get(data, "replicate")))
+        return "full filesystem replication (replicate)";
+    if (json_is_true(json_object_get(data, "encryption")))
+        return "encrypting the target (encryption)";
+    if (nonnull(data, "restrict_schedule"))
+        return "restrict_schedule";
+    if (json_array_size(json_object_get(data, "lifetimes")))
+        return "per-schedule lifetimes (lifetimes)";
+    if (json_array_size(json_object_get(data, "properties_exclude")) ||
+        json_object_size(json_object_get(data, "properties_override")))
+        return "properties_exclude / properties_override";
+    return NULL;
+}
 
-            ds_pool_of(json_string_value(n), poolname, sizeof(poolname));
-            if (!rbd_name && ds_pool_get(poolname, &pool) == 0 && ds_pool_is_rbd(&pool))
-                rbd_name = json_string_value(n);
-        }
-        db_unlock();
-        if (rbd_name) {
-            int rc = api_error(call, ENOTSUP,
-                               "%s is in an RBD pool: replication.run_onetime supports file "
-                               "pools only (not RBD pools yet)",
-                               rbd_name);
-            json_decref(names);
-            task_free(t);
-            return rc;
-        }
-        json_decref(names);
+/* RBD pools are not replicated yet (the transfer compares files): the
+ * first source or target dataset in an RBD pool, or NULL. The name is
+ * borrowed from data. Takes db_lock for the pool lookups. */
+static const char *onetime_rbd_dataset(json_t *data)
+{
+    json_t *names = json_array(), *n;
+    size_t k;
+    const char *rbd_name = NULL;
+
+    json_array_extend(names, json_object_get(data, "source_datasets"));
+    json_array_append(names, json_object_get(data, "target_dataset"));
+    db_lock();
+    json_array_foreach(names, k, n)
+    {
+        char poolname[DS_NAME_BUF];
+        struct ds_pool pool;
+
+        ds_pool_of(json_string_value(n), poolname, sizeof(poolname));
+        if (!rbd_name && ds_pool_get(poolname, &pool) == 0 && ds_pool_is_rbd(&pool))
+            rbd_name = json_string_value(n);
     }
+    db_unlock();
+    json_decref(names);
+    return rbd_name;
+}
+
+/* Copy the checked request into the task the job runs. */
+static void onetime_task_fill(struct repl_task *t, json_t *data)
+{
+    const char *ret = json_string_value(json_object_get(data, "retention_policy"));
+    json_t *v;
+
     t->args = json_incref(data);
     t->allow_from_scratch = json_is_true(json_object_get(data, "allow_from_scratch"));
     t->only_from_scratch = json_is_true(json_object_get(data, "only_from_scratch"));
@@ -1337,12 +1359,66 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
             t->lifetime_s = (int64_t)t->lifetime_value *
                             (strcmp(t->lifetime_unit, "MONTH") == 0 ? 31 : 366) * 86400;
     }
-    source_base(sources, t->base_prefix, sizeof(t->base_prefix));
+    source_base(json_object_get(data, "source_datasets"), t->base_prefix, sizeof(t->base_prefix));
+}
+
+/* replication.run_onetime: decode -> check (every field error reported
+ * together, as TrueNAS does) -> refuse what blockd does not do -> start
+ * the job. The parameter shapes were checked by the dispatcher against
+ * onetime_fields. */
+static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *data = api_param(params, 0);
+    const char *transport = json_string_value(json_object_get(data, "transport"));
+    const char *what;
+    struct repl_task *t;
+    bool push;
+    int rc;
+
+    if (strcmp(transport, "LOCAL") != 0)
+        return api_error(call, ENOTSUP,
+                         "Replication transport %s is not supported: blockd replicates between "
+                         "its own pools only (supported transports: LOCAL)",
+                         transport);
+    push = strcmp(json_string_value(json_object_get(data, "direction")), "PUSH") == 0;
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return api_error(call, ENOMEM, "out of memory");
+    t->push = push;
+    onetime_check_direction(call, data, push);
+    onetime_check_local_transport(call, data);
+    onetime_check_datasets(call, data, t);
+    onetime_check_selection(call, data, push, t);
+    onetime_check_retention(call, data);
+    if (api_has_verrs(call)) {
+        rc = api_invalid(call);
+        goto fail;
+    }
+    what = onetime_unsupported(data);
+    if (what) {
+        rc = api_error(call, ENOTSUP, "%s is not supported by blockd's LOCAL replication", what);
+        goto fail;
+    }
+    /* refused before any job starts */
+    what = onetime_rbd_dataset(data);
+    if (what) {
+        rc = api_error(call, ENOTSUP,
+                       "%s is in an RBD pool: replication.run_onetime supports file pools only "
+                       "(not RBD pools yet)",
+                       what);
+        goto fail;
+    }
+    onetime_task_fill(t, data);
     log_info("replication: run_onetime %s → %s (%s%s) by %s",
-             json_string_value(json_array_get(sources, 0)),
+             json_string_value(json_array_get(json_object_get(data, "source_datasets"), 0)),
              json_string_value(json_object_get(data, "target_dataset")),
-             t->recursive ? "recursive, " : "", ret, api_call_peer(call));
+             t->recursive ? "recursive, " : "",
+             json_string_value(json_object_get(data, "retention_policy")), api_call_peer(call));
     return jobs_submit(call, params, "Replication", onetime_job, t, task_free, result);
+
+fail:
+    task_free(t);
+    return rc;
 }
 
 static int m_list_naming_schemas(struct api_call *call, json_t *params, json_t **result)
