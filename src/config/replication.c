@@ -605,13 +605,14 @@ static int target_info(const char *name, bool *exists, enum ds_type *type, bool 
     return rc == -ENOENT ? 0 : rc;
 }
 
-/* zettarepl get_snapshots_to_send (+ run_replication_steps checks). */
-static int plan_item(struct repl_task *t, struct item *it)
+/* The target's existence, type and readonly state against the task's
+ * rules, checked before any snapshot is listed. 1 when there is nothing
+ * to send (a filesystem), 0 to go on, or repl_fail()'s result. */
+static int plan_check_target(struct repl_task *t, struct item *it, uint64_t *used)
 {
     enum ds_type dtype = DS_FILESYSTEM;
     bool ro = false;
-    uint64_t used = 0;
-    int rc = target_info(it->dst, &it->dst_exists, &dtype, &ro, &used);
+    int rc = target_info(it->dst, &it->dst_exists, &dtype, &ro, used);
 
     if (rc < 0)
         return repl_fail(t, rc, "cannot read dataset %s", it->dst);
@@ -623,63 +624,76 @@ static int plan_item(struct repl_task *t, struct item *it)
     if (it->immediate && t->only_from_scratch && it->dst_exists)
         return repl_fail(t, EEXIST, "Target dataset '%s' already exists", it->dst);
     if (!it->volume)
-        return 0; /* blockd filesystems hold no snapshots: nothing to send */
+        return 1; /* blockd filesystems hold no snapshots: nothing to send */
     if (t->readonly == RO_REQUIRE && it->dst_exists && !ro)
         return repl_fail(t, EINVAL,
                          "Target dataset '%s' exists and does not have readonly=on property, but "
                          "replication task is set up to require this property. Refusing to "
                          "replicate.",
                          it->dst);
-    rc = snaps_list(it->src, &t->sel, &it->ssn);
-    if (rc == 0 && it->dst_exists)
-        rc = snaps_list(it->dst, &t->sel, &it->dsn);
-    if (rc < 0)
-        return repl_fail(t, rc, "cannot list snapshots of %s", it->src);
-    it->send = calloc(it->ssn.n ? it->ssn.n : 1, sizeof(*it->send));
-    if (!it->send)
-        return repl_fail(t, ENOMEM, "out of memory");
+    return 0;
+}
 
-    if (t->sel.use_regex) {
-        /* newest source snapshot (creation order) the target also has,
-         * whatever its name; then the matching ones after it */
-        size_t from = 0;
-        for (size_t i = 0; i < it->ssn.n; i++)
-            if (snaps_find(&it->dsn, it->ssn.v[i].name)) {
-                it->base = &it->ssn.v[i];
-                from = i + 1;
-            }
-        for (size_t i = from; i < it->ssn.n; i++)
-            if (it->ssn.v[i].sel)
-                it->send[it->nsend++] = &it->ssn.v[i];
-    } else {
-        /* by the times the naming schemas give */
-        for (size_t i = 0; i < it->ssn.n; i++) {
-            const struct snap *d;
-            if (!it->ssn.v[i].sel)
-                continue;
-            d = snaps_find(&it->dsn, it->ssn.v[i].name);
-            if (d && d->sel && (!it->base || snap_cmp(&it->ssn.v[i], it->base) > 0))
-                it->base = &it->ssn.v[i];
+/* Name regex: the base is the newest source snapshot (creation order)
+ * the target also has, whatever its name; the matching ones after it are
+ * sent. */
+static void plan_pick_by_regex(struct item *it)
+{
+    size_t from = 0;
+
+    for (size_t i = 0; i < it->ssn.n; i++)
+        if (snaps_find(&it->dsn, it->ssn.v[i].name)) {
+            it->base = &it->ssn.v[i];
+            from = i + 1;
         }
-        for (size_t i = 0; i < it->ssn.n; i++)
-            if (it->ssn.v[i].sel && (!it->base || snap_cmp(&it->ssn.v[i], it->base) > 0))
-                it->send[it->nsend++] = &it->ssn.v[i];
-        qsort(it->send, it->nsend, sizeof(*it->send), snap_cmp_ptr);
-        if (t->retention == RET_CUSTOM && it->nsend) {
-            /* do not send what retention would delete at once; "now" is
-             * the newest source snapshot's time, as zettarepl guesses */
-            int64_t newest = INT64_MIN;
-            size_t k = 0;
-            for (size_t i = 0; i < it->ssn.n; i++)
-                if (it->ssn.v[i].sel && it->ssn.v[i].when > newest)
-                    newest = it->ssn.v[i].when;
-            for (size_t i = 0; i < it->nsend; i++)
-                if (it->send[i]->when >= newest - t->lifetime_s)
-                    it->send[k++] = it->send[i];
-            it->nsend = k;
-        }
+    for (size_t i = from; i < it->ssn.n; i++)
+        if (it->ssn.v[i].sel)
+            it->send[it->nsend++] = &it->ssn.v[i];
+}
+
+/* Custom retention: do not send what retention would delete at once;
+ * "now" is the newest source snapshot's time, as zettarepl guesses. */
+static void plan_drop_expired(const struct repl_task *t, struct item *it)
+{
+    int64_t newest = INT64_MIN;
+    size_t k = 0;
+
+    for (size_t i = 0; i < it->ssn.n; i++)
+        if (it->ssn.v[i].sel && it->ssn.v[i].when > newest)
+            newest = it->ssn.v[i].when;
+    for (size_t i = 0; i < it->nsend; i++)
+        if (it->send[i]->when >= newest - t->lifetime_s)
+            it->send[k++] = it->send[i];
+    it->nsend = k;
+}
+
+/* Naming schemas: by the times the schemas give, the base is the newest
+ * selected snapshot both sides have; the newer selected ones are sent in
+ * time order. */
+static void plan_pick_by_schema(const struct repl_task *t, struct item *it)
+{
+    for (size_t i = 0; i < it->ssn.n; i++) {
+        const struct snap *d;
+        if (!it->ssn.v[i].sel)
+            continue;
+        d = snaps_find(&it->dsn, it->ssn.v[i].name);
+        if (d && d->sel && (!it->base || snap_cmp(&it->ssn.v[i], it->base) > 0))
+            it->base = &it->ssn.v[i];
     }
+    for (size_t i = 0; i < it->ssn.n; i++)
+        if (it->ssn.v[i].sel && (!it->base || snap_cmp(&it->ssn.v[i], it->base) > 0))
+            it->send[it->nsend++] = &it->ssn.v[i];
+    qsort(it->send, it->nsend, sizeof(*it->send), snap_cmp_ptr);
+    if (t->retention == RET_CUSTOM && it->nsend)
+        plan_drop_expired(t, it);
+}
 
+/* What the chosen plan may do to the target: a full send over existing
+ * snapshots or data needs allow_from_scratch, a busy target is refused
+ * before anything is changed, and the task's own source must have
+ * something to send. 0 or repl_fail()'s result. */
+static int plan_check_send(struct repl_task *t, struct item *it, uint64_t used)
+{
     if (!it->base && it->nsend) {
         if (it->dsn.n) {
             if (!t->allow_from_scratch)
@@ -707,6 +721,34 @@ static int plan_item(struct repl_task *t, struct item *it)
     if (!it->nsend && it->immediate && !it->base)
         return repl_fail(t, ENOENT,
                          "Dataset '%s' does not have any matching snapshots to replicate", it->src);
+    return 0;
+}
+
+/* zettarepl get_snapshots_to_send (+ run_replication_steps checks):
+ * check the target, list both sides, pick the base and the snapshots to
+ * send, check what that plan would do. */
+static int plan_item(struct repl_task *t, struct item *it)
+{
+    uint64_t used = 0;
+    int rc = plan_check_target(t, it, &used);
+
+    if (rc != 0)
+        return rc < 0 ? rc : 0;
+    rc = snaps_list(it->src, &t->sel, &it->ssn);
+    if (rc == 0 && it->dst_exists)
+        rc = snaps_list(it->dst, &t->sel, &it->dsn);
+    if (rc < 0)
+        return repl_fail(t, rc, "cannot list snapshots of %s", it->src);
+    it->send = calloc(it->ssn.n ? it->ssn.n : 1, sizeof(*it->send));
+    if (!it->send)
+        return repl_fail(t, ENOMEM, "out of memory");
+    if (t->sel.use_regex)
+        plan_pick_by_regex(it);
+    else
+        plan_pick_by_schema(t, it);
+    rc = plan_check_send(t, it, used);
+    if (rc < 0)
+        return rc;
     t->total += it->nsend;
     return 0;
 }
