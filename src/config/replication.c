@@ -827,9 +827,6 @@ static int create_target(struct repl_task *t, struct item *it, uint64_t volsize)
     return rc;
 }
 
-/* Receive one snapshot: the target's data becomes the source snapshot's,
- * then the target snapshot of the same name is taken. */
-
 /* The received volume's size, in one transaction. 0 or -errno. */
 static int recv_store_size(int64_t dataset_id, uint64_t size)
 {
@@ -876,20 +873,23 @@ static void recv_store_created(int64_t dataset_id, const char *name, int64_t cre
     cfg_tx_commit(&tx);
 }
 
-static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap *s)
+/* What one receive works on, found under the locks. */
+struct recv_ctx {
+    struct ds_row drow;                   /* the target dataset */
+    char spath[PATH_MAX], dpath[PATH_MAX]; /* the source snapshot's and target's files */
+    struct volume *v;                     /* the target's open volume, or NULL (own ref) */
+    struct store_update_stats st;
+    bool resized;
+};
+
+/* Under db_lock: both pools, the target row and the two files' paths.
+ * *rbd when either pool is RBD (nothing else is looked up then). */
+static int recv_locate(struct item *it, const struct snap *s, struct recv_ctx *c, bool *rbd)
 {
     struct ds_pool spool, dpool;
-    struct ds_row drow;
-    struct store_update_stats st;
-    struct volume *v = NULL;
-    char poolname[DS_NAME_BUF], spath[PATH_MAX], dpath[PATH_MAX], why[256];
-    bool resized = false;
+    char poolname[DS_NAME_BUF];
     int rc;
 
-    t->cur = it;
-    t->cur_snap = s;
-    t->last_pct = -1;
-    ds_ops_lock();
     db_lock();
     ds_pool_of(it->src, poolname, sizeof(poolname));
     rc = ds_pool_get(poolname, &spool);
@@ -897,70 +897,114 @@ static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap
         ds_pool_of(it->dst, poolname, sizeof(poolname));
         rc = ds_pool_get(poolname, &dpool);
     }
-    if (rc == 0 && (ds_pool_is_rbd(&spool) || ds_pool_is_rbd(&dpool))) {
-        db_unlock();
-        ds_ops_unlock();
-        return repl_fail(t, ENOTSUP,
-                         "replication of %s to %s: RBD pools are not supported by "
-                         "replication.run_onetime yet (file pools only)",
-                         it->src, it->dst);
-    }
-    if (rc == 0)
-        rc = ds_dataset_get(it->dst, &drow);
-    if (rc == 0 && (ds_path(&spool, it->src, s->name, spath, sizeof(spath)) < 0 ||
-                    ds_path(&dpool, it->dst, NULL, dpath, sizeof(dpath)) < 0))
+    *rbd = rc == 0 && (ds_pool_is_rbd(&spool) || ds_pool_is_rbd(&dpool));
+    if (rc == 0 && !*rbd)
+        rc = ds_dataset_get(it->dst, &c->drow);
+    if (rc == 0 && !*rbd &&
+        (ds_path(&spool, it->src, s->name, c->spath, sizeof(c->spath)) < 0 ||
+         ds_path(&dpool, it->dst, NULL, c->dpath, sizeof(c->dpath)) < 0))
         rc = -ENAMETOOLONG;
     db_unlock();
-    if (rc < 0) {
-        ds_ops_unlock();
-        return repl_fail(t, rc, "cannot locate %s@%s or %s", it->src, s->name, it->dst);
+    return rc;
+}
+
+/* Called under ds_ops_lock: may this snapshot be received into the
+ * target now? Flushes the target's open volume (c->v, kept for the
+ * caller to release after the lock) so the compare sees its data.
+ * 0, or -errno with the job's failure message in msg. */
+static int recv_check(struct item *it, const struct snap *s, struct recv_ctx *c, char *msg,
+                      size_t msglen)
+{
+    char why[256];
+    bool rbd;
+    int rc = recv_locate(it, s, c, &rbd);
+
+    if (rbd) {
+        snprintf(msg, msglen,
+                 "replication of %s to %s: RBD pools are not supported by "
+                 "replication.run_onetime yet (file pools only)",
+                 it->src, it->dst);
+        return -ENOTSUP;
     }
-    if (drow.memory) {
-        ds_ops_unlock();
-        return repl_fail(t, ENOTSUP, "%s is memory-backed; replication needs the file backend",
-                         it->dst);
+    if (rc < 0) {
+        snprintf(msg, msglen, "cannot locate %s@%s or %s", it->src, s->name, it->dst);
+        return rc;
+    }
+    if (c->drow.memory) {
+        snprintf(msg, msglen, "%s is memory-backed; replication needs the file backend", it->dst);
+        return -ENOTSUP;
     }
     /* zfs recv replaces the data under any user: refuse instead */
     if (ds_in_use(it->dst, why, sizeof(why))) {
-        ds_ops_unlock();
-        return repl_fail(t, EBUSY, "target %s is in use (%s)", it->dst, why);
+        snprintf(msg, msglen, "target %s is in use (%s)", it->dst, why);
+        return -EBUSY;
     }
-    v = ds_cache_peek(it->dst);
-    if (v && (rc = volume_flush_wait(v)) < 0) {
-        ds_ops_unlock();
-        volume_unref(v);
-        return repl_fail(t, rc, "cannot flush %s", it->dst);
+    c->v = ds_cache_peek(it->dst);
+    if (c->v && (rc = volume_flush_wait(c->v)) < 0) {
+        snprintf(msg, msglen, "cannot flush %s", it->dst);
+        return rc;
     }
+    return 0;
+}
+
+/* Called under ds_ops_lock: make the target's file the snapshot's data,
+ * then the open volume's and the database's size the received one. */
+static int recv_transfer(struct repl_task *t, struct recv_ctx *c)
+{
+    int rc;
+
     recv_progress(0, 1, t);
-    rc = store_update_file(spath, dpath, 0, recv_progress, t, &st);
-    if (rc == 0 && v && volume_size(v) != st.size) {
-        rc = volume_resize(v, st.size);
-        resized = rc == 0;
+    rc = store_update_file(c->spath, c->dpath, 0, recv_progress, t, &c->st);
+    if (rc == 0 && c->v && volume_size(c->v) != c->st.size) {
+        rc = volume_resize(c->v, c->st.size);
+        c->resized = rc == 0;
     }
     if (rc == 0)
-        rc = recv_store_size(drow.id, st.size);
+        rc = recv_store_size(c->drow.id, c->st.size);
+    return rc;
+}
+
+/* Receive one snapshot: the target's data becomes the source snapshot's
+ * (under ds_ops_lock, so no dataset operation runs in between), then the
+ * target snapshot of the same name is taken with its creation time. */
+static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap *s)
+{
+    struct recv_ctx c = {0};
+    char msg[1024];
+    int rc;
+
+    t->cur = it;
+    t->cur_snap = s;
+    t->last_pct = -1;
+    ds_ops_lock();
+    rc = recv_check(it, s, &c, msg, sizeof(msg));
+    if (rc == 0) {
+        rc = recv_transfer(t, &c);
+        if (rc < 0)
+            snprintf(msg, sizeof(msg), "receiving %s@%s into %s: %s", it->src, s->name, it->dst,
+                     strerror(-rc));
+    }
     ds_ops_unlock();
-    if (resized)
-        ds_notify(DATASETS_RESIZED, it->dst, v);
-    if (v)
-        volume_unref(v);
+    if (c.resized)
+        ds_notify(DATASETS_RESIZED, it->dst, c.v);
+    if (c.v)
+        volume_unref(c.v);
     if (rc < 0)
-        return repl_fail(t, rc, "receiving %s@%s into %s: %s", it->src, s->name, it->dst,
-                         strerror(-rc));
+        return repl_fail(t, rc, "%s", msg);
     log_info("replication: %s@%s → %s (%s%s): %s; %llu MiB compared, %llu MiB written, %llu "
              "MiB punched",
              it->src, s->name, it->dst, it->base || s != it->send[0] ? "incremental" : "full",
              it->base && s == it->send[0] ? " from the common snapshot" : "",
-             st.reflinked ? "reflink" : "compare-and-write",
-             (unsigned long long)(st.compared >> 20), (unsigned long long)(st.written >> 20),
-             (unsigned long long)(st.punched >> 20));
+             c.st.reflinked ? "reflink" : "compare-and-write",
+             (unsigned long long)(c.st.compared >> 20), (unsigned long long)(c.st.written >> 20),
+             (unsigned long long)(c.st.punched >> 20));
 
     rc = run_method(t, it->dst, "zfs.snapshot.create",
                     json_pack("[{s:s, s:s}]", "dataset", it->dst, "name", s->name), NULL);
     if (rc < 0)
         return rc;
     /* zfs recv keeps the snapshot's creation time */
-    recv_store_created(drow.id, s->name, s->created);
+    recv_store_created(c.drow.id, s->name, s->created);
     t->sent++;
     recv_progress(1, 1, t);
     return 0;
