@@ -195,58 +195,40 @@ int ds_check_new_name(struct api_call *call, const char *field, json_t *jname, s
     return 0;
 }
 
-static int m_dataset_create(struct api_call *call, json_t *params, json_t **result)
+/* The new dataset's row from the request with TrueNAS' defaults; "INHERIT"
+ * sync and readonly are resolved under the lock (create_resolve). */
+static void create_decode(json_t *data, struct ds_row *row)
 {
-    struct cfg_tx tx;
-    json_t *data;
-    struct ds_row row;
-    struct ds_pool pool;
-    const struct ds_backend *be;
-    const char *vbs_s;
-    char why[256] = "";
-    bool is_volume, created_file = false;
-    int rc;
+    json_t *js = json_object_get(data, "volsize");
+    bool is_volume = strcmp(str_or(data, "type", "FILESYSTEM"), "VOLUME") == 0;
 
-    data = api_param(params, 0); /* checked against create_fields by the dispatcher */
-
-    memset(&row, 0, sizeof(row));
-    snprintf(row.name, sizeof(row.name), "%s", json_string_value(json_object_get(data, "name")));
-    is_volume = strcmp(str_or(data, "type", "FILESYSTEM"), "VOLUME") == 0;
-    row.type = is_volume ? DS_VOLUME : DS_FILESYSTEM;
-    vbs_s = str_or(data, "volblocksize", "16K");
-    row.volblocksize = is_volume ? ds_volblocksize_parse(vbs_s) : 0;
-    row.sparse = bool_or(data, "sparse", true);
-    if (volume_sync_parse(str_or(data, "sync", "STANDARD"), &row.sync) < 0)
-        row.sync = VOLUME_SYNC_STANDARD; /* "INHERIT": the parent's, below */
-    row.readonly = strcmp(str_or(data, "readonly", "OFF"), "ON") == 0;
+    memset(row, 0, sizeof(*row));
+    snprintf(row->name, sizeof(row->name), "%s", json_string_value(json_object_get(data, "name")));
+    row->type = is_volume ? DS_VOLUME : DS_FILESYSTEM;
+    row->volblocksize = is_volume ? ds_volblocksize_parse(str_or(data, "volblocksize", "16K")) : 0;
+    row->sparse = bool_or(data, "sparse", true);
+    if (volume_sync_parse(str_or(data, "sync", "STANDARD"), &row->sync) < 0)
+        row->sync = VOLUME_SYNC_STANDARD; /* "INHERIT": the parent's, later */
+    row->readonly = strcmp(str_or(data, "readonly", "OFF"), "ON") == 0;
     /* TrueNAS' default for comments is "INHERIT": no comment of its own */
     if (strcmp(str_or(data, "comments", ""), "INHERIT") != 0)
-        snprintf(row.comments, sizeof(row.comments), "%s", str_or(data, "comments", ""));
-    row.memory = strcmp(str_or(data, "backend", "file"), "memory") == 0;
+        snprintf(row->comments, sizeof(row->comments), "%s", str_or(data, "comments", ""));
+    row->memory = strcmp(str_or(data, "backend", "file"), "memory") == 0;
     if (json_is_integer(json_object_get(data, "latency_us")))
-        row.latency_us = (uint32_t)json_integer_value(json_object_get(data, "latency_us"));
+        row->latency_us = (uint32_t)json_integer_value(json_object_get(data, "latency_us"));
+    if (is_volume && js)
+        row->volsize = (uint64_t)json_integer_value(js);
+}
 
-    if (is_volume) {
-        json_t *js = json_object_get(data, "volsize");
-        if (!js) {
-            api_verr(call, "pool.dataset.create.volsize", EINVAL,
-                     "Field required (a VOLUME needs volsize in bytes)");
-        } else {
-            row.volsize = (uint64_t)json_integer_value(js);
-            if (row.volsize % row.volblocksize)
-                api_verr(call, "pool.dataset.create.volsize", EINVAL,
-                         "must be a multiple of volblocksize (%s = %u bytes)", vbs_s,
-                         row.volblocksize);
-        }
-        if (!row.memory && json_object_get(data, "latency_us"))
-            api_verr(call, "pool.dataset.create.latency_us", EINVAL,
-                     "only valid with backend \"memory\"");
-        if (row.memory && !row.sparse)
-            api_verr(call, "pool.dataset.create.sparse", EINVAL,
-                     "a memory-backed volume is always sparse");
-    } else {
-        static const char *const vol_only[] = {"volsize", "volblocksize", "sparse", "backend",
-                                               "latency_us"};
+/* The invariants between fields the table cannot express: a volume has a
+ * size in whole blocks and memory-only options only with that backend; a
+ * filesystem has none of a volume's fields. Errors are collected. */
+static void create_check_fields(struct api_call *call, json_t *data, const struct ds_row *row)
+{
+    static const char *const vol_only[] = {"volsize", "volblocksize", "sparse", "backend",
+                                           "latency_us"};
+
+    if (row->type != DS_VOLUME) {
         for (size_t i = 0; i < ARRAY_SIZE(vol_only); i++) {
             if (json_object_get(data, vol_only[i])) {
                 char field[64];
@@ -254,107 +236,180 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
                 api_verr(call, field, EINVAL, "only valid for type VOLUME");
             }
         }
+        return;
     }
+    if (!json_object_get(data, "volsize"))
+        api_verr(call, "pool.dataset.create.volsize", EINVAL,
+                 "Field required (a VOLUME needs volsize in bytes)");
+    else if (row->volsize % row->volblocksize)
+        api_verr(call, "pool.dataset.create.volsize", EINVAL,
+                 "must be a multiple of volblocksize (%s = %u bytes)",
+                 str_or(data, "volblocksize", "16K"), row->volblocksize);
+    if (!row->memory && json_object_get(data, "latency_us"))
+        api_verr(call, "pool.dataset.create.latency_us", EINVAL,
+                 "only valid with backend \"memory\"");
+    if (row->memory && !row->sparse)
+        api_verr(call, "pool.dataset.create.sparse", EINVAL,
+                 "a memory-backed volume is always sparse");
+}
 
-    ds_check_user_props(call, "pool.dataset.create.user_properties",
-                        json_object_get(data, "user_properties"), false);
+/* Locked: the checks that need the database (name free, pool there,
+ * parent not a volume, the ZFS properties) and the values inherited from
+ * the parent. 0 (field errors collected on call) or -errno. */
+static int create_resolve(struct api_call *call, json_t *data, struct ds_row *row,
+                          struct ds_pool *pool)
+{
+    enum volume_sync psync;
+    bool pro;
+    int rc = ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"),
+                               pool);
 
-    ds_ops_lock();
-    db_lock();
-    rc = ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"), &pool);
-    if (rc == 0) {
-        enum volume_sync psync;
-        bool pro;
-
-        ds_props_check(call, "pool.dataset.create", data, row.type, row.name, false);
-        /* not given (or "INHERIT"): what the parent has */
-        ds_props_parent_effective(row.name, &psync, &pro);
-        if (strcmp(str_or(data, "sync", "INHERIT"), "INHERIT") == 0)
-            row.sync = psync;
-        if (strcmp(str_or(data, "readonly", "INHERIT"), "INHERIT") == 0)
-            row.readonly = pro;
-    }
-    if (rc < 0 || api_has_verrs(call)) {
-        db_unlock();
-        ds_ops_unlock();
-        if (!api_has_verrs(call))
-            return ds_api_errno(call, rc, "cannot create dataset", row.name);
-        return api_invalid(call);
-    }
-    row.pool_id = pool.id;
-    be = ds_backend_of(&pool);
-    rc = cfg_tx_begin(&tx);
     if (rc < 0)
-        goto fail_unlocked_tx;
-    rc = ds_create_ancestors(&pool, row.name);
+        return rc;
+    ds_props_check(call, "pool.dataset.create", data, row->type, row->name, false);
+    /* not given (or "INHERIT"): what the parent has */
+    ds_props_parent_effective(row->name, &psync, &pro);
+    if (strcmp(str_or(data, "sync", "INHERIT"), "INHERIT") == 0)
+        row->sync = psync;
+    if (strcmp(str_or(data, "readonly", "INHERIT"), "INHERIT") == 0)
+        row->readonly = pro;
+    return 0;
+}
+
+/* Inside the transaction: the missing ancestors, the row, managedby, the
+ * user and ZFS properties. 0 or -errno. */
+static int create_rows(struct cfg_tx *tx, json_t *data, struct ds_row *row, struct ds_pool *pool)
+{
+    int rc = ds_create_ancestors(pool, row->name);
+
     if (rc == 0)
-        rc = ds_dataset_insert(&row);
+        rc = ds_dataset_insert(row);
     if (rc == 0)
-        cfg_tx_changed(&tx, CFG_DATASET, row.id, CFG_CREATED);
+        cfg_tx_changed(tx, CFG_DATASET, row->id, CFG_CREATED);
     if (rc == 0 && json_object_get(data, "managedby") &&
         strcmp(str_or(data, "managedby", ""), "INHERIT") != 0)
-        rc = ds_prop_set(row.id, "managedby", str_or(data, "managedby", ""));
+        rc = ds_prop_set(row->id, "managedby", str_or(data, "managedby", ""));
     if (rc == 0)
-        rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties"));
+        rc = ds_apply_user_props(row->id, json_object_get(data, "user_properties"));
     if (rc == 0)
-        rc = ds_props_apply(row.id, data, row.type, false);
-    if (rc == 0) {
-        if (!is_volume) {
-            rc = be->filesystem_create(&pool, row.name);
-            if (rc < 0)
-                log_error("datasets: create filesystem %s: %s (peer %s)", row.name, strerror(-rc),
-                          api_call_peer(call));
-        } else if (!row.memory && bool_or(data, "adopt", false)) {
-            rc = be->volume_adopt ? be->volume_adopt(&pool, row.name, row.volsize, why, sizeof(why))
-                                  : -ENOTSUP;
-            if (rc == -ENOTSUP && !be->volume_adopt)
-                snprintf(ds_backend_why, sizeof(ds_backend_why),
-                         "adopt: only RBD pools hold volumes to adopt");
-            if (rc < 0)
-                log_error("datasets: adopt volume %s in %s pool %s: %s (peer %s)", row.name,
-                          be->name, pool.name, why[0] ? why : strerror(-rc), api_call_peer(call));
-            created_file = false; /* never remove what was adopted */
-            goto created;
-        } else if (!row.memory) {
-            rc = be->volume_create(&pool, row.name, row.volsize, row.sparse, why, sizeof(why));
-            if (rc < 0)
-                log_error("datasets: create volume %s in %s pool %s: %s (peer %s)", row.name,
-                          be->name, pool.name, why[0] ? why : strerror(-rc), api_call_peer(call));
-        } else {
-            /* Allocate it now (this connection sees the uncommitted row), so
-             * a size the memory backend refuses fails the create. */
-            struct volume *mv;
-            rc = datasets_volume_open(row.name, &mv);
-            if (rc == 0)
-                volume_unref(mv);
-        }
-        created_file = rc == 0;
+        rc = ds_props_apply(row->id, data, row->type, false);
+    return rc;
+}
+
+/* Inside the transaction, after the rows: the backend's storage, so a
+ * failure on either side leaves neither behind. *created: there is
+ * something to remove if the commit fails (never an adopted image: it is
+ * not ours). 0 or -errno. */
+static int create_storage(struct api_call *call, json_t *data, const struct ds_row *row,
+                          struct ds_pool *pool, bool *created)
+{
+    const struct ds_backend *be = ds_backend_of(pool);
+    char why[256] = "";
+    struct volume *mv;
+    int rc;
+
+    *created = false;
+    if (row->type != DS_VOLUME) {
+        rc = be->filesystem_create(pool, row->name);
+        if (rc < 0)
+            log_error("datasets: create filesystem %s: %s (peer %s)", row->name, strerror(-rc),
+                      api_call_peer(call));
+    } else if (!row->memory && bool_or(data, "adopt", false)) {
+        rc = be->volume_adopt ? be->volume_adopt(pool, row->name, row->volsize, why, sizeof(why))
+                              : -ENOTSUP;
+        if (rc == -ENOTSUP && !be->volume_adopt)
+            snprintf(ds_backend_why, sizeof(ds_backend_why),
+                     "adopt: only RBD pools hold volumes to adopt");
+        if (rc < 0)
+            log_error("datasets: adopt volume %s in %s pool %s: %s (peer %s)", row->name,
+                      be->name, pool->name, why[0] ? why : strerror(-rc), api_call_peer(call));
+        return rc;
+    } else if (!row->memory) {
+        rc = be->volume_create(pool, row->name, row->volsize, row->sparse, why, sizeof(why));
+        if (rc < 0)
+            log_error("datasets: create volume %s in %s pool %s: %s (peer %s)", row->name,
+                      be->name, pool->name, why[0] ? why : strerror(-rc), api_call_peer(call));
+    } else {
+        /* Allocate it now (this connection sees the uncommitted row), so
+         * a size the memory backend refuses fails the create. */
+        rc = datasets_volume_open(row->name, &mv);
+        if (rc == 0)
+            volume_unref(mv);
     }
-created:
+    *created = rc == 0;
+    return rc;
+}
+
+/* Locked: the one transaction (rows, then storage); on failure the memory
+ * volume is dropped and the file or directory made is removed. */
+static int create_commit(struct api_call *call, json_t *data, struct ds_row *row,
+                         struct ds_pool *pool)
+{
+    bool is_volume = row->type == DS_VOLUME, created = false;
+    struct cfg_tx tx;
+    int rc;
+
+    row->pool_id = pool->id;
+    rc = cfg_tx_begin(&tx);
+    if (rc < 0)
+        return rc;
+    rc = create_rows(&tx, data, row, pool);
+    if (rc == 0)
+        rc = create_storage(call, data, row, pool, &created);
     if (rc == 0)
         rc = cfg_tx_commit(&tx);
     else
         cfg_tx_abort(&tx);
-    if (rc < 0 && row.memory)
-        ds_cache_drop(row.name, false);
-    if (rc < 0 && created_file && (is_volume ? !row.memory : true))
-        be->dataset_remove(&pool, row.name, is_volume);
-fail_unlocked_tx:
-    if (rc == 0)
-        *result = ds_dataset_row(row.name);
+    if (rc < 0 && row->memory)
+        ds_cache_drop(row->name, false);
+    if (rc < 0 && created && (is_volume ? !row->memory : true))
+        ds_backend_of(pool)->dataset_remove(pool, row->name, is_volume);
+    return rc;
+}
+
+static void create_log(struct api_call *call, json_t *data, const struct ds_row *row)
+{
+    if (row->type == DS_VOLUME)
+        log_info("datasets: created volume %s (%llu bytes, volblocksize %s, %s%s; peer %s)",
+                 row->name, (unsigned long long)row->volsize,
+                 str_or(data, "volblocksize", "16K"),
+                 row->memory   ? "memory"
+                 : row->sparse ? "sparse"
+                               : "thick",
+                 row->readonly ? ", read-only" : "", api_call_peer(call));
+    else
+        log_info("datasets: created filesystem %s (peer %s)", row->name, api_call_peer(call));
+}
+
+/* pool.dataset.create: decode -> check fields -> (locked) check against
+ * the database -> one transaction -> the new row. The parameter shapes
+ * were checked by the dispatcher against create_fields. */
+static int m_dataset_create(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *data = api_param(params, 0);
+    struct ds_row row;
+    struct ds_pool pool;
+    int rc;
+
+    create_decode(data, &row);
+    create_check_fields(call, data, &row);
+    ds_check_user_props(call, "pool.dataset.create.user_properties",
+                        json_object_get(data, "user_properties"), false);
+    ds_ops_lock();
+    db_lock();
+    rc = create_resolve(call, data, &row, &pool);
+    if (rc == 0 && !api_has_verrs(call)) {
+        rc = create_commit(call, data, &row, &pool);
+        if (rc == 0)
+            *result = ds_dataset_row(row.name);
+    }
     db_unlock();
     ds_ops_unlock();
+    if (api_has_verrs(call))
+        return api_invalid(call);
     if (rc < 0)
         return ds_api_errno(call, rc, "cannot create dataset", row.name);
-    if (is_volume)
-        log_info("datasets: created volume %s (%llu bytes, volblocksize %s, %s%s; peer %s)",
-                 row.name, (unsigned long long)row.volsize, vbs_s,
-                 row.memory   ? "memory"
-                 : row.sparse ? "sparse"
-                              : "thick",
-                 row.readonly ? ", read-only" : "", api_call_peer(call));
-    else
-        log_info("datasets: created filesystem %s (peer %s)", row.name, api_call_peer(call));
+    create_log(call, data, &row);
     return *result ? 0 : api_error(call, EIO, "dataset %s vanished", row.name);
 }
 
