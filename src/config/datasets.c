@@ -546,166 +546,239 @@ static void notify_changes(const struct ds_eff_change *c, size_t n, const char *
     }
 }
 
-static int m_dataset_update(struct api_call *call, json_t *params, json_t **result)
-{
-    struct cfg_tx tx;
+/* One pool.dataset.update's state, shared by its steps. */
+struct update {
+    struct api_call *call;
     const char *id;
-    json_t *data, *js;
-    struct ds_row row;
+    json_t *data;
+    struct ds_row row; /* read, then changed in place */
     struct ds_pool pool;
-    char poolname[DS_NAME_BUF];
-    struct volume *v = NULL;
-    uint64_t old_size = 0, new_size = 0;
-    bool resize = false, props = false, opened_here = false;
-    struct ds_eff_change *changes = NULL;
-    size_t nchanges = 0;
-    sqlite3_stmt *st;
-    int rc;
+    struct volume *v; /* the open volume (own ref), or NULL */
+    uint64_t old_size, new_size;
+    bool resize, props, opened_here;
+    struct ds_eff_change *changes; /* sync/readonly recomputed below this dataset */
+    size_t nchanges;
+    enum { UPDATE_ERRNO, UPDATE_NOENT, UPDATE_READ } fail; /* which error a failure gets */
+};
 
-    dataset_id_param(call, params, "pool.dataset.update", &id);
-    data = api_param(params, 1);
-    if (!data)
+/* The id and the changes object, checked together (both errors are
+ * reported at once, which the dispatcher's table cannot do). */
+static int update_decode(struct api_call *call, json_t *params, struct update *u)
+{
+    dataset_id_param(call, params, "pool.dataset.update", &u->id);
+    u->data = api_param(params, 1);
+    if (!u->data)
         api_verr(call, "pool.dataset.update", EINVAL, "Field required (the changes)");
     else
-        api_validate_object(call, NULL, data, update_fields, ARRAY_SIZE(update_fields),
+        api_validate_object(call, NULL, u->data, update_fields, ARRAY_SIZE(update_fields),
                             API_PARTIAL);
-    if (api_has_verrs(call))
-        return api_invalid(call);
+    return api_has_verrs(call) ? -EINVAL : 0;
+}
 
-    ds_ops_lock();
-    db_lock();
-    rc = ds_dataset_get(id, &row);
-    if (rc < 0) {
-        db_unlock();
-        ds_ops_unlock();
-        if (rc == -ENOENT)
-            return api_error(call, ENOENT, "dataset %s does not exist", id);
-        return ds_api_errno(call, rc, "cannot read dataset", id);
-    }
-    ds_pool_of(id, poolname, sizeof(poolname));
-    rc = ds_pool_get(poolname, &pool);
-    if (rc < 0)
-        goto out;
+/* Locked: the checks that need the row (a size only for a volume, in
+ * whole blocks; user_properties and user_properties_update exclusive;
+ * the ZFS properties), and the new comment into the row. */
+static void update_check(struct update *u)
+{
+    struct api_call *call = u->call;
+    json_t *js;
 
-    if ((js = json_object_get(data, "volsize"))) {
-        if (row.type != DS_VOLUME) {
+    if ((js = json_object_get(u->data, "volsize"))) {
+        if (u->row.type != DS_VOLUME) {
             api_verr(call, "pool.dataset.update.volsize", EINVAL, "only valid for a VOLUME");
         } else {
-            new_size = (uint64_t)json_integer_value(js);
-            if (new_size % row.volblocksize)
+            u->new_size = (uint64_t)json_integer_value(js);
+            if (u->new_size % u->row.volblocksize)
                 api_verr(call, "pool.dataset.update.volsize", EINVAL,
-                         "must be a multiple of volblocksize (%u bytes)", row.volblocksize);
-            old_size = row.volsize;
-            resize = new_size != old_size;
+                         "must be a multiple of volblocksize (%u bytes)", u->row.volblocksize);
+            u->old_size = u->row.volsize;
+            u->resize = u->new_size != u->old_size;
         }
     }
     ds_check_user_props(call, "pool.dataset.update.user_properties_update",
-                        json_object_get(data, "user_properties_update"), true);
+                        json_object_get(u->data, "user_properties_update"), true);
     ds_check_user_props(call, "pool.dataset.update.user_properties",
-                        json_object_get(data, "user_properties"), true);
-    if (json_array_size(json_object_get(data, "user_properties")) &&
-        json_array_size(json_object_get(data, "user_properties_update")))
+                        json_object_get(u->data, "user_properties"), true);
+    if (json_array_size(json_object_get(u->data, "user_properties")) &&
+        json_array_size(json_object_get(u->data, "user_properties_update")))
         api_verr(call, "pool.dataset.update.user_properties_update", EINVAL,
                  "Should not be specified when \"user_properties\" are explicitly specified");
-    ds_props_check(call, "pool.dataset.update", data, row.type, row.name, true);
-    if ((js = json_object_get(data, "comments"))) {
+    ds_props_check(call, "pool.dataset.update", u->data, u->row.type, u->row.name, true);
+    if ((js = json_object_get(u->data, "comments"))) {
         const char *c = json_string_value(js);
         if (strcmp(c, "INHERIT") == 0)
             c = ""; /* TrueNAS' "no comment of its own" */
-        props |= strcmp(c, row.comments) != 0;
-        snprintf(row.comments, sizeof(row.comments), "%s", c);
+        u->props |= strcmp(c, u->row.comments) != 0;
+        snprintf(u->row.comments, sizeof(u->row.comments), "%s", c);
     }
-    if (api_has_verrs(call)) {
-        db_unlock();
-        ds_ops_unlock();
-        return api_invalid(call);
-    }
+}
 
-    rc = cfg_tx_begin(&tx);
-    if (rc < 0)
-        goto out;
-    cfg_tx_changed(&tx, CFG_DATASET, row.id, CFG_UPDATED);
-    rc = db_stmt("UPDATE datasets SET volsize = ?, comments = ? WHERE id = ?", &st);
+/* Inside the transaction: size and comment, managedby, the user and ZFS
+ * properties, then the effective sync/readonly of this dataset and its
+ * descendants. 0 or -errno. */
+static int update_write_rows(struct update *u)
+{
+    json_t *js, *all = json_object_get(u->data, "user_properties");
+    sqlite3_stmt *st;
+    int rc = db_stmt("UPDATE datasets SET volsize = ?, comments = ? WHERE id = ?", &st);
+
     if (rc == 0) {
-        sqlite3_bind_int64(st, 1, (sqlite3_int64)(resize ? new_size : row.volsize));
-        sqlite3_bind_text(st, 2, row.comments, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, row.id);
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)(u->resize ? u->new_size : u->row.volsize));
+        sqlite3_bind_text(st, 2, u->row.comments, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, u->row.id);
         rc = db_step_done(st);
         db_stmt_done(st);
     }
-    if (rc == 0 && (js = json_object_get(data, "managedby")))
-        rc = ds_prop_set(row.id, "managedby",
+    if (rc == 0 && (js = json_object_get(u->data, "managedby")))
+        rc = ds_prop_set(u->row.id, "managedby",
                          strcmp(json_string_value(js), "INHERIT") == 0 ? NULL
                                                                        : json_string_value(js));
     /* user_properties is the whole set (TrueNAS): drop the others first */
-    if (rc == 0 && json_array_size(json_object_get(data, "user_properties")))
-        rc = ds_clear_user_props(row.id);
+    if (rc == 0 && json_array_size(all))
+        rc = ds_clear_user_props(u->row.id);
     if (rc == 0)
-        rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties"));
+        rc = ds_apply_user_props(u->row.id, all);
     if (rc == 0)
-        rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties_update"));
+        rc = ds_apply_user_props(u->row.id, json_object_get(u->data, "user_properties_update"));
     if (rc == 0)
-        rc = ds_props_apply(row.id, data, row.type, true);
-    /* sync / readonly: this dataset's and its descendants' effective values */
-    if (rc == 0 && (json_object_get(data, "sync") || json_object_get(data, "readonly")))
-        rc = ds_props_recompute(row.name, &changes, &nchanges);
-    if (rc == 0 && row.type == DS_VOLUME)
-        v = ds_cache_peek(row.name);
-    /* A memory volume is (re)created on first open: open it so the new size
-     * is checked by the backend now rather than at the next open. */
-    if (rc == 0 && row.type == DS_VOLUME && row.memory && !v) {
-        rc = datasets_volume_open(row.name, &v);
-        opened_here = rc == 0;
+        rc = ds_props_apply(u->row.id, u->data, u->row.type, true);
+    if (rc == 0 && (json_object_get(u->data, "sync") || json_object_get(u->data, "readonly")))
+        rc = ds_props_recompute(u->row.name, &u->changes, &u->nchanges);
+    return rc;
+}
+
+/* Inside the transaction: the volume's storage follows, so that if it
+ * fails nothing is recorded. A memory volume is (re)created on first
+ * open: it is opened so the new size is checked by the backend now rather
+ * than at the next open. 0 or -errno. */
+static int update_volume(struct update *u)
+{
+    int rc = 0;
+
+    if (u->row.type != DS_VOLUME)
+        return 0;
+    u->v = ds_cache_peek(u->row.name);
+    if (u->row.memory && !u->v) {
+        rc = datasets_volume_open(u->row.name, &u->v);
+        u->opened_here = rc == 0;
     }
-    if (rc == 0 && resize) {
-        /* Apply to the file (and the open volume) inside the transaction:
-         * if that fails nothing is recorded. */
-        if (row.memory)
-            rc = volume_resize(v, new_size);
-        else
-            rc = ds_backend_of(&pool)->volume_resize(&pool, row.name, v, old_size, new_size,
-                                                     row.sparse);
-        if (rc < 0)
-            log_error("datasets: resize %s to %llu: %s", row.name, (unsigned long long)new_size,
-                      strerror(-rc));
-    }
+    if (rc < 0 || !u->resize)
+        return rc;
+    if (u->row.memory)
+        rc = volume_resize(u->v, u->new_size);
+    else
+        rc = ds_backend_of(&u->pool)->volume_resize(&u->pool, u->row.name, u->v, u->old_size,
+                                                    u->new_size, u->row.sparse);
+    if (rc < 0)
+        log_error("datasets: resize %s to %llu: %s", u->row.name, (unsigned long long)u->new_size,
+                  strerror(-rc));
+    return rc;
+}
+
+/* Locked: the one transaction; a failed commit shrinks the open volume
+ * back, and after a commit the open volumes get their new sync/readonly. */
+static int update_commit(struct update *u)
+{
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+
+    if (rc < 0)
+        return rc;
+    cfg_tx_changed(&tx, CFG_DATASET, u->row.id, CFG_UPDATED);
+    rc = update_write_rows(u);
+    if (rc == 0)
+        rc = update_volume(u);
     if (rc == 0) {
         rc = cfg_tx_commit(&tx);
-        if (rc < 0 && resize && v)
-            volume_resize(v, old_size);
+        if (rc < 0 && u->resize && u->v)
+            volume_resize(u->v, u->old_size);
     } else {
         cfg_tx_abort(&tx);
     }
-    if (rc < 0 && opened_here)
-        ds_cache_drop(row.name, false); /* it was empty: nothing is lost */
+    if (rc < 0 && u->opened_here)
+        ds_cache_drop(u->row.name, false); /* it was empty: nothing is lost */
     if (rc == 0) {
-        apply_changes(changes, nchanges);
-        for (size_t i = 0; i < nchanges; i++)
-            props |= strcmp(changes[i].name, row.name) == 0;
+        apply_changes(u->changes, u->nchanges);
+        for (size_t i = 0; i < u->nchanges; i++)
+            u->props |= strcmp(u->changes[i].name, u->row.name) == 0;
     }
-out:
+    return rc;
+}
+
+/* Locked: read the dataset and its pool, check, write. 0 or -errno
+ * (u->fail says which error; field errors are on the call). */
+static int update_locked(struct update *u)
+{
+    char poolname[DS_NAME_BUF];
+    int rc = ds_dataset_get(u->id, &u->row);
+
+    if (rc < 0) {
+        u->fail = rc == -ENOENT ? UPDATE_NOENT : UPDATE_READ;
+        return rc;
+    }
+    ds_pool_of(u->id, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, &u->pool);
+    if (rc < 0)
+        return rc;
+    update_check(u);
+    if (api_has_verrs(u->call))
+        return -EINVAL;
+    return update_commit(u);
+}
+
+/* Unlocked, after a failure: the call's error. */
+static int update_fail(struct update *u, int rc)
+{
+    free(u->changes);
+    if (u->v)
+        volume_unref(u->v);
+    if (api_has_verrs(u->call))
+        return api_invalid(u->call);
+    if (u->fail == UPDATE_NOENT)
+        return api_error(u->call, ENOENT, "dataset %s does not exist", u->id);
+    return ds_api_errno(u->call, rc,
+                        u->fail == UPDATE_READ ? "cannot read dataset" : "cannot update dataset",
+                        u->id);
+}
+
+/* Unlocked, after the commit: tell the observers (iSCSI re-reads the size,
+ * WCE and read-only) about this dataset and the others that changed. */
+static void update_publish(struct update *u)
+{
+    notify_changes(u->changes, u->nchanges, u->row.name);
+    free(u->changes);
+    if (u->resize) {
+        log_info("datasets: %s resized %llu -> %llu bytes (peer %s)", u->row.name,
+                 (unsigned long long)u->old_size, (unsigned long long)u->new_size,
+                 api_call_peer(u->call));
+        ds_notify(DATASETS_RESIZED, u->row.name, u->v);
+    }
+    if (u->props)
+        ds_notify(DATASETS_PROPERTY_CHANGED, u->row.name, u->v);
+    if (u->v)
+        volume_unref(u->v);
+}
+
+/* pool.dataset.update: decode -> (locked) check -> one transaction ->
+ * publish. */
+static int m_dataset_update(struct api_call *call, json_t *params, json_t **result)
+{
+    struct update u = {.call = call};
+    int rc;
+
+    if (update_decode(call, params, &u) < 0)
+        return api_invalid(call);
+    ds_ops_lock();
+    db_lock();
+    rc = update_locked(&u);
     if (rc == 0)
-        *result = ds_dataset_row(row.name);
+        *result = ds_dataset_row(u.row.name);
     db_unlock();
     ds_ops_unlock();
-    if (rc < 0) {
-        free(changes);
-        if (v)
-            volume_unref(v);
-        return ds_api_errno(call, rc, "cannot update dataset", id);
-    }
-    notify_changes(changes, nchanges, row.name);
-    free(changes);
-    if (resize) {
-        log_info("datasets: %s resized %llu -> %llu bytes (peer %s)", row.name,
-                 (unsigned long long)old_size, (unsigned long long)new_size, api_call_peer(call));
-        ds_notify(DATASETS_RESIZED, row.name, v);
-    }
-    if (props)
-        ds_notify(DATASETS_PROPERTY_CHANGED, row.name, v);
-    if (v)
-        volume_unref(v);
-    return *result ? 0 : api_error(call, EIO, "dataset %s vanished", row.name);
+    if (rc < 0)
+        return update_fail(&u, rc);
+    update_publish(&u);
+    return *result ? 0 : api_error(call, EIO, "dataset %s vanished", u.row.name);
 }
 
 /* A dataset or snapshot a delete removes. */
