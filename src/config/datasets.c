@@ -902,141 +902,171 @@ static int exec_bind_id(const char *sql, int64_t id)
     return rc;
 }
 
-static int m_dataset_delete(struct api_call *call, json_t *params, json_t **result)
-{
-    struct cfg_tx tx;
+/* One pool.dataset.delete's state, shared by its steps. */
+struct dataset_delete {
+    struct api_call *call;
     const char *id;
-    json_t *opts;
-    struct delete_plan plan;
-    struct ds_row row;
-    struct ds_pool pool;
-    char poolname[DS_NAME_BUF], why[512], clone[DS_NAME_BUF], origin[DS_NAME_BUF];
-    const struct ds_backend *be;
     bool recursive, force;
-    size_t i;
-    int rc;
+    struct ds_pool pool;
+    struct delete_plan plan;
+};
 
-    dataset_id_param(call, params, "pool.dataset.delete", &id);
+/* The id and the options, checked together (both errors at once). */
+static int delete_decode(struct api_call *call, json_t *params, struct dataset_delete *d)
+{
+    json_t *opts;
+
+    dataset_id_param(call, params, "pool.dataset.delete", &d->id);
     opts = api_param(params, 1);
     if (opts)
         api_validate_object(call, "pool.dataset.delete.options", opts, delete_fields,
                             ARRAY_SIZE(delete_fields), 0);
     if (api_has_verrs(call))
-        return api_invalid(call);
-    recursive = bool_or(opts, "recursive", false);
+        return -EINVAL;
+    d->recursive = bool_or(opts, "recursive", false);
     /* force: delete even if a front-end uses it; its open handle keeps
      * working on the unlinked file until it lets go. */
-    force = bool_or(opts, "force", false);
+    d->force = bool_or(opts, "force", false);
+    return 0;
+}
 
-    ds_ops_lock();
-    db_lock();
-    memset(&plan, 0, sizeof(plan));
-    rc = ds_dataset_get(id, &row);
-    if (rc == -ENOENT) {
-        rc = api_error(call, ENOENT, "dataset %s does not exist", id);
-        goto out_err;
-    }
+/* Locked: nothing a delete must not remove is in the plan — a pool's
+ * root, children or snapshots without recursive, the origin of a clone
+ * outside the subtree, anything in use (unless force). Builds the plan.
+ * 0 or the call's error. */
+static int delete_check(struct dataset_delete *d)
+{
+    char poolname[DS_NAME_BUF], why[512], clone[DS_NAME_BUF], origin[DS_NAME_BUF];
+    struct delete_plan *plan = &d->plan;
+    struct ds_row row;
+    int rc = ds_dataset_get(d->id, &row);
+
+    if (rc == -ENOENT)
+        return api_error(d->call, ENOENT, "dataset %s does not exist", d->id);
     if (rc < 0)
-        goto out_errno;
-    if (!strchr(id, '/')) {
-        rc = api_error(call, EINVAL, "%s is a pool's root dataset; it cannot be deleted", id);
-        goto out_err;
-    }
-    ds_pool_of(id, poolname, sizeof(poolname));
-    rc = ds_pool_get(poolname, &pool);
+        return ds_api_errno(d->call, rc, "cannot delete dataset", d->id);
+    if (!strchr(d->id, '/'))
+        return api_error(d->call, EINVAL, "%s is a pool's root dataset; it cannot be deleted",
+                         d->id);
+    ds_pool_of(d->id, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, &d->pool);
     if (rc == 0)
-        rc = plan_build(id, &plan);
+        rc = plan_build(d->id, plan);
     if (rc < 0)
-        goto out_errno;
-    if (!recursive && plan.ndatasets > 1) {
-        rc = api_error(call, ENOTEMPTY,
-                       "dataset %s has children (e.g. %s); use recursive to delete them too", id,
-                       plan.datasets[0].name);
-        goto out_err;
-    }
-    if (!recursive && plan.nsnapshots > 0) {
-        rc = api_error(call, ENOTEMPTY,
-                       "dataset %s has snapshots (e.g. %s); use recursive to delete them too", id,
-                       plan.snapshots[0].name);
-        goto out_err;
-    }
-    rc = plan_find_outside_clone(id, clone, sizeof(clone), origin, sizeof(origin));
+        return ds_api_errno(d->call, rc, "cannot delete dataset", d->id);
+    if (!d->recursive && plan->ndatasets > 1)
+        return api_error(d->call, ENOTEMPTY,
+                         "dataset %s has children (e.g. %s); use recursive to delete them too",
+                         d->id, plan->datasets[0].name);
+    if (!d->recursive && plan->nsnapshots > 0)
+        return api_error(d->call, ENOTEMPTY,
+                         "dataset %s has snapshots (e.g. %s); use recursive to delete them too",
+                         d->id, plan->snapshots[0].name);
+    rc = plan_find_outside_clone(d->id, clone, sizeof(clone), origin, sizeof(origin));
     if (rc < 0)
-        goto out_errno;
-    if (rc == 1) {
-        rc = api_error(call, EBUSY, "snapshot %s has dependent clone %s; delete the clone first",
-                       origin, clone);
-        goto out_err;
-    }
-    for (i = 0; !force && i < plan.ndatasets + plan.nsnapshots; i++) {
-        const char *n =
-            i < plan.ndatasets ? plan.datasets[i].name : plan.snapshots[i - plan.ndatasets].name;
+        return ds_api_errno(d->call, rc, "cannot delete dataset", d->id);
+    if (rc == 1)
+        return api_error(d->call, EBUSY,
+                         "snapshot %s has dependent clone %s; delete the clone first", origin,
+                         clone);
+    for (size_t i = 0; !d->force && i < plan->ndatasets + plan->nsnapshots; i++) {
+        const char *n = i < plan->ndatasets ? plan->datasets[i].name
+                                            : plan->snapshots[i - plan->ndatasets].name;
         why[0] = '\0';
-        if (ds_in_use(n, why, sizeof(why))) {
-            rc = api_error(call, EBUSY, "dataset %s is in use: %s", n, why[0] ? why : "busy");
-            goto out_err;
-        }
+        if (ds_in_use(n, why, sizeof(why)))
+            return api_error(d->call, EBUSY, "dataset %s is in use: %s", n,
+                             why[0] ? why : "busy");
     }
+    return 0;
+}
 
-    rc = cfg_tx_begin(&tx);
+/* Locked: the one transaction removing the rows (snapshots, properties,
+ * datasets). 0 or the call's error. */
+static int delete_rows(struct dataset_delete *d)
+{
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+
     if (rc < 0)
-        goto out_errno;
-    for (i = 0; rc == 0 && i < plan.ndatasets; i++) {
-        rc = exec_bind_id("DELETE FROM snapshots WHERE dataset_id = ?", plan.datasets[i].id);
+        return ds_api_errno(d->call, rc, "cannot delete dataset", d->id);
+    for (size_t i = 0; rc == 0 && i < d->plan.ndatasets; i++) {
+        int64_t id = d->plan.datasets[i].id;
+        rc = exec_bind_id("DELETE FROM snapshots WHERE dataset_id = ?", id);
         if (rc == 0)
-            rc =
-                exec_bind_id("DELETE FROM dataset_props WHERE dataset_id = ?", plan.datasets[i].id);
+            rc = exec_bind_id("DELETE FROM dataset_props WHERE dataset_id = ?", id);
         if (rc == 0)
-            rc = exec_bind_id("DELETE FROM datasets WHERE id = ?", plan.datasets[i].id);
-        cfg_tx_changed(&tx, CFG_DATASET, plan.datasets[i].id, CFG_DELETED);
+            rc = exec_bind_id("DELETE FROM datasets WHERE id = ?", id);
+        cfg_tx_changed(&tx, CFG_DATASET, id, CFG_DELETED);
     }
     if (rc == 0)
         rc = cfg_tx_commit(&tx);
     else
         cfg_tx_abort(&tx);
-    if (rc < 0)
-        goto out_errno;
+    return rc < 0 ? ds_api_errno(d->call, rc, "cannot delete dataset", d->id) : 0;
+}
 
-    /* Committed: now the files, without the database lock (unlinking a
-     * big file takes a while). A failure leaves a stray file behind, which
-     * is logged; the dataset is gone either way. */
-    db_unlock();
-    ds_cache_drop(id, true);
-    be = ds_backend_of(&pool);
+/* Committed, without the database lock (unlinking a big file takes a
+ * while), still under ds_ops_lock: the storage. A failure leaves a stray
+ * file behind, which is logged; the dataset is gone either way. */
+static void delete_storage(struct dataset_delete *d)
+{
+    const struct ds_backend *be;
+    int rc;
+
+    ds_cache_drop(d->id, true);
+    be = ds_backend_of(&d->pool);
     /* snapshots first: an RBD image with snapshots cannot be removed */
-    for (i = 0; i < plan.nsnapshots; i++) {
-        char *at = strchr(plan.snapshots[i].name, '@');
+    for (size_t i = 0; i < d->plan.nsnapshots; i++) {
+        char *name = d->plan.snapshots[i].name, *at = strchr(name, '@');
         *at = '\0';
-        rc = be->snapshot_remove(&pool, plan.snapshots[i].name, at + 1);
+        rc = be->snapshot_remove(&d->pool, name, at + 1);
         if (rc < 0 && rc != -ENOENT)
-            log_error("datasets: remove snapshot %s@%s: %s", plan.snapshots[i].name, at + 1,
-                      strerror(-rc));
+            log_error("datasets: remove snapshot %s@%s: %s", name, at + 1, strerror(-rc));
         *at = '@';
     }
-    for (i = 0; i < plan.ndatasets; i++) {
-        rc = be->dataset_remove(&pool, plan.datasets[i].name, plan.datasets[i].is_volume);
+    for (size_t i = 0; i < d->plan.ndatasets; i++) {
+        rc = be->dataset_remove(&d->pool, d->plan.datasets[i].name, d->plan.datasets[i].is_volume);
         if (rc < 0 && rc != -ENOENT)
-            log_error("datasets: remove %s: %s", plan.datasets[i].name, strerror(-rc));
+            log_error("datasets: remove %s: %s", d->plan.datasets[i].name, strerror(-rc));
     }
-    ds_ops_unlock();
-    if (force)
-        log_warn("datasets: %s deleted with force; in-use checks skipped", id);
-    log_info("datasets: deleted %s (%zu dataset(s), %zu snapshot(s); peer %s)", id, plan.ndatasets,
-             plan.nsnapshots, api_call_peer(call));
-    for (i = 0; i < plan.nsnapshots; i++)
-        ds_notify(DATASETS_DELETED, plan.snapshots[i].name, NULL);
-    for (i = 0; i < plan.ndatasets; i++)
-        ds_notify(DATASETS_DELETED, plan.datasets[i].name, NULL);
-    plan_free(&plan);
-    *result = json_true();
-    return 0;
+}
 
-out_errno:
-    rc = ds_api_errno(call, rc, "cannot delete dataset", id);
-out_err:
+/* Unlocked: the log lines and the observers (front-ends drop the shares). */
+static void delete_publish(struct dataset_delete *d)
+{
+    if (d->force)
+        log_warn("datasets: %s deleted with force; in-use checks skipped", d->id);
+    log_info("datasets: deleted %s (%zu dataset(s), %zu snapshot(s); peer %s)", d->id,
+             d->plan.ndatasets, d->plan.nsnapshots, api_call_peer(d->call));
+    for (size_t i = 0; i < d->plan.nsnapshots; i++)
+        ds_notify(DATASETS_DELETED, d->plan.snapshots[i].name, NULL);
+    for (size_t i = 0; i < d->plan.ndatasets; i++)
+        ds_notify(DATASETS_DELETED, d->plan.datasets[i].name, NULL);
+}
+
+/* pool.dataset.delete: decode -> (locked) check and plan -> one
+ * transaction -> the storage -> publish; one exit frees the plan. */
+static int m_dataset_delete(struct api_call *call, json_t *params, json_t **result)
+{
+    struct dataset_delete d = {.call = call};
+    int rc;
+
+    if (delete_decode(call, params, &d) < 0)
+        return api_invalid(call);
+    ds_ops_lock();
+    db_lock();
+    rc = delete_check(&d);
+    if (rc == 0)
+        rc = delete_rows(&d);
     db_unlock();
+    if (rc == 0)
+        delete_storage(&d);
     ds_ops_unlock();
-    plan_free(&plan);
+    if (rc == 0) {
+        delete_publish(&d);
+        *result = json_true();
+    }
+    plan_free(&d.plan);
     return rc;
 }
 
