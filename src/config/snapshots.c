@@ -440,24 +440,22 @@ static int volume_lookup(struct api_call *call, const char *field, const char *n
     return 0;
 }
 
-static int m_snapshot_create(struct api_call *call, json_t *params, json_t **result)
-{
-    struct cfg_tx tx;
-    json_t *data, *jds;
-    char dataset[DS_NAME_BUF], why[256];
+/* One zfs.snapshot.create's state, shared by its steps. */
+struct snap_create {
+    struct api_call *call;
+    json_t *params;
+    char dataset[DS_NAME_BUF];
+    const char *snap; /* the new snapshot's name (in params) */
     char full[DS_NAME_BUF * 2];
-    double held_ms;
-    const char *snap, *name;
     struct ds_row row;
     struct ds_pool pool;
-    struct ds_snap existing;
-    struct volume *v;
     struct copy_work work;
-    sqlite3_stmt *st;
-    bool reflinked = false;
-    int rc;
+};
 
-    data = api_param(params, 0); /* checked against snap_create_fields by the dispatcher */
+/* TrueNAS options some clients always send: only their "off" values are
+ * accepted. 0 or the call's error. */
+static int snap_create_refuse(struct api_call *call, json_t *data)
+{
     if (json_is_true(json_object_get(data, "vmware_sync")) ||
         json_is_true(json_object_get(data, "suspend_vms")))
         return api_error(call, ENOTSUP, "vmware_sync and suspend_vms are not supported");
@@ -465,84 +463,100 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
         return api_error(call, ENOTSUP, "exclude is not supported (volumes have no children)");
     if (json_object_size(json_object_get(data, "properties")) > 0)
         return api_error(call, ENOTSUP, "snapshot properties are not supported");
-    name = json_string_value(json_object_get(data, "name"));
-    jds = json_object_get(data, "dataset");
-    if (jds) {
-        /* TrueNAS shape: {"dataset": "pool/vol", "name": "snap"} */
-        snprintf(dataset, sizeof(dataset), "%s", json_string_value(jds));
-        snap = name;
-        if (name_check_dataset(dataset, false, why, sizeof(why)) < 0)
-            api_verr(call, "zfs.snapshot.create.dataset", EINVAL, "%s", why);
-        if (name_check_component(snap, strlen(snap), why, sizeof(why)) < 0 ||
-            strlen(snap) != json_string_length(json_object_get(data, "name")))
-            api_verr(call, "zfs.snapshot.create.name", EINVAL, "%s",
-                     strchr(snap, '@') ? "the snapshot name must not contain '@' when dataset "
-                                         "is given"
-                                       : why);
-    } else if (split_snapshot(name, dataset, sizeof(dataset), &snap, why, sizeof(why)) < 0) {
-        /* Also accepted: {"name": "pool/vol@snap"}. */
-        api_verr(call, "zfs.snapshot.create.name", EINVAL, "%s", why);
-    }
-    if (api_has_verrs(call))
-        return api_invalid(call);
+    return 0;
+}
 
-    ds_ops_lock();
-    db_lock();
-    rc = volume_lookup(call, "zfs.snapshot.create.dataset", dataset, &row, &pool);
-    if (rc == 0 && ds_snapshot_get(dataset, snap, &existing) == 0) {
-        api_verr(call, "zfs.snapshot.create.name", EEXIST, "snapshot %s@%s already exists", dataset,
-                 snap);
-        rc = api_invalid(call);
-    }
-    db_unlock();
-    if (rc < 0) {
-        ds_ops_unlock();
-        return rc;
-    }
+/* The dataset and snapshot names, in either shape: TrueNAS's
+ * {"dataset": "pool/vol", "name": "snap"} or {"name": "pool/vol@snap"}.
+ * Field errors are collected on the call. */
+static void snap_create_names(struct snap_create *c, json_t *data)
+{
+    json_t *jds = json_object_get(data, "dataset");
+    const char *name = json_string_value(json_object_get(data, "name"));
+    char why[256];
 
-    /* Point in time without stalling writes (store/snapshot.h): a reflink
-     * under a hold of the writes in flight, or, without reflink, a brief
-     * hold to start copy-before-write, then the copy while writes go on
-     * (each write to a chunk not copied yet copies its old data first).
-     * The call returns once the snapshot file is complete and durable;
-     * the snapshot exists (query, clone, export, rollback) only from then
-     * on: a clone of it waits on ds_ops_lock meanwhile, and a crash leaves
-     * only a temporary file that the next start removes (no row). The
-     * volume is opened through the shared cache if no front-end has yet,
-     * so one that opens it during the copy gets this same volume. */
-    rc = datasets_volume_open(dataset, &v);
-    if (rc < 0) {
-        ds_ops_unlock();
-        return ds_api_errno(call, rc, "cannot open before snapshotting", dataset);
+    if (!jds) {
+        if (split_snapshot(name, c->dataset, sizeof(c->dataset), &c->snap, why, sizeof(why)) < 0)
+            api_verr(c->call, "zfs.snapshot.create.name", EINVAL, "%s", why);
+        return;
     }
-    snprintf(full, sizeof(full), "%s@%s", dataset, snap);
-    work = (struct copy_work){.kind = COPY_SNAPSHOT,
-                              .what = "snapshot",
-                              .name = full,
-                              .pool = &pool,
-                              .dataset = dataset,
-                              .snap = snap,
-                              .vol = v};
-    rc = copy_run(call, params, &work);
+    snprintf(c->dataset, sizeof(c->dataset), "%s", json_string_value(jds));
+    c->snap = name;
+    if (name_check_dataset(c->dataset, false, why, sizeof(why)) < 0)
+        api_verr(c->call, "zfs.snapshot.create.dataset", EINVAL, "%s", why);
+    if (name_check_component(name, strlen(name), why, sizeof(why)) < 0 ||
+        strlen(name) != json_string_length(json_object_get(data, "name")))
+        api_verr(c->call, "zfs.snapshot.create.name", EINVAL, "%s",
+                 strchr(name, '@') ? "the snapshot name must not contain '@' when dataset "
+                                     "is given"
+                                   : why);
+}
+
+/* DB locked: a volume with a file backend, no snapshot of that name yet.
+ * 0 or the call's error. */
+static int snap_create_check(struct snap_create *c)
+{
+    struct ds_snap existing;
+    int rc = volume_lookup(c->call, "zfs.snapshot.create.dataset", c->dataset, &c->row, &c->pool);
+
+    if (rc == 0 && ds_snapshot_get(c->dataset, c->snap, &existing) == 0) {
+        api_verr(c->call, "zfs.snapshot.create.name", EEXIST, "snapshot %s@%s already exists",
+                 c->dataset, c->snap);
+        rc = api_invalid(c->call);
+    }
+    return rc;
+}
+
+/*
+ * ds_ops locked, DB not: the snapshot's data. Point in time without
+ * stalling writes (store/snapshot.h): a reflink under a hold of the writes
+ * in flight, or, without reflink, a brief hold to start copy-before-write,
+ * then the copy while writes go on (each write to a chunk not copied yet
+ * copies its old data first). The snapshot exists (query, clone, export,
+ * rollback) only once its row is recorded after this: a clone of it waits
+ * on ds_ops_lock meanwhile, and a crash leaves only a temporary file that
+ * the next start removes (no row). The volume is opened through the
+ * shared cache if no front-end has yet, so one that opens it during the
+ * copy gets this same volume. 0 or the call's error.
+ */
+static int snap_create_copy(struct snap_create *c)
+{
+    struct volume *v;
+    int rc = datasets_volume_open(c->dataset, &v);
+
+    if (rc < 0)
+        return ds_api_errno(c->call, rc, "cannot open before snapshotting", c->dataset);
+    snprintf(c->full, sizeof(c->full), "%s@%s", c->dataset, c->snap);
+    c->work = (struct copy_work){.kind = COPY_SNAPSHOT,
+                                 .what = "snapshot",
+                                 .name = c->full,
+                                 .pool = &c->pool,
+                                 .dataset = c->dataset,
+                                 .snap = c->snap,
+                                 .vol = v};
+    rc = copy_run(c->call, c->params, &c->work);
     volume_unref(v);
-    if (rc < 0) {
-        ds_ops_unlock();
-        return -1;
-    }
-    reflinked = work.snap_stats.reflinked;
-    held_ms = (double)work.snap_stats.held_ns / 1e6;
+    return rc < 0 ? -1 : 0;
+}
 
-    db_lock();
-    rc = cfg_tx_begin(&tx);
+/* DB locked: the one transaction recording the snapshot; if it fails the
+ * snapshot's data goes. 0 or the call's error (set under the locks: the
+ * backend's reason, ds_backend_why, is theirs). */
+static int snap_create_record(struct snap_create *c)
+{
+    struct cfg_tx tx;
+    sqlite3_stmt *st;
+    int rc = cfg_tx_begin(&tx);
+
     if (rc == 0)
         rc = db_stmt("INSERT INTO snapshots (dataset_id, name, volsize, created)"
                      " VALUES (?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS"
                      " INTEGER))",
                      &st);
     if (rc == 0) {
-        sqlite3_bind_int64(st, 1, row.id);
-        sqlite3_bind_text(st, 2, snap, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, (sqlite3_int64)row.volsize);
+        sqlite3_bind_int64(st, 1, c->row.id);
+        sqlite3_bind_text(st, 2, c->snap, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)c->row.volsize);
         rc = db_step_done(st);
         db_stmt_done(st);
         cfg_tx_changed(&tx, CFG_SNAPSHOT, sqlite3_last_insert_rowid(db_handle()), CFG_CREATED);
@@ -551,30 +565,67 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
         else
             cfg_tx_abort(&tx);
     }
-    if (rc < 0)
-        ds_backend_of(&pool)->snapshot_remove(&pool, dataset, snap);
-    else
-        *result = ds_snapshot_row(dataset, snap);
-    db_unlock();
-    ds_ops_unlock();
-    if (rc < 0)
-        return ds_api_errno(call, rc, "cannot record snapshot of", dataset);
-    if (ds_pool_is_rbd(&pool))
+    if (rc < 0) {
+        ds_backend_of(&c->pool)->snapshot_remove(&c->pool, c->dataset, c->snap);
+        return ds_api_errno(c->call, rc, "cannot record snapshot of", c->dataset);
+    }
+    return 0;
+}
+
+static void snap_create_log(const struct snap_create *c)
+{
+    const struct store_snapshot_stats *s = &c->work.snap_stats;
+    double held_ms = (double)s->held_ns / 1e6;
+
+    if (ds_pool_is_rbd(&c->pool))
         /* librbd holds the image's writes for part of this time */
-        log_info("datasets: snapshot %s@%s created (RBD snapshot in %.1f ms; peer %s)", dataset,
-                 snap, held_ms, api_call_peer(call));
-    else if (reflinked)
+        log_info("datasets: snapshot %s@%s created (RBD snapshot in %.1f ms; peer %s)", c->dataset,
+                 c->snap, held_ms, api_call_peer(c->call));
+    else if (s->reflinked)
         log_info("datasets: snapshot %s@%s created (reflink; writes held %.1f ms; peer %s)",
-                 dataset, snap, held_ms, api_call_peer(call));
+                 c->dataset, c->snap, held_ms, api_call_peer(c->call));
     else
         log_info("datasets: snapshot %s@%s created (copy-before-write: %llu chunks copied by "
                  "writes, %llu by the copier; writes held %.1f ms; %llu writes waited for the "
                  "copier's queue, longest %.1f ms; peer %s)",
-                 dataset, snap, (unsigned long long)work.snap_stats.chunks_by_writes,
-                 (unsigned long long)work.snap_stats.chunks_by_copier, held_ms,
-                 (unsigned long long)work.snap_stats.queue_waits,
-                 (double)work.snap_stats.queue_wait_max_ns / 1e6, api_call_peer(call));
-    return *result ? 0 : api_error(call, EIO, "snapshot %s@%s vanished", dataset, snap);
+                 c->dataset, c->snap, (unsigned long long)s->chunks_by_writes,
+                 (unsigned long long)s->chunks_by_copier, held_ms,
+                 (unsigned long long)s->queue_waits, (double)s->queue_wait_max_ns / 1e6,
+                 api_call_peer(c->call));
+}
+
+/* zfs.snapshot.create: decode -> (locked) check -> the copy with only
+ * ds_ops_lock held -> one transaction -> the new row. The call returns
+ * once the snapshot file is complete and durable. */
+static int m_snapshot_create(struct api_call *call, json_t *params, json_t **result)
+{
+    struct snap_create c = {.call = call, .params = params};
+    json_t *data = api_param(params, 0); /* checked against snap_create_fields */
+    int rc = snap_create_refuse(call, data);
+
+    if (rc < 0)
+        return rc;
+    snap_create_names(&c, data);
+    if (api_has_verrs(call))
+        return api_invalid(call);
+    ds_ops_lock();
+    db_lock();
+    rc = snap_create_check(&c);
+    db_unlock();
+    if (rc == 0)
+        rc = snap_create_copy(&c);
+    if (rc == 0) {
+        db_lock();
+        rc = snap_create_record(&c);
+        if (rc == 0)
+            *result = ds_snapshot_row(c.dataset, c.snap);
+        db_unlock();
+    }
+    ds_ops_unlock();
+    if (rc < 0)
+        return rc;
+    snap_create_log(&c);
+    return *result ? 0 : api_error(call, EIO, "snapshot %s@%s vanished", c.dataset, c.snap);
 }
 
 static int m_snapshot_query(struct api_call *call, json_t *params, json_t **result)
