@@ -753,93 +753,106 @@ out:
     return rc;
 }
 
-static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **result)
-{
-    struct cfg_tx tx;
-    json_t *data, *props, *js;
-    char dataset[DS_NAME_BUF], why[256];
-    const char *snapname, *sn, *dst;
+/* One zfs.snapshot.clone's state, shared by its steps. */
+struct snap_clone {
+    struct api_call *call;
+    json_t *params, *data;
+    const char *snapname, *sn, *dst; /* "pool/vol@snap", its "snap", the new dataset */
+    char dataset[DS_NAME_BUF];       /* "pool/vol" */
     struct ds_snap snap;
-    struct ds_row src, row;
+    struct ds_row src;
     struct ds_pool pool, dst_pool;
-    struct copy_work work;
-    bool reflinked = false;
-    int rc;
+    bool reflinked;
+};
 
-    data = api_param(params, 0); /* checked against clone_fields by the dispatcher */
-    snapname = json_string_value(json_object_get(data, "snapshot"));
-    dst = json_string_value(json_object_get(data, "dataset_dst"));
-    if (split_snapshot(snapname, dataset, sizeof(dataset), &sn, why, sizeof(why)) < 0) {
-        api_verr(call, "zfs.snapshot.clone.snapshot", EINVAL, "%s", why);
-        return api_invalid(call);
-    }
+/* DB locked: the snapshot exists on a file-backed volume, the new name
+ * is free, and both pools are of one kind (a clone stays in the same kind
+ * of pool). Field errors are reported together. 0 or the call's error. */
+static int snap_clone_check(struct snap_clone *c)
+{
+    struct api_call *call = c->call;
+    int rc = ds_snapshot_get(c->dataset, c->sn, &c->snap), nrc;
 
-    ds_ops_lock();
-    db_lock();
-    rc = ds_snapshot_get(dataset, sn, &snap);
     if (rc == -ENOENT)
         api_verr(call, "zfs.snapshot.clone.snapshot", ENOENT, "snapshot %s does not exist",
-                 snapname);
+                 c->snapname);
     else if (rc < 0)
-        goto fail_errno;
+        return ds_api_errno(call, rc, "cannot clone to", c->dst);
     if (rc == 0 &&
-        (rc = volume_lookup(call, "zfs.snapshot.clone.snapshot", dataset, &src, &pool)) < 0)
-        goto fail;
-    {
-        int nrc = ds_check_new_name(call, "zfs.snapshot.clone.dataset_dst",
-                                    json_object_get(data, "dataset_dst"), &dst_pool);
-        if (nrc < 0 && !api_has_verrs(call)) {
-            rc = nrc;
-            goto fail_errno;
-        }
-    }
-    if (api_has_verrs(call)) {
-        rc = api_invalid(call);
-        goto fail;
-    }
-    if (ds_pool_is_rbd(&pool) != ds_pool_is_rbd(&dst_pool)) {
-        rc = api_error(call, EXDEV,
-                       "cannot clone %s into %s: a clone stays in the same kind of pool (%s pool "
-                       "%s, %s pool %s)",
-                       snapname, dst, ds_backend_of(&pool)->name, pool.name,
-                       ds_backend_of(&dst_pool)->name, dst_pool.name);
-        goto fail;
-    }
+        (rc = volume_lookup(call, "zfs.snapshot.clone.snapshot", c->dataset, &c->src, &c->pool)) <
+            0)
+        return rc;
+    nrc = ds_check_new_name(call, "zfs.snapshot.clone.dataset_dst",
+                            json_object_get(c->data, "dataset_dst"), &c->dst_pool);
+    if (nrc < 0 && !api_has_verrs(call))
+        return ds_api_errno(call, nrc, "cannot clone to", c->dst);
+    if (api_has_verrs(call))
+        return api_invalid(call);
+    if (ds_pool_is_rbd(&c->pool) != ds_pool_is_rbd(&c->dst_pool))
+        return api_error(call, EXDEV,
+                         "cannot clone %s into %s: a clone stays in the same kind of pool (%s "
+                         "pool %s, %s pool %s)",
+                         c->snapname, c->dst, ds_backend_of(&c->pool)->name, c->pool.name,
+                         ds_backend_of(&c->dst_pool)->name, c->dst_pool.name);
+    return 0;
+}
+
+/* DB locked (released during the copy, a job): the clone's data, by the
+ * backend (reflink, sparse copy or an RBD clone). 0 or the call's error. */
+static int snap_clone_copy(struct snap_clone *c)
+{
+    struct copy_work work = {.kind = COPY_CLONE,
+                             .what = "clone",
+                             .name = c->dst,
+                             .pool = &c->pool,
+                             .dataset = c->dataset,
+                             .snap = c->sn,
+                             .dst_pool = &c->dst_pool,
+                             .dst_name = c->dst};
+    int rc;
+
     db_unlock();
-
-    work = (struct copy_work){.kind = COPY_CLONE,
-                              .what = "clone",
-                              .name = dst,
-                              .pool = &pool,
-                              .dataset = dataset,
-                              .snap = sn,
-                              .dst_pool = &dst_pool,
-                              .dst_name = dst};
-    rc = copy_run(call, params, &work);
+    rc = copy_run(c->call, c->params, &work);
     db_lock();
-    if (rc < 0)
-        goto fail;
-    reflinked = work.reflinked;
+    c->reflinked = work.reflinked;
+    return rc;
+}
 
-    memset(&row, 0, sizeof(row));
-    snprintf(row.name, sizeof(row.name), "%s", dst);
-    row.pool_id = dst_pool.id;
-    row.type = DS_VOLUME;
-    row.volsize = snap.volsize;
-    row.volblocksize = src.volblocksize;
-    row.sparse = true;
-    row.sync = src.sync;
-    row.origin_id = snap.id;
-    props = json_object_get(data, "dataset_properties");
+/* The clone's row: a sparse volume of the snapshot's size with the
+ * source's block size and sync, and the dataset_properties given. */
+static void snap_clone_row(const struct snap_clone *c, struct ds_row *row)
+{
+    json_t *props = json_object_get(c->data, "dataset_properties"), *js;
+
+    memset(row, 0, sizeof(*row));
+    snprintf(row->name, sizeof(row->name), "%s", c->dst);
+    row->pool_id = c->dst_pool.id;
+    row->type = DS_VOLUME;
+    row->volsize = c->snap.volsize;
+    row->volblocksize = c->src.volblocksize;
+    row->sparse = true;
+    row->sync = c->src.sync;
+    row->origin_id = c->snap.id;
     if ((js = json_object_get(props, "sync")))
-        volume_sync_parse(json_string_value(js), &row.sync);
+        volume_sync_parse(json_string_value(js), &row->sync);
     if ((js = json_object_get(props, "readonly")))
-        row.readonly = strcmp(json_string_value(js), "ON") == 0;
+        row->readonly = strcmp(json_string_value(js), "ON") == 0;
     if ((js = json_object_get(props, "comments")))
-        snprintf(row.comments, sizeof(row.comments), "%s", json_string_value(js));
+        snprintf(row->comments, sizeof(row->comments), "%s", json_string_value(js));
+}
+
+/* DB locked: the one transaction recording the clone (and any missing
+ * ancestors); if it fails the clone's data goes. 0 or the call's error. */
+static int snap_clone_record(struct snap_clone *c)
+{
+    struct cfg_tx tx;
+    struct ds_row row;
+    int rc;
+
+    snap_clone_row(c, &row);
     rc = cfg_tx_begin(&tx);
     if (rc == 0) {
-        rc = ds_create_ancestors(&dst_pool, dst);
+        rc = ds_create_ancestors(&c->dst_pool, c->dst);
         if (rc == 0)
             rc = ds_dataset_insert(&row);
         if (rc == 0)
@@ -850,25 +863,45 @@ static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **resu
             cfg_tx_abort(&tx);
     }
     if (rc < 0) {
-        ds_backend_of(&dst_pool)->dataset_remove(&dst_pool, dst, true);
-        goto fail_errno;
+        ds_backend_of(&c->dst_pool)->dataset_remove(&c->dst_pool, c->dst, true);
+        return ds_api_errno(c->call, rc, "cannot clone to", c->dst);
     }
+    return 0;
+}
+
+/* zfs.snapshot.clone: decode -> (locked) check -> the copy -> one
+ * transaction; one exit drops the locks. */
+static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **result)
+{
+    struct snap_clone c = {.call = call, .params = params};
+    char why[256];
+    int rc;
+
+    c.data = api_param(params, 0); /* checked against clone_fields by the dispatcher */
+    c.snapname = json_string_value(json_object_get(c.data, "snapshot"));
+    c.dst = json_string_value(json_object_get(c.data, "dataset_dst"));
+    if (split_snapshot(c.snapname, c.dataset, sizeof(c.dataset), &c.sn, why, sizeof(why)) < 0) {
+        api_verr(call, "zfs.snapshot.clone.snapshot", EINVAL, "%s", why);
+        return api_invalid(call);
+    }
+    ds_ops_lock();
+    db_lock();
+    rc = snap_clone_check(&c);
+    if (rc == 0)
+        rc = snap_clone_copy(&c);
+    if (rc == 0)
+        rc = snap_clone_record(&c);
     db_unlock();
     ds_ops_unlock();
-    log_info("datasets: cloned %s to %s (%s; peer %s)", snapname, dst,
-             ds_pool_is_rbd(&pool) ? "RBD clone v2"
-             : reflinked           ? "reflink"
-                                   : "sparse copy",
+    if (rc < 0)
+        return rc;
+    log_info("datasets: cloned %s to %s (%s; peer %s)", c.snapname, c.dst,
+             ds_pool_is_rbd(&c.pool) ? "RBD clone v2"
+             : c.reflinked           ? "reflink"
+                                     : "sparse copy",
              api_call_peer(call));
     *result = json_true();
     return 0;
-
-fail_errno:
-    rc = ds_api_errno(call, rc, "cannot clone to", dst);
-fail:
-    db_unlock();
-    ds_ops_unlock();
-    return rc;
 }
 
 static int set_rollback_pending(int64_t dataset_id, int64_t snap_id, uint64_t volsize, bool done)
