@@ -1006,139 +1006,163 @@ fail:
     return rc;
 }
 
-static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **result)
-{
-    struct cfg_tx tx;
-    json_t *opts;
+/* One zfs.snapshot.rollback's state, shared by its steps. */
+struct rollback {
+    struct api_call *call;
+    json_t *params, *opts;
     struct ds_snap snap;
     struct ds_pool pool;
-    struct ds_row row;
-    struct volume *v = NULL;
-    struct copy_work work;
+    struct ds_row row; /* the volume rolled back */
     char full[DS_NAME_BUF * 2], why[512];
-    bool reflinked = false;
-    uint64_t old_size;
-    struct ds_snap *newer = NULL;
-    size_t nnewer = 0;
     unsigned nclients;
-    int rc;
+    struct ds_snap *newer; /* recursive: the newer snapshots that go */
+    size_t nnewer;
+    struct volume *v; /* the open volume (own ref), or NULL */
+    bool reflinked;
+};
 
-    opts = api_param(params, 1); /* rollback_args */
+/* DB locked: may the volume be rolled back now? Being exported does not
+ * block a rollback (the export then serves the rolled-back data, as a
+ * zvol would); clients connected to the volume's shares do, unless
+ * forced. Shares of its snapshots never matter: their files are not
+ * touched. On success rollback_pending is recorded, so that a crash
+ * during the copy is finished by the next start. 0 or the call's error. */
+static int rollback_check(struct rollback *r)
+{
+    int rc = snapshot_id_param(r->call, r->params, "zfs.snapshot.rollback", &r->snap, &r->pool,
+                               r->full);
 
-    ds_ops_lock();
-    db_lock();
-    rc = snapshot_id_param(call, params, "zfs.snapshot.rollback", &snap, &pool, full);
     if (rc < 0)
-        goto fail;
-    rc = ds_dataset_get_id(snap.dataset_id, &row);
-    if (rc < 0) {
-        rc = ds_api_errno(call, rc, "cannot roll back to", full);
-        goto fail;
-    }
-    /* Being exported does not block a rollback (the export then serves
-     * the rolled-back data, as a zvol would); clients connected to the
-     * volume's shares do, unless forced. Shares of its snapshots never
-     * matter: their files are not touched. */
-    nclients = ds_clients(row.name, why, sizeof(why));
-    if (nclients && !json_is_true(json_object_get(opts, "force"))) {
-        rc = api_error(call, EBUSY, "dataset %s is in use: %s (use force to roll back anyway)",
-                       row.name, why[0] ? why : "clients connected");
-        goto fail;
-    }
-    if (json_is_true(json_object_get(opts, "recursive"))) {
-        rc = newer_snapshots(call, &snap, &newer, &nnewer);
+        return rc;
+    rc = ds_dataset_get_id(r->snap.dataset_id, &r->row);
+    if (rc < 0)
+        return ds_api_errno(r->call, rc, "cannot roll back to", r->full);
+    r->nclients = ds_clients(r->row.name, r->why, sizeof(r->why));
+    if (r->nclients && !json_is_true(json_object_get(r->opts, "force")))
+        return api_error(r->call, EBUSY,
+                         "dataset %s is in use: %s (use force to roll back anyway)", r->row.name,
+                         r->why[0] ? r->why : "clients connected");
+    if (json_is_true(json_object_get(r->opts, "recursive"))) {
+        rc = newer_snapshots(r->call, &r->snap, &r->newer, &r->nnewer);
         if (rc < 0)
-            goto fail;
+            return rc;
     }
-    rc = set_rollback_pending(row.id, snap.id, 0, false);
-    if (rc < 0) {
-        rc = ds_api_errno(call, rc, "cannot roll back to", full);
-        goto fail;
-    }
-    db_unlock();
+    rc = set_rollback_pending(r->row.id, r->snap.id, 0, false);
+    if (rc < 0)
+        return ds_api_errno(r->call, rc, "cannot roll back to", r->full);
+    return 0;
+}
 
-    old_size = row.volsize;
-    v = ds_cache_peek(row.name);
-    /* Front-ends drop the clients that must not see the switch (NBD
-     * disconnects the volume's exports' clients, forced or none). */
-    if (nclients)
-        log_warn("datasets: rolling back %s with %u client(s) connected (force): %s", row.name,
-                 nclients, why);
-    ds_notify(DATASETS_ROLLING_BACK, row.name, v);
+/* ds_ops locked, DB not: the volume's data becomes the snapshot's.
+ * Front-ends first drop the clients that must not see the switch (NBD
+ * disconnects the volume's exports' clients, forced or none). On failure
+ * rollback_pending stays set: the next start retries it. 0 or -1 (the
+ * call's error is set). */
+static int rollback_copy(struct rollback *r)
+{
+    struct copy_work work;
+
+    r->v = ds_cache_peek(r->row.name);
+    if (r->nclients)
+        log_warn("datasets: rolling back %s with %u client(s) connected (force): %s", r->row.name,
+                 r->nclients, r->why);
+    ds_notify(DATASETS_ROLLING_BACK, r->row.name, r->v);
     work = (struct copy_work){.kind = COPY_ROLLBACK,
                               .what = "rollback",
-                              .name = row.name,
-                              .pool = &pool,
-                              .dataset = row.name,
-                              .snap = snap.name,
-                              .vol = v};
-    if (copy_run(call, params, &work) < 0) {
-        /* rollback_pending stays set: the next start retries it. */
-        free(newer);
-        ds_ops_unlock();
-        if (v)
-            volume_unref(v);
+                              .name = r->row.name,
+                              .pool = &r->pool,
+                              .dataset = r->row.name,
+                              .snap = r->snap.name,
+                              .vol = r->v};
+    if (copy_run(r->call, r->params, &work) < 0)
         return -1;
-    }
-    reflinked = work.reflinked;
+    r->reflinked = work.reflinked;
+    return 0;
+}
+
+/* ds_ops locked: the one transaction ending the rollback (the newer
+ * snapshots' rows go, the size is the snapshot's, rollback_pending is
+ * cleared), then the newer snapshots' storage. 0 or the call's error. */
+static int rollback_record(struct rollback *r)
+{
+    struct cfg_tx tx;
+    int rc;
+
     db_lock();
     rc = cfg_tx_begin(&tx);
     if (rc == 0) {
-        for (size_t i = 0; rc == 0 && i < nnewer; i++) {
-            rc = snapshot_row_delete(newer[i].id);
-            cfg_tx_changed(&tx, CFG_SNAPSHOT, newer[i].id, CFG_DELETED);
+        for (size_t i = 0; rc == 0 && i < r->nnewer; i++) {
+            rc = snapshot_row_delete(r->newer[i].id);
+            cfg_tx_changed(&tx, CFG_SNAPSHOT, r->newer[i].id, CFG_DELETED);
         }
         if (rc == 0)
-            rc = set_rollback_pending(row.id, snap.id, snap.volsize, true);
+            rc = set_rollback_pending(r->row.id, r->snap.id, r->snap.volsize, true);
         if (rc == 0)
             rc = cfg_tx_commit(&tx);
         else
             cfg_tx_abort(&tx);
     }
     db_unlock();
-    if (rc == 0) {
-        for (size_t i = 0; i < nnewer; i++) {
-            char n[DS_NAME_BUF * 2];
-
-            snprintf(n, sizeof(n), "%s@%s", row.name, newer[i].name);
-            ds_cache_drop(n, false);
-            int urc = ds_backend_of(&pool)->snapshot_remove(&pool, row.name, newer[i].name);
-
-            if (urc < 0 && urc != -ENOENT)
-                log_error("datasets: remove snapshot %s: %s", n, strerror(-urc));
-            log_info("datasets: snapshot %s destroyed by the recursive rollback", n);
-        }
-    }
-    ds_ops_unlock();
-    if (rc < 0) {
-        free(newer);
-        if (v)
-            volume_unref(v);
-        return ds_api_errno(call, rc, "cannot record the rollback of", full);
-    }
-    for (size_t i = 0; i < nnewer; i++) {
+    if (rc < 0)
+        return ds_api_errno(r->call, rc, "cannot record the rollback of", r->full);
+    for (size_t i = 0; i < r->nnewer; i++) {
         char n[DS_NAME_BUF * 2];
 
-        snprintf(n, sizeof(n), "%s@%s", row.name, newer[i].name);
+        snprintf(n, sizeof(n), "%s@%s", r->row.name, r->newer[i].name);
+        ds_cache_drop(n, false);
+        int urc = ds_backend_of(&r->pool)->snapshot_remove(&r->pool, r->row.name, r->newer[i].name);
+
+        if (urc < 0 && urc != -ENOENT)
+            log_error("datasets: remove snapshot %s: %s", n, strerror(-urc));
+        log_info("datasets: snapshot %s destroyed by the recursive rollback", n);
+    }
+    return 0;
+}
+
+/* Unlocked, after the commit: the observers learn of the destroyed
+ * snapshots, the rollback and a size change. */
+static void rollback_publish(struct rollback *r)
+{
+    for (size_t i = 0; i < r->nnewer; i++) {
+        char n[DS_NAME_BUF * 2];
+
+        snprintf(n, sizeof(n), "%s@%s", r->row.name, r->newer[i].name);
         ds_notify(DATASETS_DELETED, n, NULL);
     }
-    free(newer);
-    log_info("datasets: %s rolled back to %s (%s; peer %s)", row.name, full,
-             ds_pool_is_rbd(&pool) ? "RBD rollback"
-             : reflinked           ? "reflink"
-                                   : "sparse copy",
-             api_call_peer(call));
-    ds_notify(DATASETS_ROLLED_BACK, row.name, v);
-    if (old_size != snap.volsize)
-        ds_notify(DATASETS_RESIZED, row.name, v);
-    if (v)
-        volume_unref(v);
-    *result = json_null();
-    return 0;
-fail:
-    free(newer);
+    log_info("datasets: %s rolled back to %s (%s; peer %s)", r->row.name, r->full,
+             ds_pool_is_rbd(&r->pool) ? "RBD rollback"
+             : r->reflinked           ? "reflink"
+                                      : "sparse copy",
+             api_call_peer(r->call));
+    ds_notify(DATASETS_ROLLED_BACK, r->row.name, r->v);
+    if (r->row.volsize != r->snap.volsize) /* the row as read before */
+        ds_notify(DATASETS_RESIZED, r->row.name, r->v);
+}
+
+/* zfs.snapshot.rollback: (locked) check and mark pending -> the copy ->
+ * one transaction -> publish; one exit releases the volume and the list. */
+static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **result)
+{
+    struct rollback r = {.call = call, .params = params};
+    int rc;
+
+    r.opts = api_param(params, 1); /* rollback_args */
+    ds_ops_lock();
+    db_lock();
+    rc = rollback_check(&r);
     db_unlock();
+    if (rc == 0)
+        rc = rollback_copy(&r);
+    if (rc == 0)
+        rc = rollback_record(&r);
     ds_ops_unlock();
+    if (rc == 0)
+        rollback_publish(&r);
+    free(r.newer);
+    if (r.v)
+        volume_unref(r.v);
+    if (rc == 0)
+        *result = json_null();
     return rc;
 }
 
