@@ -17,6 +17,7 @@
  * holding their own lock, so the order is safe.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,34 +248,42 @@ static void names_free(char **v, size_t n)
     free(v);
 }
 
-/*
- * Rename dataset old_name (no '@') to new_name. Locks: hooks, ds_ops and
- * db taken here. Errors are set on call (TrueNAS' CallError text: "Failed
- * to rename dataset: cannot rename 'a' to 'b': <why>").
- */
-static int rename_dataset(struct api_call *call, const char *old_name, const char *new_name,
-                          bool recursive)
-{
-    char why[256], oldpool[DS_NAME_BUF], newpool[DS_NAME_BUF], parent[DS_NAME_BUF];
-    char from[PATH_MAX], to[PATH_MAX];
-    struct ds_row row, prow;
+/* One dataset rename's state, shared by its steps. */
+struct ds_rename {
+    struct api_call *call;
+    const char *old_name, *new_name;
+    struct ds_row row;
     struct ds_pool pool;
-    struct moves moves = {0};
-    char **snaps = NULL;
-    struct ds_eff_change *changes = NULL;
-    size_t nsnaps = 0, nchanges = 0, olen = strlen(old_name);
-    bool committed = false;
-    struct cfg_tx tx;
-    int rc;
+    char **snaps; /* a volume's snapshot names (their files move too) */
+    size_t nsnaps;
+    struct ds_eff_change *changes; /* inherited sync/readonly the new parent changed */
+    size_t nchanges;
+    struct moves moves;
+    char to[PATH_MAX]; /* the last rename's target (for "in the way") */
+    bool committed;
+};
 
-#define RENAME_FAIL(err, ...)                                                                      \
-    do {                                                                                           \
-        char msg_[8192];                                                                           \
-        snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                                 \
-        rc = api_error(call, err, "Failed to rename dataset: cannot rename '%s' to '%s': %s",      \
-                       old_name, new_name, msg_);                                                  \
-        goto out;                                                                                  \
-    } while (0)
+/* Every refusal has zfs rename's shape: the call's error, returned. */
+static int rename_fail(struct ds_rename *r, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int rename_fail(struct ds_rename *r, int err, const char *fmt, ...)
+{
+    char msg[8192];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return api_error(r->call, err, "Failed to rename dataset: cannot rename '%s' to '%s': %s",
+                     r->old_name, r->new_name, msg);
+}
+
+/* What zfs rename refuses from the names alone (before any lock). 0 or
+ * the call's error. */
+static int rename_dataset_refuse(struct api_call *call, const char *old_name,
+                                 const char *new_name, bool recursive)
+{
+    char why[256];
 
     if (strchr(new_name, '@'))
         return api_error(call, EINVAL,
@@ -295,146 +304,223 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
         return api_error(call, EINVAL,
                          "Failed to rename dataset: cannot rename '%s' to '%s': invalid name: %s",
                          old_name, new_name, why);
+    return 0;
+}
 
-    ds_rename_hooks_lock();
-    ds_ops_lock();
-    db_lock();
-    rc = ds_dataset_get(old_name, &row);
-    if (rc == -ENOENT)
-        RENAME_FAIL(ENOENT, "dataset does not exist");
-    if (rc < 0)
-        RENAME_FAIL(-rc, "%s", strerror(-rc));
-    if (strcmp(old_name, new_name) == 0) {
-        rc = 0; /* as zfs rename: nothing to do */
-        goto out;
-    }
-    ds_pool_of(old_name, oldpool, sizeof(oldpool));
-    ds_pool_of(new_name, newpool, sizeof(newpool));
+/* DB locked: the new name's side — same pool, not below the dataset
+ * itself, free, under an existing parent that is not a volume. 0 or the
+ * call's error. */
+static int rename_dataset_check_target(struct ds_rename *r)
+{
+    char oldpool[DS_NAME_BUF], newpool[DS_NAME_BUF], parent[DS_NAME_BUF];
+    size_t olen = strlen(r->old_name);
+    struct ds_row prow;
+    int rc;
+
+    ds_pool_of(r->old_name, oldpool, sizeof(oldpool));
+    ds_pool_of(r->new_name, newpool, sizeof(newpool));
     if (strcmp(oldpool, newpool) != 0)
-        RENAME_FAIL(EXDEV, "datasets must be within same pool");
-    if (strncmp(new_name, old_name, olen) == 0 && new_name[olen] == '/')
-        RENAME_FAIL(EINVAL, "New dataset name cannot be a descendant of current dataset name");
-    rc = ds_dataset_get(new_name, &prow);
+        return rename_fail(r, EXDEV, "datasets must be within same pool");
+    if (strncmp(r->new_name, r->old_name, olen) == 0 && r->new_name[olen] == '/')
+        return rename_fail(r, EINVAL,
+                           "New dataset name cannot be a descendant of current dataset name");
+    rc = ds_dataset_get(r->new_name, &prow);
     if (rc == 0)
-        RENAME_FAIL(EEXIST, "dataset already exists");
+        return rename_fail(r, EEXIST, "dataset already exists");
     if (rc != -ENOENT)
-        RENAME_FAIL(-rc, "%s", strerror(-rc));
-    if (!parent_of(new_name, parent, sizeof(parent)))
-        RENAME_FAIL(EINVAL, "must be POOL/NAME");
+        return rename_fail(r, -rc, "%s", strerror(-rc));
+    if (!parent_of(r->new_name, parent, sizeof(parent)))
+        return rename_fail(r, EINVAL, "must be POOL/NAME");
     rc = ds_dataset_get(parent, &prow);
     if (rc == -ENOENT)
-        RENAME_FAIL(ENOENT, "parent does not exist");
+        return rename_fail(r, ENOENT, "parent does not exist");
     if (rc < 0)
-        RENAME_FAIL(-rc, "%s", strerror(-rc));
+        return rename_fail(r, -rc, "%s", strerror(-rc));
     if (prow.type == DS_VOLUME)
-        RENAME_FAIL(ENOTDIR, "parent %s is a volume and cannot have children", parent);
-    rc = ds_pool_get(oldpool, &pool);
+        return rename_fail(r, ENOTDIR, "parent %s is a volume and cannot have children", parent);
+    rc = ds_pool_get(oldpool, &r->pool);
     if (rc < 0)
-        RENAME_FAIL(-rc, "cannot read pool %s: %s", oldpool, strerror(-rc));
-    if (row.type == DS_VOLUME && (rc = snapshot_names(row.id, &snaps, &nsnaps)) < 0)
-        RENAME_FAIL(-rc, "cannot list snapshots: %s", strerror(-rc));
+        return rename_fail(r, -rc, "cannot read pool %s: %s", oldpool, strerror(-rc));
+    return 0;
+}
 
-    rc = cfg_tx_begin(&tx);
+/* DB locked: the dataset, the target checks and a volume's snapshots.
+ * 1 when the name does not change (as zfs rename: nothing to do), 0 to
+ * go on, or the call's error. */
+static int rename_dataset_load(struct ds_rename *r)
+{
+    int rc = ds_dataset_get(r->old_name, &r->row);
+
+    if (rc == -ENOENT)
+        return rename_fail(r, ENOENT, "dataset does not exist");
     if (rc < 0)
-        RENAME_FAIL(-rc, "%s", strerror(-rc));
-    cfg_tx_changed(&tx, CFG_DATASET, row.id, CFG_UPDATED);
-    /* the dataset and everything below it; snapshot rows follow through
-     * their dataset_id */
-    rc = exec_text_int("UPDATE datasets SET name = ?2 || substr(name, length(?1) + 1)"
-                       " WHERE name = ?1 OR substr(name, 1, length(?1) + 1) = ?1 || '/'",
-                       old_name, new_name, 0);
-    /* a new parent: inherited sync/readonly come from it now (ZFS) */
-    if (rc == 0)
-        rc = ds_props_recompute(new_name, &changes, &nchanges);
-    if (rc == 0)
-        rc = ds_rename_hooks_update(old_name, new_name, true);
-    /* files last, still inside the transaction: undone if it fails */
-    if (rc == 0 && ds_backend_of(&pool)->volume_rename) {
-        /* Backends that keep volumes by name (RBD: "a%b%vol"): rename the
-         * image of every volume now under new_name; snapshots go with
-         * their image. */
-        sqlite3_stmt *vs;
+        return rename_fail(r, -rc, "%s", strerror(-rc));
+    if (strcmp(r->old_name, r->new_name) == 0)
+        return 1;
+    rc = rename_dataset_check_target(r);
+    if (rc < 0)
+        return rc;
+    if (r->row.type == DS_VOLUME && (rc = snapshot_names(r->row.id, &r->snaps, &r->nsnaps)) < 0)
+        return rename_fail(r, -rc, "cannot list snapshots: %s", strerror(-rc));
+    return 0;
+}
 
-        rc = db_stmt("SELECT name FROM datasets WHERE (name = ?1 OR"
+/* Backends that keep volumes by name (RBD: "a%b%vol"): the image of every
+ * volume now under new_name is renamed; snapshots go with their image.
+ * Inside the transaction (the rows are renamed already). 0 or -errno. */
+static int rename_dataset_images(struct ds_rename *r)
+{
+    sqlite3_stmt *vs;
+    int rc = db_stmt("SELECT name FROM datasets WHERE (name = ?1 OR"
                      " substr(name, 1, length(?1) + 1) = ?1 || '/') AND type = 'VOLUME'"
                      " AND backend <> 'memory'",
                      &vs);
-        if (rc == 0) {
-            sqlite3_bind_text(vs, 1, new_name, -1, SQLITE_STATIC);
-            while (rc == 0 && sqlite3_step(vs) == SQLITE_ROW) {
-                const char *nv = (const char *)sqlite3_column_text(vs, 0);
-                char ov[DS_NAME_BUF * 2];
 
-                snprintf(ov, sizeof(ov), "%s%s", old_name, nv + strlen(new_name));
-                snprintf(to, sizeof(to), "%s", nv);
-                rc = moves_backend(&moves, &pool, NULL, ov, nv);
-            }
-            db_stmt_done(vs);
-        }
-    } else if (rc == 0 && !row.memory) {
-        rc = ds_path(&pool, old_name, NULL, from, sizeof(from));
-        if (rc == 0)
-            rc = ds_path(&pool, new_name, NULL, to, sizeof(to));
-        if (rc == 0)
-            rc = moves_do(&moves, from, to);
-        for (size_t i = 0; rc == 0 && i < nsnaps; i++) {
-            rc = ds_path(&pool, old_name, snaps[i], from, sizeof(from));
-            if (rc == 0)
-                rc = ds_path(&pool, new_name, snaps[i], to, sizeof(to));
-            if (rc == 0)
-                rc = moves_do(&moves, from, to);
-        }
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(vs, 1, r->new_name, -1, SQLITE_STATIC);
+    while (rc == 0 && sqlite3_step(vs) == SQLITE_ROW) {
+        const char *nv = (const char *)sqlite3_column_text(vs, 0);
+        char ov[DS_NAME_BUF * 2];
+
+        snprintf(ov, sizeof(ov), "%s%s", r->old_name, nv + strlen(r->new_name));
+        snprintf(r->to, sizeof(r->to), "%s", nv);
+        rc = moves_backend(&r->moves, &r->pool, NULL, ov, nv);
     }
+    db_stmt_done(vs);
+    return rc;
+}
+
+/* File backends: the dataset's file or directory, and a volume's
+ * snapshot files, are renamed. 0 or -errno. */
+static int rename_dataset_files(struct ds_rename *r)
+{
+    char from[PATH_MAX];
+    int rc = ds_path(&r->pool, r->old_name, NULL, from, sizeof(from));
+
+    if (rc == 0)
+        rc = ds_path(&r->pool, r->new_name, NULL, r->to, sizeof(r->to));
+    if (rc == 0)
+        rc = moves_do(&r->moves, from, r->to);
+    for (size_t i = 0; rc == 0 && i < r->nsnaps; i++) {
+        rc = ds_path(&r->pool, r->old_name, r->snaps[i], from, sizeof(from));
+        if (rc == 0)
+            rc = ds_path(&r->pool, r->new_name, r->snaps[i], r->to, sizeof(r->to));
+        if (rc == 0)
+            rc = moves_do(&r->moves, from, r->to);
+    }
+    return rc;
+}
+
+/* Inside the transaction: the dataset and everything below it (snapshot
+ * rows follow through their dataset_id); a new parent: inherited
+ * sync/readonly come from it now (ZFS); the front-ends' rows; storage
+ * last, undone if anything fails. 0 or -errno. */
+static int rename_dataset_apply(struct ds_rename *r)
+{
+    int rc = exec_text_int("UPDATE datasets SET name = ?2 || substr(name, length(?1) + 1)"
+                           " WHERE name = ?1 OR substr(name, 1, length(?1) + 1) = ?1 || '/'",
+                           r->old_name, r->new_name, 0);
+
+    if (rc == 0)
+        rc = ds_props_recompute(r->new_name, &r->changes, &r->nchanges);
+    if (rc == 0)
+        rc = ds_rename_hooks_update(r->old_name, r->new_name, true);
+    if (rc < 0)
+        return rc;
+    if (ds_backend_of(&r->pool)->volume_rename)
+        return rename_dataset_images(r);
+    if (!r->row.memory)
+        return rename_dataset_files(r);
+    return 0;
+}
+
+/* DB locked: the one transaction. The open-volume cache is re-keyed
+ * still under db_lock (an opener of the new name waits for this) and
+ * before the commit, whose publishers reopen exports by their new names
+ * and must find the open volumes; undone if the commit fails. 0 or the
+ * call's error. */
+static int rename_dataset_commit(struct ds_rename *r)
+{
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+
+    if (rc < 0)
+        return rename_fail(r, -rc, "%s", strerror(-rc));
+    cfg_tx_changed(&tx, CFG_DATASET, r->row.id, CFG_UPDATED);
+    rc = rename_dataset_apply(r);
     if (rc == 0) {
-        /* still under db_lock: an opener of the new name waits for this;
-         * before the commit, whose publishers reopen exports by their new
-         * names and must find the open volumes (undone if it fails) */
-        ds_cache_rename(old_name, new_name, true);
+        ds_cache_rename(r->old_name, r->new_name, true);
         rc = cfg_tx_commit(&tx);
         if (rc < 0)
-            ds_cache_rename(new_name, old_name, true);
+            ds_cache_rename(r->new_name, r->old_name, true);
     } else {
         cfg_tx_abort(&tx);
     }
-    moves_end(&moves, rc < 0);
-    if (rc < 0) {
-        if (rc == -EEXIST)
-            RENAME_FAIL(EEXIST, "a file named %s is in the way", to);
-        RENAME_FAIL(-rc, "%s", strerror(-rc));
-    }
-    committed = true;
-    for (size_t i = 0; i < nchanges; i++) {
-        struct volume *v = ds_cache_peek(changes[i].name);
+    moves_end(&r->moves, rc < 0);
+    if (rc == -EEXIST)
+        return rename_fail(r, EEXIST, "a file named %s is in the way", r->to);
+    if (rc < 0)
+        return rename_fail(r, -rc, "%s", strerror(-rc));
+    r->committed = true;
+    return 0;
+}
 
-        if (!v)
-            continue;
-        if (changes[i].sync_changed)
-            volume_set_sync(v, changes[i].sync);
-        if (changes[i].readonly_changed)
-            volume_set_readonly(v, changes[i].readonly);
-        volume_unref(v);
-    }
-    log_info("datasets: renamed %s %s to %s (%zu snapshot(s) moved along; peer %s)",
-             row.type == DS_VOLUME ? "volume" : "filesystem", old_name, new_name, nsnaps,
-             api_call_peer(call));
-    rc = 0;
-out:
-    db_unlock();
-    ds_ops_unlock();
-    ds_rename_hooks_applied(committed);
-    /* front-ends re-read WCE and read-only of the volumes whose inherited
-     * values the new parent changed */
-    for (size_t i = 0; committed && i < nchanges; i++) {
-        struct volume *v = ds_cache_peek(changes[i].name);
+/* After the commit, still locked: the open volumes whose inherited values
+ * the new parent changed get them (notify: the observers, unlocked). */
+static void rename_dataset_changes(const struct ds_rename *r, bool notify)
+{
+    for (size_t i = 0; i < r->nchanges; i++) {
+        struct volume *v = ds_cache_peek(r->changes[i].name);
 
-        ds_notify(DATASETS_PROPERTY_CHANGED, changes[i].name, v);
+        if (notify) {
+            ds_notify(DATASETS_PROPERTY_CHANGED, r->changes[i].name, v);
+        } else if (v) {
+            if (r->changes[i].sync_changed)
+                volume_set_sync(v, r->changes[i].sync);
+            if (r->changes[i].readonly_changed)
+                volume_set_readonly(v, r->changes[i].readonly);
+        }
         if (v)
             volume_unref(v);
     }
-    free(changes);
-    names_free(snaps, nsnaps);
-    return rc;
-#undef RENAME_FAIL
+}
+
+/*
+ * Rename dataset old_name (no '@') to new_name. Locks: hooks, ds_ops and
+ * db taken here. Errors are set on call (TrueNAS' CallError text: "Failed
+ * to rename dataset: cannot rename 'a' to 'b': <why>").
+ */
+static int rename_dataset(struct api_call *call, const char *old_name, const char *new_name,
+                          bool recursive)
+{
+    struct ds_rename r = {.call = call, .old_name = old_name, .new_name = new_name};
+    int rc = rename_dataset_refuse(call, old_name, new_name, recursive);
+
+    if (rc < 0)
+        return rc;
+    ds_rename_hooks_lock();
+    ds_ops_lock();
+    db_lock();
+    rc = rename_dataset_load(&r);
+    if (rc == 0)
+        rc = rename_dataset_commit(&r);
+    if (r.committed) {
+        rename_dataset_changes(&r, false);
+        log_info("datasets: renamed %s %s to %s (%zu snapshot(s) moved along; peer %s)",
+                 r.row.type == DS_VOLUME ? "volume" : "filesystem", old_name, new_name, r.nsnaps,
+                 api_call_peer(call));
+    }
+    db_unlock();
+    ds_ops_unlock();
+    ds_rename_hooks_applied(r.committed);
+    /* front-ends re-read WCE and read-only of the volumes whose inherited
+     * values the new parent changed */
+    if (r.committed)
+        rename_dataset_changes(&r, true);
+    free(r.changes);
+    names_free(r.snaps, r.nsnaps);
+    return rc > 0 ? 0 : rc;
 }
 
 /* One snapshot a rename moves: its row, its dataset and files. */
