@@ -542,6 +542,199 @@ static void snaps_cache_rename(const struct snap_move *list, size_t n, const cha
     }
 }
 
+/* One snapshot rename's state, shared by its steps. */
+struct snap_rename {
+    struct api_call *call;
+    const char *old_full, *oldsnap, *newsnap;
+    bool recursive;
+    char dataset[DS_NAME_BUF], newfull[DS_NAME_BUF * 2];
+    struct ds_pool pool;
+    struct snap_move *list; /* the snapshots that move */
+    size_t n;
+    struct moves moves;
+    bool committed;
+};
+
+static int snap_rename_fail(struct snap_rename *r, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int snap_rename_fail(struct snap_rename *r, int err, const char *fmt, ...)
+{
+    char msg[8192];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return api_error(r->call, err, "Failed to rename snapshot: cannot rename '%s' to '%s': %s",
+                     r->old_full, r->newfull, msg);
+}
+
+/* The names, before any lock: new_name may be "pool/vol@b", "@b" or "b"
+ * and must stay on the same dataset. 0 or the call's error. */
+static int snap_rename_names(struct snap_rename *r, const char *new_name)
+{
+    const char *at = strchr(r->old_full, '@'), *nat = strchr(new_name, '@');
+    char why[256];
+
+    snprintf(r->dataset, sizeof(r->dataset), "%.*s", (int)(at - r->old_full), r->old_full);
+    r->oldsnap = at + 1;
+    if (!nat)
+        snprintf(r->newfull, sizeof(r->newfull), "%s@%s", r->dataset, new_name);
+    else if (nat == new_name)
+        snprintf(r->newfull, sizeof(r->newfull), "%s%s", r->dataset, new_name);
+    else
+        snprintf(r->newfull, sizeof(r->newfull), "%s", new_name);
+    if (name_check_dataset(r->old_full, true, why, sizeof(why)) < 0)
+        return api_error(r->call, EINVAL, "Failed to rename snapshot: %s: %s", r->old_full, why);
+    if (name_check_dataset(r->newfull, true, why, sizeof(why)) < 0)
+        return api_error(r->call, EINVAL, "Failed to rename snapshot: %s: %s", r->newfull, why);
+    nat = strchr(r->newfull, '@');
+    r->newsnap = nat + 1;
+    if ((size_t)(nat - r->newfull) != strlen(r->dataset) ||
+        strncmp(r->newfull, r->dataset, strlen(r->dataset)))
+        return api_error(r->call, EINVAL,
+                         "Failed to rename snapshot: cannot rename '%s' to '%s': snapshots must "
+                         "be part of same dataset",
+                         r->old_full, r->newfull);
+    return 0;
+}
+
+/* DB locked: the snapshots to rename, the named one and with recursive
+ * the one of the same name of every descendant. 0 or the call's error. */
+static int snap_rename_list(struct snap_rename *r)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt(r->recursive
+                         ? "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
+                           " s.dataset_id WHERE s.name = ?2 AND (d.name = ?1 OR"
+                           " substr(d.name, 1, length(?1) + 1) = ?1 || '/') ORDER BY d.name"
+                         : "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
+                           " s.dataset_id WHERE s.name = ?2 AND d.name = ?1",
+                     &st);
+
+    if (rc < 0)
+        return snap_rename_fail(r, -rc, "%s", strerror(-rc));
+    sqlite3_bind_text(st, 1, r->dataset, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, r->oldsnap, -1, SQLITE_STATIC);
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        struct snap_move *grown = realloc(r->list, (r->n + 1) * sizeof(*r->list));
+        if (!grown) {
+            rc = -ENOMEM;
+            break;
+        }
+        r->list = grown;
+        r->list[r->n].id = sqlite3_column_int64(st, 0);
+        r->list[r->n].dataset = strdup((const char *)sqlite3_column_text(st, 1));
+        if (!r->list[r->n].dataset)
+            rc = -ENOMEM;
+        else
+            r->n++;
+    }
+    db_stmt_done(st);
+    return rc < 0 ? snap_rename_fail(r, ENOMEM, "out of memory") : 0;
+}
+
+/* DB locked: the snapshot exists (on the dataset itself), no dataset
+ * that moves one has the new name yet, the pool is there. 0 or the
+ * call's error. */
+static int snap_rename_check(struct snap_rename *r)
+{
+    char poolname[DS_NAME_BUF];
+    struct ds_snap s;
+    int rc;
+
+    if (r->n == 0 || (!r->recursive && strcmp(r->list[0].dataset, r->dataset) != 0))
+        return snap_rename_fail(r, ENOENT, "dataset does not exist");
+    for (size_t i = 0; i < r->n; i++) {
+        if (ds_snapshot_get(r->list[i].dataset, r->newsnap, &s) == 0) {
+            if (strcmp(r->list[i].dataset, r->dataset) == 0)
+                return snap_rename_fail(r, EEXIST, "dataset already exists");
+            return snap_rename_fail(
+                r, EEXIST, "a child dataset already has a snapshot with the new name (%s@%s)",
+                r->list[i].dataset, r->newsnap);
+        }
+    }
+    ds_pool_of(r->dataset, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, &r->pool);
+    if (rc < 0)
+        return snap_rename_fail(r, -rc, "cannot read pool %s: %s", poolname, strerror(-rc));
+    return 0;
+}
+
+/* Inside the transaction: snapshot i's row, the front-ends' rows, and its
+ * storage (through the backend, or its file). 0 or -errno. */
+static int snap_rename_one(struct snap_rename *r, size_t i)
+{
+    const struct snap_move *m = &r->list[i];
+    char o[DS_NAME_BUF * 2], nn[DS_NAME_BUF * 2], from[PATH_MAX], to[PATH_MAX];
+    int rc = exec_text_int("UPDATE snapshots SET name = ?2 WHERE id = ?3", NULL, r->newsnap, m->id);
+
+    snprintf(o, sizeof(o), "%s@%s", m->dataset, r->oldsnap);
+    snprintf(nn, sizeof(nn), "%s@%s", m->dataset, r->newsnap);
+    if (rc == 0)
+        rc = ds_rename_hooks_update(o, nn, false);
+    if (rc == 0 && ds_backend_of(&r->pool)->snapshot_rename)
+        return moves_backend(&r->moves, &r->pool, m->dataset, r->oldsnap, r->newsnap);
+    if (rc == 0)
+        rc = ds_path(&r->pool, m->dataset, r->oldsnap, from, sizeof(from));
+    if (rc == 0)
+        rc = ds_path(&r->pool, m->dataset, r->newsnap, to, sizeof(to));
+    if (rc == 0)
+        rc = moves_do(&r->moves, from, to);
+    return rc;
+}
+
+/* DB locked: the one transaction; the cache follows before the commit
+ * publishes (as a dataset rename's) and back if it fails. 0 or the
+ * call's error. */
+static int snap_rename_commit(struct snap_rename *r)
+{
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+
+    if (rc < 0)
+        return snap_rename_fail(r, -rc, "%s", strerror(-rc));
+    for (size_t i = 0; rc == 0 && i < r->n; i++) {
+        cfg_tx_changed(&tx, CFG_SNAPSHOT, r->list[i].id, CFG_UPDATED);
+        rc = snap_rename_one(r, i);
+    }
+    if (rc == 0) {
+        snaps_cache_rename(r->list, r->n, r->oldsnap, r->newsnap);
+        rc = cfg_tx_commit(&tx);
+        if (rc < 0)
+            snaps_cache_rename(r->list, r->n, r->newsnap, r->oldsnap);
+    } else {
+        cfg_tx_abort(&tx);
+    }
+    moves_end(&r->moves, rc < 0);
+    if (rc < 0)
+        return snap_rename_fail(r, -rc, "%s", strerror(-rc));
+    r->committed = true;
+    log_info("datasets: renamed snapshot %s to %s%s (%zu snapshot(s); peer %s)", r->old_full,
+             r->newfull, r->recursive ? " recursively" : "", r->n, api_call_peer(r->call));
+    return 0;
+}
+
+/* DB locked: a rename to the same name only checks that the snapshot
+ * exists (as zfs rename); otherwise list, check, commit. */
+static int snap_rename_locked(struct snap_rename *r)
+{
+    struct ds_snap s;
+    int rc;
+
+    if (strcmp(r->oldsnap, r->newsnap) == 0) {
+        if (ds_snapshot_get(r->dataset, r->oldsnap, &s) < 0)
+            return snap_rename_fail(r, ENOENT, "dataset does not exist");
+        return 0;
+    }
+    rc = snap_rename_list(r);
+    if (rc == 0)
+        rc = snap_rename_check(r);
+    if (rc == 0)
+        rc = snap_rename_commit(r);
+    return rc;
+}
+
 /*
  * Rename snapshot old_full ("pool/vol@a") to new_name ("pool/vol@b", or
  * "@b" / "b" for the same dataset). recursive: also the snapshot of the
@@ -550,151 +743,22 @@ static void snaps_cache_rename(const struct snap_move *list, size_t n, const cha
 static int rename_snapshot(struct api_call *call, const char *old_full, const char *new_name,
                            bool recursive)
 {
-    char dataset[DS_NAME_BUF], newfull[DS_NAME_BUF * 2], why[256], poolname[DS_NAME_BUF];
-    char from[PATH_MAX], to[PATH_MAX];
-    const char *at = strchr(old_full, '@'), *oldsnap, *newsnap, *nat;
-    struct ds_pool pool;
-    struct ds_snap s;
-    struct snap_move *list = NULL;
-    struct moves moves = {0};
-    size_t n = 0;
-    bool committed = false;
-    struct cfg_tx tx;
-    sqlite3_stmt *st;
-    int rc;
+    struct snap_rename r = {.call = call, .old_full = old_full, .recursive = recursive};
+    int rc = snap_rename_names(&r, new_name);
 
-#define SNAP_FAIL(err, ...)                                                                        \
-    do {                                                                                           \
-        char msg_[8192];                                                                           \
-        snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                                 \
-        rc = api_error(call, err, "Failed to rename snapshot: cannot rename '%s' to '%s': %s",     \
-                       old_full, newfull, msg_);                                                   \
-        goto out;                                                                                  \
-    } while (0)
-
-    snprintf(dataset, sizeof(dataset), "%.*s", (int)(at - old_full), old_full);
-    oldsnap = at + 1;
-    nat = strchr(new_name, '@');
-    if (!nat)
-        snprintf(newfull, sizeof(newfull), "%s@%s", dataset, new_name);
-    else if (nat == new_name)
-        snprintf(newfull, sizeof(newfull), "%s%s", dataset, new_name);
-    else
-        snprintf(newfull, sizeof(newfull), "%s", new_name);
-    if (name_check_dataset(old_full, true, why, sizeof(why)) < 0)
-        return api_error(call, EINVAL, "Failed to rename snapshot: %s: %s", old_full, why);
-    if (name_check_dataset(newfull, true, why, sizeof(why)) < 0)
-        return api_error(call, EINVAL, "Failed to rename snapshot: %s: %s", newfull, why);
-    nat = strchr(newfull, '@');
-    newsnap = nat + 1;
-    if ((size_t)(nat - newfull) != strlen(dataset) || strncmp(newfull, dataset, strlen(dataset)))
-        return api_error(call, EINVAL,
-                         "Failed to rename snapshot: cannot rename '%s' to '%s': snapshots must "
-                         "be part of same dataset",
-                         old_full, newfull);
-
+    if (rc < 0)
+        return rc;
     ds_rename_hooks_lock();
     ds_ops_lock();
     db_lock();
-    if (strcmp(oldsnap, newsnap) == 0) {
-        rc = ds_snapshot_get(dataset, oldsnap, &s);
-        if (rc < 0)
-            SNAP_FAIL(ENOENT, "dataset does not exist");
-        rc = 0;
-        goto out;
-    }
-    /* The snapshots to rename: the named one, and with recursive the one
-     * of the same name of every descendant. */
-    rc = db_stmt(recursive ? "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
-                             " s.dataset_id WHERE s.name = ?2 AND (d.name = ?1 OR"
-                             " substr(d.name, 1, length(?1) + 1) = ?1 || '/') ORDER BY d.name"
-                           : "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
-                             " s.dataset_id WHERE s.name = ?2 AND d.name = ?1",
-                 &st);
-    if (rc < 0)
-        SNAP_FAIL(-rc, "%s", strerror(-rc));
-    sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, oldsnap, -1, SQLITE_STATIC);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        struct snap_move *grown = realloc(list, (n + 1) * sizeof(*list));
-        if (!grown) {
-            db_stmt_done(st);
-            SNAP_FAIL(ENOMEM, "out of memory");
-        }
-        list = grown;
-        list[n].id = sqlite3_column_int64(st, 0);
-        list[n].dataset = strdup((const char *)sqlite3_column_text(st, 1));
-        if (!list[n].dataset) {
-            db_stmt_done(st);
-            SNAP_FAIL(ENOMEM, "out of memory");
-        }
-        n++;
-    }
-    db_stmt_done(st);
-    if (n == 0 || (!recursive && strcmp(list[0].dataset, dataset) != 0))
-        SNAP_FAIL(ENOENT, "dataset does not exist");
-    for (size_t i = 0; i < n; i++) {
-        if (ds_snapshot_get(list[i].dataset, newsnap, &s) == 0) {
-            if (strcmp(list[i].dataset, dataset) == 0)
-                SNAP_FAIL(EEXIST, "dataset already exists");
-            SNAP_FAIL(EEXIST, "a child dataset already has a snapshot with the new name (%s@%s)",
-                      list[i].dataset, newsnap);
-        }
-    }
-    ds_pool_of(dataset, poolname, sizeof(poolname));
-    rc = ds_pool_get(poolname, &pool);
-    if (rc < 0)
-        SNAP_FAIL(-rc, "cannot read pool %s: %s", poolname, strerror(-rc));
-
-    rc = cfg_tx_begin(&tx);
-    if (rc < 0)
-        SNAP_FAIL(-rc, "%s", strerror(-rc));
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        cfg_tx_changed(&tx, CFG_SNAPSHOT, list[i].id, CFG_UPDATED);
-        char o[DS_NAME_BUF * 2], nn[DS_NAME_BUF * 2];
-
-        rc = exec_text_int("UPDATE snapshots SET name = ?2 WHERE id = ?3", NULL, newsnap,
-                           list[i].id);
-        snprintf(o, sizeof(o), "%s@%s", list[i].dataset, oldsnap);
-        snprintf(nn, sizeof(nn), "%s@%s", list[i].dataset, newsnap);
-        if (rc == 0)
-            rc = ds_rename_hooks_update(o, nn, false);
-        if (rc == 0 && ds_backend_of(&pool)->snapshot_rename) {
-            rc = moves_backend(&moves, &pool, list[i].dataset, oldsnap, newsnap);
-            continue;
-        }
-        if (rc == 0)
-            rc = ds_path(&pool, list[i].dataset, oldsnap, from, sizeof(from));
-        if (rc == 0)
-            rc = ds_path(&pool, list[i].dataset, newsnap, to, sizeof(to));
-        if (rc == 0)
-            rc = moves_do(&moves, from, to);
-    }
-    if (rc == 0) {
-        /* the cache follows before the commit publishes (see above) */
-        snaps_cache_rename(list, n, oldsnap, newsnap);
-        rc = cfg_tx_commit(&tx);
-        if (rc < 0)
-            snaps_cache_rename(list, n, newsnap, oldsnap);
-    } else {
-        cfg_tx_abort(&tx);
-    }
-    moves_end(&moves, rc < 0);
-    if (rc < 0)
-        SNAP_FAIL(-rc, "%s", strerror(-rc));
-    committed = true;
-    log_info("datasets: renamed snapshot %s to %s%s (%zu snapshot(s); peer %s)", old_full, newfull,
-             recursive ? " recursively" : "", n, api_call_peer(call));
-    rc = 0;
-out:
+    rc = snap_rename_locked(&r);
     db_unlock();
     ds_ops_unlock();
-    ds_rename_hooks_applied(committed);
-    for (size_t i = 0; i < n; i++)
-        free(list[i].dataset);
-    free(list);
+    ds_rename_hooks_applied(r.committed);
+    for (size_t i = 0; i < r.n; i++)
+        free(r.list[i].dataset);
+    free(r.list);
     return rc;
-#undef SNAP_FAIL
 }
 
 /* params[0]: the id (a string without NUL bytes); field errors on call. */
