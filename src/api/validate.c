@@ -143,8 +143,7 @@ static int check_string(struct api_call *call, const char *path, json_t *v,
 }
 
 /* An enum: one of the choices (listed in the error as pydantic does). */
-static int check_enum(struct api_call *call, const char *path, json_t *v,
-                      const struct api_field *f)
+static int check_enum(struct api_call *call, const char *path, json_t *v, const struct api_field *f)
 {
     const char *s = json_string_value(v);
 

@@ -261,8 +261,8 @@ static int create_resolve(struct api_call *call, json_t *data, struct ds_row *ro
 {
     enum volume_sync psync;
     bool pro;
-    int rc = ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"),
-                               pool);
+    int rc =
+        ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"), pool);
 
     if (rc < 0)
         return rc;
@@ -321,14 +321,14 @@ static int create_storage(struct api_call *call, json_t *data, const struct ds_r
             snprintf(ds_backend_why, sizeof(ds_backend_why),
                      "adopt: only RBD pools hold volumes to adopt");
         if (rc < 0)
-            log_error("datasets: adopt volume %s in %s pool %s: %s (peer %s)", row->name,
-                      be->name, pool->name, why[0] ? why : strerror(-rc), api_call_peer(call));
+            log_error("datasets: adopt volume %s in %s pool %s: %s (peer %s)", row->name, be->name,
+                      pool->name, why[0] ? why : strerror(-rc), api_call_peer(call));
         return rc;
     } else if (!row->memory) {
         rc = be->volume_create(pool, row->name, row->volsize, row->sparse, why, sizeof(why));
         if (rc < 0)
-            log_error("datasets: create volume %s in %s pool %s: %s (peer %s)", row->name,
-                      be->name, pool->name, why[0] ? why : strerror(-rc), api_call_peer(call));
+            log_error("datasets: create volume %s in %s pool %s: %s (peer %s)", row->name, be->name,
+                      pool->name, why[0] ? why : strerror(-rc), api_call_peer(call));
     } else {
         /* Allocate it now (this connection sees the uncommitted row), so
          * a size the memory backend refuses fails the create. */
@@ -371,8 +371,7 @@ static void create_log(struct api_call *call, json_t *data, const struct ds_row 
 {
     if (row->type == DS_VOLUME)
         log_info("datasets: created volume %s (%llu bytes, volblocksize %s, %s%s; peer %s)",
-                 row->name, (unsigned long long)row->volsize,
-                 str_or(data, "volblocksize", "16K"),
+                 row->name, (unsigned long long)row->volsize, str_or(data, "volblocksize", "16K"),
                  row->memory   ? "memory"
                  : row->sparse ? "sparse"
                                : "thick",
@@ -974,8 +973,7 @@ static int delete_check(struct dataset_delete *d)
                                             : plan->snapshots[i - plan->ndatasets].name;
         why[0] = '\0';
         if (ds_in_use(n, why, sizeof(why)))
-            return api_error(d->call, EBUSY, "dataset %s is in use: %s", n,
-                             why[0] ? why : "busy");
+            return api_error(d->call, EBUSY, "dataset %s is in use: %s", n, why[0] ? why : "busy");
     }
     return 0;
 }

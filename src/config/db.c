@@ -452,9 +452,8 @@ static int db_file_prepare(const char *path)
 static int db_connect(const char *path)
 {
     const char *vfs = walbuf_register() == 0 ? WALBUF_VFS : NULL;
-    int rc = sqlite3_open_v2(path, &db_conn,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
-                             vfs);
+    int rc = sqlite3_open_v2(
+        path, &db_conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, vfs);
 
     if (rc != SQLITE_OK) {
         log_error("db: cannot open %s: %s", path,

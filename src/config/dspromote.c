@@ -229,7 +229,8 @@ static int promote_flatten(struct promote *p)
             cfg_tx_abort(&tx);
     }
     if (rc < 0)
-        return promote_fail(p, -rc, "the clone is flattened but its origin could not be cleared: %s",
+        return promote_fail(p, -rc,
+                            "the clone is flattened but its origin could not be cleared: %s",
                             strerror(-rc));
     log_info("datasets: promoted %s (flattened: no longer a clone of %s; peer %s)", p->id,
              p->origin_full, api_call_peer(p->call));
@@ -275,8 +276,8 @@ static int promote_copy(struct promote *p)
     for (size_t i = 0; i < p->nsnaps; i++) {
         char what[DS_NAME_BUF * 2];
         snprintf(what, sizeof(what), "%s@%s", p->clone.name, p->snaps[i].name);
-        if (ds_copy_file_job(p->call, p->params, "promote", what, p->snaps[i].from,
-                             p->snaps[i].to, NULL) < 0) {
+        if (ds_copy_file_job(p->call, p->params, "promote", what, p->snaps[i].from, p->snaps[i].to,
+                             NULL) < 0) {
             rc = -1;
             break;
         }
@@ -300,8 +301,8 @@ static int promote_move_rows(struct promote *p)
                                           : "UPDATE datasets SET origin_id = NULL WHERE id = ?1",
                       p->clone.id, p->origin.origin_id, 0);
     if (rc == 0)
-        rc = exec_ids("UPDATE datasets SET origin_id = ?2 WHERE id = ?1", p->origin.id,
-                      p->osnap.id, 0);
+        rc = exec_ids("UPDATE datasets SET origin_id = ?2 WHERE id = ?1", p->origin.id, p->osnap.id,
+                      0);
     for (size_t i = 0; rc == 0 && i < p->nsnaps; i++) {
         char o[DS_NAME_BUF * 2], n[DS_NAME_BUF * 2];
         snprintf(o, sizeof(o), "%s@%s", p->origin.name, p->snaps[i].name);

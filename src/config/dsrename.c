@@ -280,8 +280,8 @@ static int rename_fail(struct ds_rename *r, int err, const char *fmt, ...)
 
 /* What zfs rename refuses from the names alone (before any lock). 0 or
  * the call's error. */
-static int rename_dataset_refuse(struct api_call *call, const char *old_name,
-                                 const char *new_name, bool recursive)
+static int rename_dataset_refuse(struct api_call *call, const char *old_name, const char *new_name,
+                                 bool recursive)
 {
     char why[256];
 
@@ -604,13 +604,13 @@ static int snap_rename_names(struct snap_rename *r, const char *new_name)
 static int snap_rename_list(struct snap_rename *r)
 {
     sqlite3_stmt *st;
-    int rc = db_stmt(r->recursive
-                         ? "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
-                           " s.dataset_id WHERE s.name = ?2 AND (d.name = ?1 OR"
-                           " substr(d.name, 1, length(?1) + 1) = ?1 || '/') ORDER BY d.name"
-                         : "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
-                           " s.dataset_id WHERE s.name = ?2 AND d.name = ?1",
-                     &st);
+    int rc =
+        db_stmt(r->recursive ? "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
+                               " s.dataset_id WHERE s.name = ?2 AND (d.name = ?1 OR"
+                               " substr(d.name, 1, length(?1) + 1) = ?1 || '/') ORDER BY d.name"
+                             : "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
+                               " s.dataset_id WHERE s.name = ?2 AND d.name = ?1",
+                &st);
 
     if (rc < 0)
         return snap_rename_fail(r, -rc, "%s", strerror(-rc));

@@ -875,9 +875,9 @@ static void recv_store_created(int64_t dataset_id, const char *name, int64_t cre
 
 /* What one receive works on, found under the locks. */
 struct recv_ctx {
-    struct ds_row drow;                   /* the target dataset */
+    struct ds_row drow;                    /* the target dataset */
     char spath[PATH_MAX], dpath[PATH_MAX]; /* the source snapshot's and target's files */
-    struct volume *v;                     /* the target's open volume, or NULL (own ref) */
+    struct volume *v;                      /* the target's open volume, or NULL (own ref) */
     struct store_update_stats st;
     bool resized;
 };
@@ -1247,9 +1247,9 @@ static void onetime_check_direction(struct api_call *call, json_t *data, bool pu
  * network field is an error rather than silently ignored. */
 static void onetime_check_local_transport(struct api_call *call, json_t *data)
 {
-    static const char *const nc[] = {
-        "netcat_active_side_listen_address", "netcat_active_side_port_min",
-        "netcat_active_side_port_max", "netcat_passive_side_connect_address"};
+    static const char *const nc[] = {"netcat_active_side_listen_address",
+                                     "netcat_active_side_port_min", "netcat_active_side_port_max",
+                                     "netcat_passive_side_connect_address"};
     char path[96];
     size_t i;
 

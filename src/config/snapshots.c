@@ -778,9 +778,8 @@ static int snap_clone_check(struct snap_clone *c)
                  c->snapname);
     else if (rc < 0)
         return ds_api_errno(call, rc, "cannot clone to", c->dst);
-    if (rc == 0 &&
-        (rc = volume_lookup(call, "zfs.snapshot.clone.snapshot", c->dataset, &c->src, &c->pool)) <
-            0)
+    if (rc == 0 && (rc = volume_lookup(call, "zfs.snapshot.clone.snapshot", c->dataset, &c->src,
+                                       &c->pool)) < 0)
         return rc;
     nrc = ds_check_new_name(call, "zfs.snapshot.clone.dataset_dst",
                             json_object_get(c->data, "dataset_dst"), &c->dst_pool);
@@ -1029,8 +1028,8 @@ struct rollback {
  * during the copy is finished by the next start. 0 or the call's error. */
 static int rollback_check(struct rollback *r)
 {
-    int rc = snapshot_id_param(r->call, r->params, "zfs.snapshot.rollback", &r->snap, &r->pool,
-                               r->full);
+    int rc =
+        snapshot_id_param(r->call, r->params, "zfs.snapshot.rollback", &r->snap, &r->pool, r->full);
 
     if (rc < 0)
         return rc;
@@ -1039,9 +1038,8 @@ static int rollback_check(struct rollback *r)
         return ds_api_errno(r->call, rc, "cannot roll back to", r->full);
     r->nclients = ds_clients(r->row.name, r->why, sizeof(r->why));
     if (r->nclients && !json_is_true(json_object_get(r->opts, "force")))
-        return api_error(r->call, EBUSY,
-                         "dataset %s is in use: %s (use force to roll back anyway)", r->row.name,
-                         r->why[0] ? r->why : "clients connected");
+        return api_error(r->call, EBUSY, "dataset %s is in use: %s (use force to roll back anyway)",
+                         r->row.name, r->why[0] ? r->why : "clients connected");
     if (json_is_true(json_object_get(r->opts, "recursive"))) {
         rc = newer_snapshots(r->call, &r->snap, &r->newer, &r->nnewer);
         if (rc < 0)

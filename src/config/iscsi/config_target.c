@@ -240,8 +240,8 @@ static void target_check_group(struct api_call *call, json_t *groups, size_t i)
             api_verr(call, icfg_field(call, fld, f, sizeof(f)), EINVAL,
                      "Portal %lld cannot be duplicated on a target", (long long)portal);
     snprintf(fld, sizeof(fld), "groups.%zu.initiator", i);
-    if (json_is_integer(ini) && icfg_int(&found, "SELECT id FROM iscsi_initiator WHERE id = ?",
-                                         "i", (int64_t)json_integer_value(ini)) < 0)
+    if (json_is_integer(ini) && icfg_int(&found, "SELECT id FROM iscsi_initiator WHERE id = ?", "i",
+                                         (int64_t)json_integer_value(ini)) < 0)
         api_verr(call, icfg_field(call, fld, f, sizeof(f)), ENOENT,
                  "Initiator group %lld does not exist", (long long)json_integer_value(ini));
     target_check_group_auth(call, g, i);
