@@ -681,76 +681,89 @@ static int snapshot_id_param(struct api_call *call, json_t *params, const char *
     return 0;
 }
 
-static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **result)
+/* DB locked: the snapshot has no dependent clone and no user. 0 or the
+ * call's error. */
+static int snap_delete_check(struct api_call *call, const struct ds_snap *snap, const char *full)
 {
-    struct cfg_tx tx;
-    json_t *opts;
-    struct ds_snap snap;
-    struct ds_pool pool;
-    char full[DS_NAME_BUF * 2], why[512];
+    char why[512];
     sqlite3_stmt *st;
-    int rc;
+    int rc = db_stmt("SELECT name FROM datasets WHERE origin_id = ? ORDER BY name LIMIT 1", &st);
 
-    opts = api_param(params, 1); /* delete_args */
-    if (json_is_true(json_object_get(opts, "defer")))
-        return api_error(call, ENOTSUP,
-                         "deferred destroy is not supported; delete the clones first");
-
-    ds_ops_lock();
-    db_lock();
-    rc = snapshot_id_param(call, params, "zfs.snapshot.delete", &snap, &pool, full);
     if (rc < 0)
-        goto out;
-    rc = db_stmt("SELECT name FROM datasets WHERE origin_id = ? ORDER BY name LIMIT 1", &st);
-    if (rc < 0) {
-        rc = ds_api_errno(call, rc, "cannot delete snapshot", full);
-        goto out;
-    }
-    sqlite3_bind_int64(st, 1, snap.id);
-    if (sqlite3_step(st) == SQLITE_ROW) {
+        return ds_api_errno(call, rc, "cannot delete snapshot", full);
+    sqlite3_bind_int64(st, 1, snap->id);
+    if (sqlite3_step(st) == SQLITE_ROW)
         rc = api_error(call, EBUSY, "snapshot %s has dependent clone %s; delete the clone first",
                        full, (const char *)sqlite3_column_text(st, 0));
-        db_stmt_done(st);
-        goto out;
-    }
     db_stmt_done(st);
+    if (rc < 0)
+        return rc;
     why[0] = '\0';
-    if (ds_in_use(full, why, sizeof(why))) {
-        rc = api_error(call, EBUSY, "snapshot %s is in use: %s", full, why[0] ? why : "busy");
-        goto out;
-    }
-    rc = cfg_tx_begin(&tx);
+    if (ds_in_use(full, why, sizeof(why)))
+        return api_error(call, EBUSY, "snapshot %s is in use: %s", full, why[0] ? why : "busy");
+    return 0;
+}
+
+/* DB locked: the one transaction removing the row. 0 or the call's
+ * error. */
+static int snap_delete_row(struct api_call *call, const struct ds_snap *snap, const char *full)
+{
+    struct cfg_tx tx;
+    sqlite3_stmt *st;
+    int rc = cfg_tx_begin(&tx);
+
     if (rc == 0) {
         rc = db_stmt("DELETE FROM snapshots WHERE id = ?", &st);
         if (rc == 0) {
-            sqlite3_bind_int64(st, 1, snap.id);
+            sqlite3_bind_int64(st, 1, snap->id);
             rc = db_step_done(st);
             db_stmt_done(st);
         }
-        cfg_tx_changed(&tx, CFG_SNAPSHOT, snap.id, CFG_DELETED);
+        cfg_tx_changed(&tx, CFG_SNAPSHOT, snap->id, CFG_DELETED);
         if (rc == 0)
             rc = cfg_tx_commit(&tx);
         else
             cfg_tx_abort(&tx);
     }
-    if (rc < 0) {
-        rc = ds_api_errno(call, rc, "cannot delete snapshot", full);
-        goto out;
-    }
+    return rc < 0 ? ds_api_errno(call, rc, "cannot delete snapshot", full) : 0;
+}
+
+/* zfs.snapshot.delete: (locked) check -> one transaction -> the storage
+ * (without the database lock) -> publish. */
+static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *opts = api_param(params, 1); /* delete_args */
+    struct ds_snap snap;
+    struct ds_pool pool;
+    char full[DS_NAME_BUF * 2];
+    int rc;
+
+    if (json_is_true(json_object_get(opts, "defer")))
+        return api_error(call, ENOTSUP,
+                         "deferred destroy is not supported; delete the clones first");
+    ds_ops_lock();
+    db_lock();
+    rc = snapshot_id_param(call, params, "zfs.snapshot.delete", &snap, &pool, full);
+    if (rc == 0)
+        rc = snap_delete_check(call, &snap, full);
+    if (rc == 0)
+        rc = snap_delete_row(call, &snap, full);
     db_unlock();
-    ds_cache_drop(full, false);
-    rc = ds_backend_of(&pool)->snapshot_remove(&pool, snap.dataset, snap.name);
-    if (rc < 0 && rc != -ENOENT)
-        log_error("datasets: remove snapshot %s: %s", full, strerror(-rc));
+    if (rc == 0) {
+        int urc;
+
+        ds_cache_drop(full, false);
+        urc = ds_backend_of(&pool)->snapshot_remove(&pool, snap.dataset, snap.name);
+        if (urc < 0 && urc != -ENOENT)
+            log_error("datasets: remove snapshot %s: %s", full, strerror(-urc));
+    }
     ds_ops_unlock();
+    if (rc < 0)
+        return rc;
     log_info("datasets: snapshot %s deleted (peer %s)", full, api_call_peer(call));
     ds_notify(DATASETS_DELETED, full, NULL);
     *result = json_true();
     return 0;
-out:
-    db_unlock();
-    ds_ops_unlock();
-    return rc;
 }
 
 /* One zfs.snapshot.clone's state, shared by its steps. */
