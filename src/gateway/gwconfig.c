@@ -380,8 +380,18 @@ static int push(void)
     bool conflict = false;
     json_object_foreach(done, key, e) conflict |= json_is_false(e);
     pthread_mutex_unlock(&pend_mu);
-    if (changed)
+    if (changed) {
         base_save();
+        char list[1024] = "";
+        size_t off = 0;
+        json_object_foreach(done, key, e)
+        {
+            if (json_is_true(e) && off < sizeof(list))
+                off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s", off ? " " : "",
+                                        key);
+        }
+        log_info("gateway config: wrote %s to %s", list, gc.obj);
+    }
     pthread_mutex_unlock(&gc_mu);
     if (changed)
         notify();
