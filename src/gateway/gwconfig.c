@@ -266,6 +266,11 @@ static void publish(const struct cfg_changes *changes, void *arg)
                   cfg_changes_has(changes, CFG_ISCSI_TARGETEXTENT) ||
                   cfg_changes_has(changes, CFG_NBD_EXPORT);
     pthread_mutex_lock(&pend_mu);
+    if (cfg_changes_has(changes, CFG_POOL)) {
+        /* an RBD pool may have come: the group's rows on it apply now */
+        kick = true;
+        pthread_cond_signal(&pend_cond);
+    }
     if (!applying && shares) {
         my_token = ++next_token;
         diff_into_dirty(now, my_token);
@@ -275,11 +280,118 @@ static void publish(const struct cfg_changes *changes, void *arg)
     pthread_mutex_unlock(&pend_mu);
 }
 
+/* A conflict for the commit with token t: its after hook reports it. */
+static void conflict_record(json_t *t, const char *key)
+{
+    char tok[32];
+    snprintf(tok, sizeof(tok), "%" JSON_INTEGER_FORMAT, json_integer_value(t));
+    pthread_mutex_lock(&pend_mu);
+    if (json_object_size(conflicts) > 64)
+        json_object_clear(conflicts); /* of commits whose after hook never ran */
+    json_object_set_new(conflicts, tok,
+                        json_sprintf("%s was created by another member of gateway group %s at "
+                                     "the same time",
+                                     key, gc.group));
+    pthread_mutex_unlock(&pend_mu);
+}
+
 /*
- * Write the dirty keys to the object. Conflicts: a key created here that
- * another member created first keeps the other's value (its commit's
- * token gets EEXIST); an update or delete that lost a race is retried on
- * the newer value (last writer wins). Returns 0, or -errno when the
+ * One key that lost the batch's compare (gc_mu held). A create whose name
+ * another member took keeps theirs (EEXIST for the commit of token t); an
+ * update or delete over another member's update is written again on the
+ * newer value (last writer wins); an update of a row another member
+ * deleted is dropped (the delete wins: nothing is resurrected). Returns
+ * 1 written, 0 given up (the store thread applies the group's value), or
+ * -errno (the object could not be written: the key stays dirty).
+ */
+static int push_one(const char *key, json_t *val, json_t *t)
+{
+    json_t *one = json_pack("{s:O}", key, val);
+    json_t *old = json_pack("{s:O}", key, json_object_get(base, key) ?: json_null());
+    bool create = !json_object_get(base, key);
+    int r = cas_write(one, old), out;
+    for (int i = 0; r == -ECANCELED && !create && i < GWC_RETRIES; i++) {
+        json_t *cur = NULL;
+        if ((r = read_key(key, &cur)) < 0)
+            break;
+        if (!cur && json_is_string(val)) {
+            log_warn("gateway config: %s was deleted by another member: this member's change of "
+                     "it is dropped",
+                     key);
+            r = -ECANCELED;
+            break;
+        }
+        json_object_set_new(old, key, cur ? cur : json_null());
+        r = cas_write(one, old);
+        if (r == 0)
+            log_info("gateway config: %s: this member's change overrides a concurrent one (last "
+                     "writer wins)",
+                     key);
+    }
+    if (r == 0) {
+        out = 1;
+    } else if (r == -ECANCELED) {
+        if (create) {
+            conflict_record(t, key);
+            log_warn("gateway config: %s was created by another member at the same time: this "
+                     "member takes theirs",
+                     key);
+        }
+        out = 0;
+    } else {
+        out = r;
+    }
+    json_decref(one);
+    json_decref(old);
+    return out;
+}
+
+/* key → new stored string (null: remove) for each dirty key whose value
+ * differs from base. */
+static json_t *writes_of(json_t *todo)
+{
+    json_t *w = json_object();
+    const char *key;
+    json_t *e;
+    json_object_foreach(todo, key, e)
+    {
+        json_t *v = json_object_get(e, "v");
+        char *s = json_is_null(v) ? NULL : gwc_dump(v);
+        const char *b = json_string_value(json_object_get(base, key));
+        if (!((b && s && strcmp(b, s) == 0) || (!b && !s)))
+            json_object_set_new(w, key, s ? json_string(s) : json_null());
+        free(s);
+    }
+    return w;
+}
+
+/* Move base to what was written and persist it; log the keys (gc_mu). */
+static void base_advance(json_t *writes, json_t *done)
+{
+    char list[1024] = "";
+    size_t off = 0;
+    const char *key;
+    json_t *e;
+    json_object_foreach(done, key, e)
+    {
+        if (!json_is_true(e))
+            continue;
+        json_t *v = json_object_get(writes, key);
+        if (json_is_string(v))
+            json_object_set(base, key, v);
+        else
+            json_object_del(base, key);
+        if (off < sizeof(list))
+            off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s", off ? " " : "", key);
+    }
+    base_save();
+    log_info("gateway config: wrote %s to %s", list, gc.obj);
+}
+
+/*
+ * Write the dirty keys to the object: one op for all of them (a reader
+ * never sees a LUN without its target), key by key when another member
+ * changed one of them meanwhile (push_one). Returns 0, or -errno when the
  * object could not be written (the keys stay dirty: the store thread
  * retries).
  */
@@ -289,83 +401,29 @@ static int push(void)
     pthread_mutex_lock(&pend_mu);
     json_t *todo = json_deep_copy(dirty);
     pthread_mutex_unlock(&pend_mu);
-    json_t *w = json_object();
+    json_t *writes = writes_of(todo);
+    json_t *done = json_object(); /* key → true written, false given up */
     const char *key;
     json_t *e;
-    json_object_foreach(todo, key, e)
-    {
-        json_t *v = json_object_get(e, "v");
-        char *s = json_is_null(v) ? NULL : gwc_dump(v);
-        const char *b = json_string_value(json_object_get(base, key));
-        if ((b && s && strcmp(b, s) == 0) || (!b && !s))
-            json_object_set_new(w, key, json_false()); /* nothing to write */
-        else
-            json_object_set_new(w, key, s ? json_string(s) : json_null());
-        free(s);
-    }
-    /* drop the no-ops */
-    json_t *writes = json_object();
-    json_object_foreach(w, key, e) if (!json_is_false(e)) json_object_set(writes, key, e);
     int rc = json_object_size(writes) ? cas_write(writes, base) : 0;
-    bool changed = rc == 0 && json_object_size(writes);
-    json_t *done = json_object(); /* key → true: written or given up */
     if (rc == 0) {
         json_object_foreach(writes, key, e) json_object_set_new(done, key, json_true());
     } else if (rc == -ECANCELED) {
-        /* Someone else changed one of them: key by key. */
         rc = 0;
         json_object_foreach(writes, key, e)
         {
-            json_t *one = json_pack("{s:O}", key, e);
-            json_t *old = json_pack("{s:O}", key, json_object_get(base, key) ?: json_null());
-            bool create = !json_object_get(base, key);
-            int r = cas_write(one, old);
-            for (int i = 0; r == -ECANCELED && !create && i < GWC_RETRIES; i++) {
-                json_t *cur = NULL;
-                if ((r = read_key(key, &cur)) < 0)
-                    break;
-                json_object_set_new(old, key, cur ? cur : json_null());
-                r = cas_write(one, old);
-            }
-            if (r == 0) {
-                json_object_set_new(done, key, json_true());
-                changed = true;
-                if (!create)
-                    log_info("gateway config: %s: this member's change overrides a concurrent one "
-                             "(last writer wins)",
-                             key);
-            } else if (r == -ECANCELED) {
-                /* Another member created it first: theirs stays, and the
-                 * store thread applies it here. */
-                json_t *t = json_object_get(json_object_get(todo, key), "t");
-                char tok[32];
-                snprintf(tok, sizeof(tok), "%" JSON_INTEGER_FORMAT, json_integer_value(t));
-                pthread_mutex_lock(&pend_mu);
-                json_object_set_new(conflicts, tok,
-                                    json_sprintf("%s was created by another member of gateway "
-                                                 "group %s at the same time",
-                                                 key, gc.group));
-                pthread_mutex_unlock(&pend_mu);
-                log_warn("gateway config: %s was created by another member at the same time: "
-                         "this member takes theirs",
-                         key);
-                json_object_set_new(done, key, json_false());
-            } else if (rc == 0) {
+            int r = push_one(key, e, json_object_get(json_object_get(todo, key), "t"));
+            if (r >= 0)
+                json_object_set_new(done, key, json_boolean(r));
+            else if (rc == 0)
                 rc = r;
-            }
-            json_decref(one);
-            json_decref(old);
         }
     }
+    bool changed = false, gave_up = false;
     json_object_foreach(done, key, e)
     {
-        if (json_is_true(e)) {
-            json_t *v = json_object_get(writes, key);
-            if (json_is_string(v))
-                json_object_set(base, key, v);
-            else
-                json_object_del(base, key);
-        }
+        changed |= json_is_true(e);
+        gave_up |= json_is_false(e);
     }
     /* Written, given up or nothing to write: no longer dirty, unless the
      * key changed again meanwhile (a newer token). */
@@ -377,31 +435,18 @@ static int push(void)
         if (!failed && now && json_equal(json_object_get(now, "t"), json_object_get(e, "t")))
             json_object_del(dirty, key);
     }
-    bool conflict = false;
-    json_object_foreach(done, key, e) conflict |= json_is_false(e);
     pthread_mutex_unlock(&pend_mu);
-    if (changed) {
-        base_save();
-        char list[1024] = "";
-        size_t off = 0;
-        json_object_foreach(done, key, e)
-        {
-            if (json_is_true(e) && off < sizeof(list))
-                off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s", off ? " " : "",
-                                        key);
-        }
-        log_info("gateway config: wrote %s to %s", list, gc.obj);
-    }
+    if (changed)
+        base_advance(writes, done);
     pthread_mutex_unlock(&gc_mu);
     if (changed)
         notify();
-    if (conflict)
-        wake(); /* apply the winner's rows here */
+    if (gave_up)
+        wake(); /* apply the group's value here */
     if (rc < 0)
         log_warn("gateway config: cannot write to %s: %s (retried every %d ms)", gc.obj,
                  strerror(-rc), GWCONFIG_POLL_MS);
     json_decref(todo);
-    json_decref(w);
     json_decref(writes);
     json_decref(done);
     return rc;
@@ -463,8 +508,11 @@ static void apply_changes(struct change *ch, size_t n)
             log_failure(ch[i].key, why);
     }
     json_t *local = gwc_local_view();
-    if (!local)
+    if (!local) {
+        for (size_t i = 0; i < n; i++)
+            ch[i].rc = -EIO; /* retried next round */
         return;
+    }
     applying = true;
     for (int phase = 0; phase < 4; phase++) {
         /* iSCSI rows of a phase in one transaction (one publication) */

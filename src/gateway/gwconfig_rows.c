@@ -224,6 +224,10 @@ static bool dataset_exists(const char *ds)
 static int image_size(const char *ds, uint64_t *size, char *why, size_t len)
 {
     const char *slash = strchr(ds, '/');
+    if (!slash || slash == ds) {
+        snprintf(why, len, "%s is not a volume of a pool", ds);
+        return -EINVAL;
+    }
     char pool[256], rbd_pool[256] = "", ns[256] = "", conf[1024] = "", id[128] = "", key[1024] = "";
     snprintf(pool, sizeof(pool), "%.*s", (int)(slash - ds), ds);
     sqlite3_stmt *st;
