@@ -497,6 +497,30 @@ static void log_failure(const char *key, const char *why)
     json_object_set_new(failed_logged, key, json_string(why));
 }
 
+/* Changed here since the pull read the object (its write is pending):
+ * the local change goes first, the group's value is not applied over it.
+ * Checked with the DB lock held for iSCSI rows, so no local commit can
+ * come between the check and the apply. */
+static bool dirty_now(const char *key)
+{
+    pthread_mutex_lock(&pend_mu);
+    bool d = json_object_get(dirty, key) != NULL;
+    pthread_mutex_unlock(&pend_mu);
+    return d;
+}
+
+static void apply_one(struct change *c, json_t *local)
+{
+    char why[512] = "";
+    if (dirty_now(c->key)) {
+        c->rc = -EAGAIN;
+        return;
+    }
+    c->rc = gwc_apply(c->key, c->want, local, why, sizeof(why));
+    if (c->rc < 0)
+        log_failure(c->key, why);
+}
+
 static void apply_changes(struct change *ch, size_t n)
 {
     char why[512];
@@ -516,16 +540,17 @@ static void apply_changes(struct change *ch, size_t n)
     applying = true;
     for (int phase = 0; phase < 4; phase++) {
         /* iSCSI rows of a phase in one transaction (one publication) */
+        bool any = false;
+        for (size_t i = 0; i < n; i++)
+            any |= ch[i].rc == 0 && !gwc_is_nbd(ch[i].key) &&
+                   gwc_phase(ch[i].key, !ch[i].want) == phase;
         struct cfg_tx tx;
-        bool in_tx = cfg_tx_begin(&tx) == 0;
+        bool in_tx = any && cfg_tx_begin(&tx) == 0;
         for (size_t i = 0; in_tx && i < n; i++) {
             if (ch[i].rc < 0 || gwc_is_nbd(ch[i].key) ||
                 gwc_phase(ch[i].key, !ch[i].want) != phase)
                 continue;
-            why[0] = 0;
-            ch[i].rc = gwc_apply(ch[i].key, ch[i].want, local, why, sizeof(why));
-            if (ch[i].rc < 0)
-                log_failure(ch[i].key, why);
+            apply_one(&ch[i], local);
         }
         if (in_tx && cfg_tx_commit(&tx) < 0 && !tx.committed)
             for (size_t i = 0; i < n; i++)
@@ -536,18 +561,13 @@ static void apply_changes(struct change *ch, size_t n)
             if (ch[i].rc < 0 || !gwc_is_nbd(ch[i].key) ||
                 gwc_phase(ch[i].key, !ch[i].want) != phase)
                 continue;
-            why[0] = 0;
-            ch[i].rc = gwc_apply(ch[i].key, ch[i].want, local, why, sizeof(why));
-            if (ch[i].rc < 0)
-                log_failure(ch[i].key, why);
+            apply_one(&ch[i], local);
         }
     }
     applying = false;
     json_decref(local);
     for (size_t i = 0; i < n; i++) {
         if (ch[i].rc == 0) {
-            if (json_object_get(failed_logged, ch[i].key))
-                log_info("gateway config: %s applied here", ch[i].key);
             json_object_del(failed_logged, ch[i].key);
             log_info("gateway config: %s %s (from the group)", ch[i].want ? "applied" : "withdrew",
                      ch[i].key);
