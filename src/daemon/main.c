@@ -297,7 +297,7 @@ static void stop_all(const struct options *o)
     iscsi_server_drain(drain_now < drain_end ? (unsigned)((drain_end - drain_now) / 1000000u) : 0);
     api_server_stop();
     api_ws_stop();
-    jobs_stop(); /* wait for running jobs */
+    jobs_stop();     /* wait for running jobs */
     gwconfig_stop(); /* no more shares from the group */
     nbd_server_stop();
     iscsi_config_stop(); /* withdraw targets, close portal listeners */

@@ -239,13 +239,13 @@ static void diff_into_dirty(json_t *now, uint64_t token)
     json_object_foreach(now, key, v)
     {
         if (!json_equal(v, json_object_get(lv, key)))
-            json_object_set_new(dirty, key, json_pack("{s:O, s:I}", "v", v, "t", (json_int_t)token));
+            json_object_set_new(dirty, key,
+                                json_pack("{s:O, s:I}", "v", v, "t", (json_int_t)token));
     }
     json_object_foreach(lv, key, v)
     {
         if (!json_object_get(now, key))
-            json_object_set_new(dirty, key,
-                                json_pack("{s:n, s:I}", "v", "t", (json_int_t)token));
+            json_object_set_new(dirty, key, json_pack("{s:n, s:I}", "v", "t", (json_int_t)token));
     }
 }
 
@@ -547,8 +547,7 @@ static void apply_changes(struct change *ch, size_t n)
         struct cfg_tx tx;
         bool in_tx = any && cfg_tx_begin(&tx) == 0;
         for (size_t i = 0; in_tx && i < n; i++) {
-            if (ch[i].rc < 0 || gwc_is_nbd(ch[i].key) ||
-                gwc_phase(ch[i].key, !ch[i].want) != phase)
+            if (ch[i].rc < 0 || gwc_is_nbd(ch[i].key) || gwc_phase(ch[i].key, !ch[i].want) != phase)
                 continue;
             apply_one(&ch[i], local);
         }
@@ -712,9 +711,8 @@ static void *store_main(void *arg)
 void gwconfig_init(void)
 {
     cfg_publisher_register(CFG_KIND_BIT(CFG_ISCSI_TARGET) | CFG_KIND_BIT(CFG_ISCSI_EXTENT) |
-                               CFG_KIND_BIT(CFG_ISCSI_TARGETEXTENT) |
-                               CFG_KIND_BIT(CFG_NBD_EXPORT) | CFG_KIND_BIT(CFG_POOL) |
-                               CFG_KIND_BIT(CFG_DATASET),
+                               CFG_KIND_BIT(CFG_ISCSI_TARGETEXTENT) | CFG_KIND_BIT(CFG_NBD_EXPORT) |
+                               CFG_KIND_BIT(CFG_POOL) | CFG_KIND_BIT(CFG_DATASET),
                            publish, after, NULL);
 }
 

@@ -83,16 +83,16 @@ static void extent_row(sqlite3_stmt *st, void *arg)
         !group_dataset(c->pools, disk + 5))
         return;
     const char *name = col_text(st, 1);
-    json_t *v = json_pack(
-        "{s:s, s:s, s:s, s:s, s:I, s:b, s:o, s:s, s:b, s:b, s:s, s:b, s:b}", "name", name, "type",
-        "DISK", "disk", disk, "serial", col_text(st, 4), "blocksize",
-        (json_int_t)sqlite3_column_int64(st, 5), "pblocksize", sqlite3_column_int(st, 6),
-        "avail_threshold",
-        sqlite3_column_type(st, 7) == SQLITE_NULL ? json_null()
-                                                  : json_integer(sqlite3_column_int64(st, 7)),
-        "comment", col_text(st, 8), "insecure_tpc", sqlite3_column_int(st, 9), "xen",
-        sqlite3_column_int(st, 10), "rpm", col_text(st, 11), "ro", sqlite3_column_int(st, 12),
-        "enabled", sqlite3_column_int(st, 13));
+    json_t *v = json_pack("{s:s, s:s, s:s, s:s, s:I, s:b, s:o, s:s, s:b, s:b, s:s, s:b, s:b}",
+                          "name", name, "type", "DISK", "disk", disk, "serial", col_text(st, 4),
+                          "blocksize", (json_int_t)sqlite3_column_int64(st, 5), "pblocksize",
+                          sqlite3_column_int(st, 6), "avail_threshold",
+                          sqlite3_column_type(st, 7) == SQLITE_NULL
+                              ? json_null()
+                              : json_integer(sqlite3_column_int64(st, 7)),
+                          "comment", col_text(st, 8), "insecure_tpc", sqlite3_column_int(st, 9),
+                          "xen", sqlite3_column_int(st, 10), "rpm", col_text(st, 11), "ro",
+                          sqlite3_column_int(st, 12), "enabled", sqlite3_column_int(st, 13));
     char key[128], id[32];
     snprintf(key, sizeof(key), "extent/%s", name);
     snprintf(id, sizeof(id), "%" PRId64, (int64_t)sqlite3_column_int64(st, 0));
@@ -112,8 +112,8 @@ static void target_row(sqlite3_stmt *st, void *arg)
     snprintf(id, sizeof(id), "%" PRId64, (int64_t)sqlite3_column_int64(st, 0));
     json_object_set_new(c->targets, id,
                         json_pack("{s:s, s:o, s:s, s:o}", "name", col_text(st, 1), "alias",
-                                  col_text_or_null(st, 2), "mode", col_text(st, 3),
-                                  "auth_networks", nets));
+                                  col_text_or_null(st, 2), "mode", col_text(st, 3), "auth_networks",
+                                  nets));
 }
 
 /* A LUN of a group extent makes its target the group's too. */
@@ -130,9 +130,9 @@ static void lun_row(sqlite3_stmt *st, void *arg)
     const char *tname = json_string_value(json_object_get(tgt, "name"));
     int64_t lun = sqlite3_column_int64(st, 2);
     snprintf(key, sizeof(key), "lun/%s/%" PRId64, tname, lun);
-    json_object_set_new(c->view, key,
-                        json_pack("{s:s, s:O, s:I}", "target", tname, "extent", ext, "lunid",
-                                  (json_int_t)lun));
+    json_object_set_new(
+        c->view, key,
+        json_pack("{s:s, s:O, s:I}", "target", tname, "extent", ext, "lunid", (json_int_t)lun));
     snprintf(key, sizeof(key), "target/%s", tname);
     json_object_set(c->view, key, tgt);
 }
@@ -160,8 +160,8 @@ json_t *gwc_local_view(void)
                          .targets = json_object(),
                          .view = json_object()};
     db_lock();
-    int rc = each_row("SELECT p.name FROM pools p JOIN pool_rbd r ON r.pool_id = p.id", pool_row,
-                      &c);
+    int rc =
+        each_row("SELECT p.name FROM pools p JOIN pool_rbd r ON r.pool_id = p.id", pool_row, &c);
     if (rc == 0 && json_object_size(c.pools)) {
         if (rc == 0)
             rc = each_row("SELECT id, name, type, disk, serial, blocksize, pblocksize, "
@@ -172,8 +172,8 @@ json_t *gwc_local_view(void)
             rc = each_row("SELECT id, name, alias, mode, auth_networks FROM iscsi_target",
                           target_row, &c);
         if (rc == 0)
-            rc = each_row("SELECT target_id, extent_id, lunid FROM iscsi_targetextent", lun_row,
-                          &c);
+            rc =
+                each_row("SELECT target_id, extent_id, lunid FROM iscsi_targetextent", lun_row, &c);
         if (rc == 0)
             rc = each_row("SELECT name, dataset, readonly, description, multi_conn, tls, enabled "
                           "FROM nbd_export WHERE dataset IS NOT NULL",
@@ -471,8 +471,8 @@ static int apply_lun(const char *key, json_t *want, char *why, size_t len)
                     json_pack("[I, {s:I}]", (json_int_t)te, "extent", (json_int_t)eid), NULL, why,
                     len);
     return call("iscsi.targetextent.create",
-                json_pack("[{s:I, s:I, s:I}]", "target", (json_int_t)tid, "extent",
-                          (json_int_t)eid, "lunid", (json_int_t)lunid),
+                json_pack("[{s:I, s:I, s:I}]", "target", (json_int_t)tid, "extent", (json_int_t)eid,
+                          "lunid", (json_int_t)lunid),
                 NULL, why, len);
 }
 
