@@ -54,6 +54,36 @@ wait_for() {
     echo $(($(now_ms) - t0))
 }
 not() { ! "$@"; }
+# rawcall MEMBER METHOD PARAMS: the call over the API socket; prints "ok" or
+# the error's errno name (EEXIST when a field error says so) and message
+# (blockctl prints only the message). A create that loses the race in the
+# group's store fails with EEXIST; one that reaches its member after the
+# winner's row was applied there fails with the field error "name must be
+# unique" (EEXIST), as on a single daemon.
+rawcall() {
+    python3 - "$(gw_dir "$1")/state/blockd.sock" "$2" "$3" <<'PY'
+import errno, json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall((json.dumps({"jsonrpc": "2.0", "id": 1, "method": sys.argv[2],
+                       "params": json.loads(sys.argv[3])}) + "\n").encode())
+buf = b""
+while not buf.endswith(b"\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+r = json.loads(buf)
+if "error" in r:
+    d = r["error"].get("data", {})
+    e = d.get("errno", 0)
+    # a field error (-32602) carries the field's errno in extra
+    e = next((x[2] for x in d.get("extra") or [] if len(x) > 2 and x[2] == errno.EEXIST), e)
+    print(errno.errorcode.get(e, str(e)), r["error"]["message"])
+    sys.exit(1)
+print("ok")
+PY
+}
 pool_create() {
     call "$1" pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" \
         >/dev/null || fail "pool.create ceph on $1"
@@ -161,7 +191,7 @@ call B pool.dataset.create '{"name":"ceph/race","type":"VOLUME","volsize":671088
     >/dev/null || fail "adopting ceph/race on B"
 for round in 1 2 3; do
     for m in A B; do
-        call "$m" iscsi.extent.create "{\"name\":\"race$round\",\"disk\":\"zvol/ceph/race\",\"comment\":\"$m\"}" \
+        rawcall "$m" iscsi.extent.create "[{\"name\":\"race$round\",\"disk\":\"zvol/ceph/race\",\"comment\":\"$m\"}]" \
             >"$TMP/race.$m" 2>&1 &
         eval "p$m=\$!"
     done
@@ -171,13 +201,13 @@ for round in 1 2 3; do
     [ $((ra == 0)) -ne $((rb == 0)) ] || fail "round $round: A exit $ra, B exit $rb: $(cat "$TMP/race.A" "$TMP/race.B")"
     loser=A
     [ "$ra" = 0 ] && loser=B
-    grep -q EEXIST "$TMP/race.$loser" || fail "round $round: the loser's error is not EEXIST: $(cat "$TMP/race.$loser")"
+    grep -q "^EEXIST " "$TMP/race.$loser" || fail "round $round: the loser's error is not EEXIST: $(cat "$TMP/race.$loser")"
     same() {
         [ "$(call A iscsi.extent.query "[[[\"name\",\"=\",\"race$round\"]]]" | jget 'd[0]["comment"] if d else ""')" = \
             "$(call B iscsi.extent.query "[[[\"name\",\"=\",\"race$round\"]]]" | jget 'd[0]["comment"] if d else "-"')" ]
     }
     wait_for 5 "round $round: A and B agree on extent race$round" same >/dev/null
-    echo "round $round: $( [ "$loser" = A ] && echo B || echo A) won, $loser got EEXIST"
+    echo "round $round: $([ "$loser" = A ] && echo B || echo A) won, $loser got $(cat "$TMP/race.$loser")"
     # free the volume for the next round (an extent per volume)
     call A iscsi.extent.delete "[$(id_of A iscsi.extent "race$round")]" >/dev/null ||
         fail "extent.delete race$round on A"
@@ -185,7 +215,7 @@ for round in 1 2 3; do
     wait_for 5 "B withdrawing race$round" not_there >/dev/null
 done
 for m in A B; do
-    call "$m" nbd.export.create '{"name":"racenbd","dataset":"ceph/race","description":"'$m'"}' \
+    rawcall "$m" nbd.export.create '[{"name":"racenbd","dataset":"ceph/race","description":"'$m'"}]' \
         >"$TMP/nrace.$m" 2>&1 &
     eval "p$m=\$!"
 done
@@ -193,6 +223,7 @@ ra=0 rb=0
 wait "$pA" || ra=$?
 wait "$pB" || rb=$?
 [ $((ra == 0)) -ne $((rb == 0)) ] || fail "NBD race: A exit $ra, B exit $rb: $(cat "$TMP/nrace.A" "$TMP/nrace.B")"
+grep -q "^EEXIST " "$TMP/nrace.A" "$TMP/nrace.B" || fail "NBD race: no EEXIST: $(cat "$TMP/nrace.A" "$TMP/nrace.B")"
 samenbd() {
     [ "$(call A nbd.export.query '[[["name","=","racenbd"]]]' | jget 'd[0]["description"] if d else ""')" = \
         "$(call B nbd.export.query '[[["name","=","racenbd"]]]' | jget 'd[0]["description"] if d else "-"')" ]
