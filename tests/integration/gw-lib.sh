@@ -95,14 +95,25 @@ gw_wait_state() {
 }
 
 # The same RBD volume shared by every member: member NAME creates pool
-# "ceph" on the cluster's pool rbd, then the volume (the first member) or
-# adopts it (adopt: true, the others), and shares it over iSCSI.
+# "ceph" on the cluster's pool rbd; the first member (adopt false) then
+# creates the volume and shares it over iSCSI, and the others (adopt true)
+# get the share from the group's configuration store (docs/ha.md "Shared
+# configuration": they adopt the volume themselves): wait until they serve
+# it.
 gw_share() {
     local name=$1 adopt=$2 size=$3
     gw_ctl "$name" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" \
         >/dev/null || fail "pool.create of the RBD pool on $name"
-    gw_ctl "$name" call pool.dataset.create "{\"name\":\"ceph/v\",\"type\":\"VOLUME\",\"volsize\":$size,\"adopt\":$adopt}" \
-        >/dev/null || fail "pool.dataset.create ceph/v (adopt $adopt) on $name"
+    if [ "$adopt" = true ]; then
+        local i
+        for i in $(seq 1 200); do
+            grep -q "reservations shared through" "$(gw_dir "$name")/blockd.log" && return 0
+            sleep 0.05
+        done
+        fail "$name did not get the share of ceph/v from the group"
+    fi
+    gw_ctl "$name" call pool.dataset.create "{\"name\":\"ceph/v\",\"type\":\"VOLUME\",\"volsize\":$size}" \
+        >/dev/null || fail "pool.dataset.create ceph/v on $name"
     gw_ctl "$name" share iscsi create ceph/v >/dev/null || fail "share iscsi create on $name"
 }
 
