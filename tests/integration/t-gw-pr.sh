@@ -237,6 +237,20 @@ expect CONFLICT "$URL_B" other 2 write:0
 expect GOOD "$URL_B" aptpl 6 release:0xf1:1
 expect GOOD "$URL_B" aptpl 6 unregister:0xf1
 start_member a 127.0.0.2 "$NBD_A"
+# Let the group settle before iscsi-test-cu: A's rejoin changes the ALUA
+# view (2A/06 ASYMMETRIC ACCESS STATE CHANGED on the nexuses of that
+# moment), which the suites would take for a failure. Both members see
+# each other ONLINE, then two membership rounds.
+for _ in $(seq 1 100); do
+    n=$(ctl b call gateway.query '[[["state","=","ONLINE"]]]' |
+        python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+    m=$(ctl a call gateway.query '[[["state","=","ONLINE"]]]' |
+        python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+    [ "$n" = 2 ] && [ "$m" = 2 ] && break
+    sleep 0.1
+done
+[ "$n" = 2 ] && [ "$m" = 2 ] || fail "A and B do not see each other ONLINE after A's restart"
+sleep 2
 
 # ---- iscsi-test-cu's reservation suites, one URL per member ----
 OUT=$TMP/iscsi-test-cu.txt
