@@ -16,9 +16,13 @@ DEPS_BUILD = gcc meson ninja-build pkg-config python3 xxd \
              libcrypt-dev librbd-dev
 DEPS_TEST  = ceph-mon ceph-osd ceph-mgr ceph-common uuid-runtime tgt-rbd prometheus chromium libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
-#   make deb    build the Debian package into build-deb/ (scripts/make-deb.sh)
-# Other targets: deps, build, asan, unit, integration, fuzz, fuzz-long, bench, format,
-# format-check, build-matrix, clean.
+             util-linux curl sqlite3 python3-libnbd python3-rados python3-rbd dpkg-dev clang-format
+# The Debian package (make deb) and its checks: man pages from scdoc.
+DEPS_PKG   = scdoc debhelper lintian man-db groff-base bsdextrautils systemd
+DEPS       = $(DEPS_BUILD) $(DEPS_TEST) $(DEPS_PKG)
+
+.PHONY: all deps build asan run check unit integration fuzz fuzz-long bench format format-check \
+        build-matrix deb clean
 
 all: build
 

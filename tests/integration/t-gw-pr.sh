@@ -97,7 +97,7 @@ start_member_plain() {
     fail "A did not start"
 }
 start_member_plain
-ctl a call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null ||
+ctl a call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null ||
     fail "pool.create on A"
 ctl a call pool.dataset.create '{"name":"ceph/gw","type":"VOLUME","volsize":67108864}' >/dev/null ||
     fail "dataset create on A"
