@@ -53,7 +53,7 @@ setsid chrt --idle 0 nice -n 19 bash -c '
     scripts/build-matrix.sh >"$1/matrix.log" 2>&1; echo "$? $(($(date +%s) - start))" >"$1/matrix.rc"
     start=$(date +%s)
     scripts/fuzz.sh build >"$1/fuzz-build.log" 2>&1; echo "$? $(($(date +%s) - start))" >"$1/fuzz-build.rc"
-' bash "$LOGS" </dev/null &
+' bash "$LOGS" </dev/null >"$LOGS/background.log" 2>&1 &
 BG_PID=$!
 echo "(build matrix and fuzz targets: compiling in the background at idle priority)"
 

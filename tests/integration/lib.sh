@@ -137,7 +137,7 @@ ceph_start() {
     for i in $(seq 1 1200); do
         [ -e "$BLOCKD_IT_CEPH/ready" ] && break
         [ -e "$BLOCKD_IT_CEPH/failed" ] &&
-            fail "the shared Ceph test cluster did not start: $(tail -5 "$BLOCKD_IT_CEPH.start.log")"
+            fail "the shared Ceph test cluster did not start: $(tail -5 "${BLOCKD_IT_CEPH_LOG:-/dev/null}")"
         sleep 0.1
     done
     [ -e "$BLOCKD_IT_CEPH/ready" ] || fail "the shared Ceph test cluster is not ready after 120 s"

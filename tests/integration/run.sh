@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Run every integration test (tests/integration/t-*.sh) and print a summary.
 #
-#   run.sh [PATTERN]
+#   run.sh [PATTERN]...
 #       one pass against $BUILD (IT_SKIP: names to leave out)
 #   run.sh --pass NAME [--build DIR] [--skip "t-a t-b"] [--env VAR=VALUE]... \
-#          [--pass NAME ...]... [PATTERN]
+#          [--pass NAME ...]... [PATTERN]...
 #       several passes (make check: the default build, then the ASan one)
 #       run as one pool of jobs, so that neither waits for the other's
 #       slowest test; each pass has its own build, tests left out and
 #       environment.
-# PATTERN filters test names.
+# PATTERNs filter test names (a test runs if its name contains one).
 #
 # Tests run IT_JOBS at a time (default 2): most of their time is spent
 # waiting (timeouts, throttles, clients starting), and each test runs its
@@ -29,11 +29,12 @@ repo=$(cd "$here/../.." && pwd)
 JOBS=${IT_JOBS:-2}
 # Per-run log directory, so that runs from several checkouts do not clash.
 LOGDIR=${LOGDIR:-$(mktemp -d /tmp/blockd-it-logs.XXXXXX)}
+mkdir -p "$LOGDIR" || exit 2
 
 # ---- passes: name, build, skip list, environment
 passes=()
 declare -A P_BUILD=() P_SKIP=() P_ENV=()
-pattern=
+patterns=()
 while [ $# -gt 0 ]; do
     case $1 in
     --pass)
@@ -52,7 +53,7 @@ while [ $# -gt 0 ]; do
         shift 2
         ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
-    *) pattern=$1; shift ;;
+    *) patterns+=("$1"); shift ;;
     esac
 done
 if [ ${#passes[@]} = 0 ]; then
@@ -71,7 +72,11 @@ slow=(); slow_c=(); rest=(); rest_c=(); alone=()
 needs_ceph=0
 for t in "$here"/t-*.sh; do
     name=$(basename "$t" .sh)
-    if [ -n "$pattern" ] && [[ "$name" != *"$pattern"* ]]; then continue; fi
+    if [ ${#patterns[@]} -gt 0 ]; then
+        hit=0
+        for pat in "${patterns[@]}"; do [[ "$name" == *"$pat"* ]] && hit=1; done
+        [ $hit = 1 ] || continue
+    fi
     c= shared=
     grep -q '^[^#]*ceph_start' "$t" && c=_c
     grep -Eq '^[^#]*ceph_start *($|[;&|)])' "$t" && shared=1
@@ -109,10 +114,16 @@ CEPH_SHARED_DIR=
 stop_ceph() {
     [ -n "$CEPH_SHARED_DIR" ] || return 0
     "$repo/scripts/ceph-cluster.sh" stop "$CEPH_SHARED_DIR" >/dev/null 2>&1
+    # Its logs stay with the tests' logs; the rest goes.
+    mkdir -p "$LOGDIR/ceph"
+    cp -a "$CEPH_SHARED_DIR/log" "$CEPH_SHARED_DIR/ceph.conf" "$LOGDIR/ceph/" 2>/dev/null
+    [ "$CEPH_SHARED_DIR" = "$LOGDIR/ceph" ] || rm -rf "$CEPH_SHARED_DIR"
     CEPH_SHARED_DIR=
 }
 if [ "$needs_ceph" = 1 ] && [ "${IT_CEPH_SHARED:-1}" != 0 ]; then
-    CEPH_SHARED_DIR=$LOGDIR/ceph
+    # On tmpfs when there is one: the monitor syncs its store at every map
+    # change (each test's pool), which a loaded disk delays by seconds.
+    CEPH_SHARED_DIR=$(mktemp -d /dev/shm/blockd-it-ceph.XXXXXX 2>/dev/null) || CEPH_SHARED_DIR=$LOGDIR/ceph
     mkdir -p "$CEPH_SHARED_DIR"
     (
         # Every test's pool is deleted when the test ends; the memory store
@@ -120,13 +131,13 @@ if [ "$needs_ceph" = 1 ] && [ "${IT_CEPH_SHARED:-1}" != 0 ]; then
         # called rbd here: a test that names it instead of $CEPH_POOL fails.
         if CEPH_MEM_BYTES=${IT_CEPH_MEM_BYTES:-8589934592} CEPH_POOL=it-unused \
             "$repo/scripts/ceph-cluster.sh" start \
-            "$CEPH_SHARED_DIR" >"$CEPH_SHARED_DIR.start.log" 2>&1; then
+            "$CEPH_SHARED_DIR" >"$LOGDIR/ceph.start.log" 2>&1; then
             touch "$CEPH_SHARED_DIR/ready"
         else
             touch "$CEPH_SHARED_DIR/failed"
         fi
     ) </dev/null 3>&- &
-    export BLOCKD_IT_CEPH=$CEPH_SHARED_DIR
+    export BLOCKD_IT_CEPH=$CEPH_SHARED_DIR BLOCKD_IT_CEPH_LOG=$LOGDIR/ceph.start.log
     trap 'stop_ceph' EXIT
     trap 'exit 130' INT TERM
     # Killed with SIGKILL (a CI timeout): a watcher stops the cluster.
@@ -134,6 +145,7 @@ if [ "$needs_ceph" = 1 ] && [ "${IT_CEPH_SHARED:-1}" != 0 ]; then
     (
         while kill -0 "$me" 2>/dev/null; do sleep 2; done
         "$repo/scripts/ceph-cluster.sh" stop "$CEPH_SHARED_DIR"
+        [ "$CEPH_SHARED_DIR" = "$LOGDIR/ceph" ] || rm -rf "$CEPH_SHARED_DIR"
     ) </dev/null >/dev/null 2>&1 3>&- &
 fi
 
