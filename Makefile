@@ -29,8 +29,10 @@ all: build
 # Install what is missing (as root, with apt-get); without root, name what is
 # missing and fail, never carry on half-equipped.
 deps:
-	@missing=""; for p in $(DEPS); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	@installed=$$(dpkg-query -W -f='$${Package} $${Status}\n' $(DEPS) 2>/dev/null | \
+	  awk '/ install ok installed$$/ {print $$1}'); \
+	missing=""; for p in $(DEPS); do \
+	  echo "$$installed" | grep -qx "$$p" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
