@@ -34,7 +34,7 @@ call() { # call MEMBER METHOD [JSON]
 }
 jget() { python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
-keys() { rados -c "$CEPH_CONF" -p rbd listomapkeys blockd.config.test 2>/dev/null; }
+keys() { rados -c "$CEPH_CONF" -p "$CEPH_POOL" listomapkeys blockd.config.test 2>/dev/null; }
 served_iscsi() { # served_iscsi MEMBER TARGET: discoverable and LUN 0 answers INQUIRY
     local m=$1 url="iscsi://${GW_ADDR[$1]}:${GW_PORT[$1]}"
     iscsi-ls "$url" 2>/dev/null | grep -q "^Target:$BASE:$2 " &&
@@ -85,7 +85,7 @@ print("ok")
 PY
 }
 pool_create() {
-    call "$1" pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" \
+    call "$1" pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" \
         >/dev/null || fail "pool.create ceph on $1"
 }
 volume() { # volume MEMBER NAME

@@ -33,7 +33,7 @@ UB=$(gw_url B)
 # ---- the same identity on both paths
 "$GW_PROBE" ident "$UA" >"$TMP/ia" || fail "INQUIRY through A"
 "$GW_PROBE" ident "$UB" >"$TMP/ib" || fail "INQUIRY through B"
-image_id=$(rbd -c "$CEPH_CONF" info rbd/v --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+image_id=$(rbd -c "$CEPH_CONF" info "$CEPH_POOL/v" --format json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 grep -qx "serial=$image_id" "$TMP/ia" || fail "serial through A is not the image id $image_id: $(cat "$TMP/ia")"
 [ "$(grep -E '^(serial|naa)=' "$TMP/ia")" = "$(grep -E '^(serial|naa)=' "$TMP/ib")" ] ||
     fail "the LU identity differs between paths: A $(cat "$TMP/ia") / B $(cat "$TMP/ib")"
