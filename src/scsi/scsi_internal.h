@@ -290,7 +290,7 @@ void scsi_pr_state_free(struct scsi_pr_state *s);
 /* A unit attention a reservation change queues for an I_T nexus identity:
  * applied by every daemon to its own sessions. */
 struct scsi_pr_ua {
-    uint8_t ua; /* enum scsi_ua */
+    uint8_t ua;  /* enum scsi_ua */
     bool except; /* for every nexus but (port, rel) instead of for it */
     uint16_t rel;
     char port[SCSI_PORT_NAME_MAX];

@@ -132,8 +132,8 @@ static int run(char *op)
                                   255);
         if (t && t->status == SCSI_STATUS_GOOD) {
             struct scsi_mode_sense *ms = scsi_datain_unmarshall(t);
-            struct scsi_mode_page *mp = ms ? scsi_modesense_get_page(ms, SCSI_MODEPAGE_CONTROL, 0)
-                                           : NULL;
+            struct scsi_mode_page *mp =
+                ms ? scsi_modesense_get_page(ms, SCSI_MODEPAGE_CONTROL, 0) : NULL;
             if (!mp) {
                 printf("ERROR no control page\n");
                 scsi_free_scsi_task(t);
