@@ -77,7 +77,7 @@ python3 "$(dirname "$0")/cu-classify.py" "$OUT" "$EXPECTED" >"$TMP/summary.txt" 
 cat "$TMP/summary.txt"
 # The multipath suite really used both members (B's log names the initiator).
 grep -q "MultipathIO" "$OUT" || fail "the MultipathIO suite did not run"
-grep -q "session of '$INI2'" "$(gw_dir B)/blockd.log" || fail "no session through B during the run"
+grep -qF "session of '$INI2" "$(gw_dir B)/blockd.log" || fail "no session through B during the run"
 
 # ---- software write protect is the LU's, not a member's
 pr() { # pr URL INITIATOR ISID OP...
