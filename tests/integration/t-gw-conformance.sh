@@ -116,7 +116,7 @@ expect GOOD "$URL_B" writer 6 write:8
 objs() { rados -c "$CEPH_CONF" -p rbd ls | grep '^blockd\.pr\.' | sort | tr '\n' ' '; }
 gw_ctl A call zfs.snapshot.create '{"dataset":"ceph/conf","name":"s1"}' >/dev/null ||
     fail "snapshot of ceph/conf"
-snap_ext=$(gw_ctl A call iscsi.extent.create '{"name":"snap","disk":"zvol/ceph/conf@s1"}' | json_id) ||
+snap_ext=$(gw_ctl A call iscsi.extent.create '{"name":"snap","disk":"zvol/ceph/conf@s1","ro":true}' | json_id) ||
     fail "extent on the snapshot"
 tgt_a=$(gw_ctl A call iscsi.target.query '[[["name","=","conformance"]]]' |
     python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
