@@ -112,26 +112,34 @@ expect GOOD "$URL_B" setter 4 swp:0
 expect GOOD "$URL_A" writer 5 write:8
 expect GOOD "$URL_B" writer 6 write:8
 
-# ---- the reservation objects go with the dataset and the snapshot
-objs() { rados -c "$CEPH_CONF" -p rbd ls | grep '^blockd\.pr\.' | sort | tr '\n' ' '; }
-gw_ctl A call zfs.snapshot.create '{"dataset":"ceph/conf","name":"s1"}' >/dev/null ||
-    fail "snapshot of ceph/conf"
-snap_ext=$(gw_ctl A call iscsi.extent.create '{"name":"snap","disk":"zvol/ceph/conf@s1","ro":true}' | json_id) ||
-    fail "extent on the snapshot"
+# ---- the reservation objects go with the dataset and the snapshot (a
+# volume of its own: LUNs 1 and 2 of the same target on A)
+gw_ctl A call pool.dataset.create '{"name":"ceph/gone","type":"VOLUME","volsize":16777216}' >/dev/null ||
+    fail "pool.dataset.create ceph/gone"
+gone_id=$(rbd -c "$CEPH_CONF" info rbd/gone --format json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+objs() { rados -c "$CEPH_CONF" -p rbd ls | grep "^blockd\.pr\.$gone_id" | sort | tr '\n' ' '; }
 tgt_a=$(gw_ctl A call iscsi.target.query '[[["name","=","conformance"]]]' |
     python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
-gw_ctl A call iscsi.targetextent.create "{\"target\":$tgt_a,\"extent\":$snap_ext,\"lunid\":1}" \
-    >/dev/null || fail "LUN 1 on the snapshot"
-[ "$(objs)" = "blockd.pr.$image_id blockd.pr.$image_id@s1 " ] ||
+ext=$(gw_ctl A call iscsi.extent.create '{"name":"gone","disk":"zvol/ceph/gone"}' | json_id) ||
+    fail "extent on ceph/gone"
+gw_ctl A call iscsi.targetextent.create "{\"target\":$tgt_a,\"extent\":$ext,\"lunid\":1}" \
+    >/dev/null || fail "LUN 1"
+gw_ctl A call zfs.snapshot.create '{"dataset":"ceph/gone","name":"s1"}' >/dev/null ||
+    fail "snapshot of ceph/gone"
+snap_ext=$(gw_ctl A call iscsi.extent.create '{"name":"snap","disk":"zvol/ceph/gone@s1","ro":true}' |
+    json_id) || fail "extent on the snapshot"
+gw_ctl A call iscsi.targetextent.create "{\"target\":$tgt_a,\"extent\":$snap_ext,\"lunid\":2}" \
+    >/dev/null || fail "LUN 2 on the snapshot"
+[ "$(objs)" = "blockd.pr.$gone_id blockd.pr.$gone_id@s1 " ] ||
     fail "reservation objects before the delete: '$(objs)'"
-gw_stop B # the image has no other user now
 gw_ctl A call iscsi.extent.delete "[$snap_ext,false,true]" >/dev/null || fail "deleting the snapshot's extent"
-gw_ctl A call zfs.snapshot.delete '"ceph/conf@s1"' >/dev/null || fail "deleting the snapshot"
-[ "$(objs)" = "blockd.pr.$image_id " ] || fail "the snapshot's reservation object stayed: '$(objs)'"
-ext_a=$(gw_ctl A call iscsi.extent.query '[[["name","=","conf"]]]' |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')
-gw_ctl A call iscsi.extent.delete "[$ext_a,false,true]" >/dev/null || fail "deleting the extent"
-gw_ctl A call pool.dataset.delete '"ceph/conf"' >/dev/null || fail "deleting the dataset"
+gw_ctl A call zfs.snapshot.delete '"ceph/gone@s1"' >/dev/null || fail "deleting the snapshot"
+[ "$(objs)" = "blockd.pr.$gone_id " ] || fail "the snapshot's reservation object stayed: '$(objs)'"
+gw_ctl A call iscsi.extent.delete "[$ext,false,true]" >/dev/null || fail "deleting the extent"
+gw_ctl A call pool.dataset.delete '"ceph/gone"' >/dev/null || fail "deleting the dataset"
+! rbd -c "$CEPH_CONF" ls | grep -qx gone || fail "the image of ceph/gone was not removed"
 [ -z "$(objs)" ] || fail "the reservation object stayed after the dataset delete: '$(objs)'"
+gw_stop B
 gw_stop A
 pass "$(head -1 "$TMP/summary.txt") through two members; SWP shared; reservation objects removed with the dataset"
