@@ -5,6 +5,7 @@
 #include <rbd/features.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/log.h"
 #include "store/rbd_pr.h"
@@ -58,6 +59,14 @@ int rbd_image_remove(rados_ioctx_t io, const char *name)
         rbd_close(img);
     }
     int rc = rbd_remove(io, name);
+    for (int waited = 0; rc == -EBUSY && waited < RBD_IMAGE_REMOVE_WAIT_MS; waited += 100) {
+        if (waited == 0)
+            log_info("rbd: %s is still open elsewhere (watchers); waiting up to %d s for them "
+                     "to close it",
+                     name, RBD_IMAGE_REMOVE_WAIT_MS / 1000);
+        nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
+        rc = rbd_remove(io, name);
+    }
     if (rc == 0 && id[0])
         rbd_image_forget(io, name, id, NULL);
     return rc;

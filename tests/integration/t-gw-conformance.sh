@@ -36,6 +36,13 @@ conf_member() {
     local m=$1 adopt=$2 portal group target extent
     gw_ctl "$m" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" \
         >/dev/null || fail "pool.create on $m"
+    if [ "$adopt" = true ]; then # the share comes from the group's configuration store
+        for _ in $(seq 1 200); do
+            grep -q "reservations shared through" "$(gw_dir "$m")/blockd.log" && return 0
+            sleep 0.05
+        done
+        fail "$m did not get the share from the group"
+    fi
     gw_ctl "$m" call pool.dataset.create \
         "{\"name\":\"ceph/conf\",\"type\":\"VOLUME\",\"volsize\":67108864,\"adopt\":$adopt}" \
         >/dev/null || fail "pool.dataset.create ceph/conf (adopt $adopt) on $m"
