@@ -132,6 +132,10 @@ static void conf_apply(const struct conf_gen *old, const struct conf_gen *new)
 
 void conf_apply_pending(void)
 {
+    /* Under the DB lock the hooks could invert lock order (an LU's mutex
+     * is taken before the DB lock by PR saves): a later call runs them. */
+    if (db_lock_depth() > 0)
+        return;
     pthread_mutex_lock(&apply_lock);
     bool boosted = false;
     for (;;) {
@@ -334,8 +338,7 @@ int conf_republish(unsigned mask, const struct cfg_changes *changes)
     db_lock();
     int rc = gen_publish(mask, changes);
     db_unlock();
-    if (db_lock_depth() == 0)
-        conf_apply_pending();
+    conf_apply_pending();
     return rc;
 }
 
@@ -355,8 +358,7 @@ void conf_publish_part(enum conf_facet f, struct conf_part *part)
     if (g)
         gen_swap(g);
     db_unlock();
-    if (db_lock_depth() == 0)
-        conf_apply_pending();
+    conf_apply_pending();
 }
 
 int conf_reload(void)
@@ -370,8 +372,7 @@ int conf_reload(void)
     int rc = mask ? gen_publish(mask, &ch) : 0;
     free((void *)ch.v);
     db_unlock();
-    if (db_lock_depth() == 0)
-        conf_apply_pending();
+    conf_apply_pending();
     return rc;
 }
 

@@ -148,7 +148,8 @@ int conf_republish(unsigned mask, const struct cfg_changes *changes);
  * and apply. Any non-reactor thread; tests and the daemon's stop. */
 void conf_publish_part(enum conf_facet f, struct conf_part *part);
 /* Run the conf_apply of every publication not applied yet (a caller that
- * published with the DB lock held calls it once the lock is released). */
+ * published with the DB lock held calls it once the lock is released;
+ * with the DB lock still held it does nothing). */
 void conf_apply_pending(void);
 
 /* Publish every deferred change as one generation (service.reload). 0 or

@@ -846,6 +846,10 @@ static int rename_update(const char *old_name, const char *new_name, bool subtre
 static void rename_applied(bool committed, void *arg)
 {
     pthread_mutex_unlock(&cfg_lock);
+    /* The rename committed with the DB lock held, so its generation's
+     * conf_apply waited: run it now, and let the old table (and the
+     * volumes it holds) go at once, as before generations. */
+    conf_apply_pending();
 }
 
 /*
