@@ -1,9 +1,9 @@
 /*
  * The runtime side of the iSCSI configuration: the subscriber of facet
- * CONF_ISCSI of the configuration generation (config/confgen.h). It builds
- * immutable target views (iscsi_runtime.h) from the DB and the iSCSI part
- * of each generation (struct iscsi_conf), and turns the difference between
- * two generations into work on the sessions (target_gone, target_changed,
+ * CONF_ISCSI of the configuration generation (config/confgen.h). It puts
+ * the target views (built by config_views.c) into the iSCSI part of each
+ * generation (struct iscsi_conf), and turns the difference between two
+ * generations into work on the sessions (target_gone, target_changed,
  * portals_applied, called from conf_apply).
  *
  * Building is O(changes): the next part copies the previous one's sorted
@@ -14,7 +14,7 @@
  *
  * Locks: build runs under the DB lock (the commit's). Calls that take an
  * LU's mutex (unit attentions) and session closing run from conf_apply and
- * post_drain, after the DB lock is released, because scsi/ calls our PR
+ * icfg_live_drain, after the DB lock is released, because scsi/ calls our PR
  * save callback — which takes the DB lock — with the LU mutex held.
  */
 #include <errno.h>
@@ -32,167 +32,11 @@
 #include "core/log.h"
 #include "config/iscsi/config_internal.h"
 #include "iscsi/iscsi_config.h"
+#include "iscsi/config_views.h"
 #include "iscsi/iscsi_runtime.h"
 #include "scsi/scsi.h"
 
-/* ---- writer state (DB lock) ---- */
-struct lu_entry {
-    int64_t extent_id;
-    int64_t gen;
-    struct scsi_lu *lu;
-};
-static struct lu_entry *lu_cache;
-static size_t lu_n, lu_cap;
-static bool started;
-
-/* ---- live work on running LUs (own lock: queued under the DB lock,
- * drained after it is released). Not a difference between generations:
- * an extent's read-only flag and size apply to its running LU (whether
- * mapped or not), a rollback raises MEDIUM MAY HAVE CHANGED. ---- */
-static pthread_mutex_t post_lock = PTHREAD_MUTEX_INITIALIZER;
-enum post_kind { POST_LIVE, POST_UA };
-struct post_item {
-    enum post_kind kind;
-    struct scsi_lu *lu; /* ref held */
-    bool ro;
-    uint64_t size;
-    enum scsi_ua ua; /* POST_UA */
-};
-static struct post_item *post_items;
-static size_t post_n, post_cap;
-
-static void post_push_item(struct post_item item)
-{
-    pthread_mutex_lock(&post_lock);
-    if (post_n == post_cap) {
-        size_t cap = post_cap ? post_cap * 2 : 16;
-        struct post_item *p = realloc(post_items, cap * sizeof(*p));
-        if (!p) {
-            pthread_mutex_unlock(&post_lock);
-            log_error("iscsi config: out of memory queueing a unit attention");
-            return;
-        }
-        post_items = p;
-        post_cap = cap;
-    }
-    icfg_lu_ref(item.lu);
-    post_items[post_n++] = item;
-    pthread_mutex_unlock(&post_lock);
-}
-
-/* Run the queued live work (the subscriber's after hook). No DB lock. */
-static void post_drain(void)
-{
-    pthread_mutex_lock(&post_lock);
-    struct post_item *items = post_items;
-    size_t n = post_n;
-    post_items = NULL;
-    post_n = post_cap = 0;
-    pthread_mutex_unlock(&post_lock);
-    /* LU mutexes are the reactors' too: normal priority while we hold
-     * them (api_thread_boost). */
-    if (n)
-        api_thread_boost();
-    for (size_t i = 0; i < n; i++) {
-        if (items[i].kind == POST_LIVE) {
-            scsi_lu_set_readonly(items[i].lu, items[i].ro);
-            struct volume *vol = scsi_lu_volume(items[i].lu);
-            if (items[i].size > volume_size(vol)) {
-                int rc = volume_resize(vol, items[i].size);
-                if (rc < 0)
-                    log_error("iscsi config: cannot grow %s: %s", volume_name(vol), strerror(-rc));
-            }
-        } else {
-            scsi_lu_raise_ua(items[i].lu, items[i].ua);
-        }
-        icfg_lu_unref(items[i].lu);
-    }
-    if (n)
-        api_thread_unboost();
-    free(items);
-}
-
-/* ---- views ---- */
-struct view_box {
-    struct iscsi_target_view v;
-    struct iscsi_target_lun *luns;
-    struct iscsi_target_group *groups;
-    struct iscsi_cidr *nets;
-    char **strings; /* initiator names, freed with the box */
-    size_t n_strings;
-    const char ***initiator_arrays;
-    struct iscsi_chap_cred **cred_arrays;
-};
-
-static void view_destroy(struct iscsi_target_view *v)
-{
-    struct view_box *b = (struct view_box *)v;
-    for (size_t i = 0; i < v->n_luns; i++)
-        icfg_lu_unref(b->luns[i].lu);
-    for (size_t i = 0; i < v->n_groups; i++) {
-        free(b->initiator_arrays ? b->initiator_arrays[i] : NULL);
-        if (b->cred_arrays && b->cred_arrays[i]) {
-            explicit_bzero(b->cred_arrays[i],
-                           sizeof(struct iscsi_chap_cred) * b->groups[i].auth.n_creds);
-            free(b->cred_arrays[i]);
-        }
-    }
-    for (size_t i = 0; i < b->n_strings; i++)
-        free(b->strings[i]);
-    free(b->strings);
-    free(b->initiator_arrays);
-    free(b->cred_arrays);
-    free(b->luns);
-    free(b->groups);
-    free(b->nets);
-    free(b);
-}
-
-/* Credentials of an auth tag (the DB is locked). */
-static int load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out, size_t *n,
-                      enum iscsi_auth_method *method)
-{
-    struct icfg_cred_rec *rows;
-    size_t nrows;
-    int rc = icfg_read_creds(tag, discovery, &rows, &nrows);
-    if (rc < 0)
-        return rc;
-    struct iscsi_chap_cred *creds = calloc(nrows ? nrows : 1, sizeof(*creds));
-    if (!creds) {
-        icfg_creds_free(rows, nrows);
-        return -EIO;
-    }
-    size_t count = 0;
-    if (method)
-        *method = ISCSI_AUTH_NONE;
-    for (size_t i = 0; i < nrows; i++) {
-        struct iscsi_chap_cred *c = &creds[count++];
-        snprintf(c->user, sizeof(c->user), "%s", rows[i].user);
-        snprintf(c->peeruser, sizeof(c->peeruser), "%s", rows[i].peeruser);
-        if (method) {
-            enum iscsi_auth_method m = rows[i].mutual ? ISCSI_AUTH_CHAP_MUTUAL : ISCSI_AUTH_CHAP;
-            if (m > *method)
-                *method = m;
-        }
-        /* Secrets are stored sealed (config/pwenc.h). One that cannot be
-         * opened drops the credential (an empty secret must never let a
-         * login through); the method above still counts it, so that
-         * discovery stays closed. */
-        if (pwenc_open(rows[i].secret, c->secret, sizeof(c->secret)) < 0 ||
-            pwenc_open(rows[i].peersecret, c->peersecret, sizeof(c->peersecret)) < 0 ||
-            !c->secret[0]) {
-            log_error("iscsi config: CHAP user '%s' (authorized access %lld) left out: its "
-                      "secret cannot be decrypted (set it again with iscsi.auth.update)",
-                      c->user, (long long)rows[i].id);
-            explicit_bzero(c, sizeof(*c));
-            count--;
-        }
-    }
-    icfg_creds_free(rows, nrows);
-    *out = creds;
-    *n = count;
-    return 0;
-}
+static bool started; /* DB lock */
 
 /* ---- the dirty set ---- */
 
@@ -228,219 +72,6 @@ void icfg_dirty_free(struct icfg_dirty *d)
 {
     free(d->ids);
     memset(d, 0, sizeof(*d));
-}
-
-static struct scsi_lu *lu_for_extent(json_t *extent)
-{
-    int64_t id = json_integer_value(json_object_get(extent, "id"));
-    int64_t gen = json_integer_value(json_object_get(extent, "gen"));
-    for (size_t i = 0; i < lu_n; i++) {
-        if (lu_cache[i].extent_id != id)
-            continue;
-        if (lu_cache[i].gen == gen) {
-            icfg_lu_ref(lu_cache[i].lu);
-            return lu_cache[i].lu;
-        }
-        icfg_lu_unref(lu_cache[i].lu);
-        lu_cache[i] = lu_cache[--lu_n];
-        break;
-    }
-    struct scsi_lu *lu;
-    if (icfg_lu_from_extent(extent, &lu) < 0)
-        return NULL;
-    if (lu_n == lu_cap) {
-        size_t cap = lu_cap ? lu_cap * 2 : 16;
-        struct lu_entry *c = realloc(lu_cache, cap * sizeof(*c));
-        if (!c)
-            return lu; /* works, just not shared with the next rebuild */
-        lu_cache = c;
-        lu_cap = cap;
-    }
-    icfg_lu_ref(lu);
-    lu_cache[lu_n++] = (struct lu_entry){.extent_id = id, .gen = gen, .lu = lu};
-    return lu;
-}
-
-static size_t icfg_runtime_volume_ua(const struct volume *vol, enum scsi_ua ua)
-{
-    size_t n = 0;
-    for (size_t i = 0; vol && i < lu_n; i++) {
-        if (scsi_lu_volume(lu_cache[i].lu) != vol)
-            continue;
-        post_push_item((struct post_item){.kind = POST_UA, .lu = lu_cache[i].lu, .ua = ua});
-        n++;
-    }
-    return n;
-}
-
-static char *box_strdup(struct view_box *b, const char *s)
-{
-    char **strings = realloc(b->strings, (b->n_strings + 1) * sizeof(*strings));
-    if (!strings)
-        return NULL;
-    b->strings = strings;
-    char *copy = strdup(s);
-    if (copy)
-        b->strings[b->n_strings++] = copy;
-    return copy;
-}
-
-/* A group's initiator names into g (a restricted group never turns into
- * an open one, even out of memory). */
-static void group_initiators(struct view_box *b, size_t at, json_t *inis)
-{
-    struct iscsi_target_group *g = &b->groups[at];
-    if (json_array_size(inis) == 0)
-        return;
-    const char **arr = calloc(json_array_size(inis), sizeof(*arr));
-    b->initiator_arrays[at] = arr;
-    size_t k;
-    json_t *ini;
-    json_array_foreach(inis, k, ini)
-    {
-        if (arr && json_is_string(ini)) {
-            char *s = box_strdup(b, json_string_value(ini));
-            if (s)
-                arr[g->n_initiators++] = s;
-        }
-    }
-    g->initiators = arr;
-    if (!arr || g->n_initiators == 0) {
-        static const char *const nobody[] = {""};
-        g->initiators = nobody;
-        g->n_initiators = 1;
-    }
-}
-
-/* A group's CHAP policy into g. */
-static void group_auth(struct view_box *b, size_t at, const struct icfg_group_rec *r)
-{
-    struct iscsi_target_group *g = &b->groups[at];
-    g->auth.method = strcmp(r->authmethod, "CHAP_MUTUAL") == 0 ? ISCSI_AUTH_CHAP_MUTUAL
-                     : strcmp(r->authmethod, "CHAP") == 0      ? ISCSI_AUTH_CHAP
-                                                               : ISCSI_AUTH_NONE;
-    if (g->auth.method == ISCSI_AUTH_NONE)
-        return;
-    struct iscsi_chap_cred *creds = NULL;
-    size_t nc = 0;
-    if (load_creds(r->auth_tag, false, &creds, &nc, NULL) == 0) {
-        b->cred_arrays[at] = creds;
-        g->auth.creds = creds;
-        g->auth.n_creds = nc;
-    }
-    /* A CHAP group with no credentials admits nobody: the login cannot
-     * succeed, which is the safe direction. */
-}
-
-static int build_groups(struct view_box *b, int64_t target_id)
-{
-    struct icfg_group_rec *rows;
-    size_t n;
-    int rc = icfg_read_groups(target_id, &rows, &n);
-    if (rc < 0)
-        return rc;
-    b->groups = calloc(n ? n : 1, sizeof(*b->groups));
-    b->initiator_arrays = calloc(n ? n : 1, sizeof(*b->initiator_arrays));
-    b->cred_arrays = calloc(n ? n : 1, sizeof(*b->cred_arrays));
-    if (!b->groups || !b->initiator_arrays || !b->cred_arrays) {
-        icfg_groups_free(rows, n);
-        return -EIO;
-    }
-    for (size_t i = 0; i < n; i++) {
-        b->groups[i].portal_tag = rows[i].portal_tag;
-        b->v.n_groups = i + 1;
-        group_initiators(b, i, rows[i].initiators);
-        group_auth(b, i, &rows[i]);
-    }
-    icfg_groups_free(rows, n);
-    return 0;
-}
-
-static int build_luns(struct view_box *b, int64_t target_id)
-{
-    struct icfg_lun_rec *rows;
-    size_t n;
-    int rc = icfg_read_luns(target_id, &rows, &n);
-    if (rc < 0)
-        return rc;
-    b->luns = calloc(n ? n : 1, sizeof(*b->luns));
-    if (!b->luns) {
-        free(rows);
-        return -EIO;
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_t *extent = icfg_read_extent(rows[i].extent_id);
-        struct scsi_lu *lu = extent ? lu_for_extent(extent) : NULL;
-        json_decref(extent);
-        if (!lu) {
-            log_warn("iscsi config: target %s: LUN %llu left out (its extent cannot be opened)",
-                     b->v.iqn, (unsigned long long)rows[i].lun);
-            continue;
-        }
-        b->luns[b->v.n_luns].lun = rows[i].lun;
-        b->luns[b->v.n_luns++].lu = lu;
-    }
-    free(rows);
-    return 0;
-}
-
-/* Build the view of one target: 0 with *out, -ENOENT if the target no
- * longer exists, or -errno. */
-/* The target's auth_networks (CIDR strings) into b. */
-static void view_nets(struct view_box *b, json_t *nets)
-{
-    if (json_array_size(nets) == 0)
-        return;
-    b->nets = calloc(json_array_size(nets), sizeof(*b->nets));
-    size_t i;
-    json_t *n;
-    json_array_foreach(nets, i, n)
-    {
-        if (b->nets && json_is_string(n) &&
-            icfg_parse_cidr(json_string_value(n), &b->nets[b->v.n_auth_networks]) == 0)
-            b->v.n_auth_networks++;
-    }
-    if (!b->nets || b->v.n_auth_networks == 0) {
-        /* unparsable list (validated on write, so only on corruption):
-         * admit no address rather than every address */
-        static const struct iscsi_cidr none = {.family = -1};
-        b->v.auth_networks = &none;
-        b->v.n_auth_networks = 1;
-    } else {
-        b->v.auth_networks = b->nets;
-    }
-}
-
-static int view_build(int64_t id, const char *basename, struct iscsi_target_view **out)
-{
-    struct icfg_target_rec t;
-    int rc = icfg_read_target(id, &t);
-    if (rc < 0)
-        return rc;
-    struct view_box *b = calloc(1, sizeof(*b));
-    if (!b) {
-        icfg_target_rec_clear(&t);
-        return -ENOMEM;
-    }
-    b->v.refs = 1;
-    b->v.destroy = view_destroy;
-    b->v.id = (uint64_t)id;
-    snprintf(b->v.iqn, sizeof(b->v.iqn), "%s:%s", basename, t.name);
-    snprintf(b->v.alias, sizeof(b->v.alias), "%s", t.alias);
-    b->v.rel_tgt_id = t.rel_tgt_id;
-    view_nets(b, t.auth_networks);
-    icfg_target_rec_clear(&t);
-    rc = build_groups(b, id);
-    b->v.groups = b->groups;
-    if (rc == 0)
-        rc = build_luns(b, id);
-    b->v.luns = b->luns;
-    if (rc < 0) {
-        view_destroy(&b->v);
-        return rc;
-    }
-    *out = &b->v;
-    return 0;
 }
 
 /* ---- the iSCSI part of a generation (struct iscsi_conf) ---- */
@@ -586,7 +217,7 @@ static int conf_rebuild_views(struct iscsi_conf *c, const struct icfg_dirty *d)
     int rc = 0;
     for (size_t i = 0; i < d->n; i++) {
         struct iscsi_target_view *v = NULL;
-        int err = view_build(d->ids[i], basename, &v);
+        int err = icfg_view_build(d->ids[i], basename, &v);
         if (err < 0 && err != -ENOENT) {
             log_error("iscsi config: cannot build target %lld: %s (old view kept)",
                       (long long)d->ids[i], strerror(-err));
@@ -605,7 +236,7 @@ static int disc_build(struct iscsi_disc_auth **out)
     struct iscsi_chap_cred *creds;
     size_t n;
     enum iscsi_auth_method method;
-    int rc = load_creds(0, true, &creds, &n, &method);
+    int rc = icfg_load_creds(0, true, &creds, &n, &method);
     if (rc < 0)
         return rc;
     struct iscsi_disc_auth *d = calloc(1, sizeof(*d) + n * sizeof(d->creds[0]));
@@ -658,28 +289,6 @@ static int conf_build(const struct iscsi_conf *prev, const struct icfg_dirty *in
 
 /* ---- the subscriber (config/confgen.h) ---- */
 
-/* An extent changed: drop the LU of a rebuilt or deleted one (its gen
- * moved: sessions see a new device at the next apply); apply ro and size
- * to the running LU otherwise (sessions keep their state). DB locked. */
-static void extent_changed(int64_t id)
-{
-    size_t at = SIZE_MAX;
-    for (size_t i = 0; i < lu_n && at == SIZE_MAX; i++)
-        if (lu_cache[i].extent_id == id)
-            at = i;
-    if (at == SIZE_MAX)
-        return;
-    int64_t gen;
-    bool ro;
-    uint64_t size;
-    if (icfg_read_extent_state(id, &gen, &ro, &size) == 0 && gen == lu_cache[at].gen) {
-        post_push_item(
-            (struct post_item){.kind = POST_LIVE, .lu = lu_cache[at].lu, .ro = ro, .size = size});
-    } else {
-        icfg_lu_unref(lu_cache[at].lu);
-        lu_cache[at] = lu_cache[--lu_n];
-    }
-}
 
 /* The dirty set a change list makes; live: a committed change (an
  * extent's running LU is updated or dropped here). */
@@ -710,7 +319,7 @@ static void changes_dirty(const struct cfg_changes *ch, struct icfg_dirty *d, bo
             break;
         case CFG_ISCSI_EXTENT:
             if (live)
-                extent_changed(c->id);
+                icfg_extent_changed(c->id);
             break;
         default:
             break;
@@ -803,9 +412,9 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
          * medium changed (a size change adds CAPACITY DATA HAS CHANGED by
          * itself). */
         db_lock();
-        size_t n = icfg_runtime_volume_ua(v, SCSI_UA_MEDIUM_CHANGED);
+        size_t n = icfg_volume_ua(v, SCSI_UA_MEDIUM_CHANGED);
         db_unlock();
-        post_drain();
+        icfg_live_drain();
         if (n)
             log_info("iscsi config: %s rolled back: MEDIUM MAY HAVE CHANGED raised on %zu LU(s)",
                      name, n);
@@ -824,7 +433,7 @@ static const struct conf_subscriber subscriber = {
     .gone = target_gone,
     .changed = target_changed,
     .applied = portals_applied,
-    .after = post_drain,
+    .after = icfg_live_drain,
 };
 
 void icfg_runtime_init(void)
@@ -889,14 +498,10 @@ void icfg_runtime_stop(void)
     /* every target withdrawn, every portal listener closed (conf_apply) */
     conf_republish(1u << CONF_ISCSI, &(struct cfg_changes){.overflow = true});
     conf_pending_drop(ICFG_KINDS);
-    for (size_t i = 0; i < lu_n; i++)
-        icfg_lu_unref(lu_cache[i].lu);
-    free(lu_cache);
-    lu_cache = NULL;
-    lu_n = lu_cap = 0;
+    icfg_lu_cache_clear();
     db_unlock();
     conf_apply_pending();
-    post_drain();
+    icfg_live_drain();
 }
 
 void iscsi_config_stop(void)
