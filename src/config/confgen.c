@@ -18,6 +18,9 @@ static bool registered;
 static pthread_mutex_t gen_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct conf_gen *current;
 static _Atomic uint64_t current_number;
+/* Bumped when facet f's part changes: a reader of one facet is not made
+ * to look again by another facet's publications. */
+static _Atomic uint64_t part_number[CONF_FACETS];
 
 /* ---- publications not applied yet (queue_lock), applied one at a time
  * in publication order (apply_lock) ---- */
@@ -83,6 +86,11 @@ struct conf_part *conf_part_get(enum conf_facet f)
 uint64_t conf_gen_number(void)
 {
     return atomic_load_explicit(&current_number, memory_order_acquire);
+}
+
+uint64_t conf_part_number(enum conf_facet f)
+{
+    return atomic_load_explicit(&part_number[f], memory_order_acquire);
 }
 
 /* ---- conf_apply ---- */
@@ -200,6 +208,9 @@ static void gen_swap(struct conf_gen *g)
     struct conf_gen *old = current_locked();
     g->number = old ? old->number + 1 : 1;
     current = g;
+    for (size_t f = 0; f < CONF_FACETS; f++)
+        if (!old || old->part[f] != g->part[f])
+            atomic_fetch_add_explicit(&part_number[f], 1, memory_order_release);
     atomic_store_explicit(&current_number, g->number, memory_order_release);
     pthread_mutex_unlock(&gen_lock);
     api_thread_unboost();

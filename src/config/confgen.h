@@ -26,7 +26,7 @@
  *
  * Readers (reactors at login/option time, SendTargets, a session whose
  * generation is stale) take a reference to a part under the lock, or read
- * conf_gen_number() — one atomic load — to learn whether anything
+ * conf_part_number(facet) — one atomic load — to learn whether their part
  * changed; nothing on the I/O path locks.
  *
  * Deferred changes (TrueNAS "defer"): a deferred commit's changes wait in
@@ -135,6 +135,9 @@ void conf_gen_unref(struct conf_gen *g);
 struct conf_part *conf_part_get(enum conf_facet f);
 /* The current generation's number: one atomic load, no lock. */
 uint64_t conf_gen_number(void);
+/* A number that changes whenever facet f's part changes (one atomic
+ * load, no lock): a session polls it per command. */
+uint64_t conf_part_number(enum conf_facet f);
 
 /*
  * Publish outside a commit: rebuild the facets in mask (1u << facet) from

@@ -97,7 +97,7 @@ void iscsi_auth_policy_clear(struct iscsi_auth_policy *p)
 
 uint64_t iscsi_runtime_generation(void)
 {
-    return conf_gen_number();
+    return conf_part_number(CONF_ISCSI);
 }
 
 static void format_addr(char *buf, size_t len, const char *ip, int port)

@@ -191,8 +191,8 @@ int iscsi_runtime_discovery_auth(struct iscsi_auth_policy *out);
 /* Frees what iscsi_runtime_discovery_auth put in *p (creds array). */
 void iscsi_auth_policy_clear(struct iscsi_auth_policy *p);
 
-/* Changes whenever a configuration generation is published
- * (conf_gen_number(): one atomic load). */
+/* Changes whenever a generation with a new iSCSI part is published
+ * (conf_part_number(CONF_ISCSI): one atomic load). */
 uint64_t iscsi_runtime_generation(void);
 
 /* ---- implemented by the transport ---- */
