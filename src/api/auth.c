@@ -264,7 +264,8 @@ static int key_create(struct api_call *call, json_t *params, json_t **result)
 
 static int key_delete(struct api_call *call, json_t *params, json_t **result)
 {
-    int64_t id = json_integer_value(api_param(params, 0)); /* an integer: the dispatcher checked it */
+    int64_t id =
+        json_integer_value(api_param(params, 0)); /* an integer: the dispatcher checked it */
     bool existed;
     int rc = api_store()->key_delete(id, &existed);
     if (rc < 0)

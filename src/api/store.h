@@ -38,7 +38,7 @@ struct api_key_rec {
 struct api_account_rec {
     int64_t id;
     char username[API_USER_NAME_MAX + 1];
-    int64_t pwgen; /* bumped by each password change */
+    int64_t pwgen;                           /* bumped by each password change */
     int64_t created_at, password_changed_at; /* ms since the epoch */
 };
 

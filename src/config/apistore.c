@@ -68,8 +68,8 @@ static int key_list(int64_t id, struct api_key_rec **out, size_t *n)
     size_t cap = 0;
     sqlite3_stmt *st = NULL;
     db_lock();
-    int rc = db_prepare(id ? KEY_SELECT " WHERE id = ? ORDER BY id" : KEY_SELECT " ORDER BY id",
-                        &st);
+    int rc =
+        db_prepare(id ? KEY_SELECT " WHERE id = ? ORDER BY id" : KEY_SELECT " ORDER BY id", &st);
     if (rc == 0 && id)
         sqlite3_bind_int64(st, 1, id);
     int step = SQLITE_DONE;

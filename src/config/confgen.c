@@ -236,8 +236,7 @@ static int gen_publish(unsigned mask, const struct cfg_changes *changes)
             continue;
         int err = subs[f]->build(cur->part[f], changes, &next[f]);
         if (err < 0) {
-            log_error("confgen: building the %s configuration: %s", subs[f]->name,
-                      strerror(-err));
+            log_error("confgen: building the %s configuration: %s", subs[f]->name, strerror(-err));
             rc = rc ? rc : err;
         }
         differs |= next[f] != cur->part[f];

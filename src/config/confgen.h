@@ -92,7 +92,7 @@ static inline void conf_part_unref(struct conf_part *p)
 
 struct conf_gen {
     atomic_int refs;
-    uint64_t number; /* 1, 2, ... in publication order */
+    uint64_t number;                     /* 1, 2, ... in publication order */
     struct conf_part *part[CONF_FACETS]; /* NULL: the facet serves nothing */
 };
 

@@ -289,7 +289,6 @@ static int conf_build(const struct iscsi_conf *prev, const struct icfg_dirty *in
 
 /* ---- the subscriber (config/confgen.h) ---- */
 
-
 /* The dirty set a change list makes; live: a committed change (an
  * extent's running LU is updated or dropped here). */
 static void changes_dirty(const struct cfg_changes *ch, struct icfg_dirty *d, bool live)

@@ -134,7 +134,7 @@ static void view_destroy(struct iscsi_target_view *v)
 }
 
 int icfg_load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out, size_t *n,
-                      enum iscsi_auth_method *method)
+                    enum iscsi_auth_method *method)
 {
     struct icfg_cred_rec *rows;
     size_t nrows;
@@ -388,7 +388,6 @@ int icfg_view_build(int64_t id, const char *basename, struct iscsi_target_view *
     *out = &b->v;
     return 0;
 }
-
 
 void icfg_extent_changed(int64_t id)
 {

@@ -167,12 +167,11 @@ struct iscsi_conf {
     struct conf_obj *byid;            /* (target id, view), sorted by id */
     struct iscsi_target_view **byiqn; /* the same views by IQN, case-insensitive */
     size_t n;
-    struct iscsi_disc_auth *disc;    /* NULL: discovery is open */
-    struct iscsi_portals *portals;   /* NULL: no portal */
+    struct iscsi_disc_auth *disc;  /* NULL: discovery is open */
+    struct iscsi_portals *portals; /* NULL: no portal */
 };
 
 /* ---- implemented by the transport, from the current generation (iscsi_confview.c) ---- */
-
 
 /* The published view of target iqn (compared case-insensitively), with a
  * reference the caller drops; NULL when no such target exists. */
