@@ -35,7 +35,7 @@ BLOCKCTL=$BUILD/src/cli/blockctl
 LOAD=$BUILD/bench/iscsi_load
 FLUSH=$BUILD/bench/iscsi_flush
 
-for t in fio rbd tgtd tgtadm qemu-nbd python3 "$BLOCKD" "$BLOCKCTL" "$LOAD" "$FLUSH"; do
+for t in /usr/bin/time fio rbd nbdinfo iscsi-inq tgtd tgtadm qemu-nbd python3 "$BLOCKD" "$BLOCKCTL" "$LOAD" "$FLUSH"; do
     command -v "$t" >/dev/null 2>&1 || { echo "bench/rbd.sh: missing $t" >&2; exit 1; }
 done
 [ -e /usr/lib/tgt/backing-store/bs_rbd.so ] ||
@@ -52,6 +52,26 @@ stop_server() {
     kill -KILL "$SERVER_PID" 2>/dev/null || true
     wait "$SERVER_PID" 2>/dev/null || true
     SERVER_PID=
+    release_image
+}
+# A server killed with SIGKILL (tgtd) leaves the image's exclusive lock to a
+# dead owner: the next server's first write would wait for librbd's
+# dead-owner timeout (about 30 s, a 0-IOPS run). Wait for the old watch to
+# go and break a lock nobody watches any more.
+release_image() {
+    [ -n "${IMAGE:-}" ] || return 0
+    local i
+    for i in $(seq 1 100); do
+        rbd status "rbd/$IMAGE" --format json 2>/dev/null |
+            python3 -c 'import json,sys; sys.exit(1 if json.load(sys.stdin)["watchers"] else 0)' && break
+        sleep 0.1
+    done
+    rbd lock ls "rbd/$IMAGE" --format json 2>/dev/null | python3 -c '
+import json, sys
+for l in json.load(sys.stdin):
+    print(l["id"], l["locker"])' | while read -r id locker; do
+        rbd lock rm "rbd/$IMAGE" "$id" "$locker" >/dev/null 2>&1 || true
+    done
 }
 cleanup() {
     stop_server
@@ -62,6 +82,14 @@ trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 jget() { python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# the Ceph daemons' CPU (monitor + OSD), in ticks
+ceph_ticks() {
+    local t=0 f
+    for f in "$TMP"/ceph/run/*.pid; do t=$((t + $(cpu_ticks "$(cat "$f")"))); done
+    echo "$t"
+}
+# the client's CPU of the last case (fio, iscsi_load, iscsi_flush), in ticks
+client_ticks() { awk -v hz="$HZ" '{t += $1 + $2} END {printf "%d\n", t * hz}' "$TMP/client.time" 2>/dev/null || echo 0; }
 HZ=$(getconf CLK_TCK)
 
 echo "starting a Ceph cluster ..." >&2
@@ -83,10 +111,19 @@ start_blockd() {
     SERVER_PID=$!
     # (--log-level warn hides the "ready" line: ask the API instead)
     for _ in $(seq 1 200); do
-        "$BLOCKCTL" --socket "$STATE/blockd.sock" call core.ping >/dev/null 2>&1 && return 0
+        "$BLOCKCTL" --socket "$STATE/blockd.sock" call core.ping >/dev/null 2>&1 && break
         sleep 0.05
     done
-    echo "bench/rbd.sh: blockd did not start" >&2; cat "$TMP/blockd.log" >&2; exit 1
+    # The API answers before an RBD pool has connected (it connects in the
+    # background, so that a lost cluster never holds the daemon's start):
+    # until then its LUs and exports are not served. Wait for the export.
+    [ -n "$IQN_BLOCKD" ] || return 0
+    for _ in $(seq 1 300); do
+        nbdinfo --size "nbd://127.0.0.1:$NP/bench" >/dev/null 2>&1 &&
+            iscsi-inq "iscsi://127.0.0.1:$BP/$IQN_BLOCKD:bench/0" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    echo "bench/rbd.sh: blockd did not serve the RBD volume" >&2; cat "$TMP/blockd.log" >&2; exit 1
 }
 bctl() { "$BLOCKCTL" --socket "$STATE/blockd.sock" "$@"; }
 read -r -a SERVERS <<<"${SERVERS:-direct blockd-iscsi tgtd blockd-nbd qemu-nbd}"
@@ -143,7 +180,7 @@ declare -A ISCSI_URL=([blockd]="iscsi://127.0.0.1:$BP/$IQN_BLOCKD:bench/0"
 fio_run() { # engine-args rw bs qd [extra]
     local eng=$1 rw=$2 bs=$3 qd=$4 extra=${5:-}
     # shellcheck disable=SC2086
-    fio --name=b $eng --rw="$rw" --bs="$bs" --iodepth="$qd" --size="${SIZE_MB}M" \
+    /usr/bin/time -a -o "$TMP/client.time" -f "%U %S" fio --name=b $eng --rw="$rw" --bs="$bs" --iodepth="$qd" --size="${SIZE_MB}M" \
         --time_based --runtime="$RUNTIME" --randrepeat=1 --norandommap $extra \
         --output-format=json 2>>"$TMP/fio.err" | python3 -c '
 import json, sys
@@ -173,11 +210,11 @@ run_case() { # server case
     blockd-iscsi | tgtd)
         local url=${ISCSI_URL[${s%-iscsi}]}
         if [ "$c" = 4k-write+flush-8w ]; then
-            "$FLUSH" "$url" 4096 8 "$RUNTIME" | sed -n 's/.*MiB\/s=\([0-9.]*\) IOPS=\([0-9]*\).*/\2 \1/p'
+            /usr/bin/time -a -o "$TMP/client.time" -f "%U %S" "$FLUSH" "$url" 4096 8 "$RUNTIME" | sed -n 's/.*MiB\/s=\([0-9.]*\) IOPS=\([0-9]*\).*/\2 \1/p'
         else
             local b
             case $bs in *M) b=$((${bs%M} << 20)) ;; *k) b=$((${bs%k} << 10)) ;; *) b=$bs ;; esac
-            "$LOAD" "$url" "$rw" "$b" "$qd" "$RUNTIME" | sed -n 's/.*IOPS=\([0-9]*\) MiB\/s=\([0-9.]*\).*/\1 \2/p'
+            /usr/bin/time -a -o "$TMP/client.time" -f "%U %S" "$LOAD" "$url" "$rw" "$b" "$qd" "$RUNTIME" | sed -n 's/.*IOPS=\([0-9]*\) MiB\/s=\([0-9.]*\).*/\1 \2/p'
         fi
         ;;
     esac
@@ -201,6 +238,7 @@ declare -A PROC=([direct]=direct [blockd-iscsi]=blockd [tgtd]=tgtd [blockd-nbd]=
 
 RESULTS=$TMP/results
 : >"$RESULTS"
+FAILED=0
 for rep in $(seq 1 "$REP"); do
     order=("${SERVERS[@]}")
     [ $((rep % 2)) = 0 ] && order=($(printf '%s\n' "${SERVERS[@]}" | tac))
@@ -209,15 +247,20 @@ for rep in $(seq 1 "$REP"); do
         for c in "${CASES[@]}"; do
             t0=0
             [ -n "$SERVER_PID" ] && t0=$(cpu_ticks "$SERVER_PID")
+            c0=$(ceph_ticks)
             : >"$TMP/fio.err"
+            : >"$TMP/client.time"
             r=$(run_case "$s" "$c") || r=""
-            if [ -z "$r" ]; then
-                r="0 0"
-                echo "bench/rbd.sh: $s $c failed: $(tail -3 "$TMP/fio.err")" >&2
+            if [ -z "$r" ] || [ "${r%% *}" = 0 ]; then
+                # a failed run is reported and left out of the medians,
+                # never counted as 0 IOPS
+                FAILED=$((FAILED + 1))
+                echo "bench/rbd.sh: FAILED $s $c (rep $rep): $(tail -3 "$TMP/fio.err")" >&2
+                continue
             fi
             cpu=0
             [ -n "$SERVER_PID" ] && cpu=$(($(cpu_ticks "$SERVER_PID") - t0))
-            echo "$c $s $r $cpu" | tee -a "$RESULTS" >&2
+            echo "$c $s $r $cpu $(($(ceph_ticks) - c0)) $(client_ticks)" | tee -a "$RESULTS" >&2
         done
         stop_server
     done
@@ -228,8 +271,8 @@ import statistics, sys, datetime, collections
 path, hz, runtime, rep, ncpu, load = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
 runs = collections.defaultdict(list)
 for line in open(path):
-    c, s, iops, mib, cpu = line.split()
-    runs[(c, s)].append((float(iops), float(mib), int(cpu)))
+    c, s, iops, mib, cpu, ceph, client = line.split()
+    runs[(c, s)].append((float(iops), float(mib), int(cpu), int(ceph), int(client)))
 def med(c, s, i):
     v = [r[i] for r in runs.get((c, s), [])]
     return statistics.median(v) if v else 0.0
@@ -263,7 +306,39 @@ print("|---|---:|---:|---:|---:|---:|")
 for c in cases:
     bi, t, bn, q = (cpu_us(c, s) for s in ("blockd-iscsi", "tgtd", "blockd-nbd", "qemu-nbd"))
     print("| %s | %.1f | %.1f | %s | %.1f | %.1f |" % (c, bi, t, ratio(bi, t), bn, q))
+def part_us(c, s, i):
+    """CPU per I/O in microseconds of part i (2 server, 3 Ceph, 4 client)"""
+    v = [r[i] / hz / (r[0] * runtime) * 1e6 for r in runs.get((c, s), []) if r[0] > 0]
+    return statistics.median(v) if v else 0.0
+def busy(c, s):
+    """how much of the machine's CPUs server + client + Ceph kept busy"""
+    v = [(r[2] + r[3] + r[4]) / hz / runtime / int(ncpu) for r in runs.get((c, s), []) if r[0] > 0]
+    return statistics.median(v) if v else 0.0
+print("""
+Where the CPU goes (µs per I/O, medians) and the CPU ceiling. Client, gateway and Ceph share
+the same %s CPUs here, so a case that keeps them near 100%% busy is CPU-bound: direct spends
+librbd (in fio) + Ceph per I/O; a gateway spends Ceph + its own librbd + its protocol + the
+initiator's protocol (in fio's nbd engine or libiscsi). Even a gateway whose own protocol cost
+nothing would pay the initiator's, so its ceiling against direct is
+direct / (direct + initiator): "ceiling". "of ceiling" = measured (blockd / direct) / ceiling.
+On real deployments the initiator and the OSDs run on other machines.
+""" % ncpu)
+print("| case | direct: fio+librbd / Ceph / busy | blockd: server / initiator / Ceph / busy | blockd/direct | ceiling | of ceiling |")
+print("|---|---:|---:|---:|---:|---:|")
+for c in cases:
+    for s, label in (("blockd-iscsi", "iSCSI"), ("blockd-nbd", "NBD")):
+        d = med(c, "direct", 0)
+        if not d or not med(c, s, 0):
+            continue
+        dc, dceph = part_us(c, "direct", 4), part_us(c, "direct", 3)
+        bs, bc, bceph = part_us(c, s, 2), part_us(c, s, 4), part_us(c, s, 3)
+        ceil = (dc + dceph) / (dc + dceph + bc) if dc + dceph + bc else 0
+        got = med(c, s, 0) / d
+        print("| %s %s | %.0f / %.0f / %.0f%% | %.0f / %.0f / %.0f / %.0f%% | %.2f | %.2f | %.2f |" %
+              (c, label, dc, dceph, busy(c, "direct") * 100, bs, bc, bceph, busy(c, s) * 100,
+               got, ceil, got / ceil if ceil else 0))
 PY
+[ "$FAILED" = 0 ] || echo "**$FAILED run(s) failed** (left out of the medians; see the log)." >>"$TMP/report.md"
 cat "$TMP/report.md"
 if [ "$OUT" != - ]; then
     {
@@ -275,3 +350,4 @@ if [ "$OUT" != - ]; then
         sed 1,2d "$TMP/report.md"
     } >>"$OUT"
 fi
+[ "$FAILED" = 0 ] || exit 1
