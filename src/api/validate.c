@@ -93,107 +93,124 @@ static int check_int(struct api_call *call, const char *path, json_t *v, const s
     return 0;
 }
 
+/* Whether v has the JSON type field type t wants (API_T_ANY: any). */
+static bool type_matches(json_t *v, enum api_type t)
+{
+    switch (t) {
+    case API_T_ANY:
+        return true;
+    case API_T_STRING:
+    case API_T_ENUM:
+        return json_is_string(v);
+    case API_T_INT:
+        return json_is_integer(v);
+    case API_T_NUMBER:
+        return json_is_number(v);
+    case API_T_BOOL:
+        return json_is_boolean(v);
+    case API_T_OBJECT:
+        return json_is_object(v);
+    case API_T_ARRAY:
+        return json_is_array(v);
+    }
+    return false;
+}
+
+/* A string: its length in range, and no NUL inside (C code below the API
+ * would see a shorter string). */
+static int check_string(struct api_call *call, const char *path, json_t *v,
+                        const struct api_field *f)
+{
+    size_t len = json_string_length(v);
+
+    if ((f->flags & API_RANGE) && (json_int_t)len < f->min) {
+        api_verr(call, path, EINVAL,
+                 "String should have at least %" JSON_INTEGER_FORMAT " character%s", f->min,
+                 f->min == 1 ? "" : "s");
+        return -EINVAL;
+    }
+    if ((f->flags & API_RANGE) && (json_int_t)len > f->max) {
+        api_verr(call, path, EINVAL,
+                 "String should have at most %" JSON_INTEGER_FORMAT " character%s", f->max,
+                 f->max == 1 ? "" : "s");
+        return -EINVAL;
+    }
+    if (strlen(json_string_value(v)) != len) {
+        api_verr(call, path, EINVAL, "String must not contain NUL characters");
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* An enum: one of the choices (listed in the error as pydantic does). */
+static int check_enum(struct api_call *call, const char *path, json_t *v, const struct api_field *f)
+{
+    const char *s = json_string_value(v);
+
+    for (size_t i = 0; f->choices && f->choices[i]; i++)
+        if (strcmp(s, f->choices[i]) == 0)
+            return 0;
+    if (f->choices)
+        enum_message(call, path, f->choices);
+    else
+        api_verr(call, path, EINVAL, "Input is not an allowed value");
+    return -EINVAL;
+}
+
+/* A list: its length in range, then every item against f->items (all
+ * item errors are reported). */
+static int check_array(struct api_call *call, const char *path, json_t *v,
+                       const struct api_field *f)
+{
+    size_t n = json_array_size(v);
+    int rc = 0;
+
+    if ((f->flags & API_RANGE) && (json_int_t)n < f->min) {
+        api_verr(call, path, EINVAL, "List should have at least %" JSON_INTEGER_FORMAT " item%s",
+                 f->min, f->min == 1 ? "" : "s");
+        return -EINVAL;
+    }
+    if ((f->flags & API_RANGE) && (json_int_t)n > f->max) {
+        api_verr(call, path, EINVAL, "List should have at most %" JSON_INTEGER_FORMAT " item%s",
+                 f->max, f->max == 1 ? "" : "s");
+        return -EINVAL;
+    }
+    for (size_t i = 0; f->items && i < n; i++) {
+        char sub[PATH_MAX_LEN], idx[24];
+        snprintf(idx, sizeof(idx), "%zu", i);
+        join_path(sub, sizeof(sub), path, idx);
+        if (api_validate_value(call, sub, json_array_get(v, i), f->items) < 0)
+            rc = -EINVAL;
+    }
+    return rc;
+}
+
 int api_validate_value(struct api_call *call, const char *path, json_t *v,
                        const struct api_field *f)
 {
-    if (json_is_null(v)) {
-        if (f->flags & API_NULLABLE)
-            return 0;
+    if (json_is_null(v) && (f->flags & API_NULLABLE))
+        return 0;
+    if (json_is_null(v) || !type_matches(v, f->type)) {
         api_verr(call, path, EINVAL, "%s", type_message(f->type));
         return -EINVAL;
     }
     switch (f->type) {
-    case API_T_ANY:
-        return 0;
-    case API_T_STRING: {
-        if (!json_is_string(v))
-            break;
-        if (f->flags & API_RANGE) {
-            size_t len = json_string_length(v);
-            if ((json_int_t)len < f->min) {
-                api_verr(call, path, EINVAL,
-                         "String should have at least %" JSON_INTEGER_FORMAT " character%s", f->min,
-                         f->min == 1 ? "" : "s");
-                return -EINVAL;
-            }
-            if ((json_int_t)len > f->max) {
-                api_verr(call, path, EINVAL,
-                         "String should have at most %" JSON_INTEGER_FORMAT " character%s", f->max,
-                         f->max == 1 ? "" : "s");
-                return -EINVAL;
-            }
-        }
-        if (strlen(json_string_value(v)) != json_string_length(v)) {
-            api_verr(call, path, EINVAL, "String must not contain NUL characters");
-            return -EINVAL;
-        }
-        return 0;
-    }
-    case API_T_ENUM: {
-        if (!json_is_string(v))
-            break;
-        const char *s = json_string_value(v);
-        for (size_t i = 0; f->choices && f->choices[i]; i++)
-            if (strcmp(s, f->choices[i]) == 0)
-                return 0;
-        if (f->choices)
-            enum_message(call, path, f->choices);
-        else
-            api_verr(call, path, EINVAL, "Input is not an allowed value");
-        return -EINVAL;
-    }
+    case API_T_STRING:
+        return check_string(call, path, v, f);
+    case API_T_ENUM:
+        return check_enum(call, path, v, f);
     case API_T_INT:
-        if (!json_is_integer(v))
-            break;
         return check_int(call, path, v, f);
-    case API_T_NUMBER:
-        if (!json_is_number(v))
-            break;
-        return 0;
-    case API_T_BOOL:
-        if (!json_is_boolean(v))
-            break;
-        return 0;
     case API_T_OBJECT:
-        if (!json_is_object(v))
-            break;
-        if (f->fields)
-            return api_validate_object(call, path, v, f->fields, f->nfields, 0);
-        return 0;
-    case API_T_ARRAY: {
-        if (!json_is_array(v))
-            break;
-        size_t n = json_array_size(v);
-        if (f->flags & API_RANGE) {
-            if ((json_int_t)n < f->min) {
-                api_verr(call, path, EINVAL,
-                         "List should have at least %" JSON_INTEGER_FORMAT " item%s", f->min,
-                         f->min == 1 ? "" : "s");
-                return -EINVAL;
-            }
-            if ((json_int_t)n > f->max) {
-                api_verr(call, path, EINVAL,
-                         "List should have at most %" JSON_INTEGER_FORMAT " item%s", f->max,
-                         f->max == 1 ? "" : "s");
-                return -EINVAL;
-            }
-        }
-        int rc = 0;
-        if (f->items) {
-            for (size_t i = 0; i < n; i++) {
-                char sub[PATH_MAX_LEN];
-                char idx[24];
-                snprintf(idx, sizeof(idx), "%zu", i);
-                join_path(sub, sizeof(sub), path, idx);
-                if (api_validate_value(call, sub, json_array_get(v, i), f->items) < 0)
-                    rc = -EINVAL;
-            }
-        }
-        return rc;
+        return f->fields ? api_validate_object(call, path, v, f->fields, f->nfields, 0) : 0;
+    case API_T_ARRAY:
+        return check_array(call, path, v, f);
+    case API_T_ANY:
+    case API_T_NUMBER:
+    case API_T_BOOL:
+        break;
     }
-    }
-    api_verr(call, path, EINVAL, "%s", type_message(f->type));
-    return -EINVAL;
+    return 0;
 }
 
 int api_validate_object(struct api_call *call, const char *prefix, json_t *obj,

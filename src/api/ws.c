@@ -386,55 +386,64 @@ void api_ws_set_http_handler(api_http_handler_fn fn)
     http_handler = fn;
 }
 
-/* Read the HTTP head and answer the upgrade. 0 when the WebSocket is open. */
-static int http_upgrade(struct ws_client *c, int64_t deadline)
+/* Read until the end of the HTTP head (bounded by API_WS_MAX_HEADER, and
+ * by the handshake deadline). *len: what was read; *head_len: the head
+ * with its blank line. 0 or -errno (logged, a 400 sent when too large). */
+static int http_read_head(struct ws_client *c, char *buf, size_t *len, size_t *head_len,
+                          int64_t deadline)
 {
-    char *buf = malloc(API_WS_MAX_HEADER);
-    if (!buf)
-        return -ENOMEM;
-    size_t len = 0;
     char *head_end = NULL;
+
     while (!head_end) {
-        if (len == API_WS_MAX_HEADER) {
+        if (*len == API_WS_MAX_HEADER) {
             log_info("api: %s: HTTP request head over %d bytes", c->peer, API_WS_MAX_HEADER);
             http_reply_error(c, 400, "request head too large", deadline);
-            free(buf);
             return -EMSGSIZE;
         }
-        ssize_t n = io_recv(c, buf + len, API_WS_MAX_HEADER - len);
+        ssize_t n = io_recv(c, buf + *len, API_WS_MAX_HEADER - *len);
         if (n == -EAGAIN) {
             if (wait_fd(c->fd, POLLIN, deadline) < 0) {
                 admit_log(&ws_gate, "api: %s: no complete HTTP request within %u s, closing",
                           c->peer, admit_handshake_timeout_s());
-                free(buf);
                 return -ETIMEDOUT;
             }
             continue;
         }
-        if (n <= 0) {
-            free(buf);
+        if (n <= 0)
             return n == 0 ? -ECONNRESET : (int)n;
-        }
-        len += (size_t)n;
-        head_end = memmem(buf, len, "\r\n\r\n", 4);
+        *len += (size_t)n;
+        head_end = memmem(buf, *len, "\r\n\r\n", 4);
     }
-    size_t head_len = (size_t)(head_end - buf) + 4;
-    char *page = NULL;
+    *head_len = (size_t)(head_end - buf) + 4;
+    return 0;
+}
+
+/* A plain HTTP route (/metrics, /ui) answered by the registered handler:
+ * one response, then the connection closes. True when it answered. */
+static bool http_route(struct ws_client *c, const char *buf, size_t head_len, int64_t deadline)
+{
+    CLEANUP_FREE char *page = NULL;
     size_t page_len = 0;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     bool have_addr = getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0;
-    if (http_handler &&
+
+    if (!http_handler ||
         http_handler(buf, head_len, c->peer, have_addr ? (const struct sockaddr *)&ss : NULL, &page,
-                     &page_len) > 0) {
-        /* A plain HTTP route (/metrics, /ui): one response, then close. */
-        write_all_until(c, page, page_len, deadline);
-        free(page);
-        free(buf);
-        return -ECONNRESET;
-    }
-    char key[25];
-    int status = ws_parse_upgrade(buf, head_len, key);
+                     &page_len) <= 0)
+        return false;
+    write_all_until(c, page, page_len, deadline);
+    return true;
+}
+
+/* Check the upgrade request and send 101 Switching Protocols (or the
+ * HTTP error, logged with the request line). 0 or -errno. */
+static int ws_answer_upgrade(struct ws_client *c, const char *buf, size_t head_len,
+                             int64_t deadline)
+{
+    char key[25], accept[29], resp[256];
+    int status = ws_parse_upgrade(buf, head_len, key), n;
+
     if (status != 0) {
         const char *eol = memmem(buf, head_len, "\r\n", 2);
         log_info("api: %s: HTTP %d for \"%.*s\"", c->peer, status,
@@ -443,31 +452,41 @@ static int http_upgrade(struct ws_client *c, int64_t deadline)
                          status == 404 ? "use /api/current or /websocket"
                                        : "this is a WebSocket JSON-RPC endpoint",
                          deadline);
-        free(buf);
         return -EPROTO;
     }
-    char accept[29];
-    if (ws_accept_key(key, 24, accept) < 0) {
-        free(buf);
+    if (ws_accept_key(key, 24, accept) < 0)
         return -EIO;
-    }
-    char resp[256];
-    int n = snprintf(resp, sizeof(resp),
-                     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
-                     "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
-                     accept);
-    int rc = write_all_until(c, resp, (size_t)n, deadline);
-    if (rc < 0) {
-        free(buf);
+    n = snprintf(resp, sizeof(resp),
+                 "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                 "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+                 accept);
+    return write_all_until(c, resp, (size_t)n, deadline);
+}
+
+/* Read the HTTP head and answer the upgrade. 0 when the WebSocket is open. */
+static int http_upgrade(struct ws_client *c, int64_t deadline)
+{
+    CLEANUP_FREE char *buf = malloc(API_WS_MAX_HEADER);
+    size_t len = 0, head_len = 0;
+    int rc;
+
+    if (!buf)
+        return -ENOMEM;
+    rc = http_read_head(c, buf, &len, &head_len, deadline);
+    if (rc < 0)
         return rc;
-    }
-    /* A client may send its first frames right behind the head. */
+    if (http_route(c, buf, head_len, deadline))
+        return -ECONNRESET;
+    rc = ws_answer_upgrade(c, buf, head_len, deadline);
+    if (rc < 0)
+        return rc;
+    /* A client may send its first frames right behind the head: they are
+     * kept (c->pre takes the buffer). */
     if (len > head_len) {
         c->pre_len = len - head_len;
         memmove(buf, buf + head_len, c->pre_len);
         c->pre = buf;
-    } else {
-        free(buf);
+        buf = NULL;
     }
     return 0;
 }

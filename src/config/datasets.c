@@ -195,58 +195,40 @@ int ds_check_new_name(struct api_call *call, const char *field, json_t *jname, s
     return 0;
 }
 
-static int m_dataset_create(struct api_call *call, json_t *params, json_t **result)
+/* The new dataset's row from the request with TrueNAS' defaults; "INHERIT"
+ * sync and readonly are resolved under the lock (create_resolve). */
+static void create_decode(json_t *data, struct ds_row *row)
 {
-    struct cfg_tx tx;
-    json_t *data;
-    struct ds_row row;
-    struct ds_pool pool;
-    const struct ds_backend *be;
-    const char *vbs_s;
-    char why[256] = "";
-    bool is_volume, created_file = false;
-    int rc;
+    json_t *js = json_object_get(data, "volsize");
+    bool is_volume = strcmp(str_or(data, "type", "FILESYSTEM"), "VOLUME") == 0;
 
-    data = api_param(params, 0); /* checked against create_fields by the dispatcher */
-
-    memset(&row, 0, sizeof(row));
-    snprintf(row.name, sizeof(row.name), "%s", json_string_value(json_object_get(data, "name")));
-    is_volume = strcmp(str_or(data, "type", "FILESYSTEM"), "VOLUME") == 0;
-    row.type = is_volume ? DS_VOLUME : DS_FILESYSTEM;
-    vbs_s = str_or(data, "volblocksize", "16K");
-    row.volblocksize = is_volume ? ds_volblocksize_parse(vbs_s) : 0;
-    row.sparse = bool_or(data, "sparse", true);
-    if (volume_sync_parse(str_or(data, "sync", "STANDARD"), &row.sync) < 0)
-        row.sync = VOLUME_SYNC_STANDARD; /* "INHERIT": the parent's, below */
-    row.readonly = strcmp(str_or(data, "readonly", "OFF"), "ON") == 0;
+    memset(row, 0, sizeof(*row));
+    snprintf(row->name, sizeof(row->name), "%s", json_string_value(json_object_get(data, "name")));
+    row->type = is_volume ? DS_VOLUME : DS_FILESYSTEM;
+    row->volblocksize = is_volume ? ds_volblocksize_parse(str_or(data, "volblocksize", "16K")) : 0;
+    row->sparse = bool_or(data, "sparse", true);
+    if (volume_sync_parse(str_or(data, "sync", "STANDARD"), &row->sync) < 0)
+        row->sync = VOLUME_SYNC_STANDARD; /* "INHERIT": the parent's, later */
+    row->readonly = strcmp(str_or(data, "readonly", "OFF"), "ON") == 0;
     /* TrueNAS' default for comments is "INHERIT": no comment of its own */
     if (strcmp(str_or(data, "comments", ""), "INHERIT") != 0)
-        snprintf(row.comments, sizeof(row.comments), "%s", str_or(data, "comments", ""));
-    row.memory = strcmp(str_or(data, "backend", "file"), "memory") == 0;
+        snprintf(row->comments, sizeof(row->comments), "%s", str_or(data, "comments", ""));
+    row->memory = strcmp(str_or(data, "backend", "file"), "memory") == 0;
     if (json_is_integer(json_object_get(data, "latency_us")))
-        row.latency_us = (uint32_t)json_integer_value(json_object_get(data, "latency_us"));
+        row->latency_us = (uint32_t)json_integer_value(json_object_get(data, "latency_us"));
+    if (is_volume && js)
+        row->volsize = (uint64_t)json_integer_value(js);
+}
 
-    if (is_volume) {
-        json_t *js = json_object_get(data, "volsize");
-        if (!js) {
-            api_verr(call, "pool.dataset.create.volsize", EINVAL,
-                     "Field required (a VOLUME needs volsize in bytes)");
-        } else {
-            row.volsize = (uint64_t)json_integer_value(js);
-            if (row.volsize % row.volblocksize)
-                api_verr(call, "pool.dataset.create.volsize", EINVAL,
-                         "must be a multiple of volblocksize (%s = %u bytes)", vbs_s,
-                         row.volblocksize);
-        }
-        if (!row.memory && json_object_get(data, "latency_us"))
-            api_verr(call, "pool.dataset.create.latency_us", EINVAL,
-                     "only valid with backend \"memory\"");
-        if (row.memory && !row.sparse)
-            api_verr(call, "pool.dataset.create.sparse", EINVAL,
-                     "a memory-backed volume is always sparse");
-    } else {
-        static const char *const vol_only[] = {"volsize", "volblocksize", "sparse", "backend",
-                                               "latency_us"};
+/* The invariants between fields the table cannot express: a volume has a
+ * size in whole blocks and memory-only options only with that backend; a
+ * filesystem has none of a volume's fields. Errors are collected. */
+static void create_check_fields(struct api_call *call, json_t *data, const struct ds_row *row)
+{
+    static const char *const vol_only[] = {"volsize", "volblocksize", "sparse", "backend",
+                                           "latency_us"};
+
+    if (row->type != DS_VOLUME) {
         for (size_t i = 0; i < ARRAY_SIZE(vol_only); i++) {
             if (json_object_get(data, vol_only[i])) {
                 char field[64];
@@ -254,107 +236,179 @@ static int m_dataset_create(struct api_call *call, json_t *params, json_t **resu
                 api_verr(call, field, EINVAL, "only valid for type VOLUME");
             }
         }
+        return;
     }
+    if (!json_object_get(data, "volsize"))
+        api_verr(call, "pool.dataset.create.volsize", EINVAL,
+                 "Field required (a VOLUME needs volsize in bytes)");
+    else if (row->volsize % row->volblocksize)
+        api_verr(call, "pool.dataset.create.volsize", EINVAL,
+                 "must be a multiple of volblocksize (%s = %u bytes)",
+                 str_or(data, "volblocksize", "16K"), row->volblocksize);
+    if (!row->memory && json_object_get(data, "latency_us"))
+        api_verr(call, "pool.dataset.create.latency_us", EINVAL,
+                 "only valid with backend \"memory\"");
+    if (row->memory && !row->sparse)
+        api_verr(call, "pool.dataset.create.sparse", EINVAL,
+                 "a memory-backed volume is always sparse");
+}
 
-    ds_check_user_props(call, "pool.dataset.create.user_properties",
-                        json_object_get(data, "user_properties"), false);
+/* Locked: the checks that need the database (name free, pool there,
+ * parent not a volume, the ZFS properties) and the values inherited from
+ * the parent. 0 (field errors collected on call) or -errno. */
+static int create_resolve(struct api_call *call, json_t *data, struct ds_row *row,
+                          struct ds_pool *pool)
+{
+    enum volume_sync psync;
+    bool pro;
+    int rc =
+        ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"), pool);
 
-    ds_ops_lock();
-    db_lock();
-    rc = ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"), &pool);
-    if (rc == 0) {
-        enum volume_sync psync;
-        bool pro;
-
-        ds_props_check(call, "pool.dataset.create", data, row.type, row.name, false);
-        /* not given (or "INHERIT"): what the parent has */
-        ds_props_parent_effective(row.name, &psync, &pro);
-        if (strcmp(str_or(data, "sync", "INHERIT"), "INHERIT") == 0)
-            row.sync = psync;
-        if (strcmp(str_or(data, "readonly", "INHERIT"), "INHERIT") == 0)
-            row.readonly = pro;
-    }
-    if (rc < 0 || api_has_verrs(call)) {
-        db_unlock();
-        ds_ops_unlock();
-        if (!api_has_verrs(call))
-            return ds_api_errno(call, rc, "cannot create dataset", row.name);
-        return api_invalid(call);
-    }
-    row.pool_id = pool.id;
-    be = ds_backend_of(&pool);
-    rc = cfg_tx_begin(&tx);
     if (rc < 0)
-        goto fail_unlocked_tx;
-    rc = ds_create_ancestors(&pool, row.name);
+        return rc;
+    ds_props_check(call, "pool.dataset.create", data, row->type, row->name, false);
+    /* not given (or "INHERIT"): what the parent has */
+    ds_props_parent_effective(row->name, &psync, &pro);
+    if (strcmp(str_or(data, "sync", "INHERIT"), "INHERIT") == 0)
+        row->sync = psync;
+    if (strcmp(str_or(data, "readonly", "INHERIT"), "INHERIT") == 0)
+        row->readonly = pro;
+    return 0;
+}
+
+/* Inside the transaction: the missing ancestors, the row, managedby, the
+ * user and ZFS properties. 0 or -errno. */
+static int create_rows(struct cfg_tx *tx, json_t *data, struct ds_row *row, struct ds_pool *pool)
+{
+    int rc = ds_create_ancestors(pool, row->name);
+
     if (rc == 0)
-        rc = ds_dataset_insert(&row);
+        rc = ds_dataset_insert(row);
     if (rc == 0)
-        cfg_tx_changed(&tx, CFG_DATASET, row.id, CFG_CREATED);
+        cfg_tx_changed(tx, CFG_DATASET, row->id, CFG_CREATED);
     if (rc == 0 && json_object_get(data, "managedby") &&
         strcmp(str_or(data, "managedby", ""), "INHERIT") != 0)
-        rc = ds_prop_set(row.id, "managedby", str_or(data, "managedby", ""));
+        rc = ds_prop_set(row->id, "managedby", str_or(data, "managedby", ""));
     if (rc == 0)
-        rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties"));
+        rc = ds_apply_user_props(row->id, json_object_get(data, "user_properties"));
     if (rc == 0)
-        rc = ds_props_apply(row.id, data, row.type, false);
-    if (rc == 0) {
-        if (!is_volume) {
-            rc = be->filesystem_create(&pool, row.name);
-            if (rc < 0)
-                log_error("datasets: create filesystem %s: %s (peer %s)", row.name, strerror(-rc),
-                          api_call_peer(call));
-        } else if (!row.memory && bool_or(data, "adopt", false)) {
-            rc = be->volume_adopt ? be->volume_adopt(&pool, row.name, row.volsize, why, sizeof(why))
-                                  : -ENOTSUP;
-            if (rc == -ENOTSUP && !be->volume_adopt)
-                snprintf(ds_backend_why, sizeof(ds_backend_why),
-                         "adopt: only RBD pools hold volumes to adopt");
-            if (rc < 0)
-                log_error("datasets: adopt volume %s in %s pool %s: %s (peer %s)", row.name,
-                          be->name, pool.name, why[0] ? why : strerror(-rc), api_call_peer(call));
-            created_file = false; /* never remove what was adopted */
-            goto created;
-        } else if (!row.memory) {
-            rc = be->volume_create(&pool, row.name, row.volsize, row.sparse, why, sizeof(why));
-            if (rc < 0)
-                log_error("datasets: create volume %s in %s pool %s: %s (peer %s)", row.name,
-                          be->name, pool.name, why[0] ? why : strerror(-rc), api_call_peer(call));
-        } else {
-            /* Allocate it now (this connection sees the uncommitted row), so
-             * a size the memory backend refuses fails the create. */
-            struct volume *mv;
-            rc = datasets_volume_open(row.name, &mv);
-            if (rc == 0)
-                volume_unref(mv);
-        }
-        created_file = rc == 0;
+        rc = ds_props_apply(row->id, data, row->type, false);
+    return rc;
+}
+
+/* Inside the transaction, after the rows: the backend's storage, so a
+ * failure on either side leaves neither behind. *created: there is
+ * something to remove if the commit fails (never an adopted image: it is
+ * not ours). 0 or -errno. */
+static int create_storage(struct api_call *call, json_t *data, const struct ds_row *row,
+                          struct ds_pool *pool, bool *created)
+{
+    const struct ds_backend *be = ds_backend_of(pool);
+    char why[256] = "";
+    struct volume *mv;
+    int rc;
+
+    *created = false;
+    if (row->type != DS_VOLUME) {
+        rc = be->filesystem_create(pool, row->name);
+        if (rc < 0)
+            log_error("datasets: create filesystem %s: %s (peer %s)", row->name, strerror(-rc),
+                      api_call_peer(call));
+    } else if (!row->memory && bool_or(data, "adopt", false)) {
+        rc = be->volume_adopt ? be->volume_adopt(pool, row->name, row->volsize, why, sizeof(why))
+                              : -ENOTSUP;
+        if (rc == -ENOTSUP && !be->volume_adopt)
+            snprintf(ds_backend_why, sizeof(ds_backend_why),
+                     "adopt: only RBD pools hold volumes to adopt");
+        if (rc < 0)
+            log_error("datasets: adopt volume %s in %s pool %s: %s (peer %s)", row->name, be->name,
+                      pool->name, why[0] ? why : strerror(-rc), api_call_peer(call));
+        return rc;
+    } else if (!row->memory) {
+        rc = be->volume_create(pool, row->name, row->volsize, row->sparse, why, sizeof(why));
+        if (rc < 0)
+            log_error("datasets: create volume %s in %s pool %s: %s (peer %s)", row->name, be->name,
+                      pool->name, why[0] ? why : strerror(-rc), api_call_peer(call));
+    } else {
+        /* Allocate it now (this connection sees the uncommitted row), so
+         * a size the memory backend refuses fails the create. */
+        rc = datasets_volume_open(row->name, &mv);
+        if (rc == 0)
+            volume_unref(mv);
     }
-created:
+    *created = rc == 0;
+    return rc;
+}
+
+/* Locked: the one transaction (rows, then storage); on failure the memory
+ * volume is dropped and the file or directory made is removed. */
+static int create_commit(struct api_call *call, json_t *data, struct ds_row *row,
+                         struct ds_pool *pool)
+{
+    bool is_volume = row->type == DS_VOLUME, created = false;
+    struct cfg_tx tx;
+    int rc;
+
+    row->pool_id = pool->id;
+    rc = cfg_tx_begin(&tx);
+    if (rc < 0)
+        return rc;
+    rc = create_rows(&tx, data, row, pool);
+    if (rc == 0)
+        rc = create_storage(call, data, row, pool, &created);
     if (rc == 0)
         rc = cfg_tx_commit(&tx);
     else
         cfg_tx_abort(&tx);
-    if (rc < 0 && row.memory)
-        ds_cache_drop(row.name, false);
-    if (rc < 0 && created_file && (is_volume ? !row.memory : true))
-        be->dataset_remove(&pool, row.name, is_volume);
-fail_unlocked_tx:
-    if (rc == 0)
-        *result = ds_dataset_row(row.name);
+    if (rc < 0 && row->memory)
+        ds_cache_drop(row->name, false);
+    if (rc < 0 && created && (is_volume ? !row->memory : true))
+        ds_backend_of(pool)->dataset_remove(pool, row->name, is_volume);
+    return rc;
+}
+
+static void create_log(struct api_call *call, json_t *data, const struct ds_row *row)
+{
+    if (row->type == DS_VOLUME)
+        log_info("datasets: created volume %s (%llu bytes, volblocksize %s, %s%s; peer %s)",
+                 row->name, (unsigned long long)row->volsize, str_or(data, "volblocksize", "16K"),
+                 row->memory   ? "memory"
+                 : row->sparse ? "sparse"
+                               : "thick",
+                 row->readonly ? ", read-only" : "", api_call_peer(call));
+    else
+        log_info("datasets: created filesystem %s (peer %s)", row->name, api_call_peer(call));
+}
+
+/* pool.dataset.create: decode -> check fields -> (locked) check against
+ * the database -> one transaction -> the new row. The parameter shapes
+ * were checked by the dispatcher against create_fields. */
+static int m_dataset_create(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *data = api_param(params, 0);
+    struct ds_row row;
+    struct ds_pool pool;
+    int rc;
+
+    create_decode(data, &row);
+    create_check_fields(call, data, &row);
+    ds_check_user_props(call, "pool.dataset.create.user_properties",
+                        json_object_get(data, "user_properties"), false);
+    ds_ops_lock();
+    db_lock();
+    rc = create_resolve(call, data, &row, &pool);
+    if (rc == 0 && !api_has_verrs(call)) {
+        rc = create_commit(call, data, &row, &pool);
+        if (rc == 0)
+            *result = ds_dataset_row(row.name);
+    }
     db_unlock();
     ds_ops_unlock();
+    if (api_has_verrs(call))
+        return api_invalid(call);
     if (rc < 0)
         return ds_api_errno(call, rc, "cannot create dataset", row.name);
-    if (is_volume)
-        log_info("datasets: created volume %s (%llu bytes, volblocksize %s, %s%s; peer %s)",
-                 row.name, (unsigned long long)row.volsize, vbs_s,
-                 row.memory   ? "memory"
-                 : row.sparse ? "sparse"
-                              : "thick",
-                 row.readonly ? ", read-only" : "", api_call_peer(call));
-    else
-        log_info("datasets: created filesystem %s (peer %s)", row.name, api_call_peer(call));
+    create_log(call, data, &row);
     return *result ? 0 : api_error(call, EIO, "dataset %s vanished", row.name);
 }
 
@@ -491,166 +545,239 @@ static void notify_changes(const struct ds_eff_change *c, size_t n, const char *
     }
 }
 
-static int m_dataset_update(struct api_call *call, json_t *params, json_t **result)
-{
-    struct cfg_tx tx;
+/* One pool.dataset.update's state, shared by its steps. */
+struct update {
+    struct api_call *call;
     const char *id;
-    json_t *data, *js;
-    struct ds_row row;
+    json_t *data;
+    struct ds_row row; /* read, then changed in place */
     struct ds_pool pool;
-    char poolname[DS_NAME_BUF];
-    struct volume *v = NULL;
-    uint64_t old_size = 0, new_size = 0;
-    bool resize = false, props = false, opened_here = false;
-    struct ds_eff_change *changes = NULL;
-    size_t nchanges = 0;
-    sqlite3_stmt *st;
-    int rc;
+    struct volume *v; /* the open volume (own ref), or NULL */
+    uint64_t old_size, new_size;
+    bool resize, props, opened_here;
+    struct ds_eff_change *changes; /* sync/readonly recomputed below this dataset */
+    size_t nchanges;
+    enum { UPDATE_ERRNO, UPDATE_NOENT, UPDATE_READ } fail; /* which error a failure gets */
+};
 
-    dataset_id_param(call, params, "pool.dataset.update", &id);
-    data = api_param(params, 1);
-    if (!data)
+/* The id and the changes object, checked together (both errors are
+ * reported at once, which the dispatcher's table cannot do). */
+static int update_decode(struct api_call *call, json_t *params, struct update *u)
+{
+    dataset_id_param(call, params, "pool.dataset.update", &u->id);
+    u->data = api_param(params, 1);
+    if (!u->data)
         api_verr(call, "pool.dataset.update", EINVAL, "Field required (the changes)");
     else
-        api_validate_object(call, NULL, data, update_fields, ARRAY_SIZE(update_fields),
+        api_validate_object(call, NULL, u->data, update_fields, ARRAY_SIZE(update_fields),
                             API_PARTIAL);
-    if (api_has_verrs(call))
-        return api_invalid(call);
+    return api_has_verrs(call) ? -EINVAL : 0;
+}
 
-    ds_ops_lock();
-    db_lock();
-    rc = ds_dataset_get(id, &row);
-    if (rc < 0) {
-        db_unlock();
-        ds_ops_unlock();
-        if (rc == -ENOENT)
-            return api_error(call, ENOENT, "dataset %s does not exist", id);
-        return ds_api_errno(call, rc, "cannot read dataset", id);
-    }
-    ds_pool_of(id, poolname, sizeof(poolname));
-    rc = ds_pool_get(poolname, &pool);
-    if (rc < 0)
-        goto out;
+/* Locked: the checks that need the row (a size only for a volume, in
+ * whole blocks; user_properties and user_properties_update exclusive;
+ * the ZFS properties), and the new comment into the row. */
+static void update_check(struct update *u)
+{
+    struct api_call *call = u->call;
+    json_t *js;
 
-    if ((js = json_object_get(data, "volsize"))) {
-        if (row.type != DS_VOLUME) {
+    if ((js = json_object_get(u->data, "volsize"))) {
+        if (u->row.type != DS_VOLUME) {
             api_verr(call, "pool.dataset.update.volsize", EINVAL, "only valid for a VOLUME");
         } else {
-            new_size = (uint64_t)json_integer_value(js);
-            if (new_size % row.volblocksize)
+            u->new_size = (uint64_t)json_integer_value(js);
+            if (u->new_size % u->row.volblocksize)
                 api_verr(call, "pool.dataset.update.volsize", EINVAL,
-                         "must be a multiple of volblocksize (%u bytes)", row.volblocksize);
-            old_size = row.volsize;
-            resize = new_size != old_size;
+                         "must be a multiple of volblocksize (%u bytes)", u->row.volblocksize);
+            u->old_size = u->row.volsize;
+            u->resize = u->new_size != u->old_size;
         }
     }
     ds_check_user_props(call, "pool.dataset.update.user_properties_update",
-                        json_object_get(data, "user_properties_update"), true);
+                        json_object_get(u->data, "user_properties_update"), true);
     ds_check_user_props(call, "pool.dataset.update.user_properties",
-                        json_object_get(data, "user_properties"), true);
-    if (json_array_size(json_object_get(data, "user_properties")) &&
-        json_array_size(json_object_get(data, "user_properties_update")))
+                        json_object_get(u->data, "user_properties"), true);
+    if (json_array_size(json_object_get(u->data, "user_properties")) &&
+        json_array_size(json_object_get(u->data, "user_properties_update")))
         api_verr(call, "pool.dataset.update.user_properties_update", EINVAL,
                  "Should not be specified when \"user_properties\" are explicitly specified");
-    ds_props_check(call, "pool.dataset.update", data, row.type, row.name, true);
-    if ((js = json_object_get(data, "comments"))) {
+    ds_props_check(call, "pool.dataset.update", u->data, u->row.type, u->row.name, true);
+    if ((js = json_object_get(u->data, "comments"))) {
         const char *c = json_string_value(js);
         if (strcmp(c, "INHERIT") == 0)
             c = ""; /* TrueNAS' "no comment of its own" */
-        props |= strcmp(c, row.comments) != 0;
-        snprintf(row.comments, sizeof(row.comments), "%s", c);
+        u->props |= strcmp(c, u->row.comments) != 0;
+        snprintf(u->row.comments, sizeof(u->row.comments), "%s", c);
     }
-    if (api_has_verrs(call)) {
-        db_unlock();
-        ds_ops_unlock();
-        return api_invalid(call);
-    }
+}
 
-    rc = cfg_tx_begin(&tx);
-    if (rc < 0)
-        goto out;
-    cfg_tx_changed(&tx, CFG_DATASET, row.id, CFG_UPDATED);
-    rc = db_stmt("UPDATE datasets SET volsize = ?, comments = ? WHERE id = ?", &st);
+/* Inside the transaction: size and comment, managedby, the user and ZFS
+ * properties, then the effective sync/readonly of this dataset and its
+ * descendants. 0 or -errno. */
+static int update_write_rows(struct update *u)
+{
+    json_t *js, *all = json_object_get(u->data, "user_properties");
+    sqlite3_stmt *st;
+    int rc = db_stmt("UPDATE datasets SET volsize = ?, comments = ? WHERE id = ?", &st);
+
     if (rc == 0) {
-        sqlite3_bind_int64(st, 1, (sqlite3_int64)(resize ? new_size : row.volsize));
-        sqlite3_bind_text(st, 2, row.comments, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, row.id);
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)(u->resize ? u->new_size : u->row.volsize));
+        sqlite3_bind_text(st, 2, u->row.comments, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, u->row.id);
         rc = db_step_done(st);
         db_stmt_done(st);
     }
-    if (rc == 0 && (js = json_object_get(data, "managedby")))
-        rc = ds_prop_set(row.id, "managedby",
+    if (rc == 0 && (js = json_object_get(u->data, "managedby")))
+        rc = ds_prop_set(u->row.id, "managedby",
                          strcmp(json_string_value(js), "INHERIT") == 0 ? NULL
                                                                        : json_string_value(js));
     /* user_properties is the whole set (TrueNAS): drop the others first */
-    if (rc == 0 && json_array_size(json_object_get(data, "user_properties")))
-        rc = ds_clear_user_props(row.id);
+    if (rc == 0 && json_array_size(all))
+        rc = ds_clear_user_props(u->row.id);
     if (rc == 0)
-        rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties"));
+        rc = ds_apply_user_props(u->row.id, all);
     if (rc == 0)
-        rc = ds_apply_user_props(row.id, json_object_get(data, "user_properties_update"));
+        rc = ds_apply_user_props(u->row.id, json_object_get(u->data, "user_properties_update"));
     if (rc == 0)
-        rc = ds_props_apply(row.id, data, row.type, true);
-    /* sync / readonly: this dataset's and its descendants' effective values */
-    if (rc == 0 && (json_object_get(data, "sync") || json_object_get(data, "readonly")))
-        rc = ds_props_recompute(row.name, &changes, &nchanges);
-    if (rc == 0 && row.type == DS_VOLUME)
-        v = ds_cache_peek(row.name);
-    /* A memory volume is (re)created on first open: open it so the new size
-     * is checked by the backend now rather than at the next open. */
-    if (rc == 0 && row.type == DS_VOLUME && row.memory && !v) {
-        rc = datasets_volume_open(row.name, &v);
-        opened_here = rc == 0;
+        rc = ds_props_apply(u->row.id, u->data, u->row.type, true);
+    if (rc == 0 && (json_object_get(u->data, "sync") || json_object_get(u->data, "readonly")))
+        rc = ds_props_recompute(u->row.name, &u->changes, &u->nchanges);
+    return rc;
+}
+
+/* Inside the transaction: the volume's storage follows, so that if it
+ * fails nothing is recorded. A memory volume is (re)created on first
+ * open: it is opened so the new size is checked by the backend now rather
+ * than at the next open. 0 or -errno. */
+static int update_volume(struct update *u)
+{
+    int rc = 0;
+
+    if (u->row.type != DS_VOLUME)
+        return 0;
+    u->v = ds_cache_peek(u->row.name);
+    if (u->row.memory && !u->v) {
+        rc = datasets_volume_open(u->row.name, &u->v);
+        u->opened_here = rc == 0;
     }
-    if (rc == 0 && resize) {
-        /* Apply to the file (and the open volume) inside the transaction:
-         * if that fails nothing is recorded. */
-        if (row.memory)
-            rc = volume_resize(v, new_size);
-        else
-            rc = ds_backend_of(&pool)->volume_resize(&pool, row.name, v, old_size, new_size,
-                                                     row.sparse);
-        if (rc < 0)
-            log_error("datasets: resize %s to %llu: %s", row.name, (unsigned long long)new_size,
-                      strerror(-rc));
-    }
+    if (rc < 0 || !u->resize)
+        return rc;
+    if (u->row.memory)
+        rc = volume_resize(u->v, u->new_size);
+    else
+        rc = ds_backend_of(&u->pool)->volume_resize(&u->pool, u->row.name, u->v, u->old_size,
+                                                    u->new_size, u->row.sparse);
+    if (rc < 0)
+        log_error("datasets: resize %s to %llu: %s", u->row.name, (unsigned long long)u->new_size,
+                  strerror(-rc));
+    return rc;
+}
+
+/* Locked: the one transaction; a failed commit shrinks the open volume
+ * back, and after a commit the open volumes get their new sync/readonly. */
+static int update_commit(struct update *u)
+{
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+
+    if (rc < 0)
+        return rc;
+    cfg_tx_changed(&tx, CFG_DATASET, u->row.id, CFG_UPDATED);
+    rc = update_write_rows(u);
+    if (rc == 0)
+        rc = update_volume(u);
     if (rc == 0) {
         rc = cfg_tx_commit(&tx);
-        if (rc < 0 && resize && v)
-            volume_resize(v, old_size);
+        if (rc < 0 && u->resize && u->v)
+            volume_resize(u->v, u->old_size);
     } else {
         cfg_tx_abort(&tx);
     }
-    if (rc < 0 && opened_here)
-        ds_cache_drop(row.name, false); /* it was empty: nothing is lost */
+    if (rc < 0 && u->opened_here)
+        ds_cache_drop(u->row.name, false); /* it was empty: nothing is lost */
     if (rc == 0) {
-        apply_changes(changes, nchanges);
-        for (size_t i = 0; i < nchanges; i++)
-            props |= strcmp(changes[i].name, row.name) == 0;
+        apply_changes(u->changes, u->nchanges);
+        for (size_t i = 0; i < u->nchanges; i++)
+            u->props |= strcmp(u->changes[i].name, u->row.name) == 0;
     }
-out:
+    return rc;
+}
+
+/* Locked: read the dataset and its pool, check, write. 0 or -errno
+ * (u->fail says which error; field errors are on the call). */
+static int update_locked(struct update *u)
+{
+    char poolname[DS_NAME_BUF];
+    int rc = ds_dataset_get(u->id, &u->row);
+
+    if (rc < 0) {
+        u->fail = rc == -ENOENT ? UPDATE_NOENT : UPDATE_READ;
+        return rc;
+    }
+    ds_pool_of(u->id, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, &u->pool);
+    if (rc < 0)
+        return rc;
+    update_check(u);
+    if (api_has_verrs(u->call))
+        return -EINVAL;
+    return update_commit(u);
+}
+
+/* Unlocked, after a failure: the call's error. */
+static int update_fail(struct update *u, int rc)
+{
+    free(u->changes);
+    if (u->v)
+        volume_unref(u->v);
+    if (api_has_verrs(u->call))
+        return api_invalid(u->call);
+    if (u->fail == UPDATE_NOENT)
+        return api_error(u->call, ENOENT, "dataset %s does not exist", u->id);
+    return ds_api_errno(u->call, rc,
+                        u->fail == UPDATE_READ ? "cannot read dataset" : "cannot update dataset",
+                        u->id);
+}
+
+/* Unlocked, after the commit: tell the observers (iSCSI re-reads the size,
+ * WCE and read-only) about this dataset and the others that changed. */
+static void update_publish(struct update *u)
+{
+    notify_changes(u->changes, u->nchanges, u->row.name);
+    free(u->changes);
+    if (u->resize) {
+        log_info("datasets: %s resized %llu -> %llu bytes (peer %s)", u->row.name,
+                 (unsigned long long)u->old_size, (unsigned long long)u->new_size,
+                 api_call_peer(u->call));
+        ds_notify(DATASETS_RESIZED, u->row.name, u->v);
+    }
+    if (u->props)
+        ds_notify(DATASETS_PROPERTY_CHANGED, u->row.name, u->v);
+    if (u->v)
+        volume_unref(u->v);
+}
+
+/* pool.dataset.update: decode -> (locked) check -> one transaction ->
+ * publish. */
+static int m_dataset_update(struct api_call *call, json_t *params, json_t **result)
+{
+    struct update u = {.call = call};
+    int rc;
+
+    if (update_decode(call, params, &u) < 0)
+        return api_invalid(call);
+    ds_ops_lock();
+    db_lock();
+    rc = update_locked(&u);
     if (rc == 0)
-        *result = ds_dataset_row(row.name);
+        *result = ds_dataset_row(u.row.name);
     db_unlock();
     ds_ops_unlock();
-    if (rc < 0) {
-        free(changes);
-        if (v)
-            volume_unref(v);
-        return ds_api_errno(call, rc, "cannot update dataset", id);
-    }
-    notify_changes(changes, nchanges, row.name);
-    free(changes);
-    if (resize) {
-        log_info("datasets: %s resized %llu -> %llu bytes (peer %s)", row.name,
-                 (unsigned long long)old_size, (unsigned long long)new_size, api_call_peer(call));
-        ds_notify(DATASETS_RESIZED, row.name, v);
-    }
-    if (props)
-        ds_notify(DATASETS_PROPERTY_CHANGED, row.name, v);
-    if (v)
-        volume_unref(v);
-    return *result ? 0 : api_error(call, EIO, "dataset %s vanished", row.name);
+    if (rc < 0)
+        return update_fail(&u, rc);
+    update_publish(&u);
+    return *result ? 0 : api_error(call, EIO, "dataset %s vanished", u.row.name);
 }
 
 /* A dataset or snapshot a delete removes. */
@@ -774,141 +901,170 @@ static int exec_bind_id(const char *sql, int64_t id)
     return rc;
 }
 
-static int m_dataset_delete(struct api_call *call, json_t *params, json_t **result)
-{
-    struct cfg_tx tx;
+/* One pool.dataset.delete's state, shared by its steps. */
+struct dataset_delete {
+    struct api_call *call;
     const char *id;
-    json_t *opts;
-    struct delete_plan plan;
-    struct ds_row row;
-    struct ds_pool pool;
-    char poolname[DS_NAME_BUF], why[512], clone[DS_NAME_BUF], origin[DS_NAME_BUF];
-    const struct ds_backend *be;
     bool recursive, force;
-    size_t i;
-    int rc;
+    struct ds_pool pool;
+    struct delete_plan plan;
+};
 
-    dataset_id_param(call, params, "pool.dataset.delete", &id);
+/* The id and the options, checked together (both errors at once). */
+static int delete_decode(struct api_call *call, json_t *params, struct dataset_delete *d)
+{
+    json_t *opts;
+
+    dataset_id_param(call, params, "pool.dataset.delete", &d->id);
     opts = api_param(params, 1);
     if (opts)
         api_validate_object(call, "pool.dataset.delete.options", opts, delete_fields,
                             ARRAY_SIZE(delete_fields), 0);
     if (api_has_verrs(call))
-        return api_invalid(call);
-    recursive = bool_or(opts, "recursive", false);
+        return -EINVAL;
+    d->recursive = bool_or(opts, "recursive", false);
     /* force: delete even if a front-end uses it; its open handle keeps
      * working on the unlinked file until it lets go. */
-    force = bool_or(opts, "force", false);
+    d->force = bool_or(opts, "force", false);
+    return 0;
+}
 
-    ds_ops_lock();
-    db_lock();
-    memset(&plan, 0, sizeof(plan));
-    rc = ds_dataset_get(id, &row);
-    if (rc == -ENOENT) {
-        rc = api_error(call, ENOENT, "dataset %s does not exist", id);
-        goto out_err;
-    }
+/* Locked: nothing a delete must not remove is in the plan — a pool's
+ * root, children or snapshots without recursive, the origin of a clone
+ * outside the subtree, anything in use (unless force). Builds the plan.
+ * 0 or the call's error. */
+static int delete_check(struct dataset_delete *d)
+{
+    char poolname[DS_NAME_BUF], why[512], clone[DS_NAME_BUF], origin[DS_NAME_BUF];
+    struct delete_plan *plan = &d->plan;
+    struct ds_row row;
+    int rc = ds_dataset_get(d->id, &row);
+
+    if (rc == -ENOENT)
+        return api_error(d->call, ENOENT, "dataset %s does not exist", d->id);
     if (rc < 0)
-        goto out_errno;
-    if (!strchr(id, '/')) {
-        rc = api_error(call, EINVAL, "%s is a pool's root dataset; it cannot be deleted", id);
-        goto out_err;
-    }
-    ds_pool_of(id, poolname, sizeof(poolname));
-    rc = ds_pool_get(poolname, &pool);
+        return ds_api_errno(d->call, rc, "cannot delete dataset", d->id);
+    if (!strchr(d->id, '/'))
+        return api_error(d->call, EINVAL, "%s is a pool's root dataset; it cannot be deleted",
+                         d->id);
+    ds_pool_of(d->id, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, &d->pool);
     if (rc == 0)
-        rc = plan_build(id, &plan);
+        rc = plan_build(d->id, plan);
     if (rc < 0)
-        goto out_errno;
-    if (!recursive && plan.ndatasets > 1) {
-        rc = api_error(call, ENOTEMPTY,
-                       "dataset %s has children (e.g. %s); use recursive to delete them too", id,
-                       plan.datasets[0].name);
-        goto out_err;
-    }
-    if (!recursive && plan.nsnapshots > 0) {
-        rc = api_error(call, ENOTEMPTY,
-                       "dataset %s has snapshots (e.g. %s); use recursive to delete them too", id,
-                       plan.snapshots[0].name);
-        goto out_err;
-    }
-    rc = plan_find_outside_clone(id, clone, sizeof(clone), origin, sizeof(origin));
+        return ds_api_errno(d->call, rc, "cannot delete dataset", d->id);
+    if (!d->recursive && plan->ndatasets > 1)
+        return api_error(d->call, ENOTEMPTY,
+                         "dataset %s has children (e.g. %s); use recursive to delete them too",
+                         d->id, plan->datasets[0].name);
+    if (!d->recursive && plan->nsnapshots > 0)
+        return api_error(d->call, ENOTEMPTY,
+                         "dataset %s has snapshots (e.g. %s); use recursive to delete them too",
+                         d->id, plan->snapshots[0].name);
+    rc = plan_find_outside_clone(d->id, clone, sizeof(clone), origin, sizeof(origin));
     if (rc < 0)
-        goto out_errno;
-    if (rc == 1) {
-        rc = api_error(call, EBUSY, "snapshot %s has dependent clone %s; delete the clone first",
-                       origin, clone);
-        goto out_err;
-    }
-    for (i = 0; !force && i < plan.ndatasets + plan.nsnapshots; i++) {
-        const char *n =
-            i < plan.ndatasets ? plan.datasets[i].name : plan.snapshots[i - plan.ndatasets].name;
+        return ds_api_errno(d->call, rc, "cannot delete dataset", d->id);
+    if (rc == 1)
+        return api_error(d->call, EBUSY,
+                         "snapshot %s has dependent clone %s; delete the clone first", origin,
+                         clone);
+    for (size_t i = 0; !d->force && i < plan->ndatasets + plan->nsnapshots; i++) {
+        const char *n = i < plan->ndatasets ? plan->datasets[i].name
+                                            : plan->snapshots[i - plan->ndatasets].name;
         why[0] = '\0';
-        if (ds_in_use(n, why, sizeof(why))) {
-            rc = api_error(call, EBUSY, "dataset %s is in use: %s", n, why[0] ? why : "busy");
-            goto out_err;
-        }
+        if (ds_in_use(n, why, sizeof(why)))
+            return api_error(d->call, EBUSY, "dataset %s is in use: %s", n, why[0] ? why : "busy");
     }
+    return 0;
+}
 
-    rc = cfg_tx_begin(&tx);
+/* Locked: the one transaction removing the rows (snapshots, properties,
+ * datasets). 0 or the call's error. */
+static int delete_rows(struct dataset_delete *d)
+{
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+
     if (rc < 0)
-        goto out_errno;
-    for (i = 0; rc == 0 && i < plan.ndatasets; i++) {
-        rc = exec_bind_id("DELETE FROM snapshots WHERE dataset_id = ?", plan.datasets[i].id);
+        return ds_api_errno(d->call, rc, "cannot delete dataset", d->id);
+    for (size_t i = 0; rc == 0 && i < d->plan.ndatasets; i++) {
+        int64_t id = d->plan.datasets[i].id;
+        rc = exec_bind_id("DELETE FROM snapshots WHERE dataset_id = ?", id);
         if (rc == 0)
-            rc =
-                exec_bind_id("DELETE FROM dataset_props WHERE dataset_id = ?", plan.datasets[i].id);
+            rc = exec_bind_id("DELETE FROM dataset_props WHERE dataset_id = ?", id);
         if (rc == 0)
-            rc = exec_bind_id("DELETE FROM datasets WHERE id = ?", plan.datasets[i].id);
-        cfg_tx_changed(&tx, CFG_DATASET, plan.datasets[i].id, CFG_DELETED);
+            rc = exec_bind_id("DELETE FROM datasets WHERE id = ?", id);
+        cfg_tx_changed(&tx, CFG_DATASET, id, CFG_DELETED);
     }
     if (rc == 0)
         rc = cfg_tx_commit(&tx);
     else
         cfg_tx_abort(&tx);
-    if (rc < 0)
-        goto out_errno;
+    return rc < 0 ? ds_api_errno(d->call, rc, "cannot delete dataset", d->id) : 0;
+}
 
-    /* Committed: now the files, without the database lock (unlinking a
-     * big file takes a while). A failure leaves a stray file behind, which
-     * is logged; the dataset is gone either way. */
-    db_unlock();
-    ds_cache_drop(id, true);
-    be = ds_backend_of(&pool);
+/* Committed, without the database lock (unlinking a big file takes a
+ * while), still under ds_ops_lock: the storage. A failure leaves a stray
+ * file behind, which is logged; the dataset is gone either way. */
+static void delete_storage(struct dataset_delete *d)
+{
+    const struct ds_backend *be;
+    int rc;
+
+    ds_cache_drop(d->id, true);
+    be = ds_backend_of(&d->pool);
     /* snapshots first: an RBD image with snapshots cannot be removed */
-    for (i = 0; i < plan.nsnapshots; i++) {
-        char *at = strchr(plan.snapshots[i].name, '@');
+    for (size_t i = 0; i < d->plan.nsnapshots; i++) {
+        char *name = d->plan.snapshots[i].name, *at = strchr(name, '@');
         *at = '\0';
-        rc = be->snapshot_remove(&pool, plan.snapshots[i].name, at + 1);
+        rc = be->snapshot_remove(&d->pool, name, at + 1);
         if (rc < 0 && rc != -ENOENT)
-            log_error("datasets: remove snapshot %s@%s: %s", plan.snapshots[i].name, at + 1,
-                      strerror(-rc));
+            log_error("datasets: remove snapshot %s@%s: %s", name, at + 1, strerror(-rc));
         *at = '@';
     }
-    for (i = 0; i < plan.ndatasets; i++) {
-        rc = be->dataset_remove(&pool, plan.datasets[i].name, plan.datasets[i].is_volume);
+    for (size_t i = 0; i < d->plan.ndatasets; i++) {
+        rc = be->dataset_remove(&d->pool, d->plan.datasets[i].name, d->plan.datasets[i].is_volume);
         if (rc < 0 && rc != -ENOENT)
-            log_error("datasets: remove %s: %s", plan.datasets[i].name, strerror(-rc));
+            log_error("datasets: remove %s: %s", d->plan.datasets[i].name, strerror(-rc));
     }
-    ds_ops_unlock();
-    if (force)
-        log_warn("datasets: %s deleted with force; in-use checks skipped", id);
-    log_info("datasets: deleted %s (%zu dataset(s), %zu snapshot(s); peer %s)", id, plan.ndatasets,
-             plan.nsnapshots, api_call_peer(call));
-    for (i = 0; i < plan.nsnapshots; i++)
-        ds_notify(DATASETS_DELETED, plan.snapshots[i].name, NULL);
-    for (i = 0; i < plan.ndatasets; i++)
-        ds_notify(DATASETS_DELETED, plan.datasets[i].name, NULL);
-    plan_free(&plan);
-    *result = json_true();
-    return 0;
+}
 
-out_errno:
-    rc = ds_api_errno(call, rc, "cannot delete dataset", id);
-out_err:
+/* Unlocked: the log lines and the observers (front-ends drop the shares). */
+static void delete_publish(struct dataset_delete *d)
+{
+    if (d->force)
+        log_warn("datasets: %s deleted with force; in-use checks skipped", d->id);
+    log_info("datasets: deleted %s (%zu dataset(s), %zu snapshot(s); peer %s)", d->id,
+             d->plan.ndatasets, d->plan.nsnapshots, api_call_peer(d->call));
+    for (size_t i = 0; i < d->plan.nsnapshots; i++)
+        ds_notify(DATASETS_DELETED, d->plan.snapshots[i].name, NULL);
+    for (size_t i = 0; i < d->plan.ndatasets; i++)
+        ds_notify(DATASETS_DELETED, d->plan.datasets[i].name, NULL);
+}
+
+/* pool.dataset.delete: decode -> (locked) check and plan -> one
+ * transaction -> the storage -> publish; one exit frees the plan. */
+static int m_dataset_delete(struct api_call *call, json_t *params, json_t **result)
+{
+    struct dataset_delete d = {.call = call};
+    int rc;
+
+    if (delete_decode(call, params, &d) < 0)
+        return api_invalid(call);
+    ds_ops_lock();
+    db_lock();
+    rc = delete_check(&d);
+    if (rc == 0)
+        rc = delete_rows(&d);
     db_unlock();
+    if (rc == 0)
+        delete_storage(&d);
     ds_ops_unlock();
-    plan_free(&plan);
+    if (rc == 0) {
+        delete_publish(&d);
+        *result = json_true();
+    }
+    plan_free(&d.plan);
     return rc;
 }
 

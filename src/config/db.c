@@ -429,94 +429,130 @@ static int db_pragma_expect(const char *sql, const char *expect)
     return ret;
 }
 
-int db_open(const char *path)
+/* The database holds secrets (CHAP, API keys): the file is made
+ * owner-only before SQLite opens it (SQLite gives the -wal and -shm files
+ * the database file's mode). 0 or -errno. */
+static int db_file_prepare(const char *path)
 {
-    int rc, ret, fd;
-    size_t i;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600), ret;
 
-    db_lock();
-    if (db_conn) {
-        db_unlock();
-        log_error("db: %s: already open", path);
-        return -EBUSY;
-    }
-    /* The database holds secrets (CHAP, API keys): owner-only. SQLite gives
-     * the -wal and -shm files the database file's mode. */
-    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
         ret = -errno;
         log_error("db: cannot open %s: %s", path, strerror(-ret));
-        db_unlock();
         return ret;
     }
     if (fchmod(fd, 0600) < 0)
         log_warn("db: chmod 0600 %s: %s", path, strerror(errno));
     close(fd);
-    /* walbuf: one pwrite per commit instead of two per changed page. */
+    return 0;
+}
+
+/* db_conn through walbuf's VFS (one pwrite per commit instead of two per
+ * changed page) when it registers. 0 or -errno. */
+static int db_connect(const char *path)
+{
     const char *vfs = walbuf_register() == 0 ? WALBUF_VFS : NULL;
-    rc = sqlite3_open_v2(path, &db_conn,
-                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, vfs);
+    int rc = sqlite3_open_v2(
+        path, &db_conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, vfs);
+
     if (rc != SQLITE_OK) {
         log_error("db: cannot open %s: %s", path,
                   db_conn ? sqlite3_errmsg(db_conn) : sqlite3_errstr(rc));
-        ret = rc == SQLITE_CANTOPEN ? -EACCES : -EIO;
-        goto fail;
+        return rc == SQLITE_CANTOPEN ? -EACCES : -EIO;
     }
     sqlite3_extended_result_codes(db_conn, 1);
     sqlite3_busy_timeout(db_conn, DB_BUSY_TIMEOUT_MS);
-    ret = -EIO;
-    /* WAL keeps readers (other processes, sqlite3 CLI) from blocking us.
-     * Every API write must survive a power cut: synchronous=NORMAL writes
-     * the WAL without syncing at commit, and db_wal_hook syncs it after
-     * each commit (or the writer does, db_sync, before acknowledging), so
-     * a commit is never acknowledged before its fdatasync. */
+    return 0;
+}
+
+/* WAL keeps readers (other processes, sqlite3 CLI) from blocking us.
+ * Every API write must survive a power cut: synchronous=NORMAL writes the
+ * WAL without syncing at commit, and db_wal_hook syncs it after each
+ * commit (or the writer does, db_sync, before acknowledging), so a commit
+ * is never acknowledged before its fdatasync. Then the hooks, and foreign
+ * keys checked to be on. 0 or -errno. */
+static int db_configure(const char *path)
+{
+    int persist = 1; /* wal_fdatasync keeps one descriptor of the WAL */
+
     if (snprintf(wal_path, sizeof(wal_path), "%s-wal", path) >= (int)sizeof(wal_path) ||
-        snprintf(main_path, sizeof(main_path), "%s", path) >= (int)sizeof(main_path)) {
-        ret = -ENAMETOOLONG;
-        goto fail;
-    }
+        snprintf(main_path, sizeof(main_path), "%s", path) >= (int)sizeof(main_path))
+        return -ENAMETOOLONG;
     pthread_mutex_lock(&sync_mutex);
     sync_failed = false;
     pthread_mutex_unlock(&sync_mutex);
     if (db_pragma_expect("PRAGMA journal_mode=WAL", "wal") < 0)
-        goto fail;
-    int persist = 1; /* wal_fdatasync keeps one descriptor of the WAL */
+        return -EIO;
     if (sqlite3_file_control(db_conn, "main", SQLITE_FCNTL_PERSIST_WAL, &persist) != SQLITE_OK) {
         log_error("db: cannot make the WAL of %s persistent", path);
-        goto fail;
+        return -EIO;
     }
     if (db_exec("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;") < 0)
-        goto fail;
+        return -EIO;
     sqlite3_wal_hook(db_conn, db_wal_hook, NULL);
     sqlite3_update_hook(db_conn, db_update_hook, NULL);
     sqlite3_set_authorizer(db_conn, db_authorizer, NULL);
     if (db_pragma_expect("PRAGMA foreign_keys", "1") < 0)
-        goto fail;
+        return -EIO;
+    return 0;
+}
+
+/* The base schema and every module's (db_register_schema), in one
+ * transaction: all of them or none. 0 or -EIO. */
+static int db_schema_apply(void)
+{
     if (db_begin() < 0)
-        goto fail;
+        return -EIO;
     if (db_exec(db_base_schema) < 0) {
         db_rollback();
-        goto fail;
+        return -EIO;
     }
-    for (i = 0; i < db_schema_count; i++) {
+    for (size_t i = 0; i < db_schema_count; i++) {
         if (db_exec(db_schemas[i]) < 0) {
             db_rollback();
-            goto fail;
+            return -EIO;
         }
     }
-    if (db_commit() < 0)
-        goto fail;
-    db_unlock();
+    return db_commit() < 0 ? -EIO : 0;
+}
+
+/* Locked: open, configure and create the schema; on failure nothing stays
+ * open. */
+static int db_open_locked(const char *path)
+{
+    int ret;
+
+    if (db_conn) {
+        log_error("db: %s: already open", path);
+        return -EBUSY;
+    }
+    ret = db_file_prepare(path);
+    if (ret < 0)
+        return ret;
+    ret = db_connect(path);
+    if (ret == 0)
+        ret = db_configure(path);
+    if (ret == 0)
+        ret = db_schema_apply();
+    if (ret < 0) {
+        stmt_cache_clear();
+        if (db_conn)
+            sqlite3_close_v2(db_conn);
+        db_conn = NULL;
+        db_tx_depth = 0;
+        db_read_depth = 0;
+        return ret;
+    }
     log_debug("db: opened %s", path);
     return 0;
+}
 
-fail:
-    stmt_cache_clear();
-    if (db_conn)
-        sqlite3_close_v2(db_conn);
-    db_conn = NULL;
-    db_tx_depth = 0;
-    db_read_depth = 0;
+int db_open(const char *path)
+{
+    int ret;
+
+    db_lock();
+    ret = db_open_locked(path);
     db_unlock();
     return ret;
 }

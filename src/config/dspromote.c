@@ -24,6 +24,7 @@
  * stay with the origin: an RBD snapshot cannot move to another image.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,214 +137,305 @@ static int promote_id_check(struct api_call *call, json_t *jid)
     return 0;
 }
 
-static int m_dataset_promote(struct api_call *call, json_t *params, json_t **result)
-{
-    json_t *jid = api_param(params, 0);
-    const char *id;
-    char poolname[DS_NAME_BUF], origin_full[DS_NAME_BUF * 2];
+/* One promote's state, shared by its steps. */
+struct promote {
+    struct api_call *call;
+    json_t *params;
+    const char *id; /* the clone's name (checked by promote_id_check) */
+    char origin_full[DS_NAME_BUF * 2];
     struct ds_row clone, origin;
-    struct cfg_tx tx;
-    struct ds_snap osnap, other;
+    struct ds_snap osnap; /* the clone's origin snapshot */
     struct ds_pool cpool, opool;
-    struct promote_snap *snaps = NULL;
-    size_t nsnaps = 0;
-    bool cross_pool = false, committed = false;
+    struct promote_snap *snaps; /* the origin's snapshots that move */
+    size_t nsnaps;
+    bool cross_pool, committed;
+};
+
+/* Every refusal has zfs promote's shape: the call's error, returned. */
+static int promote_fail(struct promote *p, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int promote_fail(struct promote *p, int err, const char *fmt, ...)
+{
+    char msg[8192];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return api_error(p->call, err, "Failed to promote dataset: cannot promote '%s': %s", p->id,
+                     msg);
+}
+
+/* DB locked: the clone, its origin snapshot and dataset, the origin's
+ * snapshots up to that one and both pools, refusing what zfs refuses.
+ * 0 or the call's error. */
+static int promote_load(struct promote *p)
+{
+    char poolname[DS_NAME_BUF];
     int rc;
 
-    id = json_string_value(jid); /* promote_id_check */
-
-#define PROMOTE_FAIL(err, ...)                                                                     \
-    do {                                                                                           \
-        char msg_[8192];                                                                           \
-        snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                                 \
-        rc = api_error(call, err, "Failed to promote dataset: cannot promote '%s': %s", id, msg_); \
-        goto out;                                                                                  \
-    } while (0)
-
-    ds_rename_hooks_lock();
-    ds_ops_lock();
-    db_lock();
-    if (strchr(id, '@'))
-        PROMOTE_FAIL(EINVAL, "snapshots cannot be promoted");
-    rc = ds_dataset_get(id, &clone);
+    if (strchr(p->id, '@'))
+        return promote_fail(p, EINVAL, "snapshots cannot be promoted");
+    rc = ds_dataset_get(p->id, &p->clone);
     if (rc == -ENOENT)
-        PROMOTE_FAIL(ENOENT, "dataset does not exist");
+        return promote_fail(p, ENOENT, "dataset does not exist");
     if (rc < 0)
-        PROMOTE_FAIL(-rc, "%s", strerror(-rc));
-    if (!clone.origin_id)
-        PROMOTE_FAIL(EINVAL, "not a cloned filesystem");
-    rc = ds_snapshot_get_id(clone.origin_id, &osnap);
+        return promote_fail(p, -rc, "%s", strerror(-rc));
+    if (!p->clone.origin_id)
+        return promote_fail(p, EINVAL, "not a cloned filesystem");
+    rc = ds_snapshot_get_id(p->clone.origin_id, &p->osnap);
     if (rc == 0)
-        rc = ds_dataset_get_id(osnap.dataset_id, &origin);
+        rc = ds_dataset_get_id(p->osnap.dataset_id, &p->origin);
     if (rc < 0)
-        PROMOTE_FAIL(-rc, "cannot read its origin: %s", strerror(-rc));
-    snprintf(origin_full, sizeof(origin_full), "%s@%s", origin.name, osnap.name);
-    rc = snaps_upto(origin.id, osnap.id, &snaps, &nsnaps);
+        return promote_fail(p, -rc, "cannot read its origin: %s", strerror(-rc));
+    snprintf(p->origin_full, sizeof(p->origin_full), "%s@%s", p->origin.name, p->osnap.name);
+    rc = snaps_upto(p->origin.id, p->osnap.id, &p->snaps, &p->nsnaps);
     if (rc < 0)
-        PROMOTE_FAIL(-rc, "cannot list the snapshots of %s: %s", origin.name, strerror(-rc));
-    ds_pool_of(clone.name, poolname, sizeof(poolname));
-    rc = ds_pool_get(poolname, &cpool);
+        return promote_fail(p, -rc, "cannot list the snapshots of %s: %s", p->origin.name,
+                            strerror(-rc));
+    ds_pool_of(p->clone.name, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, &p->cpool);
     if (rc == 0) {
-        ds_pool_of(origin.name, poolname, sizeof(poolname));
-        rc = ds_pool_get(poolname, &opool);
+        ds_pool_of(p->origin.name, poolname, sizeof(poolname));
+        rc = ds_pool_get(poolname, &p->opool);
     }
     if (rc < 0)
-        PROMOTE_FAIL(-rc, "cannot read pool %s: %s", poolname, strerror(-rc));
-    for (size_t i = 0; !ds_backend_of(&cpool)->flatten && i < nsnaps; i++) {
-        if (ds_snapshot_get(clone.name, snaps[i].name, &other) == 0)
-            PROMOTE_FAIL(EEXIST,
-                         "snapshot name '%s' from origin conflicts with '%s@%s' from target",
-                         snaps[i].name, clone.name, snaps[i].name);
-    }
-    if (ds_backend_of(&cpool)->flatten) {
-        /* Nothing here touches other shares' names: a plain transaction
-         * after the job, no rename hooks to update. */
-        db_unlock();
-        if (ds_flatten_job(call, params, &cpool, clone.name) < 0) {
-            db_lock();
-            rc = -1;
-            goto out; /* the error is set */
-        }
-        db_lock();
-        rc = cfg_tx_begin(&tx);
-        if (rc == 0) {
-            rc = exec_ids("UPDATE datasets SET origin_id = NULL WHERE id = ?1", clone.id, 0, 0);
-            cfg_tx_changed(&tx, CFG_DATASET, clone.id, CFG_UPDATED);
-            if (rc == 0)
-                rc = cfg_tx_commit(&tx);
-            else
-                cfg_tx_abort(&tx);
-        }
-        if (rc < 0)
-            PROMOTE_FAIL(-rc, "the clone is flattened but its origin could not be cleared: %s",
-                         strerror(-rc));
-        log_info("datasets: promoted %s (flattened: no longer a clone of %s; peer %s)", id,
-                 origin_full, api_call_peer(call));
-        rc = 0; /* no snapshot moved: the exit below has nothing to undo */
-        goto out;
-    }
-    for (size_t i = 0; i < nsnaps; i++) {
-        rc = ds_path(&opool, origin.name, snaps[i].name, snaps[i].from, sizeof(snaps[i].from));
-        if (rc == 0)
-            rc = ds_path(&cpool, clone.name, snaps[i].name, snaps[i].to, sizeof(snaps[i].to));
-        if (rc < 0)
-            PROMOTE_FAIL(-rc, "%s", strerror(-rc));
-        struct stat st;
-        if (poolfs_stat(snaps[i].to, &st) == 0)
-            PROMOTE_FAIL(EEXIST, "a file named %s is in the way", snaps[i].to);
-    }
-    cross_pool = cpool.id != opool.id;
+        return promote_fail(p, -rc, "cannot read pool %s: %s", poolname, strerror(-rc));
+    return 0;
+}
 
-    if (cross_pool) {
-        /* A copy per snapshot, outside the database lock (as a clone's). */
-        db_unlock();
-        for (size_t i = 0; i < nsnaps; i++) {
-            char what[DS_NAME_BUF * 2];
-            snprintf(what, sizeof(what), "%s@%s", clone.name, snaps[i].name);
-            if (ds_copy_file_job(call, params, "promote", what, snaps[i].from, snaps[i].to, NULL) <
-                0) {
-                db_lock();
-                rc = -1;
-                goto out; /* the error is set; copies made so far go below */
-            }
-            snaps[i].moved = true;
-        }
-        db_lock();
-    }
+/* DB locked (released during the job): a backend with a flatten op
+ * copies the origin's data into the clone, then the clone's origin is
+ * cleared. Nothing here touches other shares' names: a plain transaction
+ * after the job, no rename hooks to update, no snapshot moved (so the
+ * caller's exit has nothing to undo). 0 or the call's error. */
+static int promote_flatten(struct promote *p)
+{
+    struct cfg_tx tx;
+    int rc;
 
+    db_unlock();
+    rc = ds_flatten_job(p->call, p->params, &p->cpool, p->clone.name);
+    db_lock();
+    if (rc < 0)
+        return -1; /* the error is set */
     rc = cfg_tx_begin(&tx);
-    if (rc < 0) {
-        rc = api_error(call, -rc, "Failed to promote dataset: cannot promote '%s': %s", id,
-                       strerror(-rc));
-        goto out;
+    if (rc == 0) {
+        rc = exec_ids("UPDATE datasets SET origin_id = NULL WHERE id = ?1", p->clone.id, 0, 0);
+        cfg_tx_changed(&tx, CFG_DATASET, p->clone.id, CFG_UPDATED);
+        if (rc == 0)
+            rc = cfg_tx_commit(&tx);
+        else
+            cfg_tx_abort(&tx);
     }
-    cfg_tx_changed(&tx, CFG_DATASET, clone.id, CFG_UPDATED);
-    cfg_tx_changed(&tx, CFG_DATASET, origin.id, CFG_UPDATED);
-    rc = exec_ids("UPDATE snapshots SET dataset_id = ?1 WHERE dataset_id = ?2 AND id <= ?3",
-                  clone.id, origin.id, osnap.id);
-    /* C takes over O's origin; O becomes a clone of C@s. (Binding an
-     * index a statement does not have is a harmless SQLITE_RANGE.) */
+    if (rc < 0)
+        return promote_fail(p, -rc,
+                            "the clone is flattened but its origin could not be cleared: %s",
+                            strerror(-rc));
+    log_info("datasets: promoted %s (flattened: no longer a clone of %s; peer %s)", p->id,
+             p->origin_full, api_call_peer(p->call));
+    return 0;
+}
+
+/* DB locked: nothing in the clone's way, neither a snapshot of the same
+ * name nor a file where a moved snapshot's goes; fills each snapshot's
+ * from/to paths. 0 or the call's error. */
+static int promote_check_room(struct promote *p)
+{
+    struct ds_snap other;
+    struct stat st;
+    int rc;
+
+    for (size_t i = 0; i < p->nsnaps; i++) {
+        if (ds_snapshot_get(p->clone.name, p->snaps[i].name, &other) == 0)
+            return promote_fail(p, EEXIST,
+                                "snapshot name '%s' from origin conflicts with '%s@%s' from target",
+                                p->snaps[i].name, p->clone.name, p->snaps[i].name);
+    }
+    for (size_t i = 0; i < p->nsnaps; i++) {
+        struct promote_snap *s = &p->snaps[i];
+        rc = ds_path(&p->opool, p->origin.name, s->name, s->from, sizeof(s->from));
+        if (rc == 0)
+            rc = ds_path(&p->cpool, p->clone.name, s->name, s->to, sizeof(s->to));
+        if (rc < 0)
+            return promote_fail(p, -rc, "%s", strerror(-rc));
+        if (poolfs_stat(s->to, &st) == 0)
+            return promote_fail(p, EEXIST, "a file named %s is in the way", s->to);
+    }
+    return 0;
+}
+
+/* DB locked (released during the copies, as a clone's): across pools the
+ * snapshot files are copied, a job each; the copies made are marked
+ * moved so that a failure removes them. 0 or -1 (the error is set). */
+static int promote_copy(struct promote *p)
+{
+    int rc = 0;
+
+    db_unlock();
+    for (size_t i = 0; i < p->nsnaps; i++) {
+        char what[DS_NAME_BUF * 2];
+        snprintf(what, sizeof(what), "%s@%s", p->clone.name, p->snaps[i].name);
+        if (ds_copy_file_job(p->call, p->params, "promote", what, p->snaps[i].from, p->snaps[i].to,
+                             NULL) < 0) {
+            rc = -1;
+            break;
+        }
+        p->snaps[i].moved = true;
+    }
+    db_lock();
+    return rc;
+}
+
+/* Inside the transaction: the snapshot rows move to the clone, C takes
+ * over O's origin, O becomes a clone of C@s, and shares of the moved
+ * snapshots follow their new names. (Binding an index a statement does
+ * not have is a harmless SQLITE_RANGE.) 0 or -errno. */
+static int promote_move_rows(struct promote *p)
+{
+    int rc = exec_ids("UPDATE snapshots SET dataset_id = ?1 WHERE dataset_id = ?2 AND id <= ?3",
+                      p->clone.id, p->origin.id, p->osnap.id);
+
     if (rc == 0)
-        rc = exec_ids(origin.origin_id ? "UPDATE datasets SET origin_id = ?2 WHERE id = ?1"
-                                       : "UPDATE datasets SET origin_id = NULL WHERE id = ?1",
-                      clone.id, origin.origin_id, 0);
+        rc = exec_ids(p->origin.origin_id ? "UPDATE datasets SET origin_id = ?2 WHERE id = ?1"
+                                          : "UPDATE datasets SET origin_id = NULL WHERE id = ?1",
+                      p->clone.id, p->origin.origin_id, 0);
     if (rc == 0)
-        rc = exec_ids("UPDATE datasets SET origin_id = ?2 WHERE id = ?1", origin.id, osnap.id, 0);
-    for (size_t i = 0; rc == 0 && i < nsnaps; i++) {
+        rc = exec_ids("UPDATE datasets SET origin_id = ?2 WHERE id = ?1", p->origin.id, p->osnap.id,
+                      0);
+    for (size_t i = 0; rc == 0 && i < p->nsnaps; i++) {
         char o[DS_NAME_BUF * 2], n[DS_NAME_BUF * 2];
-        snprintf(o, sizeof(o), "%s@%s", origin.name, snaps[i].name);
-        snprintf(n, sizeof(n), "%s@%s", clone.name, snaps[i].name);
+        snprintf(o, sizeof(o), "%s@%s", p->origin.name, p->snaps[i].name);
+        snprintf(n, sizeof(n), "%s@%s", p->clone.name, p->snaps[i].name);
         rc = ds_rename_hooks_update(o, n, false);
     }
-    for (size_t i = 0; rc == 0 && !cross_pool && i < nsnaps; i++) {
-        /* poolfs: confined to the pool, no symlink followed; the target's
-         * absence was checked above under ds_ops_lock */
-        rc = poolfs_rename(snaps[i].from, snaps[i].to, RENAME_NOREPLACE);
+    return rc;
+}
+
+/* Inside the transaction, within one pool: the snapshot files are
+ * renamed (poolfs: confined to the pool, no symlink followed; the
+ * target's absence was checked under ds_ops_lock). 0 or -errno. */
+static int promote_rename_files(struct promote *p)
+{
+    int rc = 0;
+
+    for (size_t i = 0; rc == 0 && !p->cross_pool && i < p->nsnaps; i++) {
+        struct promote_snap *s = &p->snaps[i];
+        rc = poolfs_rename(s->from, s->to, RENAME_NOREPLACE);
         if (rc == -EINVAL)
-            rc = poolfs_rename(snaps[i].from, snaps[i].to, 0);
-        if (rc < 0) {
-            log_error("datasets: promote %s: rename %s to %s: %s", id, snaps[i].from, snaps[i].to,
+            rc = poolfs_rename(s->from, s->to, 0);
+        if (rc < 0)
+            log_error("datasets: promote %s: rename %s to %s: %s", p->id, s->from, s->to,
                       strerror(-rc));
-        } else {
-            snaps[i].moved = true;
-        }
+        else
+            s->moved = true;
     }
+    return rc;
+}
+
+/* DB locked: the one transaction of a moving promote. The cache follows
+ * before the commit publishes (front-ends reopen exports by their new
+ * names) and is put back if the commit fails. 0 or the call's error. */
+static int promote_commit(struct promote *p)
+{
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+
+    if (rc < 0)
+        return promote_fail(p, -rc, "%s", strerror(-rc));
+    cfg_tx_changed(&tx, CFG_DATASET, p->clone.id, CFG_UPDATED);
+    cfg_tx_changed(&tx, CFG_DATASET, p->origin.id, CFG_UPDATED);
+    rc = promote_move_rows(p);
+    if (rc == 0)
+        rc = promote_rename_files(p);
     if (rc == 0) {
-        /* the cache follows before the commit publishes (front-ends
-         * reopen exports by their new names); undone if it fails */
-        promote_cache_rename(&origin, &clone, snaps, nsnaps, false);
+        promote_cache_rename(&p->origin, &p->clone, p->snaps, p->nsnaps, false);
         rc = cfg_tx_commit(&tx);
         if (rc < 0)
-            promote_cache_rename(&origin, &clone, snaps, nsnaps, true);
+            promote_cache_rename(&p->origin, &p->clone, p->snaps, p->nsnaps, true);
     } else {
         cfg_tx_abort(&tx);
     }
-    if (rc < 0) {
-        char msg[256];
-        snprintf(msg, sizeof(msg), "%s", strerror(-rc));
-        rc = api_error(call, -rc, "Failed to promote dataset: cannot promote '%s': %s", id, msg);
-        goto out;
+    if (rc < 0)
+        return promote_fail(p, -rc, "%s", strerror(-rc));
+    p->committed = true;
+    return 0;
+}
+
+/* DB locked: the snapshots move with their files (renamed in one pool,
+ * copied across pools). 0 or the call's error. */
+static int promote_move(struct promote *p)
+{
+    int rc = promote_check_room(p);
+
+    if (rc < 0)
+        return rc;
+    p->cross_pool = p->cpool.id != p->opool.id;
+    if (p->cross_pool && promote_copy(p) < 0)
+        return -1; /* the error is set; copies made so far are removed by the caller */
+    return promote_commit(p);
+}
+
+/* After a commit: durable renames; a cross-pool promote's originals go. */
+static void promote_settle(struct promote *p)
+{
+    for (size_t i = 0; i < p->nsnaps; i++) {
+        int urc = p->cross_pool ? poolfs_unlink(p->snaps[i].from) : 0;
+        if (urc < 0 && urc != -ENOENT)
+            log_error("datasets: unlink %s: %s", p->snaps[i].from, strerror(-urc));
     }
-    committed = true;
-    rc = 0;
-out:
+    for (int k = 0; p->nsnaps && k < 2; k++) {
+        const char *path = k ? p->snaps[0].from : p->snaps[0].to;
+        int frc = poolfs_fsync_parent(path);
+        if (frc < 0)
+            log_error("datasets: fsync the directory of %s: %s", path, strerror(-frc));
+    }
+    log_info("datasets: promoted %s (was a clone of %s; %zu snapshot(s) moved from %s%s; "
+             "peer %s)",
+             p->id, p->origin_full, p->nsnaps, p->origin.name, p->cross_pool ? " by copy" : "",
+             api_call_peer(p->call));
+}
+
+/* Without a commit: renamed files go back, copies are removed. */
+static void promote_undo(struct promote *p)
+{
+    for (size_t i = p->nsnaps; i-- > 0;) {
+        struct promote_snap *s = &p->snaps[i];
+        if (!s->moved)
+            continue;
+        int urc = p->cross_pool ? poolfs_unlink(s->to) : poolfs_rename(s->to, s->from, 0);
+        if (urc < 0)
+            log_error("datasets: promote %s: cannot undo %s: %s", p->id, s->to, strerror(-urc));
+    }
+}
+
+/* pool.dataset.promote: load and check under the rename-hook, ops and DB
+ * locks, then flatten (backends that can) or move the snapshots in one
+ * transaction; one exit settles or undoes the files and drops the
+ * locks. */
+static int m_dataset_promote(struct api_call *call, json_t *params, json_t **result)
+{
+    struct promote p = {.call = call, .params = params};
+    int rc;
+
+    p.id = json_string_value(api_param(params, 0)); /* promote_id_check */
+    ds_rename_hooks_lock();
+    ds_ops_lock();
+    db_lock();
+    rc = promote_load(&p);
+    if (rc == 0)
+        rc = ds_backend_of(&p.cpool)->flatten ? promote_flatten(&p) : promote_move(&p);
     db_unlock();
-    if (committed) {
-        /* Durable renames; a cross-pool promote's originals go now. */
-        for (size_t i = 0; i < nsnaps; i++) {
-            int urc = cross_pool ? poolfs_unlink(snaps[i].from) : 0;
-            if (urc < 0 && urc != -ENOENT)
-                log_error("datasets: unlink %s: %s", snaps[i].from, strerror(-urc));
-        }
-        for (int k = 0; nsnaps && k < 2; k++) {
-            int frc = poolfs_fsync_parent(k ? snaps[0].from : snaps[0].to);
-            if (frc < 0)
-                log_error("datasets: fsync the directory of %s: %s",
-                          k ? snaps[0].from : snaps[0].to, strerror(-frc));
-        }
-        log_info("datasets: promoted %s (was a clone of %s; %zu snapshot(s) moved from %s%s; "
-                 "peer %s)",
-                 id, origin_full, nsnaps, origin.name, cross_pool ? " by copy" : "",
-                 api_call_peer(call));
-    } else {
-        /* undo: renamed files go back, copies are removed */
-        for (size_t i = nsnaps; i-- > 0;) {
-            if (!snaps[i].moved)
-                continue;
-            int urc = cross_pool ? poolfs_unlink(snaps[i].to)
-                                 : poolfs_rename(snaps[i].to, snaps[i].from, 0);
-            if (urc < 0)
-                log_error("datasets: promote %s: cannot undo %s: %s", id, snaps[i].to,
-                          strerror(-urc));
-        }
-    }
+    if (p.committed)
+        promote_settle(&p);
+    else
+        promote_undo(&p);
     ds_ops_unlock();
-    ds_rename_hooks_applied(committed);
-    snaps_free(snaps, nsnaps);
+    ds_rename_hooks_applied(p.committed);
+    snaps_free(p.snaps, p.nsnaps);
     if (rc == 0)
         *result = json_null();
     return rc;
-#undef PROMOTE_FAIL
 }
 
 static const struct api_arg promote_args[] = {

@@ -519,90 +519,104 @@ static void check_acl(struct api_call *call, const char *method, json_t *data, c
         api_verr(call, field, EINVAL, "DISCARD aclmode may not be set for NFSv4 acl type");
 }
 
+/* Create only: share_type presets (not for a volume), no child under a
+ * read-only parent (TrueNAS), no encryption (blockd does not encrypt). */
+static void check_create_only(struct api_call *call, const char *method, json_t *data,
+                              enum ds_type type, const char *name)
+{
+    json_t *v = json_object_get(data, "share_type");
+    char field[128], parent[DS_NAME_BUF], *slash;
+    enum volume_sync ps;
+    bool pro;
+
+    if (type == DS_VOLUME && v && strcmp(json_string_value(v), "GENERIC") != 0) {
+        field_name(field, sizeof(field), method, "share_type");
+        api_verr(call, field, EINVAL, "This field is not valid for VOLUME");
+    } else {
+        share_presets(data);
+    }
+    ds_props_parent_effective(name, &ps, &pro);
+    snprintf(parent, sizeof(parent), "%s", name);
+    slash = strrchr(parent, '/');
+    if (slash)
+        *slash = '\0';
+    if (pro) {
+        field_name(field, sizeof(field), method, "readonly");
+        api_verr(call, field, EROFS, "Turn off readonly mode on %s to create %s", parent, name);
+    }
+    if (json_is_true(json_object_get(data, "encryption"))) {
+        field_name(field, sizeof(field), method, "encryption");
+        api_verr(call, field, ENOTSUP, "blockd does not encrypt datasets (use encryption: false)");
+    }
+}
+
+/* The value of property p (given as v) by its kind's rules; the schema
+ * checked enums and booleans already. */
+static void check_prop_value(struct api_call *call, const char *field, json_t *v,
+                             const struct propdef *p)
+{
+    const char *s = json_string_value(v);
+
+    switch (p->kind) {
+    case K_NULLSIZE:
+        if ((strcmp(p->zfs, "quota") == 0 || strcmp(p->zfs, "refquota") == 0) &&
+            json_is_integer(v) && json_integer_value(v) != 0 && json_integer_value(v) < QUOTA_MIN)
+            api_verr(call, field, EINVAL,
+                     "Input should be greater than or equal to 1073741824 (1 GiB), 0 or null");
+        break;
+    case K_RECSIZE:
+        if (strcmp(s, "INHERIT") != 0 && !ds_recordsize_parse(s))
+            api_verr(call, field, EINVAL, "'%s' is an invalid recordsize.", s);
+        break;
+    case K_INT:
+        check_int(call, field, v, p, 1, 3, "copies must be 1, 2 or 3");
+        break;
+    case K_PERCENT:
+        check_int(call, field, v, p, 0, 100, "Input should be between 0 and 100");
+        break;
+    case K_SSB:
+        check_int(call, field, v, p, 0, SSB_MAX, "This field must be from zero to 16M");
+        break;
+    case K_ENUM:
+    case K_BOOL:
+        break; /* the schema checked the value */
+    }
+}
+
+/* Property p given as v: valid for this type, settable now (create-only
+ * ones not on update), "INHERIT" only where it inherits, then its value. */
+static void check_prop(struct api_call *call, const char *method, json_t *v,
+                       const struct propdef *p, enum ds_type type, bool update)
+{
+    const char *s = json_string_value(v);
+    char field[128];
+
+    field_name(field, sizeof(field), method, p->api);
+    if (!(p->types & (1u << type))) {
+        api_verr(call, field, EINVAL, "This field is not valid for %s",
+                 type == DS_VOLUME ? "VOLUME" : "FILESYSTEM");
+        return;
+    }
+    if (update && p->create_only) {
+        api_verr(call, field, EINVAL, "Extra inputs are not permitted");
+        return;
+    }
+    if (s && strcmp(s, "INHERIT") == 0 && !p->inheritable && !p->create_only) {
+        api_verr(call, field, EINVAL, "%s is not inherited; give a value", p->api);
+        return;
+    }
+    check_prop_value(call, field, v, p);
+}
+
 int ds_props_check(struct api_call *call, const char *method, json_t *data, enum ds_type type,
                    const char *name, bool update)
 {
-    char field[128];
-    json_t *v;
-
-    if (!update) {
-        v = json_object_get(data, "share_type");
-        if (type == DS_VOLUME && v && strcmp(json_string_value(v), "GENERIC") != 0) {
-            field_name(field, sizeof(field), method, "share_type");
-            api_verr(call, field, EINVAL, "This field is not valid for VOLUME");
-        } else {
-            share_presets(data);
-        }
-        {
-            /* TrueNAS: a child of a read-only parent cannot be created */
-            enum volume_sync ps;
-            bool pro;
-            char parent[DS_NAME_BUF], *slash;
-
-            ds_props_parent_effective(name, &ps, &pro);
-            snprintf(parent, sizeof(parent), "%s", name);
-            slash = strrchr(parent, '/');
-            if (slash)
-                *slash = '\0';
-            if (pro) {
-                field_name(field, sizeof(field), method, "readonly");
-                api_verr(call, field, EROFS, "Turn off readonly mode on %s to create %s", parent,
-                         name);
-            }
-        }
-        if (json_is_true(json_object_get(data, "encryption"))) {
-            field_name(field, sizeof(field), method, "encryption");
-            api_verr(call, field, ENOTSUP,
-                     "blockd does not encrypt datasets (use encryption: false)");
-        }
-    }
+    if (!update)
+        check_create_only(call, method, data, type, name);
     for (size_t i = 0; i < NPROPS; i++) {
-        const struct propdef *p = &props[i];
-        const char *s;
-
-        v = json_object_get(data, p->api);
-        if (!v)
-            continue;
-        field_name(field, sizeof(field), method, p->api);
-        if (!(p->types & (1u << type))) {
-            api_verr(call, field, EINVAL, "This field is not valid for %s",
-                     type == DS_VOLUME ? "VOLUME" : "FILESYSTEM");
-            continue;
-        }
-        if (update && p->create_only) {
-            api_verr(call, field, EINVAL, "Extra inputs are not permitted");
-            continue;
-        }
-        s = json_string_value(v);
-        if (s && strcmp(s, "INHERIT") == 0 && !p->inheritable && !p->create_only) {
-            api_verr(call, field, EINVAL, "%s is not inherited; give a value", p->api);
-            continue;
-        }
-        switch (p->kind) {
-        case K_NULLSIZE:
-            if ((strcmp(p->zfs, "quota") == 0 || strcmp(p->zfs, "refquota") == 0) &&
-                json_is_integer(v) && json_integer_value(v) != 0 &&
-                json_integer_value(v) < QUOTA_MIN)
-                api_verr(call, field, EINVAL,
-                         "Input should be greater than or equal to 1073741824 (1 GiB), 0 or null");
-            break;
-        case K_RECSIZE:
-            if (strcmp(s, "INHERIT") != 0 && !ds_recordsize_parse(s))
-                api_verr(call, field, EINVAL, "'%s' is an invalid recordsize.", s);
-            break;
-        case K_INT:
-            check_int(call, field, v, p, 1, 3, "copies must be 1, 2 or 3");
-            break;
-        case K_PERCENT:
-            check_int(call, field, v, p, 0, 100, "Input should be between 0 and 100");
-            break;
-        case K_SSB:
-            check_int(call, field, v, p, 0, SSB_MAX, "This field must be from zero to 16M");
-            break;
-        case K_ENUM:
-        case K_BOOL:
-            break; /* the schema checked the value */
-        }
+        json_t *v = json_object_get(data, props[i].api);
+        if (v)
+            check_prop(call, method, v, &props[i], type, update);
     }
     if (type == DS_FILESYSTEM)
         check_acl(call, method, data, name, update);

@@ -228,6 +228,101 @@ void ds_rbd_status(int64_t pool_id, bool *online, char *why, size_t whylen, uint
     pthread_mutex_unlock(&rp_lock);
 }
 
+/* One pool's check, on copies taken under rp_lock. */
+struct pool_probe {
+    struct ds_rbd_spec spec;
+    struct rbd_cluster *c; /* own reference, or NULL */
+    char why[256], name[NAME_DATASET_MAX + 1];
+    uint64_t size, avail;
+    bool was_online;
+    int rc;
+};
+
+/* Copy what the check needs from pool id (and a reference to its
+ * cluster). False when the pool has gone meanwhile. */
+static bool probe_load(int64_t id, struct pool_probe *pr)
+{
+    struct rbd_pool *p;
+
+    pthread_mutex_lock(&rp_lock);
+    p = find_locked(id);
+    if (p) {
+        pr->spec = p->spec;
+        pr->was_online = p->online;
+        snprintf(pr->name, sizeof(pr->name), "%s", p->name);
+        if (p->c) {
+            pr->c = p->c;
+            rbd_cluster_ref(pr->c);
+        }
+    }
+    pthread_mutex_unlock(&rp_lock);
+    return p != NULL;
+}
+
+/* Unlocked (it may take the connect or op timeout): connect if needed,
+ * read the usage, and check the pool again when it was not online. */
+static void probe_run(struct pool_probe *pr)
+{
+    pr->rc = 0;
+    if (!pr->c)
+        pr->rc = connect_spec(&pr->spec, &pr->c, pr->why, sizeof(pr->why));
+    if (pr->rc == 0) {
+        cluster_usage(pr->c, &pr->size, &pr->avail, &pr->rc);
+        if (pr->rc < 0)
+            snprintf(pr->why, sizeof(pr->why), "the Ceph cluster does not answer: %s",
+                     strerror(-pr->rc));
+    }
+    if (pr->rc == 0 && !pr->was_online)
+        pr->rc = check_pool(pr->c, &pr->spec, false, pr->why, sizeof(pr->why));
+}
+
+/* Record the result in pool id if it is still there: a new connection
+ * goes to the pool (pr->c then NULL); a failed pool lets its connection
+ * go (returned, to be put unlocked), so the next attempt connects afresh
+ * and reads the conf again (monitors may have moved); open images keep
+ * their own references. */
+static struct rbd_cluster *probe_store(int64_t id, struct pool_probe *pr)
+{
+    struct rbd_cluster *stale = NULL;
+    struct rbd_pool *p;
+
+    pthread_mutex_lock(&rp_lock);
+    p = find_locked(id);
+    if (p) {
+        if (pr->rc == 0 && pr->c && !p->c) {
+            p->c = pr->c; /* our reference goes to the pool */
+            pr->c = NULL;
+        } else if (pr->rc < 0 && p->c) {
+            stale = p->c;
+            p->c = NULL;
+        }
+        p->online = pr->rc == 0;
+        if (pr->rc == 0) {
+            p->size = pr->size;
+            p->avail = pr->avail;
+        } else {
+            snprintf(p->why, sizeof(p->why), "%s", pr->why);
+        }
+    }
+    pthread_mutex_unlock(&rp_lock);
+    return stale;
+}
+
+/* A state change is logged (and a pool coming ONLINE announced). */
+static void probe_report(const struct pool_probe *pr)
+{
+    if (pr->rc == 0 && !pr->was_online) {
+        log_info("datasets: RBD pool %s (%s%s%s) is ONLINE", pr->name, pr->spec.pool,
+                 pr->spec.ns[0] ? "/" : "", pr->spec.ns);
+        /* Shares whose volumes could not be opened while the pool was
+         * down (at start-up: always) are opened now. */
+        ds_notify(DATASETS_POOL_ONLINE, pr->name, NULL);
+    } else if (pr->rc < 0 && pr->was_online)
+        log_error("datasets: RBD pool %s is UNAVAIL: %s", pr->name, pr->why);
+    else if (pr->rc < 0)
+        log_debug("datasets: RBD pool %s still UNAVAIL: %s", pr->name, pr->why);
+}
+
 /* One pass of the connector: connect what is not, check what is. Works
  * on copies unlocked: an attempt may take DS_RBD_CONNECT_TIMEOUT (a lost
  * cluster's stat up to RBD_CLUSTER_OP_TIMEOUT). */
@@ -241,76 +336,18 @@ static void connector_pass(void)
         ids[n++] = p->id;
     pthread_mutex_unlock(&rp_lock);
     for (size_t i = 0; i < n && !__atomic_load_n(&rp_stop, __ATOMIC_RELAXED); i++) {
-        struct ds_rbd_spec spec;
-        struct rbd_cluster *c = NULL;
-        char why[256] = "", name[NAME_DATASET_MAX + 1];
-        uint64_t size = 0, avail = 0;
-        bool was_online;
-        int rc;
+        struct pool_probe pr = {0};
+        struct rbd_cluster *stale;
 
-        pthread_mutex_lock(&rp_lock);
-        struct rbd_pool *p = find_locked(ids[i]);
-        if (!p) {
-            pthread_mutex_unlock(&rp_lock);
+        if (!probe_load(ids[i], &pr))
             continue;
-        }
-        spec = p->spec;
-        was_online = p->online;
-        snprintf(name, sizeof(name), "%s", p->name);
-        if (p->c) {
-            c = p->c;
-            rbd_cluster_ref(c);
-        }
-        pthread_mutex_unlock(&rp_lock);
-
-        rc = 0;
-        if (!c)
-            rc = connect_spec(&spec, &c, why, sizeof(why));
-        if (rc == 0) {
-            cluster_usage(c, &size, &avail, &rc);
-            if (rc < 0)
-                snprintf(why, sizeof(why), "the Ceph cluster does not answer: %s", strerror(-rc));
-        }
-        if (rc == 0 && !was_online)
-            rc = check_pool(c, &spec, false, why, sizeof(why));
-
-        struct rbd_cluster *stale = NULL;
-        pthread_mutex_lock(&rp_lock);
-        p = find_locked(ids[i]);
-        if (p) {
-            if (rc == 0 && c && !p->c) {
-                p->c = c; /* our reference goes to the pool */
-                c = NULL;
-            } else if (rc < 0 && p->c) {
-                /* Let go: the next attempt connects afresh and reads the
-                 * conf again (monitors may have moved). Open images keep
-                 * their own references. */
-                stale = p->c;
-                p->c = NULL;
-            }
-            p->online = rc == 0;
-            if (rc == 0) {
-                p->size = size;
-                p->avail = avail;
-            } else {
-                snprintf(p->why, sizeof(p->why), "%s", why);
-            }
-        }
-        pthread_mutex_unlock(&rp_lock);
-        if (c)
-            rbd_cluster_put(c);
+        probe_run(&pr);
+        stale = probe_store(ids[i], &pr);
+        if (pr.c)
+            rbd_cluster_put(pr.c);
         if (stale)
             rbd_cluster_put(stale);
-        if (rc == 0 && !was_online) {
-            log_info("datasets: RBD pool %s (%s%s%s) is ONLINE", name, spec.pool,
-                     spec.ns[0] ? "/" : "", spec.ns);
-            /* Shares whose volumes could not be opened while the pool was
-             * down (at start-up: always) are opened now. */
-            ds_notify(DATASETS_POOL_ONLINE, name, NULL);
-        } else if (rc < 0 && was_online)
-            log_error("datasets: RBD pool %s is UNAVAIL: %s", name, why);
-        else if (rc < 0)
-            log_debug("datasets: RBD pool %s still UNAVAIL: %s", name, why);
+        probe_report(&pr);
     }
 }
 

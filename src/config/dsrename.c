@@ -17,6 +17,7 @@
  * holding their own lock, so the order is safe.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,34 +248,42 @@ static void names_free(char **v, size_t n)
     free(v);
 }
 
-/*
- * Rename dataset old_name (no '@') to new_name. Locks: hooks, ds_ops and
- * db taken here. Errors are set on call (TrueNAS' CallError text: "Failed
- * to rename dataset: cannot rename 'a' to 'b': <why>").
- */
-static int rename_dataset(struct api_call *call, const char *old_name, const char *new_name,
-                          bool recursive)
-{
-    char why[256], oldpool[DS_NAME_BUF], newpool[DS_NAME_BUF], parent[DS_NAME_BUF];
-    char from[PATH_MAX], to[PATH_MAX];
-    struct ds_row row, prow;
+/* One dataset rename's state, shared by its steps. */
+struct ds_rename {
+    struct api_call *call;
+    const char *old_name, *new_name;
+    struct ds_row row;
     struct ds_pool pool;
-    struct moves moves = {0};
-    char **snaps = NULL;
-    struct ds_eff_change *changes = NULL;
-    size_t nsnaps = 0, nchanges = 0, olen = strlen(old_name);
-    bool committed = false;
-    struct cfg_tx tx;
-    int rc;
+    char **snaps; /* a volume's snapshot names (their files move too) */
+    size_t nsnaps;
+    struct ds_eff_change *changes; /* inherited sync/readonly the new parent changed */
+    size_t nchanges;
+    struct moves moves;
+    char to[PATH_MAX]; /* the last rename's target (for "in the way") */
+    bool committed;
+};
 
-#define RENAME_FAIL(err, ...)                                                                      \
-    do {                                                                                           \
-        char msg_[8192];                                                                           \
-        snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                                 \
-        rc = api_error(call, err, "Failed to rename dataset: cannot rename '%s' to '%s': %s",      \
-                       old_name, new_name, msg_);                                                  \
-        goto out;                                                                                  \
-    } while (0)
+/* Every refusal has zfs rename's shape: the call's error, returned. */
+static int rename_fail(struct ds_rename *r, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int rename_fail(struct ds_rename *r, int err, const char *fmt, ...)
+{
+    char msg[8192];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return api_error(r->call, err, "Failed to rename dataset: cannot rename '%s' to '%s': %s",
+                     r->old_name, r->new_name, msg);
+}
+
+/* What zfs rename refuses from the names alone (before any lock). 0 or
+ * the call's error. */
+static int rename_dataset_refuse(struct api_call *call, const char *old_name, const char *new_name,
+                                 bool recursive)
+{
+    char why[256];
 
     if (strchr(new_name, '@'))
         return api_error(call, EINVAL,
@@ -295,146 +304,223 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
         return api_error(call, EINVAL,
                          "Failed to rename dataset: cannot rename '%s' to '%s': invalid name: %s",
                          old_name, new_name, why);
+    return 0;
+}
 
-    ds_rename_hooks_lock();
-    ds_ops_lock();
-    db_lock();
-    rc = ds_dataset_get(old_name, &row);
-    if (rc == -ENOENT)
-        RENAME_FAIL(ENOENT, "dataset does not exist");
-    if (rc < 0)
-        RENAME_FAIL(-rc, "%s", strerror(-rc));
-    if (strcmp(old_name, new_name) == 0) {
-        rc = 0; /* as zfs rename: nothing to do */
-        goto out;
-    }
-    ds_pool_of(old_name, oldpool, sizeof(oldpool));
-    ds_pool_of(new_name, newpool, sizeof(newpool));
+/* DB locked: the new name's side — same pool, not below the dataset
+ * itself, free, under an existing parent that is not a volume. 0 or the
+ * call's error. */
+static int rename_dataset_check_target(struct ds_rename *r)
+{
+    char oldpool[DS_NAME_BUF], newpool[DS_NAME_BUF], parent[DS_NAME_BUF];
+    size_t olen = strlen(r->old_name);
+    struct ds_row prow;
+    int rc;
+
+    ds_pool_of(r->old_name, oldpool, sizeof(oldpool));
+    ds_pool_of(r->new_name, newpool, sizeof(newpool));
     if (strcmp(oldpool, newpool) != 0)
-        RENAME_FAIL(EXDEV, "datasets must be within same pool");
-    if (strncmp(new_name, old_name, olen) == 0 && new_name[olen] == '/')
-        RENAME_FAIL(EINVAL, "New dataset name cannot be a descendant of current dataset name");
-    rc = ds_dataset_get(new_name, &prow);
+        return rename_fail(r, EXDEV, "datasets must be within same pool");
+    if (strncmp(r->new_name, r->old_name, olen) == 0 && r->new_name[olen] == '/')
+        return rename_fail(r, EINVAL,
+                           "New dataset name cannot be a descendant of current dataset name");
+    rc = ds_dataset_get(r->new_name, &prow);
     if (rc == 0)
-        RENAME_FAIL(EEXIST, "dataset already exists");
+        return rename_fail(r, EEXIST, "dataset already exists");
     if (rc != -ENOENT)
-        RENAME_FAIL(-rc, "%s", strerror(-rc));
-    if (!parent_of(new_name, parent, sizeof(parent)))
-        RENAME_FAIL(EINVAL, "must be POOL/NAME");
+        return rename_fail(r, -rc, "%s", strerror(-rc));
+    if (!parent_of(r->new_name, parent, sizeof(parent)))
+        return rename_fail(r, EINVAL, "must be POOL/NAME");
     rc = ds_dataset_get(parent, &prow);
     if (rc == -ENOENT)
-        RENAME_FAIL(ENOENT, "parent does not exist");
+        return rename_fail(r, ENOENT, "parent does not exist");
     if (rc < 0)
-        RENAME_FAIL(-rc, "%s", strerror(-rc));
+        return rename_fail(r, -rc, "%s", strerror(-rc));
     if (prow.type == DS_VOLUME)
-        RENAME_FAIL(ENOTDIR, "parent %s is a volume and cannot have children", parent);
-    rc = ds_pool_get(oldpool, &pool);
+        return rename_fail(r, ENOTDIR, "parent %s is a volume and cannot have children", parent);
+    rc = ds_pool_get(oldpool, &r->pool);
     if (rc < 0)
-        RENAME_FAIL(-rc, "cannot read pool %s: %s", oldpool, strerror(-rc));
-    if (row.type == DS_VOLUME && (rc = snapshot_names(row.id, &snaps, &nsnaps)) < 0)
-        RENAME_FAIL(-rc, "cannot list snapshots: %s", strerror(-rc));
+        return rename_fail(r, -rc, "cannot read pool %s: %s", oldpool, strerror(-rc));
+    return 0;
+}
 
-    rc = cfg_tx_begin(&tx);
+/* DB locked: the dataset, the target checks and a volume's snapshots.
+ * 1 when the name does not change (as zfs rename: nothing to do), 0 to
+ * go on, or the call's error. */
+static int rename_dataset_load(struct ds_rename *r)
+{
+    int rc = ds_dataset_get(r->old_name, &r->row);
+
+    if (rc == -ENOENT)
+        return rename_fail(r, ENOENT, "dataset does not exist");
     if (rc < 0)
-        RENAME_FAIL(-rc, "%s", strerror(-rc));
-    cfg_tx_changed(&tx, CFG_DATASET, row.id, CFG_UPDATED);
-    /* the dataset and everything below it; snapshot rows follow through
-     * their dataset_id */
-    rc = exec_text_int("UPDATE datasets SET name = ?2 || substr(name, length(?1) + 1)"
-                       " WHERE name = ?1 OR substr(name, 1, length(?1) + 1) = ?1 || '/'",
-                       old_name, new_name, 0);
-    /* a new parent: inherited sync/readonly come from it now (ZFS) */
-    if (rc == 0)
-        rc = ds_props_recompute(new_name, &changes, &nchanges);
-    if (rc == 0)
-        rc = ds_rename_hooks_update(old_name, new_name, true);
-    /* files last, still inside the transaction: undone if it fails */
-    if (rc == 0 && ds_backend_of(&pool)->volume_rename) {
-        /* Backends that keep volumes by name (RBD: "a%b%vol"): rename the
-         * image of every volume now under new_name; snapshots go with
-         * their image. */
-        sqlite3_stmt *vs;
+        return rename_fail(r, -rc, "%s", strerror(-rc));
+    if (strcmp(r->old_name, r->new_name) == 0)
+        return 1;
+    rc = rename_dataset_check_target(r);
+    if (rc < 0)
+        return rc;
+    if (r->row.type == DS_VOLUME && (rc = snapshot_names(r->row.id, &r->snaps, &r->nsnaps)) < 0)
+        return rename_fail(r, -rc, "cannot list snapshots: %s", strerror(-rc));
+    return 0;
+}
 
-        rc = db_stmt("SELECT name FROM datasets WHERE (name = ?1 OR"
+/* Backends that keep volumes by name (RBD: "a%b%vol"): the image of every
+ * volume now under new_name is renamed; snapshots go with their image.
+ * Inside the transaction (the rows are renamed already). 0 or -errno. */
+static int rename_dataset_images(struct ds_rename *r)
+{
+    sqlite3_stmt *vs;
+    int rc = db_stmt("SELECT name FROM datasets WHERE (name = ?1 OR"
                      " substr(name, 1, length(?1) + 1) = ?1 || '/') AND type = 'VOLUME'"
                      " AND backend <> 'memory'",
                      &vs);
-        if (rc == 0) {
-            sqlite3_bind_text(vs, 1, new_name, -1, SQLITE_STATIC);
-            while (rc == 0 && sqlite3_step(vs) == SQLITE_ROW) {
-                const char *nv = (const char *)sqlite3_column_text(vs, 0);
-                char ov[DS_NAME_BUF * 2];
 
-                snprintf(ov, sizeof(ov), "%s%s", old_name, nv + strlen(new_name));
-                snprintf(to, sizeof(to), "%s", nv);
-                rc = moves_backend(&moves, &pool, NULL, ov, nv);
-            }
-            db_stmt_done(vs);
-        }
-    } else if (rc == 0 && !row.memory) {
-        rc = ds_path(&pool, old_name, NULL, from, sizeof(from));
-        if (rc == 0)
-            rc = ds_path(&pool, new_name, NULL, to, sizeof(to));
-        if (rc == 0)
-            rc = moves_do(&moves, from, to);
-        for (size_t i = 0; rc == 0 && i < nsnaps; i++) {
-            rc = ds_path(&pool, old_name, snaps[i], from, sizeof(from));
-            if (rc == 0)
-                rc = ds_path(&pool, new_name, snaps[i], to, sizeof(to));
-            if (rc == 0)
-                rc = moves_do(&moves, from, to);
-        }
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(vs, 1, r->new_name, -1, SQLITE_STATIC);
+    while (rc == 0 && sqlite3_step(vs) == SQLITE_ROW) {
+        const char *nv = (const char *)sqlite3_column_text(vs, 0);
+        char ov[DS_NAME_BUF * 2];
+
+        snprintf(ov, sizeof(ov), "%s%s", r->old_name, nv + strlen(r->new_name));
+        snprintf(r->to, sizeof(r->to), "%s", nv);
+        rc = moves_backend(&r->moves, &r->pool, NULL, ov, nv);
     }
+    db_stmt_done(vs);
+    return rc;
+}
+
+/* File backends: the dataset's file or directory, and a volume's
+ * snapshot files, are renamed. 0 or -errno. */
+static int rename_dataset_files(struct ds_rename *r)
+{
+    char from[PATH_MAX];
+    int rc = ds_path(&r->pool, r->old_name, NULL, from, sizeof(from));
+
+    if (rc == 0)
+        rc = ds_path(&r->pool, r->new_name, NULL, r->to, sizeof(r->to));
+    if (rc == 0)
+        rc = moves_do(&r->moves, from, r->to);
+    for (size_t i = 0; rc == 0 && i < r->nsnaps; i++) {
+        rc = ds_path(&r->pool, r->old_name, r->snaps[i], from, sizeof(from));
+        if (rc == 0)
+            rc = ds_path(&r->pool, r->new_name, r->snaps[i], r->to, sizeof(r->to));
+        if (rc == 0)
+            rc = moves_do(&r->moves, from, r->to);
+    }
+    return rc;
+}
+
+/* Inside the transaction: the dataset and everything below it (snapshot
+ * rows follow through their dataset_id); a new parent: inherited
+ * sync/readonly come from it now (ZFS); the front-ends' rows; storage
+ * last, undone if anything fails. 0 or -errno. */
+static int rename_dataset_apply(struct ds_rename *r)
+{
+    int rc = exec_text_int("UPDATE datasets SET name = ?2 || substr(name, length(?1) + 1)"
+                           " WHERE name = ?1 OR substr(name, 1, length(?1) + 1) = ?1 || '/'",
+                           r->old_name, r->new_name, 0);
+
+    if (rc == 0)
+        rc = ds_props_recompute(r->new_name, &r->changes, &r->nchanges);
+    if (rc == 0)
+        rc = ds_rename_hooks_update(r->old_name, r->new_name, true);
+    if (rc < 0)
+        return rc;
+    if (ds_backend_of(&r->pool)->volume_rename)
+        return rename_dataset_images(r);
+    if (!r->row.memory)
+        return rename_dataset_files(r);
+    return 0;
+}
+
+/* DB locked: the one transaction. The open-volume cache is re-keyed
+ * still under db_lock (an opener of the new name waits for this) and
+ * before the commit, whose publishers reopen exports by their new names
+ * and must find the open volumes; undone if the commit fails. 0 or the
+ * call's error. */
+static int rename_dataset_commit(struct ds_rename *r)
+{
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+
+    if (rc < 0)
+        return rename_fail(r, -rc, "%s", strerror(-rc));
+    cfg_tx_changed(&tx, CFG_DATASET, r->row.id, CFG_UPDATED);
+    rc = rename_dataset_apply(r);
     if (rc == 0) {
-        /* still under db_lock: an opener of the new name waits for this;
-         * before the commit, whose publishers reopen exports by their new
-         * names and must find the open volumes (undone if it fails) */
-        ds_cache_rename(old_name, new_name, true);
+        ds_cache_rename(r->old_name, r->new_name, true);
         rc = cfg_tx_commit(&tx);
         if (rc < 0)
-            ds_cache_rename(new_name, old_name, true);
+            ds_cache_rename(r->new_name, r->old_name, true);
     } else {
         cfg_tx_abort(&tx);
     }
-    moves_end(&moves, rc < 0);
-    if (rc < 0) {
-        if (rc == -EEXIST)
-            RENAME_FAIL(EEXIST, "a file named %s is in the way", to);
-        RENAME_FAIL(-rc, "%s", strerror(-rc));
-    }
-    committed = true;
-    for (size_t i = 0; i < nchanges; i++) {
-        struct volume *v = ds_cache_peek(changes[i].name);
+    moves_end(&r->moves, rc < 0);
+    if (rc == -EEXIST)
+        return rename_fail(r, EEXIST, "a file named %s is in the way", r->to);
+    if (rc < 0)
+        return rename_fail(r, -rc, "%s", strerror(-rc));
+    r->committed = true;
+    return 0;
+}
 
-        if (!v)
-            continue;
-        if (changes[i].sync_changed)
-            volume_set_sync(v, changes[i].sync);
-        if (changes[i].readonly_changed)
-            volume_set_readonly(v, changes[i].readonly);
-        volume_unref(v);
-    }
-    log_info("datasets: renamed %s %s to %s (%zu snapshot(s) moved along; peer %s)",
-             row.type == DS_VOLUME ? "volume" : "filesystem", old_name, new_name, nsnaps,
-             api_call_peer(call));
-    rc = 0;
-out:
-    db_unlock();
-    ds_ops_unlock();
-    ds_rename_hooks_applied(committed);
-    /* front-ends re-read WCE and read-only of the volumes whose inherited
-     * values the new parent changed */
-    for (size_t i = 0; committed && i < nchanges; i++) {
-        struct volume *v = ds_cache_peek(changes[i].name);
+/* After the commit, still locked: the open volumes whose inherited values
+ * the new parent changed get them (notify: the observers, unlocked). */
+static void rename_dataset_changes(const struct ds_rename *r, bool notify)
+{
+    for (size_t i = 0; i < r->nchanges; i++) {
+        struct volume *v = ds_cache_peek(r->changes[i].name);
 
-        ds_notify(DATASETS_PROPERTY_CHANGED, changes[i].name, v);
+        if (notify) {
+            ds_notify(DATASETS_PROPERTY_CHANGED, r->changes[i].name, v);
+        } else if (v) {
+            if (r->changes[i].sync_changed)
+                volume_set_sync(v, r->changes[i].sync);
+            if (r->changes[i].readonly_changed)
+                volume_set_readonly(v, r->changes[i].readonly);
+        }
         if (v)
             volume_unref(v);
     }
-    free(changes);
-    names_free(snaps, nsnaps);
-    return rc;
-#undef RENAME_FAIL
+}
+
+/*
+ * Rename dataset old_name (no '@') to new_name. Locks: hooks, ds_ops and
+ * db taken here. Errors are set on call (TrueNAS' CallError text: "Failed
+ * to rename dataset: cannot rename 'a' to 'b': <why>").
+ */
+static int rename_dataset(struct api_call *call, const char *old_name, const char *new_name,
+                          bool recursive)
+{
+    struct ds_rename r = {.call = call, .old_name = old_name, .new_name = new_name};
+    int rc = rename_dataset_refuse(call, old_name, new_name, recursive);
+
+    if (rc < 0)
+        return rc;
+    ds_rename_hooks_lock();
+    ds_ops_lock();
+    db_lock();
+    rc = rename_dataset_load(&r);
+    if (rc == 0)
+        rc = rename_dataset_commit(&r);
+    if (r.committed) {
+        rename_dataset_changes(&r, false);
+        log_info("datasets: renamed %s %s to %s (%zu snapshot(s) moved along; peer %s)",
+                 r.row.type == DS_VOLUME ? "volume" : "filesystem", old_name, new_name, r.nsnaps,
+                 api_call_peer(call));
+    }
+    db_unlock();
+    ds_ops_unlock();
+    ds_rename_hooks_applied(r.committed);
+    /* front-ends re-read WCE and read-only of the volumes whose inherited
+     * values the new parent changed */
+    if (r.committed)
+        rename_dataset_changes(&r, true);
+    free(r.changes);
+    names_free(r.snaps, r.nsnaps);
+    return rc > 0 ? 0 : rc;
 }
 
 /* One snapshot a rename moves: its row, its dataset and files. */
@@ -456,6 +542,199 @@ static void snaps_cache_rename(const struct snap_move *list, size_t n, const cha
     }
 }
 
+/* One snapshot rename's state, shared by its steps. */
+struct snap_rename {
+    struct api_call *call;
+    const char *old_full, *oldsnap, *newsnap;
+    bool recursive;
+    char dataset[DS_NAME_BUF], newfull[DS_NAME_BUF * 2];
+    struct ds_pool pool;
+    struct snap_move *list; /* the snapshots that move */
+    size_t n;
+    struct moves moves;
+    bool committed;
+};
+
+static int snap_rename_fail(struct snap_rename *r, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int snap_rename_fail(struct snap_rename *r, int err, const char *fmt, ...)
+{
+    char msg[8192];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return api_error(r->call, err, "Failed to rename snapshot: cannot rename '%s' to '%s': %s",
+                     r->old_full, r->newfull, msg);
+}
+
+/* The names, before any lock: new_name may be "pool/vol@b", "@b" or "b"
+ * and must stay on the same dataset. 0 or the call's error. */
+static int snap_rename_names(struct snap_rename *r, const char *new_name)
+{
+    const char *at = strchr(r->old_full, '@'), *nat = strchr(new_name, '@');
+    char why[256];
+
+    snprintf(r->dataset, sizeof(r->dataset), "%.*s", (int)(at - r->old_full), r->old_full);
+    r->oldsnap = at + 1;
+    if (!nat)
+        snprintf(r->newfull, sizeof(r->newfull), "%s@%s", r->dataset, new_name);
+    else if (nat == new_name)
+        snprintf(r->newfull, sizeof(r->newfull), "%s%s", r->dataset, new_name);
+    else
+        snprintf(r->newfull, sizeof(r->newfull), "%s", new_name);
+    if (name_check_dataset(r->old_full, true, why, sizeof(why)) < 0)
+        return api_error(r->call, EINVAL, "Failed to rename snapshot: %s: %s", r->old_full, why);
+    if (name_check_dataset(r->newfull, true, why, sizeof(why)) < 0)
+        return api_error(r->call, EINVAL, "Failed to rename snapshot: %s: %s", r->newfull, why);
+    nat = strchr(r->newfull, '@');
+    r->newsnap = nat + 1;
+    if ((size_t)(nat - r->newfull) != strlen(r->dataset) ||
+        strncmp(r->newfull, r->dataset, strlen(r->dataset)))
+        return api_error(r->call, EINVAL,
+                         "Failed to rename snapshot: cannot rename '%s' to '%s': snapshots must "
+                         "be part of same dataset",
+                         r->old_full, r->newfull);
+    return 0;
+}
+
+/* DB locked: the snapshots to rename, the named one and with recursive
+ * the one of the same name of every descendant. 0 or the call's error. */
+static int snap_rename_list(struct snap_rename *r)
+{
+    sqlite3_stmt *st;
+    int rc =
+        db_stmt(r->recursive ? "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
+                               " s.dataset_id WHERE s.name = ?2 AND (d.name = ?1 OR"
+                               " substr(d.name, 1, length(?1) + 1) = ?1 || '/') ORDER BY d.name"
+                             : "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
+                               " s.dataset_id WHERE s.name = ?2 AND d.name = ?1",
+                &st);
+
+    if (rc < 0)
+        return snap_rename_fail(r, -rc, "%s", strerror(-rc));
+    sqlite3_bind_text(st, 1, r->dataset, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, r->oldsnap, -1, SQLITE_STATIC);
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        struct snap_move *grown = realloc(r->list, (r->n + 1) * sizeof(*r->list));
+        if (!grown) {
+            rc = -ENOMEM;
+            break;
+        }
+        r->list = grown;
+        r->list[r->n].id = sqlite3_column_int64(st, 0);
+        r->list[r->n].dataset = strdup((const char *)sqlite3_column_text(st, 1));
+        if (!r->list[r->n].dataset)
+            rc = -ENOMEM;
+        else
+            r->n++;
+    }
+    db_stmt_done(st);
+    return rc < 0 ? snap_rename_fail(r, ENOMEM, "out of memory") : 0;
+}
+
+/* DB locked: the snapshot exists (on the dataset itself), no dataset
+ * that moves one has the new name yet, the pool is there. 0 or the
+ * call's error. */
+static int snap_rename_check(struct snap_rename *r)
+{
+    char poolname[DS_NAME_BUF];
+    struct ds_snap s;
+    int rc;
+
+    if (r->n == 0 || (!r->recursive && strcmp(r->list[0].dataset, r->dataset) != 0))
+        return snap_rename_fail(r, ENOENT, "dataset does not exist");
+    for (size_t i = 0; i < r->n; i++) {
+        if (ds_snapshot_get(r->list[i].dataset, r->newsnap, &s) == 0) {
+            if (strcmp(r->list[i].dataset, r->dataset) == 0)
+                return snap_rename_fail(r, EEXIST, "dataset already exists");
+            return snap_rename_fail(
+                r, EEXIST, "a child dataset already has a snapshot with the new name (%s@%s)",
+                r->list[i].dataset, r->newsnap);
+        }
+    }
+    ds_pool_of(r->dataset, poolname, sizeof(poolname));
+    rc = ds_pool_get(poolname, &r->pool);
+    if (rc < 0)
+        return snap_rename_fail(r, -rc, "cannot read pool %s: %s", poolname, strerror(-rc));
+    return 0;
+}
+
+/* Inside the transaction: snapshot i's row, the front-ends' rows, and its
+ * storage (through the backend, or its file). 0 or -errno. */
+static int snap_rename_one(struct snap_rename *r, size_t i)
+{
+    const struct snap_move *m = &r->list[i];
+    char o[DS_NAME_BUF * 2], nn[DS_NAME_BUF * 2], from[PATH_MAX], to[PATH_MAX];
+    int rc = exec_text_int("UPDATE snapshots SET name = ?2 WHERE id = ?3", NULL, r->newsnap, m->id);
+
+    snprintf(o, sizeof(o), "%s@%s", m->dataset, r->oldsnap);
+    snprintf(nn, sizeof(nn), "%s@%s", m->dataset, r->newsnap);
+    if (rc == 0)
+        rc = ds_rename_hooks_update(o, nn, false);
+    if (rc == 0 && ds_backend_of(&r->pool)->snapshot_rename)
+        return moves_backend(&r->moves, &r->pool, m->dataset, r->oldsnap, r->newsnap);
+    if (rc == 0)
+        rc = ds_path(&r->pool, m->dataset, r->oldsnap, from, sizeof(from));
+    if (rc == 0)
+        rc = ds_path(&r->pool, m->dataset, r->newsnap, to, sizeof(to));
+    if (rc == 0)
+        rc = moves_do(&r->moves, from, to);
+    return rc;
+}
+
+/* DB locked: the one transaction; the cache follows before the commit
+ * publishes (as a dataset rename's) and back if it fails. 0 or the
+ * call's error. */
+static int snap_rename_commit(struct snap_rename *r)
+{
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+
+    if (rc < 0)
+        return snap_rename_fail(r, -rc, "%s", strerror(-rc));
+    for (size_t i = 0; rc == 0 && i < r->n; i++) {
+        cfg_tx_changed(&tx, CFG_SNAPSHOT, r->list[i].id, CFG_UPDATED);
+        rc = snap_rename_one(r, i);
+    }
+    if (rc == 0) {
+        snaps_cache_rename(r->list, r->n, r->oldsnap, r->newsnap);
+        rc = cfg_tx_commit(&tx);
+        if (rc < 0)
+            snaps_cache_rename(r->list, r->n, r->newsnap, r->oldsnap);
+    } else {
+        cfg_tx_abort(&tx);
+    }
+    moves_end(&r->moves, rc < 0);
+    if (rc < 0)
+        return snap_rename_fail(r, -rc, "%s", strerror(-rc));
+    r->committed = true;
+    log_info("datasets: renamed snapshot %s to %s%s (%zu snapshot(s); peer %s)", r->old_full,
+             r->newfull, r->recursive ? " recursively" : "", r->n, api_call_peer(r->call));
+    return 0;
+}
+
+/* DB locked: a rename to the same name only checks that the snapshot
+ * exists (as zfs rename); otherwise list, check, commit. */
+static int snap_rename_locked(struct snap_rename *r)
+{
+    struct ds_snap s;
+    int rc;
+
+    if (strcmp(r->oldsnap, r->newsnap) == 0) {
+        if (ds_snapshot_get(r->dataset, r->oldsnap, &s) < 0)
+            return snap_rename_fail(r, ENOENT, "dataset does not exist");
+        return 0;
+    }
+    rc = snap_rename_list(r);
+    if (rc == 0)
+        rc = snap_rename_check(r);
+    if (rc == 0)
+        rc = snap_rename_commit(r);
+    return rc;
+}
+
 /*
  * Rename snapshot old_full ("pool/vol@a") to new_name ("pool/vol@b", or
  * "@b" / "b" for the same dataset). recursive: also the snapshot of the
@@ -464,151 +743,22 @@ static void snaps_cache_rename(const struct snap_move *list, size_t n, const cha
 static int rename_snapshot(struct api_call *call, const char *old_full, const char *new_name,
                            bool recursive)
 {
-    char dataset[DS_NAME_BUF], newfull[DS_NAME_BUF * 2], why[256], poolname[DS_NAME_BUF];
-    char from[PATH_MAX], to[PATH_MAX];
-    const char *at = strchr(old_full, '@'), *oldsnap, *newsnap, *nat;
-    struct ds_pool pool;
-    struct ds_snap s;
-    struct snap_move *list = NULL;
-    struct moves moves = {0};
-    size_t n = 0;
-    bool committed = false;
-    struct cfg_tx tx;
-    sqlite3_stmt *st;
-    int rc;
+    struct snap_rename r = {.call = call, .old_full = old_full, .recursive = recursive};
+    int rc = snap_rename_names(&r, new_name);
 
-#define SNAP_FAIL(err, ...)                                                                        \
-    do {                                                                                           \
-        char msg_[8192];                                                                           \
-        snprintf(msg_, sizeof(msg_), __VA_ARGS__);                                                 \
-        rc = api_error(call, err, "Failed to rename snapshot: cannot rename '%s' to '%s': %s",     \
-                       old_full, newfull, msg_);                                                   \
-        goto out;                                                                                  \
-    } while (0)
-
-    snprintf(dataset, sizeof(dataset), "%.*s", (int)(at - old_full), old_full);
-    oldsnap = at + 1;
-    nat = strchr(new_name, '@');
-    if (!nat)
-        snprintf(newfull, sizeof(newfull), "%s@%s", dataset, new_name);
-    else if (nat == new_name)
-        snprintf(newfull, sizeof(newfull), "%s%s", dataset, new_name);
-    else
-        snprintf(newfull, sizeof(newfull), "%s", new_name);
-    if (name_check_dataset(old_full, true, why, sizeof(why)) < 0)
-        return api_error(call, EINVAL, "Failed to rename snapshot: %s: %s", old_full, why);
-    if (name_check_dataset(newfull, true, why, sizeof(why)) < 0)
-        return api_error(call, EINVAL, "Failed to rename snapshot: %s: %s", newfull, why);
-    nat = strchr(newfull, '@');
-    newsnap = nat + 1;
-    if ((size_t)(nat - newfull) != strlen(dataset) || strncmp(newfull, dataset, strlen(dataset)))
-        return api_error(call, EINVAL,
-                         "Failed to rename snapshot: cannot rename '%s' to '%s': snapshots must "
-                         "be part of same dataset",
-                         old_full, newfull);
-
+    if (rc < 0)
+        return rc;
     ds_rename_hooks_lock();
     ds_ops_lock();
     db_lock();
-    if (strcmp(oldsnap, newsnap) == 0) {
-        rc = ds_snapshot_get(dataset, oldsnap, &s);
-        if (rc < 0)
-            SNAP_FAIL(ENOENT, "dataset does not exist");
-        rc = 0;
-        goto out;
-    }
-    /* The snapshots to rename: the named one, and with recursive the one
-     * of the same name of every descendant. */
-    rc = db_stmt(recursive ? "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
-                             " s.dataset_id WHERE s.name = ?2 AND (d.name = ?1 OR"
-                             " substr(d.name, 1, length(?1) + 1) = ?1 || '/') ORDER BY d.name"
-                           : "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
-                             " s.dataset_id WHERE s.name = ?2 AND d.name = ?1",
-                 &st);
-    if (rc < 0)
-        SNAP_FAIL(-rc, "%s", strerror(-rc));
-    sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, oldsnap, -1, SQLITE_STATIC);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        struct snap_move *grown = realloc(list, (n + 1) * sizeof(*list));
-        if (!grown) {
-            db_stmt_done(st);
-            SNAP_FAIL(ENOMEM, "out of memory");
-        }
-        list = grown;
-        list[n].id = sqlite3_column_int64(st, 0);
-        list[n].dataset = strdup((const char *)sqlite3_column_text(st, 1));
-        if (!list[n].dataset) {
-            db_stmt_done(st);
-            SNAP_FAIL(ENOMEM, "out of memory");
-        }
-        n++;
-    }
-    db_stmt_done(st);
-    if (n == 0 || (!recursive && strcmp(list[0].dataset, dataset) != 0))
-        SNAP_FAIL(ENOENT, "dataset does not exist");
-    for (size_t i = 0; i < n; i++) {
-        if (ds_snapshot_get(list[i].dataset, newsnap, &s) == 0) {
-            if (strcmp(list[i].dataset, dataset) == 0)
-                SNAP_FAIL(EEXIST, "dataset already exists");
-            SNAP_FAIL(EEXIST, "a child dataset already has a snapshot with the new name (%s@%s)",
-                      list[i].dataset, newsnap);
-        }
-    }
-    ds_pool_of(dataset, poolname, sizeof(poolname));
-    rc = ds_pool_get(poolname, &pool);
-    if (rc < 0)
-        SNAP_FAIL(-rc, "cannot read pool %s: %s", poolname, strerror(-rc));
-
-    rc = cfg_tx_begin(&tx);
-    if (rc < 0)
-        SNAP_FAIL(-rc, "%s", strerror(-rc));
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        cfg_tx_changed(&tx, CFG_SNAPSHOT, list[i].id, CFG_UPDATED);
-        char o[DS_NAME_BUF * 2], nn[DS_NAME_BUF * 2];
-
-        rc = exec_text_int("UPDATE snapshots SET name = ?2 WHERE id = ?3", NULL, newsnap,
-                           list[i].id);
-        snprintf(o, sizeof(o), "%s@%s", list[i].dataset, oldsnap);
-        snprintf(nn, sizeof(nn), "%s@%s", list[i].dataset, newsnap);
-        if (rc == 0)
-            rc = ds_rename_hooks_update(o, nn, false);
-        if (rc == 0 && ds_backend_of(&pool)->snapshot_rename) {
-            rc = moves_backend(&moves, &pool, list[i].dataset, oldsnap, newsnap);
-            continue;
-        }
-        if (rc == 0)
-            rc = ds_path(&pool, list[i].dataset, oldsnap, from, sizeof(from));
-        if (rc == 0)
-            rc = ds_path(&pool, list[i].dataset, newsnap, to, sizeof(to));
-        if (rc == 0)
-            rc = moves_do(&moves, from, to);
-    }
-    if (rc == 0) {
-        /* the cache follows before the commit publishes (see above) */
-        snaps_cache_rename(list, n, oldsnap, newsnap);
-        rc = cfg_tx_commit(&tx);
-        if (rc < 0)
-            snaps_cache_rename(list, n, newsnap, oldsnap);
-    } else {
-        cfg_tx_abort(&tx);
-    }
-    moves_end(&moves, rc < 0);
-    if (rc < 0)
-        SNAP_FAIL(-rc, "%s", strerror(-rc));
-    committed = true;
-    log_info("datasets: renamed snapshot %s to %s%s (%zu snapshot(s); peer %s)", old_full, newfull,
-             recursive ? " recursively" : "", n, api_call_peer(call));
-    rc = 0;
-out:
+    rc = snap_rename_locked(&r);
     db_unlock();
     ds_ops_unlock();
-    ds_rename_hooks_applied(committed);
-    for (size_t i = 0; i < n; i++)
-        free(list[i].dataset);
-    free(list);
+    ds_rename_hooks_applied(r.committed);
+    for (size_t i = 0; i < r.n; i++)
+        free(r.list[i].dataset);
+    free(r.list);
     return rc;
-#undef SNAP_FAIL
 }
 
 /* params[0]: the id (a string without NUL bytes); field errors on call. */

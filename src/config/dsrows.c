@@ -87,44 +87,94 @@ static void row_props(json_t *row, int64_t id, const char *name, enum ds_type ty
     json_decref(local);
 }
 
+/* The ROW_SQL columns: the dataset into r, its pool into pool. */
+static void row_decode(sqlite3_stmt *st, struct ds_row *r, struct ds_pool *pool)
+{
+    const char *type = (const char *)sqlite3_column_text(st, 3);
+
+    memset(r, 0, sizeof(*r));
+    r->id = sqlite3_column_int64(st, 0);
+    snprintf(r->name, sizeof(r->name), "%s", (const char *)sqlite3_column_text(st, 1));
+    r->type = type && strcmp(type, "VOLUME") == 0 ? DS_VOLUME : DS_FILESYSTEM;
+    r->volsize = (uint64_t)sqlite3_column_int64(st, 4);
+    r->volblocksize = (uint32_t)sqlite3_column_int64(st, 5);
+    r->sparse = sqlite3_column_int(st, 6) != 0;
+    if (volume_sync_parse((const char *)sqlite3_column_text(st, 7), &r->sync) < 0)
+        r->sync = VOLUME_SYNC_STANDARD;
+    r->readonly = sqlite3_column_int(st, 8) != 0;
+    r->memory = strcmp((const char *)sqlite3_column_text(st, 9), "memory") == 0;
+    r->latency_us = (uint32_t)sqlite3_column_int64(st, 10);
+    snprintf(r->comments, sizeof(r->comments), "%s", (const char *)sqlite3_column_text(st, 12));
+    r->created = sqlite3_column_int64(st, 13);
+    memset(pool, 0, sizeof(*pool));
+    pool->id = sqlite3_column_int64(st, 2);
+    snprintf(pool->name, sizeof(pool->name), "%s", (const char *)sqlite3_column_text(st, 14));
+    snprintf(pool->path, sizeof(pool->path), "%s", (const char *)sqlite3_column_text(st, 15));
+}
+
+/* The properties every dataset has, in TrueNAS's shape. */
+static void row_common_props(json_t *row, const struct ds_row *r, const char *origin,
+                             uint64_t avail, const char *path)
+{
+    json_object_set_new(
+        row, "comments",
+        prop_str(r->comments, r->comments, r->comments, r->comments[0] ? "LOCAL" : "NONE"));
+    json_object_set_new(row, "origin", prop_str(origin, origin, origin, "NONE"));
+    json_object_set_new(row, "readonly",
+                        ds_prop(json_boolean(r->readonly), r->readonly ? "on" : "off",
+                                r->readonly ? "ON" : "OFF", r->readonly ? "LOCAL" : "DEFAULT"));
+    json_object_set_new(row, "sync", prop_sync(r->sync));
+    json_object_set_new(row, "creation", prop_creation(r->created));
+    json_object_set_new(row, "available", ds_prop_size(avail, "NONE"));
+    json_object_set_new(row, "path", json_string(path));
+}
+
+/* A volume's own properties, and its usage from the backend (*used,
+ * *snapused; none for a memory volume). */
+static void row_volume_props(json_t *row, const struct ds_row *r, const struct ds_pool *pool,
+                             const struct ds_backend *be, uint64_t *used, uint64_t *snapused)
+{
+    char vbs[16], vbsraw[16];
+
+    if (!r->memory) {
+        struct volume *v = ds_cache_peek(r->name);
+
+        be->volume_usage(pool, r->name, r->id, v, used, snapused);
+        if (v)
+            volume_unref(v);
+    }
+    json_object_set_new(row, "mountpoint", json_null());
+    json_object_set_new(row, "volsize", ds_prop_size(r->volsize, "LOCAL"));
+    snprintf(vbsraw, sizeof(vbsraw), "%u", r->volblocksize);
+    ds_nicenum(r->volblocksize, vbs, sizeof(vbs));
+    json_object_set_new(row, "volblocksize",
+                        ds_prop(json_integer(r->volblocksize), vbsraw, vbs,
+                                r->volblocksize == 16384 ? "DEFAULT" : "LOCAL"));
+    json_object_set_new(row, "sparse", json_boolean(r->sparse));
+    json_object_set_new(row, "refreservation",
+                        ds_prop_size(r->sparse ? 0 : r->volsize, r->sparse ? "DEFAULT" : "LOCAL"));
+    json_object_set_new(row, "backend", json_string(r->memory ? "memory" : be->name));
+    json_object_set_new(row, "latency_us", json_integer(r->latency_us));
+}
+
+/* One ROW_SQL result as a TrueNAS dataset row; *used_out is what it and
+ * its snapshots use (rows_link adds the children's). New row or NULL. */
 static json_t *row_build(sqlite3_stmt *st, uint64_t *used_out)
 {
     struct ds_row r;
     struct ds_pool pool;
     const struct ds_backend *be;
-    char path[PATH_MAX], vbs[16], vbsraw[16];
-    const char *origin;
-    int64_t snapcount;
+    char path[PATH_MAX];
+    const char *origin = (const char *)sqlite3_column_text(st, 17);
+    int64_t snapcount = sqlite3_column_int64(st, 16);
     uint64_t used = 0, snapused = 0, avail;
     json_t *row;
-    const char *type;
 
-    memset(&r, 0, sizeof(r));
-    r.id = sqlite3_column_int64(st, 0);
-    snprintf(r.name, sizeof(r.name), "%s", (const char *)sqlite3_column_text(st, 1));
-    type = (const char *)sqlite3_column_text(st, 3);
-    r.type = type && strcmp(type, "VOLUME") == 0 ? DS_VOLUME : DS_FILESYSTEM;
-    r.volsize = (uint64_t)sqlite3_column_int64(st, 4);
-    r.volblocksize = (uint32_t)sqlite3_column_int64(st, 5);
-    r.sparse = sqlite3_column_int(st, 6) != 0;
-    if (volume_sync_parse((const char *)sqlite3_column_text(st, 7), &r.sync) < 0)
-        r.sync = VOLUME_SYNC_STANDARD;
-    r.readonly = sqlite3_column_int(st, 8) != 0;
-    r.memory = strcmp((const char *)sqlite3_column_text(st, 9), "memory") == 0;
-    r.latency_us = (uint32_t)sqlite3_column_int64(st, 10);
-    snprintf(r.comments, sizeof(r.comments), "%s", (const char *)sqlite3_column_text(st, 12));
-    r.created = sqlite3_column_int64(st, 13);
-    memset(&pool, 0, sizeof(pool));
-    pool.id = sqlite3_column_int64(st, 2);
-    snprintf(pool.name, sizeof(pool.name), "%s", (const char *)sqlite3_column_text(st, 14));
-    snprintf(pool.path, sizeof(pool.path), "%s", (const char *)sqlite3_column_text(st, 15));
-    snapcount = sqlite3_column_int64(st, 16);
-    origin = (const char *)sqlite3_column_text(st, 17);
+    row_decode(st, &r, &pool);
     be = ds_backend_of(&pool);
     if (be->locator(&pool, r.name, NULL, path, sizeof(path)) < 0)
         path[0] = '\0';
     avail = be->available(&pool);
-
     row =
         json_pack("{s:s, s:s, s:s, s:s, s:b, s:n, s:b, s:b, s:[], s:{}, s:I}", "id", r.name, "name",
                   r.name, "pool", pool.name, "type", r.type == DS_VOLUME ? "VOLUME" : "FILESYSTEM",
@@ -132,41 +182,11 @@ static json_t *row_build(sqlite3_stmt *st, uint64_t *used_out)
                   "children", "user_properties", "snapshot_count", (json_int_t)snapcount);
     if (!row)
         return NULL;
-    json_object_set_new(
-        row, "comments",
-        prop_str(r.comments, r.comments, r.comments, r.comments[0] ? "LOCAL" : "NONE"));
-    json_object_set_new(row, "origin", prop_str(origin, origin, origin, "NONE"));
-    json_object_set_new(row, "readonly",
-                        ds_prop(json_boolean(r.readonly), r.readonly ? "on" : "off",
-                                r.readonly ? "ON" : "OFF", r.readonly ? "LOCAL" : "DEFAULT"));
-    json_object_set_new(row, "sync", prop_sync(r.sync));
-    json_object_set_new(row, "creation", prop_creation(r.created));
-    json_object_set_new(row, "available", ds_prop_size(avail, "NONE"));
-    json_object_set_new(row, "path", json_string(path));
-
-    if (r.type == DS_VOLUME) {
-        if (!r.memory) {
-            struct volume *v = ds_cache_peek(r.name);
-
-            be->volume_usage(&pool, r.name, r.id, v, &used, &snapused);
-            if (v)
-                volume_unref(v);
-        }
-        json_object_set_new(row, "mountpoint", json_null());
-        json_object_set_new(row, "volsize", ds_prop_size(r.volsize, "LOCAL"));
-        snprintf(vbsraw, sizeof(vbsraw), "%u", r.volblocksize);
-        ds_nicenum(r.volblocksize, vbs, sizeof(vbs));
-        json_object_set_new(row, "volblocksize",
-                            ds_prop(json_integer(r.volblocksize), vbsraw, vbs,
-                                    r.volblocksize == 16384 ? "DEFAULT" : "LOCAL"));
-        json_object_set_new(row, "sparse", json_boolean(r.sparse));
-        json_object_set_new(row, "refreservation",
-                            ds_prop_size(r.sparse ? 0 : r.volsize, r.sparse ? "DEFAULT" : "LOCAL"));
-        json_object_set_new(row, "backend", json_string(r.memory ? "memory" : be->name));
-        json_object_set_new(row, "latency_us", json_integer(r.latency_us));
-    } else {
+    row_common_props(row, &r, origin, avail, path);
+    if (r.type == DS_VOLUME)
+        row_volume_props(row, &r, &pool, be, &used, &snapused);
+    else
         json_object_set_new(row, "mountpoint", json_string(path));
-    }
     row_props(row, r.id, r.name, r.type); /* after refreservation: a local one wins */
     json_object_set_new(row, "usedbydataset", ds_prop_size(used, "NONE"));
     json_object_set_new(row, "usedbysnapshots", ds_prop_size(snapused, "NONE"));

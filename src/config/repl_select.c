@@ -98,107 +98,142 @@ static int take_num(const char **s, int min_digits, int max_digits, int lo, int 
     return -EINVAL;
 }
 
+/* The numeric directives as data: how many digits, which range (as
+ * Python's strptime accepts them). */
+struct schema_num {
+    char directive;
+    int min_digits, max_digits, lo, hi;
+};
+static const struct schema_num schema_nums[] = {
+    {'Y', 4, 4, 0, 9999}, {'y', 2, 2, 0, 99}, {'m', 1, 2, 1, 12}, {'d', 1, 2, 1, 31},
+    {'H', 1, 2, 0, 23},   {'M', 1, 2, 0, 59}, {'S', 1, 2, 0, 61},
+};
+
+/* Where a numeric directive's value goes in tm. */
+static void schema_num_store(struct tm *tm, char directive, int v)
+{
+    switch (directive) {
+    case 'Y':
+        tm->tm_year = v - 1900;
+        break;
+    case 'y':
+        tm->tm_year = v < 69 ? v + 100 : v;
+        break;
+    case 'm':
+        tm->tm_mon = v - 1;
+        break;
+    case 'd':
+        tm->tm_mday = v;
+        break;
+    case 'H':
+        tm->tm_hour = v;
+        break;
+    case 'M':
+        tm->tm_min = v;
+        break;
+    case 'S':
+        tm->tm_sec = v;
+        break;
+    }
+}
+
+/* %z: [+-]HHMM (the '+' written as ':') or Z; the offset does not change
+ * the naive time the snapshot is ordered by, so it is only consumed. */
+static int schema_take_zone(const char **s)
+{
+    char sign = **s == ':' ? '+' : **s;
+    int v;
+
+    (*s)++;
+    if (sign == 'Z')
+        return 0;
+    if (sign != '+' && sign != '-')
+        return -EINVAL;
+    if (take_num(s, 2, 2, 0, 99, &v) < 0 || take_num(s, 2, 2, 0, 59, &v) < 0)
+        return -EINVAL;
+    return 0;
+}
+
+/* %s: seconds since the epoch, as local time (Python's strptime). */
+static int schema_take_epoch(const char **s, struct tm *tm)
+{
+    char *end;
+    long long secs;
+    time_t t;
+    struct tm lt;
+
+    if (!isdigit((unsigned char)**s))
+        return -EINVAL;
+    errno = 0;
+    secs = strtoll(*s, &end, 10);
+    if (errno)
+        return -EINVAL;
+    *s = end;
+    t = (time_t)secs;
+    if (!localtime_r(&t, &lt))
+        return -EINVAL;
+    *tm = lt;
+    return 0;
+}
+
+/* One directive at *s into tm. 0 or -EINVAL. */
+static int schema_take_directive(char directive, const char **s, struct tm *tm)
+{
+    int v;
+
+    for (size_t i = 0; i < sizeof(schema_nums) / sizeof(schema_nums[0]); i++) {
+        const struct schema_num *n = &schema_nums[i];
+        if (n->directive != directive)
+            continue;
+        if (take_num(s, n->min_digits, n->max_digits, n->lo, n->hi, &v) < 0)
+            return -EINVAL;
+        schema_num_store(tm, directive, v);
+        return 0;
+    }
+    if (directive == 'z')
+        return schema_take_zone(s);
+    if (directive == 's')
+        return schema_take_epoch(s, tm);
+    return -EINVAL;
+}
+
+/* The parsed fields as a time, refusing Feb 30 and the like (Python
+ * refuses them, timegm would roll over). */
+static int schema_time(const struct tm *tm, int64_t *when)
+{
+    struct tm check = *tm;
+    time_t t = timegm(&check);
+
+    if (check.tm_mday != tm->tm_mday || check.tm_mon != tm->tm_mon)
+        return -EINVAL;
+    *when = (int64_t)t;
+    return 0;
+}
+
 int repl_schema_parse(const char *schema, const char *name, int64_t *when)
 {
     struct tm tm = {.tm_mday = 1, .tm_year = 70};
     const char *s = name;
     bool has_z = has_directive(schema, 'z');
-    int v;
 
     for (const char *f = schema; *f; f++) {
-        if (*f != '%') {
-            char c = *s;
-            /* ZFS names cannot hold '+': TrueNAS writes ':' for it */
-            if (has_z && c == ':')
-                c = '+';
-            if (c != *f)
+        if (*f == '%') {
+            f++;
+            if (schema_take_directive(*f, &s, &tm) < 0)
                 return -EINVAL;
-            s++;
             continue;
         }
-        f++;
-        switch (*f) {
-        case 'Y':
-            if (take_num(&s, 4, 4, 0, 9999, &v) < 0)
-                return -EINVAL;
-            tm.tm_year = v - 1900;
-            break;
-        case 'y':
-            if (take_num(&s, 2, 2, 0, 99, &v) < 0)
-                return -EINVAL;
-            tm.tm_year = v < 69 ? v + 100 : v;
-            break;
-        case 'm':
-            if (take_num(&s, 1, 2, 1, 12, &v) < 0)
-                return -EINVAL;
-            tm.tm_mon = v - 1;
-            break;
-        case 'd':
-            if (take_num(&s, 1, 2, 1, 31, &v) < 0)
-                return -EINVAL;
-            tm.tm_mday = v;
-            break;
-        case 'H':
-            if (take_num(&s, 1, 2, 0, 23, &tm.tm_hour) < 0)
-                return -EINVAL;
-            break;
-        case 'M':
-            if (take_num(&s, 1, 2, 0, 59, &tm.tm_min) < 0)
-                return -EINVAL;
-            break;
-        case 'S':
-            if (take_num(&s, 1, 2, 0, 61, &tm.tm_sec) < 0)
-                return -EINVAL;
-            break;
-        case 'z': {
-            /* [+-]HHMM (the '+' written as ':') or Z; the offset does not
-             * change the naive time the snapshot is ordered by */
-            char sign = *s == ':' ? '+' : *s;
-            if (sign == 'Z') {
-                s++;
-                break;
-            }
-            if (sign != '+' && sign != '-')
-                return -EINVAL;
-            s++;
-            if (take_num(&s, 2, 2, 0, 99, &v) < 0 || take_num(&s, 2, 2, 0, 59, &v) < 0)
-                return -EINVAL;
-            break;
-        }
-        case 's': {
-            char *end;
-            long long secs;
-            time_t t;
-            struct tm lt;
-
-            if (!isdigit((unsigned char)*s))
-                return -EINVAL;
-            errno = 0;
-            secs = strtoll(s, &end, 10);
-            if (errno)
-                return -EINVAL;
-            s = end;
-            t = (time_t)secs;
-            if (!localtime_r(&t, &lt))
-                return -EINVAL;
-            tm = lt;
-            break;
-        }
-        default:
+        char c = *s;
+        /* ZFS names cannot hold '+': TrueNAS writes ':' for it */
+        if (has_z && c == ':')
+            c = '+';
+        if (c != *f)
             return -EINVAL;
-        }
+        s++;
     }
     if (*s)
         return -EINVAL;
-    {
-        struct tm check = tm;
-        time_t t = timegm(&check);
-        /* Feb 30 and the like: Python refuses them, timegm would roll over */
-        if (check.tm_mday != tm.tm_mday || check.tm_mon != tm.tm_mon)
-            return -EINVAL;
-        *when = (int64_t)t;
-    }
-    return 0;
+    return schema_time(&tm, when);
 }
 
 int repl_regex_compile(const char *regex, regex_t *out, char *why, size_t len)

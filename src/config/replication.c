@@ -605,13 +605,14 @@ static int target_info(const char *name, bool *exists, enum ds_type *type, bool 
     return rc == -ENOENT ? 0 : rc;
 }
 
-/* zettarepl get_snapshots_to_send (+ run_replication_steps checks). */
-static int plan_item(struct repl_task *t, struct item *it)
+/* The target's existence, type and readonly state against the task's
+ * rules, checked before any snapshot is listed. 1 when there is nothing
+ * to send (a filesystem), 0 to go on, or repl_fail()'s result. */
+static int plan_check_target(struct repl_task *t, struct item *it, uint64_t *used)
 {
     enum ds_type dtype = DS_FILESYSTEM;
     bool ro = false;
-    uint64_t used = 0;
-    int rc = target_info(it->dst, &it->dst_exists, &dtype, &ro, &used);
+    int rc = target_info(it->dst, &it->dst_exists, &dtype, &ro, used);
 
     if (rc < 0)
         return repl_fail(t, rc, "cannot read dataset %s", it->dst);
@@ -623,63 +624,76 @@ static int plan_item(struct repl_task *t, struct item *it)
     if (it->immediate && t->only_from_scratch && it->dst_exists)
         return repl_fail(t, EEXIST, "Target dataset '%s' already exists", it->dst);
     if (!it->volume)
-        return 0; /* blockd filesystems hold no snapshots: nothing to send */
+        return 1; /* blockd filesystems hold no snapshots: nothing to send */
     if (t->readonly == RO_REQUIRE && it->dst_exists && !ro)
         return repl_fail(t, EINVAL,
                          "Target dataset '%s' exists and does not have readonly=on property, but "
                          "replication task is set up to require this property. Refusing to "
                          "replicate.",
                          it->dst);
-    rc = snaps_list(it->src, &t->sel, &it->ssn);
-    if (rc == 0 && it->dst_exists)
-        rc = snaps_list(it->dst, &t->sel, &it->dsn);
-    if (rc < 0)
-        return repl_fail(t, rc, "cannot list snapshots of %s", it->src);
-    it->send = calloc(it->ssn.n ? it->ssn.n : 1, sizeof(*it->send));
-    if (!it->send)
-        return repl_fail(t, ENOMEM, "out of memory");
+    return 0;
+}
 
-    if (t->sel.use_regex) {
-        /* newest source snapshot (creation order) the target also has,
-         * whatever its name; then the matching ones after it */
-        size_t from = 0;
-        for (size_t i = 0; i < it->ssn.n; i++)
-            if (snaps_find(&it->dsn, it->ssn.v[i].name)) {
-                it->base = &it->ssn.v[i];
-                from = i + 1;
-            }
-        for (size_t i = from; i < it->ssn.n; i++)
-            if (it->ssn.v[i].sel)
-                it->send[it->nsend++] = &it->ssn.v[i];
-    } else {
-        /* by the times the naming schemas give */
-        for (size_t i = 0; i < it->ssn.n; i++) {
-            const struct snap *d;
-            if (!it->ssn.v[i].sel)
-                continue;
-            d = snaps_find(&it->dsn, it->ssn.v[i].name);
-            if (d && d->sel && (!it->base || snap_cmp(&it->ssn.v[i], it->base) > 0))
-                it->base = &it->ssn.v[i];
+/* Name regex: the base is the newest source snapshot (creation order)
+ * the target also has, whatever its name; the matching ones after it are
+ * sent. */
+static void plan_pick_by_regex(struct item *it)
+{
+    size_t from = 0;
+
+    for (size_t i = 0; i < it->ssn.n; i++)
+        if (snaps_find(&it->dsn, it->ssn.v[i].name)) {
+            it->base = &it->ssn.v[i];
+            from = i + 1;
         }
-        for (size_t i = 0; i < it->ssn.n; i++)
-            if (it->ssn.v[i].sel && (!it->base || snap_cmp(&it->ssn.v[i], it->base) > 0))
-                it->send[it->nsend++] = &it->ssn.v[i];
-        qsort(it->send, it->nsend, sizeof(*it->send), snap_cmp_ptr);
-        if (t->retention == RET_CUSTOM && it->nsend) {
-            /* do not send what retention would delete at once; "now" is
-             * the newest source snapshot's time, as zettarepl guesses */
-            int64_t newest = INT64_MIN;
-            size_t k = 0;
-            for (size_t i = 0; i < it->ssn.n; i++)
-                if (it->ssn.v[i].sel && it->ssn.v[i].when > newest)
-                    newest = it->ssn.v[i].when;
-            for (size_t i = 0; i < it->nsend; i++)
-                if (it->send[i]->when >= newest - t->lifetime_s)
-                    it->send[k++] = it->send[i];
-            it->nsend = k;
-        }
+    for (size_t i = from; i < it->ssn.n; i++)
+        if (it->ssn.v[i].sel)
+            it->send[it->nsend++] = &it->ssn.v[i];
+}
+
+/* Custom retention: do not send what retention would delete at once;
+ * "now" is the newest source snapshot's time, as zettarepl guesses. */
+static void plan_drop_expired(const struct repl_task *t, struct item *it)
+{
+    int64_t newest = INT64_MIN;
+    size_t k = 0;
+
+    for (size_t i = 0; i < it->ssn.n; i++)
+        if (it->ssn.v[i].sel && it->ssn.v[i].when > newest)
+            newest = it->ssn.v[i].when;
+    for (size_t i = 0; i < it->nsend; i++)
+        if (it->send[i]->when >= newest - t->lifetime_s)
+            it->send[k++] = it->send[i];
+    it->nsend = k;
+}
+
+/* Naming schemas: by the times the schemas give, the base is the newest
+ * selected snapshot both sides have; the newer selected ones are sent in
+ * time order. */
+static void plan_pick_by_schema(const struct repl_task *t, struct item *it)
+{
+    for (size_t i = 0; i < it->ssn.n; i++) {
+        const struct snap *d;
+        if (!it->ssn.v[i].sel)
+            continue;
+        d = snaps_find(&it->dsn, it->ssn.v[i].name);
+        if (d && d->sel && (!it->base || snap_cmp(&it->ssn.v[i], it->base) > 0))
+            it->base = &it->ssn.v[i];
     }
+    for (size_t i = 0; i < it->ssn.n; i++)
+        if (it->ssn.v[i].sel && (!it->base || snap_cmp(&it->ssn.v[i], it->base) > 0))
+            it->send[it->nsend++] = &it->ssn.v[i];
+    qsort(it->send, it->nsend, sizeof(*it->send), snap_cmp_ptr);
+    if (t->retention == RET_CUSTOM && it->nsend)
+        plan_drop_expired(t, it);
+}
 
+/* What the chosen plan may do to the target: a full send over existing
+ * snapshots or data needs allow_from_scratch, a busy target is refused
+ * before anything is changed, and the task's own source must have
+ * something to send. 0 or repl_fail()'s result. */
+static int plan_check_send(struct repl_task *t, struct item *it, uint64_t used)
+{
     if (!it->base && it->nsend) {
         if (it->dsn.n) {
             if (!t->allow_from_scratch)
@@ -707,6 +721,34 @@ static int plan_item(struct repl_task *t, struct item *it)
     if (!it->nsend && it->immediate && !it->base)
         return repl_fail(t, ENOENT,
                          "Dataset '%s' does not have any matching snapshots to replicate", it->src);
+    return 0;
+}
+
+/* zettarepl get_snapshots_to_send (+ run_replication_steps checks):
+ * check the target, list both sides, pick the base and the snapshots to
+ * send, check what that plan would do. */
+static int plan_item(struct repl_task *t, struct item *it)
+{
+    uint64_t used = 0;
+    int rc = plan_check_target(t, it, &used);
+
+    if (rc != 0)
+        return rc < 0 ? rc : 0;
+    rc = snaps_list(it->src, &t->sel, &it->ssn);
+    if (rc == 0 && it->dst_exists)
+        rc = snaps_list(it->dst, &t->sel, &it->dsn);
+    if (rc < 0)
+        return repl_fail(t, rc, "cannot list snapshots of %s", it->src);
+    it->send = calloc(it->ssn.n ? it->ssn.n : 1, sizeof(*it->send));
+    if (!it->send)
+        return repl_fail(t, ENOMEM, "out of memory");
+    if (t->sel.use_regex)
+        plan_pick_by_regex(it);
+    else
+        plan_pick_by_schema(t, it);
+    rc = plan_check_send(t, it, used);
+    if (rc < 0)
+        return rc;
     t->total += it->nsend;
     return 0;
 }
@@ -785,9 +827,6 @@ static int create_target(struct repl_task *t, struct item *it, uint64_t volsize)
     return rc;
 }
 
-/* Receive one snapshot: the target's data becomes the source snapshot's,
- * then the target snapshot of the same name is taken. */
-
 /* The received volume's size, in one transaction. 0 or -errno. */
 static int recv_store_size(int64_t dataset_id, uint64_t size)
 {
@@ -834,20 +873,23 @@ static void recv_store_created(int64_t dataset_id, const char *name, int64_t cre
     cfg_tx_commit(&tx);
 }
 
-static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap *s)
+/* What one receive works on, found under the locks. */
+struct recv_ctx {
+    struct ds_row drow;                    /* the target dataset */
+    char spath[PATH_MAX], dpath[PATH_MAX]; /* the source snapshot's and target's files */
+    struct volume *v;                      /* the target's open volume, or NULL (own ref) */
+    struct store_update_stats st;
+    bool resized;
+};
+
+/* Under db_lock: both pools, the target row and the two files' paths.
+ * *rbd when either pool is RBD (nothing else is looked up then). */
+static int recv_locate(struct item *it, const struct snap *s, struct recv_ctx *c, bool *rbd)
 {
     struct ds_pool spool, dpool;
-    struct ds_row drow;
-    struct store_update_stats st;
-    struct volume *v = NULL;
-    char poolname[DS_NAME_BUF], spath[PATH_MAX], dpath[PATH_MAX], why[256];
-    bool resized = false;
+    char poolname[DS_NAME_BUF];
     int rc;
 
-    t->cur = it;
-    t->cur_snap = s;
-    t->last_pct = -1;
-    ds_ops_lock();
     db_lock();
     ds_pool_of(it->src, poolname, sizeof(poolname));
     rc = ds_pool_get(poolname, &spool);
@@ -855,70 +897,127 @@ static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap
         ds_pool_of(it->dst, poolname, sizeof(poolname));
         rc = ds_pool_get(poolname, &dpool);
     }
-    if (rc == 0 && (ds_pool_is_rbd(&spool) || ds_pool_is_rbd(&dpool))) {
-        db_unlock();
-        ds_ops_unlock();
-        return repl_fail(t, ENOTSUP,
-                         "replication of %s to %s: RBD pools are not supported by "
-                         "replication.run_onetime yet (file pools only)",
-                         it->src, it->dst);
-    }
-    if (rc == 0)
-        rc = ds_dataset_get(it->dst, &drow);
-    if (rc == 0 && (ds_path(&spool, it->src, s->name, spath, sizeof(spath)) < 0 ||
-                    ds_path(&dpool, it->dst, NULL, dpath, sizeof(dpath)) < 0))
+    *rbd = rc == 0 && (ds_pool_is_rbd(&spool) || ds_pool_is_rbd(&dpool));
+    if (rc == 0 && !*rbd)
+        rc = ds_dataset_get(it->dst, &c->drow);
+    if (rc == 0 && !*rbd &&
+        (ds_path(&spool, it->src, s->name, c->spath, sizeof(c->spath)) < 0 ||
+         ds_path(&dpool, it->dst, NULL, c->dpath, sizeof(c->dpath)) < 0))
         rc = -ENAMETOOLONG;
     db_unlock();
-    if (rc < 0) {
-        ds_ops_unlock();
-        return repl_fail(t, rc, "cannot locate %s@%s or %s", it->src, s->name, it->dst);
+    return rc;
+}
+
+/* The job's failure message, formatted as repl_fail() would (it is
+ * passed on to it after the locks are dropped; same 1024-byte bound). */
+static void recv_msg(char *msg, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void recv_msg(char *msg, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, len, fmt, ap);
+    va_end(ap);
+}
+
+/* Called under ds_ops_lock: may this snapshot be received into the
+ * target now? Flushes the target's open volume (c->v, kept for the
+ * caller to release after the lock) so the compare sees its data.
+ * 0, or -errno with the job's failure message in msg. */
+static int recv_check(struct item *it, const struct snap *s, struct recv_ctx *c, char *msg,
+                      size_t msglen)
+{
+    char why[256];
+    bool rbd;
+    int rc = recv_locate(it, s, c, &rbd);
+
+    if (rbd) {
+        recv_msg(msg, msglen,
+                 "replication of %s to %s: RBD pools are not supported by "
+                 "replication.run_onetime yet (file pools only)",
+                 it->src, it->dst);
+        return -ENOTSUP;
     }
-    if (drow.memory) {
-        ds_ops_unlock();
-        return repl_fail(t, ENOTSUP, "%s is memory-backed; replication needs the file backend",
-                         it->dst);
+    if (rc < 0) {
+        recv_msg(msg, msglen, "cannot locate %s@%s or %s", it->src, s->name, it->dst);
+        return rc;
+    }
+    if (c->drow.memory) {
+        recv_msg(msg, msglen, "%s is memory-backed; replication needs the file backend", it->dst);
+        return -ENOTSUP;
     }
     /* zfs recv replaces the data under any user: refuse instead */
     if (ds_in_use(it->dst, why, sizeof(why))) {
-        ds_ops_unlock();
-        return repl_fail(t, EBUSY, "target %s is in use (%s)", it->dst, why);
+        recv_msg(msg, msglen, "target %s is in use (%s)", it->dst, why);
+        return -EBUSY;
     }
-    v = ds_cache_peek(it->dst);
-    if (v && (rc = volume_flush_wait(v)) < 0) {
-        ds_ops_unlock();
-        volume_unref(v);
-        return repl_fail(t, rc, "cannot flush %s", it->dst);
+    c->v = ds_cache_peek(it->dst);
+    if (c->v && (rc = volume_flush_wait(c->v)) < 0) {
+        recv_msg(msg, msglen, "cannot flush %s", it->dst);
+        return rc;
     }
+    return 0;
+}
+
+/* Called under ds_ops_lock: make the target's file the snapshot's data,
+ * then the open volume's and the database's size the received one. */
+static int recv_transfer(struct repl_task *t, struct recv_ctx *c)
+{
+    int rc;
+
     recv_progress(0, 1, t);
-    rc = store_update_file(spath, dpath, 0, recv_progress, t, &st);
-    if (rc == 0 && v && volume_size(v) != st.size) {
-        rc = volume_resize(v, st.size);
-        resized = rc == 0;
+    rc = store_update_file(c->spath, c->dpath, 0, recv_progress, t, &c->st);
+    if (rc == 0 && c->v && volume_size(c->v) != c->st.size) {
+        rc = volume_resize(c->v, c->st.size);
+        c->resized = rc == 0;
     }
     if (rc == 0)
-        rc = recv_store_size(drow.id, st.size);
+        rc = recv_store_size(c->drow.id, c->st.size);
+    return rc;
+}
+
+/* Receive one snapshot: the target's data becomes the source snapshot's
+ * (under ds_ops_lock, so no dataset operation runs in between), then the
+ * target snapshot of the same name is taken with its creation time. */
+static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap *s)
+{
+    struct recv_ctx c = {0};
+    char msg[1024];
+    int rc;
+
+    t->cur = it;
+    t->cur_snap = s;
+    t->last_pct = -1;
+    ds_ops_lock();
+    rc = recv_check(it, s, &c, msg, sizeof(msg));
+    if (rc == 0) {
+        rc = recv_transfer(t, &c);
+        if (rc < 0)
+            recv_msg(msg, sizeof(msg), "receiving %s@%s into %s: %s", it->src, s->name, it->dst,
+                     strerror(-rc));
+    }
     ds_ops_unlock();
-    if (resized)
-        ds_notify(DATASETS_RESIZED, it->dst, v);
-    if (v)
-        volume_unref(v);
+    if (c.resized)
+        ds_notify(DATASETS_RESIZED, it->dst, c.v);
+    if (c.v)
+        volume_unref(c.v);
     if (rc < 0)
-        return repl_fail(t, rc, "receiving %s@%s into %s: %s", it->src, s->name, it->dst,
-                         strerror(-rc));
+        return repl_fail(t, rc, "%s", msg);
     log_info("replication: %s@%s → %s (%s%s): %s; %llu MiB compared, %llu MiB written, %llu "
              "MiB punched",
              it->src, s->name, it->dst, it->base || s != it->send[0] ? "incremental" : "full",
              it->base && s == it->send[0] ? " from the common snapshot" : "",
-             st.reflinked ? "reflink" : "compare-and-write",
-             (unsigned long long)(st.compared >> 20), (unsigned long long)(st.written >> 20),
-             (unsigned long long)(st.punched >> 20));
+             c.st.reflinked ? "reflink" : "compare-and-write",
+             (unsigned long long)(c.st.compared >> 20), (unsigned long long)(c.st.written >> 20),
+             (unsigned long long)(c.st.punched >> 20));
 
     rc = run_method(t, it->dst, "zfs.snapshot.create",
                     json_pack("[{s:s, s:s}]", "dataset", it->dst, "name", s->name), NULL);
     if (rc < 0)
         return rc;
     /* zfs recv keeps the snapshot's creation time */
-    recv_store_created(drow.id, s->name, s->created);
+    recv_store_created(c.drow.id, s->name, s->created);
     t->sent++;
     recv_progress(1, 1, t);
     return 0;
@@ -1116,34 +1215,18 @@ static int64_t unit_seconds(const char *u)
     return 0; /* MONTH / YEAR: calendar, see lifetime_cutoff */
 }
 
-static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
+/* The direction's own rules (TrueNAS's ReplicationModel checks, in its
+ * order): blockd has no periodic snapshot tasks, and push and pull each
+ * want a different way of naming the snapshots to send. */
+static void onetime_check_direction(struct api_call *call, json_t *data, bool push)
 {
-    json_t *data, *v, *sources, *ns, *aln;
-    struct repl_task *t;
-    const char *transport, *regex, *ret;
-    char why[256], path[96];
-    bool push;
+    json_t *ns = json_object_get(data, "naming_schema");
+    json_t *aln = json_object_get(data, "also_include_naming_schema");
+    const char *regex = json_string_value(json_object_get(data, "name_regex"));
+    char path[96];
+    json_t *v;
     size_t i;
 
-    data = api_param(params, 0); /* checked against onetime_fields by the dispatcher */
-    transport = json_string_value(json_object_get(data, "transport"));
-    if (strcmp(transport, "LOCAL") != 0)
-        return api_error(call, ENOTSUP,
-                         "Replication transport %s is not supported: blockd replicates between "
-                         "its own pools only (supported transports: LOCAL)",
-                         transport);
-    push = strcmp(json_string_value(json_object_get(data, "direction")), "PUSH") == 0;
-    sources = json_object_get(data, "source_datasets");
-    ns = json_object_get(data, "naming_schema");
-    aln = json_object_get(data, "also_include_naming_schema");
-    regex = json_string_value(json_object_get(data, "name_regex"));
-    ret = json_string_value(json_object_get(data, "retention_policy"));
-
-    t = calloc(1, sizeof(*t));
-    if (!t)
-        return api_error(call, ENOMEM, "out of memory");
-    t->push = push;
-    /* direction */
     json_array_foreach(json_object_get(data, "periodic_snapshot_tasks"), i, v)
     {
         snprintf(path, sizeof(path), F("periodic_snapshot_tasks.%zu"), i);
@@ -1171,21 +1254,26 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
                      "Pull replication tasks can't hold pending snapshots because they don't do "
                      "source retention");
     }
-    /* transport LOCAL */
+}
+
+/* Transport LOCAL (the only one, checked before): every SSH, netcat and
+ * network field is an error rather than silently ignored. */
+static void onetime_check_local_transport(struct api_call *call, json_t *data)
+{
+    static const char *const nc[] = {"netcat_active_side_listen_address",
+                                     "netcat_active_side_port_min", "netcat_active_side_port_max",
+                                     "netcat_passive_side_connect_address"};
+    char path[96];
+    size_t i;
+
     if (nonnull(data, "netcat_active_side"))
         api_verr(call, F("netcat_active_side"), EINVAL,
                  "This field only has sense for SSH+netcat replication");
-    {
-        static const char *const nc[] = {
-            "netcat_active_side_listen_address", "netcat_active_side_port_min",
-            "netcat_active_side_port_max", "netcat_passive_side_connect_address"};
-        for (i = 0; i < ARRAY_SIZE(nc); i++)
-            if (nonnull(data, nc[i])) {
-                snprintf(path, sizeof(path), F("%s"), nc[i]);
-                api_verr(call, path, EINVAL,
-                         "This field only has sense for SSH+netcat replication");
-            }
-    }
+    for (i = 0; i < ARRAY_SIZE(nc); i++)
+        if (nonnull(data, nc[i])) {
+            snprintf(path, sizeof(path), F("%s"), nc[i]);
+            api_verr(call, path, EINVAL, "This field only has sense for SSH+netcat replication");
+        }
     if (nonnull(data, "ssh_credentials"))
         api_verr(call, F("ssh_credentials"), EINVAL,
                  "Remote credentials have no sense for local replication");
@@ -1193,7 +1281,33 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
         api_verr(call, F("compression"), EINVAL, "Compression has no sense for local replication");
     if (nonnull(data, "speed_limit"))
         api_verr(call, F("speed_limit"), EINVAL, "Speed limit has no sense for local replication");
-    /* datasets */
+}
+
+/* True when name is a strict descendant of one of the source datasets:
+ * "exclude" may only name children of what is sent. */
+static bool onetime_is_source_child(json_t *sources, const char *name)
+{
+    json_t *s;
+    size_t k;
+    bool child = false;
+
+    json_array_foreach(sources, k, s)
+    {
+        size_t n = strlen(json_string_value(s));
+        if (strncmp(name, json_string_value(s), n) == 0 && name[n] == '/')
+            child = true;
+    }
+    return child;
+}
+
+/* Dataset names and the recursion/exclude pair; sets t->recursive, which
+ * the exclude check needs. */
+static void onetime_check_datasets(struct api_call *call, json_t *data, struct repl_task *t)
+{
+    json_t *sources = json_object_get(data, "source_datasets"), *v;
+    char why[256], path[96];
+    size_t i;
+
     json_array_foreach(sources, i, v)
     {
         if (name_check_dataset(json_string_value(v), false, why, sizeof(why)) < 0) {
@@ -1210,40 +1324,52 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
                  "Excluding child datasets is only supported for recursive replication");
     json_array_foreach(json_object_get(data, "exclude"), i, v)
     {
-        json_t *s;
-        size_t k;
-        bool child = false;
-        json_array_foreach(sources, k, s)
-        {
-            size_t n = strlen(json_string_value(s));
-            if (strncmp(json_string_value(v), json_string_value(s), n) == 0 &&
-                json_string_value(v)[n] == '/')
-                child = true;
-        }
-        if (!child) {
+        if (!onetime_is_source_child(sources, json_string_value(v))) {
             snprintf(path, sizeof(path), F("exclude.%zu"), i);
             api_verr(call, path, EINVAL, "This dataset is not a child of any of source datasets");
         }
     }
-    /* snapshot selection */
+}
+
+/* Which snapshots are sent: the naming schemas the direction uses are
+ * compiled into t->sel, the others only checked; a regex excludes both
+ * schemas and a custom retention (it has no date to age). */
+static void onetime_check_selection(struct api_call *call, json_t *data, bool push,
+                                    struct repl_task *t)
+{
+    json_t *ns = json_object_get(data, "naming_schema");
+    json_t *aln = json_object_get(data, "also_include_naming_schema");
+    const char *regex = json_string_value(json_object_get(data, "name_regex"));
+    const char *ret = json_string_value(json_object_get(data, "retention_policy"));
+    char why[256];
+
     check_schemas(call, push ? aln : ns,
                   push ? F("also_include_naming_schema") : F("naming_schema"), &t->sel);
     check_schemas(call, push ? ns : aln,
                   push ? F("naming_schema") : F("also_include_naming_schema"), NULL);
-    if (regex) {
-        if (repl_regex_compile(regex, &t->sel.regex, why, sizeof(why)) < 0)
-            api_verr(call, F("name_regex"), EINVAL, "%s", why);
-        else
-            t->sel.use_regex = true;
-        if (json_array_size(ns) || json_array_size(aln))
-            api_verr(call, F("name_regex"), EINVAL,
-                     "Naming regex can't be used with Naming schema");
-        if (strcmp(ret, "CUSTOM") == 0)
-            api_verr(call, F("retention_policy"), EINVAL,
-                     "Only `Same as Source` and `None` retention policies can be used with Naming "
-                     "regex");
-    }
-    /* retention */
+    if (!regex)
+        return;
+    if (repl_regex_compile(regex, &t->sel.regex, why, sizeof(why)) < 0)
+        api_verr(call, F("name_regex"), EINVAL, "%s", why);
+    else
+        t->sel.use_regex = true;
+    if (json_array_size(ns) || json_array_size(aln))
+        api_verr(call, F("name_regex"), EINVAL, "Naming regex can't be used with Naming schema");
+    if (strcmp(ret, "CUSTOM") == 0)
+        api_verr(call, F("retention_policy"), EINVAL,
+                 "Only `Same as Source` and `None` retention policies can be used with Naming "
+                 "regex");
+}
+
+/* A custom retention needs its lifetime; the other policies must not
+ * carry one (TrueNAS refuses it rather than ignoring it). */
+static void onetime_check_retention(struct api_call *call, json_t *data)
+{
+    static const char *const lt[] = {"lifetime_value", "lifetime_unit"};
+    const char *ret = json_string_value(json_object_get(data, "retention_policy"));
+    char path[96];
+    size_t i;
+
     if (strcmp(ret, "CUSTOM") == 0) {
         if (!nonnull(data, "lifetime_value"))
             api_verr(call, F("lifetime_value"), EINVAL,
@@ -1251,73 +1377,68 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
         if (!nonnull(data, "lifetime_unit"))
             api_verr(call, F("lifetime_unit"), EINVAL,
                      "This field is required for custom retention policy");
-    } else {
-        static const char *const lt[] = {"lifetime_value", "lifetime_unit"};
-        for (i = 0; i < ARRAY_SIZE(lt); i++)
-            if (nonnull(data, lt[i])) {
-                snprintf(path, sizeof(path), F("%s"), lt[i]);
-                api_verr(call, path, EINVAL,
-                         "This field has no sense for specified retention policy");
-            }
-        if (json_array_size(json_object_get(data, "lifetimes")))
-            api_verr(call, F("lifetimes"), EINVAL,
-                     "This field has no sense for specified retention policy");
+        return;
     }
-    if (api_has_verrs(call)) {
-        task_free(t);
-        return api_invalid(call);
-    }
-    /* valid, but beyond what blockd does */
-    {
-        const char *what = NULL;
-        if (json_is_true(json_object_get(data, "replicate")))
-            what = "full filesystem replication (replicate)";
-        else if (json_is_true(json_object_get(data, "encryption")))
-            what = "encrypting the target (encryption)";
-        else if (nonnull(data, "restrict_schedule"))
-            what = "restrict_schedule";
-        else if (json_array_size(json_object_get(data, "lifetimes")))
-            what = "per-schedule lifetimes (lifetimes)";
-        else if (json_array_size(json_object_get(data, "properties_exclude")) ||
-                 json_object_size(json_object_get(data, "properties_override")))
-            what = "properties_exclude / properties_override";
-        if (what) {
-            task_free(t);
-            return api_error(call, ENOTSUP, "%s is not supported by blockd's LOCAL replication",
-                             what);
+    for (i = 0; i < ARRAY_SIZE(lt); i++)
+        if (nonnull(data, lt[i])) {
+            snprintf(path, sizeof(path), F("%s"), lt[i]);
+            api_verr(call, path, EINVAL, "This field has no sense for specified retention policy");
         }
-    }
-    /* RBD pools: not yet (the transfer compares files); refused before
-     * any job starts */
-    {
-        json_t *names = json_array(), *n;
-        size_t k;
-        const char *rbd_name = NULL;
+    if (json_array_size(json_object_get(data, "lifetimes")))
+        api_verr(call, F("lifetimes"), EINVAL,
+                 "This field has no sense for specified retention policy");
+}
 
-        json_array_extend(names, sources);
-        json_array_append(names, json_object_get(data, "target_dataset"));
-        db_lock();
-        json_array_foreach(names, k, n)
-        {
-            char poolname[DS_NAME_BUF];
-            struct ds_pool pool;
+/* A valid request that asks for something blockd's LOCAL replication does
+ * not do: the first such feature's description, or NULL. */
+static const char *onetime_unsupported(json_t *data)
+{
+    if (json_is_true(json_object_get(data, "replicate")))
+        return "full filesystem replication (replicate)";
+    if (json_is_true(json_object_get(data, "encryption")))
+        return "encrypting the target (encryption)";
+    if (nonnull(data, "restrict_schedule"))
+        return "restrict_schedule";
+    if (json_array_size(json_object_get(data, "lifetimes")))
+        return "per-schedule lifetimes (lifetimes)";
+    if (json_array_size(json_object_get(data, "properties_exclude")) ||
+        json_object_size(json_object_get(data, "properties_override")))
+        return "properties_exclude / properties_override";
+    return NULL;
+}
 
-            ds_pool_of(json_string_value(n), poolname, sizeof(poolname));
-            if (!rbd_name && ds_pool_get(poolname, &pool) == 0 && ds_pool_is_rbd(&pool))
-                rbd_name = json_string_value(n);
-        }
-        db_unlock();
-        if (rbd_name) {
-            int rc = api_error(call, ENOTSUP,
-                               "%s is in an RBD pool: replication.run_onetime supports file "
-                               "pools only (not RBD pools yet)",
-                               rbd_name);
-            json_decref(names);
-            task_free(t);
-            return rc;
-        }
-        json_decref(names);
+/* RBD pools are not replicated yet (the transfer compares files): the
+ * first source or target dataset in an RBD pool, or NULL. The name is
+ * borrowed from data. Takes db_lock for the pool lookups. */
+static const char *onetime_rbd_dataset(json_t *data)
+{
+    json_t *names = json_array(), *n;
+    size_t k;
+    const char *rbd_name = NULL;
+
+    json_array_extend(names, json_object_get(data, "source_datasets"));
+    json_array_append(names, json_object_get(data, "target_dataset"));
+    db_lock();
+    json_array_foreach(names, k, n)
+    {
+        char poolname[DS_NAME_BUF];
+        struct ds_pool pool;
+
+        ds_pool_of(json_string_value(n), poolname, sizeof(poolname));
+        if (!rbd_name && ds_pool_get(poolname, &pool) == 0 && ds_pool_is_rbd(&pool))
+            rbd_name = json_string_value(n);
     }
+    db_unlock();
+    json_decref(names);
+    return rbd_name;
+}
+
+/* Copy the checked request into the task the job runs. */
+static void onetime_task_fill(struct repl_task *t, json_t *data)
+{
+    const char *ret = json_string_value(json_object_get(data, "retention_policy"));
+    json_t *v;
+
     t->args = json_incref(data);
     t->allow_from_scratch = json_is_true(json_object_get(data, "allow_from_scratch"));
     t->only_from_scratch = json_is_true(json_object_get(data, "only_from_scratch"));
@@ -1337,12 +1458,66 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
             t->lifetime_s = (int64_t)t->lifetime_value *
                             (strcmp(t->lifetime_unit, "MONTH") == 0 ? 31 : 366) * 86400;
     }
-    source_base(sources, t->base_prefix, sizeof(t->base_prefix));
+    source_base(json_object_get(data, "source_datasets"), t->base_prefix, sizeof(t->base_prefix));
+}
+
+/* replication.run_onetime: decode -> check (every field error reported
+ * together, as TrueNAS does) -> refuse what blockd does not do -> start
+ * the job. The parameter shapes were checked by the dispatcher against
+ * onetime_fields. */
+static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *data = api_param(params, 0);
+    const char *transport = json_string_value(json_object_get(data, "transport"));
+    const char *what;
+    struct repl_task *t;
+    bool push;
+    int rc;
+
+    if (strcmp(transport, "LOCAL") != 0)
+        return api_error(call, ENOTSUP,
+                         "Replication transport %s is not supported: blockd replicates between "
+                         "its own pools only (supported transports: LOCAL)",
+                         transport);
+    push = strcmp(json_string_value(json_object_get(data, "direction")), "PUSH") == 0;
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return api_error(call, ENOMEM, "out of memory");
+    t->push = push;
+    onetime_check_direction(call, data, push);
+    onetime_check_local_transport(call, data);
+    onetime_check_datasets(call, data, t);
+    onetime_check_selection(call, data, push, t);
+    onetime_check_retention(call, data);
+    if (api_has_verrs(call)) {
+        rc = api_invalid(call);
+        goto fail;
+    }
+    what = onetime_unsupported(data);
+    if (what) {
+        rc = api_error(call, ENOTSUP, "%s is not supported by blockd's LOCAL replication", what);
+        goto fail;
+    }
+    /* refused before any job starts */
+    what = onetime_rbd_dataset(data);
+    if (what) {
+        rc = api_error(call, ENOTSUP,
+                       "%s is in an RBD pool: replication.run_onetime supports file pools only "
+                       "(not RBD pools yet)",
+                       what);
+        goto fail;
+    }
+    onetime_task_fill(t, data);
     log_info("replication: run_onetime %s → %s (%s%s) by %s",
-             json_string_value(json_array_get(sources, 0)),
+             json_string_value(json_array_get(json_object_get(data, "source_datasets"), 0)),
              json_string_value(json_object_get(data, "target_dataset")),
-             t->recursive ? "recursive, " : "", ret, api_call_peer(call));
+             t->recursive ? "recursive, " : "",
+             json_string_value(json_object_get(data, "retention_policy")), api_call_peer(call));
     return jobs_submit(call, params, "Replication", onetime_job, t, task_free, result);
+
+fail:
+    task_free(t);
+    return rc;
 }
 
 static int m_list_naming_schemas(struct api_call *call, json_t *params, json_t **result)

@@ -440,24 +440,22 @@ static int volume_lookup(struct api_call *call, const char *field, const char *n
     return 0;
 }
 
-static int m_snapshot_create(struct api_call *call, json_t *params, json_t **result)
-{
-    struct cfg_tx tx;
-    json_t *data, *jds;
-    char dataset[DS_NAME_BUF], why[256];
+/* One zfs.snapshot.create's state, shared by its steps. */
+struct snap_create {
+    struct api_call *call;
+    json_t *params;
+    char dataset[DS_NAME_BUF];
+    const char *snap; /* the new snapshot's name (in params) */
     char full[DS_NAME_BUF * 2];
-    double held_ms;
-    const char *snap, *name;
     struct ds_row row;
     struct ds_pool pool;
-    struct ds_snap existing;
-    struct volume *v;
     struct copy_work work;
-    sqlite3_stmt *st;
-    bool reflinked = false;
-    int rc;
+};
 
-    data = api_param(params, 0); /* checked against snap_create_fields by the dispatcher */
+/* TrueNAS options some clients always send: only their "off" values are
+ * accepted. 0 or the call's error. */
+static int snap_create_refuse(struct api_call *call, json_t *data)
+{
     if (json_is_true(json_object_get(data, "vmware_sync")) ||
         json_is_true(json_object_get(data, "suspend_vms")))
         return api_error(call, ENOTSUP, "vmware_sync and suspend_vms are not supported");
@@ -465,84 +463,100 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
         return api_error(call, ENOTSUP, "exclude is not supported (volumes have no children)");
     if (json_object_size(json_object_get(data, "properties")) > 0)
         return api_error(call, ENOTSUP, "snapshot properties are not supported");
-    name = json_string_value(json_object_get(data, "name"));
-    jds = json_object_get(data, "dataset");
-    if (jds) {
-        /* TrueNAS shape: {"dataset": "pool/vol", "name": "snap"} */
-        snprintf(dataset, sizeof(dataset), "%s", json_string_value(jds));
-        snap = name;
-        if (name_check_dataset(dataset, false, why, sizeof(why)) < 0)
-            api_verr(call, "zfs.snapshot.create.dataset", EINVAL, "%s", why);
-        if (name_check_component(snap, strlen(snap), why, sizeof(why)) < 0 ||
-            strlen(snap) != json_string_length(json_object_get(data, "name")))
-            api_verr(call, "zfs.snapshot.create.name", EINVAL, "%s",
-                     strchr(snap, '@') ? "the snapshot name must not contain '@' when dataset "
-                                         "is given"
-                                       : why);
-    } else if (split_snapshot(name, dataset, sizeof(dataset), &snap, why, sizeof(why)) < 0) {
-        /* Also accepted: {"name": "pool/vol@snap"}. */
-        api_verr(call, "zfs.snapshot.create.name", EINVAL, "%s", why);
-    }
-    if (api_has_verrs(call))
-        return api_invalid(call);
+    return 0;
+}
 
-    ds_ops_lock();
-    db_lock();
-    rc = volume_lookup(call, "zfs.snapshot.create.dataset", dataset, &row, &pool);
-    if (rc == 0 && ds_snapshot_get(dataset, snap, &existing) == 0) {
-        api_verr(call, "zfs.snapshot.create.name", EEXIST, "snapshot %s@%s already exists", dataset,
-                 snap);
-        rc = api_invalid(call);
-    }
-    db_unlock();
-    if (rc < 0) {
-        ds_ops_unlock();
-        return rc;
-    }
+/* The dataset and snapshot names, in either shape: TrueNAS's
+ * {"dataset": "pool/vol", "name": "snap"} or {"name": "pool/vol@snap"}.
+ * Field errors are collected on the call. */
+static void snap_create_names(struct snap_create *c, json_t *data)
+{
+    json_t *jds = json_object_get(data, "dataset");
+    const char *name = json_string_value(json_object_get(data, "name"));
+    char why[256];
 
-    /* Point in time without stalling writes (store/snapshot.h): a reflink
-     * under a hold of the writes in flight, or, without reflink, a brief
-     * hold to start copy-before-write, then the copy while writes go on
-     * (each write to a chunk not copied yet copies its old data first).
-     * The call returns once the snapshot file is complete and durable;
-     * the snapshot exists (query, clone, export, rollback) only from then
-     * on: a clone of it waits on ds_ops_lock meanwhile, and a crash leaves
-     * only a temporary file that the next start removes (no row). The
-     * volume is opened through the shared cache if no front-end has yet,
-     * so one that opens it during the copy gets this same volume. */
-    rc = datasets_volume_open(dataset, &v);
-    if (rc < 0) {
-        ds_ops_unlock();
-        return ds_api_errno(call, rc, "cannot open before snapshotting", dataset);
+    if (!jds) {
+        if (split_snapshot(name, c->dataset, sizeof(c->dataset), &c->snap, why, sizeof(why)) < 0)
+            api_verr(c->call, "zfs.snapshot.create.name", EINVAL, "%s", why);
+        return;
     }
-    snprintf(full, sizeof(full), "%s@%s", dataset, snap);
-    work = (struct copy_work){.kind = COPY_SNAPSHOT,
-                              .what = "snapshot",
-                              .name = full,
-                              .pool = &pool,
-                              .dataset = dataset,
-                              .snap = snap,
-                              .vol = v};
-    rc = copy_run(call, params, &work);
+    snprintf(c->dataset, sizeof(c->dataset), "%s", json_string_value(jds));
+    c->snap = name;
+    if (name_check_dataset(c->dataset, false, why, sizeof(why)) < 0)
+        api_verr(c->call, "zfs.snapshot.create.dataset", EINVAL, "%s", why);
+    if (name_check_component(name, strlen(name), why, sizeof(why)) < 0 ||
+        strlen(name) != json_string_length(json_object_get(data, "name")))
+        api_verr(c->call, "zfs.snapshot.create.name", EINVAL, "%s",
+                 strchr(name, '@') ? "the snapshot name must not contain '@' when dataset "
+                                     "is given"
+                                   : why);
+}
+
+/* DB locked: a volume with a file backend, no snapshot of that name yet.
+ * 0 or the call's error. */
+static int snap_create_check(struct snap_create *c)
+{
+    struct ds_snap existing;
+    int rc = volume_lookup(c->call, "zfs.snapshot.create.dataset", c->dataset, &c->row, &c->pool);
+
+    if (rc == 0 && ds_snapshot_get(c->dataset, c->snap, &existing) == 0) {
+        api_verr(c->call, "zfs.snapshot.create.name", EEXIST, "snapshot %s@%s already exists",
+                 c->dataset, c->snap);
+        rc = api_invalid(c->call);
+    }
+    return rc;
+}
+
+/*
+ * ds_ops locked, DB not: the snapshot's data. Point in time without
+ * stalling writes (store/snapshot.h): a reflink under a hold of the writes
+ * in flight, or, without reflink, a brief hold to start copy-before-write,
+ * then the copy while writes go on (each write to a chunk not copied yet
+ * copies its old data first). The snapshot exists (query, clone, export,
+ * rollback) only once its row is recorded after this: a clone of it waits
+ * on ds_ops_lock meanwhile, and a crash leaves only a temporary file that
+ * the next start removes (no row). The volume is opened through the
+ * shared cache if no front-end has yet, so one that opens it during the
+ * copy gets this same volume. 0 or the call's error.
+ */
+static int snap_create_copy(struct snap_create *c)
+{
+    struct volume *v;
+    int rc = datasets_volume_open(c->dataset, &v);
+
+    if (rc < 0)
+        return ds_api_errno(c->call, rc, "cannot open before snapshotting", c->dataset);
+    snprintf(c->full, sizeof(c->full), "%s@%s", c->dataset, c->snap);
+    c->work = (struct copy_work){.kind = COPY_SNAPSHOT,
+                                 .what = "snapshot",
+                                 .name = c->full,
+                                 .pool = &c->pool,
+                                 .dataset = c->dataset,
+                                 .snap = c->snap,
+                                 .vol = v};
+    rc = copy_run(c->call, c->params, &c->work);
     volume_unref(v);
-    if (rc < 0) {
-        ds_ops_unlock();
-        return -1;
-    }
-    reflinked = work.snap_stats.reflinked;
-    held_ms = (double)work.snap_stats.held_ns / 1e6;
+    return rc < 0 ? -1 : 0;
+}
 
-    db_lock();
-    rc = cfg_tx_begin(&tx);
+/* DB locked: the one transaction recording the snapshot; if it fails the
+ * snapshot's data goes. 0 or the call's error (set under the locks: the
+ * backend's reason, ds_backend_why, is theirs). */
+static int snap_create_record(struct snap_create *c)
+{
+    struct cfg_tx tx;
+    sqlite3_stmt *st;
+    int rc = cfg_tx_begin(&tx);
+
     if (rc == 0)
         rc = db_stmt("INSERT INTO snapshots (dataset_id, name, volsize, created)"
                      " VALUES (?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS"
                      " INTEGER))",
                      &st);
     if (rc == 0) {
-        sqlite3_bind_int64(st, 1, row.id);
-        sqlite3_bind_text(st, 2, snap, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, (sqlite3_int64)row.volsize);
+        sqlite3_bind_int64(st, 1, c->row.id);
+        sqlite3_bind_text(st, 2, c->snap, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)c->row.volsize);
         rc = db_step_done(st);
         db_stmt_done(st);
         cfg_tx_changed(&tx, CFG_SNAPSHOT, sqlite3_last_insert_rowid(db_handle()), CFG_CREATED);
@@ -551,30 +565,67 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
         else
             cfg_tx_abort(&tx);
     }
-    if (rc < 0)
-        ds_backend_of(&pool)->snapshot_remove(&pool, dataset, snap);
-    else
-        *result = ds_snapshot_row(dataset, snap);
-    db_unlock();
-    ds_ops_unlock();
-    if (rc < 0)
-        return ds_api_errno(call, rc, "cannot record snapshot of", dataset);
-    if (ds_pool_is_rbd(&pool))
+    if (rc < 0) {
+        ds_backend_of(&c->pool)->snapshot_remove(&c->pool, c->dataset, c->snap);
+        return ds_api_errno(c->call, rc, "cannot record snapshot of", c->dataset);
+    }
+    return 0;
+}
+
+static void snap_create_log(const struct snap_create *c)
+{
+    const struct store_snapshot_stats *s = &c->work.snap_stats;
+    double held_ms = (double)s->held_ns / 1e6;
+
+    if (ds_pool_is_rbd(&c->pool))
         /* librbd holds the image's writes for part of this time */
-        log_info("datasets: snapshot %s@%s created (RBD snapshot in %.1f ms; peer %s)", dataset,
-                 snap, held_ms, api_call_peer(call));
-    else if (reflinked)
+        log_info("datasets: snapshot %s@%s created (RBD snapshot in %.1f ms; peer %s)", c->dataset,
+                 c->snap, held_ms, api_call_peer(c->call));
+    else if (s->reflinked)
         log_info("datasets: snapshot %s@%s created (reflink; writes held %.1f ms; peer %s)",
-                 dataset, snap, held_ms, api_call_peer(call));
+                 c->dataset, c->snap, held_ms, api_call_peer(c->call));
     else
         log_info("datasets: snapshot %s@%s created (copy-before-write: %llu chunks copied by "
                  "writes, %llu by the copier; writes held %.1f ms; %llu writes waited for the "
                  "copier's queue, longest %.1f ms; peer %s)",
-                 dataset, snap, (unsigned long long)work.snap_stats.chunks_by_writes,
-                 (unsigned long long)work.snap_stats.chunks_by_copier, held_ms,
-                 (unsigned long long)work.snap_stats.queue_waits,
-                 (double)work.snap_stats.queue_wait_max_ns / 1e6, api_call_peer(call));
-    return *result ? 0 : api_error(call, EIO, "snapshot %s@%s vanished", dataset, snap);
+                 c->dataset, c->snap, (unsigned long long)s->chunks_by_writes,
+                 (unsigned long long)s->chunks_by_copier, held_ms,
+                 (unsigned long long)s->queue_waits, (double)s->queue_wait_max_ns / 1e6,
+                 api_call_peer(c->call));
+}
+
+/* zfs.snapshot.create: decode -> (locked) check -> the copy with only
+ * ds_ops_lock held -> one transaction -> the new row. The call returns
+ * once the snapshot file is complete and durable. */
+static int m_snapshot_create(struct api_call *call, json_t *params, json_t **result)
+{
+    struct snap_create c = {.call = call, .params = params};
+    json_t *data = api_param(params, 0); /* checked against snap_create_fields */
+    int rc = snap_create_refuse(call, data);
+
+    if (rc < 0)
+        return rc;
+    snap_create_names(&c, data);
+    if (api_has_verrs(call))
+        return api_invalid(call);
+    ds_ops_lock();
+    db_lock();
+    rc = snap_create_check(&c);
+    db_unlock();
+    if (rc == 0)
+        rc = snap_create_copy(&c);
+    if (rc == 0) {
+        db_lock();
+        rc = snap_create_record(&c);
+        if (rc == 0)
+            *result = ds_snapshot_row(c.dataset, c.snap);
+        db_unlock();
+    }
+    ds_ops_unlock();
+    if (rc < 0)
+        return rc;
+    snap_create_log(&c);
+    return *result ? 0 : api_error(call, EIO, "snapshot %s@%s vanished", c.dataset, c.snap);
 }
 
 static int m_snapshot_query(struct api_call *call, json_t *params, json_t **result)
@@ -630,165 +681,190 @@ static int snapshot_id_param(struct api_call *call, json_t *params, const char *
     return 0;
 }
 
-static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **result)
+/* DB locked: the snapshot has no dependent clone and no user. 0 or the
+ * call's error. */
+static int snap_delete_check(struct api_call *call, const struct ds_snap *snap, const char *full)
 {
-    struct cfg_tx tx;
-    json_t *opts;
-    struct ds_snap snap;
-    struct ds_pool pool;
-    char full[DS_NAME_BUF * 2], why[512];
+    char why[512];
     sqlite3_stmt *st;
-    int rc;
+    int rc = db_stmt("SELECT name FROM datasets WHERE origin_id = ? ORDER BY name LIMIT 1", &st);
 
-    opts = api_param(params, 1); /* delete_args */
-    if (json_is_true(json_object_get(opts, "defer")))
-        return api_error(call, ENOTSUP,
-                         "deferred destroy is not supported; delete the clones first");
-
-    ds_ops_lock();
-    db_lock();
-    rc = snapshot_id_param(call, params, "zfs.snapshot.delete", &snap, &pool, full);
     if (rc < 0)
-        goto out;
-    rc = db_stmt("SELECT name FROM datasets WHERE origin_id = ? ORDER BY name LIMIT 1", &st);
-    if (rc < 0) {
-        rc = ds_api_errno(call, rc, "cannot delete snapshot", full);
-        goto out;
-    }
-    sqlite3_bind_int64(st, 1, snap.id);
-    if (sqlite3_step(st) == SQLITE_ROW) {
+        return ds_api_errno(call, rc, "cannot delete snapshot", full);
+    sqlite3_bind_int64(st, 1, snap->id);
+    if (sqlite3_step(st) == SQLITE_ROW)
         rc = api_error(call, EBUSY, "snapshot %s has dependent clone %s; delete the clone first",
                        full, (const char *)sqlite3_column_text(st, 0));
-        db_stmt_done(st);
-        goto out;
-    }
     db_stmt_done(st);
+    if (rc < 0)
+        return rc;
     why[0] = '\0';
-    if (ds_in_use(full, why, sizeof(why))) {
-        rc = api_error(call, EBUSY, "snapshot %s is in use: %s", full, why[0] ? why : "busy");
-        goto out;
-    }
-    rc = cfg_tx_begin(&tx);
+    if (ds_in_use(full, why, sizeof(why)))
+        return api_error(call, EBUSY, "snapshot %s is in use: %s", full, why[0] ? why : "busy");
+    return 0;
+}
+
+/* DB locked: the one transaction removing the row. 0 or the call's
+ * error. */
+static int snap_delete_row(struct api_call *call, const struct ds_snap *snap, const char *full)
+{
+    struct cfg_tx tx;
+    sqlite3_stmt *st;
+    int rc = cfg_tx_begin(&tx);
+
     if (rc == 0) {
         rc = db_stmt("DELETE FROM snapshots WHERE id = ?", &st);
         if (rc == 0) {
-            sqlite3_bind_int64(st, 1, snap.id);
+            sqlite3_bind_int64(st, 1, snap->id);
             rc = db_step_done(st);
             db_stmt_done(st);
         }
-        cfg_tx_changed(&tx, CFG_SNAPSHOT, snap.id, CFG_DELETED);
+        cfg_tx_changed(&tx, CFG_SNAPSHOT, snap->id, CFG_DELETED);
         if (rc == 0)
             rc = cfg_tx_commit(&tx);
         else
             cfg_tx_abort(&tx);
     }
-    if (rc < 0) {
-        rc = ds_api_errno(call, rc, "cannot delete snapshot", full);
-        goto out;
-    }
+    return rc < 0 ? ds_api_errno(call, rc, "cannot delete snapshot", full) : 0;
+}
+
+/* zfs.snapshot.delete: (locked) check -> one transaction -> the storage
+ * (without the database lock) -> publish. */
+static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *opts = api_param(params, 1); /* delete_args */
+    struct ds_snap snap;
+    struct ds_pool pool;
+    char full[DS_NAME_BUF * 2];
+    int rc;
+
+    if (json_is_true(json_object_get(opts, "defer")))
+        return api_error(call, ENOTSUP,
+                         "deferred destroy is not supported; delete the clones first");
+    ds_ops_lock();
+    db_lock();
+    rc = snapshot_id_param(call, params, "zfs.snapshot.delete", &snap, &pool, full);
+    if (rc == 0)
+        rc = snap_delete_check(call, &snap, full);
+    if (rc == 0)
+        rc = snap_delete_row(call, &snap, full);
     db_unlock();
-    ds_cache_drop(full, false);
-    rc = ds_backend_of(&pool)->snapshot_remove(&pool, snap.dataset, snap.name);
-    if (rc < 0 && rc != -ENOENT)
-        log_error("datasets: remove snapshot %s: %s", full, strerror(-rc));
+    if (rc == 0) {
+        int urc;
+
+        ds_cache_drop(full, false);
+        urc = ds_backend_of(&pool)->snapshot_remove(&pool, snap.dataset, snap.name);
+        if (urc < 0 && urc != -ENOENT)
+            log_error("datasets: remove snapshot %s: %s", full, strerror(-urc));
+    }
     ds_ops_unlock();
+    if (rc < 0)
+        return rc;
     log_info("datasets: snapshot %s deleted (peer %s)", full, api_call_peer(call));
     ds_notify(DATASETS_DELETED, full, NULL);
     *result = json_true();
     return 0;
-out:
+}
+
+/* One zfs.snapshot.clone's state, shared by its steps. */
+struct snap_clone {
+    struct api_call *call;
+    json_t *params, *data;
+    const char *snapname, *sn, *dst; /* "pool/vol@snap", its "snap", the new dataset */
+    char dataset[DS_NAME_BUF];       /* "pool/vol" */
+    struct ds_snap snap;
+    struct ds_row src;
+    struct ds_pool pool, dst_pool;
+    bool reflinked;
+};
+
+/* DB locked: the snapshot exists on a file-backed volume, the new name
+ * is free, and both pools are of one kind (a clone stays in the same kind
+ * of pool). Field errors are reported together. 0 or the call's error. */
+static int snap_clone_check(struct snap_clone *c)
+{
+    struct api_call *call = c->call;
+    int rc = ds_snapshot_get(c->dataset, c->sn, &c->snap), nrc;
+
+    if (rc == -ENOENT)
+        api_verr(call, "zfs.snapshot.clone.snapshot", ENOENT, "snapshot %s does not exist",
+                 c->snapname);
+    else if (rc < 0)
+        return ds_api_errno(call, rc, "cannot clone to", c->dst);
+    if (rc == 0 && (rc = volume_lookup(call, "zfs.snapshot.clone.snapshot", c->dataset, &c->src,
+                                       &c->pool)) < 0)
+        return rc;
+    nrc = ds_check_new_name(call, "zfs.snapshot.clone.dataset_dst",
+                            json_object_get(c->data, "dataset_dst"), &c->dst_pool);
+    if (nrc < 0 && !api_has_verrs(call))
+        return ds_api_errno(call, nrc, "cannot clone to", c->dst);
+    if (api_has_verrs(call))
+        return api_invalid(call);
+    if (ds_pool_is_rbd(&c->pool) != ds_pool_is_rbd(&c->dst_pool))
+        return api_error(call, EXDEV,
+                         "cannot clone %s into %s: a clone stays in the same kind of pool (%s "
+                         "pool %s, %s pool %s)",
+                         c->snapname, c->dst, ds_backend_of(&c->pool)->name, c->pool.name,
+                         ds_backend_of(&c->dst_pool)->name, c->dst_pool.name);
+    return 0;
+}
+
+/* DB locked (released during the copy, a job): the clone's data, by the
+ * backend (reflink, sparse copy or an RBD clone). 0 or the call's error. */
+static int snap_clone_copy(struct snap_clone *c)
+{
+    struct copy_work work = {.kind = COPY_CLONE,
+                             .what = "clone",
+                             .name = c->dst,
+                             .pool = &c->pool,
+                             .dataset = c->dataset,
+                             .snap = c->sn,
+                             .dst_pool = &c->dst_pool,
+                             .dst_name = c->dst};
+    int rc;
+
     db_unlock();
-    ds_ops_unlock();
+    rc = copy_run(c->call, c->params, &work);
+    db_lock();
+    c->reflinked = work.reflinked;
     return rc;
 }
 
-static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **result)
+/* The clone's row: a sparse volume of the snapshot's size with the
+ * source's block size and sync, and the dataset_properties given. */
+static void snap_clone_row(const struct snap_clone *c, struct ds_row *row)
+{
+    json_t *props = json_object_get(c->data, "dataset_properties"), *js;
+
+    memset(row, 0, sizeof(*row));
+    snprintf(row->name, sizeof(row->name), "%s", c->dst);
+    row->pool_id = c->dst_pool.id;
+    row->type = DS_VOLUME;
+    row->volsize = c->snap.volsize;
+    row->volblocksize = c->src.volblocksize;
+    row->sparse = true;
+    row->sync = c->src.sync;
+    row->origin_id = c->snap.id;
+    if ((js = json_object_get(props, "sync")))
+        volume_sync_parse(json_string_value(js), &row->sync);
+    if ((js = json_object_get(props, "readonly")))
+        row->readonly = strcmp(json_string_value(js), "ON") == 0;
+    if ((js = json_object_get(props, "comments")))
+        snprintf(row->comments, sizeof(row->comments), "%s", json_string_value(js));
+}
+
+/* DB locked: the one transaction recording the clone (and any missing
+ * ancestors); if it fails the clone's data goes. 0 or the call's error. */
+static int snap_clone_record(struct snap_clone *c)
 {
     struct cfg_tx tx;
-    json_t *data, *props, *js;
-    char dataset[DS_NAME_BUF], why[256];
-    const char *snapname, *sn, *dst;
-    struct ds_snap snap;
-    struct ds_row src, row;
-    struct ds_pool pool, dst_pool;
-    struct copy_work work;
-    bool reflinked = false;
+    struct ds_row row;
     int rc;
 
-    data = api_param(params, 0); /* checked against clone_fields by the dispatcher */
-    snapname = json_string_value(json_object_get(data, "snapshot"));
-    dst = json_string_value(json_object_get(data, "dataset_dst"));
-    if (split_snapshot(snapname, dataset, sizeof(dataset), &sn, why, sizeof(why)) < 0) {
-        api_verr(call, "zfs.snapshot.clone.snapshot", EINVAL, "%s", why);
-        return api_invalid(call);
-    }
-
-    ds_ops_lock();
-    db_lock();
-    rc = ds_snapshot_get(dataset, sn, &snap);
-    if (rc == -ENOENT)
-        api_verr(call, "zfs.snapshot.clone.snapshot", ENOENT, "snapshot %s does not exist",
-                 snapname);
-    else if (rc < 0)
-        goto fail_errno;
-    if (rc == 0 &&
-        (rc = volume_lookup(call, "zfs.snapshot.clone.snapshot", dataset, &src, &pool)) < 0)
-        goto fail;
-    {
-        int nrc = ds_check_new_name(call, "zfs.snapshot.clone.dataset_dst",
-                                    json_object_get(data, "dataset_dst"), &dst_pool);
-        if (nrc < 0 && !api_has_verrs(call)) {
-            rc = nrc;
-            goto fail_errno;
-        }
-    }
-    if (api_has_verrs(call)) {
-        rc = api_invalid(call);
-        goto fail;
-    }
-    if (ds_pool_is_rbd(&pool) != ds_pool_is_rbd(&dst_pool)) {
-        rc = api_error(call, EXDEV,
-                       "cannot clone %s into %s: a clone stays in the same kind of pool (%s pool "
-                       "%s, %s pool %s)",
-                       snapname, dst, ds_backend_of(&pool)->name, pool.name,
-                       ds_backend_of(&dst_pool)->name, dst_pool.name);
-        goto fail;
-    }
-    db_unlock();
-
-    work = (struct copy_work){.kind = COPY_CLONE,
-                              .what = "clone",
-                              .name = dst,
-                              .pool = &pool,
-                              .dataset = dataset,
-                              .snap = sn,
-                              .dst_pool = &dst_pool,
-                              .dst_name = dst};
-    rc = copy_run(call, params, &work);
-    db_lock();
-    if (rc < 0)
-        goto fail;
-    reflinked = work.reflinked;
-
-    memset(&row, 0, sizeof(row));
-    snprintf(row.name, sizeof(row.name), "%s", dst);
-    row.pool_id = dst_pool.id;
-    row.type = DS_VOLUME;
-    row.volsize = snap.volsize;
-    row.volblocksize = src.volblocksize;
-    row.sparse = true;
-    row.sync = src.sync;
-    row.origin_id = snap.id;
-    props = json_object_get(data, "dataset_properties");
-    if ((js = json_object_get(props, "sync")))
-        volume_sync_parse(json_string_value(js), &row.sync);
-    if ((js = json_object_get(props, "readonly")))
-        row.readonly = strcmp(json_string_value(js), "ON") == 0;
-    if ((js = json_object_get(props, "comments")))
-        snprintf(row.comments, sizeof(row.comments), "%s", json_string_value(js));
+    snap_clone_row(c, &row);
     rc = cfg_tx_begin(&tx);
     if (rc == 0) {
-        rc = ds_create_ancestors(&dst_pool, dst);
+        rc = ds_create_ancestors(&c->dst_pool, c->dst);
         if (rc == 0)
             rc = ds_dataset_insert(&row);
         if (rc == 0)
@@ -799,25 +875,45 @@ static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **resu
             cfg_tx_abort(&tx);
     }
     if (rc < 0) {
-        ds_backend_of(&dst_pool)->dataset_remove(&dst_pool, dst, true);
-        goto fail_errno;
+        ds_backend_of(&c->dst_pool)->dataset_remove(&c->dst_pool, c->dst, true);
+        return ds_api_errno(c->call, rc, "cannot clone to", c->dst);
     }
+    return 0;
+}
+
+/* zfs.snapshot.clone: decode -> (locked) check -> the copy -> one
+ * transaction; one exit drops the locks. */
+static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **result)
+{
+    struct snap_clone c = {.call = call, .params = params};
+    char why[256];
+    int rc;
+
+    c.data = api_param(params, 0); /* checked against clone_fields by the dispatcher */
+    c.snapname = json_string_value(json_object_get(c.data, "snapshot"));
+    c.dst = json_string_value(json_object_get(c.data, "dataset_dst"));
+    if (split_snapshot(c.snapname, c.dataset, sizeof(c.dataset), &c.sn, why, sizeof(why)) < 0) {
+        api_verr(call, "zfs.snapshot.clone.snapshot", EINVAL, "%s", why);
+        return api_invalid(call);
+    }
+    ds_ops_lock();
+    db_lock();
+    rc = snap_clone_check(&c);
+    if (rc == 0)
+        rc = snap_clone_copy(&c);
+    if (rc == 0)
+        rc = snap_clone_record(&c);
     db_unlock();
     ds_ops_unlock();
-    log_info("datasets: cloned %s to %s (%s; peer %s)", snapname, dst,
-             ds_pool_is_rbd(&pool) ? "RBD clone v2"
-             : reflinked           ? "reflink"
-                                   : "sparse copy",
+    if (rc < 0)
+        return rc;
+    log_info("datasets: cloned %s to %s (%s; peer %s)", c.snapname, c.dst,
+             ds_pool_is_rbd(&c.pool) ? "RBD clone v2"
+             : c.reflinked           ? "reflink"
+                                     : "sparse copy",
              api_call_peer(call));
     *result = json_true();
     return 0;
-
-fail_errno:
-    rc = ds_api_errno(call, rc, "cannot clone to", dst);
-fail:
-    db_unlock();
-    ds_ops_unlock();
-    return rc;
 }
 
 static int set_rollback_pending(int64_t dataset_id, int64_t snap_id, uint64_t volsize, bool done)
@@ -922,139 +1018,162 @@ fail:
     return rc;
 }
 
-static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **result)
-{
-    struct cfg_tx tx;
-    json_t *opts;
+/* One zfs.snapshot.rollback's state, shared by its steps. */
+struct rollback {
+    struct api_call *call;
+    json_t *params, *opts;
     struct ds_snap snap;
     struct ds_pool pool;
-    struct ds_row row;
-    struct volume *v = NULL;
-    struct copy_work work;
+    struct ds_row row; /* the volume rolled back */
     char full[DS_NAME_BUF * 2], why[512];
-    bool reflinked = false;
-    uint64_t old_size;
-    struct ds_snap *newer = NULL;
-    size_t nnewer = 0;
     unsigned nclients;
-    int rc;
+    struct ds_snap *newer; /* recursive: the newer snapshots that go */
+    size_t nnewer;
+    struct volume *v; /* the open volume (own ref), or NULL */
+    bool reflinked;
+};
 
-    opts = api_param(params, 1); /* rollback_args */
+/* DB locked: may the volume be rolled back now? Being exported does not
+ * block a rollback (the export then serves the rolled-back data, as a
+ * zvol would); clients connected to the volume's shares do, unless
+ * forced. Shares of its snapshots never matter: their files are not
+ * touched. On success rollback_pending is recorded, so that a crash
+ * during the copy is finished by the next start. 0 or the call's error. */
+static int rollback_check(struct rollback *r)
+{
+    int rc =
+        snapshot_id_param(r->call, r->params, "zfs.snapshot.rollback", &r->snap, &r->pool, r->full);
 
-    ds_ops_lock();
-    db_lock();
-    rc = snapshot_id_param(call, params, "zfs.snapshot.rollback", &snap, &pool, full);
     if (rc < 0)
-        goto fail;
-    rc = ds_dataset_get_id(snap.dataset_id, &row);
-    if (rc < 0) {
-        rc = ds_api_errno(call, rc, "cannot roll back to", full);
-        goto fail;
-    }
-    /* Being exported does not block a rollback (the export then serves
-     * the rolled-back data, as a zvol would); clients connected to the
-     * volume's shares do, unless forced. Shares of its snapshots never
-     * matter: their files are not touched. */
-    nclients = ds_clients(row.name, why, sizeof(why));
-    if (nclients && !json_is_true(json_object_get(opts, "force"))) {
-        rc = api_error(call, EBUSY, "dataset %s is in use: %s (use force to roll back anyway)",
-                       row.name, why[0] ? why : "clients connected");
-        goto fail;
-    }
-    if (json_is_true(json_object_get(opts, "recursive"))) {
-        rc = newer_snapshots(call, &snap, &newer, &nnewer);
+        return rc;
+    rc = ds_dataset_get_id(r->snap.dataset_id, &r->row);
+    if (rc < 0)
+        return ds_api_errno(r->call, rc, "cannot roll back to", r->full);
+    r->nclients = ds_clients(r->row.name, r->why, sizeof(r->why));
+    if (r->nclients && !json_is_true(json_object_get(r->opts, "force")))
+        return api_error(r->call, EBUSY, "dataset %s is in use: %s (use force to roll back anyway)",
+                         r->row.name, r->why[0] ? r->why : "clients connected");
+    if (json_is_true(json_object_get(r->opts, "recursive"))) {
+        rc = newer_snapshots(r->call, &r->snap, &r->newer, &r->nnewer);
         if (rc < 0)
-            goto fail;
+            return rc;
     }
-    rc = set_rollback_pending(row.id, snap.id, 0, false);
-    if (rc < 0) {
-        rc = ds_api_errno(call, rc, "cannot roll back to", full);
-        goto fail;
-    }
-    db_unlock();
+    rc = set_rollback_pending(r->row.id, r->snap.id, 0, false);
+    if (rc < 0)
+        return ds_api_errno(r->call, rc, "cannot roll back to", r->full);
+    return 0;
+}
 
-    old_size = row.volsize;
-    v = ds_cache_peek(row.name);
-    /* Front-ends drop the clients that must not see the switch (NBD
-     * disconnects the volume's exports' clients, forced or none). */
-    if (nclients)
-        log_warn("datasets: rolling back %s with %u client(s) connected (force): %s", row.name,
-                 nclients, why);
-    ds_notify(DATASETS_ROLLING_BACK, row.name, v);
+/* ds_ops locked, DB not: the volume's data becomes the snapshot's.
+ * Front-ends first drop the clients that must not see the switch (NBD
+ * disconnects the volume's exports' clients, forced or none). On failure
+ * rollback_pending stays set: the next start retries it. 0 or -1 (the
+ * call's error is set). */
+static int rollback_copy(struct rollback *r)
+{
+    struct copy_work work;
+
+    r->v = ds_cache_peek(r->row.name);
+    if (r->nclients)
+        log_warn("datasets: rolling back %s with %u client(s) connected (force): %s", r->row.name,
+                 r->nclients, r->why);
+    ds_notify(DATASETS_ROLLING_BACK, r->row.name, r->v);
     work = (struct copy_work){.kind = COPY_ROLLBACK,
                               .what = "rollback",
-                              .name = row.name,
-                              .pool = &pool,
-                              .dataset = row.name,
-                              .snap = snap.name,
-                              .vol = v};
-    if (copy_run(call, params, &work) < 0) {
-        /* rollback_pending stays set: the next start retries it. */
-        free(newer);
-        ds_ops_unlock();
-        if (v)
-            volume_unref(v);
+                              .name = r->row.name,
+                              .pool = &r->pool,
+                              .dataset = r->row.name,
+                              .snap = r->snap.name,
+                              .vol = r->v};
+    if (copy_run(r->call, r->params, &work) < 0)
         return -1;
-    }
-    reflinked = work.reflinked;
+    r->reflinked = work.reflinked;
+    return 0;
+}
+
+/* ds_ops locked: the one transaction ending the rollback (the newer
+ * snapshots' rows go, the size is the snapshot's, rollback_pending is
+ * cleared), then the newer snapshots' storage. 0 or the call's error. */
+static int rollback_record(struct rollback *r)
+{
+    struct cfg_tx tx;
+    int rc;
+
     db_lock();
     rc = cfg_tx_begin(&tx);
     if (rc == 0) {
-        for (size_t i = 0; rc == 0 && i < nnewer; i++) {
-            rc = snapshot_row_delete(newer[i].id);
-            cfg_tx_changed(&tx, CFG_SNAPSHOT, newer[i].id, CFG_DELETED);
+        for (size_t i = 0; rc == 0 && i < r->nnewer; i++) {
+            rc = snapshot_row_delete(r->newer[i].id);
+            cfg_tx_changed(&tx, CFG_SNAPSHOT, r->newer[i].id, CFG_DELETED);
         }
         if (rc == 0)
-            rc = set_rollback_pending(row.id, snap.id, snap.volsize, true);
+            rc = set_rollback_pending(r->row.id, r->snap.id, r->snap.volsize, true);
         if (rc == 0)
             rc = cfg_tx_commit(&tx);
         else
             cfg_tx_abort(&tx);
     }
     db_unlock();
-    if (rc == 0) {
-        for (size_t i = 0; i < nnewer; i++) {
-            char n[DS_NAME_BUF * 2];
-
-            snprintf(n, sizeof(n), "%s@%s", row.name, newer[i].name);
-            ds_cache_drop(n, false);
-            int urc = ds_backend_of(&pool)->snapshot_remove(&pool, row.name, newer[i].name);
-
-            if (urc < 0 && urc != -ENOENT)
-                log_error("datasets: remove snapshot %s: %s", n, strerror(-urc));
-            log_info("datasets: snapshot %s destroyed by the recursive rollback", n);
-        }
-    }
-    ds_ops_unlock();
-    if (rc < 0) {
-        free(newer);
-        if (v)
-            volume_unref(v);
-        return ds_api_errno(call, rc, "cannot record the rollback of", full);
-    }
-    for (size_t i = 0; i < nnewer; i++) {
+    if (rc < 0)
+        return ds_api_errno(r->call, rc, "cannot record the rollback of", r->full);
+    for (size_t i = 0; i < r->nnewer; i++) {
         char n[DS_NAME_BUF * 2];
 
-        snprintf(n, sizeof(n), "%s@%s", row.name, newer[i].name);
+        snprintf(n, sizeof(n), "%s@%s", r->row.name, r->newer[i].name);
+        ds_cache_drop(n, false);
+        int urc = ds_backend_of(&r->pool)->snapshot_remove(&r->pool, r->row.name, r->newer[i].name);
+
+        if (urc < 0 && urc != -ENOENT)
+            log_error("datasets: remove snapshot %s: %s", n, strerror(-urc));
+        log_info("datasets: snapshot %s destroyed by the recursive rollback", n);
+    }
+    return 0;
+}
+
+/* Unlocked, after the commit: the observers learn of the destroyed
+ * snapshots, the rollback and a size change. */
+static void rollback_publish(struct rollback *r)
+{
+    for (size_t i = 0; i < r->nnewer; i++) {
+        char n[DS_NAME_BUF * 2];
+
+        snprintf(n, sizeof(n), "%s@%s", r->row.name, r->newer[i].name);
         ds_notify(DATASETS_DELETED, n, NULL);
     }
-    free(newer);
-    log_info("datasets: %s rolled back to %s (%s; peer %s)", row.name, full,
-             ds_pool_is_rbd(&pool) ? "RBD rollback"
-             : reflinked           ? "reflink"
-                                   : "sparse copy",
-             api_call_peer(call));
-    ds_notify(DATASETS_ROLLED_BACK, row.name, v);
-    if (old_size != snap.volsize)
-        ds_notify(DATASETS_RESIZED, row.name, v);
-    if (v)
-        volume_unref(v);
-    *result = json_null();
-    return 0;
-fail:
-    free(newer);
+    log_info("datasets: %s rolled back to %s (%s; peer %s)", r->row.name, r->full,
+             ds_pool_is_rbd(&r->pool) ? "RBD rollback"
+             : r->reflinked           ? "reflink"
+                                      : "sparse copy",
+             api_call_peer(r->call));
+    ds_notify(DATASETS_ROLLED_BACK, r->row.name, r->v);
+    if (r->row.volsize != r->snap.volsize) /* the row as read before */
+        ds_notify(DATASETS_RESIZED, r->row.name, r->v);
+}
+
+/* zfs.snapshot.rollback: (locked) check and mark pending -> the copy ->
+ * one transaction -> publish; one exit releases the volume and the list. */
+static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **result)
+{
+    struct rollback r = {.call = call, .params = params};
+    int rc;
+
+    r.opts = api_param(params, 1); /* rollback_args */
+    ds_ops_lock();
+    db_lock();
+    rc = rollback_check(&r);
     db_unlock();
+    if (rc == 0)
+        rc = rollback_copy(&r);
+    if (rc == 0)
+        rc = rollback_record(&r);
     ds_ops_unlock();
+    if (rc == 0)
+        rollback_publish(&r);
+    free(r.newer);
+    if (r.v)
+        volume_unref(r.v);
+    if (rc == 0)
+        *result = json_null();
     return rc;
 }
 

@@ -73,89 +73,125 @@ static void settings_free(struct settings *s)
     s->n = 0;
 }
 
-/* Parse path into out. On error writes "path:line: why" to err. */
+/* A flag without argument takes yes/true/1/on or no/false/0/off. */
+static int setting_bool(const char *value, bool *off)
+{
+    if (!strcmp(value, "yes") || !strcmp(value, "true") || !strcmp(value, "1") ||
+        !strcmp(value, "on")) {
+        *off = false;
+        return 0;
+    }
+    if (!strcmp(value, "no") || !strcmp(value, "false") || !strcmp(value, "0") ||
+        !strcmp(value, "off")) {
+        *off = true;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+/* The value of key (flag o) into st: a flag's yes or no, or a copy of an
+ * argument. On error writes "path:line: why" to err. */
+static int setting_value(const struct option *o, const char *key, const char *value,
+                         struct setting *st, const char *path, char *err, size_t errlen)
+{
+    if (o->has_arg == no_argument) {
+        if (setting_bool(value, &st->off) < 0) {
+            snprintf(err, errlen, "%s:%d: %s takes yes or no", path, st->line, key);
+            return -EINVAL;
+        }
+        return 0;
+    }
+    if (!*value && o->has_arg == required_argument) {
+        snprintf(err, errlen, "%s:%d: %s needs a value", path, st->line, key);
+        return -EINVAL;
+    }
+    if (!(st->value = strdup(value))) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* One line (buf, read whole) into st. 1 for a blank or comment line, 0
+ * with st filled (st->value is the caller's), or -errno with "path:line:
+ * why" in err. */
+static int setting_parse_line(char *buf, int lineno, struct setting *st, const char *path,
+                              char *err, size_t errlen)
+{
+    char *s = trim(buf), *eq, *key, *value;
+    const struct option *o;
+    size_t vlen;
+
+    if (!*s || *s == '#')
+        return 1;
+    eq = strchr(s, '=');
+    if (!eq) {
+        snprintf(err, errlen, "%s:%d: expected 'key = value'", path, lineno);
+        return -EINVAL;
+    }
+    *eq = 0;
+    key = trim(s);
+    value = trim(eq + 1);
+    o = flag_find(key);
+    if (!o) {
+        snprintf(err, errlen, "%s:%d: unknown key '%s' (see blockd.conf(5))", path, lineno, key);
+        return -EINVAL;
+    }
+    /* "a value" keeps its spaces and '#'s */
+    vlen = strlen(value);
+    if (vlen >= 2 && value[0] == '"' && value[vlen - 1] == '"') {
+        value[vlen - 1] = 0;
+        value++;
+    }
+    *st = (struct setting){.opt = o, .line = lineno};
+    return setting_value(o, key, value, st, path, err, errlen);
+}
+
+/* Append st to out (which then owns st.value). 0 or -ENOMEM. */
+static int settings_append(struct settings *out, struct setting st)
+{
+    struct setting *nv = realloc(out->v, (out->n + 1) * sizeof(*nv));
+
+    if (!nv)
+        return -ENOMEM;
+    out->v = nv;
+    out->v[out->n++] = st;
+    return 0;
+}
+
+/* Parse path into out. On error writes "path:line: why" to err. The
+ * bounds (lines, line length) keep a wrong --config from eating memory. */
 static int settings_read(const char *path, struct settings *out, char *err, size_t errlen)
 {
-    *out = (struct settings){0};
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -errno;
-    }
     char buf[CONFIG_MAX_LINE];
     int lineno = 0, rc = 0;
-    while (fgets(buf, sizeof(buf), f)) {
-        lineno++;
-        if (lineno > CONFIG_MAX_LINES) {
+    FILE *f;
+
+    *out = (struct settings){0};
+    f = fopen(path, "re");
+    if (!f) {
+        rc = -errno;
+        snprintf(err, errlen, "%s: %s", path, strerror(-rc));
+        return rc;
+    }
+    while (rc == 0 && fgets(buf, sizeof(buf), f)) {
+        struct setting st = {0};
+        size_t blen = strlen(buf);
+
+        if (++lineno > CONFIG_MAX_LINES) {
             snprintf(err, errlen, "%s: more than %d lines", path, CONFIG_MAX_LINES);
             rc = -EFBIG;
-            break;
-        }
-        size_t blen = strlen(buf);
-        if (blen == sizeof(buf) - 1 && buf[blen - 1] != '\n') {
+        } else if (blen == sizeof(buf) - 1 && buf[blen - 1] != '\n') {
             snprintf(err, errlen, "%s:%d: line longer than %d bytes", path, lineno,
                      CONFIG_MAX_LINE - 2);
             rc = -EINVAL;
-            break;
-        }
-        char *s = trim(buf);
-        if (!*s || *s == '#')
-            continue;
-        char *eq = strchr(s, '=');
-        if (!eq) {
-            snprintf(err, errlen, "%s:%d: expected 'key = value'", path, lineno);
-            rc = -EINVAL;
-            break;
-        }
-        *eq = 0;
-        char *key = trim(s), *value = trim(eq + 1);
-        const struct option *o = flag_find(key);
-        if (!o) {
-            snprintf(err, errlen, "%s:%d: unknown key '%s' (see blockd.conf(5))", path, lineno,
-                     key);
-            rc = -EINVAL;
-            break;
-        }
-        /* "a value" keeps its spaces and '#'s */
-        size_t vlen = strlen(value);
-        if (vlen >= 2 && value[0] == '"' && value[vlen - 1] == '"') {
-            value[vlen - 1] = 0;
-            value++;
-        }
-        struct setting st = {.opt = o, .line = lineno};
-        if (o->has_arg == no_argument) {
-            if (!strcmp(value, "yes") || !strcmp(value, "true") || !strcmp(value, "1") ||
-                !strcmp(value, "on")) {
-                st.off = false;
-            } else if (!strcmp(value, "no") || !strcmp(value, "false") || !strcmp(value, "0") ||
-                       !strcmp(value, "off")) {
-                st.off = true;
-            } else {
-                snprintf(err, errlen, "%s:%d: %s takes yes or no", path, lineno, key);
-                rc = -EINVAL;
-                break;
-            }
-        } else {
-            if (!*value && o->has_arg == required_argument) {
-                snprintf(err, errlen, "%s:%d: %s needs a value", path, lineno, key);
-                rc = -EINVAL;
-                break;
-            }
-            if (!(st.value = strdup(value))) {
-                rc = -ENOMEM;
-                snprintf(err, errlen, "%s: out of memory", path);
-                break;
-            }
-        }
-        struct setting *nv = realloc(out->v, (out->n + 1) * sizeof(*nv));
-        if (!nv) {
+        } else if ((rc = setting_parse_line(buf, lineno, &st, path, err, errlen)) == 0 &&
+                   (rc = settings_append(out, st)) < 0) {
             free(st.value);
-            rc = -ENOMEM;
             snprintf(err, errlen, "%s: out of memory", path);
-            break;
         }
-        out->v = nv;
-        out->v[out->n++] = st;
+        if (rc > 0)
+            rc = 0; /* a blank or comment line */
     }
     if (rc == 0 && ferror(f)) {
         rc = -EIO;

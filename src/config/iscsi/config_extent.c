@@ -144,13 +144,14 @@ static int file_path_problem(const char *path, bool may_create, char *why, size_
     return datasets_file_check(path, may_create, why, whylen);
 }
 
-/* Checks of the complete (defaults applied or merged) object. old is the
- * previous row on update (NULL on create). Normalizes filesize. */
-static void extent_check(struct api_call *call, json_t *d, int64_t self_id, json_t *old)
+/* The name: no double quote (it ends up in ctl.conf-like output and
+ * quoted keys), unique among the other extents. */
+static void extent_check_name(struct api_call *call, json_t *d, int64_t self_id)
 {
-    char f[128];
     const char *name = json_string_value(json_object_get(d, "name"));
+    char f[128];
     int64_t other;
+
     if (strchr(name, '"'))
         api_verr(call, icfg_field(call, "name", f, sizeof(f)), EINVAL,
                  "Double quotes are not allowed");
@@ -158,126 +159,126 @@ static void extent_check(struct api_call *call, json_t *d, int64_t self_id, json
                       self_id) == 0)
         api_verr(call, icfg_field(call, "name", f, sizeof(f)), EEXIST,
                  "Extent name must be unique");
+}
 
+/* A given serial: printable, without spaces or quotes (it is the unit
+ * serial number VPD page's text), unique among the other extents. */
+static void extent_check_serial(struct api_call *call, json_t *d, int64_t self_id)
+{
     json_t *serial = json_object_get(d, "serial");
-    if (json_is_string(serial) && json_string_length(serial) > 0) {
-        const char *s = json_string_value(serial);
-        bool ok = true;
-        for (const char *p = s; *p; p++)
-            if (*p <= ' ' || *p > '~' || *p == '"')
-                ok = false;
-        if (!ok)
-            api_verr(call, icfg_field(call, "serial", f, sizeof(f)), EINVAL,
-                     "Serial may contain printable characters only, without spaces or quotes");
-        else if (icfg_int(&other, "SELECT id FROM iscsi_extent WHERE serial = ? AND id != ?", "ti",
-                          s, self_id) == 0)
-            api_verr(call, icfg_field(call, "serial", f, sizeof(f)), EEXIST,
-                     "Serial number must be unique");
-    }
+    const char *s;
+    char f[128];
+    int64_t other;
+    bool ok = true;
 
-    int64_t size;
-    if (filesize_value(json_object_get(d, "filesize"), &size) < 0) {
-        api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
-                 "Input should be a non-negative integer (bytes)");
+    if (!json_is_string(serial) || json_string_length(serial) == 0)
         return;
+    s = json_string_value(serial);
+    for (const char *p = s; *p; p++)
+        if (*p <= ' ' || *p > '~' || *p == '"')
+            ok = false;
+    if (!ok)
+        api_verr(call, icfg_field(call, "serial", f, sizeof(f)), EINVAL,
+                 "Serial may contain printable characters only, without spaces or quotes");
+    else if (icfg_int(&other, "SELECT id FROM iscsi_extent WHERE serial = ? AND id != ?", "ti", s,
+                      self_id) == 0)
+        api_verr(call, icfg_field(call, "serial", f, sizeof(f)), EEXIST,
+                 "Serial number must be unique");
+}
+
+/* The size of a DISK extent's volume or snapshot. A volume's size is in
+ * the datasets table: opening it here (and closing it again, since no LU
+ * holds it yet) cost more than the rest of the call. Snapshots are opened
+ * (their size is the volume's at snapshot time, kept by the store).
+ * 0, or -1 with the error on field f. */
+static int extent_disk_size(struct api_call *call, const char *f, const char *ds, uint64_t *vsize)
+{
+    struct volume *vol = NULL;
+    int64_t dbsize;
+    int err = strchr(ds, '@') ? 1
+                              : icfg_int(&dbsize,
+                                         "SELECT volsize FROM datasets WHERE name = ? AND "
+                                         "type = 'VOLUME'",
+                                         "t", ds);
+
+    if (err == 0) {
+        *vsize = (uint64_t)dbsize;
+        return 0;
     }
-    json_object_set_new(d, "filesize", json_integer(size));
+    if (err != -ENOENT)
+        err = datasets_volume_open(ds, &vol);
+    if (err == -ENOENT) {
+        api_verr(call, f, ENOENT, "Volume %s does not exist", ds);
+        return -1;
+    }
+    if (err < 0) {
+        api_verr(call, f, -err, "Cannot open volume %s: %s", ds, strerror(-err));
+        return -1;
+    }
+    *vsize = volume_size(vol);
+    volume_unref(vol);
+    return 0;
+}
+
+/* A DISK extent: "zvol/<dataset>" naming an existing volume (or a
+ * snapshot, then read-only) whose size is whole blocks; path is for FILE
+ * extents and is cleared, as is filesize. */
+static void extent_check_disk(struct api_call *call, json_t *d, json_t *old)
+{
+    const char *disk = json_string_value(json_object_get(d, "disk"));
     int64_t bs = json_integer_value(json_object_get(d, "blocksize"));
     bool ro = json_is_true(json_object_get(d, "ro"));
-    const char *type = json_string_value(json_object_get(d, "type"));
-    if (strcmp(type, "DISK") == 0) {
-        const char *disk = json_string_value(json_object_get(d, "disk"));
-        icfg_field(call, "disk", f, sizeof(f));
-        if (!disk || !*disk) {
-            api_verr(call, f, EINVAL, "This field is required for DISK extents");
-            return;
-        }
-        const char *ds = icfg_disk_dataset(disk);
-        char why[128];
-        if (!ds) {
-            api_verr(call, f, EINVAL, "Disk name must start with \"zvol/\"");
-            return;
-        }
-        if (name_check_dataset(ds, true, why, sizeof(why)) < 0) {
-            api_verr(call, f, EINVAL, "Invalid dataset name: %s", why);
-            return;
-        }
-        if (strchr(ds, '@') && !ro) {
-            api_verr(call, icfg_field(call, "ro", f, sizeof(f)), EINVAL,
-                     "Must be set when disk is a ZFS Snapshot");
-            return;
-        }
-        /* A volume's size is in the datasets table: opening it here (and
-         * closing it again, since no LU holds it yet) cost more than the
-         * rest of the call. Snapshots are opened (their size is the
-         * volume's at snapshot time, kept by the store). */
-        uint64_t vsize = 0;
-        int64_t dbsize;
-        int err = strchr(ds, '@') ? 1
-                                  : icfg_int(&dbsize,
-                                             "SELECT volsize FROM datasets WHERE name = ? AND "
-                                             "type = 'VOLUME'",
-                                             "t", ds);
-        if (err == 0) {
-            vsize = (uint64_t)dbsize;
-        } else if (err == -ENOENT) {
-            api_verr(call, f, ENOENT, "Volume %s does not exist", ds);
-            return;
-        } else {
-            struct volume *vol = NULL;
-            err = datasets_volume_open(ds, &vol);
-            if (err == -ENOENT) {
-                api_verr(call, f, ENOENT, "Volume %s does not exist", ds);
-                return;
-            }
-            if (err < 0) {
-                api_verr(call, f, -err, "Cannot open volume %s: %s", ds, strerror(-err));
-                return;
-            }
-            vsize = volume_size(vol);
-            volume_unref(vol);
-        }
-        if (vsize % (uint64_t)bs != 0)
-            api_verr(call, icfg_field(call, "blocksize", f, sizeof(f)), EINVAL,
-                     "Volume size %llu is not a multiple of the block size %lld",
-                     (unsigned long long)vsize, (long long)bs);
-        json_t *p = json_object_get(d, "path");
-        if (p && !json_is_null(p) && !old)
-            api_verr(call, icfg_field(call, "path", f, sizeof(f)), EINVAL,
-                     "path is for FILE extents only");
-        json_object_set_new(d, "path", json_null());
-        json_object_set_new(d, "filesize", json_integer(0));
+    const char *ds;
+    char f[128], why[128];
+    uint64_t vsize = 0;
+    json_t *p;
+
+    icfg_field(call, "disk", f, sizeof(f));
+    if (!disk || !*disk) {
+        api_verr(call, f, EINVAL, "This field is required for DISK extents");
         return;
     }
-    /* FILE */
-    const char *path = json_string_value(json_object_get(d, "path"));
-    icfg_field(call, "path", f, sizeof(f));
-    if (!path || !*path) {
-        api_verr(call, f, EINVAL, "This field is required for FILE extents");
+    ds = icfg_disk_dataset(disk);
+    if (!ds) {
+        api_verr(call, f, EINVAL, "Disk name must start with \"zvol/\"");
         return;
     }
-    if (path[0] != '/' || strstr(path, "/../") || strlen(path) >= 4096) {
-        api_verr(call, f, EINVAL, "Path must be absolute and without '..'");
+    if (name_check_dataset(ds, true, why, sizeof(why)) < 0) {
+        api_verr(call, f, EINVAL, "Invalid dataset name: %s", why);
         return;
     }
-    char problem[PATH_MAX + 256];
-    /* a missing file is reported below (filesize) */
-    int perr = file_path_problem(path, true, problem, sizeof(problem));
-    if (perr < 0) {
-        api_verr(call, f, perr == -EISDIR ? EISDIR : EINVAL, "%s", problem);
-        log_warn("iscsi config: %s refused path %s (peer %s): %s", api_call_method(call), path,
-                 api_call_peer(call), problem);
+    if (strchr(ds, '@') && !ro) {
+        api_verr(call, icfg_field(call, "ro", f, sizeof(f)), EINVAL,
+                 "Must be set when disk is a ZFS Snapshot");
         return;
     }
-    json_t *dk = json_object_get(d, "disk");
-    if (dk && !json_is_null(dk) && !old)
-        api_verr(call, icfg_field(call, "disk", f, sizeof(f)), EINVAL,
-                 "disk is for DISK extents only");
-    json_object_set_new(d, "disk", json_null());
+    if (extent_disk_size(call, f, ds, &vsize) < 0)
+        return;
+    if (vsize % (uint64_t)bs != 0)
+        api_verr(call, icfg_field(call, "blocksize", f, sizeof(f)), EINVAL,
+                 "Volume size %llu is not a multiple of the block size %lld",
+                 (unsigned long long)vsize, (long long)bs);
+    p = json_object_get(d, "path");
+    if (p && !json_is_null(p) && !old)
+        api_verr(call, icfg_field(call, "path", f, sizeof(f)), EINVAL,
+                 "path is for FILE extents only");
+    json_object_set_new(d, "path", json_null());
+    json_object_set_new(d, "filesize", json_integer(0));
+}
+
+/* A FILE extent's size against the file: an existing file is not a
+ * directory, is grown only, in whole blocks; a missing one needs a
+ * filesize to be created with; an update never shrinks the extent. */
+static void extent_check_file_size(struct api_call *call, const char *path, int64_t size,
+                                   int64_t bs, json_t *old)
+{
+    char f[128];
     struct stat sb;
+
     if (poolfs_stat(path, &sb) == 0) {
         if (S_ISDIR(sb.st_mode)) {
-            api_verr(call, f, EISDIR, "You need to specify a filepath not a directory.");
+            api_verr(call, icfg_field(call, "path", f, sizeof(f)), EISDIR,
+                     "You need to specify a filepath not a directory.");
             return;
         }
         if (size == 0 && S_ISREG(sb.st_mode) && sb.st_size % bs != 0)
@@ -301,6 +302,64 @@ static void extent_check(struct api_call *call, json_t *d, int64_t self_id, json
             api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
                      "Shrinking an extent is not allowed");
     }
+}
+
+/* A FILE extent: an absolute path inside a pool (file_path_problem; a
+ * refusal is logged with the peer); disk is for DISK extents and is
+ * cleared. */
+static void extent_check_file(struct api_call *call, json_t *d, int64_t size, json_t *old)
+{
+    const char *path = json_string_value(json_object_get(d, "path"));
+    int64_t bs = json_integer_value(json_object_get(d, "blocksize"));
+    char f[128], problem[PATH_MAX + 256];
+    json_t *dk;
+    int perr;
+
+    icfg_field(call, "path", f, sizeof(f));
+    if (!path || !*path) {
+        api_verr(call, f, EINVAL, "This field is required for FILE extents");
+        return;
+    }
+    if (path[0] != '/' || strstr(path, "/../") || strlen(path) >= 4096) {
+        api_verr(call, f, EINVAL, "Path must be absolute and without '..'");
+        return;
+    }
+    /* a missing file is reported below (filesize) */
+    perr = file_path_problem(path, true, problem, sizeof(problem));
+    if (perr < 0) {
+        api_verr(call, f, perr == -EISDIR ? EISDIR : EINVAL, "%s", problem);
+        log_warn("iscsi config: %s refused path %s (peer %s): %s", api_call_method(call), path,
+                 api_call_peer(call), problem);
+        return;
+    }
+    dk = json_object_get(d, "disk");
+    if (dk && !json_is_null(dk) && !old)
+        api_verr(call, icfg_field(call, "disk", f, sizeof(f)), EINVAL,
+                 "disk is for DISK extents only");
+    json_object_set_new(d, "disk", json_null());
+    extent_check_file_size(call, path, size, bs, old);
+}
+
+/* Checks of the complete (defaults applied or merged) object. old is the
+ * previous row on update (NULL on create). Normalizes filesize (and
+ * clears the other type's field). Field errors are collected on call. */
+static void extent_check(struct api_call *call, json_t *d, int64_t self_id, json_t *old)
+{
+    char f[128];
+    int64_t size;
+
+    extent_check_name(call, d, self_id);
+    extent_check_serial(call, d, self_id);
+    if (filesize_value(json_object_get(d, "filesize"), &size) < 0) {
+        api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
+                 "Input should be a non-negative integer (bytes)");
+        return;
+    }
+    json_object_set_new(d, "filesize", json_integer(size));
+    if (strcmp(json_string_value(json_object_get(d, "type")), "DISK") == 0)
+        extent_check_disk(call, d, old);
+    else
+        extent_check_file(call, d, size, old);
 }
 
 /* Create the FILE extent's file if missing (sparse), or grow it. */

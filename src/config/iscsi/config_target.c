@@ -162,92 +162,115 @@ static const char *name_problem(const char *name, int64_t self_id, char *buf, si
     return NULL;
 }
 
-/* Checks of a complete (defaults applied or merged) target object. */
+/* The alias: "" is stored as NULL; a given one has no double quote, is
+ * not the reserved word, and is unique among the other targets. */
+static void target_check_alias(struct api_call *call, json_t *d, int64_t self_id)
+{
+    json_t *alias = json_object_get(d, "alias");
+    const char *a;
+    char f[160];
+    int64_t other;
+
+    if (json_is_string(alias) && json_string_length(alias) == 0)
+        json_object_set_new(d, "alias", json_null()); /* "" is stored as NULL */
+    alias = json_object_get(d, "alias");
+    if (!json_is_string(alias))
+        return;
+    a = json_string_value(alias);
+    icfg_field(call, "alias", f, sizeof(f));
+    if (strchr(a, '"'))
+        api_verr(call, f, EINVAL, "Double quotes are not allowed");
+    else if (strcmp(a, "target") == 0)
+        api_verr(call, f, EINVAL, "target is a reserved word");
+    else if (icfg_int(&other, "SELECT id FROM iscsi_target WHERE alias = ? AND id != ?", "ti", a,
+                      self_id) == 0)
+        api_verr(call, f, EEXIST, "Alias already exists");
+}
+
+/* Group i's auth: CHAP methods need one; a given tag exists and, for
+ * CHAP_MUTUAL, has a peer user. */
+static void target_check_group_auth(struct api_call *call, json_t *g, size_t i)
+{
+    json_t *auth = json_object_get(g, "auth");
+    const char *method = json_string_value(json_object_get(g, "authmethod"));
+    char f[160], fld[64];
+    int64_t found, tag;
+
+    snprintf(fld, sizeof(fld), "groups.%zu.auth", i);
+    if (strcmp(method, "NONE") != 0 && !json_is_integer(auth)) {
+        api_verr(call, icfg_field(call, fld, f, sizeof(f)), EINVAL,
+                 "Authentication group is required for CHAP and CHAP Mutual");
+        return;
+    }
+    if (!json_is_integer(auth))
+        return;
+    tag = json_integer_value(auth);
+    if (icfg_int(&found, "SELECT id FROM iscsi_auth WHERE tag = ? LIMIT 1", "i", tag) < 0)
+        api_verr(call, icfg_field(call, fld, f, sizeof(f)), ENOENT,
+                 "Authentication group %lld does not exist", (long long)tag);
+    else if (strcmp(method, "CHAP_MUTUAL") == 0 &&
+             icfg_int(&found, "SELECT id FROM iscsi_auth WHERE tag = ? AND peeruser != '' LIMIT 1",
+                      "i", tag) < 0)
+        api_verr(call, icfg_field(call, fld, f, sizeof(f)), EINVAL,
+                 "Authentication group %lld does not support CHAP Mutual", (long long)tag);
+}
+
+/* Group i of groups, with its defaults filled in: an existing portal not
+ * used by an earlier group, an existing initiator group, a usable auth. */
+static void target_check_group(struct api_call *call, json_t *groups, size_t i)
+{
+    json_t *g = json_array_get(groups, i), *ini;
+    char f[160], fld[64];
+    int64_t portal, found;
+
+    if (!json_object_get(g, "authmethod"))
+        json_object_set_new(g, "authmethod", json_string("NONE"));
+    if (!json_object_get(g, "initiator"))
+        json_object_set_new(g, "initiator", json_null());
+    if (!json_object_get(g, "auth"))
+        json_object_set_new(g, "auth", json_null());
+    portal = json_integer_value(json_object_get(g, "portal"));
+    ini = json_object_get(g, "initiator");
+    snprintf(fld, sizeof(fld), "groups.%zu.portal", i);
+    if (icfg_int(&found, "SELECT id FROM iscsi_portal WHERE id = ?", "i", portal) < 0)
+        api_verr(call, icfg_field(call, fld, f, sizeof(f)), ENOENT, "Portal %lld does not exist",
+                 (long long)portal);
+    for (size_t j = 0; j < i; j++)
+        if (json_integer_value(json_object_get(json_array_get(groups, j), "portal")) == portal)
+            api_verr(call, icfg_field(call, fld, f, sizeof(f)), EINVAL,
+                     "Portal %lld cannot be duplicated on a target", (long long)portal);
+    snprintf(fld, sizeof(fld), "groups.%zu.initiator", i);
+    if (json_is_integer(ini) && icfg_int(&found, "SELECT id FROM iscsi_initiator WHERE id = ?", "i",
+                                         (int64_t)json_integer_value(ini)) < 0)
+        api_verr(call, icfg_field(call, fld, f, sizeof(f)), ENOENT,
+                 "Initiator group %lld does not exist", (long long)json_integer_value(ini));
+    target_check_group_auth(call, g, i);
+}
+
+/* Checks of a complete (defaults applied or merged) target object, in
+ * TrueNAS's order; field errors are collected on call. */
 static void target_check(struct api_call *call, json_t *d, int64_t self_id)
 {
     char f[160], fld[64], buf[128];
     const char *name = json_string_value(json_object_get(d, "name"));
     const char *problem = name_problem(name, self_id, buf, sizeof(buf));
+    json_t *params = json_object_get(d, "iscsi_parameters"), *n;
+    size_t i;
+
     if (problem)
         api_verr(call, icfg_field(call, "name", f, sizeof(f)),
                  strcmp(problem, "Target name already exists") == 0 ? EEXIST : EINVAL, "%s",
                  problem);
-
-    json_t *alias = json_object_get(d, "alias");
-    if (json_is_string(alias) && json_string_length(alias) == 0)
-        json_object_set_new(d, "alias", json_null()); /* "" is stored as NULL */
-    alias = json_object_get(d, "alias");
-    if (json_is_string(alias)) {
-        const char *a = json_string_value(alias);
-        int64_t other;
-        icfg_field(call, "alias", f, sizeof(f));
-        if (strchr(a, '"'))
-            api_verr(call, f, EINVAL, "Double quotes are not allowed");
-        else if (strcmp(a, "target") == 0)
-            api_verr(call, f, EINVAL, "target is a reserved word");
-        else if (icfg_int(&other, "SELECT id FROM iscsi_target WHERE alias = ? AND id != ?", "ti",
-                          a, self_id) == 0)
-            api_verr(call, f, EEXIST, "Alias already exists");
-    }
-
+    target_check_alias(call, d, self_id);
     if (strcmp(json_string_value(json_object_get(d, "mode")), "ISCSI") != 0)
         api_verr(call, icfg_field(call, "mode", f, sizeof(f)), EINVAL,
                  "Fibre Channel is not supported by blockd; mode must be ISCSI");
-    json_t *params = json_object_get(d, "iscsi_parameters");
     if (params && !json_is_null(params))
         api_verr(call, icfg_field(call, "iscsi_parameters", f, sizeof(f)), EINVAL,
                  "Per-target iSCSI parameters are not supported by blockd; use null");
-
-    json_t *groups = json_object_get(d, "groups");
-    size_t i;
-    json_t *g;
-    json_array_foreach(groups, i, g)
-    {
-        if (!json_object_get(g, "authmethod"))
-            json_object_set_new(g, "authmethod", json_string("NONE"));
-        if (!json_object_get(g, "initiator"))
-            json_object_set_new(g, "initiator", json_null());
-        if (!json_object_get(g, "auth"))
-            json_object_set_new(g, "auth", json_null());
-        int64_t portal = json_integer_value(json_object_get(g, "portal"));
-        json_t *ini = json_object_get(g, "initiator");
-        json_t *auth = json_object_get(g, "auth");
-        const char *method = json_string_value(json_object_get(g, "authmethod"));
-        int64_t found;
-        snprintf(fld, sizeof(fld), "groups.%zu.portal", i);
-        if (icfg_int(&found, "SELECT id FROM iscsi_portal WHERE id = ?", "i", portal) < 0)
-            api_verr(call, icfg_field(call, fld, f, sizeof(f)), ENOENT,
-                     "Portal %lld does not exist", (long long)portal);
-        for (size_t j = 0; j < i; j++)
-            if (json_integer_value(json_object_get(json_array_get(groups, j), "portal")) == portal)
-                api_verr(call, icfg_field(call, fld, f, sizeof(f)), EINVAL,
-                         "Portal %lld cannot be duplicated on a target", (long long)portal);
-        snprintf(fld, sizeof(fld), "groups.%zu.initiator", i);
-        if (json_is_integer(ini) && icfg_int(&found, "SELECT id FROM iscsi_initiator WHERE id = ?",
-                                             "i", (int64_t)json_integer_value(ini)) < 0)
-            api_verr(call, icfg_field(call, fld, f, sizeof(f)), ENOENT,
-                     "Initiator group %lld does not exist", (long long)json_integer_value(ini));
-        snprintf(fld, sizeof(fld), "groups.%zu.auth", i);
-        if (strcmp(method, "NONE") != 0 && !json_is_integer(auth)) {
-            api_verr(call, icfg_field(call, fld, f, sizeof(f)), EINVAL,
-                     "Authentication group is required for CHAP and CHAP Mutual");
-        } else if (json_is_integer(auth)) {
-            int64_t tag = json_integer_value(auth);
-            if (icfg_int(&found, "SELECT id FROM iscsi_auth WHERE tag = ? LIMIT 1", "i", tag) < 0)
-                api_verr(call, icfg_field(call, fld, f, sizeof(f)), ENOENT,
-                         "Authentication group %lld does not exist", (long long)tag);
-            else if (strcmp(method, "CHAP_MUTUAL") == 0 &&
-                     icfg_int(&found,
-                              "SELECT id FROM iscsi_auth WHERE tag = ? AND peeruser != '' LIMIT 1",
-                              "i", tag) < 0)
-                api_verr(call, icfg_field(call, fld, f, sizeof(f)), EINVAL,
-                         "Authentication group %lld does not support CHAP Mutual", (long long)tag);
-        }
-    }
-
-    json_t *nets = json_object_get(d, "auth_networks");
-    json_t *n;
-    json_array_foreach(nets, i, n)
+    for (i = 0; i < json_array_size(json_object_get(d, "groups")); i++)
+        target_check_group(call, json_object_get(d, "groups"), i);
+    json_array_foreach(json_object_get(d, "auth_networks"), i, n)
     {
         struct iscsi_cidr c;
         if (icfg_parse_cidr(json_string_value(n), &c) < 0) {
