@@ -16,17 +16,23 @@ DEPS_BUILD = gcc meson ninja-build pkg-config python3 xxd \
              libcrypt-dev librbd-dev
 DEPS_TEST  = ceph-mon ceph-osd ceph-mgr ceph-common uuid-runtime tgt-rbd prometheus chromium libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
-#   make deb    build the Debian package into build-deb/ (scripts/make-deb.sh)
-# Other targets: deps, build, asan, unit, integration, fuzz, fuzz-long, bench, format,
-# format-check, build-matrix, clean.
+             util-linux curl sqlite3 python3-libnbd python3-rados python3-rbd dpkg-dev clang-format
+# The Debian package (make deb) and its checks: man pages from scdoc.
+DEPS_PKG   = scdoc debhelper lintian man-db groff-base bsdextrautils systemd
+DEPS       = $(DEPS_BUILD) $(DEPS_TEST) $(DEPS_PKG)
+
+.PHONY: all deps build asan run check unit integration fuzz fuzz-long bench format format-check \
+        build-matrix deb clean
 
 all: build
 
 # Install what is missing (as root, with apt-get); without root, name what is
 # missing and fail, never carry on half-equipped.
 deps:
-	@missing=""; for p in $(DEPS); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	@installed=$$(dpkg-query -W -f='$${Package} $${Status}\n' $(DEPS) 2>/dev/null | \
+	  awk '/ install ok installed$$/ {print $$1}'); \
+	missing=""; for p in $(DEPS); do \
+	  echo "$$installed" | grep -qx "$$p" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \

@@ -10,7 +10,7 @@
 #             cooperative transfer): the case an initiator that ignores
 #             ALUA produces, measured so that docs/ha.md can say what it
 #             costs.
-#   failover  a QD4 random writer through A (the optimized member), A gets
+#   failover  a QD4 random writer through A (holding the lock), A gets
 #             SIGKILL, then the time until a 4K FUA write through B is
 #             acknowledged (tests/tools/gw_probe first-write: reconnect +
 #             write, retried). B first notices A's silence (heartbeat
@@ -108,7 +108,7 @@ lock_moves=$(grep -c "exclusive lock is now held" "$TMP/A.log" || true)
 
 fo=()
 for r in $(seq 1 "$REP"); do
-    # A optimized (its write takes the lock), a writer on it, then SIGKILL
+    # A holds the lock (its writes take it), a writer on it, then SIGKILL
     "$PROBE" write "$(url A)" 0 1 1 >/dev/null
     "$LOAD" "$(url A)" randwrite 4096 4 60 >/dev/null 2>&1 &
     w=$!

@@ -2,6 +2,7 @@
 #include "config/cfgtx.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,22 @@ static struct publisher publishers[CFG_PUBLISHERS_MAX];
 static size_t n_publishers;
 
 static __thread struct cfg_tx *tls_current;
+/* An after hook's rejection of the commit being run (cfg_tx_after_fail). */
+static __thread int tls_after_err;
+static __thread char tls_after_msg[256];
+
+void cfg_tx_after_fail(int err, const char *message)
+{
+    if (tls_after_err)
+        return;
+    tls_after_err = err > 0 ? -err : err;
+    snprintf(tls_after_msg, sizeof(tls_after_msg), "%s", message ? message : "");
+}
+
+const char *cfg_tx_after_message(void)
+{
+    return tls_after_msg;
+}
 
 int cfg_publisher_register(uint32_t kinds, cfg_publish_fn publish, cfg_after_fn after, void *arg)
 {
@@ -162,9 +179,12 @@ int cfg_tx_commit(struct cfg_tx *tx)
     }
     tx_end(tx);
     db_unlock();
+    tls_after_err = 0;
     run_after(ran);
     if (rc == 0 && db_sync(seq) < 0)
         rc = -EIO;
+    if (rc == 0 && tls_after_err)
+        rc = tls_after_err;
     return rc;
 }
 

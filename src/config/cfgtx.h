@@ -126,6 +126,16 @@ typedef void (*cfg_after_fn)(void *arg);
 #define CFG_PUBLISHERS_MAX 8
 int cfg_publisher_register(uint32_t kinds, cfg_publish_fn publish, cfg_after_fn after, void *arg);
 
+/* For an after hook that finds the change it just saw committed rejected
+ * elsewhere (a gateway group's shared configuration store: the name was
+ * taken by another member at the same time, gateway/gwconfig.h): the
+ * cfg_tx_commit running the hook returns -err (tx->committed stays true)
+ * and cfg_tx_after_message() names the reason. The first report of a
+ * commit wins. Calling thread only (the committing one). */
+void cfg_tx_after_fail(int err, const char *message);
+/* The message of the last cfg_tx_after_fail on this thread ("" if none). */
+const char *cfg_tx_after_message(void);
+
 /* Store one key/value setting (config/db.h db_setting_set) in its own
  * transaction, recording (kind, id) updated. 0 or -errno. */
 int cfg_setting_put(const char *key, const char *value, enum cfg_kind kind, int64_t id);

@@ -725,9 +725,16 @@ static int rbdpool_dataset_remove(const struct ds_pool *p, const char *name, boo
 static int rbdpool_snapshot_remove(const struct ds_pool *p, const char *name, const char *snap)
 {
     struct image_op op;
+    char id[64];
     int rc = image_begin(p, name, &op);
 
-    return rc < 0 ? rc : image_end(&op, rbd_image_snap_remove(op.h.img, snap));
+    if (rc < 0)
+        return rc;
+    rc = rbd_image_snap_remove(op.h.img, snap);
+    /* the snapshot's LU had a reservation object of its own */
+    if (rc == 0 && rbd_get_id(op.h.img, id, sizeof(id)) == 0)
+        rbd_image_forget(op.r.io, name, id, snap);
+    return image_end(&op, rc);
 }
 
 static int rbdpool_volume_resize(const struct ds_pool *p, const char *name, struct volume *v,

@@ -42,6 +42,7 @@
 #include "daemon/modules.h"
 #include "daemon/options.h"
 #include "gateway/gateway.h"
+#include "gateway/gwconfig.h"
 #include "iscsi/iscsi_runtime.h"
 #include "iscsi/iscsi_config.h"
 #include "nbd/nbd.h"
@@ -240,6 +241,10 @@ static int start_all(const struct options *o, const char *state_dir, const char 
         log_error("cannot publish the iSCSI configuration: %s", strerror(-rc));
         return -1;
     }
+    /* The group's shares: catches up with the other members in the
+     * background (gateway/gwconfig.h). */
+    if (gwconfig_start() < 0)
+        return -1;
     svc_opts = o; /* the front-ends as services (service.start/stop) */
     svc_iscsi_on = svc_nbd_on = true;
     service_register("iscsitarget", &svc_iscsi_ops);
@@ -292,7 +297,8 @@ static void stop_all(const struct options *o)
     iscsi_server_drain(drain_now < drain_end ? (unsigned)((drain_end - drain_now) / 1000000u) : 0);
     api_server_stop();
     api_ws_stop();
-    jobs_stop(); /* wait for running jobs */
+    jobs_stop();     /* wait for running jobs */
+    gwconfig_stop(); /* no more shares from the group */
     nbd_server_stop();
     iscsi_config_stop(); /* withdraw targets, close portal listeners */
     iscsi_server_stop();

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "daemon/metrics.h"
 #include "gateway/gateway.h"
+#include "gateway/gwconfig.h"
 #include "iscsi/iscsi_config.h"
 #include "iscsi/iscsi_share.h"
 #include "nbd/nbd.h"
@@ -36,6 +37,7 @@ int modules_init(const char *state_dir, const char *db_path)
     api_sharing_init();  /* sharing.nfs/smb.* refused with ENOTSUP */
     metrics_init();      /* /metrics and /ui on the API listener, core.metrics */
     gateway_api_init();  /* gateway.query */
+    gwconfig_init();     /* the group's shares: a configuration publisher */
 
     /* The key that seals CHAP secrets, kept outside the DB. */
     if ((rc = pwenc_init(state_dir)) < 0)

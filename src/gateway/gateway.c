@@ -661,3 +661,11 @@ unsigned gw_member_of_addr_locked(const char *addr, bool *is_fenced)
     }
     return 0;
 }
+
+int gw_pool_ioctx(rados_ioctx_t *out, const char **group)
+{
+    if (!enabled || !cluster)
+        return -ENOTCONN;
+    *group = cfg.group;
+    return rbd_cluster_ioctx(cluster, cfg.pool, NULL, out);
+}

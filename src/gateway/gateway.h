@@ -26,9 +26,12 @@
  *     images this member serves, so that I/O resumes here.
  *   - LUs on RBD images (gateway_lu_params / gateway_lu_attach): the same
  *     SCSI identity on every member (serial and NAA from the image), and
- *     implicit ALUA: the member holding the image's exclusive lock is
- *     active/optimized, the other live members active/non-optimized, dead
- *     ones unavailable; a change raises ASYMMETRIC ACCESS STATE CHANGED.
+ *     implicit ALUA: one live member per image is active/optimized (the
+ *     first in a ranking of the members hashed from the image id, so the
+ *     same on every member, spread over the members, and moved only when
+ *     membership changes), the other live members active/non-optimized,
+ *     dead ones unavailable; a change raises ASYMMETRIC ACCESS STATE
+ *     CHANGED.
  *
  * Threads: gateway_configure_* run on the main thread while parsing flags;
  * gateway_start/stop on the main thread; the membership thread does every

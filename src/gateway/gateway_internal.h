@@ -6,6 +6,7 @@
 #define BLOCKD_GATEWAY_INTERNAL_H
 
 #include <pthread.h>
+#include <rados/librados.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -29,6 +30,12 @@ size_t gw_members_locked(struct gateway_member *out, size_t max);
 void gw_lu_pass(void);
 /* Drop every attached LU's volume reference (at stop). */
 void gw_lu_shutdown(void);
+
+/* For the group's configuration store (gwconfig.c): a new I/O context on
+ * the membership pool (--gateway-pool; the caller destroys it) and the
+ * group's name (static). 0, -ENOTCONN when the group is off, or -errno.
+ * Between gateway_start and gateway_stop. */
+int gw_pool_ioctx(rados_ioctx_t *out, const char **group);
 
 /* Monotonic milliseconds. */
 uint64_t gw_now_ms(void);

@@ -1,13 +1,14 @@
 /*
  * LUs on RBD images in a gateway group (gateway.h): the same SCSI identity
- * on every member, and the ALUA view that follows the image's exclusive
- * lock.
+ * on every member, the ALUA view, and breaking a fenced member's lock.
  *
- * Why the lock: librbd gives an image's writes to the one client holding
- * its exclusive lock and moves the lock cooperatively when another client
- * writes. The member holding it serves writes without a transfer, so it
- * is the optimized path; the others serve reads directly and writes after
- * a transfer (non-optimized, still correct). A dead owner's lock would
+ * librbd gives an image's writes to the one client holding its exclusive
+ * lock and moves the lock cooperatively when another client writes. Each
+ * LU has one optimized member, chosen from the membership (view_locked:
+ * the live member ranked first for the image); the others are
+ * non-optimized and serve reads directly and writes after a lock transfer
+ * (still correct). An initiator following ALUA writes through the
+ * optimized member, which then holds the lock. A dead owner's lock would
  * only be released by the OSDs after its watch expires (30 s): the
  * survivors break it as soon as the member is fenced (gateway.c).
  */
@@ -25,6 +26,7 @@ struct gw_lu {
     struct scsi_lu *lu; /* borrowed until released */
     struct volume *vol; /* a reference: keeps img open */
     rbd_image_t img;    /* borrowed from vol's bdev */
+    uint64_t seed;      /* from the image id: the members' ranks (view_locked) */
     unsigned owner;     /* member id holding the lock, 0: none known (gw_mu) */
     char owner_addr[128];
     struct scsi_tpg_desc seen[GATEWAY_ID_MAX]; /* last view (lu_mu) */
@@ -70,24 +72,40 @@ void gateway_lu_params(struct volume *vol, struct scsi_lu_params *p)
     snprintf(p->naa, sizeof(p->naa), "0x3%015llx", (unsigned long long)(h & 0x0fffffffffffffffull));
 }
 
-/* The view of gl for an RTPG, under gw_mu. */
+/* A member's rank for an LU (rendezvous hashing): splitmix64 of the LU's
+ * seed and the member id. Every member computes the same ranks. */
+static uint64_t rank_of(uint64_t seed, unsigned id)
+{
+    uint64_t z = seed ^ ((uint64_t)id * 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* The view of gl for an RTPG, under gw_mu. The optimized member is the
+ * live member ranked first for this image, from the membership alone (the
+ * same on every member, and stable: it moves only when a member joins,
+ * leaves or dies). Not the current lock holder: the lock moves at every
+ * write through another path, and each move of the optimized state must
+ * raise ASYMMETRIC ACCESS STATE CHANGED on every I_T nexus (SPC-4), so a
+ * view following the lock flapped with the I/O and failed commands of
+ * initiators that write through both paths (iscsi-test-cu's multipath
+ * and reservation tests). An initiator that follows ALUA sends its I/O to
+ * the optimized member, so the lock settles there. */
 static size_t view_locked(const struct gw_lu *gl, struct scsi_tpg_desc *out, size_t max)
 {
     struct gateway_member m[GATEWAY_ID_MAX];
     size_t n = gw_members_locked(m, GATEWAY_ID_MAX);
     unsigned optimized = 0;
-    bool owner_alive = false;
-    for (size_t i = 0; i < n; i++)
-        if (m[i].id == gl->owner && m[i].state == GATEWAY_ONLINE)
-            owner_alive = true;
-    if (owner_alive) {
-        optimized = gl->owner;
-    } else if (!gl->owner) {
-        /* No lock holder yet: the lowest live id is the optimized path; its
-         * first write takes the lock, so the view stays true. */
-        for (size_t i = 0; i < n && !optimized; i++)
-            if (m[i].state == GATEWAY_ONLINE)
-                optimized = m[i].id;
+    uint64_t best = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m[i].state != GATEWAY_ONLINE)
+            continue;
+        uint64_t r = rank_of(gl->seed, m[i].id);
+        if (!optimized || r > best) {
+            optimized = m[i].id;
+            best = r;
+        }
     }
     size_t k = 0;
     for (size_t i = 0; i < n && k < max; i++, k++) {
@@ -149,6 +167,15 @@ void gateway_lu_attach(struct scsi_lu *lu, struct volume *vol)
     gl->vol = vol;
     volume_ref(vol);
     gl->img = bdev_rbd_image(b);
+    char id[64];
+    if (rbd_get_id(gl->img, id, sizeof(id)) == 0) {
+        gl->seed = fnv1a(id, 0xcbf29ce484222325ull);
+    } else {
+        log_warn("gateway: %s: cannot read the image id: its optimized member is chosen from "
+                 "the volume name (the same on every member only if the names are)",
+                 volume_name(vol));
+        gl->seed = fnv1a(volume_name(vol), 0xcbf29ce484222325ull);
+    }
     /* The view is right from the first command (not only after the next
      * membership round): who holds the lock now. */
     lu_check(gl);
@@ -195,7 +222,7 @@ static void lu_check(struct gw_lu *gl)
     if (gl->owner != id)
         log_info("gateway: %s: the exclusive lock is now held by %s%.0u%s", volume_name(gl->vol),
                  id ? "member " : "no member", id,
-                 id == gateway_id() ? " (this member: optimized)" : "");
+                 id && id == gateway_id() ? " (this member)" : "");
     gl->owner = id;
     snprintf(gl->owner_addr, sizeof(gl->owner_addr), "%s", addr);
     pthread_mutex_unlock(&gw_mu);

@@ -118,6 +118,12 @@ struct scsi_pr_state {
     bool res2_held;
     uint16_t res2_rel;
     char res2_port[SCSI_PORT_NAME_MAX];
+    /* Shared LU only: the control mode page's SWP. Software write protect
+     * is a property of the LU, for every I_T nexus through every daemon
+     * that serves it, so it lives with the shared state (same compare-and-
+     * swap, same notify); lu->swp is its enforced copy. Never saved: it
+     * reverts to 0 when the LU powers on. A local LU keeps lu->swp only. */
+    bool swp;
     /* The backend's sequence number of this copy (0: local LU). */
     uint64_t seq;
 };
@@ -135,7 +141,9 @@ struct scsi_lu {
     uint8_t pblock_exp;
     uint16_t rotation_rate;
     atomic_bool readonly;
-    atomic_bool swp; /* control mode page SWP, set by MODE SELECT (not saved) */
+    /* control mode page SWP, set by MODE SELECT (not saved); for a shared
+     * LU a copy of pr.swp, written with it under mu */
+    atomic_bool swp;
     bool insecure_tpc;
     char serial[33];
     char vendor[9];
@@ -282,7 +290,8 @@ void scsi_pr_state_free(struct scsi_pr_state *s);
 /* A unit attention a reservation change queues for an I_T nexus identity:
  * applied by every daemon to its own sessions. */
 struct scsi_pr_ua {
-    uint8_t ua; /* enum scsi_ua */
+    uint8_t ua;  /* enum scsi_ua */
+    bool except; /* for every nexus but (port, rel) instead of for it */
     uint16_t rel;
     char port[SCSI_PORT_NAME_MAX];
 };
@@ -325,6 +334,11 @@ char *scsi_pr_state_format(const struct scsi_pr_state *s, const struct scsi_pr_c
 int scsi_pr_state_parse(const char *text, size_t len, struct scsi_pr_change *out, uint64_t *seq);
 /* mu held: queue the change's UAs on lu's own nexuses. */
 void scsi_pr_apply_uas_locked(struct scsi_lu *lu, const struct scsi_pr_change *ch);
+/* Add a unit attention to a change: for the I_T nexus identity (port,
+ * rel), or with except for every nexus but that one (MODE PARAMETERS
+ * CHANGED for the others). Dropped beyond SCSI_PR_MAX_UAS. */
+void scsi_pr_change_ua(struct scsi_pr_change *ch, const char *port, uint16_t rel, enum scsi_ua ua,
+                       bool except);
 /* Fill c's PR IN data from s and complete c. */
 void scsi_pr_in_reply(struct scsi_cmd *c, const struct scsi_pr_state *s, bool ptpl_c);
 

@@ -8,7 +8,9 @@
  * turning the cache off behind the administrator's back would silently turn
  * sync=standard into sync=always for everyone). The one changeable field is
  * SWP in the control page (software write protect, for every initiator,
- * until cleared or the LU is recreated; not saved). MODE SELECT accepts a
+ * until cleared or the LU is recreated; not saved). On an LU over shared
+ * storage (RBD) SWP is part of the LU's shared state (scsi_pr_shared.c),
+ * so it holds through every daemon serving the LU. MODE SELECT accepts a
  * page when only changeable bits differ from the current values, else
  * reports INVALID FIELD IN PARAMETER LIST at the first byte that differs;
  * the changeable-values page control shows exactly those bits.
@@ -125,6 +127,21 @@ void scsi_run_mode_sense(struct scsi_cmd *c)
     scsi_complete_data(c, b, (uint32_t)off, alloc);
 }
 
+/* MODE SELECT's SWP on a shared LU (scsi_pr_shared.c runs it on a fresh
+ * copy of the LU's shared state): the other I_T nexuses, through every
+ * daemon, get MODE PARAMETERS CHANGED. */
+static int act_swp(struct scsi_cmd *c, struct scsi_pr_change *ch, const void *arg)
+{
+    bool want = *(const uint8_t *)arg != 0;
+    if (ch->s.swp == want)
+        return SCSI_PR_NOOP;
+    ch->s.swp = want;
+    if (c && c->nexus) /* SPC-4 §5.12 */
+        scsi_pr_change_ua(ch, c->nexus->initiator_port, c->nexus->rel_tgt_port_id,
+                          SCSI_UA_MODE_CHANGED, true);
+    return SCSI_PR_OK;
+}
+
 void scsi_run_mode_select(struct scsi_cmd *c)
 {
     const struct scsi_lu *lu = c->lu;
@@ -208,17 +225,23 @@ void scsi_run_mode_select(struct scsi_cmd *c)
         }
         off += len;
     }
-    /* Everything checked: apply the changeable fields. */
-    bool swp_changed = false;
+    /* Everything checked: apply the changeable fields (the last control
+     * page sent wins). */
+    int swp = -1;
     for (off = hdr + bdl; off < plen;) {
         const uint8_t *p = d + off;
         size_t len = 2u + p[1];
-        if ((p[0] & 0x3f) == 0x0a) {
-            bool swp = p[4] & 0x08;
-            swp_changed |= atomic_exchange(&c->lu->swp, swp) != swp;
-        }
+        if ((p[0] & 0x3f) == 0x0a)
+            swp = (p[4] & 0x08) != 0;
         off += len;
     }
+    if (swp >= 0 && c->lu->shared) {
+        /* Every daemon serving the LU enforces it before this completes. */
+        uint8_t want = (uint8_t)swp;
+        scsi_pr_shared_update(c->lu, c, act_swp, &want, sizeof want);
+        return;
+    }
+    bool swp_changed = swp >= 0 && atomic_exchange(&c->lu->swp, swp != 0) != (swp != 0);
     if (swp_changed && c->nexus) {
         /* SPC-4 §5.12: the other I_T nexuses learn of the change */
         pthread_mutex_lock(&c->lu->mu);

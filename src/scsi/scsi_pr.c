@@ -160,20 +160,35 @@ int scsi_pr_state_copy(struct scsi_pr_state *dst, const struct scsi_pr_state *sr
 
 /* ---- unit attentions of a change ---- */
 
-static void ch_ua(struct scsi_pr_change *ch, const char *port, uint16_t rel, enum scsi_ua ua)
+void scsi_pr_change_ua(struct scsi_pr_change *ch, const char *port, uint16_t rel, enum scsi_ua ua,
+                       bool except)
 {
     if (ch->nuas >= SCSI_PR_MAX_UAS)
         return;
     struct scsi_pr_ua *u = &ch->uas[ch->nuas++];
     u->ua = (uint8_t)ua;
+    u->except = except;
     u->rel = rel;
     snprintf(u->port, sizeof u->port, "%s", port);
 }
 
+static void ch_ua(struct scsi_pr_change *ch, const char *port, uint16_t rel, enum scsi_ua ua)
+{
+    scsi_pr_change_ua(ch, port, rel, ua, false);
+}
+
 void scsi_pr_apply_uas_locked(struct scsi_lu *lu, const struct scsi_pr_change *ch)
 {
-    for (size_t i = 0; i < ch->nuas; i++)
-        scsi_lu_ua_port_locked(lu, ch->uas[i].port, ch->uas[i].rel, ch->uas[i].ua);
+    for (size_t i = 0; i < ch->nuas; i++) {
+        const struct scsi_pr_ua *u = &ch->uas[i];
+        if (!u->except) {
+            scsi_lu_ua_port_locked(lu, u->port, u->rel, u->ua);
+            continue;
+        }
+        for (struct scsi_nexus_state *ns = lu->nexuses; ns; ns = ns->next)
+            if (ns->rel_tgt_port_id != u->rel || strcasecmp(ns->initiator_port, u->port) != 0)
+                ns->ua_pending |= 1u << u->ua;
+    }
 }
 
 /* ---- text form ---- */
@@ -200,11 +215,14 @@ char *scsi_pr_state_format(const struct scsi_pr_state *s, const struct scsi_pr_c
         s->holder, s->aptpl ? 1 : 0);
     if (s->res2_held)
         PUT("res2 %u %s\n", s->res2_rel, s->res2_port);
+    if (s->swp)
+        PUT("swp 1\n");
     for (size_t i = 0; i < s->nregs; i++)
         PUT("reg %016" PRIx64 " %u %s\n", s->regs[i].key, s->regs[i].rel_tgt_port_id,
             s->regs[i].initiator_port);
     for (size_t i = 0; i < nu; i++)
-        PUT("ua %u %u %s\n", uas->uas[i].ua, uas->uas[i].rel, uas->uas[i].port);
+        PUT("%s %u %u %s\n", uas->uas[i].except ? "uax" : "ua", uas->uas[i].ua, uas->uas[i].rel,
+            uas->uas[i].port);
 #undef PUT
     *len = off;
     return b;
@@ -265,9 +283,14 @@ int scsi_pr_state_parse(const char *blob, size_t len, struct scsi_pr_change *out
             r->key = key;
             r->rel_tgt_port_id = (uint16_t)rel;
             snprintf(r->initiator_port, sizeof r->initiator_port, "%s", port);
+        } else if (sscanf(line, "swp %u", &v) == 1) {
+            s->swp = v != 0;
         } else if (sscanf(line, "ua %u %u %255s", &ua, &rel, port) == 3 && ua < SCSI_UA_COUNT &&
                    rel <= 0xffff) {
             ch_ua(out, port, (uint16_t)rel, (enum scsi_ua)ua);
+        } else if (sscanf(line, "uax %u %u %255s", &ua, &rel, port) == 3 && ua < SCSI_UA_COUNT &&
+                   rel <= 0xffff) {
+            scsi_pr_change_ua(out, port, (uint16_t)rel, (enum scsi_ua)ua, true);
         } else {
             rc = -EINVAL;
         }
@@ -293,6 +316,7 @@ int scsi_pr_load(struct scsi_lu *lu, const void *blob, size_t len)
     if (rc == 0) {
         ch->s.aptpl = true; /* only APTPL state is ever saved */
         ch->s.res2_held = false;
+        ch->s.swp = false;
         scsi_pr_state_free(&lu->pr);
         lu->pr = ch->s;
     }
@@ -309,6 +333,7 @@ static int pr_persist(struct scsi_lu *lu, const struct scsi_pr_state *s, bool wa
         return lu->pr_store.save(lu->pr_store.arg, NULL, 0);
     struct scsi_pr_state saved = *s;
     saved.res2_held = false; /* SPC-2 reservations never persist */
+    saved.swp = false;       /* nor mode parameters (SP is not supported) */
     size_t len;
     char *b = scsi_pr_state_format(&saved, NULL, 0, &len);
     if (!b)

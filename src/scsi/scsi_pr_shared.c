@@ -24,6 +24,10 @@
  *     cleared when the LU "powers on", which for a group means: a daemon
  *     opens the LU and no other daemon is watching the object (nobody
  *     serves it). SPC-2 reservations are cleared then too.
+ *   - The control mode page's SWP (software write protect) is LU state
+ *     too: it is part of the same object and updated the same way (MODE
+ *     SELECT through any daemon write-protects the LU on every path before
+ *     it completes); it reverts to 0 at the LU's power on.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -97,6 +101,7 @@ static void install(struct scsi_lu *lu, struct scsi_pr_change *ch, uint64_t seq,
         struct scsi_pr_state old = lu->pr;
         lu->pr = ch->s;
         lu->pr.seq = seq;
+        atomic_store(&lu->swp, lu->pr.swp);
         ch->s = old;
         if (with_uas)
             scsi_pr_apply_uas_locked(lu, ch);
@@ -231,13 +236,14 @@ static int power_on(struct scsi_lu *lu)
             return rc;
         }
         struct scsi_pr_state *s = &ch->s;
-        bool change = s->res2_held || (!s->aptpl && (s->nregs || s->held));
+        bool change = s->res2_held || s->swp || (!s->aptpl && (s->nregs || s->held));
         if (!change) {
             install(lu, ch, seq, false);
             free(ch);
             return 0;
         }
         s->res2_held = false;
+        s->swp = false; /* mode parameters are not saved */
         if (!s->aptpl) {
             s->nregs = 0;
             s->held = false;
@@ -248,7 +254,7 @@ static int power_on(struct scsi_lu *lu)
         free(blob);
         if (rc == 0) {
             log_info("scsi: %s: first to serve it: %s", volume_name(lu->vol),
-                     s->aptpl ? "SPC-2 reservation released"
+                     s->aptpl ? "SPC-2 reservation, software write protect released (power on)"
                               : "registrations without APTPL cleared (power on)");
             install(lu, ch, seq + 1, false);
         } else {

@@ -5,6 +5,10 @@
 #include <rbd/features.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "store/rbd_pr.h"
 
 /* What every image blockd creates gets: layering for clones, the
  * exclusive lock the object map needs, the object map and fast-diff for
@@ -45,7 +49,37 @@ int rbd_image_create(rados_ioctx_t io, const char *name, uint64_t size)
 
 int rbd_image_remove(rados_ioctx_t io, const char *name)
 {
-    return rbd_remove(io, name);
+    char id[64] = "";
+    rbd_image_t img;
+    /* The id names the image's reservation object: read it while the
+     * image exists. No id (an image broken half-way) removes no object. */
+    if (rbd_open_read_only(io, name, &img, NULL) == 0) {
+        if (rbd_get_id(img, id, sizeof id) < 0)
+            id[0] = 0;
+        rbd_close(img);
+    }
+    int rc = rbd_remove(io, name);
+    for (int waited = 0; rc == -EBUSY && waited < RBD_IMAGE_REMOVE_WAIT_MS; waited += 100) {
+        if (waited == 0)
+            log_info("rbd: %s is still open elsewhere (watchers); waiting up to %d s for them "
+                     "to close it",
+                     name, RBD_IMAGE_REMOVE_WAIT_MS / 1000);
+        nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
+        rc = rbd_remove(io, name);
+    }
+    if (rc == 0 && id[0])
+        rbd_image_forget(io, name, id, NULL);
+    return rc;
+}
+
+void rbd_image_forget(rados_ioctx_t io, const char *name, const char *id, const char *snap)
+{
+    int rc = rbd_pr_remove(io, id, snap);
+    if (rc < 0)
+        log_warn("rbd: %s%s%s is removed but its reservation object (blockd.pr.%s%s%s) is not: "
+                 "%s",
+                 name, snap ? "@" : "", snap ? snap : "", id, snap ? "@" : "", snap ? snap : "",
+                 strerror(-rc));
 }
 
 int rbd_image_rename(rados_ioctx_t io, const char *from, const char *to)

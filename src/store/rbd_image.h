@@ -34,8 +34,18 @@ typedef void (*rbd_image_progress_fn)(uint64_t done, uint64_t total, void *arg);
  * exclusive-lock, object-map, fast-diff and deep-flatten (whatever the
  * cluster's defaults are). */
 int rbd_image_create(rados_ioctx_t io, const char *name, uint64_t size);
-/* Remove an image (it must have no snapshots: remove them first). */
+/* Remove an image (it must have no snapshots: remove them first), then
+ * the objects blockd keeps beside it (its reservation object, rbd_pr.h).
+ * While another client still watches the image (librbd: -EBUSY) it tries
+ * again for up to RBD_IMAGE_REMOVE_WAIT_MS: a gateway group's other
+ * members close a withdrawn share's image within about a second of the
+ * change. Blocks: control threads only. */
+#define RBD_IMAGE_REMOVE_WAIT_MS 10000
 int rbd_image_remove(rados_ioctx_t io, const char *name);
+/* Image name (id, at snapshot snap if not NULL) was removed: remove
+ * blockd's objects beside it; a failure is logged, not returned (the
+ * image is gone either way). */
+void rbd_image_forget(rados_ioctx_t io, const char *name, const char *id, const char *snap);
 /* Rename an image within io's pool and namespace. */
 int rbd_image_rename(rados_ioctx_t io, const char *from, const char *to);
 /* 1 if the image exists, 0 if not, or -errno. */

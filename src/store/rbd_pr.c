@@ -121,6 +121,23 @@ static int count_peers(struct rbd_pr *p, unsigned *peers)
     return 0;
 }
 
+/* The object's name: one place, so open and remove cannot disagree. */
+static int object_name(char *out, size_t cap, const char *image_id, const char *snap)
+{
+    int n = snprintf(out, cap, "blockd.pr.%s%s%s", image_id, snap ? "@" : "", snap ? snap : "");
+    /* never cut: two snapshots would share one object */
+    return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
+}
+
+int rbd_pr_remove(rados_ioctx_t io, const char *image_id, const char *snap)
+{
+    char oid[sizeof(((struct rbd_pr *)0)->oid)];
+    int rc = object_name(oid, sizeof oid, image_id, snap);
+    if (rc == 0)
+        rc = rados_remove(io, oid);
+    return rc == -ENOENT ? 0 : rc;
+}
+
 int rbd_pr_open(struct bdev *b, const struct rbd_pr_listener *l, unsigned *peers_out,
                 struct rbd_pr **out)
 {
@@ -136,10 +153,10 @@ int rbd_pr_open(struct bdev *b, const struct rbd_pr_listener *l, unsigned *peers
         return -ENOMEM;
     /* A snapshot's LU is another LU than the image's: its own object. */
     const char *at = strchr(r->name, '@');
-    int n = snprintf(p->oid, sizeof p->oid, "blockd.pr.%s%s", id, at ? at : "");
-    if (n < 0 || (size_t)n >= sizeof p->oid) {
-        free(p); /* never cut: two snapshots would share one object */
-        return -ENAMETOOLONG;
+    rc = object_name(p->oid, sizeof p->oid, id, at ? at + 1 : NULL);
+    if (rc < 0) {
+        free(p);
+        return rc;
     }
     p->l = *l;
     pthread_mutex_init(&p->mu, NULL);

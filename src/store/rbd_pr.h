@@ -29,6 +29,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <rados/librados.h>
+
 #include "store/bdev.h"
 
 /* How long a writer waits for the other daemons to acknowledge a change,
@@ -77,5 +79,11 @@ int rbd_pr_rewatch(struct rbd_pr *p);
 const char *rbd_pr_name(const struct rbd_pr *p);
 /* Unwatch, wait for listener calls in flight, free. */
 void rbd_pr_close(struct rbd_pr *p);
+
+/* Remove the state object of image image_id (of its snapshot snap when not
+ * NULL) from io's pool and namespace: the image (snapshot) is gone and so
+ * is its LU. 0 when removed or absent, else -errno (the caller logs it;
+ * a stray object costs a few KiB, nothing else). Blocking. */
+int rbd_pr_remove(rados_ioctx_t io, const char *image_id, const char *snap);
 
 #endif

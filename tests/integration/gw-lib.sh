@@ -1,6 +1,7 @@
 # Helpers for the gateway-group tests (t-gw-*.sh), sourced after lib.sh:
 # members are separate blockd processes on 127.0.0.N with their own state
-# directories, in group "test" on the test's Ceph cluster (ceph_start).
+# directories, in group "test" on the test's Ceph cluster and pool
+# (ceph_start: $CEPH_CONF, $CEPH_POOL, which holds the membership object).
 #   gw_start A 127.0.0.2 1     # name, address, --gateway-id [extra flags]
 #   gw_ctl A gateway list      # blockctl against member A
 #   gw_kill A / gw_stop A
@@ -43,7 +44,7 @@ gw_start() {
     "$BLOCKD_BIN" --state-dir "$d/state" --log-level "${BLOCKD_LOG_LEVEL:-info}" \
         --nbd-listen "$addr:0" --iscsi-listen "$addr:${GW_PORT[$name]}" \
         --gateway-group test --gateway-id "$id" --gateway-name "$name" \
-        --gateway-ceph-conf "$CEPH_CONF" "$@" >>"$log" 2>&1 &
+        --gateway-ceph-conf "$CEPH_CONF" --gateway-pool "$CEPH_POOL" "$@" >>"$log" 2>&1 &
     GW_PID[$name]=$!
     GW_ADDR[$name]=$addr
     BG_PIDS+=("$!")
@@ -95,14 +96,25 @@ gw_wait_state() {
 }
 
 # The same RBD volume shared by every member: member NAME creates pool
-# "ceph" on the cluster's pool rbd, then the volume (the first member) or
-# adopts it (adopt: true, the others), and shares it over iSCSI.
+# "ceph" on the test's RADOS pool ($CEPH_POOL); the first member (adopt
+# false) then creates the volume and shares it over iSCSI, and the others
+# (adopt true) get the share from the group's configuration store
+# (docs/ha.md "Shared configuration": they adopt the volume themselves):
+# wait until they serve it.
 gw_share() {
     local name=$1 adopt=$2 size=$3
-    gw_ctl "$name" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" \
+    gw_ctl "$name" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" \
         >/dev/null || fail "pool.create of the RBD pool on $name"
-    gw_ctl "$name" call pool.dataset.create "{\"name\":\"ceph/v\",\"type\":\"VOLUME\",\"volsize\":$size,\"adopt\":$adopt}" \
-        >/dev/null || fail "pool.dataset.create ceph/v (adopt $adopt) on $name"
+    if [ "$adopt" = true ]; then
+        local i
+        for i in $(seq 1 200); do
+            grep -q "reservations shared through" "$(gw_dir "$name")/blockd.log" && return 0
+            sleep 0.05
+        done
+        fail "$name did not get the share of ceph/v from the group"
+    fi
+    gw_ctl "$name" call pool.dataset.create "{\"name\":\"ceph/v\",\"type\":\"VOLUME\",\"volsize\":$size}" \
+        >/dev/null || fail "pool.dataset.create ceph/v on $name"
     gw_ctl "$name" share iscsi create ceph/v >/dev/null || fail "share iscsi create on $name"
 }
 

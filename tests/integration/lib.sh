@@ -82,7 +82,7 @@ blockd_alive() {
 # Client processes a test starts in the background: killed on exit, so a
 # failed test leaves none behind (holding the bench lock, or retrying).
 BG_PIDS=()
-CEPH_DIR=
+CEPH_DIR= CEPH_PRIVATE= CEPH_OWN_POOL=
 _cleanup() {
     local rc=$?
     for p in "${BG_PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
@@ -90,21 +90,86 @@ _cleanup() {
         kill -KILL "$BLOCKD_PID" 2>/dev/null || true
         wait "$BLOCKD_PID" 2>/dev/null || true
     fi
-    [ -z "$CEPH_DIR" ] || "$CEPH_SCRIPT" stop "$CEPH_DIR" >/dev/null 2>&1 || true
+    [ "$CEPH_PRIVATE" != 1 ] || "$CEPH_SCRIPT" stop "$CEPH_DIR" >/dev/null 2>&1 || true
+    [ -z "$CEPH_OWN_POOL" ] || _ceph_pool delete "$CEPH_OWN_POOL" >/dev/null 2>&1 || true
     if [ "$rc" = 0 ]; then rm -rf "$TMP"; else echo "(test files kept in $TMP)" >&2; fi
 }
 trap _cleanup EXIT
 
-# A throwaway Ceph cluster for this test (scripts/ceph-cluster.sh: one
-# monitor, one in-memory OSD, pool "rbd"), stopped on exit. Sets CEPH_CONF.
+# A throwaway Ceph cluster (scripts/ceph-cluster.sh: one monitor, one
+# in-memory OSD). Sets CEPH_CONF, CEPH_DIR (the cluster's directory) and
+# CEPH_POOL, the RADOS pool (initialised for rbd) the test must use: name it
+# as $CEPH_POOL, never as "rbd".
+#   ceph_start            the run's shared cluster when run.sh started one
+#                         (BLOCKD_IT_CEPH), in a pool of the test's own,
+#                         deleted on exit; else a cluster of its own
+#   ceph_start --private  a cluster of its own, stopped on exit, with the
+#                         pool "rbd": for a test that stops, freezes or
+#                         restarts the cluster
+# A test file that names the pool rbd itself ("pool":"rbd", rbd/IMAGE,
+# rbd:rbd, --gateway-ceph-conf without --gateway-pool) gets a cluster of
+# its own too, as before the shared one: its images would meet other
+# tests' there (use $CEPH_POOL to share).
 # No Ceph on the machine: the test fails (make deps installs it).
 CEPH_SCRIPT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/scripts/ceph-cluster.sh
 ceph_start() {
     need ceph-mon ceph-osd ceph rbd
-    CEPH_DIR=$TMP/ceph
-    "$CEPH_SCRIPT" start "$CEPH_DIR" >"$TMP/ceph-start.log" 2>&1 ||
-        fail "the Ceph test cluster did not start: $(tail -5 "$TMP/ceph-start.log")"
-    export CEPH_CONF=$CEPH_DIR/ceph.conf
+    local why=
+    if [ "${1:-}" = --private ]; then
+        why="asked for"
+    elif [ -z "${BLOCKD_IT_CEPH:-}" ]; then
+        why="no shared cluster (not run by run.sh)"
+    elif grep -Eq '\\?"pool\\?": *\\?"rbd\\?"|[[:space:]"'"'"'(]rbd/[[:alnum:]%_]|rbd:rbd|open_ioctx\(.rbd.\)' "$0"; then
+        why="$TEST_NAME names the pool rbd"
+    elif grep -q -- '--gateway-ceph-conf' "$0" && ! grep -q -- '--gateway-pool' "$0"; then
+        why="$TEST_NAME starts gateway members on the default --gateway-pool rbd"
+    fi
+    if [ -n "$why" ]; then
+        echo "ceph_start: a private cluster ($why)"
+        CEPH_DIR=$TMP/ceph CEPH_PRIVATE=1
+        "$CEPH_SCRIPT" start "$CEPH_DIR" >"$TMP/ceph-start.log" 2>&1 ||
+            fail "the Ceph test cluster did not start: $(tail -5 "$TMP/ceph-start.log")"
+        export CEPH_CONF=$CEPH_DIR/ceph.conf CEPH_POOL=rbd
+        return 0
+    fi
+    # run.sh starts the shared cluster in the background: wait for it.
+    local i
+    for i in $(seq 1 1200); do
+        [ -e "$BLOCKD_IT_CEPH/ready" ] && break
+        [ -e "$BLOCKD_IT_CEPH/failed" ] &&
+            fail "the shared Ceph test cluster did not start: $(tail -5 "${BLOCKD_IT_CEPH_LOG:-/dev/null}")"
+        sleep 0.1
+    done
+    [ -e "$BLOCKD_IT_CEPH/ready" ] || fail "the shared Ceph test cluster is not ready after 120 s"
+    CEPH_DIR=$BLOCKD_IT_CEPH
+    export CEPH_CONF=$CEPH_DIR/ceph.conf CEPH_POOL=$TEST_NAME-$$
+    CEPH_OWN_POOL=$CEPH_POOL
+    _ceph_pool create "$CEPH_POOL" >"$TMP/ceph-pool.log" 2>&1 ||
+        fail "cannot create the test's pool $CEPH_POOL on the shared cluster: $(tail -5 "$TMP/ceph-pool.log")"
+    echo "ceph_start: pool $CEPH_POOL on the shared cluster $CEPH_DIR"
+}
+
+# _ceph_pool create|delete NAME: a pool with 8 placement groups (several
+# tests' pools live side by side on one OSD), initialised for rbd; or its
+# deletion. One python3 process with librados, bounded.
+_ceph_pool() {
+    timeout 60 /usr/bin/python3 - "$CEPH_CONF" "$1" "$2" <<'PY'
+import json, sys
+import rados, rbd
+conf, op, name = sys.argv[1:4]
+with rados.Rados(conffile=conf) as c:
+    if op == "create":
+        cmd = {"prefix": "osd pool create", "pool": name, "pg_num": 8, "pgp_num": 8}
+    else:
+        cmd = {"prefix": "osd pool rm", "pool": name, "pool2": name,
+               "yes_i_really_really_mean_it": True}
+    rc, out, err = c.mon_command(json.dumps(cmd), b"", timeout=30)
+    if rc:
+        sys.exit("%s %s: %s" % (cmd["prefix"], name, err))
+    if op == "create":
+        with c.open_ioctx(name) as io:
+            rbd.RBD().pool_init(io, False)  # waits until the pool's PGs are active
+PY
 }
 
 pass() {

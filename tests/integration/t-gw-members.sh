@@ -44,7 +44,8 @@ gw_ctl B gateway list | grep -E "^1 +A +ONLINE +127.0.0.2:${GW_PORT[A]}" >/dev/n
 mkdir -p "$TMP/dup"
 if timeout 30 "$BLOCKD_BIN" --state-dir "$TMP/dup/state" --nbd-listen 127.0.0.4:0 \
     --iscsi-listen "127.0.0.4:$(free_port)" --gateway-group test --gateway-id 2 \
-    --gateway-name C --gateway-ceph-conf "$CEPH_CONF" >"$TMP/dup/log" 2>&1; then
+    --gateway-name C --gateway-ceph-conf "$CEPH_CONF" --gateway-pool "$CEPH_POOL" \
+    >"$TMP/dup/log" 2>&1; then
     fail "a second member with id 2 started"
 fi
 grep -q "gateway id 2 is already used by the live member B" "$TMP/dup/log" ||

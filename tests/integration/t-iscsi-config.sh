@@ -1,4 +1,5 @@
 #!/bin/bash
+# slow: run.sh starts it first (30 s or more)
 # The iscsi.* configuration API on a real daemon (blockctl call), checked
 # with real initiators: a created target is discoverable at once (iscsi-ls),
 # its LUN answers INQUIRY with the extent's serial (iscsi-inq), initiator

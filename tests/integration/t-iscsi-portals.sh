@@ -1,4 +1,5 @@
 #!/bin/bash
+# slow: run.sh starts it first (30 s or more)
 # Portals and the listening port, live. With --iscsi-listen 127.0.0.1:P the
 # portal rows and iscsi.global.listen_port say P; the TrueNAS client's
 # portal lookup-or-create (truenas_incus_ctl LookupPortalIdOrCreate: query

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# slow: run.sh starts it first (30 s or more)
 # NBD interop with real clients: nbdinfo (--list, flags, --map), qemu-img
 # convert/compare/map, nbdcopy over 4 connections, fio verify over 4
 # connections, the Unix socket, and the blockctl share nbd commands.

@@ -20,7 +20,7 @@
 need python3 /usr/bin/python3 ceph
 ceph_start
 blockd_start
-blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null ||
+blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null ||
     fail "pool.create of the RBD pool"
 blockctl volume create ceph/v --size 64M >/dev/null || fail "volume create"
 blockctl share iscsi create ceph/v >/dev/null || fail "share iscsi create"
@@ -104,9 +104,9 @@ out=$(timeout 120 python3 "$TMP/caw.py" "$ISCSI_PORT" "$IQN" "$ASOK" local 2>&1)
 [ "$out" = ok ] || fail "$out"
 # another librbd client writes the same blocks: rbd takes the exclusive
 # lock from blockd (cooperative), blockd takes it back on its next write
-timeout 60 /usr/bin/python3 - "$CEPH_CONF" <<'PY' || fail "the other librbd client's write failed"
+timeout 60 /usr/bin/python3 - "$CEPH_CONF" "$CEPH_POOL" <<'PY' || fail "the other librbd client's write failed"
 import rados, rbd, sys
-with rados.Rados(conffile=sys.argv[1]) as c, c.open_ioctx("rbd") as io, rbd.Image(io, "v") as im:
+with rados.Rados(conffile=sys.argv[1]) as c, c.open_ioctx(sys.argv[2]) as io, rbd.Image(io, "v") as im:
     im.write(b"\xd4" * 1024, 100 * 512)
     im.flush()
 PY

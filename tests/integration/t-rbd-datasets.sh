@@ -39,6 +39,7 @@ class Client(WsClient):
         e = r["error"]
         return e.get("message", "") + json.dumps(e.get("data", {}))
 
+POOL = os.environ["CEPH_POOL"]  # the test's RADOS pool (lib.sh ceph_start)
 def rbd(*args):
     p = subprocess.run(["rbd", "-c", os.environ["CONF"]] + list(args), capture_output=True,
                        text=True, timeout=60)
@@ -47,7 +48,7 @@ def rbd(*args):
 def rbd_json(*args):
     return json.loads(rbd(*args, "--format", "json"))
 def images():
-    return sorted(rbd_json("ls", "rbd"))
+    return sorted(rbd_json("ls", POOL))
 
 c = Client()
 assert c.ok("auth.login_with_api_key", os.environ["KEY"]) is True
@@ -67,18 +68,18 @@ def ds(name):
     assert len(rows) == 1, (name, rows)
     return rows[0]
 
-c.ok("pool.create", {"name": "rp", "rbd": {"pool": "rbd", "conf": os.environ["CONF"]}})
+c.ok("pool.create", {"name": "rp", "rbd": {"pool": POOL, "conf": os.environ["CONF"]}})
 
 # create: filesystem + volume
 c.ok("pool.dataset.create", {"name": "rp/vms", "type": "FILESYSTEM"})
 row = c.ok("pool.dataset.create", {"name": "rp/vms/d1", "type": "VOLUME", "volsize": 32 * MiB,
                                    "volblocksize": "16K"})
 assert row["backend"] == "rbd", row
-assert row["path"] == "rbd:rbd/vms%d1", row["path"]
+assert row["path"] == "rbd:" + POOL + "/vms%d1", row["path"]
 assert images() == ["vms%d1"], images()
-assert ds("rp")["mountpoint"] == "rbd:rbd", ds("rp")["mountpoint"]
-assert ds("rp/vms")["mountpoint"] == "rbd:rbd/vms", ds("rp/vms")["mountpoint"]
-info = rbd_json("info", "rbd/vms%d1")
+assert ds("rp")["mountpoint"] == "rbd:" + POOL, ds("rp")["mountpoint"]
+assert ds("rp/vms")["mountpoint"] == "rbd:" + POOL + "/vms", ds("rp/vms")["mountpoint"]
+info = rbd_json("info", POOL + "/vms%d1")
 assert info["size"] == 32 * MiB and info["format"] == 2, info
 assert set(info["features"]) >= {"layering", "exclusive-lock", "object-map", "fast-diff",
                                  "deep-flatten"}, info
@@ -96,14 +97,14 @@ h.pwrite(bytes([0xa1]) * (4 * MiB), 0); h.flush(); h.shutdown()
 row = ds("rp/vms/d1")
 assert row["used"]["parsed"] >= 4 * MiB, row["used"]
 assert row["usedbydataset"]["parsed"] >= 4 * MiB, row["usedbydataset"]
-du = rbd_json("du", "rbd/vms%d1")
+du = rbd_json("du", POOL + "/vms%d1")
 assert du["images"][0]["used_size"] >= 4 * MiB, du
 print("OK data")
 
 # live resize: the open volume and a new NBD connection see it
 h = connect("d1")
 c.ok("pool.dataset.update", "rp/vms/d1", {"volsize": 48 * MiB})
-assert rbd_json("info", "rbd/vms%d1")["size"] == 48 * MiB
+assert rbd_json("info", POOL + "/vms%d1")["size"] == 48 * MiB
 assert ds("rp/vms/d1")["volsize"]["parsed"] == 48 * MiB
 h.shutdown()
 h = connect("d1"); assert h.get_size() == 48 * MiB, h.get_size()
@@ -113,7 +114,7 @@ print("OK resize")
 # snapshot: an RBD snapshot, O(1)
 snap = c.ok("zfs.snapshot.create", {"dataset": "rp/vms/d1", "name": "s1"})
 assert snap["name"] == "rp/vms/d1@s1", snap
-assert [s["name"] for s in rbd_json("snap", "ls", "rbd/vms%d1")] == ["s1"]
+assert [s["name"] for s in rbd_json("snap", "ls", POOL + "/vms%d1")] == ["s1"]
 q = c.ok("zfs.snapshot.query", [["dataset", "=", "rp/vms/d1"]])
 assert [s["name"] for s in q] == ["rp/vms/d1@s1"], q
 assert q[0]["properties"]["referenced"]["parsed"] >= 4 * MiB, q[0]["properties"]["referenced"]
@@ -121,7 +122,7 @@ h = connect("d1"); h.pwrite(bytes([0xb2]) * MiB, 0); h.flush(); h.shutdown()
 # rollback (no client connected): contents and size come back
 idle("d1")
 c.ok("zfs.snapshot.rollback", "rp/vms/d1@s1", {})
-assert rbd_json("info", "rbd/vms%d1")["size"] == 48 * MiB
+assert rbd_json("info", POOL + "/vms%d1")["size"] == 48 * MiB
 h = connect("d1"); assert h.pread(MiB, 0) == bytes([0xa1]) * MiB, "rollback over NBD"; h.shutdown()
 # a snapshot exported read-only
 c.ok("nbd.export.create", {"name": "d1s1", "dataset": "rp/vms/d1@s1"})
@@ -148,7 +149,7 @@ print("OK iscsi")
 
 # clone v2 (no protection), O(1)
 c.ok("zfs.snapshot.clone", {"snapshot": "rp/vms/d1@s1", "dataset_dst": "rp/c1"})
-info = rbd_json("info", "rbd/c1")
+info = rbd_json("info", POOL + "/c1")
 assert info["parent"]["image"] == "vms%d1" and info["parent"]["snapshot"] == "s1", info
 assert not info.get("protected", "false") == "true"
 assert ds("rp/c1")["origin"]["value"] == "rp/vms/d1@s1", ds("rp/c1")["origin"]
@@ -161,7 +162,7 @@ print("OK clone")
 
 # promote: flattened (a job), no parent left, the origin can go
 c.ok("pool.dataset.promote", "rp/c1")
-info = rbd_json("info", "rbd/c1")
+info = rbd_json("info", POOL + "/c1")
 assert "parent" not in info, info
 assert ds("rp/c1")["origin"]["value"] == "", ds("rp/c1")["origin"]
 jobs = c.ok("core.get_jobs", [["description", "^", "promote rp/c1"]])
@@ -182,10 +183,10 @@ print("OK replication refused")
 # renames: a filesystem (its images follow) and a snapshot
 c.ok("pool.dataset.rename", "rp/vms", {"new_name": "rp/vm2"})
 assert images() == ["c1", "vm2%d1"], images()
-assert ds("rp/vm2/d1")["path"] == "rbd:rbd/vm2%d1"
+assert ds("rp/vm2/d1")["path"] == "rbd:" + POOL + "/vm2%d1"
 h = connect("d1"); assert h.pread(MiB, 0) == bytes([0xa1]) * MiB, "export after rename"; h.shutdown()
 c.ok("zfs.snapshot.rename", "rp/vm2/d1@s1", {"new_name": "rp/vm2/d1@s2"})
-assert [s["name"] for s in rbd_json("snap", "ls", "rbd/vm2%d1")] == ["s2"]
+assert [s["name"] for s in rbd_json("snap", "ls", POOL + "/vm2%d1")] == ["s2"]
 assert [s["name"] for s in c.ok("zfs.snapshot.query", [["dataset", "=", "rp/vm2/d1"]])] == ["rp/vm2/d1@s2"]
 print("OK rename")
 

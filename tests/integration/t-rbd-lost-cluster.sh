@@ -15,7 +15,7 @@
 #     I/O resume on the same export, and the flushed pattern reads back.
 . "$(dirname "$0")/lib.sh"
 need nbdsh qemu-io python3 rbd
-ceph_start
+ceph_start --private
 CEPH_PIDS=$(pgrep -f -- "ceph-(mon|osd) -c $CEPH_DIR/ceph.conf( |$)" | tr '\n' ' ')
 [ -n "$CEPH_PIDS" ] || fail "no ceph-mon/ceph-osd processes for $CEPH_DIR"
 FROZEN=

@@ -16,7 +16,7 @@
 #     dataset can still be deleted.
 . "$(dirname "$0")/lib.sh"
 need /usr/bin/python3 rbd ceph-mon ceph-osd
-ceph_start
+ceph_start --private
 CEPH=$CEPH_SCRIPT
 CONF=$CEPH_CONF
 rbdc() { rbd -c "$CONF" "$@"; }

@@ -1,5 +1,6 @@
 /*
- * A small libiscsi client for the reservation tests (t-gw-pr.sh): one
+ * A small libiscsi client for the reservation tests (t-gw-pr.sh) and the
+ * shared software write protect (t-gw-conformance.sh): one
  * session as initiator INITIATOR, then each OP in order, one output line
  * per OP. There is no kernel initiator in the test environment, so
  * sg_persist cannot be used.
@@ -15,9 +16,16 @@
  *   readres                     -> "res gen=G key=K type=T" or "res gen=G none"
  *   reserve6 / release6         SPC-2 RESERVE(6) / RELEASE(6)
  *   write:LBA / read:LBA        one 512-byte block
+ *   swp:0|1                     MODE SENSE(6) of the control page, then
+ *                               MODE SELECT(6) of it with SWP cleared/set
+ *   tur                         TEST UNIT READY (shows a pending unit
+ *                               attention as CHECK 6/ASC/ASCQ)
  *   signal:FILE / wait:FILE     create FILE / wait (up to 60 s) until FILE
  *                               exists: lets a test act while this session
  *                               stays logged in
+ *   hold:FILE                   like wait, sending nothing meanwhile (so a
+ *                               unit attention stays pending for the next
+ *                               OP to see)
  * PR_TOOL_ISID=N in the environment fixes the session's ISID (an initiator
  * port seen through two daemons is then the same port).
  * For commands without data the line is the status: GOOD, CONFLICT or
@@ -117,6 +125,26 @@ static int run(char *op)
         t = iscsi_write16_sync(ctx, lun, num(f[1]), buf, sizeof buf, 512, 0, 0, 0, 0, 0);
     } else if (strcmp(f[0], "read") == 0 && n == 2) {
         t = iscsi_read16_sync(ctx, lun, num(f[1]), 512, 512, 0, 0, 0, 0, 0);
+    } else if (strcmp(f[0], "tur") == 0) {
+        t = iscsi_testunitready_sync(ctx, lun);
+    } else if (strcmp(f[0], "swp") == 0 && n == 2) {
+        t = iscsi_modesense6_sync(ctx, lun, 1, SCSI_MODESENSE_PC_CURRENT, SCSI_MODEPAGE_CONTROL, 0,
+                                  255);
+        if (t && t->status == SCSI_STATUS_GOOD) {
+            struct scsi_mode_sense *ms = scsi_datain_unmarshall(t);
+            struct scsi_mode_page *mp =
+                ms ? scsi_modesense_get_page(ms, SCSI_MODEPAGE_CONTROL, 0) : NULL;
+            if (!mp) {
+                printf("ERROR no control page\n");
+                scsi_free_scsi_task(t);
+                return 2;
+            }
+            mp->ps = 0; /* reserved in MODE SELECT */
+            mp->control.swp = (int)num(f[1]) != 0;
+            struct scsi_task *sel = iscsi_modeselect6_sync(ctx, lun, 1, 0, mp);
+            scsi_free_scsi_task(t); /* mp lives in t's memory */
+            t = sel;
+        }
     } else if (strcmp(f[0], "readkeys") == 0 || strcmp(f[0], "readres") == 0) {
         int keys = f[0][4] == 'k';
         t = iscsi_persistent_reserve_in_sync(ctx, lun,
@@ -153,14 +181,14 @@ static int run(char *op)
             fclose(fp);
         printf("%s\n", fp ? "SIGNALLED" : "ERROR signal");
         return fp ? 0 : 2;
-    } else if (strcmp(f[0], "wait") == 0 && n == 2) {
+    } else if ((strcmp(f[0], "wait") == 0 || strcmp(f[0], "hold") == 0) && n == 2) {
         for (int i = 0; i < 600; i++) {
             if (access(f[1], F_OK) == 0) {
                 printf("WAITED\n");
                 return 0;
             }
             /* keep the session alive meanwhile */
-            struct scsi_task *nop = iscsi_testunitready_sync(ctx, lun);
+            struct scsi_task *nop = f[0][0] == 'w' ? iscsi_testunitready_sync(ctx, lun) : NULL;
             if (nop)
                 scsi_free_scsi_task(nop);
             usleep(100000);

@@ -338,6 +338,9 @@ int icfg_write_end(struct icfg_write *w, int rc)
             icfg_target_reset_hint(0); /* an allocated rel_tgt_id may be free again */
             db_unlock();
             rc = api_error(w->call, EIO, "cannot commit the configuration transaction");
+        } else if (c < 0 && c != -EIO) {
+            /* committed here, refused by the gateway group's store (cfgtx.h) */
+            rc = api_error(w->call, -c, "%s", cfg_tx_after_message());
         } else if (c < 0) {
             rc = api_error(w->call, EIO,
                            "the configuration change was committed but could not be made durable "

@@ -32,6 +32,8 @@ static const char schema[] = "CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY K
 static struct cfg_change seen[32];
 static size_t n_seen, n_publish, n_after, n_other;
 static bool seen_defer, row_visible, lock_free_in_after;
+/* The after hook rejects the commit with this (0: it does not). */
+static int after_reject;
 
 static int count_rows(void)
 {
@@ -63,6 +65,8 @@ static void after(void *arg)
     (void)arg;
     n_after++;
     lock_free_in_after = db_lock_depth() == 0;
+    if (after_reject)
+        cfg_tx_after_fail(after_reject, "taken by another member");
 }
 
 static void other_publish(const struct cfg_changes *ch, void *arg)
@@ -231,6 +235,31 @@ static void test_caller_locked_defers_after(void **state)
     assert_int_equal(n_after, 0);
 }
 
+/* An after hook that finds the change refused elsewhere (gateway/
+ * gwconfig.c: a name another member took) makes the commit return its
+ * error, committed all the same; the next commit is not affected. */
+static void test_after_fail(void **state)
+{
+    (void)state;
+    reset();
+    struct cfg_tx tx;
+    assert_int_equal(cfg_tx_begin(&tx), 0);
+    assert_int_equal(insert("rejected"), 0);
+    cfg_tx_changed(&tx, CFG_NBD_EXPORT, 40, CFG_CREATED);
+    after_reject = -EEXIST;
+    assert_int_equal(cfg_tx_commit(&tx), -EEXIST);
+    after_reject = 0;
+    assert_true(tx.committed);
+    assert_string_equal(cfg_tx_after_message(), "taken by another member");
+    assert_int_equal(n_after, 1);
+    assert_int_equal(db_lock_depth(), 0);
+    assert_int_equal(cfg_tx_begin(&tx), 0);
+    assert_int_equal(insert("accepted"), 0);
+    cfg_tx_changed(&tx, CFG_NBD_EXPORT, 41, CFG_CREATED);
+    assert_int_equal(cfg_tx_commit(&tx), 0);
+    assert_int_equal(n_after, 2);
+}
+
 static void test_setting_put(void **state)
 {
     (void)state;
@@ -251,6 +280,7 @@ int main(void)
         cmocka_unit_test(test_failed_commit_publishes_nothing),
         cmocka_unit_test(test_nested_joins_outer),
         cmocka_unit_test(test_caller_locked_defers_after),
+        cmocka_unit_test(test_after_fail),
         cmocka_unit_test(test_setting_put),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

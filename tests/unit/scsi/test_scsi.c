@@ -1231,10 +1231,13 @@ static void test_pr_state_text(void **state)
     ch->s.res2_held = true;
     ch->s.res2_rel = 3;
     snprintf(ch->s.res2_port, sizeof ch->s.res2_port, "iqn.x:c,i,0x3");
+    ch->s.swp = true;
     ch->nuas = 1;
     ch->uas[0].ua = SCSI_UA_REGISTRATIONS_PREEMPTED;
     ch->uas[0].rel = 7;
     snprintf(ch->uas[0].port, sizeof ch->uas[0].port, "iqn.x:b,i,0x2");
+    /* MODE PARAMETERS CHANGED for everybody but the nexus that changed SWP */
+    scsi_pr_change_ua(ch, "iqn.x:a,i,0x1", 2, SCSI_UA_MODE_CHANGED, true);
     size_t len;
     char *text = scsi_pr_state_format(&ch->s, ch, 99, &len);
     assert_non_null(text);
@@ -1253,8 +1256,22 @@ static void test_pr_state_text(void **state)
     assert_true(back->s.res2_held);
     assert_int_equal(back->s.res2_rel, 3);
     assert_string_equal(back->s.res2_port, "iqn.x:c,i,0x3");
-    assert_int_equal(back->nuas, 1);
+    assert_true(back->s.swp);
+    assert_int_equal(back->nuas, 2);
     assert_int_equal(back->uas[0].ua, SCSI_UA_REGISTRATIONS_PREEMPTED);
+    assert_false(back->uas[0].except);
+    assert_int_equal(back->uas[1].ua, SCSI_UA_MODE_CHANGED);
+    assert_true(back->uas[1].except);
+    assert_int_equal(back->uas[1].rel, 2);
+    assert_string_equal(back->uas[1].port, "iqn.x:a,i,0x1");
+    scsi_pr_state_free(&back->s);
+    /* without SWP there is no swp line: it parses as off */
+    ch->s.swp = false;
+    free(text);
+    text = scsi_pr_state_format(&ch->s, NULL, 0, &len);
+    assert_null(strstr(text, "swp"));
+    assert_int_equal(scsi_pr_state_parse(text, len, back, NULL), 0);
+    assert_false(back->s.swp);
     scsi_pr_state_free(&back->s);
     /* a holder index past the registrations is refused */
     ch->s.holder = 2;

@@ -1,0 +1,46 @@
+/*
+ * gateway/gwconfig*.c internals: the local side of the shared
+ * configuration (gwconfig_rows.c: which rows are the group's, their
+ * values, applying a remote value through the API) used by the store side
+ * (gwconfig.c). Not for other modules.
+ */
+#ifndef BLOCKD_GATEWAY_GWCONFIG_INTERNAL_H
+#define BLOCKD_GATEWAY_GWCONFIG_INTERNAL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Every group-owned row of the local DB: a new object key → value (an
+ * object), or NULL (logged). Takes the DB lock (recursive: fine inside a
+ * publisher). */
+json_t *gwc_local_view(void);
+
+/* The stored form of a value: compact JSON with sorted keys (malloc'd). */
+char *gwc_dump(const json_t *value);
+
+/* Make sure the volume an extent or NBD value names exists here, adopting
+ * its RBD image when it does not. No DB lock held (it calls
+ * pool.dataset.create). 0, or -errno with a reason in why. */
+int gwc_ensure_volume(const char *key, const json_t *want, char *why, size_t len);
+
+/*
+ * Apply one remote row to the local configuration through the API
+ * methods: want NULL withdraws it. local is the current local view
+ * (gwc_local_view) to skip what already matches. iSCSI keys run inside
+ * the caller's open cfg_tx (DB lock held); "nbd/" keys must run with no
+ * DB lock held (the NBD methods take their own lock first). 0, or -errno
+ * with a reason in why.
+ */
+int gwc_apply(const char *key, json_t *want, json_t *local, char *why, size_t len);
+
+/* Which phase applies key (remote deletes of LUNs and exports first, then
+ * targets and extents, then LUNs and exports, then deletes of targets and
+ * extents): 0..3. */
+int gwc_phase(const char *key, bool deleting);
+static inline bool gwc_is_nbd(const char *key)
+{
+    return key[0] == 'n';
+}
+
+#endif
