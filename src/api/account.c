@@ -13,19 +13,10 @@
 #include <unistd.h>
 
 #include "api/auth.h"
+#include "api/store.h"
 #include "api/validate.h"
-#include "config/cfgtx.h"
-#include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
-
-static const char schema[] = "CREATE TABLE IF NOT EXISTS account ("
-                             " id INTEGER PRIMARY KEY AUTOINCREMENT,"
-                             " username TEXT NOT NULL UNIQUE,"
-                             " pwhash TEXT NOT NULL,"
-                             " pwgen INTEGER NOT NULL DEFAULT 1,"
-                             " created_at INTEGER NOT NULL,"
-                             " password_changed_at INTEGER NOT NULL);";
 
 static int64_t now_wall_ms(void)
 {
@@ -143,20 +134,13 @@ int account_verify(const char *username, const char *password, struct account_lo
     char hash[ACCOUNT_HASH_MAX] = "";
     bool found = false;
     if (account_name_valid(username)) {
-        db_lock();
-        sqlite3_stmt *st = NULL;
-        if (db_prepare("SELECT id, pwgen, pwhash FROM account WHERE username = ?", &st) == 0) {
-            sqlite3_bind_text(st, 1, username, -1, SQLITE_TRANSIENT);
-            if (sqlite3_step(st) == SQLITE_ROW) {
-                out->id = sqlite3_column_int64(st, 0);
-                out->pwgen = sqlite3_column_int64(st, 1);
-                snprintf(hash, sizeof(hash), "%s", (const char *)sqlite3_column_text(st, 2));
-                snprintf(out->username, sizeof(out->username), "%s", username);
-                found = true;
-            }
-            sqlite3_finalize(st);
+        struct api_account_rec r;
+        found = api_store()->account_get(username, &r, hash, sizeof(hash)) == 1;
+        if (found) {
+            out->id = r.id;
+            out->pwgen = r.pwgen;
+            snprintf(out->username, sizeof(out->username), "%s", username);
         }
-        db_unlock();
     }
     if (!found) {
         pthread_once(&dummy_once, dummy_make);
@@ -173,47 +157,31 @@ int account_verify(const char *username, const char *password, struct account_lo
 
 bool account_current(const struct account_login *login)
 {
-    bool ok = false;
-    db_lock();
-    sqlite3_stmt *st = NULL;
-    if (db_prepare("SELECT 1 FROM account WHERE id = ? AND pwgen = ?", &st) == 0) {
-        sqlite3_bind_int64(st, 1, login->id);
-        sqlite3_bind_int64(st, 2, login->pwgen);
-        ok = sqlite3_step(st) == SQLITE_ROW;
-        sqlite3_finalize(st);
-    }
-    db_unlock();
-    return ok;
+    return api_store()->account_current(login->id, login->pwgen);
 }
 
 /* ---- rows ---- */
 
-static json_t *account_rows(void)
+/* The TrueNAS-shaped row of an account (the encoder). */
+static json_t *account_row(const struct api_account_rec *r)
 {
+    return json_pack("{s:I, s:s, s:{s:I}, s:{s:I}}", "id", (json_int_t)r->id, "username",
+                     r->username, "created_at", "$date", (json_int_t)r->created_at,
+                     "password_changed_at", "$date", (json_int_t)r->password_changed_at);
+}
+
+/* Every account (id 0) or account id only, as rows; NULL on error. */
+static json_t *account_rows(int64_t id)
+{
+    struct api_account_rec *v;
+    size_t n;
+    if (api_store()->account_list(&v, &n) < 0)
+        return NULL;
     json_t *rows = json_array();
-    sqlite3_stmt *st = NULL;
-    db_lock();
-    if (db_prepare("SELECT id, username, created_at, password_changed_at FROM account "
-                   "ORDER BY id",
-                   &st) < 0) {
-        db_unlock();
-        json_decref(rows);
-        return NULL;
-    }
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        json_array_append_new(
-            rows,
-            json_pack("{s:I, s:s, s:{s:I}, s:{s:I}}", "id", (json_int_t)sqlite3_column_int64(st, 0),
-                      "username", (const char *)sqlite3_column_text(st, 1), "created_at", "$date",
-                      (json_int_t)sqlite3_column_int64(st, 2), "password_changed_at", "$date",
-                      (json_int_t)sqlite3_column_int64(st, 3)));
-    sqlite3_finalize(st);
-    db_unlock();
-    if (rc != SQLITE_DONE) {
-        json_decref(rows);
-        return NULL;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (!id || v[i].id == id)
+            json_array_append_new(rows, account_row(&v[i]));
+    free(v);
     return rows;
 }
 
@@ -221,7 +189,7 @@ static json_t *account_rows(void)
 
 static int account_query(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *rows = account_rows();
+    json_t *rows = account_rows(0);
     if (!rows)
         return api_error(call, EIO, "cannot read the accounts");
     int rc = api_query(call, rows, params, result);
@@ -242,69 +210,35 @@ static const struct api_field set_fields[] = {
      .max = ACCOUNT_PASSWORD_MAX},
 };
 
-static int account_set_password(struct api_call *call, json_t *params, json_t **result)
+/* The checked body's invariants the field table cannot state; -1 with
+ * the errors set. */
+static int set_password_check(struct api_call *call, const char *name, json_t *jpw)
 {
-    json_t *data = api_param(params, 0); /* checked against set_fields by the dispatcher */
-    const char *name = json_string_value(json_object_get(data, "username"));
-    json_t *jpw = json_object_get(data, "password");
-    const char *pw = json_string_value(jpw);
     if (!account_name_valid(name))
         api_verr(call, "account.set_password.username", EINVAL,
                  "Usernames are 1-%d letters, digits, '_', '.' or '-', not starting with '-' or "
                  "'.'",
                  ACCOUNT_NAME_MAX);
-    if (strlen(pw) != json_string_length(jpw))
+    if (strlen(json_string_value(jpw)) != json_string_length(jpw))
         api_verr(call, "account.set_password.password", EINVAL,
                  "The password may not contain NUL characters");
-    if (api_has_verrs(call))
-        return api_invalid(call);
+    return api_has_verrs(call) ? api_invalid(call) : 0;
+}
 
+static int account_set_password(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *data = api_param(params, 0); /* checked against set_fields by the dispatcher */
+    const char *name = json_string_value(json_object_get(data, "username"));
+    json_t *jpw = json_object_get(data, "password");
+    if (set_password_check(call, name, jpw) < 0)
+        return -1;
     char hash[ACCOUNT_HASH_MAX];
-    int rc = account_hash_password(pw, hash, sizeof(hash));
+    int rc = account_hash_password(json_string_value(jpw), hash, sizeof(hash));
     if (rc < 0)
         return api_error(call, rc, "cannot hash the password");
-
-    int64_t now = now_wall_ms(), id = 0;
+    int64_t id = 0;
     bool created = false;
-    struct cfg_tx tx;
-    rc = cfg_tx_begin(&tx);
-    bool began = rc == 0;
-    sqlite3_stmt *st = NULL;
-    if (rc == 0 && (rc = db_prepare("SELECT id FROM account WHERE username = ?", &st)) == 0) {
-        sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) == SQLITE_ROW)
-            id = sqlite3_column_int64(st, 0);
-        sqlite3_finalize(st);
-        st = NULL;
-    }
-    if (rc == 0) {
-        created = id == 0;
-        rc = db_prepare(created ? "INSERT INTO account (pwhash, password_changed_at, "
-                                  "created_at, username) VALUES (?, ?, ?, ?)"
-                                : "UPDATE account SET pwhash = ?, password_changed_at = ?, "
-                                  "pwgen = pwgen + 1 WHERE id = ?",
-                        &st);
-    }
-    if (rc == 0) {
-        sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(st, 2, now);
-        if (created) {
-            sqlite3_bind_int64(st, 3, now);
-            sqlite3_bind_text(st, 4, name, -1, SQLITE_TRANSIENT);
-        } else {
-            sqlite3_bind_int64(st, 3, id);
-        }
-        rc = db_step_done(st);
-        sqlite3_finalize(st);
-        if (created)
-            id = sqlite3_last_insert_rowid(db_handle());
-    }
-    if (rc == 0) {
-        cfg_tx_changed(&tx, CFG_USER, id, created ? CFG_CREATED : CFG_UPDATED);
-        rc = cfg_tx_commit(&tx);
-    } else if (began) {
-        cfg_tx_abort(&tx);
-    }
+    rc = api_store()->account_set_hash(name, hash, now_wall_ms(), &id, &created);
     explicit_bzero(hash, sizeof(hash));
     if (rc < 0)
         return api_error(call, rc, "cannot store the password of %s", name);
@@ -312,11 +246,8 @@ static int account_set_password(struct api_call *call, json_t *params, json_t **
         api_auth_sessions_changed(); /* sessions of the old password end */
     log_info("auth: %s: account %s %s", api_call_peer(call), name,
              created ? "created" : "password changed");
-    json_t *rows = account_rows();
-    json_t *row = NULL;
-    for (size_t i = 0; rows && i < json_array_size(rows); i++)
-        if (json_integer_value(json_object_get(json_array_get(rows, i), "id")) == id)
-            row = json_incref(json_array_get(rows, i));
+    json_t *rows = account_rows(id);
+    json_t *row = json_array_size(rows) == 1 ? json_incref(json_array_get(rows, 0)) : NULL;
     json_decref(rows);
     if (!row)
         return api_error(call, EIO, "cannot read back account %s", name);
@@ -326,29 +257,12 @@ static int account_set_password(struct api_call *call, json_t *params, json_t **
 
 static int account_delete(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *jn = api_param(params, 0); /* a string: the dispatcher checked it */
-    const char *name = json_string_value(jn);
-    struct cfg_tx tx;
-    sqlite3_stmt *st = NULL;
-    int changes = 0;
-    int rc = cfg_tx_begin(&tx);
-    if (rc == 0) {
-        rc = db_prepare("DELETE FROM account WHERE username = ?", &st);
-        if (rc == 0) {
-            sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-            rc = db_step_done(st);
-            sqlite3_finalize(st);
-            changes = sqlite3_changes(db_handle());
-        }
-        cfg_tx_changed(&tx, CFG_USER, 0, CFG_DELETED);
-        if (rc == 0)
-            rc = cfg_tx_commit(&tx);
-        else
-            cfg_tx_abort(&tx);
-    }
+    const char *name = json_string_value(api_param(params, 0)); /* the dispatcher checked it */
+    bool existed;
+    int rc = api_store()->account_delete(name, &existed);
     if (rc < 0)
         return api_error(call, rc, "cannot delete account %s", name);
-    if (changes == 0)
+    if (!existed)
         return api_error(call, ENOENT, "Account %s does not exist", name);
     api_auth_sessions_changed();
     log_info("auth: %s: account %s deleted", api_call_peer(call), name);
@@ -384,6 +298,5 @@ static const struct api_method account_methods[] = {
 
 void account_init(void)
 {
-    db_register_schema(schema);
     api_register(account_methods, ARRAY_SIZE(account_methods));
 }

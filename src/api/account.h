@@ -3,7 +3,7 @@
  * PASSWORD_PLAIN) on the remote API.
  *
  * An account is a name and a password hash in the config DB (table
- * account). Passwords are hashed with yescrypt from libxcrypt (the
+ * account, reached through api/store.h). Passwords are hashed with yescrypt from libxcrypt (the
  * crypt(3) of Debian, /etc/shadow's default): a salted KDF that costs
  * ~100 ms and 16 MiB per check, so a stolen DB does not give passwords away
  * cheaply. At most ACCOUNT_HASH_CONCURRENCY checks run at once (CPU and
@@ -30,8 +30,8 @@
 #define ACCOUNT_HASH_MAX 256
 #define ACCOUNT_HASH_CONCURRENCY 2
 
-/* Register the account table's schema and the account.* methods (before
- * db_open; api_auth_init calls it). */
+/* Register the account.* methods (api_auth_init calls it). The account
+ * table and its SQL are config/apistore.c's (api/store.h). */
 void account_init(void);
 
 /* Who logged in: enough to re-check the login later (account_current). */

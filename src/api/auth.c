@@ -15,22 +15,14 @@
 #include <time.h>
 
 #include "api/account.h"
+#include "api/store.h"
 #include "api/validate.h"
-#include "config/cfgtx.h"
-#include "config/db.h"
 #include "core/log.h"
 #include "core/ratelimit.h"
 #include "core/util.h"
 
 #define KEY_MAX_LEN 256
-
-static const char schema[] = "CREATE TABLE IF NOT EXISTS api_key ("
-                             " id INTEGER PRIMARY KEY AUTOINCREMENT,"
-                             " name TEXT NOT NULL UNIQUE,"
-                             " username TEXT NOT NULL DEFAULT 'root',"
-                             " keyhash TEXT NOT NULL UNIQUE,"
-                             " created_at INTEGER NOT NULL,"
-                             " expires_at INTEGER);";
+#define KEY_BUF_LEN 128 /* a generated key: "<id>-<secret>" */
 
 /* What a logged-in connection remembers (client->auth). */
 struct auth_session {
@@ -161,44 +153,28 @@ static json_t *date_value(int64_t ms)
     return json_pack("{s:I}", "$date", (json_int_t)ms);
 }
 
-static json_t *key_row(sqlite3_stmt *st)
+/* The TrueNAS-shaped row of a key (the encoder). */
+static json_t *key_row(const struct api_key_rec *r)
 {
-    json_t *row =
-        json_pack("{s:I, s:s, s:s, s:o, s:b, s:b}", "id", (json_int_t)sqlite3_column_int64(st, 0),
-                  "name", (const char *)sqlite3_column_text(st, 1), "username",
-                  (const char *)sqlite3_column_text(st, 2), "created_at",
-                  date_value(sqlite3_column_int64(st, 3)), "local", 1, "revoked", 0);
-    if (sqlite3_column_type(st, 4) == SQLITE_NULL)
-        json_object_set_new(row, "expires_at", json_null());
-    else
-        json_object_set_new(row, "expires_at", date_value(sqlite3_column_int64(st, 4)));
+    json_t *row = json_pack("{s:I, s:s, s:s, s:o, s:b, s:b}", "id", (json_int_t)r->id, "name",
+                            r->name, "username", r->username, "created_at",
+                            date_value(r->created_at), "local", 1, "revoked", 0);
+    json_object_set_new(row, "expires_at", r->has_expiry ? date_value(r->expires_at) : json_null());
     json_object_set_new(row, "user_identifier", json_integer(0));
     return row;
 }
 
-#define KEY_SELECT "SELECT id, name, username, created_at, expires_at FROM api_key"
-
-static json_t *key_rows(const char *where, int64_t arg)
+/* Every key (id 0) or key id, as rows; NULL on error. */
+static json_t *key_rows(int64_t id)
 {
-    char sql[256];
-    snprintf(sql, sizeof(sql), "%s%s ORDER BY id", KEY_SELECT, where ? where : "");
+    struct api_key_rec *v;
+    size_t n;
+    if (api_store()->key_list(id, &v, &n) < 0)
+        return NULL;
     json_t *rows = json_array();
-    sqlite3_stmt *st = NULL;
-    if (db_prepare(sql, &st) < 0) {
-        json_decref(rows);
-        return NULL;
-    }
-    if (where)
-        sqlite3_bind_int64(st, 1, arg);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        json_array_append_new(rows, key_row(st));
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        log_error("auth: reading api_key: %s", sqlite3_errmsg(db_handle()));
-        json_decref(rows);
-        return NULL;
-    }
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(rows, key_row(&v[i]));
+    free(v);
     return rows;
 }
 
@@ -206,9 +182,7 @@ static json_t *key_rows(const char *where, int64_t arg)
 
 static int key_query(struct api_call *call, json_t *params, json_t **result)
 {
-    db_lock();
-    json_t *rows = key_rows(NULL, 0);
-    db_unlock();
+    json_t *rows = key_rows(0);
     if (!rows)
         return api_error(call, EIO, "cannot read the API keys");
     int rc = api_query(call, rows, params, result);
@@ -217,102 +191,63 @@ static int key_query(struct api_call *call, json_t *params, json_t **result)
 }
 
 static const struct api_field create_fields[] = {
-    {.name = "name", .type = API_T_STRING, .flags = API_REQUIRED | API_RANGE, .min = 1, .max = 200},
+    {.name = "name",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = API_KEY_NAME_MAX},
     {.name = "username",
      .type = API_T_STRING,
      .flags = API_NULLABLE | API_RANGE,
      .min = 1,
-     .max = 64},
+     .max = API_USER_NAME_MAX},
     {.name = "expires_at", .type = API_T_OBJECT, .flags = API_NULLABLE},
 };
 
-static int parse_expiry(struct api_call *call, json_t *v, int64_t *ms, bool *has)
+/* The checked create body into *r (the decoder); -1 with the error set. */
+static int key_decode(struct api_call *call, json_t *data, struct api_key_rec *r)
 {
-    *has = false;
+    memset(r, 0, sizeof(*r));
+    snprintf(r->name, sizeof(r->name), "%s", json_string_value(json_object_get(data, "name")));
+    json_t *ju = json_object_get(data, "username");
+    snprintf(r->username, sizeof(r->username), "%s",
+             json_is_string(ju) ? json_string_value(ju) : "root");
+    json_t *v = json_object_get(data, "expires_at");
     if (!v || json_is_null(v))
         return 0;
     json_t *d = json_object_get(v, "$date");
     if (!json_is_integer(d) || json_object_size(v) != 1) {
         api_verr(call, "api_key.create.expires_at", EINVAL,
                  "Input should be null or {\"$date\": milliseconds}");
-        return -1;
+        return api_invalid(call);
     }
-    *ms = json_integer_value(d);
-    *has = true;
+    r->expires_at = json_integer_value(d);
+    r->has_expiry = true;
     return 0;
+}
+
+/* The new key (it embeds the id): generated into arg, its hash stored. */
+static int key_make(int64_t id, char *hash, void *arg)
+{
+    char *key = arg;
+    int rc = auth_key_generate(id, key, KEY_BUF_LEN);
+    return rc < 0 ? rc : auth_key_hash(key, strlen(key), hash);
 }
 
 static int key_create(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *data = api_param(params, 0); /* checked against create_fields by the dispatcher */
-    int64_t expires = 0;
-    bool has_expiry;
-    if (parse_expiry(call, json_object_get(data, "expires_at"), &expires, &has_expiry) < 0)
-        return api_invalid(call);
-    const char *name = json_string_value(json_object_get(data, "name"));
-    json_t *ju = json_object_get(data, "username");
-    const char *username = json_is_string(ju) ? json_string_value(ju) : "root";
-
-    char placeholder[65], key[128], hash[65];
-    unsigned char rnd[16];
-    if (gnutls_rnd(GNUTLS_RND_NONCE, rnd, sizeof(rnd)) < 0)
-        return api_error(call, EIO, "random number generator failed");
-    /* A unique value until the real hash (which needs the id) replaces it. */
-    for (size_t i = 0; i < sizeof(rnd); i++)
-        snprintf(placeholder + 2 * i, 3, "%02x", rnd[i]);
-
-    struct cfg_tx tx;
-    int rc = cfg_tx_begin(&tx);
-    bool began = rc == 0;
-    sqlite3_stmt *st = NULL;
-    int64_t id = 0;
-    if (rc == 0)
-        rc = db_prepare("INSERT INTO api_key (name, username, keyhash, created_at, expires_at) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        &st);
-    if (rc == 0) {
-        sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 2, username, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 3, placeholder, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(st, 4, now_wall_ms());
-        if (has_expiry)
-            sqlite3_bind_int64(st, 5, expires);
-        else
-            sqlite3_bind_null(st, 5);
-        rc = db_step_done(st);
-        sqlite3_finalize(st);
-        st = NULL;
-        id = sqlite3_last_insert_rowid(db_handle());
-    }
+    struct api_key_rec r;
+    /* the body was checked against create_fields by the dispatcher */
+    if (key_decode(call, api_param(params, 0), &r) < 0)
+        return -1;
+    char key[KEY_BUF_LEN];
+    int rc = api_store()->key_create(&r, key_make, key);
     if (rc == -EEXIST) {
-        cfg_tx_abort(&tx);
-        api_verr(call, "api_key.create.name", EEXIST, "API key with name %s already exists", name);
+        api_verr(call, "api_key.create.name", EEXIST, "API key with name %s already exists",
+                 r.name);
         return api_invalid(call);
     }
-    if (rc == 0)
-        rc = auth_key_generate(id, key, sizeof(key));
-    if (rc == 0)
-        rc = auth_key_hash(key, strlen(key), hash);
-    if (rc == 0)
-        rc = db_prepare("UPDATE api_key SET keyhash = ? WHERE id = ?", &st);
-    if (rc == 0) {
-        sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(st, 2, id);
-        rc = db_step_done(st);
-        sqlite3_finalize(st);
-    }
-    json_t *rows = NULL;
-    if (rc == 0) {
-        cfg_tx_changed(&tx, CFG_API_KEY, id, CFG_CREATED);
-        rc = cfg_tx_commit(&tx);
-    } else if (began) {
-        cfg_tx_abort(&tx);
-    }
-    if (rc == 0) {
-        db_lock();
-        rows = key_rows(" WHERE id = ?", id);
-        db_unlock();
-    }
+    json_t *rows = rc == 0 ? key_rows(r.id) : NULL;
     if (rc < 0 || !rows || json_array_size(rows) != 1) {
         json_decref(rows);
         explicit_bzero(key, sizeof(key));
@@ -322,36 +257,20 @@ static int key_create(struct api_call *call, json_t *params, json_t **result)
     json_decref(rows);
     json_object_set_new(row, "key", json_string(key));
     explicit_bzero(key, sizeof(key));
-    log_info("auth: %s: API key %" PRId64 " (%s) created", api_call_peer(call), id, name);
+    log_info("auth: %s: API key %" PRId64 " (%s) created", api_call_peer(call), r.id, r.name);
     *result = row;
     return 0;
 }
 
 static int key_delete(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *jid = api_param(params, 0); /* an integer: the dispatcher checked it */
-    int64_t id = json_integer_value(jid);
-    struct cfg_tx tx;
-    sqlite3_stmt *st = NULL;
-    int changes = 0;
-    int rc = cfg_tx_begin(&tx);
-    if (rc == 0) {
-        rc = db_prepare("DELETE FROM api_key WHERE id = ?", &st);
-        if (rc == 0) {
-            sqlite3_bind_int64(st, 1, id);
-            rc = db_step_done(st);
-            sqlite3_finalize(st);
-            changes = sqlite3_changes(db_handle());
-        }
-        cfg_tx_changed(&tx, CFG_API_KEY, id, CFG_DELETED);
-        if (rc == 0)
-            rc = cfg_tx_commit(&tx);
-        else
-            cfg_tx_abort(&tx);
-    }
+    int64_t id =
+        json_integer_value(api_param(params, 0)); /* an integer: the dispatcher checked it */
+    bool existed;
+    int rc = api_store()->key_delete(id, &existed);
     if (rc < 0)
         return api_error(call, rc, "cannot delete API key %" PRId64, id);
-    if (changes == 0)
+    if (!existed)
         return api_error(call, ENOENT, "API key %" PRId64 " does not exist", id);
     api_auth_sessions_changed();
     log_info("auth: %s: API key %" PRId64 " deleted", api_call_peer(call), id);
@@ -364,32 +283,20 @@ static int key_delete(struct api_call *call, json_t *params, json_t **result)
 /* The key's session if key is valid (a new struct), else NULL. */
 static struct auth_session *key_lookup(const char *key)
 {
-    char hash[65];
+    char hash[65], stored[API_KEY_HASH_LEN + 1];
     if (auth_key_hash(key, strlen(key), hash) < 0)
         return NULL;
-    struct auth_session *s = NULL;
-    db_lock();
-    sqlite3_stmt *st = NULL;
-    if (db_prepare("SELECT id, name, username, keyhash, expires_at FROM api_key "
-                   "WHERE keyhash = ?",
-                   &st) == 0) {
-        sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) == SQLITE_ROW &&
-            auth_hash_equal((const char *)sqlite3_column_text(st, 3), hash) &&
-            (sqlite3_column_type(st, 4) == SQLITE_NULL ||
-             sqlite3_column_int64(st, 4) > now_wall_ms())) {
-            s = calloc(1, sizeof(*s));
-            if (s) {
-                s->key_id = sqlite3_column_int64(st, 0);
-                snprintf(s->name, sizeof(s->name), "%s", (const char *)sqlite3_column_text(st, 1));
-                snprintf(s->username, sizeof(s->username), "%s",
-                         (const char *)sqlite3_column_text(st, 2));
-                s->gen = atomic_load(&auth_gen);
-            }
-        }
-        sqlite3_finalize(st);
+    struct api_key_rec r;
+    if (api_store()->key_by_hash(hash, &r, stored) != 1 || !auth_hash_equal(stored, hash) ||
+        (r.has_expiry && r.expires_at <= now_wall_ms()))
+        return NULL;
+    struct auth_session *s = calloc(1, sizeof(*s));
+    if (s) {
+        s->key_id = r.id;
+        snprintf(s->name, sizeof(s->name), "%s", r.name);
+        snprintf(s->username, sizeof(s->username), "%s", r.username);
+        s->gen = atomic_load(&auth_gen);
     }
-    db_unlock();
     return s;
 }
 
@@ -664,16 +571,7 @@ static bool session_current(const struct auth_session *s)
 {
     if (s->password)
         return account_current(&s->account);
-    bool exists = false;
-    db_lock();
-    sqlite3_stmt *st = NULL;
-    if (db_prepare("SELECT 1 FROM api_key WHERE id = ?", &st) == 0) {
-        sqlite3_bind_int64(st, 1, s->key_id);
-        exists = sqlite3_step(st) == SQLITE_ROW;
-        sqlite3_finalize(st);
-    }
-    db_unlock();
-    return exists;
+    return api_store()->key_exists(s->key_id);
 }
 
 void api_auth_client_check(struct api_client *client)
@@ -767,6 +665,5 @@ void api_auth_sessions_changed(void)
 void api_auth_init(void)
 {
     account_init();
-    db_register_schema(schema);
     api_register(auth_methods, ARRAY_SIZE(auth_methods));
 }

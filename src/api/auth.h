@@ -18,7 +18,8 @@
  * AUTH_FAIL_WINDOW_MS block that address for AUTH_BLOCK_MS; while blocked every login is refused
  * with -32001 EBUSY "Rate Limit Exceeded" (the TrueNAS error), even a correct key.
  *
- * Start-up: api_auth_init() before db_open() (schema + methods).
+ * Start-up: apistore_init() (config/apistore.h: the tables and their SQL,
+ * behind api/store.h) and api_auth_init() (the methods), before db_open().
  * Threads: handlers run on API threads; everything here is thread-safe.
  */
 #ifndef BLOCKD_API_AUTH_H
@@ -35,7 +36,7 @@
 #define AUTH_BLOCK_MS 30000
 #define AUTH_KEY_SECRET_LEN 64
 
-/* Register the api_key table schema and the api_key.* / auth.* methods. */
+/* Register the api_key.* / auth.* / account.* methods. */
 void api_auth_init(void);
 
 /*

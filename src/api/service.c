@@ -9,8 +9,7 @@
 
 #include "api/api.h"
 #include "api/validate.h"
-#include "config/cfgtx.h"
-#include "config/db.h"
+#include "api/store.h"
 #include "core/log.h"
 #include "core/util.h"
 
@@ -46,19 +45,10 @@ static struct service *service_find(const char *name)
     return NULL;
 }
 
-/* Stored enable flag (default true). */
+/* Stored enable flag (default true, also when it cannot be read). */
 static bool service_enabled(const struct service *s)
 {
-    char key[64];
-    snprintf(key, sizeof(key), "service.%s.enable", s->name);
-    char *v = NULL;
-    bool on = true;
-    db_lock();
-    if (db_setting_get(key, &v) == 0 && v)
-        on = strcmp(v, "0") != 0 && strcmp(v, "false") != 0;
-    db_unlock();
-    free(v);
-    return on;
+    return api_store()->service_enable_get(s->name) != 0;
 }
 
 static json_t *service_row(const struct service *s)
@@ -219,10 +209,8 @@ static int svc_update(struct api_call *call, json_t *params, json_t **result)
 {
     struct service *s = service_by_id_or_name(api_param(params, 0));
     json_t *data = api_param(params, 1);
-    char key[64];
-    snprintf(key, sizeof(key), "service.%s.enable", s->name);
     bool on = json_is_true(json_object_get(data, "enable"));
-    int rc = cfg_setting_put(key, on ? "1" : "0", CFG_SERVICE, s - services + 1);
+    int rc = api_store()->service_enable_put(s->name, s - services + 1, on);
     if (rc < 0)
         return api_error(call, rc, "cannot store the service setting");
     *result = json_integer(s - services + 1);

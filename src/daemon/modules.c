@@ -7,6 +7,7 @@
 #include "api/jobs.h"
 #include "api/service.h"
 #include "api/sharing.h"
+#include "config/apistore.h"
 #include "config/datasets.h"
 #include "config/db.h"
 #include "config/pwenc.h"
@@ -27,7 +28,8 @@ int modules_init(const char *state_dir, const char *db_path)
     datasets_init(state_dir);
     nbd_init();          /* schema + nbd.* methods */
     iscsi_config_init(); /* schema + iscsi.* methods */
-    api_auth_init();     /* api_key and account tables, auth.* */
+    apistore_init();     /* api_key and account tables (api/store.h) */
+    api_auth_init();     /* api_key.*, auth.*, account.* */
     jobs_init();         /* core.get_jobs/job_wait/bulk/subscribe */
     replication_init();  /* replication.run_onetime (a job; calls the dataset methods) */
     service_init();      /* service.* */

@@ -6,9 +6,11 @@
  * SendTargets reports.
  *
  * Every portal IP listens at listen_port, live: a committed change to
- * iscsi.portal or listen_port computes the wanted set under the DB lock
- * (icfg_runtime_sync_portals) and the sockets are opened, retagged or
- * closed after the DB lock is released (icfg_listen_apply), because
+ * iscsi.portal or listen_port builds a new struct iscsi_portals (the
+ * wanted sockets and the addresses SendTargets reports) under the DB lock
+ * (icfg_portals_build), published in the configuration generation; when
+ * conf_apply sees the generation's portals change, the sockets are opened,
+ * retagged or closed (icfg_listen_apply), without the DB lock, because
  * closing a listener waits for reactor 0 and a reactor may be waiting for
  * the DB lock (persistent-reservation save). New sockets open before old
  * ones close, so a port change leaves no moment without a listener, and an
@@ -40,40 +42,16 @@
 
 #define KEY_PORT "iscsi.global.listen_port"
 
-struct listener_entry {
-    char addr[80]; /* "ip:port" / "[ip6]:port" */
-    uint16_t tag;
-    bool override; /* the --iscsi-listen address */
-};
-
 /* ---- --iscsi-listen (DB lock) ---- */
 static char ovr_ip[INET6_ADDRSTRLEN];
 static bool ovr_set;
 static bool ovr_port_applied; /* once per process: a service restart keeps API changes */
 static int ovr_rc;            /* listen_lock: result of the last bind of the override address */
 
-/* ---- wanted set: computed under the DB lock, applied after it (want_lock) ---- */
-static pthread_mutex_t want_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct listener_entry *want_list;
-static size_t want_n;
-static bool want_set;
-
 /* ---- applied set (listen_lock orders concurrent appliers) ---- */
 static pthread_mutex_t listen_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct listener_entry *listeners;
+static struct iscsi_listen_addr *listeners;
 static size_t listeners_n;
-
-/* ---- published portal addresses (pa_lock: a leaf, taken by reactors) ---- */
-struct portal_addr {
-    uint16_t tag;
-    int family;
-    bool wildcard;
-    char ip[INET6_ADDRSTRLEN];
-    int port;
-};
-static pthread_mutex_t pa_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct portal_addr *pa_list;
-static size_t pa_n;
 
 static void format_addr(char *buf, size_t len, const char *ip, int port)
 {
@@ -146,30 +124,10 @@ int icfg_listen_set_override(const char *addr_port)
     return 0;
 }
 
-static void want_replace(struct listener_entry *want, size_t n)
+static int want_add(struct iscsi_listen_addr **want, size_t *n, const char *ip, int port,
+                    uint16_t tag, bool override)
 {
-    pthread_mutex_lock(&want_lock);
-    free(want_list);
-    want_list = want;
-    want_n = n;
-    want_set = true;
-    pthread_mutex_unlock(&want_lock);
-}
-
-static void publish_addrs(struct portal_addr *list, size_t n)
-{
-    pthread_mutex_lock(&pa_lock);
-    struct portal_addr *old = pa_list;
-    pa_list = list;
-    pa_n = n;
-    pthread_mutex_unlock(&pa_lock);
-    free(old);
-}
-
-static int want_add(struct listener_entry **want, size_t *n, const char *ip, int port, uint16_t tag,
-                    bool override)
-{
-    struct listener_entry *w = realloc(*want, (*n + 1) * sizeof(*w));
+    struct iscsi_listen_addr *w = realloc(*want, (*n + 1) * sizeof(*w));
     if (!w)
         return -ENOMEM;
     *want = w;
@@ -182,9 +140,10 @@ static int want_add(struct listener_entry **want, size_t *n, const char *ip, int
 }
 
 /* The portal address of (ip, tag) at port, for SendTargets. */
-static int addr_add(struct portal_addr **pa, size_t *npa, const char *ip, uint16_t tag, int port)
+static int addr_add(struct iscsi_portal_addr **pa, size_t *npa, const char *ip, uint16_t tag,
+                    int port)
 {
-    struct portal_addr *p = realloc(*pa, (*npa + 1) * sizeof(*p));
+    struct iscsi_portal_addr *p = realloc(*pa, (*npa + 1) * sizeof(*p));
     if (!p)
         return -ENOMEM;
     *pa = p;
@@ -198,44 +157,54 @@ static int addr_add(struct portal_addr **pa, size_t *npa, const char *ip, uint16
     return 0;
 }
 
-int icfg_runtime_sync_portals(void)
+void icfg_portals_unref(struct iscsi_portals *p)
 {
-    struct listener_entry *want = NULL;
-    struct portal_addr *pa = NULL;
-    size_t nwant = 0, npa = 0;
-    if (icfg_runtime_started()) {
-        int port = icfg_global_listen_port();
-        bool ovr_listed = false;
-        struct icfg_portal_ip_rec *ips;
-        size_t n;
-        if (icfg_read_portal_ips(false, &ips, &n) < 0)
-            return -EIO;
-        for (size_t i = 0; i < n; i++) {
-            if (want_add(&want, &nwant, ips[i].ip, port, ips[i].tag, false) < 0 ||
-                addr_add(&pa, &npa, ips[i].ip, ips[i].tag, port) < 0)
-                break;
-            if (ovr_set && strcmp(ips[i].ip, ovr_ip) == 0) {
-                ovr_listed = true;
-                want[nwant - 1].override = true;
-            }
-        }
-        free(ips);
-        if (ovr_set && !ovr_listed)
-            want_add(&want, &nwant, ovr_ip, port, 0, true);
+    if (!p || atomic_fetch_sub(&p->refs, 1) != 1)
+        return;
+    free(p->addrs);
+    free(p->listen);
+    free(p);
+}
+
+int icfg_portals_build(struct iscsi_portals **out)
+{
+    *out = NULL;
+    if (!icfg_runtime_started())
+        return 0;
+    struct iscsi_portals *p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    atomic_init(&p->refs, 1);
+    int port = icfg_global_listen_port();
+    bool ovr_listed = false;
+    struct icfg_portal_ip_rec *ips;
+    size_t n;
+    if (icfg_read_portal_ips(false, &ips, &n) < 0) {
+        free(p);
+        return -EIO;
     }
-    publish_addrs(pa, npa);
-    want_replace(want, nwant);
+    for (size_t i = 0; i < n; i++) {
+        if (want_add(&p->listen, &p->n_listen, ips[i].ip, port, ips[i].tag, false) < 0 ||
+            addr_add(&p->addrs, &p->n_addrs, ips[i].ip, ips[i].tag, port) < 0)
+            break;
+        if (ovr_set && strcmp(ips[i].ip, ovr_ip) == 0) {
+            ovr_listed = true;
+            p->listen[p->n_listen - 1].override = true;
+        }
+    }
+    free(ips);
+    if (ovr_set && !ovr_listed)
+        want_add(&p->listen, &p->n_listen, ovr_ip, port, 0, true);
+    *out = p;
     return 0;
 }
 
 void icfg_listen_stop(void)
 {
     ovr_set = false;
-    publish_addrs(NULL, 0);
-    want_replace(NULL, 0);
 }
 
-static struct listener_entry *applied_find(const char *addr)
+static struct iscsi_listen_addr *applied_find(const char *addr)
 {
     for (size_t i = 0; i < listeners_n; i++)
         if (strcmp(listeners[i].addr, addr) == 0)
@@ -243,27 +212,17 @@ static struct listener_entry *applied_find(const char *addr)
     return NULL;
 }
 
-void icfg_listen_apply(void)
+void icfg_listen_apply(const struct iscsi_portals *p)
 {
+    const struct iscsi_listen_addr *want = p ? p->listen : NULL;
+    size_t nwant = p ? p->n_listen : 0;
     pthread_mutex_lock(&listen_lock);
-    pthread_mutex_lock(&want_lock);
-    bool set = want_set;
-    struct listener_entry *want = want_list;
-    size_t nwant = want_n;
-    want_list = NULL;
-    want_n = 0;
-    want_set = false;
-    pthread_mutex_unlock(&want_lock);
-    if (!set) {
-        pthread_mutex_unlock(&listen_lock);
-        return;
-    }
     /* Open (or retag) what is wanted first, then close the rest: a moved
      * port never leaves a moment without a listener. */
-    struct listener_entry *next = calloc(nwant ? nwant : 1, sizeof(*next));
+    struct iscsi_listen_addr *next = calloc(nwant ? nwant : 1, sizeof(*next));
     size_t nnext = 0;
     for (size_t k = 0; next && k < nwant; k++) {
-        struct listener_entry *have = applied_find(want[k].addr);
+        struct iscsi_listen_addr *have = applied_find(want[k].addr);
         int rc = 0;
         if (have) {
             if (have->tag != want[k].tag)
@@ -279,7 +238,6 @@ void icfg_listen_apply(void)
     }
     if (!next) {
         log_error("iscsi: out of memory applying portal listeners");
-        free(want);
         pthread_mutex_unlock(&listen_lock);
         return;
     }
@@ -297,7 +255,6 @@ void icfg_listen_apply(void)
     }
     listeners = next;
     listeners_n = nnext;
-    free(want);
     pthread_mutex_unlock(&listen_lock);
 }
 
@@ -349,39 +306,4 @@ int icfg_listen_check_port(struct api_call *call, const char *field, int port)
     if (ovr_set && !ovr_listed && icfg_listen_check(call, field, ovr_ip, port) < 0)
         bad = -1;
     return bad;
-}
-
-int iscsi_runtime_portal_addrs(uint16_t tag, const struct sockaddr *local,
-                               char (*out)[ISCSI_PORTAL_ADDR_MAX], int max)
-{
-    char lip[INET6_ADDRSTRLEN] = "";
-    int lfamily = local ? local->sa_family : AF_UNSPEC;
-    if (lfamily == AF_INET)
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)local)->sin_addr, lip,
-                  sizeof(lip));
-    else if (lfamily == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)local)->sin6_addr, lip,
-                  sizeof(lip));
-    int n = 0;
-    pthread_mutex_lock(&pa_lock);
-    for (size_t i = 0; i < pa_n && n < max; i++) {
-        const struct portal_addr *p = &pa_list[i];
-        if (p->tag != tag)
-            continue;
-        const char *ip = p->ip;
-        if (p->wildcard) {
-            /* the address the initiator reached us at names this host */
-            if (p->family != lfamily || !lip[0])
-                continue;
-            ip = lip;
-        }
-        format_addr(out[n], ISCSI_PORTAL_ADDR_MAX, ip, p->port);
-        bool dup = false;
-        for (int k = 0; k < n && !dup; k++)
-            dup = strcmp(out[k], out[n]) == 0;
-        if (!dup)
-            n++;
-    }
-    pthread_mutex_unlock(&pa_lock);
-    return n;
 }

@@ -41,18 +41,20 @@ int iscsi_config_seal_secrets(void);
  */
 int iscsi_config_start(const char *listen_override);
 
-/* Withdraw every view (drop the LUs and volumes) and close the portal
- * listeners this module opened. */
+/* Withdraw every view (drop the LUs and volumes): the iSCSI part of the
+ * configuration generation becomes empty, so conf_apply closes the
+ * targets' sessions and the portal listeners this module opened. */
 void iscsi_config_stop(void);
 
 /*
  * Apply every deferred change (calls made with defer=true) as one
- * publication: for service.reload ["iscsitarget"]. Thread-safe; takes the
- * DB lock. Returns 0 or -errno.
+ * generation (conf_reload, config/confgen.h): for service.reload
+ * ["iscsitarget"]. Thread-safe; takes the DB lock. Returns 0 or -errno.
  */
 int iscsi_config_reload(void);
 
-/* Number of targets whose change is committed but not yet applied. */
+/* Number of targets whose change is committed but not yet applied (in
+ * the generation's pending change list); (size_t)-1: every target. */
 size_t iscsi_config_pending(void);
 
 /*

@@ -1,15 +1,17 @@
 /*
  * The contract between the iSCSI transport (src/iscsi/ — PDUs, login,
- * sessions) and the iSCSI configuration (src/iscsi/config_*.c — targets,
- * portals, initiator groups, CHAP, extents, LUN maps).
+ * sessions) and the iSCSI configuration (src/config/iscsi/ and its
+ * runtime publisher src/iscsi/config_*.c — targets, portals, initiator
+ * groups, CHAP, extents, LUN maps).
  *
- * Direction 1, config → transport: the config side publishes immutable,
- * refcounted *views* of each target. The transport looks them up at login
- * (TargetName), for SendTargets, and re-fetches a session's view whenever
- * iscsi_runtime_generation() changes (a LUN added/removed is seen by the next
- * command). Views are never modified after publication; a change publishes a
- * new view and bumps the generation. Implemented by the config helper
- * (config_runtime.c).
+ * Direction 1, config → transport: the iSCSI part of the configuration
+ * generation (config/confgen.h): struct iscsi_conf below, immutable and
+ * refcounted, holding immutable, refcounted *views* of each target, the
+ * discovery credentials and the portal addresses. The config side builds
+ * it (config_runtime.c) and publishes it as a generation; the transport
+ * reads it (iscsi_confview.c): at login (TargetName), for SendTargets,
+ * and whenever iscsi_runtime_generation() changes a session re-fetches
+ * its view (a LUN added/removed is seen by the next command).
  *
  * Direction 2, transport → config: the session registry (who is logged in to
  * what, with which negotiated parameters) for iscsi.global.sessions and for
@@ -25,8 +27,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "config/confgen.h"
 #include "core/util.h"
 
 struct scsi_lu; /* scsi/scsi.h */
@@ -118,7 +122,56 @@ static inline void iscsi_target_view_unref(struct iscsi_target_view *v)
 /* CLEANUP(iscsi_target_view_unref) struct iscsi_target_view *v = ... (core/util.h) */
 DEFINE_CLEANUP(struct iscsi_target_view, iscsi_target_view_unref)
 
-/* ---- implemented by the config side ---- */
+/* ---- the iSCSI part of a configuration generation ---- */
+
+/* Discovery-session authentication (iscsi.auth rows with discovery_auth
+ * CHAP/CHAP_MUTUAL); shared by generations until it changes. */
+struct iscsi_disc_auth {
+    atomic_int refs;
+    enum iscsi_auth_method method;
+    size_t n_creds;
+    struct iscsi_chap_cred creds[];
+};
+
+/* A portal address SendTargets reports (a wildcard is replaced by the
+ * address the initiator reached). */
+struct iscsi_portal_addr {
+    uint16_t tag;
+    int family;
+    bool wildcard;
+    char ip[INET6_ADDRSTRLEN];
+    int port;
+};
+
+/* A socket the portals want open ("ip:port" / "[ip6]:port"). */
+struct iscsi_listen_addr {
+    char addr[80];
+    uint16_t tag;
+    bool override; /* the --iscsi-listen address */
+};
+
+/* The portals of a generation: what SendTargets reports and which sockets
+ * listen (config_listen.c opens and closes them when this changes). */
+struct iscsi_portals {
+    atomic_int refs;
+    struct iscsi_portal_addr *addrs;
+    size_t n_addrs;
+    struct iscsi_listen_addr *listen;
+    size_t n_listen;
+};
+
+/* The iSCSI part (CONF_ISCSI). Built by config_runtime.c, never modified
+ * once published; part.objs is byid. */
+struct iscsi_conf {
+    struct conf_part part;
+    struct conf_obj *byid;            /* (target id, view), sorted by id */
+    struct iscsi_target_view **byiqn; /* the same views by IQN, case-insensitive */
+    size_t n;
+    struct iscsi_disc_auth *disc;  /* NULL: discovery is open */
+    struct iscsi_portals *portals; /* NULL: no portal */
+};
+
+/* ---- implemented by the transport, from the current generation (iscsi_confview.c) ---- */
 
 /* The published view of target iqn (compared case-insensitively), with a
  * reference the caller drops; NULL when no such target exists. */
@@ -137,7 +190,8 @@ int iscsi_runtime_discovery_auth(struct iscsi_auth_policy *out);
 /* Frees what iscsi_runtime_discovery_auth put in *p (creds array). */
 void iscsi_auth_policy_clear(struct iscsi_auth_policy *p);
 
-/* Bumped by config every time any view is published or withdrawn. */
+/* Changes whenever a generation with a new iSCSI part is published
+ * (conf_part_number(CONF_ISCSI): one atomic load). */
 uint64_t iscsi_runtime_generation(void);
 
 /* ---- implemented by the transport ---- */
@@ -215,11 +269,11 @@ int iscsi_server_retag(const char *addr_port, uint16_t portal_tag);
  * stays bound. Any thread; does not block. */
 int iscsi_server_probe(const char *addr_port);
 
-/* Published portal addresses (config side, for SendTargets). Writes the
+/* Published portal addresses (the generation's, for SendTargets). Writes the
  * listen addresses of portal group `tag` into out[0..max) as "ip:port" or
  * "[ip6]:port"; a wildcard address (0.0.0.0, ::) is replaced by local's
  * address when the family matches and left out otherwise. Returns the
- * count (0: no such portal). Any thread (takes a leaf lock briefly). */
+ * count (0: no such portal). Any thread (takes the generation's lock briefly). */
 #define ISCSI_PORTAL_ADDR_MAX 64
 int iscsi_runtime_portal_addrs(uint16_t tag, const struct sockaddr *local,
                                char (*out)[ISCSI_PORTAL_ADDR_MAX], int max);

@@ -2,9 +2,9 @@
  * NBD exports and global settings: the JSON-RPC methods
  * (nbd.export.create|update|delete|query, nbd.global.config|update), the
  * JSON ↔ struct nbd_export_row decoding (the rows and their SQL are
- * config/nbdstore.c's), and the publisher of the immutable export table /
- * settings the server reads (exports_publish, on the one transaction path
- * config/cfgtx.h).
+ * config/nbdstore.c's), the subscriber of facet CONF_NBD of the
+ * configuration generation (config/confgen.h) that builds the immutable
+ * export table the server reads, and the settings the server reads.
  *
  * Every change is applied as a difference: the new table reuses unchanged
  * export objects and already-open volumes, so publishing is cheap and
@@ -26,6 +26,7 @@
 #include "api/api.h"
 #include "api/validate.h"
 #include "config/cfgtx.h"
+#include "config/confgen.h"
 #include "config/datasets.h"
 #include "config/nbdstore.h"
 #include "core/allowdir.h"
@@ -157,18 +158,17 @@ static bool export_same(const struct nbd_export *e, const struct nbd_export_row 
            e->enabled == r->enabled && e->tls == row_tls(r) && e->vol;
 }
 
-/* Rebuild the table from the DB and publish it (cfg_lock held). */
-static int exports_reload(void)
+/* The table of the exports stored now, reusing old's unchanged exports
+ * and open volumes: a new table in *out (DB and cfg_lock held). */
+static int exports_build(struct nbd_export_table *old, struct nbd_export_table **out)
 {
     struct nbd_export_row *rows;
     size_t n;
     int rc = nbd_export_rows_load(&rows, &n);
     if (rc < 0)
         return rc;
-    struct nbd_export_table *old = nbd_exports_current();
     struct nbd_export_table *t = nbd_export_table_new(n);
     if (!t) {
-        nbd_export_table_unref(old);
         nbd_export_rows_free(rows, n);
         return -ENOMEM;
     }
@@ -187,14 +187,21 @@ static int exports_reload(void)
         }
         t->exports[t->count++] = e;
     }
-    nbd_export_table_unref(old);
     nbd_export_rows_free(rows, n);
     if (rc < 0) {
         nbd_export_table_unref(t);
         return rc;
     }
-    nbd_exports_publish(t);
+    nbd_export_table_seal(t);
+    *out = t;
     return 0;
+}
+
+/* Rebuild the table from the DB and publish it as a new generation
+ * (cfg_lock held). */
+static int exports_reload(void)
+{
+    return conf_republish(1u << CONF_NBD, &(struct cfg_changes){.overflow = true});
 }
 
 static json_t *export_json(const struct nbd_export_row *r)
@@ -317,7 +324,7 @@ static int export_decode(json_t *data, int64_t id, struct nbd_export_row *r)
 }
 
 /* Store the export (id 0: a new one); its commit publishes the new
- * export table (exports_publish). cfg_lock held. */
+ * export table (exports_next). cfg_lock held. */
 static int export_write(json_t *data, int64_t id, int64_t *new_id)
 {
     struct nbd_export_row r;
@@ -444,8 +451,8 @@ static int m_export_delete(struct api_call *call, json_t *params, json_t **resul
         rc = api_error(call, EBUSY, "export '%s' has %u open connection%s (use force)", r.name, n,
                        n == 1 ? "" : "s");
     } else {
-        /* the commit publishes the table without it and closes its
-         * connections (exports_publish) */
+        /* the commit publishes the table without it; conf_apply closes
+         * its connections (export_gone) */
         int w = nbd_export_row_delete(id);
         if (w < 0) {
             rc = api_error(call, EIO, "cannot delete the export");
@@ -825,7 +832,7 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
  * moves the exports along. cfg_lock is held from lock() to applied(), so
  * no nbd.export.* change runs in between; update() runs inside the
  * rename's transaction (config/cfgtx.h) and records the change, whose
- * commit publishes the new table (exports_publish). */
+ * commit publishes the new table (exports_next). */
 static void rename_lock(void *arg)
 {
     pthread_mutex_lock(&cfg_lock);
@@ -839,18 +846,24 @@ static int rename_update(const char *old_name, const char *new_name, bool subtre
 static void rename_applied(bool committed, void *arg)
 {
     pthread_mutex_unlock(&cfg_lock);
+    /* The rename committed with the DB lock held, so its generation's
+     * conf_apply waited: run it now, and let the old table (and the
+     * volumes it holds) go at once, as before generations. */
+    conf_apply_pending();
 }
 
 /*
- * The publisher (config/cfgtx.h): a committed change of nbd_export rows
- * becomes a new export table, built from the DB reusing unchanged exports
- * and open volumes, swapped in; the connections of deleted exports are
- * closed. Under the DB lock; the writer holds cfg_lock (every NBD writer
- * and the rename hooks do), which exports_reload needs.
+ * build (config/confgen.h): a committed change of nbd_export rows becomes
+ * a new export table, built from the DB reusing unchanged exports and
+ * open volumes. Under the DB lock; the writer holds cfg_lock (every NBD
+ * writer, the rename hooks, start and pool-online do), which
+ * server_running needs.
  */
-static void exports_publish(const struct cfg_changes *ch, void *arg)
+static int exports_next(struct conf_part *prev, const struct cfg_changes *ch,
+                        struct conf_part **next)
 {
-    (void)arg;
+    if (ch->defer)
+        return 0; /* published by service.reload */
     bool rename_only = !ch->overflow;
     for (size_t i = 0; i < ch->n; i++)
         if (ch->v[i].kind == CFG_NBD_EXPORT && ch->v[i].id != CFG_ID_ALL)
@@ -858,23 +871,31 @@ static void exports_publish(const struct cfg_changes *ch, void *arg)
     /* A rename republishes only while serving (the new table reuses the
      * open volumes, which the cache holds under their new names). */
     if (rename_only && !server_running)
-        return;
-    struct nbd_export_table *old = nbd_exports_current();
-    int rc = exports_reload();
-    if (rc < 0 && rename_only)
-        log_error("nbd: cannot republish the exports after a rename: %s", strerror(-rc));
-    else if (rc < 0)
-        log_error("nbd: cannot republish the exports: %s", strerror(-rc));
-    for (size_t i = 0; i < ch->n; i++) {
-        const struct cfg_change *c = &ch->v[i];
-        if (c->kind != CFG_NBD_EXPORT || c->op != CFG_DELETED)
-            continue;
-        for (size_t k = 0; k < old->count; k++)
-            if (old->exports[k]->id == c->id)
-                nbd_export_close_connections(old->exports[k]->name);
+        return 0;
+    struct nbd_export_table *t;
+    int rc = exports_build((struct nbd_export_table *)prev, &t);
+    if (rc < 0) {
+        log_error("nbd: cannot republish the exports%s: %s", rename_only ? " after a rename" : "",
+                  strerror(-rc));
+        return rc;
     }
-    nbd_export_table_unref(old);
+    *next = &t->part;
+    return 0;
 }
+
+/* conf_apply: an export that left the table (deleted, or every export
+ * when the server stops) loses its connections. */
+static void export_gone(void *old_obj)
+{
+    nbd_export_close_connections(((struct nbd_export *)old_obj)->name);
+}
+
+static const struct conf_subscriber subscriber = {
+    .name = "nbd",
+    .kinds = CFG_KIND_BIT(CFG_NBD_EXPORT),
+    .build = exports_next,
+    .gone = export_gone,
+};
 
 void nbd_init(void)
 {
@@ -886,7 +907,7 @@ void nbd_init(void)
     static const struct datasets_rename_hook rename_hook = {
         .lock = rename_lock, .update = rename_update, .applied = rename_applied};
     datasets_register_rename(&rename_hook);
-    cfg_publisher_register(CFG_KIND_BIT(CFG_NBD_EXPORT), exports_publish, NULL, NULL);
+    conf_subscribe(CONF_NBD, &subscriber);
 }
 
 int nbd_server_start(const char *listen_arg)
@@ -939,10 +960,9 @@ void nbd_server_stop(void)
     pthread_mutex_lock(&cfg_lock);
     server_running = false;
     nbd_listen_close();
-    struct nbd_export_table *t = nbd_exports_current();
-    for (size_t i = 0; i < t->count; i++)
-        nbd_export_close_connections(t->exports[i]->name);
-    nbd_export_table_unref(t);
-    nbd_exports_publish(nbd_export_table_new(0));
+    /* conf_apply closes the connections of every export (export_gone) */
+    struct nbd_export_table *t = nbd_export_table_new(0);
+    if (t)
+        nbd_exports_publish(t);
     pthread_mutex_unlock(&cfg_lock);
 }

@@ -1,8 +1,10 @@
 /*
  * NBD exports as the server sees them: immutable, refcounted objects in an
- * immutable, refcounted table that the config side (nbd_config.c) rebuilds
- * and publishes after every change. Connections look an export up once, at
- * option time (INFO/GO/EXPORT_NAME/LIST); the I/O path touches no lock.
+ * immutable, refcounted table, the NBD part (CONF_NBD) of the
+ * configuration generation (config/confgen.h), that the config side
+ * (nbd_config.c) rebuilds after every change. Connections look an export
+ * up once, at option time (INFO/GO/EXPORT_NAME/LIST); the I/O path
+ * touches no lock.
  *
  * Server-wide settings (limits, TLS credentials) are published the same way
  * and taken by each connection when it is accepted.
@@ -15,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/confgen.h"
 #include "core/util.h"
 #include "store/volume.h"
 
@@ -40,13 +43,18 @@ struct nbd_export {
 void nbd_export_ref(struct nbd_export *e);
 void nbd_export_unref(struct nbd_export *e);
 
+/* part.objs is objs (room for as many as exports, allocated with the
+ * table): (id, export) sorted by id, for conf_apply, filled by
+ * nbd_export_table_seal. */
 struct nbd_export_table {
-    atomic_int refs;
+    struct conf_part part;
+    struct conf_obj *objs;
     size_t count;
     struct nbd_export *exports[]; /* each holds a reference */
 };
 
-/* The current table (a new reference; never NULL after nbd_init). Thread-safe. */
+/* The current table (a new reference; an empty table before any was
+ * published, never NULL). Thread-safe. */
 struct nbd_export_table *nbd_exports_current(void);
 void nbd_export_table_unref(struct nbd_export_table *t);
 /* CLEANUP(nbd_export_table_unref) struct nbd_export_table *t = ... (core/util.h) */
@@ -54,7 +62,11 @@ DEFINE_CLEANUP(struct nbd_export_table, nbd_export_table_unref)
 /* Find an enabled export by name in t (no reference taken). */
 struct nbd_export *nbd_export_table_find(const struct nbd_export_table *t, const char *name,
                                          size_t len);
-/* Replace the published table (takes ownership of t). Thread-safe. */
+/* Index t for conf_apply (part.objs by id) once its exports are in. */
+void nbd_export_table_seal(struct nbd_export_table *t);
+/* Replace the published table (takes ownership of t), as a new
+ * generation: conf_apply closes the connections of exports that left.
+ * Any non-reactor thread. */
 void nbd_exports_publish(struct nbd_export_table *t);
 
 struct tls_creds;

@@ -1,8 +1,9 @@
 /*
- * The published state the NBD connections read (export table, settings) and
- * the listening sockets. Publication swaps one pointer under a mutex; a
- * connection takes a reference at accept/option time and never locks again
- * on the I/O path.
+ * The published state the NBD connections read (the export table: the NBD
+ * part of the configuration generation, config/confgen.h; the settings)
+ * and the listening sockets. Publication swaps one pointer under a mutex;
+ * a connection takes a reference at accept/option time and never locks
+ * again on the I/O path.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -16,8 +17,7 @@
 #include "nbd/nbd_export.h"
 #include "nbd/nbd_server.h"
 
-static pthread_mutex_t pub_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct nbd_export_table *pub_table;
+static pthread_mutex_t pub_lock = PTHREAD_MUTEX_INITIALIZER; /* the settings */
 static struct nbd_settings *pub_settings;
 
 void nbd_export_ref(struct nbd_export *e)
@@ -38,41 +38,66 @@ void nbd_export_unref(struct nbd_export *e)
     free(e);
 }
 
-void nbd_export_table_unref(struct nbd_export_table *t)
+static void table_destroy(struct conf_part *p)
 {
-    if (!t || atomic_fetch_sub(&t->refs, 1) != 1)
-        return;
+    struct nbd_export_table *t = (struct nbd_export_table *)p;
     for (size_t i = 0; i < t->count; i++)
         nbd_export_unref(t->exports[i]);
     free(t);
 }
 
+void nbd_export_table_unref(struct nbd_export_table *t)
+{
+    if (t)
+        conf_part_unref(&t->part);
+}
+
 struct nbd_export_table *nbd_export_table_new(size_t count)
 {
-    struct nbd_export_table *t = calloc(1, sizeof(*t) + count * sizeof(t->exports[0]));
-    if (t)
-        atomic_init(&t->refs, 1);
+    /* The index for conf_apply lives in the same block, after the
+     * exports: sealing cannot fail. */
+    size_t exports = sizeof(struct nbd_export_table) + count * sizeof(struct nbd_export *);
+    size_t at = (exports + _Alignof(struct conf_obj) - 1) / _Alignof(struct conf_obj) *
+                _Alignof(struct conf_obj);
+    struct nbd_export_table *t = calloc(1, at + count * sizeof(struct conf_obj));
+    if (t) {
+        atomic_init(&t->part.refs, 1);
+        t->part.destroy = table_destroy;
+        t->objs = (struct conf_obj *)((char *)t + at);
+    }
     return t;
 }
 
 struct nbd_export_table *nbd_exports_current(void)
 {
-    pthread_mutex_lock(&pub_lock);
-    if (!pub_table)
-        pub_table = nbd_export_table_new(0);
-    struct nbd_export_table *t = pub_table;
-    atomic_fetch_add(&t->refs, 1);
-    pthread_mutex_unlock(&pub_lock);
+    struct conf_part *p = conf_part_get(CONF_NBD);
+    if (p)
+        return (struct nbd_export_table *)p;
+    struct nbd_export_table *t = nbd_export_table_new(0);
+    if (!t)
+        abort(); /* as nbd_settings_current: no memory for an empty table */
     return t;
+}
+
+static int obj_cmp(const void *a, const void *b)
+{
+    const struct conf_obj *x = a, *y = b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+void nbd_export_table_seal(struct nbd_export_table *t)
+{
+    for (size_t i = 0; i < t->count; i++)
+        t->objs[i] = (struct conf_obj){.id = t->exports[i]->id, .obj = t->exports[i]};
+    qsort(t->objs, t->count, sizeof(*t->objs), obj_cmp);
+    t->part.objs = t->objs;
+    t->part.n_objs = t->count;
 }
 
 void nbd_exports_publish(struct nbd_export_table *t)
 {
-    pthread_mutex_lock(&pub_lock);
-    struct nbd_export_table *old = pub_table;
-    pub_table = t;
-    pthread_mutex_unlock(&pub_lock);
-    nbd_export_table_unref(old);
+    nbd_export_table_seal(t);
+    conf_publish_part(CONF_NBD, &t->part);
 }
 
 struct nbd_export *nbd_export_table_find(const struct nbd_export_table *t, const char *name,

@@ -7,12 +7,14 @@
  *   cfg_tx_begin (db_lock, BEGIN IMMEDIATE) → validate against the DB,
  *   write rows, allocate ids, record the changed objects (the targets
  *   whose published view changes: icfg_changed_target[s]) → COMMIT →
- *   the iSCSI publisher (config_runtime.c, registered at start) rebuilds
- *   and publishes the changed targets' views, or, when the call was
- *   deferred, adds them to the pending set iscsi_config_reload() applies
- *   → db_unlock → the publisher's after-unlock work → fdatasync.
- * Publication happens under the DB lock, so views are published in commit
- * order. The configuration code never calls the runtime: it only records
+ *   the configuration generation's publisher (config/confgen.h) asks the
+ *   iSCSI subscriber (config_runtime.c) for the next iSCSI part: the
+ *   changed targets' views rebuilt, the others shared; a deferred call's
+ *   changes wait in the pending list iscsi_config_reload() publishes
+ *   → db_unlock → conf_apply(old, new): closes, unit attentions,
+ *   listeners → fdatasync.
+ * Publication happens under the DB lock, so generations are published in
+ * commit order. The configuration code never calls the runtime: it only records
  * what changed.
  */
 #ifndef BLOCKD_ISCSI_CONFIG_INTERNAL_H
@@ -28,6 +30,8 @@
 #include "config/db.h"
 #include "api/validate.h"
 #include "scsi/scsi.h"
+
+struct iscsi_portals; /* iscsi/iscsi_runtime.h */
 
 #define ICFG_DEFAULT_BASENAME "iqn.2026-11.org.blockd"
 #define ICFG_DEFAULT_PORT 3260
@@ -240,32 +244,29 @@ int icfg_read_pr(int64_t extent_id, void **blob, size_t *len);
 int icfg_write_pr(int64_t extent_id, const void *blob, size_t len);
 
 /* ---- runtime (config_runtime.c) ---- */
-/* Rebuild and publish the views of the dirty targets (DB locked by caller). */
-int icfg_runtime_apply(const struct icfg_dirty *d);
-/* The publisher on the transaction path (config/cfgtx.h), registered by
- * iscsi_config_init: turns a committed change into the dirty set and
- * applies or defers it; the after hook is icfg_runtime_after_unlock. */
-void icfg_runtime_publish(const struct cfg_changes *changes, void *arg);
-/* Register the publisher and the runtime's dataset observer (rollbacks,
+/* Subscribe to the configuration generation (config/confgen.h, facet
+ * CONF_ISCSI) and register the runtime's dataset observer (rollbacks,
  * pools coming online). Once, at startup (iscsi_config_init). */
 void icfg_runtime_init(void);
 
 /* ---- portal listeners (config_listen.c) ---- */
-/* Compute the wanted listeners (every portal IP, and the --iscsi-listen
- * address, at listen_port) and publish the portal addresses for
- * SendTargets. DB locked; the sockets change in icfg_listen_apply(). */
-int icfg_runtime_sync_portals(void);
-/* Open, retag and close listeners to match the last wanted set. After the
- * DB lock is released (icfg_runtime_after_unlock calls it). */
-void icfg_listen_apply(void);
+/* The portals of the next generation (every portal IP, and the
+ * --iscsi-listen address, at listen_port; the addresses SendTargets
+ * reports): a new object with one reference in *out, NULL while the
+ * runtime is stopped. DB locked. 0 or -errno. */
+int icfg_portals_build(struct iscsi_portals **out);
+void icfg_portals_unref(struct iscsi_portals *p);
+/* Open, retag and close listeners to match p (NULL: none). Without the
+ * DB lock (conf_apply calls it when the generation's portals change). */
+void icfg_listen_apply(const struct iscsi_portals *p);
 /* --iscsi-listen ADDR:PORT (NULL: none). At the first call of the process
  * PORT (":0": a free one) becomes iscsi.global.listen_port. DB locked.
  * 0 or -errno (logged). */
 int icfg_listen_set_override(const char *addr_port);
 /* The result of the last bind of the --iscsi-listen address: 0 or -errno. */
 int icfg_listen_override_status(void);
-/* Want no listener (they close at the next apply) and forget the
- * override and the published addresses. DB locked. */
+/* Forget the override (the listeners close when the stopped runtime
+ * publishes no portals). DB locked. */
 void icfg_listen_stop(void);
 /* Whether ip can be listened on at port (already ours, or a test bind
  * succeeds). 0, or -1 with a validation error on field ("Cannot listen on
@@ -275,9 +276,6 @@ int icfg_listen_check(struct api_call *call, const char *field, const char *ip, 
  * port (a listen_port change). DB locked. */
 int icfg_listen_check_port(struct api_call *call, const char *field, int port);
 void icfg_runtime_stop(void);
-/* Unit attentions and session closing queued by apply; call after the DB
- * lock is released (see config_runtime.c). */
-void icfg_runtime_after_unlock(void);
 bool icfg_runtime_started(void);
 
 /* ---- extents → LUs (config_lu.c) ---- */

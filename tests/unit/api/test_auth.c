@@ -20,6 +20,7 @@
 #include "api/api.h"
 #include "api/auth.h"
 #include "core/ratelimit.h"
+#include "config/apistore.h"
 #include "config/db.h"
 
 static char dir[] = "/tmp/blockd-test-auth.XXXXXX";
@@ -366,6 +367,7 @@ int main(void)
         return 1;
     char path[256];
     snprintf(path, sizeof(path), "%s/t.db", dir);
+    apistore_init();
     api_auth_init();
     if (db_open(path) < 0)
         return 1;
