@@ -32,6 +32,15 @@ int datasets_ensure_default_pool(const char *name);
  * (snapshots are read-only). Returns a new reference. 0, -ENOENT, -errno. */
 int datasets_volume_open(const char *name, struct volume **out);
 
+/* Close the cached volume of name once no share uses it (no in-use check
+ * claims it): the cache keeps volumes open until their dataset goes, but
+ * an RBD image kept open holds a watch, and a gateway group member whose
+ * last share of an image was withdrawn must let the member that deletes
+ * the dataset remove the image (rbd_remove refuses while it is watched).
+ * Front-ends still holding a reference close it when they let go. True if
+ * an entry was dropped. Control threads. */
+bool datasets_volume_release_unused(const char *name);
+
 /* A front-end that uses datasets registers a check so that deleting or
  * rolling back a dataset in use is refused (EBUSY) with its reason. The
  * check returns true and fills why when name (or a child) is in use. */

@@ -170,6 +170,23 @@ void ds_cache_drop(const char *name, bool children)
     }
 }
 
+bool datasets_volume_release_unused(const char *name)
+{
+    char why[128];
+    bool cached;
+
+    if (ds_in_use(name, why, sizeof(why)))
+        return false;
+    pthread_mutex_lock(&cache_mutex);
+    cached = cache_find_locked(name) != NULL;
+    pthread_mutex_unlock(&cache_mutex);
+    if (!cached)
+        return false;
+    log_info("datasets: closing %s: no share uses it any more", name);
+    ds_cache_drop(name, false);
+    return true;
+}
+
 int ds_cache_rename(const char *old_name, const char *new_name, bool subtree)
 {
     size_t olen = strlen(old_name), nlen = strlen(new_name);

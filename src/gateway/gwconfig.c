@@ -34,6 +34,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "config/datasets.h"
 #include "config/cfgtx.h"
 #include "config/db.h"
 #include "core/log.h"
@@ -479,6 +480,23 @@ static void after(void *arg)
 
 /* ---- the object → local changes ---- */
 
+/* A withdrawn extent or NBD export: close its volume here if nothing else
+ * uses it, so that the member deleting the dataset can remove the image
+ * (our open image would hold a watch: EBUSY). old is the row's stored
+ * JSON text. */
+static void release_withdrawn(json_t *old)
+{
+    const char *text = json_string_value(old);
+    json_t *row = text ? json_loads(text, 0, NULL) : NULL;
+    const char *disk = json_string_value(json_object_get(row, "disk"));
+    const char *ds = json_string_value(json_object_get(row, "dataset"));
+    if (disk && strncmp(disk, "zvol/", 5) == 0)
+        ds = disk + 5;
+    if (ds && ds[0])
+        datasets_volume_release_unused(ds);
+    json_decref(row);
+}
+
 struct change {
     char *key;
     json_t *want; /* parsed value, NULL: delete */
@@ -572,6 +590,9 @@ static void apply_changes(struct change *ch, size_t n)
                      ch[i].key);
         }
     }
+    for (size_t i = 0; i < n; i++)
+        if (ch[i].rc == 0 && !ch[i].want)
+            release_withdrawn(ch[i].old);
 }
 
 /* Read the object and apply here whatever changed since base. */
