@@ -127,6 +127,7 @@ h = connect("d1"); assert h.pread(MiB, 0) == bytes([0xa1]) * MiB, "rollback over
 # a snapshot exported read-only
 c.ok("nbd.export.create", {"name": "d1s1", "dataset": "rp/vms/d1@s1"})
 h = connect("d1s1"); assert h.pread(MiB, 0) == bytes([0xa1]) * MiB; h.shutdown()
+idle("d1s1")
 c.ok("nbd.export.delete", c.ok("nbd.export.query", [["name", "=", "d1s1"]])[0]["id"])
 print("OK snapshot rollback")
 
