@@ -73,14 +73,17 @@ member() {
 member A 127.0.0.2 1
 member B 127.0.0.3 2
 size=$((SIZE_MB << 20))
+# The share is made through A; B gets it from the group's configuration
+# store (docs/ha.md) once it has the pool.
 for n in A B; do
-    adopt=false; [ "$n" = B ] && adopt=true
     ctl "$n" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null
-    ctl "$n" call pool.dataset.create "{\"name\":\"ceph/v\",\"type\":\"VOLUME\",\"volsize\":$size,\"adopt\":$adopt}" >/dev/null
-    ctl "$n" share iscsi create ceph/v >/dev/null
 done
+ctl A call pool.dataset.create "{\"name\":\"ceph/v\",\"type\":\"VOLUME\",\"volsize\":$size}" >/dev/null
+ctl A share iscsi create ceph/v >/dev/null
 BASE=$(ctl A call iscsi.global.config | python3 -c 'import json,sys; print(json.load(sys.stdin)["basename"])')
 url() { echo "iscsi://${ADDR[$1]}:${PORT[$1]}/$BASE:ceph:v/0"; }
+for _ in $(seq 1 100); do iscsi-inq "$(url B)" >/dev/null 2>&1 && break; sleep 0.1; done
+iscsi-inq "$(url B)" >/dev/null || { echo "bench/gateways.sh: B does not serve the share" >&2; exit 1; }
 echo "filling the volume through A ..." >&2
 "$LOAD" "$(url A)" write 1048576 8 "$((SIZE_MB / 100 + 3))" >/dev/null
 
