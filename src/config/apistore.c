@@ -61,41 +61,58 @@ static void key_decode(sqlite3_stmt *st, struct api_key_rec *r)
     r->expires_at = r->has_expiry ? sqlite3_column_int64(st, 4) : 0;
 }
 
-static int key_list(int64_t id, struct api_key_rec **out, size_t *n)
+/* Every row of st (prepared under db_lock, which the caller holds) into a
+ * growing array of elem-sized records filled by decode; finalizes st.
+ * 0 with *out and *n set (the caller frees *out), or -ENOMEM/-EIO with nothing returned. */
+static int list_rows(sqlite3_stmt *st, int rc, size_t elem, void (*decode)(sqlite3_stmt *, void *),
+                     const char *table, void **out, size_t *n)
 {
+    size_t cap = 0;
+    int step = SQLITE_DONE;
     *out = NULL;
     *n = 0;
-    size_t cap = 0;
-    sqlite3_stmt *st = NULL;
-    db_lock();
-    int rc =
-        db_prepare(id ? KEY_SELECT " WHERE id = ? ORDER BY id" : KEY_SELECT " ORDER BY id", &st);
-    if (rc == 0 && id)
-        sqlite3_bind_int64(st, 1, id);
-    int step = SQLITE_DONE;
     while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
         if (*n == cap) {
             cap = cap ? cap * 2 : 8;
-            struct api_key_rec *v = realloc(*out, cap * sizeof(*v));
+            void *v = realloc(*out, cap * elem);
             if (!v) {
                 rc = -ENOMEM;
                 break;
             }
             *out = v;
         }
-        key_decode(st, &(*out)[(*n)++]);
+        decode(st, (char *)*out + (*n)++ * elem);
     }
     if (rc == 0 && step != SQLITE_DONE) {
-        log_error("auth: reading api_key: %s", sqlite3_errmsg(db_handle()));
+        log_error("auth: reading %s: %s", table, sqlite3_errmsg(db_handle()));
         rc = -EIO;
     }
     sqlite3_finalize(st);
-    db_unlock();
     if (rc < 0) {
         free(*out);
         *out = NULL;
         *n = 0;
     }
+    return rc;
+}
+
+static void key_decode_any(sqlite3_stmt *st, void *r)
+{
+    key_decode(st, r);
+}
+
+static int key_list(int64_t id, struct api_key_rec **out, size_t *n)
+{
+    sqlite3_stmt *st = NULL;
+    db_lock();
+    int rc =
+        db_prepare(id ? KEY_SELECT " WHERE id = ? ORDER BY id" : KEY_SELECT " ORDER BY id", &st);
+    if (rc == 0 && id)
+        sqlite3_bind_int64(st, 1, id);
+    void *v;
+    rc = list_rows(st, rc, sizeof(**out), key_decode_any, "api_key", &v, n);
+    db_unlock();
+    *out = v;
     return rc;
 }
 
@@ -278,43 +295,27 @@ static bool account_current(int64_t id, int64_t pwgen)
     return row_exists("SELECT 1 FROM account WHERE id = ? AND pwgen = ?", bind_id_gen, v);
 }
 
+static void account_decode(sqlite3_stmt *st, void *rec)
+{
+    struct api_account_rec *r = rec;
+    r->id = sqlite3_column_int64(st, 0);
+    text_col(st, 1, r->username, sizeof(r->username));
+    r->created_at = sqlite3_column_int64(st, 2);
+    r->password_changed_at = sqlite3_column_int64(st, 3);
+    r->pwgen = sqlite3_column_int64(st, 4);
+}
+
 static int account_list(struct api_account_rec **out, size_t *n)
 {
-    *out = NULL;
-    *n = 0;
-    size_t cap = 0;
     sqlite3_stmt *st = NULL;
     db_lock();
     int rc = db_prepare("SELECT id, username, created_at, password_changed_at, pwgen FROM account "
                         "ORDER BY id",
                         &st);
-    int step = SQLITE_DONE;
-    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 8;
-            struct api_account_rec *v = realloc(*out, cap * sizeof(*v));
-            if (!v) {
-                rc = -ENOMEM;
-                break;
-            }
-            *out = v;
-        }
-        struct api_account_rec *r = &(*out)[(*n)++];
-        r->id = sqlite3_column_int64(st, 0);
-        text_col(st, 1, r->username, sizeof(r->username));
-        r->created_at = sqlite3_column_int64(st, 2);
-        r->password_changed_at = sqlite3_column_int64(st, 3);
-        r->pwgen = sqlite3_column_int64(st, 4);
-    }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = -EIO;
-    sqlite3_finalize(st);
+    void *v;
+    rc = list_rows(st, rc, sizeof(**out), account_decode, "account", &v, n);
     db_unlock();
-    if (rc < 0) {
-        free(*out);
-        *out = NULL;
-        *n = 0;
-    }
+    *out = v;
     return rc;
 }
 
