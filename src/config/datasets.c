@@ -785,6 +785,7 @@ struct plan_item {
     char *name;     /* "pool/vol" or "pool/vol@snap" */
     int64_t id;     /* its row in datasets / snapshots */
     bool is_volume; /* a file to unlink, not a directory */
+    bool keep;      /* its storage could not be removed: the row stays */
 };
 
 /* What a delete removes, deepest first. */
@@ -831,6 +832,7 @@ static int plan_collect(const char *sql, const char *name, struct plan_item **it
         it->name = strdup((const char *)sqlite3_column_text(st, 0));
         it->id = sqlite3_column_int64(st, 1);
         it->is_volume = strcmp((const char *)sqlite3_column_text(st, 2), "VOLUME") == 0;
+        it->keep = false;
         if (!it->name) {
             db_stmt_done(st);
             return -ENOMEM;
@@ -979,7 +981,8 @@ static int delete_check(struct dataset_delete *d)
 }
 
 /* Locked: the one transaction removing the rows (snapshots, properties,
- * datasets). 0 or the call's error. */
+ * datasets), but those whose storage stays (keep). 0 or the call's
+ * error. */
 static int delete_rows(struct dataset_delete *d)
 {
     struct cfg_tx tx;
@@ -987,8 +990,13 @@ static int delete_rows(struct dataset_delete *d)
 
     if (rc < 0)
         return ds_api_errno(d->call, rc, "cannot delete dataset", d->id);
+    for (size_t i = 0; rc == 0 && i < d->plan.nsnapshots; i++)
+        if (!d->plan.snapshots[i].keep)
+            rc = exec_bind_id("DELETE FROM snapshots WHERE id = ?", d->plan.snapshots[i].id);
     for (size_t i = 0; rc == 0 && i < d->plan.ndatasets; i++) {
         int64_t id = d->plan.datasets[i].id;
+        if (d->plan.datasets[i].keep)
+            continue;
         rc = exec_bind_id("DELETE FROM snapshots WHERE dataset_id = ?", id);
         if (rc == 0)
             rc = exec_bind_id("DELETE FROM dataset_props WHERE dataset_id = ?", id);
@@ -1029,6 +1037,91 @@ static void delete_storage(struct dataset_delete *d)
     }
 }
 
+/*
+ * Storage that another client may hold open (RBD: an image another
+ * gateway member or a VM still has open cannot be removed), with
+ * ds_ops_lock held and no DB lock (it waits a bounded time for that
+ * client): the storage goes first, then only the rows of what went, so
+ * that no row is deleted while its image stays. Each volume is checked
+ * (volume_remove_check) before anything is removed; then, deepest first,
+ * a dataset's snapshots and the dataset. At the first failure the rest
+ * stays (keep) and the call fails with the backend's reason: a snapshot
+ * removed before its image failed is gone from the cluster, so its row
+ * goes too. 0 or the call's error (the rows of what went are still to be
+ * deleted).
+ */
+static int delete_storage_first(struct dataset_delete *d)
+{
+    const struct ds_backend *be = ds_backend_of(&d->pool);
+    struct delete_plan *plan = &d->plan;
+    size_t i = 0;
+    int rc = 0;
+
+    ds_cache_drop(d->id, true); /* our own handle is a watcher too */
+    for (size_t k = 0; k < plan->ndatasets && rc == 0; k++)
+        if (plan->datasets[k].is_volume) {
+            rc = be->volume_remove_check(&d->pool, plan->datasets[k].name);
+            i = k;
+        }
+    size_t failed_at = i;
+    if (rc < 0)
+        i = 0; /* nothing was removed: everything stays */
+    for (size_t k = 0; k < plan->ndatasets && rc == 0; k++) {
+        struct plan_item *ds = &plan->datasets[k];
+        size_t dlen = strlen(ds->name);
+        for (size_t j = 0; j < plan->nsnapshots && rc == 0; j++) {
+            char *name = plan->snapshots[j].name, *at = strchr(name, '@');
+            if ((size_t)(at - name) != dlen || strncmp(name, ds->name, dlen) != 0)
+                continue;
+            *at = '\0';
+            rc = be->snapshot_remove(&d->pool, name, at + 1);
+            *at = '@';
+            if (rc == -ENOENT)
+                rc = 0;
+            if (rc < 0)
+                log_error("datasets: remove snapshot %s: %s", name, strerror(-rc));
+        }
+        if (rc == 0) {
+            rc = be->dataset_remove(&d->pool, ds->name, ds->is_volume);
+            if (rc == -ENOENT)
+                rc = 0;
+            if (rc < 0)
+                log_error("datasets: remove %s: %s", ds->name, strerror(-rc));
+        }
+        i = failed_at = k;
+    }
+    if (rc == 0)
+        return 0;
+    /* Datasets from i on stay, with the snapshots not removed yet. */
+    for (size_t k = i; k < plan->ndatasets; k++)
+        plan->datasets[k].keep = true;
+    for (size_t j = 0; j < plan->nsnapshots; j++) {
+        char *name = plan->snapshots[j].name, *at = strchr(name, '@');
+        for (size_t k = i; k < plan->ndatasets; k++) {
+            const char *dn = plan->datasets[k].name;
+            if (strlen(dn) == (size_t)(at - name) && strncmp(name, dn, (size_t)(at - name)) == 0)
+                plan->snapshots[j].keep = true;
+        }
+    }
+    const char *at_name = plan->datasets[failed_at].name;
+    log_warn("datasets: delete %s failed at %s: %s (peer %s)", d->id, at_name,
+             ds_backend_why[0] ? ds_backend_why : strerror(-rc), api_call_peer(d->call));
+    return ds_api_errno(d->call, rc, "cannot delete dataset", at_name);
+}
+
+/* Snapshots already removed from storage whose rows stay would be wrong:
+ * a kept snapshot is only one that was not reached (see above). */
+static bool plan_removed_any(const struct delete_plan *p)
+{
+    for (size_t i = 0; i < p->ndatasets; i++)
+        if (!p->datasets[i].keep)
+            return true;
+    for (size_t i = 0; i < p->nsnapshots; i++)
+        if (!p->snapshots[i].keep)
+            return true;
+    return false;
+}
+
 /* Unlocked: the log lines and the observers (front-ends drop the shares). */
 static void delete_publish(struct dataset_delete *d)
 {
@@ -1037,34 +1130,99 @@ static void delete_publish(struct dataset_delete *d)
     log_info("datasets: deleted %s (%zu dataset(s), %zu snapshot(s); peer %s)", d->id,
              d->plan.ndatasets, d->plan.nsnapshots, api_call_peer(d->call));
     for (size_t i = 0; i < d->plan.nsnapshots; i++)
-        ds_notify(DATASETS_DELETED, d->plan.snapshots[i].name, NULL);
+        if (!d->plan.snapshots[i].keep)
+            ds_notify(DATASETS_DELETED, d->plan.snapshots[i].name, NULL);
     for (size_t i = 0; i < d->plan.ndatasets; i++)
-        ds_notify(DATASETS_DELETED, d->plan.datasets[i].name, NULL);
+        if (!d->plan.datasets[i].keep)
+            ds_notify(DATASETS_DELETED, d->plan.datasets[i].name, NULL);
 }
 
 /* pool.dataset.delete: decode -> (locked) check and plan -> one
- * transaction -> the storage -> publish; one exit frees the plan. */
+ * transaction -> the storage -> publish; one exit frees the plan. Pools
+ * whose storage another client may hold (volume_remove_check: RBD) remove
+ * the storage first and then the rows of what went (delete_storage_first). */
 static int m_dataset_delete(struct api_call *call, json_t *params, json_t **result)
 {
     struct dataset_delete d = {.call = call};
-    int rc;
+    int rc, failed = 0;
 
     if (delete_decode(call, params, &d) < 0)
         return api_invalid(call);
     ds_ops_lock();
     db_lock();
     rc = delete_check(&d);
-    if (rc == 0)
+    bool first = rc == 0 && ds_backend_of(&d.pool)->volume_remove_check;
+    if (first) {
+        db_unlock();
+        failed = delete_storage_first(&d);
+        db_lock();
+        rc = plan_removed_any(&d.plan) ? delete_rows(&d) : failed;
+    } else if (rc == 0) {
         rc = delete_rows(&d);
+    }
     db_unlock();
-    if (rc == 0)
+    if (rc == 0 && !first)
         delete_storage(&d);
     ds_ops_unlock();
-    if (rc == 0) {
+    if (rc == 0 && plan_removed_any(&d.plan))
         delete_publish(&d);
+    if (rc == 0 && failed)
+        rc = failed; /* what went is gone; the call reports what stayed */
+    if (rc == 0)
         *result = json_true();
-    }
     plan_free(&d.plan);
+    return rc;
+}
+
+int datasets_forget(const char *name, char *why, size_t len)
+{
+    struct delete_plan plan = {0};
+    struct ds_row row;
+    int rc;
+
+    ds_ops_lock();
+    db_lock();
+    rc = ds_dataset_get(name, &row);
+    if (rc == 0 && row.type != DS_VOLUME) {
+        snprintf(why, len, "%s is not a volume", name);
+        rc = -EINVAL;
+    }
+    if (rc == 0)
+        rc = plan_build(name, &plan);
+    if (rc == 0 && (plan.ndatasets != 1 || plan.nsnapshots)) {
+        snprintf(why, len, "%s has %s here", name, plan.nsnapshots ? "snapshots" : "children");
+        rc = -ENOTEMPTY;
+    }
+    /* Checked under the DB lock: no share can be made on it in between. */
+    if (rc == 0 && ds_in_use(name, why, len))
+        rc = -EBUSY;
+    if (rc == 0) {
+        struct cfg_tx tx;
+        rc = cfg_tx_begin(&tx);
+        if (rc == 0) {
+            rc = exec_bind_id("DELETE FROM dataset_props WHERE dataset_id = ?", row.id);
+            if (rc == 0)
+                rc = exec_bind_id("DELETE FROM datasets WHERE id = ?", row.id);
+            cfg_tx_changed(&tx, CFG_DATASET, row.id, CFG_DELETED);
+            if (rc == 0)
+                rc = cfg_tx_commit(&tx);
+            else
+                cfg_tx_abort(&tx);
+        }
+        if (rc < 0)
+            snprintf(why, len, "cannot delete the row of %s: %s", name, strerror(-rc));
+    } else if (rc == -ENOENT) {
+        snprintf(why, len, "%s does not exist", name);
+    }
+    db_unlock();
+    if (rc == 0)
+        ds_cache_drop(name, false);
+    ds_ops_unlock();
+    plan_free(&plan);
+    if (rc == 0) {
+        log_info("datasets: %s forgotten here (its storage stays)", name);
+        ds_notify(DATASETS_DELETED, name, NULL);
+    }
     return rc;
 }
 

@@ -32,6 +32,19 @@ int datasets_ensure_default_pool(const char *name);
  * (snapshots are read-only). Returns a new reference. 0, -ENOENT, -errno. */
 int datasets_volume_open(const char *name, struct volume **out);
 
+/*
+ * A stand-in for volume (or snapshot) name of an RBD pool that cannot be
+ * reached yet (datasets_volume_open failed with -EHOSTUNREACH: the pool
+ * is still connecting, or its cluster does not answer): the dataset's
+ * size and block size on an offline bdev (store/bdev.h) that fails every
+ * request. Not cached. For front-ends that keep the share visible as
+ * "becoming ready" (an iSCSI LU answering NOT READY) until
+ * DATASETS_POOL_ONLINE, when they open the real volume. New reference in
+ * *out. 0, -ENOENT, -EINVAL (a file pool: never offline), -errno. Takes
+ * the DB lock briefly.
+ */
+int datasets_volume_offline(const char *name, struct volume **out);
+
 /* Close the cached volume of name once no share uses it (no in-use check
  * claims it): the cache keeps volumes open until their dataset goes, but
  * an RBD image kept open holds a watch, and a gateway group member whose
@@ -40,6 +53,18 @@ int datasets_volume_open(const char *name, struct volume **out);
  * Front-ends still holding a reference close it when they let go. True if
  * an entry was dropped. Control threads. */
 bool datasets_volume_release_unused(const char *name);
+
+/*
+ * Drop the dataset row of volume name without touching its storage: a
+ * gateway group member letting go of a volume it adopted for a group
+ * share that was withdrawn (the RBD image is the group's, never removed
+ * here). Refused while a share uses it (-EBUSY, checked under the DB
+ * lock, so none can be made meanwhile), when it has snapshots or children
+ * here (-ENOTEMPTY), -ENOENT, -EINVAL (not a volume); a reason in why.
+ * Closes the cached volume and tells the observers (DATASETS_DELETED).
+ * Control threads (takes ds_ops_lock and the DB lock). 0 or -errno.
+ */
+int datasets_forget(const char *name, char *why, size_t len);
 
 /* A front-end that uses datasets registers a check so that deleting or
  * rolling back a dataset in use is refused (EBUSY) with its reason. The

@@ -134,6 +134,10 @@ struct volume *ds_cache_peek(const char *name);
 /* The same, with the bdev it serves through (borrowed, valid while the
  * reference is held; NULL if unknown, e.g. a memory volume). */
 struct volume *ds_cache_peek_bdev(const char *name, struct bdev **b);
+/* The cached volume served through bdev b (new reference) and its name,
+ * or NULL: b is compared, never dereferenced, so a bdev closed meanwhile
+ * is simply not found. */
+struct volume *ds_cache_find_bdev(const struct bdev *b, char *name, size_t len);
 /* Remove name (and, with children, every "name/…" and "name@…") from the
  * cache, dropping the cache's reference. */
 void ds_cache_drop(const char *name, bool children);

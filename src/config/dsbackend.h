@@ -48,6 +48,13 @@ struct ds_backend {
     /* Remove a dataset's storage (after its rows are gone: a failure only
      * leaves a stray, logged). is_volume: a volume, else a FILESYSTEM. */
     int (*dataset_remove)(const struct ds_pool *p, const char *name, bool is_volume);
+    /* Before a delete removes anything (no DB lock held): the storage of
+     * the volume name can go, i.e. no other client holds it open (an RBD
+     * image another gateway member or a VM still has open cannot be
+     * removed; its snapshots must not go first). May wait a bounded time
+     * for that client to close it. 0, or -errno (-EBUSY) with a reason in
+     * ds_backend_why. NULL: always (files can be unlinked while open). */
+    int (*volume_remove_check)(const struct ds_pool *p, const char *name);
     int (*snapshot_remove)(const struct ds_pool *p, const char *name, const char *snap);
     /* Resize a volume's storage from old_size to new_size; v is the open
      * volume (resized through it) or NULL. sparse=false keeps it

@@ -407,6 +407,7 @@ void ds_rbd_start(void)
         db_stmt_done(st);
     }
     db_unlock();
+    ds_rbd_follow_start();
     pthread_mutex_lock(&rp_lock);
     if (!rp_running) {
         rp_stop = false;
@@ -704,6 +705,16 @@ static int rbdpool_filesystem_create(const struct ds_pool *p, const char *name)
     return 0;
 }
 
+/* The client's reason for an image another client keeps open. */
+static void busy_why(const struct rbd_io *r, const char *image, const char *who)
+{
+    snprintf(ds_backend_why, sizeof(ds_backend_why),
+             "the RBD image %.200s in %.100s%s%.100s is still open by another client (%.160s) "
+             "after %d s: close it there (or withdraw its share) and delete again",
+             image, r->spec.pool, r->spec.ns[0] ? "/" : "", r->spec.ns, who[0] ? who : "watched",
+             RBD_IMAGE_REMOVE_WAIT_MS / 1000);
+}
+
 static int rbdpool_dataset_remove(const struct ds_pool *p, const char *name, bool is_volume)
 {
     char image[DS_NAME_BUF];
@@ -717,7 +728,33 @@ static int rbdpool_dataset_remove(const struct ds_pool *p, const char *name, boo
     if (rc < 0)
         return rc;
     rc = rbd_image_remove(r.io, image);
-    usage_changed(); /* its dataset id may be given again */
+    if (rc == -EBUSY)
+        busy_why(&r, image, ""); /* a client opened it after the check */
+    usage_changed();             /* its dataset id may be given again */
+    io_put(&r, rc);
+    return rc;
+}
+
+/* Wait (bounded) until no client watches the image: the other members of
+ * a gateway group close a withdrawn share's image within about a second. */
+static int rbdpool_volume_remove_check(const struct ds_pool *p, const char *name)
+{
+    char image[DS_NAME_BUF], who[256] = "";
+    struct rbd_io r;
+    int rc;
+
+    IMAGE_OF(p, name, image);
+    rc = io_get(p, &r);
+    if (rc < 0)
+        return rc;
+    rc = rbd_image_wait_unwatched(r.io, image, RBD_IMAGE_REMOVE_WAIT_MS, who, sizeof(who));
+    if (rc == -EBUSY)
+        busy_why(&r, image, who);
+    else if (rc == -ENOENT)
+        rc = 0; /* removed behind blockd's back: the row goes */
+    else if (rc < 0)
+        snprintf(ds_backend_why, sizeof(ds_backend_why), "RBD image %.200s: %s", image,
+                 strerror(-rc));
     io_put(&r, rc);
     return rc;
 }
@@ -766,6 +803,8 @@ static int rbdpool_open_bdev(const struct ds_pool *p, const char *name, const ch
     usage_changed();
     /* the bdev takes its own cluster reference */
     rc = bdev_rbd_open(r.c, r.spec.pool, r.spec.ns, image, snap, snap ? true : readonly, out);
+    if (rc == 0 && !snap)
+        ds_rbd_follow(*out, name); /* resizes by other clients of the image */
     if (rc == -ENOENT)
         /* removed behind blockd's back (rbd rm), or never made */
         snprintf(ds_backend_why, sizeof(ds_backend_why),
@@ -1173,6 +1212,7 @@ const struct ds_backend ds_backend_rbd = {
     .volume_adopt = rbdpool_volume_adopt,
     .filesystem_create = rbdpool_filesystem_create,
     .dataset_remove = rbdpool_dataset_remove,
+    .volume_remove_check = rbdpool_volume_remove_check,
     .snapshot_remove = rbdpool_snapshot_remove,
     .volume_resize = rbdpool_volume_resize,
     .open = rbdpool_open_bdev,

@@ -65,6 +65,24 @@ void ds_rbd_status(int64_t pool_id, bool *online, char *why, size_t whylen, uint
  * -EINVAL for a name not below the pool's root. */
 int ds_rbd_image_name(const struct ds_pool *p, const char *name, char *buf, size_t len);
 
+/*
+ * The size of an open RBD volume follows its image (dsrbd_size.c): a
+ * resize made by another client (another gateway member's
+ * pool.dataset.update, `rbd resize` behind blockd's back) is noticed
+ * through librbd's header watch (bdev_rbd_watch_updates) and taken by the
+ * open volume (volume_size_changed: iSCSI raises CAPACITY DATA HAS
+ * CHANGED, new NBD connections see the new size), the dataset row's
+ * volsize and the observers (DATASETS_RESIZED). The work runs on one
+ * thread of its own, never on librbd's.
+ *   ds_rbd_follow: after opening the bdev of a volume (not a snapshot);
+ *   a failure to watch is logged (the size is then only read at open).
+ *   start/stop: with the RBD connector (ds_rbd_start / datasets_shutdown,
+ *   before the cached volumes are dropped).
+ */
+void ds_rbd_follow(struct bdev *b, const char *name);
+void ds_rbd_follow_start(void);
+void ds_rbd_follow_stop(void);
+
 /* A reason for the client of the last backend failure on this thread
  * ("" if none); ds_api_errno uses and clears it. */
 extern _Thread_local char ds_backend_why[640];

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,6 +105,22 @@ struct volume *ds_cache_peek_bdev(const char *name, struct bdev **b)
         v = e->vol;
         *b = e->bdev;
         volume_ref(v);
+    }
+    pthread_mutex_unlock(&cache_mutex);
+    return v;
+}
+
+struct volume *ds_cache_find_bdev(const struct bdev *b, char *name, size_t len)
+{
+    struct volume *v = NULL;
+
+    pthread_mutex_lock(&cache_mutex);
+    for (struct cache_entry *e = cache_head; e && !v; e = e->next) {
+        if (e->bdev != b)
+            continue;
+        v = e->vol;
+        volume_ref(v);
+        snprintf(name, len, "%s", e->name);
     }
     pthread_mutex_unlock(&cache_mutex);
     return v;
@@ -307,6 +324,43 @@ int datasets_volume_open(const char *name, struct volume **out)
     return rc;
 }
 
+int datasets_volume_offline(const char *name, struct volume **out)
+{
+    char dsname[DS_NAME_BUF], poolname[DS_NAME_BUF];
+    const char *at = strchr(name, '@');
+    struct ds_pool pool;
+    struct ds_row row;
+    struct ds_snap snap;
+    struct bdev *b;
+    uint64_t size;
+    int rc;
+
+    *out = NULL;
+    snprintf(dsname, sizeof(dsname), "%.*s", (int)(at ? (size_t)(at - name) : strlen(name)), name);
+    ds_pool_of(name, poolname, sizeof(poolname));
+    db_lock();
+    rc = ds_pool_get(poolname, &pool);
+    if (rc == 0)
+        rc = ds_dataset_get(dsname, &row);
+    if (rc == 0 && row.type != DS_VOLUME)
+        rc = -EISDIR;
+    size = row.volsize;
+    if (rc == 0 && at && (rc = ds_snapshot_get(dsname, at + 1, &snap)) == 0)
+        size = snap.volsize;
+    db_unlock();
+    if (rc < 0)
+        return rc;
+    if (!ds_pool_is_rbd(&pool))
+        return -EINVAL; /* a file pool never waits for its storage */
+    rc = bdev_offline_open(size, &b);
+    if (rc < 0)
+        return rc;
+    rc = volume_new(name, b, row.volblocksize, row.sync, at ? true : row.readonly, out);
+    if (rc < 0)
+        bdev_close(b);
+    return rc;
+}
+
 void datasets_register_in_use(datasets_in_use_fn fn)
 {
     if (in_use_count == DS_MAX_IN_USE) {
@@ -454,6 +508,8 @@ void datasets_flush_all(void)
 void datasets_shutdown(void)
 {
     struct cache_entry *e;
+
+    ds_rbd_follow_stop(); /* it may hold a volume: before they go */
 
     pthread_mutex_lock(&cache_mutex);
     e = cache_head;

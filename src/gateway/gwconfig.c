@@ -50,6 +50,7 @@ static struct {
     rados_ioctx_t io;
     char obj[192];
     char setting[192];
+    char adopted_setting[192];
     uint64_t cookie;
     bool watching;
     pthread_t thr;
@@ -67,6 +68,11 @@ static uint64_t next_token;   /* pend_mu */
 static bool kick, stop_req;   /* pend_mu */
 static bool rewatch;          /* pend_mu */
 static json_t *failed_logged; /* key → last logged reason; store thread only */
+/* Volumes this member adopted for a group share (dataset name → its local
+ * id): dropped again once no share uses them here, unless a local change
+ * claimed them (publish). Persisted as setting "gateway.adopted.<group>". */
+static json_t *adopted;      /* pend_mu */
+static bool adopted_changed; /* pend_mu: to be saved by the store thread */
 
 /* The store thread's own commits are remote changes being applied. */
 static __thread bool applying;
@@ -214,6 +220,22 @@ static void base_save(void)
     free(s);
 }
 
+static json_t *adopted_load(void)
+{
+    char *s = NULL;
+    json_t *a = NULL;
+    db_lock();
+    if (db_setting_get(gc.adopted_setting, &s) == 0)
+        a = json_loads(s, 0, NULL);
+    db_unlock();
+    free(s);
+    if (!json_is_object(a)) {
+        json_decref(a);
+        a = json_object();
+    }
+    return a;
+}
+
 static json_t *base_load(void)
 {
     char *s = NULL;
@@ -250,6 +272,30 @@ static void diff_into_dirty(json_t *now, uint64_t token)
     }
 }
 
+/* A local change of a volume this member adopted (pool.dataset.update
+ * through its API) makes it this member's: it is not dropped when its
+ * group share goes (pend_mu held). */
+static void adopted_claim_locked(const struct cfg_changes *changes)
+{
+    for (size_t i = 0; adopted && i < changes->n; i++) {
+        const struct cfg_change *c = &changes->v[i];
+        if (c->kind != CFG_DATASET || c->op != CFG_UPDATED)
+            continue;
+        const char *name;
+        json_t *v;
+        void *tmp;
+        json_object_foreach_safe(adopted, tmp, name, v)
+        {
+            if (json_integer_value(v) != c->id)
+                continue;
+            log_info("gateway config: %s was changed here: it stays when no group share uses it",
+                     name);
+            json_object_del(adopted, name);
+            adopted_changed = true;
+        }
+    }
+}
+
 static void publish(const struct cfg_changes *changes, void *arg)
 {
     (void)arg;
@@ -276,6 +322,8 @@ static void publish(const struct cfg_changes *changes, void *arg)
         my_token = ++next_token;
         diff_into_dirty(now, my_token);
     }
+    if (!applying)
+        adopted_claim_locked(changes);
     json_decref(lv);
     lv = now;
     pthread_mutex_unlock(&pend_mu);
@@ -539,23 +587,105 @@ static void apply_one(struct change *c, json_t *local)
         log_failure(c->key, why);
 }
 
+static void adopted_add(const char *ds)
+{
+    int64_t id = ds ? gwc_dataset_id(ds) : 0;
+    if (!id)
+        return;
+    pthread_mutex_lock(&pend_mu);
+    json_object_set_new(adopted, ds, json_integer(id));
+    adopted_changed = true;
+    pthread_mutex_unlock(&pend_mu);
+}
+
+static void adopted_save(void)
+{
+    pthread_mutex_lock(&pend_mu);
+    char *s = adopted_changed ? gwc_dump(adopted) : NULL;
+    adopted_changed = false;
+    pthread_mutex_unlock(&pend_mu);
+    if (!s)
+        return;
+    db_lock();
+    if (db_setting_set(gc.adopted_setting, s) < 0)
+        log_error("gateway config: cannot save the list of adopted volumes");
+    db_unlock();
+    free(s);
+}
+
+/* Drop (the dataset row only: the image is the group's) each volume this
+ * member adopted for a group share once no share or export uses it here
+ * any more. A row that is not the adopted one any more (deleted, renamed,
+ * made again), or that has snapshots or children here (used locally),
+ * stays and leaves the list. Store thread. */
+static void adopted_release(void)
+{
+    pthread_mutex_lock(&pend_mu);
+    json_t *todo = json_deep_copy(adopted);
+    pthread_mutex_unlock(&pend_mu);
+    const char *name;
+    json_t *v;
+    json_object_foreach(todo, name, v)
+    {
+        char key[300], why[512] = "";
+        bool drop = true;
+        snprintf(key, sizeof(key), "adopted/%s", name);
+        if (gwc_dataset_id(name) != json_integer_value(v)) {
+            log_info("gateway config: %s is no longer the volume adopted for the group: left alone",
+                     name);
+        } else if (gwc_volume_shared_here(name)) {
+            drop = false;
+        } else {
+            applying = true;
+            int rc = datasets_forget(name, why, sizeof(why));
+            applying = false;
+            if (rc == 0) {
+                log_info("gateway config: dropped the dataset row of %s, adopted for a group share "
+                         "that is gone (the RBD image stays)",
+                         name);
+            } else if (rc == -EBUSY || rc == -EIO) {
+                drop = false; /* a share was made meanwhile, or retried next round */
+                log_failure(key, why);
+            } else {
+                log_info("gateway config: keeping %s: %s (it is this member's now)", name, why);
+            }
+        }
+        if (!drop)
+            continue;
+        json_object_del(failed_logged, key);
+        pthread_mutex_lock(&pend_mu);
+        if (json_equal(json_object_get(adopted, name), v)) {
+            json_object_del(adopted, name);
+            adopted_changed = true;
+        }
+        pthread_mutex_unlock(&pend_mu);
+    }
+    json_decref(todo);
+    adopted_save();
+}
+
 static void apply_changes(struct change *ch, size_t n)
 {
     char why[512];
+    applying = true;
     /* Volumes first, with no lock held (pool.dataset.create). */
     for (size_t i = 0; i < n; i++) {
         why[0] = 0;
         ch[i].rc = gwc_ensure_volume(ch[i].key, ch[i].want, why, sizeof(why));
+        if (ch[i].rc == 1) {
+            adopted_add(gwc_value_volume(ch[i].key, ch[i].want));
+            ch[i].rc = 0;
+        }
         if (ch[i].rc < 0)
             log_failure(ch[i].key, why);
     }
     json_t *local = gwc_local_view();
     if (!local) {
+        applying = false;
         for (size_t i = 0; i < n; i++)
             ch[i].rc = -EIO; /* retried next round */
         return;
     }
-    applying = true;
     for (int phase = 0; phase < 4; phase++) {
         /* iSCSI rows of a phase in one transaction (one publication) */
         bool any = false;
@@ -708,6 +838,7 @@ static void *store_main(void *arg)
         if (more)
             push(); /* changes whose after hook could not run or failed */
         pull();
+        adopted_release();
         pthread_mutex_lock(&pend_mu);
         if (!kick && !stop_req) {
             struct timespec ts;
@@ -748,6 +879,7 @@ int gwconfig_start(void)
     }
     snprintf(gc.obj, sizeof(gc.obj), "blockd.config.%s", gc.group);
     snprintf(gc.setting, sizeof(gc.setting), "gateway.config.%s", gc.group);
+    snprintf(gc.adopted_setting, sizeof(gc.adopted_setting), "gateway.adopted.%s", gc.group);
     rados_write_op_t op = rados_create_write_op();
     rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, NULL);
     rc = rados_write_op_operate2(op, gc.io, gc.obj, NULL, 0);
@@ -760,6 +892,7 @@ int gwconfig_start(void)
         return rc;
     }
     base = base_load();
+    adopted = adopted_load();
     failed_logged = json_object();
     conflicts = json_object();
     dirty = json_object();
@@ -819,5 +952,9 @@ void gwconfig_stop(void)
     json_decref(dirty);
     json_decref(conflicts);
     json_decref(failed_logged);
+    pthread_mutex_lock(&pend_mu);
+    json_decref(adopted);
+    adopted = NULL;
+    pthread_mutex_unlock(&pend_mu);
     base = lv = dirty = conflicts = failed_logged = NULL;
 }

@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Every group-owned row of the local DB: a new object key → value (an
  * object), or NULL (logged). Takes the DB lock (recursive: fine inside a
@@ -21,8 +22,17 @@ char *gwc_dump(const json_t *value);
 
 /* Make sure the volume an extent or NBD value names exists here, adopting
  * its RBD image when it does not. No DB lock held (it calls
- * pool.dataset.create). 0, or -errno with a reason in why. */
+ * pool.dataset.create). 0 (there already, or nothing to adopt), 1 (adopted
+ * now), or -errno with a reason in why. */
 int gwc_ensure_volume(const char *key, const json_t *want, char *why, size_t len);
+/* The volume ("pool/vol") an extent or NBD value names, or NULL
+ * (borrowed from want). */
+const char *gwc_value_volume(const char *key, const json_t *want);
+/* The local id of dataset ds, 0 when there is none. Takes the DB lock. */
+int64_t gwc_dataset_id(const char *ds);
+/* Whether a local iSCSI extent or NBD export names volume ds (true on a
+ * DB error). Takes the DB lock. */
+bool gwc_volume_shared_here(const char *ds);
 
 /*
  * Apply one remote row to the local configuration through the API

@@ -193,8 +193,7 @@ json_t *gwc_local_view(void)
 
 /* ---- adopting a volume ---- */
 
-/* The volume ("pool/vol") a value names, or NULL. */
-static const char *value_volume(const char *key, const json_t *want)
+const char *gwc_value_volume(const char *key, const json_t *want)
 {
     if (strncmp(key, "extent/", 7) == 0) {
         const char *disk = json_string_value(json_object_get(want, "disk"));
@@ -205,18 +204,41 @@ static const char *value_volume(const char *key, const json_t *want)
     return NULL;
 }
 
-static bool dataset_exists(const char *ds)
+int64_t gwc_dataset_id(const char *ds)
 {
     sqlite3_stmt *st;
-    bool found = false;
+    int64_t id = 0;
     db_lock();
-    if (db_stmt("SELECT 1 FROM datasets WHERE name = ?", &st) == 0) {
+    if (db_stmt("SELECT id FROM datasets WHERE name = ?", &st) == 0) {
         sqlite3_bind_text(st, 1, ds, -1, SQLITE_TRANSIENT);
-        found = sqlite3_step(st) == SQLITE_ROW;
+        if (sqlite3_step(st) == SQLITE_ROW)
+            id = sqlite3_column_int64(st, 0);
         db_stmt_done(st);
     }
     db_unlock();
-    return found;
+    return id;
+}
+
+static bool dataset_exists(const char *ds)
+{
+    return gwc_dataset_id(ds) > 0;
+}
+
+bool gwc_volume_shared_here(const char *ds)
+{
+    sqlite3_stmt *st;
+    bool used = true; /* on a DB error: keep it */
+    db_lock();
+    if (db_stmt("SELECT (SELECT count(*) FROM iscsi_extent WHERE disk = 'zvol/' || ?1) + "
+                "(SELECT count(*) FROM nbd_export WHERE dataset = ?1)",
+                &st) == 0) {
+        sqlite3_bind_text(st, 1, ds, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            used = sqlite3_column_int64(st, 0) > 0;
+        db_stmt_done(st);
+    }
+    db_unlock();
+    return used;
 }
 
 /* The size of the RBD image of volume ds ("pool/a/b" → image "a%b" in the
@@ -314,7 +336,7 @@ static int call(const char *method, json_t *params, json_t **res, char *why, siz
 
 int gwc_ensure_volume(const char *key, const json_t *want, char *why, size_t len)
 {
-    const char *ds = want ? value_volume(key, want) : NULL;
+    const char *ds = want ? gwc_value_volume(key, want) : NULL;
     if (!ds || dataset_exists(ds))
         return 0;
     uint64_t size = 0;
@@ -326,10 +348,10 @@ int gwc_ensure_volume(const char *key, const json_t *want, char *why, size_t len
               json_pack("[{s:s, s:s, s:I, s:s, s:b}]", "name", ds, "type", "VOLUME", "volsize",
                         (json_int_t)size, "volblocksize", vbs, "adopt", 1),
               NULL, why, len);
-    if (rc == 0)
-        log_info("gateway config: adopted the RBD volume %s (%" PRIu64 " bytes) for %s", ds, size,
-                 key);
-    return rc;
+    if (rc < 0)
+        return rc;
+    log_info("gateway config: adopted the RBD volume %s (%" PRIu64 " bytes) for %s", ds, size, key);
+    return 1;
 }
 
 /* ---- applying ---- */

@@ -50,6 +50,15 @@ static int open_volume(json_t *e, struct volume **out)
         if (!ds)
             return -EINVAL;
         int rc = datasets_volume_open(ds, out);
+        if (rc == -EHOSTUNREACH && datasets_volume_offline(ds, out) == 0) {
+            /* Its RBD pool is still connecting (or its cluster does not
+             * answer): the LU exists and answers BECOMING READY until the
+             * pool comes online (DATASETS_POOL_ONLINE rebuilds it). */
+            log_info("iscsi config: extent %s: the pool of volume %s is not reachable yet: its LU "
+                     "is becoming ready",
+                     name, ds);
+            return 0;
+        }
         if (rc < 0)
             log_warn("iscsi config: extent %s: cannot open volume %s: %s", name, ds, strerror(-rc));
         return rc;

@@ -20,6 +20,7 @@
 #include "config/iscsi/config_internal.h"
 #include "iscsi/iscsi_runtime.h"
 #include "scsi/scsi.h"
+#include "store/bdev.h"
 #include "store/volume.h"
 
 /* ---- the LU cache (DB lock): one LU per extent, shared by every view ---- */
@@ -178,6 +179,13 @@ int icfg_load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out, s
     return 0;
 }
 
+/* An LU on a stand-in volume whose pool is not reachable yet
+ * (datasets_volume_offline): it answers BECOMING READY. */
+static bool lu_offline(struct scsi_lu *lu)
+{
+    return bdev_is_offline(volume_bdev(scsi_lu_volume(lu)));
+}
+
 static struct scsi_lu *lu_for_extent(json_t *extent)
 {
     int64_t id = json_integer_value(json_object_get(extent, "id"));
@@ -185,6 +193,24 @@ static struct scsi_lu *lu_for_extent(json_t *extent)
     for (size_t i = 0; i < lu_n; i++) {
         if (lu_cache[i].extent_id != id)
             continue;
+        if (lu_cache[i].gen == gen && lu_offline(lu_cache[i].lu)) {
+            /* Replaced only by one that serves (its pool came online);
+             * another stand-in would only be a new LU to the sessions. */
+            struct scsi_lu *lu = NULL;
+            int rc = icfg_lu_from_extent(extent, &lu);
+            if (rc < 0 || lu_offline(lu)) {
+                if (rc == 0)
+                    icfg_lu_unref(lu);
+                icfg_lu_ref(lu_cache[i].lu);
+                return lu_cache[i].lu;
+            }
+            log_info("iscsi config: extent %lld: its volume is reachable: the LU is ready",
+                     (long long)id);
+            icfg_lu_unref(lu_cache[i].lu);
+            lu_cache[i].lu = lu;
+            icfg_lu_ref(lu);
+            return lu;
+        }
         if (lu_cache[i].gen == gen) {
             icfg_lu_ref(lu_cache[i].lu);
             return lu_cache[i].lu;

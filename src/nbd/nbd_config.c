@@ -139,7 +139,18 @@ static struct nbd_export *export_from_row(const struct nbd_export_row *r, struct
         atomic_init(&e->maybe_sparse, atomic_load(&prev->maybe_sparse));
     } else {
         int rc = open_source(r->dataset, r->path, e->readonly, &e->vol);
-        if (rc < 0) {
+        if (rc == -EHOSTUNREACH && r->dataset) {
+            /* An RBD pool still connecting (the reload at
+             * DATASETS_POOL_ONLINE opens it): the export stays listed. */
+            log_info("nbd: export '%s': the pool of %s is not reachable yet", e->name, r->dataset);
+            e->vol = NULL;
+            char why[512];
+            snprintf(why, sizeof(why),
+                     "export '%.128s' is not ready: the pool of %.256s is not reachable yet "
+                     "(connecting to its Ceph cluster); retry later",
+                     e->name, r->dataset);
+            e->unavailable = strdup(why);
+        } else if (rc < 0) {
             log_warn("nbd: export '%s': cannot open %s: %s", e->name,
                      r->dataset ? r->dataset : r->path, strerror(-rc));
             e->vol = NULL;

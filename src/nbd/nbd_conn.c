@@ -187,6 +187,10 @@ static void nbd_on_close(struct conn *c)
         reactor_timer_cancel(c->reactor, &nc->handshake_timer);
         conn_put(c); /* the timer's reference; the socket's is still held */
     }
+    if (reactor_timer_armed(&nc->unavail_timer)) {
+        reactor_timer_cancel(c->reactor, &nc->unavail_timer);
+        conn_put(c);
+    }
     nbd_transmission_close(nc);
     log_debug("%s: nbd: connection closed", c->peer);
 }
@@ -224,6 +228,24 @@ static void handshake_expired(struct reactor_timer *t)
     conn_put(c); /* the timer's reference */
 }
 
+static void unavail_retry(struct reactor_timer *t)
+{
+    struct nbd_conn *nc = container_of(t, struct nbd_conn, unavail_timer);
+    struct conn *c = nc->c;
+    if (!c->closing)
+        conn_pause_input(c, false); /* processes the kept option again */
+    conn_put(c);                    /* the timer's reference */
+}
+
+void nbd_conn_retry_input(struct nbd_conn *nc, uint64_t ns)
+{
+    conn_pause_input(nc->c, true);
+    if (!reactor_timer_armed(&nc->unavail_timer)) {
+        conn_get(nc->c);
+        reactor_timer_start(nc->c->reactor, &nc->unavail_timer, ns);
+    }
+}
+
 /* On the owner reactor: nc was allocated by nbd_conn_accept. */
 static int nbd_conn_init(struct conn *c, void *arg)
 {
@@ -259,6 +281,7 @@ void nbd_conn_accept(int fd, const struct sockaddr *peer, socklen_t peerlen)
     nc->connected_at = (uint64_t)time(NULL);
     nbd_transmission_init(nc);
     reactor_timer_init(&nc->handshake_timer, handshake_expired);
+    reactor_timer_init(&nc->unavail_timer, unavail_retry);
     /* On failure before init runs, conn_adopt closes fd; the rest is
      * released here. Once init has run, on_free releases it. */
     if (conn_adopt(reactor_next(), fd, peer, peerlen, &nbd_conn_ops, nbd_conn_init, nc) == 0)

@@ -82,6 +82,11 @@ struct nbd_conn {
     /* admission (pending until the handshake ends) and its deadline */
     struct admit_ticket ticket;
     struct reactor_timer handshake_timer;
+    /* GO/INFO/EXPORT_NAME of an export whose pool is not reachable yet:
+     * input paused, the option retried by this timer; since when (ns,
+     * 0: not waiting) */
+    struct reactor_timer unavail_timer;
+    uint64_t unavail_since;
     /* shutdown: no new requests; close once replies are sent */
     bool draining;
     struct reactor_msg drain_msg;
@@ -92,5 +97,8 @@ struct nbd_conn {
  * registry, promotes the admission ticket, stops the handshake deadline.
  * Called by nbd_handshake.c on GO and EXPORT_NAME. Thread: owner reactor. */
 void nbd_conn_enter_transmission(struct nbd_conn *nc, struct nbd_export *e, uint16_t eflags);
+/* Stop reading input and process it again after ns (the option at the
+ * head of the input is kept): an export becoming ready. Owner reactor. */
+void nbd_conn_retry_input(struct nbd_conn *nc, uint64_t ns);
 
 #endif

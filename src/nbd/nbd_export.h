@@ -35,6 +35,10 @@ struct nbd_export {
     bool enabled;
     enum nbd_tls_mode tls;
     struct volume *vol; /* NULL when it could not be opened (logged) */
+    /* Not opened because its RBD pool is not reachable yet (connecting at
+     * start, or a lost cluster): listed, and a connection waits a bounded
+     * time for it, then gets this reason. NULL otherwise. */
+    char *unavailable;
     /* May the volume have holes? Reads consult extents only when true; set
      * by TRIM/WRITE_ZEROES through NBD and copied into the next generation. */
     atomic_bool maybe_sparse;

@@ -10,12 +10,19 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/reactor.h"
 #include "core/tls.h"
 #include "core/util.h"
 #include "nbd/nbd_server.h"
 
 #define NBD_OPT_MAX_LEN (64u * 1024) /* longer options get ERR_TOO_BIG */
 #define NBD_MAX_OPTIONS 4096         /* options per connection before we give up */
+/* GO/INFO/EXPORT_NAME of an export whose RBD pool is not reachable yet
+ * (nbd_export.unavailable) waits this long for it (under the default 10 s
+ * handshake deadline), rechecking every NBD_UNAVAIL_RETRY_NS; then the
+ * client gets the reason. */
+#define NBD_UNAVAIL_WAIT_NS (5000ull * 1000000ull)
+#define NBD_UNAVAIL_RETRY_NS (200ull * 1000000ull)
 
 static void send_opt_reply(struct nbd_conn *nc, uint32_t opt, uint32_t type, const void *data,
                            uint32_t len)
@@ -60,12 +67,41 @@ static uint16_t export_eflags(struct nbd_conn *nc, const struct nbd_export *e)
 /* NBD_REP_ERR_* for an export this connection may not use, or 0. */
 static uint32_t export_refusal(struct nbd_conn *nc, const struct nbd_export *e)
 {
-    if (!e || !e->enabled || !e->vol)
+    if (!e || !e->enabled)
         return NBD_REP_ERR_UNKNOWN;
     if (e->tls == NBD_TLS_REQUIRE && !nc->tls)
         return NBD_REP_ERR_TLS_REQD;
     if (e->tls == NBD_TLS_OFF && nc->tls)
         return NBD_REP_ERR_POLICY;
+    if (!e->vol)
+        return NBD_REP_ERR_UNKNOWN;
+    return 0;
+}
+
+/* Listed, but its pool is not reachable yet: it may become ready. */
+static bool export_unavailable(const struct nbd_export *e, uint32_t why)
+{
+    return why == NBD_REP_ERR_UNKNOWN && e && e->enabled && !e->vol && e->unavailable;
+}
+
+/* An option naming an unavailable export: -EAGAIN while the client may
+ * still wait (the option is processed again later), else 0 once the
+ * reason is logged and, for INFO/GO, sent (NBD_REP_ERR_UNKNOWN, "the
+ * requested export is not available", with the reason as its message). */
+static int unavailable_wait(struct nbd_conn *nc, uint32_t opt, const struct nbd_export *e)
+{
+    uint64_t now = time_now_ns();
+    if (!nc->unavail_since)
+        nc->unavail_since = now;
+    if (now - nc->unavail_since < NBD_UNAVAIL_WAIT_NS)
+        return -EAGAIN;
+    /* unavail_since stays: the connection's next options do not wait
+     * again (the handshake deadline would end it first) */
+    log_info("%s: nbd: %s refused after %llu s: %s", nc->c->peer, nbd_opt_name(opt),
+             (unsigned long long)(NBD_UNAVAIL_WAIT_NS / 1000000000ull), e->unavailable);
+    if (opt != NBD_OPT_EXPORT_NAME)
+        send_opt_reply(nc, opt, NBD_REP_ERR_UNKNOWN, e->unavailable,
+                       (uint32_t)strlen(e->unavailable));
     return 0;
 }
 
@@ -76,6 +112,9 @@ static int opt_export_name(struct nbd_conn *nc, const uint8_t *data, uint32_t le
     struct nbd_export *e =
         len <= NBD_MAX_STRING ? nbd_export_table_find(t, (const char *)data, len) : NULL;
     uint32_t why = export_refusal(nc, e);
+    if (export_unavailable(e, why) && unavailable_wait(nc, NBD_OPT_EXPORT_NAME, e) == -EAGAIN)
+        return -EAGAIN;
+    nc->unavail_since = 0;
     if (why) {
         log_info("%s: nbd: EXPORT_NAME '%.*s' refused (%s), closing", c->peer, (int)MIN(len, 256u),
                  (const char *)data,
@@ -101,8 +140,9 @@ static void opt_list(struct nbd_conn *nc, uint32_t opt, uint32_t len)
     for (size_t i = 0; i < t->count; i++) {
         struct nbd_export *e = t->exports[i];
         /* Exports this session may not open (e.g. TLS required) are not
-         * even named to it. */
-        if (export_refusal(nc, e))
+         * even named to it; one becoming ready is. */
+        uint32_t why = export_refusal(nc, e);
+        if (why && !export_unavailable(e, why))
             continue;
         size_t nl = MIN(strlen(e->name), (size_t)NBD_MAX_STRING);
         size_t dl = MIN(strlen(e->description), (size_t)NBD_MAX_STRING - 8);
@@ -125,21 +165,26 @@ static void send_info(struct nbd_conn *nc, uint32_t opt, uint16_t type, const vo
     send_opt_reply(nc, opt, NBD_REP_INFO, b, (uint32_t)(2 + len));
 }
 
-static void opt_info_go(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, uint32_t len)
+/* INFO or GO: 0, or -EAGAIN to process it again later (an export
+ * becoming ready). */
+static int opt_info_go(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, uint32_t len)
 {
     struct nbd_opt_go go;
     if (nbd_opt_go_parse(data, len, &go) < 0) {
         send_opt_reply(nc, opt, NBD_REP_ERR_INVALID, NULL, 0);
-        return;
+        return 0;
     }
     CLEANUP(nbd_export_table_unref) struct nbd_export_table *t = nbd_exports_current();
     struct nbd_export *e = nbd_export_table_find(t, go.name, go.name_len);
     uint32_t why = export_refusal(nc, e);
+    if (export_unavailable(e, why))
+        return unavailable_wait(nc, opt, e);
+    nc->unavail_since = 0;
     if (why) {
         log_debug("%s: nbd: %s '%.*s' refused (0x%x)", nc->c->peer, nbd_opt_name(opt),
                   (int)go.name_len, go.name, why);
         send_opt_reply(nc, opt, why, NULL, 0);
-        return;
+        return 0;
     }
     uint8_t b[12];
     be64_store(b, volume_size(e->vol));
@@ -161,23 +206,31 @@ static void opt_info_go(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, 
     send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
     if (opt == NBD_OPT_GO)
         nbd_conn_enter_transmission(nc, e, export_eflags(nc, e));
+    return 0;
 }
 
-static void opt_meta(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, uint32_t len)
+/* LIST/SET_META_CONTEXT: 0, or -EAGAIN to process it again later (an
+ * export becoming ready: clients set the context before GO). */
+static int opt_meta(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, uint32_t len)
 {
     bool listing = opt == NBD_OPT_LIST_META_CONTEXT;
     struct nbd_opt_meta m;
     if ((!listing && !nc->structured) || nbd_opt_meta_parse(data, len, &m) < 0) {
         send_opt_reply(nc, opt, NBD_REP_ERR_INVALID, NULL, 0);
-        return;
+        return 0;
     }
     struct nbd_export_table *t = nbd_exports_current();
     struct nbd_export *e = nbd_export_table_find(t, m.name, m.name_len);
     uint32_t why = export_refusal(nc, e);
+    bool unavailable = export_unavailable(e, why);
+    int wait = unavailable ? unavailable_wait(nc, opt, e) : 0;
     nbd_export_table_unref(t);
+    if (wait == -EAGAIN)
+        return -EAGAIN;
     if (why) {
-        send_opt_reply(nc, opt, why, NULL, 0);
-        return;
+        if (!unavailable)
+            send_opt_reply(nc, opt, why, NULL, 0); /* else sent with its reason */
+        return 0;
     }
     bool match = listing && m.nqueries == 0;
     uint32_t pos = 0, qlen;
@@ -193,6 +246,7 @@ static void opt_meta(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, uin
     if (!listing)
         nc->meta_alloc = match;
     send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
+    return 0;
 }
 
 /* One option. 0 progress, 1 need more input, <0 close. */
@@ -236,15 +290,13 @@ static int opt_dispatch(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, 
         return 0;
     case NBD_OPT_INFO:
     case NBD_OPT_GO:
-        opt_info_go(nc, opt, data, len);
-        return 0;
+        return opt_info_go(nc, opt, data, len);
     case NBD_OPT_STRUCTURED_REPLY:
         opt_structured(nc, opt, len);
         return 0;
     case NBD_OPT_LIST_META_CONTEXT:
     case NBD_OPT_SET_META_CONTEXT:
-        opt_meta(nc, opt, data, len);
-        return 0;
+        return opt_meta(nc, opt, data, len);
     default:
         send_opt_reply(nc, opt, NBD_REP_ERR_UNSUP, NULL, 0);
         return 0;
@@ -310,6 +362,12 @@ int nbd_handshake_option(struct nbd_conn *nc)
     }
     log_debug("%s: nbd: option %s (%u bytes)", c->peer, nbd_opt_name(opt), len);
     int rc = opt_dispatch(nc, opt, p + NBD_OPT_HEADER_LEN, len);
+    if (rc == -EAGAIN) {
+        /* kept in the input: the same option again after a pause */
+        nc->options--;
+        nbd_conn_retry_input(nc, NBD_UNAVAIL_RETRY_NS);
+        return 1;
+    }
     conn_consume(c, NBD_OPT_HEADER_LEN + len);
     if (rc < 0)
         return rc;

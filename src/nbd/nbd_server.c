@@ -35,6 +35,7 @@ void nbd_export_unref(struct nbd_export *e)
     free(e->description);
     free(e->dataset);
     free(e->path);
+    free(e->unavailable);
     free(e);
 }
 

@@ -162,6 +162,24 @@ static bool alua_allowed(const uint8_t *cdb)
     }
 }
 
+/* What an LU whose storage is not reachable yet (lu->offline) serves:
+ * what an initiator needs to find the LU and learn that it is becoming
+ * ready. Not the VPD pages: identity (an RBD image's, in a gateway group),
+ * block limits and provisioning come from the storage, and an initiator
+ * must not record a stand-in's. */
+static bool offline_allowed(const uint8_t *cdb)
+{
+    switch (cdb[0]) {
+    case 0x03: /* REQUEST SENSE */
+    case 0xa0: /* REPORT LUNS */
+        return true;
+    case 0x12: /* INQUIRY: standard data only */
+        return !(cdb[1] & 0x01);
+    default:
+        return false;
+    }
+}
+
 /* LU-wide checks under the LU mutex. Returns false when c was failed. */
 static bool check_lu_state(struct scsi_cmd *c, const struct scsi_op *op)
 {
@@ -188,6 +206,12 @@ static bool check_lu_state(struct scsi_cmd *c, const struct scsi_op *op)
             ns->ua_pending &= ~(1u << SCSI_UA_LUNS_CHANGED);
         if (!(op->flags & OPF_UA_EXEMPT) && ns->ua_pending && scsi_lu_ua_pop_locked(ns, c))
             ok = false;
+    }
+    if (ok && lu->offline && !offline_allowed(c->cdb)) {
+        /* LOGICAL UNIT IS IN PROCESS OF BECOMING READY: its RBD pool is
+         * still connecting; the initiator retries */
+        scsi_sense_fill(c, SK_NOT_READY, 0x04, 0x01);
+        ok = false;
     }
     if (ok && lu->alua && lu->alua->port_state && !alua_allowed(c->cdb)) {
         uint8_t st = lu->alua->port_state(lu->alua_arg, c->nexus->tpg_id);

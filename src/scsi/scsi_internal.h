@@ -145,6 +145,10 @@ struct scsi_lu {
      * LU a copy of pr.swp, written with it under mu */
     atomic_bool swp;
     bool insecure_tpc;
+    /* Its volume is a stand-in whose storage cannot be reached yet (an RBD
+     * pool still connecting: bdev_is_offline): media access answers
+     * NOT READY, BECOMING READY until a new LU replaces this one. */
+    bool offline;
     char serial[33];
     char vendor[9];
     char product[17];

@@ -93,6 +93,7 @@ int scsi_lu_new(struct volume *vol, const struct scsi_lu_params *p, struct scsi_
     atomic_init(&lu->readonly, p->readonly);
     atomic_init(&lu->swp, false);
     lu->insecure_tpc = p->insecure_tpc;
+    lu->offline = bdev_is_offline(volume_bdev(vol));
     char dflt_serial[17];
     snprintf(dflt_serial, sizeof dflt_serial, "%016llx",
              (unsigned long long)fnv1a(volume_name(vol)));

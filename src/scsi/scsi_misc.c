@@ -34,7 +34,9 @@ void scsi_run_request_sense(struct scsi_cmd *c)
             have = scsi_lu_ua_pop_locked(ns, &tmp);
         pthread_mutex_unlock(&c->lu->mu);
     }
-    if (!have)
+    if (!have && c->lu && c->lu->offline) /* SPC-4: the not-ready condition */
+        scsi_sense_fill(&tmp, SK_NOT_READY, 0x04, 0x01);
+    else if (!have)
         scsi_sense_fill(&tmp, SK_NO_SENSE, 0x00, 0x00);
     scsi_complete_data(c, tmp.sense, 18, alloc);
 }

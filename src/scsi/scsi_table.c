@@ -212,6 +212,8 @@ const struct scsi_op *scsi_op_find(uint8_t opcode, uint8_t sa, bool *opcode_know
 
 bool scsi_op_supported(const struct scsi_op *op, const struct scsi_lu *lu)
 {
+    if (lu && lu->offline)
+        return true; /* not known yet: NOT READY (check_lu_state), not "unsupported" */
     if ((op->flags & OPF_NEEDS_TRIM) && lu && !(volume_caps(lu->vol) & BDEV_CAN_TRIM))
         return false;
     if ((op->flags & OPF_NEEDS_TPC) && lu && !lu->insecure_tpc)

@@ -152,6 +152,14 @@ int bdev_file_create_in_pool(const char *path, uint64_t size, bool thick);
  * latency_us > 0 makes every request complete after that delay (without
  * blocking any thread), like nbdkit's delay filter. */
 int bdev_memory_open(uint64_t size, uint32_t latency_us, struct bdev **out);
+/* A device whose storage cannot be reached yet (a volume of an RBD pool
+ * still connecting): it has the volume's size, no capabilities, and fails
+ * every request with -EAGAIN. A front-end keeps such a share visible and
+ * answers "becoming ready" (the iSCSI LU's not-ready state) instead of
+ * sending it requests; until the pool comes online and the real volume
+ * replaces it. Thread-safe; no memory per byte. */
+int bdev_offline_open(uint64_t size, struct bdev **out);
+bool bdev_is_offline(const struct bdev *b);
 
 static inline void bdev_close(struct bdev *b)
 {

@@ -49,6 +49,23 @@ rados_ioctx_t bdev_rbd_ioctx(struct bdev *b)
     return bdev_is_rbd(b) ? to_rbd(b)->ioctx : NULL;
 }
 
+int bdev_rbd_watch_updates(struct bdev *b, void (*fn)(void *arg), void *arg)
+{
+    struct bdev_rbd *r = to_rbd(b);
+    if (!bdev_is_rbd(b) || r->update_watching)
+        return -EINVAL;
+    int rc = rbd_update_watch(r->image, &r->update_handle, fn, arg);
+    r->update_watching = rc == 0;
+    return rc;
+}
+
+int bdev_rbd_current_size(struct bdev *b, uint64_t *size)
+{
+    if (!bdev_is_rbd(b))
+        return -EINVAL;
+    return bdev_rbd_errno(rbd_get_size(to_rbd(b)->image, size));
+}
+
 int bdev_rbd_errno(ssize_t rc)
 {
     switch (rc) {
@@ -223,6 +240,8 @@ static int rbd_resize_sync(struct bdev *b, uint64_t new_size)
 static void rbd_close_bdev(struct bdev *b)
 {
     struct bdev_rbd *r = to_rbd(b);
+    if (r->update_watching)
+        rbd_update_unwatch(r->image, r->update_handle); /* waits for a call in progress */
     bdev_rbd_aio_fini(r);
     rbd_close(r->image);
     rados_ioctx_destroy(r->ioctx);

@@ -39,5 +39,17 @@ rbd_image_t bdev_rbd_image(struct bdev *b);
 /* The image's I/O context (its pool, for identity: gateway/). Borrowed
  * like bdev_rbd_image. */
 rados_ioctx_t bdev_rbd_ioctx(struct bdev *b);
+/*
+ * Call fn(arg) whenever the image's header changes, whoever changed it
+ * (another client's resize, `rbd resize`, a snapshot, new metadata):
+ * librbd's rbd_update_watch. fn runs on a librbd thread: it must not block
+ * nor call librbd (hand the work to another thread). Until bdev_close,
+ * which unregisters it (waiting for a call in progress). Once per bdev;
+ * blocking (control threads). 0 or -errno.
+ */
+int bdev_rbd_watch_updates(struct bdev *b, void (*fn)(void *arg), void *arg);
+/* The image's size now, as the cluster has it (librbd rereads the header
+ * when it changed). Blocking: control threads. 0 or -errno. */
+int bdev_rbd_current_size(struct bdev *b, uint64_t *size);
 
 #endif

@@ -32,6 +32,9 @@ struct bdev_rbd {
     /* Compare-and-write is atomic only within one RADOS object: the
      * image's stripe unit (its object size unless fancy striping). */
     uint64_t caw_unit;
+    /* rbd_update_watch on the image header (bdev_rbd_watch_updates) */
+    uint64_t update_handle;
+    bool update_watching;
 };
 
 /* librbd's result as the bdev contract's errno (bdev.h): the ways librbd

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <rbd/features.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -70,6 +71,48 @@ int rbd_image_remove(rados_ioctx_t io, const char *name)
     if (rc == 0 && id[0])
         rbd_image_forget(io, name, id, NULL);
     return rc;
+}
+
+/* The image's watchers: how many (up to 16 listed) and the first one into
+ * who. A read-only handle registers no watch of its own. */
+static int watchers_now(rados_ioctx_t io, const char *name, char *who, size_t wholen)
+{
+    rbd_image_watcher_t w[16];
+    size_t n = 16;
+    rbd_image_t img;
+    int rc = rbd_open_read_only(io, name, &img, NULL);
+
+    if (rc < 0)
+        return rc;
+    rc = rbd_watchers_list(img, w, &n);
+    rbd_close(img);
+    if (rc == -ERANGE) /* more than 16: the count is in n, the list empty */
+        return (int)n;
+    if (rc < 0)
+        return rc;
+    if (n > 0)
+        snprintf(who, wholen, "client.%lld at %s, %zu watcher%s", (long long)w[0].id,
+                 w[0].addr ? w[0].addr : "?", n, n == 1 ? "" : "s");
+    rbd_watchers_list_cleanup(w, n);
+    return (int)n;
+}
+
+int rbd_image_wait_unwatched(rados_ioctx_t io, const char *name, int wait_ms, char *who,
+                             size_t wholen)
+{
+    int n = watchers_now(io, name, who, wholen);
+
+    for (int waited = 0; n > 0 && waited < wait_ms; waited += 100) {
+        if (waited == 0)
+            log_info("rbd: %s is still open elsewhere (%s); waiting up to %d s for it to be "
+                     "closed",
+                     name, who, wait_ms / 1000);
+        nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
+        n = watchers_now(io, name, who, wholen);
+    }
+    if (n > 0)
+        return -EBUSY;
+    return n < 0 ? n : 0;
 }
 
 void rbd_image_forget(rados_ioctx_t io, const char *name, const char *id, const char *snap)

@@ -42,6 +42,14 @@ int rbd_image_create(rados_ioctx_t io, const char *name, uint64_t size);
  * change. Blocks: control threads only. */
 #define RBD_IMAGE_REMOVE_WAIT_MS 10000
 int rbd_image_remove(rados_ioctx_t io, const char *name);
+/* Wait up to wait_ms until no client watches image name (every client
+ * holding it open writable watches its header: another gateway member
+ * closing a withdrawn share, a VM, `rbd bench`), polling every 100 ms.
+ * 0 when none does; -EBUSY when some still does, with who ("client.4170
+ * at 10.0.0.2:0/123..., 1 watcher") for the caller's message; -ENOENT or
+ * another -errno. Blocks: control threads only. */
+int rbd_image_wait_unwatched(rados_ioctx_t io, const char *name, int wait_ms, char *who,
+                             size_t wholen);
 /* Image name (id, at snapshot snap if not NULL) was removed: remove
  * blockd's objects beside it; a failure is logged, not returned (the
  * image is gone either way). */

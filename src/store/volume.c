@@ -365,6 +365,28 @@ int volume_resize(struct volume *v, uint64_t new_size)
     return rc;
 }
 
+int volume_size_changed(struct volume *v, uint64_t new_size)
+{
+    new_size -= new_size % v->block_size; /* the volume serves whole blocks */
+    if (new_size == 0)
+        return -EINVAL;
+    pthread_mutex_lock(&v->resize_lock);
+    uint64_t old_size = volume_size(v);
+    if (new_size == old_size) {
+        pthread_mutex_unlock(&v->resize_lock);
+        return 0;
+    }
+    atomic_store_explicit(&v->size, new_size, memory_order_seq_cst);
+    if (new_size < old_size)
+        mod_drain(v, "shrink by another client"); /* they fail past the end: let them land */
+    v->bdev->size = new_size;
+    atomic_fetch_add_explicit(&v->size_gen, 1, memory_order_acq_rel);
+    pthread_mutex_unlock(&v->resize_lock);
+    log_info("store: volume %s is now %llu bytes (was %llu): resized by another client", v->name,
+             (unsigned long long)new_size, (unsigned long long)old_size);
+    return 1;
+}
+
 /* ---- completion ---- */
 
 static void vreq_msg_done(struct reactor_msg *m)

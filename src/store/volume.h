@@ -72,6 +72,14 @@ void volume_set_readonly(struct volume *v, bool ro);
  * volume_size_generation. Block devices: -ENOTSUP. A shrink while a
  * snapshot is being copied out of the volume (volume_cow_attach): -EBUSY. */
 int volume_resize(struct volume *v, uint64_t new_size);
+/* The backend's storage was resized by someone else (another client of a
+ * shared RBD image: a gateway member, `rbd resize`): take new_size
+ * (rounded down to whole blocks) as the volume's size without resizing
+ * the backend. A shrink makes new requests see it first, then lets the
+ * modifying requests in flight land (as volume_resize). Front-ends learn
+ * of it via volume_size_generation. 1 changed, 0 already that size,
+ * -EINVAL (less than a block). Blocking: API/control threads. */
+int volume_size_changed(struct volume *v, uint64_t new_size);
 /* Flush and wait (used at shutdown and by tests/benchmarks). */
 int volume_flush_wait(struct volume *v);
 

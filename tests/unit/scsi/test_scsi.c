@@ -187,6 +187,49 @@ static void test_capacity_change_ua(void **state)
     assert_int_equal(be32_load(r.data), 2 * BLOCKS - 1);
 }
 
+/* An LU whose storage is not reachable yet (a volume on the offline
+ * backend: an RBD pool still connecting): found and identified by the
+ * standard INQUIRY, everything else BECOMING READY (02/04/01) after the
+ * power-on unit attention, unsupported-looking commands included. */
+static void test_offline_lu(void **state)
+{
+    (void)state;
+    struct fixture f = {0};
+    struct bdev *b;
+    assert_int_equal(bdev_offline_open(VOL_SIZE, &b), 0);
+    assert_int_equal(volume_new("test/offline", b, 512, VOLUME_SYNC_STANDARD, false, &f.vol), 0);
+    struct scsi_lu_params p;
+    memset(&p, 0, sizeof p);
+    assert_int_equal(scsi_lu_new(f.vol, &p, &f.lu), 0);
+    nexus_setup(&f.a, "iqn.2026-11.test:a", 1);
+    struct result r;
+    RUN(&f, &f.a, &r, NULL, 0, 96, 0x12, 0, 0, 0, 96, 0); /* standard INQUIRY */
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    assert_int_equal(r.data[0] & 0x1f, 0);                                  /* direct access */
+    RUN(&f, &f.a, &r, NULL, 0, 64, 0xa0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 0); /* REPORT LUNS */
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    RUN(&f, &f.a, &r, NULL, 0, 0, 0x00);
+    expect_sense(&r, 0x06, 0x29, 0x00);
+    RUN(&f, &f.a, &r, NULL, 0, 0, 0x00);
+    expect_sense(&r, 0x02, 0x04, 0x01);
+    RUN(&f, &f.a, &r, NULL, 0, 32, 0x9e, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 32, 0, 0);
+    expect_sense(&r, 0x02, 0x04, 0x01);
+    RUN(&f, &f.a, &r, NULL, 0, 4096, 0x88, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0);
+    expect_sense(&r, 0x02, 0x04, 0x01);
+    RUN(&f, &f.a, &r, NULL, 0, 255, 0x12, 1, 0x83, 0, 255, 0); /* identity: from the storage */
+    expect_sense(&r, 0x02, 0x04, 0x01);
+    uint8_t unmap[24] = {0, 22, 0, 16};
+    RUN(&f, &f.a, &r, unmap, sizeof unmap, 0, 0x42, 0, 0, 0, 0, 0, 0, 0, 24, 0);
+    expect_sense(&r, 0x02, 0x04, 0x01); /* not "unsupported": the real LU may have it */
+    RUN(&f, &f.a, &r, NULL, 0, 32, 0x03, 0, 0, 0, 32, 0); /* REQUEST SENSE */
+    assert_int_equal(r.status, SCSI_STATUS_GOOD);
+    assert_int_equal(r.data[2] & 0x0f, 0x02);
+    assert_int_equal(r.data[12], 0x04);
+    assert_int_equal(r.data[13], 0x01);
+    scsi_lu_unref(f.lu);
+    volume_unref(f.vol);
+}
+
 static void test_unknown_opcode_and_lun(void **state)
 {
     struct fixture *f = *state;
@@ -1375,6 +1418,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pr_all_tg_pt, setup, teardown),
         cmocka_unit_test(test_pr_state_text),
         cmocka_unit_test_setup_teardown(test_lu_params, setup, teardown),
+        cmocka_unit_test(test_offline_lu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

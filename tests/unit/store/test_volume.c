@@ -246,6 +246,28 @@ static void test_resize(void **state)
     assert_int_equal(rw(v, VREQ_READ, buf, 4096, VOL_SIZE, 0), -EINVAL);
 }
 
+/* The backend was resized by someone else (another client of a shared
+ * image): the volume takes the size, whole blocks, without resizing it. */
+static void test_size_changed(void **state)
+{
+    struct fixture *f = *state;
+    struct volume *v = f->v;
+    uint64_t g = volume_size_generation(v);
+    assert_int_equal(volume_size_changed(v, VOL_SIZE), 0); /* the same size */
+    assert_int_equal(volume_size_generation(v), g);
+    assert_int_equal(volume_size_changed(v, 100), -EINVAL); /* less than a block */
+    assert_int_equal(volume_size_changed(v, VOL_SIZE * 2 + 100), 1);
+    assert_int_equal(volume_size(v), VOL_SIZE * 2); /* rounded down */
+    assert_int_equal(volume_size_generation(v), g + 1);
+    assert_int_equal(volume_size_changed(v, VOL_SIZE / 2), 1);
+    assert_int_equal(volume_size(v), VOL_SIZE / 2);
+    assert_int_equal(volume_size_generation(v), g + 2);
+    uint8_t buf[4096];
+    fill(buf, sizeof(buf), 3);
+    assert_int_equal(rw(v, VREQ_WRITE, buf, 4096, VOL_SIZE / 2 - 4096, 0), 0);
+    assert_int_equal(rw(v, VREQ_WRITE, buf, 4096, VOL_SIZE / 2, 0), -ENOSPC);
+}
+
 /* Shrink while writers hammer the tail: once volume_resize returns, no
  * write that saw the old size may still land, so the file keeps the new
  * size and everything past it stays gone. */
@@ -573,6 +595,7 @@ int main(void)
         BOTH(test_checks),
         BOTH(test_sync_policies),
         BOTH(test_resize),
+        cmocka_unit_test_setup_teardown(test_size_changed, open_memory, close_vol),
         BOTH(test_shrink_under_writes),
         BOTH(test_async_reactor),
         cmocka_unit_test(test_memory_latency),

@@ -1,0 +1,99 @@
+#!/bin/bash
+# pool.dataset.delete of an RBD volume another client still has open
+# (issue #17; docs/api-datasets.md "Deleting a volume another client has
+# open"): a librbd client outside blockd (python3-rbd, writable: it
+# watches the image header, as a VM or another gateway member does) keeps
+# the image open.
+#  - the delete fails with EBUSY (JSON-RPC error, errno 16) naming the
+#    image and that a client still has it open, after the bounded wait
+#    (RBD_IMAGE_REMOVE_WAIT_MS, 10 s); the dataset row, the image, and (a
+#    recursive delete of a volume with a snapshot) the snapshot and its
+#    row all stay: nothing is removed half-way;
+#  - once that client closes the image the same delete succeeds and the
+#    image and its snapshot are gone;
+#  - a client that closes the image during the wait does not fail the
+#    delete.
+. "$(dirname "$0")/lib.sh"
+need python3 rbd nbdinfo
+ceph_start
+blockd_start
+blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" \
+    >/dev/null || fail "pool.create of the RBD pool"
+blockctl volume create ceph/busy --size 16M >/dev/null || fail "volume create"
+blockctl call zfs.snapshot.create '{"dataset":"ceph/busy","name":"s1"}' >/dev/null ||
+    fail "snapshot create"
+
+# api METHOD PARAMS: "ok" or "<errno name> <message>" (exit 1)
+api() {
+    python3 - "$STATE/blockd.sock" "$1" "$2" <<'PY'
+import errno, json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall((json.dumps({"jsonrpc": "2.0", "id": 1, "method": sys.argv[2],
+                       "params": json.loads(sys.argv[3])}) + "\n").encode())
+buf = b""
+while not buf.endswith(b"\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+r = json.loads(buf)
+if "error" in r:
+    e = r["error"].get("data", {}).get("errno", 0)
+    print(errno.errorcode.get(e, str(e)), r["error"]["message"])
+    sys.exit(1)
+print("ok")
+PY
+}
+# hold SECONDS: open the image writable from another librbd client
+hold() {
+    timeout 120 python3 - "$CEPH_CONF" "$CEPH_POOL" "$1" <<'PY' &
+import sys, time, rados, rbd
+with rados.Rados(conffile=sys.argv[1]) as c, c.open_ioctx(sys.argv[2]) as io:
+    with rbd.Image(io, "busy") as img:
+        print("open", flush=True)
+        time.sleep(float(sys.argv[3]))
+PY
+    HOLDER=$!
+    BG_PIDS+=("$HOLDER")
+    local i
+    for i in $(seq 1 200); do
+        rbd -c "$CEPH_CONF" status "$CEPH_POOL/busy" 2>/dev/null | grep -q "watcher=" && return 0
+        sleep 0.1
+    done
+    fail "the other client did not open the image"
+}
+rows() { blockctl call pool.dataset.query '[[["id","=","ceph/busy"]]]' | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
+snaps() { blockctl call zfs.snapshot.query '[[["dataset","=","ceph/busy"]]]' | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
+
+# ---- open elsewhere for longer than the wait: EBUSY, nothing removed ----
+hold 60
+t0=$(date +%s)
+out=$(api pool.dataset.delete '["ceph/busy", {"recursive": true}]') && fail "the delete succeeded while another client had the image open: $out"
+secs=$(($(date +%s) - t0))
+echo "refused after ${secs} s: $out"
+grep -q "^EBUSY " <<<"$out" || fail "not EBUSY: $out"
+grep -q "RBD image busy" <<<"$out" || fail "the error does not name the image: $out"
+grep -q "still open by another client" <<<"$out" || fail "the error does not say why: $out"
+[ "$secs" -le 40 ] || fail "the delete took ${secs} s"
+[ "$(rows)" = 1 ] || fail "the dataset row went while the image stays"
+[ "$(snaps)" = 1 ] || fail "the snapshot row went"
+rbd -c "$CEPH_CONF" ls "$CEPH_POOL" | grep -qx busy || fail "the image went"
+rbd -c "$CEPH_CONF" snap ls "$CEPH_POOL/busy" | grep -qw s1 || fail "the snapshot was removed half-way"
+# the volume still serves
+blockctl share nbd create ceph/busy --name busy >/dev/null || fail "share of the kept volume"
+[ "$(nbdinfo --size "nbd://127.0.0.1:$NBD_PORT/busy")" = 16777216 ] || fail "the kept volume does not serve"
+blockctl call nbd.export.delete "[$(blockctl call nbd.export.query '[[["name","=","busy"]]]' | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')]" \
+    >/dev/null || fail "nbd.export.delete"
+kill "$HOLDER" 2>/dev/null || true
+wait "$HOLDER" 2>/dev/null || true
+
+# ---- closed during the wait: the delete goes through ----
+hold 3
+api pool.dataset.delete '["ceph/busy", {"recursive": true}]' >"$TMP/del.out" ||
+    fail "the delete failed although the other client closed the image: $(cat "$TMP/del.out")"
+wait "$HOLDER" 2>/dev/null || true
+[ "$(rows)" = 0 ] || fail "the dataset row stayed"
+rbd -c "$CEPH_CONF" ls "$CEPH_POOL" | grep -qx busy && fail "the image stayed"
+grep -q "is still open elsewhere" "$BLOCKD_LOG" || fail "no log line for the wait"
+pass "EBUSY after ${secs} s with the image, its snapshot and their rows kept; deleted once closed"
