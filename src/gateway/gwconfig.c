@@ -73,6 +73,7 @@ static json_t *failed_logged; /* key → last logged reason; store thread only *
  * claimed them (publish). Persisted as setting "gateway.adopted.<group>". */
 static json_t *adopted;      /* pend_mu */
 static bool adopted_changed; /* pend_mu: to be saved by the store thread */
+static bool adopted_recheck; /* pend_mu: a share went (or start): look again */
 
 /* The store thread's own commits are remote changes being applied. */
 static __thread bool applying;
@@ -321,6 +322,7 @@ static void publish(const struct cfg_changes *changes, void *arg)
     if (!applying && shares) {
         my_token = ++next_token;
         diff_into_dirty(now, my_token);
+        adopted_recheck = true; /* a local share may have gone */
     }
     if (!applying)
         adopted_claim_locked(changes);
@@ -621,8 +623,10 @@ static void adopted_save(void)
 static void adopted_release(void)
 {
     pthread_mutex_lock(&pend_mu);
-    json_t *todo = json_deep_copy(adopted);
+    json_t *todo = adopted_recheck ? json_deep_copy(adopted) : json_object();
+    adopted_recheck = false;
     pthread_mutex_unlock(&pend_mu);
+    bool again = false;
     const char *name;
     json_t *v;
     json_object_foreach(todo, name, v)
@@ -644,7 +648,8 @@ static void adopted_release(void)
                          "that is gone (the RBD image stays)",
                          name);
             } else if (rc == -EBUSY || rc == -EIO) {
-                drop = false; /* a share was made meanwhile, or retried next round */
+                drop = false; /* in use after all, or retried next round */
+                again = true;
                 log_failure(key, why);
             } else {
                 log_info("gateway config: keeping %s: %s (it is this member's now)", name, why);
@@ -661,6 +666,11 @@ static void adopted_release(void)
         pthread_mutex_unlock(&pend_mu);
     }
     json_decref(todo);
+    if (again) {
+        pthread_mutex_lock(&pend_mu);
+        adopted_recheck = true;
+        pthread_mutex_unlock(&pend_mu);
+    }
     adopted_save();
 }
 
@@ -723,6 +733,13 @@ static void apply_changes(struct change *ch, size_t n)
     for (size_t i = 0; i < n; i++)
         if (ch[i].rc == 0 && !ch[i].want)
             release_withdrawn(ch[i].old);
+    for (size_t i = 0; i < n; i++)
+        if (ch[i].rc == 0 && !ch[i].want) {
+            pthread_mutex_lock(&pend_mu);
+            adopted_recheck = true; /* a share went: its adopted volume may go too */
+            pthread_mutex_unlock(&pend_mu);
+            break;
+        }
 }
 
 /* Read the object and apply here whatever changed since base. */
@@ -893,6 +910,7 @@ int gwconfig_start(void)
     }
     base = base_load();
     adopted = adopted_load();
+    adopted_recheck = true; /* withdrawals while this member was down */
     failed_logged = json_object();
     conflicts = json_object();
     dirty = json_object();

@@ -118,7 +118,7 @@ wait_for 10 "A's NBD export at 96 MiB" nbd_size_is A $((96 * MiB))
 wait_for 10 "B's NBD export at 96 MiB" nbd_size_is B $((96 * MiB))
 [ "$(volsize A ceph/v)" = $((96 * MiB)) ] || fail "A's row: $(volsize A ceph/v)"
 [ "$(volsize B ceph/v)" = $((96 * MiB)) ] || fail "B's row: $(volsize B ceph/v)"
-exec {CA[1]}>&- {CB[1]}>&-
+eval "exec ${CA[1]}>&- ${CB[1]}>&-" # the sessions end
 
 # ---- the share goes on A: B drops the row it adopted, never the image ----
 gw_ctl A call nbd.export.delete "[$(gw_ctl A call nbd.export.query '[[["name","=","v"]]]' |

@@ -686,6 +686,38 @@ static void test_delete(void **st)
     json_decref(ok("pool.dataset.delete", "[\"demo/fs\"]"));
 }
 
+/* datasets_forget: the row goes, the storage stays; refused while in use,
+ * with snapshots, for a filesystem or an unknown name. */
+static void test_forget(void **st)
+{
+    char path[512], why[256];
+    struct stat sb;
+    json_t *r;
+
+    (void)st;
+    json_decref(ok("pool.dataset.create",
+                   "[{" name ":" demo / fgt "," type ":" VOLUME "," volsize ":65536}]"));
+    json_decref(ok("pool.dataset.create",
+                   "[{" name ":" demo / busy "," type ":" VOLUME "," volsize ":65536}]"));
+    assert_int_equal(datasets_forget("demo/busy", why, sizeof(why)), -EBUSY);
+    assert_non_null(strstr(why, "NBD"));
+    json_decref(ok("zfs.snapshot.create", "[{" dataset ":" demo / fgt "," name ":"s
+                                                                      "}]"));
+    assert_int_equal(datasets_forget("demo/fgt", why, sizeof(why)), -ENOTEMPTY);
+    json_decref(ok("zfs.snapshot.delete", "[" demo / fgt @s "]"));
+    json_decref(ok("pool.dataset.create", "[{" name ":" demo / fgtfs "}]"));
+    assert_int_equal(datasets_forget("demo/fgtfs", why, sizeof(why)), -EINVAL);
+    assert_int_equal(datasets_forget("demo/nothere", why, sizeof(why)), -ENOENT);
+    assert_int_equal(datasets_forget("demo/fgt", why, sizeof(why)), 0);
+    r = ok("pool.dataset.query", "[[[\"id\",\"=\",\"demo/fgt\"]]]");
+    assert_int_equal(json_array_size(r), 0);
+    json_decref(r);
+    vol_path("fgt", path, sizeof(path));
+    assert_int_equal(stat(path, &sb), 0); /* the storage stays */
+    json_decref(ok("pool.dataset.delete", "[" demo / busy ",{" force ":true}]"));
+    json_decref(ok("pool.dataset.delete", "[" demo / fgtfs "]"));
+}
+
 static void test_memory_backend(void **st)
 {
     struct volume *v, *v2;
@@ -1003,6 +1035,7 @@ int main(void)
         cmocka_unit_test(test_update),
         cmocka_unit_test(test_snapshots_clone_rollback),
         cmocka_unit_test(test_delete),
+        cmocka_unit_test(test_forget),
         cmocka_unit_test(test_memory_backend),
         cmocka_unit_test(test_persistence),
         cmocka_unit_test(test_rollback_recovery),
