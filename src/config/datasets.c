@@ -1177,7 +1177,7 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
 int datasets_forget(const char *name, char *why, size_t len)
 {
     struct delete_plan plan = {0};
-    struct ds_row row;
+    struct ds_row row = {0};
     int rc;
 
     ds_ops_lock();

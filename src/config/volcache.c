@@ -329,8 +329,8 @@ int datasets_volume_offline(const char *name, struct volume **out)
     char dsname[DS_NAME_BUF], poolname[DS_NAME_BUF];
     const char *at = strchr(name, '@');
     struct ds_pool pool;
-    struct ds_row row;
-    struct ds_snap snap;
+    struct ds_row row = {0};
+    struct ds_snap snap = {0};
     struct bdev *b;
     uint64_t size;
     int rc;
