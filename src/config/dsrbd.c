@@ -709,7 +709,7 @@ static int rbdpool_filesystem_create(const struct ds_pool *p, const char *name)
 static void busy_why(const struct rbd_io *r, const char *image, const char *who)
 {
     snprintf(ds_backend_why, sizeof(ds_backend_why),
-             "the RBD image %.200s in %.100s%s%.100s is still open by another client (%.160s) "
+             "the RBD image %.160s in %.64s%s%.64s is still open by another client (%.120s) "
              "after %d s: close it there (or withdraw its share) and delete again",
              image, r->spec.pool, r->spec.ns[0] ? "/" : "", r->spec.ns, who[0] ? who : "watched",
              RBD_IMAGE_REMOVE_WAIT_MS / 1000);

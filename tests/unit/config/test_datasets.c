@@ -696,16 +696,15 @@ static void test_forget(void **st)
 
     (void)st;
     json_decref(ok("pool.dataset.create",
-                   "[{" name ":" demo / fgt "," type ":" VOLUME "," volsize ":65536}]"));
+                   "[{\"name\":\"demo/fgt\",\"type\":\"VOLUME\",\"volsize\":65536}]"));
     json_decref(ok("pool.dataset.create",
-                   "[{" name ":" demo / busy "," type ":" VOLUME "," volsize ":65536}]"));
+                   "[{\"name\":\"demo/busy\",\"type\":\"VOLUME\",\"volsize\":65536}]"));
     assert_int_equal(datasets_forget("demo/busy", why, sizeof(why)), -EBUSY);
     assert_non_null(strstr(why, "NBD"));
-    json_decref(ok("zfs.snapshot.create", "[{" dataset ":" demo / fgt "," name ":"s
-                                                                      "}]"));
+    json_decref(ok("zfs.snapshot.create", "[{\"dataset\":\"demo/fgt\",\"name\":\"s\"}]"));
     assert_int_equal(datasets_forget("demo/fgt", why, sizeof(why)), -ENOTEMPTY);
-    json_decref(ok("zfs.snapshot.delete", "[" demo / fgt @s "]"));
-    json_decref(ok("pool.dataset.create", "[{" name ":" demo / fgtfs "}]"));
+    json_decref(ok("zfs.snapshot.delete", "[\"demo/fgt@s\"]"));
+    json_decref(ok("pool.dataset.create", "[{\"name\":\"demo/fgtfs\"}]"));
     assert_int_equal(datasets_forget("demo/fgtfs", why, sizeof(why)), -EINVAL);
     assert_int_equal(datasets_forget("demo/nothere", why, sizeof(why)), -ENOENT);
     assert_int_equal(datasets_forget("demo/fgt", why, sizeof(why)), 0);
@@ -714,8 +713,8 @@ static void test_forget(void **st)
     json_decref(r);
     vol_path("fgt", path, sizeof(path));
     assert_int_equal(stat(path, &sb), 0); /* the storage stays */
-    json_decref(ok("pool.dataset.delete", "[" demo / busy ",{" force ":true}]"));
-    json_decref(ok("pool.dataset.delete", "[" demo / fgtfs "]"));
+    json_decref(ok("pool.dataset.delete", "[\"demo/busy\",{\"force\":true}]"));
+    json_decref(ok("pool.dataset.delete", "[\"demo/fgtfs\"]"));
 }
 
 static void test_memory_backend(void **st)
