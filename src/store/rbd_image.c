@@ -100,13 +100,18 @@ static int watchers_now(rados_ioctx_t io, const char *name, char *who, size_t wh
 int rbd_image_wait_unwatched(rados_ioctx_t io, const char *name, int wait_ms, char *who,
                              size_t wholen)
 {
+    struct timespec t0, now;
     int n = watchers_now(io, name, who, wholen);
 
-    for (int waited = 0; n > 0 && waited < wait_ms; waited += 100) {
-        if (waited == 0)
-            log_info("rbd: %s is still open elsewhere (%s); waiting up to %d s for it to be "
-                     "closed",
-                     name, who, wait_ms / 1000);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (n > 0)
+        log_info("rbd: %s is still open elsewhere (%s); waiting up to %d s for it to be closed",
+                 name, who, wait_ms / 1000);
+    while (n > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long ms = (now.tv_sec - t0.tv_sec) * 1000L + (now.tv_nsec - t0.tv_nsec) / 1000000L;
+        if (ms >= wait_ms)
+            break;
         nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
         n = watchers_now(io, name, who, wholen);
     }

@@ -15,6 +15,7 @@
 #    delete.
 . "$(dirname "$0")/lib.sh"
 need python3 rbd nbdinfo
+/usr/bin/python3 -c 'import rados, rbd' 2>/dev/null || fail "python3-rados or python3-rbd missing"
 ceph_start
 blockd_start
 blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" \
@@ -45,29 +46,42 @@ if "error" in r:
 print("ok")
 PY
 }
-# hold SECONDS: open the image writable from another librbd client
-hold() {
-    timeout 120 python3 - "$CEPH_CONF" "$CEPH_POOL" "$1" <<'PY' &
-import sys, time, rados, rbd
+# hold: open the image writable from another librbd client, until release
+cat >"$TMP/hold.py" <<'PY'
+import sys, rados, rbd
 with rados.Rados(conffile=sys.argv[1]) as c, c.open_ioctx(sys.argv[2]) as io:
     with rbd.Image(io, "busy") as img:
-        print("open", flush=True)
-        time.sleep(float(sys.argv[3]))
+        open(sys.argv[3], "w").write("open\n")
+        sys.stdin.readline()
 PY
-    HOLDER=$!
+hold() {
+    rm -f "$TMP/held"
+    coproc HOLD { exec timeout 120 /usr/bin/python3 "$TMP/hold.py" "$CEPH_CONF" "$CEPH_POOL" "$TMP/held"; }
+    HOLDER=$HOLD_PID
     BG_PIDS+=("$HOLDER")
-    local i
-    for i in $(seq 1 200); do
-        rbd -c "$CEPH_CONF" status "$CEPH_POOL/busy" 2>/dev/null | grep -q "watcher=" && return 0
+    local _
+    for _ in $(seq 1 300); do
+        if [ -s "$TMP/held" ]; then
+            rbd -c "$CEPH_CONF" status "$CEPH_POOL/busy" | grep -q "watcher=" ||
+                fail "the other client holds the image but rbd status shows no watcher"
+            return 0
+        fi
+        kill -0 "$HOLDER" 2>/dev/null || fail "the other client could not open the image"
         sleep 0.1
     done
-    fail "the other client did not open the image"
+    fail "the other client did not open the image in 30 s"
+}
+# release: the other client closes the image (a killed client's watch
+# would stay until the OSD times it out, ~30 s)
+release() {
+    echo close >&"${HOLD[1]}"
+    wait "$HOLDER" 2>/dev/null || true
 }
 rows() { blockctl call pool.dataset.query '[[["id","=","ceph/busy"]]]' | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
 snaps() { blockctl call zfs.snapshot.query '[[["dataset","=","ceph/busy"]]]' | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'; }
 
 # ---- open elsewhere for longer than the wait: EBUSY, nothing removed ----
-hold 60
+hold
 t0=$(date +%s)
 out=$(api pool.dataset.delete '["ceph/busy", {"recursive": true}]') && fail "the delete succeeded while another client had the image open: $out"
 secs=$(($(date +%s) - t0))
@@ -85,11 +99,13 @@ blockctl share nbd create ceph/busy --name busy >/dev/null || fail "share of the
 [ "$(nbdinfo --size "nbd://127.0.0.1:$NBD_PORT/busy")" = 16777216 ] || fail "the kept volume does not serve"
 blockctl call nbd.export.delete "[$(blockctl call nbd.export.query '[[["name","=","busy"]]]' | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["id"])')]" \
     >/dev/null || fail "nbd.export.delete"
-kill "$HOLDER" 2>/dev/null || true
-wait "$HOLDER" 2>/dev/null || true
+release
 
 # ---- closed during the wait: the delete goes through ----
-hold 3
+hold
+exec 7>&"${HOLD[1]}" # the coprocess's own descriptor is not inherited by subshells
+(sleep 3 && echo close >&7) &
+exec 7>&-
 api pool.dataset.delete '["ceph/busy", {"recursive": true}]' >"$TMP/del.out" ||
     fail "the delete failed although the other client closed the image: $(cat "$TMP/del.out")"
 wait "$HOLDER" 2>/dev/null || true
