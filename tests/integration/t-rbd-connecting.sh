@@ -8,13 +8,15 @@
 #    lists LUN 0, a standard INQUIRY answers (direct access), TEST UNIT
 #    READY, READ, WRITE and READ CAPACITY get NOT READY, LOGICAL UNIT IS IN
 #    PROCESS OF BECOMING READY (02/04/01), not LOGICAL UNIT NOT SUPPORTED;
-#  - the NBD export is listed (nbdinfo --list), and a connection to it is
-#    refused (not served as an empty or zero-sized disk);
+#  - the NBD export is listed (NBD_OPT_LIST), and a connection to it waits
+#    5 s for the pool, then is refused with the reason (qemu-img prints
+#    it), never served as an empty or zero-sized disk;
 #  - once the conf is fixed the pool comes ONLINE by itself, and the same
 #    iSCSI session reads back what was written before the restart (after
 #    a unit attention), writes, and the NBD export serves.
 . "$(dirname "$0")/lib.sh"
-need python3 nbdinfo qemu-io
+need python3 nbdinfo qemu-io qemu-img
+/usr/bin/python3 -c 'import nbd' 2>/dev/null || fail "python3-libnbd missing"
 ceph_start
 cp "$CEPH_CONF" "$TMP/pool.conf"
 blockd_start
@@ -81,10 +83,28 @@ coproc RD { exec timeout 200 python3 "$TMP/ready.py" "$ISCSI_PORT" "$IQN" 2>&1; 
 BG_PIDS+=("$RD_PID")
 read -r -t 60 line <&"${RD[0]}" && [ "$line" = becoming-ready ] || fail "iSCSI while connecting: $line"
 
-nbdinfo --list "nbd://127.0.0.1:$NBD_PORT" 2>&1 | grep -q 'export="v"' ||
-    fail "the export is not listed while the pool connects: $(nbdinfo --list "nbd://127.0.0.1:$NBD_PORT" 2>&1)"
-out=$(timeout 60 nbdinfo --size "$U" 2>&1) && fail "the export served while its pool connects: $out"
-echo "NBD while connecting: $out"
+# NBD_OPT_LIST names it (libnbd's option mode; nbdinfo --list also asks
+# each export's details, which wait and then fail like a connection)
+listed=$(/usr/bin/python3 - "nbd://127.0.0.1:$NBD_PORT" <<'PY'
+import sys, nbd
+h = nbd.NBD()
+h.set_opt_mode(True)
+h.connect_uri(sys.argv[1])
+names = []
+h.opt_list(lambda name, desc: names.append(name) or 0)
+h.opt_abort()
+print(" ".join(names))
+PY
+) || fail "NBD_OPT_LIST while the pool connects: $listed"
+[ "$listed" = v ] || fail "the export is not listed while the pool connects: '$listed'"
+# a connection waits (bounded), then gets the reason (qemu prints the
+# server's message; libnbd only its own text for NBD_REP_ERR_UNKNOWN)
+t0=$(date +%s)
+out=$(timeout 60 qemu-img info "$U" 2>&1) && fail "the export served while its pool connects: $out"
+echo "NBD while connecting, after $(($(date +%s) - t0)) s: $out"
+grep -q "export 'v' is not ready: the pool of ceph/v is not reachable yet" <<<"$out" ||
+    fail "qemu-img does not show why: $out"
+[ $(($(date +%s) - t0)) -ge 4 ] || fail "the connection did not wait for the pool"
 
 cp "$CEPH_CONF" "$TMP/pool.conf"
 echo go >&"${RD[1]}"
