@@ -118,6 +118,7 @@ grep -Eq "member A \(id 1, client .*\) was fenced by the group" "$LOG_A" || fail
 grep -q "member A: rejoining: connected a new client" "$LOG_A" || fail "A does not log its new client"
 grep -Eq "member A: rejoining: reopened [1-9][0-9]* image\(s\)" "$LOG_A" || fail "A does not log the reopen"
 grep -Eq "member A \(id 1\) rejoined the group as client" "$LOG_A" || fail "A does not log the rejoin"
+grep -E "member A[ :(].*(fenced by|rejoin)" "$LOG_A" | cut -c1-200
 iscsi-inq "$UA" >"$TMP/inq" 2>&1 || fail "iscsi-inq through A: $(cat "$TMP/inq")"
 # The data: B's pattern everywhere B wrote, through A.
 "$GW_PROBE" verify "$UA" "$TMP/acked_b1" 3 >/dev/null || fail "A does not read B's pattern over its own old blocks"
@@ -140,11 +141,12 @@ addr1=$(addr_of B A)
 # ---- 3. an operator's fencing: rbd lock rm (blocklists the locker)
 "$GW_PROBE" write "$UA" 400 4 5 >/dev/null || fail "write through A before the lock removal"
 locks=$(rbd -c "$CEPH_CONF" lock ls "$CEPH_POOL/v" --format json)
-read -r lid locker laddr < <(python3 -c '
+# The id of an exclusive lock holds a space ("auto 1403..."): tab-separated.
+IFS=$'\t' read -r lid locker laddr < <(python3 -c '
 import json, sys
 l = json.loads(sys.argv[1])
 l = l if isinstance(l, list) else [dict(id=k, **v) for k, v in l.items()]
-print(l[0]["id"], l[0]["locker"], l[0]["address"])' "$locks") || fail "rbd lock ls: $locks"
+print("\t".join((l[0]["id"], l[0]["locker"], l[0]["address"])))' "$locks") || fail "rbd lock ls: $locks"
 echo "A's lock: id $lid, locker $locker, address $laddr (A's client: $addr1)"
 n0=$(grep -c "rejoined the group as client" "$LOG_A")
 rbd -c "$CEPH_CONF" lock rm "$CEPH_POOL/v" "$lid" "$locker" || fail "rbd lock rm"

@@ -260,8 +260,14 @@ int main(int argc, char **argv)
         double t0 = now_s(), limit = atof(argv[3]);
         int last = -1;
         while (now_s() - t0 < limit) {
-            struct iscsi_context *ctx = connect_url(url, &lun, 1);
+            /* libiscsi's login ends with a TEST UNIT READY too: its
+             * first failure is printed (the sense), later ones not. */
+            struct iscsi_context *ctx = connect_url(url, &lun, last == -3);
             int good = 0;
+            if (!ctx && last != -3) {
+                fprintf(stderr, "gw_probe: (login at %.0f ms)\n", (now_s() - t0) * 1000);
+                last = -3;
+            }
             for (int i = 0; ctx && i < 10; i++) {
                 struct scsi_task *t = iscsi_testunitready_sync(ctx, lun);
                 good = t && t->status == SCSI_STATUS_GOOD;
