@@ -21,7 +21,8 @@
 # Run under the bench lock:  flock /tmp/blockd-bench.lock bash bench/rbd.sh
 # Knobs: BUILD (./build), RUNTIME (s per run, 5), SIZE_MB (1024), REP (3),
 #        OUT (bench/results/rbd.md; "-" prints only), SERVERS (a subset of
-#        "direct blockd-iscsi tgtd blockd-nbd qemu-nbd").
+#        "direct blockd-iscsi tgtd blockd-nbd qemu-nbd"), CASES (a subset of
+#        the case names below, space-separated).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -164,7 +165,10 @@ start_server() {
         tgtadm -C "$CP" --lld iscsi --op bind --mode target --tid 1 -I ALL
         ;;
     qemu-nbd)
-        qemu-nbd -f raw -t -x bench -b 127.0.0.1 -p "$NP" --cache=none --aio=threads \
+        # -e 8: qemu-nbd serves one client at a time by default; the
+        # 8-writer case's other connections would wait their turn (and
+        # fio would add up 8 runs that never overlapped).
+        qemu-nbd -f raw -t -e 8 -x bench -b 127.0.0.1 -p "$NP" --cache=none --aio=threads \
             "rbd:rbd/$IMAGE:conf=$CEPH_CONF" >>"$TMP/qemu-nbd.log" 2>&1 &
         SERVER_PID=$!
         for _ in $(seq 1 100); do nbdinfo "nbd://127.0.0.1:$NP/bench" >/dev/null 2>&1 && break; sleep 0.1; done
@@ -178,18 +182,27 @@ declare -A ISCSI_URL=([blockd]="iscsi://127.0.0.1:$BP/$IQN_BLOCKD:bench/0"
 
 # fio: → "IOPS MiB/s"
 fio_run() { # engine-args rw bs qd [extra]
-    local eng=$1 rw=$2 bs=$3 qd=$4 extra=${5:-}
+    local eng=$1 rw=$2 bs=$3 qd=$4 extra=${5:-} t0
+    t0=$(date +%s)
     # shellcheck disable=SC2086
     /usr/bin/time -a -o "$TMP/client.time" -f "%U %S" fio --name=b $eng --rw="$rw" --bs="$bs" --iodepth="$qd" --size="${SIZE_MB}M" \
         --time_based --runtime="$RUNTIME" --randrepeat=1 --norandommap $extra \
         --output-format=json 2>>"$TMP/fio.err" | python3 -c '
-import json, sys
+import json, sys, time
 out = sys.stdin.read()
 # the fio nbd engine prints "fio: connected to NBD server" before the JSON
 j = json.loads(out[out.index("{"):])["jobs"]
+# Jobs add up only if they ran at the same time: a server that takes its
+# clients one after another (qemu-nbd without -e) makes the run last
+# jobs x runtime. Such a run is a failure, not a figure.
+wall, runtime = time.time() - float(sys.argv[1]), float(sys.argv[2])
+if wall > 2 * runtime + 10:
+    sys.stderr.write("fio: %d jobs ran %.0f s for a %.0f s run: not concurrently\n" % (len(j), wall, runtime))
+    print("0 0")
+    sys.exit(0)
 iops = sum(x["read"]["iops"] + x["write"]["iops"] for x in j)
 bw = sum(x["read"]["bw_bytes"] + x["write"]["bw_bytes"] for x in j)
-print("%.0f %.1f" % (iops, bw / 1048576))'
+print("%.0f %.1f" % (iops, bw / 1048576))' "$t0" "$RUNTIME" 2>>"$TMP/fio.err"
 }
 ENG_DIRECT="--ioengine=rbd --pool=rbd --rbdname=IMAGE --clientname=admin"
 ENG_NBD="--ioengine=nbd --uri=nbd://127.0.0.1:$NP/bench"
@@ -231,8 +244,7 @@ case_params() {
     esac
 }
 flush_extra() { [ "$1" = 4k-write+flush-8w ] && echo "--fsync=1 --numjobs=8" || true; }
-CASES=(4k-randread-qd1 4k-randread-qd32 4k-randwrite-qd1 4k-randwrite-qd32 1M-read-qd8 1M-write-qd8
-    4k-write+flush-8w)
+read -r -a CASES <<<"${CASES:-4k-randread-qd1 4k-randread-qd32 4k-randwrite-qd1 4k-randwrite-qd32 1M-read-qd8 1M-write-qd8 4k-write+flush-8w}"
 # server → process to start ("direct" runs in fio itself)
 declare -A PROC=([direct]=direct [blockd-iscsi]=blockd [tgtd]=tgtd [blockd-nbd]=blockd [qemu-nbd]=qemu-nbd)
 

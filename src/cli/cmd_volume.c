@@ -91,7 +91,12 @@ static const char *abs_path(const char *path, char *buf, size_t len)
     return buf;
 }
 
-static int pool_create(struct cli_ctx *ctx, int argc, char **argv)
+struct pool_opts {
+    const char *path, *rbd, *ns, *conf, *id, *keyring;
+};
+
+/* Parse pool create's options into o; 0 or CLI_USAGE. */
+static int pool_create_opts(struct cli_ctx *ctx, int argc, char **argv, struct pool_opts *o)
 {
     enum { O_PATH = 'p', O_RBD = 'r', O_NS = 'n', O_CONF = 'c', O_ID = 'i', O_KEYRING = 'k' };
     static const struct option opts[] = {{"path", required_argument, NULL, O_PATH},
@@ -101,73 +106,79 @@ static int pool_create(struct cli_ctx *ctx, int argc, char **argv)
                                          {"ceph-id", required_argument, NULL, O_ID},
                                          {"keyring", required_argument, NULL, O_KEYRING},
                                          {0}};
-    const char *path = NULL, *rbd = NULL, *ns = NULL, *conf = NULL, *id = NULL, *keyring = NULL;
-    char pbuf[PATH_MAX], cbuf[PATH_MAX], kbuf[PATH_MAX];
     cli_opt_begin();
     int c;
     while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
-        switch (c) {
-        case O_PATH:
-            path = optarg;
-            break;
-        case O_RBD:
-            rbd = optarg;
-            break;
-        case O_NS:
-            ns = optarg;
-            break;
-        case O_CONF:
-            conf = optarg;
-            break;
-        case O_ID:
-            id = optarg;
-            break;
-        case O_KEYRING:
-            keyring = optarg;
-            break;
-        default:
+        const char **field = c == O_PATH      ? &o->path
+                             : c == O_RBD     ? &o->rbd
+                             : c == O_NS      ? &o->ns
+                             : c == O_CONF    ? &o->conf
+                             : c == O_ID      ? &o->id
+                             : c == O_KEYRING ? &o->keyring
+                                              : NULL;
+        if (!field)
             return CLI_USAGE;
-        }
+        *field = optarg;
     }
     if (need_args(ctx, argc, 1, "pool NAME"))
         return CLI_USAGE;
-    if (!rbd && (ns || conf || id || keyring))
+    if (!o->rbd && (o->ns || o->conf || o->id || o->keyring))
         return cli_usage(ctx, "--rbd-namespace, --ceph-conf, --ceph-id and --keyring need --rbd");
-    if (rbd && path)
+    if (o->rbd && o->path)
         return cli_usage(ctx, "a pool has either --path or --rbd, not both");
-    json_t *data = json_pack("{s:s}", "name", argv[optind]);
-    if (path) {
-        const char *given = path;
-        if (!(path = abs_path(given, pbuf, sizeof(pbuf)))) {
-            json_decref(data);
-            return cli_fail("cannot make %s absolute", given);
-        }
-        json_object_set_new(data, "path", json_string(path));
+    return 0;
+}
+
+/* Set key to path made absolute in obj; false if it cannot be. */
+static bool set_abs_path(json_t *obj, const char *key, const char *path)
+{
+    char buf[PATH_MAX];
+    const char *abs = abs_path(path, buf, sizeof(buf));
+    if (!abs)
+        return false;
+    json_object_set_new(obj, key, json_string(abs));
+    return true;
+}
+
+/* The pool.create parameters for o, or NULL after printing why. */
+static json_t *pool_create_params(const char *name, const struct pool_opts *o)
+{
+    json_t *data = json_pack("{s:s}", "name", name);
+    if (o->path && !set_abs_path(data, "path", o->path)) {
+        cli_fail("cannot make %s absolute", o->path);
+        json_decref(data);
+        return NULL;
     }
-    if (rbd) {
-        json_t *r = json_pack("{s:s}", "pool", rbd);
-        if (ns)
-            json_object_set_new(r, "namespace", json_string(ns));
-        if (id)
-            json_object_set_new(r, "id", json_string(id));
-        if (conf && !(conf = abs_path(conf, cbuf, sizeof(cbuf)))) {
-            json_decref(r);
-            json_decref(data);
-            return cli_fail("cannot make the --ceph-conf path absolute");
-        }
-        if (conf)
-            json_object_set_new(r, "conf", json_string(conf));
-        if (keyring && !(keyring = abs_path(keyring, kbuf, sizeof(kbuf)))) {
-            json_decref(r);
-            json_decref(data);
-            return cli_fail("cannot make the --keyring path absolute");
-        }
-        if (keyring)
-            json_object_set_new(r, "keyring", json_string(keyring));
-        json_object_set_new(data, "rbd", r);
+    if (!o->rbd)
+        return data;
+    json_t *r = json_pack("{s:s}", "pool", o->rbd);
+    json_object_set_new(data, "rbd", r);
+    if (o->ns)
+        json_object_set_new(r, "namespace", json_string(o->ns));
+    if (o->id)
+        json_object_set_new(r, "id", json_string(o->id));
+    const char *bad = o->conf && !set_abs_path(r, "conf", o->conf)            ? "--ceph-conf"
+                      : o->keyring && !set_abs_path(r, "keyring", o->keyring) ? "--keyring"
+                                                                              : NULL;
+    if (bad) {
+        cli_fail("cannot make the %s path absolute", bad);
+        json_decref(data);
+        return NULL;
     }
+    return data;
+}
+
+static int pool_create(struct cli_ctx *ctx, int argc, char **argv)
+{
+    struct pool_opts o = {0};
+    int rc = pool_create_opts(ctx, argc, argv, &o);
+    if (rc)
+        return rc;
+    json_t *data = pool_create_params(argv[optind], &o);
+    if (!data)
+        return CLI_ERROR;
     json_t *res;
-    int rc = cli_call(ctx, "pool.create", json_pack("[o]", data), &res);
+    rc = cli_call(ctx, "pool.create", json_pack("[o]", data), &res);
     if (rc)
         return rc;
     return done(ctx, res, "created\t%s%s\n", argv[optind], "");

@@ -37,6 +37,13 @@ enum bdev_cap {
     /* submit() takes BDEV_IO_COMPARE_WRITE: an atomic compare-and-write
      * done by the backend itself (for every client of a shared device). */
     BDEV_CAN_COMPARE_WRITE = 1u << 10,
+    /* A write is on stable storage when it completes: the backend has no
+     * volatile cache between us and the medium (RBD with rbd_cache off, no
+     * journal and no write-log cache plugin: an OSD acknowledges a write
+     * only once every replica committed it). A flush then has nothing to
+     * make durable beyond what already is, so the volume completes it at
+     * once instead of calling sync() (store/volume.c). */
+    BDEV_WRITES_STABLE = 1u << 11,
 };
 
 enum bdev_zero_flags {

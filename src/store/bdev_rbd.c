@@ -13,7 +13,11 @@
  * rbd_aio_flush on the one shared handle. librbd completes a flush only
  * once every write that completed before the flush was issued is on the
  * OSDs (it writes back its cache first when rbd_cache is on), so one flush
- * covers the writes of every connection: BDEV_CAN_MULTI_CONN.
+ * covers the writes of every connection: BDEV_CAN_MULTI_CONN. With the
+ * cache off (our default), no journal and no write-log cache, a write
+ * completes only once the OSDs committed it, and librbd's flush merely
+ * waits for writes still in flight, which no flush has to cover: such an
+ * image is BDEV_WRITES_STABLE and the volume does not call it at all.
  */
 #include "store/bdev_rbd.h"
 
@@ -24,6 +28,8 @@
 #include <string.h>
 #include <sys/uio.h>
 #include <time.h>
+
+#include <rbd/features.h>
 
 #include "core/log.h"
 #include "core/util.h"
@@ -354,6 +360,27 @@ static bool image_caches_writes(struct rbd_cluster *c, rbd_image_t image)
     return strcmp(val, "true") == 0 || strcmp(val, "1") == 0;
 }
 
+/* Whether a completed write may still sit in something volatile on our
+ * side: the write cache, or the journal or persistent write-log cache
+ * (those complete writes before the image's objects have them). */
+static bool image_buffers_writes(struct rbd_cluster *c, rbd_image_t image)
+{
+    char val[256];
+    size_t len = sizeof(val);
+    uint64_t features = 0;
+
+    if (image_caches_writes(c, image))
+        return true;
+    if (rbd_get_features(image, &features) < 0 || (features & RBD_FEATURE_JOURNALING))
+        return true;
+    if (rbd_metadata_get(image, "conf_rbd_plugins", val, &len) == 0 && strstr(val, "pwl"))
+        return true;
+    if (rados_conf_get(rbd_cluster_rados(c), "rbd_plugins", val, sizeof(val)) == 0 &&
+        strstr(val, "pwl"))
+        return true;
+    return false;
+}
+
 int bdev_rbd_open(struct rbd_cluster *c, const char *pool, const char *ns, const char *image,
                   const char *snap, bool readonly, struct bdev **out)
 {
@@ -413,7 +440,9 @@ int bdev_rbd_open(struct rbd_cluster *c, const char *pool, const char *ns, const
     /* A completed write is on the OSDs: a failed flush loses none. */
     if (!image_caches_writes(c, r->image))
         r->base.caps |= BDEV_SYNC_RETRIABLE;
-    else
+    if (!image_buffers_writes(c, r->image))
+        r->base.caps |= BDEV_WRITES_STABLE;
+    if (image_caches_writes(c, r->image))
         log_warn("rbd: %s: rbd_cache is on for this image: a failed flush fails every later "
                  "one until it is reopened",
                  r->name);

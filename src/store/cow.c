@@ -5,7 +5,10 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <linux/ioprio.h>
 
 #include "core/log.h"
 #include "core/reactor.h"
@@ -480,8 +483,29 @@ static void direct_off(struct store_cow *c)
     c->direct = false;
 }
 
+/* The calling thread's I/O in the idle class until ioprio_restore: the
+ * copier's reads of the volume and writes of the snapshot file then wait
+ * behind the volume's own I/O in the disk's queue (mq-deadline and BFQ
+ * dispatch by class; "none" ignores it). Returns the previous priority,
+ * or -1 if it could not be read (then nothing is changed). */
+static int ioprio_idle(void)
+{
+    long old = syscall(SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0);
+    if (old < 0 ||
+        syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, IOPRIO_PRIO_VALUE(IOPRIO_CLASS_IDLE, 0)) < 0)
+        return -1;
+    return (int)old;
+}
+
+static void ioprio_restore(int old)
+{
+    if (old >= 0)
+        syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, old);
+}
+
 int store_cow_copy_rest(struct store_cow *c)
 {
+    int prio = ioprio_idle();
     direct_on(c);
     int rc = copy_all(c);
     /* Every chunk a write captured is stored before this returns; writes
@@ -492,6 +516,7 @@ int store_cow_copy_rest(struct store_cow *c)
     queue_drain(c, false);
     direct_off(c);
     queue_drain(c, true);
+    ioprio_restore(prio);
     return rc < 0 ? rc : atomic_load(&c->error);
 }
 

@@ -29,7 +29,10 @@
  * the volume's own writes need, and nothing for the final fsync to write.
  * When writes capture faster than that (the queue over half full), it
  * stores queued chunks through the page cache until it has caught up.
- * (Without O_DIRECT it paces its writeback with sync_file_range.)
+ * (Without O_DIRECT it paces its writeback with sync_file_range.) Its I/O
+ * runs in the idle I/O class, so a disk scheduler that dispatches by class
+ * (mq-deadline, BFQ) serves the volume's own reads, writes and the
+ * filesystem's journal first.
  *
  * Why the result is the origin at the instant of volume_cow_attach: a
  * chunk whose bit is clear has not been modified since (every modifying

@@ -136,8 +136,9 @@ done
 for op in read write; do
     grep -q "^$op EIO " "$TMP/nbd.out" || fail "new NBD $op: $(cat "$TMP/nbd.out")"
 done
-# A flush with no write acknowledged since the last one has nothing to
-# make durable: it may succeed at once; if it reaches the cluster, EIO.
+# A flush has nothing to make durable (every write acknowledged before it
+# is on the OSDs, no write was acknowledged since): it succeeds at once;
+# one that reaches the cluster (an image with a client cache) gets EIO.
 grep -Eq "^flush (ok|EIO) " "$TMP/nbd.out" || fail "new NBD flush: $(cat "$TMP/nbd.out")"
 awk -v b=$BOUND '$3 > b { exit 1 }' "$TMP/nbd.out" || fail "an NBD request took too long: $(cat "$TMP/nbd.out")"
 # NOT READY (2), LOGICAL UNIT IS IN PROCESS OF BECOMING READY (04h/01h):

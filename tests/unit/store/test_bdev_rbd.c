@@ -94,7 +94,8 @@ static void test_open_caps(void **state)
     assert_string_equal(b->ops->name, "rbd");
     /* TRIM_ZEROES: our connection turns rbd_skip_partial_discard off. */
     unsigned want = BDEV_CAN_FLUSH | BDEV_CAN_TRIM | BDEV_CAN_ZERO | BDEV_CAN_EXTENTS |
-                    BDEV_CAN_MULTI_CONN | BDEV_TRIM_ZEROES;
+                    BDEV_CAN_MULTI_CONN | BDEV_TRIM_ZEROES | BDEV_SYNC_RETRIABLE |
+                    BDEV_WRITES_STABLE;
     assert_int_equal(b->caps & want, want);
     assert_int_equal(b->caps & (BDEV_CAN_FAST_ZERO | BDEV_CAN_CACHE), 0);
     /* A file bdev is not RBD. */
@@ -417,7 +418,9 @@ static int vreq_sync(struct volume *v, enum vreq_op op, uint64_t off, uint64_t l
     return volume_submit_wait(v, &r);
 }
 
-static void async_volume(const char *mode)
+/* cached: the image's metadata turns librbd's write cache on, so a
+ * completed write is not yet durable and flushes must reach librbd. */
+static void async_volume(const char *mode, bool cached)
 {
     char name[64];
     struct bdev *bd;
@@ -431,8 +434,17 @@ static void async_volume(const char *mode)
     }
     setenv("BLOCKD_RBD_COMPLETION", mode, 1);
     image_create(name, sizeof(name), 2 * IMG_SIZE); /* NREQ MiB writes at 2 MiB steps */
+    if (cached) {
+        rbd_image_t img;
+        assert_int_equal(rbd_open(ioctx, name, &img, NULL), 0);
+        assert_int_equal(rbd_metadata_set(img, "conf_rbd_cache", "true"), 0);
+        rbd_close(img);
+    }
     assert_int_equal(bdev_rbd_open(cluster, "rbd", NULL, name, NULL, false, &bd), 0);
     unsetenv("BLOCKD_RBD_COMPLETION");
+    /* Without a cache a completed write is on the OSDs: flushes complete
+     * at once and never call librbd. */
+    assert_int_equal(!(bd->caps & BDEV_WRITES_STABLE), cached);
     assert_int_equal(volume_new("t/rbd", bd, 4096, VOLUME_SYNC_STANDARD, false, &v), 0);
     b->v = v;
 
@@ -442,8 +454,13 @@ static void async_volume(const char *mode)
     run_batch(b, VREQ_WRITE, 0, 0);
     run_batch(b, VREQ_WRITE, VREQ_FUA, 1);
     uint64_t syncs = volume_sync_calls(v);
-    assert_true(syncs >= 1); /* the FUA writes waited for a flush */
+    if (cached)
+        assert_true(syncs >= 1); /* the FUA writes waited for a flush */
+    else
+        assert_int_equal(syncs, 0);
     run_batch(b, VREQ_FLUSH, 0, 0);
+    if (!cached)
+        assert_int_equal(volume_sync_calls(v), 0);
     char **expect = malloc(sizeof(char *) * NREQ);
     for (int i = 0; i < NREQ; i++) {
         expect[i] = b->data[i];
@@ -468,7 +485,10 @@ static void async_volume(const char *mode)
     volume_set_sync(v, VOLUME_SYNC_ALWAYS);
     syncs = volume_sync_calls(v);
     run_batch(b, VREQ_WRITE, 0, 1);
-    assert_true(volume_sync_calls(v) > syncs);
+    if (cached)
+        assert_true(volume_sync_calls(v) > syncs);
+    else
+        assert_int_equal(volume_sync_calls(v), syncs);
     volume_set_sync(v, VOLUME_SYNC_STANDARD);
     /* Group commit off: one FLUSH per request, still asynchronous. */
     volume_set_group_commit(v, false);
@@ -536,13 +556,14 @@ static void close_after_flush(const char *mode)
 
 static void test_async_callback(void **state)
 {
-    async_volume("callback");
+    async_volume("callback", false);
     close_after_flush("callback");
 }
 
 static void test_async_eventfd(void **state)
 {
-    async_volume("eventfd");
+    async_volume("eventfd", false);
+    async_volume("eventfd", true);
     close_after_flush("eventfd");
 }
 
