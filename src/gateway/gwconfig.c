@@ -372,7 +372,11 @@ static json_t *writes_of(json_t *todo)
     return w;
 }
 
-/* Move base to what was written and persist it; log the keys (gc_mu). */
+/* Move base to what was written and log the keys (gc_mu). The caller
+ * notifies the group first and persists base after (base_save): the
+ * others must not wait for our local fdatasync (0.5-0.9 s under load
+ * here), and a member that crashes before it finds the group's rows equal
+ * to its own at restart. */
 static void base_advance(json_t *writes, json_t *done)
 {
     char list[1024] = "";
@@ -391,7 +395,6 @@ static void base_advance(json_t *writes, json_t *done)
         if (off < sizeof(list))
             off += (size_t)snprintf(list + off, sizeof(list) - off, "%s%s", off ? " " : "", key);
     }
-    base_save();
     log_info("gateway config: wrote %s to %s", list, gc.obj);
 }
 
@@ -446,8 +449,12 @@ static int push(void)
     if (changed)
         base_advance(writes, done);
     pthread_mutex_unlock(&gc_mu);
-    if (changed)
+    if (changed) {
         notify();
+        pthread_mutex_lock(&gc_mu);
+        base_save();
+        pthread_mutex_unlock(&gc_mu);
+    }
     if (gave_up)
         wake(); /* apply the group's value here */
     if (rc < 0)

@@ -40,69 +40,66 @@ static int pr_save(void *arg, const void *blob, size_t len)
     return icfg_write_pr((int64_t)(intptr_t)arg, blob, len);
 }
 
-static int open_volume(json_t *e, struct volume **out)
+static int open_volume(const struct icfg_extent *e, struct volume **out)
 {
-    const char *type = json_string_value(json_object_get(e, "type"));
-    const char *name = json_string_value(json_object_get(e, "name"));
-    bool ro = json_is_true(json_object_get(e, "ro"));
-    if (strcmp(type, "DISK") == 0) {
-        const char *ds = icfg_disk_dataset(json_string_value(json_object_get(e, "disk")));
+    if (e->type == ICFG_EXTENT_DISK) {
+        const char *ds = icfg_disk_dataset(e->disk);
         if (!ds)
             return -EINVAL;
         int rc = datasets_volume_open(ds, out);
         if (rc < 0)
-            log_warn("iscsi config: extent %s: cannot open volume %s: %s", name, ds, strerror(-rc));
+            log_warn("iscsi config: extent %s: cannot open volume %s: %s", e->name, ds,
+                     strerror(-rc));
         return rc;
     }
-    const char *path = json_string_value(json_object_get(e, "path"));
-    uint32_t bs = (uint32_t)json_integer_value(json_object_get(e, "blocksize"));
     struct bdev *b;
-    int rc = bdev_file_open_in_pool(path, ro, &b); /* confined: store/poolfs.h */
+    int rc = bdev_file_open_in_pool(e->path, e->ro, &b); /* confined: store/poolfs.h */
     if (rc < 0) {
-        log_warn("iscsi config: extent %s: cannot open %s: %s", name, path, strerror(-rc));
+        log_warn("iscsi config: extent %s: cannot open %s: %s", e->name, e->path, strerror(-rc));
         return rc;
     }
     char vname[96];
-    snprintf(vname, sizeof(vname), "extent:%s", name);
-    rc = volume_new(vname, b, bs, VOLUME_SYNC_STANDARD, ro, out);
+    snprintf(vname, sizeof(vname), "extent:%s", e->name);
+    rc = volume_new(vname, b, (uint32_t)e->blocksize, VOLUME_SYNC_STANDARD, e->ro, out);
     if (rc < 0)
-        log_warn("iscsi config: extent %s: cannot use %s: %s", name, path, strerror(-rc));
+        log_warn("iscsi config: extent %s: cannot use %s: %s", e->name, e->path, strerror(-rc));
     return rc;
 }
 
-int icfg_lu_from_extent(json_t *e, struct scsi_lu **out)
+/* The SCSI rotation rate of an extent's rpm ("SSD": 1, "UNKNOWN": 0). */
+static uint16_t rotation_rate(const char *rpm)
+{
+    if (strcmp(rpm, "SSD") == 0)
+        return 1;
+    unsigned v = 0;
+    for (const char *c = rpm; *c >= '0' && *c <= '9'; c++)
+        v = v * 10 + (unsigned)(*c - '0');
+    return (uint16_t)v;
+}
+
+int icfg_lu_from_extent(const struct icfg_extent *e, struct scsi_lu **out)
 {
     struct volume *vol;
     int rc = open_volume(e, &vol);
     if (rc < 0)
         return rc;
-    int64_t id = json_integer_value(json_object_get(e, "id"));
+    int64_t id = e->id;
     struct scsi_lu_params p;
     memset(&p, 0, sizeof(p));
-    p.block_size = (uint32_t)json_integer_value(json_object_get(e, "blocksize"));
+    p.block_size = (uint32_t)e->blocksize;
     /* pblocksize=true hides the physical block size (TrueNAS:
      * lb_per_pb_exp 0); otherwise report the volume's block size. */
-    if (!json_is_true(json_object_get(e, "pblocksize"))) {
+    if (!e->pblocksize) {
         uint32_t vbs = volume_block_size(vol);
         while (p.block_size && (p.block_size << (p.pblock_exp + 1)) <= vbs && p.pblock_exp < 15)
             p.pblock_exp++;
     }
-    snprintf(p.serial, sizeof(p.serial), "%s", json_string_value(json_object_get(e, "serial")));
-    snprintf(p.naa, sizeof(p.naa), "%s", json_string_value(json_object_get(e, "naa")));
-    snprintf(p.vendor, sizeof(p.vendor), "%s", json_string_value(json_object_get(e, "vendor")));
-    const char *rpm = json_string_value(json_object_get(e, "rpm"));
-    if (strcmp(rpm, "SSD") == 0)
-        p.rotation_rate = 1;
-    else if (strcmp(rpm, "UNKNOWN") == 0)
-        p.rotation_rate = 0;
-    else {
-        unsigned v = 0;
-        for (const char *c = rpm; *c >= '0' && *c <= '9'; c++)
-            v = v * 10 + (unsigned)(*c - '0');
-        p.rotation_rate = (uint16_t)v;
-    }
-    p.readonly = json_is_true(json_object_get(e, "ro"));
-    p.insecure_tpc = json_is_true(json_object_get(e, "insecure_tpc"));
+    snprintf(p.serial, sizeof(p.serial), "%s", e->serial);
+    snprintf(p.naa, sizeof(p.naa), "%s", e->naa);
+    snprintf(p.vendor, sizeof(p.vendor), "%s", e->vendor);
+    p.rotation_rate = rotation_rate(e->rpm);
+    p.readonly = e->ro;
+    p.insecure_tpc = e->insecure_tpc;
     p.pr_store.save = pr_save;
     p.pr_store.arg = (void *)(intptr_t)id;
 
@@ -120,7 +117,6 @@ int icfg_lu_from_extent(json_t *e, struct scsi_lu **out)
     free(pr);
     volume_unref(vol);
     if (rc < 0)
-        log_warn("iscsi config: extent %s: cannot create LU: %s",
-                 json_string_value(json_object_get(e, "name")), strerror(-rc));
+        log_warn("iscsi config: extent %s: cannot create LU: %s", e->name, strerror(-rc));
     return rc;
 }

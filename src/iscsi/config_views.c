@@ -178,10 +178,10 @@ int icfg_load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out, s
     return 0;
 }
 
-static struct scsi_lu *lu_for_extent(json_t *extent)
+static struct scsi_lu *lu_for_extent(const struct icfg_extent *extent)
 {
-    int64_t id = json_integer_value(json_object_get(extent, "id"));
-    int64_t gen = json_integer_value(json_object_get(extent, "gen"));
+    int64_t id = extent->id;
+    int64_t gen = extent->gen;
     for (size_t i = 0; i < lu_n; i++) {
         if (lu_cache[i].extent_id != id)
             continue;
@@ -235,22 +235,17 @@ static char *box_strdup(struct view_box *b, const char *s)
 
 /* A group's initiator names into g (a restricted group never turns into
  * an open one, even out of memory). */
-static void group_initiators(struct view_box *b, size_t at, json_t *inis)
+static void group_initiators(struct view_box *b, size_t at, const struct icfg_strv *inis)
 {
     struct iscsi_target_group *g = &b->groups[at];
-    if (json_array_size(inis) == 0)
+    if (inis->n == 0)
         return;
-    const char **arr = calloc(json_array_size(inis), sizeof(*arr));
+    const char **arr = calloc(inis->n, sizeof(*arr));
     b->initiator_arrays[at] = arr;
-    size_t k;
-    json_t *ini;
-    json_array_foreach(inis, k, ini)
-    {
-        if (arr && json_is_string(ini)) {
-            char *s = box_strdup(b, json_string_value(ini));
-            if (s)
-                arr[g->n_initiators++] = s;
-        }
+    for (size_t k = 0; arr && k < inis->n; k++) {
+        char *s = box_strdup(b, inis->v[k]);
+        if (s)
+            arr[g->n_initiators++] = s;
     }
     g->initiators = arr;
     if (!arr || g->n_initiators == 0) {
@@ -297,7 +292,7 @@ static int build_groups(struct view_box *b, int64_t target_id)
     for (size_t i = 0; i < n; i++) {
         b->groups[i].portal_tag = rows[i].portal_tag;
         b->v.n_groups = i + 1;
-        group_initiators(b, i, rows[i].initiators);
+        group_initiators(b, i, &rows[i].initiators);
         group_auth(b, i, &rows[i]);
     }
     icfg_groups_free(rows, n);
@@ -317,9 +312,10 @@ static int build_luns(struct view_box *b, int64_t target_id)
         return -EIO;
     }
     for (size_t i = 0; i < n; i++) {
-        json_t *extent = icfg_read_extent(rows[i].extent_id);
-        struct scsi_lu *lu = extent ? lu_for_extent(extent) : NULL;
-        json_decref(extent);
+        struct icfg_extent extent;
+        struct scsi_lu *lu =
+            icfg_extent_get(rows[i].extent_id, &extent) == 0 ? lu_for_extent(&extent) : NULL;
+        icfg_extent_clear(&extent);
         if (!lu) {
             log_warn("iscsi config: target %s: LUN %llu left out (its extent cannot be opened)",
                      b->v.iqn, (unsigned long long)rows[i].lun);
@@ -333,19 +329,14 @@ static int build_luns(struct view_box *b, int64_t target_id)
 }
 
 /* The target's auth_networks (CIDR strings) into b. */
-static void view_nets(struct view_box *b, json_t *nets)
+static void view_nets(struct view_box *b, const struct icfg_strv *nets)
 {
-    if (json_array_size(nets) == 0)
+    if (nets->n == 0)
         return;
-    b->nets = calloc(json_array_size(nets), sizeof(*b->nets));
-    size_t i;
-    json_t *n;
-    json_array_foreach(nets, i, n)
-    {
-        if (b->nets && json_is_string(n) &&
-            icfg_parse_cidr(json_string_value(n), &b->nets[b->v.n_auth_networks]) == 0)
+    b->nets = calloc(nets->n, sizeof(*b->nets));
+    for (size_t i = 0; b->nets && i < nets->n; i++)
+        if (icfg_parse_cidr(nets->v[i], &b->nets[b->v.n_auth_networks]) == 0)
             b->v.n_auth_networks++;
-    }
     if (!b->nets || b->v.n_auth_networks == 0) {
         /* unparsable list (validated on write, so only on corruption):
          * admit no address rather than every address */
@@ -359,23 +350,23 @@ static void view_nets(struct view_box *b, json_t *nets)
 
 int icfg_view_build(int64_t id, const char *basename, struct iscsi_target_view **out)
 {
-    struct icfg_target_rec t;
-    int rc = icfg_read_target(id, &t);
+    struct icfg_target t;
+    int rc = icfg_target_get(id, &t);
     if (rc < 0)
         return rc;
     struct view_box *b = calloc(1, sizeof(*b));
     if (!b) {
-        icfg_target_rec_clear(&t);
+        icfg_target_clear(&t);
         return -ENOMEM;
     }
     b->v.refs = 1;
     b->v.destroy = view_destroy;
     b->v.id = (uint64_t)id;
     snprintf(b->v.iqn, sizeof(b->v.iqn), "%s:%s", basename, t.name);
-    snprintf(b->v.alias, sizeof(b->v.alias), "%s", t.alias);
-    b->v.rel_tgt_id = t.rel_tgt_id;
-    view_nets(b, t.auth_networks);
-    icfg_target_rec_clear(&t);
+    snprintf(b->v.alias, sizeof(b->v.alias), "%s", t.alias ? t.alias : "");
+    b->v.rel_tgt_id = (uint16_t)t.rel_tgt_id;
+    view_nets(b, &t.auth_networks);
+    icfg_target_clear(&t);
     rc = build_groups(b, id);
     b->v.groups = b->groups;
     if (rc == 0)

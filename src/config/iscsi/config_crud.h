@@ -1,15 +1,18 @@
 /*
- * The steps every iscsi.<object>.create|update|delete|query handler shares
- * (config_auth, config_portal, config_initiator, config_extent,
- * config_target): reading and validating the parameters, beginning the
- * write transaction, and running a query over the object's rows. Each
- * object keeps its own checks, SQL and error wording. Private to
- * src/iscsi/config_*.c; every function runs on the API thread.
+ * The JSON side every iscsi.<object>.* handler shares (config_auth,
+ * config_portal, config_initiator, config_extent, config_target,
+ * config_targetextent, config_global): the method args, the decoded
+ * parameters (icfg_body: the input of an object's one decoder), JSON
+ * helpers of the decoders and encoders, and the query over an object's
+ * structs (icfg_query_typed). Each object keeps its own struct and SQL
+ * (<object>_store.h), checks and error wording. Private to
+ * src/config/iscsi/; every function runs on an API thread.
  */
 #ifndef BLOCKD_ISCSI_CONFIG_CRUD_H
 #define BLOCKD_ISCSI_CONFIG_CRUD_H
 
 #include "config/iscsi/config_internal.h"
+#include "config/iscsi/store.h"
 
 /*
  * The args of the iscsi.* methods (api/validate.h): the dispatcher checks
@@ -33,20 +36,21 @@ extern const struct api_arg icfg_get_instance_args[2]; /* [id, options?] */
 extern const struct api_arg icfg_delete_args[1];       /* [id] */
 
 /*
- * <ns>.create [{...}]: the object (checked by the dispatcher against the
- * same fields); *data is a
- * deep copy with the defaults applied and a "defer" key removed (its value
- * goes to w->defer), then icfg_write_begin(). Returns 0 with the lock held
- * (the caller json_decref()s *data and ends with icfg_write_end()), or -1
- * with the error set on call and nothing held.
+ * <ns>.create [{...}]: *data is the body (icfg_body: defaults applied,
+ * "defer" removed into w->defer) for the object's decoder, then
+ * icfg_write_begin(). 0 with the transaction open (the caller
+ * json_decref()s *data and ends with icfg_write_end()), or -1 with the
+ * error set on call and nothing open.
  */
 int icfg_create_begin(struct icfg_write *w, struct api_call *call, json_t *params,
                       const struct api_field *fields, size_t nfields, json_t **data);
-
-/* <ns>.update [id, {...}]: the same for a partial object (no defaults
- * applied); the id goes to *id. */
+/* <ns>.update [id, {...}]: the same for a partial body (no defaults); the
+ * id goes to *id. */
 int icfg_update_begin(struct icfg_write *w, struct api_call *call, json_t *params,
                       const struct api_field *fields, size_t nfields, int64_t *id, json_t **data);
+/* The error of a failed read of object id: -ENOENT is "<what> <id> does
+ * not exist" (ENOENT), anything else a database error. Returns -1. */
+int icfg_missing(struct api_call *call, int err, const char *what, int64_t id);
 
 /* <ns>.delete [id]: the id, then icfg_write_begin(). 0 with the lock held,
  * or -1 with the error set on call. */
@@ -58,17 +62,64 @@ int icfg_delete_begin(struct icfg_write *w, struct api_call *call, json_t *param
 int icfg_delete_begin_opts(struct icfg_write *w, struct api_call *call, json_t *params, int64_t *id,
                            const char *name1, bool *value1, const char *name2, bool *value2);
 
-/*
- * <ns>.query [filters?, options?]: the rows of select_sql (ORDER BY id, a
- * WHERE from the first matching hint, see icfg_rows_hinted) through fn,
- * then api_query. Takes the DB lock itself; the handler's return value.
- */
-int icfg_query_hinted(struct api_call *call, json_t *params, json_t **result, icfg_row_fn fn,
-                      const char *select_sql, const struct icfg_hint *hints, size_t n_hints);
+/* ---- typed objects (store.h): the JSON side of their decoders and
+ * encoders ---- */
 
-/* Row helpers: a column as a JSON string / integer, or JSON null when the
- * column is SQL NULL. New references. */
-json_t *icfg_col_text_or_null(sqlite3_stmt *st, int col);
-json_t *icfg_col_int_or_null(sqlite3_stmt *st, int col);
+/*
+ * params[index], a body the dispatcher checked against fields, as a deep
+ * copy with its "defer" key removed (its value in *defer) and, with
+ * defaults, the fields' defaults applied: the input of an object's
+ * decoder. A new reference, or NULL (ENOMEM; params[index] absent is an
+ * empty object).
+ */
+json_t *icfg_body(json_t *params, size_t index, const struct api_field *fields, size_t nfields,
+                  bool defaults, bool *defer);
+/* obj as its create's defaults make it: decode applied to an object of
+ * the fields' def texts (the defaults stay in the field table only). For
+ * the icfg_<object>_init functions. 0 or -ENOMEM. */
+int icfg_defaults(const struct api_field *fields, size_t nfields,
+                  int (*decode)(json_t *data, void *obj), void *obj);
+/* A checked JSON array of strings into *out (cleared first). 0 or -ENOMEM. */
+int icfg_strv_decode(json_t *array, struct icfg_strv *out);
+/* s as a JSON array of strings (new reference, NULL on ENOMEM). */
+json_t *icfg_strv_encode(const struct icfg_strv *s);
+/* A string (NULL: JSON null) / an optional integer as JSON (new refs). */
+json_t *icfg_str_or_null(const char *s);
+json_t *icfg_int_or_null(bool has, int64_t v);
+
+/* A typed object as its query sees it: its store's table (the structs)
+ * and its encoder (one struct → its row). */
+struct icfg_typed {
+    const struct icfg_table *table;
+    json_t *(*encode)(const void *elem);
+};
+/*
+ * <ns>.query [filters?, options?] over a typed object: the structs the
+ * first matching hint (struct icfg_hint) narrows the list to, each
+ * encoded, then api_query. Takes the DB lock itself; the handler's
+ * return value.
+ */
+int icfg_query_typed(struct api_call *call, json_t *params, json_t **result,
+                     const struct icfg_typed *type, const struct icfg_hint *hints, size_t n_hints);
+
+/* The rows of a typed object narrowed by key (NULL: all), encoded: a
+ * new array, or NULL (logged). DB locked. */
+json_t *icfg_typed_rows(const struct icfg_typed *type, const struct icfg_key *key);
+
+/*
+ * Every row of one typed object, kept between calls and brought up to
+ * date from the rows that changed since (config/db.h db_watch), instead
+ * of rebuilt: TrueNAS clients list every mapping before each create. The
+ * rows (encoded by type, each with an integer "id", depending on nothing
+ * but their own table row) are shared and never modified (a refresh
+ * builds a new array). Inside a transaction the cache is not used.
+ * Returns a new reference or NULL. DB locked.
+ */
+struct icfg_rows_cache {
+    struct db_watch watch; /* .table set by the owner */
+    json_t *rows;
+    bool registered;
+};
+json_t *icfg_rows_cached(struct icfg_rows_cache *c, const struct icfg_typed *type);
 
 #endif

@@ -10,7 +10,7 @@
 #include "api/jsonw.h"
 #include "config/db.h"
 #include "core/log.h"
-#include "config/iscsi/config_internal.h"
+#include "config/iscsi/config_crud.h"
 #include "store/poolfs.h"
 
 int icfg_prepare(const char *sql, sqlite3_stmt **st)
@@ -67,6 +67,19 @@ static int prepare_bound(const char *sql, sqlite3_stmt **st, const char *types, 
     return icfg_bindv(*st, types, ap);
 }
 
+int icfg_step(sqlite3_stmt *st, const char *sql)
+{
+    int s = sqlite3_step(st);
+    if (s == SQLITE_DONE || s == SQLITE_ROW)
+        return 0;
+    int rc = -db_errno();
+    if (rc == 0)
+        rc = -EIO;
+    if (rc != -EEXIST)
+        log_error("iscsi config: %s: %s", sql, sqlite3_errmsg(db_handle()));
+    return rc;
+}
+
 int icfg_run(const char *sql, const char *types, ...)
 {
     sqlite3_stmt *st = NULL;
@@ -76,16 +89,8 @@ int icfg_run(const char *sql, const char *types, ...)
     va_end(ap);
     if (!st)
         return rc;
-    if (rc == 0) {
-        int s = sqlite3_step(st);
-        if (s != SQLITE_DONE && s != SQLITE_ROW) {
-            rc = -db_errno();
-            if (rc == 0)
-                rc = -EIO;
-            if (rc != -EEXIST)
-                log_error("iscsi config: %s: %s", sql, sqlite3_errmsg(db_handle()));
-        }
-    }
+    if (rc == 0)
+        rc = icfg_step(st, sql);
     icfg_finalize(st);
     return rc;
 }
@@ -118,53 +123,6 @@ const char *icfg_col_text(sqlite3_stmt *st, int col)
     return t ? (const char *)t : "";
 }
 
-json_t *icfg_col_json(sqlite3_stmt *st, int col)
-{
-    const char *t = icfg_col_text(st, col);
-    json_t *j = json_loads(t, 0, NULL);
-    return j ? j : json_array();
-}
-
-json_t *icfg_rows(icfg_row_fn fn, const char *sql, const char *types, ...)
-{
-    sqlite3_stmt *st = NULL;
-    va_list ap;
-    va_start(ap, types);
-    int rc = prepare_bound(sql, &st, types, ap);
-    va_end(ap);
-    if (!st)
-        return NULL;
-    json_t *rows = json_array();
-    while (rc == 0 && rows) {
-        int s = sqlite3_step(st);
-        if (s == SQLITE_DONE)
-            break;
-        if (s != SQLITE_ROW) {
-            log_error("iscsi config: query failed: %s", sqlite3_errmsg(db_handle()));
-            json_decref(rows);
-            rows = NULL;
-            break;
-        }
-        json_t *row = fn(st);
-        if (!row || json_array_append_new(rows, row) < 0) {
-            json_decref(rows);
-            rows = NULL;
-        }
-    }
-    icfg_finalize(st);
-    return rows;
-}
-
-json_t *icfg_get_by_id(icfg_row_fn fn, const char *sql, int64_t id)
-{
-    json_t *rows = icfg_rows(fn, sql, "i", id);
-    json_t *row = NULL;
-    if (rows && json_array_size(rows) > 0)
-        row = json_incref(json_array_get(rows, 0));
-    json_decref(rows);
-    return row;
-}
-
 /* First index in sorted rows whose "id" is >= id. */
 static size_t rows_lower_bound(json_t *rows, int64_t id)
 {
@@ -181,13 +139,15 @@ static size_t rows_lower_bound(json_t *rows, int64_t id)
 
 /* c->rows with the watched changes applied, as a new array; NULL on error.
  * The rows that entered go to added, those replaced or removed to dropped. */
-static json_t *rows_refresh(struct icfg_rows_cache *c, icfg_row_fn fn, const char *by_id_sql,
-                            json_t *added, json_t *dropped)
+static json_t *rows_refresh(struct icfg_rows_cache *c, const struct icfg_typed *type, json_t *added,
+                            json_t *dropped)
 {
     json_t *rows = json_copy(c->rows); /* shallow: the rows are shared */
     for (size_t i = 0; rows && i < c->watch.n; i++) {
         int64_t id = c->watch.ids[i];
-        json_t *found = icfg_rows(fn, by_id_sql, "i", id);
+        struct icfg_key key = {
+            .column = "id", .values = &(struct icfg_key_value){.is_int = true, .i = id}, .n = 1};
+        json_t *found = icfg_typed_rows(type, &key);
         if (!found) {
             json_decref(rows);
             return NULL;
@@ -236,8 +196,7 @@ static void rows_memo(json_t *added, json_t *dropped)
     }
 }
 
-json_t *icfg_rows_cached(struct icfg_rows_cache *c, icfg_row_fn fn, const char *all_sql,
-                         const char *by_id_sql)
+json_t *icfg_rows_cached(struct icfg_rows_cache *c, const struct icfg_typed *type)
 {
     if (!c->registered) {
         db_watch_register(&c->watch);
@@ -245,17 +204,17 @@ json_t *icfg_rows_cached(struct icfg_rows_cache *c, icfg_row_fn fn, const char *
     }
     sqlite3 *db = db_handle();
     if (!db || !sqlite3_get_autocommit(db))
-        return icfg_rows(fn, all_sql, ""); /* uncommitted rows: not for the cache */
+        return icfg_typed_rows(type, NULL); /* uncommitted rows: not for the cache */
     if (c->rows && !c->watch.overflow && c->watch.n == 0)
         return json_incref(c->rows); /* unchanged since the last call */
     json_t *rows = NULL;
     json_t *added = json_array(), *dropped = json_array();
     if (c->rows && !c->watch.overflow && added && dropped)
-        rows = rows_refresh(c, fn, by_id_sql, added, dropped);
+        rows = rows_refresh(c, type, added, dropped);
     if (rows) {
         rows_memo(added, dropped);
     } else {
-        rows = icfg_rows(fn, all_sql, "");
+        rows = icfg_typed_rows(type, NULL);
         if (rows) /* rebuilt: every old row leaves, every new one enters */
             rows_memo(rows, c->rows);
     }
@@ -284,6 +243,7 @@ int icfg_write_begin(struct icfg_write *w, struct api_call *call)
 {
     memset(w, 0, sizeof(*w));
     w->call = call;
+    w->method = api_call_method(call);
     if (cfg_tx_begin(&w->tx) < 0)
         return api_error(call, EIO, "cannot start a configuration transaction");
     return 0;
@@ -292,19 +252,6 @@ int icfg_write_begin(struct icfg_write *w, struct api_call *call)
 void icfg_changed_target(struct icfg_write *w, int64_t target_id)
 {
     cfg_tx_changed(&w->tx, CFG_ISCSI_TARGET, target_id, CFG_UPDATED);
-}
-
-int icfg_changed_targets(struct icfg_write *w, const char *sql, int64_t arg)
-{
-    sqlite3_stmt *st;
-    int rc = icfg_prepare(sql, &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, arg);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        icfg_changed_target(w, sqlite3_column_int64(st, 0));
-    icfg_finalize(st);
-    return rc == SQLITE_DONE ? 0 : -EIO;
 }
 
 /* Remove the files of deleted FILE extents once their deletion is durable
@@ -357,6 +304,12 @@ int icfg_write_end(struct icfg_write *w, int rc)
 const char *icfg_field(struct api_call *call, const char *field, char *buf, size_t len)
 {
     snprintf(buf, len, "%s.%s", api_call_method(call), field);
+    return buf;
+}
+
+const char *icfg_wfield(const struct icfg_write *w, const char *field, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s.%s", w->method, field);
     return buf;
 }
 
@@ -439,81 +392,4 @@ int icfg_get_instance(struct api_call *call, json_t *params, json_t **result, ap
         rc = query(call, q, result);
     json_decref(q);
     return rc;
-}
-
-static bool hint_scalar(json_t *v)
-{
-    return json_is_string(v) || json_is_integer(v);
-}
-
-json_t *icfg_rows_hinted(icfg_row_fn fn, const char *select_sql, const char *order_sql,
-                         json_t *params, const struct icfg_hint *hints, size_t n_hints)
-{
-    const struct icfg_hint *h = NULL;
-    json_t *value = NULL;
-    const char *op = NULL;
-    for (size_t i = 0; i < n_hints && !h; i++) {
-        json_t *v = api_query_hint(params, hints[i].field, &op);
-        if (!v)
-            continue;
-        if (strcmp(op, "=") == 0 && hint_scalar(v)) {
-            h = &hints[i];
-            value = v;
-        } else if (strcmp(op, "in") == 0 && json_array_size(v) <= 512) {
-            bool ok = true;
-            size_t k;
-            json_t *item;
-            json_array_foreach(v, k, item) ok = ok && hint_scalar(item);
-            if (ok) {
-                h = &hints[i];
-                value = v;
-            }
-        }
-    }
-    char *sql = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&sql, &len);
-    if (!f)
-        return NULL;
-    fputs(select_sql, f);
-    if (h && json_is_array(value)) {
-        fprintf(f, " WHERE %s IN (", h->column);
-        for (size_t k = 0; k < json_array_size(value); k++)
-            fputs(k ? ", ?" : "?", f);
-        fputs(")", f);
-    } else if (h) {
-        fprintf(f, " WHERE %s = ?", h->column);
-    }
-    fprintf(f, " %s", order_sql);
-    fclose(f);
-    sqlite3_stmt *st;
-    if (!sql || icfg_prepare(sql, &st) < 0) {
-        free(sql);
-        return NULL;
-    }
-    free(sql);
-    size_t nb = h ? (json_is_array(value) ? json_array_size(value) : 1) : 0;
-    for (size_t k = 0; k < nb; k++) {
-        json_t *v = json_is_array(value) ? json_array_get(value, k) : value;
-        if (json_is_integer(v))
-            sqlite3_bind_int64(st, (int)k + 1, json_integer_value(v));
-        else
-            sqlite3_bind_text(st, (int)k + 1, json_string_value(v), -1, SQLITE_TRANSIENT);
-    }
-    json_t *rows = json_array();
-    for (;;) {
-        int s = sqlite3_step(st);
-        if (s == SQLITE_DONE)
-            break;
-        json_t *row = s == SQLITE_ROW ? fn(st) : NULL;
-        if (!row || json_array_append_new(rows, row) < 0) {
-            if (s != SQLITE_ROW)
-                log_error("iscsi config: query failed: %s", sqlite3_errmsg(db_handle()));
-            json_decref(rows);
-            rows = NULL;
-            break;
-        }
-    }
-    icfg_finalize(st);
-    return rows;
 }

@@ -1,59 +1,54 @@
-/* iscsi.extent.create|update|delete|query|disk_choices. An extent is a LUN
- * source: a blockd volume (DISK, "zvol/<pool>/<volume>") or a file (FILE). */
+/*
+ * iscsi.extent.create|update|delete|query|get_instance|disk_choices: the
+ * API of struct icfg_extent (extent_store.h holds its SQL). An extent is
+ * a LUN source: a blockd volume (DISK, "zvol/<pool>/<volume>") or a file
+ * (FILE). The field table the dispatcher checks, the one decoder
+ * (extent_decode), the one encoder (extent_encode), the invariants
+ * (extent_check) and handlers of one shape: decode → check → one
+ * transaction → publish (its commit).
+ */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "config/datasets.h"
 #include "config/db.h"
+#include "config/iscsi/config_crud.h"
+#include "config/iscsi/extent_store.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "config/iscsi/config_crud.h"
 #include "store/bdev.h"
 #include "store/names.h"
 #include "store/poolfs.h"
 
-json_t *icfg_extent_row_internal(sqlite3_stmt *st)
+/* ---- encoder: struct → the TrueNAS-shaped row ---- */
+
+/* The row iscsi.extent.* answers with (gen is the runtime's, not shown).
+ * A new reference, or NULL (ENOMEM). */
+static json_t *extent_encode(const struct icfg_extent *e)
 {
-    json_t *r = json_object();
-    json_object_set_new(r, "id", json_integer(sqlite3_column_int64(st, 0)));
-    json_object_set_new(r, "name", json_string(icfg_col_text(st, 1)));
-    json_object_set_new(r, "type", json_string(icfg_col_text(st, 2)));
-    json_object_set_new(r, "disk", icfg_col_text_or_null(st, 3));
-    json_object_set_new(r, "path", icfg_col_text_or_null(st, 4));
-    json_object_set_new(r, "filesize", json_integer(sqlite3_column_int64(st, 5)));
-    json_object_set_new(r, "serial", json_string(icfg_col_text(st, 6)));
-    json_object_set_new(r, "blocksize", json_integer(sqlite3_column_int64(st, 7)));
-    json_object_set_new(r, "pblocksize", json_boolean(sqlite3_column_int(st, 8)));
-    json_object_set_new(r, "avail_threshold", icfg_col_int_or_null(st, 9));
-    json_object_set_new(r, "comment", json_string(icfg_col_text(st, 10)));
-    json_object_set_new(r, "naa", json_string(icfg_col_text(st, 11)));
-    json_object_set_new(r, "insecure_tpc", json_boolean(sqlite3_column_int(st, 12)));
-    json_object_set_new(r, "xen", json_boolean(sqlite3_column_int(st, 13)));
-    json_object_set_new(r, "rpm", json_string(icfg_col_text(st, 14)));
-    json_object_set_new(r, "ro", json_boolean(sqlite3_column_int(st, 15)));
-    json_object_set_new(r, "enabled", json_boolean(sqlite3_column_int(st, 16)));
-    json_object_set_new(r, "vendor", json_string(icfg_col_text(st, 17)));
-    json_object_set_new(r, "locked", json_false());
-    json_object_set_new(r, "gen", json_integer(sqlite3_column_int64(st, 18)));
+    json_t *r = json_pack("{s:I, s:s, s:s, s:o, s:o, s:I, s:s, s:I, s:b}", "id", (json_int_t)e->id,
+                          "name", e->name, "type", icfg_extent_type_names[e->type], "disk",
+                          icfg_str_or_null(e->disk), "path", icfg_str_or_null(e->path), "filesize",
+                          (json_int_t)e->filesize, "serial", e->serial, "blocksize",
+                          (json_int_t)e->blocksize, "pblocksize", e->pblocksize);
+    json_t *rest =
+        json_pack("{s:o, s:s, s:s, s:b, s:b, s:s, s:b, s:b, s:s, s:b}", "avail_threshold",
+                  icfg_int_or_null(e->has_avail_threshold, e->avail_threshold), "comment",
+                  e->comment, "naa", e->naa, "insecure_tpc", e->insecure_tpc, "xen", e->xen, "rpm",
+                  e->rpm, "ro", e->ro, "enabled", e->enabled, "vendor", e->vendor, "locked", 0);
+    if (!r || !rest || json_object_update(r, rest) < 0) {
+        json_decref(r);
+        r = NULL;
+    }
+    json_decref(rest);
     return r;
 }
 
-static json_t *extent_row(sqlite3_stmt *st)
-{
-    json_t *r = icfg_extent_row_internal(st);
-    json_object_del(r, "gen");
-    return r;
-}
-
-#define EXTENT_BY_ID ICFG_EXTENT_SELECT " WHERE id = ?"
-
-static const char *const type_enum[] = {"DISK", "FILE", NULL};
 static const char *const rpm_enum[] = {"UNKNOWN", "SSD", "5400", "7200", "10000", "15000", NULL};
 static const json_int_t blocksizes[] = {512, 1024, 2048, 4096};
 static const struct api_field extent_fields[] = {
@@ -62,7 +57,7 @@ static const struct api_field extent_fields[] = {
      .flags = API_REQUIRED | API_RANGE,
      .min = 1,
      .max = ICFG_EXTENT_NAME_MAX},
-    {.name = "type", .type = API_T_ENUM, .choices = type_enum, .def = "\"DISK\""},
+    {.name = "type", .type = API_T_ENUM, .choices = icfg_extent_type_names, .def = "\"DISK\""},
     {.name = "disk", .type = API_T_STRING, .flags = API_NULLABLE, .def = "null"},
     {.name = "path", .type = API_T_STRING, .flags = API_NULLABLE, .def = "null"},
     {.name = "filesize", .type = API_T_ANY, .def = "0"},
@@ -93,21 +88,7 @@ static const struct api_field extent_fields[] = {
     {.name = "defer", .type = API_T_BOOL},
 };
 
-static void random_hex(char *out, size_t digits)
-{
-    static const char hex[] = "0123456789abcdef";
-    uint8_t raw[32];
-    size_t need = (digits + 1) / 2;
-    if (getrandom(raw, need, 0) != (ssize_t)need) {
-        /* getrandom cannot fail for ≤256 bytes once the pool is ready;
-         * fall back to something unique-ish rather than abort. */
-        for (size_t i = 0; i < need; i++)
-            raw[i] = (uint8_t)(rand() ^ (int)getpid());
-    }
-    for (size_t i = 0; i < digits; i++)
-        out[i] = hex[(raw[i / 2] >> ((i & 1) ? 0 : 4)) & 0xf];
-    out[digits] = '\0';
-}
+/* ---- decoder: a checked JSON body → struct ---- */
 
 /* filesize: TrueNAS accepts an integer or a decimal string. */
 static int filesize_value(json_t *v, int64_t *out)
@@ -132,57 +113,105 @@ static int filesize_value(json_t *v, int64_t *out)
     return -EINVAL;
 }
 
-/* As TrueNAS (check_path_resides_within_volume), and stricter: a FILE
- * extent is a file or block device inside a pool, reached without any
- * symlink (datasets_file_check, store/poolfs.h), so the API cannot export
- * or grow arbitrary host files; and it is not a blockd volume or snapshot
- * file (those are DISK extents: a snapshot must stay read-only, a volume
- * must go through its shared open volume). The file may not exist yet
- * when may_create. 0 or -errno with the problem in why. */
-static int file_path_problem(const char *path, bool may_create, char *why, size_t whylen)
+/* A string key of data, if present, into *dst (JSON null: NULL). */
+static int str_key(json_t *data, const char *key, char **dst)
 {
-    return datasets_file_check(path, may_create, why, whylen);
+    json_t *v = json_object_get(data, key);
+    return v ? icfg_str_set(dst, json_string_value(v)) : 0;
 }
+
+static void bool_key(json_t *data, const char *key, bool *dst)
+{
+    json_t *v = json_object_get(data, key);
+    if (v)
+        *dst = json_is_true(v);
+}
+
+/*
+ * The one decoder: apply the keys present in data (a body the dispatcher
+ * checked against extent_fields: complete with its defaults on create,
+ * partial on update) to e. 0 or -ENOMEM.
+ */
+static int extent_decode(json_t *data, struct icfg_extent *e)
+{
+    json_t *v;
+    int rc = str_key(data, "name", &e->name);
+    if ((v = json_object_get(data, "type")))
+        e->type = (enum icfg_extent_type)icfg_name_index(icfg_extent_type_names,
+                                                         json_string_value(v), ICFG_EXTENT_DISK);
+    if (rc == 0)
+        rc = str_key(data, "disk", &e->disk);
+    if (rc == 0)
+        rc = str_key(data, "path", &e->path);
+    if ((v = json_object_get(data, "filesize")))
+        e->filesize_invalid = filesize_value(v, &e->filesize) < 0;
+    if (rc == 0)
+        rc = str_key(data, "serial", &e->serial);
+    if ((v = json_object_get(data, "blocksize")))
+        e->blocksize = json_integer_value(v);
+    bool_key(data, "pblocksize", &e->pblocksize);
+    if ((v = json_object_get(data, "avail_threshold"))) {
+        e->has_avail_threshold = json_is_integer(v);
+        e->avail_threshold = json_integer_value(v);
+    }
+    if (rc == 0)
+        rc = str_key(data, "comment", &e->comment);
+    bool_key(data, "insecure_tpc", &e->insecure_tpc);
+    bool_key(data, "xen", &e->xen);
+    if (rc == 0)
+        rc = str_key(data, "rpm", &e->rpm);
+    bool_key(data, "ro", &e->ro);
+    bool_key(data, "enabled", &e->enabled);
+    return rc;
+}
+
+static int extent_decode_any(json_t *data, void *obj)
+{
+    return extent_decode(data, obj);
+}
+
+int icfg_extent_init(struct icfg_extent *e)
+{
+    memset(e, 0, sizeof(*e));
+    return icfg_defaults(extent_fields, ARRAY_SIZE(extent_fields), extent_decode_any, e);
+}
+
+/* ---- invariants ---- */
 
 /* The name: no double quote (it ends up in ctl.conf-like output and
  * quoted keys), unique among the other extents. */
-static void extent_check_name(struct api_call *call, json_t *d, int64_t self_id)
+static void extent_check_name(struct icfg_write *w, const struct icfg_extent *e)
 {
-    const char *name = json_string_value(json_object_get(d, "name"));
+    struct api_call *call = w->call;
     char f[128];
     int64_t other;
 
-    if (strchr(name, '"'))
-        api_verr(call, icfg_field(call, "name", f, sizeof(f)), EINVAL,
+    if (strchr(e->name, '"'))
+        api_verr(call, icfg_wfield(w, "name", f, sizeof(f)), EINVAL,
                  "Double quotes are not allowed");
-    else if (icfg_int(&other, "SELECT id FROM iscsi_extent WHERE name = ? AND id != ?", "ti", name,
-                      self_id) == 0)
-        api_verr(call, icfg_field(call, "name", f, sizeof(f)), EEXIST,
-                 "Extent name must be unique");
+    else if (icfg_extent_find_name(e->name, e->id, &other) == 0)
+        api_verr(call, icfg_wfield(w, "name", f, sizeof(f)), EEXIST, "Extent name must be unique");
 }
 
 /* A given serial: printable, without spaces or quotes (it is the unit
  * serial number VPD page's text), unique among the other extents. */
-static void extent_check_serial(struct api_call *call, json_t *d, int64_t self_id)
+static void extent_check_serial(struct icfg_write *w, const struct icfg_extent *e)
 {
-    json_t *serial = json_object_get(d, "serial");
-    const char *s;
+    struct api_call *call = w->call;
     char f[128];
     int64_t other;
     bool ok = true;
 
-    if (!json_is_string(serial) || json_string_length(serial) == 0)
+    if (!e->serial || !*e->serial)
         return;
-    s = json_string_value(serial);
-    for (const char *p = s; *p; p++)
+    for (const char *p = e->serial; *p; p++)
         if (*p <= ' ' || *p > '~' || *p == '"')
             ok = false;
     if (!ok)
-        api_verr(call, icfg_field(call, "serial", f, sizeof(f)), EINVAL,
+        api_verr(call, icfg_wfield(w, "serial", f, sizeof(f)), EINVAL,
                  "Serial may contain printable characters only, without spaces or quotes");
-    else if (icfg_int(&other, "SELECT id FROM iscsi_extent WHERE serial = ? AND id != ?", "ti", s,
-                      self_id) == 0)
-        api_verr(call, icfg_field(call, "serial", f, sizeof(f)), EEXIST,
+    else if (icfg_extent_find_serial(e->serial, e->id, &other) == 0)
+        api_verr(call, icfg_wfield(w, "serial", f, sizeof(f)), EEXIST,
                  "Serial number must be unique");
 }
 
@@ -194,17 +223,10 @@ static void extent_check_serial(struct api_call *call, json_t *d, int64_t self_i
 static int extent_disk_size(struct api_call *call, const char *f, const char *ds, uint64_t *vsize)
 {
     struct volume *vol = NULL;
-    int64_t dbsize;
-    int err = strchr(ds, '@') ? 1
-                              : icfg_int(&dbsize,
-                                         "SELECT volsize FROM datasets WHERE name = ? AND "
-                                         "type = 'VOLUME'",
-                                         "t", ds);
+    int err = strchr(ds, '@') ? 1 : icfg_volume_size(ds, vsize);
 
-    if (err == 0) {
-        *vsize = (uint64_t)dbsize;
+    if (err == 0)
         return 0;
-    }
     if (err != -ENOENT)
         err = datasets_volume_open(ds, &vol);
     if (err == -ENOENT) {
@@ -223,22 +245,19 @@ static int extent_disk_size(struct api_call *call, const char *f, const char *ds
 /* A DISK extent: "zvol/<dataset>" naming an existing volume (or a
  * snapshot, then read-only) whose size is whole blocks; path is for FILE
  * extents and is cleared, as is filesize. */
-static void extent_check_disk(struct api_call *call, json_t *d, json_t *old)
+static void extent_check_disk(struct icfg_write *w, struct icfg_extent *e, bool update)
 {
-    const char *disk = json_string_value(json_object_get(d, "disk"));
-    int64_t bs = json_integer_value(json_object_get(d, "blocksize"));
-    bool ro = json_is_true(json_object_get(d, "ro"));
+    struct api_call *call = w->call;
     const char *ds;
     char f[128], why[128];
     uint64_t vsize = 0;
-    json_t *p;
 
-    icfg_field(call, "disk", f, sizeof(f));
-    if (!disk || !*disk) {
+    icfg_wfield(w, "disk", f, sizeof(f));
+    if (!e->disk || !*e->disk) {
         api_verr(call, f, EINVAL, "This field is required for DISK extents");
         return;
     }
-    ds = icfg_disk_dataset(disk);
+    ds = icfg_disk_dataset(e->disk);
     if (!ds) {
         api_verr(call, f, EINVAL, "Disk name must start with \"zvol/\"");
         return;
@@ -247,230 +266,209 @@ static void extent_check_disk(struct api_call *call, json_t *d, json_t *old)
         api_verr(call, f, EINVAL, "Invalid dataset name: %s", why);
         return;
     }
-    if (strchr(ds, '@') && !ro) {
-        api_verr(call, icfg_field(call, "ro", f, sizeof(f)), EINVAL,
+    if (strchr(ds, '@') && !e->ro) {
+        api_verr(call, icfg_wfield(w, "ro", f, sizeof(f)), EINVAL,
                  "Must be set when disk is a ZFS Snapshot");
         return;
     }
     if (extent_disk_size(call, f, ds, &vsize) < 0)
         return;
-    if (vsize % (uint64_t)bs != 0)
-        api_verr(call, icfg_field(call, "blocksize", f, sizeof(f)), EINVAL,
+    if (vsize % (uint64_t)e->blocksize != 0)
+        api_verr(call, icfg_wfield(w, "blocksize", f, sizeof(f)), EINVAL,
                  "Volume size %llu is not a multiple of the block size %lld",
-                 (unsigned long long)vsize, (long long)bs);
-    p = json_object_get(d, "path");
-    if (p && !json_is_null(p) && !old)
-        api_verr(call, icfg_field(call, "path", f, sizeof(f)), EINVAL,
+                 (unsigned long long)vsize, (long long)e->blocksize);
+    if (e->path && !update)
+        api_verr(call, icfg_wfield(w, "path", f, sizeof(f)), EINVAL,
                  "path is for FILE extents only");
-    json_object_set_new(d, "path", json_null());
-    json_object_set_new(d, "filesize", json_integer(0));
+    icfg_str_set(&e->path, NULL);
+    e->filesize = 0;
 }
 
 /* A FILE extent's size against the file: an existing file is not a
  * directory, is grown only, in whole blocks; a missing one needs a
- * filesize to be created with; an update never shrinks the extent. */
-static void extent_check_file_size(struct api_call *call, const char *path, int64_t size,
-                                   int64_t bs, json_t *old)
+ * filesize to be created with; an update never shrinks the extent
+ * (old_size: its size before, 0 on create). */
+static void extent_check_file_size(struct icfg_write *w, const struct icfg_extent *e,
+                                   int64_t old_size)
 {
+    struct api_call *call = w->call;
     char f[128];
     struct stat sb;
+    int64_t size = e->filesize, bs = e->blocksize;
 
-    if (poolfs_stat(path, &sb) == 0) {
+    icfg_wfield(w, "filesize", f, sizeof(f));
+    if (poolfs_stat(e->path, &sb) == 0) {
         if (S_ISDIR(sb.st_mode)) {
-            api_verr(call, icfg_field(call, "path", f, sizeof(f)), EISDIR,
+            api_verr(call, icfg_wfield(w, "path", f, sizeof(f)), EISDIR,
                      "You need to specify a filepath not a directory.");
             return;
         }
         if (size == 0 && S_ISREG(sb.st_mode) && sb.st_size % bs != 0)
-            api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
-                     "File size %lld is not a multiple of the block size %lld",
+            api_verr(call, f, EINVAL, "File size %lld is not a multiple of the block size %lld",
                      (long long)sb.st_size, (long long)bs);
         if (size > 0 && S_ISREG(sb.st_mode) && size < sb.st_size)
-            api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
-                     "File size can only be increased");
+            api_verr(call, f, EINVAL, "File size can only be increased");
     } else if (size == 0) {
-        api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
-                 "The file does not exist: give filesize to create it");
+        api_verr(call, f, EINVAL, "The file does not exist: give filesize to create it");
         return;
     }
     if (size % bs != 0)
-        api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
-                 "File size must be a multiple of block size");
-    if (old && size > 0) {
-        int64_t oldsize = json_integer_value(json_object_get(old, "filesize"));
-        if (size < oldsize)
-            api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
-                     "Shrinking an extent is not allowed");
-    }
+        api_verr(call, f, EINVAL, "File size must be a multiple of block size");
+    if (size > 0 && size < old_size)
+        api_verr(call, f, EINVAL, "Shrinking an extent is not allowed");
 }
 
-/* A FILE extent: an absolute path inside a pool (file_path_problem; a
- * refusal is logged with the peer); disk is for DISK extents and is
- * cleared. */
-static void extent_check_file(struct api_call *call, json_t *d, int64_t size, json_t *old)
+/* A FILE extent: an absolute path inside a pool, reached without any
+ * symlink and not a blockd volume or snapshot file (datasets_file_check,
+ * stricter than TrueNAS's check_path_resides_within_volume: the API
+ * cannot export or grow arbitrary host files; a refusal is logged with
+ * the peer); disk is for DISK extents and is cleared. */
+static void extent_check_file(struct icfg_write *w, struct icfg_extent *e,
+                              const struct icfg_extent *old)
 {
-    const char *path = json_string_value(json_object_get(d, "path"));
-    int64_t bs = json_integer_value(json_object_get(d, "blocksize"));
+    struct api_call *call = w->call;
     char f[128], problem[PATH_MAX + 256];
-    json_t *dk;
     int perr;
 
-    icfg_field(call, "path", f, sizeof(f));
-    if (!path || !*path) {
+    icfg_wfield(w, "path", f, sizeof(f));
+    if (!e->path || !*e->path) {
         api_verr(call, f, EINVAL, "This field is required for FILE extents");
         return;
     }
-    if (path[0] != '/' || strstr(path, "/../") || strlen(path) >= 4096) {
+    if (e->path[0] != '/' || strstr(e->path, "/../") || strlen(e->path) >= 4096) {
         api_verr(call, f, EINVAL, "Path must be absolute and without '..'");
         return;
     }
     /* a missing file is reported below (filesize) */
-    perr = file_path_problem(path, true, problem, sizeof(problem));
+    perr = datasets_file_check(e->path, true, problem, sizeof(problem));
     if (perr < 0) {
         api_verr(call, f, perr == -EISDIR ? EISDIR : EINVAL, "%s", problem);
-        log_warn("iscsi config: %s refused path %s (peer %s): %s", api_call_method(call), path,
+        log_warn("iscsi config: %s refused path %s (peer %s): %s", w->method, e->path,
                  api_call_peer(call), problem);
         return;
     }
-    dk = json_object_get(d, "disk");
-    if (dk && !json_is_null(dk) && !old)
-        api_verr(call, icfg_field(call, "disk", f, sizeof(f)), EINVAL,
+    if (e->disk && !old)
+        api_verr(call, icfg_wfield(w, "disk", f, sizeof(f)), EINVAL,
                  "disk is for DISK extents only");
-    json_object_set_new(d, "disk", json_null());
-    extent_check_file_size(call, path, size, bs, old);
+    icfg_str_set(&e->disk, NULL);
+    extent_check_file_size(w, e, old ? old->filesize : 0);
 }
 
-/* Checks of the complete (defaults applied or merged) object. old is the
- * previous row on update (NULL on create). Normalizes filesize (and
- * clears the other type's field). Field errors are collected on call. */
-static void extent_check(struct api_call *call, json_t *d, int64_t self_id, json_t *old)
+/* The invariants of a complete extent; old is the stored one on update
+ * (NULL on create). Clears the other type's field. Field errors are
+ * collected on call. DB locked. */
+static void extent_check(struct icfg_write *w, struct icfg_extent *e, const struct icfg_extent *old)
 {
+    struct api_call *call = w->call;
     char f[128];
-    int64_t size;
 
-    extent_check_name(call, d, self_id);
-    extent_check_serial(call, d, self_id);
-    if (filesize_value(json_object_get(d, "filesize"), &size) < 0) {
-        api_verr(call, icfg_field(call, "filesize", f, sizeof(f)), EINVAL,
+    extent_check_name(w, e);
+    extent_check_serial(w, e);
+    if (e->filesize_invalid) {
+        api_verr(call, icfg_wfield(w, "filesize", f, sizeof(f)), EINVAL,
                  "Input should be a non-negative integer (bytes)");
         return;
     }
-    json_object_set_new(d, "filesize", json_integer(size));
-    if (strcmp(json_string_value(json_object_get(d, "type")), "DISK") == 0)
-        extent_check_disk(call, d, old);
+    if (e->type == ICFG_EXTENT_DISK)
+        extent_check_disk(w, e, old != NULL);
     else
-        extent_check_file(call, d, size, old);
+        extent_check_file(w, e, old);
 }
 
 /* Create the FILE extent's file if missing (sparse), or grow it. */
-static int extent_prepare_file(struct api_call *call, json_t *d)
+static int extent_prepare_file(struct api_call *call, const struct icfg_extent *e)
 {
-    if (strcmp(json_string_value(json_object_get(d, "type")), "FILE") != 0)
+    if (e->type != ICFG_EXTENT_FILE)
         return 0;
-    const char *path = json_string_value(json_object_get(d, "path"));
-    int64_t size = json_integer_value(json_object_get(d, "filesize"));
     struct stat sb;
-    int err = poolfs_stat(path, &sb);
+    int err = poolfs_stat(e->path, &sb);
     if (err == -ENOENT) {
-        err = bdev_file_create_in_pool(path, (uint64_t)size, false);
+        err = bdev_file_create_in_pool(e->path, (uint64_t)e->filesize, false);
         if (err < 0)
-            return api_error(call, -err, "Cannot create %s: %s", path, strerror(-err));
-        log_info("iscsi config: created sparse file %s (%lld bytes)", path, (long long)size);
+            return api_error(call, -err, "Cannot create %s: %s", e->path, strerror(-err));
+        log_info("iscsi config: created sparse file %s (%lld bytes)", e->path,
+                 (long long)e->filesize);
     } else if (err < 0) {
-        return api_error(call, -err, "Cannot use %s: %s", path, strerror(-err));
-    } else if (S_ISREG(sb.st_mode) && size > sb.st_size) {
-        err = poolfs_truncate(path, (uint64_t)size);
+        return api_error(call, -err, "Cannot use %s: %s", e->path, strerror(-err));
+    } else if (S_ISREG(sb.st_mode) && e->filesize > sb.st_size) {
+        err = poolfs_truncate(e->path, (uint64_t)e->filesize);
         if (err < 0)
-            return api_error(call, -err, "Cannot grow %s: %s", path, strerror(-err));
+            return api_error(call, -err, "Cannot grow %s: %s", e->path, strerror(-err));
     }
     return 0;
 }
 
-static int extent_store(struct api_call *call, json_t *d, int64_t id, int64_t bump, int64_t *out_id)
+static bool str_same(const char *a, const char *b)
 {
-    json_t *serial = json_object_get(d, "serial");
-    char serialbuf[24];
-    if (!json_is_string(serial) || json_string_length(serial) == 0) {
-        int64_t dup;
-        do
-            random_hex(serialbuf, 15);
-        while (icfg_int(&dup, "SELECT id FROM iscsi_extent WHERE serial = ?", "t", serialbuf) == 0);
-        json_object_set_new(d, "serial", json_string(serialbuf));
-    }
-    json_t *th = json_object_get(d, "avail_threshold");
-    int err;
-#define EXTENT_VALUES                                                                              \
-    json_string_value(json_object_get(d, "name")), json_string_value(json_object_get(d, "type")),  \
-        json_string_value(json_object_get(d, "disk")),                                             \
-        json_string_value(json_object_get(d, "path")),                                             \
-        (int64_t)json_integer_value(json_object_get(d, "filesize")),                               \
-        json_string_value(json_object_get(d, "serial")),                                           \
-        (int64_t)json_integer_value(json_object_get(d, "blocksize")),                              \
-        (int)json_is_true(json_object_get(d, "pblocksize")),                                       \
-        (int64_t)(json_is_integer(th) ? json_integer_value(th) : 0),                               \
-        json_string_value(json_object_get(d, "comment")),                                          \
-        (int)json_is_true(json_object_get(d, "insecure_tpc")),                                     \
-        (int)json_is_true(json_object_get(d, "xen")),                                              \
-        json_string_value(json_object_get(d, "rpm")), (int)json_is_true(json_object_get(d, "ro")), \
-        (int)json_is_true(json_object_get(d, "enabled"))
-    if (id == 0) {
-        char naa[40];
-        int64_t dup;
-        do {
-            memcpy(naa, "0x6589cfc000000", 15);
-            random_hex(naa + 15, 19);
-        } while (icfg_int(&dup, "SELECT id FROM iscsi_extent WHERE naa = ?", "t", naa) == 0);
-        err = icfg_run(json_is_integer(th)
-                           ? "INSERT INTO iscsi_extent (name, type, disk, path, filesize, serial, "
-                             "blocksize, pblocksize, avail_threshold, comment, insecure_tpc, xen, "
-                             "rpm, ro, enabled, naa) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                             "?, ?, ?, ?)"
-                           : "INSERT INTO iscsi_extent (name, type, disk, path, filesize, serial, "
-                             "blocksize, pblocksize, avail_threshold, comment, insecure_tpc, xen, "
-                             "rpm, ro, enabled, naa) VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULLIF(?, "
-                             "0), ?, ?, ?, ?, ?, ?, ?)",
-                       "ttttitibitbbtbbt", EXTENT_VALUES, naa);
-        *out_id = sqlite3_last_insert_rowid(db_handle());
-    } else {
-        err = icfg_run(json_is_integer(th)
-                           ? "UPDATE iscsi_extent SET name = ?, type = ?, disk = ?, path = ?, "
-                             "filesize = ?, serial = ?, blocksize = ?, pblocksize = ?, "
-                             "avail_threshold = ?, comment = ?, insecure_tpc = ?, xen = ?, rpm = "
-                             "?, ro = ?, enabled = ?, gen = gen + ? WHERE id = ?"
-                           : "UPDATE iscsi_extent SET name = ?, type = ?, disk = ?, path = ?, "
-                             "filesize = ?, serial = ?, blocksize = ?, pblocksize = ?, "
-                             "avail_threshold = NULLIF(?, 0), comment = ?, insecure_tpc = ?, xen "
-                             "= ?, rpm = ?, ro = ?, enabled = ?, gen = gen + ? WHERE id = ?",
-                       "ttttitibitbbtbbii", EXTENT_VALUES, bump, id);
-        *out_id = id;
-    }
-#undef EXTENT_VALUES
-    return err < 0 ? icfg_db_fail(call, err) : 0;
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
 }
 
-#define TARGET_OF_EXTENT "SELECT target_id FROM iscsi_targetextent WHERE extent_id = ?"
+/* Whether the change from old to e needs a new LU: the fields the LU is
+ * built from (sessions see it as a new device). ro and FILE growth apply
+ * to the running LU, so sessions keep their state; a FILE extent's file
+ * was opened read-only for ro, so ro needs a new one there. */
+static bool extent_new_lu(const struct icfg_extent *old, const struct icfg_extent *e)
+{
+    return old->type != e->type || !str_same(old->disk, e->disk) || !str_same(old->path, e->path) ||
+           !str_same(old->serial, e->serial) || old->blocksize != e->blocksize ||
+           old->pblocksize != e->pblocksize || !str_same(old->rpm, e->rpm) ||
+           old->insecure_tpc != e->insecure_tpc || !str_same(old->vendor, e->vendor) ||
+           !str_same(old->naa, e->naa) || (e->type == ICFG_EXTENT_FILE && old->ro != e->ro);
+}
+
+/* ---- handlers: decode → check → one transaction → publish ---- */
+
+/* The stored extent id encoded as the call's result. 0 or -1. */
+static int extent_result(struct api_call *call, int64_t id, json_t **result)
+{
+    struct icfg_extent e;
+    int rc = icfg_extent_get(id, &e);
+    if (rc == 0 && !(*result = extent_encode(&e)))
+        rc = -ENOMEM;
+    icfg_extent_clear(&e);
+    return rc < 0 ? icfg_db_fail(call, rc) : 0;
+}
+
+int icfg_extent_save(struct icfg_write *w, struct icfg_extent *e, const struct icfg_extent *old)
+{
+    struct api_call *call = w->call;
+    int64_t target;
+    extent_check(w, e, old);
+    if (api_has_verrs(call))
+        return api_invalid(call);
+    int rc = extent_prepare_file(call, e);
+    if (rc < 0)
+        return rc;
+    rc = old ? icfg_extent_update(e, w->defer || extent_new_lu(old, e)) : icfg_extent_insert(e);
+    if (rc < 0)
+        return icfg_db_fail(call, rc);
+    /* Not mapped yet on create: nothing to publish (as TrueNAS: no reload).
+     * On update the publisher drops the LU of a rebuilt extent (its gen
+     * moved) and applies ro and size to the running one. */
+    if (old && icfg_extent_target(e->id, &target) == 0)
+        icfg_changed_target(w, target);
+    cfg_tx_changed(&w->tx, CFG_ISCSI_EXTENT, e->id, old ? CFG_UPDATED : CFG_CREATED);
+    return 0;
+}
+
+/* Save e and answer with the stored row. 0 or -1 (error set). */
+static int extent_save(struct icfg_write *w, struct icfg_extent *e, const struct icfg_extent *old,
+                       json_t **result)
+{
+    return icfg_extent_save(w, e, old) < 0 ? -1 : extent_result(w->call, e->id, result);
+}
 
 static int extent_create(struct api_call *call, json_t *params, json_t **result)
 {
     struct icfg_write w;
-    json_t *data;
-    if (icfg_create_begin(&w, call, params, extent_fields, ARRAY_SIZE(extent_fields), &data) < 0)
+    struct icfg_extent e = {0};
+    json_t *body;
+    if (icfg_create_begin(&w, call, params, extent_fields, ARRAY_SIZE(extent_fields), &body) < 0)
         return -1;
-    int rc = 0;
-    extent_check(call, data, 0, NULL);
-    int64_t id = 0;
-    if (api_has_verrs(call))
-        rc = api_invalid(call);
-    else
-        rc = extent_prepare_file(call, data);
-    if (rc == 0)
-        rc = extent_store(call, data, 0, 0, &id);
-    if (rc == 0) {
-        cfg_tx_changed(&w.tx, CFG_ISCSI_EXTENT, id, CFG_CREATED);
-        *result = icfg_get_by_id(extent_row, EXTENT_BY_ID, id);
-    }
-    /* Not mapped yet: nothing to publish (as TrueNAS: no reload on create). */
-    json_decref(data);
+    int rc = extent_decode(body, &e) < 0 ? api_error(call, ENOMEM, "out of memory")
+                                         : extent_save(&w, &e, NULL, result);
+    icfg_extent_clear(&e);
+    json_decref(body);
     return icfg_write_end(&w, rc);
 }
 
@@ -478,82 +476,55 @@ static int extent_update(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
     struct icfg_write w;
-    json_t *data;
-    if (icfg_update_begin(&w, call, params, extent_fields, ARRAY_SIZE(extent_fields), &id, &data) <
+    struct icfg_extent old, e = {0};
+    json_t *body;
+    if (icfg_update_begin(&w, call, params, extent_fields, ARRAY_SIZE(extent_fields), &id, &body) <
         0)
         return -1;
-    int rc = 0;
-    json_t *old = icfg_get_by_id(icfg_extent_row_internal, EXTENT_BY_ID, id);
-    json_t *merged = old ? json_deep_copy(old) : NULL;
-    if (!old) {
-        rc = api_error(call, ENOENT, "Extent %lld does not exist", (long long)id);
-    } else {
-        json_object_update(merged, data);
-        extent_check(call, merged, id, old);
-        if (api_has_verrs(call))
-            rc = api_invalid(call);
-        else
-            rc = extent_prepare_file(call, merged);
-        /* Fields the LU is built from need a new LU (sessions see it as a
-         * new device); ro and FILE growth apply to the running LU, so
-         * sessions keep their state (unless deferred: then at reload). */
-        static const char *const lu_fields[] = {"type",      "disk",       "path", "serial",
-                                                "blocksize", "pblocksize", "rpm",  "insecure_tpc",
-                                                "vendor",    "naa"};
-        bool rebuild = w.defer;
-        for (size_t i = 0; i < ARRAY_SIZE(lu_fields); i++)
-            if (!json_equal(json_object_get(old, lu_fields[i]),
-                            json_object_get(merged, lu_fields[i])))
-                rebuild = true;
-        /* a FILE extent's file was opened read-only for ro */
-        if (strcmp(json_string_value(json_object_get(merged, "type")), "FILE") == 0 &&
-            !json_equal(json_object_get(old, "ro"), json_object_get(merged, "ro")))
-            rebuild = true;
-        int64_t out;
-        if (rc == 0)
-            rc = extent_store(call, merged, id, rebuild ? 1 : 0, &out);
-        if (rc == 0) {
-            icfg_changed_targets(&w, TARGET_OF_EXTENT, id);
-            /* The publisher drops the LU of a rebuilt extent (its gen
-             * moved) and applies ro and size to the running one. */
-            cfg_tx_changed(&w.tx, CFG_ISCSI_EXTENT, id, CFG_UPDATED);
-            *result = icfg_get_by_id(extent_row, EXTENT_BY_ID, id);
-        }
-    }
-    json_decref(merged);
-    json_decref(old);
-    json_decref(data);
+    int rc = icfg_extent_get(id, &old);
+    if (rc == 0)
+        rc = icfg_extent_get(id, &e);
+    if (rc < 0)
+        rc = icfg_missing(call, rc, "Extent", id);
+    else if (extent_decode(body, &e) < 0)
+        rc = api_error(call, ENOMEM, "out of memory");
+    else
+        rc = extent_save(&w, &e, &old, result);
+    icfg_extent_clear(&old);
+    icfg_extent_clear(&e);
+    json_decref(body);
     return icfg_write_end(&w, rc);
+}
+
+/* The FILE extent's file goes once the deletion is committed
+ * (icfg_write_end). */
+static void unlink_after_commit(struct icfg_write *w, const char *path)
+{
+    if (!w->unlink_after)
+        w->unlink_after = json_array();
+    json_array_append_new(w->unlink_after, json_string(path));
 }
 
 int icfg_extent_delete_row(struct icfg_write *w, int64_t extent_id, bool remove, bool force)
 {
-    json_t *row = icfg_get_by_id(icfg_extent_row_internal, EXTENT_BY_ID, extent_id);
-    if (!row)
-        return api_error(w->call, ENOENT, "Extent %lld does not exist", (long long)extent_id);
+    struct icfg_extent e;
     int64_t target;
-    int rc = 0;
-    if (icfg_int(&target, TARGET_OF_EXTENT, "i", extent_id) == 0)
+    int rc = icfg_extent_get(extent_id, &e);
+    if (rc < 0)
+        return icfg_missing(w->call, rc, "Extent", extent_id);
+    if (icfg_extent_target(extent_id, &target) == 0)
         rc = icfg_target_check_sessions(w, target, force);
     if (rc == 0)
-        rc = icfg_targetextent_delete_where(w, "extent_id = ?", extent_id);
-    if (rc == 0) {
-        int err = icfg_run("DELETE FROM iscsi_extent WHERE id = ?", "i", extent_id);
-        if (err < 0)
-            rc = icfg_db_fail(w->call, err);
-    }
+        rc = icfg_targetextent_remove(w, "extent_id", extent_id);
+    int err = rc == 0 ? icfg_extent_delete(extent_id) : 0;
+    if (err < 0)
+        rc = icfg_db_fail(w->call, err);
     if (rc == 0) {
         cfg_tx_changed(&w->tx, CFG_ISCSI_EXTENT, extent_id, CFG_DELETED);
-        const char *path = json_string_value(json_object_get(row, "path"));
-        /* The file goes once the deletion is committed (icfg_write_end). */
-        if (remove && path &&
-            strcmp(json_string_value(json_object_get(row, "type")), "FILE") == 0) {
-            if (!w->unlink_after)
-                w->unlink_after = json_array();
-            json_array_append_new(w->unlink_after, json_string(path));
-        }
+        if (remove && e.path && e.type == ICFG_EXTENT_FILE)
+            unlink_after_commit(w, e.path);
     }
-    json_decref(row);
+    icfg_extent_clear(&e);
     return rc;
 }
 
@@ -570,13 +541,18 @@ static int extent_delete(struct api_call *call, json_t *params, json_t **result)
     return icfg_write_end(&w, rc);
 }
 
+static json_t *extent_encode_elem(const void *elem)
+{
+    return extent_encode(elem);
+}
+
 static int extent_query(struct api_call *call, json_t *params, json_t **result)
 {
     static const struct icfg_hint hints[] = {{"id", "id"},         {"name", "name"},
                                              {"disk", "disk"},     {"path", "path"},
                                              {"serial", "serial"}, {"naa", "naa"}};
-    return icfg_query_hinted(call, params, result, extent_row, ICFG_EXTENT_SELECT, hints,
-                             ARRAY_SIZE(hints));
+    static const struct icfg_typed type = {&icfg_extent_table, extent_encode_elem};
+    return icfg_query_typed(call, params, result, &type, hints, ARRAY_SIZE(hints));
 }
 
 static int extent_query_instance(struct api_call *call, json_t *params, json_t **result)
@@ -589,23 +565,20 @@ static int extent_query_instance(struct api_call *call, json_t *params, json_t *
 static int extent_disk_choices(struct api_call *call, json_t *params, json_t **result)
 {
     (void)params;
+    struct icfg_volume_choice *v = NULL;
+    size_t n = 0;
     json_t *r = json_object();
-    sqlite3_stmt *st;
     db_lock();
-    if (r && icfg_prepare("SELECT name, volsize FROM datasets WHERE type = 'VOLUME' AND 'zvol/' "
-                          "|| name NOT IN (SELECT disk FROM iscsi_extent WHERE disk IS NOT NULL) "
-                          "ORDER BY name",
-                          &st) == 0) {
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            char key[600], label[700], size[32];
-            format_size((uint64_t)sqlite3_column_int64(st, 1), size, sizeof(size));
-            snprintf(key, sizeof(key), "zvol/%s", icfg_col_text(st, 0));
-            snprintf(label, sizeof(label), "%s (%s)", icfg_col_text(st, 0), size);
-            json_object_set_new(r, key, json_string(label));
-        }
-        icfg_finalize(st);
-    }
+    int rc = icfg_volume_choices(&v, &n);
     db_unlock();
+    for (size_t i = 0; r && rc == 0 && i < n; i++) {
+        char key[600], label[700], size[32];
+        format_size(v[i].size, size, sizeof(size));
+        snprintf(key, sizeof(key), "zvol/%s", v[i].name);
+        snprintf(label, sizeof(label), "%s (%s)", v[i].name, size);
+        json_object_set_new(r, key, json_string(label));
+    }
+    icfg_volume_choices_free(v, n);
     if (!r)
         return api_error(call, ENOMEM, "out of memory");
     *result = r;

@@ -1,4 +1,7 @@
-/* iscsi.global.config / update / sessions / client_count. */
+/*
+ * iscsi.global.config / update (the API of struct icfg_global,
+ * global_store.h: one decoder, one encoder) / sessions / client_count.
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,62 +9,36 @@
 
 #include "config/db.h"
 #include "core/util.h"
-#include "config/iscsi/config_internal.h"
+#include "config/iscsi/config_crud.h"
+#include "config/iscsi/global_store.h"
 #include "iscsi/iscsi_runtime.h"
 
-#define KEY_BASENAME "iscsi.global.basename"
-#define KEY_PORT "iscsi.global.listen_port"
-#define KEY_ISNS "iscsi.global.isns_servers"
-
-char *icfg_global_basename(void)
+/* The row iscsi.global.config answers with. New reference or NULL. */
+static json_t *global_encode(const struct icfg_global *g)
 {
-    char *v = NULL;
-    if (db_setting_get(KEY_BASENAME, &v) < 0 || !v)
-        return strdup(ICFG_DEFAULT_BASENAME);
-    return v;
+    return json_pack("{s:i, s:s, s:o, s:i, s:n, s:b, s:b}", "id", 1, "basename", g->basename,
+                     "isns_servers", icfg_strv_encode(&g->isns_servers), "listen_port",
+                     g->listen_port, "pool_avail_threshold", "alua", 0, "iser", 0);
 }
 
-int icfg_global_listen_port(void)
+/* The settings in force encoded as the call's result (DB locked). */
+static int global_result(struct api_call *call, json_t **result)
 {
-    char *v = NULL;
-    int port = ICFG_DEFAULT_PORT;
-    if (db_setting_get(KEY_PORT, &v) == 0 && v) {
-        char *end;
-        long p = strtol(v, &end, 10);
-        if (*end == '\0' && p > 0 && p <= 65535)
-            port = (int)p;
-    }
-    free(v);
-    return port;
-}
-
-static json_t *global_row(void)
-{
-    char *basename = icfg_global_basename();
-    char *isns = NULL;
-    json_t *servers = NULL;
-    if (db_setting_get(KEY_ISNS, &isns) == 0 && isns)
-        servers = json_loads(isns, 0, NULL);
-    free(isns);
-    if (!json_is_array(servers)) {
-        json_decref(servers);
-        servers = json_array();
-    }
-    json_t *row = json_pack("{s:i, s:s, s:o, s:i, s:n, s:b, s:b}", "id", 1, "basename",
-                            basename ? basename : ICFG_DEFAULT_BASENAME, "isns_servers", servers,
-                            "listen_port", icfg_global_listen_port(), "pool_avail_threshold",
-                            "alua", 0, "iser", 0);
-    free(basename);
-    return row;
+    struct icfg_global g;
+    int rc = icfg_global_get(&g);
+    if (rc == 0 && !(*result = global_encode(&g)))
+        rc = -ENOMEM;
+    icfg_global_clear(&g);
+    return rc < 0 ? api_error(call, ENOMEM, "out of memory") : 0;
 }
 
 static int global_config(struct api_call *call, json_t *params, json_t **result)
 {
     (void)params;
     db_lock();
-    *result = global_row();
+    int rc = global_result(call, result);
     db_unlock();
-    return *result ? 0 : api_error(call, ENOMEM, "out of memory");
+    return rc;
 }
 
 static const struct api_field isns_item = {
@@ -79,6 +56,25 @@ static const struct api_field global_fields[] = {
     {.name = "iser", .type = API_T_BOOL},
 };
 
+/* The one decoder: apply the keys present in data (a partial body checked
+ * against global_fields) to g. 0 or -ENOMEM. */
+static int global_decode(json_t *data, struct icfg_global *g)
+{
+    json_t *v;
+    int rc = 0;
+    if ((v = json_object_get(data, "basename")))
+        rc = icfg_str_set(&g->basename, json_string_value(v));
+    if (rc == 0 && (v = json_object_get(data, "isns_servers")))
+        rc = icfg_strv_decode(v, &g->isns_servers);
+    if ((v = json_object_get(data, "listen_port")))
+        g->listen_port = (int)json_integer_value(v);
+    g->alua = json_is_true(json_object_get(data, "alua"));
+    g->iser = json_is_true(json_object_get(data, "iser"));
+    v = json_object_get(data, "pool_avail_threshold");
+    g->pool_avail_threshold = v && !json_is_null(v);
+    return rc;
+}
+
 /* IQN-style name characters (lower case: the IQN on the wire is compared
  * case-insensitively, so one spelling is stored). */
 static bool basename_ok(const char *s)
@@ -90,63 +86,88 @@ static bool basename_ok(const char *s)
     return true;
 }
 
-static int global_update(struct api_call *call, json_t *params, json_t **result)
+/* What a table cannot say about the settings asked for (only the given
+ * basename is checked: a stored one was checked when it was stored). */
+static void global_check(struct api_call *call, const struct icfg_global *g, bool basename)
 {
-    json_t *data = api_param(params, 0); /* checked against global_fields by the dispatcher */
     char f[128];
-    json_t *b = json_object_get(data, "basename");
-    if (b && !basename_ok(json_string_value(b)))
+    if (basename && !basename_ok(g->basename))
         api_verr(call, icfg_field(call, "basename", f, sizeof(f)), EINVAL,
                  "Value error, basename may contain only lower case letters, digits, '-', '.' "
                  "and ':'");
-    json_t *alua = json_object_get(data, "alua"), *iser = json_object_get(data, "iser");
-    if (json_is_true(alua))
+    if (g->alua)
         api_verr(call, icfg_field(call, "alua", f, sizeof(f)), EINVAL,
                  "ALUA is not supported by blockd");
-    if (json_is_true(iser))
+    if (g->iser)
         api_verr(call, icfg_field(call, "iser", f, sizeof(f)), EINVAL,
                  "iSER is not supported by blockd");
-    if (json_object_get(data, "pool_avail_threshold") &&
-        !json_is_null(json_object_get(data, "pool_avail_threshold")))
+    if (g->pool_avail_threshold)
         api_verr(call, icfg_field(call, "pool_avail_threshold", f, sizeof(f)), EINVAL,
                  "pool availability alerts are not supported by blockd");
+}
+
+static bool strv_same(const struct icfg_strv *a, const struct icfg_strv *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (size_t i = 0; i < a->n; i++)
+        if (strcmp(a->v[i], b->v[i]) != 0)
+            return false;
+    return true;
+}
+
+/* Store the settings of g that differ from old's inside w, recording the
+ * published facets that change. Every portal address (and
+ * --iscsi-listen's) moves to a new port live: the change is refused,
+ * writing nothing, if one cannot be bound. 0 or -1 (error set). */
+static int global_store(struct icfg_write *w, const struct icfg_global *old,
+                        const struct icfg_global *g)
+{
+    struct api_call *call = w->call;
+    char f[128];
+    bool port = g->listen_port != old->listen_port;
+    if (port && icfg_listen_check_port(call, icfg_field(call, "listen_port", f, sizeof(f)),
+                                       g->listen_port) < 0)
+        return api_invalid(call);
+    int rc = 0;
+    if (strcmp(g->basename, old->basename) != 0) {
+        rc = icfg_global_set_basename(g->basename);
+        /* every IQN changes */
+        cfg_tx_changed(&w->tx, CFG_ISCSI_GLOBAL, CFG_ISCSI_GLOBAL_BASENAME, CFG_UPDATED);
+    }
+    if (rc == 0 && port) {
+        rc = icfg_global_set_listen_port(g->listen_port);
+        cfg_tx_changed(&w->tx, CFG_ISCSI_GLOBAL, CFG_ISCSI_GLOBAL_LISTEN, CFG_UPDATED);
+    }
+    if (rc == 0 && !strv_same(&g->isns_servers, &old->isns_servers))
+        rc = icfg_global_set_isns(&g->isns_servers);
+    return rc < 0 ? icfg_db_fail(call, rc) : 0;
+}
+
+static int global_update(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *data = api_param(params, 0); /* checked against global_fields by the dispatcher */
+    struct icfg_global given = {0}, old = {0}, g = {0};
+    if (global_decode(data, &given) < 0) {
+        icfg_global_clear(&given);
+        return api_error(call, ENOMEM, "out of memory");
+    }
+    global_check(call, &given, json_object_get(data, "basename") != NULL);
+    icfg_global_clear(&given);
     if (api_has_verrs(call))
         return api_invalid(call);
-
     struct icfg_write w;
     if (icfg_write_begin(&w, call) < 0)
         return -1;
-    int rc = 0;
-    /* Every portal address (and --iscsi-listen's) moves to the new port
-     * live: refuse the change, writing nothing, if one cannot be bound. */
-    json_t *port = json_object_get(data, "listen_port");
-    if (port && json_integer_value(port) != icfg_global_listen_port() &&
-        icfg_listen_check_port(call, icfg_field(call, "listen_port", f, sizeof(f)),
-                               (int)json_integer_value(port)) < 0)
-        return icfg_write_end(&w, api_invalid(call));
-    char *old = icfg_global_basename();
-    if (b && (!old || strcmp(old, json_string_value(b)) != 0)) {
-        rc = db_setting_set(KEY_BASENAME, json_string_value(b));
-        /* every IQN changes */
-        cfg_tx_changed(&w.tx, CFG_ISCSI_GLOBAL, CFG_ISCSI_GLOBAL_BASENAME, CFG_UPDATED);
-    }
-    free(old);
-    if (rc == 0 && port && json_integer_value(port) != icfg_global_listen_port()) {
-        char buf[16];
-        snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(port));
-        rc = db_setting_set(KEY_PORT, buf);
-        cfg_tx_changed(&w.tx, CFG_ISCSI_GLOBAL, CFG_ISCSI_GLOBAL_LISTEN, CFG_UPDATED);
-    }
-    json_t *isns = json_object_get(data, "isns_servers");
-    if (rc == 0 && isns) {
-        char *text = json_dumps(isns, JSON_COMPACT);
-        rc = text ? db_setting_set(KEY_ISNS, text) : -ENOMEM;
-        free(text);
-    }
-    if (rc < 0)
-        rc = icfg_db_fail(call, rc);
-    else
-        *result = global_row();
+    int rc = icfg_global_get(&old);
+    if (rc == 0)
+        rc = icfg_global_get(&g);
+    if (rc < 0 || global_decode(data, &g) < 0)
+        rc = api_error(call, ENOMEM, "out of memory");
+    else if ((rc = global_store(&w, &old, &g)) == 0)
+        rc = global_result(call, result);
+    icfg_global_clear(&old);
+    icfg_global_clear(&g);
     return icfg_write_end(&w, rc);
 }
 

@@ -1,21 +1,27 @@
-/* iscsi.initiator.create|update|delete|query: authorized-initiator groups.
- * An empty list allows every initiator. */
+/*
+ * iscsi.initiator.create|update|delete|query|get_instance: the API of
+ * struct icfg_initiator, the authorized-initiator groups
+ * (initiator_store.h holds their SQL). An empty list allows every
+ * initiator. The field table, the one decoder (initiator_decode), the one
+ * encoder (initiator_encode), the invariants (initiator_check) and
+ * handlers of one shape: decode → check → one transaction → publish.
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config/db.h"
-#include "core/util.h"
 #include "config/iscsi/config_crud.h"
+#include "config/iscsi/initiator_store.h"
+#include "core/util.h"
 #include "iscsi/iscsi_runtime.h"
 
-#define INITIATOR_SELECT "SELECT id, initiators, comment FROM iscsi_initiator"
-
-static json_t *initiator_row(sqlite3_stmt *st)
+/* The row iscsi.initiator.* answers with. New reference or NULL. */
+static json_t *initiator_encode(const struct icfg_initiator *g)
 {
-    return json_pack("{s:I, s:o, s:s}", "id", (json_int_t)sqlite3_column_int64(st, 0), "initiators",
-                     icfg_col_json(st, 1), "comment", icfg_col_text(st, 2));
+    return json_pack("{s:I, s:o, s:s}", "id", (json_int_t)g->id, "initiators",
+                     icfg_strv_encode(&g->initiators), "comment", g->comment ? g->comment : "");
 }
 
 static const struct api_field iqn_item = {
@@ -25,21 +31,41 @@ static const struct api_field initiator_fields[] = {
     {.name = "comment", .type = API_T_STRING, .def = "\"\""},
 };
 
+/* The one decoder: apply the keys present in data (a body checked
+ * against initiator_fields, with its defaults on create) to g. 0 or
+ * -ENOMEM. */
+static int initiator_decode(json_t *data, struct icfg_initiator *g)
+{
+    json_t *v;
+    int rc = 0;
+    if ((v = json_object_get(data, "initiators")))
+        rc = icfg_strv_decode(v, &g->initiators);
+    if (rc == 0 && (v = json_object_get(data, "comment")))
+        rc = icfg_str_set(&g->comment, json_string_value(v));
+    return rc;
+}
+
+static int initiator_decode_any(json_t *data, void *obj)
+{
+    return initiator_decode(data, obj);
+}
+
+int icfg_initiator_init(struct icfg_initiator *g)
+{
+    memset(g, 0, sizeof(*g));
+    return icfg_defaults(initiator_fields, ARRAY_SIZE(initiator_fields), initiator_decode_any, g);
+}
+
 /* Initiator names are compared case-insensitively on the wire; printable
  * ASCII without spaces keeps them usable in logs and ACL lists. */
-static void initiator_check(struct api_call *call, json_t *data)
+static void initiator_check(struct icfg_write *w, const struct icfg_initiator *g)
 {
-    json_t *list = json_object_get(data, "initiators");
-    size_t i;
-    json_t *item;
-    json_array_foreach(list, i, item)
-    {
-        const char *s = json_string_value(item);
-        for (const char *p = s; *p; p++) {
+    for (size_t i = 0; i < g->initiators.n; i++) {
+        for (const char *p = g->initiators.v[i]; *p; p++) {
             if (*p <= ' ' || *p > '~') {
                 char f[160], field[64];
                 snprintf(field, sizeof(field), "initiators.%zu", i);
-                api_verr(call, icfg_field(call, field, f, sizeof(f)), EINVAL,
+                api_verr(w->call, icfg_wfield(w, field, f, sizeof(f)), EINVAL,
                          "Value error, initiator names may not contain spaces or control "
                          "characters");
                 break;
@@ -48,71 +74,87 @@ static void initiator_check(struct api_call *call, json_t *data)
     }
 }
 
-static int initiator_store(struct api_call *call, json_t *data, int64_t id, int64_t *out_id)
+int icfg_initiator_save(struct icfg_write *w, struct icfg_initiator *g)
 {
-    char *list = json_dumps(json_object_get(data, "initiators"), JSON_COMPACT);
-    if (!list)
-        return api_error(call, ENOMEM, "out of memory");
-    const char *comment = json_string_value(json_object_get(data, "comment"));
-    int err;
-    if (id == 0) {
-        err = icfg_run("INSERT INTO iscsi_initiator (initiators, comment) VALUES (?, ?)", "tt",
-                       list, comment);
-        *out_id = sqlite3_last_insert_rowid(db_handle());
-    } else {
-        err = icfg_run("UPDATE iscsi_initiator SET initiators = ?, comment = ? WHERE id = ?", "tti",
-                       list, comment, id);
-        *out_id = id;
-    }
-    free(list);
-    return err < 0 ? icfg_db_fail(call, err) : 0;
+    bool create = g->id == 0;
+    initiator_check(w, g);
+    if (api_has_verrs(w->call))
+        return api_invalid(w->call);
+    int err = create ? icfg_initiator_insert(g) : icfg_initiator_update(g);
+    if (err < 0)
+        return icfg_db_fail(w->call, err);
+    /* A new group is used by no target yet: nothing to publish. */
+    int64_t *targets = NULL;
+    size_t n = 0;
+    if (!create && icfg_initiator_targets(g->id, &targets, &n) == 0)
+        for (size_t i = 0; i < n; i++)
+            icfg_changed_target(w, targets[i]);
+    free(targets);
+    return 0;
+}
+
+/* The stored group id encoded as the call's result. 0 or -1. */
+static int initiator_result(struct api_call *call, int64_t id, json_t **result)
+{
+    struct icfg_initiator g;
+    int rc = icfg_initiator_get(id, &g);
+    if (rc == 0 && !(*result = initiator_encode(&g)))
+        rc = -ENOMEM;
+    icfg_initiator_clear(&g);
+    return rc < 0 ? icfg_db_fail(call, rc) : 0;
 }
 
 static int initiator_create(struct api_call *call, json_t *params, json_t **result)
 {
     struct icfg_write w;
-    json_t *data;
-    if (icfg_create_begin(&w, call, params, initiator_fields, ARRAY_SIZE(initiator_fields), &data) <
+    struct icfg_initiator g = {0};
+    json_t *body;
+    if (icfg_create_begin(&w, call, params, initiator_fields, ARRAY_SIZE(initiator_fields), &body) <
         0)
         return -1;
-    initiator_check(call, data);
-    int64_t id = 0;
-    int rc = api_has_verrs(call) ? api_invalid(call) : initiator_store(call, data, 0, &id);
+    int rc = initiator_decode(body, &g) < 0 ? api_error(call, ENOMEM, "out of memory")
+                                            : icfg_initiator_save(&w, &g);
     if (rc == 0)
-        *result = icfg_get_by_id(initiator_row, INITIATOR_SELECT " WHERE id = ?", id);
-    json_decref(data);
+        rc = initiator_result(call, g.id, result);
+    icfg_initiator_clear(&g);
+    json_decref(body);
     return icfg_write_end(&w, rc);
+}
+
+/* The group id updated with body inside w (its names are checked before
+ * the group is looked up, as TrueNAS does). 0 or -1 (error set). */
+static int initiator_change(struct icfg_write *w, int64_t id, json_t *body, json_t **result)
+{
+    struct icfg_initiator given = {0}, g;
+    int rc = initiator_decode(body, &given);
+    if (rc == 0)
+        initiator_check(w, &given);
+    icfg_initiator_clear(&given);
+    if (rc < 0)
+        return api_error(w->call, ENOMEM, "out of memory");
+    if (api_has_verrs(w->call))
+        return api_invalid(w->call);
+    rc = icfg_initiator_get(id, &g);
+    if (rc < 0)
+        rc = icfg_missing(w->call, rc, "Initiator group", id);
+    else if (initiator_decode(body, &g) < 0)
+        rc = api_error(w->call, ENOMEM, "out of memory");
+    else if ((rc = icfg_initiator_save(w, &g)) == 0)
+        rc = initiator_result(w->call, id, result);
+    icfg_initiator_clear(&g);
+    return rc;
 }
 
 static int initiator_update(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
     struct icfg_write w;
-    json_t *data;
+    json_t *body;
     if (icfg_update_begin(&w, call, params, initiator_fields, ARRAY_SIZE(initiator_fields), &id,
-                          &data) < 0)
+                          &body) < 0)
         return -1;
-    initiator_check(call, data);
-    json_t *old = NULL;
-    int rc = api_has_verrs(call) ? api_invalid(call) : 0;
-    if (rc == 0)
-        old = icfg_get_by_id(initiator_row, INITIATOR_SELECT " WHERE id = ?", id);
-    if (rc == 0 && !old) {
-        rc = api_error(call, ENOENT, "Initiator group %lld does not exist", (long long)id);
-    } else if (rc == 0) {
-        json_object_update(old, data);
-        int64_t out;
-        rc = initiator_store(call, old, id, &out);
-        if (rc == 0) {
-            icfg_changed_targets(&w,
-                                 "SELECT DISTINCT target_id FROM iscsi_target_group WHERE "
-                                 "initiator_id = ?",
-                                 id);
-            *result = icfg_get_by_id(initiator_row, INITIATOR_SELECT " WHERE id = ?", id);
-        }
-    }
-    json_decref(old);
-    json_decref(data);
+    int rc = initiator_change(&w, id, body, result);
+    json_decref(body);
     return icfg_write_end(&w, rc);
 }
 
@@ -122,32 +164,39 @@ static int initiator_delete(struct api_call *call, json_t *params, json_t **resu
     struct icfg_write w;
     if (icfg_delete_begin(&w, call, params, &id) < 0)
         return -1;
-    int64_t found, target;
-    int rc = 0;
-    if (icfg_int(&found, "SELECT id FROM iscsi_initiator WHERE id = ?", "i", id) < 0) {
-        rc = api_error(call, ENOENT, "Initiator group %lld does not exist", (long long)id);
-    } else if (icfg_int(&target,
-                        "SELECT target_id FROM iscsi_target_group WHERE initiator_id = ? LIMIT 1",
-                        "i", id) == 0) {
+    struct icfg_initiator g;
+    int64_t *targets = NULL;
+    size_t n = 0;
+    int rc = icfg_initiator_get(id, &g);
+    icfg_initiator_clear(&g);
+    if (rc == 0)
+        rc = icfg_initiator_targets(id, &targets, &n);
+    if (rc < 0) {
+        rc = icfg_missing(call, rc, "Initiator group", id);
+    } else if (n > 0) {
         /* Dropping the group from the target would widen its access (a
          * target without groups admits everyone), so refuse instead. */
         rc = api_error(call, EBUSY, "Initiator group %lld is used by target %lld", (long long)id,
-                       (long long)target);
+                       (long long)targets[0]);
+    } else if ((rc = icfg_initiator_delete(id)) < 0) {
+        rc = icfg_db_fail(call, rc);
     } else {
-        int err = icfg_run("DELETE FROM iscsi_initiator WHERE id = ?", "i", id);
-        if (err < 0)
-            rc = icfg_db_fail(call, err);
-        else
-            *result = json_true();
+        *result = json_true();
     }
+    free(targets);
     return icfg_write_end(&w, rc);
+}
+
+static json_t *initiator_encode_elem(const void *elem)
+{
+    return initiator_encode(elem);
 }
 
 static int initiator_query(struct api_call *call, json_t *params, json_t **result)
 {
     static const struct icfg_hint hints[] = {{"id", "id"}, {"comment", "comment"}};
-    return icfg_query_hinted(call, params, result, initiator_row, INITIATOR_SELECT, hints,
-                             ARRAY_SIZE(hints));
+    static const struct icfg_typed type = {&icfg_initiator_table, initiator_encode_elem};
+    return icfg_query_typed(call, params, result, &type, hints, ARRAY_SIZE(hints));
 }
 
 static int initiator_query_instance(struct api_call *call, json_t *params, json_t **result)

@@ -1,12 +1,17 @@
 /*
- * Private to the iSCSI configuration (src/iscsi/config_*.c): the SQLite
- * helpers, the write transaction, and the runtime publisher's interface.
+ * Private to the iSCSI configuration (src/config/iscsi/): the SQLite
+ * helpers of the stores, the write transaction, the typed writes
+ * composite calls share, and the runtime publisher's interface.
  *
- * Every API write follows one shape (icfg_write_begin/…_end, on the one
+ * The objects are typed (issue #14): each is a C struct whose SQL lives
+ * in its store (<object>_store.h: functions that take and return the
+ * struct, no JSON) and whose one decoder and one encoder live in its API
+ * file (config_<object>.c). Every API write follows one shape: decode →
+ * check invariants → one transaction (icfg_write_begin/…_end, on the one
  * transaction path config/cfgtx.h):
- *   cfg_tx_begin (db_lock, BEGIN IMMEDIATE) → validate against the DB,
+ *   cfg_tx_begin (db_lock, BEGIN IMMEDIATE) → check against the DB,
  *   write rows, allocate ids, record the changed objects (the targets
- *   whose published view changes: icfg_changed_target[s]) → COMMIT →
+ *   whose published view changes: icfg_changed_target) → COMMIT →
  *   the configuration generation's publisher (config/confgen.h) asks the
  *   iSCSI subscriber (config_runtime.c) for the next iSCSI part: the
  *   changed targets' views rebuilt, the others shared; a deferred call's
@@ -28,6 +33,13 @@
 #include "api/api.h"
 #include "config/cfgtx.h"
 #include "config/db.h"
+#include "config/iscsi/auth_store.h"
+#include "config/iscsi/extent_store.h"
+#include "config/iscsi/global_store.h"
+#include "config/iscsi/initiator_store.h"
+#include "config/iscsi/portal_store.h"
+#include "config/iscsi/target_store.h"
+#include "config/iscsi/targetextent_store.h"
 #include "api/validate.h"
 #include "scsi/scsi.h"
 
@@ -61,22 +73,23 @@ void icfg_dirty_free(struct icfg_dirty *d);
 int icfg_prepare(const char *sql, sqlite3_stmt **st);
 void icfg_finalize(sqlite3_stmt *st);
 int icfg_bindv(sqlite3_stmt *st, const char *types, va_list ap);
+/* Step a bound statement (sql names it in the log) once: 0 for a row or
+ * done, else -errno (db_errno mapping; logged unless -EEXIST). */
+int icfg_step(sqlite3_stmt *st, const char *sql);
 /* Run a statement with no result rows. 0 or -errno (db_errno mapping). */
 int icfg_run(const char *sql, const char *types, ...);
 /* First column of the first row as an integer: 0, -ENOENT (no row or NULL), -errno. */
 int icfg_int(int64_t *out, const char *sql, const char *types, ...);
 /* Text column helper: "" for NULL. */
 const char *icfg_col_text(sqlite3_stmt *st, int col);
-/* JSON text column parsed (a new reference; "[]" on NULL/garbage). */
-json_t *icfg_col_json(sqlite3_stmt *st, int col);
-/* Run sql (one 'i' arg or none when types is "") and turn each row into an
- * object with row_fn; returns a new array or NULL (logged). */
-typedef json_t *(*icfg_row_fn)(sqlite3_stmt *st);
-json_t *icfg_rows(icfg_row_fn fn, const char *sql, const char *types, ...);
 
 /* ---- write transactions ---- */
 struct icfg_write {
     struct api_call *call;
+    /* The method whose rules are applied (names the fields of validation
+     * errors, "<method>.<field>"): the call's, or the one a composite call
+     * (share.iscsi.create) runs the typed functions of. */
+    const char *method;
     struct cfg_tx tx;
     bool defer;           /* publish at service.reload (TrueNAS "defer") */
     json_t *unlink_after; /* files to remove once committed (array or NULL) */
@@ -90,8 +103,6 @@ int icfg_write_begin(struct icfg_write *w, struct api_call *call);
 int icfg_write_end(struct icfg_write *w, int rc);
 /* Record that target id's published view changes (CFG_ISCSI_TARGET). */
 void icfg_changed_target(struct icfg_write *w, int64_t target_id);
-/* icfg_changed_target for each id sql (one int64 parameter) returns. 0 or -EIO. */
-int icfg_changed_targets(struct icfg_write *w, const char *sql, int64_t arg);
 /* Translate an -errno from a DB step into a call error; returns -1. */
 int icfg_db_fail(struct api_call *call, int err);
 
@@ -103,61 +114,60 @@ int icfg_param_bool(struct api_call *call, json_t *params, size_t index, const c
                     bool *out);
 /* "<method>.<field>" into buf. */
 const char *icfg_field(struct api_call *call, const char *field, char *buf, size_t len);
+/* "<w->method>.<field>" into buf. */
+const char *icfg_wfield(const struct icfg_write *w, const char *field, char *buf, size_t len);
 /* Pop an optional "defer" boolean from a create/update body (already validated). */
 bool icfg_pop_defer(json_t *data);
-/* Build only the rows a query can match: the first of hints whose field
- * has a top-level [field, "=", v] or [field, "in", [v…]] filter (string or
- * integer values) narrows the SELECT with a WHERE on its column. The
- * caller still runs api_query over the result. DB locked. */
+/* A query's index hint: a top-level [field, "=", v] or [field, "in",
+ * [v…]] filter (string or integer values) narrows the list to the rows
+ * whose store column matches (icfg_query_typed). */
 struct icfg_hint {
     const char *field;
     const char *column;
 };
-json_t *icfg_rows_hinted(icfg_row_fn fn, const char *select_sql, const char *order_sql,
-                         json_t *params, const struct icfg_hint *hints, size_t n_hints);
-/*
- * Every row of one table, kept between calls and brought up to date from
- * the rows that changed since (config/db.h db_watch), instead of rebuilt:
- * TrueNAS clients list every mapping before each create. all_sql selects
- * every row ORDER BY id; by_id_sql the row with id = ?; rows are objects
- * with an integer "id" and must depend on nothing but their own table row.
- * The cached rows are shared and never modified (a refresh builds a new
- * array). Inside a transaction the cache is not used. Returns a new
- * reference or NULL. DB locked.
- */
-struct icfg_rows_cache {
-    struct db_watch watch; /* .table set by the owner */
-    json_t *rows;
-    bool registered;
-};
-json_t *icfg_rows_cached(struct icfg_rows_cache *c, icfg_row_fn fn, const char *all_sql,
-                         const char *by_id_sql);
 /* Query rows with api_query semantics; steals rows. */
 int icfg_query_rows(struct api_call *call, json_t *rows, json_t *params, json_t **result);
 /* <ns>.get_instance [id, options?]: the query handler with
  * [[["id","=",id]], options + {"get": true}]; ENOENT when missing. */
 int icfg_get_instance(struct api_call *call, json_t *params, json_t **result, api_handler_fn query,
                       const char *what);
-/* One row by id through row_fn (new ref) or NULL. */
-json_t *icfg_get_by_id(icfg_row_fn fn, const char *sql_with_id_param, int64_t id);
-
-/* ---- global settings ---- */
-/* Current basename (caller frees) and listen_port; read inside the lock. */
-char *icfg_global_basename(void);
-int icfg_global_listen_port(void);
 
 /* ---- per-object helpers used across files ---- */
-json_t *icfg_target_row(sqlite3_stmt *st);
-json_t *icfg_extent_row_internal(sqlite3_stmt *st);
-#define ICFG_TARGET_SELECT                                                                         \
-    "SELECT id, name, alias, mode, auth_networks, rel_tgt_id FROM iscsi_target"
-#define ICFG_EXTENT_SELECT                                                                         \
-    "SELECT id, name, type, disk, path, filesize, serial, blocksize, pblocksize, "                 \
-    "avail_threshold, comment, naa, insecure_tpc, xen, rpm, ro, enabled, vendor, gen "             \
-    "FROM iscsi_extent"
-/* Delete one target-extent mapping row set by a WHERE on extent/target;
- * marks the targets dirty. */
-int icfg_targetextent_delete_where(struct icfg_write *w, const char *where_sql, int64_t arg);
+/* Delete the LUN mappings whose column ("id", "target_id" or
+ * "extent_id") is value, recording their targets as changed. 0, or -1
+ * with the error set on w->call. */
+int icfg_targetextent_remove(struct icfg_write *w, const char *column, int64_t value);
+/*
+ * A new object as its create method's defaults make it (the defaults of
+ * its field table, so they are stated once): required fields are left
+ * empty for the caller to set; clear it with its clear function. 0 or
+ * -ENOMEM.
+ */
+int icfg_target_init(struct icfg_target *t);
+int icfg_extent_init(struct icfg_extent *e);
+int icfg_targetextent_init(struct icfg_targetextent *te);
+int icfg_portal_init(struct icfg_portal *p);
+int icfg_initiator_init(struct icfg_initiator *g);
+
+/*
+ * The typed writes of the iSCSI objects, for their handlers and for
+ * composite calls (share.iscsi.create/delete) that run several inside one
+ * transaction: each checks its object's invariants (field errors named
+ * after w->method), writes it (id 0: a new one, whose id is set) and
+ * records the change in w. 0, or -1 with the error set on w->call.
+ */
+int icfg_target_save(struct icfg_write *w, struct icfg_target *t);
+/* old: the stored extent on update (NULL on create). */
+int icfg_extent_save(struct icfg_write *w, struct icfg_extent *e, const struct icfg_extent *old);
+/* A null lunid becomes the lowest free one (te->lunid set). */
+int icfg_targetextent_save(struct icfg_write *w, struct icfg_targetextent *te);
+/* addresses: p's addresses were given (a comment alone publishes nothing). */
+int icfg_portal_save(struct icfg_write *w, struct icfg_portal *p, bool addresses);
+int icfg_initiator_save(struct icfg_write *w, struct icfg_initiator *g);
+/* Delete target id inside w: the in-use rule (force), its mappings, with
+ * delete_extents the extents they map, its groups and the row. */
+int icfg_target_remove(struct icfg_write *w, int64_t id, bool force, bool delete_extents);
+
 /* Refuse (EBUSY "Target <name> is in use") or close sessions (force) of a
  * target. Returns 0, or -1 with the error set on w->call. Must run inside
  * the write transaction, before the rows are deleted. */
@@ -168,10 +178,6 @@ int icfg_extent_delete_row(struct icfg_write *w, int64_t extent_id, bool remove,
 struct iscsi_cidr;
 /* "10.0.0.0/8", "fe80::/10" or a bare address: 0 or -EINVAL. */
 int icfg_parse_cidr(const char *s, struct iscsi_cidr *out);
-
-/* Lower the rel_tgt_id search hint (a value may have become free); 0 resets
- * it to 1. DB locked. */
-void icfg_target_reset_hint(int64_t rel_tgt_id);
 
 /* ---- method tables (one per file) ---- */
 extern const struct api_method icfg_global_methods[];
@@ -191,17 +197,9 @@ extern const size_t icfg_targetextent_methods_count;
 
 /* ---- reads for the runtime (config_read.c): the rows the publisher
  * builds target views, LUs and listeners from, as structs. DB locked. ---- */
-struct icfg_target_rec {
-    char *name, *alias;
-    json_t *auth_networks; /* array of CIDR strings */
-    uint16_t rel_tgt_id;
-};
-/* Target id: 0, -ENOENT or -errno; clear with icfg_target_rec_clear. */
-int icfg_read_target(int64_t id, struct icfg_target_rec *out);
-void icfg_target_rec_clear(struct icfg_target_rec *r);
 struct icfg_group_rec {
     uint16_t portal_tag;
-    json_t *initiators; /* array of names; empty: everyone */
+    struct icfg_strv initiators; /* names; empty: everyone */
     char authmethod[16];
     int64_t auth_tag;
 };
@@ -223,8 +221,6 @@ struct icfg_lun_rec {
 };
 /* A target's LUNs on enabled extents, by LUN: 0 or -errno (free()). */
 int icfg_read_luns(int64_t target_id, struct icfg_lun_rec **out, size_t *n);
-/* The internal extent row (icfg_extent_row_internal) or NULL. */
-json_t *icfg_read_extent(int64_t extent_id);
 /* An extent's gen, ro and filesize: 0, -ENOENT or -EIO. */
 int icfg_read_extent_state(int64_t extent_id, int64_t *gen, bool *ro, uint64_t *size);
 /* Add every target id to d. 0 or -EIO. */
@@ -280,8 +276,8 @@ bool icfg_runtime_started(void);
 
 /* ---- extents → LUs (config_lu.c) ---- */
 struct scsi_lu;
-/* Create the LU of an extent row (icfg_extent_row_internal JSON). 0 or -errno (logged). */
-int icfg_lu_from_extent(json_t *extent, struct scsi_lu **out);
+/* Create the LU of an extent (read with icfg_extent_get). 0 or -errno (logged). */
+int icfg_lu_from_extent(const struct icfg_extent *extent, struct scsi_lu **out);
 void icfg_lu_unref(struct scsi_lu *lu);
 void icfg_lu_ref(struct scsi_lu *lu);
 /* "zvol/pool/vol[@snap]" → "pool/vol[@snap]" or NULL. */

@@ -264,17 +264,12 @@ static int delete_extent(struct cfg_tx *tx, int64_t extent_id)
 /* Delete target id if no LUN is left on it. DB locked. 0 or -errno. */
 static int delete_target_if_empty(int64_t id)
 {
-    int64_t left, rel;
+    int64_t left;
     if (icfg_int(&left, "SELECT COUNT(*) FROM iscsi_targetextent WHERE target_id = ?", "i", id) <
             0 ||
         left != 0)
         return 0;
-    if (icfg_int(&rel, "SELECT rel_tgt_id FROM iscsi_target WHERE id = ?", "i", id) == 0)
-        icfg_target_reset_hint(rel);
-    int rc = icfg_run("DELETE FROM iscsi_target_group WHERE target_id = ?", "i", id);
-    if (rc == 0)
-        rc = icfg_run("DELETE FROM iscsi_target WHERE id = ?", "i", id);
-    return rc;
+    return icfg_target_delete(id);
 }
 
 /*

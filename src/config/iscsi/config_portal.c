@@ -1,7 +1,13 @@
-/* iscsi.portal.create|update|delete|query. A portal is a set of listen
- * addresses (port = iscsi.global.listen_port) with a tag that TrueNAS keeps
- * numbered 1..n. Each address listens live (config_listen.c); one that
- * cannot be bound is refused before anything is written. */
+/*
+ * iscsi.portal.create|update|delete|query|get_instance|listen_ip_choices:
+ * the API of struct icfg_portal (portal_store.h holds its SQL). A portal
+ * is a set of listen addresses (port = iscsi.global.listen_port) with a
+ * tag that TrueNAS keeps numbered 1..n. Each address listens live
+ * (config_listen.c); one that cannot be bound is refused before anything
+ * is written. The field table, the one decoder (portal_decode), the one
+ * encoder (portal_encode), the invariants (portal_check_ip) and handlers
+ * of one shape: decode → check → one transaction → publish.
+ */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -13,27 +19,21 @@
 #include "config/db.h"
 #include "core/util.h"
 #include "config/iscsi/config_crud.h"
+#include "config/iscsi/portal_store.h"
 
-static json_t *portal_row(sqlite3_stmt *st)
+/* The row iscsi.portal.* answers with. New reference or NULL. */
+static json_t *portal_encode(const struct icfg_portal *p)
 {
-    int64_t id = sqlite3_column_int64(st, 0);
     json_t *listen = json_array();
-    sqlite3_stmt *ips;
-    int port = icfg_global_listen_port();
-    if (icfg_prepare("SELECT ip FROM iscsi_portal_ip WHERE portal_id = ? ORDER BY rowid", &ips) ==
-        0) {
-        sqlite3_bind_int64(ips, 1, id);
-        while (sqlite3_step(ips) == SQLITE_ROW)
-            json_array_append_new(
-                listen, json_pack("{s:s, s:i}", "ip", icfg_col_text(ips, 0), "port", port));
-        icfg_finalize(ips);
-    }
-    return json_pack("{s:I, s:I, s:s, s:o}", "id", (json_int_t)id, "tag",
-                     (json_int_t)sqlite3_column_int64(st, 1), "comment", icfg_col_text(st, 2),
-                     "listen", listen);
+    for (size_t i = 0; listen && i < p->listen.n; i++)
+        if (json_array_append_new(
+                listen, json_pack("{s:s, s:i}", "ip", p->listen.v[i], "port", p->port)) < 0) {
+            json_decref(listen);
+            listen = NULL;
+        }
+    return json_pack("{s:I, s:I, s:s, s:o}", "id", (json_int_t)p->id, "tag", (json_int_t)p->tag,
+                     "comment", p->comment ? p->comment : "", "listen", listen);
 }
-
-#define PORTAL_SELECT "SELECT id, tag, comment FROM iscsi_portal"
 
 static const struct api_field ip_fields[] = {
     {.name = "ip", .type = API_T_STRING, .flags = API_REQUIRED | API_RANGE, .min = 1, .max = 64},
@@ -86,88 +86,110 @@ static bool ip_is_local(const char *ip, char *canon, size_t len)
     return found;
 }
 
-/* Semantic checks; canonical IPs are written back into data. */
-static void portal_check(struct api_call *call, json_t *data, int64_t self_id)
+/* The one decoder: apply the keys present in data (a body checked
+ * against portal_fields, with its defaults on create) to p. 0 or -ENOMEM. */
+static int portal_decode(json_t *data, struct icfg_portal *p)
 {
-    json_t *listen = json_object_get(data, "listen");
-    size_t i;
-    json_t *item;
-    json_array_foreach(listen, i, item)
-    {
-        char f[160], field[64];
-        snprintf(field, sizeof(field), "listen.%zu.ip", i);
-        icfg_field(call, field, f, sizeof(f));
-        const char *ip = json_string_value(json_object_get(item, "ip"));
-        char canon[INET6_ADDRSTRLEN];
-        if (!ip_is_local(ip, canon, sizeof(canon))) {
-            api_verr(call, f, EINVAL, "Value error, %s is not an IP address of this system", ip);
-            continue;
+    json_t *v;
+    int rc = 0;
+    if ((v = json_object_get(data, "comment")))
+        rc = icfg_str_set(&p->comment, json_string_value(v));
+    if (rc == 0 && (v = json_object_get(data, "listen"))) {
+        icfg_strv_clear(&p->listen);
+        size_t i;
+        json_t *item;
+        json_array_foreach(v, i, item)
+        {
+            if (rc == 0)
+                rc = icfg_strv_add(&p->listen, json_string_value(json_object_get(item, "ip")));
         }
-        json_object_set_new(item, "ip", json_string(canon));
-        for (size_t j = 0; j < i; j++)
-            if (strcmp(json_string_value(json_object_get(json_array_get(listen, j), "ip")),
-                       canon) == 0)
-                api_verr(call, f, EINVAL, "IP %s is listed twice", canon);
-        int64_t other;
-        if (icfg_int(&other,
-                     "SELECT portal_id FROM iscsi_portal_ip WHERE ip = ? AND portal_id != ?", "ti",
-                     canon, self_id) == 0) {
-            api_verr(call, f, EEXIST, "IP %s already belongs to portal %lld", canon,
-                     (long long)other);
-            continue;
-        }
-        /* A new address must be bindable now: the listener opens right
-         * after commit, and a portal that cannot listen is refused rather
-         * than stored dead. Addresses the portal already has are left
-         * alone (they are listening, or their failure was logged). */
-        if (icfg_int(&other, "SELECT portal_id FROM iscsi_portal_ip WHERE ip = ? AND portal_id = ?",
-                     "ti", canon, self_id) != 0)
-            icfg_listen_check(call, f, canon, icfg_global_listen_port());
-    }
-}
-
-static int portal_store_ips(int64_t id, json_t *listen)
-{
-    int rc = icfg_run("DELETE FROM iscsi_portal_ip WHERE portal_id = ?", "i", id);
-    size_t i;
-    json_t *item;
-    json_array_foreach(listen, i, item)
-    {
-        if (rc < 0)
-            break;
-        rc = icfg_run("INSERT INTO iscsi_portal_ip (portal_id, ip) VALUES (?, ?)", "it", id,
-                      json_string_value(json_object_get(item, "ip")));
     }
     return rc;
+}
+
+static int portal_decode_any(json_t *data, void *obj)
+{
+    return portal_decode(data, obj);
+}
+
+int icfg_portal_init(struct icfg_portal *p)
+{
+    memset(p, 0, sizeof(*p));
+    return icfg_defaults(portal_fields, ARRAY_SIZE(portal_fields), portal_decode_any, p);
+}
+
+/* Address i of p: a literal of this host, not listed twice, not another
+ * portal's, and (when new to the portal) bindable now: the listener opens
+ * right after commit, and a portal that cannot listen is refused rather
+ * than stored dead. Addresses the portal already has are left alone (they
+ * are listening, or their failure was logged). The canonical form
+ * replaces the given one. */
+static void portal_check_ip(struct icfg_write *w, struct icfg_portal *p, size_t i)
+{
+    struct api_call *call = w->call;
+    char f[160], field[64], canon[INET6_ADDRSTRLEN];
+    int64_t other;
+    snprintf(field, sizeof(field), "listen.%zu.ip", i);
+    icfg_wfield(w, field, f, sizeof(f));
+    if (!ip_is_local(p->listen.v[i], canon, sizeof(canon))) {
+        api_verr(call, f, EINVAL, "Value error, %s is not an IP address of this system",
+                 p->listen.v[i]);
+        return;
+    }
+    if (icfg_str_set(&p->listen.v[i], canon) < 0)
+        return; /* keeps the given text: refused below or by the UNIQUE column */
+    for (size_t j = 0; j < i; j++)
+        if (strcmp(p->listen.v[j], canon) == 0)
+            api_verr(call, f, EINVAL, "IP %s is listed twice", canon);
+    if (icfg_portal_find_ip(canon, p->id, &other) == 0) {
+        api_verr(call, f, EEXIST, "IP %s already belongs to portal %lld", canon, (long long)other);
+        return;
+    }
+    if (icfg_portal_has_ip(p->id, canon) != 0)
+        icfg_listen_check(call, f, canon, icfg_global_listen_port());
+}
+
+int icfg_portal_save(struct icfg_write *w, struct icfg_portal *p, bool addresses)
+{
+    struct api_call *call = w->call;
+    bool create = p->id == 0;
+    for (size_t i = 0; i < p->listen.n; i++)
+        portal_check_ip(w, p, i);
+    if (api_has_verrs(call))
+        return api_invalid(call);
+    int err = create ? icfg_portal_insert(p) : icfg_portal_update(p, addresses);
+    if (err < 0)
+        return icfg_db_fail(call, err);
+    /* A comment alone changes nothing that is served. */
+    if (create || addresses)
+        cfg_tx_changed(&w->tx, CFG_ISCSI_PORTAL, p->id, create ? CFG_CREATED : CFG_UPDATED);
+    return 0;
+}
+
+/* Save p and answer with the stored row. 0 or -1 (error set). */
+static int portal_save(struct icfg_write *w, struct icfg_portal *p, bool addresses, json_t **result)
+{
+    if (icfg_portal_save(w, p, addresses) < 0)
+        return -1;
+    struct icfg_portal stored;
+    int err = icfg_portal_get(p->id, &stored);
+    if (err == 0 && !(*result = portal_encode(&stored)))
+        err = -ENOMEM;
+    icfg_portal_clear(&stored);
+    return err < 0 ? icfg_db_fail(w->call, err) : 0;
 }
 
 static int portal_create(struct api_call *call, json_t *params, json_t **result)
 {
     struct icfg_write w;
-    json_t *data;
-    if (icfg_create_begin(&w, call, params, portal_fields, ARRAY_SIZE(portal_fields), &data) < 0)
+    struct icfg_portal p = {0};
+    json_t *body;
+    if (icfg_create_begin(&w, call, params, portal_fields, ARRAY_SIZE(portal_fields), &body) < 0)
         return -1;
-    int rc = 0;
-    portal_check(call, data, 0);
-    if (api_has_verrs(call)) {
-        rc = api_invalid(call);
-    } else {
-        int64_t count = 0, id = 0;
-        icfg_int(&count, "SELECT COUNT(*) FROM iscsi_portal", "");
-        int err = icfg_run("INSERT INTO iscsi_portal (tag, comment) VALUES (?, ?)", "it", count + 1,
-                           json_string_value(json_object_get(data, "comment")));
-        if (err == 0) {
-            id = sqlite3_last_insert_rowid(db_handle());
-            err = portal_store_ips(id, json_object_get(data, "listen"));
-        }
-        if (err < 0)
-            rc = icfg_db_fail(call, err);
-        else {
-            cfg_tx_changed(&w.tx, CFG_ISCSI_PORTAL, id, CFG_CREATED);
-            *result = icfg_get_by_id(portal_row, PORTAL_SELECT " WHERE id = ?", id);
-        }
-    }
-    json_decref(data);
+    int rc = portal_decode(body, &p) < 0 ? api_error(call, ENOMEM, "out of memory")
+                                         : portal_save(&w, &p, true, result);
+    icfg_portal_clear(&p);
+    json_decref(body);
     return icfg_write_end(&w, rc);
 }
 
@@ -175,37 +197,20 @@ static int portal_update(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
     struct icfg_write w;
-    json_t *data;
-    if (icfg_update_begin(&w, call, params, portal_fields, ARRAY_SIZE(portal_fields), &id, &data) <
+    struct icfg_portal p;
+    json_t *body;
+    if (icfg_update_begin(&w, call, params, portal_fields, ARRAY_SIZE(portal_fields), &id, &body) <
         0)
         return -1;
-    int rc = 0;
-    json_t *old = icfg_get_by_id(portal_row, PORTAL_SELECT " WHERE id = ?", id);
-    if (!old) {
-        json_decref(data);
-        rc = api_error(call, ENOENT, "Portal %lld does not exist", (long long)id);
-        return icfg_write_end(&w, rc);
-    }
-    json_t *merged = json_deep_copy(old);
-    json_object_update(merged, data);
-    portal_check(call, merged, id);
-    if (api_has_verrs(call)) {
-        rc = api_invalid(call);
-    } else {
-        int err = icfg_run("UPDATE iscsi_portal SET comment = ? WHERE id = ?", "ti",
-                           json_string_value(json_object_get(merged, "comment")), id);
-        if (err == 0 && json_object_get(data, "listen")) {
-            err = portal_store_ips(id, json_object_get(merged, "listen"));
-            cfg_tx_changed(&w.tx, CFG_ISCSI_PORTAL, id, CFG_UPDATED);
-        }
-        if (err < 0)
-            rc = icfg_db_fail(call, err);
-        else
-            *result = icfg_get_by_id(portal_row, PORTAL_SELECT " WHERE id = ?", id);
-    }
-    json_decref(merged);
-    json_decref(old);
-    json_decref(data);
+    int rc = icfg_portal_get(id, &p);
+    if (rc < 0)
+        rc = icfg_missing(call, rc, "Portal", id);
+    else if (portal_decode(body, &p) < 0)
+        rc = api_error(call, ENOMEM, "out of memory");
+    else
+        rc = portal_save(&w, &p, json_object_get(body, "listen") != NULL, result);
+    icfg_portal_clear(&p);
+    json_decref(body);
     return icfg_write_end(&w, rc);
 }
 
@@ -215,36 +220,28 @@ static int portal_delete(struct api_call *call, json_t *params, json_t **result)
     struct icfg_write w;
     if (icfg_delete_begin(&w, call, params, &id) < 0)
         return -1;
-    int64_t tag;
-    int rc = 0;
-    if (icfg_int(&tag, "SELECT tag FROM iscsi_portal WHERE id = ?", "i", id) < 0) {
-        rc = api_error(call, ENOENT, "Portal %lld does not exist", (long long)id);
-        return icfg_write_end(&w, rc);
-    }
-    /* As TrueNAS: the target groups on this portal go with it. Tags are
-     * renumbered 1..n, so every target's view is rebuilt. */
-    int err = icfg_run("DELETE FROM iscsi_target_group WHERE portal_id = ?", "i", id);
-    if (err == 0)
-        err = icfg_run("DELETE FROM iscsi_portal_ip WHERE portal_id = ?", "i", id);
-    if (err == 0)
-        err = icfg_run("DELETE FROM iscsi_portal WHERE id = ?", "i", id);
-    if (err == 0)
-        err = icfg_run("UPDATE iscsi_portal SET tag = tag - 1 WHERE tag > ?", "i", tag);
-    if (err < 0)
-        rc = icfg_db_fail(call, err);
-    else {
-        /* every target's portal group tags move: the publisher rebuilds all */
+    int rc = icfg_portal_delete(id);
+    if (rc < 0) {
+        rc = icfg_missing(call, rc, "Portal", id);
+    } else {
+        /* Tags are renumbered 1..n: every target's portal group tags
+         * move, so the publisher rebuilds all views. */
         cfg_tx_changed(&w.tx, CFG_ISCSI_PORTAL, id, CFG_DELETED);
         *result = json_true();
     }
     return icfg_write_end(&w, rc);
 }
 
+static json_t *portal_encode_elem(const void *elem)
+{
+    return portal_encode(elem);
+}
+
 static int portal_query(struct api_call *call, json_t *params, json_t **result)
 {
     static const struct icfg_hint hints[] = {{"id", "id"}, {"tag", "tag"}};
-    return icfg_query_hinted(call, params, result, portal_row, PORTAL_SELECT, hints,
-                             ARRAY_SIZE(hints));
+    static const struct icfg_typed type = {&icfg_portal_table, portal_encode_elem};
+    return icfg_query_typed(call, params, result, &type, hints, ARRAY_SIZE(hints));
 }
 
 static int portal_query_instance(struct api_call *call, json_t *params, json_t **result)

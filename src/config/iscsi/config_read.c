@@ -27,40 +27,6 @@ static void *grow(void *arr, size_t n, size_t elem)
     return p;
 }
 
-int icfg_read_target(int64_t id, struct icfg_target_rec *out)
-{
-    sqlite3_stmt *st;
-    memset(out, 0, sizeof(*out));
-    int rc = icfg_prepare("SELECT name, alias, auth_networks, rel_tgt_id FROM iscsi_target "
-                          "WHERE id = ?",
-                          &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, id);
-    if (sqlite3_step(st) != SQLITE_ROW) {
-        icfg_finalize(st);
-        return -ENOENT;
-    }
-    out->name = col_dup(st, 0);
-    out->alias = col_dup(st, 1);
-    out->auth_networks = icfg_col_json(st, 2);
-    out->rel_tgt_id = (uint16_t)sqlite3_column_int(st, 3);
-    icfg_finalize(st);
-    if (!out->name || !out->alias) {
-        icfg_target_rec_clear(out);
-        return -ENOMEM;
-    }
-    return 0;
-}
-
-void icfg_target_rec_clear(struct icfg_target_rec *r)
-{
-    free(r->name);
-    free(r->alias);
-    json_decref(r->auth_networks);
-    memset(r, 0, sizeof(*r));
-}
-
 int icfg_read_groups(int64_t target_id, struct icfg_group_rec **out, size_t *n)
 {
     sqlite3_stmt *st;
@@ -81,7 +47,8 @@ int icfg_read_groups(int64_t target_id, struct icfg_group_rec **out, size_t *n)
         *out = g;
         g = &g[(*n)++];
         g->portal_tag = (uint16_t)sqlite3_column_int(st, 0);
-        g->initiators = icfg_col_json(st, 1);
+        if (icfg_strv_from_text((const char *)sqlite3_column_text(st, 1), &g->initiators) < 0)
+            break;
         snprintf(g->authmethod, sizeof(g->authmethod), "%s", icfg_col_text(st, 2));
         g->auth_tag = sqlite3_column_int64(st, 3);
     }
@@ -98,7 +65,7 @@ int icfg_read_groups(int64_t target_id, struct icfg_group_rec **out, size_t *n)
 void icfg_groups_free(struct icfg_group_rec *g, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        json_decref(g[i].initiators);
+        icfg_strv_clear(&g[i].initiators);
     free(g);
 }
 
@@ -188,11 +155,6 @@ int icfg_read_luns(int64_t target_id, struct icfg_lun_rec **out, size_t *n)
         return -EIO;
     }
     return 0;
-}
-
-json_t *icfg_read_extent(int64_t extent_id)
-{
-    return icfg_get_by_id(icfg_extent_row_internal, ICFG_EXTENT_SELECT " WHERE id = ?", extent_id);
 }
 
 int icfg_read_extent_state(int64_t extent_id, int64_t *gen, bool *ro, uint64_t *size)

@@ -1,12 +1,15 @@
 /*
  * share.iscsi.create / delete / query (see iscsi_share.h).
  *
- * create runs the ordinary iscsi.* methods (so every validation and id
- * allocation is theirs) inside one outer transaction (config/cfgtx.h):
- * their own transactions join it as savepoints and their changes are
- * published only when it commits (or deferred, when the caller deferred).
- * A failure rolls everything back: no portal, group, target or extent is
- * left behind, and nothing was published.
+ * create calls the typed writes of the iscsi.* objects (icfg_portal_save,
+ * icfg_initiator_save, icfg_target_save, icfg_extent_save,
+ * icfg_targetextent_save: every validation and id allocation is theirs,
+ * with their error field names) directly, inside its one transaction
+ * (config/cfgtx.h): nothing re-enters the JSON dispatcher, and the
+ * changes are published only when it commits (or deferred, when the
+ * caller deferred). A failure rolls everything back: no portal, group,
+ * target or extent is left behind, and nothing was published. delete
+ * runs iscsi.target.delete's C function (icfg_target_remove) the same way.
  */
 #include "iscsi/iscsi_share.h"
 
@@ -24,7 +27,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "config/iscsi/config_internal.h"
+#include "config/iscsi/config_crud.h"
 
 int iscsi_share_target_name(const char *prefix, const char *dataset, char *out, size_t len)
 {
@@ -74,44 +77,6 @@ int iscsi_share_target_name(const char *prefix, const char *dataset, char *out, 
     return 0;
 }
 
-/* Copy a nested call's error object onto call; returns -1. */
-static int forward_error(struct api_call *call, json_t *err)
-{
-    json_t *data = json_object_get(err, "data");
-    json_t *extra = json_object_get(data, "extra");
-    if (json_integer_value(json_object_get(err, "code")) == API_INVALID_PARAMS &&
-        json_is_array(extra) && json_array_size(extra) > 0) {
-        size_t i;
-        json_t *e;
-        json_array_foreach(extra, i, e)
-        {
-            api_verr(call, json_string_value(json_array_get(e, 0)),
-                     (int)json_integer_value(json_array_get(e, 2)), "%s",
-                     json_string_value(json_array_get(e, 1)));
-        }
-        return api_invalid(call);
-    }
-    int errnum = (int)json_integer_value(json_object_get(data, "errno"));
-    return api_error(call, errnum ? errnum : EFAULT, "%s",
-                     json_string_value(json_object_get(err, "message")));
-}
-
-/* Run method with params (stolen); *id from the result's "id". 0 or -1. */
-static int nested_create(struct api_call *call, const char *method, json_t *params, int64_t *id)
-{
-    json_t *res = NULL, *err = NULL;
-    int rc = api_call_method_json(call, method, params, &res, &err);
-    json_decref(params);
-    if (rc < 0) {
-        forward_error(call, err);
-        json_decref(err);
-        return -1;
-    }
-    *id = json_integer_value(json_object_get(res, "id"));
-    json_decref(res);
-    return 0;
-}
-
 static const struct api_field create_fields[] = {
     {.name = "name", .type = API_T_STRING, .flags = API_REQUIRED | API_RANGE, .min = 1, .max = 255},
     {.name = "target_prefix",
@@ -140,94 +105,146 @@ static int share_name(struct api_call *call, json_t *data, char *tname, size_t l
     return 0;
 }
 
-/* An id column lookup: 0 with *id, -ENOENT, or -errno. */
-static int lookup(int64_t *id, const char *sql, const char *types, const char *s, int64_t i)
+/* Save a new object inside w with the rules (and error field names) of
+ * its create method, as if that method had been called. */
+#define SHARE_SAVE(w, name, save) ((w)->method = (name), share_saved((w), (save)))
+
+/* After a SHARE_SAVE: the share's own method names errors again. */
+static int share_saved(struct icfg_write *w, int rc)
 {
-    if (types[0] == 't')
-        return icfg_int(id, sql, "t", s);
-    return icfg_int(id, sql, "i", i);
+    w->method = api_call_method(w->call);
+    return rc;
 }
 
-/* The portal and initiator group of a new share (created if need be). */
-static int share_groups(struct api_call *call, json_t *data, int64_t *portal, int64_t *initiator)
+/* The share's portal: the given one, else the first, else a new portal
+ * listening on every IPv4 address. 0 or -1 (error set). */
+static int share_portal(struct icfg_write *w, json_t *jp, int64_t *portal)
 {
-    json_t *jp = json_object_get(data, "portal");
-    json_t *ji = json_object_get(data, "initiator");
-    int64_t id;
+    struct icfg_portal p;
     if (json_is_integer(jp)) {
-        if (lookup(&id, "SELECT id FROM iscsi_portal WHERE id = ?", "i", NULL,
-                   json_integer_value(jp)) < 0) {
-            api_verr(call, "share.iscsi.create.portal", ENOENT,
-                     "Portal %" JSON_INTEGER_FORMAT " does not exist", json_integer_value(jp));
-            return api_invalid(call);
-        }
-        *portal = id;
-    } else if (icfg_int(&id, "SELECT MIN(id) FROM iscsi_portal", "") == 0) {
-        *portal = id;
-    } else if (nested_create(call, "iscsi.portal.create",
-                             json_pack("[{s:[{s:s}], s:s}]", "listen", "ip", "0.0.0.0", "comment",
-                                       "blockd default portal"),
-                             portal) < 0) {
-        return -1;
+        *portal = json_integer_value(jp);
+        if (icfg_portal_exists(*portal) == 0)
+            return 0;
+        api_verr(w->call, "share.iscsi.create.portal", ENOENT,
+                 "Portal %" JSON_INTEGER_FORMAT " does not exist", json_integer_value(jp));
+        return api_invalid(w->call);
     }
-    if (json_is_integer(ji)) {
-        if (lookup(&id, "SELECT id FROM iscsi_initiator WHERE id = ?", "i", NULL,
-                   json_integer_value(ji)) < 0) {
-            api_verr(call, "share.iscsi.create.initiator", ENOENT,
-                     "Initiator group %" JSON_INTEGER_FORMAT " does not exist",
-                     json_integer_value(ji));
-            return api_invalid(call);
-        }
-        *initiator = id;
-    } else if (icfg_int(&id, "SELECT MIN(id) FROM iscsi_initiator WHERE initiators = '[]'", "") ==
-               0) {
-        *initiator = id; /* an allow-all group exists */
-    } else if (nested_create(
-                   call, "iscsi.initiator.create",
-                   json_pack("[{s:[], s:s}]", "initiators", "comment", "blockd: allow all"),
-                   initiator) < 0) {
-        return -1;
-    }
-    return 0;
+    if (icfg_portal_first(portal) == 0)
+        return 0;
+    int rc = icfg_portal_init(&p);
+    if (rc == 0)
+        rc = icfg_strv_add(&p.listen, "0.0.0.0");
+    if (rc == 0)
+        rc = icfg_str_set(&p.comment, "blockd default portal");
+    if (rc < 0)
+        rc = api_error(w->call, ENOMEM, "out of memory");
+    else
+        rc = SHARE_SAVE(w, "iscsi.portal.create", icfg_portal_save(w, &p, true));
+    *portal = p.id;
+    icfg_portal_clear(&p);
+    return rc;
 }
 
-/* The target, extent and LUN mapping of a share, each created if missing
- * (*created then), inside the caller's transaction. 0 or -1 (error set). */
-static int share_objects(struct api_call *call, const char *ds, const char *tname, const char *disk,
-                         bool ro, int64_t portal, int64_t initiator, int64_t *target,
-                         int64_t *extent, int64_t *te, bool *created)
+/* The share's initiator group: the given one, else one that admits
+ * everyone (created if need be). 0 or -1 (error set). */
+static int share_initiator(struct icfg_write *w, json_t *ji, int64_t *initiator)
+{
+    struct icfg_initiator g;
+    if (json_is_integer(ji)) {
+        *initiator = json_integer_value(ji);
+        if (icfg_initiator_exists(*initiator) == 0)
+            return 0;
+        api_verr(w->call, "share.iscsi.create.initiator", ENOENT,
+                 "Initiator group %" JSON_INTEGER_FORMAT " does not exist", json_integer_value(ji));
+        return api_invalid(w->call);
+    }
+    if (icfg_initiator_find_allow_all(initiator) == 0)
+        return 0;
+    int rc = icfg_initiator_init(&g);
+    if (rc == 0)
+        rc = icfg_str_set(&g.comment, "blockd: allow all");
+    if (rc < 0)
+        rc = api_error(w->call, ENOMEM, "out of memory");
+    else
+        rc = SHARE_SAVE(w, "iscsi.initiator.create", icfg_initiator_save(w, &g));
+    *initiator = g.id;
+    icfg_initiator_clear(&g);
+    return rc;
+}
+
+/* What a share is made of (ids; created: one was made by this call). */
+struct share {
+    const char *ds, *tname, *disk;
+    bool ro, created;
+    int64_t portal, initiator, target, extent, te, lunid;
+};
+
+/* The share's target (named tname, alias the dataset, one group: its
+ * portal and initiator group), created if missing. 0 or -1. */
+static int share_target(struct icfg_write *w, struct share *sh)
+{
+    if (icfg_target_find_name(sh->tname, 0, &sh->target) == 0)
+        return 0;
+    struct icfg_target t;
+    struct icfg_target_group g = {.portal = sh->portal,
+                                  .has_initiator = true,
+                                  .initiator = sh->initiator,
+                                  .authmethod = ICFG_AUTH_NONE};
+    sh->created = true;
+    int rc = icfg_target_init(&t);
+    if (rc == 0)
+        rc = icfg_str_set(&t.name, sh->tname);
+    if (rc == 0)
+        rc = icfg_str_set(&t.alias, sh->ds);
+    if (rc == 0)
+        rc = icfg_target_set_groups(&t, &g, 1);
+    if (rc < 0)
+        rc = api_error(w->call, ENOMEM, "out of memory");
+    else
+        rc = SHARE_SAVE(w, "iscsi.target.create", icfg_target_save(w, &t));
+    sh->target = t.id;
+    icfg_target_clear(&t);
+    return rc;
+}
+
+/* The share's DISK extent (named tname) and its LUN mapping (LUN 0),
+ * each created if missing. 0 or -1. */
+static int share_lun(struct icfg_write *w, struct share *sh)
 {
     int rc = 0;
-    if (lookup(target, "SELECT id FROM iscsi_target WHERE name = ?", "t", tname, 0) < 0) {
-        *created = true;
-        rc = nested_create(call, "iscsi.target.create",
-                           json_pack("[{s:s, s:s, s:[{s:I, s:I}], s:b}]", "name", tname, "alias",
-                                     ds, "groups", "portal", (json_int_t)portal, "initiator",
-                                     (json_int_t)initiator, "defer", 1),
-                           target);
+    if (icfg_extent_find_disk(sh->disk, &sh->extent) < 0) {
+        struct icfg_extent e;
+        sh->created = true;
+        rc = icfg_extent_init(&e);
+        if (rc == 0)
+            rc = icfg_str_set(&e.name, sh->tname);
+        if (rc == 0)
+            rc = icfg_str_set(&e.disk, sh->disk);
+        e.ro = sh->ro;
+        rc = rc < 0 ? api_error(w->call, ENOMEM, "out of memory")
+                    : SHARE_SAVE(w, "iscsi.extent.create", icfg_extent_save(w, &e, NULL));
+        sh->extent = e.id;
+        icfg_extent_clear(&e);
     }
-    if (rc == 0 && lookup(extent, "SELECT id FROM iscsi_extent WHERE disk = ?", "t", disk, 0) < 0) {
-        *created = true;
-        rc = nested_create(call, "iscsi.extent.create",
-                           json_pack("[{s:s, s:s, s:s, s:b, s:b}]", "name", tname, "type", "DISK",
-                                     "disk", disk, "ro", ro, "defer", 1),
-                           extent);
+    struct icfg_targetextent te = {0};
+    if (rc == 0 && icfg_targetextent_find(sh->target, sh->extent, &te) < 0) {
+        sh->created = true;
+        icfg_targetextent_init(&te);
+        te.target = sh->target;
+        te.extent = sh->extent;
+        te.has_lunid = true;
+        te.lunid = 0;
+        rc = SHARE_SAVE(w, "iscsi.targetextent.create", icfg_targetextent_save(w, &te));
     }
-    if (rc == 0 && icfg_int(te,
-                            "SELECT id FROM iscsi_targetextent WHERE target_id = ? AND "
-                            "extent_id = ?",
-                            "ii", *target, *extent) < 0) {
-        *created = true;
-        rc = nested_create(call, "iscsi.targetextent.create",
-                           json_pack("[{s:I, s:I, s:i, s:b}]", "target", (json_int_t)*target,
-                                     "extent", (json_int_t)*extent, "lunid", 0, "defer", 1),
-                           te);
+    if (rc == 0) {
+        sh->te = te.id;
+        sh->lunid = te.lunid;
     }
     return rc;
 }
 
-/* Commit the share's transaction: its target (and whatever the nested
- * calls changed) is published, or deferred with the caller's defer.
+/* Commit the share's transaction: its target (and whatever else it
+ * wrote) is published, or deferred with the caller's defer.
  * 0 or -1 with the error set. */
 static int share_commit(struct icfg_write *w, bool defer, const char *ds, int64_t target)
 {
@@ -251,38 +268,44 @@ static void share_abort(struct icfg_write *w)
     cfg_tx_abort(&w->tx);
 }
 
+/* The share of sh->ds inside w: its portal and group, target, extent and
+ * LUN, each created if missing, as the iscsi.*.create methods would
+ * (their checks, their id allocation: the same C functions, called
+ * directly in this one transaction). 0 or -1 (error set). */
+static int share_build(struct icfg_write *w, json_t *data, struct share *sh)
+{
+    int rc = share_portal(w, json_object_get(data, "portal"), &sh->portal);
+    if (rc == 0)
+        rc = share_initiator(w, json_object_get(data, "initiator"), &sh->initiator);
+    if (rc == 0)
+        rc = share_target(w, sh);
+    if (rc == 0)
+        rc = share_lun(w, sh);
+    return rc;
+}
+
 static int share_create(struct api_call *call, json_t *params, json_t **result)
 {
     json_t *data = api_param(params, 0); /* checked against create_fields by the dispatcher */
-    char tname[ISCSI_SHARE_NAME_MAX + 1];
+    char tname[ISCSI_SHARE_NAME_MAX + 1], disk[300];
     if (share_name(call, data, tname, sizeof(tname)) < 0)
         return -1;
-    const char *ds = json_string_value(json_object_get(data, "name"));
-    bool ro = json_is_true(json_object_get(data, "readonly")) || strchr(ds, '@');
+    struct share sh = {
+        .ds = json_string_value(json_object_get(data, "name")), .tname = tname, .disk = disk};
+    sh.ro = json_is_true(json_object_get(data, "readonly")) || strchr(sh.ds, '@');
     bool defer = json_is_true(json_object_get(data, "defer"));
-    char disk[300];
-    if (snprintf(disk, sizeof(disk), "zvol/%s", ds) >= (int)sizeof(disk)) {
+    if (snprintf(disk, sizeof(disk), "zvol/%s", sh.ds) >= (int)sizeof(disk)) {
         api_verr(call, "share.iscsi.create.name", ENAMETOOLONG, "dataset name too long");
         return api_invalid(call);
     }
-
-    /* One transaction: the nested iscsi.* calls join it (config/cfgtx.h),
-     * and nothing is published before it commits. */
+    /* One transaction: nothing is published before it commits. */
     struct icfg_write w;
     if (icfg_write_begin(&w, call) < 0)
         return -1;
-    int64_t portal = 0, initiator = 0, target = 0, extent = 0, te = 0;
-    bool created = false;
-    int rc = share_groups(call, data, &portal, &initiator);
-    if (rc == 0)
-        rc = share_objects(call, ds, tname, disk, ro, portal, initiator, &target, &extent, &te,
-                           &created);
-    int64_t lun = 0;
-    if (rc == 0)
-        icfg_int(&lun, "SELECT lunid FROM iscsi_targetextent WHERE id = ?", "i", te);
+    int rc = share_build(&w, data, &sh);
     char *basename = rc == 0 ? icfg_global_basename() : NULL;
     if (rc == 0)
-        rc = share_commit(&w, defer, ds, target);
+        rc = share_commit(&w, defer, sh.ds, sh.target);
     else
         share_abort(&w);
     if (rc < 0) {
@@ -293,12 +316,13 @@ static int share_create(struct api_call *call, json_t *params, json_t **result)
     snprintf(iqn, sizeof(iqn), "%s:%s", basename ? basename : ICFG_DEFAULT_BASENAME, tname);
     free(basename);
     log_info("iscsi share: %s: %s %s as %s (target %" PRId64 ", extent %" PRId64 ")",
-             api_call_peer(call), created ? "shared" : "already shared", ds, iqn, target, extent);
-    *result = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b}", "dataset", ds,
-                        "target_name", tname, "iqn", iqn, "target", (json_int_t)target, "extent",
-                        (json_int_t)extent, "targetextent", (json_int_t)te, "lunid",
-                        (json_int_t)lun, "portal", (json_int_t)portal, "initiator",
-                        (json_int_t)initiator, "created", created, "readonly", ro);
+             api_call_peer(call), sh.created ? "shared" : "already shared", sh.ds, iqn, sh.target,
+             sh.extent);
+    *result = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b}", "dataset", sh.ds,
+                        "target_name", tname, "iqn", iqn, "target", (json_int_t)sh.target, "extent",
+                        (json_int_t)sh.extent, "targetextent", (json_int_t)sh.te, "lunid",
+                        (json_int_t)sh.lunid, "portal", (json_int_t)sh.portal, "initiator",
+                        (json_int_t)sh.initiator, "created", sh.created, "readonly", sh.ro);
     return 0;
 }
 
@@ -322,66 +346,53 @@ static int share_delete(struct api_call *call, json_t *params, json_t **result)
     const char *ds = json_string_value(json_object_get(data, "name"));
     bool force = json_is_true(json_object_get(data, "force"));
     bool defer = json_is_true(json_object_get(data, "defer"));
+    /* One transaction: the mappings, the extents and the target, with
+     * iscsi.target.delete's in-use rule (the same C function). */
     int64_t target;
-    db_lock();
-    int rc = lookup(&target, "SELECT id FROM iscsi_target WHERE name = ?", "t", tname, 0);
-    db_unlock();
-    if (rc < 0)
-        return api_error(call, ENOENT, "%s is not shared over iSCSI (no target %s)", ds, tname);
-    /* iscsi.target.delete is one transaction already: mappings, extents
-     * (delete_extents) and the target, with the in-use rule. */
-    json_t *res = NULL, *err = NULL;
-    json_t *p = json_pack("[I, b, b, b]", (json_int_t)target, force, 1, defer);
-    rc = api_call_method_json(call, "iscsi.target.delete", p, &res, &err);
-    json_decref(p);
-    if (rc < 0) {
-        forward_error(call, err);
-        json_decref(err);
+    struct icfg_write w;
+    if (icfg_write_begin(&w, call) < 0)
         return -1;
-    }
-    json_decref(res);
+    w.defer = defer;
+    int rc = icfg_target_find_name(tname, 0, &target);
+    if (rc < 0)
+        rc = api_error(call, ENOENT, "%s is not shared over iSCSI (no target %s)", ds, tname);
+    else
+        rc = icfg_target_remove(&w, target, force, true);
+    if (icfg_write_end(&w, rc) < 0)
+        return -1;
     log_info("iscsi share: %s: unshared %s (target %s)", api_call_peer(call), ds, tname);
     *result = json_true();
     return 0;
+}
+
+/* share.iscsi.query's row of one LUN (or of a target without any). */
+static json_t *share_encode(const struct icfg_lun_share *r, const char *basename)
+{
+    const char *ds = r->disk ? icfg_disk_dataset(r->disk) : NULL;
+    char iqn[512];
+    snprintf(iqn, sizeof(iqn), "%s:%s", basename ? basename : ICFG_DEFAULT_BASENAME,
+             r->target_name);
+    json_t *row = json_pack(
+        "{s:I, s:s, s:s, s:o, s:o, s:o, s:o, s:o, s:b, s:b}", "target", (json_int_t)r->target,
+        "target_name", r->target_name, "iqn", iqn, "alias", icfg_str_or_null(r->alias), "dataset",
+        icfg_str_or_null(ds), "path", icfg_str_or_null(r->path), "extent",
+        icfg_int_or_null(r->mapped, r->extent), "lunid", icfg_int_or_null(r->mapped, r->lunid),
+        "readonly", r->ro, "enabled", r->enabled);
+    return row;
 }
 
 /* Every target with its LUNs' datasets: [{dataset, target_name, iqn, lunid, readonly, ...}]. */
 static json_t *share_rows(void)
 {
     json_t *rows = json_array();
+    struct icfg_lun_share *v = NULL;
+    size_t n = 0;
     char *basename = icfg_global_basename();
-    sqlite3_stmt *st = NULL;
-    if (icfg_prepare("SELECT t.id, t.name, t.alias, e.id, e.disk, e.path, e.ro, e.enabled, "
-                     "te.lunid FROM iscsi_target t "
-                     "LEFT JOIN iscsi_targetextent te ON te.target_id = t.id "
-                     "LEFT JOIN iscsi_extent e ON e.id = te.extent_id ORDER BY t.name, te.lunid",
-                     &st) == 0) {
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            const char *disk = (const char *)sqlite3_column_text(st, 4);
-            const char *path = (const char *)sqlite3_column_text(st, 5);
-            const char *ds = disk ? icfg_disk_dataset(disk) : NULL;
-            char iqn[512];
-            snprintf(iqn, sizeof(iqn), "%s:%s", basename ? basename : ICFG_DEFAULT_BASENAME,
-                     (const char *)sqlite3_column_text(st, 1));
-            json_t *r = json_pack("{s:I, s:s, s:s, s:o, s:o, s:o}", "target",
-                                  (json_int_t)sqlite3_column_int64(st, 0), "target_name",
-                                  (const char *)sqlite3_column_text(st, 1), "iqn", iqn, "alias",
-                                  sqlite3_column_type(st, 2) == SQLITE_NULL
-                                      ? json_null()
-                                      : json_string((const char *)sqlite3_column_text(st, 2)),
-                                  "dataset", ds ? json_string(ds) : json_null(), "path",
-                                  path ? json_string(path) : json_null());
-            bool mapped = sqlite3_column_type(st, 3) != SQLITE_NULL;
-            json_object_set_new(r, "extent",
-                                mapped ? json_integer(sqlite3_column_int64(st, 3)) : json_null());
-            json_object_set_new(r, "lunid",
-                                mapped ? json_integer(sqlite3_column_int64(st, 8)) : json_null());
-            json_object_set_new(r, "readonly", json_boolean(mapped && sqlite3_column_int(st, 6)));
-            json_object_set_new(r, "enabled", json_boolean(!mapped || sqlite3_column_int(st, 7)));
-            json_array_append_new(rows, r);
-        }
-        icfg_finalize(st);
-    }
+    if (icfg_lun_shares(&v, &n) < 0)
+        n = 0;
+    for (size_t i = 0; rows && i < n; i++)
+        json_array_append_new(rows, share_encode(&v[i], basename));
+    icfg_lun_shares_free(v, n);
     free(basename);
     return rows;
 }

@@ -1,4 +1,12 @@
-/* iscsi.target.create|update|delete|query|validate_name. */
+/*
+ * iscsi.target.create|update|delete|query|get_instance|validate_name: the
+ * API of struct icfg_target (target_store.h holds its SQL): the field
+ * table the dispatcher checks, the one decoder (target_decode: JSON →
+ * struct), the one encoder (target_encode: struct → TrueNAS row), the
+ * invariants a table cannot state (target_check), and handlers of one
+ * shape: decode → check → one transaction (icfg_write) → publish (its
+ * commit, config/cfgtx.h).
+ */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
@@ -9,52 +17,34 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "config/iscsi/config_crud.h"
+#include "config/iscsi/target_store.h"
 #include "iscsi/iscsi_runtime.h"
 
-/* Every rel_tgt_id below this is in use (DB lock). Reset to 1 whenever a
- * transaction rolls back or a target is deleted below it. */
-static int64_t rel_hint = 1;
+/* ---- encoder: struct → the TrueNAS-shaped row ---- */
 
-void icfg_target_reset_hint(int64_t rel_tgt_id)
+static json_t *group_encode(const struct icfg_target_group *g)
 {
-    if (rel_tgt_id < rel_hint)
-        rel_hint = rel_tgt_id < 1 ? 1 : rel_tgt_id;
+    return json_pack("{s:I, s:o, s:s, s:o}", "portal", (json_int_t)g->portal, "initiator",
+                     icfg_int_or_null(g->has_initiator, g->initiator), "authmethod",
+                     icfg_authmethod_names[g->authmethod], "auth",
+                     icfg_int_or_null(g->has_auth, g->auth));
 }
 
-static json_t *groups_of(int64_t target_id)
+/* The row iscsi.target.* answers with (keys in TrueNAS's order). A new
+ * reference, or NULL (ENOMEM). */
+static json_t *target_encode(const struct icfg_target *t)
 {
     json_t *groups = json_array();
-    sqlite3_stmt *st;
-    if (icfg_prepare("SELECT portal_id, initiator_id, authmethod, auth_tag FROM "
-                     "iscsi_target_group WHERE target_id = ? ORDER BY id",
-                     &st) < 0)
-        return groups;
-    sqlite3_bind_int64(st, 1, target_id);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        json_t *g = json_object();
-        json_object_set_new(g, "portal", json_integer(sqlite3_column_int64(st, 0)));
-        json_object_set_new(g, "initiator", icfg_col_int_or_null(st, 1));
-        json_object_set_new(g, "authmethod", json_string(icfg_col_text(st, 2)));
-        json_object_set_new(g, "auth", icfg_col_int_or_null(st, 3));
-        json_array_append_new(groups, g);
-    }
-    icfg_finalize(st);
-    return groups;
-}
-
-json_t *icfg_target_row(sqlite3_stmt *st)
-{
-    int64_t id = sqlite3_column_int64(st, 0);
-    json_t *row = json_object();
-    json_object_set_new(row, "id", json_integer(id));
-    json_object_set_new(row, "name", json_string(icfg_col_text(st, 1)));
-    json_object_set_new(row, "alias", icfg_col_text_or_null(st, 2));
-    json_object_set_new(row, "mode", json_string(icfg_col_text(st, 3)));
-    json_object_set_new(row, "groups", groups_of(id));
-    json_object_set_new(row, "auth_networks", icfg_col_json(st, 4));
-    json_object_set_new(row, "rel_tgt_id", json_integer(sqlite3_column_int64(st, 5)));
-    json_object_set_new(row, "iscsi_parameters", json_null());
-    return row;
+    for (size_t i = 0; groups && i < t->n_groups; i++)
+        if (json_array_append_new(groups, group_encode(&t->groups[i])) < 0) {
+            json_decref(groups);
+            groups = NULL;
+        }
+    return json_pack("{s:I, s:s, s:o, s:s, s:o, s:o, s:I, s:n}", "id", (json_int_t)t->id, "name",
+                     t->name, "alias", icfg_str_or_null(t->alias), "mode",
+                     icfg_target_mode_names[t->mode], "groups", groups, "auth_networks",
+                     icfg_strv_encode(&t->auth_networks), "rel_tgt_id", (json_int_t)t->rel_tgt_id,
+                     "iscsi_parameters");
 }
 
 int icfg_parse_cidr(const char *s, struct iscsi_cidr *out)
@@ -98,12 +88,10 @@ int icfg_parse_cidr(const char *s, struct iscsi_cidr *out)
     return 0;
 }
 
-static const char *const auth_methods_enum[] = {"NONE", "CHAP", "CHAP_MUTUAL", NULL};
-static const char *const mode_enum[] = {"ISCSI", "FC", "BOTH", NULL};
 static const struct api_field group_fields[] = {
     {.name = "portal", .type = API_T_INT, .flags = API_REQUIRED},
     {.name = "initiator", .type = API_T_INT, .flags = API_NULLABLE},
-    {.name = "authmethod", .type = API_T_ENUM, .choices = auth_methods_enum},
+    {.name = "authmethod", .type = API_T_ENUM, .choices = icfg_authmethod_names},
     {.name = "auth", .type = API_T_INT, .flags = API_NULLABLE},
 };
 static const struct api_field group_item = {
@@ -121,12 +109,80 @@ static const struct api_field target_fields[] = {
      .min = 0,
      .max = ISCSI_ALIAS_MAX - 1,
      .def = "null"},
-    {.name = "mode", .type = API_T_ENUM, .choices = mode_enum, .def = "\"ISCSI\""},
+    {.name = "mode", .type = API_T_ENUM, .choices = icfg_target_mode_names, .def = "\"ISCSI\""},
     {.name = "groups", .type = API_T_ARRAY, .items = &group_item, .def = "[]"},
     {.name = "auth_networks", .type = API_T_ARRAY, .items = &network_item, .def = "[]"},
     {.name = "iscsi_parameters", .type = API_T_ANY, .flags = API_NULLABLE, .def = "null"},
     {.name = "defer", .type = API_T_BOOL},
 };
+
+/* ---- decoder: a checked JSON body → struct ---- */
+
+/* A group as given: initiator and auth null or absent are none, a missing
+ * authmethod is NONE. */
+static void group_decode(json_t *g, struct icfg_target_group *out)
+{
+    json_t *ini = json_object_get(g, "initiator"), *auth = json_object_get(g, "auth");
+    memset(out, 0, sizeof(*out));
+    out->portal = json_integer_value(json_object_get(g, "portal"));
+    out->has_initiator = json_is_integer(ini);
+    out->initiator = json_integer_value(ini);
+    out->authmethod = icfg_authmethod_parse(json_string_value(json_object_get(g, "authmethod")));
+    out->has_auth = json_is_integer(auth);
+    out->auth = json_integer_value(auth);
+}
+
+static int groups_decode(json_t *groups, struct icfg_target *t)
+{
+    size_t n = json_array_size(groups);
+    struct icfg_target_group *g = calloc(n ? n : 1, sizeof(*g));
+    if (!g)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        group_decode(json_array_get(groups, i), &g[i]);
+    int rc = icfg_target_set_groups(t, g, n);
+    free(g);
+    return rc;
+}
+
+/*
+ * The one decoder: apply the keys present in data (a body the dispatcher
+ * checked against target_fields: complete with its defaults on create,
+ * partial on update) to t. A given alias "" is none, as it is stored.
+ * 0 or -ENOMEM.
+ */
+static int target_decode(json_t *data, struct icfg_target *t)
+{
+    json_t *v;
+    int rc = 0;
+    if ((v = json_object_get(data, "name")))
+        rc = icfg_str_set(&t->name, json_string_value(v));
+    if (rc == 0 && (v = json_object_get(data, "alias")))
+        rc = icfg_str_set(&t->alias, json_string_length(v) ? json_string_value(v) : NULL);
+    if ((v = json_object_get(data, "mode")))
+        t->mode = (enum icfg_target_mode)icfg_name_index(icfg_target_mode_names,
+                                                         json_string_value(v), ICFG_MODE_ISCSI);
+    if (rc == 0 && (v = json_object_get(data, "groups")))
+        rc = groups_decode(v, t);
+    if (rc == 0 && (v = json_object_get(data, "auth_networks")))
+        rc = icfg_strv_decode(v, &t->auth_networks);
+    if ((v = json_object_get(data, "iscsi_parameters")))
+        t->iscsi_parameters = !json_is_null(v);
+    return rc;
+}
+
+static int target_decode_any(json_t *data, void *obj)
+{
+    return target_decode(data, obj);
+}
+
+int icfg_target_init(struct icfg_target *t)
+{
+    memset(t, 0, sizeof(*t));
+    return icfg_defaults(target_fields, ARRAY_SIZE(target_fields), target_decode_any, t);
+}
+
+/* ---- invariants ---- */
 
 static bool name_chars_ok(const char *s)
 {
@@ -156,234 +212,155 @@ static const char *name_problem(const char *name, int64_t self_id, char *buf, si
         return buf;
     }
     int64_t other;
-    if (icfg_int(&other, "SELECT id FROM iscsi_target WHERE name = ? AND id != ?", "ti", name,
-                 self_id) == 0)
+    if (icfg_target_find_name(name, self_id, &other) == 0)
         return "Target name already exists";
     return NULL;
 }
 
-/* The alias: "" is stored as NULL; a given one has no double quote, is
- * not the reserved word, and is unique among the other targets. */
-static void target_check_alias(struct api_call *call, json_t *d, int64_t self_id)
+/* A given alias has no double quote, is not the reserved word, and is
+ * unique among the other targets. */
+static void target_check_alias(struct icfg_write *w, const struct icfg_target *t)
 {
-    json_t *alias = json_object_get(d, "alias");
-    const char *a;
+    struct api_call *call = w->call;
     char f[160];
     int64_t other;
 
-    if (json_is_string(alias) && json_string_length(alias) == 0)
-        json_object_set_new(d, "alias", json_null()); /* "" is stored as NULL */
-    alias = json_object_get(d, "alias");
-    if (!json_is_string(alias))
+    if (!t->alias)
         return;
-    a = json_string_value(alias);
-    icfg_field(call, "alias", f, sizeof(f));
-    if (strchr(a, '"'))
+    icfg_wfield(w, "alias", f, sizeof(f));
+    if (strchr(t->alias, '"'))
         api_verr(call, f, EINVAL, "Double quotes are not allowed");
-    else if (strcmp(a, "target") == 0)
+    else if (strcmp(t->alias, "target") == 0)
         api_verr(call, f, EINVAL, "target is a reserved word");
-    else if (icfg_int(&other, "SELECT id FROM iscsi_target WHERE alias = ? AND id != ?", "ti", a,
-                      self_id) == 0)
+    else if (icfg_target_find_alias(t->alias, t->id, &other) == 0)
         api_verr(call, f, EEXIST, "Alias already exists");
 }
 
 /* Group i's auth: CHAP methods need one; a given tag exists and, for
  * CHAP_MUTUAL, has a peer user. */
-static void target_check_group_auth(struct api_call *call, json_t *g, size_t i)
+static void target_check_group_auth(struct icfg_write *w, const struct icfg_target_group *g,
+                                    size_t i)
 {
-    json_t *auth = json_object_get(g, "auth");
-    const char *method = json_string_value(json_object_get(g, "authmethod"));
+    struct api_call *call = w->call;
     char f[160], fld[64];
-    int64_t found, tag;
 
     snprintf(fld, sizeof(fld), "groups.%zu.auth", i);
-    if (strcmp(method, "NONE") != 0 && !json_is_integer(auth)) {
-        api_verr(call, icfg_field(call, fld, f, sizeof(f)), EINVAL,
+    if (g->authmethod != ICFG_AUTH_NONE && !g->has_auth) {
+        api_verr(call, icfg_wfield(w, fld, f, sizeof(f)), EINVAL,
                  "Authentication group is required for CHAP and CHAP Mutual");
         return;
     }
-    if (!json_is_integer(auth))
+    if (!g->has_auth)
         return;
-    tag = json_integer_value(auth);
-    if (icfg_int(&found, "SELECT id FROM iscsi_auth WHERE tag = ? LIMIT 1", "i", tag) < 0)
-        api_verr(call, icfg_field(call, fld, f, sizeof(f)), ENOENT,
-                 "Authentication group %lld does not exist", (long long)tag);
-    else if (strcmp(method, "CHAP_MUTUAL") == 0 &&
-             icfg_int(&found, "SELECT id FROM iscsi_auth WHERE tag = ? AND peeruser != '' LIMIT 1",
-                      "i", tag) < 0)
-        api_verr(call, icfg_field(call, fld, f, sizeof(f)), EINVAL,
-                 "Authentication group %lld does not support CHAP Mutual", (long long)tag);
+    if (icfg_auth_tag_exists(g->auth, false) < 0)
+        api_verr(call, icfg_wfield(w, fld, f, sizeof(f)), ENOENT,
+                 "Authentication group %lld does not exist", (long long)g->auth);
+    else if (g->authmethod == ICFG_AUTH_CHAP_MUTUAL && icfg_auth_tag_exists(g->auth, true) < 0)
+        api_verr(call, icfg_wfield(w, fld, f, sizeof(f)), EINVAL,
+                 "Authentication group %lld does not support CHAP Mutual", (long long)g->auth);
 }
 
-/* Group i of groups, with its defaults filled in: an existing portal not
- * used by an earlier group, an existing initiator group, a usable auth. */
-static void target_check_group(struct api_call *call, json_t *groups, size_t i)
+/* Group i: an existing portal not used by an earlier group, an existing
+ * initiator group, a usable auth. */
+static void target_check_group(struct icfg_write *w, const struct icfg_target *t, size_t i)
 {
-    json_t *g = json_array_get(groups, i), *ini;
+    struct api_call *call = w->call;
+    const struct icfg_target_group *g = &t->groups[i];
     char f[160], fld[64];
-    int64_t portal, found;
 
-    if (!json_object_get(g, "authmethod"))
-        json_object_set_new(g, "authmethod", json_string("NONE"));
-    if (!json_object_get(g, "initiator"))
-        json_object_set_new(g, "initiator", json_null());
-    if (!json_object_get(g, "auth"))
-        json_object_set_new(g, "auth", json_null());
-    portal = json_integer_value(json_object_get(g, "portal"));
-    ini = json_object_get(g, "initiator");
     snprintf(fld, sizeof(fld), "groups.%zu.portal", i);
-    if (icfg_int(&found, "SELECT id FROM iscsi_portal WHERE id = ?", "i", portal) < 0)
-        api_verr(call, icfg_field(call, fld, f, sizeof(f)), ENOENT, "Portal %lld does not exist",
-                 (long long)portal);
+    if (icfg_portal_exists(g->portal) < 0)
+        api_verr(call, icfg_wfield(w, fld, f, sizeof(f)), ENOENT, "Portal %lld does not exist",
+                 (long long)g->portal);
     for (size_t j = 0; j < i; j++)
-        if (json_integer_value(json_object_get(json_array_get(groups, j), "portal")) == portal)
-            api_verr(call, icfg_field(call, fld, f, sizeof(f)), EINVAL,
-                     "Portal %lld cannot be duplicated on a target", (long long)portal);
+        if (t->groups[j].portal == g->portal)
+            api_verr(call, icfg_wfield(w, fld, f, sizeof(f)), EINVAL,
+                     "Portal %lld cannot be duplicated on a target", (long long)g->portal);
     snprintf(fld, sizeof(fld), "groups.%zu.initiator", i);
-    if (json_is_integer(ini) && icfg_int(&found, "SELECT id FROM iscsi_initiator WHERE id = ?", "i",
-                                         (int64_t)json_integer_value(ini)) < 0)
-        api_verr(call, icfg_field(call, fld, f, sizeof(f)), ENOENT,
-                 "Initiator group %lld does not exist", (long long)json_integer_value(ini));
-    target_check_group_auth(call, g, i);
+    if (g->has_initiator && icfg_initiator_exists(g->initiator) < 0)
+        api_verr(call, icfg_wfield(w, fld, f, sizeof(f)), ENOENT,
+                 "Initiator group %lld does not exist", (long long)g->initiator);
+    target_check_group_auth(w, g, i);
 }
 
-/* Checks of a complete (defaults applied or merged) target object, in
- * TrueNAS's order; field errors are collected on call. */
-static void target_check(struct api_call *call, json_t *d, int64_t self_id)
+/* The invariants of a complete target (t->id 0 on create), in TrueNAS's
+ * order; field errors are collected on call. DB locked. */
+static void target_check(struct icfg_write *w, const struct icfg_target *t)
 {
+    struct api_call *call = w->call;
     char f[160], fld[64], buf[128];
-    const char *name = json_string_value(json_object_get(d, "name"));
-    const char *problem = name_problem(name, self_id, buf, sizeof(buf));
-    json_t *params = json_object_get(d, "iscsi_parameters"), *n;
-    size_t i;
+    const char *problem = name_problem(t->name, t->id, buf, sizeof(buf));
 
     if (problem)
-        api_verr(call, icfg_field(call, "name", f, sizeof(f)),
+        api_verr(call, icfg_wfield(w, "name", f, sizeof(f)),
                  strcmp(problem, "Target name already exists") == 0 ? EEXIST : EINVAL, "%s",
                  problem);
-    target_check_alias(call, d, self_id);
-    if (strcmp(json_string_value(json_object_get(d, "mode")), "ISCSI") != 0)
-        api_verr(call, icfg_field(call, "mode", f, sizeof(f)), EINVAL,
+    target_check_alias(w, t);
+    if (t->mode != ICFG_MODE_ISCSI)
+        api_verr(call, icfg_wfield(w, "mode", f, sizeof(f)), EINVAL,
                  "Fibre Channel is not supported by blockd; mode must be ISCSI");
-    if (params && !json_is_null(params))
-        api_verr(call, icfg_field(call, "iscsi_parameters", f, sizeof(f)), EINVAL,
+    if (t->iscsi_parameters)
+        api_verr(call, icfg_wfield(w, "iscsi_parameters", f, sizeof(f)), EINVAL,
                  "Per-target iSCSI parameters are not supported by blockd; use null");
-    for (i = 0; i < json_array_size(json_object_get(d, "groups")); i++)
-        target_check_group(call, json_object_get(d, "groups"), i);
-    json_array_foreach(json_object_get(d, "auth_networks"), i, n)
-    {
+    for (size_t i = 0; i < t->n_groups; i++)
+        target_check_group(w, t, i);
+    for (size_t i = 0; i < t->auth_networks.n; i++) {
         struct iscsi_cidr c;
-        if (icfg_parse_cidr(json_string_value(n), &c) < 0) {
+        if (icfg_parse_cidr(t->auth_networks.v[i], &c) < 0) {
             snprintf(fld, sizeof(fld), "auth_networks.%zu", i);
-            api_verr(call, icfg_field(call, fld, f, sizeof(f)), EINVAL,
-                     "Value error, %s is not a valid IP network", json_string_value(n));
+            api_verr(call, icfg_wfield(w, fld, f, sizeof(f)), EINVAL,
+                     "Value error, %s is not a valid IP network", t->auth_networks.v[i]);
         }
     }
 }
 
-static int store_groups(int64_t id, json_t *groups)
+/* ---- handlers: decode → check → one transaction → publish ---- */
+
+/* The stored target id encoded as the call's result. 0 or -1 (error set). */
+static int target_result(struct api_call *call, int64_t id, json_t **result)
 {
-    int rc = icfg_run("DELETE FROM iscsi_target_group WHERE target_id = ?", "i", id);
-    sqlite3_stmt *st;
-    if (rc < 0 || (rc = icfg_prepare("INSERT INTO iscsi_target_group (target_id, portal_id, "
-                                     "initiator_id, authmethod, auth_tag) VALUES (?, ?, ?, ?, ?)",
-                                     &st)) < 0)
-        return rc;
-    size_t i;
-    json_t *g;
-    json_array_foreach(groups, i, g)
-    {
-        json_t *ini = json_object_get(g, "initiator"), *auth = json_object_get(g, "auth");
-        sqlite3_reset(st);
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, json_integer_value(json_object_get(g, "portal")));
-        if (json_is_integer(ini))
-            sqlite3_bind_int64(st, 3, json_integer_value(ini));
-        else
-            sqlite3_bind_null(st, 3);
-        sqlite3_bind_text(st, 4, json_string_value(json_object_get(g, "authmethod")), -1,
-                          SQLITE_TRANSIENT);
-        if (json_is_integer(auth))
-            sqlite3_bind_int64(st, 5, json_integer_value(auth));
-        else
-            sqlite3_bind_null(st, 5);
-        if (sqlite3_step(st) != SQLITE_DONE) {
-            rc = -EIO;
-            break;
-        }
-    }
-    icfg_finalize(st);
-    return rc;
+    struct icfg_target t;
+    int rc = icfg_target_get(id, &t);
+    if (rc == 0 && !(*result = target_encode(&t)))
+        rc = -ENOMEM;
+    icfg_target_clear(&t);
+    return rc < 0 ? icfg_db_fail(call, rc) : 0;
 }
 
-static int target_store(struct api_call *call, json_t *d, int64_t id, int64_t *out_id)
+int icfg_target_save(struct icfg_write *w, struct icfg_target *t)
 {
-    char *nets = json_dumps(json_object_get(d, "auth_networks"), JSON_COMPACT);
-    if (!nets)
-        return api_error(call, ENOMEM, "out of memory");
-    json_t *alias = json_object_get(d, "alias");
-    const char *name = json_string_value(json_object_get(d, "name"));
-    const char *mode = json_string_value(json_object_get(d, "mode"));
-    int err;
-    if (id == 0) {
-        /* rel_tgt_id: the lowest free value in 1..31999, allocated inside
-         * this transaction (BEGIN IMMEDIATE serializes writers). The search
-         * starts at a hint below which every value is known to be taken,
-         * so a create costs O(log n), not a scan of every target. */
-        int64_t rel = 0;
-        err = icfg_int(&rel,
-                       "SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM iscsi_target WHERE rel_tgt_id "
-                       "= ?1) THEN ?1 ELSE (SELECT t.rel_tgt_id + 1 FROM iscsi_target t WHERE "
-                       "t.rel_tgt_id >= ?1 AND t.rel_tgt_id + 1 <= ?2 AND NOT EXISTS (SELECT 1 "
-                       "FROM iscsi_target u WHERE u.rel_tgt_id = t.rel_tgt_id + 1) ORDER BY "
-                       "t.rel_tgt_id LIMIT 1) END",
-                       "ii", rel_hint, (int64_t)ICFG_REL_TGT_ID_MAX);
-        if (err == 0 && rel > ICFG_REL_TGT_ID_MAX)
-            err = -ENOENT;
-        if (err == 0)
-            rel_hint = rel + 1;
-        if (err == -ENOENT) {
-            free(nets);
-            return api_error(call, ENOSPC, "No free relative target id (at most %d targets)",
-                             ICFG_REL_TGT_ID_MAX);
-        }
-        if (err == 0)
-            err = icfg_run("INSERT INTO iscsi_target (name, alias, mode, auth_networks, "
-                           "rel_tgt_id) VALUES (?, ?, ?, ?, ?)",
-                           "tttti", name, json_string_value(alias), mode, nets, rel);
-        *out_id = sqlite3_last_insert_rowid(db_handle());
-    } else {
-        err = icfg_run("UPDATE iscsi_target SET name = ?, alias = ?, mode = ?, auth_networks = ? "
-                       "WHERE id = ?",
-                       "tttti", name, json_string_value(alias), mode, nets, id);
-        *out_id = id;
-    }
-    free(nets);
-    if (err == 0)
-        err = store_groups(*out_id, json_object_get(d, "groups"));
-    return err < 0 ? icfg_db_fail(call, err) : 0;
+    struct api_call *call = w->call;
+    bool create = t->id == 0;
+    target_check(w, t);
+    if (api_has_verrs(call))
+        return api_invalid(call);
+    int err = create ? icfg_target_insert(t) : icfg_target_update(t);
+    if (err == -ENOSPC)
+        return api_error(call, ENOSPC, "No free relative target id (at most %d targets)",
+                         ICFG_REL_TGT_ID_MAX);
+    if (err < 0)
+        return icfg_db_fail(call, err);
+    cfg_tx_changed(&w->tx, CFG_ISCSI_TARGET, t->id, create ? CFG_CREATED : CFG_UPDATED);
+    return 0;
 }
 
-#define TARGET_BY_ID ICFG_TARGET_SELECT " WHERE id = ?"
+/* Save t and answer with the stored row. 0 or -1 (error set). */
+static int target_save(struct icfg_write *w, struct icfg_target *t, json_t **result)
+{
+    return icfg_target_save(w, t) < 0 ? -1 : target_result(w->call, t->id, result);
+}
 
 static int target_create(struct api_call *call, json_t *params, json_t **result)
 {
     struct icfg_write w;
-    json_t *data;
-    if (icfg_create_begin(&w, call, params, target_fields, ARRAY_SIZE(target_fields), &data) < 0)
+    struct icfg_target t = {0};
+    json_t *body;
+    if (icfg_create_begin(&w, call, params, target_fields, ARRAY_SIZE(target_fields), &body) < 0)
         return -1;
-    int rc = 0;
-    target_check(call, data, 0);
-    int64_t id = 0;
-    if (api_has_verrs(call))
-        rc = api_invalid(call);
-    else
-        rc = target_store(call, data, 0, &id);
-    if (rc == 0) {
-        cfg_tx_changed(&w.tx, CFG_ISCSI_TARGET, id, CFG_CREATED);
-        *result = icfg_get_by_id(icfg_target_row, TARGET_BY_ID, id);
-    }
-    json_decref(data);
+    int rc = target_decode(body, &t) < 0 ? api_error(call, ENOMEM, "out of memory")
+                                         : target_save(&w, &t, result);
+    icfg_target_clear(&t);
+    json_decref(body);
     return icfg_write_end(&w, rc);
 }
 
@@ -391,55 +368,63 @@ static int target_update(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id;
     struct icfg_write w;
-    json_t *data;
-    if (icfg_update_begin(&w, call, params, target_fields, ARRAY_SIZE(target_fields), &id, &data) <
+    struct icfg_target t;
+    json_t *body;
+    if (icfg_update_begin(&w, call, params, target_fields, ARRAY_SIZE(target_fields), &id, &body) <
         0)
         return -1;
-    int rc = 0;
-    json_t *merged = icfg_get_by_id(icfg_target_row, TARGET_BY_ID, id);
-    if (!merged) {
-        rc = api_error(call, ENOENT, "Target %lld does not exist", (long long)id);
-    } else {
-        json_object_update(merged, data);
-        target_check(call, merged, id);
-        if (api_has_verrs(call))
-            rc = api_invalid(call);
-        else {
-            int64_t out;
-            rc = target_store(call, merged, id, &out);
-        }
-        if (rc == 0) {
-            icfg_changed_target(&w, id);
-            *result = icfg_get_by_id(icfg_target_row, TARGET_BY_ID, id);
-        }
-    }
-    json_decref(merged);
-    json_decref(data);
+    int rc = icfg_target_get(id, &t);
+    if (rc < 0)
+        rc = icfg_missing(call, rc, "Target", id);
+    else if (target_decode(body, &t) < 0)
+        rc = api_error(call, ENOMEM, "out of memory");
+    else
+        rc = target_save(&w, &t, result);
+    icfg_target_clear(&t);
+    json_decref(body);
     return icfg_write_end(&w, rc);
 }
 
 int icfg_target_check_sessions(struct icfg_write *w, int64_t target_id, bool force)
 {
-    sqlite3_stmt *st;
-    if (icfg_prepare("SELECT name FROM iscsi_target WHERE id = ?", &st) < 0)
-        return icfg_db_fail(w->call, -EIO);
-    sqlite3_bind_int64(st, 1, target_id);
-    int rc = 0;
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        const char *name = icfg_col_text(st, 0);
-        char *basename = icfg_global_basename();
-        char iqn[ISCSI_NAME_MAX * 2];
-        snprintf(iqn, sizeof(iqn), "%s:%s", basename ? basename : "", name);
-        free(basename);
-        unsigned n = iscsi_sessions_count_target(iqn);
-        if (n > 0 && !force)
-            rc = api_error(w->call, EBUSY, "Target %s is in use", name);
-        else if (n > 0)
-            /* The sessions are closed when the deletion is applied
-             * (immediately, or at service.reload when deferred). */
-            log_info("iscsi config: deleting target %s with %u session(s) (force)", iqn, n);
-    }
-    icfg_finalize(st);
+    struct icfg_target t;
+    int rc = icfg_target_get(target_id, &t);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc < 0)
+        return icfg_db_fail(w->call, rc);
+    char *basename = icfg_global_basename();
+    char iqn[ISCSI_NAME_MAX * 2];
+    snprintf(iqn, sizeof(iqn), "%s:%s", basename ? basename : "", t.name);
+    free(basename);
+    unsigned n = iscsi_sessions_count_target(iqn);
+    if (n > 0 && !force)
+        rc = api_error(w->call, EBUSY, "Target %s is in use", t.name);
+    else if (n > 0)
+        /* The sessions are closed when the deletion is applied
+         * (immediately, or at service.reload when deferred). */
+        log_info("iscsi config: deleting target %s with %u session(s) (force)", iqn, n);
+    icfg_target_clear(&t);
+    return rc;
+}
+
+int icfg_target_remove(struct icfg_write *w, int64_t id, bool force, bool delete_extents)
+{
+    int64_t *extents = NULL;
+    size_t n = 0;
+    int rc = icfg_target_check_sessions(w, id, force);
+    if (rc == 0 && delete_extents && (rc = icfg_target_extents(id, &extents, &n)) < 0)
+        rc = icfg_db_fail(w->call, rc);
+    if (rc == 0)
+        rc = icfg_targetextent_remove(w, "target_id", id);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = icfg_extent_delete_row(w, extents[i], false, force);
+    free(extents);
+    int err = rc == 0 ? icfg_target_delete(id) : 0;
+    if (err < 0)
+        return icfg_db_fail(w->call, err);
+    if (rc == 0)
+        cfg_tx_changed(&w->tx, CFG_ISCSI_TARGET, id, CFG_DELETED);
     return rc;
 }
 
@@ -451,53 +436,26 @@ static int target_delete(struct api_call *call, json_t *params, json_t **result)
     if (icfg_delete_begin_opts(&w, call, params, &id, "force", &force, "delete_extents",
                                &delete_extents) < 0)
         return -1;
-    int64_t found;
-    if (icfg_int(&found, "SELECT id FROM iscsi_target WHERE id = ?", "i", id) < 0)
-        return icfg_write_end(&w,
-                              api_error(call, ENOENT, "Target %lld does not exist", (long long)id));
-    int rc = icfg_target_check_sessions(&w, id, force);
-    json_t *extents = NULL;
-    if (rc == 0 && delete_extents)
-        extents = icfg_rows(icfg_extent_row_internal,
-                            ICFG_EXTENT_SELECT " WHERE id IN (SELECT extent_id FROM "
-                                               "iscsi_targetextent WHERE target_id = ?)",
-                            "i", id);
+    int rc = icfg_target_exists(id);
+    if (rc < 0)
+        rc = icfg_missing(call, rc, "Target", id);
+    else
+        rc = icfg_target_remove(&w, id, force, delete_extents);
     if (rc == 0)
-        rc = icfg_targetextent_delete_where(&w, "target_id = ?", id);
-    if (rc == 0 && extents) {
-        size_t i;
-        json_t *e;
-        json_array_foreach(extents, i, e)
-        {
-            rc = icfg_extent_delete_row(&w, json_integer_value(json_object_get(e, "id")), false,
-                                        force);
-            if (rc < 0)
-                break;
-        }
-    }
-    json_decref(extents);
-    int64_t rel;
-    if (rc == 0 && icfg_int(&rel, "SELECT rel_tgt_id FROM iscsi_target WHERE id = ?", "i", id) == 0)
-        icfg_target_reset_hint(rel);
-    if (rc == 0) {
-        int err = icfg_run("DELETE FROM iscsi_target_group WHERE target_id = ?", "i", id);
-        if (err == 0)
-            err = icfg_run("DELETE FROM iscsi_target WHERE id = ?", "i", id);
-        if (err < 0)
-            rc = icfg_db_fail(call, err);
-    }
-    if (rc == 0) {
-        cfg_tx_changed(&w.tx, CFG_ISCSI_TARGET, id, CFG_DELETED);
         *result = json_true();
-    }
     return icfg_write_end(&w, rc);
+}
+
+static json_t *target_encode_elem(const void *elem)
+{
+    return target_encode(elem);
 }
 
 static int target_query(struct api_call *call, json_t *params, json_t **result)
 {
     static const struct icfg_hint hints[] = {{"id", "id"}, {"name", "name"}, {"alias", "alias"}};
-    return icfg_query_hinted(call, params, result, icfg_target_row, ICFG_TARGET_SELECT, hints,
-                             ARRAY_SIZE(hints));
+    static const struct icfg_typed type = {&icfg_target_table, target_encode_elem};
+    return icfg_query_typed(call, params, result, &type, hints, ARRAY_SIZE(hints));
 }
 
 static int target_validate_name(struct api_call *call, json_t *params, json_t **result)

@@ -24,6 +24,7 @@
 #include "api/api.h"
 #include "config/datasets.h"
 #include "config/db.h"
+#include "config/iscsi/config_internal.h"
 #include "config/pwenc.h"
 #include "core/log.h"
 #include "core/util.h"
@@ -1034,6 +1035,79 @@ static void test_lu_live(void **state)
     json_decref(ok(rpc("iscsi.target.delete", "[%lld]", (long long)other)));
 }
 
+/* The typed stores (issue #14): what a store gives back is what the API
+ * stored and answered with (the encoder's struct), a key narrows a list,
+ * a new object has its create method's defaults, and string lists keep
+ * their stored format. */
+static void test_typed_store(void **state)
+{
+    json_int_t portal = portal_new("127.0.0.77");
+    json_t *row = ok(rpc("iscsi.target.create",
+                         "[{\"name\":\"typed-1\",\"alias\":\"typed one\",\"groups\":[{\"portal\":"
+                         "%lld}],\"auth_networks\":[\"10.1.0.0/16\"]}]",
+                         (long long)portal));
+    json_int_t id = json_integer_value(json_object_get(row, "id"));
+    json_int_t id2 = target_new("typed-2");
+    struct icfg_target t;
+    db_lock();
+    assert_int_equal(icfg_target_get(id, &t), 0);
+    assert_string_equal(t.name, "typed-1");
+    assert_string_equal(t.alias, "typed one");
+    assert_int_equal(t.mode, ICFG_MODE_ISCSI);
+    assert_int_equal(t.n_groups, 1);
+    assert_int_equal(t.groups[0].portal, portal);
+    assert_false(t.groups[0].has_initiator);
+    assert_false(t.groups[0].has_auth);
+    assert_int_equal(t.groups[0].authmethod, ICFG_AUTH_NONE);
+    assert_int_equal(t.auth_networks.n, 1);
+    assert_string_equal(t.auth_networks.v[0], "10.1.0.0/16");
+    assert_int_equal(t.rel_tgt_id, json_integer_value(json_object_get(row, "rel_tgt_id")));
+    icfg_target_clear(&t);
+    assert_int_equal(icfg_target_get(999999, &t), -ENOENT);
+    const struct icfg_key_value names[] = {{.s = "typed-1"}, {.s = "typed-2"}};
+    struct icfg_key key = {.column = "name", .values = names, .n = 2};
+    void *list;
+    size_t n;
+    assert_int_equal(icfg_table_list(&icfg_target_table, &key, &list, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(((struct icfg_target *)list)[1].id, id2);
+    icfg_table_free(&icfg_target_table, list, n);
+    key.n = 1;
+    assert_int_equal(icfg_table_list(&icfg_target_table, &key, &list, &n), 0);
+    assert_int_equal(n, 1);
+    icfg_table_free(&icfg_target_table, list, n);
+    db_unlock();
+    json_decref(row);
+
+    /* create's defaults come from the field table */
+    assert_int_equal(icfg_target_init(&t), 0);
+    assert_null(t.name);
+    assert_null(t.alias);
+    assert_int_equal(t.n_groups, 0);
+    icfg_target_clear(&t);
+    struct icfg_extent e;
+    assert_int_equal(icfg_extent_init(&e), 0);
+    assert_int_equal(e.type, ICFG_EXTENT_DISK);
+    assert_int_equal(e.blocksize, 512);
+    assert_true(e.insecure_tpc && e.enabled && !e.ro);
+    assert_string_equal(e.rpm, "SSD");
+    icfg_extent_clear(&e);
+
+    /* a list's text is the JSON array the tables always held */
+    struct icfg_strv sv = {0};
+    assert_int_equal(icfg_strv_from_text("[\"a\\\"b\", 5, \"c\"]", &sv), 0);
+    assert_int_equal(sv.n, 2);
+    char *text = icfg_strv_to_text(&sv);
+    assert_string_equal(text, "[\"a\\\"b\",\"c\"]");
+    free(text);
+    assert_int_equal(icfg_strv_from_text("garbage", &sv), 0);
+    assert_int_equal(sv.n, 0);
+    icfg_strv_clear(&sv);
+    json_decref(ok(rpc("iscsi.target.delete", "[%lld]", (long long)id)));
+    json_decref(ok(rpc("iscsi.target.delete", "[%lld]", (long long)id2)));
+    json_decref(ok(rpc("iscsi.portal.delete", "[%lld]", (long long)portal)));
+}
+
 /* Every LU the configuration created is released when it stops. */
 static void test_no_leaks(void **state)
 {
@@ -1252,6 +1326,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_creates),
         cmocka_unit_test(test_dataset_force_delete),
         cmocka_unit_test(test_query_hints),
+        cmocka_unit_test(test_typed_store),
         cmocka_unit_test(test_no_leaks),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
