@@ -323,6 +323,8 @@ static void probe_report(const struct pool_probe *pr)
         log_debug("datasets: RBD pool %s still UNAVAIL: %s", pr->name, pr->why);
 }
 
+static int renew(int64_t id, struct rbd_cluster *old, struct rbd_cluster **out);
+
 /* One pass of the connector: connect what is not, check what is. Works
  * on copies unlocked: an attempt may take DS_RBD_CONNECT_TIMEOUT (a lost
  * cluster's stat up to RBD_CLUSTER_OP_TIMEOUT). */
@@ -341,6 +343,13 @@ static void connector_pass(void)
 
         if (!probe_load(ids[i], &pr))
             continue;
+        if (pr.c && rbd_cluster_retired(pr.c)) {
+            /* A fenced client being replaced: the pool lets it go too. */
+            struct rbd_cluster *old = pr.c;
+            pr.c = NULL;
+            if (renew(ids[i], old, &pr.c) < 0)
+                pr.c = NULL;
+        }
         probe_run(&pr);
         stale = probe_store(ids[i], &pr);
         if (pr.c)
@@ -512,6 +521,35 @@ static void mark_lost(int64_t pool_id, int rc)
                   name, strerror(-rc));
 }
 
+/* Pool id's connection was retired (this daemon was fenced by its
+ * gateway group and rejoins with a new client, docs/ha.md): take the
+ * current one for the same settings. old: a reference the caller holds
+ * (given back); *out: a new reference. Not under rp_lock (it may
+ * connect). */
+static int renew(int64_t id, struct rbd_cluster *old, struct rbd_cluster **out)
+{
+    struct rbd_cluster *stale = NULL;
+    struct rbd_pool *p;
+    int rc = rbd_cluster_get_like(old, DS_RBD_CONNECT_TIMEOUT, out);
+
+    if (rc < 0) {
+        rbd_cluster_put(old);
+        return rc;
+    }
+    pthread_mutex_lock(&rp_lock);
+    p = find_locked(id);
+    if (p && p->c == old) {
+        stale = old; /* the pool's reference */
+        p->c = *out;
+        rbd_cluster_ref(*out);
+    }
+    pthread_mutex_unlock(&rp_lock);
+    if (stale)
+        rbd_cluster_put(stale);
+    rbd_cluster_put(old);
+    return 0;
+}
+
 static int io_get(const struct ds_pool *dp, struct rbd_io *out)
 {
     struct rbd_pool *p;
@@ -531,6 +569,16 @@ static int io_get(const struct ds_pool *dp, struct rbd_io *out)
     out->spec = p->spec;
     rbd_cluster_ref(out->c);
     pthread_mutex_unlock(&rp_lock);
+    if (rbd_cluster_retired(out->c)) {
+        struct rbd_cluster *old = out->c;
+        out->c = NULL;
+        rc = renew(out->pool_id, old, &out->c);
+        if (rc < 0) {
+            snprintf(ds_backend_why, sizeof(ds_backend_why),
+                     "pool %.200s: cannot connect a new Ceph client: %s", dp->name, strerror(-rc));
+            return rc;
+        }
+    }
     rc = rbd_cluster_ioctx(out->c, out->spec.pool, out->spec.ns, &out->io);
     if (rc < 0) {
         rbd_cluster_put(out->c);
@@ -563,6 +611,7 @@ struct img_handle {
     rbd_image_t img;
     bool owned;
     struct volume *vol;
+    struct bdev *bdev; /* the serving bdev whose image is borrowed */
 };
 
 static int handle_get(struct rbd_io *r, const char *name, const char *image, bool readonly,
@@ -573,8 +622,16 @@ static int handle_get(struct rbd_io *r, const char *name, const char *image, boo
     memset(h, 0, sizeof(*h));
     h->vol = ds_cache_peek_bdev(name, &b);
     if (h->vol && b && bdev_is_rbd(b)) {
-        h->img = bdev_rbd_image(b);
-        return 0;
+        h->img = bdev_rbd_image_get(b);
+        if (h->img) {
+            h->bdev = b;
+            return 0;
+        }
+        /* Its client was fenced; a second handle would pull the lock
+         * away from the one about to be reopened. */
+        snprintf(ds_backend_why, sizeof(ds_backend_why),
+                 "%.200s: its RBD client was fenced and is being replaced; try again", name);
+        return -ESHUTDOWN;
     }
     if (h->vol)
         volume_unref(h->vol);
@@ -587,6 +644,8 @@ static void handle_put(struct img_handle *h)
 {
     if (h->owned && h->img)
         rbd_close(h->img);
+    if (h->bdev)
+        bdev_rbd_image_put(h->bdev);
     if (h->vol)
         volume_unref(h->vol);
     memset(h, 0, sizeof(*h));

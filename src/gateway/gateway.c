@@ -17,6 +17,8 @@
 
 #include "core/log.h"
 #include "gateway/gateway_internal.h"
+#include "gateway/gwconfig.h"
+#include "store/bdev_rbd.h"
 #include "store/rbd_cluster.h"
 
 /* How long a fenced client stays blocklisted: far longer than any
@@ -26,6 +28,12 @@
 #define GW_FENCED_MAX 64
 /* A join or leave waits this long for the other members' acks. */
 #define GW_NOTIFY_MS 1000
+/* A fenced member's rejoin attempts: 1 s after the first failure,
+ * doubling up to this. */
+#define GW_REJOIN_BACKOFF_MAX_MS 30000
+/* Retired connections kept for the configuration store's old I/O
+ * context until it moved (gw_config_reconnected). */
+#define GW_RETIRED_MAX 8
 
 static struct {
     char group[GATEWAY_NAME_MAX + 1];
@@ -63,6 +71,18 @@ static char my_addr[128];
 static char my_portals[128];
 static uint64_t my_counter;
 static _Atomic bool my_blocklisted;
+
+/* Rejoining after a fencing (membership thread only, but the hook). */
+enum rejoin_phase { REJOIN_CONNECT, REJOIN_REOPEN, REJOIN_REGISTER };
+static enum rejoin_phase rejoin_phase;
+static unsigned rejoin_attempt;
+static uint64_t rejoin_next_ms, fenced_ms;
+static char fenced_addr[128];       /* the client address the group blocklisted */
+static bool rejoin_given_up;        /* another live member took our id meanwhile */
+static _Atomic bool blocklist_seen; /* some connection of ours was refused */
+static bool reopen_pending;         /* some images are still on a retired client */
+static uint64_t reopen_next_ms, reopen_delay_ms;
+static struct rbd_cluster *retired[GW_RETIRED_MAX]; /* gw_mu; references */
 
 uint64_t gw_now_ms(void)
 {
@@ -395,18 +415,290 @@ static void watch_start(void)
         watching = true;
 }
 
-/* One round: heartbeat, reread, fence, LU pass. */
+static int check_id_free(void);
+static void reopen_later(unsigned failed);
+
+/* ---- fenced: rejoining with a new client (docs/ha.md) ---- */
+
+/* Any call on one of this daemon's connections was refused as
+ * blocklisted (a librbd completion, a management call): wake the
+ * membership thread. Any thread, non-blocking. */
+static void blocklist_hook(struct rbd_cluster *c)
+{
+    (void)c;
+    atomic_store(&blocklist_seen, true);
+    pthread_mutex_lock(&gw_mu);
+    kick = true;
+    pthread_cond_signal(&gw_cond);
+    pthread_mutex_unlock(&gw_mu);
+}
+
+/* The cluster refuses this member's client: stop using it at once (every
+ * image fails new I/O with -ESHUTDOWN: SCSI 02/04/0C, NBD ESHUTDOWN; the
+ * port state is unavailable) and start rejoining. */
+static void become_fenced(const char *how)
+{
+    if (my_blocklisted)
+        return;
+    my_blocklisted = true;
+    fenced_ms = gw_now_ms();
+    snprintf(fenced_addr, sizeof(fenced_addr), "%s", my_addr);
+    rejoin_phase = REJOIN_CONNECT;
+    rejoin_attempt = 0;
+    rejoin_next_ms = fenced_ms;
+    rejoin_given_up = false;
+    rbd_cluster_note_error(cluster, -ESHUTDOWN); /* it is retired below */
+    unsigned n = bdev_rbd_fence(cluster);
+    log_error("gateway %s: member %s (id %u, client %s) was fenced by the group (%s): the "
+              "cluster refuses this client; %u image(s) now fail I/O with NOT READY, TARGET "
+              "PORT IN UNAVAILABLE STATE (02/04/0C); rejoining with a new client",
+              cfg.group, cfg.name, cfg.id, fenced_addr, how, n);
+    pthread_mutex_lock(&gw_mu);
+    bool w = watching;
+    watching = false;
+    pthread_mutex_unlock(&gw_mu);
+    if (w)
+        rados_unwatch2(io, watch_cookie); /* refused too; drops it here */
+}
+
+/* An attempt failed: the next one after a backoff, logged once. */
+static void rejoin_later(const char *what, int rc)
+{
+    uint64_t delay = 1000;
+    for (unsigned i = 1; i < rejoin_attempt && delay < GW_REJOIN_BACKOFF_MAX_MS; i++)
+        delay *= 2;
+    if (delay > GW_REJOIN_BACKOFF_MAX_MS)
+        delay = GW_REJOIN_BACKOFF_MAX_MS;
+    rejoin_next_ms = gw_now_ms() + delay;
+    log_warn("gateway %s: member %s: rejoin attempt %u: %s: %s; next attempt in %llu s", cfg.group,
+             cfg.name, rejoin_attempt, what, strerror(-rc), (unsigned long long)(delay / 1000));
+}
+
+/* Keep old (a retired connection) until the configuration store moved
+ * off it (gw_config_reconnected) or the member stops. */
+static void keep_retired(struct rbd_cluster *old)
+{
+    struct rbd_cluster *drop = NULL;
+    pthread_mutex_lock(&gw_mu);
+    unsigned i = 0;
+    while (i < GW_RETIRED_MAX && retired[i])
+        i++;
+    if (i == GW_RETIRED_MAX) { /* the store has not moved for 8 rejoins: not running */
+        drop = retired[0];
+        memmove(retired, retired + 1, sizeof(retired[0]) * (GW_RETIRED_MAX - 1));
+        i = GW_RETIRED_MAX - 1;
+    }
+    retired[i] = old;
+    pthread_mutex_unlock(&gw_mu);
+    if (drop)
+        rbd_cluster_put(drop);
+}
+
+void gw_config_reconnected(void)
+{
+    struct rbd_cluster *drop[GW_RETIRED_MAX];
+    pthread_mutex_lock(&gw_mu);
+    memcpy(drop, retired, sizeof(drop));
+    memset(retired, 0, sizeof(retired));
+    pthread_mutex_unlock(&gw_mu);
+    for (unsigned i = 0; i < GW_RETIRED_MAX; i++)
+        if (drop[i])
+            rbd_cluster_put(drop[i]);
+}
+
+/* Step 2: a new client (a new address: not blocklisted) and the
+ * membership object's I/O context on it. */
+static int rejoin_connect(void)
+{
+    /* A refusal seen after this is another connection's (round_once). */
+    atomic_store(&blocklist_seen, false);
+    rbd_cluster_retire_blocklisted();
+    rbd_cluster_retire(cluster);
+    struct rbd_cluster *nc;
+    rados_ioctx_t nio;
+    int rc = rbd_cluster_get_like(cluster, 10, &nc);
+    if (rc < 0) {
+        rejoin_later("cannot connect a new client", rc);
+        return rc;
+    }
+    rc = rbd_cluster_ioctx(nc, cfg.pool, NULL, &nio);
+    if (rc < 0) {
+        rbd_cluster_put(nc);
+        rejoin_later("no I/O context on the new client", rc);
+        return rc;
+    }
+    /* No watch callback of the old client runs after this (it uses io). */
+    rados_watch_flush(rbd_cluster_rados(cluster));
+    rados_ioctx_destroy(io);
+    io = nio;
+    pthread_mutex_lock(&gw_mu);
+    struct rbd_cluster *old = cluster;
+    cluster = nc;
+    pthread_mutex_unlock(&gw_mu);
+    snprintf(my_addr, sizeof(my_addr), "%s", rbd_cluster_addr(nc));
+    bool store = gwconfig_reconnect();
+    log_info("gateway %s: member %s: rejoining: connected a new client %s (the fenced one was "
+             "%s)%s",
+             cfg.group, cfg.name, my_addr, fenced_addr,
+             store ? "; the configuration store reloads on it" : "");
+    if (store)
+        keep_retired(old);
+    else
+        rbd_cluster_put(old);
+    return 0;
+}
+
+/* Step 3: the images of every LU and export, under the volumes the
+ * front-ends hold, then their shared reservations. */
+static void rejoin_reopen(void)
+{
+    unsigned failed = 0;
+    unsigned ok = bdev_rbd_reopen_retired(&failed);
+    log_info("gateway %s: member %s: rejoining: reopened %u image(s) on client %s", cfg.group,
+             cfg.name, ok, my_addr);
+    if (ok)
+        gw_lu_reconnected();
+    /* One image that cannot be opened (removed meanwhile) must not keep
+     * the member out: its LU keeps failing with 02/04/0C, the others
+     * serve, and it is retried in the background. */
+    if (failed)
+        reopen_later(failed);
+}
+
+/* Step 4: our id must still be ours (a restarted instance elsewhere may
+ * have taken it over while we were away), then register the new
+ * address. */
+static int rejoin_register(void)
+{
+    struct gateway_member rd[GATEWAY_ID_MAX + 1];
+    bool present[GATEWAY_ID_MAX + 1];
+    int rc = read_records(rd, present);
+    if (rc < 0) {
+        rejoin_later("cannot read the membership", rc);
+        return rc;
+    }
+    if (present[cfg.id] && strcmp(rd[cfg.id].addr, fenced_addr) != 0 &&
+        strcmp(rd[cfg.id].addr, my_addr) != 0) {
+        rc = check_id_free();
+        if (rc == -EADDRINUSE) {
+            log_error("gateway %s: member %s stays fenced: its id %u was taken over meanwhile",
+                      cfg.group, cfg.name, cfg.id);
+            rejoin_given_up = true;
+            return rc;
+        }
+        if (rc < 0) {
+            rejoin_later("cannot read the membership", rc);
+            return rc;
+        }
+    }
+    rc = write_record();
+    if (rc < 0) {
+        rejoin_later("cannot register the new client", rc);
+        return rc;
+    }
+    pthread_mutex_lock(&gw_mu);
+    snprintf(recs[cfg.id].m.addr, sizeof(recs[cfg.id].m.addr), "%s", my_addr);
+    recs[cfg.id].m.heartbeat = my_counter;
+    recs[cfg.id].changed_ms = gw_now_ms();
+    pthread_mutex_unlock(&gw_mu);
+    watch_start();
+    notify_members(); /* the others see the new address at once */
+    /* Logged before the port opens: a command that succeeds here comes
+     * after this line. */
+    log_info("gateway %s: member %s (id %u) rejoined the group as client %s, %llu ms after it "
+             "was fenced (attempt %u)",
+             cfg.group, cfg.name, cfg.id, my_addr, (unsigned long long)(gw_now_ms() - fenced_ms),
+             rejoin_attempt);
+    my_blocklisted = false;
+    return 0;
+}
+
+/* Images that could not be reopened on the new client: again after a
+ * backoff (1 s doubling up to GW_REJOIN_BACKOFF_MAX_MS), logged once per
+ * attempt. */
+static void reopen_later(unsigned failed)
+{
+    reopen_delay_ms = reopen_pending ? reopen_delay_ms * 2 : 1000;
+    if (reopen_delay_ms > GW_REJOIN_BACKOFF_MAX_MS)
+        reopen_delay_ms = GW_REJOIN_BACKOFF_MAX_MS;
+    reopen_pending = true;
+    reopen_next_ms = gw_now_ms() + reopen_delay_ms;
+    log_warn("gateway %s: member %s: %u image(s) could not be reopened on the new client: "
+             "their LUs and exports fail with 02/04/0C / ESHUTDOWN; next attempt in %llu s",
+             cfg.group, cfg.name, failed, (unsigned long long)(reopen_delay_ms / 1000));
+}
+
+/* Another connection than the membership's was refused (an RBD pool
+ * with other Ceph settings than --gateway-ceph-conf, blocklisted by an
+ * operator): this member is not fenced, but the images on it are
+ * replaced the same way. */
+static void recover_images(bool seen)
+{
+    if (!seen && gw_now_ms() < reopen_next_ms)
+        return;
+    unsigned n = rbd_cluster_retire_blocklisted();
+    unsigned failed = 0;
+    unsigned ok = bdev_rbd_reopen_retired(&failed);
+    if (n || ok)
+        log_warn("gateway %s: member %s: %u client(s) of this daemon blocklisted: reopened %u "
+                 "image(s) on new clients",
+                 cfg.group, cfg.name, n, ok);
+    if (ok)
+        gw_lu_reconnected();
+    if (failed)
+        reopen_later(failed);
+    else
+        reopen_pending = false;
+}
+
+/* One rejoin attempt, from the phase reached (membership thread). */
+static void rejoin_step(void)
+{
+    if (rejoin_given_up || gw_now_ms() < rejoin_next_ms)
+        return;
+    rejoin_attempt++;
+    if (rejoin_phase == REJOIN_CONNECT) {
+        if (rejoin_connect() < 0)
+            return;
+        rejoin_phase = REJOIN_REOPEN;
+    }
+    if (rejoin_phase == REJOIN_REOPEN) {
+        rejoin_reopen();
+        rejoin_phase = REJOIN_REGISTER;
+    }
+    rejoin_register();
+}
+
+/* One round: heartbeat, reread, fence, LU pass; while fenced, a rejoin
+ * attempt instead of the heartbeat. */
 static void round_once(void)
 {
+    if (!my_blocklisted) {
+        bool seen = atomic_exchange(&blocklist_seen, false);
+        if (rbd_cluster_blocklisted(cluster))
+            become_fenced("a request was refused as blocklisted");
+        else if (seen || reopen_pending)
+            recover_images(seen);
+    }
+    if (my_blocklisted) {
+        rejoin_step();
+        if (my_blocklisted) {
+            gw_lu_pass(); /* the views: this member's group is unavailable */
+            return;
+        }
+    }
     int rc = write_record();
     bool self_ok = rc == 0;
     if (rc == -ESHUTDOWN /* EBLOCKLISTED */) {
-        if (!my_blocklisted)
-            log_error("gateway %s: this member (client %s) was fenced by the group (its "
-                      "heartbeat stopped for %u s): it can no longer write to the cluster; "
-                      "restart blockd to rejoin",
-                      cfg.group, my_addr, cfg.timeout_s);
-        my_blocklisted = true;
+        char how[64];
+        snprintf(how, sizeof(how), "its heartbeat stopped for over %u s", cfg.timeout_s);
+        become_fenced(how);
+        rejoin_step();
+        if (my_blocklisted) {
+            gw_lu_pass();
+            return;
+        }
+        self_ok = write_record() == 0;
     } else if (rc < 0) {
         log_warn("gateway %s: heartbeat on %s failed: %s", cfg.group, obj, strerror(-rc));
     }
@@ -441,9 +733,11 @@ static void *gw_main(void *arg)
             first = false;
         }
         uint64_t now = gw_now_ms();
-        if (now >= next) {
+        if (now >= next || (!my_blocklisted && atomic_load(&blocklist_seen))) {
             round_once();
             next = now + GATEWAY_HEARTBEAT_MS;
+        } else if (my_blocklisted) {
+            /* a notification while fenced: nothing to reread with */
         } else {
             /* a notification: reread only */
             struct gateway_member rd[GATEWAY_ID_MAX + 1];
@@ -580,9 +874,11 @@ int gateway_start(const char *portals)
     recs[cfg.id].changed_ms = gw_now_ms();
     pthread_mutex_unlock(&gw_mu);
     enabled = true;
+    rbd_cluster_set_blocklist_hook(blocklist_hook);
     rc = pthread_create(&thr, NULL, gw_main, NULL);
     if (rc != 0) {
         enabled = false;
+        rbd_cluster_set_blocklist_hook(NULL);
         remove_record();
         rados_ioctx_destroy(io);
         rbd_cluster_put(cluster);
@@ -617,7 +913,9 @@ void gateway_stop(void)
                  rc < 0 ? " (could not remove its record)" : "");
     }
     gw_lu_shutdown();
+    rbd_cluster_set_blocklist_hook(NULL);
     rados_ioctx_destroy(io);
+    gw_config_reconnected(); /* the store stopped: its old I/O context is gone */
     rbd_cluster_put(cluster);
     cluster = NULL;
 }
@@ -664,8 +962,16 @@ unsigned gw_member_of_addr_locked(const char *addr, bool *is_fenced)
 
 int gw_pool_ioctx(rados_ioctx_t *out, const char **group)
 {
-    if (!enabled || !cluster)
+    /* cluster changes when a fenced member rejoins (under gw_mu). */
+    pthread_mutex_lock(&gw_mu);
+    struct rbd_cluster *c = enabled ? cluster : NULL;
+    if (c)
+        rbd_cluster_ref(c);
+    pthread_mutex_unlock(&gw_mu);
+    if (!c)
         return -ENOTCONN;
     *group = cfg.group;
-    return rbd_cluster_ioctx(cluster, cfg.pool, NULL, out);
+    int rc = rbd_cluster_ioctx(c, cfg.pool, NULL, out);
+    rbd_cluster_put(c);
+    return rc;
 }

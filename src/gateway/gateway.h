@@ -24,6 +24,12 @@
  *     client address in the cluster (it can never write again, even if it
  *     was only cut off), and breaks the exclusive locks it held on the
  *     images this member serves, so that I/O resumes here.
+ *   - Rejoining: a member that finds itself blocklisted fails its I/O
+ *     with a retriable error, retires that client, connects a new one
+ *     (backoff 1-30 s), reopens every RBD image it serves under the same
+ *     bdevs and volumes, moves its reservation objects, pools and the
+ *     configuration store to the new client, and registers again: no
+ *     restart.
  *   - LUs on RBD images (gateway_lu_params / gateway_lu_attach): the same
  *     SCSI identity on every member (serial and NAA from the image), and
  *     implicit ALUA: one live member per image is active/optimized (the
@@ -77,8 +83,10 @@ int gateway_start(const char *portals);
 void gateway_stop(void);
 
 bool gateway_enabled(void);
-/* True once this member found itself blocklisted by the group (its
- * heartbeat failed with EBLOCKLISTED): it serves no I/O any more. */
+/* True while this member is fenced: it found itself blocklisted (its
+ * heartbeat or a request failed with EBLOCKLISTED) and has not rejoined
+ * yet with a new client (docs/ha.md "Rejoining after fencing"); its LUs
+ * answer 02/04/0C meanwhile. */
 bool gateway_fenced(void);
 /* This member's id (its TPG and relative target port id); 0 if disabled. */
 unsigned gateway_id(void);

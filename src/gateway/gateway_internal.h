@@ -30,6 +30,15 @@ size_t gw_members_locked(struct gateway_member *out, size_t max);
 void gw_lu_pass(void);
 /* Drop every attached LU's volume reference (at stop). */
 void gw_lu_shutdown(void);
+/* This member rejoined with a new client (its images were reopened on
+ * it): reload every attached LU's shared reservations on the new client
+ * (in the background). Membership thread. */
+void gw_lu_reconnected(void);
+
+/* The configuration store (gwconfig.c) moved its I/O context to the
+ * gateway's current connection (after gwconfig_reconnect): the retired
+ * connections kept for its old one can go. Its store thread. */
+void gw_config_reconnected(void);
 
 /* For the group's configuration store (gwconfig.c): a new I/O context on
  * the membership pool (--gateway-pool; the caller destroys it) and the

@@ -24,8 +24,7 @@
 
 struct gw_lu {
     struct scsi_lu *lu; /* borrowed until released */
-    struct volume *vol; /* a reference: keeps img open */
-    rbd_image_t img;    /* borrowed from vol's bdev */
+    struct volume *vol; /* a reference: keeps its bdev open */
     uint64_t seed;      /* from the image id: the members' ranks (view_locked) */
     unsigned owner;     /* member id holding the lock, 0: none known (gw_mu) */
     char owner_addr[128];
@@ -54,17 +53,26 @@ void gateway_lu_params(struct volume *vol, struct scsi_lu_params *p)
     if (!gateway_enabled() || !bdev_is_rbd(b))
         return;
     char id[64] = "", fsid[64] = "", pool[32];
+    rbd_image_t img = bdev_rbd_image_get(b);
+    if (!img) {
+        log_error("gateway: %s: this member's client is fenced: its LU keeps the local serial "
+                  "until it is configured again",
+                  volume_name(vol));
+        return;
+    }
     rados_ioctx_t io = bdev_rbd_ioctx(b);
-    int rc = rbd_get_id(bdev_rbd_image(b), id, sizeof(id));
+    int rc = rbd_get_id(img, id, sizeof(id));
     if (rc == 0)
         rc = rados_cluster_fsid(rados_ioctx_get_cluster(io), fsid, sizeof(fsid));
+    int64_t pool_id = rados_ioctx_get_id(io);
+    bdev_rbd_image_put(b);
     if (rc < 0) {
         log_error("gateway: %s: cannot read the image id (%s): its LU keeps the local serial, "
                   "so initiators will not see one device on every path",
                   volume_name(vol), strerror(-rc));
         return;
     }
-    snprintf(pool, sizeof(pool), "%lld", (long long)rados_ioctx_get_id(io));
+    snprintf(pool, sizeof(pool), "%lld", (long long)pool_id);
     /* Serial: the image id (unique in its cluster, the same for every
      * client). NAA 3 (locally assigned): 60 bits of cluster + pool + id. */
     snprintf(p->serial, sizeof(p->serial), "%.32s", id);
@@ -151,6 +159,7 @@ static const struct scsi_alua_ops alua_ops = {
     .report = alua_report, .release = alua_release, .port_state = alua_port_state};
 
 static void lu_check(struct gw_lu *gl);
+static void lu_check_image(struct gw_lu *gl, rbd_image_t img);
 
 void gateway_lu_attach(struct scsi_lu *lu, struct volume *vol)
 {
@@ -166,9 +175,12 @@ void gateway_lu_attach(struct scsi_lu *lu, struct volume *vol)
     gl->lu = lu;
     gl->vol = vol;
     volume_ref(vol);
-    gl->img = bdev_rbd_image(b);
     char id[64];
-    if (rbd_get_id(gl->img, id, sizeof(id)) == 0) {
+    rbd_image_t img = bdev_rbd_image_get(b);
+    int rc = img ? rbd_get_id(img, id, sizeof(id)) : -ESHUTDOWN;
+    if (img)
+        bdev_rbd_image_put(b);
+    if (rc == 0) {
         gl->seed = fnv1a(id, 0xcbf29ce484222325ull);
     } else {
         log_warn("gateway: %s: cannot read the image id: its optimized member is chosen from "
@@ -189,11 +201,21 @@ void gateway_lu_attach(struct scsi_lu *lu, struct volume *vol)
 /* Read gl's lock owner; break it if it is a fenced member's. */
 static void lu_check(struct gw_lu *gl)
 {
+    struct bdev *b = volume_bdev(gl->vol);
+    rbd_image_t img = bdev_rbd_image_get(b);
+    if (!img)
+        return; /* this member is fenced: its handle is being replaced */
+    lu_check_image(gl, img);
+    bdev_rbd_image_put(b);
+}
+
+static void lu_check_image(struct gw_lu *gl, rbd_image_t img)
+{
     rbd_lock_mode_t mode;
     char *owners[4];
     size_t n = 4;
     char addr[128] = "";
-    int rc = rbd_lock_get_owners(gl->img, &mode, owners, &n);
+    int rc = rbd_lock_get_owners(img, &mode, owners, &n);
     if (rc == 0) {
         if (n > 0)
             snprintf(addr, sizeof(addr), "%s", owners[0]);
@@ -208,7 +230,7 @@ static void lu_check(struct gw_lu *gl)
     if (addr[0] && fenced) {
         /* The owner is blocklisted: breaking its lock lets our writes (and
          * the ones librbd holds waiting for it) go on now. */
-        rc = rbd_lock_break(gl->img, RBD_LOCK_MODE_EXCLUSIVE, addr);
+        rc = rbd_lock_break(img, RBD_LOCK_MODE_EXCLUSIVE, addr);
         if (rc < 0 && rc != -ENOENT)
             log_warn("gateway: %s: cannot break the lock of fenced client %s: %s",
                      volume_name(gl->vol), addr, strerror(-rc));
@@ -293,4 +315,22 @@ void gw_lu_shutdown(void)
         free(gl);
         gl = next;
     }
+}
+
+void gw_lu_reconnected(void)
+{
+    unsigned n = 0;
+
+    pthread_mutex_lock(&lu_mu);
+    /* Under lu_mu: an LU's release (its first step when it is freed)
+     * waits, so the LU is alive for the call. */
+    for (struct gw_lu *gl = lus; gl; gl = gl->next) {
+        if (gl->released)
+            continue;
+        scsi_lu_shared_resync(gl->lu);
+        n++;
+    }
+    pthread_mutex_unlock(&lu_mu);
+    if (n)
+        log_info("gateway: reloading the shared reservations of %u LU(s) on the new client", n);
 }

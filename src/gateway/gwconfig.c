@@ -61,12 +61,16 @@ static json_t *base; /* key → string; gc_mu */
 
 static pthread_mutex_t pend_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pend_cond = PTHREAD_COND_INITIALIZER;
-static json_t *lv;            /* pend_mu */
-static json_t *dirty;         /* pend_mu */
-static json_t *conflicts;     /* token (text) → message; pend_mu */
-static uint64_t next_token;   /* pend_mu */
-static bool kick, stop_req;   /* pend_mu */
-static bool rewatch;          /* pend_mu */
+static json_t *lv;          /* pend_mu */
+static json_t *dirty;       /* pend_mu */
+static json_t *conflicts;   /* token (text) → message; pend_mu */
+static uint64_t next_token; /* pend_mu */
+static bool kick, stop_req; /* pend_mu */
+static bool rewatch;        /* pend_mu */
+static bool reconnect;      /* pend_mu: move gc.io to the gateway's new client */
+/* gc.io changes only on the store thread under gc_mu and io_lk (write);
+ * notify(), which runs without gc_mu, holds io_lk (read). */
+static pthread_rwlock_t io_lk = PTHREAD_RWLOCK_INITIALIZER;
 static json_t *failed_logged; /* key → last logged reason; store thread only */
 /* Volumes this member adopted for a group share (dataset name → its local
  * id): dropped again once no share uses them here, unless a local change
@@ -198,7 +202,9 @@ static void notify(void)
 {
     char *reply = NULL;
     size_t reply_len = 0;
+    pthread_rwlock_rdlock(&io_lk);
     int rc = rados_notify2(gc.io, gc.obj, "", 0, GWCONFIG_NOTIFY_MS, &reply, &reply_len);
+    pthread_rwlock_unlock(&io_lk);
     if (reply)
         rados_buffer_free(reply);
     /* -ETIMEDOUT: a dead member's watch is still registered (it expires);
@@ -857,10 +863,61 @@ static int watch(void)
     return rc;
 }
 
+/* This member was fenced and rejoined with a new client: the old one's
+ * I/O context can neither watch nor write. Store thread. */
+static void move_io(void)
+{
+    rados_ioctx_t nio;
+    const char *group;
+    int rc = gw_pool_ioctx(&nio, &group);
+    if (rc < 0) {
+        log_warn("gateway config: no I/O context on the new client: %s (retried)", strerror(-rc));
+        pthread_mutex_lock(&pend_mu);
+        reconnect = true;
+        pthread_mutex_unlock(&pend_mu);
+        return;
+    }
+    pthread_mutex_lock(&gc_mu); /* no read or write of the object meanwhile */
+    if (gc.watching)
+        rados_unwatch2(gc.io, gc.cookie);
+    gc.watching = false;
+    /* No on_notify of the old watch runs after this (it uses gc.io). */
+    rados_watch_flush(rados_ioctx_get_cluster(gc.io));
+    pthread_rwlock_wrlock(&io_lk);
+    rados_ioctx_t old = gc.io;
+    gc.io = nio;
+    pthread_rwlock_unlock(&io_lk);
+    pthread_mutex_unlock(&gc_mu);
+    rados_ioctx_destroy(old);
+    gw_config_reconnected();
+    log_info("gateway config: %s: on the new client, watching and rereading", gc.obj);
+    pthread_mutex_lock(&pend_mu);
+    rewatch = true;
+    pthread_mutex_unlock(&pend_mu);
+}
+
+bool gwconfig_reconnect(void)
+{
+    if (!gc.on)
+        return false;
+    pthread_mutex_lock(&pend_mu);
+    reconnect = true;
+    kick = true;
+    pthread_cond_signal(&pend_cond);
+    pthread_mutex_unlock(&pend_mu);
+    return true;
+}
+
 static void *store_main(void *arg)
 {
     (void)arg;
     for (;;) {
+        pthread_mutex_lock(&pend_mu);
+        bool mv = reconnect;
+        reconnect = false;
+        pthread_mutex_unlock(&pend_mu);
+        if (mv)
+            move_io();
         pthread_mutex_lock(&pend_mu);
         bool rw = rewatch, more = json_object_size(dirty) > 0;
         rewatch = false;

@@ -36,6 +36,8 @@
 #ifndef BLOCKD_GATEWAY_GWCONFIG_H
 #define BLOCKD_GATEWAY_GWCONFIG_H
 
+#include <stdbool.h>
+
 #define GWCONFIG_POLL_MS 2000   /* reread without a notify (a lost one) */
 #define GWCONFIG_NOTIFY_MS 1000 /* a change waits this long for the acks */
 
@@ -50,5 +52,11 @@ int gwconfig_start(void);
 /* Stop the thread and the watch. Main thread, before gateway_stop, after
  * the API stopped. */
 void gwconfig_stop(void);
+/* The gateway replaced its cluster connection (this member was fenced
+ * and rejoins, docs/ha.md): the store thread takes a new I/O context on
+ * the group's pool (gw_pool_ioctx), watches the object again, rereads
+ * it, and then calls gw_config_reconnected. Non-blocking (membership
+ * thread). false: the store is not running (nothing to move). */
+bool gwconfig_reconnect(void);
 
 #endif

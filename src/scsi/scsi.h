@@ -186,6 +186,13 @@ struct scsi_alua_ops {
 };
 /* Set once, right after scsi_lu_new and before the LU is used. */
 void scsi_lu_set_alua(struct scsi_lu *lu, const struct scsi_alua_ops *ops, void *arg);
+/* The backend of lu reconnected to its cluster with a new client (a
+ * fenced gateway member rejoining, docs/ha.md): if its reservations are
+ * shared (an RBD image), watch their object again (on the new client)
+ * and reload them, in the background on the I/O pool; until then the
+ * next reservation command reloads first. Non-blocking, any thread but
+ * a listener of the object's watch. */
+void scsi_lu_shared_resync(struct scsi_lu *lu);
 
 /* ------------------------------------------------------------------ */
 /* I_T nexus                                                           */

@@ -145,6 +145,10 @@ void scsi_lu_ref(struct scsi_lu *lu)
 
 static void lu_free(struct scsi_lu *lu)
 {
+    /* First: the ALUA provider (gateway/) stops calling into the LU
+     * (unit attentions, reservation resyncs) before any of it goes. */
+    if (lu->alua && lu->alua->release)
+        lu->alua->release(lu->alua_arg);
     scsi_pr_shared_close(lu);
     struct scsi_nexus_state *ns = lu->nexuses;
     while (ns) {
@@ -154,8 +158,6 @@ static void lu_free(struct scsi_lu *lu)
     }
     scsi_pr_state_free(&lu->pr);
     pthread_mutex_destroy(&lu->mu);
-    if (lu->alua && lu->alua->release)
-        lu->alua->release(lu->alua_arg);
     volume_unref(lu->vol);
     free(lu);
 }

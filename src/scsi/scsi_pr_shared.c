@@ -221,6 +221,12 @@ static void on_lost(void *arg, int err)
     iopool_submit(&r->job);
 }
 
+void scsi_lu_shared_resync(struct scsi_lu *lu)
+{
+    if (lu->shared)
+        on_lost(lu, 0); /* the same as a lost watch: stale, then a resync job */
+}
+
 /* ---- open / close ---- */
 
 /* Nobody else serves the LU: it powers on. Without APTPL the registrations

@@ -98,6 +98,7 @@ struct bdev_io {
     /* private to the backend */
     struct reactor_msg msg;
     struct iovec iov;
+    struct bdev *bdev; /* the one submitted to (its completion finds it) */
 };
 
 struct bdev_ops {

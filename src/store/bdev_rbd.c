@@ -22,10 +22,12 @@
 #include "store/bdev_rbd.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include <rbd/features.h>
 
@@ -40,14 +42,27 @@ static struct bdev_rbd *to_rbd(struct bdev *b)
     return (struct bdev_rbd *)b;
 }
 
+/* Every open image (reopened after a fencing). reg_lock is taken alone,
+ * never across a cluster call. */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t reg_cond = PTHREAD_COND_INITIALIZER;
+static struct bdev_rbd *reg_head;
+
 bool bdev_is_rbd(const struct bdev *b)
 {
     return b && b->ops == &rbd_ops;
 }
 
-rbd_image_t bdev_rbd_image(struct bdev *b)
+rbd_image_t bdev_rbd_image_get(struct bdev *b)
 {
-    return bdev_is_rbd(b) ? to_rbd(b)->image : NULL;
+    if (!bdev_is_rbd(b) || !bdev_rbd_enter(to_rbd(b)))
+        return NULL;
+    return to_rbd(b)->image;
+}
+
+void bdev_rbd_image_put(struct bdev *b)
+{
+    bdev_rbd_leave(to_rbd(b));
 }
 
 rados_ioctx_t bdev_rbd_ioctx(struct bdev *b)
@@ -55,21 +70,44 @@ rados_ioctx_t bdev_rbd_ioctx(struct bdev *b)
     return bdev_is_rbd(b) ? to_rbd(b)->ioctx : NULL;
 }
 
+/* A synchronous call's use of the handle (-ESHUTDOWN while fenced) and
+ * its result (a blocklisted client is noted: the gateway replaces it). */
+#define RBD_ENTER(r)                                                                               \
+    do {                                                                                           \
+        if (!bdev_rbd_enter(r))                                                                    \
+            return -ESHUTDOWN;                                                                     \
+    } while (0)
+
+static int rbd_leave_rc(struct bdev_rbd *r, int rc)
+{
+    if (rc == -ESHUTDOWN)
+        rbd_cluster_note_error(r->cluster, rc);
+    bdev_rbd_leave(r);
+    return rc;
+}
+
 int bdev_rbd_watch_updates(struct bdev *b, void (*fn)(void *arg), void *arg)
 {
     struct bdev_rbd *r = to_rbd(b);
-    if (!bdev_is_rbd(b) || r->update_watching)
+    if (!bdev_is_rbd(b) || r->update_fn)
         return -EINVAL;
+    RBD_ENTER(r);
     int rc = rbd_update_watch(r->image, &r->update_handle, fn, arg);
-    r->update_watching = rc == 0;
-    return rc;
+    if (rc == 0) {
+        r->update_fn = fn;
+        r->update_arg = arg;
+        r->update_watching = true;
+    }
+    return rbd_leave_rc(r, rc);
 }
 
 int bdev_rbd_current_size(struct bdev *b, uint64_t *size)
 {
     if (!bdev_is_rbd(b))
         return -EINVAL;
-    return bdev_rbd_errno(rbd_get_size(to_rbd(b)->image, size));
+    struct bdev_rbd *r = to_rbd(b);
+    RBD_ENTER(r);
+    return rbd_leave_rc(r, bdev_rbd_errno(rbd_get_size(r->image, size)));
 }
 
 int bdev_rbd_errno(ssize_t rc)
@@ -88,7 +126,7 @@ int bdev_rbd_errno(ssize_t rc)
  * but a single call must also fit in ssize_t. Longer ranges are split. */
 #define RBD_CHUNK ((uint64_t)1 << 30)
 
-static int rbd_read_sync(struct bdev *b, void *buf, size_t len, uint64_t off)
+static int rbd_read_locked(struct bdev *b, void *buf, size_t len, uint64_t off)
 {
     char *p = buf;
     while (len > 0) {
@@ -105,7 +143,13 @@ static int rbd_read_sync(struct bdev *b, void *buf, size_t len, uint64_t off)
     return 0;
 }
 
-static int rbd_write_sync(struct bdev *b, const void *buf, size_t len, uint64_t off)
+static int rbd_read_sync(struct bdev *b, void *buf, size_t len, uint64_t off)
+{
+    RBD_ENTER(to_rbd(b));
+    return rbd_leave_rc(to_rbd(b), rbd_read_locked(b, buf, len, off));
+}
+
+static int rbd_write_locked(struct bdev *b, const void *buf, size_t len, uint64_t off)
 {
     const char *p = buf;
     while (len > 0) {
@@ -122,12 +166,19 @@ static int rbd_write_sync(struct bdev *b, const void *buf, size_t len, uint64_t 
     return 0;
 }
 
-static int rbd_sync_sync(struct bdev *b)
+static int rbd_write_sync(struct bdev *b, const void *buf, size_t len, uint64_t off)
 {
-    return bdev_rbd_errno(rbd_flush(to_rbd(b)->image));
+    RBD_ENTER(to_rbd(b));
+    return rbd_leave_rc(to_rbd(b), rbd_write_locked(b, buf, len, off));
 }
 
-static int rbd_trim_sync(struct bdev *b, uint64_t off, uint64_t len)
+static int rbd_sync_sync(struct bdev *b)
+{
+    RBD_ENTER(to_rbd(b));
+    return rbd_leave_rc(to_rbd(b), bdev_rbd_errno(rbd_flush(to_rbd(b)->image)));
+}
+
+static int rbd_trim_locked(struct bdev *b, uint64_t off, uint64_t len)
 {
     while (len > 0) {
         uint64_t n = len > RBD_CHUNK ? RBD_CHUNK : len;
@@ -140,6 +191,12 @@ static int rbd_trim_sync(struct bdev *b, uint64_t off, uint64_t len)
     return 0;
 }
 
+static int rbd_trim_sync(struct bdev *b, uint64_t off, uint64_t len)
+{
+    RBD_ENTER(to_rbd(b));
+    return rbd_leave_rc(to_rbd(b), rbd_trim_locked(b, off, len));
+}
+
 /* rbd_write_zeroes without flags may deallocate whole objects (reads as
  * zeros either way); THICK_PROVISION writes real zeros, for callers that
  * asked for an allocated range. */
@@ -148,7 +205,7 @@ int bdev_rbd_zero_flags(unsigned flags)
     return (flags & BDEV_ZERO_MAY_TRIM) ? 0 : RBD_WRITE_ZEROES_FLAG_THICK_PROVISION;
 }
 
-static int rbd_write_zeroes_sync(struct bdev *b, uint64_t off, uint64_t len, unsigned flags)
+static int rbd_write_zeroes_locked(struct bdev *b, uint64_t off, uint64_t len, unsigned flags)
 {
     if (flags & BDEV_ZERO_FAST)
         return -ENOTSUP; /* not advertised (BDEV_CAN_FAST_ZERO): librbd may copy up */
@@ -162,6 +219,12 @@ static int rbd_write_zeroes_sync(struct bdev *b, uint64_t off, uint64_t len, uns
         len -= n;
     }
     return 0;
+}
+
+static int rbd_write_zeroes_sync(struct bdev *b, uint64_t off, uint64_t len, unsigned flags)
+{
+    RBD_ENTER(to_rbd(b));
+    return rbd_leave_rc(to_rbd(b), rbd_write_zeroes_locked(b, off, len, flags));
 }
 
 static int rbd_cache_sync(struct bdev *b, uint64_t off, uint64_t len)
@@ -214,8 +277,8 @@ static int extents_cb(uint64_t off, size_t len, int exists, void *arg)
     return 0;
 }
 
-static int rbd_extents_sync(struct bdev *b, uint64_t off, uint64_t len, struct extent *out,
-                            size_t max, size_t *n)
+static int rbd_extents_locked(struct bdev *b, uint64_t off, uint64_t len, struct extent *out,
+                              size_t max, size_t *n)
 {
     struct extents_ctx x = {.out = out, .max = max, .cursor = off, .end = off + len};
     *n = 0;
@@ -235,23 +298,50 @@ static int rbd_extents_sync(struct bdev *b, uint64_t off, uint64_t len, struct e
     return 0;
 }
 
+static int rbd_extents_sync(struct bdev *b, uint64_t off, uint64_t len, struct extent *out,
+                            size_t max, size_t *n)
+{
+    *n = 0;
+    RBD_ENTER(to_rbd(b));
+    return rbd_leave_rc(to_rbd(b), rbd_extents_locked(b, off, len, out, max, n));
+}
+
 static int rbd_resize_sync(struct bdev *b, uint64_t new_size)
 {
+    RBD_ENTER(to_rbd(b));
     int rc = rbd_resize(to_rbd(b)->image, new_size);
     if (rc == 0)
         b->size = new_size;
-    return rc;
+    return rbd_leave_rc(to_rbd(b), rc);
+}
+
+static void free_names(struct bdev_rbd *r)
+{
+    free(r->pool), free(r->ns), free(r->image_name), free(r->snap);
 }
 
 static void rbd_close_bdev(struct bdev *b)
 {
     struct bdev_rbd *r = to_rbd(b);
+    /* Out of the registry first; a reopen working on it finishes first
+     * (it holds no volume reference: the volume may go meanwhile). */
+    pthread_mutex_lock(&reg_lock);
+    while (r->reopening)
+        pthread_cond_wait(&reg_cond, &reg_lock);
+    for (struct bdev_rbd **pp = &reg_head; *pp; pp = &(*pp)->reg_next) {
+        if (*pp == r) {
+            *pp = r->reg_next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&reg_lock);
     if (r->update_watching)
         rbd_update_unwatch(r->image, r->update_handle); /* waits for a call in progress */
     bdev_rbd_aio_fini(r);
     rbd_close(r->image);
     rados_ioctx_destroy(r->ioctx);
     rbd_cluster_put(r->cluster);
+    free_names(r);
     free(r);
 }
 
@@ -333,11 +423,18 @@ int bdev_rbd_open(struct rbd_cluster *c, const char *pool, const char *ns, const
     r = calloc(1, sizeof(*r));
     if (!r)
         return -ENOMEM;
-    rc = rbd_cluster_ioctx(c, pool, ns, &r->ioctx);
-    if (rc < 0) {
-        free(r);
-        return rc;
+    r->pool = strdup(pool);
+    r->ns = strdup(ns ? ns : "");
+    r->image_name = strdup(image);
+    r->snap = snap ? strdup(snap) : NULL;
+    r->readonly_open = readonly;
+    if (!r->pool || !r->ns || !r->image_name || (snap && !r->snap)) {
+        rc = -ENOMEM;
+        goto fail_names;
     }
+    rc = rbd_cluster_ioctx(c, pool, ns, &r->ioctx);
+    if (rc < 0)
+        goto fail_names;
     rc = readonly ? rbd_open_read_only(r->ioctx, image, &r->image, snap)
                   : rbd_open(r->ioctx, image, &r->image, NULL);
     if (rc < 0)
@@ -375,12 +472,152 @@ int bdev_rbd_open(struct rbd_cluster *c, const char *pool, const char *ns, const
         log_warn("rbd: %s: rbd_cache is on for this image: a failed flush fails every later "
                  "one until it is reopened",
                  r->name);
+    atomic_init(&r->state, BDEV_RBD_OPEN);
+    atomic_init(&r->users, 0);
+    pthread_mutex_lock(&reg_lock);
+    r->reg_next = reg_head;
+    reg_head = r;
+    pthread_mutex_unlock(&reg_lock);
     *out = &r->base;
     return 0;
 fail_image:
     rbd_close(r->image);
 fail_ioctx:
     rados_ioctx_destroy(r->ioctx);
+fail_names:
+    free_names(r);
     free(r);
     return rc;
+}
+
+/* ---- replacing a fenced client's handles ---- */
+
+unsigned bdev_rbd_fence(struct rbd_cluster *c)
+{
+    unsigned n = 0;
+
+    pthread_mutex_lock(&reg_lock);
+    for (struct bdev_rbd *r = reg_head; r; r = r->reg_next)
+        if (r->cluster == c && atomic_exchange(&r->state, BDEV_RBD_FENCED) == BDEV_RBD_OPEN)
+            n++;
+    pthread_mutex_unlock(&reg_lock);
+    return n;
+}
+
+/* Wait until nothing uses r's handle (r is fenced: nothing new can).
+ * Requests in flight on a blocklisted client end with -EBLOCKLISTED, or
+ * at worst after the op timeout (rbd_cluster.c): this does not wait
+ * forever, but says so every 10 s. */
+static void drain_users(struct bdev_rbd *r)
+{
+    unsigned waited_ms = 0;
+
+    while (atomic_load(&r->users) > 0) {
+        nanosleep(&(struct timespec){.tv_nsec = 5 * 1000 * 1000}, NULL);
+        waited_ms += 5;
+        if (waited_ms % 10000 == 0)
+            log_warn("rbd: %s: still waiting for %u request(s) on the fenced client to end "
+                     "(%u s)",
+                     r->name, atomic_load(&r->users), waited_ms / 1000);
+    }
+}
+
+/* Give r a handle on the current connection for its settings. r is
+ * marked reopening (close waits). 0 or -errno (r stays fenced). */
+static int reopen_one(struct bdev_rbd *r)
+{
+    struct rbd_cluster *nc, *old;
+    rados_ioctx_t io, old_io;
+    rbd_image_t img, old_img;
+    int rc;
+
+    atomic_store(&r->state, BDEV_RBD_FENCED);
+    drain_users(r);
+    rc = rbd_cluster_get_like(r->cluster, 10, &nc);
+    if (rc < 0) {
+        log_warn("rbd: %s: cannot connect a new client to reopen it: %s", r->name, strerror(-rc));
+        return rc;
+    }
+    rc = rbd_cluster_ioctx(nc, r->pool, r->ns, &io);
+    if (rc == 0) {
+        rc = r->readonly_open ? rbd_open_read_only(io, r->image_name, &img, r->snap)
+                              : rbd_open(io, r->image_name, &img, NULL);
+        if (rc < 0)
+            rados_ioctx_destroy(io);
+    }
+    if (rc < 0) {
+        log_warn("rbd: %s: cannot reopen it on client %s: %s", r->name, rbd_cluster_addr(nc),
+                 strerror(-rc));
+        rbd_cluster_put(nc);
+        return rc;
+    }
+    /* Nothing uses the old handle (fenced, no users): swap, then close
+     * the old one after I/O resumed (closing a blocklisted handle may
+     * wait for the cluster's answers). */
+    bdev_rbd_aio_fini(r);
+    old_img = r->image;
+    old_io = r->ioctx;
+    old = r->cluster;
+    r->image = img;
+    r->ioctx = io;
+    pthread_mutex_lock(&reg_lock);
+    r->cluster = nc; /* bdev_rbd_fence reads it under reg_lock */
+    pthread_mutex_unlock(&reg_lock);
+    rc = bdev_rbd_aio_init(r);
+    if (rc < 0) {
+        log_warn("rbd: %s: completion notification on the new handle: %s; using callbacks", r->name,
+                 strerror(-rc));
+        r->mode = BDEV_RBD_CALLBACK;
+    }
+    /* The header watch moves to the new handle (an in-process
+     * registration: no cluster call on the blocklisted one); the image may
+     * have been resized meanwhile: one check. */
+    if (r->update_watching)
+        rbd_update_unwatch(old_img, r->update_handle);
+    r->update_watching =
+        r->update_fn && rbd_update_watch(img, &r->update_handle, r->update_fn, r->update_arg) == 0;
+    atomic_store(&r->state, BDEV_RBD_OPEN);
+    log_info("rbd: %s reopened on client %s", r->name, rbd_cluster_addr(nc));
+    if (r->update_fn)
+        r->update_fn(r->update_arg);
+    rbd_close(old_img);
+    rados_ioctx_destroy(old_io);
+    rbd_cluster_put(old);
+    return 0;
+}
+
+unsigned bdev_rbd_reopen_retired(unsigned *failed)
+{
+    struct bdev_rbd **todo = NULL;
+    size_t n = 0, cap = 0;
+    unsigned ok = 0;
+
+    *failed = 0;
+    pthread_mutex_lock(&reg_lock);
+    for (struct bdev_rbd *r = reg_head; r; r = r->reg_next)
+        cap++;
+    todo = cap ? calloc(cap, sizeof(*todo)) : NULL;
+    for (struct bdev_rbd *r = reg_head; todo && r; r = r->reg_next) {
+        if (!r->reopening && rbd_cluster_retired(r->cluster)) {
+            r->reopening = true;
+            todo[n++] = r;
+        }
+    }
+    pthread_mutex_unlock(&reg_lock);
+    if (cap && !todo) {
+        *failed = 1;
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (reopen_one(todo[i]) == 0)
+            ok++;
+        else
+            (*failed)++;
+        pthread_mutex_lock(&reg_lock);
+        todo[i]->reopening = false;
+        pthread_cond_broadcast(&reg_cond);
+        pthread_mutex_unlock(&reg_lock);
+    }
+    free(todo);
+    return ok;
 }

@@ -34,22 +34,49 @@ bool bdev_is_rbd(const struct bdev *b);
 /* The open librbd image behind b, for management calls that must go
  * through the handle already serving I/O (snapshot create, resize,
  * rollback: a second handle would take the exclusive lock away from the
- * one serving). Borrowed: valid until bdev_close. */
-rbd_image_t bdev_rbd_image(struct bdev *b);
-/* The image's I/O context (its pool, for identity: gateway/). Borrowed
- * like bdev_rbd_image. */
+ * one serving). Borrowed until bdev_rbd_image_put, which the caller
+ * must call on the same b when the result is not NULL (the handle is
+ * not replaced meanwhile: keep it short). NULL: b is not an RBD bdev, or
+ * its client was fenced and the handle is being replaced (the caller
+ * fails with -ESHUTDOWN). Non-blocking. */
+rbd_image_t bdev_rbd_image_get(struct bdev *b);
+void bdev_rbd_image_put(struct bdev *b);
+/* The image's I/O context (its pool, for identity: gateway/), borrowed
+ * like the image: only between bdev_rbd_image_get and _put. */
 rados_ioctx_t bdev_rbd_ioctx(struct bdev *b);
 /*
  * Call fn(arg) whenever the image's header changes, whoever changed it
  * (another client's resize, `rbd resize`, a snapshot, new metadata):
  * librbd's rbd_update_watch. fn runs on a librbd thread: it must not block
  * nor call librbd (hand the work to another thread). Until bdev_close,
- * which unregisters it (waiting for a call in progress). Once per bdev;
- * blocking (control threads). 0 or -errno.
+ * which unregisters it (waiting for a call in progress); a reopen after a
+ * fencing moves it to the new handle and calls fn once. Once per bdev;
+ * blocking (control threads). 0 or -errno (-ESHUTDOWN while fenced).
  */
 int bdev_rbd_watch_updates(struct bdev *b, void (*fn)(void *arg), void *arg);
 /* The image's size now, as the cluster has it (librbd rereads the header
  * when it changed). Blocking: control threads. 0 or -errno. */
 int bdev_rbd_current_size(struct bdev *b, uint64_t *size);
+
+/*
+ * A fenced client (docs/ha.md "Rejoining after fencing"): its images are
+ * replaced under the bdevs, so the volumes and front-ends that hold them
+ * keep working.
+ *
+ * bdev_rbd_fence: every image opened on connection c fails each new
+ * request at once with -ESHUTDOWN (front-ends: SCSI 02/04/0C, NBD
+ * ESHUTDOWN) and never uses its handle again. Returns how many images
+ * were fenced now. Non-blocking, any thread.
+ *
+ * bdev_rbd_reopen_retired: every image whose connection was retired
+ * (rbd_cluster_retire) waits for its requests in flight to end (they
+ * fail: the client is blocklisted), then gets a new handle on the
+ * current connection for the same settings (rbd_cluster_get_like) and
+ * serves again; the old handle is closed. Returns how many were
+ * reopened; *failed gets how many could not be (they stay fenced: call
+ * again later). Blocking (cluster calls): never on a reactor.
+ */
+unsigned bdev_rbd_fence(struct rbd_cluster *c);
+unsigned bdev_rbd_reopen_retired(unsigned *failed);
 
 #endif

@@ -61,13 +61,26 @@ static void io_finish(struct bdev_io *io, ssize_t rc)
     io->done(io);
 }
 
+/* A request's librbd completion was released: give its use of the
+ * handle back (a blocklisted client noted first: the gateway replaces
+ * it), then finish it. The use ends before done() runs, since after it
+ * the bdev may be closed. */
+static void io_complete(struct bdev_io *io, ssize_t rc)
+{
+    struct bdev_rbd *r = (struct bdev_rbd *)io->bdev;
+    if (rc == -ESHUTDOWN)
+        rbd_cluster_note_error(r->cluster, (int)rc);
+    bdev_rbd_leave(r);
+    io_finish(io, rc);
+}
+
 /* callback mode: on librbd's completion thread. */
 static void io_callback(rbd_completion_t c, void *arg)
 {
     struct bdev_io *io = arg;
     ssize_t rc = rbd_aio_get_return_value(c);
     rbd_aio_release(c);
-    io_finish(io, rc);
+    io_complete(io, rc);
 }
 
 /* eventfd mode: the image's poller. Allocated apart from the bdev so that
@@ -102,7 +115,7 @@ static void poller_event(struct reactor_handler *h, uint32_t events)
             struct bdev_io *io = rbd_aio_get_arg(comps[i]);
             ssize_t rc = rbd_aio_get_return_value(comps[i]);
             rbd_aio_release(comps[i]);
-            io_finish(io, rc);
+            io_complete(io, rc);
         }
     } while (n == POLL_BATCH);
 }
@@ -218,9 +231,17 @@ int bdev_rbd_submit(struct bdev *b, struct bdev_io *io)
         return -EINVAL; /* librbd asserts on zero-length requests */
     if (io->length > SIZE_MAX / 2)
         return -EINVAL;
+    /* A fenced client's handle is never used again: the request fails
+     * at once (retriable: SCSI 02/04/0C, NBD ESHUTDOWN) until the handle
+     * is replaced (bdev_rbd_reopen_retired). */
+    if (!bdev_rbd_enter(r))
+        return -ESHUTDOWN;
+    io->bdev = b;
     rc = rbd_aio_create_completion(io, r->mode == BDEV_RBD_CALLBACK ? io_callback : NULL, &c);
-    if (rc < 0)
+    if (rc < 0) {
+        bdev_rbd_leave(r);
         return rc;
+    }
     switch (io->op) {
     case BDEV_IO_READ:
         /* librbd keeps the iovec until completion: it lives in io. */
@@ -262,7 +283,9 @@ int bdev_rbd_submit(struct bdev *b, struct bdev_io *io)
     default:
         rc = -EINVAL;
     }
-    if (rc < 0) /* not started: the completion never fires */
+    if (rc < 0) { /* not started: the completion never fires */
         rbd_aio_release(c);
+        bdev_rbd_leave(r);
+    }
     return rc < 0 ? rc : 0;
 }

@@ -8,6 +8,8 @@
 
 #include <rados/librados.h>
 #include <rbd/librbd.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 
 #include "store/bdev.h"
 #include "store/rbd_cluster.h"
@@ -21,21 +23,62 @@ enum bdev_rbd_completion {
 
 struct rbd_poller;
 
+/* Whether an image handle may be used (bdev_rbd_enter). */
+enum bdev_rbd_state {
+    BDEV_RBD_OPEN,
+    /* Its client was blocklisted (bdev_rbd_fence) or the handle is being
+     * replaced (bdev_rbd_reopen_retired): every new request fails at once
+     * with -ESHUTDOWN, never reaching the old handle. */
+    BDEV_RBD_FENCED,
+};
+
 struct bdev_rbd {
     struct bdev base;
     enum bdev_rbd_completion mode;
-    struct rbd_poller *poller;   /* BDEV_RBD_EVENTFD only */
+    struct rbd_poller *poller; /* BDEV_RBD_EVENTFD only */
+    /* cluster, ioctx, image and poller change only while state is FENCED
+     * and users is 0 (the handle is replaced after a fencing): whoever
+     * uses them holds a use (bdev_rbd_enter). */
     struct rbd_cluster *cluster; /* a reference */
     rados_ioctx_t ioctx;
     rbd_image_t image;
-    char name[256]; /* pool/[ns/]image[@snap], for logs */
+    atomic_int state;                    /* enum bdev_rbd_state */
+    atomic_uint users;                   /* requests in flight, synchronous calls and borrowers */
+    char name[256];                      /* pool/[ns/]image[@snap], for logs */
+    char *pool, *ns, *image_name, *snap; /* to reopen it (ns "", snap NULL: none) */
+    bool readonly_open;                  /* opened with rbd_open_read_only */
     /* Compare-and-write is atomic only within one RADOS object: the
      * image's stripe unit (its object size unless fancy striping). */
     uint64_t caw_unit;
-    /* rbd_update_watch on the image header (bdev_rbd_watch_updates) */
+    /* rbd_update_watch on the image header (bdev_rbd_watch_updates):
+     * registered again on the new handle by a reopen */
+    void (*update_fn)(void *arg);
+    void *update_arg;
     uint64_t update_handle;
     bool update_watching;
+    /* The registry of open images (bdev_rbd.c): reopening them. */
+    struct bdev_rbd *reg_next;
+    bool reopening; /* the registry's lock: close waits */
 };
+
+/* Take a use of r's handle: false (nothing taken) while it is fenced.
+ * Every use of cluster/ioctx/image/poller is inside enter..leave; a
+ * request in flight holds its use until its completion. Lock-free:
+ * reactors and librbd threads call it. */
+static inline bool bdev_rbd_enter(struct bdev_rbd *r)
+{
+    /* seq_cst, like the fencer's store then load of users: one of the
+     * two sees the other. */
+    atomic_fetch_add(&r->users, 1);
+    if (atomic_load(&r->state) == BDEV_RBD_OPEN)
+        return true;
+    atomic_fetch_sub(&r->users, 1);
+    return false;
+}
+static inline void bdev_rbd_leave(struct bdev_rbd *r)
+{
+    atomic_fetch_sub(&r->users, 1);
+}
 
 /* librbd's result as the bdev contract's errno (bdev.h): the ways librbd
  * says the cluster did not answer (the op timeouts rbd_cluster.c sets

@@ -2,6 +2,7 @@
 #include "store/rbd_cluster.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,11 +18,19 @@ struct rbd_cluster {
     char desc[512];
     unsigned op_timeout_s;
     rados_t rados;
-    int refs; /* under lock */
+    char addr[128]; /* client address, set once connected */
+    int refs;       /* under lock */
+    bool retired;   /* under lock: no longer in clusters */
+    atomic_bool blocklisted;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct rbd_cluster *clusters;
+static struct rbd_cluster *clusters; /* the shared (current) connections */
+/* Every connection seen blocklisted and not yet retired (to retire them
+ * by rbd_cluster_retire_blocklisted without a list of all connections). */
+#define BLOCKLISTED_MAX 16
+static struct rbd_cluster *blocklisted[BLOCKLISTED_MAX]; /* under lock; references */
+static _Atomic(void (*)(struct rbd_cluster *)) blocklist_hook;
 
 static const char *or_empty(const char *s)
 {
@@ -100,6 +109,11 @@ static int connect_cluster(struct rbd_cluster *c, unsigned timeout_s)
     rc = rados_connect(c->rados);
     if (rc < 0)
         goto fail;
+    char *addrs = NULL;
+    if (rados_getaddrs(c->rados, &addrs) == 0 && addrs)
+        snprintf(c->addr, sizeof(c->addr), "%s", addrs);
+    if (addrs)
+        rados_buffer_free(addrs);
     return 0;
 fail:
     rados_shutdown(c->rados);
@@ -158,7 +172,8 @@ int rbd_cluster_get(const struct rbd_cluster_spec *spec, unsigned timeout_s,
     c->next = clusters;
     clusters = c;
     pthread_mutex_unlock(&lock);
-    log_info("rbd: connected to the cluster (%s)", c->desc);
+    log_info("rbd: connected to the cluster (%s) as client %s", c->desc,
+             c->addr[0] ? c->addr : "(unknown address)");
     *out = c;
     return 0;
 fail:
@@ -192,7 +207,8 @@ void rbd_cluster_put(struct rbd_cluster *c)
     }
     pthread_mutex_unlock(&lock);
     rados_shutdown(c->rados);
-    log_info("rbd: disconnected from the cluster (%s)", c->desc);
+    log_info("rbd: disconnected from the cluster (%s%s%s)", c->desc,
+             c->retired ? ", retired client " : "", c->retired ? c->addr : "");
     free(c->conf), free(c->id), free(c->keyring), free(c);
 }
 
@@ -214,4 +230,113 @@ int rbd_cluster_ioctx(struct rbd_cluster *c, const char *pool, const char *ns, r
     if (ns && ns[0])
         rados_ioctx_set_namespace(*out, ns);
     return 0;
+}
+
+const char *rbd_cluster_addr(const struct rbd_cluster *c)
+{
+    return c->addr;
+}
+
+void rbd_cluster_set_blocklist_hook(void (*fn)(struct rbd_cluster *c))
+{
+    atomic_store(&blocklist_hook, fn);
+}
+
+void rbd_cluster_note_error(struct rbd_cluster *c, int rc)
+{
+    if (rc != -ESHUTDOWN || !c || atomic_exchange(&c->blocklisted, true))
+        return;
+    void (*fn)(struct rbd_cluster *) = atomic_load(&blocklist_hook);
+    /* Keep it findable for rbd_cluster_retire_blocklisted: a reference,
+     * so that it cannot go away in between (a full table only means the
+     * one not kept is retired by whoever holds it, e.g. the gateway).
+     * Without a hook nobody replaces it: it is not kept. */
+    pthread_mutex_lock(&lock);
+    for (unsigned i = 0; fn && i < BLOCKLISTED_MAX; i++) {
+        if (!blocklisted[i]) {
+            blocklisted[i] = c;
+            c->refs++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    log_error("rbd: the cluster refuses client %s (%s): it was blocklisted (fenced)",
+              c->addr[0] ? c->addr : "(unknown address)", c->desc);
+    if (fn)
+        fn(c);
+}
+
+bool rbd_cluster_blocklisted(const struct rbd_cluster *c)
+{
+    return atomic_load(&((struct rbd_cluster *)c)->blocklisted);
+}
+
+/* Under lock. */
+static void retire_locked(struct rbd_cluster *c)
+{
+    if (c->retired)
+        return;
+    for (struct rbd_cluster **pp = &clusters; *pp; pp = &(*pp)->next) {
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    }
+    c->next = NULL;
+    c->retired = true;
+}
+
+void rbd_cluster_retire(struct rbd_cluster *c)
+{
+    pthread_mutex_lock(&lock);
+    bool was = c->retired;
+    retire_locked(c);
+    pthread_mutex_unlock(&lock);
+    if (!was)
+        log_info("rbd: client %s (%s) retired: the next user connects a new client",
+                 c->addr[0] ? c->addr : "(unknown address)", c->desc);
+}
+
+unsigned rbd_cluster_retire_blocklisted(void)
+{
+    struct rbd_cluster *done[BLOCKLISTED_MAX];
+    unsigned n = 0;
+
+    pthread_mutex_lock(&lock);
+    for (unsigned i = 0; i < BLOCKLISTED_MAX; i++) {
+        if (blocklisted[i]) {
+            done[n++] = blocklisted[i];
+            blocklisted[i] = NULL;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    for (unsigned i = 0; i < n; i++) {
+        rbd_cluster_retire(done[i]);
+        rbd_cluster_put(done[i]); /* the table's reference */
+    }
+    return n;
+}
+
+bool rbd_cluster_retired(const struct rbd_cluster *c)
+{
+    pthread_mutex_lock(&lock);
+    bool r = c->retired;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+int rbd_cluster_get_like(struct rbd_cluster *c, unsigned timeout_s, struct rbd_cluster **out)
+{
+    struct rbd_cluster_spec spec = {
+        .conf = c->conf, .id = c->id, .keyring = c->keyring, .op_timeout_s = c->op_timeout_s};
+    pthread_mutex_lock(&lock);
+    if (!c->retired) {
+        c->refs++;
+        pthread_mutex_unlock(&lock);
+        *out = c;
+        return 0;
+    }
+    pthread_mutex_unlock(&lock);
+    /* c's strings stay valid: the caller holds a reference on c. */
+    return rbd_cluster_get(&spec, timeout_s, out);
 }

@@ -20,6 +20,7 @@
 #define BLOCKD_STORE_RBD_CLUSTER_H
 
 #include <rados/librados.h>
+#include <stdbool.h>
 
 /* Seconds before a monitor or OSD request that gets no answer fails, unless
  * the spec's op_timeout_s or the environment's BLOCKD_RBD_OP_TIMEOUT (a
@@ -53,5 +54,43 @@ const char *rbd_cluster_describe(const struct rbd_cluster *c);
  * namespace); the caller destroys it with rados_ioctx_destroy. -ENOENT:
  * no such pool. */
 int rbd_cluster_ioctx(struct rbd_cluster *c, const char *pool, const char *ns, rados_ioctx_t *out);
+
+/*
+ * Blocklisting and replacement (a fenced gateway member rejoining,
+ * docs/ha.md "Rejoining after fencing").
+ *
+ * A client the cluster blocklisted can never write again (every OSD op
+ * returns -EBLOCKLISTED, which is -ESHUTDOWN): only a new client (a new
+ * rados_t, with a new address) can. The connection is not replaced in
+ * place (every I/O context, image and watch made on it belongs to it);
+ * instead it is retired: rbd_cluster_get stops sharing it and connects a
+ * new one for the same settings, and each holder moves to the new one on
+ * its own (the RBD backend's images, the reservation objects, the RBD
+ * pools, the gateway), dropping its reference on the old one, which shuts
+ * down with the last.
+ */
+/* Some call on c returned rc: -ESHUTDOWN (EBLOCKLISTED) marks c
+ * blocklisted and calls the hook (once per connection). Thread-safe,
+ * non-blocking: librados completion threads and reactors call it. */
+void rbd_cluster_note_error(struct rbd_cluster *c, int rc);
+/* c was seen blocklisted (rbd_cluster_note_error). */
+bool rbd_cluster_blocklisted(const struct rbd_cluster *c);
+/* Called (from any thread, must not block) when a connection is first
+ * seen blocklisted. One hook; NULL removes it. */
+void rbd_cluster_set_blocklist_hook(void (*fn)(struct rbd_cluster *c));
+/* Retire every connection seen blocklisted: they stay valid for their
+ * holders, but are no longer shared. Returns how many were retired now. */
+unsigned rbd_cluster_retire_blocklisted(void);
+/* Retire c (idempotent). */
+void rbd_cluster_retire(struct rbd_cluster *c);
+bool rbd_cluster_retired(const struct rbd_cluster *c);
+/* The current connection for c's settings (c itself unless it was
+ * retired; a new one connected within timeout_s otherwise), with a new
+ * reference. Blocking when it connects: never on a reactor. 0 or -errno
+ * like rbd_cluster_get. */
+int rbd_cluster_get_like(struct rbd_cluster *c, unsigned timeout_s, struct rbd_cluster **out);
+/* This connection's client address (what lock owners and blocklists
+ * name), "" if unknown. */
+const char *rbd_cluster_addr(const struct rbd_cluster *c);
 
 #endif

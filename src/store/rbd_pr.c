@@ -18,20 +18,39 @@
 #define SEQ_XATTR "blockd.seq"
 
 struct rbd_pr {
+    /* cluster and io change only in rbd_pr_rewatch after the connection
+     * was retired (a fenced gateway member rejoining): under io_lk
+     * (write), which every other use of io holds (read). */
+    pthread_rwlock_t io_lk;
     struct rbd_cluster *cluster; /* a reference */
     rados_ioctx_t io;            /* our own: watch callbacks and acks use it */
     char oid[384];               /* blockd.pr.<image id>[@<snapshot>] */
     struct rbd_pr_listener l;
-    pthread_mutex_t mu; /* cookie / watching */
+    pthread_mutex_t mu;         /* cookie / watching */
+    pthread_mutex_t rewatch_mu; /* one rbd_pr_rewatch at a time */
     uint64_t cookie;
     bool watching;
 };
+
+static int pr_open(struct bdev_rbd *r, const struct rbd_pr_listener *l, unsigned *peers_out,
+                   struct rbd_pr **out);
+
+static void pr_free(struct rbd_pr *p)
+{
+    pthread_rwlock_destroy(&p->io_lk);
+    pthread_mutex_destroy(&p->rewatch_mu);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
 
 const char *rbd_pr_name(const struct rbd_pr *p)
 {
     return p->oid;
 }
 
+/* Listener calls come only from the watch on the current io (a move
+ * unwatches and flushes them before it changes io): they need no
+ * io_lk. */
 static void on_notify(void *arg, uint64_t notify_id, uint64_t handle, uint64_t notifier_id,
                       void *data, size_t len)
 {
@@ -76,10 +95,48 @@ static void unwatch(struct rbd_pr *p)
         rados_unwatch2(p->io, cookie);
 }
 
+/* The connection was retired (this daemon was fenced and is rejoining
+ * with a new client): move to the current one. A blocklisted client can
+ * neither watch nor write the object. Under rewatch_mu, unwatched. */
+static int move_connection(struct rbd_pr *p)
+{
+    struct rbd_cluster *nc;
+    rados_ioctx_t io;
+    char ns[256];
+    int rc = rbd_cluster_get_like(p->cluster, 10, &nc);
+    if (rc < 0)
+        return rc;
+    rc = rados_ioctx_create2(rbd_cluster_rados(nc), rados_ioctx_get_id(p->io), &io);
+    if (rc < 0) {
+        rbd_cluster_put(nc);
+        return rc;
+    }
+    int nl = rados_ioctx_get_namespace(p->io, ns, sizeof ns);
+    if (nl > 0)
+        rados_ioctx_set_namespace(io, ns);
+    /* No listener call of the old watch runs after this. */
+    rados_watch_flush(rbd_cluster_rados(p->cluster));
+    pthread_rwlock_wrlock(&p->io_lk);
+    rados_ioctx_t old_io = p->io;
+    struct rbd_cluster *old = p->cluster;
+    p->io = io;
+    p->cluster = nc;
+    pthread_rwlock_unlock(&p->io_lk);
+    rados_ioctx_destroy(old_io);
+    rbd_cluster_put(old);
+    log_info("rbd pr: %s: now on client %s", p->oid, rbd_cluster_addr(nc));
+    return 0;
+}
+
 int rbd_pr_rewatch(struct rbd_pr *p)
 {
+    pthread_mutex_lock(&p->rewatch_mu);
     unwatch(p);
-    return watch(p);
+    int rc = rbd_cluster_retired(p->cluster) ? move_connection(p) : 0;
+    if (rc == 0)
+        rc = watch(p);
+    pthread_mutex_unlock(&p->rewatch_mu);
+    return rc;
 }
 
 /* Create the object with seq 0 unless it exists. */
@@ -144,6 +201,17 @@ int rbd_pr_open(struct bdev *b, const struct rbd_pr_listener *l, unsigned *peers
     if (!bdev_is_rbd(b))
         return -ENOTSUP;
     struct bdev_rbd *r = (struct bdev_rbd *)b;
+    /* The handle (and its connection) stays while we use it. */
+    if (!bdev_rbd_enter(r))
+        return -ESHUTDOWN;
+    int rc = pr_open(r, l, peers_out, out);
+    bdev_rbd_leave(r);
+    return rc;
+}
+
+static int pr_open(struct bdev_rbd *r, const struct rbd_pr_listener *l, unsigned *peers_out,
+                   struct rbd_pr **out)
+{
     char id[64];
     int rc = rbd_get_id(r->image, id, sizeof id);
     if (rc < 0)
@@ -160,11 +228,12 @@ int rbd_pr_open(struct bdev *b, const struct rbd_pr_listener *l, unsigned *peers
     }
     p->l = *l;
     pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->rewatch_mu, NULL);
+    pthread_rwlock_init(&p->io_lk, NULL);
     rados_t rados = rbd_cluster_rados(r->cluster);
     rc = rados_ioctx_create2(rados, rados_ioctx_get_id(r->ioctx), &p->io);
     if (rc < 0) {
-        pthread_mutex_destroy(&p->mu);
-        free(p);
+        pr_free(p);
         return rc;
     }
     char ns[256];
@@ -184,8 +253,7 @@ int rbd_pr_open(struct bdev *b, const struct rbd_pr_listener *l, unsigned *peers
                   strerror(-rc));
         rados_ioctx_destroy(p->io);
         rbd_cluster_put(p->cluster);
-        pthread_mutex_destroy(&p->mu);
-        free(p);
+        pr_free(p);
         return rc;
     }
     if (peers_out)
@@ -210,7 +278,9 @@ int rbd_pr_read(struct rbd_pr *p, char **blob, size_t *len, uint64_t *seq)
     /* One op, so the contents and the seq are from the same version. */
     rados_read_op_read(op, 0, RBD_PR_MAX_BYTES, buf, &got, &rrc);
     rados_read_op_getxattrs(op, &it, &xrc);
+    pthread_rwlock_rdlock(&p->io_lk);
     int rc = rados_read_op_operate(op, p->io, p->oid, 0);
+    pthread_rwlock_unlock(&p->io_lk);
     rados_release_read_op(op);
     if (rc == 0 && rrc < 0)
         rc = rrc;
@@ -264,7 +334,9 @@ int rbd_pr_cas(struct rbd_pr *p, uint64_t seq, const void *blob, size_t len)
     rados_write_op_write_full(op, blob, len);
     rados_write_op_setxattr(op, SEQ_XATTR, next, (size_t)nl);
     (void)cmp;
+    pthread_rwlock_rdlock(&p->io_lk);
     int rc = rados_write_op_operate(op, p->io, p->oid, NULL, 0);
+    pthread_rwlock_unlock(&p->io_lk);
     rados_release_write_op(op);
     /* A failed cmpxattr is -ECANCELED; keep that one meaning. */
     return rc;
@@ -274,7 +346,9 @@ int rbd_pr_notify(struct rbd_pr *p, const void *msg, size_t len, unsigned *misse
 {
     char *reply = NULL;
     size_t rlen = 0;
+    pthread_rwlock_rdlock(&p->io_lk);
     int rc = rados_notify2(p->io, p->oid, msg, (int)len, RBD_PR_NOTIFY_MS, &reply, &rlen);
+    pthread_rwlock_unlock(&p->io_lk);
     unsigned m = 0;
     if (rc == -ETIMEDOUT && reply) {
         struct notify_ack_t *acks = NULL;
@@ -302,6 +376,5 @@ void rbd_pr_close(struct rbd_pr *p)
     rados_watch_flush(rbd_cluster_rados(p->cluster));
     rados_ioctx_destroy(p->io);
     rbd_cluster_put(p->cluster);
-    pthread_mutex_destroy(&p->mu);
-    free(p);
+    pr_free(p);
 }

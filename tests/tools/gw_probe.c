@@ -18,6 +18,9 @@
  *   gw_probe first-write URL B SEED SECONDS
  *                                 retry connect + one FUA write of block B
  *                                 until it succeeds; prints "ms=<elapsed>"
+ *   gw_probe ready URL SECONDS    retry connect + TEST UNIT READY until it
+ *                                 succeeds; prints "ms=<elapsed>", and the
+ *                                 sense of each distinct refusal on stderr
  *
  * A unit attention or an ALUA transition (NOT READY 04/0A) is retried, as
  * an initiator does; anything else fails the command. The tests need a
@@ -227,7 +230,7 @@ static int cmd_rtpg(struct iscsi_context *ctx, int lun)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: gw_probe ident|rtpg|write|verify|first-write URL ...\n");
+        fprintf(stderr, "usage: gw_probe ident|rtpg|write|verify|first-write|ready URL ...\n");
         return 2;
     }
     const char *cmd = argv[1], *url = argv[2];
@@ -251,6 +254,49 @@ int main(int argc, char **argv)
             usleep(100 * 1000);
         }
         fprintf(stderr, "gw_probe: no successful write through %s in %s s\n", url, argv[5]);
+        return 1;
+    }
+    if (strcmp(cmd, "ready") == 0 && argc == 4) {
+        double t0 = now_s(), limit = atof(argv[3]);
+        int last = -1;
+        while (now_s() - t0 < limit) {
+            /* libiscsi's login ends with a TEST UNIT READY too: its
+             * first failure is printed (the sense), later ones not. */
+            struct iscsi_context *ctx = connect_url(url, &lun, last == -3);
+            int good = 0;
+            if (!ctx && last != -3) {
+                fprintf(stderr, "gw_probe: (login at %.0f ms)\n", (now_s() - t0) * 1000);
+                last = -3;
+            }
+            for (int i = 0; ctx && i < 10; i++) {
+                struct scsi_task *t = iscsi_testunitready_sync(ctx, lun);
+                good = t && t->status == SCSI_STATUS_GOOD;
+                int why = t && t->status == SCSI_STATUS_CHECK_CONDITION
+                              ? (int)(t->sense.key << 16 | t->sense.ascq)
+                              : (t ? (int)t->status : -2);
+                int ua = t && t->status == SCSI_STATUS_CHECK_CONDITION &&
+                         t->sense.key == SCSI_SENSE_UNIT_ATTENTION;
+                if (t)
+                    scsi_free_scsi_task(t);
+                if (good || !ua) {
+                    if (!good && why != last)
+                        fprintf(stderr, "gw_probe: TEST UNIT READY at %.0f ms: %s 0x%06x\n",
+                                (now_s() - t0) * 1000, why >= 0x10000 ? "sense" : "status", why);
+                    last = why;
+                    break;
+                }
+            }
+            if (ctx) {
+                iscsi_logout_sync(ctx);
+                iscsi_destroy_context(ctx);
+            }
+            if (good) {
+                printf("ms=%.0f\n", (now_s() - t0) * 1000);
+                return 0;
+            }
+            usleep(100 * 1000);
+        }
+        fprintf(stderr, "gw_probe: %s not ready in %s s\n", url, argv[3]);
         return 1;
     }
     struct iscsi_context *ctx = connect_url(url, &lun, 0);

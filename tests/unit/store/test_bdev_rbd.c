@@ -87,7 +87,8 @@ static void test_open_caps(void **state)
     char name[64];
     struct bdev *b = open_new(name, sizeof(name));
     assert_true(bdev_is_rbd(b));
-    assert_non_null(bdev_rbd_image(b));
+    assert_non_null(bdev_rbd_image_get(b));
+    bdev_rbd_image_put(b);
     assert_int_equal(b->size, IMG_SIZE);
     assert_false(b->readonly);
     assert_string_equal(b->ops->name, "rbd");
@@ -101,7 +102,7 @@ static void test_open_caps(void **state)
     struct bdev *m;
     assert_int_equal(bdev_memory_open(MiB, 0, &m), 0);
     assert_false(bdev_is_rbd(m));
-    assert_null(bdev_rbd_image(m));
+    assert_null(bdev_rbd_image_get(m));
     bdev_close(m);
     bdev_close(b);
 }
@@ -276,7 +277,8 @@ static void test_resize(void **state)
     assert_int_equal(b->ops->read(b, buf, sizeof(buf), 2 * IMG_SIZE - 4096), 0);
     assert_zeros(buf, sizeof(buf));
     uint64_t size;
-    assert_int_equal(rbd_get_size(bdev_rbd_image(b), &size), 0);
+    assert_int_equal(rbd_get_size(bdev_rbd_image_get(b), &size), 0);
+    bdev_rbd_image_put(b);
     assert_int_equal(size, 2 * IMG_SIZE);
     bdev_close(b);
 }
@@ -290,7 +292,8 @@ static void test_snapshot_open(void **state)
     fill(c, sizeof(c), 12);
     assert_int_equal(b->ops->write(b, a, sizeof(a), OBJ), 0);
     /* Management calls go through the handle serving I/O. */
-    assert_int_equal(rbd_snap_create(bdev_rbd_image(b), "s1"), 0);
+    assert_int_equal(rbd_snap_create(bdev_rbd_image_get(b), "s1"), 0);
+    bdev_rbd_image_put(b);
     assert_int_equal(b->ops->write(b, c, sizeof(c), OBJ), 0);
     struct bdev *s;
     assert_int_equal(bdev_rbd_open(cluster, "rbd", "", name, "s1", false, &s), 0);
@@ -597,6 +600,93 @@ static void test_cow_on_rbd(void **state)
 
 /* ---- the cluster lost under I/O (the last test: it stops the cluster) ---- */
 
+/* A fenced client (docs/ha.md "Rejoining after fencing"): the cluster
+ * blocklists the connection an open image uses; its requests end with
+ * -ESHUTDOWN (never acknowledged), bdev_rbd_fence makes the next ones fail
+ * without reaching librbd, another client writes meanwhile, and after
+ * rbd_cluster_retire + bdev_rbd_reopen_retired the same bdev and volume
+ * serve again on a new client: they read the other client's data and
+ * write. */
+#define FENCE_TIMEOUT 13 /* seconds: an op timeout no other test uses (own connection) */
+
+static void test_fenced_reopen(void **state)
+{
+    struct rbd_cluster_spec spec = {.conf = getenv("CEPH_CONF"), .op_timeout_s = FENCE_TIMEOUT};
+    struct rbd_cluster *c;
+    assert_int_equal(rbd_cluster_get(&spec, 10, &c), 0);
+    assert_ptr_not_equal(c, cluster);
+    char name[64], addr[128], buf[4096], want[4096];
+    snprintf(addr, sizeof(addr), "%s", rbd_cluster_addr(c));
+    assert_true(addr[0] != 0);
+    struct bdev *bd;
+    struct volume *v;
+    image_create(name, sizeof(name), IMG_SIZE);
+    assert_int_equal(bdev_rbd_open(c, "rbd", NULL, name, NULL, false, &bd), 0);
+    assert_int_equal(volume_new("t/fenced", bd, 4096, VOLUME_SYNC_STANDARD, false, &v), 0);
+    fill(want, sizeof(want), 1);
+    assert_int_equal(vreq_sync(v, VREQ_WRITE, 0, 4096, want, VREQ_FUA), 0); /* takes the lock */
+
+    assert_int_equal(rados_blocklist_add(rbd_cluster_rados(cluster), addr, 600), 0);
+    /* The OSDs refuse it once they have the new map: within seconds. */
+    int rc = 0;
+    for (int i = 0; i < 100 && rc != -ESHUTDOWN; i++) {
+        rc = vreq_sync(v, VREQ_WRITE, 4096, 4096, want, VREQ_FUA);
+        assert_true(rc == 0 || rc == -ESHUTDOWN || rc == -ETIMEDOUT);
+        if (rc != -ESHUTDOWN)
+            usleep(100000);
+    }
+    assert_int_equal(rc, -ESHUTDOWN);
+    assert_true(rbd_cluster_blocklisted(c));
+    assert_int_equal(bdev_rbd_fence(c), 1);
+    uint64_t t0 = time_now_ns();
+    assert_int_equal(vreq_sync(v, VREQ_READ, 0, 4096, buf, 0), -ESHUTDOWN);
+    assert_int_equal(bd->ops->read(bd, buf, 4096, 0), -ESHUTDOWN);
+    assert_null(bdev_rbd_image_get(bd));
+    assert_true(time_now_ns() - t0 < 100 * 1000 * 1000ull); /* no cluster round trip */
+
+    /* Another client takes over the image (breaking the fenced client's
+     * lock, as a gateway survivor does) and writes. */
+    rbd_image_t other;
+    assert_int_equal(rbd_open(ioctx, name, &other, NULL), 0);
+    rbd_lock_mode_t mode;
+    char *owners[4];
+    size_t n = 4;
+    if (rbd_lock_get_owners(other, &mode, owners, &n) == 0) {
+        for (size_t i = 0; i < n; i++)
+            rbd_lock_break(other, RBD_LOCK_MODE_EXCLUSIVE, owners[i]);
+        rbd_lock_get_owners_cleanup(owners, n);
+    }
+    fill(want, sizeof(want), 2);
+    assert_int_equal(rbd_write(other, 0, 4096, want), 4096);
+    assert_int_equal(rbd_flush(other), 0);
+
+    rbd_cluster_retire(c);
+    assert_true(rbd_cluster_retired(c));
+    unsigned failed = 9;
+    assert_int_equal(bdev_rbd_reopen_retired(&failed), 1);
+    assert_int_equal(failed, 0);
+    struct bdev *same = volume_bdev(v);
+    assert_ptr_equal(same, bd); /* the volume keeps its bdev */
+    memset(buf, 0, sizeof(buf));
+    assert_int_equal(vreq_sync(v, VREQ_READ, 0, 4096, buf, 0), 0);
+    assert_memory_equal(buf, want, 4096);
+    fill(want, sizeof(want), 3);
+    assert_int_equal(vreq_sync(v, VREQ_WRITE, 8192, 4096, want, VREQ_FUA), 0);
+    memset(buf, 0, sizeof(buf));
+    assert_int_equal(rbd_read(other, 8192, 4096, buf), 4096);
+    assert_memory_equal(buf, want, 4096);
+    rbd_close(other);
+    /* A new connection for the same settings: the retired one is not
+     * handed out again. */
+    struct rbd_cluster *now;
+    assert_int_equal(rbd_cluster_get_like(c, 10, &now), 0);
+    assert_ptr_not_equal(now, c);
+    assert_string_not_equal(rbd_cluster_addr(now), addr);
+    rbd_cluster_put(now);
+    volume_unref(v);
+    rbd_cluster_put(c);
+}
+
 #define LOST_TIMEOUT 3 /* seconds: the connection's op timeout */
 #define LOST_QD 8
 
@@ -760,11 +850,17 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_open_errors),   cmocka_unit_test(test_open_caps),
-        cmocka_unit_test(test_read_write),    cmocka_unit_test(test_extents),
-        cmocka_unit_test(test_write_zeroes),  cmocka_unit_test(test_resize),
-        cmocka_unit_test(test_snapshot_open), cmocka_unit_test(test_async_callback),
-        cmocka_unit_test(test_async_eventfd), cmocka_unit_test(test_cow_on_rbd),
+        cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_open_caps),
+        cmocka_unit_test(test_read_write),
+        cmocka_unit_test(test_extents),
+        cmocka_unit_test(test_write_zeroes),
+        cmocka_unit_test(test_resize),
+        cmocka_unit_test(test_snapshot_open),
+        cmocka_unit_test(test_async_callback),
+        cmocka_unit_test(test_async_eventfd),
+        cmocka_unit_test(test_cow_on_rbd),
+        cmocka_unit_test(test_fenced_reopen),
         cmocka_unit_test(test_cluster_lost), /* last: it stops the cluster */
     };
     return cmocka_run_group_tests(tests, setup, teardown);
