@@ -803,15 +803,9 @@ static int check_id_free(void)
     return 0;
 }
 
-int gateway_start(const char *portals)
+/* Check the options and fill in the member's name and object names. */
+static int start_config(const char *portals)
 {
-    if (!cfg.group[0]) {
-        if (cfg.any) {
-            log_error("gateway: --gateway-* options need --gateway-group NAME");
-            return -EINVAL;
-        }
-        return 0;
-    }
     if (!cfg.id) {
         log_error("gateway %s: --gateway-id N (1..%d) is required", cfg.group, GATEWAY_ID_MAX);
         return -EINVAL;
@@ -828,7 +822,20 @@ int gateway_start(const char *portals)
     snprintf(my_portals, sizeof(my_portals), "%s", portals ? portals : "");
     snprintf(obj, sizeof(obj), "blockd.gateway.%s", cfg.group);
     snprintf(my_key, sizeof(my_key), "member.%03u", cfg.id);
+    return 0;
+}
 
+static void start_disconnect(void)
+{
+    rados_ioctx_destroy(io);
+    rbd_cluster_put(cluster);
+    cluster = NULL;
+}
+
+/* Connect to the cluster, take the member id (fencing a dead previous
+ * holder) and write our record. On failure nothing is left open. */
+static int start_register(void)
+{
     struct rbd_cluster_spec spec = {.conf = cfg.conf, .id = cfg.ceph_id};
     int rc = rbd_cluster_get(&spec, 10, &cluster);
     if (rc < 0) {
@@ -857,11 +864,14 @@ int gateway_start(const char *portals)
         if (rc != -EADDRINUSE)
             log_error("gateway %s: cannot register in %s/%s: %s", cfg.group, cfg.pool, obj,
                       strerror(-rc));
-        rados_ioctx_destroy(io);
-        rbd_cluster_put(cluster);
-        cluster = NULL;
-        return rc;
+        start_disconnect();
     }
+    return rc;
+}
+
+/* Our own entry in the membership table, as registered. */
+static void start_own_record(void)
+{
     pthread_mutex_lock(&gw_mu);
     recs[cfg.id].present = true;
     memset(&recs[cfg.id].m, 0, sizeof(recs[cfg.id].m));
@@ -873,6 +883,23 @@ int gateway_start(const char *portals)
     recs[cfg.id].m.last_seen = time(NULL);
     recs[cfg.id].changed_ms = gw_now_ms();
     pthread_mutex_unlock(&gw_mu);
+}
+
+int gateway_start(const char *portals)
+{
+    if (!cfg.group[0]) {
+        if (cfg.any) {
+            log_error("gateway: --gateway-* options need --gateway-group NAME");
+            return -EINVAL;
+        }
+        return 0;
+    }
+    int rc = start_config(portals);
+    if (rc == 0)
+        rc = start_register();
+    if (rc < 0)
+        return rc;
+    start_own_record();
     enabled = true;
     rbd_cluster_set_blocklist_hook(blocklist_hook);
     rc = pthread_create(&thr, NULL, gw_main, NULL);
@@ -880,9 +907,7 @@ int gateway_start(const char *portals)
         enabled = false;
         rbd_cluster_set_blocklist_hook(NULL);
         remove_record();
-        rados_ioctx_destroy(io);
-        rbd_cluster_put(cluster);
-        cluster = NULL;
+        start_disconnect();
         return -rc;
     }
     log_info("gateway %s: member %s, id %u (target port group %u), client %s, in %s/%s; "
