@@ -175,3 +175,29 @@ PY
 pass() {
     echo "PASS: $TEST_NAME${1:+: $1}"
 }
+
+# api_raw SOCKET METHOD PARAMS: one JSON-RPC call over an API socket, as a
+# client sees it: prints "ok", or "<errno name> <message>" and returns 1.
+# The errno is the error's own, or that of its first field error (extra).
+api_raw() {
+    python3 - "$1" "$2" "$3" <<'PY'
+import errno, json, socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall((json.dumps({"jsonrpc": "2.0", "id": 1, "method": sys.argv[2],
+                       "params": json.loads(sys.argv[3])}) + "\n").encode())
+buf = b""
+while not buf.endswith(b"\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    buf += chunk
+r = json.loads(buf)
+if "error" in r:
+    d = r["error"].get("data", {})
+    e = next((x[2] for x in d.get("extra") or [] if len(x) > 2 and x[2]), d.get("errno", 0))
+    print(errno.errorcode.get(e, str(e)), r["error"]["message"])
+    sys.exit(1)
+print("ok")
+PY
+}

@@ -60,30 +60,7 @@ not() { ! "$@"; }
 # group's store fails with EEXIST; one that reaches its member after the
 # winner's row was applied there fails with the field error "name must be
 # unique" (EEXIST), as on a single daemon.
-rawcall() {
-    python3 - "$(gw_dir "$1")/state/blockd.sock" "$2" "$3" <<'PY'
-import errno, json, socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-s.sendall((json.dumps({"jsonrpc": "2.0", "id": 1, "method": sys.argv[2],
-                       "params": json.loads(sys.argv[3])}) + "\n").encode())
-buf = b""
-while not buf.endswith(b"\n"):
-    chunk = s.recv(65536)
-    if not chunk:
-        break
-    buf += chunk
-r = json.loads(buf)
-if "error" in r:
-    d = r["error"].get("data", {})
-    e = d.get("errno", 0)
-    # a field error (-32602) carries the field's errno in extra
-    e = next((x[2] for x in d.get("extra") or [] if len(x) > 2 and x[2] == errno.EEXIST), e)
-    print(errno.errorcode.get(e, str(e)), r["error"]["message"])
-    sys.exit(1)
-print("ok")
-PY
-}
+rawcall() { api_raw "$(gw_dir "$1")/state/blockd.sock" "$2" "$3"; }
 pool_create() {
     call "$1" pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" \
         >/dev/null || fail "pool.create ceph on $1"

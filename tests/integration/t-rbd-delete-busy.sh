@@ -25,27 +25,7 @@ blockctl call zfs.snapshot.create '{"dataset":"ceph/busy","name":"s1"}' >/dev/nu
     fail "snapshot create"
 
 # api METHOD PARAMS: "ok" or "<errno name> <message>" (exit 1)
-api() {
-    python3 - "$STATE/blockd.sock" "$1" "$2" <<'PY'
-import errno, json, socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-s.sendall((json.dumps({"jsonrpc": "2.0", "id": 1, "method": sys.argv[2],
-                       "params": json.loads(sys.argv[3])}) + "\n").encode())
-buf = b""
-while not buf.endswith(b"\n"):
-    chunk = s.recv(65536)
-    if not chunk:
-        break
-    buf += chunk
-r = json.loads(buf)
-if "error" in r:
-    e = r["error"].get("data", {}).get("errno", 0)
-    print(errno.errorcode.get(e, str(e)), r["error"]["message"])
-    sys.exit(1)
-print("ok")
-PY
-}
+api() { api_raw "$STATE/blockd.sock" "$1" "$2"; }
 # hold: open the image writable from another librbd client, until release
 cat >"$TMP/hold.py" <<'PY'
 import sys, rados, rbd
