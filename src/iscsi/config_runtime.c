@@ -143,25 +143,12 @@ static size_t byid_lower_bound(const struct iscsi_conf *c, int64_t id)
     return lo;
 }
 
-static size_t byiqn_lower_bound(const struct iscsi_conf *c, const char *iqn)
-{
-    size_t lo = 0, hi = c->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (strcasecmp(c->byiqn[mid]->iqn, iqn) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
 /* Take view v (published in c) out of both indexes; c's reference goes. */
 static void conf_remove(struct iscsi_conf *c, struct iscsi_target_view *v)
 {
     size_t k = byid_lower_bound(c, (int64_t)v->id);
     memmove(&c->byid[k], &c->byid[k + 1], (c->n - k - 1) * sizeof(*c->byid));
-    for (size_t i = byiqn_lower_bound(c, v->iqn); i < c->n; i++)
+    for (size_t i = iscsi_conf_lower_bound(c, v->iqn); i < c->n; i++)
         if (c->byiqn[i] == v) {
             memmove(&c->byiqn[i], &c->byiqn[i + 1], (c->n - i - 1) * sizeof(*c->byiqn));
             break;
@@ -173,7 +160,7 @@ static void conf_remove(struct iscsi_conf *c, struct iscsi_target_view *v)
 /* Put v into both indexes (room was reserved by conf_copy; takes v). */
 static void conf_insert(struct iscsi_conf *c, struct iscsi_target_view *v)
 {
-    size_t i = byiqn_lower_bound(c, v->iqn);
+    size_t i = iscsi_conf_lower_bound(c, v->iqn);
     memmove(&c->byiqn[i + 1], &c->byiqn[i], (c->n - i) * sizeof(*c->byiqn));
     c->byiqn[i] = v;
     size_t k = byid_lower_bound(c, (int64_t)v->id);
@@ -192,7 +179,7 @@ static void conf_replace(struct iscsi_conf *c, int64_t id, struct iscsi_target_v
         conf_remove(c, c->byid[k].obj);
     if (!v)
         return;
-    size_t same = byiqn_lower_bound(c, v->iqn);
+    size_t same = iscsi_conf_lower_bound(c, v->iqn);
     if (same < c->n && strcasecmp(c->byiqn[same]->iqn, v->iqn) == 0)
         conf_remove(c, c->byiqn[same]);
     conf_insert(c, v);

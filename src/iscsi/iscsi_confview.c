@@ -27,11 +27,9 @@ static void conf_put(struct iscsi_conf *c)
         conf_part_unref(&c->part);
 }
 
-struct iscsi_target_view *iscsi_runtime_find_target(const char *iqn)
+size_t iscsi_conf_lower_bound(const struct iscsi_conf *c, const char *iqn)
 {
-    struct iscsi_conf *c = conf_get();
-    struct iscsi_target_view *v = NULL;
-    size_t lo = 0, hi = c ? c->n : 0;
+    size_t lo = 0, hi = c->n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
         if (strcasecmp(c->byiqn[mid]->iqn, iqn) < 0)
@@ -39,6 +37,14 @@ struct iscsi_target_view *iscsi_runtime_find_target(const char *iqn)
         else
             hi = mid;
     }
+    return lo;
+}
+
+struct iscsi_target_view *iscsi_runtime_find_target(const char *iqn)
+{
+    struct iscsi_conf *c = conf_get();
+    struct iscsi_target_view *v = NULL;
+    size_t lo = c ? iscsi_conf_lower_bound(c, iqn) : 0;
     if (c && lo < c->n && strcasecmp(c->byiqn[lo]->iqn, iqn) == 0) {
         v = c->byiqn[lo];
         iscsi_target_view_ref(v);

@@ -171,6 +171,10 @@ struct iscsi_conf {
     struct iscsi_portals *portals; /* NULL: no portal */
 };
 
+/* The first index of c->byiqn whose IQN is not below iqn (compared
+ * case-insensitively); c->n if none. Any thread (c is immutable). */
+size_t iscsi_conf_lower_bound(const struct iscsi_conf *c, const char *iqn);
+
 /* ---- implemented by the transport, from the current generation (iscsi_confview.c) ---- */
 
 /* The published view of target iqn (compared case-insensitively), with a
