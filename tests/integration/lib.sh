@@ -12,7 +12,8 @@ BLOCKCTL_BIN=${BLOCKCTL_BIN:-$BUILD/src/cli/blockctl}
 TEST_NAME=$(basename "$0" .sh)
 # tests/integration/wsclient.py for the tests' Python WebSocket clients
 export PYTHONPATH=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)${PYTHONPATH:+:$PYTHONPATH}
-TMP=$(mktemp -d "/tmp/blockd-${TEST_NAME}.XXXXXX")
+# BLOCKD_TEST_TMP: where the test's directory goes (run.sh picks tmpfs)
+TMP=$(mktemp -d "${BLOCKD_TEST_TMP:-/tmp}/blockd-${TEST_NAME}.XXXXXX")
 STATE=$TMP/state
 SOCK=$STATE/blockd.sock
 BLOCKD_PID=

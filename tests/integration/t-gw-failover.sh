@@ -135,6 +135,13 @@ rtpg_both "$(view $P)"
 kill -STOP "${GW_PID[$P]}"
 "$GW_PROBE" first-write "$UN" 600 5 30 >/dev/null || fail "no write through $N after $P froze"
 kill -CONT "${GW_PID[$P]}"
+# Woken up, P may answer TEST UNIT READY before its first cluster call
+# tells it that it was fenced (no write can succeed with the fenced
+# client): wait for it to say it rejoined, then for the path to be ready.
+for i in $(seq 1 300); do
+    grep -q "rejoined the group as client" "$(gw_dir $P)/blockd.log" && break
+    sleep 0.1
+done
 "$GW_PROBE" ready "$UP" 30 >/dev/null 2>"$TMP/zombie.err" ||
     fail "the fenced member $P did not rejoin: $(cat "$TMP/zombie.err")"
 echo 'acked 600' >"$TMP/acked5"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # run-alone: it measures latency or daemon memory, which other tests running beside it would disturb
+# disk: the pool is on the machine's disk filesystem (ext4 without reflink), as in the issue
 # Snapshots never stall writes (issue #13), on a filesystem without reflink.
 #
 # The pool lives in the test's temp dir: ext4 on Debian (checked: FICLONE
