@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <linux/ioprio.h>
@@ -391,6 +392,24 @@ static void pace(struct store_cow *c, uint64_t upto, uint64_t *win_start, uint64
     *win_start = upto;
 }
 
+/* A store of the copier's own chunk that took over BACK_OFF_NS says the
+ * disk is saturated: the copier then waits as long again (storing the
+ * writes' queued chunks meanwhile), so that the disk has room for the
+ * kernel's writeback of the volume. */
+#define BACK_OFF_NS ((uint64_t)5 * 1000 * 1000)
+
+static void back_off(struct store_cow *c, uint64_t took)
+{
+    if (took < BACK_OFF_NS)
+        return;
+    uint64_t until = time_now_ns() + (took > 200000000 ? 200000000 : took);
+    while (time_now_ns() < until && !atomic_load(&c->cancel)) {
+        queue_drain(c, false);
+        struct timespec ts = {0, 2 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Copy the chunks of [off, end) that hold data. */
 static int copy_range(struct store_cow *c, uint64_t off, uint64_t end, uint64_t *win_start,
                       uint64_t *prev_start)
@@ -407,8 +426,10 @@ static int copy_range(struct store_cow *c, uint64_t off, uint64_t end, uint64_t 
         ssize_t n = chunk_read_unlocked(c, i, c->buf);
         if (n < 0)
             return n;
+        uint64_t t0 = time_now_ns();
         if (chunk_claim(c, i) && chunk_store(c, i, c->buf, (size_t)n) == 0)
             atomic_fetch_add_explicit(&c->copied_by_copier, 1, memory_order_relaxed);
+        back_off(c, time_now_ns() - t0);
         uint64_t next = (i + 1) << c->chunk_shift;
         if (next > c->size)
             next = c->size;
