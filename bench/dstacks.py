@@ -9,7 +9,7 @@
 #   flock /tmp/blockd-bench.lock bash bench/snapshot.sh
 import os, sys, time
 match = sys.argv[1] if len(sys.argv) > 1 else "snapshot-nostall"
-out = open(sys.argv[2] if len(sys.argv) > 2 else "/tmp/osdexp/dspans.txt", "a")
+out = open(sys.argv[2] if len(sys.argv) > 2 else "/tmp/dspans.txt", "a")
 spans = {}  # tid -> [start, comm, set(stacks)]
 def pids():
     r = []
