@@ -82,25 +82,26 @@ count_meson() {
     total_pass=$((total_pass + ${ok:-0})); total_fail=$((total_fail + ${fail:-0}))
 }
 
-# The unit tests of $BUILD mostly wait (two of them on a Ceph cluster):
-# they run while the ASan build compiles.
-step "build with ASan+UBSan ($ASAN_BUILD), unit tests of $BUILD beside it"
+# The ASan+UBSan build compiles in the background at nice 10 while the
+# unit tests and the default pass of the integration tests run (they
+# mostly wait, and take the CPU first); the ASan pass's tests start once it
+# is built ($LOGS/asan.ready, or asan.ready.failed), and its unit tests
+# then run beside them.
+step "unit tests and integration tests of $BUILD, beside the ASan+UBSan build ($ASAN_BUILD)"
 meson test -C "$BUILD" --suite unit --print-errorlogs >"$LOGS/unit.log" 2>&1 </dev/null &
 unit_pid=$!
-[ -f "$ASAN_BUILD/build.ninja" ] || meson setup "$ASAN_BUILD" --buildtype=debug -Dwerror=true \
-    -Db_sanitize=address,undefined -Db_lundef=false >/dev/null || die "meson setup $ASAN_BUILD failed"
-ninja -C "$ASAN_BUILD" || die "asan build failed"
-
-step "unit tests ($BUILD, run beside the ASan build)"
-wait "$unit_pid"
-unit_pid=
-cat "$LOGS/unit.log"
-count_meson "$LOGS/unit.log" "$BUILD"
-
-# The ASan unit tests wait as much (a Ceph cluster, timeouts): they run
-# beside the integration tests, and are reported after them.
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    meson test -C "$ASAN_BUILD" --suite unit --print-errorlogs >"$LOGS/unit-asan.log" 2>&1 </dev/null &
+(
+    if { [ -f "$ASAN_BUILD/build.ninja" ] || meson setup "$ASAN_BUILD" --buildtype=debug -Dwerror=true \
+        -Db_sanitize=address,undefined -Db_lundef=false; } && nice -n 10 ninja -C "$ASAN_BUILD"; then
+        echo "(ASan+UBSan build: $(($(date +%s) - START)) s after make check started)"
+        touch "$LOGS/asan.ready"
+        ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+            meson test -C "$ASAN_BUILD" --suite unit --print-errorlogs >"$LOGS/unit-asan.log" 2>&1
+    else
+        touch "$LOGS/asan.ready.failed"
+        echo "asan build failed" >"$LOGS/unit-asan.log"
+    fi
+) </dev/null >"$LOGS/asan-build.log" 2>&1 &
 unit_asan_pid=$!
 
 # Integration tests mostly wait (timeouts, throttles, clients starting):
@@ -132,10 +133,10 @@ export IT_JOBS=${IT_JOBS:-5}
 # ASan in t-iscsi-config and the iscsi-config-api unit test).
 ASAN_SKIP="t-package-deb t-rbd-conformance t-rbd-pool t-gw-members t-rbd-lost-cluster t-rbd-behind t-gw-conformance"
 ASAN_SKIP+=" t-iscsi-chap-hardening t-nbd-interop t-ops-metrics t-iscsi-portals"
-step "integration tests: default build (io_uring) and ASan+UBSan build (preadv2), $IT_JOBS at a time (ASan unit tests beside)"
+echo "integration tests: default build (io_uring) and ASan+UBSan build (preadv2), $IT_JOBS at a time"
 tests/integration/run.sh \
     --pass default --build "$(pwd)/$BUILD" --skip "${IT_SKIP:-}" \
-    --pass asan --build "$(pwd)/$ASAN_BUILD" --skip "$ASAN_SKIP ${IT_SKIP:-}" \
+    --pass asan --build "$(pwd)/$ASAN_BUILD" --skip "$ASAN_SKIP ${IT_SKIP:-}" --after "$LOGS/asan.ready" \
     --env ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
     --env UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     --env BLOCKD_IO_ENGINE=pread 2>&1 | tee "$LOGS/integration.log"
@@ -144,9 +145,21 @@ if=$(sed -n 's/^integration: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$LOGS/
 [ -n "$ip" ] || { ip=0; if=1; }
 total_pass=$((total_pass + ip)); total_fail=$((total_fail + if))
 
-step "unit tests under ASan+UBSan (run beside the integration tests)"
+step "unit tests ($BUILD, run beside the integration tests)"
+wait "$unit_pid"
+unit_pid=
+cat "$LOGS/unit.log"
+count_meson "$LOGS/unit.log" "$BUILD"
+
+step "ASan+UBSan build and its unit tests (run beside the integration tests)"
 wait "$unit_asan_pid"
 unit_asan_pid=
+if [ -e "$LOGS/asan.ready.failed" ]; then
+    cat "$LOGS/asan-build.log"
+    ko
+else
+    tail -n 2 "$LOGS/asan-build.log"
+fi
 cat "$LOGS/unit-asan.log"
 count_meson "$LOGS/unit-asan.log" "$ASAN_BUILD"
 

@@ -4,11 +4,13 @@
 #   run.sh [PATTERN]...
 #       one pass against $BUILD (IT_SKIP: names to leave out)
 #   run.sh --pass NAME [--build DIR] [--skip "t-a t-b"] [--env VAR=VALUE]... \
-#          [--pass NAME ...]... [PATTERN]...
+#          [--after FILE] [--pass NAME ...]... [PATTERN]...
 #       several passes (make check: the default build, then the ASan one)
 #       run as one pool of jobs, so that neither waits for the other's
 #       slowest test; each pass has its own build, tests left out and
-#       environment.
+#       environment. --after FILE: the pass's tests start once FILE exists
+#       (make check's ASan build is still compiling while the default
+#       pass runs); FILE.failed instead fails them all at once.
 # PATTERNs filter test names (a test runs if its name contains one).
 #
 # Tests run IT_JOBS at a time (default 2): most of their time is spent
@@ -33,22 +35,23 @@ mkdir -p "$LOGDIR" || exit 2
 
 # ---- passes: name, build, skip list, environment
 passes=()
-declare -A P_BUILD=() P_SKIP=() P_ENV=()
+declare -A P_BUILD=() P_SKIP=() P_ENV=() P_AFTER=()
 patterns=()
 while [ $# -gt 0 ]; do
     case $1 in
     --pass)
         passes+=("$2")
-        P_BUILD[$2]=${BUILD:-$repo/build} P_SKIP[$2]= P_ENV[$2]=
+        P_BUILD[$2]=${BUILD:-$repo/build} P_SKIP[$2]= P_ENV[$2]= P_AFTER[$2]=
         shift 2
         ;;
-    --build | --skip | --env)
+    --build | --skip | --env | --after)
         [ ${#passes[@]} -gt 0 ] || { echo "run.sh: $1 before --pass" >&2; exit 2; }
         cur=${passes[-1]}
         case $1 in
         --build) P_BUILD[$cur]=$2 ;;
         --skip) P_SKIP[$cur]="${P_SKIP[$cur]} $2" ;;
         --env) P_ENV[$cur]="${P_ENV[$cur]}$2"$'\n' ;;
+        --after) P_AFTER[$cur]=$2 ;;
         esac
         shift 2
         ;;
@@ -58,7 +61,7 @@ while [ $# -gt 0 ]; do
 done
 if [ ${#passes[@]} = 0 ]; then
     passes=(default)
-    P_BUILD[default]=${BUILD:-$repo/build} P_SKIP[default]=${IT_SKIP:-} P_ENV[default]=
+    P_BUILD[default]=${BUILD:-$repo/build} P_SKIP[default]=${IT_SKIP:-} P_ENV[default]= P_AFTER[default]=
 fi
 multi=0
 [ ${#passes[@]} -gt 1 ] && multi=1
@@ -196,24 +199,64 @@ report() {
     fi
 }
 
-# Start up to JOBS tests; report each as it ends (in the order they end).
+# gate P: 0 if pass P may start (no --after, or its file exists), 1 if
+# not yet, 2 if its file.failed exists (its tests fail without running).
+gate() {
+    local f=${P_AFTER[$1]}
+    [ -z "$f" ] && return 0
+    [ -e "$f" ] && return 0
+    [ -e "$f.failed" ] && return 2
+    return 1
+}
+fail_gated() { # a test of a pass whose --after failed
+    echo "1 0" >"$LOGDIR/$1.$2.status"
+    echo "FAIL: $2: not run: ${P_AFTER[$1]}.failed (the build of pass $1 failed)" >"$LOGDIR/$1.$2.log"
+}
+# reap: report the jobs that ended.
+reap() {
+    local pid
+    for pid in "${!running[@]}"; do
+        kill -0 "$pid" 2>/dev/null && continue
+        wait "$pid" 2>/dev/null; report ${running[$pid]}; unset "running[$pid]"
+    done
+}
+
+# Start up to JOBS tests, in list order but skipping those of a pass that
+# may not start yet; report each as it ends (in the order they end).
 declare -A running=()
-for j in "${jobs_list[@]}"; do
+pending=("${jobs_list[@]}")
+while [ ${#pending[@]} -gt 0 ]; do
     while [ ${#running[@]} -ge "$JOBS" ]; do
         wait -n 2>/dev/null || true
-        for pid in "${!running[@]}"; do
-            kill -0 "$pid" 2>/dev/null && continue
-            wait "$pid" 2>/dev/null; report ${running[$pid]}; unset "running[$pid]"
-        done
+        reap
     done
-    run_one $j &
-    running[$!]=$j
+    job=
+    for k in "${!pending[@]}"; do
+        read -r p name <<<"${pending[$k]}"
+        gate "$p"
+        case $? in
+        0) job=${pending[$k]}; unset "pending[$k]"; break ;;
+        2) fail_gated "$p" "$name"; report "$p" "$name"; unset "pending[$k]" ;;
+        esac
+    done
+    pending=("${pending[@]}")
+    if [ -z "$job" ]; then
+        [ ${#pending[@]} -gt 0 ] || break
+        sleep 1 # every pending test waits for a pass's build
+        reap
+        continue
+    fi
+    run_one $job &
+    running[$!]=$job
 done
 for pid in "${!running[@]}"; do
     wait "$pid" 2>/dev/null; report ${running[$pid]}
 done
 for j in "${alone[@]}"; do
-    run_one $j; report $j
+    read -r p name <<<"$j"
+    while gate "$p"; [ $? = 1 ]; do sleep 1; done
+    if gate "$p"; then run_one $j; else fail_gated "$p" "$name"; fi
+    report $j
 done
 stop_ceph
 
