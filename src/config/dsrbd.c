@@ -797,8 +797,7 @@ static int rbdpool_dataset_remove(const struct ds_pool *p, const char *name, boo
 /* Wait (bounded) until no client watches the image: the other members of
  * a gateway group close a withdrawn share's image within about a second.
  * The watch of our own serving handle (own) does not count. */
-static int rbdpool_volume_remove_check(const struct ds_pool *p, const char *name,
-                                       struct bdev *own)
+static int rbdpool_volume_remove_check(const struct ds_pool *p, const char *name, struct bdev *own)
 {
     char image[DS_NAME_BUF], who[256] = "";
     uint64_t mine = own ? bdev_rbd_client_id(own) : 0;

@@ -76,8 +76,7 @@ int rbd_image_remove(rados_ioctx_t io, const char *name)
 /* The image's watchers but those of client `mine` (0: none is ours):
  * how many (of up to 16 listed) and the first other one into who. A
  * read-only handle registers no watch of its own. */
-static int watchers_now(rados_ioctx_t io, const char *name, uint64_t mine, char *who,
-                        size_t wholen)
+static int watchers_now(rados_ioctx_t io, const char *name, uint64_t mine, char *who, size_t wholen)
 {
     rbd_image_watcher_t w[16];
     size_t n = 16, others = 0;

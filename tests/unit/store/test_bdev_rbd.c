@@ -912,7 +912,7 @@ int main(void)
         cmocka_unit_test(test_async_eventfd),
         cmocka_unit_test(test_cow_on_rbd),
         cmocka_unit_test(test_fenced_reopen),
-        cmocka_unit_test(test_withdraw),
+        cmocka_unit_test(test_withdraw),     /* a forced delete (datasets.c) */
         cmocka_unit_test(test_cluster_lost), /* last: it stops the cluster */
     };
     return cmocka_run_group_tests(tests, setup, teardown);
