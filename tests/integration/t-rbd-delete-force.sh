@@ -140,7 +140,7 @@ rc=0
 wait_ended "$FIO_GONE" 10 || rc=$?
 [ "$rc" != 255 ] || fail "the NBD client still runs 10 s after the delete"
 [ "$rc" != 0 ] || fail "the NBD client ended without an error: $(tail -5 "$TMP/fio-gone.out")"
-echo "NBD client: exit $rc, $(grep -m1 -Eo 'err=[^:]*: [^,]*|error=[^,]*' "$TMP/fio-gone.out" || tail -1 "$TMP/fio-gone.out")"
+echo "NBD client: exit $rc, $(grep -m1 -Eo 'error=[^)]*' "$TMP/fio-gone.out" || tail -1 "$TMP/fio-gone.out")"
 rc=0
 wait_ended "$PROBE_GONE" 10 || rc=$?
 [ "$rc" != 255 ] || fail "the iSCSI client still runs 10 s after the delete"
