@@ -786,6 +786,11 @@ struct plan_item {
     int64_t id;     /* its row in datasets / snapshots */
     bool is_volume; /* a file to unlink, not a directory */
     bool keep;      /* its storage could not be removed: the row stays */
+    /* A delete with force on a pool whose storage another client may
+     * hold (RBD): this daemon's own open volume of it (a reference) and
+     * the bdev it serves through (borrowed while own is held). */
+    struct volume *own;
+    struct bdev *own_bdev;
 };
 
 /* What a delete removes, deepest first. */
@@ -798,10 +803,14 @@ struct delete_plan {
 
 static void plan_free(struct delete_plan *p)
 {
-    for (size_t i = 0; i < p->ndatasets; i++)
+    for (size_t i = 0; i < p->ndatasets; i++) {
         free(p->datasets[i].name);
-    for (size_t i = 0; i < p->nsnapshots; i++)
+        volume_unref(p->datasets[i].own);
+    }
+    for (size_t i = 0; i < p->nsnapshots; i++) {
         free(p->snapshots[i].name);
+        volume_unref(p->snapshots[i].own);
+    }
     free(p->datasets);
     free(p->snapshots);
 }
@@ -833,6 +842,8 @@ static int plan_collect(const char *sql, const char *name, struct plan_item **it
         it->id = sqlite3_column_int64(st, 1);
         it->is_volume = strcmp((const char *)sqlite3_column_text(st, 2), "VOLUME") == 0;
         it->keep = false;
+        it->own = NULL;
+        it->own_bdev = NULL;
         if (!it->name) {
             db_stmt_done(st);
             return -ENOMEM;
@@ -1037,45 +1048,104 @@ static void delete_storage(struct dataset_delete *d)
     }
 }
 
-/*
- * Storage that another client may hold open (RBD: an image another
- * gateway member or a VM still has open cannot be removed), with
- * ds_ops_lock held and no DB lock (it waits a bounded time for that
- * client): the storage goes first, then only the rows of what went, so
- * that no row is deleted while its image stays. Each volume is checked
- * (volume_remove_check) before anything is removed; then, deepest first,
- * a dataset's snapshots and the dataset. At the first failure the rest
- * stays (keep) and the call fails with the backend's reason: a snapshot
- * removed before its image failed is gone from the cluster, so its row
- * goes too. 0 or the call's error (the rows of what went are still to be
- * deleted).
- */
-static int delete_storage_first(struct dataset_delete *d)
+/* The plan's datasets and snapshots, one index over both. */
+static struct plan_item *plan_item_at(struct delete_plan *p, size_t i)
 {
-    const struct ds_backend *be = ds_backend_of(&d->pool);
+    return i < p->ndatasets ? &p->datasets[i] : &p->snapshots[i - p->ndatasets];
+}
+
+/*
+ * A delete with force, before anything is checked: this daemon's own
+ * open volumes of what goes, taken from the cache (which keeps them until
+ * the withdraw), so that their use is told from another client's
+ * (volume_remove_check) and can be withdrawn.
+ */
+static void own_collect(struct delete_plan *p)
+{
+    for (size_t i = 0; i < p->ndatasets + p->nsnapshots; i++) {
+        struct plan_item *it = plan_item_at(p, i);
+        if (i < p->ndatasets && !it->is_volume)
+            continue;
+        it->own = ds_cache_peek_bdev(it->name, &it->own_bdev);
+    }
+}
+
+/*
+ * Once no other client holds the storage: this daemon lets go of it. The
+ * cache drops the volumes and every serving handle is closed; the shares
+ * on them fail each request (SCSI LOGICAL UNIT NOT SUPPORTED, NBD EIO)
+ * until DATASETS_DELETED makes the front-ends drop them (iSCSI: extents,
+ * mappings and emptied targets; NBD: the exports and their connections).
+ */
+static void own_withdraw(struct dataset_delete *d, const struct ds_backend *be)
+{
+    size_t n = 0;
+
+    ds_cache_drop(d->id, true);
+    for (size_t i = 0; i < d->plan.ndatasets + d->plan.nsnapshots; i++) {
+        struct plan_item *it = plan_item_at(&d->plan, i);
+        if (!it->own_bdev)
+            continue;
+        int rc = be->handle_withdraw(it->own_bdev);
+        if (rc < 0)
+            log_warn("datasets: cannot close this daemon's handle of %s: %s", it->name,
+                     strerror(-rc));
+        n += rc == 0;
+    }
+    if (n)
+        log_info("datasets: delete %s with force: closed this daemon's %zu open handle(s)", d->id,
+                 n);
+}
+
+/* The removal failed: what stays serves again through the same volumes
+ * (the shares never noticed but for the errors meanwhile). */
+static void own_restore(struct dataset_delete *d, const struct ds_backend *be)
+{
+    for (size_t i = 0; i < d->plan.ndatasets + d->plan.nsnapshots; i++) {
+        struct plan_item *it = plan_item_at(&d->plan, i);
+        if (!it->keep || !it->own)
+            continue;
+        if (it->own_bdev && be->handle_restore(it->own_bdev) < 0)
+            log_error("datasets: %s stays but its shares cannot serve it until a restart",
+                      it->name);
+        ds_cache_put_back(it->name, it->own, it->own_bdev);
+    }
+}
+
+/* Datasets from i on stay (their storage could not be removed), with
+ * their snapshots not removed yet. */
+static void plan_keep_from(struct delete_plan *plan, size_t i)
+{
+    for (size_t k = i; k < plan->ndatasets; k++)
+        plan->datasets[k].keep = true;
+    for (size_t j = 0; j < plan->nsnapshots; j++) {
+        char *name = plan->snapshots[j].name, *at = strchr(name, '@');
+        for (size_t k = i; k < plan->ndatasets; k++) {
+            const char *dn = plan->datasets[k].name;
+            if (strlen(dn) == (size_t)(at - name) && strncmp(name, dn, (size_t)(at - name)) == 0)
+                plan->snapshots[j].keep = true;
+        }
+    }
+}
+
+/* Deepest first, each dataset's snapshots and then the dataset, up to the
+ * first failure; *at: the dataset reached last. 0 or -errno. */
+static int remove_each(struct dataset_delete *d, const struct ds_backend *be, size_t *at)
+{
     struct delete_plan *plan = &d->plan;
-    size_t i = 0;
     int rc = 0;
 
-    ds_cache_drop(d->id, true); /* our own handle is a watcher too */
-    for (size_t k = 0; k < plan->ndatasets && rc == 0; k++)
-        if (plan->datasets[k].is_volume) {
-            rc = be->volume_remove_check(&d->pool, plan->datasets[k].name);
-            i = k;
-        }
-    size_t failed_at = i;
-    if (rc < 0)
-        i = 0; /* nothing was removed: everything stays */
     for (size_t k = 0; k < plan->ndatasets && rc == 0; k++) {
         struct plan_item *ds = &plan->datasets[k];
         size_t dlen = strlen(ds->name);
+        *at = k;
         for (size_t j = 0; j < plan->nsnapshots && rc == 0; j++) {
-            char *name = plan->snapshots[j].name, *at = strchr(name, '@');
-            if ((size_t)(at - name) != dlen || strncmp(name, ds->name, dlen) != 0)
+            char *name = plan->snapshots[j].name, *sep = strchr(name, '@');
+            if ((size_t)(sep - name) != dlen || strncmp(name, ds->name, dlen) != 0)
                 continue;
-            *at = '\0';
-            rc = be->snapshot_remove(&d->pool, name, at + 1);
-            *at = '@';
+            *sep = '\0';
+            rc = be->snapshot_remove(&d->pool, name, sep + 1);
+            *sep = '@';
             if (rc == -ENOENT)
                 rc = 0;
             if (rc < 0)
@@ -1088,22 +1158,54 @@ static int delete_storage_first(struct dataset_delete *d)
             if (rc < 0)
                 log_error("datasets: remove %s: %s", ds->name, strerror(-rc));
         }
-        i = failed_at = k;
     }
-    if (rc == 0)
-        return 0;
-    /* Datasets from i on stay, with the snapshots not removed yet. */
-    for (size_t k = i; k < plan->ndatasets; k++)
-        plan->datasets[k].keep = true;
-    for (size_t j = 0; j < plan->nsnapshots; j++) {
-        char *name = plan->snapshots[j].name, *at = strchr(name, '@');
-        for (size_t k = i; k < plan->ndatasets; k++) {
-            const char *dn = plan->datasets[k].name;
-            if (strlen(dn) == (size_t)(at - name) && strncmp(name, dn, (size_t)(at - name)) == 0)
-                plan->snapshots[j].keep = true;
+    return rc;
+}
+
+/*
+ * Storage that another client may hold open (RBD: an image another
+ * gateway member or a VM still has open cannot be removed), with
+ * ds_ops_lock held and no DB lock (it waits a bounded time for that
+ * client): the storage goes first, then only the rows of what went, so
+ * that no row is deleted while its image stays. Each volume is checked
+ * (volume_remove_check) before anything is removed; with force, this
+ * daemon's own use does not count and is withdrawn after the check
+ * (own_withdraw). Then remove_each. At the first failure the rest stays
+ * (keep; with force it serves again) and the call fails with the
+ * backend's reason: a snapshot removed before its image failed is gone
+ * from the cluster, so its row goes too. 0 or the call's error (the rows
+ * of what went are still to be deleted).
+ */
+static int delete_storage_first(struct dataset_delete *d)
+{
+    const struct ds_backend *be = ds_backend_of(&d->pool);
+    struct delete_plan *plan = &d->plan;
+    size_t at = 0;
+    int rc = 0;
+
+    if (d->force)
+        own_collect(plan);
+    else
+        ds_cache_drop(d->id, true); /* our own handle is a watcher too */
+    for (size_t k = 0; k < plan->ndatasets && rc == 0; k++)
+        if (plan->datasets[k].is_volume) {
+            rc = be->volume_remove_check(&d->pool, plan->datasets[k].name,
+                                         plan->datasets[k].own_bdev);
+            at = k;
         }
+    if (rc < 0) {
+        plan_keep_from(plan, 0); /* nothing was removed: everything stays */
+    } else {
+        if (d->force)
+            own_withdraw(d, be);
+        rc = remove_each(d, be, &at);
+        if (rc == 0)
+            return 0;
+        plan_keep_from(plan, at);
+        if (d->force)
+            own_restore(d, be);
     }
-    const char *at_name = plan->datasets[failed_at].name;
+    const char *at_name = plan->datasets[at].name;
     log_warn("datasets: delete %s failed at %s: %s (peer %s)", d->id, at_name,
              ds_backend_why[0] ? ds_backend_why : strerror(-rc), api_call_peer(d->call));
     return ds_api_errno(d->call, rc, "cannot delete dataset", at_name);

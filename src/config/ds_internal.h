@@ -143,6 +143,10 @@ struct volume *ds_cache_find_bdev(const struct bdev *b, char *name, size_t len);
 void ds_cache_drop(const char *name, bool children);
 /* Open a volume for a just-created memory dataset and keep it cached. */
 int ds_cache_insert(const char *name, struct volume *v);
+/* Cache v (serving through b) under name again, unless name is cached
+ * already (opened meanwhile): a delete with force that withdrew it and
+ * then could not remove its storage. The cache takes its own reference. */
+void ds_cache_put_back(const char *name, struct volume *v, struct bdev *b);
 /* Re-key every cached volume covered by old_name (with subtree: also
  * "old/…" and "old@…") under new_name; the volumes stay open. Call with
  * db_lock() held, right after the rename is committed, so that no opener

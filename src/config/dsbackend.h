@@ -52,9 +52,19 @@ struct ds_backend {
      * the volume name can go, i.e. no other client holds it open (an RBD
      * image another gateway member or a VM still has open cannot be
      * removed; its snapshots must not go first). May wait a bounded time
-     * for that client to close it. 0, or -errno (-EBUSY) with a reason in
-     * ds_backend_why. NULL: always (files can be unlinked while open). */
-    int (*volume_remove_check)(const struct ds_pool *p, const char *name);
+     * for that client to close it. own: this daemon's serving bdev of the
+     * volume (a delete with force withdraws it next), whose own use does
+     * not count; NULL: every use counts. 0, or -errno (-EBUSY) with a
+     * reason in ds_backend_why. NULL: always (files can be unlinked while
+     * open). */
+    int (*volume_remove_check)(const struct ds_pool *p, const char *name, struct bdev *own);
+    /* pool.dataset.delete with force, on pools with volume_remove_check:
+     * end this daemon's own use of a volume's or snapshot's storage, b
+     * being its serving bdev, so that the storage can be removed (its
+     * I/O fails from then on with -ENODEV); restore undoes it when the
+     * removal failed. 0 or -errno. */
+    int (*handle_withdraw)(struct bdev *b);
+    int (*handle_restore)(struct bdev *b);
     int (*snapshot_remove)(const struct ds_pool *p, const char *name, const char *snap);
     /* Resize a volume's storage from old_size to new_size; v is the open
      * volume (resized through it) or NULL. sparse=false keeps it

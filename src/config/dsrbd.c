@@ -795,10 +795,12 @@ static int rbdpool_dataset_remove(const struct ds_pool *p, const char *name, boo
 }
 
 /* Wait (bounded) until no client watches the image: the other members of
- * a gateway group close a withdrawn share's image within about a second. */
-static int rbdpool_volume_remove_check(const struct ds_pool *p, const char *name)
+ * a gateway group close a withdrawn share's image within about a second.
+ * The watch of our own serving handle (own) does not count. */
+static int rbdpool_volume_remove_check(const struct ds_pool *p, const char *name, struct bdev *own)
 {
     char image[DS_NAME_BUF], who[256] = "";
+    uint64_t mine = own ? bdev_rbd_client_id(own) : 0;
     struct rbd_io r;
     int rc;
 
@@ -806,7 +808,7 @@ static int rbdpool_volume_remove_check(const struct ds_pool *p, const char *name
     rc = io_get(p, &r);
     if (rc < 0)
         return rc;
-    rc = rbd_image_wait_unwatched(r.io, image, RBD_IMAGE_REMOVE_WAIT_MS, who, sizeof(who));
+    rc = rbd_image_wait_unwatched(r.io, image, mine, RBD_IMAGE_REMOVE_WAIT_MS, who, sizeof(who));
     if (rc == -EBUSY)
         busy_why(&r, image, who);
     else if (rc == -ENOENT)
@@ -816,6 +818,17 @@ static int rbdpool_volume_remove_check(const struct ds_pool *p, const char *name
                  strerror(-rc));
     io_put(&r, rc);
     return rc;
+}
+
+/* A volume of an RBD pool may still be a memory one: nothing to close. */
+static int rbdpool_handle_withdraw(struct bdev *b)
+{
+    return bdev_is_rbd(b) ? bdev_rbd_withdraw(b) : 0;
+}
+
+static int rbdpool_handle_restore(struct bdev *b)
+{
+    return bdev_is_rbd(b) ? bdev_rbd_restore(b) : 0;
 }
 
 static int rbdpool_snapshot_remove(const struct ds_pool *p, const char *name, const char *snap)
@@ -1272,6 +1285,8 @@ const struct ds_backend ds_backend_rbd = {
     .filesystem_create = rbdpool_filesystem_create,
     .dataset_remove = rbdpool_dataset_remove,
     .volume_remove_check = rbdpool_volume_remove_check,
+    .handle_withdraw = rbdpool_handle_withdraw,
+    .handle_restore = rbdpool_handle_restore,
     .snapshot_remove = rbdpool_snapshot_remove,
     .volume_resize = rbdpool_volume_resize,
     .open = rbdpool_open_bdev,

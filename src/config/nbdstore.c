@@ -204,6 +204,56 @@ int nbd_export_row_delete(int64_t id)
     return cfg_tx_commit(&tx);
 }
 
+int nbd_export_rows_delete_dataset(const char *dataset, size_t *n)
+{
+    struct cfg_tx tx;
+    sqlite3_stmt *st;
+    int64_t *ids = NULL;
+    size_t cap = 0;
+
+    *n = 0;
+    if (cfg_tx_begin(&tx) < 0)
+        return -EIO;
+    int rc = db_stmt("SELECT id FROM nbd_export WHERE dataset = ?", &st);
+    if (rc == 0) {
+        int step;
+        sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
+        while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+            if (*n == cap) {
+                cap = cap ? cap * 2 : 4;
+                int64_t *grown = realloc(ids, cap * sizeof(*ids));
+                if (!grown) {
+                    rc = -ENOMEM;
+                    break;
+                }
+                ids = grown;
+            }
+            ids[(*n)++] = sqlite3_column_int64(st, 0);
+        }
+        if (rc == 0 && step != SQLITE_DONE)
+            rc = -db_errno();
+        db_stmt_done(st);
+    }
+    for (size_t i = 0; rc == 0 && i < *n; i++) {
+        rc = db_stmt("DELETE FROM nbd_export WHERE id = ?", &st);
+        if (rc < 0)
+            break;
+        sqlite3_bind_int64(st, 1, ids[i]);
+        rc = db_step_done(st);
+        db_stmt_done(st);
+        if (rc == 0)
+            cfg_tx_changed(&tx, CFG_NBD_EXPORT, ids[i], CFG_DELETED);
+    }
+    free(ids);
+    if (rc < 0 || *n == 0) {
+        cfg_tx_abort(&tx);
+        if (rc < 0)
+            *n = 0;
+        return rc;
+    }
+    return cfg_tx_commit(&tx);
+}
+
 /* Run a rename UPDATE with text parameters a, b (and c if not NULL);
  * records the change when a row moved. 0 or -errno. */
 static int rename_run(const char *sql, const char *a, const char *b, const char *c)

@@ -35,6 +35,9 @@ int nbd_export_row_get(int64_t id, struct nbd_export_row *out);
 int nbd_export_row_store(const struct nbd_export_row *r, int64_t *id_out);
 /* Delete export id in one transaction (CFG_NBD_EXPORT deleted). 0 or -errno. */
 int nbd_export_row_delete(int64_t id);
+/* Delete every export of dataset (exactly that name) in one transaction
+ * (CFG_NBD_EXPORT deleted, each); *n gets how many. 0 or -errno. */
+int nbd_export_rows_delete_dataset(const char *dataset, size_t *n);
 /*
  * Inside a dataset rename's transaction: exports of old_name (with
  * subtree, of its children and snapshots, and path exports of files in

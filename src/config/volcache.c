@@ -241,6 +241,18 @@ int ds_cache_insert(const char *name, struct volume *v)
     return cache_insert(name, v, NULL);
 }
 
+void ds_cache_put_back(const char *name, struct volume *v, struct bdev *b)
+{
+    /* Under the database lock, as every insertion (datasets_volume_open). */
+    db_lock();
+    pthread_mutex_lock(&cache_mutex);
+    bool cached = cache_find_locked(name) != NULL;
+    pthread_mutex_unlock(&cache_mutex);
+    if (!cached && cache_insert(name, v, b) < 0)
+        log_warn("datasets: %s stays open but uncached (out of memory)", name);
+    db_unlock();
+}
+
 static int volume_open_uncached(const char *name, struct volume **out, struct bdev **bout)
 {
     char dsname[DS_NAME_BUF], poolname[DS_NAME_BUF];

@@ -785,6 +785,27 @@ static unsigned dataset_clients(const char *name, char *why, size_t len)
 }
 
 /*
+ * datasets: a dataset or snapshot was deleted after all (pool.dataset.delete
+ * with force skips the in-use check): its exports go too, as its iSCSI
+ * extents do (iscsi/config_main.c), so that no export names a volume that
+ * no longer exists; the commit publishes the table without them and their
+ * connections are closed (export_gone).
+ */
+static void exports_of_deleted(const char *name)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&cfg_lock);
+    int rc = nbd_export_rows_delete_dataset(name, &n);
+    pthread_mutex_unlock(&cfg_lock);
+    if (rc < 0)
+        log_error("nbd: cannot remove the exports of deleted dataset %s: %s", name, strerror(-rc));
+    else if (n)
+        log_info("nbd: dataset %s deleted: removed %zu export(s) and closed their connections",
+                 name, n);
+}
+
+/*
  * datasets: a rollback of name is about to replace its contents. NBD has
  * no way to tell a client that the disk changed under it, so (as when a
  * zvol is rolled back under qemu-nbd) the clients of its exports are
@@ -806,6 +827,10 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
         if (rc < 0)
             log_error("nbd: cannot republish the exports after pool %s came online: %s", name,
                       strerror(-rc));
+        return;
+    }
+    if (ev == DATASETS_DELETED) {
+        exports_of_deleted(name);
         return;
     }
     if (ev != DATASETS_ROLLING_BACK && ev != DATASETS_ROLLED_BACK)

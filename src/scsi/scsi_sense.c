@@ -118,6 +118,11 @@ void scsi_fail_errno(struct scsi_cmd *c, int err, bool write)
 #endif
         scsi_fail_cdb(c, 0, -1);
         break;
+    case -ENODEV:
+        /* The volume is being deleted (an RBD image withdrawn before its
+         * removal): LOGICAL UNIT NOT SUPPORTED, as once its LU is gone. */
+        scsi_sense_fill(c, SK_ILLEGAL_REQUEST, 0x25, 0x00);
+        break;
     default:
         /* INTERNAL TARGET FAILURE */
         scsi_sense_fill(c, SK_HARDWARE_ERROR, 0x44, 0x00);

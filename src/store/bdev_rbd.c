@@ -70,12 +70,13 @@ rados_ioctx_t bdev_rbd_ioctx(struct bdev *b)
     return bdev_is_rbd(b) ? to_rbd(b)->ioctx : NULL;
 }
 
-/* A synchronous call's use of the handle (-ESHUTDOWN while fenced) and
- * its result (a blocklisted client is noted: the gateway replaces it). */
+/* A synchronous call's use of the handle (-ESHUTDOWN while fenced,
+ * -ENODEV while withdrawn) and its result (a blocklisted client is noted:
+ * the gateway replaces it). */
 #define RBD_ENTER(r)                                                                               \
     do {                                                                                           \
         if (!bdev_rbd_enter(r))                                                                    \
-            return -ESHUTDOWN;                                                                     \
+            return bdev_rbd_refused(r);                                                            \
     } while (0)
 
 static int rbd_leave_rc(struct bdev_rbd *r, int rc)
@@ -335,11 +336,13 @@ static void rbd_close_bdev(struct bdev *b)
         }
     }
     pthread_mutex_unlock(&reg_lock);
-    if (r->update_watching)
-        rbd_update_unwatch(r->image, r->update_handle); /* waits for a call in progress */
-    bdev_rbd_aio_fini(r);
-    rbd_close(r->image);
-    rados_ioctx_destroy(r->ioctx);
+    if (!r->withdrawn) { /* else bdev_rbd_withdraw closed the handle */
+        if (r->update_watching)
+            rbd_update_unwatch(r->image, r->update_handle); /* waits for a call in progress */
+        bdev_rbd_aio_fini(r);
+        rbd_close(r->image);
+        rados_ioctx_destroy(r->ioctx);
+    }
     rbd_cluster_put(r->cluster);
     free_names(r);
     free(r);
@@ -498,8 +501,11 @@ unsigned bdev_rbd_fence(struct rbd_cluster *c)
 
     pthread_mutex_lock(&reg_lock);
     for (struct bdev_rbd *r = reg_head; r; r = r->reg_next)
-        if (r->cluster == c && atomic_exchange(&r->state, BDEV_RBD_FENCED) == BDEV_RBD_OPEN)
-            n++;
+        if (r->cluster == c) {
+            /* only an open handle: a withdrawn one has none to replace */
+            int open = BDEV_RBD_OPEN;
+            n += atomic_compare_exchange_strong(&r->state, &open, BDEV_RBD_FENCED);
+        }
     pthread_mutex_unlock(&reg_lock);
     return n;
 }
@@ -522,6 +528,46 @@ static void drain_users(struct bdev_rbd *r)
     }
 }
 
+/* A new handle on r's image through cluster c, for r's settings. 0 or
+ * -errno (nothing held). Blocking. */
+static int handle_open(struct bdev_rbd *r, struct rbd_cluster *c, rados_ioctx_t *io,
+                       rbd_image_t *img)
+{
+    int rc = rbd_cluster_ioctx(c, r->pool, r->ns, io);
+
+    if (rc < 0)
+        return rc;
+    rc = r->readonly_open ? rbd_open_read_only(*io, r->image_name, img, r->snap)
+                          : rbd_open(*io, r->image_name, img, NULL);
+    if (rc < 0)
+        rados_ioctx_destroy(*io);
+    return rc;
+}
+
+/* r (not OPEN, no users, aio finished) serves through img/io from now:
+ * completions, the header watch (an in-process registration), then
+ * requests. Returns the handle it had before. */
+static rbd_image_t handle_install(struct bdev_rbd *r, rados_ioctx_t io, rbd_image_t img,
+                                  rados_ioctx_t *old_io)
+{
+    rbd_image_t old_img = r->image;
+
+    *old_io = r->ioctx;
+    r->image = img;
+    r->ioctx = io;
+    if (bdev_rbd_aio_init(r) < 0) {
+        log_warn("rbd: %s: completion notification on the new handle failed; using callbacks",
+                 r->name);
+        r->mode = BDEV_RBD_CALLBACK;
+    }
+    if (r->update_watching && old_img)
+        rbd_update_unwatch(old_img, r->update_handle);
+    r->update_watching =
+        r->update_fn && rbd_update_watch(img, &r->update_handle, r->update_fn, r->update_arg) == 0;
+    atomic_store(&r->state, BDEV_RBD_OPEN);
+    return old_img;
+}
+
 /* Give r a handle on the current connection for its settings. r is
  * marked reopening (close waits). 0 or -errno (r stays fenced). */
 static int reopen_one(struct bdev_rbd *r)
@@ -538,13 +584,7 @@ static int reopen_one(struct bdev_rbd *r)
         log_warn("rbd: %s: cannot connect a new client to reopen it: %s", r->name, strerror(-rc));
         return rc;
     }
-    rc = rbd_cluster_ioctx(nc, r->pool, r->ns, &io);
-    if (rc == 0) {
-        rc = r->readonly_open ? rbd_open_read_only(io, r->image_name, &img, r->snap)
-                              : rbd_open(io, r->image_name, &img, NULL);
-        if (rc < 0)
-            rados_ioctx_destroy(io);
-    }
+    rc = handle_open(r, nc, &io, &img);
     if (rc < 0) {
         log_warn("rbd: %s: cannot reopen it on client %s: %s", r->name, rbd_cluster_addr(nc),
                  strerror(-rc));
@@ -553,30 +593,14 @@ static int reopen_one(struct bdev_rbd *r)
     }
     /* Nothing uses the old handle (fenced, no users): swap, then close
      * the old one after I/O resumed (closing a blocklisted handle may
-     * wait for the cluster's answers). */
+     * wait for the cluster's answers). The image may have been resized
+     * meanwhile: one check (update_fn). */
     bdev_rbd_aio_fini(r);
-    old_img = r->image;
-    old_io = r->ioctx;
     old = r->cluster;
-    r->image = img;
-    r->ioctx = io;
     pthread_mutex_lock(&reg_lock);
     r->cluster = nc; /* bdev_rbd_fence reads it under reg_lock */
     pthread_mutex_unlock(&reg_lock);
-    rc = bdev_rbd_aio_init(r);
-    if (rc < 0) {
-        log_warn("rbd: %s: completion notification on the new handle: %s; using callbacks", r->name,
-                 strerror(-rc));
-        r->mode = BDEV_RBD_CALLBACK;
-    }
-    /* The header watch moves to the new handle (an in-process
-     * registration: no cluster call on the blocklisted one); the image may
-     * have been resized meanwhile: one check. */
-    if (r->update_watching)
-        rbd_update_unwatch(old_img, r->update_handle);
-    r->update_watching =
-        r->update_fn && rbd_update_watch(img, &r->update_handle, r->update_fn, r->update_arg) == 0;
-    atomic_store(&r->state, BDEV_RBD_OPEN);
+    old_img = handle_install(r, io, img, &old_io);
     log_info("rbd: %s reopened on client %s", r->name, rbd_cluster_addr(nc));
     if (r->update_fn)
         r->update_fn(r->update_arg);
@@ -598,7 +622,7 @@ unsigned bdev_rbd_reopen_retired(unsigned *failed)
         cap++;
     todo = cap ? calloc(cap, sizeof(*todo)) : NULL;
     for (struct bdev_rbd *r = reg_head; todo && r; r = r->reg_next) {
-        if (!r->reopening && rbd_cluster_retired(r->cluster)) {
+        if (!r->reopening && !r->withdrawn && rbd_cluster_retired(r->cluster)) {
             r->reopening = true;
             todo[n++] = r;
         }
@@ -620,4 +644,85 @@ unsigned bdev_rbd_reopen_retired(unsigned *failed)
     }
     free(todo);
     return ok;
+}
+
+/* ---- withdrawing an image whose volume is deleted ---- */
+
+uint64_t bdev_rbd_client_id(struct bdev *b)
+{
+    if (!bdev_is_rbd(b))
+        return 0;
+    pthread_mutex_lock(&reg_lock); /* the cluster changes under it (reopen_one) */
+    uint64_t id = rados_get_instance_id(rbd_cluster_rados(to_rbd(b)->cluster));
+    pthread_mutex_unlock(&reg_lock);
+    return id;
+}
+
+/* Take r for a withdraw or restore: wait for a reopen in progress, then
+ * mark it (close and reopens wait). False: r is already as wanted. */
+static bool take_for(struct bdev_rbd *r, bool withdrawn)
+{
+    pthread_mutex_lock(&reg_lock);
+    while (r->reopening)
+        pthread_cond_wait(&reg_cond, &reg_lock);
+    bool go = r->withdrawn != withdrawn;
+    if (go)
+        r->reopening = true;
+    pthread_mutex_unlock(&reg_lock);
+    return go;
+}
+
+static void release_as(struct bdev_rbd *r, bool withdrawn)
+{
+    pthread_mutex_lock(&reg_lock);
+    r->withdrawn = withdrawn;
+    r->reopening = false;
+    pthread_cond_broadcast(&reg_cond);
+    pthread_mutex_unlock(&reg_lock);
+}
+
+int bdev_rbd_withdraw(struct bdev *b)
+{
+    struct bdev_rbd *r = to_rbd(b);
+
+    if (!bdev_is_rbd(b))
+        return -EINVAL;
+    if (!take_for(r, true))
+        return 0;
+    atomic_store(&r->state, BDEV_RBD_WITHDRAWN);
+    drain_users(r); /* what is in flight ends normally */
+    if (r->update_watching)
+        rbd_update_unwatch(r->image, r->update_handle);
+    r->update_watching = false;
+    bdev_rbd_aio_fini(r);
+    rbd_close(r->image); /* its header watch goes with it */
+    rados_ioctx_destroy(r->ioctx);
+    r->image = NULL;
+    r->ioctx = NULL;
+    release_as(r, true);
+    log_info("rbd: %s withdrawn: its handle is closed", r->name);
+    return 0;
+}
+
+int bdev_rbd_restore(struct bdev *b)
+{
+    struct bdev_rbd *r = to_rbd(b);
+    rados_ioctx_t io, old_io;
+    rbd_image_t img;
+
+    if (!bdev_is_rbd(b))
+        return -EINVAL;
+    if (!take_for(r, false))
+        return 0;
+    int rc = handle_open(r, r->cluster, &io, &img);
+    if (rc == 0) {
+        handle_install(r, io, img, &old_io);
+        log_info("rbd: %s serves again", r->name);
+        if (r->update_fn)
+            r->update_fn(r->update_arg); /* a size changed meanwhile */
+    } else {
+        log_error("rbd: %s: cannot reopen the withdrawn image: %s", r->name, strerror(-rc));
+    }
+    release_as(r, rc < 0);
+    return rc;
 }

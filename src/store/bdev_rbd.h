@@ -79,4 +79,28 @@ int bdev_rbd_current_size(struct bdev *b, uint64_t *size);
 unsigned bdev_rbd_fence(struct rbd_cluster *c);
 unsigned bdev_rbd_reopen_retired(unsigned *failed);
 
+/*
+ * Deleting a served volume with force (docs/api-datasets.md): this
+ * daemon's own handle must not keep the image from being removed.
+ *
+ * bdev_rbd_client_id: the cluster client b's handle uses (its global id,
+ * the "client.N" of the image's watcher list), so that its own watch can
+ * be told from another client's. 0 if b is not an RBD bdev. Non-blocking.
+ *
+ * bdev_rbd_withdraw: every new request on b fails at once with -ENODEV
+ * (SCSI LOGICAL UNIT NOT SUPPORTED, NBD EIO), the requests in flight end
+ * normally, then the image handle is closed (its header watch and
+ * exclusive lock go with it). b stays valid for its holders until
+ * bdev_close; a fencing leaves it alone.
+ *
+ * bdev_rbd_restore: undoes a withdraw (the image could not be removed):
+ * a new handle on the same client, and b serves again.
+ *
+ * Both blocking (cluster calls): control threads. 0 or -errno (-EINVAL:
+ * not an RBD bdev); a second call is a no-op.
+ */
+uint64_t bdev_rbd_client_id(struct bdev *b);
+int bdev_rbd_withdraw(struct bdev *b);
+int bdev_rbd_restore(struct bdev *b);
+
 #endif

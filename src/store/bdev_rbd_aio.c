@@ -233,9 +233,10 @@ int bdev_rbd_submit(struct bdev *b, struct bdev_io *io)
         return -EINVAL;
     /* A fenced client's handle is never used again: the request fails
      * at once (retriable: SCSI 02/04/0C, NBD ESHUTDOWN) until the handle
-     * is replaced (bdev_rbd_reopen_retired). */
+     * is replaced (bdev_rbd_reopen_retired); a withdrawn image's with
+     * -ENODEV (its volume is being deleted). */
     if (!bdev_rbd_enter(r))
-        return -ESHUTDOWN;
+        return bdev_rbd_refused(r);
     io->bdev = b;
     rc = rbd_aio_create_completion(io, r->mode == BDEV_RBD_CALLBACK ? io_callback : NULL, &c);
     if (rc < 0) {

@@ -6,6 +6,7 @@
 #ifndef BLOCKD_STORE_BDEV_RBD_PRIV_H
 #define BLOCKD_STORE_BDEV_RBD_PRIV_H
 
+#include <errno.h>
 #include <rados/librados.h>
 #include <rbd/librbd.h>
 #include <stdatomic.h>
@@ -30,6 +31,10 @@ enum bdev_rbd_state {
      * replaced (bdev_rbd_reopen_retired): every new request fails at once
      * with -ESHUTDOWN, never reaching the old handle. */
     BDEV_RBD_FENCED,
+    /* Withdrawn (bdev_rbd_withdraw: its volume is being deleted with
+     * force): the handle is closed, every new request fails at once with
+     * -ENODEV until bdev_rbd_restore. */
+    BDEV_RBD_WITHDRAWN,
 };
 
 struct bdev_rbd {
@@ -59,6 +64,7 @@ struct bdev_rbd {
     /* The registry of open images (bdev_rbd.c): reopening them. */
     struct bdev_rbd *reg_next;
     bool reopening; /* the registry's lock: close waits */
+    bool withdrawn; /* the registry's lock: no handle (BDEV_RBD_WITHDRAWN) */
 };
 
 /* Take a use of r's handle: false (nothing taken) while it is fenced.
@@ -78,6 +84,13 @@ static inline bool bdev_rbd_enter(struct bdev_rbd *r)
 static inline void bdev_rbd_leave(struct bdev_rbd *r)
 {
     atomic_fetch_sub(&r->users, 1);
+}
+/* Why bdev_rbd_enter refused: -ENODEV for a withdrawn image (its volume
+ * is being deleted: SCSI LOGICAL UNIT NOT SUPPORTED), else -ESHUTDOWN
+ * (a fenced client: retriable). */
+static inline int bdev_rbd_refused(struct bdev_rbd *r)
+{
+    return atomic_load(&r->state) == BDEV_RBD_WITHDRAWN ? -ENODEV : -ESHUTDOWN;
 }
 
 /* librbd's result as the bdev contract's errno (bdev.h): the ways librbd

@@ -73,12 +73,13 @@ int rbd_image_remove(rados_ioctx_t io, const char *name)
     return rc;
 }
 
-/* The image's watchers: how many (up to 16 listed) and the first one into
- * who. A read-only handle registers no watch of its own. */
-static int watchers_now(rados_ioctx_t io, const char *name, char *who, size_t wholen)
+/* The image's watchers but those of client `mine` (0: none is ours):
+ * how many (of up to 16 listed) and the first other one into who. A
+ * read-only handle registers no watch of its own. */
+static int watchers_now(rados_ioctx_t io, const char *name, uint64_t mine, char *who, size_t wholen)
 {
     rbd_image_watcher_t w[16];
-    size_t n = 16;
+    size_t n = 16, others = 0;
     rbd_image_t img;
     int rc = rbd_open_read_only(io, name, &img, NULL);
 
@@ -90,18 +91,26 @@ static int watchers_now(rados_ioctx_t io, const char *name, char *who, size_t wh
         return (int)n;
     if (rc < 0)
         return rc;
-    if (n > 0)
-        snprintf(who, wholen, "client.%lld at %s, %zu watcher%s", (long long)w[0].id,
-                 w[0].addr ? w[0].addr : "?", n, n == 1 ? "" : "s");
+    for (size_t i = 0; i < n; i++) {
+        if (mine && (uint64_t)w[i].id == mine)
+            continue;
+        if (others++ == 0)
+            snprintf(who, wholen, "client.%llu at %s", (unsigned long long)w[i].id,
+                     w[i].addr ? w[i].addr : "?");
+    }
+    if (others) {
+        size_t used = strnlen(who, wholen);
+        snprintf(who + used, wholen - used, ", %zu watcher%s", others, others == 1 ? "" : "s");
+    }
     rbd_watchers_list_cleanup(w, n);
-    return (int)n;
+    return (int)others;
 }
 
-int rbd_image_wait_unwatched(rados_ioctx_t io, const char *name, int wait_ms, char *who,
-                             size_t wholen)
+int rbd_image_wait_unwatched(rados_ioctx_t io, const char *name, uint64_t mine, int wait_ms,
+                             char *who, size_t wholen)
 {
     struct timespec t0, now;
-    int n = watchers_now(io, name, who, wholen);
+    int n = watchers_now(io, name, mine, who, wholen);
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
     if (n > 0)
@@ -113,7 +122,7 @@ int rbd_image_wait_unwatched(rados_ioctx_t io, const char *name, int wait_ms, ch
         if (ms >= wait_ms)
             break;
         nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
-        n = watchers_now(io, name, who, wholen);
+        n = watchers_now(io, name, mine, who, wholen);
     }
     if (n > 0)
         return -EBUSY;

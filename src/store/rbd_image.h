@@ -45,11 +45,13 @@ int rbd_image_remove(rados_ioctx_t io, const char *name);
 /* Wait up to wait_ms until no client watches image name (every client
  * holding it open writable watches its header: another gateway member
  * closing a withdrawn share, a VM, `rbd bench`), polling every 100 ms.
- * 0 when none does; -EBUSY when some still does, with who ("client.4170
- * at 10.0.0.2:0/123..., 1 watcher") for the caller's message; -ENOENT or
+ * The watches of client `mine` (its global id, "client.N"; 0: none) do
+ * not count: this daemon's own handle, about to be withdrawn. 0 when no
+ * other does; -EBUSY when some still does, with who ("client.4170 at
+ * 10.0.0.2:0/123..., 1 watcher") for the caller's message; -ENOENT or
  * another -errno. Blocks: control threads only. */
-int rbd_image_wait_unwatched(rados_ioctx_t io, const char *name, int wait_ms, char *who,
-                             size_t wholen);
+int rbd_image_wait_unwatched(rados_ioctx_t io, const char *name, uint64_t mine, int wait_ms,
+                             char *who, size_t wholen);
 /* Image name (id, at snapshot snap if not NULL) was removed: remove
  * blockd's objects beside it; a failure is logged, not returned (the
  * image is gone either way). */

@@ -113,6 +113,19 @@ blockctl call pool.dataset.delete '["demo/vm",{"recursive":true}]' >/dev/null
 [ ! -e "$POOL/vm" ] || fail "directory left after recursive delete"
 out=$(blockctl call pool.dataset.query '[[["pool","=","demo"]],{"count":true}]')
 [ "$out" = 2 ] || fail "datasets left: $out (wanted demo and demo/mem)"
+
+# a shared volume: refused at once naming the share; with force deleted,
+# its iSCSI extent and NBD export going with it (docs/api-datasets.md)
+blockctl volume create demo/shared --size 1M >/dev/null
+blockctl share nbd create demo/shared --name shared >/dev/null
+blockctl share iscsi create demo/shared >/dev/null
+expect_error pool.dataset.delete '["demo/shared"]' "exported over NBD as 'shared'"
+blockctl call pool.dataset.delete '["demo/shared",{"force":true}]' >/dev/null
+[ ! -e "$POOL/shared" ] || fail "the force-deleted volume's file stayed"
+out=$(blockctl call nbd.export.query '[[["name","=","shared"]],{"count":true}]')
+[ "$out" = 0 ] || fail "the force-deleted volume's NBD export stayed"
+out=$(blockctl call iscsi.extent.query '[[["disk","=","zvol/demo/shared"]],{"count":true}]')
+[ "$out" = 0 ] || fail "the force-deleted volume's iSCSI extent stayed"
 blockd_alive || fail "daemon died"
 blockd_stop
 pass

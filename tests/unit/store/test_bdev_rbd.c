@@ -27,6 +27,7 @@
 #include "core/reactor.h"
 #include "core/util.h"
 #include "store/bdev_rbd.h"
+#include "store/rbd_image.h"
 #include "store/cow.h"
 #include "store/volume.h"
 
@@ -687,6 +688,56 @@ static void test_fenced_reopen(void **state)
     rbd_cluster_put(c);
 }
 
+/* A volume deleted with force (docs/api-datasets.md "Deleting a shared
+ * volume with force"): its own watch is told from another client's
+ * (bdev_rbd_client_id); withdrawn, the image has no watcher left (it can
+ * be removed), requests fail with -ENODEV without reaching librbd and a
+ * fencing leaves it alone; restored, the same volume reads what it wrote
+ * and writes; withdrawn again, the image removed, a restore fails and the
+ * last unref closes nothing twice. */
+#define WITHDRAW_TIMEOUT 17 /* seconds: an op timeout no other test uses (own connection) */
+
+static void test_withdraw(void **state)
+{
+    struct rbd_cluster_spec spec = {.conf = getenv("CEPH_CONF"), .op_timeout_s = WITHDRAW_TIMEOUT};
+    struct rbd_cluster *c;
+    char name[64], who[256] = "", buf[4096], want[4096];
+    struct bdev *bd;
+    struct volume *v;
+
+    assert_int_equal(rbd_cluster_get(&spec, 10, &c), 0);
+    image_create(name, sizeof(name), IMG_SIZE);
+    assert_int_equal(bdev_rbd_open(c, "rbd", NULL, name, NULL, false, &bd), 0);
+    assert_int_equal(volume_new("t/withdrawn", bd, 4096, VOLUME_SYNC_STANDARD, false, &v), 0);
+    fill(want, sizeof(want), 4);
+    assert_int_equal(vreq_sync(v, VREQ_WRITE, 0, 4096, want, VREQ_FUA), 0);
+    assert_int_equal(rbd_image_wait_unwatched(ioctx, name, 0, 0, who, sizeof(who)), -EBUSY);
+    uint64_t mine = bdev_rbd_client_id(bd);
+    assert_true(mine != 0);
+    assert_int_equal(rbd_image_wait_unwatched(ioctx, name, mine, 0, who, sizeof(who)), 0);
+
+    assert_int_equal(bdev_rbd_withdraw(bd), 0);
+    assert_int_equal(bdev_rbd_withdraw(bd), 0); /* a no-op */
+    assert_int_equal(rbd_image_wait_unwatched(ioctx, name, 0, 0, who, sizeof(who)), 0);
+    assert_int_equal(vreq_sync(v, VREQ_READ, 0, 4096, buf, 0), -ENODEV);
+    assert_int_equal(bd->ops->read(bd, buf, 4096, 0), -ENODEV);
+    assert_null(bdev_rbd_image_get(bd));
+    assert_int_equal(bdev_rbd_fence(c), 0);
+
+    assert_int_equal(bdev_rbd_restore(bd), 0);
+    memset(buf, 0, sizeof(buf));
+    assert_int_equal(vreq_sync(v, VREQ_READ, 0, 4096, buf, 0), 0);
+    assert_memory_equal(buf, want, 4096);
+    assert_int_equal(vreq_sync(v, VREQ_WRITE, 4096, 4096, want, VREQ_FUA), 0);
+
+    assert_int_equal(bdev_rbd_withdraw(bd), 0);
+    assert_int_equal(rbd_remove(ioctx, name), 0); /* nothing of ours holds it */
+    assert_int_equal(bdev_rbd_restore(bd), -ENOENT);
+    assert_int_equal(vreq_sync(v, VREQ_READ, 0, 4096, buf, 0), -ENODEV);
+    volume_unref(v);
+    rbd_cluster_put(c);
+}
+
 #define LOST_TIMEOUT 3 /* seconds: the connection's op timeout */
 #define LOST_QD 8
 
@@ -861,6 +912,7 @@ int main(void)
         cmocka_unit_test(test_async_eventfd),
         cmocka_unit_test(test_cow_on_rbd),
         cmocka_unit_test(test_fenced_reopen),
+        cmocka_unit_test(test_withdraw),     /* a forced delete (datasets.c) */
         cmocka_unit_test(test_cluster_lost), /* last: it stops the cluster */
     };
     return cmocka_run_group_tests(tests, setup, teardown);
