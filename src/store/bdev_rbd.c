@@ -410,6 +410,30 @@ static bool image_buffers_writes(struct rbd_cluster *c, rbd_image_t image)
     return false;
 }
 
+/* What an open image offers (bdev.h's BDEV_* caps); *caw_unit: its
+ * stripe unit, the granularity of COMPARE AND WRITE. */
+static unsigned image_caps(struct rbd_cluster *c, rbd_image_t image, bool readonly,
+                           uint64_t *caw_unit)
+{
+    /* BDEV_TRIM_ZEROES: the cluster connection turns rbd_skip_partial_discard
+     * off (rbd_cluster.c), so a discard zeroes the parts of its range that
+     * it cannot deallocate, unless the image's own metadata turns skipping
+     * back on. Not FAST_ZERO: zeroing a clone's range may copy the parent's
+     * object up. */
+    unsigned caps =
+        BDEV_CAN_FLUSH | BDEV_CAN_TRIM | BDEV_CAN_ZERO | BDEV_CAN_EXTENTS | BDEV_CAN_MULTI_CONN;
+    if (!image_sets(image, "conf_rbd_skip_partial_discard"))
+        caps |= BDEV_TRIM_ZEROES;
+    if (!readonly && rbd_get_stripe_unit(image, caw_unit) == 0 && *caw_unit)
+        caps |= BDEV_CAN_COMPARE_WRITE;
+    /* A completed write is on the OSDs: a failed flush loses none. */
+    if (!image_caches_writes(c, image))
+        caps |= BDEV_SYNC_RETRIABLE;
+    if (!image_buffers_writes(c, image))
+        caps |= BDEV_WRITES_STABLE;
+    return caps;
+}
+
 int bdev_rbd_open(struct rbd_cluster *c, const char *pool, const char *ns, const char *image,
                   const char *snap, bool readonly, struct bdev **out)
 {
@@ -455,22 +479,7 @@ int bdev_rbd_open(struct rbd_cluster *c, const char *pool, const char *ns, const
     r->base.ops = &rbd_ops;
     r->base.size = size;
     r->base.readonly = readonly;
-    /* BDEV_TRIM_ZEROES: the cluster connection turns rbd_skip_partial_discard
-     * off (rbd_cluster.c), so a discard zeroes the parts of its range that
-     * it cannot deallocate, unless the image's own metadata turns skipping
-     * back on. Not FAST_ZERO: zeroing a clone's range may copy the parent's
-     * object up. */
-    r->base.caps =
-        BDEV_CAN_FLUSH | BDEV_CAN_TRIM | BDEV_CAN_ZERO | BDEV_CAN_EXTENTS | BDEV_CAN_MULTI_CONN;
-    if (!image_sets(r->image, "conf_rbd_skip_partial_discard"))
-        r->base.caps |= BDEV_TRIM_ZEROES;
-    if (!readonly && rbd_get_stripe_unit(r->image, &r->caw_unit) == 0 && r->caw_unit)
-        r->base.caps |= BDEV_CAN_COMPARE_WRITE;
-    /* A completed write is on the OSDs: a failed flush loses none. */
-    if (!image_caches_writes(c, r->image))
-        r->base.caps |= BDEV_SYNC_RETRIABLE;
-    if (!image_buffers_writes(c, r->image))
-        r->base.caps |= BDEV_WRITES_STABLE;
+    r->base.caps = image_caps(c, r->image, readonly, &r->caw_unit);
     if (image_caches_writes(c, r->image))
         log_warn("rbd: %s: rbd_cache is on for this image: a failed flush fails every later "
                  "one until it is reopened",
