@@ -207,31 +207,42 @@ static int punch(struct copier *c, uint64_t off, uint64_t len)
     return 0;
 }
 
+/* The source's next data range at or after pos, within c->size:
+ * [*dstart, *dend); *dstart == *dend == c->size when only a hole remains.
+ * A filesystem without SEEK_DATA has all of the rest as data. */
+static int next_data(struct copier *c, uint64_t pos, uint64_t *dstart, uint64_t *dend)
+{
+    off_t data = lseek(c->src, (off_t)pos, SEEK_DATA);
+    if (data < 0) {
+        if (errno == ENXIO) {
+            *dstart = *dend = c->size;
+            return 0;
+        }
+        if (errno != EINVAL)
+            return -errno;
+        *dstart = pos;
+        *dend = c->size;
+        return 0;
+    }
+    *dstart = (uint64_t)data < c->size ? (uint64_t)data : c->size;
+    off_t hole = lseek(c->src, (off_t)*dstart, SEEK_HOLE);
+    if (hole < 0 && errno != ENXIO)
+        return -errno;
+    *dend = hole < 0 || (uint64_t)hole > c->size ? c->size : (uint64_t)hole;
+    if (*dend <= *dstart)
+        *dend = c->size;
+    return 0;
+}
+
 static int copy_sparse(struct copier *c)
 {
     uint64_t pos = 0;
     report(c, 0);
     while (pos < c->size) {
-        off_t data = lseek(c->src, (off_t)pos, SEEK_DATA);
         uint64_t dstart, dend;
-        if (data < 0) {
-            if (errno == ENXIO) {
-                dstart = dend = c->size; /* only a hole remains */
-            } else if (errno == EINVAL) {
-                dstart = pos; /* no SEEK_DATA: treat everything as data */
-                dend = c->size;
-            } else {
-                return -errno;
-            }
-        } else {
-            dstart = (uint64_t)data < c->size ? (uint64_t)data : c->size;
-            off_t hole = lseek(c->src, (off_t)dstart, SEEK_HOLE);
-            if (hole < 0 && errno != ENXIO)
-                return -errno;
-            dend = hole < 0 || (uint64_t)hole > c->size ? c->size : (uint64_t)hole;
-            if (dend <= dstart)
-                dend = c->size;
-        }
+        int err = next_data(c, pos, &dstart, &dend);
+        if (err < 0)
+            return err;
         if (dstart > pos && c->in_place) {
             int rc = punch(c, pos, dstart - pos);
             if (rc < 0)
@@ -541,25 +552,9 @@ static int update_sparse(struct updater *u)
     report(c, 0);
     while (pos < c->size) {
         uint64_t dstart, dend;
-        off_t data = lseek(c->src, (off_t)pos, SEEK_DATA);
-        if (data < 0) {
-            if (errno == ENXIO) {
-                dstart = dend = c->size;
-            } else if (errno == EINVAL) {
-                dstart = pos;
-                dend = c->size;
-            } else {
-                return -errno;
-            }
-        } else {
-            dstart = (uint64_t)data < c->size ? (uint64_t)data : c->size;
-            off_t hole = lseek(c->src, (off_t)dstart, SEEK_HOLE);
-            if (hole < 0 && errno != ENXIO)
-                return -errno;
-            dend = hole < 0 || (uint64_t)hole > c->size ? c->size : (uint64_t)hole;
-            if (dend <= dstart)
-                dend = c->size;
-        }
+        int err = next_data(c, pos, &dstart, &dend);
+        if (err < 0)
+            return err;
         if (dstart > pos) { /* a hole in src: dst must read zeros there too */
             int has = dst_has_data(c->dst, pos, dstart - pos);
             if (has < 0)

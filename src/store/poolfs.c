@@ -509,21 +509,34 @@ static int same_root(const char *a, const char *b)
     return rc;
 }
 
-int poolfs_rename(const char *from, const char *to, unsigned flags)
+/* For an operation on two names in one pool (rename, link): both parent
+ * directories, opened without following symlinks. 0 or -errno (nothing
+ * left open). */
+static int parents_open(const char *from, const char *to, int *fdir, const char **fbase, int *tdir,
+                        const char **tbase)
 {
-    const char *fbase, *tbase;
-    int rc = same_root(from, to), fdir, tdir;
+    int rc = same_root(from, to);
 
     if (rc < 0)
         return rc;
-    fdir = parent_open(from, &fbase);
-    if (fdir < 0)
-        return fdir;
-    tdir = parent_open(to, &tbase);
-    if (tdir < 0) {
-        close(fdir);
-        return tdir;
+    *fdir = parent_open(from, fbase);
+    if (*fdir < 0)
+        return *fdir;
+    *tdir = parent_open(to, tbase);
+    if (*tdir < 0) {
+        close(*fdir);
+        return *tdir;
     }
+    return 0;
+}
+
+int poolfs_rename(const char *from, const char *to, unsigned flags)
+{
+    const char *fbase, *tbase;
+    int fdir, tdir, rc = parents_open(from, to, &fdir, &fbase, &tdir, &tbase);
+
+    if (rc < 0)
+        return rc;
     rc = renameat2(fdir, fbase, tdir, tbase, flags) < 0 ? -errno : 0;
     close(tdir);
     close(fdir);
@@ -533,18 +546,10 @@ int poolfs_rename(const char *from, const char *to, unsigned flags)
 int poolfs_link(const char *from, const char *to)
 {
     const char *fbase, *tbase;
-    int rc = same_root(from, to), fdir, tdir;
+    int fdir, tdir, rc = parents_open(from, to, &fdir, &fbase, &tdir, &tbase);
 
     if (rc < 0)
         return rc;
-    fdir = parent_open(from, &fbase);
-    if (fdir < 0)
-        return fdir;
-    tdir = parent_open(to, &tbase);
-    if (tdir < 0) {
-        close(fdir);
-        return tdir;
-    }
     /* linkat without AT_SYMLINK_FOLLOW links a symlink itself, never its
      * target. */
     rc = linkat(fdir, fbase, tdir, tbase, 0) < 0 ? -errno : 0;
