@@ -497,46 +497,55 @@ static struct scsi_lu *session_lookup_lu(struct iscsi_session *s, uint64_t lun)
     return NULL;
 }
 
-/* SCSI Command PDU (RFC 7143 §11.3). */
-static int handle_scsi_cmd(struct iscsi_conn *ic, const uint8_t *bhs, const uint8_t *ahs,
-                           uint32_t ahs_len, const uint8_t *data, uint32_t dsl)
+/* RFC 7143 §11.3's rules a SCSI Command PDU must meet before it becomes a
+ * task: the Reject reason for the first one it breaks, 0 if it meets all. */
+static uint8_t scsi_cmd_reject_reason(struct iscsi_conn *ic, const uint8_t *bhs, uint32_t dsl)
 {
     struct iscsi_session *s = ic->sess;
-    if (s->info.discovery) {
-        return iscsi_conn_send_reject(ic, ISCSI_REJECT_PROTOCOL_ERROR, bhs);
-    }
     uint32_t itt = iscsi_bhs_itt(bhs);
+    bool wbit = bhs[1] & ISCSI_CMD_WRITE;
+    uint32_t edtl = be32_load(bhs + 20);
+
+    if (s->info.discovery)
+        return ISCSI_REJECT_PROTOCOL_ERROR;
     if (itt == ISCSI_RESERVED_TAG)
-        return iscsi_conn_send_reject(ic, ISCSI_REJECT_INVALID_PDU_FIELD, bhs);
+        return ISCSI_REJECT_INVALID_PDU_FIELD;
     if (task_find(ic, itt)) {
         log_warn("%s: ITT 0x%08x already in use", ic->c->peer, itt);
-        return iscsi_conn_send_reject(ic, ISCSI_REJECT_TASK_IN_PROGRESS, bhs);
+        return ISCSI_REJECT_TASK_IN_PROGRESS;
     }
-    bool immediate = iscsi_bhs_immediate(bhs);
+    /* Bounded memory: a few more tasks than the window allows (immediate
+     * commands and tasks finishing their output), never unbounded. */
     if (ic->ntasks >= 2 * s->depth + 16)
-        return iscsi_conn_send_reject(ic, ISCSI_REJECT_OUT_OF_RESOURCES, bhs);
-    uint8_t f = bhs[1];
-    bool rbit = f & ISCSI_CMD_READ, wbit = f & ISCSI_CMD_WRITE;
-    uint32_t edtl = be32_load(bhs + 20);
+        return ISCSI_REJECT_OUT_OF_RESOURCES;
     if (dsl && !wbit) {
         log_warn("%s: immediate data on a command without W bit", ic->c->peer);
-        return iscsi_conn_send_reject(ic, ISCSI_REJECT_PROTOCOL_ERROR, bhs);
+        return ISCSI_REJECT_PROTOCOL_ERROR;
     }
     if (dsl > edtl || (dsl && !ic->params.immediate_data) || dsl > ic->params.first_burst) {
         log_warn("%s: immediate data of %u bytes not allowed (EDTL %u)", ic->c->peer, dsl, edtl);
-        return iscsi_conn_send_reject(ic, ISCSI_REJECT_PROTOCOL_ERROR, bhs);
+        return ISCSI_REJECT_PROTOCOL_ERROR;
     }
-    struct iscsi_task *t = task_new(ic, itt);
+    return 0;
+}
+
+/* A task for an admitted command, with its CDB and its LU (referenced for
+ * the task's life; NULL when the session maps nothing at that LUN). */
+static struct iscsi_task *task_from_cmd(struct iscsi_conn *ic, const uint8_t *bhs)
+{
+    struct iscsi_session *s = ic->sess;
+    struct iscsi_task *t = task_new(ic, iscsi_bhs_itt(bhs));
     if (!t)
-        return -ENOMEM;
-    t->immediate = immediate;
+        return NULL;
+    t->immediate = iscsi_bhs_immediate(bhs);
     t->cmdsn = be32_load(bhs + 24);
     memcpy(t->lun_field, bhs + 8, 8);
     t->lun = scsi_lun_decode(bhs + 8);
-    t->edtl = edtl;
-    t->read = rbit;
-    t->write = wbit;
-    if (!immediate) {
+    t->edtl = be32_load(bhs + 20);
+    t->read = bhs[1] & ISCSI_CMD_READ;
+    t->write = bhs[1] & ISCSI_CMD_WRITE;
+    if (!t->immediate) {
+        /* An immediate command is outside the CmdSN window. */
         s->inflight++;
         t->counted = true;
     }
@@ -545,37 +554,36 @@ static int handle_scsi_cmd(struct iscsi_conn *ic, const uint8_t *bhs, const uint
     c->cdb_len = 16;
     c->lun = t->lun;
     c->nexus = &s->nexus;
-    struct scsi_lu *lu = session_lookup_lu(s, t->lun);
-    if (lu)
-        scsi_lu_ref(lu);
-    c->lu = lu;
+    c->lu = session_lookup_lu(s, t->lun);
+    if (c->lu)
+        scsi_lu_ref(c->lu);
+    return t;
+}
 
-    /* Extended CDBs (AHS type 1) and bidirectional commands are not used
-     * by SBC disks: answer with a proper CHECK CONDITION. */
-    bool bad = (rbit && wbit) || edtl > ISCSI_MAX_TRANSFER;
+/* Extended CDBs (AHS type 1) and bidirectional commands are not used by
+ * SBC disks, and a transfer over ISCSI_MAX_TRANSFER is not taken: such a
+ * task is answered with a CHECK CONDITION rather than a Reject. */
+static bool task_unsupported(const struct iscsi_task *t, const uint8_t *ahs, uint32_t ahs_len)
+{
+    if ((t->read && t->write) || t->edtl > ISCSI_MAX_TRANSFER)
+        return true;
     for (uint32_t off = 0; off + 4 <= ahs_len;) {
         uint16_t alen = be16_load(ahs + off);
-        uint8_t type = ahs[off + 2];
-        if (type == 1)
-            bad = true;
+        if (ahs[off + 2] == 1)
+            return true;
         off += 4 + ((alen + 3u) & ~3u);
     }
-    if (bad) {
-        /* We must not leave unsolicited data behind: only answer now if
-         * nothing more will arrive for this task. */
-        if (wbit && !(f & ISCSI_FLAG_FINAL)) {
-            log_warn("%s: unsupported write with unsolicited data", ic->c->peer);
-            return -EPROTO;
-        }
-        scsi_cmd_set_sense(c, 0x05, 0x24, 0x00);
-        c->xfer_want = edtl;
-        task_reply(ic, t);
-        return 0;
-    }
-    if (!wbit || edtl == 0) {
-        task_execute(ic, t);
-        return 0;
-    }
+    return false;
+}
+
+/* A write's data: the immediate part (already here), then the rest of the
+ * first burst as unsolicited Data-Out when InitialR2T=No allows it, then
+ * R2Ts for what is left; the task executes once it has everything. */
+static int task_start_write(struct iscsi_conn *ic, struct iscsi_task *t, const uint8_t *bhs,
+                            const uint8_t *data, uint32_t dsl)
+{
+    bool final = bhs[1] & ISCSI_FLAG_FINAL;
+    uint32_t edtl = t->edtl;
     t->data_out_cap = edtl;
     t->data_out = bufpool_get(edtl);
     if (!t->data_out) {
@@ -586,10 +594,10 @@ static int handle_scsi_cmd(struct iscsi_conn *ic, const uint8_t *bhs, const uint
         memcpy(t->data_out, data, dsl);
     t->data_received = dsl;
     uint32_t first = MIN(ic->params.first_burst, edtl);
-    if (!(f & ISCSI_FLAG_FINAL) && !ic->params.initial_r2t && first > dsl) {
+    if (!final && !ic->params.initial_r2t && first > dsl) {
         t->unsol_len = first - dsl;
         t->unsol_offset = dsl;
-    } else if (!(f & ISCSI_FLAG_FINAL)) {
+    } else if (!final) {
         log_warn("%s: unsolicited data announced but InitialR2T=Yes", ic->c->peer);
         task_free(t);
         return iscsi_conn_send_reject(ic, ISCSI_REJECT_PROTOCOL_ERROR, bhs);
@@ -600,6 +608,106 @@ static int handle_scsi_cmd(struct iscsi_conn *ic, const uint8_t *bhs, const uint
         return 0;
     }
     return task_send_r2ts(ic, t);
+}
+
+/* SCSI Command PDU (RFC 7143 §11.3). */
+static int handle_scsi_cmd(struct iscsi_conn *ic, const uint8_t *bhs, const uint8_t *ahs,
+                           uint32_t ahs_len, const uint8_t *data, uint32_t dsl)
+{
+    uint8_t reason = scsi_cmd_reject_reason(ic, bhs, dsl);
+    if (reason)
+        return iscsi_conn_send_reject(ic, reason, bhs);
+    struct iscsi_task *t = task_from_cmd(ic, bhs);
+    if (!t)
+        return -ENOMEM;
+    if (task_unsupported(t, ahs, ahs_len)) {
+        /* We must not leave unsolicited data behind: only answer now if
+         * nothing more will arrive for this task. */
+        if (t->write && !(bhs[1] & ISCSI_FLAG_FINAL)) {
+            log_warn("%s: unsupported write with unsolicited data", ic->c->peer);
+            return -EPROTO;
+        }
+        scsi_cmd_set_sense(&t->cmd, 0x05, 0x24, 0x00); /* INVALID FIELD IN CDB */
+        t->cmd.xfer_want = t->edtl;
+        task_reply(ic, t);
+        return 0;
+    }
+    if (!t->write || t->edtl == 0) {
+        task_execute(ic, t);
+        return 0;
+    }
+    return task_start_write(ic, t, bhs, data, dsl);
+}
+
+/* Unsolicited Data-Out (TTT 0xffffffff) continues the first burst in
+ * order. 0: take the data; -EPROTO: the connection ends. A wrong DataSN
+ * fails only the command (DATA PHASE ERROR), as the data itself is sound. */
+static int data_out_unsolicited(struct iscsi_conn *ic, struct iscsi_task *t, uint32_t offset,
+                                uint32_t dsl, uint32_t data_sn, bool final)
+{
+    if (t->unsol_len < dsl || offset != t->unsol_offset) {
+        log_warn("%s: unexpected unsolicited Data-Out (offset %u, DataSN %u)", ic->c->peer, offset,
+                 data_sn);
+        return -EPROTO;
+    }
+    if (data_sn != t->unsol_data_sn && !t->data_error) {
+        log_warn("%s: unsolicited Data-Out with DataSN %u, expected %u: failing the command",
+                 ic->c->peer, data_sn, t->unsol_data_sn);
+        t->data_error = true;
+    }
+    t->unsol_len -= dsl;
+    t->unsol_offset += dsl;
+    t->unsol_data_sn++;
+    if (final && t->unsol_len) {
+        /* The initiator ended the unsolicited burst early: solicit the rest. */
+        if (t->r2t_next > t->unsol_offset)
+            t->r2t_next = t->unsol_offset;
+        t->unsol_len = 0;
+    }
+    return 0;
+}
+
+static struct iscsi_r2t *task_find_r2t(struct iscsi_task *t, uint32_t ttt)
+{
+    for (unsigned i = 0; i < ISCSI_MAX_R2T_SLOTS; i++)
+        if (t->r2t[i].active && t->r2t[i].ttt == ttt)
+            return &t->r2t[i];
+    return NULL;
+}
+
+/* Solicited Data-Out answers the R2T its TTT names, in order; the PDU with
+ * F set must complete that R2T exactly, which frees its slot. Return
+ * values as data_out_unsolicited. */
+static int data_out_solicited(struct iscsi_conn *ic, struct iscsi_task *t, uint32_t ttt,
+                              uint32_t offset, uint32_t dsl, uint32_t data_sn, bool final)
+{
+    struct iscsi_r2t *r = task_find_r2t(t, ttt);
+    if (!r) {
+        log_warn("%s: Data-Out with unknown TTT 0x%08x", ic->c->peer, ttt);
+        return -EPROTO;
+    }
+    if (offset != r->offset + r->received || r->received + dsl > r->length) {
+        log_warn("%s: Data-Out out of order (DataSN %u, expected %u; offset %u)", ic->c->peer,
+                 data_sn, r->exp_data_sn, offset);
+        return -EPROTO;
+    }
+    if (data_sn != r->exp_data_sn && !t->data_error) {
+        log_warn("%s: Data-Out with DataSN %u, expected %u: failing the command", ic->c->peer,
+                 data_sn, r->exp_data_sn);
+        t->data_error = true;
+    }
+    r->exp_data_sn++;
+    r->received += dsl;
+    if (final) {
+        if (r->received != r->length) {
+            log_warn("%s: R2T sequence ended short (%u of %u)", ic->c->peer, r->received,
+                     r->length);
+            return -EPROTO;
+        }
+        r->active = false;
+        t->r2t_outstanding--;
+    }
+    return 0;
 }
 
 /* Data-Out PDU (RFC 7143 §11.7). */
@@ -626,57 +734,11 @@ static int handle_data_out(struct iscsi_conn *ic, const uint8_t *bhs, const uint
                  offset, dsl, t->edtl);
         return -EPROTO;
     }
-    if (ttt == ISCSI_RESERVED_TAG) {
-        if (t->unsol_len < dsl || offset != t->unsol_offset) {
-            log_warn("%s: unexpected unsolicited Data-Out (offset %u, DataSN %u)", ic->c->peer,
-                     offset, data_sn);
-            return -EPROTO;
-        }
-        if (data_sn != t->unsol_data_sn && !t->data_error) {
-            log_warn("%s: unsolicited Data-Out with DataSN %u, expected %u: failing the command",
-                     ic->c->peer, data_sn, t->unsol_data_sn);
-            t->data_error = true;
-        }
-        t->unsol_len -= dsl;
-        t->unsol_offset += dsl;
-        t->unsol_data_sn++;
-        if (final && t->unsol_len) {
-            /* The initiator ended the unsolicited burst early: solicit the rest. */
-            if (t->r2t_next > t->unsol_offset)
-                t->r2t_next = t->unsol_offset;
-            t->unsol_len = 0;
-        }
-    } else {
-        struct iscsi_r2t *r = NULL;
-        for (unsigned i = 0; i < ISCSI_MAX_R2T_SLOTS; i++)
-            if (t->r2t[i].active && t->r2t[i].ttt == ttt)
-                r = &t->r2t[i];
-        if (!r) {
-            log_warn("%s: Data-Out with unknown TTT 0x%08x", ic->c->peer, ttt);
-            return -EPROTO;
-        }
-        if (offset != r->offset + r->received || r->received + dsl > r->length) {
-            log_warn("%s: Data-Out out of order (DataSN %u, expected %u; offset %u)", ic->c->peer,
-                     data_sn, r->exp_data_sn, offset);
-            return -EPROTO;
-        }
-        if (data_sn != r->exp_data_sn && !t->data_error) {
-            log_warn("%s: Data-Out with DataSN %u, expected %u: failing the command", ic->c->peer,
-                     data_sn, r->exp_data_sn);
-            t->data_error = true;
-        }
-        r->exp_data_sn++;
-        r->received += dsl;
-        if (final) {
-            if (r->received != r->length) {
-                log_warn("%s: R2T sequence ended short (%u of %u)", ic->c->peer, r->received,
-                         r->length);
-                return -EPROTO;
-            }
-            r->active = false;
-            t->r2t_outstanding--;
-        }
-    }
+    int rc = ttt == ISCSI_RESERVED_TAG
+                 ? data_out_unsolicited(ic, t, offset, dsl, data_sn, final)
+                 : data_out_solicited(ic, t, ttt, offset, dsl, data_sn, final);
+    if (rc < 0)
+        return rc;
     if (dsl)
         memcpy(t->data_out + offset, data, dsl);
     t->data_received += dsl;
@@ -715,19 +777,138 @@ static int handle_nop_out(struct iscsi_conn *ic, const uint8_t *bhs, const uint8
     return iscsi_conn_send_pdu(ic, rsp, data, MIN(dsl, ic->params.max_send_dsl));
 }
 
+/* What each task management function does (RFC 7143 §11.5.1, SAM-5 §7.1):
+ * which tasks it aborts, what it then does to the LU(s), and whether the
+ * connection ends after the response. A function missing from the table
+ * (an all-zero entry) is not supported; TMF_REFUSED names another refusal. */
+enum tmf_scope { TMF_REFUSED = 0, TMF_ONE_TASK, TMF_LUN_TASKS, TMF_ALL_TASKS };
+enum tmf_effect { TMF_NO_EFFECT = 0, TMF_ABORT_SET, TMF_RESET_LU, TMF_RESET_TARGET };
+
+struct tmf_rule {
+    enum tmf_scope scope;
+    enum tmf_effect effect; /* applied once the tasks are aborted */
+    bool close_after;       /* the connection closes once the response is out */
+    uint8_t refusal;        /* the response when scope is TMF_REFUSED */
+};
+
+static const struct tmf_rule tmf_rules[] = {
+    [ISCSI_TMF_ABORT_TASK] = {TMF_ONE_TASK, TMF_NO_EFFECT, false, 0},
+    [ISCSI_TMF_ABORT_TASK_SET] = {TMF_LUN_TASKS, TMF_ABORT_SET, false, 0},
+    [ISCSI_TMF_CLEAR_ACA] = {TMF_REFUSED, TMF_NO_EFFECT, false, ISCSI_TMF_RSP_NOT_SUPPORTED},
+    [ISCSI_TMF_CLEAR_TASK_SET] = {TMF_LUN_TASKS, TMF_ABORT_SET, false, 0},
+    [ISCSI_TMF_LUN_RESET] = {TMF_LUN_TASKS, TMF_RESET_LU, false, 0},
+    [ISCSI_TMF_TARGET_WARM_RESET] = {TMF_ALL_TASKS, TMF_RESET_TARGET, false, 0},
+    [ISCSI_TMF_TARGET_COLD_RESET] = {TMF_ALL_TASKS, TMF_RESET_TARGET, true, 0},
+    [ISCSI_TMF_TASK_REASSIGN] = {TMF_REFUSED, TMF_NO_EFFECT, false, ISCSI_TMF_RSP_NO_REASSIGN},
+};
+
+static const struct tmf_rule *tmf_rule_of(uint8_t fn)
+{
+    static const struct tmf_rule unsupported = {.refusal = ISCSI_TMF_RSP_NOT_SUPPORTED};
+    if (fn >= ARRAY_SIZE(tmf_rules))
+        return &unsupported;
+    const struct tmf_rule *r = &tmf_rules[fn];
+    if (r->scope == TMF_REFUSED && r->refusal == ISCSI_TMF_RSP_COMPLETE)
+        return &unsupported;
+    return r;
+}
+
+/* ABORT TASK: the task the Referenced Task Tag names, on this LUN. An
+ * executing one drops its response and holds the TMF response until it
+ * completes; one still collecting data goes now. */
+static uint8_t tmf_abort_task(struct iscsi_conn *ic, struct iscsi_tmf_wait *w, const uint8_t *bhs,
+                              uint64_t lun)
+{
+    struct iscsi_session *s = ic->sess;
+    uint32_t rtt = be32_load(bhs + 20);
+    uint32_t cmdsn = be32_load(bhs + 24);
+    uint32_t refcmdsn = be32_load(bhs + 32);
+    struct iscsi_task *t = task_find(ic, rtt);
+    if (!t) {
+        /* RFC 7143 §11.5.1: a task never received whose CmdSN is in
+         * the window counts as received, and is done. */
+        bool never_received = iscsi_sn_lt(refcmdsn, cmdsn) && iscsi_sn_le(s->exp_cmd_sn, refcmdsn);
+        return never_received ? ISCSI_TMF_RSP_COMPLETE : ISCSI_TMF_RSP_NO_TASK;
+    }
+    if (t->lun != lun || t->replied)
+        return ISCSI_TMF_RSP_NO_TASK;
+    if (t->executing) {
+        t->aborted = true;
+        t->tmf = w;
+        w->remaining++;
+    } else if (!t->aborted) {
+        task_free(t);
+    }
+    return ISCSI_TMF_RSP_COMPLETE;
+}
+
 static bool task_matches_lun(const struct iscsi_task *t, uint64_t lun)
 {
     return t->lun == lun;
 }
 
-/* Task Management Function Request (RFC 7143 §11.5). */
-static int handle_tmf(struct iscsi_conn *ic, const uint8_t *bhs)
+/* Abort every task of the set (this LUN's, or all with whole_target) as
+ * ABORT TASK does; a task already held by another TMF stays with it. */
+static void tmf_abort_set_tasks(struct iscsi_conn *ic, struct iscsi_tmf_wait *w, bool whole_target,
+                                uint64_t lun)
+{
+    struct iscsi_task *t = ic->tasks, *next;
+    for (; t; t = next) {
+        next = t->next;
+        if (!whole_target && !task_matches_lun(t, lun))
+            continue;
+        if (t->aborted || t->replied)
+            continue;
+        if (t->executing) {
+            t->aborted = true;
+            if (!t->tmf) {
+                t->tmf = w;
+                w->remaining++;
+            }
+        } else {
+            task_free(t);
+        }
+    }
+}
+
+/* The functions over a task set (ABORT/CLEAR TASK SET, LUN and target
+ * resets): abort the tasks, then apply the rule's effect to the LU(s). */
+static uint8_t tmf_task_set(struct iscsi_conn *ic, struct iscsi_tmf_wait *w,
+                            const struct tmf_rule *rule, uint64_t lun)
 {
     struct iscsi_session *s = ic->sess;
+    bool whole_target = rule->scope == TMF_ALL_TASKS;
+    struct scsi_lu *lu = NULL;
+    if (!whole_target) {
+        lu = session_lookup_lu(s, lun);
+        if (!lu)
+            return ISCSI_TMF_RSP_NO_LUN;
+    }
+    tmf_abort_set_tasks(ic, w, whole_target, lun);
+    w->close_after = rule->close_after;
+    switch (rule->effect) {
+    case TMF_RESET_LU:
+        scsi_lu_reset(lu, &s->nexus);
+        tmf_wait_shared_reset(ic, w, lu);
+        break;
+    case TMF_ABORT_SET:
+        scsi_lu_abort_task_set(lu, &s->nexus);
+        break;
+    case TMF_RESET_TARGET:
+        for (size_t i = 0; s->view && i < s->view->n_luns; i++)
+            scsi_lu_target_reset(s->view->luns[i].lu, &s->nexus);
+        break;
+    case TMF_NO_EFFECT:
+        break;
+    }
+    return ISCSI_TMF_RSP_COMPLETE;
+}
+
+/* Task Management Function Request (RFC 7143 §11.5). The response goes
+ * out once every task the function waits for has completed. */
+static int handle_tmf(struct iscsi_conn *ic, const uint8_t *bhs)
+{
     uint8_t fn = bhs[1] & 0x7f;
-    uint32_t rtt = be32_load(bhs + 20);
-    uint32_t cmdsn = be32_load(bhs + 24);
-    uint32_t refcmdsn = be32_load(bhs + 32);
     uint64_t lun = scsi_lun_decode(bhs + 8);
     struct iscsi_tmf_wait *w = calloc(1, sizeof(*w));
     if (!w)
@@ -736,89 +917,17 @@ static int handle_tmf(struct iscsi_conn *ic, const uint8_t *bhs)
     w->bhs[1] = ISCSI_FLAG_FINAL;
     be32_store(w->bhs + 16, iscsi_bhs_itt(bhs));
     w->remaining = 1; /* ours; dropped at the end */
-    uint8_t response = ISCSI_TMF_RSP_COMPLETE;
 
-    if (s->info.discovery) {
+    const struct tmf_rule *rule = tmf_rule_of(fn);
+    uint8_t response;
+    if (ic->sess->info.discovery)
         response = ISCSI_TMF_RSP_REJECTED;
-        goto out;
-    }
-    switch (fn) {
-    case ISCSI_TMF_ABORT_TASK: {
-        struct iscsi_task *t = task_find(ic, rtt);
-        if (!t) {
-            /* RFC 7143 §11.5.1: a task never received whose CmdSN is in
-             * the window counts as received, and is done. */
-            bool never_received =
-                iscsi_sn_lt(refcmdsn, cmdsn) && iscsi_sn_le(s->exp_cmd_sn, refcmdsn);
-            if (!never_received)
-                response = ISCSI_TMF_RSP_NO_TASK;
-            break;
-        }
-        if (t->lun != lun || t->replied) {
-            response = ISCSI_TMF_RSP_NO_TASK;
-            break;
-        }
-        if (t->executing) {
-            t->aborted = true;
-            t->tmf = w;
-            w->remaining++;
-        } else if (!t->aborted) {
-            task_free(t);
-        }
-        break;
-    }
-    case ISCSI_TMF_ABORT_TASK_SET:
-    case ISCSI_TMF_CLEAR_TASK_SET:
-    case ISCSI_TMF_LUN_RESET:
-    case ISCSI_TMF_TARGET_WARM_RESET:
-    case ISCSI_TMF_TARGET_COLD_RESET: {
-        bool whole_target = fn == ISCSI_TMF_TARGET_WARM_RESET || fn == ISCSI_TMF_TARGET_COLD_RESET;
-        struct scsi_lu *lu = NULL;
-        if (!whole_target) {
-            lu = session_lookup_lu(s, lun);
-            if (!lu) {
-                response = ISCSI_TMF_RSP_NO_LUN;
-                break;
-            }
-        }
-        struct iscsi_task *t = ic->tasks, *next;
-        for (; t; t = next) {
-            next = t->next;
-            if (!whole_target && !task_matches_lun(t, lun))
-                continue;
-            if (t->aborted || t->replied)
-                continue;
-            if (t->executing) {
-                t->aborted = true;
-                if (!t->tmf) {
-                    t->tmf = w;
-                    w->remaining++;
-                }
-            } else {
-                task_free(t);
-            }
-        }
-        if (fn == ISCSI_TMF_LUN_RESET) {
-            scsi_lu_reset(lu, &s->nexus);
-            tmf_wait_shared_reset(ic, w, lu);
-        } else if (fn == ISCSI_TMF_ABORT_TASK_SET || fn == ISCSI_TMF_CLEAR_TASK_SET)
-            scsi_lu_abort_task_set(lu, &s->nexus);
-        else
-            for (size_t i = 0; s->view && i < s->view->n_luns; i++)
-                scsi_lu_target_reset(s->view->luns[i].lu, &s->nexus);
-        if (fn == ISCSI_TMF_TARGET_COLD_RESET)
-            w->close_after = true;
-        break;
-    }
-    case ISCSI_TMF_TASK_REASSIGN:
-        response = ISCSI_TMF_RSP_NO_REASSIGN;
-        break;
-    case ISCSI_TMF_CLEAR_ACA:
-    default:
-        response = ISCSI_TMF_RSP_NOT_SUPPORTED;
-        break;
-    }
-out:
+    else if (rule->scope == TMF_ONE_TASK)
+        response = tmf_abort_task(ic, w, bhs, lun);
+    else if (rule->scope != TMF_REFUSED)
+        response = tmf_task_set(ic, w, rule, lun);
+    else
+        response = rule->refusal;
     w->bhs[2] = response;
     log_info("%s: task management function %u on LUN %llu: response %u", ic->c->peer, fn,
              (unsigned long long)lun, response);

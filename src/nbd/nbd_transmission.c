@@ -341,20 +341,20 @@ static void send_hole(struct nbd_conn *nc, const struct nbd_request *rq, uint64_
     conn_send_copy(nc->c, b, sizeof(b));
 }
 
-/* Plan a structured read from the extents of its range: holes become
- * OFFSET_HOLE chunks, data is read in chunks of NBD_READ_CHUNK, each sent
- * as it completes; the last completion carries the DONE flag. */
-static void read_plan(struct nbd_req *r, const struct extent *ext, size_t n)
+/* A stretch of a structured read: data to read, or a hole to report. */
+struct read_range {
+    uint64_t off, len;
+    bool hole;
+};
+
+/* Coalesce the extents into ranges covering the whole request: what they
+ * do not describe is read as data. With DF (don't fragment) the reply must
+ * be one chunk, so a mix becomes one data range. Returns how many ranges
+ * were written to ranges[NBD_EXTENTS_MAX + 1]. */
+static size_t read_ranges(const struct nbd_request *rq, const struct extent *ext, size_t n, bool df,
+                          struct read_range *ranges)
 {
-    struct nbd_conn *nc = r->nc;
-    const struct nbd_request *rq = &r->rq;
     uint64_t end = rq->offset + rq->length;
-    bool df = rq->flags & NBD_CMD_FLAG_DF;
-    /* Coalesce into (offset, length, hole) ranges covering the request. */
-    struct range {
-        uint64_t off, len;
-        bool hole;
-    } ranges[NBD_EXTENTS_MAX + 1];
     size_t nr = 0;
     uint64_t pos = rq->offset;
     for (size_t i = 0; i < n && pos < end; i++) {
@@ -366,24 +366,72 @@ static void read_plan(struct nbd_req *r, const struct extent *ext, size_t n)
         if (nr && ranges[nr - 1].hole == hole)
             ranges[nr - 1].len += eend - eoff;
         else
-            ranges[nr++] = (struct range){eoff, eend - eoff, hole};
+            ranges[nr++] = (struct read_range){eoff, eend - eoff, hole};
         pos = eend;
     }
     if (pos < end) {
         if (nr && !ranges[nr - 1].hole)
             ranges[nr - 1].len += end - pos;
         else
-            ranges[nr++] = (struct range){pos, end - pos, false};
+            ranges[nr++] = (struct read_range){pos, end - pos, false};
     }
     if (df && nr > 1) {
         nr = 1;
-        ranges[0] = (struct range){rq->offset, rq->length, false};
+        ranges[0] = (struct read_range){rq->offset, rq->length, false};
     }
+    return nr;
+}
+
+/* How many reads the data ranges take: NBD_READ_CHUNK each, one per range
+ * with DF. */
+static unsigned read_sub_count(const struct read_range *ranges, size_t nr, bool df)
+{
     unsigned nsubs = 0;
     for (size_t i = 0; i < nr; i++)
         if (!ranges[i].hole)
             nsubs += df ? 1 : (unsigned)((ranges[i].len + NBD_READ_CHUNK - 1) / NBD_READ_CHUNK);
+    return nsubs;
+}
+
+/* Set up r->subs (read_sub_count of them) to read the data ranges into
+ * r->buf, each completing in sub_done. */
+static void read_subs_init(struct nbd_req *r, const struct read_range *ranges, size_t nr, bool df)
+{
+    unsigned k = 0;
+    for (size_t i = 0; i < nr; i++) {
+        if (ranges[i].hole)
+            continue;
+        uint64_t off = ranges[i].off, left = ranges[i].len;
+        while (left) {
+            uint64_t len = df ? left : MIN(left, NBD_READ_CHUNK);
+            struct nbd_sub *s = &r->subs[k++];
+            memset(&s->vr, 0, sizeof(s->vr));
+            s->req = r;
+            s->vr.op = VREQ_READ;
+            s->vr.offset = off;
+            s->vr.length = len;
+            s->vr.buf = (uint8_t *)r->buf + (off - r->rq.offset);
+            s->vr.owner = r->nc->c->reactor;
+            s->vr.done = sub_done;
+            off += len;
+            left -= len;
+        }
+    }
+}
+
+/* Plan a structured read from the extents of its range: holes become
+ * OFFSET_HOLE chunks, data is read in chunks of NBD_READ_CHUNK, each sent
+ * as it completes; the last completion carries the DONE flag. */
+static void read_plan(struct nbd_req *r, const struct extent *ext, size_t n)
+{
+    struct nbd_conn *nc = r->nc;
+    const struct nbd_request *rq = &r->rq;
+    bool df = rq->flags & NBD_CMD_FLAG_DF;
+    struct read_range ranges[NBD_EXTENTS_MAX + 1];
+    size_t nr = read_ranges(rq, ext, n, df, ranges);
+    unsigned nsubs = read_sub_count(ranges, nr, df);
     if (nsubs == 0) {
+        /* Only holes: the last hole chunk carries DONE. */
         for (size_t i = 0; i < nr; i++)
             send_hole(nc, rq, ranges[i].off, (uint32_t)ranges[i].len, i + 1 == nr);
         req_free(r);
@@ -410,26 +458,7 @@ static void read_plan(struct nbd_req *r, const struct extent *ext, size_t n)
     r->subs = subs_mem;
     r->subs_left = nsubs;
     r->pending = nsubs;
-    unsigned k = 0;
-    for (size_t i = 0; i < nr; i++) {
-        if (ranges[i].hole)
-            continue;
-        uint64_t off = ranges[i].off, left = ranges[i].len;
-        while (left) {
-            uint64_t len = df ? left : MIN(left, NBD_READ_CHUNK);
-            struct nbd_sub *s = &r->subs[k++];
-            memset(&s->vr, 0, sizeof(s->vr));
-            s->req = r;
-            s->vr.op = VREQ_READ;
-            s->vr.offset = off;
-            s->vr.length = len;
-            s->vr.buf = (uint8_t *)r->buf + (off - rq->offset);
-            s->vr.owner = nc->c->reactor;
-            s->vr.done = sub_done;
-            off += len;
-            left -= len;
-        }
-    }
+    read_subs_init(r, ranges, nr, df);
     /* Submit after every sub is initialised: completions may be inline. */
     struct volume *vol = nc->vol;
     for (unsigned i = 0; i < nsubs; i++)

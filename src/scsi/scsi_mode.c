@@ -142,95 +142,85 @@ static int act_swp(struct scsi_cmd *c, struct scsi_pr_change *ch, const void *ar
     return SCSI_PR_OK;
 }
 
-void scsi_run_mode_select(struct scsi_cmd *c)
+/* The mode parameter header and block descriptor (SPC-4 §7.5.5, §7.5.6):
+ * no medium type, at most one block descriptor, giving our block size. On
+ * success *pages is the offset of the first mode page. false: c failed. */
+static bool mode_select_check_header(struct scsi_cmd *c, bool ten, uint32_t plen, size_t *pages)
 {
     const struct scsi_lu *lu = c->lu;
-    bool ten = c->cdb[0] == 0x55;
-    uint32_t plen = ten ? be16_load(&c->cdb[7]) : c->cdb[4];
-    size_t hdr = ten ? 8 : 4;
-
-    if (c->cdb[1] & 0x01) {
-        /* SP: nothing can be saved */
-        scsi_fail_cdb(c, 1, 0);
-        scsi_complete(c);
-        return;
-    }
-    c->xfer_want = plen;
-    if (plen == 0) {
-        scsi_complete(c);
-        return;
-    }
-    if (plen > c->data_out_len || plen < hdr) {
-        scsi_fail_param_len(c);
-        scsi_complete(c);
-        return;
-    }
     const uint8_t *d = c->data_out;
+    size_t hdr = ten ? 8 : 4;
     size_t bdl = ten ? be16_load(d + 6) : d[3];
     bool longlba = ten && (d[4] & 0x01);
     if (d[ten ? 2 : 1] != 0) { /* medium type */
         scsi_fail_param(c, ten ? 2 : 1, -1);
-        scsi_complete(c);
-        return;
+        return false;
     }
     size_t bd_size = longlba ? 16 : 8;
     if (bdl % bd_size || bdl > bd_size || hdr + bdl > plen) {
         scsi_fail_param(c, ten ? 6 : 3, -1);
-        scsi_complete(c);
-        return;
+        return false;
     }
     if (bdl) {
         const uint8_t *bd = d + hdr;
         uint32_t blen = longlba ? be32_load(bd + 12) : (be32_load(bd + 4) & 0xffffff);
         if (blen != lu->block_size) {
             scsi_fail_param(c, (unsigned)(hdr + (longlba ? 12 : 5)), -1);
-            scsi_complete(c);
-            return;
+            return false;
         }
     }
-    size_t off = hdr + bdl;
-    while (off < plen) {
-        const uint8_t *p = d + off;
-        size_t avail = plen - off;
-        if (avail < 2) {
-            scsi_fail_param_len(c);
-            scsi_complete(c);
-            return;
-        }
-        bool spf = p[0] & 0x40;
-        size_t len = spf ? (avail >= 4 ? 4u + be16_load(p + 2) : avail + 1) : 2u + p[1];
-        if (len > avail) {
-            scsi_fail_param_len(c);
-            scsi_complete(c);
-            return;
-        }
-        uint8_t cur[64], chg[64];
-        size_t n = spf ? 0 : build_page(lu, p[0] & 0x3f, PC_CURRENT, cur);
-        build_page(lu, p[0] & 0x3f, PC_CHANGEABLE, chg);
-        if (!n || n != len) {
-            scsi_fail_param(c, (unsigned)off, 5);
-            scsi_complete(c);
-            return;
-        }
-        for (size_t i = 2; i < n; i++) {
-            if ((p[i] ^ cur[i]) & (uint8_t)~chg[i]) {
-                uint8_t diff = (p[i] ^ cur[i]) & (uint8_t)~chg[i];
-                int bit = 7;
-                while (bit > 0 && !(diff & (1u << bit)))
-                    bit--;
-                scsi_fail_param(c, (unsigned)(off + i), bit);
-                scsi_complete(c);
-                return;
-            }
-        }
-        off += len;
+    *pages = hdr + bdl;
+    return true;
+}
+
+/* The mode page at off: one we have, sent whole, differing from the
+ * current values only in changeable bits (else the first byte and bit that
+ * differ are reported). On success *len is its length. false: c failed. */
+static bool mode_select_check_page(struct scsi_cmd *c, size_t off, uint32_t plen, size_t *len)
+{
+    const struct scsi_lu *lu = c->lu;
+    const uint8_t *p = c->data_out + off;
+    size_t avail = plen - off;
+    if (avail < 2) {
+        scsi_fail_param_len(c);
+        return false;
     }
-    /* Everything checked: apply the changeable fields (the last control
-     * page sent wins). */
+    bool spf = p[0] & 0x40;
+    *len = spf ? (avail >= 4 ? 4u + be16_load(p + 2) : avail + 1) : 2u + p[1];
+    if (*len > avail) {
+        scsi_fail_param_len(c);
+        return false;
+    }
+    /* We have no subpages: an SPF page is never one of ours. */
+    uint8_t cur[64], chg[64];
+    size_t n = spf ? 0 : build_page(lu, p[0] & 0x3f, PC_CURRENT, cur);
+    build_page(lu, p[0] & 0x3f, PC_CHANGEABLE, chg);
+    if (!n || n != *len) {
+        scsi_fail_param(c, (unsigned)off, 5);
+        return false;
+    }
+    for (size_t i = 2; i < n; i++) {
+        uint8_t diff = (p[i] ^ cur[i]) & (uint8_t)~chg[i];
+        if (diff) {
+            int bit = 7;
+            while (bit > 0 && !(diff & (1u << bit)))
+                bit--;
+            scsi_fail_param(c, (unsigned)(off + i), bit);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Everything checked: apply the changeable fields (the last control page
+ * sent wins), then complete c, or let the shared update complete it. */
+static void mode_select_apply(struct scsi_cmd *c, size_t pages, uint32_t plen)
+{
+    const uint8_t *d = c->data_out;
     int swp = -1;
-    for (off = hdr + bdl; off < plen;) {
+    for (size_t off = pages; off < plen;) {
         const uint8_t *p = d + off;
-        size_t len = 2u + p[1];
+        size_t len = 2u + p[1]; /* checked: no SPF page got this far */
         if ((p[0] & 0x3f) == 0x0a)
             swp = (p[4] & 0x08) != 0;
         off += len;
@@ -249,4 +239,40 @@ void scsi_run_mode_select(struct scsi_cmd *c)
         pthread_mutex_unlock(&c->lu->mu);
     }
     scsi_complete(c);
+}
+
+void scsi_run_mode_select(struct scsi_cmd *c)
+{
+    bool ten = c->cdb[0] == 0x55;
+    uint32_t plen = ten ? be16_load(&c->cdb[7]) : c->cdb[4];
+    size_t hdr = ten ? 8 : 4, pages = 0, len = 0;
+
+    if (c->cdb[1] & 0x01) {
+        /* SP: nothing can be saved */
+        scsi_fail_cdb(c, 1, 0);
+        scsi_complete(c);
+        return;
+    }
+    c->xfer_want = plen;
+    if (plen == 0) {
+        scsi_complete(c);
+        return;
+    }
+    if (plen > c->data_out_len || plen < hdr) {
+        scsi_fail_param_len(c);
+        scsi_complete(c);
+        return;
+    }
+    if (!mode_select_check_header(c, ten, plen, &pages)) {
+        scsi_complete(c);
+        return;
+    }
+    /* Check every page before applying any: a list is taken whole or not. */
+    for (size_t off = pages; off < plen; off += len) {
+        if (!mode_select_check_page(c, off, plen, &len)) {
+            scsi_complete(c);
+            return;
+        }
+    }
+    mode_select_apply(c, pages, plen);
 }

@@ -69,15 +69,10 @@ static bool cscd_resolve(struct scsi_cmd *c, const uint8_t *p, unsigned ncscd, u
     return true;
 }
 
-/*
- * Validate the whole parameter list of plen bytes (plen ≥ HDR_LEN). On
- * success [*dmin, *dend) spans every destination block (empty: nothing to
- * write). Every failure fills c's sense.
- */
-static bool xcopy_check(struct scsi_cmd *c, const uint8_t *p, uint32_t plen, uint64_t *dmin,
-                        uint64_t *dend)
+/* The parameter list header (SPC-4 §6.4.3.1): LIST ID USAGE, and lengths
+ * that fit both our limits and the data sent. false: c failed. */
+static bool xcopy_check_header(struct scsi_cmd *c, const uint8_t *p, uint32_t plen)
 {
-    const struct scsi_lu *lu = c->lu;
     unsigned usage = (p[1] >> 3) & 0x03;
     uint32_t tlen = be16_load(p + 2);
     uint32_t slen = be32_load(p + 8);
@@ -106,37 +101,46 @@ static bool xcopy_check(struct scsi_cmd *c, const uint8_t *p, uint32_t plen, uin
         scsi_fail_param_len(c);
         return false;
     }
-    unsigned ncscd = tlen / CSCD_LEN;
-    if (ncscd > SCSI_XCOPY_MAX_CSCDS) {
+    if (tlen / CSCD_LEN > SCSI_XCOPY_MAX_CSCDS) {
         scsi_sense_fill(c, SK_ILLEGAL_REQUEST, 0x26, 0x06); /* TOO MANY TARGET DESCRIPTORS */
         return false;
     }
-    for (unsigned i = 0; i < ncscd; i++) {
-        unsigned off = HDR_LEN + i * CSCD_LEN;
-        const uint8_t *d = p + off;
-        if (d[0] != 0xe4) {
-            /* UNSUPPORTED TARGET DESCRIPTOR TYPE CODE */
-            scsi_sense_fill(c, SK_ILLEGAL_REQUEST, 0x26, 0x07);
-            return false;
-        }
-        /* Byte 1 bits 7-5 (LU ID TYPE, NUL) are obsolete in SPC-4: ignored. */
-        if ((d[1] & 0x1f) != 0) { /* PERIPHERAL DEVICE TYPE: block devices only */
-            scsi_fail_param(c, off + 1, 4);
-            return false;
-        }
-        if (d[7] > 20) { /* the designator field holds 20 bytes */
-            scsi_fail_param(c, off + 7, -1);
-            return false;
-        }
-        uint32_t dbl = ((uint32_t)d[29] << 16) | ((uint32_t)d[30] << 8) | d[31];
-        if (dbl != lu->block_size) {
-            scsi_fail_param(c, off + 29, -1);
-            return false;
-        }
-    }
+    return true;
+}
 
-    /* Segment descriptors: count them first (the limit), then check each. */
-    uint32_t sbeg = HDR_LEN + tlen, send = sbeg + slen;
+/* One CSCD descriptor at byte off: an identification descriptor for a
+ * block device of our block size (which LU it names is checked where a
+ * segment uses it, cscd_resolve). false: c failed. */
+static bool xcopy_check_cscd(struct scsi_cmd *c, const uint8_t *p, unsigned off)
+{
+    const uint8_t *d = p + off;
+    if (d[0] != 0xe4) {
+        /* UNSUPPORTED TARGET DESCRIPTOR TYPE CODE */
+        scsi_sense_fill(c, SK_ILLEGAL_REQUEST, 0x26, 0x07);
+        return false;
+    }
+    /* Byte 1 bits 7-5 (LU ID TYPE, NUL) are obsolete in SPC-4: ignored. */
+    if ((d[1] & 0x1f) != 0) { /* PERIPHERAL DEVICE TYPE: block devices only */
+        scsi_fail_param(c, off + 1, 4);
+        return false;
+    }
+    if (d[7] > 20) { /* the designator field holds 20 bytes */
+        scsi_fail_param(c, off + 7, -1);
+        return false;
+    }
+    uint32_t dbl = ((uint32_t)d[29] << 16) | ((uint32_t)d[30] << 8) | d[31];
+    if (dbl != c->lu->block_size) {
+        scsi_fail_param(c, off + 29, -1);
+        return false;
+    }
+    return true;
+}
+
+/* Count the segment descriptors in [sbeg, send) before checking any, so
+ * that too many is reported as such; each must fit in the list. false: c
+ * failed. */
+static bool xcopy_count_segments(struct scsi_cmd *c, const uint8_t *p, uint32_t sbeg, uint32_t send)
+{
     unsigned n = 0;
     for (uint32_t off = sbeg; off < send;) {
         if (send - off < 4) {
@@ -155,33 +159,68 @@ static bool xcopy_check(struct scsi_cmd *c, const uint8_t *p, uint32_t plen, uin
         scsi_sense_fill(c, SK_ILLEGAL_REQUEST, 0x26, 0x08); /* TOO MANY SEGMENT DESCRIPTORS */
         return false;
     }
-    uint64_t blocks = scsi_lu_blocks(lu);
+    return true;
+}
+
+/* One block→block segment descriptor at byte off: both CSCDs name this LU
+ * and both block ranges lie inside its blocks; [*dmin, *dend) grows to
+ * cover its destination. false: c failed. */
+static bool xcopy_check_segment(struct scsi_cmd *c, const uint8_t *p, unsigned ncscd, uint32_t off,
+                                uint64_t blocks, uint64_t *dmin, uint64_t *dend)
+{
+    const uint8_t *d = p + off;
+    if (d[0] != 0x02) {
+        /* UNSUPPORTED SEGMENT DESCRIPTOR TYPE CODE */
+        scsi_sense_fill(c, SK_ILLEGAL_REQUEST, 0x26, 0x09);
+        return false;
+    }
+    if (4u + be16_load(d + 2) != SEG_B2B_LEN) {
+        scsi_fail_param(c, off + 2, -1);
+        return false;
+    }
+    if (!cscd_resolve(c, p, ncscd, be16_load(d + 4), off) ||
+        !cscd_resolve(c, p, ncscd, be16_load(d + 6), off))
+        return false;
+    uint64_t nb = be16_load(d + 10), src = be64_load(d + 12), dst = be64_load(d + 20);
+    if (src > blocks || nb > blocks - src || dst > blocks || nb > blocks - dst) {
+        copy_aborted(c, 0x00, 0x00, off); /* the segment pointer names the culprit */
+        return false;
+    }
+    if (nb) {
+        *dmin = MIN(*dmin, dst);
+        *dend = MAX(*dend, dst + nb);
+    }
+    return true;
+}
+
+/*
+ * Validate the whole parameter list of plen bytes (plen ≥ HDR_LEN): the
+ * header, every CSCD descriptor, the segment count, every segment, in that
+ * order (the first failure is the one reported). On success [*dmin, *dend)
+ * spans every destination block (empty: nothing to write). Every failure
+ * fills c's sense.
+ */
+static bool xcopy_check(struct scsi_cmd *c, const uint8_t *p, uint32_t plen, uint64_t *dmin,
+                        uint64_t *dend)
+{
+    if (!xcopy_check_header(c, p, plen))
+        return false;
+    uint32_t tlen = be16_load(p + 2);
+    uint32_t slen = be32_load(p + 8);
+    unsigned ncscd = tlen / CSCD_LEN;
+    for (unsigned i = 0; i < ncscd; i++)
+        if (!xcopy_check_cscd(c, p, HDR_LEN + i * CSCD_LEN))
+            return false;
+    uint32_t sbeg = HDR_LEN + tlen, send = sbeg + slen;
+    if (!xcopy_count_segments(c, p, sbeg, send))
+        return false;
+    uint64_t blocks = scsi_lu_blocks(c->lu); /* one size for every segment */
     *dmin = UINT64_MAX;
     *dend = 0;
-    for (uint32_t off = sbeg; off < send; off += 4u + be16_load(p + off + 2)) {
-        const uint8_t *d = p + off;
-        if (d[0] != 0x02) {
-            /* UNSUPPORTED SEGMENT DESCRIPTOR TYPE CODE */
-            scsi_sense_fill(c, SK_ILLEGAL_REQUEST, 0x26, 0x09);
+    /* xcopy_count_segments showed every length fits. */
+    for (uint32_t off = sbeg; off < send; off += 4u + be16_load(p + off + 2))
+        if (!xcopy_check_segment(c, p, ncscd, off, blocks, dmin, dend))
             return false;
-        }
-        if (4u + be16_load(d + 2) != SEG_B2B_LEN) {
-            scsi_fail_param(c, off + 2, -1);
-            return false;
-        }
-        if (!cscd_resolve(c, p, ncscd, be16_load(d + 4), off) ||
-            !cscd_resolve(c, p, ncscd, be16_load(d + 6), off))
-            return false;
-        uint64_t nb = be16_load(d + 10), src = be64_load(d + 12), dst = be64_load(d + 20);
-        if (src > blocks || nb > blocks - src || dst > blocks || nb > blocks - dst) {
-            copy_aborted(c, 0x00, 0x00, off); /* the segment pointer names the culprit */
-            return false;
-        }
-        if (nb) {
-            *dmin = MIN(*dmin, dst);
-            *dend = MAX(*dend, dst + nb);
-        }
-    }
     return true;
 }
 

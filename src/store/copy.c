@@ -1,6 +1,7 @@
 /* Reflink or sparse copies of volume files; see copy.h for the contract. */
 #include "store/copy.h"
 #include "store/poolfs.h"
+#include "store/stage.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -206,31 +207,42 @@ static int punch(struct copier *c, uint64_t off, uint64_t len)
     return 0;
 }
 
+/* The source's next data range at or after pos, within c->size:
+ * [*dstart, *dend); *dstart == *dend == c->size when only a hole remains.
+ * A filesystem without SEEK_DATA has all of the rest as data. */
+static int next_data(struct copier *c, uint64_t pos, uint64_t *dstart, uint64_t *dend)
+{
+    off_t data = lseek(c->src, (off_t)pos, SEEK_DATA);
+    if (data < 0) {
+        if (errno == ENXIO) {
+            *dstart = *dend = c->size;
+            return 0;
+        }
+        if (errno != EINVAL)
+            return -errno;
+        *dstart = pos;
+        *dend = c->size;
+        return 0;
+    }
+    *dstart = (uint64_t)data < c->size ? (uint64_t)data : c->size;
+    off_t hole = lseek(c->src, (off_t)*dstart, SEEK_HOLE);
+    if (hole < 0 && errno != ENXIO)
+        return -errno;
+    *dend = hole < 0 || (uint64_t)hole > c->size ? c->size : (uint64_t)hole;
+    if (*dend <= *dstart)
+        *dend = c->size;
+    return 0;
+}
+
 static int copy_sparse(struct copier *c)
 {
     uint64_t pos = 0;
     report(c, 0);
     while (pos < c->size) {
-        off_t data = lseek(c->src, (off_t)pos, SEEK_DATA);
         uint64_t dstart, dend;
-        if (data < 0) {
-            if (errno == ENXIO) {
-                dstart = dend = c->size; /* only a hole remains */
-            } else if (errno == EINVAL) {
-                dstart = pos; /* no SEEK_DATA: treat everything as data */
-                dend = c->size;
-            } else {
-                return -errno;
-            }
-        } else {
-            dstart = (uint64_t)data < c->size ? (uint64_t)data : c->size;
-            off_t hole = lseek(c->src, (off_t)dstart, SEEK_HOLE);
-            if (hole < 0 && errno != ENXIO)
-                return -errno;
-            dend = hole < 0 || (uint64_t)hole > c->size ? c->size : (uint64_t)hole;
-            if (dend <= dstart)
-                dend = c->size;
-        }
+        int err = next_data(c, pos, &dstart, &dend);
+        if (err < 0)
+            return err;
         if (dstart > pos && c->in_place) {
             int rc = punch(c, pos, dstart - pos);
             if (rc < 0)
@@ -248,133 +260,59 @@ static int copy_sparse(struct copier *c)
     return 0;
 }
 
-/* ---- helpers ---- */
-
-static int dir_of(const char *path, char *out, size_t outlen, const char **base)
-{
-    const char *slash = strrchr(path, '/');
-    size_t n;
-    if (!slash) {
-        n = 1;
-        if (outlen < 2)
-            return -ENAMETOOLONG;
-        out[0] = '.';
-        *base = path;
-    } else {
-        n = slash == path ? 1 : (size_t)(slash - path);
-        if (n >= outlen)
-            return -ENAMETOOLONG;
-        memcpy(out, path, n);
-        *base = slash + 1;
-    }
-    out[n] = '\0';
-    return **base ? 0 : -EINVAL;
-}
-
 /* ---- public ---- */
+
+/* Fill sg's empty temporary with src's contents: a reflink where the
+ * filesystem can (remembered per device), else a sparse copy. *what names
+ * the step that failed. */
+static int clone_fill(struct store_stage *sg, unsigned flags, store_progress_fn progress, void *arg,
+                      bool *cloned, const char **what)
+{
+    struct stat dst_st;
+    struct copier c = {.src = sg->src_fd,
+                       .dst = sg->tmp_fd,
+                       .size = (uint64_t)sg->src_st.st_size,
+                       .use_copy_range = !(flags & STORE_COPY_NO_COPY_RANGE),
+                       .progress = progress,
+                       .arg = arg};
+
+    *what = "copy";
+    if (fstat(sg->tmp_fd, &dst_st) < 0)
+        return -errno;
+    if (!(flags & STORE_COPY_NO_REFLINK) &&
+        try_reflink(sg->src_fd, sg->tmp_fd, sg->src_st.st_dev, dst_st.st_dev) == 0) {
+        *cloned = true;
+        if (progress)
+            progress(c.size, c.size, arg);
+        return 0;
+    }
+    *what = "ftruncate";
+    if (ftruncate(sg->tmp_fd, (off_t)c.size) < 0)
+        return -errno;
+    *what = "sparse copy";
+    int rc = copy_sparse(&c);
+    free(c.buf);
+    return rc;
+}
 
 int store_clone_file_flags(const char *src, const char *dst, unsigned flags,
                            store_progress_fn progress, void *arg, bool *reflinked)
 {
+    struct store_stage sg;
+    const char *what;
+    bool cloned = false;
+
     if (reflinked)
         *reflinked = false;
-    char dir[4096], tmp[4096 + 64];
-    const char *base;
-    int rc = dir_of(dst, dir, sizeof(dir), &base);
+    int rc = store_stage_open(&sg, "copy", src, dst);
     if (rc < 0)
         return rc;
-    struct stat dst_exists;
-    if (poolfs_stat(dst, &dst_exists) == 0)
-        return -EEXIST;
-    int n = snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.XXXXXX", dir, base);
-    if (n < 0 || (size_t)n >= sizeof(tmp))
-        return -ENAMETOOLONG;
-
-    int sfd = poolfs_open(src, O_RDONLY, 0);
-    if (sfd < 0) {
-        rc = sfd;
-        log_error("store: copy: open %s: %s", src, strerror(-rc));
-        return rc;
-    }
-    struct stat sst, dst_st;
-    if (fstat(sfd, &sst) < 0) {
-        rc = -errno;
-        close(sfd);
-        return rc;
-    }
-    if (!S_ISREG(sst.st_mode)) {
-        log_error("store: copy: %s is not a regular file", src);
-        close(sfd);
-        return -EINVAL;
-    }
-    int dfd = poolfs_mkstemp(tmp, 0);
-    if (dfd < 0) {
-        rc = dfd;
-        log_error("store: copy: create temp in %s: %s", dir, strerror(-rc));
-        close(sfd);
-        return rc;
-    }
-    const char *what = "copy";
-    struct copier c = {.src = sfd,
-                       .dst = dfd,
-                       .size = (uint64_t)sst.st_size,
-                       .use_copy_range = !(flags & STORE_COPY_NO_COPY_RANGE),
-                       .progress = progress,
-                       .arg = arg};
-    bool cloned = false;
-    if (fstat(dfd, &dst_st) < 0) {
-        rc = -errno;
-        goto fail;
-    }
-    if (!(flags & STORE_COPY_NO_REFLINK) && try_reflink(sfd, dfd, sst.st_dev, dst_st.st_dev) == 0) {
-        cloned = true;
-        if (progress)
-            progress(c.size, c.size, arg);
-    } else {
-        what = "ftruncate";
-        if (ftruncate(dfd, (off_t)c.size) < 0) {
-            rc = -errno;
-            goto fail;
-        }
-        what = "sparse copy";
-        rc = copy_sparse(&c);
-        if (rc < 0)
-            goto fail;
-    }
-    what = "fchmod";
-    if (fchmod(dfd, sst.st_mode & 07777) < 0) {
-        rc = -errno;
-        goto fail;
-    }
-    what = "fsync";
-    if (fsync(dfd) < 0) {
-        rc = -errno;
-        goto fail;
-    }
-    what = "rename";
-    rc = poolfs_publish(tmp, dst);
+    rc = clone_fill(&sg, flags, progress, arg, &cloned, &what);
     if (rc < 0)
-        goto fail;
-    close(dfd);
-    close(sfd);
-    free(c.buf);
-    if (reflinked)
+        return store_stage_abort(&sg, what, rc);
+    rc = store_stage_publish(&sg);
+    if (rc == 0 && reflinked)
         *reflinked = cloned;
-    rc = poolfs_fsync_parent(dst);
-    if (rc < 0) {
-        /* The name may not survive a crash: report failure and leave
-         * nothing behind, so a retry starts clean. */
-        log_error("store: copy: fsync directory %s: %s", dir, strerror(-rc));
-        poolfs_unlink(dst);
-    }
-    return rc;
-
-fail:
-    log_error("store: copy %s → %s: %s: %s", src, dst, what, strerror(-rc));
-    close(dfd);
-    close(sfd);
-    poolfs_unlink(tmp);
-    free(c.buf);
     return rc;
 }
 
@@ -614,25 +552,9 @@ static int update_sparse(struct updater *u)
     report(c, 0);
     while (pos < c->size) {
         uint64_t dstart, dend;
-        off_t data = lseek(c->src, (off_t)pos, SEEK_DATA);
-        if (data < 0) {
-            if (errno == ENXIO) {
-                dstart = dend = c->size;
-            } else if (errno == EINVAL) {
-                dstart = pos;
-                dend = c->size;
-            } else {
-                return -errno;
-            }
-        } else {
-            dstart = (uint64_t)data < c->size ? (uint64_t)data : c->size;
-            off_t hole = lseek(c->src, (off_t)dstart, SEEK_HOLE);
-            if (hole < 0 && errno != ENXIO)
-                return -errno;
-            dend = hole < 0 || (uint64_t)hole > c->size ? c->size : (uint64_t)hole;
-            if (dend <= dstart)
-                dend = c->size;
-        }
+        int err = next_data(c, pos, &dstart, &dend);
+        if (err < 0)
+            return err;
         if (dstart > pos) { /* a hole in src: dst must read zeros there too */
             int has = dst_has_data(c->dst, pos, dstart - pos);
             if (has < 0)

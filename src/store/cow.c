@@ -149,10 +149,9 @@ static bool all_zero(const char *p, size_t n)
     return n == 0 || memcmp(p, zeros, n) == 0;
 }
 
-/* Capture chunk i's current origin data into buf and set its bit: from
- * here on writes may change it in the origin. copy_lock held (so no write
- * to the chunk runs meanwhile). Returns its length or -errno. */
-static ssize_t chunk_capture(struct store_cow *c, uint64_t i, char *buf)
+/* Read chunk i's origin data into buf (the last chunk may be short).
+ * Returns its length or -errno (c failed). */
+static ssize_t chunk_read(struct store_cow *c, uint64_t i, char *buf)
 {
     uint64_t off = i << c->chunk_shift;
     size_t len = (size_t)(c->size - off < c->chunk ? c->size - off : c->chunk);
@@ -161,8 +160,18 @@ static ssize_t chunk_capture(struct store_cow *c, uint64_t i, char *buf)
         fail(c, rc, "read of the volume", off);
         return rc;
     }
-    atomic_fetch_or_explicit(&c->bits[i >> 6], 1ull << (i & 63), memory_order_release);
     return (ssize_t)len;
+}
+
+/* Capture chunk i's current origin data into buf and set its bit: from
+ * here on writes may change it in the origin. copy_lock held (so no write
+ * to the chunk runs meanwhile). Returns its length or -errno. */
+static ssize_t chunk_capture(struct store_cow *c, uint64_t i, char *buf)
+{
+    ssize_t n = chunk_read(c, i, buf);
+    if (n >= 0)
+        atomic_fetch_or_explicit(&c->bits[i >> 6], 1ull << (i & 63), memory_order_release);
+    return n;
 }
 
 /* Write [p, p+n) at off. The copier's O_DIRECT writes need DIRECT_ALIGN
@@ -317,14 +326,7 @@ static void queue_drain(struct store_cow *c, bool stop)
  */
 static ssize_t chunk_read_unlocked(struct store_cow *c, uint64_t i, char *buf)
 {
-    uint64_t off = i << c->chunk_shift;
-    size_t len = (size_t)(c->size - off < c->chunk ? c->size - off : c->chunk);
-    int rc = c->origin->ops->read(c->origin, buf, len, off);
-    if (rc < 0) {
-        fail(c, rc, "read of the volume", off);
-        return rc;
-    }
-    return (ssize_t)len;
+    return chunk_read(c, i, buf);
 }
 
 /* true if chunk i was not captured yet and is now the copier's. */

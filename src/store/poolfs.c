@@ -509,21 +509,34 @@ static int same_root(const char *a, const char *b)
     return rc;
 }
 
-int poolfs_rename(const char *from, const char *to, unsigned flags)
+/* For an operation on two names in one pool (rename, link): both parent
+ * directories, opened without following symlinks. 0 or -errno (nothing
+ * left open). */
+static int parents_open(const char *from, const char *to, int *fdir, const char **fbase, int *tdir,
+                        const char **tbase)
 {
-    const char *fbase, *tbase;
-    int rc = same_root(from, to), fdir, tdir;
+    int rc = same_root(from, to);
 
     if (rc < 0)
         return rc;
-    fdir = parent_open(from, &fbase);
-    if (fdir < 0)
-        return fdir;
-    tdir = parent_open(to, &tbase);
-    if (tdir < 0) {
-        close(fdir);
-        return tdir;
+    *fdir = parent_open(from, fbase);
+    if (*fdir < 0)
+        return *fdir;
+    *tdir = parent_open(to, tbase);
+    if (*tdir < 0) {
+        close(*fdir);
+        return *tdir;
     }
+    return 0;
+}
+
+int poolfs_rename(const char *from, const char *to, unsigned flags)
+{
+    const char *fbase, *tbase;
+    int fdir, tdir, rc = parents_open(from, to, &fdir, &fbase, &tdir, &tbase);
+
+    if (rc < 0)
+        return rc;
     rc = renameat2(fdir, fbase, tdir, tbase, flags) < 0 ? -errno : 0;
     close(tdir);
     close(fdir);
@@ -533,18 +546,10 @@ int poolfs_rename(const char *from, const char *to, unsigned flags)
 int poolfs_link(const char *from, const char *to)
 {
     const char *fbase, *tbase;
-    int rc = same_root(from, to), fdir, tdir;
+    int fdir, tdir, rc = parents_open(from, to, &fdir, &fbase, &tdir, &tbase);
 
     if (rc < 0)
         return rc;
-    fdir = parent_open(from, &fbase);
-    if (fdir < 0)
-        return fdir;
-    tdir = parent_open(to, &tbase);
-    if (tdir < 0) {
-        close(fdir);
-        return tdir;
-    }
     /* linkat without AT_SYMLINK_FOLLOW links a symlink itself, never its
      * target. */
     rc = linkat(fdir, fbase, tdir, tbase, 0) < 0 ? -errno : 0;
@@ -673,12 +678,10 @@ static bool lexically_canonical(const char *p)
     return rel_check(p + 1) == 0;
 }
 
-int poolfs_root_check(const char *path, const char *state_dir, char *why, size_t whylen)
+/* A pool path is absolute, not too long and lexically canonical, so that
+ * the checks below compare strings that mean one directory. */
+static int root_check_syntax(const char *path, size_t len, char *why, size_t whylen)
 {
-    char probe[PATH_MAX], real[PATH_MAX], state[PATH_MAX], pools[PATH_MAX + 8];
-    struct statfs sf;
-    size_t len = strlen(path);
-
     if (path[0] != '/') {
         snprintf(why, whylen, "%s: a pool path must be absolute", path);
         return -EINVAL;
@@ -694,35 +697,50 @@ int poolfs_root_check(const char *path, const char *state_dir, char *why, size_t
                  path);
         return -EINVAL;
     }
-    bool in_state_pools = false;
+    return 0;
+}
 
-    if (state_dir && realpath(state_dir, state)) {
+/* A pool may not contain the daemon's state directory, nor be STATE/pools
+ * itself. *in_state_pools: path lies below STATE/pools (a default pool). */
+static int root_check_state_dir(const char *path, size_t len, const char *state_dir,
+                                bool *in_state_pools, char *why, size_t whylen)
+{
+    char state[PATH_MAX], pools[PATH_MAX + 8];
 
-        snprintf(pools, sizeof(pools), "%s/pools", state);
-        if (path_under(path, len, state)) {
-            snprintf(why, whylen, "%s contains the daemon's state directory %s", path, state);
-            return -EINVAL;
-        }
-        in_state_pools = path_under(pools, strlen(pools), path) && strcmp(path, pools) != 0;
-        /* A pool elsewhere inside the state directory cannot reach the
-         * DB (its files resolve beneath it); STATE/pools itself would
-         * hold the other pools. */
-        if (strcmp(path, pools) == 0) {
-            snprintf(why, whylen, "%s holds the default pools: use %s/NAME", path, pools);
-            return -EINVAL;
-        }
+    *in_state_pools = false;
+    if (!state_dir || !realpath(state_dir, state))
+        return 0;
+    snprintf(pools, sizeof(pools), "%s/pools", state);
+    if (path_under(path, len, state)) {
+        snprintf(why, whylen, "%s contains the daemon's state directory %s", path, state);
+        return -EINVAL;
     }
-    /* STATE/pools/NAME is where the operator put the state directory (a
-     * start-up choice), so it is not refused for lying in a system one. */
-    for (size_t i = 0; !in_state_pools && i < sizeof(system_dirs) / sizeof(system_dirs[0]); i++) {
+    *in_state_pools = path_under(pools, strlen(pools), path) && strcmp(path, pools) != 0;
+    /* A pool elsewhere inside the state directory cannot reach the
+     * DB (its files resolve beneath it); STATE/pools itself would
+     * hold the other pools. */
+    if (strcmp(path, pools) == 0) {
+        snprintf(why, whylen, "%s holds the default pools: use %s/NAME", path, pools);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+static int root_check_system_dirs(const char *path, char *why, size_t whylen)
+{
+    for (size_t i = 0; i < sizeof(system_dirs) / sizeof(system_dirs[0]); i++) {
         if (path_under(system_dirs[i], strlen(system_dirs[i]), path)) {
             snprintf(why, whylen, "%s is inside the system directory %s", path, system_dirs[i]);
             return -EINVAL;
         }
     }
-    /* The deepest existing ancestor (the path itself when it exists) must
-     * be reached without symlinks: realpath gives the same string back. */
-    memcpy(probe, path, len + 1);
+    return 0;
+}
+
+/* Cut probe back to its deepest existing ancestor (itself when it exists),
+ * which must be a directory and not a symbolic link. */
+static int root_existing_ancestor(char *probe, char *why, size_t whylen)
+{
     for (;;) {
         struct stat st;
 
@@ -735,7 +753,7 @@ int poolfs_root_check(const char *path, const char *state_dir, char *why, size_t
                 snprintf(why, whylen, "%s is not a directory", probe);
                 return -ENOTDIR;
             }
-            break;
+            return 0;
         }
         if (errno != ENOENT) {
             int e = errno;
@@ -749,6 +767,15 @@ int poolfs_root_check(const char *path, const char *state_dir, char *why, size_t
         else
             *slash = '\0';
     }
+}
+
+/* The ancestor was reached without symlinks (realpath gives the same
+ * string back) and lies on a filesystem that stores files. */
+static int root_check_ancestor(const char *probe, char *why, size_t whylen)
+{
+    char real[PATH_MAX];
+    struct statfs sf;
+
     if (!realpath(probe, real)) {
         int e = errno;
 
@@ -774,6 +801,28 @@ int poolfs_root_check(const char *path, const char *state_dir, char *why, size_t
         }
     }
     return 0;
+}
+
+int poolfs_root_check(const char *path, const char *state_dir, char *why, size_t whylen)
+{
+    char probe[PATH_MAX];
+    size_t len = strlen(path);
+    bool in_state_pools = false;
+
+    int rc = root_check_syntax(path, len, why, whylen);
+    if (rc == 0)
+        rc = root_check_state_dir(path, len, state_dir, &in_state_pools, why, whylen);
+    /* STATE/pools/NAME is where the operator put the state directory (a
+     * start-up choice), so it is not refused for lying in a system one. */
+    if (rc == 0 && !in_state_pools)
+        rc = root_check_system_dirs(path, why, whylen);
+    if (rc < 0)
+        return rc;
+    /* The deepest existing ancestor (the path itself when it exists) must
+     * be reached without symlinks. */
+    memcpy(probe, path, len + 1);
+    rc = root_existing_ancestor(probe, why, whylen);
+    return rc < 0 ? rc : root_check_ancestor(probe, why, whylen);
 }
 
 int poolfs_publish(const char *tmp, const char *dst)

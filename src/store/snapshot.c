@@ -16,6 +16,7 @@
 #include "core/util.h"
 #include "store/cow.h"
 #include "store/poolfs.h"
+#include "store/stage.h"
 
 #define PROGRESS_EVERY_NS 250000000ll
 
@@ -147,92 +148,41 @@ static int snapshot_reflink(struct volume *v, const char *dir, int sfd, int dfd,
     return rc;
 }
 
+/* Fill sg's empty temporary with the volume's contents at one instant: a
+ * reflink where the filesystem can, else copy-before-write. *what names
+ * the step that failed. */
+static int snapshot_fill(struct volume *v, struct store_stage *sg, unsigned flags, uint32_t chunk,
+                         store_progress_fn progress, void *arg, struct store_snapshot_stats *st,
+                         const char **what)
+{
+    int rc = 1;
+    if (!(flags & STORE_COPY_NO_REFLINK)) {
+        *what = "reflink";
+        rc = snapshot_reflink(v, sg->dir, sg->src_fd, sg->tmp_fd, st);
+        if (rc == 0 && progress)
+            progress(volume_size(v), volume_size(v), arg);
+    }
+    if (rc == 1)
+        rc = snapshot_cow(v, sg->tmp_fd, chunk, progress, arg, st, what);
+    return rc;
+}
+
 int store_snapshot_volume(struct volume *v, const char *src_path, const char *dst, unsigned flags,
                           uint32_t chunk, store_progress_fn progress, void *arg,
                           struct store_snapshot_stats *stats)
 {
     struct store_snapshot_stats st = {0};
-    char dir[4096], tmp[4096 + 64];
-    const char *slash = strrchr(dst, '/'), *what = "open";
-    struct stat sst;
-    int rc;
+    struct store_stage sg;
+    const char *what = "open";
 
     if (stats)
         *stats = st;
-    if (!slash || !slash[1] || (size_t)(slash - dst) >= sizeof(dir))
-        return -EINVAL;
-    if (slash == dst) {
-        dir[0] = '/';
-        dir[1] = '\0';
-    } else {
-        memcpy(dir, dst, (size_t)(slash - dst));
-        dir[slash - dst] = '\0';
-    }
-    struct stat dst_st;
-    if (poolfs_stat(dst, &dst_st) == 0)
-        return -EEXIST;
-    if (snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.XXXXXX", dir, slash + 1) >= (int)sizeof(tmp))
-        return -ENAMETOOLONG;
-    int sfd = poolfs_open(src_path, O_RDONLY, 0);
-    if (sfd < 0) {
-        rc = sfd;
-        log_error("store: snapshot: open %s: %s", src_path, strerror(-rc));
-        return rc;
-    }
-    if (fstat(sfd, &sst) < 0 || !S_ISREG(sst.st_mode)) {
-        rc = S_ISREG(sst.st_mode) ? -errno : -EINVAL;
-        log_error("store: snapshot: %s is not a regular file", src_path);
-        close(sfd);
-        return rc;
-    }
-    int dfd = poolfs_mkstemp(tmp, 0);
-    if (dfd < 0) {
-        rc = dfd;
-        log_error("store: snapshot: create temp in %s: %s", dir, strerror(-rc));
-        close(sfd);
-        return rc;
-    }
-    rc = 1;
-    if (!(flags & STORE_COPY_NO_REFLINK)) {
-        what = "reflink";
-        rc = snapshot_reflink(v, dir, sfd, dfd, &st);
-        if (rc == 0 && progress)
-            progress(volume_size(v), volume_size(v), arg);
-    }
-    if (rc == 1)
-        rc = snapshot_cow(v, dfd, chunk, progress, arg, &st, &what);
+    int rc = store_stage_open(&sg, "snapshot", src_path, dst);
     if (rc < 0)
-        goto fail;
-    what = "fchmod";
-    if (fchmod(dfd, sst.st_mode & 07777) < 0)
-        goto fail_errno;
-    what = "fsync";
-    if (fsync(dfd) < 0)
-        goto fail_errno;
-    what = "rename";
-    rc = poolfs_publish(tmp, dst);
-    if (rc < 0)
-        goto fail;
-    close(dfd);
-    close(sfd);
-    rc = poolfs_fsync_parent(dst);
-    if (rc < 0) {
-        log_error("store: snapshot: fsync directory %s: %s", dir, strerror(-rc));
-        poolfs_unlink(dst);
         return rc;
-    }
+    rc = snapshot_fill(v, &sg, flags, chunk, progress, arg, &st, &what);
+    rc = rc < 0 ? store_stage_abort(&sg, what, rc) : store_stage_publish(&sg);
     if (stats)
-        *stats = st;
-    return 0;
-
-fail_errno:
-    rc = -errno;
-fail:
-    log_error("store: snapshot %s → %s: %s: %s", src_path, dst, what, strerror(-rc));
-    close(dfd);
-    close(sfd);
-    poolfs_unlink(tmp);
-    if (stats)
-        *stats = st;
+        *stats = st; /* also on failure: how far it got */
     return rc;
 }
