@@ -48,7 +48,10 @@ wait_port() {
     exit 1
 }
 
-DISK=$TMP/disk.img
+# The file lives in a pool of blockd's (exports may only name files inside
+# a pool: docs/security.md); nbdkit and qemu-nbd serve the same file.
+mkdir -p "$TMP/pool"
+DISK=$TMP/pool/disk.img
 echo "preparing a ${SIZE_MB} MiB file..." >&2
 head -c $((SIZE_MB << 20)) /dev/urandom >"$DISK"
 cat "$DISK" >/dev/null
@@ -62,6 +65,7 @@ BLOCKD_PID=$!
 PIDS+=("$BLOCKD_PID")
 for _ in $(seq 1 200); do grep -q "blockd ready" "$TMP/blockd.log" 2>/dev/null && break; sleep 0.05; done
 bctl() { "$BLOCKCTL" --socket "$STATE/blockd.sock" "$@"; }
+bctl call pool.create "[{\"name\": \"bench\", \"path\": \"$TMP/pool\"}]" >/dev/null
 bctl share nbd create --path "$DISK" --name bench >/dev/null
 KP=$(port)
 nbdkit -f -p "$KP" -i 127.0.0.1 file "$DISK" 2>>"$TMP/peers.log" &

@@ -633,13 +633,21 @@ int api_set_thread_priority(const char *policy)
 
 static __thread int thread_bg_policy = -1; /* -1: not a background thread */
 static __thread int thread_bg_nice;
+static __thread int thread_base_nice; /* what the thread started with */
 
 void api_thread_background(void)
 {
     /* Both are per thread on Linux (PRIO_PROCESS with a thread id,
-     * sched_setscheduler with 0 = the calling thread). */
+     * sched_setscheduler with 0 = the calling thread). Niceness is relative
+     * to the thread's own (a daemon started under `nice -n 5` runs its API
+     * threads at 15 and boosts them back to 5, not to 0). */
     pid_t tid = (pid_t)syscall(SYS_gettid);
-    int nice = 0;
+    errno = 0;
+    int base = getpriority(PRIO_PROCESS, (id_t)tid);
+    if (base == -1 && errno)
+        base = 0;
+    thread_base_nice = base;
+    int nice = base;
     if (api_prio == API_PRIO_IDLE) {
         struct sched_param sp = {0};
         if (sched_setscheduler(0, SCHED_IDLE, &sp) == 0) {
@@ -649,11 +657,11 @@ void api_thread_background(void)
         log_debug("api: SCHED_IDLE on thread %d: %s; using nice 19", (int)tid, strerror(errno));
         nice = 19;
     } else if (api_prio == API_PRIO_LOW) {
-        nice = 10;
+        nice = base + 10 > 19 ? 19 : base + 10;
     }
-    if (nice > 0 && setpriority(PRIO_PROCESS, (id_t)tid, nice) < 0)
+    if (nice > base && setpriority(PRIO_PROCESS, (id_t)tid, nice) < 0)
         log_debug("api: setpriority(%d) on thread %d: %s", nice, (int)tid, strerror(errno));
-    else if (nice > 0) {
+    else if (nice > base) {
         thread_bg_policy = SCHED_OTHER;
         thread_bg_nice = nice;
     }
@@ -677,7 +685,7 @@ void api_thread_boost(void)
         if (sched_setscheduler(0, SCHED_OTHER, &sp) < 0)
             boost_failed();
     } else if (thread_bg_policy == SCHED_OTHER) {
-        if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 0) < 0)
+        if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), thread_base_nice) < 0)
             boost_failed();
     }
 }

@@ -194,7 +194,7 @@ json_t *api_query_hint(json_t *params, const char *field, const char **op);
  *           I/O threads leave; on an idle machine nothing changes, on a
  *           machine whose CPUs are busy with I/O, configuration changes
  *           wait instead of taking time from the data path.
- *   low     nice 10 (SCHED_OTHER).
+ *   low     10 above the thread's own nice value, at most 19 (SCHED_OTHER).
  *   normal  unchanged.
  * api_set_thread_priority: start-up only; 0 or -EINVAL.
  */
