@@ -20,6 +20,7 @@
 #include "api/api.h"
 #include "api/validate.h"
 #include "config/datasets.h"
+#include "config/pool_store.h"
 #include "store/names.h"
 #include "store/poolfs.h"
 #include "store/volume.h"
@@ -33,13 +34,6 @@ void ds_ops_lock(void);
 void ds_ops_unlock(void);
 
 enum ds_type { DS_FILESYSTEM = 0, DS_VOLUME = 1 };
-
-struct ds_pool {
-    int64_t id;
-    char name[NAME_DATASET_MAX + 1];
-    char path[PATH_MAX];
-    int64_t created;
-};
 
 struct ds_row {
     int64_t id;
@@ -68,7 +62,6 @@ struct ds_snap {
 };
 
 /* Queries; the caller holds db_lock(). 0, -ENOENT or -errno. */
-int ds_pool_get(const char *name, struct ds_pool *out);
 int ds_dataset_get(const char *name, struct ds_row *out);
 int ds_dataset_get_id(int64_t id, struct ds_row *out);
 int ds_snapshot_get(const char *dataset, const char *snap, struct ds_snap *out);
@@ -189,7 +182,6 @@ extern const size_t ds_promote_method_count;
 extern const char ds_schema_sql[];
 
 /* Build rows (for queries and create/update results). Locked by caller. */
-json_t *ds_pool_rows(void);
 json_t *ds_dataset_rows(void);
 json_t *ds_snapshot_rows(const char *only_dataset);
 /*
@@ -215,7 +207,6 @@ int ds_prefix_end(const char *prefix, char *buf, size_t len);
 /* The single row of a dataset / snapshot (NULL if absent). */
 json_t *ds_dataset_row(const char *name);
 json_t *ds_snapshot_row(const char *dataset, const char *snap);
-json_t *ds_pool_row(const char *name);
 /* Start-up, after db_open: redo rollbacks a crash interrupted and remove
  * the temporary files of interrupted copies. */
 void ds_rollback_recover(void);

@@ -100,29 +100,6 @@ static void copy_text(char *dst, size_t len, const unsigned char *src)
     snprintf(dst, len, "%s", src ? (const char *)src : "");
 }
 
-int ds_pool_get(const char *name, struct ds_pool *out)
-{
-    sqlite3_stmt *st;
-    int rc;
-
-    rc = db_stmt("SELECT id, name, path, created FROM pools WHERE name = ?", &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        out->id = sqlite3_column_int64(st, 0);
-        copy_text(out->name, sizeof(out->name), sqlite3_column_text(st, 1));
-        copy_text(out->path, sizeof(out->path), sqlite3_column_text(st, 2));
-        out->created = sqlite3_column_int64(st, 3);
-        rc = 0;
-    } else {
-        rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
-    }
-    db_stmt_done(st);
-    return rc;
-}
-
 #define DS_COLUMNS                                                                                 \
     "id, name, pool_id, type, volsize, volblocksize, sparse, sync, readonly, backend, "            \
     "latency_us, IFNULL(origin_id, 0), comments, created"
