@@ -21,6 +21,7 @@
 #include "api/validate.h"
 #include "config/datasets.h"
 #include "config/pool_store.h"
+#include "config/snapshot_store.h"
 #include "store/names.h"
 #include "store/poolfs.h"
 #include "store/volume.h"
@@ -52,20 +53,9 @@ struct ds_row {
     char comments[DS_COMMENTS_MAX + 1];
 };
 
-struct ds_snap {
-    int64_t id;
-    int64_t dataset_id;
-    char dataset[DS_NAME_BUF];
-    char name[NAME_DATASET_MAX + 1]; /* the part after '@' */
-    uint64_t volsize;
-    int64_t created;
-};
-
 /* Queries; the caller holds db_lock(). 0, -ENOENT or -errno. */
 int ds_dataset_get(const char *name, struct ds_row *out);
 int ds_dataset_get_id(int64_t id, struct ds_row *out);
-int ds_snapshot_get(const char *dataset, const char *snap, struct ds_snap *out);
-int ds_snapshot_get_id(int64_t id, struct ds_snap *out);
 /* Insert a dataset row; sets row->id. -EEXIST if the name is taken. */
 int ds_dataset_insert(struct ds_row *row);
 /* Insert a FILESYSTEM row for every missing ancestor of name (below the
@@ -183,17 +173,16 @@ extern const char ds_schema_sql[];
 
 /* Build rows (for queries and create/update results). Locked by caller. */
 json_t *ds_dataset_rows(void);
-json_t *ds_snapshot_rows(const char *only_dataset);
 /*
  * Query push-down: build only the rows a query's top-level filters can
  * match; the caller still runs api_query over them, so the answer is the
  * one the full rows would give. ds_dataset_rows_hinted narrows on
  * id/name "=", "in" (each dataset with its descendants, which its
- * children and used need) or "^"; ds_snapshot_rows_hinted on id/name and
- * dataset "=" / "in". Locked by caller.
+ * children and used need) or "^"; the snapshot rows (snapshots.c,
+ * through snapshot_store.h's keys) on id/name and dataset "=" / "in".
+ * Locked by caller.
  */
 json_t *ds_dataset_rows_hinted(json_t *params);
-json_t *ds_snapshot_rows_hinted(json_t *params);
 /* Off only in tests comparing the narrowed and full paths. */
 extern bool ds_query_pushdown;
 #define DS_HINT_MAX 512
@@ -204,9 +193,8 @@ json_t *ds_query_hint_names(json_t *params, const char *const *fields, size_t n)
 const char *ds_query_hint_prefix(json_t *params, const char *const *fields, size_t n);
 /* The least string above all those starting with prefix, into buf. */
 int ds_prefix_end(const char *prefix, char *buf, size_t len);
-/* The single row of a dataset / snapshot (NULL if absent). */
+/* The single row of a dataset (NULL if absent). */
 json_t *ds_dataset_row(const char *name);
-json_t *ds_snapshot_row(const char *dataset, const char *snap);
 /* Start-up, after db_open: redo rollbacks a crash interrupted and remove
  * the temporary files of interrupted copies. */
 void ds_rollback_recover(void);

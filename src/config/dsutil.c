@@ -164,53 +164,6 @@ int ds_dataset_get_id(int64_t id, struct ds_row *out)
     return ds_dataset_get_where("id = ?", NULL, id, out);
 }
 
-static int ds_snapshot_get_where(const char *where, const char *dataset, const char *snap,
-                                 int64_t id, struct ds_snap *out)
-{
-    char sql[256];
-    sqlite3_stmt *st;
-    int rc;
-
-    snprintf(sql, sizeof(sql),
-             "SELECT s.id, s.dataset_id, d.name, s.name, s.volsize, s.created"
-             " FROM snapshots s JOIN datasets d ON d.id = s.dataset_id WHERE %s",
-             where);
-    rc = db_stmt(sql, &st);
-    if (rc < 0)
-        return rc;
-    if (dataset) {
-        sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, snap, -1, SQLITE_STATIC);
-    } else {
-        sqlite3_bind_int64(st, 1, id);
-    }
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        memset(out, 0, sizeof(*out));
-        out->id = sqlite3_column_int64(st, 0);
-        out->dataset_id = sqlite3_column_int64(st, 1);
-        copy_text(out->dataset, sizeof(out->dataset), sqlite3_column_text(st, 2));
-        copy_text(out->name, sizeof(out->name), sqlite3_column_text(st, 3));
-        out->volsize = (uint64_t)sqlite3_column_int64(st, 4);
-        out->created = sqlite3_column_int64(st, 5);
-        rc = 0;
-    } else {
-        rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
-    }
-    db_stmt_done(st);
-    return rc;
-}
-
-int ds_snapshot_get(const char *dataset, const char *snap, struct ds_snap *out)
-{
-    return ds_snapshot_get_where("d.name = ? AND s.name = ?", dataset, snap, 0, out);
-}
-
-int ds_snapshot_get_id(int64_t id, struct ds_snap *out)
-{
-    return ds_snapshot_get_where("s.id = ?", NULL, NULL, id, out);
-}
-
 static int64_t now_ms(void)
 {
     struct timespec ts;
