@@ -19,6 +19,7 @@
 
 #include "api/api.h"
 #include "api/validate.h"
+#include "config/dataset_store.h"
 #include "config/datasets.h"
 #include "config/pool_store.h"
 #include "config/snapshot_store.h"
@@ -26,38 +27,11 @@
 #include "store/poolfs.h"
 #include "store/volume.h"
 
-#define DS_NAME_BUF (NAME_DATASET_MAX + 1)
-#define DS_COMMENTS_MAX 1024
-
 extern char ds_state_dir[PATH_MAX];
 
 void ds_ops_lock(void);
 void ds_ops_unlock(void);
 
-enum ds_type { DS_FILESYSTEM = 0, DS_VOLUME = 1 };
-
-struct ds_row {
-    int64_t id;
-    char name[DS_NAME_BUF];
-    int64_t pool_id;
-    enum ds_type type;
-    uint64_t volsize;
-    uint32_t volblocksize;
-    bool sparse;
-    enum volume_sync sync;
-    bool readonly;
-    bool memory; /* backend "memory" */
-    uint32_t latency_us;
-    int64_t origin_id; /* snapshot this dataset was cloned from, 0 if none */
-    int64_t created;
-    char comments[DS_COMMENTS_MAX + 1];
-};
-
-/* Queries; the caller holds db_lock(). 0, -ENOENT or -errno. */
-int ds_dataset_get(const char *name, struct ds_row *out);
-int ds_dataset_get_id(int64_t id, struct ds_row *out);
-/* Insert a dataset row; sets row->id. -EEXIST if the name is taken. */
-int ds_dataset_insert(struct ds_row *row);
 /* Insert a FILESYSTEM row for every missing ancestor of name (below the
  * pool root) and create its directory. Fails -ENOTDIR if an ancestor is a
  * volume. Locked by caller inside a transaction. */

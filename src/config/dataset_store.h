@@ -1,0 +1,87 @@
+/*
+ * The stored datasets (table datasets, and the read of their
+ * dataset_props rows a query row shows): struct ds_row and the SQL
+ * behind it (issue #14). The query rows of pool.dataset.* (dsrows.c) are
+ * encoded from struct ds_row_view, which this store walks; the
+ * properties' own table and inheritance are dsprops.h's.
+ *
+ * Every function runs with the DB lock held (config/db.h db_lock, or
+ * inside a struct cfg_tx, config/cfgtx.h); writes join the caller's
+ * transaction. Any API/worker thread.
+ */
+#ifndef BLOCKD_CONFIG_DATASET_STORE_H
+#define BLOCKD_CONFIG_DATASET_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/pool_store.h"
+#include "store/names.h"
+#include "store/volume.h"
+
+#define DS_NAME_BUF (NAME_DATASET_MAX + 1)
+#define DS_COMMENTS_MAX 1024
+
+enum ds_type { DS_FILESYSTEM = 0, DS_VOLUME = 1 };
+
+/* A dataset as stored. */
+struct ds_row {
+    int64_t id;
+    char name[DS_NAME_BUF];
+    int64_t pool_id;
+    enum ds_type type;
+    uint64_t volsize;
+    uint32_t volblocksize;
+    bool sparse;
+    enum volume_sync sync;
+    bool readonly;
+    bool memory; /* backend "memory" */
+    uint32_t latency_us;
+    int64_t origin_id; /* snapshot this dataset was cloned from, 0 if none */
+    int64_t created;
+    char comments[DS_COMMENTS_MAX + 1];
+};
+
+/* Dataset name / id into *out. 0, -ENOENT or -errno. */
+int ds_dataset_get(const char *name, struct ds_row *out);
+int ds_dataset_get_id(int64_t id, struct ds_row *out);
+/* Insert a dataset row (created now when 0, and the sync / readonly it
+ * does not inherit as its own properties); sets row->id. 0, -EEXIST if
+ * the name is taken, or -errno. */
+int ds_dataset_insert(struct ds_row *row);
+
+/* A dataset as its query row shows it: the record, its pool (id, name,
+ * path), its number of snapshots and its origin ("pool/vol@snap", ""
+ * when none). Valid during the callback that receives it. */
+struct ds_row_view {
+    struct ds_row row;
+    struct ds_pool pool;
+    int64_t snapshot_count;
+    const char *origin;
+};
+
+/* What a walk is narrowed to: every dataset; the subtrees (each dataset
+ * with its descendants) of names[0..n) (n 0: none); or the names in
+ * [lo, hi). A row's children and used come from its descendants, so
+ * every kind takes in the descendants of what it takes in. Borrowed. */
+enum ds_row_keys_kind { DS_KEYS_ALL, DS_KEYS_SUBTREES, DS_KEYS_RANGE };
+struct ds_row_keys {
+    enum ds_row_keys_kind kind;
+    const char *const *names;
+    size_t n;
+    const char *lo, *hi;
+};
+/*
+ * fn for each dataset keys selects, in name order with '/' sorting
+ * lowest (a dataset's descendants follow it, contiguous). A nonzero
+ * return of fn stops the walk and is returned. 0 or -errno.
+ */
+int ds_dataset_each(const struct ds_row_keys *keys,
+                    int (*fn)(const struct ds_row_view *v, void *arg), void *arg);
+/* fn(name, value) for each dataset_props row of dataset id, by name. 0
+ * or -errno. */
+int ds_dataset_props_each(int64_t id, void (*fn)(const char *name, const char *value, void *arg),
+                          void *arg);
+
+#endif
