@@ -254,3 +254,131 @@ int ds_dataset_props_each(int64_t id, void (*fn)(const char *name, const char *v
     db_stmt_done(st);
     return 0;
 }
+
+/* One statement with the int64 bind ?1 and no result rows. 0 or -errno. */
+static int run_id(const char *sql, int64_t id)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt(sql, &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
+}
+
+int ds_dataset_update_size(int64_t id, uint64_t volsize, const char *comments)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt("UPDATE datasets SET volsize = ?, comments = ? WHERE id = ?", &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)volsize);
+    sqlite3_bind_text(st, 2, comments, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, id);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
+}
+
+int ds_dataset_delete(int64_t id, bool with_snapshots)
+{
+    int rc = with_snapshots ? run_id("DELETE FROM snapshots WHERE dataset_id = ?", id) : 0;
+
+    if (rc == 0)
+        rc = run_id("DELETE FROM dataset_props WHERE dataset_id = ?", id);
+    if (rc == 0)
+        rc = run_id("DELETE FROM datasets WHERE id = ?", id);
+    return rc;
+}
+
+int ds_dataset_each_in_subtree(const char *name,
+                               int (*fn)(const char *name, int64_t id, bool is_volume, void *arg),
+                               void *arg)
+{
+    sqlite3_stmt *st;
+    int step = SQLITE_DONE, rc;
+
+    /* Descending on the '/'-lowest key: children before their parent. */
+    rc = db_stmt("SELECT name, id, type FROM datasets WHERE name = ?1 OR"
+                 " substr(name, 1, length(?1) + 1) = ?1 || '/'"
+                 " ORDER BY replace(name, '/', char(1)) DESC",
+                 &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *type = (const char *)sqlite3_column_text(st, 2);
+
+        rc = fn((const char *)sqlite3_column_text(st, 0), sqlite3_column_int64(st, 1),
+                type && strcmp(type, "VOLUME") == 0, arg);
+    }
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = -db_errno();
+    db_stmt_done(st);
+    return rc;
+}
+
+int ds_dataset_outside_clone(const char *name, char *clone, size_t clen, char *origin, size_t olen)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    rc = db_stmt("SELECT c.name, od.name || '@' || os.name FROM datasets c"
+                 " JOIN snapshots os ON os.id = c.origin_id"
+                 " JOIN datasets od ON od.id = os.dataset_id"
+                 " WHERE (od.name = ?1 OR substr(od.name, 1, length(?1) + 1) = ?1 || '/')"
+                 " AND NOT (c.name = ?1 OR substr(c.name, 1, length(?1) + 1) = ?1 || '/')"
+                 " LIMIT 1",
+                 &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        copy_text(clone, clen, sqlite3_column_text(st, 0));
+        copy_text(origin, olen, sqlite3_column_text(st, 1));
+        rc = 1;
+    } else {
+        rc = rc == SQLITE_DONE ? 0 : -db_errno();
+    }
+    db_stmt_done(st);
+    return rc;
+}
+
+int ds_prop_set(int64_t dataset_id, const char *name, const char *value)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    rc = db_stmt(value ? "INSERT INTO dataset_props (dataset_id, name, value) VALUES (?, ?, ?)"
+                         " ON CONFLICT (dataset_id, name) DO UPDATE SET value = excluded.value"
+                       : "DELETE FROM dataset_props WHERE dataset_id = ? AND name = ?",
+                 &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, dataset_id);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    if (value)
+        sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
+}
+
+int ds_clear_user_props(int64_t dataset_id)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    rc = db_stmt("DELETE FROM dataset_props WHERE dataset_id = ? AND instr(name, ':') > 0", &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, dataset_id);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
+}

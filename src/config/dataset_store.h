@@ -51,6 +51,32 @@ int ds_dataset_get_id(int64_t id, struct ds_row *out);
  * the name is taken, or -errno. */
 int ds_dataset_insert(struct ds_row *row);
 
+/* Set dataset id's volsize and comments. 0 or -errno. */
+int ds_dataset_update_size(int64_t id, uint64_t volsize, const char *comments);
+/* Delete dataset id's row and its dataset_props rows; with_snapshots:
+ * its snapshots' rows first. 0 or -errno. */
+int ds_dataset_delete(int64_t id, bool with_snapshots);
+/* dataset_props rows: "managedby", user properties ("ns:name", always
+ * with a ':') and the local values of the ZFS properties of dsprops.h
+ * (by ZFS name, raw value). value NULL removes. Inside a transaction.
+ * 0 or -errno. */
+int ds_prop_set(int64_t dataset_id, const char *name, const char *value);
+/* Remove every user property ("ns:name") of a dataset. Inside a
+ * transaction. 0 or -errno. */
+int ds_clear_user_props(int64_t dataset_id);
+/*
+ * fn(name, id, is_volume) for dataset name and each of its descendants,
+ * deepest first (a child before its parent). A nonzero return of fn
+ * stops the walk and is returned. 0 or -errno.
+ */
+int ds_dataset_each_in_subtree(const char *name,
+                               int (*fn)(const char *name, int64_t id, bool is_volume, void *arg),
+                               void *arg);
+/* A dataset outside name's subtree cloned from a snapshot inside it: 1
+ * with its name in clone and the snapshot ("dataset@snap") in origin, 0
+ * when there is none, or -errno. */
+int ds_dataset_outside_clone(const char *name, char *clone, size_t clen, char *origin, size_t olen);
+
 /* A dataset as its query row shows it: the record, its pool (id, name,
  * path), its number of snapshots and its origin ("pool/vol@snap", ""
  * when none). Valid during the callback that receives it. */

@@ -59,19 +59,11 @@ uint32_t ds_volblocksize_parse(const char *s);
  * Caller holds db_lock(). */
 int ds_check_new_name(struct api_call *call, const char *field, json_t *jname,
                       struct ds_pool *pool);
-/* dataset_props rows: "managedby", user properties ("ns:name", always
- * with a ':') and the local values of the ZFS properties of dsprops.h
- * (by ZFS name, raw value). value NULL removes. Locked by caller, inside a
- * transaction. */
-int ds_prop_set(int64_t dataset_id, const char *name, const char *value);
 /* Semantic checks of a validated user_properties (create) or
  * user_properties_update (update) list; field errors added on call. */
 int ds_check_user_props(struct api_call *call, const char *field, json_t *list, bool update);
 /* Apply such a list ({key, value} sets, {key, remove: true} removes). */
 int ds_apply_user_props(int64_t dataset_id, json_t *list);
-/* Remove every user property ("ns:name") of a dataset. Locked by caller,
- * inside a transaction. */
-int ds_clear_user_props(int64_t dataset_id);
 #define DS_USER_PROP_VALUE_MAX 8192
 #define DS_USER_PROP_KEY_MAX 256
 

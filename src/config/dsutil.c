@@ -254,26 +254,6 @@ int ds_get_instance(struct api_call *call, json_t *params, json_t *rows, json_t 
     return api_error(call, ENOENT, "Object with this id does not exist");
 }
 
-int ds_prop_set(int64_t dataset_id, const char *name, const char *value)
-{
-    sqlite3_stmt *st;
-    int rc;
-
-    rc = db_stmt(value ? "INSERT INTO dataset_props (dataset_id, name, value) VALUES (?, ?, ?)"
-                         " ON CONFLICT (dataset_id, name) DO UPDATE SET value = excluded.value"
-                       : "DELETE FROM dataset_props WHERE dataset_id = ? AND name = ?",
-                 &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, dataset_id);
-    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-    if (value)
-        sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
-}
-
 int ds_check_user_props(struct api_call *call, const char *field, json_t *list, bool update)
 {
     json_t *item;
@@ -318,18 +298,4 @@ int ds_apply_user_props(int64_t dataset_id, json_t *list)
             return rc;
     }
     return 0;
-}
-
-int ds_clear_user_props(int64_t dataset_id)
-{
-    sqlite3_stmt *st;
-    int rc;
-
-    rc = db_stmt("DELETE FROM dataset_props WHERE dataset_id = ? AND instr(name, ':') > 0", &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, dataset_id);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
 }

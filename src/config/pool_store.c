@@ -25,14 +25,15 @@ static void pool_decode_row(sqlite3_stmt *st, struct ds_pool *out)
     out->created = sqlite3_column_int64(st, 3);
 }
 
-int ds_pool_get(const char *name, struct ds_pool *out)
+/* The one pool whose column (a literal: "name" or "path") is value. */
+static int pool_get_where(const char *sql, const char *value, struct ds_pool *out)
 {
     sqlite3_stmt *st;
-    int rc = db_stmt(POOL_SELECT " WHERE name = ?", &st);
+    int rc = db_stmt(sql, &st);
 
     if (rc < 0)
         return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 1, value, -1, SQLITE_STATIC);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         pool_decode_row(st, out);
@@ -42,6 +43,16 @@ int ds_pool_get(const char *name, struct ds_pool *out)
     }
     db_stmt_done(st);
     return rc;
+}
+
+int ds_pool_get(const char *name, struct ds_pool *out)
+{
+    return pool_get_where(POOL_SELECT " WHERE name = ?", name, out);
+}
+
+int ds_pool_get_by_path(const char *path, struct ds_pool *out)
+{
+    return pool_get_where(POOL_SELECT " WHERE path = ?", path, out);
 }
 
 int ds_pool_list(bool by_name, struct ds_pool **out, size_t *n)

@@ -38,6 +38,9 @@ struct ds_pool {
 
 /* The pool called name into *out. 0, -ENOENT or -errno. */
 int ds_pool_get(const char *name, struct ds_pool *out);
+/* The pool whose directory (or "rbd:..." locator) is path into *out. 0,
+ * -ENOENT or -errno. */
+int ds_pool_get_by_path(const char *path, struct ds_pool *out);
 /* Every pool, ordered by id (by_name false) or by name: a new array in
  * *out (free(); NULL when none) of *n pools. 0, -ENOMEM or -errno. */
 int ds_pool_list(bool by_name, struct ds_pool **out, size_t *n);

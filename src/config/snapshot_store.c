@@ -196,6 +196,27 @@ int ds_snapshot_each_newer(int64_t dataset_id, int64_t after_id,
     return rc;
 }
 
+int ds_snapshot_each_in_subtree(const char *name,
+                                int (*fn)(const char *full, int64_t id, void *arg), void *arg)
+{
+    sqlite3_stmt *st;
+    int step = SQLITE_DONE,
+        rc = db_stmt("SELECT d.name || '@' || s.name, s.id FROM snapshots s JOIN datasets d"
+                     " ON d.id = s.dataset_id WHERE d.name = ?1 OR"
+                     " substr(d.name, 1, length(?1) + 1) = ?1 || '/'",
+                     &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW)
+        rc = fn((const char *)sqlite3_column_text(st, 0), sqlite3_column_int64(st, 1), arg);
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = -db_errno();
+    db_stmt_done(st);
+    return rc;
+}
+
 int ds_snapshot_first_clone(int64_t id, char *name, size_t len)
 {
     sqlite3_stmt *st;

@@ -78,6 +78,10 @@ int ds_snapshot_each(const struct ds_snap_keys *keys,
 int ds_snapshot_each_newer(int64_t dataset_id, int64_t after_id,
                            int (*fn)(const struct ds_snap *s, const char *clone, void *arg),
                            void *arg);
+/* fn("dataset@snap", id) for each snapshot of dataset name and of its
+ * descendants. As ds_snapshot_each. */
+int ds_snapshot_each_in_subtree(const char *name,
+                                int (*fn)(const char *full, int64_t id, void *arg), void *arg);
 /* The first (by name) dataset cloned from snapshot id into name. 0,
  * -ENOENT (none) or -errno. */
 int ds_snapshot_first_clone(int64_t id, char *name, size_t len);
