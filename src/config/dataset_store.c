@@ -284,6 +284,23 @@ int ds_dataset_update_size(int64_t id, uint64_t volsize, const char *comments)
     return rc;
 }
 
+int ds_dataset_set_origin(int64_t id, int64_t origin_id)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt(origin_id ? "UPDATE datasets SET origin_id = ?2 WHERE id = ?1"
+                               : "UPDATE datasets SET origin_id = NULL WHERE id = ?1",
+                     &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    if (origin_id)
+        sqlite3_bind_int64(st, 2, origin_id);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
+}
+
 int ds_dataset_delete(int64_t id, bool with_snapshots)
 {
     int rc = with_snapshots ? run_id("DELETE FROM snapshots WHERE dataset_id = ?", id) : 0;

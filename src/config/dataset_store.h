@@ -53,6 +53,9 @@ int ds_dataset_insert(struct ds_row *row);
 
 /* Set dataset id's volsize and comments. 0 or -errno. */
 int ds_dataset_update_size(int64_t id, uint64_t volsize, const char *comments);
+/* Set dataset id's origin: the snapshot it is a clone of (0: none). 0
+ * or -errno. */
+int ds_dataset_set_origin(int64_t id, int64_t origin_id);
 /* Delete dataset id's row and its dataset_props rows; with_snapshots:
  * its snapshots' rows first. 0 or -errno. */
 int ds_dataset_delete(int64_t id, bool with_snapshots);

@@ -217,6 +217,32 @@ int ds_snapshot_each_in_subtree(const char *name,
     return rc;
 }
 
+int ds_snapshot_each_upto(int64_t dataset_id, int64_t upto_id,
+                          int (*fn)(const struct ds_snap *s, void *arg), void *arg)
+{
+    sqlite3_stmt *st;
+    struct ds_snap s;
+    int step = SQLITE_DONE, rc = db_stmt("SELECT id, name FROM snapshots WHERE dataset_id = ? AND "
+                                         "id <= ? ORDER BY id",
+                                         &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, dataset_id);
+    sqlite3_bind_int64(st, 2, upto_id);
+    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        memset(&s, 0, sizeof(s));
+        s.id = sqlite3_column_int64(st, 0);
+        s.dataset_id = dataset_id;
+        copy_text(s.name, sizeof(s.name), sqlite3_column_text(st, 1));
+        rc = fn(&s, arg);
+    }
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = -db_errno();
+    db_stmt_done(st);
+    return rc;
+}
+
 int ds_snapshot_first_clone(int64_t id, char *name, size_t len)
 {
     sqlite3_stmt *st;
@@ -255,6 +281,14 @@ int ds_snapshot_insert(struct ds_snap *s)
 int ds_snapshot_delete(int64_t id)
 {
     return run_ints("DELETE FROM snapshots WHERE id = ?", 1, &id);
+}
+
+int ds_snapshot_move(int64_t from, int64_t to, int64_t upto_id)
+{
+    const int64_t v[] = {to, from, upto_id};
+
+    return run_ints("UPDATE snapshots SET dataset_id = ?1 WHERE dataset_id = ?2 AND id <= ?3", 3,
+                    v);
 }
 
 int ds_snapshot_rollback_mark(int64_t dataset_id, int64_t snap_id)

@@ -82,6 +82,11 @@ int ds_snapshot_each_newer(int64_t dataset_id, int64_t after_id,
  * descendants. As ds_snapshot_each. */
 int ds_snapshot_each_in_subtree(const char *name,
                                 int (*fn)(const char *full, int64_t id, void *arg), void *arg);
+/* fn for each snapshot of dataset_id up to and including upto_id, in
+ * the order they were taken (id, dataset_id and name set). As
+ * ds_snapshot_each. */
+int ds_snapshot_each_upto(int64_t dataset_id, int64_t upto_id,
+                          int (*fn)(const struct ds_snap *s, void *arg), void *arg);
 /* The first (by name) dataset cloned from snapshot id into name. 0,
  * -ENOENT (none) or -errno. */
 int ds_snapshot_first_clone(int64_t id, char *name, size_t len);
@@ -91,6 +96,9 @@ int ds_snapshot_first_clone(int64_t id, char *name, size_t len);
 int ds_snapshot_insert(struct ds_snap *s);
 /* Delete snapshot id's row. 0 or -errno. */
 int ds_snapshot_delete(int64_t id);
+/* The snapshots of dataset from up to and including upto_id become
+ * dataset to's (a promote). 0 or -errno. */
+int ds_snapshot_move(int64_t from, int64_t to, int64_t upto_id);
 
 /*
  * A rollback's mark on its volume: set (snapshot snap_id is being copied
