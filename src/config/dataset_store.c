@@ -339,6 +339,40 @@ int ds_dataset_each_in_subtree(const char *name,
     return rc;
 }
 
+int ds_dataset_rename_subtree(const char *old_name, const char *new_name)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt("UPDATE datasets SET name = ?2 || substr(name, length(?1) + 1)"
+                     " WHERE name = ?1 OR substr(name, 1, length(?1) + 1) = ?1 || '/'",
+                     &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, old_name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, new_name, -1, SQLITE_STATIC);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
+}
+
+int ds_dataset_each_stored_volume(const char *name, int (*fn)(const char *name, void *arg),
+                                  void *arg)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt("SELECT name FROM datasets WHERE (name = ?1 OR"
+                     " substr(name, 1, length(?1) + 1) = ?1 || '/') AND type = 'VOLUME'"
+                     " AND backend <> 'memory'",
+                     &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW)
+        rc = fn((const char *)sqlite3_column_text(st, 0), arg);
+    db_stmt_done(st);
+    return rc;
+}
+
 int ds_dataset_outside_clone(const char *name, char *clone, size_t clen, char *origin, size_t olen)
 {
     sqlite3_stmt *st;

@@ -75,6 +75,14 @@ int ds_clear_user_props(int64_t dataset_id);
 int ds_dataset_each_in_subtree(const char *name,
                                int (*fn)(const char *name, int64_t id, bool is_volume, void *arg),
                                void *arg);
+/* Rename dataset old_name and everything below it to new_name (snapshot
+ * rows follow through their dataset_id). 0, -EEXIST or -errno. */
+int ds_dataset_rename_subtree(const char *old_name, const char *new_name);
+/* fn(name) for each volume of name's subtree a backend stores (not a
+ * memory volume). A nonzero return of fn stops the walk and is returned.
+ * 0 or -errno. */
+int ds_dataset_each_stored_volume(const char *name, int (*fn)(const char *name, void *arg),
+                                  void *arg);
 /* A dataset outside name's subtree cloned from a snapshot inside it: 1
  * with its name in clone and the snapshot ("dataset@snap") in origin, 0
  * when there is none, or -errno. */

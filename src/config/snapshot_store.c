@@ -243,6 +243,33 @@ int ds_snapshot_each_upto(int64_t dataset_id, int64_t upto_id,
     return rc;
 }
 
+int ds_snapshot_each_named(const char *dataset, const char *snap, bool recursive,
+                           int (*fn)(const struct ds_snap *s, void *arg), void *arg)
+{
+    sqlite3_stmt *st;
+    struct ds_snap s;
+    int rc = db_stmt(recursive ? "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
+                                 " s.dataset_id WHERE s.name = ?2 AND (d.name = ?1 OR"
+                                 " substr(d.name, 1, length(?1) + 1) = ?1 || '/') ORDER BY d.name"
+                               : "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
+                                 " s.dataset_id WHERE s.name = ?2 AND d.name = ?1",
+                     &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, snap, -1, SQLITE_STATIC);
+    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+        memset(&s, 0, sizeof(s));
+        s.id = sqlite3_column_int64(st, 0);
+        copy_text(s.dataset, sizeof(s.dataset), sqlite3_column_text(st, 1));
+        copy_text(s.name, sizeof(s.name), (const unsigned char *)snap);
+        rc = fn(&s, arg);
+    }
+    db_stmt_done(st);
+    return rc;
+}
+
 int ds_snapshot_first_clone(int64_t id, char *name, size_t len)
 {
     sqlite3_stmt *st;
@@ -281,6 +308,20 @@ int ds_snapshot_insert(struct ds_snap *s)
 int ds_snapshot_delete(int64_t id)
 {
     return run_ints("DELETE FROM snapshots WHERE id = ?", 1, &id);
+}
+
+int ds_snapshot_rename(int64_t id, const char *name)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt("UPDATE snapshots SET name = ?2 WHERE id = ?1", &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
 }
 
 int ds_snapshot_move(int64_t from, int64_t to, int64_t upto_id)

@@ -87,6 +87,11 @@ int ds_snapshot_each_in_subtree(const char *name,
  * ds_snapshot_each. */
 int ds_snapshot_each_upto(int64_t dataset_id, int64_t upto_id,
                           int (*fn)(const struct ds_snap *s, void *arg), void *arg);
+/* fn for snapshot dataset@snap and, with recursive, the snapshot named
+ * snap of each of dataset's descendants (by dataset name); id, dataset
+ * and name set. As ds_snapshot_each. */
+int ds_snapshot_each_named(const char *dataset, const char *snap, bool recursive,
+                           int (*fn)(const struct ds_snap *s, void *arg), void *arg);
 /* The first (by name) dataset cloned from snapshot id into name. 0,
  * -ENOENT (none) or -errno. */
 int ds_snapshot_first_clone(int64_t id, char *name, size_t len);
@@ -96,6 +101,8 @@ int ds_snapshot_first_clone(int64_t id, char *name, size_t len);
 int ds_snapshot_insert(struct ds_snap *s);
 /* Delete snapshot id's row. 0 or -errno. */
 int ds_snapshot_delete(int64_t id);
+/* Rename snapshot id (the part after '@'). 0, -EEXIST or -errno. */
+int ds_snapshot_rename(int64_t id, const char *name);
 /* The snapshots of dataset from up to and including upto_id become
  * dataset to's (a promote). 0 or -errno. */
 int ds_snapshot_move(int64_t from, int64_t to, int64_t upto_id);
