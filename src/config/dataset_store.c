@@ -433,3 +433,96 @@ int ds_clear_user_props(int64_t dataset_id)
     db_stmt_done(st);
     return rc;
 }
+
+int ds_dataset_zfs_props_of(char names[][DS_NAME_BUF], size_t n,
+                            void (*fn)(const char *dataset, const char *prop, const char *value,
+                                       void *arg),
+                            void *arg)
+{
+    char *sql = NULL;
+    size_t len = 0;
+    sqlite3_stmt *st;
+    FILE *f;
+    int rc;
+
+    if (n == 0)
+        return 0;
+    f = open_memstream(&sql, &len);
+    if (!f)
+        return -ENOMEM;
+    fputs("SELECT d.name, p.name, p.value FROM dataset_props p JOIN datasets d"
+          " ON d.id = p.dataset_id WHERE instr(p.name, ':') = 0 AND d.name IN (",
+          f);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%s?%zu", i ? ", " : "", i + 1);
+    fputs(")", f);
+    fclose(f);
+    rc = sql ? db_stmt(sql, &st) : -ENOMEM;
+    free(sql);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        sqlite3_bind_text(st, (int)i + 1, names[i], -1, SQLITE_STATIC);
+    while (sqlite3_step(st) == SQLITE_ROW)
+        fn((const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1),
+           (const char *)sqlite3_column_text(st, 2), arg);
+    db_stmt_done(st);
+    return 0;
+}
+
+int ds_dataset_each_local_sync(const char *name,
+                               int (*fn)(const struct ds_row *r, const char *local_sync,
+                                         const char *local_readonly, void *arg),
+                               void *arg)
+{
+    struct ds_row *r = malloc(sizeof(*r));
+    sqlite3_stmt *st = NULL;
+    int step = SQLITE_DONE, rc = r ? 0 : -ENOMEM;
+
+    /* name order with '/' lowest: a parent comes right before its subtree */
+    if (rc == 0)
+        rc = db_stmt("SELECT d.id, d.name, d.type, d.sync, d.readonly,"
+                     " (SELECT value FROM dataset_props WHERE dataset_id = d.id AND name = 'sync'),"
+                     " (SELECT value FROM dataset_props WHERE dataset_id = d.id AND name = "
+                     "'readonly') FROM datasets d WHERE d.name = ?1 OR (d.name > ?1 || '/' AND "
+                     "d.name < ?1 || '0') ORDER BY replace(d.name, '/', char(1))",
+                     &st);
+    if (rc < 0) {
+        free(r);
+        return rc;
+    }
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *type = (const char *)sqlite3_column_text(st, 2);
+
+        memset(r, 0, sizeof(*r));
+        r->id = sqlite3_column_int64(st, 0);
+        copy_text(r->name, sizeof(r->name), sqlite3_column_text(st, 1));
+        r->type = type && strcmp(type, "VOLUME") == 0 ? DS_VOLUME : DS_FILESYSTEM;
+        if (volume_sync_parse((const char *)sqlite3_column_text(st, 3), &r->sync) < 0)
+            r->sync = VOLUME_SYNC_STANDARD;
+        r->readonly = sqlite3_column_int(st, 4) != 0;
+        rc = fn(r, (const char *)sqlite3_column_text(st, 5),
+                (const char *)sqlite3_column_text(st, 6), arg);
+    }
+    if (rc == 0 && step != SQLITE_DONE)
+        rc = -db_errno();
+    db_stmt_done(st);
+    free(r);
+    return rc;
+}
+
+int ds_dataset_set_effective(int64_t id, enum volume_sync sync, bool readonly)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt("UPDATE datasets SET sync = ?, readonly = ? WHERE id = ?", &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, volume_sync_name(sync), -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, readonly);
+    sqlite3_bind_int64(st, 3, id);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
+}

@@ -67,6 +67,25 @@ int ds_prop_set(int64_t dataset_id, const char *name, const char *value);
 /* Remove every user property ("ns:name") of a dataset. Inside a
  * transaction. 0 or -errno. */
 int ds_clear_user_props(int64_t dataset_id);
+/* fn(dataset, property, value) for each local ZFS property (a
+ * dataset_props row whose name has no ':') of the datasets names[0..n).
+ * 0 or -errno. */
+int ds_dataset_zfs_props_of(char names[][DS_NAME_BUF], size_t n,
+                            void (*fn)(const char *dataset, const char *prop, const char *value,
+                                       void *arg),
+                            void *arg);
+/*
+ * fn for dataset name and each of its descendants, a parent right before
+ * its subtree, with r's id, name, type, sync and readonly set and the
+ * values of its local "sync" and "readonly" properties (NULL: not set).
+ * A nonzero return of fn stops the walk and is returned. 0 or -errno.
+ */
+int ds_dataset_each_local_sync(const char *name,
+                               int (*fn)(const struct ds_row *r, const char *local_sync,
+                                         const char *local_readonly, void *arg),
+                               void *arg);
+/* Set dataset id's effective sync and readonly. 0 or -errno. */
+int ds_dataset_set_effective(int64_t id, enum volume_sync sync, bool readonly);
 /*
  * fn(name, id, is_volume) for dataset name and each of its descendants,
  * deepest first (a child before its parent). A nonzero return of fn

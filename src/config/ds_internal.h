@@ -1,7 +1,8 @@
 /*
  * Shared between the files of src/config that implement datasets.h
  * (pools.c, datasets.c, snapshots.c, volcache.c, dsutil.c). Not a public
- * interface.
+ * interface. The stored objects and their SQL are the stores':
+ * pool_store.h, dataset_store.h, snapshot_store.h.
  *
  * Locking (outermost first): ds_ops_lock() serializes every operation that
  * changes datasets, pools, snapshots or their files, and may be held across
