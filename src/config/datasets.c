@@ -618,16 +618,9 @@ static void update_check(struct update *u)
 static int update_write_rows(struct update *u)
 {
     json_t *js, *all = json_object_get(u->data, "user_properties");
-    sqlite3_stmt *st;
-    int rc = db_stmt("UPDATE datasets SET volsize = ?, comments = ? WHERE id = ?", &st);
+    int rc = ds_dataset_update_size(u->row.id, u->resize ? u->new_size : u->row.volsize,
+                                    u->row.comments);
 
-    if (rc == 0) {
-        sqlite3_bind_int64(st, 1, (sqlite3_int64)(u->resize ? u->new_size : u->row.volsize));
-        sqlite3_bind_text(st, 2, u->row.comments, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, u->row.id);
-        rc = db_step_done(st);
-        db_stmt_done(st);
-    }
     if (rc == 0 && (js = json_object_get(u->data, "managedby")))
         rc = ds_prop_set(u->row.id, "managedby",
                          strcmp(json_string_value(js), "INHERIT") == 0 ? NULL
@@ -815,103 +808,55 @@ static void plan_free(struct delete_plan *p)
     free(p->snapshots);
 }
 
-/* Append the rows of sql (?1 = name; columns: name, id, type) to the empty
- * *items. 0 or -errno. */
-static int plan_collect(const char *sql, const char *name, struct plan_item **items, size_t *n)
-{
-    sqlite3_stmt *st;
-    size_t cap = 0;
-    int rc;
+/* The items a walk appends to. */
+struct plan_list {
+    struct plan_item **items;
+    size_t *n;
+    size_t cap;
+};
 
-    rc = db_stmt(sql, &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (*n == cap) {
-            cap = cap ? cap * 2 : 8;
-            struct plan_item *grown = realloc(*items, cap * sizeof(*grown));
-            if (!grown) {
-                db_stmt_done(st);
-                return -ENOMEM;
-            }
-            *items = grown;
-        }
-        struct plan_item *it = &(*items)[*n];
-        it->name = strdup((const char *)sqlite3_column_text(st, 0));
-        it->id = sqlite3_column_int64(st, 1);
-        it->is_volume = strcmp((const char *)sqlite3_column_text(st, 2), "VOLUME") == 0;
-        it->keep = false;
-        it->own = NULL;
-        it->own_bdev = NULL;
-        if (!it->name) {
-            db_stmt_done(st);
+/* Append (name, id, is_volume) to the list arg. 0 or -ENOMEM. */
+static int plan_add(const char *name, int64_t id, bool is_volume, void *arg)
+{
+    struct plan_list *l = arg;
+
+    if (*l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 8;
+        struct plan_item *grown = realloc(*l->items, cap * sizeof(*grown));
+        if (!grown)
             return -ENOMEM;
-        }
-        (*n)++;
+        *l->items = grown;
+        l->cap = cap;
     }
-    db_stmt_done(st);
-    return rc == SQLITE_DONE ? 0 : -db_errno();
+    struct plan_item *it = &(*l->items)[*l->n];
+    it->name = strdup(name);
+    it->id = id;
+    it->is_volume = is_volume;
+    it->keep = false;
+    it->own = NULL;
+    it->own_bdev = NULL;
+    if (!it->name)
+        return -ENOMEM;
+    (*l->n)++;
+    return 0;
+}
+
+static int plan_add_snapshot(const char *full, int64_t id, void *arg)
+{
+    return plan_add(full, id, false, arg);
 }
 
 static int plan_build(const char *name, struct delete_plan *p)
 {
+    struct plan_list datasets = {&p->datasets, &p->ndatasets, 0};
+    struct plan_list snapshots = {&p->snapshots, &p->nsnapshots, 0};
     int rc;
 
     memset(p, 0, sizeof(*p));
-    /* Descending on the '/'-lowest key: children before their parent. */
-    rc = plan_collect("SELECT name, id, type FROM datasets WHERE name = ?1 OR"
-                      " substr(name, 1, length(?1) + 1) = ?1 || '/'"
-                      " ORDER BY replace(name, '/', char(1)) DESC",
-                      name, &p->datasets, &p->ndatasets);
+    rc = ds_dataset_each_in_subtree(name, plan_add, &datasets);
     if (rc < 0)
         return rc;
-    return plan_collect("SELECT d.name || '@' || s.name, s.id, '' FROM snapshots s JOIN datasets d"
-                        " ON d.id = s.dataset_id WHERE d.name = ?1 OR"
-                        " substr(d.name, 1, length(?1) + 1) = ?1 || '/'",
-                        name, &p->snapshots, &p->nsnapshots);
-}
-
-/* A clone outside the deleted subtree whose origin is inside it. */
-static int plan_find_outside_clone(const char *name, char *clone, size_t clen, char *origin,
-                                   size_t olen)
-{
-    sqlite3_stmt *st;
-    int rc;
-
-    rc = db_stmt("SELECT c.name, od.name || '@' || os.name FROM datasets c"
-                 " JOIN snapshots os ON os.id = c.origin_id"
-                 " JOIN datasets od ON od.id = os.dataset_id"
-                 " WHERE (od.name = ?1 OR substr(od.name, 1, length(?1) + 1) = ?1 || '/')"
-                 " AND NOT (c.name = ?1 OR substr(c.name, 1, length(?1) + 1) = ?1 || '/')"
-                 " LIMIT 1",
-                 &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        snprintf(clone, clen, "%s", (const char *)sqlite3_column_text(st, 0));
-        snprintf(origin, olen, "%s", (const char *)sqlite3_column_text(st, 1));
-        rc = 1;
-    } else {
-        rc = rc == SQLITE_DONE ? 0 : -db_errno();
-    }
-    db_stmt_done(st);
-    return rc;
-}
-
-static int exec_bind_id(const char *sql, int64_t id)
-{
-    sqlite3_stmt *st;
-    int rc = db_stmt(sql, &st);
-
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, id);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
+    return ds_snapshot_each_in_subtree(name, plan_add_snapshot, &snapshots);
 }
 
 /* One pool.dataset.delete's state, shared by its steps. */
@@ -974,7 +919,7 @@ static int delete_check(struct dataset_delete *d)
         return api_error(d->call, ENOTEMPTY,
                          "dataset %s has snapshots (e.g. %s); use recursive to delete them too",
                          d->id, plan->snapshots[0].name);
-    rc = plan_find_outside_clone(d->id, clone, sizeof(clone), origin, sizeof(origin));
+    rc = ds_dataset_outside_clone(d->id, clone, sizeof(clone), origin, sizeof(origin));
     if (rc < 0)
         return ds_api_errno(d->call, rc, "cannot delete dataset", d->id);
     if (rc == 1)
@@ -1003,16 +948,12 @@ static int delete_rows(struct dataset_delete *d)
         return ds_api_errno(d->call, rc, "cannot delete dataset", d->id);
     for (size_t i = 0; rc == 0 && i < d->plan.nsnapshots; i++)
         if (!d->plan.snapshots[i].keep)
-            rc = exec_bind_id("DELETE FROM snapshots WHERE id = ?", d->plan.snapshots[i].id);
+            rc = ds_snapshot_delete(d->plan.snapshots[i].id);
     for (size_t i = 0; rc == 0 && i < d->plan.ndatasets; i++) {
         int64_t id = d->plan.datasets[i].id;
         if (d->plan.datasets[i].keep)
             continue;
-        rc = exec_bind_id("DELETE FROM snapshots WHERE dataset_id = ?", id);
-        if (rc == 0)
-            rc = exec_bind_id("DELETE FROM dataset_props WHERE dataset_id = ?", id);
-        if (rc == 0)
-            rc = exec_bind_id("DELETE FROM datasets WHERE id = ?", id);
+        rc = ds_dataset_delete(id, true);
         cfg_tx_changed(&tx, CFG_DATASET, id, CFG_DELETED);
     }
     if (rc == 0)
@@ -1302,9 +1243,7 @@ int datasets_forget(const char *name, char *why, size_t len)
         struct cfg_tx tx;
         rc = cfg_tx_begin(&tx);
         if (rc == 0) {
-            rc = exec_bind_id("DELETE FROM dataset_props WHERE dataset_id = ?", row.id);
-            if (rc == 0)
-                rc = exec_bind_id("DELETE FROM datasets WHERE id = ?", row.id);
+            rc = ds_dataset_delete(row.id, false);
             cfg_tx_changed(&tx, CFG_DATASET, row.id, CFG_DELETED);
             if (rc == 0)
                 rc = cfg_tx_commit(&tx);

@@ -1,7 +1,8 @@
 /*
  * Shared between the files of src/config that implement datasets.h
  * (pools.c, datasets.c, snapshots.c, volcache.c, dsutil.c). Not a public
- * interface.
+ * interface. The stored objects and their SQL are the stores':
+ * pool_store.h, dataset_store.h, snapshot_store.h.
  *
  * Locking (outermost first): ds_ops_lock() serializes every operation that
  * changes datasets, pools, snapshots or their files, and may be held across
@@ -19,62 +20,19 @@
 
 #include "api/api.h"
 #include "api/validate.h"
+#include "config/dataset_store.h"
 #include "config/datasets.h"
+#include "config/pool_store.h"
+#include "config/snapshot_store.h"
 #include "store/names.h"
 #include "store/poolfs.h"
 #include "store/volume.h"
-
-#define DS_NAME_BUF (NAME_DATASET_MAX + 1)
-#define DS_COMMENTS_MAX 1024
 
 extern char ds_state_dir[PATH_MAX];
 
 void ds_ops_lock(void);
 void ds_ops_unlock(void);
 
-enum ds_type { DS_FILESYSTEM = 0, DS_VOLUME = 1 };
-
-struct ds_pool {
-    int64_t id;
-    char name[NAME_DATASET_MAX + 1];
-    char path[PATH_MAX];
-    int64_t created;
-};
-
-struct ds_row {
-    int64_t id;
-    char name[DS_NAME_BUF];
-    int64_t pool_id;
-    enum ds_type type;
-    uint64_t volsize;
-    uint32_t volblocksize;
-    bool sparse;
-    enum volume_sync sync;
-    bool readonly;
-    bool memory; /* backend "memory" */
-    uint32_t latency_us;
-    int64_t origin_id; /* snapshot this dataset was cloned from, 0 if none */
-    int64_t created;
-    char comments[DS_COMMENTS_MAX + 1];
-};
-
-struct ds_snap {
-    int64_t id;
-    int64_t dataset_id;
-    char dataset[DS_NAME_BUF];
-    char name[NAME_DATASET_MAX + 1]; /* the part after '@' */
-    uint64_t volsize;
-    int64_t created;
-};
-
-/* Queries; the caller holds db_lock(). 0, -ENOENT or -errno. */
-int ds_pool_get(const char *name, struct ds_pool *out);
-int ds_dataset_get(const char *name, struct ds_row *out);
-int ds_dataset_get_id(int64_t id, struct ds_row *out);
-int ds_snapshot_get(const char *dataset, const char *snap, struct ds_snap *out);
-int ds_snapshot_get_id(int64_t id, struct ds_snap *out);
-/* Insert a dataset row; sets row->id. -EEXIST if the name is taken. */
-int ds_dataset_insert(struct ds_row *row);
 /* Insert a FILESYSTEM row for every missing ancestor of name (below the
  * pool root) and create its directory. Fails -ENOTDIR if an ancestor is a
  * volume. Locked by caller inside a transaction. */
@@ -102,19 +60,11 @@ uint32_t ds_volblocksize_parse(const char *s);
  * Caller holds db_lock(). */
 int ds_check_new_name(struct api_call *call, const char *field, json_t *jname,
                       struct ds_pool *pool);
-/* dataset_props rows: "managedby", user properties ("ns:name", always
- * with a ':') and the local values of the ZFS properties of dsprops.h
- * (by ZFS name, raw value). value NULL removes. Locked by caller, inside a
- * transaction. */
-int ds_prop_set(int64_t dataset_id, const char *name, const char *value);
 /* Semantic checks of a validated user_properties (create) or
  * user_properties_update (update) list; field errors added on call. */
 int ds_check_user_props(struct api_call *call, const char *field, json_t *list, bool update);
 /* Apply such a list ({key, value} sets, {key, remove: true} removes). */
 int ds_apply_user_props(int64_t dataset_id, json_t *list);
-/* Remove every user property ("ns:name") of a dataset. Locked by caller,
- * inside a transaction. */
-int ds_clear_user_props(int64_t dataset_id);
 #define DS_USER_PROP_VALUE_MAX 8192
 #define DS_USER_PROP_KEY_MAX 256
 
@@ -189,19 +139,17 @@ extern const size_t ds_promote_method_count;
 extern const char ds_schema_sql[];
 
 /* Build rows (for queries and create/update results). Locked by caller. */
-json_t *ds_pool_rows(void);
 json_t *ds_dataset_rows(void);
-json_t *ds_snapshot_rows(const char *only_dataset);
 /*
  * Query push-down: build only the rows a query's top-level filters can
  * match; the caller still runs api_query over them, so the answer is the
  * one the full rows would give. ds_dataset_rows_hinted narrows on
  * id/name "=", "in" (each dataset with its descendants, which its
- * children and used need) or "^"; ds_snapshot_rows_hinted on id/name and
- * dataset "=" / "in". Locked by caller.
+ * children and used need) or "^"; the snapshot rows (snapshots.c,
+ * through snapshot_store.h's keys) on id/name and dataset "=" / "in".
+ * Locked by caller.
  */
 json_t *ds_dataset_rows_hinted(json_t *params);
-json_t *ds_snapshot_rows_hinted(json_t *params);
 /* Off only in tests comparing the narrowed and full paths. */
 extern bool ds_query_pushdown;
 #define DS_HINT_MAX 512
@@ -212,10 +160,8 @@ json_t *ds_query_hint_names(json_t *params, const char *const *fields, size_t n)
 const char *ds_query_hint_prefix(json_t *params, const char *const *fields, size_t n);
 /* The least string above all those starting with prefix, into buf. */
 int ds_prefix_end(const char *prefix, char *buf, size_t len);
-/* The single row of a dataset / snapshot (NULL if absent). */
+/* The single row of a dataset (NULL if absent). */
 json_t *ds_dataset_row(const char *name);
-json_t *ds_snapshot_row(const char *dataset, const char *snap);
-json_t *ds_pool_row(const char *name);
 /* Start-up, after db_open: redo rollbacks a crash interrupted and remove
  * the temporary files of interrupted copies. */
 void ds_rollback_recover(void);

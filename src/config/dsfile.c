@@ -16,16 +16,11 @@
 /* The pool name whose root is root (DB locked). */
 static int pool_name_of_root(const char *root, char *name, size_t len)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt("SELECT name FROM pools WHERE path = ?", &st);
+    struct ds_pool p;
+    int rc = ds_pool_get_by_path(root, &p);
 
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_text(st, 1, root, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st) == SQLITE_ROW ? 0 : -ENOENT;
     if (rc == 0)
-        snprintf(name, len, "%s", (const char *)sqlite3_column_text(st, 0));
-    db_stmt_done(st);
+        snprintf(name, len, "%s", p.name);
     return rc;
 }
 

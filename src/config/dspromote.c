@@ -53,57 +53,43 @@ static void snaps_free(struct promote_snap *v, size_t n)
     free(v);
 }
 
-/* The snapshots of dataset_id up to and including upto_id. */
-static int snaps_upto(int64_t dataset_id, int64_t upto_id, struct promote_snap **out, size_t *n)
-{
-    sqlite3_stmt *st;
-    int rc =
-        db_stmt("SELECT id, name FROM snapshots WHERE dataset_id = ? AND id <= ? ORDER BY id", &st);
+/* The snapshots being collected. */
+struct snaps_list {
+    struct promote_snap *v;
+    size_t n;
+};
 
-    *out = NULL;
-    *n = 0;
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, dataset_id);
-    sqlite3_bind_int64(st, 2, upto_id);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct promote_snap *grown = realloc(*out, (*n + 1) * sizeof(**out));
-        if (!grown) {
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        *out = grown;
-        memset(&grown[*n], 0, sizeof(grown[*n]));
-        grown[*n].id = sqlite3_column_int64(st, 0);
-        grown[*n].name = strdup((const char *)sqlite3_column_text(st, 1));
-        if (!grown[*n].name) {
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        (*n)++;
-    }
-    db_stmt_done(st);
-    if (rc != SQLITE_DONE) {
-        snaps_free(*out, *n);
-        *out = NULL;
-        *n = 0;
-        return rc == SQLITE_NOMEM ? -ENOMEM : -db_errno();
-    }
+/* Append s (its id and name) to the list arg. 0 or -ENOMEM. */
+static int snaps_add(const struct ds_snap *s, void *arg)
+{
+    struct snaps_list *l = arg;
+    struct promote_snap *grown = realloc(l->v, (l->n + 1) * sizeof(*grown));
+
+    if (!grown)
+        return -ENOMEM;
+    l->v = grown;
+    memset(&grown[l->n], 0, sizeof(grown[l->n]));
+    grown[l->n].id = s->id;
+    grown[l->n].name = strdup(s->name);
+    if (!grown[l->n].name)
+        return -ENOMEM;
+    l->n++;
     return 0;
 }
 
-static int exec_ids(const char *sql, int64_t a, int64_t b, int64_t c)
+/* The snapshots of dataset_id up to and including upto_id. */
+static int snaps_upto(int64_t dataset_id, int64_t upto_id, struct promote_snap **out, size_t *n)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt(sql, &st);
+    struct snaps_list l = {0};
+    int rc = ds_snapshot_each_upto(dataset_id, upto_id, snaps_add, &l);
 
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, a);
-    sqlite3_bind_int64(st, 2, b);
-    sqlite3_bind_int64(st, 3, c);
-    rc = db_step_done(st);
-    db_stmt_done(st);
+    if (rc < 0) {
+        snaps_free(l.v, l.n);
+        l.v = NULL;
+        l.n = 0;
+    }
+    *out = l.v;
+    *n = l.n;
     return rc;
 }
 
@@ -221,7 +207,7 @@ static int promote_flatten(struct promote *p)
         return -1; /* the error is set */
     rc = cfg_tx_begin(&tx);
     if (rc == 0) {
-        rc = exec_ids("UPDATE datasets SET origin_id = NULL WHERE id = ?1", p->clone.id, 0, 0);
+        rc = ds_dataset_set_origin(p->clone.id, 0);
         cfg_tx_changed(&tx, CFG_DATASET, p->clone.id, CFG_UPDATED);
         if (rc == 0)
             rc = cfg_tx_commit(&tx);
@@ -289,20 +275,15 @@ static int promote_copy(struct promote *p)
 
 /* Inside the transaction: the snapshot rows move to the clone, C takes
  * over O's origin, O becomes a clone of C@s, and shares of the moved
- * snapshots follow their new names. (Binding an index a statement does
- * not have is a harmless SQLITE_RANGE.) 0 or -errno. */
+ * snapshots follow their new names. 0 or -errno. */
 static int promote_move_rows(struct promote *p)
 {
-    int rc = exec_ids("UPDATE snapshots SET dataset_id = ?1 WHERE dataset_id = ?2 AND id <= ?3",
-                      p->clone.id, p->origin.id, p->osnap.id);
+    int rc = ds_snapshot_move(p->origin.id, p->clone.id, p->osnap.id);
 
     if (rc == 0)
-        rc = exec_ids(p->origin.origin_id ? "UPDATE datasets SET origin_id = ?2 WHERE id = ?1"
-                                          : "UPDATE datasets SET origin_id = NULL WHERE id = ?1",
-                      p->clone.id, p->origin.origin_id, 0);
+        rc = ds_dataset_set_origin(p->clone.id, p->origin.origin_id);
     if (rc == 0)
-        rc = exec_ids("UPDATE datasets SET origin_id = ?2 WHERE id = ?1", p->origin.id, p->osnap.id,
-                      0);
+        rc = ds_dataset_set_origin(p->origin.id, p->osnap.id);
     for (size_t i = 0; rc == 0 && i < p->nsnaps; i++) {
         char o[DS_NAME_BUF * 2], n[DS_NAME_BUF * 2];
         snprintf(o, sizeof(o), "%s@%s", p->origin.name, p->snaps[i].name);

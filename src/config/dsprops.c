@@ -308,48 +308,27 @@ static size_t ancestors(const char *name, char out[][DS_NAME_BUF], size_t max)
  * The nearest local value among names[0..n) (nearest first) of each table
  * property, into an object ZFS name → [raw, dataset name] (new reference).
  */
+/* ds_dataset_zfs_props_of's callback: keep the nearest local value of
+ * an inheritable property. */
+static void inherited_add(const char *ds, const char *prop, const char *value, void *arg)
+{
+    json_t *out = arg, *have = json_object_get(out, prop);
+    const struct propdef *p = by_zfs(prop);
+
+    if (!p || !p->inheritable)
+        return;
+    /* ancestors are prefixes of each other: the longest is nearest */
+    if (have && strlen(json_string_value(json_array_get(have, 1))) >= strlen(ds))
+        return;
+    json_object_set_new(out, prop, json_pack("[ss]", value, ds));
+}
+
 static json_t *inherited(char names[][DS_NAME_BUF], size_t n)
 {
     json_t *out = json_object();
-    char *sql = NULL;
-    size_t len = 0;
-    sqlite3_stmt *st;
-    FILE *f;
 
-    if (!out || n == 0)
-        return out;
-    f = open_memstream(&sql, &len);
-    if (!f)
-        return out;
-    fputs("SELECT d.name, p.name, p.value FROM dataset_props p JOIN datasets d"
-          " ON d.id = p.dataset_id WHERE instr(p.name, ':') = 0 AND d.name IN (",
-          f);
-    for (size_t i = 0; i < n; i++)
-        fprintf(f, "%s?%zu", i ? ", " : "", i + 1);
-    fputs(")", f);
-    fclose(f);
-    if (!sql || db_stmt(sql, &st) < 0) {
-        free(sql);
-        return out;
-    }
-    free(sql);
-    for (size_t i = 0; i < n; i++)
-        sqlite3_bind_text(st, (int)i + 1, names[i], -1, SQLITE_STATIC);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        const char *ds = (const char *)sqlite3_column_text(st, 0);
-        const char *prop = (const char *)sqlite3_column_text(st, 1);
-        const char *value = (const char *)sqlite3_column_text(st, 2);
-        json_t *have = json_object_get(out, prop);
-        const struct propdef *p = by_zfs(prop);
-
-        if (!p || !p->inheritable)
-            continue;
-        /* ancestors are prefixes of each other: the longest is nearest */
-        if (have && strlen(json_string_value(json_array_get(have, 1))) >= strlen(ds))
-            continue;
-        json_object_set_new(out, prop, json_pack("[ss]", value, ds));
-    }
-    db_stmt_done(st);
+    if (out)
+        (void)ds_dataset_zfs_props_of(names, n, inherited_add, out);
     return out;
 }
 
@@ -705,58 +684,58 @@ struct eff_row {
     int local_ro;   /* -1 unset, 0, 1 */
 };
 
+/* The rows being collected. */
+struct eff_list {
+    struct eff_row *v;
+    size_t n, cap;
+};
+
+/* ds_dataset_each_local_sync's callback: keep r with its local values.
+ * 0 or -ENOMEM. */
+static int eff_add(const struct ds_row *r, const char *ls, const char *lr, void *arg)
+{
+    struct eff_list *l = arg;
+    struct eff_row *e;
+    char up[16];
+
+    if (l->n == l->cap) {
+        struct eff_row *grown = realloc(l->v, (l->cap ? l->cap * 2 : 8) * sizeof(*grown));
+        if (!grown)
+            return -ENOMEM;
+        l->v = grown;
+        l->cap = l->cap ? l->cap * 2 : 8;
+    }
+    e = &l->v[l->n++];
+    memset(e, 0, sizeof(*e));
+    e->id = r->id;
+    snprintf(e->name, sizeof(e->name), "%s", r->name);
+    e->volume = r->type == DS_VOLUME;
+    e->old_sync = r->sync;
+    e->old_readonly = r->readonly;
+    e->local_sync = -1;
+    if (ls) {
+        enum volume_sync v;
+        upper(up, sizeof(up), ls);
+        if (volume_sync_parse(up, &v) == 0)
+            e->local_sync = (int)v;
+    }
+    e->local_ro = lr ? strcmp(lr, "on") == 0 : -1;
+    return 0;
+}
+
 static int eff_collect(const char *name, struct eff_row **out, size_t *n)
 {
-    sqlite3_stmt *st;
-    size_t cap = 0;
-    int rc;
+    struct eff_list l = {0};
+    int rc = ds_dataset_each_local_sync(name, eff_add, &l);
 
-    *out = NULL;
-    *n = 0;
-    /* name order with '/' lowest: a parent comes right before its subtree */
-    rc = db_stmt("SELECT d.id, d.name, d.type, d.sync, d.readonly,"
-                 " (SELECT value FROM dataset_props WHERE dataset_id = d.id AND name = 'sync'),"
-                 " (SELECT value FROM dataset_props WHERE dataset_id = d.id AND name = 'readonly')"
-                 " FROM datasets d WHERE d.name = ?1 OR (d.name > ?1 || '/' AND d.name < ?1 || '0')"
-                 " ORDER BY replace(d.name, '/', char(1))",
-                 &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct eff_row *e;
-        const char *ls = (const char *)sqlite3_column_text(st, 5);
-        const char *lr = (const char *)sqlite3_column_text(st, 6);
-        char up[16];
-
-        if (*n == cap) {
-            struct eff_row *grown = realloc(*out, (cap ? cap * 2 : 8) * sizeof(*grown));
-            if (!grown) {
-                db_stmt_done(st);
-                return -ENOMEM;
-            }
-            *out = grown;
-            cap = cap ? cap * 2 : 8;
-        }
-        e = &(*out)[(*n)++];
-        memset(e, 0, sizeof(*e));
-        e->id = sqlite3_column_int64(st, 0);
-        snprintf(e->name, sizeof(e->name), "%s", (const char *)sqlite3_column_text(st, 1));
-        e->volume = strcmp((const char *)sqlite3_column_text(st, 2), "VOLUME") == 0;
-        if (volume_sync_parse((const char *)sqlite3_column_text(st, 3), &e->old_sync) < 0)
-            e->old_sync = VOLUME_SYNC_STANDARD;
-        e->old_readonly = sqlite3_column_int(st, 4) != 0;
-        e->local_sync = -1;
-        if (ls) {
-            enum volume_sync v;
-            upper(up, sizeof(up), ls);
-            if (volume_sync_parse(up, &v) == 0)
-                e->local_sync = (int)v;
-        }
-        e->local_ro = lr ? strcmp(lr, "on") == 0 : -1;
+    if (rc < 0) {
+        free(l.v);
+        l.v = NULL;
+        l.n = 0;
     }
-    db_stmt_done(st);
-    return rc == SQLITE_DONE ? 0 : -db_errno();
+    *out = l.v;
+    *n = l.n;
+    return rc;
 }
 
 int ds_props_recompute(const char *name, struct ds_eff_change **changes, size_t *nchanges)
@@ -804,15 +783,7 @@ int ds_props_recompute(const char *name, struct ds_eff_change **changes, size_t 
         stack[depth++] = i;
         if (e->sync == e->old_sync && e->readonly == e->old_readonly)
             continue;
-        sqlite3_stmt *st;
-        rc = db_stmt("UPDATE datasets SET sync = ?, readonly = ? WHERE id = ?", &st);
-        if (rc < 0)
-            break;
-        sqlite3_bind_text(st, 1, volume_sync_name(e->sync), -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 2, e->readonly);
-        sqlite3_bind_int64(st, 3, e->id);
-        rc = db_step_done(st);
-        db_stmt_done(st);
+        rc = ds_dataset_set_effective(e->id, e->sync, e->readonly);
         if (rc == 0 && e->volume) {
             struct ds_eff_change *c = &(*changes)[(*nchanges)++];
             snprintf(c->name, sizeof(c->name), "%s", e->name);

@@ -9,25 +9,6 @@
 #include "config/db.h"
 #include "config/ds_internal.h"
 
-int ds_select_where(const char *select, const char *where, const char *order, json_t *binds,
-                    sqlite3_stmt **st)
-{
-    char *sql = NULL;
-    int rc;
-
-    *st = NULL;
-    if (asprintf(&sql, "%s%s%s %s", select, where ? " WHERE " : "", where ? where : "", order) < 0)
-        return -ENOMEM;
-    rc = db_stmt(sql, st);
-    free(sql);
-    if (rc < 0)
-        return rc;
-    for (size_t k = 0; k < json_array_size(binds); k++)
-        sqlite3_bind_text(*st, (int)k + 1, json_string_value(json_array_get(binds, k)), -1,
-                          SQLITE_STATIC);
-    return 0;
-}
-
 int ds_get_instance_hinted(struct api_call *call, json_t *params, json_t **result,
                            json_t *(*rows_hinted)(json_t *params), const char *what)
 {

@@ -7,18 +7,8 @@
 #define BLOCKD_CONFIG_DSQUERY_H
 
 #include <jansson.h>
-#include <sqlite3.h>
 
 struct api_call;
-
-/*
- * Prepare "<select>[ WHERE <where>] <order>" (db_stmt; give it back with
- * db_stmt_done) and bind the strings of binds to ?1, ?2…; where NULL
- * selects every row. binds must outlive the statement's steps (bound
- * without a copy). 0 or -errno. DB locked.
- */
-int ds_select_where(const char *select, const char *where, const char *order, json_t *binds,
-                    sqlite3_stmt **st);
 
 /*
  * <ns>.get_instance [id]: builds only the rows an [["id", "=", id]] query

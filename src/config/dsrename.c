@@ -189,56 +189,44 @@ static bool parent_of(const char *name, char *out, size_t len)
     return true;
 }
 
-static int exec_text_int(const char *sql, const char *a, const char *b, int64_t id)
-{
-    sqlite3_stmt *st;
-    int rc = db_stmt(sql, &st);
+/* The names being collected. */
+struct name_list {
+    char **v;
+    size_t n;
+};
 
-    if (rc < 0)
-        return rc;
-    if (a)
-        sqlite3_bind_text(st, 1, a, -1, SQLITE_STATIC);
-    if (b)
-        sqlite3_bind_text(st, 2, b, -1, SQLITE_STATIC);
-    if (id)
-        sqlite3_bind_int64(st, 3, id);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
+/* Append a copy of s's name to the list arg. 0 or -ENOMEM. */
+static int name_add(const struct ds_snap *s, void *arg)
+{
+    struct name_list *l = arg;
+    char **grown = realloc(l->v, (l->n + 1) * sizeof(*grown));
+
+    if (!grown)
+        return -ENOMEM;
+    l->v = grown;
+    if (!(grown[l->n] = strdup(s->name)))
+        return -ENOMEM;
+    l->n++;
+    return 0;
 }
 
-/* A volume's snapshot names (malloc'd array of malloc'd strings). */
+/* A volume's snapshot names (malloc'd array of malloc'd strings), in the
+ * order they were taken. */
 static int snapshot_names(int64_t dataset_id, char ***out, size_t *n)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt("SELECT name FROM snapshots WHERE dataset_id = ? ORDER BY id", &st);
+    struct name_list l = {0};
+    int rc = ds_snapshot_each_upto(dataset_id, INT64_MAX, name_add, &l);
 
-    *out = NULL;
-    *n = 0;
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, dataset_id);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        char **grown = realloc(*out, (*n + 1) * sizeof(**out));
-        if (!grown || !(grown[*n] = strdup((const char *)sqlite3_column_text(st, 0)))) {
-            if (grown)
-                *out = grown;
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        *out = grown;
-        (*n)++;
+    if (rc < 0) {
+        for (size_t i = 0; i < l.n; i++)
+            free(l.v[i]);
+        free(l.v);
+        l.v = NULL;
+        l.n = 0;
     }
-    db_stmt_done(st);
-    if (rc != SQLITE_DONE) {
-        for (size_t i = 0; i < *n; i++)
-            free((*out)[i]);
-        free(*out);
-        *out = NULL;
-        *n = 0;
-        return rc == SQLITE_NOMEM ? -ENOMEM : -db_errno();
-    }
-    return 0;
+    *out = l.v;
+    *n = l.n;
+    return rc;
 }
 
 static void names_free(char **v, size_t n)
@@ -368,27 +356,21 @@ static int rename_dataset_load(struct ds_rename *r)
 /* Backends that keep volumes by name (RBD: "a%b%vol"): the image of every
  * volume now under new_name is renamed; snapshots go with their image.
  * Inside the transaction (the rows are renamed already). 0 or -errno. */
+/* ds_dataset_each_stored_volume's callback: move the image of volume nv
+ * (now under new_name) from its old name. */
+static int rename_dataset_image(const char *nv, void *arg)
+{
+    struct ds_rename *r = arg;
+    char ov[DS_NAME_BUF * 2];
+
+    snprintf(ov, sizeof(ov), "%s%s", r->old_name, nv + strlen(r->new_name));
+    snprintf(r->to, sizeof(r->to), "%s", nv);
+    return moves_backend(&r->moves, &r->pool, NULL, ov, nv);
+}
+
 static int rename_dataset_images(struct ds_rename *r)
 {
-    sqlite3_stmt *vs;
-    int rc = db_stmt("SELECT name FROM datasets WHERE (name = ?1 OR"
-                     " substr(name, 1, length(?1) + 1) = ?1 || '/') AND type = 'VOLUME'"
-                     " AND backend <> 'memory'",
-                     &vs);
-
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_text(vs, 1, r->new_name, -1, SQLITE_STATIC);
-    while (rc == 0 && sqlite3_step(vs) == SQLITE_ROW) {
-        const char *nv = (const char *)sqlite3_column_text(vs, 0);
-        char ov[DS_NAME_BUF * 2];
-
-        snprintf(ov, sizeof(ov), "%s%s", r->old_name, nv + strlen(r->new_name));
-        snprintf(r->to, sizeof(r->to), "%s", nv);
-        rc = moves_backend(&r->moves, &r->pool, NULL, ov, nv);
-    }
-    db_stmt_done(vs);
-    return rc;
+    return ds_dataset_each_stored_volume(r->new_name, rename_dataset_image, r);
 }
 
 /* File backends: the dataset's file or directory, and a volume's
@@ -418,9 +400,7 @@ static int rename_dataset_files(struct ds_rename *r)
  * last, undone if anything fails. 0 or -errno. */
 static int rename_dataset_apply(struct ds_rename *r)
 {
-    int rc = exec_text_int("UPDATE datasets SET name = ?2 || substr(name, length(?1) + 1)"
-                           " WHERE name = ?1 OR substr(name, 1, length(?1) + 1) = ?1 || '/'",
-                           r->old_name, r->new_name, 0);
+    int rc = ds_dataset_rename_subtree(r->old_name, r->new_name);
 
     if (rc == 0)
         rc = ds_props_recompute(r->new_name, &r->changes, &r->nchanges);
@@ -601,37 +581,33 @@ static int snap_rename_names(struct snap_rename *r, const char *new_name)
 
 /* DB locked: the snapshots to rename, the named one and with recursive
  * the one of the same name of every descendant. 0 or the call's error. */
+/* ds_snapshot_each_named's callback: add s (its id and dataset) to the
+ * list. 0 or -ENOMEM. */
+static int snap_rename_add(const struct ds_snap *s, void *arg)
+{
+    struct snap_rename *r = arg;
+    struct snap_move *grown = realloc(r->list, (r->n + 1) * sizeof(*r->list));
+
+    if (!grown)
+        return -ENOMEM;
+    r->list = grown;
+    r->list[r->n].id = s->id;
+    r->list[r->n].dataset = strdup(s->dataset);
+    if (!r->list[r->n].dataset)
+        return -ENOMEM;
+    r->n++;
+    return 0;
+}
+
 static int snap_rename_list(struct snap_rename *r)
 {
-    sqlite3_stmt *st;
-    int rc =
-        db_stmt(r->recursive ? "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
-                               " s.dataset_id WHERE s.name = ?2 AND (d.name = ?1 OR"
-                               " substr(d.name, 1, length(?1) + 1) = ?1 || '/') ORDER BY d.name"
-                             : "SELECT s.id, d.name FROM snapshots s JOIN datasets d ON d.id ="
-                               " s.dataset_id WHERE s.name = ?2 AND d.name = ?1",
-                &st);
+    int rc = ds_snapshot_each_named(r->dataset, r->oldsnap, r->recursive, snap_rename_add, r);
 
+    if (rc == -ENOMEM)
+        return snap_rename_fail(r, ENOMEM, "out of memory");
     if (rc < 0)
         return snap_rename_fail(r, -rc, "%s", strerror(-rc));
-    sqlite3_bind_text(st, 1, r->dataset, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, r->oldsnap, -1, SQLITE_STATIC);
-    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
-        struct snap_move *grown = realloc(r->list, (r->n + 1) * sizeof(*r->list));
-        if (!grown) {
-            rc = -ENOMEM;
-            break;
-        }
-        r->list = grown;
-        r->list[r->n].id = sqlite3_column_int64(st, 0);
-        r->list[r->n].dataset = strdup((const char *)sqlite3_column_text(st, 1));
-        if (!r->list[r->n].dataset)
-            rc = -ENOMEM;
-        else
-            r->n++;
-    }
-    db_stmt_done(st);
-    return rc < 0 ? snap_rename_fail(r, ENOMEM, "out of memory") : 0;
+    return 0;
 }
 
 /* DB locked: the snapshot exists (on the dataset itself), no dataset
@@ -667,7 +643,7 @@ static int snap_rename_one(struct snap_rename *r, size_t i)
 {
     const struct snap_move *m = &r->list[i];
     char o[DS_NAME_BUF * 2], nn[DS_NAME_BUF * 2], from[PATH_MAX], to[PATH_MAX];
-    int rc = exec_text_int("UPDATE snapshots SET name = ?2 WHERE id = ?3", NULL, r->newsnap, m->id);
+    int rc = ds_snapshot_rename(m->id, r->newsnap);
 
     snprintf(o, sizeof(o), "%s@%s", m->dataset, r->oldsnap);
     snprintf(nn, sizeof(nn), "%s@%s", m->dataset, r->newsnap);

@@ -2,6 +2,9 @@
  * pool.dataset.query rows, shaped like TrueNAS: properties are objects
  * {"parsed", "rawvalue", "value", "source"}; a dataset's id is its name;
  * FILESYSTEM rows carry their children (full rows) like TrueNAS does.
+ * The one encoder of a dataset (row_encode: struct ds_row_view, what its
+ * backend reports and its dataset_props → the row); the rows come from
+ * the store's walk (dataset_store.h), never from SQL here.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -11,20 +14,13 @@
 #include <sys/statvfs.h>
 #include <time.h>
 
+#include "config/dataset_store.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
 #include "config/dsbackend.h"
 #include "config/dsprops.h"
 #include "config/dsquery.h"
 #include "core/log.h"
-
-#define ROW_SQL                                                                                    \
-    "SELECT d.id, d.name, d.pool_id, d.type, d.volsize, d.volblocksize, d.sparse, d.sync,"         \
-    " d.readonly, d.backend, d.latency_us, IFNULL(d.origin_id, 0), d.comments, d.created,"         \
-    " p.name, p.path, (SELECT COUNT(*) FROM snapshots s WHERE s.dataset_id = d.id),"               \
-    " IFNULL((SELECT od.name || '@' || os.name FROM snapshots os"                                  \
-    "   JOIN datasets od ON od.id = os.dataset_id WHERE os.id = d.origin_id), '')"                 \
-    " FROM datasets d JOIN pools p ON p.id = d.pool_id"
 
 static json_t *prop_str(const char *parsed, const char *raw, const char *value, const char *src)
 {
@@ -56,60 +52,37 @@ static json_t *prop_sync(enum volume_sync s)
     return prop_str(low, low, up, s == VOLUME_SYNC_STANDARD ? "DEFAULT" : "LOCAL");
 }
 
+/* Where a dataset's dataset_props rows go in its row. */
+struct row_props_out {
+    json_t *row, *user, *local;
+};
+
+/* ds_dataset_props_each's callback: managedby, a user property ("ns:name",
+ * always with a ':') or a local ZFS property. */
+static void row_prop_add(const char *n, const char *v, void *arg)
+{
+    struct row_props_out *o = arg;
+
+    if (strcmp(n, "managedby") == 0)
+        json_object_set_new(o->row, "managedby", prop_str(v, v, v, "LOCAL"));
+    else if (strchr(n, ':')) /* user properties always have one */
+        json_object_set_new(o->user, n, prop_str(v, v, v, "LOCAL"));
+    else
+        json_object_set_new(o->local, n, json_string(v));
+}
+
 /* managedby, user_properties and the ZFS properties of dsprops.h from
  * dataset_props (the latter with their inherited values). */
 static void row_props(json_t *row, int64_t id, const char *name, enum ds_type type)
 {
-    json_t *user = json_object_get(row, "user_properties");
-    json_t *local = json_object();
-    const char *managedby = "";
-    sqlite3_stmt *st;
+    struct row_props_out o = {
+        .row = row, .user = json_object_get(row, "user_properties"), .local = json_object()};
 
-    if (db_stmt("SELECT name, value FROM dataset_props WHERE dataset_id = ? ORDER BY name", &st) ==
-        0) {
-        sqlite3_bind_int64(st, 1, id);
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            const char *n = (const char *)sqlite3_column_text(st, 0);
-            const char *v = (const char *)sqlite3_column_text(st, 1);
-
-            if (strcmp(n, "managedby") == 0)
-                json_object_set_new(row, "managedby", prop_str(v, v, v, "LOCAL"));
-            else if (strchr(n, ':')) /* user properties always have one */
-                json_object_set_new(user, n, prop_str(v, v, v, "LOCAL"));
-            else
-                json_object_set_new(local, n, json_string(v));
-        }
-        db_stmt_done(st);
-    }
+    (void)ds_dataset_props_each(id, row_prop_add, &o);
     if (!json_object_get(row, "managedby"))
-        json_object_set_new(row, "managedby", prop_str(managedby, "-", "-", "DEFAULT"));
-    ds_props_emit(row, name, type, local);
-    json_decref(local);
-}
-
-/* The ROW_SQL columns: the dataset into r, its pool into pool. */
-static void row_decode(sqlite3_stmt *st, struct ds_row *r, struct ds_pool *pool)
-{
-    const char *type = (const char *)sqlite3_column_text(st, 3);
-
-    memset(r, 0, sizeof(*r));
-    r->id = sqlite3_column_int64(st, 0);
-    snprintf(r->name, sizeof(r->name), "%s", (const char *)sqlite3_column_text(st, 1));
-    r->type = type && strcmp(type, "VOLUME") == 0 ? DS_VOLUME : DS_FILESYSTEM;
-    r->volsize = (uint64_t)sqlite3_column_int64(st, 4);
-    r->volblocksize = (uint32_t)sqlite3_column_int64(st, 5);
-    r->sparse = sqlite3_column_int(st, 6) != 0;
-    if (volume_sync_parse((const char *)sqlite3_column_text(st, 7), &r->sync) < 0)
-        r->sync = VOLUME_SYNC_STANDARD;
-    r->readonly = sqlite3_column_int(st, 8) != 0;
-    r->memory = strcmp((const char *)sqlite3_column_text(st, 9), "memory") == 0;
-    r->latency_us = (uint32_t)sqlite3_column_int64(st, 10);
-    snprintf(r->comments, sizeof(r->comments), "%s", (const char *)sqlite3_column_text(st, 12));
-    r->created = sqlite3_column_int64(st, 13);
-    memset(pool, 0, sizeof(*pool));
-    pool->id = sqlite3_column_int64(st, 2);
-    snprintf(pool->name, sizeof(pool->name), "%s", (const char *)sqlite3_column_text(st, 14));
-    snprintf(pool->path, sizeof(pool->path), "%s", (const char *)sqlite3_column_text(st, 15));
+        json_object_set_new(row, "managedby", prop_str("", "-", "-", "DEFAULT"));
+    ds_props_emit(row, name, type, o.local);
+    json_decref(o.local);
 }
 
 /* The properties every dataset has, in TrueNAS's shape. */
@@ -157,37 +130,33 @@ static void row_volume_props(json_t *row, const struct ds_row *r, const struct d
     json_object_set_new(row, "latency_us", json_integer(r->latency_us));
 }
 
-/* One ROW_SQL result as a TrueNAS dataset row; *used_out is what it and
- * its snapshots use (rows_link adds the children's). New row or NULL. */
-static json_t *row_build(sqlite3_stmt *st, uint64_t *used_out)
+/* The row of dataset v (keys in TrueNAS's order); *used_out is what it
+ * and its snapshots use (rows_link adds the children's). New row or
+ * NULL. */
+static json_t *row_encode(const struct ds_row_view *v, uint64_t *used_out)
 {
-    struct ds_row r;
-    struct ds_pool pool;
-    const struct ds_backend *be;
+    const struct ds_row *r = &v->row;
+    const struct ds_backend *be = ds_backend_of(&v->pool);
     char path[PATH_MAX];
-    const char *origin = (const char *)sqlite3_column_text(st, 17);
-    int64_t snapcount = sqlite3_column_int64(st, 16);
     uint64_t used = 0, snapused = 0, avail;
     json_t *row;
 
-    row_decode(st, &r, &pool);
-    be = ds_backend_of(&pool);
-    if (be->locator(&pool, r.name, NULL, path, sizeof(path)) < 0)
+    if (be->locator(&v->pool, r->name, NULL, path, sizeof(path)) < 0)
         path[0] = '\0';
-    avail = be->available(&pool);
-    row =
-        json_pack("{s:s, s:s, s:s, s:s, s:b, s:n, s:b, s:b, s:[], s:{}, s:I}", "id", r.name, "name",
-                  r.name, "pool", pool.name, "type", r.type == DS_VOLUME ? "VOLUME" : "FILESYSTEM",
-                  "encrypted", false, "encryption_root", "key_loaded", false, "locked", false,
-                  "children", "user_properties", "snapshot_count", (json_int_t)snapcount);
+    avail = be->available(&v->pool);
+    row = json_pack("{s:s, s:s, s:s, s:s, s:b, s:n, s:b, s:b, s:[], s:{}, s:I}", "id", r->name,
+                    "name", r->name, "pool", v->pool.name, "type",
+                    r->type == DS_VOLUME ? "VOLUME" : "FILESYSTEM", "encrypted", false,
+                    "encryption_root", "key_loaded", false, "locked", false, "children",
+                    "user_properties", "snapshot_count", (json_int_t)v->snapshot_count);
     if (!row)
         return NULL;
-    row_common_props(row, &r, origin, avail, path);
-    if (r.type == DS_VOLUME)
-        row_volume_props(row, &r, &pool, be, &used, &snapused);
+    row_common_props(row, r, v->origin, avail, path);
+    if (r->type == DS_VOLUME)
+        row_volume_props(row, r, &v->pool, be, &used, &snapused);
     else
         json_object_set_new(row, "mountpoint", json_string(path));
-    row_props(row, r.id, r.name, r.type); /* after refreservation: a local one wins */
+    row_props(row, r->id, r->name, r->type); /* after refreservation: a local one wins */
     json_object_set_new(row, "usedbydataset", ds_prop_size(used, "NONE"));
     json_object_set_new(row, "usedbysnapshots", ds_prop_size(snapused, "NONE"));
     json_object_set_new(row, "usedbychildren", ds_prop_size(0, "NONE"));
@@ -227,67 +196,66 @@ static void rows_link(json_t *rows, const uint64_t *used)
     free(child_used);
 }
 
-/* Rows matching where (an SQL condition over d.*, or NULL for all) with
- * binds (strings, ?1…) — the where must also take in the descendants of
- * every dataset it takes in, since a row's children and used come from
- * them. */
-static json_t *rows_select_where(const char *where, json_t *binds)
+/* The rows being built, and what each one uses (for rows_link). */
+struct rows_acc {
+    json_t *rows;
+    uint64_t *used;
+    size_t n, cap;
+};
+
+/* ds_dataset_each's callback: encode v and keep it. */
+static int row_add(const struct ds_row_view *v, void *arg)
 {
-    json_t *rows = json_array();
-    uint64_t *used = NULL;
-    size_t cap = 0, n = 0;
-    sqlite3_stmt *st;
+    struct rows_acc *a = arg;
+    uint64_t u = 0;
+    json_t *row = row_encode(v, &u);
 
-    /* Plain name order would put "a.b" between "a" and "a/c" ('.' < '/');
-     * sorting with '/' as the lowest byte keeps descendants contiguous. */
-    if (!rows ||
-        ds_select_where(ROW_SQL, where, "ORDER BY replace(d.name, '/', char(1))", binds, &st) < 0) {
-        json_decref(rows);
-        return NULL;
-    }
-    ds_props_batch_begin();
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        uint64_t u = 0;
-        json_t *row = row_build(st, &u);
-
-        if (!row)
-            continue;
-        if (n == cap) {
-            uint64_t *nu = realloc(used, (cap ? cap * 2 : 16) * sizeof(*used));
-            if (!nu) {
-                json_decref(row);
-                break;
-            }
-            used = nu;
-            cap = cap ? cap * 2 : 16;
+    if (!row)
+        return 0;
+    if (a->n == a->cap) {
+        uint64_t *nu = realloc(a->used, (a->cap ? a->cap * 2 : 16) * sizeof(*nu));
+        if (!nu) {
+            json_decref(row);
+            return 1; /* stop: the rows so far are answered */
         }
-        used[n++] = u;
-        json_array_append_new(rows, row);
+        a->used = nu;
+        a->cap = a->cap ? a->cap * 2 : 16;
     }
-    ds_props_batch_end();
-    db_stmt_done(st);
-    rows_link(rows, used);
-    free(used);
-    return rows;
+    a->used[a->n++] = u;
+    json_array_append_new(a->rows, row);
+    return 0;
 }
 
-/* A dataset and its descendants: "X" and the range ("X/", "X0") ('0' is
- * the byte after '/'), so the name index is used, not a scan. */
-#define SUBTREE_SQL "(d.name = ?%zu OR (d.name > ?%zu || '/' AND d.name < ?%zu || '0'))"
+/* The rows of the datasets keys selects (which takes in the descendants
+ * of every dataset it takes in: a row's children and used come from
+ * them). A new array, or NULL. */
+static json_t *rows_select_keys(const struct ds_row_keys *keys)
+{
+    struct rows_acc a = {.rows = json_array()};
+    int rc;
+
+    if (!a.rows)
+        return NULL;
+    ds_props_batch_begin();
+    rc = ds_dataset_each(keys, row_add, &a);
+    ds_props_batch_end();
+    if (rc < 0) {
+        json_decref(a.rows);
+        free(a.used);
+        return NULL;
+    }
+    rows_link(a.rows, a.used);
+    free(a.used);
+    return a.rows;
+}
 
 static json_t *rows_select(const char *name)
 {
-    json_t *binds;
-    json_t *rows;
+    struct ds_row_keys keys = {.kind = DS_KEYS_ALL};
 
-    if (!name)
-        return rows_select_where(NULL, NULL);
-    binds = json_pack("[s]", name);
-    if (!binds)
-        return NULL;
-    rows = rows_select_where("(d.name = ?1 OR (d.name > ?1 || '/' AND d.name < ?1 || '0'))", binds);
-    json_decref(binds);
-    return rows;
+    if (name)
+        keys = (struct ds_row_keys){.kind = DS_KEYS_SUBTREES, .names = &name, .n = 1};
+    return rows_select_keys(&keys);
 }
 
 bool ds_query_pushdown = true;
@@ -366,10 +334,9 @@ json_t *ds_dataset_rows_hinted(json_t *params)
     static const char *const fields[] = {"id", "name"};
     json_t *names = ds_query_hint_names(params, fields, 2);
     const char *prefix = names ? NULL : ds_query_hint_prefix(params, fields, 2);
-    char *where = NULL;
-    size_t len = 0;
-    json_t *rows, *binds;
-    FILE *f;
+    struct ds_row_keys keys = {.kind = DS_KEYS_SUBTREES};
+    const char **v;
+    json_t *rows;
 
     if (!names && !prefix)
         return ds_dataset_rows();
@@ -379,23 +346,15 @@ json_t *ds_dataset_rows_hinted(json_t *params)
         if (ds_prefix_end(prefix, end, sizeof(end)) < 0)
             return ds_dataset_rows();
         /* The descendants of a name with that prefix have it too. */
-        binds = json_pack("[ss]", prefix, end);
-        rows = binds ? rows_select_where("(d.name >= ?1 AND d.name < ?2)", binds) : NULL;
-        json_decref(binds);
-        return rows;
+        keys = (struct ds_row_keys){.kind = DS_KEYS_RANGE, .lo = prefix, .hi = end};
+        return rows_select_keys(&keys);
     }
-    f = open_memstream(&where, &len);
-    if (!f) {
-        json_decref(names);
-        return NULL;
-    }
-    if (json_array_size(names) == 0)
-        fputs("0", f);
-    for (size_t k = 1; k <= json_array_size(names); k++)
-        fprintf(f, "%s" SUBTREE_SQL, k > 1 ? " OR " : "", k, k, k);
-    fclose(f);
-    rows = where ? rows_select_where(where, names) : NULL;
-    free(where);
+    v = calloc(json_array_size(names) + 1, sizeof(*v));
+    for (size_t k = 0; v && k < json_array_size(names); k++)
+        v[keys.n++] = json_string_value(json_array_get(names, k));
+    keys.names = v;
+    rows = v ? rows_select_keys(&keys) : NULL;
+    free(v);
     json_decref(names);
     return rows;
 }

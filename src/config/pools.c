@@ -1,5 +1,17 @@
-/* Pools: a named directory that holds datasets. pool.query, pool.create. */
+/*
+ * pool.create|query|get_instance: the API of struct ds_pool (pool_store.h
+ * holds its SQL): the field table the dispatcher checks, the one decoder
+ * of pool.create's params (pool_create_decode: JSON → struct
+ * pool_create_req), the one encoder (pool_encode: struct ds_pool and the
+ * state of its storage → the TrueNAS-shaped row), the invariants a table
+ * cannot state (pool_create_check), and a handler of one shape: decode →
+ * check → one transaction (pool_record) → publish (its commit; an RBD
+ * pool's connection handed to the connector). Also the pools' directories:
+ * their checks and creation, their registration with poolfs at start-up
+ * and the default pool.
+ */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,151 +25,178 @@
 #include "config/ds_internal.h"
 #include "config/dsbackend.h"
 #include "config/dsrbd.h"
+#include "config/pool_store.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "store/copy.h"
 
-static json_t *pool_row_build(int64_t id, const char *name, const char *path, int64_t created)
+/* ---- encoder: struct → the TrueNAS-shaped row ---- */
+
+/* What a pool's row shows beyond its record: the state of its storage,
+ * read when the row is built (never stored). */
+struct pool_state {
+    bool rbd;
+    bool online;
+    uint64_t size, allocated, free;
+    /* O(1) snapshots and clones: 1, 0 (they copy, store/snapshot.h), -1
+     * cannot tell (null) */
+    int snapshot_o1;
+    struct ds_rbd_spec spec; /* rbd: its Ceph settings */
+    char why[256];           /* rbd: why it is not online */
+};
+
+/* A directory pool: its filesystem's space, and whether it has reflink
+ * (probed once per filesystem). */
+static void pool_state_dir(const struct ds_pool *p, struct pool_state *s)
 {
     struct statvfs sv;
     struct stat st;
-    uint64_t size = 0, allocated = 0, avail = 0;
-    /* poolfs: the registered root, reached without symlinks. */
-    bool online = poolfs_stat(path, &st) == 0 && S_ISDIR(st.st_mode) && statvfs(path, &sv) == 0;
-    char guid[32];
 
-    if (online) {
-        size = (uint64_t)sv.f_blocks * sv.f_frsize;
-        avail = (uint64_t)sv.f_bavail * sv.f_frsize;
-        allocated = size - (uint64_t)sv.f_bfree * sv.f_frsize;
+    /* poolfs: the registered root, reached without symlinks. */
+    s->online = poolfs_stat(p->path, &st) == 0 && S_ISDIR(st.st_mode) && statvfs(p->path, &sv) == 0;
+    if (s->online) {
+        s->size = (uint64_t)sv.f_blocks * sv.f_frsize;
+        s->free = (uint64_t)sv.f_bavail * sv.f_frsize;
+        s->allocated = s->size - (uint64_t)sv.f_bfree * sv.f_frsize;
     }
-    snprintf(guid, sizeof(guid), "%lld", (long long)id);
-    return json_pack("{s:I, s:s, s:s, s:s, s:s, s:b, s:b, s:s, s:n, s:I, s:I, s:I, s:I, s:s, "
-                     "s:b, s:n, s:I}",
-                     "id", (json_int_t)id, "name", name, "guid", guid, "path", path, "status",
-                     online ? "ONLINE" : "UNAVAIL", "healthy", online, "warning", false,
-                     "status_code", online ? "" : "POOL_DIRECTORY_MISSING", "status_detail", "size",
-                     (json_int_t)size, "allocated", (json_int_t)allocated, "free",
-                     (json_int_t)avail, "freeing", (json_int_t)0, "fragmentation", "0",
-                     "is_upgraded", true, "scan", "created", (json_int_t)created);
+    int o1 =
+        stat(p->path, &st) == 0 && S_ISDIR(st.st_mode) ? store_reflink_probe(p->path) : -ENOENT;
+    s->snapshot_o1 = o1 < 0 ? -1 : o1 == 1;
 }
 
-/* An RBD pool's row: its state as the connector last saw it (never a
- * call to the cluster here), and its Ceph settings under "rbd". Locked by
- * caller. */
-static json_t *pool_row_rbd(int64_t id, const char *name, const char *path, int64_t created)
+/* An RBD pool: its state as the connector last saw it (never a call to
+ * the cluster here) and its Ceph settings. */
+static void pool_state_rbd(const struct ds_pool *p, struct pool_state *s)
 {
-    struct ds_rbd_spec spec;
-    char guid[32], why[256];
-    uint64_t size, avail;
-    bool online;
+    uint64_t avail;
+
+    s->rbd = true;
+    ds_rbd_spec_get(p->id, &s->spec);
+    ds_rbd_status(p->id, &s->online, s->why, sizeof(s->why), &s->size, &avail);
+    s->allocated = s->size - avail;
+    s->free = avail;
+    s->snapshot_o1 = 1;
+}
+
+/* The state of pool p's storage into *s. DB locked (an RBD pool's
+ * settings are read from it). */
+static void pool_state_read(const struct ds_pool *p, struct pool_state *s)
+{
+    memset(s, 0, sizeof(*s));
+    if (ds_pool_is_rbd(p))
+        pool_state_rbd(p, s);
+    else
+        pool_state_dir(p, s);
+}
+
+static const char *pool_status_code(const struct pool_state *s)
+{
+    if (s->online)
+        return "";
+    return s->rbd ? "RBD_CLUSTER_UNAVAILABLE" : "POOL_DIRECTORY_MISSING";
+}
+
+/* The row pool.* answers with (keys in TrueNAS's order, then blockd's:
+ * snapshot_o1, and rbd for an RBD pool). A new reference, or NULL. */
+static json_t *pool_encode(const struct ds_pool *p, const struct pool_state *s)
+{
+    char guid[32];
     json_t *row;
 
-    memset(&spec, 0, sizeof(spec));
-    ds_rbd_spec_get(id, &spec);
-    ds_rbd_status(id, &online, why, sizeof(why), &size, &avail);
-    snprintf(guid, sizeof(guid), "%lld", (long long)id);
-    row = json_pack("{s:I, s:s, s:s, s:s, s:s, s:b, s:b, s:s, s:s, s:I, s:I, s:I, s:I, s:s, "
-                    "s:b, s:n, s:I, s:b, s:{s:s, s:s, s:s, s:s, s:s}}",
-                    "id", (json_int_t)id, "name", name, "guid", guid, "path", path, "status",
-                    online ? "ONLINE" : "UNAVAIL", "healthy", online, "warning", false,
-                    "status_code", online ? "" : "RBD_CLUSTER_UNAVAILABLE", "status_detail", why,
-                    "size", (json_int_t)size, "allocated", (json_int_t)(size - avail), "free",
-                    (json_int_t)avail, "freeing", (json_int_t)0, "fragmentation", "0",
-                    "is_upgraded", true, "scan", "created", (json_int_t)created, "snapshot_o1",
-                    true, "rbd", "pool", spec.pool, "namespace", spec.ns, "conf", spec.conf, "id",
-                    spec.id, "keyring", spec.keyring);
-    if (row && online)
-        json_object_set_new(row, "status_detail", json_null());
+    snprintf(guid, sizeof(guid), "%lld", (long long)p->id);
+    row = json_pack("{s:I, s:s, s:s, s:s, s:s, s:b, s:b, s:s, s:o, s:I, s:I, s:I, s:I, s:s, "
+                    "s:b, s:n, s:I, s:o}",
+                    "id", (json_int_t)p->id, "name", p->name, "guid", guid, "path", p->path,
+                    "status", s->online ? "ONLINE" : "UNAVAIL", "healthy", s->online, "warning",
+                    false, "status_code", pool_status_code(s), "status_detail",
+                    s->rbd && !s->online ? json_string(s->why) : json_null(), "size",
+                    (json_int_t)s->size, "allocated", (json_int_t)s->allocated, "free",
+                    (json_int_t)s->free, "freeing", (json_int_t)0, "fragmentation", "0",
+                    "is_upgraded", true, "scan", "created", (json_int_t)p->created, "snapshot_o1",
+                    s->snapshot_o1 < 0 ? json_null() : json_boolean(s->snapshot_o1 == 1));
+    if (row && s->rbd &&
+        json_object_set_new(row, "rbd",
+                            json_pack("{s:s, s:s, s:s, s:s, s:s}", "pool", s->spec.pool,
+                                      "namespace", s->spec.ns, "conf", s->spec.conf, "id",
+                                      s->spec.id, "keyring", s->spec.keyring)) < 0) {
+        json_decref(row);
+        row = NULL;
+    }
     return row;
 }
 
-/* The row plus snapshot_o1: O(1) snapshots and clones need reflink
- * (probed once per filesystem); without it they copy (store/snapshot.h).
- * null: cannot tell. */
-static json_t *pool_row_full(int64_t id, const char *name, const char *path, int64_t created)
+/* Every pool encoded, by id: a new array, or NULL. DB locked. */
+static json_t *pool_rows(void)
 {
-    if (strncmp(path, "rbd:", 4) == 0)
-        return pool_row_rbd(id, name, path, created);
-    json_t *row = pool_row_build(id, name, path, created);
-    struct stat st;
-    int o1 = stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? store_reflink_probe(path) : -ENOENT;
+    struct ds_pool *pools;
+    struct pool_state s;
+    size_t n;
+    json_t *rows;
 
-    if (row)
-        json_object_set_new(row, "snapshot_o1", o1 < 0 ? json_null() : json_boolean(o1 == 1));
-    return row;
-}
-
-json_t *ds_pool_rows(void)
-{
-    json_t *rows = json_array();
-    sqlite3_stmt *st;
-
-    if (!rows || db_stmt("SELECT id, name, path, created FROM pools ORDER BY id", &st) < 0) {
-        json_decref(rows);
+    if (ds_pool_list(false, &pools, &n) < 0)
         return NULL;
+    rows = json_array();
+    for (size_t i = 0; rows && i < n; i++) {
+        pool_state_read(&pools[i], &s);
+        json_array_append_new(rows, pool_encode(&pools[i], &s));
     }
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        json_array_append_new(rows, pool_row_full(sqlite3_column_int64(st, 0),
-                                                  (const char *)sqlite3_column_text(st, 1),
-                                                  (const char *)sqlite3_column_text(st, 2),
-                                                  sqlite3_column_int64(st, 3)));
-    }
-    db_stmt_done(st);
+    free(pools);
     return rows;
 }
 
-json_t *ds_pool_row(const char *name)
-{
-    struct ds_pool p;
+/* ---- the one transaction ---- */
 
-    if (ds_pool_get(name, &p) < 0)
-        return NULL;
-    return pool_row_full(p.id, p.name, p.path, p.created);
+/* The rows of a new pool p: the pool, its root dataset (a FILESYSTEM
+ * named like the pool) and an RBD pool's Ceph settings. */
+static int pool_record_rows(struct cfg_tx *tx, struct ds_pool *p, const struct ds_rbd_spec *rbd)
+{
+    struct ds_row root = {.type = DS_FILESYSTEM, .sparse = true};
+    int rc = ds_pool_insert(p);
+
+    if (rc < 0)
+        return rc;
+    snprintf(root.name, sizeof(root.name), "%s", p->name);
+    root.pool_id = p->id;
+    cfg_tx_changed(tx, CFG_POOL, p->id, CFG_CREATED);
+    rc = ds_dataset_insert(&root);
+    if (rc == 0 && rbd)
+        rc = ds_rbd_spec_insert(p->id, rbd);
+    return rc;
 }
 
-/* Insert the pool and its root dataset (a FILESYSTEM named like the pool).
- * Locked by caller (ds_ops_lock). 0 or -errno; EEXIST for a duplicate. */
-static int pool_insert(const char *name, const char *path, const struct ds_rbd_spec *rbd,
-                       int64_t *id_out)
+/* Record the new pool p (name and path set; p->id and p->created are
+ * filled) in one transaction, published (CFG_POOL created) on commit. The
+ * DB lock is held around it, so the commit itself syncs (cfgtx.h).
+ * ds_ops_lock held. 0 or -errno; -EEXIST for a duplicate. */
+static int pool_record(struct ds_pool *p, const struct ds_rbd_spec *rbd)
 {
     struct cfg_tx tx;
-    struct ds_row root;
-    sqlite3_stmt *st;
     int rc;
 
     db_lock();
     rc = cfg_tx_begin(&tx);
-    if (rc < 0)
-        goto out;
-    rc = db_stmt("INSERT INTO pools (name, path, created) VALUES (?, ?,"
-                 " CAST(strftime('%s','now') AS INTEGER) * 1000)",
-                 &st);
     if (rc == 0) {
-        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, path, -1, SQLITE_STATIC);
-        rc = db_step_done(st);
-        db_stmt_done(st);
+        rc = pool_record_rows(&tx, p, rbd);
+        if (rc == 0)
+            rc = cfg_tx_commit(&tx);
+        else
+            cfg_tx_abort(&tx);
     }
-    if (rc == 0) {
-        memset(&root, 0, sizeof(root));
-        snprintf(root.name, sizeof(root.name), "%s", name);
-        root.pool_id = sqlite3_last_insert_rowid(db_handle());
-        root.type = DS_FILESYSTEM;
-        root.sparse = true;
-        *id_out = root.pool_id;
-        cfg_tx_changed(&tx, CFG_POOL, root.pool_id, CFG_CREATED);
-        rc = ds_dataset_insert(&root);
-    }
-    if (rc == 0 && rbd)
-        rc = ds_rbd_spec_insert(root.pool_id, rbd);
-    if (rc == 0)
-        rc = cfg_tx_commit(&tx);
-    else
-        cfg_tx_abort(&tx);
-out:
     db_unlock();
     return rc;
+}
+
+/* A reason into why, cut to whylen (vsnprintf: the compiler does not
+ * warn that a pool's name might not fit; a cut reason is still one). */
+static void why_set(char *why, size_t whylen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void why_set(char *why, size_t whylen, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(why, whylen, fmt, ap);
+    va_end(ap);
 }
 
 /* Two pools must not nest: a dataset of one would be a file in the other. */
@@ -170,42 +209,45 @@ static bool path_within(const char *outer, const char *inner)
 
 static int pool_path_overlap(const char *path, char *why, size_t whylen)
 {
-    sqlite3_stmt *st;
-    int rc = 0;
+    struct ds_pool *pools;
+    size_t n;
+    int rc;
 
     db_lock();
-    if (db_stmt("SELECT name, path FROM pools", &st) < 0) {
-        db_unlock();
+    rc = ds_pool_list(false, &pools, &n);
+    db_unlock();
+    if (rc < 0) {
         snprintf(why, whylen, "cannot read pools");
         return -EIO;
     }
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        const char *n = (const char *)sqlite3_column_text(st, 0);
-        const char *p = (const char *)sqlite3_column_text(st, 1);
+    for (size_t i = 0; i < n; i++) {
+        const char *p = pools[i].path;
 
         if (path_within(p, path) || path_within(path, p)) {
-            snprintf(why, whylen, "directory %s overlaps pool %s at %s", path, n, p);
+            why_set(why, whylen, "directory %s overlaps pool %s at %s", path, pools[i].name, p);
             rc = strcmp(p, path) == 0 ? -EEXIST : -EINVAL;
             break;
         }
     }
-    db_stmt_done(st);
-    db_unlock();
+    free(pools);
     return rc;
 }
 
 /*
- * Check the path (poolfs_root_check: absolute, canonical, no symlink, not a
- * system or state directory, not a pseudo filesystem), create the
- * directory without following symlinks, check again now that it exists,
- * register it with poolfs, insert. why gets a message on failure.
+ * A directory pool: check the path (poolfs_root_check: absolute,
+ * canonical, no symlink, not a system or state directory, not a pseudo
+ * filesystem), create the directory without following symlinks, check
+ * again now that it exists, register it with poolfs, record it
+ * (pool_record). *p is the stored pool; why gets a message on failure.
+ * ds_ops_lock held.
  */
-static int pool_create(const char *name, const char *path_in, char *resolved, size_t rlen,
-                       char *why, size_t whylen)
+static int pool_create(const char *name, const char *path_in, struct ds_pool *p, char *why,
+                       size_t whylen)
 {
     char path[PATH_MAX];
     int rc;
 
+    memset(p, 0, sizeof(*p));
     if (path_in)
         snprintf(path, sizeof(path), "%s", path_in);
     else if (snprintf(path, sizeof(path), "%s/pools/%s", ds_state_dir, name) >= (int)sizeof(path))
@@ -225,19 +267,19 @@ static int pool_create(const char *name, const char *path_in, char *resolved, si
     rc = poolfs_root_check(path, ds_state_dir, why, whylen);
     if (rc < 0)
         return rc == -ELOOP || rc == -ENOTDIR ? -EINVAL : rc;
-    snprintf(resolved, rlen, "%s", path);
-    rc = poolfs_root_add(resolved);
+    snprintf(p->name, sizeof(p->name), "%s", name);
+    snprintf(p->path, sizeof(p->path), "%s", path);
+    rc = poolfs_root_add(p->path);
     if (rc < 0) {
-        snprintf(why, whylen, "cannot open pool directory %s: %s", resolved, strerror(-rc));
+        snprintf(why, whylen, "cannot open pool directory %s: %s", p->path, strerror(-rc));
         return rc == -EEXIST ? -EINVAL : rc;
     }
-    int64_t id;
-    rc = pool_insert(name, resolved, NULL, &id);
+    rc = pool_record(p, NULL);
     if (rc < 0)
-        poolfs_root_remove(resolved);
+        poolfs_root_remove(p->path);
     if (rc == -EEXIST)
         snprintf(why, whylen, "a pool named %s or using directory %s already exists", name,
-                 resolved);
+                 p->path);
     else if (rc < 0)
         snprintf(why, whylen, "cannot record pool %s: %s", name, strerror(-rc));
     return rc;
@@ -249,16 +291,17 @@ static int pool_create(const char *name, const char *path_in, char *resolved, si
 static void pools_register_all(void)
 {
     char why[PATH_MAX + 128];
-    sqlite3_stmt *st;
+    struct ds_pool *pools;
+    size_t count;
 
     db_lock();
-    if (db_stmt("SELECT name, path FROM pools", &st) < 0) {
-        db_unlock();
+    int err = ds_pool_list(false, &pools, &count);
+    db_unlock();
+    if (err < 0)
         return;
-    }
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        const char *n = (const char *)sqlite3_column_text(st, 0);
-        const char *p = (const char *)sqlite3_column_text(st, 1);
+    for (size_t i = 0; i < count; i++) {
+        const char *n = pools[i].name;
+        const char *p = pools[i].path;
 
         if (strncmp(p, "rbd:", 4) == 0)
             continue; /* no directory: ds_rbd_start connects it */
@@ -281,13 +324,12 @@ static void pools_register_all(void)
         if (rc < 0)
             log_error("datasets: pool %s is unavailable (its files are not opened): %s", n, why);
     }
-    db_stmt_done(st);
-    db_unlock();
+    free(pools);
 }
 
 int datasets_ensure_default_pool(const char *name)
 {
-    char resolved[PATH_MAX], why[PATH_MAX + 128];
+    char why[PATH_MAX + 128];
     struct ds_pool p;
     int rc;
 
@@ -298,11 +340,11 @@ int datasets_ensure_default_pool(const char *name)
     rc = ds_pool_get(name, &p);
     db_unlock();
     if (rc == -ENOENT) {
-        rc = pool_create(name, NULL, resolved, sizeof(resolved), why, sizeof(why));
+        rc = pool_create(name, NULL, &p, why, sizeof(why));
         if (rc < 0)
             log_error("datasets: default pool %s: %s", name, why);
         else
-            log_info("datasets: created default pool %s at %s", name, resolved);
+            log_info("datasets: created default pool %s at %s", name, p.path);
     }
     ds_ops_unlock();
     if (rc == 0)
@@ -353,145 +395,196 @@ static const struct api_field pool_create_fields[] = {
      .nfields = ARRAY_SIZE(pool_rbd_fields)},
 };
 
-/* A Ceph name or file path from the rbd object: no NUL, no control
- * characters; names also no '/' or '@'. */
-static void rbd_str(struct api_call *call, json_t *rbd, const char *key, bool path, char *dst,
-                    size_t len)
+/* ---- decoder: pool.create's checked params → struct ---- */
+
+/* pool.create's params as C sees them. name and path are borrowed from
+ * the call's params (valid while the handler runs). */
+struct pool_create_req {
+    const char *name;
+    const char *path;        /* NULL (absent or null): STATE/pools/NAME */
+    bool rbd;                /* an RBD pool ("rbd" is an object) */
+    struct ds_rbd_spec spec; /* rbd: its settings, "" for absent or null */
+};
+
+static void spec_str(json_t *rbd, const char *key, char *dst, size_t len)
 {
-    json_t *v = json_object_get(rbd, key);
-    const char *s = json_string_value(v);
+    const char *s = json_string_value(json_object_get(rbd, key));
+
+    snprintf(dst, len, "%s", s ? s : "");
+}
+
+/* The one decoder: data was checked against pool_create_fields by the
+ * dispatcher (types, lengths that fit the spec's buffers, no NUL byte). */
+static void pool_create_decode(json_t *data, struct pool_create_req *req)
+{
+    json_t *rbd = json_object_get(data, "rbd");
+
+    memset(req, 0, sizeof(*req));
+    req->name = json_string_value(json_object_get(data, "name"));
+    req->path = json_string_value(json_object_get(data, "path"));
+    req->rbd = json_is_object(rbd);
+    if (!req->rbd)
+        return;
+    spec_str(rbd, "pool", req->spec.pool, sizeof(req->spec.pool));
+    spec_str(rbd, "namespace", req->spec.ns, sizeof(req->spec.ns));
+    spec_str(rbd, "conf", req->spec.conf, sizeof(req->spec.conf));
+    spec_str(rbd, "id", req->spec.id, sizeof(req->spec.id));
+    spec_str(rbd, "keyring", req->spec.keyring, sizeof(req->spec.keyring));
+}
+
+/* ---- invariants ---- */
+
+/* A Ceph name or file path of the rbd object: no control characters;
+ * names also no '/' or '@'; a path is absolute. */
+static void rbd_str_check(struct api_call *call, const char *key, const char *s, bool path)
+{
     char field[64];
 
-    dst[0] = '\0';
-    if (!s)
-        return;
     snprintf(field, sizeof(field), "pool.create.rbd.%s", key);
-    if (strlen(s) != json_string_length(v)) {
-        api_verr(call, field, EINVAL, "contains a NUL byte");
-        return;
-    }
     for (const char *c = s; *c; c++) {
         if ((unsigned char)*c < 0x20 || (!path && (*c == '/' || *c == '@'))) {
             api_verr(call, field, EINVAL, "invalid character in %s", path ? "path" : "name");
             return;
         }
     }
-    if (path && s[0] && s[0] != '/') {
+    if (path && s[0] && s[0] != '/')
         api_verr(call, field, EINVAL, "must be an absolute path");
-        return;
-    }
-    snprintf(dst, len, "%s", s);
 }
 
-/* pool.create with rbd: connect (bounded), check, record. */
-static int pool_create_rbd(struct api_call *call, const char *name, const struct ds_rbd_spec *spec,
+/* What the field table cannot state, in the order the errors are
+ * reported. 0, or -1 with field errors on call. */
+static int pool_create_check(struct api_call *call, const struct pool_create_req *req)
+{
+    char why[PATH_MAX + 128];
+
+    if (name_check_pool(req->name, why, sizeof(why)) < 0)
+        api_verr(call, "pool.create.name", EINVAL, "%s", why);
+    if (req->path && req->path[0] != '/')
+        api_verr(call, "pool.create.path", EINVAL, "must be an absolute path");
+    if (req->rbd) {
+        rbd_str_check(call, "pool", req->spec.pool, false);
+        rbd_str_check(call, "namespace", req->spec.ns, false);
+        rbd_str_check(call, "conf", req->spec.conf, true);
+        rbd_str_check(call, "id", req->spec.id, false);
+        rbd_str_check(call, "keyring", req->spec.keyring, true);
+        if (req->path)
+            api_verr(call, "pool.create.path", EINVAL,
+                     "a pool has either a directory (path) or an RBD pool (rbd), not both");
+    }
+    return api_has_verrs(call) ? -1 : 0;
+}
+
+/* The name is free. ds_ops_lock held. 0 or -1 (error set). */
+static int pool_check_free(struct api_call *call, const char *name)
+{
+    struct ds_pool existing;
+    int rc;
+
+    db_lock();
+    rc = ds_pool_get(name, &existing);
+    db_unlock();
+    if (rc < 0)
+        return 0;
+    api_verr(call, "pool.create.name", EEXIST, "pool %s already exists", name);
+    return api_invalid(call);
+}
+
+/* ---- handlers: decode → check → one transaction → publish ---- */
+
+/* The stored pool name encoded as the call's result; a pool whose
+ * snapshots and clones copy (no reflink) says so in "warnings". 0 or -1
+ * (error set). */
+static int pool_result(struct api_call *call, const char *name, json_t **result)
+{
+    static const char warn[] =
+        "the filesystem has no reflink: snapshots and clones copy the volume's data "
+        "(writes are not held: copy-before-write), taking time and space in proportion";
+    struct ds_pool p = {0};
+    struct pool_state s = {.snapshot_o1 = -1};
+
+    *result = NULL;
+    db_lock();
+    if (ds_pool_get(name, &p) == 0) {
+        pool_state_read(&p, &s);
+        *result = pool_encode(&p, &s);
+    }
+    db_unlock();
+    if (!*result)
+        return api_error(call, EIO, "pool %s vanished", name);
+    if (s.snapshot_o1 == 0) {
+        log_warn("datasets: pool %s at %s: %s", name, p.path, warn);
+        json_object_set_new(*result, "warnings", json_pack("[s]", warn));
+    }
+    return 0;
+}
+
+/* pool.create with rbd: connect (bounded), record, hand the connection
+ * to the connector. ds_ops_lock held. */
+static int pool_create_rbd(struct api_call *call, const struct pool_create_req *req,
                            json_t **result)
 {
     struct rbd_cluster *c = NULL;
-    char path[DS_RBD_NAME_MAX * 2 + 8], why[512];
-    int64_t id = 0;
+    const struct ds_rbd_spec *spec = &req->spec;
+    struct ds_pool p = {0};
+    char why[512];
     int rc;
 
-    snprintf(path, sizeof(path), "rbd:%s%s%s", spec->pool, spec->ns[0] ? "/" : "", spec->ns);
+    snprintf(p.name, sizeof(p.name), "%s", req->name);
+    snprintf(p.path, sizeof(p.path), "rbd:%s%s%s", spec->pool, spec->ns[0] ? "/" : "", spec->ns);
     rc = ds_rbd_probe(spec, &c, why, sizeof(why));
     if (rc < 0) {
-        log_warn("datasets: pool %s on %s: %s (peer %s)", name, path, why, api_call_peer(call));
-        return api_error(call, -rc, "cannot create pool %s: %s", name, why);
+        log_warn("datasets: pool %s on %s: %s (peer %s)", p.name, p.path, why, api_call_peer(call));
+        return api_error(call, -rc, "cannot create pool %s: %s", p.name, why);
     }
-    rc = pool_insert(name, path, spec, &id);
+    rc = pool_record(&p, spec);
     if (rc < 0) {
         rbd_cluster_put(c);
         if (rc == -EEXIST) {
             api_verr(call, "pool.create.rbd.pool", EEXIST,
-                     "a pool named %s or using %s already exists", name, path);
+                     "a pool named %s or using %s already exists", p.name, p.path);
             return api_invalid(call);
         }
-        return api_error(call, -rc, "cannot record pool %s: %s", name, strerror(-rc));
+        return api_error(call, -rc, "cannot record pool %s: %s", p.name, strerror(-rc));
     }
     /* before handing c over: the connector may drop it at any time after */
-    log_info("datasets: created pool %s on %s (%s; peer %s)", name, path, rbd_cluster_describe(c),
-             api_call_peer(call));
-    ds_rbd_pool_add(id, name, spec, c);
-    db_lock();
-    *result = ds_pool_row(name);
-    db_unlock();
-    return *result ? 0 : api_error(call, EIO, "pool %s vanished", name);
+    log_info("datasets: created pool %s on %s (%s; peer %s)", p.name, p.path,
+             rbd_cluster_describe(c), api_call_peer(call));
+    ds_rbd_pool_add(p.id, p.name, spec, c);
+    return pool_result(call, p.name, result);
 }
 
-static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
+/* pool.create of a directory pool. ds_ops_lock held. */
+static int pool_create_dir(struct api_call *call, const struct pool_create_req *req,
+                           json_t **result)
 {
-    char resolved[PATH_MAX], why[PATH_MAX + 128];
-    json_t *data, *jpath, *jrbd;
-    const char *name, *path = NULL;
-    struct ds_pool existing;
-    struct ds_rbd_spec spec;
-    int rc;
+    char why[PATH_MAX + 128];
+    struct ds_pool p;
+    int rc = pool_create(req->name, req->path, &p, why, sizeof(why));
 
-    data = api_param(params, 0); /* checked against pool_create_fields by the dispatcher */
-    name = json_string_value(json_object_get(data, "name"));
-    if (strlen(name) != json_string_length(json_object_get(data, "name")) ||
-        name_check_pool(name, why, sizeof(why)) < 0)
-        api_verr(call, "pool.create.name", EINVAL, "%s",
-                 strlen(name) != json_string_length(json_object_get(data, "name"))
-                     ? "name contains a NUL byte"
-                     : why);
-    jpath = json_object_get(data, "path");
-    if (jpath && json_is_string(jpath)) {
-        path = json_string_value(jpath);
-        if (path[0] != '/')
-            api_verr(call, "pool.create.path", EINVAL, "must be an absolute path");
-        else if (strlen(path) != json_string_length(jpath))
-            api_verr(call, "pool.create.path", EINVAL, "path contains a NUL byte");
-    }
-    jrbd = json_object_get(data, "rbd");
-    if (json_is_object(jrbd)) {
-        memset(&spec, 0, sizeof(spec));
-        rbd_str(call, jrbd, "pool", false, spec.pool, sizeof(spec.pool));
-        rbd_str(call, jrbd, "namespace", false, spec.ns, sizeof(spec.ns));
-        rbd_str(call, jrbd, "conf", true, spec.conf, sizeof(spec.conf));
-        rbd_str(call, jrbd, "id", false, spec.id, sizeof(spec.id));
-        rbd_str(call, jrbd, "keyring", true, spec.keyring, sizeof(spec.keyring));
-        if (path)
-            api_verr(call, "pool.create.path", EINVAL,
-                     "a pool has either a directory (path) or an RBD pool (rbd), not both");
-    }
-    if (api_has_verrs(call))
-        return api_invalid(call);
-
-    ds_ops_lock();
-    db_lock();
-    rc = ds_pool_get(name, &existing);
-    db_unlock();
-    if (rc == 0) {
-        ds_ops_unlock();
-        api_verr(call, "pool.create.name", EEXIST, "pool %s already exists", name);
-        return api_invalid(call);
-    }
-    if (json_is_object(jrbd)) {
-        rc = pool_create_rbd(call, name, &spec, result);
-        ds_ops_unlock();
-        return rc;
-    }
-    rc = pool_create(name, path, resolved, sizeof(resolved), why, sizeof(why));
-    ds_ops_unlock();
     if (rc == -EEXIST || rc == -EINVAL) {
-        api_verr(call, path ? "pool.create.path" : "pool.create.name", -rc, "%s", why);
+        api_verr(call, req->path ? "pool.create.path" : "pool.create.name", -rc, "%s", why);
         return api_invalid(call);
     }
     if (rc < 0)
         return api_error(call, -rc, "%s", why);
-    log_info("datasets: created pool %s at %s (peer %s)", name, resolved, api_call_peer(call));
-    db_lock();
-    *result = ds_pool_row(name);
-    db_unlock();
-    if (*result && json_is_false(json_object_get(*result, "snapshot_o1"))) {
-        static const char warn[] =
-            "the filesystem has no reflink: snapshots and clones copy the volume's data "
-            "(writes are not held: copy-before-write), taking time and space in proportion";
-        log_warn("datasets: pool %s at %s: %s", name, resolved, warn);
-        json_object_set_new(*result, "warnings", json_pack("[s]", warn));
-    }
-    return *result ? 0 : api_error(call, EIO, "pool %s vanished", name);
+    log_info("datasets: created pool %s at %s (peer %s)", p.name, p.path, api_call_peer(call));
+    return pool_result(call, p.name, result);
+}
+
+static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
+{
+    struct pool_create_req req;
+    int rc;
+
+    pool_create_decode(api_param(params, 0), &req);
+    if (pool_create_check(call, &req) < 0)
+        return api_invalid(call);
+    ds_ops_lock();
+    rc = pool_check_free(call, req.name);
+    if (rc == 0)
+        rc = req.rbd ? pool_create_rbd(call, &req, result) : pool_create_dir(call, &req, result);
+    ds_ops_unlock();
+    return rc;
 }
 
 static int m_pool_query(struct api_call *call, json_t *params, json_t **result)
@@ -500,7 +593,7 @@ static int m_pool_query(struct api_call *call, json_t *params, json_t **result)
     int rc;
 
     db_lock();
-    rows = ds_pool_rows();
+    rows = pool_rows();
     db_unlock();
     if (!rows)
         return api_error(call, EIO, "cannot read pools");
@@ -515,7 +608,7 @@ static int m_pool_get_instance(struct api_call *call, json_t *params, json_t **r
     int rc;
 
     db_lock();
-    rows = ds_pool_rows();
+    rows = pool_rows();
     db_unlock();
     if (!rows)
         return api_error(call, EIO, "cannot read pools");
@@ -539,31 +632,26 @@ const size_t ds_pool_method_count = ARRAY_SIZE(ds_pool_methods);
 
 int datasets_pool_paths(struct datasets_pool_path **out, size_t *n)
 {
-    struct datasets_pool_path *p = NULL;
-    size_t cnt = 0;
-    sqlite3_stmt *st;
-    int rc = 0;
+    struct datasets_pool_path *v = NULL;
+    struct ds_pool *pools;
+    size_t count;
+    int rc;
+
     *out = NULL;
     *n = 0;
     db_lock();
-    if (db_stmt("SELECT name, path FROM pools ORDER BY name", &st) < 0) {
-        db_unlock();
-        return -EIO;
-    }
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        struct datasets_pool_path *np = realloc(p, (cnt + 1) * sizeof(*np));
-        if (!np) {
-            rc = -ENOMEM;
-            break;
-        }
-        p = np;
-        snprintf(p[cnt].name, sizeof(p[cnt].name), "%s", (const char *)sqlite3_column_text(st, 0));
-        snprintf(p[cnt].path, sizeof(p[cnt].path), "%s", (const char *)sqlite3_column_text(st, 1));
-        cnt++;
-    }
-    db_stmt_done(st);
+    rc = ds_pool_list(true, &pools, &count);
     db_unlock();
-    *out = p;
-    *n = cnt;
+    if (rc < 0)
+        return rc == -ENOMEM ? rc : -EIO;
+    if (count && !(v = calloc(count, sizeof(*v))))
+        rc = -ENOMEM;
+    for (size_t i = 0; v && i < count; i++) {
+        snprintf(v[i].name, sizeof(v[i].name), "%.*s", (int)sizeof(v[i].name) - 1, pools[i].name);
+        snprintf(v[i].path, sizeof(v[i].path), "%s", pools[i].path);
+    }
+    free(pools);
+    *out = v;
+    *n = v ? count : 0;
     return rc;
 }

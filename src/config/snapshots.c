@@ -1,5 +1,11 @@
 /*
- * zfs.snapshot.create / query / delete / clone / rollback.
+ * zfs.snapshot.create / query / delete / clone / rollback: the API of
+ * struct ds_snap (snapshot_store.h holds its SQL): the field tables the
+ * dispatcher checks, the names decoded from a create's params
+ * (snap_create_names), the one encoder (snapshot_encode: a stored
+ * snapshot as its store shows it, struct ds_snap_view, and the space it
+ * holds → the zfs.snapshot row), and handlers of one shape: decode →
+ * check → the copy → one transaction → publish.
  *
  * A snapshot of "pool/vol" named "s1" is the file "<pool dir>/vol@s1" ('@'
  * cannot appear in a component, so it never collides with a dataset),
@@ -249,167 +255,137 @@ static int split_snapshot(const char *full, char *dataset, size_t dlen, const ch
     return 0;
 }
 
+/* ---- encoder: struct → the zfs.snapshot row ---- */
+
 static json_t *prop_int_str(uint64_t v)
 {
     return ds_prop_size(v, "NONE");
 }
 
-/* Rows for zfs.snapshot.query: those matching where (over d.* and s.*,
- * binds are strings ?1…), or all. Locked by caller. */
-static json_t *snapshot_rows_where(const char *where, json_t *binds)
+/* The "properties" of a snapshot's row. used: its backend's figure. */
+static json_t *snapshot_props(const struct ds_snap_view *v, uint64_t used)
+{
+    const struct ds_snap *s = &v->snap;
+    time_t t = (time_t)(s->created / 1000);
+    char raw[32], value[64];
+    struct tm tm;
+    json_t *props = json_object();
+
+    snprintf(raw, sizeof(raw), "%lld", (long long)(s->created / 1000));
+    gmtime_r(&t, &tm);
+    strftime(value, sizeof(value), "%a %b %e %H:%M %Y", &tm);
+    json_object_set_new(
+        props, "creation",
+        ds_prop(json_pack("{s:I}", "$date", (json_int_t)s->created), raw, value, "NONE"));
+    json_object_set_new(props, "used", prop_int_str(used));
+    json_object_set_new(props, "referenced", prop_int_str(used));
+    json_object_set_new(props, "volsize", ds_prop_size(s->volsize, "NONE"));
+    json_object_set_new(props, "clones",
+                        ds_prop(json_string(v->clones), v->clones, v->clones, "NONE"));
+    json_object_set_new(props, "type",
+                        ds_prop(json_string("snapshot"), "snapshot", "SNAPSHOT", "NONE"));
+    snprintf(raw, sizeof(raw), "%lld", (long long)s->id);
+    /* createtxg: blockd has no transaction groups; the snapshot's id
+     * orders snapshots the same way. */
+    json_object_set_new(props, "createtxg", ds_prop(json_integer(s->id), raw, raw, "NONE"));
+    return props;
+}
+
+/* The row zfs.snapshot.* answers with (keys in TrueNAS's order). used:
+ * the space the snapshot holds, its backend's figure. A new reference, or
+ * NULL. */
+static json_t *snapshot_encode(const struct ds_snap_view *v, uint64_t used)
+{
+    const struct ds_snap *s = &v->snap;
+    char full[DS_NAME_BUF * 2], txg[32];
+    json_t *row;
+
+    snprintf(full, sizeof(full), "%s@%s", s->dataset, s->name);
+    snprintf(txg, sizeof(txg), "%lld", (long long)s->id);
+    row = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:{}, s:n, s:I, s:I}", "id", full,
+                    "name", full, "pool", v->pool.name, "type", "SNAPSHOT", "snapshot_name",
+                    s->name, "dataset", s->dataset, "createtxg", txg, "properties",
+                    snapshot_props(v, used), "holds", "retention", "volsize",
+                    (json_int_t)s->volsize, "created", (json_int_t)s->created);
+    if (row) {
+        /* also top-level, as the dataset rows have them */
+        json_object_set_new(row, "used", prop_int_str(used));
+        json_object_set_new(row, "referenced", prop_int_str(used));
+    }
+    return row;
+}
+
+/* ds_snapshot_each's callback: append v's row to the array arg. */
+static int snapshot_row_add(const struct ds_snap_view *v, void *arg)
+{
+    const struct ds_pool *pool = &v->pool;
+    uint64_t used = ds_backend_of(pool)->snapshot_usage(pool, v->snap.dataset, v->snap.name);
+    json_t *row = snapshot_encode(v, used);
+
+    if (row)
+        json_array_append_new(arg, row);
+    return 0;
+}
+
+/* The rows of the snapshots keys selects (NULL: every one), in the
+ * store's order: a new array, or NULL. DB locked. */
+static json_t *snapshot_rows(const struct ds_snap_keys *keys)
 {
     json_t *rows = json_array();
-    sqlite3_stmt *st;
-    struct ds_pool pool;
-    char full[DS_NAME_BUF * 2], raw[32], value[64];
 
-    if (!rows ||
-        ds_select_where("SELECT s.id, d.name, s.name, s.volsize, s.created, p.name, p.path, "
-                        "d.volblocksize, (SELECT group_concat(c.name, ',') FROM datasets c WHERE "
-                        "c.origin_id = s.id), p.id FROM snapshots s JOIN datasets d ON d.id = "
-                        "s.dataset_id JOIN pools p ON p.id = d.pool_id",
-                        where, "ORDER BY d.name, s.id", binds, &st) < 0) {
+    if (rows && ds_snapshot_each(keys, snapshot_row_add, rows) < 0) {
         json_decref(rows);
-        return NULL;
+        rows = NULL;
     }
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        int64_t id = sqlite3_column_int64(st, 0);
-        const char *ds = (const char *)sqlite3_column_text(st, 1);
-        const char *sn = (const char *)sqlite3_column_text(st, 2);
-        uint64_t volsize = (uint64_t)sqlite3_column_int64(st, 3);
-        int64_t created = sqlite3_column_int64(st, 4);
-        const char *clones = (const char *)sqlite3_column_text(st, 8);
-        uint64_t used = 0;
-        time_t t = (time_t)(created / 1000);
-        struct tm tm;
-        json_t *props, *row;
-
-        memset(&pool, 0, sizeof(pool));
-        snprintf(pool.name, sizeof(pool.name), "%s", (const char *)sqlite3_column_text(st, 5));
-        snprintf(pool.path, sizeof(pool.path), "%s", (const char *)sqlite3_column_text(st, 6));
-        pool.id = sqlite3_column_int64(st, 9);
-        snprintf(full, sizeof(full), "%s@%s", ds, sn);
-        used = ds_backend_of(&pool)->snapshot_usage(&pool, ds, sn);
-        snprintf(raw, sizeof(raw), "%lld", (long long)(created / 1000));
-        gmtime_r(&t, &tm);
-        strftime(value, sizeof(value), "%a %b %e %H:%M %Y", &tm);
-        props = json_object();
-        json_object_set_new(
-            props, "creation",
-            ds_prop(json_pack("{s:I}", "$date", (json_int_t)created), raw, value, "NONE"));
-        json_object_set_new(props, "used", prop_int_str(used));
-        json_object_set_new(props, "referenced", prop_int_str(used));
-        json_object_set_new(props, "volsize", ds_prop_size(volsize, "NONE"));
-        json_object_set_new(props, "clones",
-                            ds_prop(json_string(clones ? clones : ""), clones ? clones : "",
-                                    clones ? clones : "", "NONE"));
-        json_object_set_new(props, "type",
-                            ds_prop(json_string("snapshot"), "snapshot", "SNAPSHOT", "NONE"));
-        snprintf(raw, sizeof(raw), "%lld", (long long)id);
-        /* createtxg: blockd has no transaction groups; the snapshot's id
-         * orders snapshots the same way. */
-        json_object_set_new(props, "createtxg", ds_prop(json_integer(id), raw, raw, "NONE"));
-        row = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o, s:{}, s:n, s:I, s:I}", "id", full,
-                        "name", full, "pool", pool.name, "type", "SNAPSHOT", "snapshot_name", sn,
-                        "dataset", ds, "createtxg", raw, "properties", props, "holds", "retention",
-                        "volsize", (json_int_t)volsize, "created", (json_int_t)created);
-        if (row) {
-            /* also top-level, as the dataset rows have them */
-            json_object_set_new(row, "used", prop_int_str(used));
-            json_object_set_new(row, "referenced", prop_int_str(used));
-            json_array_append_new(rows, row);
-        }
-    }
-    db_stmt_done(st);
     return rows;
 }
 
-json_t *ds_snapshot_rows(const char *only_dataset)
-{
-    json_t *binds, *rows;
-
-    if (!only_dataset)
-        return snapshot_rows_where(NULL, NULL);
-    binds = json_pack("[s]", only_dataset);
-    rows = binds ? snapshot_rows_where("d.name = ?1", binds) : NULL;
-    json_decref(binds);
-    return rows;
-}
-
-/* "d.name = ?a AND s.name = ?b" per "dataset@snap" id, or "d.name = ?a"
- * per dataset; a name without '@' matches no snapshot. */
-json_t *ds_snapshot_rows_hinted(json_t *params)
+/* Query push-down (ds_internal.h): the rows of the snapshots a top-level
+ * id/name filter names ("dataset@snap"; a name without '@' matches no
+ * snapshot), else of the datasets a dataset filter names, else all. DB
+ * locked. */
+static json_t *snapshot_rows_hinted(json_t *params)
 {
     static const char *const ids[] = {"id", "name"};
     static const char *const datasets[] = {"dataset"};
-    json_t *names = ds_query_hint_names(params, ids, 2), *binds = NULL, *rows = NULL;
+    json_t *names = ds_query_hint_names(params, ids, 2), *rows = NULL;
     bool by_id = names != NULL;
-    char *where = NULL;
-    size_t len = 0, nb = 0;
-    FILE *f;
+    struct ds_snap_keys keys = {0};
+    struct ds_snap_key *v;
 
     if (!names)
         names = ds_query_hint_names(params, datasets, 1);
     if (!names)
-        return snapshot_rows_where(NULL, NULL);
-    binds = json_array();
-    f = open_memstream(&where, &len);
-    if (!binds || !f) {
-        if (f)
-            fclose(f);
-        free(where);
-        json_decref(binds);
-        json_decref(names);
-        return NULL;
-    }
-    /* no constant term in the OR: SQLite then looks each one up by index */
-    fputs("(", f);
-    for (size_t k = 0; k < json_array_size(names); k++) {
+        return snapshot_rows(NULL);
+    v = calloc(json_array_size(names) + 1, sizeof(*v));
+    for (size_t k = 0; v && k < json_array_size(names); k++) {
         const char *n = json_string_value(json_array_get(names, k));
         const char *at = strchr(n, '@');
 
-        if (!by_id) {
-            json_array_append_new(binds, json_string(n));
-            fprintf(f, "%sd.name = ?%zu", nb ? " OR " : "", nb + 1);
-            nb++;
-        } else if (at) {
-            json_array_append_new(binds, json_stringn(n, (size_t)(at - n)));
-            json_array_append_new(binds, json_string(at + 1));
-            fprintf(f, "%s(d.name = ?%zu AND s.name = ?%zu)", nb ? " OR " : "", nb + 1, nb + 2);
-            nb += 2;
-        }
+        if (!by_id)
+            v[keys.n++] = (struct ds_snap_key){.dataset = n, .dataset_len = -1};
+        else if (at)
+            v[keys.n++] =
+                (struct ds_snap_key){.dataset = n, .dataset_len = (int)(at - n), .snap = at + 1};
     }
-    fputs(nb ? ")" : "0)", f);
-    fclose(f);
-    /* a string jansson could not hold (invalid UTF-8 split) would be a
-     * missing bind: fall back to every row rather than guess */
-    if (where && json_array_size(binds) == nb)
-        rows = snapshot_rows_where(where, binds);
-    else if (where)
-        rows = snapshot_rows_where(NULL, NULL);
-    free(where);
-    json_decref(binds);
+    keys.v = v;
+    if (v)
+        rows = snapshot_rows(&keys);
+    free(v);
     json_decref(names);
     return rows;
 }
 
-json_t *ds_snapshot_row(const char *dataset, const char *snap)
+/* The row of dataset@snap (a new reference), or NULL. DB locked. */
+static json_t *snapshot_row(const char *dataset, const char *snap)
 {
-    json_t *rows = ds_snapshot_rows(dataset), *row;
-    size_t i;
+    struct ds_snap_key key = {.dataset = dataset, .dataset_len = -1, .snap = snap};
+    struct ds_snap_keys keys = {.v = &key, .n = 1};
+    json_t *rows = snapshot_rows(&keys), *row = json_array_get(rows, 0);
 
-    if (!rows)
-        return NULL;
-    json_array_foreach(rows, i, row)
-    {
-        if (strcmp(json_string_value(json_object_get(row, "snapshot_name")), snap) == 0) {
-            json_incref(row);
-            json_decref(rows);
-            return row;
-        }
-    }
+    json_incref(row);
     json_decref(rows);
-    return NULL;
+    return row;
 }
 
 /* Look up a volume dataset for snapshot work. Locked by caller. On error
@@ -544,22 +520,14 @@ static int snap_create_copy(struct snap_create *c)
  * backend's reason, ds_backend_why, is theirs). */
 static int snap_create_record(struct snap_create *c)
 {
+    struct ds_snap s = {.dataset_id = c->row.id, .volsize = c->row.volsize};
     struct cfg_tx tx;
-    sqlite3_stmt *st;
     int rc = cfg_tx_begin(&tx);
 
-    if (rc == 0)
-        rc = db_stmt("INSERT INTO snapshots (dataset_id, name, volsize, created)"
-                     " VALUES (?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS"
-                     " INTEGER))",
-                     &st);
+    snprintf(s.name, sizeof(s.name), "%s", c->snap);
     if (rc == 0) {
-        sqlite3_bind_int64(st, 1, c->row.id);
-        sqlite3_bind_text(st, 2, c->snap, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, (sqlite3_int64)c->row.volsize);
-        rc = db_step_done(st);
-        db_stmt_done(st);
-        cfg_tx_changed(&tx, CFG_SNAPSHOT, sqlite3_last_insert_rowid(db_handle()), CFG_CREATED);
+        rc = ds_snapshot_insert(&s);
+        cfg_tx_changed(&tx, CFG_SNAPSHOT, s.id, CFG_CREATED);
         if (rc == 0)
             rc = cfg_tx_commit(&tx);
         else
@@ -618,7 +586,7 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
         db_lock();
         rc = snap_create_record(&c);
         if (rc == 0)
-            *result = ds_snapshot_row(c.dataset, c.snap);
+            *result = snapshot_row(c.dataset, c.snap);
         db_unlock();
     }
     ds_ops_unlock();
@@ -637,7 +605,7 @@ static int m_snapshot_query(struct api_call *call, json_t *params, json_t **resu
     if (api_query_validate(call, params) < 0)
         return -1;
     db_lock();
-    rows = ds_snapshot_rows_hinted(params);
+    rows = snapshot_rows_hinted(params);
     db_unlock();
     if (!rows)
         return api_error(call, EIO, "cannot read snapshots");
@@ -685,19 +653,14 @@ static int snapshot_id_param(struct api_call *call, json_t *params, const char *
  * call's error. */
 static int snap_delete_check(struct api_call *call, const struct ds_snap *snap, const char *full)
 {
-    char why[512];
-    sqlite3_stmt *st;
-    int rc = db_stmt("SELECT name FROM datasets WHERE origin_id = ? ORDER BY name LIMIT 1", &st);
+    char why[512], clone[DS_NAME_BUF];
+    int rc = ds_snapshot_first_clone(snap->id, clone, sizeof(clone));
 
-    if (rc < 0)
+    if (rc == 0)
+        return api_error(call, EBUSY, "snapshot %s has dependent clone %s; delete the clone first",
+                         full, clone);
+    if (rc != -ENOENT)
         return ds_api_errno(call, rc, "cannot delete snapshot", full);
-    sqlite3_bind_int64(st, 1, snap->id);
-    if (sqlite3_step(st) == SQLITE_ROW)
-        rc = api_error(call, EBUSY, "snapshot %s has dependent clone %s; delete the clone first",
-                       full, (const char *)sqlite3_column_text(st, 0));
-    db_stmt_done(st);
-    if (rc < 0)
-        return rc;
     why[0] = '\0';
     if (ds_in_use(full, why, sizeof(why)))
         return api_error(call, EBUSY, "snapshot %s is in use: %s", full, why[0] ? why : "busy");
@@ -709,16 +672,10 @@ static int snap_delete_check(struct api_call *call, const struct ds_snap *snap, 
 static int snap_delete_row(struct api_call *call, const struct ds_snap *snap, const char *full)
 {
     struct cfg_tx tx;
-    sqlite3_stmt *st;
     int rc = cfg_tx_begin(&tx);
 
     if (rc == 0) {
-        rc = db_stmt("DELETE FROM snapshots WHERE id = ?", &st);
-        if (rc == 0) {
-            sqlite3_bind_int64(st, 1, snap->id);
-            rc = db_step_done(st);
-            db_stmt_done(st);
-        }
+        rc = ds_snapshot_delete(snap->id);
         cfg_tx_changed(&tx, CFG_SNAPSHOT, snap->id, CFG_DELETED);
         if (rc == 0)
             rc = cfg_tx_commit(&tx);
@@ -916,27 +873,19 @@ static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **resu
     return 0;
 }
 
+/* The rollback mark of dataset_id (snapshot_store.h): set to snap_id, or
+ * (done) cleared with the volume's new size, in its own transaction or
+ * the caller's. 0 or -errno. */
 static int set_rollback_pending(int64_t dataset_id, int64_t snap_id, uint64_t volsize, bool done)
 {
     struct cfg_tx tx;
-    sqlite3_stmt *st;
     int rc;
 
     rc = cfg_tx_begin(&tx);
     if (rc < 0)
         return rc;
-    rc = db_stmt(done ? "UPDATE datasets SET rollback_pending = NULL, volsize = ?2 WHERE id = ?1"
-                      : "UPDATE datasets SET rollback_pending = ?3 WHERE id = ?1",
-                 &st);
-    if (rc == 0) {
-        sqlite3_bind_int64(st, 1, dataset_id);
-        if (done)
-            sqlite3_bind_int64(st, 2, (sqlite3_int64)volsize);
-        else
-            sqlite3_bind_int64(st, 3, snap_id);
-        rc = db_step_done(st);
-        db_stmt_done(st);
-    }
+    rc = done ? ds_snapshot_rollback_done(dataset_id, volsize)
+              : ds_snapshot_rollback_mark(dataset_id, snap_id);
     cfg_tx_changed(&tx, CFG_DATASET, dataset_id, CFG_UPDATED);
     if (rc == 0)
         rc = cfg_tx_commit(&tx);
@@ -945,17 +894,43 @@ static int set_rollback_pending(int64_t dataset_id, int64_t snap_id, uint64_t vo
     return rc;
 }
 
-static int snapshot_row_delete(int64_t id)
-{
-    sqlite3_stmt *st;
-    int rc = db_stmt("DELETE FROM snapshots WHERE id = ?", &st);
+/* The newer snapshots a recursive rollback destroys, collected. */
+struct newer_list {
+    struct api_call *call;
+    const struct ds_snap *snap; /* the rollback's target */
+    struct ds_snap *v;
+    size_t n, cap;
+};
 
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, id);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
+/* ds_snapshot_each_newer's callback: refuse (1, the call's error set) a
+ * snapshot with a clone or a user, else keep it. */
+static int newer_add(const struct ds_snap *s, const char *clone, void *arg)
+{
+    struct newer_list *l = arg;
+    char full[DS_NAME_BUF * 2], why[256] = "";
+
+    snprintf(full, sizeof(full), "%s@%s", l->snap->dataset, s->name);
+    if (clone) {
+        api_error(l->call, EBUSY,
+                  "the newer snapshot %s has dependent clone %s; delete the clone first", full,
+                  clone);
+        return 1;
+    }
+    if (ds_in_use(full, why, sizeof(why))) {
+        api_error(l->call, EBUSY, "the newer snapshot %s is in use: %s", full, why);
+        return 1;
+    }
+    if (l->n == l->cap) {
+        struct ds_snap *grown = realloc(l->v, (l->cap ? l->cap * 2 : 4) * sizeof(*grown));
+        if (!grown) {
+            api_error(l->call, ENOMEM, "out of memory");
+            return 1;
+        }
+        l->v = grown;
+        l->cap = l->cap ? l->cap * 2 : 4;
+    }
+    l->v[l->n++] = *s;
+    return 0;
 }
 
 /* The snapshots of snap's dataset taken after it, for a recursive
@@ -964,57 +939,20 @@ static int snapshot_row_delete(int64_t id)
 static int newer_snapshots(struct api_call *call, const struct ds_snap *snap, struct ds_snap **out,
                            size_t *n)
 {
-    sqlite3_stmt *st;
-    size_t cap = 0;
-    int rc;
+    struct newer_list l = {.call = call, .snap = snap};
+    int rc = ds_snapshot_each_newer(snap->dataset_id, snap->id, newer_add, &l);
 
-    *out = NULL;
-    *n = 0;
-    rc = db_stmt("SELECT s.id, s.name, (SELECT c.name FROM datasets c WHERE c.origin_id = s.id"
-                 " LIMIT 1) FROM snapshots s WHERE s.dataset_id = ? AND s.id > ?"
-                 " ORDER BY s.id",
-                 &st);
     if (rc < 0)
-        return ds_api_errno(call, rc, "cannot list the snapshots of", snap->dataset);
-    sqlite3_bind_int64(st, 1, snap->dataset_id);
-    sqlite3_bind_int64(st, 2, snap->id);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        const char *name = (const char *)sqlite3_column_text(st, 1);
-        const char *clone = (const char *)sqlite3_column_text(st, 2);
-        char full[DS_NAME_BUF * 2], why[256] = "";
-
-        snprintf(full, sizeof(full), "%s@%s", snap->dataset, name);
-        if (clone) {
-            rc = api_error(call, EBUSY,
-                           "the newer snapshot %s has dependent clone %s; delete the clone first",
-                           full, clone);
-            goto fail;
-        }
-        if (ds_in_use(full, why, sizeof(why))) {
-            rc = api_error(call, EBUSY, "the newer snapshot %s is in use: %s", full, why);
-            goto fail;
-        }
-        if (*n == cap) {
-            struct ds_snap *grown = realloc(*out, (cap ? cap * 2 : 4) * sizeof(**out));
-            if (!grown) {
-                rc = api_error(call, ENOMEM, "out of memory");
-                goto fail;
-            }
-            *out = grown;
-            cap = cap ? cap * 2 : 4;
-        }
-        memset(&(*out)[*n], 0, sizeof(**out));
-        (*out)[*n].id = sqlite3_column_int64(st, 0);
-        snprintf((*out)[*n].name, sizeof((*out)[*n].name), "%s", name);
-        (*n)++;
+        rc = ds_api_errno(call, rc, "cannot list the snapshots of", snap->dataset);
+    else if (rc > 0)
+        rc = -1;
+    if (rc < 0) {
+        free(l.v);
+        l.v = NULL;
+        l.n = 0;
     }
-    db_stmt_done(st);
-    return 0;
-fail:
-    db_stmt_done(st);
-    free(*out);
-    *out = NULL;
-    *n = 0;
+    *out = l.v;
+    *n = l.n;
     return rc;
 }
 
@@ -1103,7 +1041,7 @@ static int rollback_record(struct rollback *r)
     rc = cfg_tx_begin(&tx);
     if (rc == 0) {
         for (size_t i = 0; rc == 0 && i < r->nnewer; i++) {
-            rc = snapshot_row_delete(r->newer[i].id);
+            rc = ds_snapshot_delete(r->newer[i].id);
             cfg_tx_changed(&tx, CFG_SNAPSHOT, r->newer[i].id, CFG_DELETED);
         }
         if (rc == 0)
@@ -1225,41 +1163,29 @@ static int sweep_one(const char *fpath, const struct stat *sb, int type, struct 
 
 static void sweep_copy_temps(void)
 {
-    sqlite3_stmt *st;
-    struct ds_pool pool;
+    struct ds_pool *pools;
+    size_t n;
 
-    if (db_stmt("SELECT name FROM pools", &st) < 0)
+    if (ds_pool_list(false, &pools, &n) < 0)
         return;
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        if (ds_pool_get((const char *)sqlite3_column_text(st, 0), &pool) < 0 ||
-            ds_pool_is_rbd(&pool))
+    for (size_t i = 0; i < n; i++) {
+        if (ds_pool_is_rbd(&pools[i]))
             continue;
-        sweep_pool = &pool;
-        nftw(pool.path, sweep_one, 16, FTW_PHYS | FTW_MOUNT);
+        sweep_pool = &pools[i];
+        nftw(pools[i].path, sweep_one, 16, FTW_PHYS | FTW_MOUNT);
     }
-    db_stmt_done(st);
+    free(pools);
     sweep_pool = NULL;
 }
 
 void ds_rollback_recover(void)
 {
-    sqlite3_stmt *st;
-    struct {
-        int64_t dataset_id, snap_id;
-    } todo[64];
+    int64_t dataset_ids[64], snap_ids[64];
     size_t n = 0;
 
     ds_ops_lock();
     db_lock();
-    if (db_stmt("SELECT id, rollback_pending FROM datasets WHERE rollback_pending IS NOT NULL",
-                &st) == 0) {
-        while (n < ARRAY_SIZE(todo) && sqlite3_step(st) == SQLITE_ROW) {
-            todo[n].dataset_id = sqlite3_column_int64(st, 0);
-            todo[n].snap_id = sqlite3_column_int64(st, 1);
-            n++;
-        }
-        db_stmt_done(st);
-    }
+    (void)ds_snapshot_rollbacks_pending(dataset_ids, snap_ids, ARRAY_SIZE(dataset_ids), &n);
     for (size_t i = 0; i < n; i++) {
         struct ds_row row;
         struct ds_snap snap;
@@ -1267,8 +1193,8 @@ void ds_rollback_recover(void)
         char poolname[DS_NAME_BUF], snap_path[PATH_MAX], vol_path[PATH_MAX];
         int rc;
 
-        if (ds_dataset_get_id(todo[i].dataset_id, &row) < 0 ||
-            ds_snapshot_get_id(todo[i].snap_id, &snap) < 0)
+        if (ds_dataset_get_id(dataset_ids[i], &row) < 0 ||
+            ds_snapshot_get_id(snap_ids[i], &snap) < 0)
             continue;
         ds_pool_of(row.name, poolname, sizeof(poolname));
         if (ds_pool_get(poolname, &pool) < 0)
@@ -1298,7 +1224,7 @@ void ds_rollback_recover(void)
 
 static int m_snapshot_get_instance(struct api_call *call, json_t *params, json_t **result)
 {
-    return ds_get_instance_hinted(call, params, result, ds_snapshot_rows_hinted, "snapshots");
+    return ds_get_instance_hinted(call, params, result, snapshot_rows_hinted, "snapshots");
 }
 
 static const struct api_arg create_args[] = {API_ARG_OBJECT("data", snap_create_fields, 0)};

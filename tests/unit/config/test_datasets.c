@@ -1024,6 +1024,96 @@ static void test_rbd_pool_refusals(void **st)
     assert_int_equal(ds_rbd_image_name(&p, "other/v", image, sizeof(image)), -EINVAL);
 }
 
+/* ds_snapshot_each's callback: count the rows, remember the last. */
+struct snap_seen {
+    size_t n;
+    struct ds_snap last;
+    char clones[64];
+};
+
+static int snap_seen_add(const struct ds_snap_view *v, void *arg)
+{
+    struct snap_seen *s = arg;
+
+    s->n++;
+    s->last = v->snap;
+    snprintf(s->clones, sizeof(s->clones), "%s", v->clones);
+    return 0;
+}
+
+static int row_seen_add(const struct ds_row_view *v, void *arg)
+{
+    struct ds_row_view *out = arg;
+
+    out->row = v->row;
+    out->pool = v->pool;
+    out->snapshot_count = v->snapshot_count;
+    return strcmp(v->origin, "") == 0 ? 0 : -EINVAL;
+}
+
+/* The typed stores (pool_store.h, snapshot_store.h, dataset_store.h)
+ * answer what the API rows are built from. */
+static void test_stores(void **st)
+{
+    struct ds_pool *pools, p;
+    struct ds_row_view view;
+    struct snap_seen seen = {0};
+    size_t n;
+    char clone[DS_NAME_BUF];
+
+    json_decref(ok("pool.create", "[{\"name\":\"ps\"}]"));
+    json_decref(
+        ok("pool.dataset.create", "[{\"name\":\"ps/v\",\"type\":\"VOLUME\",\"volsize\":1048576}]"));
+    json_decref(ok("zfs.snapshot.create", "[{\"dataset\":\"ps/v\",\"name\":\"a\"}]"));
+    json_decref(ok("zfs.snapshot.create", "[{\"dataset\":\"ps/v\",\"name\":\"b\"}]"));
+    db_lock();
+    assert_int_equal(ds_pool_list(false, &pools, &n), 0);
+    assert_true(n >= 2);
+    for (size_t i = 1; i < n; i++)
+        assert_true(pools[i - 1].id < pools[i].id);
+    assert_string_equal(pools[n - 1].name, "ps");
+    assert_int_equal(ds_pool_get_by_path(pools[n - 1].path, &p), 0);
+    assert_int_equal(p.id, pools[n - 1].id);
+    free(pools);
+    assert_int_equal(ds_pool_list(true, &pools, &n), 0);
+    for (size_t i = 1; i < n; i++)
+        assert_true(strcmp(pools[i - 1].name, pools[i].name) < 0);
+    free(pools);
+
+    /* one dataset@snap (the dataset given as the head of "ps/v@b") */
+    struct ds_snap_key one = {.dataset = "ps/v@b", .dataset_len = 4, .snap = "b"};
+    struct ds_snap_keys keys = {.v = &one, .n = 1};
+    assert_int_equal(ds_snapshot_each(&keys, snap_seen_add, &seen), 0);
+    assert_int_equal(seen.n, 1);
+    int64_t b_id = seen.last.id;
+    assert_string_equal(seen.last.dataset, "ps/v");
+    assert_string_equal(seen.last.name, "b");
+    assert_string_equal(seen.clones, "");
+    /* every snapshot of the dataset, in the order they were taken */
+    one = (struct ds_snap_key){.dataset = "ps/v", .dataset_len = -1};
+    seen = (struct snap_seen){0};
+    assert_int_equal(ds_snapshot_each(&keys, snap_seen_add, &seen), 0);
+    assert_int_equal(seen.n, 2);
+    assert_string_equal(seen.last.name, "b");
+    keys.n = 0; /* no key: no snapshot */
+    seen = (struct snap_seen){0};
+    assert_int_equal(ds_snapshot_each(&keys, snap_seen_add, &seen), 0);
+    assert_int_equal(seen.n, 0);
+    assert_int_equal(ds_snapshot_first_clone(b_id, clone, sizeof(clone)), -ENOENT);
+
+    const char *names[] = {"ps/v"};
+    struct ds_row_keys rk = {.kind = DS_KEYS_SUBTREES, .names = names, .n = 1};
+    memset(&view, 0, sizeof(view));
+    assert_int_equal(ds_dataset_each(&rk, row_seen_add, &view), 0);
+    assert_string_equal(view.row.name, "ps/v");
+    assert_int_equal(view.row.type, DS_VOLUME);
+    assert_int_equal(view.row.volsize, 1048576);
+    assert_string_equal(view.pool.name, "ps");
+    assert_int_equal(view.snapshot_count, 2);
+    db_unlock();
+    (void)st;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1041,6 +1131,7 @@ int main(void)
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_rename_promote),
         cmocka_unit_test(test_rbd_pool_refusals),
+        cmocka_unit_test(test_stores),
     };
 
     return cmocka_run_group_tests(tests, setup_group, teardown_group);
