@@ -774,6 +774,27 @@ static void busy_why(const struct rbd_io *r, const char *image, const char *who)
              RBD_IMAGE_REMOVE_WAIT_MS / 1000);
 }
 
+/* Milliseconds since t0 (CLOCK_MONOTONIC). */
+static long ms_since(const struct timespec *t0)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - t0->tv_sec) * 1000L + (now.tv_nsec - t0->tv_nsec) / 1000000L;
+}
+
+/* A removal that took long says where the time went: librbd waits for
+ * the image's lock and for every watcher to acknowledge its notifies. */
+static void slow_step_log(const char *what, const char *name, const char *snap,
+                          const struct timespec *t0, int rc)
+{
+    long ms = ms_since(t0);
+
+    if (ms >= 1000)
+        log_info("rbd: removing %s %s%s%s took %ld ms (%s)", what, name, snap ? "@" : "",
+                 snap ? snap : "", ms, rc < 0 ? strerror(-rc) : "done");
+}
+
 static int rbdpool_dataset_remove(const struct ds_pool *p, const char *name, bool is_volume)
 {
     char image[DS_NAME_BUF];
@@ -786,7 +807,10 @@ static int rbdpool_dataset_remove(const struct ds_pool *p, const char *name, boo
     rc = io_get(p, &r);
     if (rc < 0)
         return rc;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     rc = rbd_image_remove(r.io, image);
+    slow_step_log("the image of", name, NULL, &t0, rc);
     if (rc == -EBUSY)
         busy_why(&r, image, ""); /* a client opened it after the check */
     usage_changed();             /* its dataset id may be given again */
@@ -834,12 +858,15 @@ static int rbdpool_handle_restore(struct bdev *b)
 static int rbdpool_snapshot_remove(const struct ds_pool *p, const char *name, const char *snap)
 {
     struct image_op op;
+    struct timespec t0;
     char id[64];
-    int rc = image_begin(p, name, &op);
 
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = image_begin(p, name, &op);
     if (rc < 0)
         return rc;
     rc = rbd_image_snap_remove(op.h.img, snap);
+    slow_step_log("snapshot", name, snap, &t0, rc);
     /* the snapshot's LU had a reservation object of its own */
     if (rc == 0 && rbd_get_id(op.h.img, id, sizeof(id)) == 0)
         rbd_image_forget(op.r.io, name, id, snap);

@@ -122,13 +122,20 @@ sleep 1
 echo close >&"${HOLD[1]}"
 wait "$HOLDER" 2>/dev/null || true
 
-# ---- only this daemon holds it: deleted within seconds, clients cut ----
+# ---- only this daemon holds it: deleted without waiting, clients cut ----
+# Its own handles do not count as another client's: the delete never
+# waits for them to go (no "still open elsewhere" line). How long librbd's
+# removal takes is not asserted: it is a dozen round trips to the OSDs,
+# 0.3 s on a quiet machine and 9-17 s on a loaded one.
+logged=$(wc -l <"$BLOCKD_LOG")
 t0=$(date +%s%N)
 api pool.dataset.delete '["ceph/gone", {"recursive": true, "force": true}]' >"$TMP/del.out" ||
     fail "the forced delete failed: $(cat "$TMP/del.out")"
 ms=$((($(date +%s%N) - t0) / 1000000))
 echo "forced delete with both clients writing: ${ms} ms"
-[ "$ms" -le 5000 ] || fail "the forced delete took ${ms} ms"
+if tail -n +"$((logged + 1))" "$BLOCKD_LOG" | grep "still open elsewhere" >"$TMP/waited"; then
+    fail "the forced delete waited for a watcher: $(cat "$TMP/waited")"
+fi
 kill -0 "$FIO_OTHER" 2>/dev/null || fail "the other volume's NBD client ended before the delete was over: $(tail -8 "$TMP/fio-other.out")"
 image_there && fail "the image stayed: $(rbd -c "$CEPH_CONF" ls "$CEPH_POOL" | tr '\n' ' ')"
 [ "$(rows)" = 0 ] || fail "the dataset row stayed"
