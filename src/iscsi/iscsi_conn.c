@@ -226,6 +226,25 @@ static void tmf_task_finished(struct iscsi_conn *ic, struct iscsi_tmf_wait *w)
     free(w);
 }
 
+/* w's response waits until the executing task t has finished (its own
+ * response is dropped: t->aborted). Without memory for that, the response
+ * goes without waiting; the task's effects may then follow it. */
+static void tmf_hold(struct iscsi_conn *ic, struct iscsi_task *t, struct iscsi_tmf_wait *w)
+{
+    struct iscsi_tmf_hold *h = calloc(1, sizeof(*h));
+
+    t->aborted = true;
+    if (!h) {
+        log_warn("%s: out of memory: a task management response does not wait for task 0x%08x",
+                 ic->c->peer, t->itt);
+        return;
+    }
+    h->w = w;
+    h->next = t->tmf;
+    t->tmf = h;
+    w->remaining++;
+}
+
 /* A LOGICAL UNIT RESET of an LU other daemons serve too (RBD: docs/ha.md)
  * answers once they applied it, so the initiator's next command on any path
  * sees the unit attention. */
@@ -390,11 +409,16 @@ static void task_done(struct scsi_cmd *cmd)
     if (t->tmf) {
         /* The task's reference may be the connection's last one. */
         struct conn *c = ic->c;
-        struct iscsi_tmf_wait *w = t->tmf;
+        struct iscsi_tmf_hold *h = t->tmf;
         t->tmf = NULL;
         conn_get(c);
         task_free(t);
-        tmf_task_finished(ic, w);
+        while (h) {
+            struct iscsi_tmf_hold *next = h->next;
+            tmf_task_finished(ic, h->w);
+            free(h);
+            h = next;
+        }
         conn_put(c);
         return;
     }
@@ -832,13 +856,10 @@ static uint8_t tmf_abort_task(struct iscsi_conn *ic, struct iscsi_tmf_wait *w, c
     }
     if (t->lun != lun || t->replied)
         return ISCSI_TMF_RSP_NO_TASK;
-    if (t->executing) {
-        t->aborted = true;
-        t->tmf = w;
-        w->remaining++;
-    } else if (!t->aborted) {
+    if (t->executing)
+        tmf_hold(ic, t, w);
+    else if (!t->aborted)
         task_free(t);
-    }
     return ISCSI_TMF_RSP_COMPLETE;
 }
 
@@ -848,7 +869,7 @@ static bool task_matches_lun(const struct iscsi_task *t, uint64_t lun)
 }
 
 /* Abort every task of the set (this LUN's, or all with whole_target) as
- * ABORT TASK does; a task already held by another TMF stays with it. */
+ * ABORT TASK does; one an earlier TMF already aborted is waited for too. */
 static void tmf_abort_set_tasks(struct iscsi_conn *ic, struct iscsi_tmf_wait *w, bool whole_target,
                                 uint64_t lun)
 {
@@ -857,17 +878,12 @@ static void tmf_abort_set_tasks(struct iscsi_conn *ic, struct iscsi_tmf_wait *w,
         next = t->next;
         if (!whole_target && !task_matches_lun(t, lun))
             continue;
-        if (t->aborted || t->replied)
+        if (t->replied)
             continue;
-        if (t->executing) {
-            t->aborted = true;
-            if (!t->tmf) {
-                t->tmf = w;
-                w->remaining++;
-            }
-        } else {
+        if (t->executing)
+            tmf_hold(ic, t, w);
+        else if (!t->aborted)
             task_free(t);
-        }
     }
 }
 

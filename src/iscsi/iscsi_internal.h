@@ -29,6 +29,7 @@
 struct iscsi_conn;
 struct iscsi_session;
 struct iscsi_tmf_wait;
+struct iscsi_tmf_hold;
 
 struct iscsi_r2t {
     bool active;
@@ -57,7 +58,7 @@ struct iscsi_task {
     bool replied;               /* reply queued; freed by the output release */
     bool counted;               /* counted in the session's inflight */
     bool data_error;            /* bad DataSN seen: answer CHECK CONDITION, not execute */
-    struct iscsi_tmf_wait *tmf; /* TMF waiting for this task to finish */
+    struct iscsi_tmf_hold *tmf; /* the TMFs waiting for this task to finish */
     /* data-out collection */
     uint8_t *data_out;
     uint32_t data_out_cap;
@@ -135,10 +136,19 @@ struct iscsi_login {
     uint16_t status; /* failure decided while parsing keys */
 };
 
+/* A TMF's response, sent once every task it waits for has finished. */
 struct iscsi_tmf_wait {
     uint8_t bhs[ISCSI_BHS_LEN];
     unsigned remaining;
     bool close_after; /* TARGET COLD RESET */
+};
+
+/* One TMF waiting for one task: a task may be waited for by several (an
+ * ABORT TASK repeated, then an ABORT TASK SET or a reset over it), and
+ * each of their responses waits for it. */
+struct iscsi_tmf_hold {
+    struct iscsi_tmf_wait *w;
+    struct iscsi_tmf_hold *next;
 };
 
 struct iscsi_conn {

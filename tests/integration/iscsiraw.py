@@ -5,6 +5,7 @@ qemu retries or translates them). lib.sh puts this directory on PYTHONPATH.
     s = Session(port, target_iqn)          # login, one connection, LUN 0
     s.clear_unit_attention()               # the new session's UNIT ATTENTION
     st, sense, data = s.cmd(cdb, data_out=b"", data_in_len=0)
+    itt = s.send_cmd(cdb); s.send_tmf(1, rtt=itt); s.recv_pdu()  # no waiting
     s.close()
 
 st is the SCSI status byte (0 GOOD, 2 CHECK CONDITION, 8 BUSY); sense is
@@ -55,9 +56,36 @@ class Session:
         dsl = int.from_bytes(bhs[5:8], "big")
         return bhs, _recvn(self.s, dsl + _pad(dsl))[:dsl] if dsl else b""
 
-    def cmd(self, cdb, data_out=b"", data_in_len=0):
-        """One command, waited for: (status, sense, data_in)."""
+    def send_cmd(self, cdb, data_out=b"", data_in_len=0):
+        """Send one command without waiting for its response: its ITT
+        (the caller then reads the PDUs with recv_pdu)."""
         self.itt += 1
+        b = self._cmd_pdu(cdb, data_out, data_in_len)
+        self.s.sendall(b + data_out + bytes(_pad(len(data_out))))
+        return self.itt
+
+    def send_tmf(self, function, rtt=0xFFFFFFFF, lun=0):
+        """Send a task management function request (immediate): its ITT.
+        rtt: the Referenced Task Tag (ABORT TASK). The response is a PDU
+        of opcode 0x22 with the response code in byte 2 (recv_pdu)."""
+        self.itt += 1
+        b = bytearray(48)
+        b[0], b[1] = 0x40 | 0x02, 0x80 | (function & 0x7F)
+        b[8:10] = struct.pack(">H", lun)
+        # RefCmdSN: the CmdSN the aborted task was sent with (the last one)
+        struct.pack_into(">IIIII", b, 16, self.itt, rtt, self.cmd_sn, self.exp_stat_sn,
+                         self.cmd_sn - 1)
+        self.s.sendall(bytes(b))
+        return self.itt
+
+    def recv_pdu(self):
+        """The next PDU from the target: (opcode, bhs, data)."""
+        bhs, data = self._recv()
+        if bhs[0] & 0x3F in (0x21, 0x22, 0x25) and (bhs[0] & 0x3F != 0x25 or bhs[1] & 0x01):
+            self.exp_stat_sn = struct.unpack(">I", bhs[24:28])[0] + 1
+        return bhs[0] & 0x3F, bhs, data
+
+    def _cmd_pdu(self, cdb, data_out, data_in_len):
         b = bytearray(48)
         flags = 0x80 | 0x01  # final, simple task
         if data_out:
@@ -70,7 +98,13 @@ class Session:
         struct.pack_into(">IIII", b, 16, self.itt, xfer, self.cmd_sn, self.exp_stat_sn)
         b[32:32 + len(cdb)] = cdb
         self.cmd_sn += 1
-        self.s.sendall(bytes(b) + data_out + bytes(_pad(len(data_out))))
+        return bytes(b)
+
+    def cmd(self, cdb, data_out=b"", data_in_len=0):
+        """One command, waited for: (status, sense, data_in)."""
+        self.itt += 1
+        b = self._cmd_pdu(cdb, data_out, data_in_len)
+        self.s.sendall(b + data_out + bytes(_pad(len(data_out))))
         data_in = bytearray()
         while True:
             bhs, data = self._recv()
@@ -121,6 +155,12 @@ def read16(lba, n):
 
 def write16(lba, n, fua=False):
     return struct.pack(">BBQIBB", 0x8A, 0x08 if fua else 0, lba, n, 0, 0)
+
+
+def write_same16(lba, n):
+    """WRITE SAME (16) of the one block of data-out over n blocks (0: to
+    the end of the LU)."""
+    return struct.pack(">BBQIBB", 0x93, 0, lba, n, 0, 0)
 
 
 def compare_and_write(lba, n):
