@@ -71,6 +71,9 @@ static char my_addr[128];
 static char my_portals[128];
 static uint64_t my_counter;
 static _Atomic bool my_blocklisted;
+/* When this member's heartbeat last reached the cluster (gw_now_ms; 0:
+ * not yet): see gateway_fenced. */
+static _Atomic uint64_t my_heartbeat_ok_ms;
 
 /* Rejoining after a fencing (membership thread only, but the hook). */
 enum rejoin_phase { REJOIN_CONNECT, REJOIN_REOPEN, REJOIN_REGISTER };
@@ -162,9 +165,19 @@ bool gateway_enabled(void)
     return enabled;
 }
 
+/* The others fence a member whose heartbeat they have not seen change for
+ * the timeout; one whose own heartbeat has not reached the cluster for as
+ * long (frozen, cut off, or its membership thread stuck) may be fenced
+ * already without knowing: it answers as fenced until its next heartbeat
+ * tells which (a lease, as Ceph's OSDs and monitors keep). Else a member
+ * woken from SIGSTOP answers TEST UNIT READY GOOD until its first cluster
+ * call fails. */
 bool gateway_fenced(void)
 {
-    return my_blocklisted;
+    if (my_blocklisted)
+        return true;
+    uint64_t ok = atomic_load(&my_heartbeat_ok_ms);
+    return enabled && ok && gw_now_ms() - ok > (uint64_t)cfg.timeout_s * 1000u;
 }
 
 unsigned gateway_id(void)
@@ -198,6 +211,15 @@ static int write_record(void)
     int rc = rados_write_op_operate(op, io, obj, NULL, 0);
     rados_release_write_op(op);
     free(val);
+    return rc;
+}
+
+/* This member's record written: its lease renewed (gateway_fenced). */
+static int heartbeat(void)
+{
+    int rc = write_record();
+    if (rc == 0)
+        atomic_store(&my_heartbeat_ok_ms, gw_now_ms());
     return rc;
 }
 
@@ -591,7 +613,7 @@ static int rejoin_register(void)
             return rc;
         }
     }
-    rc = write_record();
+    rc = heartbeat();
     if (rc < 0) {
         rejoin_later("cannot register the new client", rc);
         return rc;
@@ -687,7 +709,7 @@ static void round_once(void)
             return;
         }
     }
-    int rc = write_record();
+    int rc = heartbeat();
     bool self_ok = rc == 0;
     if (rc == -ESHUTDOWN /* EBLOCKLISTED */) {
         char how[64];
@@ -698,7 +720,7 @@ static void round_once(void)
             gw_lu_pass();
             return;
         }
-        self_ok = write_record() == 0;
+        self_ok = heartbeat() == 0;
     } else if (rc < 0) {
         log_warn("gateway %s: heartbeat on %s failed: %s", cfg.group, obj, strerror(-rc));
     }
@@ -859,7 +881,7 @@ static int start_register(void)
     if (rc == 0)
         rc = check_id_free();
     if (rc == 0)
-        rc = write_record();
+        rc = heartbeat();
     if (rc < 0) {
         if (rc != -EADDRINUSE)
             log_error("gateway %s: cannot register in %s/%s: %s", cfg.group, cfg.pool, obj,

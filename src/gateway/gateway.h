@@ -85,8 +85,10 @@ void gateway_stop(void);
 bool gateway_enabled(void);
 /* True while this member is fenced: it found itself blocklisted (its
  * heartbeat or a request failed with EBLOCKLISTED) and has not rejoined
- * yet with a new client (docs/ha.md "Rejoining after fencing"); its LUs
- * answer 02/04/0C meanwhile. */
+ * yet with a new client (docs/ha.md "Rejoining after fencing"), or may be
+ * fenced without knowing yet: its own heartbeat has not reached the
+ * cluster for the heartbeat timeout. Its LUs answer 02/04/0C meanwhile.
+ * Lock-free (reactors call it per command). */
 bool gateway_fenced(void);
 /* This member's id (its TPG and relative target port id); 0 if disabled. */
 unsigned gateway_id(void);

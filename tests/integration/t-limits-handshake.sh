@@ -60,7 +60,8 @@ PY
 
 # --- NBD: 1,100 idle sockets from 127.0.0.2 ---
 coproc NBDFLOOD { exec /usr/bin/python3 "$TMP/flood.py" "$NBD_PORT" 127.0.0.2 1100; }
-BG_PIDS+=("$NBDFLOOD_PID")
+nbdflood_pid=$NBDFLOOD_PID # bash unsets NBDFLOOD_PID once the coprocess has ended
+BG_PIDS+=("$nbdflood_pid")
 read -r -t 60 kept <&"${NBDFLOOD[0]}" || fail "NBD flood client did not report"
 [ "$kept" -le 8 ] || fail "$kept idle NBD connections from one address kept open (limit 8)"
 timeout 20 nbdinfo "nbd://127.0.0.1:$NBD_PORT/h" >"$TMP/nbdinfo.out" 2>&1 ||
@@ -70,20 +71,21 @@ grep -q "127.0.0.2:[0-9]*: nbd: connection refused: 8 connections in their hands
 nrefused=$(grep -c "nbd: connection refused" "$BLOCKD_LOG" || true)
 [ "$nrefused" -lt 200 ] || fail "$nrefused refusal lines: the log is not rate-limited"
 exec {NBDFLOOD[1]}>&-
-wait "$NBDFLOOD_PID" 2>/dev/null || true
+wait "$nbdflood_pid" 2>/dev/null || true
 sleep 0.5
 grep -q "nbd: [0-9]* more connection refusals/drops not logged" "$BLOCKD_LOG" ||
     fail "no count of the refusals not logged"
 
 # --- iSCSI: per address, and in all (pending cap 64 - 64/4 = 48) ---
 coproc ISCSIFLOOD { exec /usr/bin/python3 "$TMP/flood.py" "$ISCSI_PORT" 127.0.0.3 30; }
-BG_PIDS+=("$ISCSIFLOOD_PID")
+iscsiflood_pid=$ISCSIFLOOD_PID # bash unsets ISCSIFLOOD_PID once the coprocess has ended
+BG_PIDS+=("$iscsiflood_pid")
 read -r -t 60 kept <&"${ISCSIFLOOD[0]}" || fail "iSCSI flood client did not report"
 [ "$kept" -le 8 ] || fail "$kept idle iSCSI connections from one address kept open (limit 8)"
 timeout 20 iscsi-inq "iscsi://127.0.0.1:$ISCSI_PORT/$IQN/0" >/dev/null 2>&1 ||
     fail "iscsi-inq refused while idle iSCSI connections are held"
 exec {ISCSIFLOOD[1]}>&-
-wait "$ISCSIFLOOD_PID" 2>/dev/null || true
+wait "$iscsiflood_pid" 2>/dev/null || true
 python3 - "$ISCSI_PORT" <<'PY' || fail "iSCSI total cap"
 import socket, sys, time
 port = int(sys.argv[1]); socks = []
@@ -112,7 +114,8 @@ timeout 20 iscsi-inq "iscsi://127.0.0.1:$ISCSI_PORT/$IQN/0" >/dev/null 2>&1 ||
 
 # --- WebSocket: 100 idle connections from 127.0.0.4 ---
 coproc WSFLOOD { exec /usr/bin/python3 "$TMP/flood.py" "$WS_PORT" 127.0.0.4 100; }
-BG_PIDS+=("$WSFLOOD_PID")
+wsflood_pid=$WSFLOOD_PID # bash unsets WSFLOOD_PID once the coprocess has ended
+BG_PIDS+=("$wsflood_pid")
 read -r -t 60 kept <&"${WSFLOOD[0]}" || fail "WebSocket flood client did not report"
 [ "$kept" -le 8 ] || fail "$kept idle WebSocket connections kept open (limit 8)"
 timeout 20 "$BLOCKCTL_BIN" --socket "$SOCK" volume list >/dev/null ||
@@ -129,7 +132,7 @@ PY
 grep -q "127.0.0.4:[0-9]*: api-ws: connection refused" "$BLOCKD_LOG" ||
     fail "no log line naming a refused WebSocket peer"
 exec {WSFLOOD[1]}>&-
-wait "$WSFLOOD_PID" 2>/dev/null || true
+wait "$wsflood_pid" 2>/dev/null || true
 blockd_stop
 
 # --- run 2: the deadline ---
