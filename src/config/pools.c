@@ -11,7 +11,6 @@
  * and the default pool.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,19 +185,6 @@ static int pool_record(struct ds_pool *p, const struct ds_rbd_spec *rbd)
     return rc;
 }
 
-/* A reason into why, cut to whylen (vsnprintf: the compiler does not
- * warn that a pool's name might not fit; a cut reason is still one). */
-static void why_set(char *why, size_t whylen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void why_set(char *why, size_t whylen, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(why, whylen, fmt, ap);
-    va_end(ap);
-}
-
 /* Two pools must not nest: a dataset of one would be a file in the other. */
 static bool path_within(const char *outer, const char *inner)
 {
@@ -224,7 +210,7 @@ static int pool_path_overlap(const char *path, char *why, size_t whylen)
         const char *p = pools[i].path;
 
         if (path_within(p, path) || path_within(path, p)) {
-            why_set(why, whylen, "directory %s overlaps pool %s at %s", path, pools[i].name, p);
+            str_printf(why, whylen, "directory %s overlaps pool %s at %s", path, pools[i].name, p);
             rc = strcmp(p, path) == 0 ? -EEXIST : -EINVAL;
             break;
         }

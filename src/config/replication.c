@@ -908,19 +908,6 @@ static int recv_locate(struct item *it, const struct snap *s, struct recv_ctx *c
     return rc;
 }
 
-/* The job's failure message, formatted as repl_fail() would (it is
- * passed on to it after the locks are dropped; same 1024-byte bound). */
-static void recv_msg(char *msg, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void recv_msg(char *msg, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, len, fmt, ap);
-    va_end(ap);
-}
-
 /* Called under ds_ops_lock: may this snapshot be received into the
  * target now? Flushes the target's open volume (c->v, kept for the
  * caller to release after the lock) so the compare sees its data.
@@ -933,28 +920,28 @@ static int recv_check(struct item *it, const struct snap *s, struct recv_ctx *c,
     int rc = recv_locate(it, s, c, &rbd);
 
     if (rbd) {
-        recv_msg(msg, msglen,
-                 "replication of %s to %s: RBD pools are not supported by "
-                 "replication.run_onetime yet (file pools only)",
-                 it->src, it->dst);
+        str_printf(msg, msglen,
+                   "replication of %s to %s: RBD pools are not supported by "
+                   "replication.run_onetime yet (file pools only)",
+                   it->src, it->dst);
         return -ENOTSUP;
     }
     if (rc < 0) {
-        recv_msg(msg, msglen, "cannot locate %s@%s or %s", it->src, s->name, it->dst);
+        str_printf(msg, msglen, "cannot locate %s@%s or %s", it->src, s->name, it->dst);
         return rc;
     }
     if (c->drow.memory) {
-        recv_msg(msg, msglen, "%s is memory-backed; replication needs the file backend", it->dst);
+        str_printf(msg, msglen, "%s is memory-backed; replication needs the file backend", it->dst);
         return -ENOTSUP;
     }
     /* zfs recv replaces the data under any user: refuse instead */
     if (ds_in_use(it->dst, why, sizeof(why))) {
-        recv_msg(msg, msglen, "target %s is in use (%s)", it->dst, why);
+        str_printf(msg, msglen, "target %s is in use (%s)", it->dst, why);
         return -EBUSY;
     }
     c->v = ds_cache_peek(it->dst);
     if (c->v && (rc = volume_flush_wait(c->v)) < 0) {
-        recv_msg(msg, msglen, "cannot flush %s", it->dst);
+        str_printf(msg, msglen, "cannot flush %s", it->dst);
         return rc;
     }
     return 0;
@@ -994,8 +981,8 @@ static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap
     if (rc == 0) {
         rc = recv_transfer(t, &c);
         if (rc < 0)
-            recv_msg(msg, sizeof(msg), "receiving %s@%s into %s: %s", it->src, s->name, it->dst,
-                     strerror(-rc));
+            str_printf(msg, sizeof(msg), "receiving %s@%s into %s: %s", it->src, s->name, it->dst,
+                       strerror(-rc));
     }
     ds_ops_unlock();
     if (c.resized)

@@ -1,5 +1,6 @@
 #include "core/util.h"
 
+#include <stdarg.h>
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -205,4 +206,15 @@ void cleanup_close(int *fd)
 {
     if (*fd >= 0)
         close(*fd);
+}
+
+void str_printf(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!buf || len == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
 }

@@ -10,6 +10,12 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+/* snprintf into a reason or message buffer that may cut the text to len
+ * (always terminated when len > 0; nothing written when buf is NULL or len
+ * 0). The same as snprintf, but meant to cut: -Wformat-truncation does not
+ * flag its callers. */
+void str_printf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
