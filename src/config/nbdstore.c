@@ -1,24 +1,40 @@
-/* The stored NBD configuration: SQL of nbd_export and "nbd.global" (nbdstore.h). */
+/* The stored NBD configuration: SQL of nbd_export and the "nbd.global.*" settings (nbdstore.h). */
 #include "config/nbdstore.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config/cfgtx.h"
 #include "config/db.h"
+#include "core/log.h"
 
-static const char nbd_schema[] = "CREATE TABLE IF NOT EXISTS nbd_export ("
-                                 " id INTEGER PRIMARY KEY AUTOINCREMENT,"
-                                 " name TEXT NOT NULL UNIQUE,"
-                                 " dataset TEXT,"
-                                 " path TEXT,"
-                                 " readonly INTEGER NOT NULL DEFAULT 0,"
-                                 " description TEXT NOT NULL DEFAULT '',"
-                                 " multi_conn INTEGER NOT NULL DEFAULT 1,"
-                                 " tls TEXT NOT NULL DEFAULT 'allow',"
-                                 " enabled INTEGER NOT NULL DEFAULT 1);";
+static const char nbd_schema[] =
+    "CREATE TABLE IF NOT EXISTS nbd_export ("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " name TEXT NOT NULL UNIQUE,"
+    " dataset TEXT,"
+    " path TEXT,"
+    " readonly INTEGER NOT NULL DEFAULT 0,"
+    " description TEXT NOT NULL DEFAULT '',"
+    " multi_conn INTEGER NOT NULL DEFAULT 1,"
+    " tls TEXT NOT NULL DEFAULT 'allow',"
+    " enabled INTEGER NOT NULL DEFAULT 1);"
+    /* An older version's "nbd.global" JSON text,
+     * one key per field now (once: it is deleted). */
+    "INSERT OR IGNORE INTO settings(key, value)"
+    " SELECT 'nbd.global.' || j.key,"
+    "  CASE j.type WHEN 'true' THEN '1' WHEN 'false' THEN '0'"
+    "  ELSE CAST(j.value AS TEXT) END"
+    " FROM settings s, json_each(s.value) j"
+    " WHERE s.key = 'nbd.global' AND json_valid(s.value)"
+    "  AND j.type IN ('text', 'integer', 'true', 'false')"
+    "  AND j.key IN ('listen', 'unix_socket', 'tls_cert', 'tls_key',"
+    "   'tls_ca', 'tls_verify_peer', 'tls_psk_file', 'max_connections',"
+    "   'max_request_size', 'max_inflight');"
+    "DELETE FROM settings WHERE key = 'nbd.global';";
 
 #define EXPORT_SELECT                                                                              \
     "SELECT id, name, dataset, path, readonly, description, multi_conn, tls, enabled FROM "        \
@@ -296,14 +312,93 @@ int nbd_export_rows_rename(const char *old_name, const char *new_name, bool subt
                       pool, so, sn);
 }
 
-int nbd_global_load(char **text)
+#define GF(n, t)                                                                                   \
+    {                                                                                              \
+#n, t, offsetof(struct nbd_global, n), sizeof(((struct nbd_global *)0)->n)                 \
+    }
+const struct nbd_global_field nbd_global_fields[] = {
+    GF(listen, NBD_GLOBAL_STR),           GF(unix_socket, NBD_GLOBAL_STR),
+    GF(tls_cert, NBD_GLOBAL_STR),         GF(tls_key, NBD_GLOBAL_STR),
+    GF(tls_ca, NBD_GLOBAL_STR),           GF(tls_verify_peer, NBD_GLOBAL_BOOL),
+    GF(tls_psk_file, NBD_GLOBAL_STR),     GF(max_connections, NBD_GLOBAL_U32),
+    GF(max_request_size, NBD_GLOBAL_U32), GF(max_inflight, NBD_GLOBAL_U32),
+};
+#undef GF
+const size_t nbd_global_nfields = sizeof(nbd_global_fields) / sizeof(nbd_global_fields[0]);
+
+/* One stored value into its field: false when it does not fit. */
+static bool field_decode(const struct nbd_global_field *f, const char *v, struct nbd_global *g)
 {
-    *text = NULL;
-    int rc = db_setting_get("nbd.global", text);
-    return rc == -ENOENT ? 0 : rc;
+    char *at = (char *)g + f->off, *end;
+    unsigned long long n;
+
+    switch (f->type) {
+    case NBD_GLOBAL_STR:
+        if (strlen(v) >= f->size)
+            return false;
+        memcpy(at, v, strlen(v) + 1);
+        return true;
+    case NBD_GLOBAL_BOOL:
+        if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+            return false;
+        *(bool *)(void *)at = v[0] == '1';
+        return true;
+    case NBD_GLOBAL_U32:
+        errno = 0;
+        n = strtoull(v, &end, 10);
+        if (errno || end == v || *end || n > UINT32_MAX)
+            return false;
+        *(uint32_t *)(void *)at = (uint32_t)n;
+        return true;
+    }
+    return false;
 }
 
-int nbd_global_store(const char *text)
+int nbd_global_load(struct nbd_global *g)
 {
-    return cfg_setting_put("nbd.global", text, CFG_NBD_GLOBAL, 0);
+    char key[64];
+
+    for (size_t i = 0; i < nbd_global_nfields; i++) {
+        const struct nbd_global_field *f = &nbd_global_fields[i];
+        char *v = NULL;
+        snprintf(key, sizeof(key), "nbd.global.%s", f->name);
+        int rc = db_setting_get(key, &v);
+        if (rc == -ENOENT)
+            continue;
+        if (rc < 0)
+            return rc;
+        if (v && !field_decode(f, v, g))
+            log_warn("nbd: the stored setting %s (%.64s) is not valid: keeping the default", key,
+                     v);
+        free(v);
+    }
+    return 0;
+}
+
+int nbd_global_store(const struct nbd_global *g)
+{
+    struct cfg_tx tx;
+    char key[64], num[24];
+    int rc = cfg_tx_begin(&tx);
+
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; rc == 0 && i < nbd_global_nfields; i++) {
+        const struct nbd_global_field *f = &nbd_global_fields[i];
+        const char *at = (const char *)g + f->off, *v = num;
+        snprintf(key, sizeof(key), "nbd.global.%s", f->name);
+        if (f->type == NBD_GLOBAL_STR)
+            v = at;
+        else if (f->type == NBD_GLOBAL_BOOL)
+            v = *(const bool *)(const void *)at ? "1" : "0";
+        else
+            snprintf(num, sizeof(num), "%u", *(const uint32_t *)(const void *)at);
+        rc = db_setting_set(key, v);
+    }
+    if (rc < 0) {
+        cfg_tx_abort(&tx);
+        return rc;
+    }
+    cfg_tx_changed(&tx, CFG_NBD_GLOBAL, 0, CFG_UPDATED);
+    return cfg_tx_commit(&tx);
 }

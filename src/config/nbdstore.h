@@ -1,5 +1,5 @@
 /*
- * The stored NBD configuration (table nbd_export, setting "nbd.global"):
+ * The stored NBD configuration (table nbd_export, settings "nbd.global.*"):
  * the SQL of the NBD exports behind functions that take and return a
  * struct, on the one transaction path (config/cfgtx.h). The API layer
  * (nbd/nbd_config.c) decodes JSON into struct nbd_export_row and encodes
@@ -45,10 +45,36 @@ int nbd_export_rows_delete_dataset(const char *dataset, size_t *n);
  * thread's transaction when a row moved. DB locked. 0 or -errno.
  */
 int nbd_export_rows_rename(const char *old_name, const char *new_name, bool subtree);
-/* The stored "nbd.global" settings text (NULL if never stored; caller
- * frees). 0 or -errno. */
-int nbd_global_load(char **text);
-/* Store the settings text in one transaction (CFG_NBD_GLOBAL). 0 or -errno. */
-int nbd_global_store(const char *text);
+
+/*
+ * The NBD server's settings (nbd.global.config/update): one settings key
+ * per field, "nbd.global.<name>" (booleans "1"/"0", numbers in decimal).
+ * A database of an older version kept them as one JSON text under
+ * "nbd.global": the schema moves it into the keys at the first start.
+ * The string bounds are the API's (nbd/nbd_config.c checks them first).
+ */
+struct nbd_global {
+    char listen[257];
+    char unix_socket[108];
+    char tls_cert[4097], tls_key[4097], tls_ca[4097], tls_psk_file[4097];
+    bool tls_verify_peer;
+    uint32_t max_connections, max_request_size, max_inflight;
+};
+
+/* The fields, for the stores and the API's encoder/decoder alike. */
+enum nbd_global_type { NBD_GLOBAL_STR, NBD_GLOBAL_BOOL, NBD_GLOBAL_U32 };
+struct nbd_global_field {
+    const char *name;
+    enum nbd_global_type type;
+    size_t off, size; /* in struct nbd_global */
+};
+extern const struct nbd_global_field nbd_global_fields[];
+extern const size_t nbd_global_nfields;
+
+/* The stored fields over what g holds (the caller's defaults); a stored
+ * value that does not fit its field is left out (logged). 0 or -errno. */
+int nbd_global_load(struct nbd_global *g);
+/* Store every field of g in one transaction (CFG_NBD_GLOBAL). 0 or -errno. */
+int nbd_global_store(const struct nbd_global *g);
 
 #endif

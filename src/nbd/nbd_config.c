@@ -540,52 +540,75 @@ static const struct api_field global_fields[] = {
     {.name = "max_inflight", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = 4096},
 };
 
-static json_t *global_defaults(void)
+static void global_defaults(struct nbd_global *g)
 {
-    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:b, s:s, s:i, s:i, s:i}", "listen",
-                     NBD_DEFAULT_LISTEN, "unix_socket", "", "tls_cert", "", "tls_key", "", "tls_ca",
-                     "", "tls_verify_peer", 1, "tls_psk_file", "", "max_connections",
-                     (int)NBD_DEFAULT_MAX_CONNECTIONS, "max_request_size",
-                     (int)NBD_DEFAULT_MAX_REQUEST, "max_inflight", (int)NBD_DEFAULT_MAX_INFLIGHT);
+    memset(g, 0, sizeof(*g));
+    snprintf(g->listen, sizeof(g->listen), "%s", NBD_DEFAULT_LISTEN);
+    g->tls_verify_peer = true;
+    g->max_connections = NBD_DEFAULT_MAX_CONNECTIONS;
+    g->max_request_size = NBD_DEFAULT_MAX_REQUEST;
+    g->max_inflight = NBD_DEFAULT_MAX_INFLIGHT;
 }
 
-static json_t *global_load(void)
+/* The stored settings over the defaults. 0 or -errno. */
+static int global_load(struct nbd_global *g)
 {
-    json_t *g = global_defaults();
-    char *text = NULL;
-    int rc = nbd_global_load(&text);
-    if (rc == 0 && text) {
-        json_t *stored = json_loads(text, 0, NULL);
-        if (json_is_object(stored))
-            json_object_update(g, stored);
-        json_decref(stored);
+    global_defaults(g);
+    return nbd_global_load(g);
+}
+
+/* The TrueNAS-shaped row of g (id 1: a singleton). */
+static json_t *global_encode(const struct nbd_global *g)
+{
+    json_t *o = json_object();
+    for (size_t i = 0; o && i < nbd_global_nfields; i++) {
+        const struct nbd_global_field *f = &nbd_global_fields[i];
+        const char *at = (const char *)g + f->off;
+        json_t *v = f->type == NBD_GLOBAL_STR ? json_string(at)
+                    : f->type == NBD_GLOBAL_BOOL
+                        ? json_boolean(*(const bool *)(const void *)at)
+                        : json_integer(*(const uint32_t *)(const void *)at);
+        json_object_set_new(o, f->name, v);
     }
-    free(text);
-    json_object_set_new(g, "id", json_integer(1));
-    return g;
+    if (o)
+        json_object_set_new(o, "id", json_integer(1));
+    return o;
 }
 
-static int64_t jint(json_t *o, const char *k)
+/* The fields of in (checked by global_fields) over g. */
+static void global_decode(json_t *in, struct nbd_global *g)
 {
-    return json_integer_value(json_object_get(o, k));
+    for (size_t i = 0; i < nbd_global_nfields; i++) {
+        const struct nbd_global_field *f = &nbd_global_fields[i];
+        json_t *v = json_object_get(in, f->name);
+        char *at = (char *)g + f->off;
+        if (!v)
+            continue;
+        if (f->type == NBD_GLOBAL_STR && json_is_string(v) && json_string_length(v) < f->size)
+            memcpy(at, json_string_value(v), json_string_length(v) + 1);
+        else if (f->type == NBD_GLOBAL_BOOL && json_is_boolean(v))
+            *(bool *)(void *)at = json_is_true(v);
+        else if (f->type == NBD_GLOBAL_U32 && json_is_integer(v))
+            *(uint32_t *)(void *)at = (uint32_t)json_integer_value(v);
+    }
 }
 
 /* Build and publish settings from g. Loads TLS credentials (logged). */
-static int settings_apply(json_t *g, char *err, size_t errlen)
+static int settings_apply(const struct nbd_global *g, char *err, size_t errlen)
 {
     struct nbd_settings *s = calloc(1, sizeof(*s));
     if (!s)
         return -ENOMEM;
     atomic_init(&s->refs, 1);
-    s->max_request = (uint32_t)jint(g, "max_request_size");
-    s->max_inflight = (uint32_t)jint(g, "max_inflight");
-    s->max_connections = (uint32_t)jint(g, "max_connections");
+    s->max_request = g->max_request_size;
+    s->max_inflight = g->max_inflight;
+    s->max_connections = g->max_connections;
     struct tls_config tc = {
-        .cert_file = jstr(g, "tls_cert"),
-        .key_file = jstr(g, "tls_key"),
-        .ca_file = jstr(g, "tls_ca"),
-        .verify_peer = jbool(g, "tls_verify_peer"),
-        .psk_file = jstr(g, "tls_psk_file"),
+        .cert_file = g->tls_cert,
+        .key_file = g->tls_key,
+        .ca_file = g->tls_ca,
+        .verify_peer = g->tls_verify_peer,
+        .psk_file = g->tls_psk_file,
     };
     int rc = tls_creds_new(&tc, &s->tls);
     if (rc == -ENOENT) {
@@ -599,13 +622,13 @@ static int settings_apply(json_t *g, char *err, size_t errlen)
     return 0;
 }
 
-static int listen_apply(json_t *g)
+static int listen_apply(const struct nbd_global *g)
 {
-    const char *tcp = listen_override ? listen_override : jstr(g, "listen");
-    const char *unix_sock = jstr(g, "unix_socket");
+    const char *tcp = listen_override ? listen_override : g->listen;
+    const char *unix_sock = g->unix_socket;
     char why[PATH_MAX + 256];
     /* A path stored by an older version is checked again at start-up. */
-    if (unix_sock && *unix_sock && allowdir_check(unix_sock, why, sizeof(why)) < 0) {
+    if (*unix_sock && allowdir_check(unix_sock, why, sizeof(why)) < 0) {
         log_error("nbd: not listening on unix socket %s: %s", unix_sock, why);
         unix_sock = NULL;
     }
@@ -653,26 +676,41 @@ static void global_paths_check(struct api_call *call, json_t *in)
     }
 }
 
-/* Store the settings (already applied live) in one transaction. 0 or -errno. */
-static int global_store(json_t *g)
-{
-    char *text = json_dumps(g, JSON_COMPACT | JSON_SORT_KEYS);
-    int rc = text ? nbd_global_store(text) : -ENOMEM;
-    free(text);
-    return rc;
-}
-
 static int m_global_config(struct api_call *call, json_t *params, json_t **result)
 {
     (void)params;
-    *result = global_load();
+    struct nbd_global g;
+    int rc = global_load(&g);
+    if (rc < 0)
+        return api_error(call, -rc, "cannot read the NBD settings");
+    *result = global_encode(&g);
     /* What is in force now (--nbd-listen overrides the stored address). */
     json_object_set_new(*result, "listen_active",
-                        json_string(listen_override ? listen_override : jstr(*result, "listen")));
+                        json_string(listen_override ? listen_override : g.listen));
     json_object_set_new(*result, "port_active", json_integer(nbd_listen_port()));
     return 0;
 }
 
+/* Apply g live (settings, then listeners; old back when listening fails).
+ * 0 or the call's error. */
+static int global_apply(struct api_call *call, const struct nbd_global *old,
+                        const struct nbd_global *g)
+{
+    char err[160] = "";
+    int rc = settings_apply(g, err, sizeof(err));
+    if (rc < 0)
+        return api_error(call, -rc, "%s", err);
+    rc = listen_apply(g);
+    if (rc < 0) {
+        settings_apply(old, err, sizeof(err));
+        listen_apply(old);
+        return api_error(call, -rc, "cannot listen: %s", strerror(-rc));
+    }
+    return 0;
+}
+
+/* nbd.global.update: decode over the stored settings -> apply live ->
+ * store (one transaction). */
 static int m_global_update(struct api_call *call, json_t *params, json_t **result)
 {
     json_t *in = api_param(params, 0);
@@ -686,37 +724,23 @@ static int m_global_update(struct api_call *call, json_t *params, json_t **resul
     global_paths_check(call, in);
     if (api_has_verrs(call))
         return api_invalid(call);
+    CLEANUP_FREE struct nbd_global *old = malloc(sizeof(*old));
+    CLEANUP_FREE struct nbd_global *g = malloc(sizeof(*g));
+    if (!old || !g)
+        return api_error(call, ENOMEM, "out of memory");
     pthread_mutex_lock(&cfg_lock);
-    json_t *old = global_load();
-    json_t *g = json_deep_copy(old);
-    json_object_update(g, in);
-    json_object_del(g, "id");
-    char err[160] = "";
-    int rc = 0;
-    if (server_running) {
-        rc = settings_apply(g, err, sizeof(err));
-        if (rc < 0) {
-            rc = api_error(call, -rc, "%s", err);
-            goto out;
-        }
-        int lr = listen_apply(g);
-        if (lr < 0) {
-            json_object_del(old, "id");
-            listen_apply(old);
-            rc = api_error(call, -lr, "cannot listen: %s", strerror(-lr));
-            goto out;
-        }
-    }
-    int w = global_store(g);
-    if (w < 0) {
-        rc = api_error(call, -w, "cannot store the settings");
-        goto out;
-    }
-    *result = global_load();
-out:
+    int rc = global_load(old);
+    if (rc < 0)
+        rc = api_error(call, -rc, "cannot read the NBD settings");
+    *g = *old;
+    global_decode(in, g);
+    if (rc == 0 && server_running)
+        rc = global_apply(call, old, g);
+    if (rc == 0 && (rc = nbd_global_store(g)) < 0)
+        rc = api_error(call, -rc, "cannot store the settings");
     pthread_mutex_unlock(&cfg_lock);
-    json_decref(old);
-    json_decref(g);
+    if (rc == 0)
+        *result = global_encode(g);
     return rc;
 }
 
@@ -951,15 +975,19 @@ int nbd_server_start(const char *listen_arg)
     pthread_mutex_lock(&cfg_lock);
     free(listen_override);
     listen_override = listen_arg ? strdup(listen_arg) : NULL;
-    json_t *g = global_load();
+    CLEANUP_FREE struct nbd_global *g = malloc(sizeof(*g));
+    int rc = g ? global_load(g) : -ENOMEM;
+    if (rc < 0) {
+        pthread_mutex_unlock(&cfg_lock);
+        log_error("nbd: cannot read the NBD settings: %s", strerror(-rc));
+        return rc;
+    }
     char err[160];
-    int rc = settings_apply(g, err, sizeof(err));
+    rc = settings_apply(g, err, sizeof(err));
     if (rc < 0) {
         /* Serve without TLS rather than not at all; STARTTLS gets ERR_UNSUP. */
         log_error("nbd: %s; TLS disabled", err);
-        json_object_set_new(g, "tls_cert", json_string(""));
-        json_object_set_new(g, "tls_key", json_string(""));
-        json_object_set_new(g, "tls_psk_file", json_string(""));
+        g->tls_cert[0] = g->tls_key[0] = g->tls_psk_file[0] = '\0';
         settings_apply(g, err, sizeof(err));
     }
     rc = exports_reload();
@@ -968,7 +996,6 @@ int nbd_server_start(const char *listen_arg)
     if (rc == 0)
         server_running = true;
     pthread_mutex_unlock(&cfg_lock);
-    json_decref(g);
     return rc;
 }
 
