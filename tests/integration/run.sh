@@ -164,6 +164,12 @@ IT_TMP=${IT_TMP:-}
 IT_TMPFS=
 umount_tmpfs() {
     [ -n "$IT_TMPFS" ] || return 0
+    # What is left are failed tests' files (lib.sh keeps them): onto the
+    # disk with the logs, so that "(test files kept in ...)" still helps.
+    if [ -n "$(ls -A "$IT_TMPFS" 2>/dev/null)" ]; then
+        mkdir -p "$LOGDIR/kept" && cp -a --sparse=always "$IT_TMPFS"/. "$LOGDIR/kept/" 2>/dev/null &&
+            echo "(the failed tests' files, kept in $IT_TMPFS, are now in $LOGDIR/kept)"
+    fi
     umount "$IT_TMPFS" 2>/dev/null || umount -l "$IT_TMPFS" 2>/dev/null
     rmdir "$IT_TMPFS" 2>/dev/null
     IT_TMPFS=
