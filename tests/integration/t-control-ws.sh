@@ -129,10 +129,18 @@ if mode == "main":
     assert res[0]["error"] is None and res[0]["result"][0]["name"] == name, res[0]
     assert res[1]["error"] is None and res[1]["result"] == [], res[1]
     assert res[2]["error"] and res[2]["result"] is None, res[2]
-    c.ok("core.ping")  # flush events that arrived meanwhile
-    mine = [e for e in c.events if e["collection"] == "core.get_jobs" and e["id"] == jid]
+    # The event is sent just after the state changes (not under the job
+    # table's lock, as in TrueNAS): it may come after get_jobs showed it.
+    deadline = time.time() + 10
+    while True:
+        c.ok("core.ping")  # reads the events that arrived meanwhile
+        mine = [e for e in c.events if e["collection"] == "core.get_jobs" and e["id"] == jid]
+        done = any(e["msg"] == "changed" and e["fields"]["state"] == "SUCCESS" for e in mine)
+        if done or time.time() > deadline:
+            break
+        time.sleep(0.05)
     assert mine and mine[0]["msg"] == "added", c.events
-    assert any(e["msg"] == "changed" and e["fields"]["state"] == "SUCCESS" for e in mine), mine
+    assert done, mine
     c.ok("core.unsubscribe", [sub])
     # With legacy_jobs off, a job method answers with its result.
     c.ok("core.set_options", [{"legacy_jobs": False}])
