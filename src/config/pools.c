@@ -573,7 +573,8 @@ static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
     return rc;
 }
 
-static int m_pool_query(struct api_call *call, json_t *params, json_t **result)
+/* pool.query and pool.get_instance: the same rows, filtered (one: by id). */
+static int pool_answer(struct api_call *call, json_t *params, json_t **result, bool one)
 {
     json_t *rows;
     int rc;
@@ -583,24 +584,19 @@ static int m_pool_query(struct api_call *call, json_t *params, json_t **result)
     db_unlock();
     if (!rows)
         return api_error(call, EIO, "cannot read pools");
-    rc = api_query(call, rows, params, result);
+    rc = one ? ds_get_instance(call, params, rows, result) : api_query(call, rows, params, result);
     json_decref(rows);
     return rc;
 }
 
+static int m_pool_query(struct api_call *call, json_t *params, json_t **result)
+{
+    return pool_answer(call, params, result, false);
+}
+
 static int m_pool_get_instance(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *rows;
-    int rc;
-
-    db_lock();
-    rows = pool_rows();
-    db_unlock();
-    if (!rows)
-        return api_error(call, EIO, "cannot read pools");
-    rc = ds_get_instance(call, params, rows, result);
-    json_decref(rows);
-    return rc;
+    return pool_answer(call, params, result, true);
 }
 
 static const struct api_arg pool_create_args[] = {API_ARG_OBJECT("data", pool_create_fields, 0)};
