@@ -24,6 +24,35 @@ static int parse_id(struct cli_ctx *ctx, const char *opt, const char *s, json_in
     return 0;
 }
 
+/* Call method once per POOL/VOL operand with {"name": POOL/VOL} and the
+ * members of args (consumed); print "VERB<TAB>POOL/VOL" or the JSON answer.
+ * Continues past a failed volume: CLI_OK, or CLI_ERROR if any failed. */
+static int share_each(struct cli_ctx *ctx, int argc, char **argv, const char *method, json_t *args,
+                      const char *verb)
+{
+    if (optind >= argc) {
+        json_decref(args);
+        return cli_usage(ctx, "missing POOL/VOL");
+    }
+    int rc = CLI_OK;
+    for (int i = optind; i < argc; i++) {
+        json_t *body = json_pack("{s:s}", "name", argv[i]);
+        json_object_update(body, args);
+        json_t *res = NULL;
+        if (cli_call(ctx, method, json_pack("[o]", body), &res) != CLI_OK) {
+            rc = CLI_ERROR;
+            continue;
+        }
+        if (ctx->json)
+            cli_print_json(res);
+        else
+            printf("%s\t%s\n", verb, argv[i]);
+        json_decref(res);
+    }
+    json_decref(args);
+    return rc;
+}
+
 static int share_create(struct cli_ctx *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -62,33 +91,18 @@ static int share_create(struct cli_ctx *ctx, int argc, char **argv)
             return CLI_USAGE; /* reported by cli_opt_next */
         }
     }
-    if (optind >= argc)
-        return cli_usage(ctx, "missing POOL/VOL");
-    int rc = CLI_OK;
-    for (int i = optind; i < argc; i++) {
-        json_t *body = json_pack("{s:s}", "name", argv[i]);
-        if (prefix)
-            json_object_set_new(body, "target_prefix", json_string(prefix));
-        if (portal)
-            json_object_set_new(body, "portal", json_integer(portal));
-        if (initiator)
-            json_object_set_new(body, "initiator", json_integer(initiator));
-        if (readonly)
-            json_object_set_new(body, "readonly", json_true());
-        if (defer)
-            json_object_set_new(body, "defer", json_true());
-        json_t *res = NULL;
-        if (cli_call(ctx, "share.iscsi.create", json_pack("[o]", body), &res) != CLI_OK) {
-            rc = CLI_ERROR;
-            continue;
-        }
-        if (ctx->json)
-            cli_print_json(res);
-        else
-            printf("created\t%s\n", argv[i]);
-        json_decref(res);
-    }
-    return rc;
+    json_t *args = json_object();
+    if (prefix)
+        json_object_set_new(args, "target_prefix", json_string(prefix));
+    if (portal)
+        json_object_set_new(args, "portal", json_integer(portal));
+    if (initiator)
+        json_object_set_new(args, "initiator", json_integer(initiator));
+    if (readonly)
+        json_object_set_new(args, "readonly", json_true());
+    if (defer)
+        json_object_set_new(args, "defer", json_true());
+    return share_each(ctx, argc, argv, "share.iscsi.create", args, "created");
 }
 
 static int share_delete(struct cli_ctx *ctx, int argc, char **argv)
@@ -118,26 +132,10 @@ static int share_delete(struct cli_ctx *ctx, int argc, char **argv)
             return CLI_USAGE; /* reported by cli_opt_next */
         }
     }
-    if (optind >= argc)
-        return cli_usage(ctx, "missing POOL/VOL");
-    int rc = CLI_OK;
-    for (int i = optind; i < argc; i++) {
-        json_t *body =
-            json_pack("{s:s, s:b, s:b}", "name", argv[i], "force", force, "defer", defer);
-        if (prefix)
-            json_object_set_new(body, "target_prefix", json_string(prefix));
-        json_t *res = NULL;
-        if (cli_call(ctx, "share.iscsi.delete", json_pack("[o]", body), &res) != CLI_OK) {
-            rc = CLI_ERROR;
-            continue;
-        }
-        if (ctx->json)
-            cli_print_json(res);
-        else
-            printf("deleted\t%s\n", argv[i]);
-        json_decref(res);
-    }
-    return rc;
+    json_t *args = json_pack("{s:b, s:b}", "force", force, "defer", defer);
+    if (prefix)
+        json_object_set_new(args, "target_prefix", json_string(prefix));
+    return share_each(ctx, argc, argv, "share.iscsi.delete", args, "deleted");
 }
 
 static const char *str_or_dash(json_t *v)
