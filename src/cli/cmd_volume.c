@@ -21,6 +21,24 @@ static int need_args(struct cli_ctx *ctx, int argc, int want, const char *what)
     return 0;
 }
 
+/* The options of a command that takes one operand (what names it): vals[i]
+ * is opts[i]'s argument, "" for a flag, NULL when not given. 0 or CLI_USAGE
+ * (reported). */
+static int opts_one_arg(struct cli_ctx *ctx, int argc, char **argv, const struct option *opts,
+                        const char **vals, const char *what)
+{
+    cli_opt_begin();
+    int c;
+    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
+        if (c == '?')
+            return CLI_USAGE;
+        for (size_t i = 0; opts[i].name; i++)
+            if (opts[i].val == c)
+                vals[i] = opts[i].has_arg == no_argument ? "" : optarg;
+    }
+    return need_args(ctx, argc, 1, what) ? CLI_USAGE : 0;
+}
+
 static int parse_size_arg(struct cli_ctx *ctx, const char *opt, const char *s, uint64_t *out)
 {
     if (cli_parse_size(s, out) < 0)
@@ -450,14 +468,7 @@ static int volume_resize(struct cli_ctx *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {{"size", required_argument, NULL, 's'}, {0}};
     const char *size = NULL;
-    cli_opt_begin();
-    int c;
-    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
-        if (c == '?')
-            return CLI_USAGE;
-        size = optarg;
-    }
-    if (need_args(ctx, argc, 1, "volume NAME"))
+    if (opts_one_arg(ctx, argc, argv, opts, &size, "volume NAME"))
         return CLI_USAGE;
     if (!size)
         return cli_usage(ctx, "--size is required");
@@ -529,20 +540,13 @@ static int volume_set(struct cli_ctx *ctx, int argc, char **argv)
 static int volume_delete(struct cli_ctx *ctx, int argc, char **argv)
 {
     static const struct option opts[] = {{"recursive", no_argument, NULL, 'r'}, {0}};
-    bool recursive = false;
-    cli_opt_begin();
-    int c;
-    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
-        if (c == '?')
-            return CLI_USAGE;
-        recursive = true;
-    }
-    if (need_args(ctx, argc, 1, "volume NAME"))
+    const char *recursive = NULL;
+    if (opts_one_arg(ctx, argc, argv, opts, &recursive, "volume NAME"))
         return CLI_USAGE;
     const char *name = argv[optind];
     json_t *res;
     int rc = cli_call(ctx, "pool.dataset.delete",
-                      json_pack("[s, {s:b}]", name, "recursive", recursive), &res);
+                      json_pack("[s, {s:b}]", name, "recursive", recursive != NULL), &res);
     if (rc)
         return rc;
     return done(ctx, res, "deleted\t%s%s\n", name, "");
@@ -601,19 +605,10 @@ static int volume_rollback(struct cli_ctx *ctx, int argc, char **argv)
      * attention); --recursive: destroy the snapshots newer than SNAP. */
     static const struct option opts[] = {
         {"force", no_argument, NULL, 'f'}, {"recursive", no_argument, NULL, 'r'}, {0}};
-    bool force = false, recursive = false;
-    cli_opt_begin();
-    int c;
-    while ((c = cli_opt_next(ctx, argc, argv, "", opts)) != -1) {
-        if (c == '?')
-            return CLI_USAGE;
-        if (c == 'f')
-            force = true;
-        else
-            recursive = true;
-    }
-    if (need_args(ctx, argc, 1, "POOL/VOL@SNAP"))
+    const char *given[2] = {NULL, NULL}; /* --force, --recursive */
+    if (opts_one_arg(ctx, argc, argv, opts, given, "POOL/VOL@SNAP"))
         return CLI_USAGE;
+    bool force = given[0] != NULL, recursive = given[1] != NULL;
     const char *snap = argv[optind];
     if (!has_at(snap))
         return cli_usage(ctx, "'%s' is not POOL/VOL@SNAP", snap);
