@@ -180,9 +180,7 @@ int cli_usage(struct cli_ctx *ctx, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("blockctl: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    cli_vmessage(fmt, ap);
     va_end(ap);
     if (ctx && ctx->command) {
         fprintf(stderr, "Usage:\n");

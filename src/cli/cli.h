@@ -45,6 +45,7 @@
 #define BLOCKD_CLI_CLI_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -103,6 +104,8 @@ void cli_print_error(json_t *error);
 int cli_usage(struct cli_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Print "blockctl: <msg>" to stderr; returns CLI_ERROR. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The line both print: "blockctl: <msg>\n" to stderr. */
+void cli_vmessage(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
 struct option; /* <getopt.h> */
 /* A command's options, with getopt_long: call cli_opt_begin() once, then

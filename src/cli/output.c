@@ -100,13 +100,18 @@ void cli_table_free(struct cli_table *t)
     free(t);
 }
 
+void cli_vmessage(const char *fmt, va_list ap)
+{
+    fputs("blockctl: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
 int cli_fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("blockctl: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    cli_vmessage(fmt, ap);
     va_end(ap);
     return CLI_ERROR;
 }
