@@ -40,6 +40,20 @@ struct sbuf {
     bool oom;
 };
 
+/* Room for n more bytes and a NUL (at least): false (and oom) if not. */
+static bool sb_grow(struct sbuf *b, size_t n)
+{
+    size_t nc = b->cap * 2 + n + 1;
+    char *np = realloc(b->p, nc);
+    if (!np) {
+        b->oom = true;
+        return false;
+    }
+    b->p = np;
+    b->cap = nc;
+    return true;
+}
+
 static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void sb_printf(struct sbuf *b, const char *fmt, ...)
 {
@@ -58,14 +72,8 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
             b->len += (size_t)n;
             return;
         }
-        size_t nc = b->cap * 2 + (size_t)n + 1;
-        char *np = realloc(b->p, nc);
-        if (!np) {
-            b->oom = true;
+        if (!sb_grow(b, (size_t)n))
             return;
-        }
-        b->p = np;
-        b->cap = nc;
     }
 }
 
@@ -74,16 +82,8 @@ static void sb_put(struct sbuf *b, const char *s, size_t n)
 {
     if (b->oom)
         return;
-    if (b->cap - b->len <= n) {
-        size_t nc = b->cap * 2 + n + 1;
-        char *np = realloc(b->p, nc);
-        if (!np) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = nc;
-    }
+    if (b->cap - b->len <= n && !sb_grow(b, n))
+        return;
     memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = 0;
