@@ -49,11 +49,14 @@ json_t *icfg_body(json_t *params, size_t index, const struct api_field *fields, 
     return obj;
 }
 
-int icfg_create_begin(struct icfg_write *w, struct api_call *call, json_t *params,
-                      const struct api_field *fields, size_t nfields, json_t **data)
+/* The body params[index] (as icfg_body) and the write w begun on it. 0, or
+ * -1 with the error set and *data NULL. */
+static int icfg_body_begin(struct icfg_write *w, struct api_call *call, json_t *params,
+                           size_t index, const struct api_field *fields, size_t nfields,
+                           bool defaults, json_t **data)
 {
     bool defer;
-    *data = icfg_body(params, 0, fields, nfields, true, &defer);
+    *data = icfg_body(params, index, fields, nfields, defaults, &defer);
     if (!*data)
         return api_error(call, ENOMEM, "out of memory");
     if (icfg_write_begin(w, call) < 0) {
@@ -65,24 +68,20 @@ int icfg_create_begin(struct icfg_write *w, struct api_call *call, json_t *param
     return 0;
 }
 
+int icfg_create_begin(struct icfg_write *w, struct api_call *call, json_t *params,
+                      const struct api_field *fields, size_t nfields, json_t **data)
+{
+    return icfg_body_begin(w, call, params, 0, fields, nfields, true, data);
+}
+
 int icfg_update_begin(struct icfg_write *w, struct api_call *call, json_t *params,
                       const struct api_field *fields, size_t nfields, int64_t *id, json_t **data)
 {
-    bool defer;
     *data = NULL;
     /* ICFG_ARGS_UPDATE: checked by the dispatcher; this only decodes. */
     if (icfg_param_id(call, params, 0, id) < 0)
         return api_invalid(call);
-    *data = icfg_body(params, 1, fields, nfields, false, &defer);
-    if (!*data)
-        return api_error(call, ENOMEM, "out of memory");
-    if (icfg_write_begin(w, call) < 0) {
-        json_decref(*data);
-        *data = NULL;
-        return -1;
-    }
-    w->defer = defer;
-    return 0;
+    return icfg_body_begin(w, call, params, 1, fields, nfields, false, data);
 }
 
 int icfg_missing(struct api_call *call, int err, const char *what, int64_t id)
