@@ -80,40 +80,48 @@ int icfg_step(sqlite3_stmt *st, const char *sql)
     return rc;
 }
 
-int icfg_run(const char *sql, const char *types, ...)
+/* The first column of sql's first row, as an integer (-ENOENT: no row, or
+ * NULL there). */
+static int step_int(sqlite3_stmt *st, int64_t *out)
+{
+    int s = sqlite3_step(st);
+    if (s == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        *out = sqlite3_column_int64(st, 0);
+    else if (s == SQLITE_ROW || s == SQLITE_DONE)
+        return -ENOENT;
+    else
+        return -EIO;
+    return 0;
+}
+
+/* icfg_run (out NULL) and icfg_int: prepare, bind, one step, finalize. */
+static int run_bound(const char *sql, int64_t *out, const char *types, va_list ap)
 {
     sqlite3_stmt *st = NULL;
-    va_list ap;
-    va_start(ap, types);
     int rc = prepare_bound(sql, &st, types, ap);
-    va_end(ap);
     if (!st)
         return rc;
     if (rc == 0)
-        rc = icfg_step(st, sql);
+        rc = out ? step_int(st, out) : icfg_step(st, sql);
     icfg_finalize(st);
+    return rc;
+}
+
+int icfg_run(const char *sql, const char *types, ...)
+{
+    va_list ap;
+    va_start(ap, types);
+    int rc = run_bound(sql, NULL, types, ap);
+    va_end(ap);
     return rc;
 }
 
 int icfg_int(int64_t *out, const char *sql, const char *types, ...)
 {
-    sqlite3_stmt *st = NULL;
     va_list ap;
     va_start(ap, types);
-    int rc = prepare_bound(sql, &st, types, ap);
+    int rc = run_bound(sql, out, types, ap);
     va_end(ap);
-    if (!st)
-        return rc;
-    if (rc == 0) {
-        int s = sqlite3_step(st);
-        if (s == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
-            *out = sqlite3_column_int64(st, 0);
-        else if (s == SQLITE_ROW || s == SQLITE_DONE)
-            rc = -ENOENT;
-        else
-            rc = -EIO;
-    }
-    icfg_finalize(st);
     return rc;
 }
 
