@@ -46,13 +46,23 @@ static void on_accept(struct reactor_handler *h, uint32_t events)
     }
 }
 
-static int listener_register(struct listener *l)
+/* Add the listening l to reactor 0 and hand it out in *out; on failure
+ * its socket is closed and l freed. 0 or -errno. */
+static int listener_register(struct listener *l, struct listener **out)
 {
+    int rc = -ENXIO;
     l->reactor = reactor_get(0);
-    if (!l->reactor)
-        return -ENXIO;
-    l->handler.on_event = on_accept;
-    return reactor_add(l->reactor, l->fd, EPOLLIN, &l->handler);
+    if (l->reactor) {
+        l->handler.on_event = on_accept;
+        rc = reactor_add(l->reactor, l->fd, EPOLLIN, &l->handler);
+    }
+    if (rc) {
+        close(l->fd);
+        free(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
 }
 
 /* A TCP socket bound to addr_port with the options of opts (not yet
@@ -122,14 +132,7 @@ int listener_open_tcp_opts(const char *addr_port, unsigned opts, listener_accept
     if (getsockname(l->fd, (struct sockaddr *)&bound, &blen) == 0)
         l->port = ntohs(bound.ss_family == AF_INET ? ((struct sockaddr_in *)&bound)->sin_port
                                                    : ((struct sockaddr_in6 *)&bound)->sin6_port);
-    rc = listener_register(l);
-    if (rc) {
-        close(l->fd);
-        free(l);
-        return rc;
-    }
-    *out = l;
-    return 0;
+    return listener_register(l, out);
 }
 
 int listener_probe_tcp(const char *addr_port, unsigned opts)
@@ -218,14 +221,7 @@ int listener_open_unix(const char *path, unsigned mode, listener_accept_fn fn, v
         free(l);
         return -e;
     }
-    rc = listener_register(l);
-    if (rc) {
-        close(l->fd);
-        free(l);
-        return rc;
-    }
-    *out = l;
-    return 0;
+    return listener_register(l, out);
 }
 
 struct close_msg {
