@@ -47,30 +47,39 @@ static struct bdev_file *to_file(struct bdev *b)
 /* Zeros for the write-zeroes fallback; lives in .bss so it costs nothing. */
 static const char zero_buf[256 * 1024];
 
-static int file_read(struct bdev *b, void *buf, size_t len, uint64_t off)
+/* Read len bytes at *off into p; what lies past EOF reads as zeros (the
+ * file is shorter than the volume, e.g. resized elsewhere). nowait: with
+ * RWF_NOWAIT (fails with EAGAIN rather than wait for the disk). 0, or
+ * -errno of the read that failed, with *off where it was. */
+static int read_or_zeros(int fd, char *p, size_t len, uint64_t *off, bool nowait)
 {
-    struct bdev_file *f = to_file(b);
-    char *p = buf;
     while (len > 0) {
-        ssize_t n = pread(f->fd, p, len, (off_t)off);
+        struct iovec iov = {.iov_base = p, .iov_len = len};
+        ssize_t n =
+            nowait ? preadv2(fd, &iov, 1, (off_t)*off, RWF_NOWAIT) : pread(fd, p, len, (off_t)*off);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
-            int e = errno;
-            log_error("store: pread %s at %llu: %s", f->path, (unsigned long long)off, strerror(e));
-            return -e;
+            return -errno;
         }
         if (n == 0) {
-            /* The file is shorter than the volume (e.g. resized elsewhere):
-             * what lies past EOF reads as zeros. */
             memset(p, 0, len);
             return 0;
         }
         p += n;
         len -= (size_t)n;
-        off += (uint64_t)n;
+        *off += (uint64_t)n;
     }
     return 0;
+}
+
+static int file_read(struct bdev *b, void *buf, size_t len, uint64_t off)
+{
+    struct bdev_file *f = to_file(b);
+    int rc = read_or_zeros(f->fd, buf, len, &off, false);
+    if (rc < 0)
+        log_error("store: pread %s at %llu: %s", f->path, (unsigned long long)off, strerror(-rc));
+    return rc;
 }
 
 static int file_read_nowait(struct bdev *b, void *buf, size_t len, uint64_t off)
@@ -78,27 +87,11 @@ static int file_read_nowait(struct bdev *b, void *buf, size_t len, uint64_t off)
     struct bdev_file *f = to_file(b);
     if (!atomic_load_explicit(&f->read_nowait_ok, memory_order_relaxed))
         return -EAGAIN;
-    char *p = buf;
-    while (len > 0) {
-        struct iovec iov = {.iov_base = p, .iov_len = len};
-        ssize_t n = preadv2(f->fd, &iov, 1, (off_t)off, RWF_NOWAIT);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL)
-                atomic_store(&f->read_nowait_ok, false);
-            /* Anything unusual is retried (and logged) by the blocking path. */
-            return -EAGAIN;
-        }
-        if (n == 0) {
-            memset(p, 0, len);
-            return 0;
-        }
-        p += n;
-        len -= (size_t)n;
-        off += (uint64_t)n;
-    }
-    return 0;
+    int rc = read_or_zeros(f->fd, buf, len, &off, true);
+    if (rc == -EOPNOTSUPP || rc == -ENOSYS || rc == -EINVAL)
+        atomic_store(&f->read_nowait_ok, false);
+    /* Anything unusual is retried (and logged) by the blocking path. */
+    return rc < 0 ? -EAGAIN : 0;
 }
 
 static int file_write(struct bdev *b, const void *buf, size_t len, uint64_t off)
