@@ -234,30 +234,43 @@ static int next_data(struct copier *c, uint64_t pos, uint64_t *dstart, uint64_t 
     return 0;
 }
 
-static int copy_sparse(struct copier *c)
+/* What a walk over the source does with a hole or a data range: 0 or -errno. */
+typedef int (*extent_fn)(struct copier *c, uint64_t off, uint64_t len);
+
+/* Walk the source from 0 to c->size: hole() on each hole, data() on each
+ * data range, reporting progress after each. 0 or the first error. */
+static int walk_extents(struct copier *c, extent_fn hole, extent_fn data)
 {
     uint64_t pos = 0;
     report(c, 0);
     while (pos < c->size) {
-        uint64_t dstart, dend;
-        int err = next_data(c, pos, &dstart, &dend);
-        if (err < 0)
-            return err;
-        if (dstart > pos && c->in_place) {
-            int rc = punch(c, pos, dstart - pos);
-            if (rc < 0)
-                return rc;
-        }
-        if (dend > dstart) {
-            int rc = copy_data(c, dstart, dend - dstart);
-            if (rc < 0)
-                return rc;
-        }
+        uint64_t dstart = c->size, dend = c->size; /* (set by next_data) */
+        int rc = next_data(c, pos, &dstart, &dend);
+        if (rc < 0)
+            return rc;
+        if (dstart > pos)
+            rc = hole(c, pos, dstart - pos);
+        if (rc == 0 && dend > dstart)
+            rc = data(c, dstart, dend - dstart);
+        if (rc < 0)
+            return rc;
         pos = dend;
         report(c, pos);
     }
     report(c, c->size);
     return 0;
+}
+
+/* A fresh destination already reads zeros in a hole; one copied over in
+ * place must have the hole punched. */
+static int copy_hole(struct copier *c, uint64_t off, uint64_t len)
+{
+    return c->in_place ? punch(c, off, len) : 0;
+}
+
+static int copy_sparse(struct copier *c)
+{
+    return walk_extents(c, copy_hole, copy_data);
 }
 
 /* ---- public ---- */
@@ -545,37 +558,27 @@ static int update_data(struct updater *u, uint64_t off, uint64_t len)
     return 0;
 }
 
+/* A hole in src: dst must read zeros there too. */
+static int update_hole(struct copier *c, uint64_t off, uint64_t len)
+{
+    struct updater *u = container_of(c, struct updater, c);
+    int has = dst_has_data(c->dst, off, len);
+    if (has <= 0)
+        return has;
+    int rc = punch(c, off, len);
+    if (rc == 0)
+        u->st->punched += len;
+    return rc;
+}
+
+static int update_extent(struct copier *c, uint64_t off, uint64_t len)
+{
+    return update_data(container_of(c, struct updater, c), off, len);
+}
+
 static int update_sparse(struct updater *u)
 {
-    struct copier *c = &u->c;
-    uint64_t pos = 0;
-    report(c, 0);
-    while (pos < c->size) {
-        uint64_t dstart, dend;
-        int err = next_data(c, pos, &dstart, &dend);
-        if (err < 0)
-            return err;
-        if (dstart > pos) { /* a hole in src: dst must read zeros there too */
-            int has = dst_has_data(c->dst, pos, dstart - pos);
-            if (has < 0)
-                return has;
-            if (has) {
-                int rc = punch(c, pos, dstart - pos);
-                if (rc < 0)
-                    return rc;
-                u->st->punched += dstart - pos;
-            }
-        }
-        if (dend > dstart) {
-            int rc = update_data(u, dstart, dend - dstart);
-            if (rc < 0)
-                return rc;
-        }
-        pos = dend;
-        report(c, pos);
-    }
-    report(c, c->size);
-    return 0;
+    return walk_extents(&u->c, update_hole, update_extent);
 }
 
 int store_update_file(const char *src_path, const char *dst_path, unsigned flags,
