@@ -116,22 +116,35 @@ static int share_saved(struct icfg_write *w, int rc)
     return rc;
 }
 
+/* jv, the call's field share.iscsi.create.<key>, when it gives an id: 0
+ * with *id when that exists, -1 (error set: "<what> N does not exist")
+ * when it does not; 1 when no id is given. */
+static int share_given(struct icfg_write *w, json_t *jv, int (*exists)(int64_t id), const char *key,
+                       const char *what, int64_t *id)
+{
+    if (!json_is_integer(jv))
+        return 1;
+    *id = json_integer_value(jv);
+    if (exists(*id) == 0)
+        return 0;
+    char f[64];
+    snprintf(f, sizeof(f), "share.iscsi.create.%s", key);
+    api_verr(w->call, f, ENOENT, "%s %" JSON_INTEGER_FORMAT " does not exist", what,
+             json_integer_value(jv));
+    return api_invalid(w->call);
+}
+
 /* The share's portal: the given one, else the first, else a new portal
  * listening on every IPv4 address. 0 or -1 (error set). */
 static int share_portal(struct icfg_write *w, json_t *jp, int64_t *portal)
 {
     struct icfg_portal p;
-    if (json_is_integer(jp)) {
-        *portal = json_integer_value(jp);
-        if (icfg_portal_exists(*portal) == 0)
-            return 0;
-        api_verr(w->call, "share.iscsi.create.portal", ENOENT,
-                 "Portal %" JSON_INTEGER_FORMAT " does not exist", json_integer_value(jp));
-        return api_invalid(w->call);
-    }
+    int rc = share_given(w, jp, icfg_portal_exists, "portal", "Portal", portal);
+    if (rc <= 0)
+        return rc;
     if (icfg_portal_first(portal) == 0)
         return 0;
-    int rc = icfg_portal_init(&p);
+    rc = icfg_portal_init(&p);
     if (rc == 0)
         rc = icfg_strv_add(&p.listen, "0.0.0.0");
     if (rc == 0)
@@ -150,17 +163,12 @@ static int share_portal(struct icfg_write *w, json_t *jp, int64_t *portal)
 static int share_initiator(struct icfg_write *w, json_t *ji, int64_t *initiator)
 {
     struct icfg_initiator g;
-    if (json_is_integer(ji)) {
-        *initiator = json_integer_value(ji);
-        if (icfg_initiator_exists(*initiator) == 0)
-            return 0;
-        api_verr(w->call, "share.iscsi.create.initiator", ENOENT,
-                 "Initiator group %" JSON_INTEGER_FORMAT " does not exist", json_integer_value(ji));
-        return api_invalid(w->call);
-    }
+    int rc = share_given(w, ji, icfg_initiator_exists, "initiator", "Initiator group", initiator);
+    if (rc <= 0)
+        return rc;
     if (icfg_initiator_find_allow_all(initiator) == 0)
         return 0;
-    int rc = icfg_initiator_init(&g);
+    rc = icfg_initiator_init(&g);
     if (rc == 0)
         rc = icfg_str_set(&g.comment, "blockd: allow all");
     if (rc < 0)
