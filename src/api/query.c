@@ -285,8 +285,30 @@ static bool is_index(const char *s, size_t *out)
     return true;
 }
 
+enum path_step { STEP_ON, STEP_MISSING_KEY, STEP_NOT_INDEX };
+
+/* One component of a path from *cur: STEP_ON with *cur the value there
+ * (json null for an index past a list's end; a scalar stays itself, as
+ * the middleware's get() does), STEP_MISSING_KEY (an object without it),
+ * or STEP_NOT_INDEX (a list, and comp is not an index). */
+static enum path_step path_step(json_t **cur, const char *comp)
+{
+    size_t idx;
+    if (json_is_object(*cur)) {
+        *cur = json_object_get(*cur, comp);
+        return *cur ? STEP_ON : STEP_MISSING_KEY;
+    }
+    if (json_is_array(*cur)) {
+        if (!is_index(comp, &idx))
+            return STEP_NOT_INDEX;
+        *cur = idx < json_array_size(*cur) ? json_array_get(*cur, idx) : json_null();
+    }
+    return STEP_ON;
+}
+
 /* Walk a dotted path without fan-out. Returns the value, json null for an
- * index past a list's end, or NULL when a key is missing (undefined). */
+ * index past a list's end or a name on a list, or NULL when a key is
+ * missing (undefined). */
 static json_t *path_get(json_t *cur, const char *path)
 {
     char comp[QUERY_MAX_COMPONENT + 1];
@@ -294,17 +316,11 @@ static json_t *path_get(json_t *cur, const char *path)
     while (rest && *rest) {
         bool too_long;
         rest = path_next(rest, comp, sizeof(comp), &too_long);
-        if (json_is_object(cur)) {
-            cur = json_object_get(cur, comp);
-            if (!cur)
-                return NULL;
-        } else if (json_is_array(cur)) {
-            size_t idx;
-            if (!is_index(comp, &idx))
-                return json_null();
-            cur = idx < json_array_size(cur) ? json_array_get(cur, idx) : json_null();
-        }
-        /* a scalar stays itself, as the middleware's get() does */
+        enum path_step st = path_step(&cur, comp);
+        if (st == STEP_MISSING_KEY)
+            return NULL;
+        if (st == STEP_NOT_INDEX)
+            return json_null();
     }
     return cur;
 }
@@ -619,23 +635,15 @@ static bool eval_path(json_t *cur, const char *path, const struct qnode *n)
     while (rest && *rest) {
         bool too_long;
         rest = path_next(rest, comp, sizeof(comp), &too_long);
-        if (json_is_object(cur)) {
-            cur = json_object_get(cur, comp);
-            if (!cur)
-                return false; /* missing key: never matches */
-        } else if (json_is_array(cur)) {
-            size_t idx;
-            if (is_index(comp, &idx)) {
-                cur = idx < json_array_size(cur) ? json_array_get(cur, idx) : json_null();
-            } else if (strcmp(comp, "*") == 0) {
-                size_t i;
-                json_t *e;
-                json_array_foreach(cur, i, e) if (eval_path(e, rest ? rest : "", n)) return true;
-                return false;
-            } else {
-                return false;
-            }
+        enum path_step st = path_step(&cur, comp);
+        if (st == STEP_NOT_INDEX && strcmp(comp, "*") == 0) {
+            size_t i;
+            json_t *e;
+            json_array_foreach(cur, i, e) if (eval_path(e, rest ? rest : "", n)) return true;
+            return false;
         }
+        if (st != STEP_ON)
+            return false; /* a missing key, or a name on a list: never matches */
     }
     return apply_op(n, cur);
 }
