@@ -373,12 +373,19 @@ int datasets_volume_offline(const char *name, struct volume **out)
     return rc;
 }
 
-void datasets_register_in_use(datasets_in_use_fn fn)
+/* Abort when a table of hooks (count entries) is full: the tables are
+ * sized for the modules that register. */
+static void table_room(size_t count, const char *what)
 {
-    if (in_use_count == DS_MAX_IN_USE) {
-        log_error("datasets: too many in-use checks registered");
+    if (count == DS_MAX_IN_USE) {
+        log_error("datasets: too many %s registered", what);
         abort();
     }
+}
+
+void datasets_register_in_use(datasets_in_use_fn fn)
+{
+    table_room(in_use_count, "in-use checks");
     for (size_t i = 0; i < in_use_count; i++)
         if (in_use_fns[i] == fn)
             return;
@@ -396,10 +403,7 @@ bool ds_in_use(const char *name, char *why, size_t len)
 
 void datasets_register_clients(datasets_clients_fn fn)
 {
-    if (clients_count == DS_MAX_IN_USE) {
-        log_error("datasets: too many client checks registered");
-        abort();
-    }
+    table_room(clients_count, "client checks");
     for (size_t i = 0; i < clients_count; i++)
         if (clients_fns[i] == fn)
             return;
@@ -429,10 +433,7 @@ unsigned ds_clients(const char *name, char *why, size_t len)
 
 void datasets_register_rename(const struct datasets_rename_hook *hook)
 {
-    if (rename_hook_count == DS_MAX_IN_USE) {
-        log_error("datasets: too many rename hooks registered");
-        abort();
-    }
+    table_room(rename_hook_count, "rename hooks");
     rename_hooks[rename_hook_count++] = *hook;
 }
 
