@@ -83,6 +83,13 @@ struct api_field {
     const char *def;               /* JSON text of the default (api_apply_defaults) */
 };
 
+/* A string field of lo to hi bytes, flags besides API_RANGE in fl:
+ * API_FIELD_STRING("name", API_REQUIRED, 1, NAME_DATASET_MAX). */
+#define API_FIELD_STRING(nm, fl, lo, hi)                                                           \
+    {                                                                                              \
+        .name = (nm), .type = API_T_STRING, .flags = (fl) | API_RANGE, .min = (lo), .max = (hi)    \
+    }
+
 enum api_validate_flags {
     API_PARTIAL = 1u << 0,     /* update: no field is required */
     API_ALLOW_EXTRA = 1u << 1, /* unknown keys are accepted (rarely right) */

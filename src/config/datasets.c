@@ -33,31 +33,15 @@ static const char *const backend_values[] = {"file", "memory", NULL};
 #define LATENCY_MAX_US 10000000
 
 static const struct api_field user_prop_fields[] = {
-    {.name = "key",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 3,
-     .max = DS_USER_PROP_KEY_MAX},
-    {.name = "value",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 0,
-     .max = DS_USER_PROP_VALUE_MAX},
+    API_FIELD_STRING("key", API_REQUIRED, 3, DS_USER_PROP_KEY_MAX),
+    API_FIELD_STRING("value", API_REQUIRED, 0, DS_USER_PROP_VALUE_MAX),
 };
 static const struct api_field user_prop_item = {
     .type = API_T_OBJECT, .fields = user_prop_fields, .nfields = ARRAY_SIZE(user_prop_fields)};
 
 static const struct api_field user_prop_update_fields[] = {
-    {.name = "key",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 3,
-     .max = DS_USER_PROP_KEY_MAX},
-    {.name = "value",
-     .type = API_T_STRING,
-     .flags = API_RANGE,
-     .min = 0,
-     .max = DS_USER_PROP_VALUE_MAX},
+    API_FIELD_STRING("key", API_REQUIRED, 3, DS_USER_PROP_KEY_MAX),
+    API_FIELD_STRING("value", 0, 0, DS_USER_PROP_VALUE_MAX),
     {.name = "remove", .type = API_T_BOOL},
 };
 static const struct api_field user_prop_update_item = {.type = API_T_OBJECT,
@@ -66,22 +50,14 @@ static const struct api_field user_prop_update_item = {.type = API_T_OBJECT,
                                                            ARRAY_SIZE(user_prop_update_fields)};
 
 static const struct api_field create_fields[] = {
-    {.name = "name",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = NAME_DATASET_MAX},
+    API_FIELD_STRING("name", API_REQUIRED, 1, NAME_DATASET_MAX),
     {.name = "type", .type = API_T_ENUM, .choices = type_values},
     {.name = "volsize", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = INT64_MAX},
     {.name = "volblocksize", .type = API_T_ENUM, .choices = vbs_values},
     {.name = "sparse", .type = API_T_BOOL},
     {.name = "sync", .type = API_T_ENUM, .choices = sync_values},
     {.name = "readonly", .type = API_T_ENUM, .choices = onoff_values},
-    {.name = "comments",
-     .type = API_T_STRING,
-     .flags = API_RANGE,
-     .min = 0,
-     .max = DS_COMMENTS_MAX},
+    API_FIELD_STRING("comments", 0, 0, DS_COMMENTS_MAX),
     {.name = "create_ancestors", .type = API_T_BOOL},
     /* Only disables TrueNAS' "volsize over 80% of free space" check, which
      * blockd does not make (sparse files are the norm here). */
@@ -120,11 +96,7 @@ static const struct api_field update_fields[] = {
     {.name = "volsize", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = INT64_MAX},
     {.name = "sync", .type = API_T_ENUM, .choices = sync_values},
     {.name = "readonly", .type = API_T_ENUM, .choices = onoff_values},
-    {.name = "comments",
-     .type = API_T_STRING,
-     .flags = API_RANGE,
-     .min = 0,
-     .max = DS_COMMENTS_MAX},
+    API_FIELD_STRING("comments", 0, 0, DS_COMMENTS_MAX),
     /* Accepted as TrueNAS does; they only matter for a volume's size check,
      * which blockd does not make (see create's force_size). */
     {.name = "force_size", .type = API_T_BOOL},

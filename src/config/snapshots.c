@@ -41,16 +41,8 @@ static const char *const onoff_values[] = {"ON", "OFF", NULL};
 static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", NULL};
 
 static const struct api_field snap_create_fields[] = {
-    {.name = "dataset",
-     .type = API_T_STRING,
-     .flags = API_RANGE,
-     .min = 1,
-     .max = NAME_DATASET_MAX},
-    {.name = "name",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = NAME_DATASET_MAX},
+    API_FIELD_STRING("dataset", 0, 1, NAME_DATASET_MAX),
+    API_FIELD_STRING("name", API_REQUIRED, 1, NAME_DATASET_MAX),
     {.name = "recursive", .type = API_T_BOOL},
     /* TrueNAS options some clients always send; only their "off" values
      * are accepted (see m_snapshot_create). */
@@ -68,24 +60,12 @@ static const struct api_field snap_delete_fields[] = {
 static const struct api_field clone_props_fields[] = {
     {.name = "sync", .type = API_T_ENUM, .choices = sync_values},
     {.name = "readonly", .type = API_T_ENUM, .choices = onoff_values},
-    {.name = "comments",
-     .type = API_T_STRING,
-     .flags = API_RANGE,
-     .min = 0,
-     .max = DS_COMMENTS_MAX},
+    API_FIELD_STRING("comments", 0, 0, DS_COMMENTS_MAX),
 };
 
 static const struct api_field clone_fields[] = {
-    {.name = "snapshot",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = NAME_DATASET_MAX},
-    {.name = "dataset_dst",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = NAME_DATASET_MAX},
+    API_FIELD_STRING("snapshot", API_REQUIRED, 1, NAME_DATASET_MAX),
+    API_FIELD_STRING("dataset_dst", API_REQUIRED, 1, NAME_DATASET_MAX),
     {.name = "dataset_properties",
      .type = API_T_OBJECT,
      .fields = clone_props_fields,
