@@ -80,3 +80,35 @@ void api_acceptor_stop(struct api_acceptor *a)
     close(a->wake_pipe[1]);
     a->listen_fd = a->wake_pipe[0] = a->wake_pipe[1] = -1;
 }
+
+void api_conns_add(struct api_conns *conns, struct api_conn *c)
+{
+    c->next = conns->head;
+    conns->head = c;
+    conns->n++;
+}
+
+void api_conns_remove(struct api_conns *conns, struct api_conn *c)
+{
+    pthread_mutex_lock(&conns->lock);
+    for (struct api_conn **p = &conns->head; *p; p = &(*p)->next) {
+        if (*p == c) {
+            *p = c->next;
+            break;
+        }
+    }
+    conns->n--;
+    pthread_cond_broadcast(&conns->idle);
+    pthread_mutex_unlock(&conns->lock);
+}
+
+void api_conns_stop(struct api_conns *conns, void (*wake)(struct api_conn *c))
+{
+    pthread_mutex_lock(&conns->lock);
+    conns->stopping = true;
+    for (struct api_conn *c = conns->head; c; c = c->next)
+        wake(c);
+    while (conns->n > 0)
+        pthread_cond_wait(&conns->idle, &conns->lock);
+    pthread_mutex_unlock(&conns->lock);
+}

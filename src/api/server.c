@@ -25,7 +25,7 @@
 #define READ_CHUNK (64 * 1024)
 
 struct client {
-    struct client *next;
+    struct api_conn conn;
     int fd;
     pthread_mutex_t write_lock; /* replies vs events from other threads */
     char peer[64];
@@ -36,15 +36,10 @@ static struct {
     bool running;
     struct api_acceptor acceptor;
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    pthread_mutex_t lock;
-    pthread_cond_t idle; /* signalled when a client thread ends */
-    struct client *clients;
-    size_t nclients;
-    bool stopping;
+    struct api_conns conns; /* the client threads */
 } srv = {
     .acceptor = {.listen_fd = -1, .wake_pipe = {-1, -1}},
-    .lock = PTHREAD_MUTEX_INITIALIZER,
-    .idle = PTHREAD_COND_INITIALIZER,
+    .conns = API_CONNS_INIT,
 };
 
 static int client_write_line(struct client *c, const char *text, size_t len)
@@ -185,20 +180,6 @@ static void client_serve(struct client *c)
     free(buf);
 }
 
-static void client_remove(struct client *c)
-{
-    pthread_mutex_lock(&srv.lock);
-    for (struct client **p = &srv.clients; *p; p = &(*p)->next) {
-        if (*p == c) {
-            *p = c->next;
-            break;
-        }
-    }
-    srv.nclients--;
-    pthread_cond_broadcast(&srv.idle);
-    pthread_mutex_unlock(&srv.lock);
-}
-
 static void *client_thread(void *arg)
 {
     struct client *c = arg;
@@ -207,7 +188,7 @@ static void *client_thread(void *arg)
     client_serve(c);
     log_debug("api: %s: disconnected", c->peer);
     jobs_client_closed(&c->api); /* no event is sent to it after this */
-    client_remove(c);
+    api_conns_remove(&srv.conns, &c->conn);
     close(c->fd);
     pthread_mutex_destroy(&c->write_lock);
     free(c);
@@ -234,16 +215,16 @@ static void accept_one(int fd, const struct sockaddr *addr, socklen_t addrlen)
     (void)addrlen;
     char peer[64];
     peer_name(fd, peer, sizeof(peer));
-    pthread_mutex_lock(&srv.lock);
-    if (srv.nclients >= API_SERVER_MAX_CLIENTS || srv.stopping) {
-        pthread_mutex_unlock(&srv.lock);
+    pthread_mutex_lock(&srv.conns.lock);
+    if (srv.conns.n >= API_SERVER_MAX_CLIENTS || srv.conns.stopping) {
+        pthread_mutex_unlock(&srv.conns.lock);
         log_warn("api: %s: refused: %d connections already", peer, API_SERVER_MAX_CLIENTS);
         reject_busy(fd);
         return;
     }
     struct client *c = calloc(1, sizeof(*c));
     if (!c) {
-        pthread_mutex_unlock(&srv.lock);
+        pthread_mutex_unlock(&srv.conns.lock);
         log_error("api: %s: out of memory", peer);
         close(fd);
         return;
@@ -257,9 +238,6 @@ static void accept_one(int fd, const struct sockaddr *addr, socklen_t addrlen)
     c->api.transport = c;
     c->api.send = client_send;
     c->api.closes_notified = true; /* jobs_client_closed() on disconnect: may subscribe */
-    c->next = srv.clients;
-    srv.clients = c;
-    srv.nclients++;
 
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -268,16 +246,16 @@ static void accept_one(int fd, const struct sockaddr *addr, socklen_t addrlen)
     int rc = pthread_create(&t, &attr, client_thread, c);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
-        srv.clients = c->next;
-        srv.nclients--;
-        pthread_mutex_unlock(&srv.lock);
+        pthread_mutex_unlock(&srv.conns.lock);
         log_error("api: %s: cannot start a thread: %s", peer, strerror(rc));
         pthread_mutex_destroy(&c->write_lock);
         free(c);
         close(fd);
         return;
     }
-    pthread_mutex_unlock(&srv.lock);
+    /* (the thread cannot remove it before we unlock) */
+    api_conns_add(&srv.conns, &c->conn);
+    pthread_mutex_unlock(&srv.conns.lock);
 }
 
 /* Is somebody answering on path? */
@@ -338,7 +316,7 @@ int api_server_start(const char *path)
         return -e;
     }
     memcpy(srv.path, path, plen + 1);
-    srv.stopping = false;
+    srv.conns.stopping = false;
     srv.acceptor.name = srv.path;
     srv.acceptor.accept_flags = SOCK_CLOEXEC;
     srv.acceptor.on_accept = accept_one;
@@ -353,6 +331,12 @@ int api_server_start(const char *path)
     return 0;
 }
 
+/* Wake a client thread out of recv(); each closes its own fd. */
+static void client_wake(struct api_conn *conn)
+{
+    shutdown(container_of(conn, struct client, conn)->fd, SHUT_RDWR);
+}
+
 void api_server_stop(void)
 {
     if (!srv.running)
@@ -360,14 +344,7 @@ void api_server_stop(void)
     api_acceptor_stop(&srv.acceptor);
     unlink(srv.path);
 
-    pthread_mutex_lock(&srv.lock);
-    srv.stopping = true;
-    /* Wake every client thread out of recv(); each closes its own fd. */
-    for (struct client *c = srv.clients; c; c = c->next)
-        shutdown(c->fd, SHUT_RDWR);
-    while (srv.nclients > 0)
-        pthread_cond_wait(&srv.idle, &srv.lock);
-    pthread_mutex_unlock(&srv.lock);
+    api_conns_stop(&srv.conns, client_wake);
 
     srv.running = false;
     log_info("api: stopped listening on %s", srv.path);

@@ -60,7 +60,7 @@ struct rx_msg {
 };
 
 struct ws_client {
-    struct ws_client *next;
+    struct api_conn conn;
     int fd;
     int wake_fd;
     gnutls_session_t tls; /* NULL: plain TCP */
@@ -100,15 +100,10 @@ static struct {
     char addr[80];
     gnutls_certificate_credentials_t x509;
     gnutls_priority_t prio;
-    pthread_mutex_t lock;
-    pthread_cond_t idle;
-    struct ws_client *clients;
-    size_t nclients;
-    bool stopping;
+    struct api_conns conns; /* the client threads */
 } srv = {
     .acceptor = {.listen_fd = -1, .wake_pipe = {-1, -1}},
-    .lock = PTHREAD_MUTEX_INITIALIZER,
-    .idle = PTHREAD_COND_INITIALIZER,
+    .conns = API_CONNS_INIT,
 };
 
 /* ---- pure helpers ---- */
@@ -999,16 +994,7 @@ static void client_free(struct ws_client *c)
 
 static void client_remove(struct ws_client *c)
 {
-    pthread_mutex_lock(&srv.lock);
-    for (struct ws_client **p = &srv.clients; *p; p = &(*p)->next) {
-        if (*p == c) {
-            *p = c->next;
-            break;
-        }
-    }
-    srv.nclients--;
-    pthread_cond_broadcast(&srv.idle);
-    pthread_mutex_unlock(&srv.lock);
+    api_conns_remove(&srv.conns, &c->conn);
     admit_release(&c->ticket);
 }
 
@@ -1084,16 +1070,16 @@ static void accept_one(int fd, const struct sockaddr *sa, socklen_t sl)
         reject_busy(fd, peer);
         return;
     }
-    pthread_mutex_lock(&srv.lock);
-    if (srv.stopping) {
-        pthread_mutex_unlock(&srv.lock);
+    pthread_mutex_lock(&srv.conns.lock);
+    if (srv.conns.stopping) {
+        pthread_mutex_unlock(&srv.conns.lock);
         admit_release(&ticket);
         reject_busy(fd, peer);
         return;
     }
     struct ws_client *c = calloc(1, sizeof(*c));
     if (!c) {
-        pthread_mutex_unlock(&srv.lock);
+        pthread_mutex_unlock(&srv.conns.lock);
         admit_release(&ticket);
         log_error("api: %s: out of memory", peer);
         close(fd);
@@ -1119,16 +1105,14 @@ static void accept_one(int fd, const struct sockaddr *sa, socklen_t sl)
     int rc = c->wake_fd < 0 ? errno : pthread_create(&t, &attr, client_thread, c);
     pthread_attr_destroy(&attr);
     if (rc != 0) {
-        pthread_mutex_unlock(&srv.lock);
+        pthread_mutex_unlock(&srv.conns.lock);
         log_error("api: %s: cannot start a connection thread: %s", peer, strerror(rc));
         admit_release(&c->ticket);
         client_free(c);
         return;
     }
-    c->next = srv.clients;
-    srv.clients = c;
-    srv.nclients++;
-    pthread_mutex_unlock(&srv.lock);
+    api_conns_add(&srv.conns, &c->conn);
+    pthread_mutex_unlock(&srv.conns.lock);
 }
 
 static int tls_setup(const char *cert, const char *key)
@@ -1201,7 +1185,7 @@ int api_ws_start(const char *listen_addr, const char *cert_file, const char *key
         return -e;
     }
     snprintf(srv.addr, sizeof(srv.addr), "%s", listen_addr);
-    srv.stopping = false;
+    srv.conns.stopping = false;
     srv.acceptor.name = srv.addr;
     srv.acceptor.accept_flags = SOCK_CLOEXEC | SOCK_NONBLOCK;
     srv.acceptor.on_accept = accept_one;
@@ -1217,20 +1201,19 @@ int api_ws_start(const char *listen_addr, const char *cert_file, const char *key
     return 0;
 }
 
+static void client_wake(struct api_conn *conn)
+{
+    struct ws_client *c = container_of(conn, struct ws_client, conn);
+    shutdown(c->fd, SHUT_RDWR);
+    wake(c);
+}
+
 void api_ws_stop(void)
 {
     if (!srv.running)
         return;
     api_acceptor_stop(&srv.acceptor);
-    pthread_mutex_lock(&srv.lock);
-    srv.stopping = true;
-    for (struct ws_client *c = srv.clients; c; c = c->next) {
-        shutdown(c->fd, SHUT_RDWR);
-        wake(c);
-    }
-    while (srv.nclients > 0)
-        pthread_cond_wait(&srv.idle, &srv.lock);
-    pthread_mutex_unlock(&srv.lock);
+    api_conns_stop(&srv.conns, client_wake);
     tls_teardown();
     srv.running = false;
     log_info("api: WebSocket listener on %s stopped", srv.addr);
