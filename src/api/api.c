@@ -321,15 +321,26 @@ static json_t *error_response_call(struct api_call *call, json_t *id)
 
 /* ---- dispatch ---- */
 
+/* An error response with fmt's message, or fallback's when it cannot be
+ * formatted (out of memory). */
+static json_t *error_response_fmt(int code, const char *fallback, json_t *id, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static json_t *error_response_fmt(int code, const char *fallback, json_t *id, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = vformat(fmt, ap);
+    va_end(ap);
+    json_t *r = api_error_response(code, msg ? msg : fallback, id);
+    free(msg);
+    return r;
+}
+
 static json_t *invalid_request(const char *peer, json_t *id, const char *why)
 {
     log_info("api: %s: invalid request: %s", peer, why);
-    char *msg = NULL;
-    if (asprintf(&msg, "Invalid Request: %s", why) < 0)
-        msg = NULL;
-    json_t *r = api_error_response(API_INVALID_REQUEST, msg ? msg : "Invalid Request", id);
-    free(msg);
-    return r;
+    return error_response_fmt(API_INVALID_REQUEST, "Invalid Request", id, "Invalid Request: %s",
+                              why);
 }
 
 /* Run a method; returns 0 with *result or -1 with the error in call. */
@@ -472,12 +483,8 @@ json_t *api_handle_request_client(json_t *req, struct api_client *client)
         log_info("api: %s: method not found: %.200s", peer, name);
         if (notification)
             return NULL;
-        char *msg = NULL;
-        if (asprintf(&msg, "Method not found: %.200s", name) < 0)
-            msg = NULL;
-        json_t *r = api_error_response(API_METHOD_NOT_FOUND, msg ? msg : "Method not found", id);
-        free(msg);
-        return r;
+        return error_response_fmt(API_METHOD_NOT_FOUND, "Method not found", id,
+                                  "Method not found: %.200s", name);
     }
 
     struct api_call call;
@@ -567,13 +574,10 @@ char *api_handle_text_client(const char *text, size_t len, struct api_client *cl
     if (!doc) {
         log_info("api: %s: parse error at line %d column %d: %s", peer, err.line, err.column,
                  err.text);
-        char *msg = NULL;
-        if (asprintf(&msg, "Parse error: %s (line %d, column %d)", err.text, err.line, err.column) <
-            0)
-            msg = NULL;
-        json_t *r = api_error_response(API_PARSE_ERROR, msg ? msg : "Parse error", NULL);
-        free(msg);
-        return dump(r, peer);
+        return dump(error_response_fmt(API_PARSE_ERROR, "Parse error", NULL,
+                                       "Parse error: %s (line %d, column %d)", err.text, err.line,
+                                       err.column),
+                    peer);
     }
     json_t *resp = handle_parsed(doc, client);
     json_decref(doc);
