@@ -11,16 +11,17 @@
 static struct ratelimit chap_rl =
     RATELIMIT_INIT(ISCSI_CHAP_FAIL_MAX, ISCSI_CHAP_FAIL_WINDOW_MS, ISCSI_CHAP_BLOCK_MS);
 
-/* The table's keys: "iqn:<name>" and "ip:<address>" (an IPv4-mapped IPv6
- * peer counts as its IPv4 address). */
-static void name_key(const char *initiator, char *buf, size_t len)
-{
-    snprintf(buf, len, "iqn:%s", initiator);
-}
+/* A login's two keys in the table: "iqn:<name>" and "ip:<address>" (an
+ * IPv4-mapped IPv6 peer counts as its IPv4 address). */
+struct chap_keys {
+    char name[RATELIMIT_KEY_MAX];
+    char addr[64];
+};
 
-static void addr_key(const struct sockaddr_storage *ss, char *buf, size_t len)
+static void keys_of(const char *initiator, const struct sockaddr_storage *ss, struct chap_keys *k)
 {
     char ip[INET6_ADDRSTRLEN] = "?";
+    snprintf(k->name, sizeof(k->name), "iqn:%s", initiator);
     if (ss->ss_family == AF_INET) {
         inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, ip, sizeof(ip));
     } else if (ss->ss_family == AF_INET6) {
@@ -30,40 +31,37 @@ static void addr_key(const struct sockaddr_storage *ss, char *buf, size_t len)
         else
             inet_ntop(AF_INET6, a, ip, sizeof(ip));
     }
-    snprintf(buf, len, "ip:%s", ip);
+    snprintf(k->addr, sizeof(k->addr), "ip:%s", ip);
 }
 
 uint64_t iscsi_chap_limit_check(const char *initiator, const struct sockaddr_storage *peer,
                                 const char **what)
 {
-    char nk[RATELIMIT_KEY_MAX], ak[64];
-    name_key(initiator, nk, sizeof(nk));
-    addr_key(peer, ak, sizeof(ak));
+    struct chap_keys k;
+    keys_of(initiator, peer, &k);
     uint64_t now = ratelimit_now_ms();
-    uint64_t a = ratelimit_blocked_for(&chap_rl, ak, now);
-    uint64_t n = ratelimit_blocked_for(&chap_rl, nk, now);
+    uint64_t a = ratelimit_blocked_for(&chap_rl, k.addr, now);
+    uint64_t n = ratelimit_blocked_for(&chap_rl, k.name, now);
     *what = a >= n ? "address" : "initiator";
     return a > n ? a : n;
 }
 
 bool iscsi_chap_limit_failed(const char *initiator, const struct sockaddr_storage *peer)
 {
-    char nk[RATELIMIT_KEY_MAX], ak[64];
-    name_key(initiator, nk, sizeof(nk));
-    addr_key(peer, ak, sizeof(ak));
+    struct chap_keys k;
+    keys_of(initiator, peer, &k);
     uint64_t now = ratelimit_now_ms();
-    bool a = ratelimit_failed(&chap_rl, ak, now);
-    bool n = ratelimit_failed(&chap_rl, nk, now);
+    bool a = ratelimit_failed(&chap_rl, k.addr, now);
+    bool n = ratelimit_failed(&chap_rl, k.name, now);
     return a || n;
 }
 
 void iscsi_chap_limit_succeeded(const char *initiator, const struct sockaddr_storage *peer)
 {
-    char nk[RATELIMIT_KEY_MAX], ak[64];
-    name_key(initiator, nk, sizeof(nk));
-    addr_key(peer, ak, sizeof(ak));
-    ratelimit_succeeded(&chap_rl, ak);
-    ratelimit_succeeded(&chap_rl, nk);
+    struct chap_keys k;
+    keys_of(initiator, peer, &k);
+    ratelimit_succeeded(&chap_rl, k.addr);
+    ratelimit_succeeded(&chap_rl, k.name);
 }
 
 void iscsi_chap_limit_reset(void)
