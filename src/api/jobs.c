@@ -440,12 +440,7 @@ int jobs_submit(struct api_call *call, json_t *params, const char *description, 
     j->arg = arg;
     j->arg_free = arg_free;
     int64_t id = j->id;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    int err = pthread_create(&t, &attr, job_thread, j);
-    pthread_attr_destroy(&attr);
+    int err = -thread_start_detached(job_thread, j);
     if (err != 0) {
         log_error("api: %s: cannot start a job thread: %s", api_call_peer(call), strerror(err));
         if (arg_free)

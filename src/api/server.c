@@ -239,15 +239,10 @@ static void accept_one(int fd, const struct sockaddr *addr, socklen_t addrlen)
     c->api.send = client_send;
     c->api.closes_notified = true; /* jobs_client_closed() on disconnect: may subscribe */
 
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, client_thread, c);
-    pthread_attr_destroy(&attr);
+    int rc = thread_start_detached(client_thread, c);
     if (rc != 0) {
         pthread_mutex_unlock(&srv.conns.lock);
-        log_error("api: %s: cannot start a thread: %s", peer, strerror(rc));
+        log_error("api: %s: cannot start a thread: %s", peer, strerror(-rc));
         pthread_mutex_destroy(&c->write_lock);
         free(c);
         close(fd);

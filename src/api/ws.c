@@ -836,16 +836,11 @@ static void request_dispatch(struct ws_client *c, struct rx_msg *m)
     pthread_mutex_unlock(&c->lock);
     if (!spawn)
         return;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    int rc = pthread_create(&t, &attr, worker_thread, c);
-    pthread_attr_destroy(&attr);
+    int rc = thread_start_detached(worker_thread, c);
     if (rc == 0)
         return;
     /* No thread: run the queue here rather than drop calls. */
-    log_warn("api: %s: cannot start a worker: %s; running the call inline", c->peer, strerror(rc));
+    log_warn("api: %s: cannot start a worker: %s; running the call inline", c->peer, strerror(-rc));
     pthread_mutex_lock(&c->lock);
     c->nworkers--;
     while (c->nworkers == 0 && c->work_head) {
@@ -1098,15 +1093,10 @@ static void accept_one(int fd, const struct sockaddr *sa, socklen_t sl)
     c->api.transport = c;
     c->api.send = client_send;
     c->api.closes_notified = true;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_t t;
-    int rc = c->wake_fd < 0 ? errno : pthread_create(&t, &attr, client_thread, c);
-    pthread_attr_destroy(&attr);
+    int rc = c->wake_fd < 0 ? -errno : thread_start_detached(client_thread, c);
     if (rc != 0) {
         pthread_mutex_unlock(&srv.conns.lock);
-        log_error("api: %s: cannot start a connection thread: %s", peer, strerror(rc));
+        log_error("api: %s: cannot start a connection thread: %s", peer, strerror(-rc));
         admit_release(&c->ticket);
         client_free(c);
         return;

@@ -87,6 +87,10 @@ int send_all(int fd, const void *buf, size_t len);
  * -errno (-EIO when the kernel writes nothing). */
 int pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 
+/* Start fn(arg) on a new detached thread (it cleans up after itself; no
+ * one joins it). 0 or -errno (pthread_create's error). */
+int thread_start_detached(void *(*fn)(void *), void *arg);
+
 /* Add to a statistics counter that one thread writes and others read:
  * a relaxed load and store, no locked read-modify-write. */
 static inline void counter_add(_Atomic uint64_t *v, uint64_t n)
