@@ -78,21 +78,6 @@ static struct cache_entry *cache_find_locked(const char *name)
     return NULL;
 }
 
-struct volume *ds_cache_peek(const char *name)
-{
-    struct cache_entry *e;
-    struct volume *v = NULL;
-
-    pthread_mutex_lock(&cache_mutex);
-    e = cache_find_locked(name);
-    if (e) {
-        v = e->vol;
-        volume_ref(v);
-    }
-    pthread_mutex_unlock(&cache_mutex);
-    return v;
-}
-
 struct volume *ds_cache_peek_bdev(const char *name, struct bdev **b)
 {
     struct cache_entry *e;
@@ -108,6 +93,13 @@ struct volume *ds_cache_peek_bdev(const char *name, struct bdev **b)
     }
     pthread_mutex_unlock(&cache_mutex);
     return v;
+}
+
+struct volume *ds_cache_peek(const char *name)
+{
+    struct bdev *b;
+
+    return ds_cache_peek_bdev(name, &b);
 }
 
 struct volume *ds_cache_find_bdev(const struct bdev *b, char *name, size_t len)
