@@ -49,6 +49,15 @@ static int parse_size_arg(struct cli_ctx *ctx, const char *opt, const char *s, u
     return 0;
 }
 
+/* The --size every volume create and resize needs. 0 or CLI_USAGE
+ * (reported). */
+static int size_required(struct cli_ctx *ctx, const char *size, uint64_t *bytes)
+{
+    if (!size)
+        return cli_usage(ctx, "--size is required");
+    return parse_size_arg(ctx, "--size", size, bytes) ? CLI_USAGE : 0;
+}
+
 static void human_size(json_t *row, const char *key, char *buf, size_t len)
 {
     uint64_t v;
@@ -284,10 +293,8 @@ static int volume_create(struct cli_ctx *ctx, int argc, char **argv)
     }
     if (need_args(ctx, argc, 1, "POOL/NAME"))
         return CLI_USAGE;
-    if (!size)
-        return cli_usage(ctx, "--size is required");
     uint64_t bytes;
-    if (parse_size_arg(ctx, "--size", size, &bytes))
+    if (size_required(ctx, size, &bytes))
         return CLI_USAGE;
     const char *name = argv[optind];
     json_t *data = json_pack("{s:s, s:s, s:I, s:b, s:s}", "name", name, "type", "VOLUME", "volsize",
@@ -470,10 +477,8 @@ static int volume_resize(struct cli_ctx *ctx, int argc, char **argv)
     const char *size = NULL;
     if (opts_one_arg(ctx, argc, argv, opts, &size, "volume NAME"))
         return CLI_USAGE;
-    if (!size)
-        return cli_usage(ctx, "--size is required");
     uint64_t bytes;
-    if (parse_size_arg(ctx, "--size", size, &bytes))
+    if (size_required(ctx, size, &bytes))
         return CLI_USAGE;
     const char *name = argv[optind];
     json_t *res;
