@@ -353,11 +353,25 @@ int ds_dataset_each_in_subtree(const char *name,
     return rc;
 }
 
+/* A walk's caller: its fn(name) and arg. */
+struct name_walk {
+    int (*fn)(const char *name, void *arg);
+    void *arg;
+};
+
+static int name_row(sqlite3_stmt *st, void *arg)
+{
+    const struct name_walk *w = arg;
+
+    return w->fn((const char *)sqlite3_column_text(st, 0), w->arg);
+}
+
 int ds_dataset_each_descendant(const char *name, int (*fn)(const char *name, void *arg), void *arg)
 {
+    struct name_walk w = {.fn = fn, .arg = arg};
     char lower[DS_NAME_BUF + 2], upper[DS_NAME_BUF + 2];
     sqlite3_stmt *st;
-    int step = SQLITE_DONE, rc;
+    int rc;
 
     /* "name/" < d < "name0" ('0' is the byte after '/'): the name index
      * is used, not a scan */
@@ -368,10 +382,7 @@ int ds_dataset_each_descendant(const char *name, int (*fn)(const char *name, voi
         return rc;
     sqlite3_bind_text(st, 1, lower, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, upper, -1, SQLITE_STATIC);
-    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW)
-        rc = fn((const char *)sqlite3_column_text(st, 0), arg);
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = -db_errno();
+    rc = db_stmt_each(st, name_row, &w);
     db_stmt_done(st);
     return rc;
 }

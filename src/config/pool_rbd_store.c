@@ -65,25 +65,35 @@ int ds_rbd_spec_insert(int64_t pool_id, const struct ds_rbd_spec *s)
     return rc;
 }
 
+/* ds_rbd_spec_each's caller: its fn and arg. */
+struct spec_walk {
+    int (*fn)(int64_t pool_id, const char *name, const struct ds_rbd_spec *spec, void *arg);
+    void *arg;
+};
+
+static int spec_row(sqlite3_stmt *st, void *arg)
+{
+    const struct spec_walk *w = arg;
+    struct ds_rbd_spec spec;
+
+    spec_decode(st, 2, &spec);
+    return w->fn(sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1), &spec,
+                 w->arg);
+}
+
 int ds_rbd_spec_each(int (*fn)(int64_t pool_id, const char *name, const struct ds_rbd_spec *spec,
                                void *arg),
                      void *arg)
 {
-    struct ds_rbd_spec spec;
+    struct spec_walk w = {.fn = fn, .arg = arg};
     sqlite3_stmt *st;
-    int step = SQLITE_DONE,
-        rc = db_stmt("SELECT p.id, p.name, r.rbd_pool, r.namespace, r.conf, r.ceph_id, r.keyring"
+    int rc = db_stmt("SELECT p.id, p.name, r.rbd_pool, r.namespace, r.conf, r.ceph_id, r.keyring"
                      " FROM pool_rbd r JOIN pools p ON p.id = r.pool_id",
                      &st);
 
     if (rc < 0)
         return rc;
-    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        spec_decode(st, 2, &spec);
-        rc = fn(sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1), &spec, arg);
-    }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = -db_errno();
+    rc = db_stmt_each(st, spec_row, &w);
     db_stmt_done(st);
     return rc;
 }
