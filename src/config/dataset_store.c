@@ -284,6 +284,20 @@ int ds_dataset_update_size(int64_t id, uint64_t volsize, const char *comments)
     return rc;
 }
 
+int ds_dataset_set_volsize(int64_t id, uint64_t volsize)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt("UPDATE datasets SET volsize = ? WHERE id = ?", &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)volsize);
+    sqlite3_bind_int64(st, 2, id);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
+}
+
 int ds_dataset_set_origin(int64_t id, int64_t origin_id)
 {
     sqlite3_stmt *st;
@@ -335,6 +349,40 @@ int ds_dataset_each_in_subtree(const char *name,
     }
     if (rc == 0 && step != SQLITE_DONE)
         rc = -db_errno();
+    db_stmt_done(st);
+    return rc;
+}
+
+/* A walk's caller: its fn(name) and arg. */
+struct name_walk {
+    int (*fn)(const char *name, void *arg);
+    void *arg;
+};
+
+static int name_row(sqlite3_stmt *st, void *arg)
+{
+    const struct name_walk *w = arg;
+
+    return w->fn((const char *)sqlite3_column_text(st, 0), w->arg);
+}
+
+int ds_dataset_each_descendant(const char *name, int (*fn)(const char *name, void *arg), void *arg)
+{
+    struct name_walk w = {.fn = fn, .arg = arg};
+    char lower[DS_NAME_BUF + 2], upper[DS_NAME_BUF + 2];
+    sqlite3_stmt *st;
+    int rc;
+
+    /* "name/" < d < "name0" ('0' is the byte after '/'): the name index
+     * is used, not a scan */
+    snprintf(lower, sizeof(lower), "%s/", name);
+    snprintf(upper, sizeof(upper), "%s0", name);
+    rc = db_stmt("SELECT name FROM datasets WHERE name > ? AND name < ? ORDER BY name", &st);
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_text(st, 1, lower, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, upper, -1, SQLITE_STATIC);
+    rc = db_stmt_each(st, name_row, &w);
     db_stmt_done(st);
     return rc;
 }

@@ -53,6 +53,9 @@ int ds_dataset_insert(struct ds_row *row);
 
 /* Set dataset id's volsize and comments. 0 or -errno. */
 int ds_dataset_update_size(int64_t id, uint64_t volsize, const char *comments);
+/* Set dataset id's volsize (the size of a volume received or resized
+ * outside an update). 0 or -errno. */
+int ds_dataset_set_volsize(int64_t id, uint64_t volsize);
 /* Set dataset id's origin: the snapshot it is a clone of (0: none). 0
  * or -errno. */
 int ds_dataset_set_origin(int64_t id, int64_t origin_id);
@@ -94,6 +97,13 @@ int ds_dataset_set_effective(int64_t id, enum volume_sync sync, bool readonly);
 int ds_dataset_each_in_subtree(const char *name,
                                int (*fn)(const char *name, int64_t id, bool is_volume, void *arg),
                                void *arg);
+/*
+ * fn(name) for each descendant of dataset name (not name itself), in
+ * plain name order (a parent before its children, but "a/b-c" before
+ * "a/b/c"). A nonzero return of fn stops the walk and is returned. 0 or
+ * -errno.
+ */
+int ds_dataset_each_descendant(const char *name, int (*fn)(const char *name, void *arg), void *arg);
 /* Rename dataset old_name and everything below it to new_name (snapshot
  * rows follow through their dataset_id). 0, -EEXIST or -errno. */
 int ds_dataset_rename_subtree(const char *old_name, const char *new_name);

@@ -51,6 +51,11 @@ int db_setting_set(const char *key, const char *value);
 int db_prepare(const char *sql, sqlite3_stmt **out);
 int db_step_done(sqlite3_stmt *st);
 int db_errno_from(int sqlite_code);
+/* Step st (prepared and bound by the caller, who also gives it back)
+ * through its rows: row(st, arg) for each; a nonzero return of row stops
+ * the walk and is returned. 0, row's return, or -errno (a failed step,
+ * per db_errno(); not logged). Locked by caller. */
+int db_stmt_each(sqlite3_stmt *st, int (*row)(sqlite3_stmt *st, void *arg), void *arg);
 
 /*
  * Cached statements (addition, control-plane performance): preparing SQL

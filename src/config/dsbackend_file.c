@@ -12,7 +12,6 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "config/db.h"
 #include "config/dsbackend.h"
 #include "core/log.h"
 #include "store/copy.h"
@@ -140,22 +139,32 @@ static uint64_t file_snapshot_usage(const struct ds_pool *p, const char *name, c
     return ds_path(p, name, snap, path, sizeof(path)) == 0 ? file_used(path) : 0;
 }
 
+/* file_volume_usage's walk of the volume's snapshots. */
+struct snap_usage {
+    const struct ds_pool *p;
+    const char *name;
+    uint64_t sum;
+};
+
+static int snap_usage_add(const struct ds_snap *s, void *arg)
+{
+    struct snap_usage *u = arg;
+
+    u->sum += file_snapshot_usage(u->p, u->name, s->name);
+    return 0;
+}
+
 static void file_volume_usage(const struct ds_pool *p, const char *name, int64_t id,
                               struct volume *v, uint64_t *used, uint64_t *snapused)
 {
     char path[PATH_MAX];
-    sqlite3_stmt *st;
+    struct snap_usage u = {.p = p, .name = name};
 
     (void)v;
     *used = ds_path(p, name, NULL, path, sizeof(path)) == 0 ? file_used(path) : 0;
-    *snapused = 0;
-    /* the snapshot files of the volume */
-    if (db_stmt("SELECT name FROM snapshots WHERE dataset_id = ?", &st) < 0)
-        return;
-    sqlite3_bind_int64(st, 1, id);
-    while (sqlite3_step(st) == SQLITE_ROW)
-        *snapused += file_snapshot_usage(p, name, (const char *)sqlite3_column_text(st, 0));
-    db_stmt_done(st);
+    /* the snapshot files of the volume (what was summed before an error) */
+    ds_snapshot_each_upto(id, INT64_MAX, snap_usage_add, &u);
+    *snapused = u.sum;
 }
 
 static uint64_t file_available(const struct ds_pool *p)

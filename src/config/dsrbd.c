@@ -44,57 +44,6 @@ static void spec_c(const struct ds_rbd_spec *s, struct rbd_cluster_spec *cs)
     cs->keyring = s->keyring;
 }
 
-static void copy_col(char *dst, size_t len, sqlite3_stmt *st, int col)
-{
-    const unsigned char *t = sqlite3_column_text(st, col);
-    snprintf(dst, len, "%s", t ? (const char *)t : "");
-}
-
-int ds_rbd_spec_get(int64_t pool_id, struct ds_rbd_spec *out)
-{
-    sqlite3_stmt *st;
-    int rc = db_stmt("SELECT rbd_pool, namespace, conf, ceph_id, keyring FROM pool_rbd"
-                     " WHERE pool_id = ?",
-                     &st);
-
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, pool_id);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        copy_col(out->pool, sizeof(out->pool), st, 0);
-        copy_col(out->ns, sizeof(out->ns), st, 1);
-        copy_col(out->conf, sizeof(out->conf), st, 2);
-        copy_col(out->id, sizeof(out->id), st, 3);
-        copy_col(out->keyring, sizeof(out->keyring), st, 4);
-        rc = 0;
-    } else {
-        rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
-    }
-    db_stmt_done(st);
-    return rc;
-}
-
-int ds_rbd_spec_insert(int64_t pool_id, const struct ds_rbd_spec *s)
-{
-    sqlite3_stmt *st;
-    int rc = db_stmt("INSERT INTO pool_rbd (pool_id, rbd_pool, namespace, conf, ceph_id, keyring)"
-                     " VALUES (?, ?, ?, ?, ?, ?)",
-                     &st);
-
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, pool_id);
-    sqlite3_bind_text(st, 2, s->pool, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, s->ns, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, s->conf, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, s->id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 6, s->keyring, -1, SQLITE_STATIC);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
-}
-
 /* The pool (and namespace) answer on c: 0, or -errno with why. */
 static int check_pool(struct rbd_cluster *c, const struct ds_rbd_spec *s, bool make_ns, char *why,
                       size_t whylen)
@@ -381,40 +330,33 @@ static void *connector_main(void *arg)
     return NULL;
 }
 
+/* ds_rbd_start's walk: record each stored RBD pool (not yet known) as
+ * connecting; *arg counts them. */
+static int start_pool_add(int64_t id, const char *name, const struct ds_rbd_spec *spec, void *arg)
+{
+    size_t *n = arg;
+    struct rbd_pool *p = pool_new(id, name, spec);
+
+    if (!p)
+        return 0;
+    pthread_mutex_lock(&rp_lock);
+    if (!find_locked(p->id)) {
+        p->next = rp_head;
+        rp_head = p;
+        p = NULL;
+        (*n)++;
+    }
+    pthread_mutex_unlock(&rp_lock);
+    free(p);
+    return 0;
+}
+
 void ds_rbd_start(void)
 {
-    sqlite3_stmt *st;
     size_t n = 0;
 
     db_lock();
-    if (db_stmt("SELECT p.id, p.name, r.rbd_pool, r.namespace, r.conf, r.ceph_id, r.keyring"
-                " FROM pool_rbd r JOIN pools p ON p.id = r.pool_id",
-                &st) == 0) {
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            struct ds_rbd_spec spec;
-            struct rbd_pool *p;
-
-            copy_col(spec.pool, sizeof(spec.pool), st, 2);
-            copy_col(spec.ns, sizeof(spec.ns), st, 3);
-            copy_col(spec.conf, sizeof(spec.conf), st, 4);
-            copy_col(spec.id, sizeof(spec.id), st, 5);
-            copy_col(spec.keyring, sizeof(spec.keyring), st, 6);
-            p = pool_new(sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1),
-                         &spec);
-            if (!p)
-                continue;
-            pthread_mutex_lock(&rp_lock);
-            if (!find_locked(p->id)) {
-                p->next = rp_head;
-                rp_head = p;
-                p = NULL;
-                n++;
-            }
-            pthread_mutex_unlock(&rp_lock);
-            free(p);
-        }
-        db_stmt_done(st);
-    }
+    ds_rbd_spec_each(start_pool_add, &n);
     db_unlock();
     ds_rbd_follow_start();
     pthread_mutex_lock(&rp_lock);
@@ -1099,16 +1041,36 @@ static int sum_cb(uint64_t off, size_t len, int exists, void *arg)
     return 0;
 }
 
+/* rbdpool_volume_usage's walk of a volume's snapshots, oldest first:
+ * what each one wrote over the one before it, added to *snapused. */
+struct snap_diff {
+    rbd_image_t img; /* its own read-only handle: rbd_snap_set moves it */
+    char prev[NAME_DATASET_MAX + 1];
+    uint64_t *snapused;
+};
+
+static int snap_diff_add(const struct ds_snap *s, void *arg)
+{
+    struct snap_diff *sd = arg;
+    uint64_t size = 0;
+
+    if (rbd_snap_set(sd->img, s->name) == 0 && rbd_get_size(sd->img, &size) == 0)
+        rbd_diff_iterate2(sd->img, sd->prev[0] ? sd->prev : NULL, 0, size, 0, 1, sum_cb,
+                          sd->snapused);
+    snprintf(sd->prev, sizeof(sd->prev), "%s", s->name);
+    return 0;
+}
+
 /* used: the head's own objects (fast-diff); snapused: what each snapshot
  * wrote over the one before it (what the snapshots keep alive, at most). */
 static void rbdpool_volume_usage(const struct ds_pool *p, const char *name, int64_t id,
                                  struct volume *v, uint64_t *used, uint64_t *snapused)
 {
-    char image[DS_NAME_BUF], prev[NAME_DATASET_MAX + 1] = "";
+    char image[DS_NAME_BUF];
     struct rbd_io r;
     struct img_handle h;
     rbd_image_t img;
-    sqlite3_stmt *st;
+    struct snap_diff sd = {.snapused = snapused};
     uint64_t gen;
     int rc;
 
@@ -1137,19 +1099,9 @@ static void rbdpool_volume_usage(const struct ds_pool *p, const char *name, int6
         io_put(&r, rc);
         return;
     }
+    sd.img = img;
     rc = rbd_image_usage(img, used, NULL);
-    if (db_stmt("SELECT name FROM snapshots WHERE dataset_id = ? ORDER BY id", &st) == 0) {
-        sqlite3_bind_int64(st, 1, id);
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            const char *sn = (const char *)sqlite3_column_text(st, 0);
-            uint64_t size = 0;
-
-            if (rbd_snap_set(img, sn) == 0 && rbd_get_size(img, &size) == 0)
-                rbd_diff_iterate2(img, prev[0] ? prev : NULL, 0, size, 0, 1, sum_cb, snapused);
-            snprintf(prev, sizeof(prev), "%s", sn);
-        }
-        db_stmt_done(st);
-    }
+    ds_snapshot_each_upto(id, INT64_MAX, snap_diff_add, &sd);
     rbd_close(img);
     if (rc == 0)
         usage_store(id, gen, !v, *used, *snapused);

@@ -1,8 +1,8 @@
 /*
- * RBD pools (config side): their Ceph connection settings (table
- * pool_rbd), their state (ONLINE, or UNAVAIL with the reason) and the
- * connector thread that brings them online and notices a lost cluster.
- * Internal to src/config.
+ * RBD pools (config side): their Ceph connection settings (stored in
+ * table pool_rbd behind config/pool_rbd_store.h), their state (ONLINE,
+ * or UNAVAIL with the reason) and the connector thread that brings them
+ * online and notices a lost cluster. Internal to src/config.
  *
  * Start-up never waits for a cluster: ds_rbd_start() records every RBD
  * pool as UNAVAIL ("connecting") and a thread connects them (each attempt
@@ -20,34 +20,22 @@
 #include <stdint.h>
 
 #include "config/ds_internal.h"
+#include "config/pool_rbd_store.h"
 #include "store/rbd_cluster.h"
 
 #define DS_RBD_CONNECT_TIMEOUT 5 /* seconds per connection attempt */
 #define DS_RBD_CHECK_INTERVAL 5  /* seconds between checks/retries */
-#define DS_RBD_NAME_MAX 128      /* Ceph pool and namespace names */
 #define DS_RBD_STOP_WAIT 3       /* seconds shutdown waits for the connector */
-
-struct ds_rbd_spec {
-    char pool[DS_RBD_NAME_MAX];
-    char ns[DS_RBD_NAME_MAX];
-    char conf[PATH_MAX];
-    char id[DS_RBD_NAME_MAX];
-    char keyring[PATH_MAX];
-};
 
 /* pool.create: connect (bounded), check the Ceph pool exists and make the
  * namespace if missing. On success *out is a cluster reference for
  * ds_rbd_pool_add. 0 or -errno with a reason in why. API thread. */
 int ds_rbd_probe(const struct ds_rbd_spec *spec, struct rbd_cluster **out, char *why,
                  size_t whylen);
-/* Record the new pool id's spec (inside the creating transaction). */
-int ds_rbd_spec_insert(int64_t pool_id, const struct ds_rbd_spec *spec);
 /* Add a just-created pool, ONLINE on cluster c (the reference is taken
  * over). */
 void ds_rbd_pool_add(int64_t pool_id, const char *name, const struct ds_rbd_spec *spec,
                      struct rbd_cluster *c);
-/* The settings of an RBD pool. Locked by caller (db_lock). */
-int ds_rbd_spec_get(int64_t pool_id, struct ds_rbd_spec *out);
 
 /* Start-up (after db_open): load the RBD pools, start the connector. */
 void ds_rbd_start(void);

@@ -67,17 +67,15 @@ void ds_rbd_follow(struct bdev *b, const char *name)
  * not a configuration change of this member's). */
 static void row_size(const char *name, uint64_t size)
 {
-    sqlite3_stmt *st;
+    struct ds_row row;
     int rc;
 
     db_lock();
-    rc = db_stmt("UPDATE datasets SET volsize = ? WHERE name = ? AND type = 'VOLUME'", &st);
-    if (rc == 0) {
-        sqlite3_bind_int64(st, 1, (sqlite3_int64)size);
-        sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
-        rc = db_step_done(st);
-        db_stmt_done(st);
-    }
+    rc = ds_dataset_get(name, &row);
+    if (rc == 0 && row.type == DS_VOLUME)
+        rc = ds_dataset_set_volsize(row.id, size);
+    else if (rc == -ENOENT)
+        rc = 0; /* deleted meanwhile: nothing to record */
     db_unlock();
     if (rc < 0)
         log_error("datasets: %s: cannot record its new volsize %llu: %s", name,

@@ -4,7 +4,7 @@
  * request struct, checks it, records the pool through ds_pool_insert in
  * one transaction and encodes struct ds_pool back as the TrueNAS-shaped
  * row; nothing here sees JSON. An RBD pool's Ceph settings live in table
- * pool_rbd behind dsrbd.h (ds_rbd_spec_get / ds_rbd_spec_insert).
+ * pool_rbd behind pool_rbd_store.h (ds_rbd_spec_get / _insert / _each).
  *
  * Every function runs with the DB lock held (config/db.h db_lock, or
  * inside a struct cfg_tx, config/cfgtx.h); writes join the caller's

@@ -24,6 +24,7 @@
 #include "config/ds_internal.h"
 #include "config/dsbackend.h"
 #include "config/dsrbd.h"
+#include "config/pool_rbd_store.h"
 #include "config/pool_store.h"
 #include "core/log.h"
 #include "core/util.h"

@@ -250,52 +250,58 @@ static void snaps_free(struct snaps *s)
     s->n = 0;
 }
 
-/* The snapshots of dataset, oldest first, marked by sel. 0 or -errno. */
+/* snaps_list's walk: the list and the selection to mark it by. */
+struct snaps_walk {
+    struct snaps *out;
+    size_t cap;
+    const struct repl_select *sel;
+};
+
+static int snaps_add(const struct ds_snap *ds, void *arg)
+{
+    struct snaps_walk *w = arg;
+    struct snaps *out = w->out;
+    struct snap *s;
+
+    if (out->n == w->cap) {
+        size_t ncap = w->cap ? w->cap * 2 : 16;
+        struct snap *nv = realloc(out->v, ncap * sizeof(*nv));
+        if (!nv)
+            return -ENOMEM;
+        out->v = nv;
+        w->cap = ncap;
+    }
+    s = &out->v[out->n++];
+    memset(s, 0, sizeof(*s));
+    s->id = ds->id;
+    snprintf(s->name, sizeof(s->name), "%s", ds->name);
+    s->volsize = ds->volsize;
+    s->created = ds->created;
+    s->when = s->id;
+    s->sel = w->sel && select_name(w->sel, s->name, &s->when);
+    return 0;
+}
+
+/* The snapshots of dataset (none when it does not exist), oldest first,
+ * marked by sel. 0 or -errno. */
 static int snaps_list(const char *dataset, const struct repl_select *sel, struct snaps *out)
 {
-    sqlite3_stmt *st;
-    size_t cap = 0;
+    struct snaps_walk w = {.out = out, .sel = sel};
+    struct ds_row row;
     int rc;
 
     out->v = NULL;
     out->n = 0;
     db_lock();
-    rc = db_stmt("SELECT s.id, s.name, s.volsize, s.created FROM snapshots s JOIN datasets d ON "
-                 "d.id = s.dataset_id WHERE d.name = ? ORDER BY s.id",
-                 &st);
-    if (rc < 0) {
-        db_unlock();
-        return rc;
-    }
-    sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct snap *s;
-        if (out->n == cap) {
-            size_t ncap = cap ? cap * 2 : 16;
-            struct snap *nv = realloc(out->v, ncap * sizeof(*nv));
-            if (!nv) {
-                rc = -ENOMEM;
-                break;
-            }
-            out->v = nv;
-            cap = ncap;
-        }
-        s = &out->v[out->n++];
-        memset(s, 0, sizeof(*s));
-        s->id = sqlite3_column_int64(st, 0);
-        snprintf(s->name, sizeof(s->name), "%s", (const char *)sqlite3_column_text(st, 1));
-        s->volsize = (uint64_t)sqlite3_column_int64(st, 2);
-        s->created = sqlite3_column_int64(st, 3);
-        s->when = s->id;
-        s->sel = sel && select_name(sel, s->name, &s->when);
-    }
-    db_stmt_done(st);
+    rc = ds_dataset_get(dataset, &row);
+    if (rc == 0)
+        rc = ds_snapshot_each_upto(row.id, INT64_MAX, snaps_add, &w);
+    else if (rc == -ENOENT)
+        rc = 0;
     db_unlock();
-    if (rc != SQLITE_DONE) {
+    if (rc < 0)
         snaps_free(out);
-        return rc < 0 ? rc : -EIO;
-    }
-    return 0;
+    return rc;
 }
 
 static const struct snap *snaps_find(const struct snaps *s, const char *name)
@@ -516,14 +522,35 @@ static int item_add(struct repl_task *t, const struct ds_row *row, bool immediat
     return 0;
 }
 
+/* The names a walk of the datasets found (malloc'd strings). */
+struct name_list {
+    char **v;
+    size_t n, cap;
+};
+
+static int name_add(const char *name, void *arg)
+{
+    struct name_list *l = arg;
+
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 16;
+        char **nv = realloc(l->v, ncap * sizeof(*nv));
+        if (!nv)
+            return -ENOMEM;
+        l->v = nv;
+        l->cap = ncap;
+    }
+    l->v[l->n] = strdup(name);
+    if (l->v[l->n])
+        l->n++;
+    return 0;
+}
+
 /* The source dataset and (recursive) its descendants, minus exclude. */
 static int collect_sources(struct repl_task *t, const char *root)
 {
     struct ds_row row;
-    sqlite3_stmt *st;
-    char upper[DS_NAME_BUF + 2];
-    char **names = NULL;
-    size_t n = 0, cap = 0;
+    struct name_list names = {0};
     int rc;
 
     db_lock();
@@ -537,44 +564,23 @@ static int collect_sources(struct repl_task *t, const char *root)
         return -1;
     if (!t->recursive)
         return 0;
-    /* "root/" ≤ name < "root0": every descendant, in name order (parents
-     * before their children) */
-    snprintf(upper, sizeof(upper), "%s0", root);
+    /* every descendant, in name order (parents before their children);
+     * a walk cut short (no memory) sends what it listed */
     db_lock();
-    rc = db_stmt("SELECT name FROM datasets WHERE name > ? AND name < ? ORDER BY name", &st);
-    if (rc == 0) {
-        char lower[DS_NAME_BUF + 2];
-        snprintf(lower, sizeof(lower), "%s/", root);
-        sqlite3_bind_text(st, 1, lower, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 2, upper, -1, SQLITE_STATIC);
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            if (n == cap) {
-                size_t ncap = cap ? cap * 2 : 16;
-                char **nv = realloc(names, ncap * sizeof(*nv));
-                if (!nv)
-                    break;
-                names = nv;
-                cap = ncap;
-            }
-            names[n] = strdup((const char *)sqlite3_column_text(st, 0));
-            if (names[n])
-                n++;
-        }
-        db_stmt_done(st);
-    }
+    ds_dataset_each_descendant(root, name_add, &names);
     db_unlock();
     rc = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (rc == 0 && !excluded(t, names[i])) {
+    for (size_t i = 0; i < names.n; i++) {
+        if (rc == 0 && !excluded(t, names.v[i])) {
             db_lock();
-            int g = ds_dataset_get(names[i], &row);
+            int g = ds_dataset_get(names.v[i], &row);
             db_unlock();
             if (g == 0)
                 rc = item_add(t, &row, false);
         }
-        free(names[i]);
+        free(names.v[i]);
     }
-    free(names);
+    free(names.v);
     return rc;
 }
 
@@ -779,12 +785,27 @@ static json_t *vbs_json(uint32_t vbs)
     return json_string(buf);
 }
 
+/* The source's properties a created target takes: its managedby and its
+ * user properties. */
+struct create_props {
+    json_t *data, *uprops;
+};
+
+static void create_prop_add(const char *k, const char *v, void *arg)
+{
+    struct create_props *cp = arg;
+
+    if (strcmp(k, "managedby") == 0)
+        json_object_set_new(cp->data, "managedby", json_string(v));
+    else if (strchr(k, ':'))
+        json_array_append_new(cp->uprops, json_pack("{s:s, s:s}", "key", k, "value", v));
+}
+
 /* pool.dataset.create of the target volume with the source's properties. */
 static int create_target(struct repl_task *t, struct item *it, uint64_t volsize)
 {
     struct ds_row src;
-    json_t *data, *uprops;
-    sqlite3_stmt *st;
+    json_t *data;
     int rc;
 
     db_lock();
@@ -800,26 +821,14 @@ static int create_target(struct repl_task *t, struct item *it, uint64_t volsize)
     if (data && t->properties) {
         json_object_set_new(data, "sync", json_string(volume_sync_name(src.sync)));
         json_object_set_new(data, "comments", json_string(src.comments));
-        uprops = json_array();
+        struct create_props cp = {.data = data, .uprops = json_array()};
         db_lock();
-        if (db_stmt("SELECT name, value FROM dataset_props WHERE dataset_id = ? ORDER BY name",
-                    &st) == 0) {
-            sqlite3_bind_int64(st, 1, src.id);
-            while (sqlite3_step(st) == SQLITE_ROW) {
-                const char *k = (const char *)sqlite3_column_text(st, 0);
-                const char *v = (const char *)sqlite3_column_text(st, 1);
-                if (strcmp(k, "managedby") == 0)
-                    json_object_set_new(data, "managedby", json_string(v));
-                else if (strchr(k, ':'))
-                    json_array_append_new(uprops, json_pack("{s:s, s:s}", "key", k, "value", v));
-            }
-            db_stmt_done(st);
-        }
+        ds_dataset_props_each(src.id, create_prop_add, &cp);
         db_unlock();
-        if (json_array_size(uprops))
-            json_object_set_new(data, "user_properties", uprops);
+        if (json_array_size(cp.uprops))
+            json_object_set_new(data, "user_properties", cp.uprops);
         else
-            json_decref(uprops);
+            json_decref(cp.uprops);
     }
     rc = run_method(t, it->dst, "pool.dataset.create", json_pack("[o]", data), NULL);
     if (rc == 0)
@@ -831,17 +840,10 @@ static int create_target(struct repl_task *t, struct item *it, uint64_t volsize)
 static int recv_store_size(int64_t dataset_id, uint64_t size)
 {
     struct cfg_tx tx;
-    sqlite3_stmt *stmt;
     int rc = cfg_tx_begin(&tx);
     if (rc < 0)
         return rc;
-    rc = db_stmt("UPDATE datasets SET volsize = ? WHERE id = ?", &stmt);
-    if (rc == 0) {
-        sqlite3_bind_int64(stmt, 1, (sqlite3_int64)size);
-        sqlite3_bind_int64(stmt, 2, dataset_id);
-        rc = db_step_done(stmt);
-        db_stmt_done(stmt);
-    }
+    rc = ds_dataset_set_volsize(dataset_id, size);
     if (rc < 0) {
         cfg_tx_abort(&tx);
         return rc;
@@ -854,18 +856,9 @@ static int recv_store_size(int64_t dataset_id, uint64_t size)
 static void recv_store_created(int64_t dataset_id, const char *name, int64_t created)
 {
     struct cfg_tx tx;
-    sqlite3_stmt *stmt;
     if (cfg_tx_begin(&tx) < 0)
         return;
-    int rc = db_stmt("UPDATE snapshots SET created = ? WHERE dataset_id = ? AND name = ?", &stmt);
-    if (rc == 0) {
-        sqlite3_bind_int64(stmt, 1, created);
-        sqlite3_bind_int64(stmt, 2, dataset_id);
-        sqlite3_bind_text(stmt, 3, name, -1, SQLITE_STATIC);
-        rc = db_step_done(stmt);
-        db_stmt_done(stmt);
-    }
-    if (rc < 0) {
+    if (ds_snapshot_set_created(dataset_id, name, created) < 0) {
         cfg_tx_abort(&tx);
         return;
     }

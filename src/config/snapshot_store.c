@@ -222,9 +222,10 @@ int ds_snapshot_each_upto(int64_t dataset_id, int64_t upto_id,
 {
     sqlite3_stmt *st;
     struct ds_snap s;
-    int step = SQLITE_DONE, rc = db_stmt("SELECT id, name FROM snapshots WHERE dataset_id = ? AND "
-                                         "id <= ? ORDER BY id",
-                                         &st);
+    int step = SQLITE_DONE,
+        rc = db_stmt("SELECT id, name, volsize, created FROM snapshots WHERE dataset_id = ? AND "
+                     "id <= ? ORDER BY id",
+                     &st);
 
     if (rc < 0)
         return rc;
@@ -235,6 +236,8 @@ int ds_snapshot_each_upto(int64_t dataset_id, int64_t upto_id,
         s.id = sqlite3_column_int64(st, 0);
         s.dataset_id = dataset_id;
         copy_text(s.name, sizeof(s.name), sqlite3_column_text(st, 1));
+        s.volsize = (uint64_t)sqlite3_column_int64(st, 2);
+        s.created = sqlite3_column_int64(st, 3);
         rc = fn(&s, arg);
     }
     if (rc == 0 && step != SQLITE_DONE)
@@ -319,6 +322,21 @@ int ds_snapshot_rename(int64_t id, const char *name)
         return rc;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    rc = db_step_done(st);
+    db_stmt_done(st);
+    return rc;
+}
+
+int ds_snapshot_set_created(int64_t dataset_id, const char *name, int64_t created)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt("UPDATE snapshots SET created = ? WHERE dataset_id = ? AND name = ?", &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, created);
+    sqlite3_bind_int64(st, 2, dataset_id);
+    sqlite3_bind_text(st, 3, name, -1, SQLITE_STATIC);
     rc = db_step_done(st);
     db_stmt_done(st);
     return rc;

@@ -82,9 +82,9 @@ int ds_snapshot_each_newer(int64_t dataset_id, int64_t after_id,
  * descendants. As ds_snapshot_each. */
 int ds_snapshot_each_in_subtree(const char *name,
                                 int (*fn)(const char *full, int64_t id, void *arg), void *arg);
-/* fn for each snapshot of dataset_id up to and including upto_id, in
- * the order they were taken (id, dataset_id and name set). As
- * ds_snapshot_each. */
+/* fn for each snapshot of dataset_id up to and including upto_id
+ * (INT64_MAX: every one), in the order they were taken (all but dataset
+ * set). As ds_snapshot_each. */
 int ds_snapshot_each_upto(int64_t dataset_id, int64_t upto_id,
                           int (*fn)(const struct ds_snap *s, void *arg), void *arg);
 /* fn for snapshot dataset@snap and, with recursive, the snapshot named
@@ -103,6 +103,10 @@ int ds_snapshot_insert(struct ds_snap *s);
 int ds_snapshot_delete(int64_t id);
 /* Rename snapshot id (the part after '@'). 0, -EEXIST or -errno. */
 int ds_snapshot_rename(int64_t id, const char *name);
+/* Set the creation time (ms since the epoch) of dataset_id's snapshot
+ * name, as a received snapshot keeps its source's. 0 (also when there is
+ * no such snapshot) or -errno. */
+int ds_snapshot_set_created(int64_t dataset_id, const char *name, int64_t created);
 /* The snapshots of dataset from up to and including upto_id become
  * dataset to's (a promote). 0 or -errno. */
 int ds_snapshot_move(int64_t from, int64_t to, int64_t upto_id);

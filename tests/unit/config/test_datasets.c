@@ -1114,6 +1114,87 @@ static void test_stores(void **st)
     (void)st;
 }
 
+/* A walk's names, joined by ' '. */
+static int name_join(const char *name, void *arg)
+{
+    char *out = arg;
+    size_t n = strlen(out);
+
+    snprintf(out + n, 256 - n, "%s%s", n ? " " : "", name);
+    return 0;
+}
+
+static int snap_upto_last(const struct ds_snap *s, void *arg)
+{
+    *(struct ds_snap *)arg = *s;
+    return 0;
+}
+
+static int rbd_spec_count(int64_t pool_id, const char *name, const struct ds_rbd_spec *spec,
+                          void *arg)
+{
+    (void)pool_id;
+    if (strcmp(name, "ps") == 0 && strcmp(spec->pool, "rbdp") == 0)
+        (*(int *)arg)++;
+    return 0;
+}
+
+/* The store functions that replication, the backends and the RBD pools
+ * use instead of their own SQL (issue #14): volsize and snapshot times
+ * set by id, a dataset's descendants in plain name order, every field of
+ * ds_snapshot_each_upto, and table pool_rbd. Runs after test_stores. */
+static void test_stores_more(void **st)
+{
+    struct ds_row row;
+    struct ds_snap s, last = {0};
+    struct ds_rbd_spec spec = {.pool = "rbdp", .ns = "n1", .id = "admin"}, got;
+    struct ds_pool p;
+    char names[256] = "";
+    int count = 0;
+
+    (void)st;
+    json_decref(ok("pool.dataset.create", "[{\"name\":\"ps/d\",\"type\":\"FILESYSTEM\"}]"));
+    json_decref(ok("pool.dataset.create",
+                   "[{\"name\":\"ps/d/x\",\"type\":\"VOLUME\",\"volsize\":1048576}]"));
+    json_decref(ok("pool.dataset.create",
+                   "[{\"name\":\"ps/d-y\",\"type\":\"VOLUME\",\"volsize\":1048576}]"));
+    db_lock();
+    assert_int_equal(ds_dataset_each_descendant("ps", name_join, names), 0);
+    assert_string_equal(names, "ps/d ps/d-y ps/d/x ps/v");
+    names[0] = '\0';
+    assert_int_equal(ds_dataset_each_descendant("ps/d", name_join, names), 0);
+    assert_string_equal(names, "ps/d/x");
+
+    assert_int_equal(ds_dataset_get("ps/v", &row), 0);
+    assert_int_equal(ds_snapshot_each_upto(row.id, INT64_MAX, snap_upto_last, &last), 0);
+    assert_string_equal(last.name, "b");
+    assert_int_equal(last.volsize, 1048576);
+    assert_true(last.created > 0);
+    assert_int_equal(ds_snapshot_set_created(row.id, "b", 1234000), 0);
+    assert_int_equal(ds_snapshot_get("ps/v", "b", &s), 0);
+    assert_int_equal(s.created, 1234000);
+    assert_int_equal(ds_dataset_set_volsize(row.id, 2 * 1048576), 0);
+    assert_int_equal(ds_dataset_get_id(row.id, &row), 0);
+    assert_int_equal(row.volsize, 2 * 1048576);
+
+    /* pool_rbd, rolled back: ps stays a file pool */
+    assert_int_equal(ds_pool_get("ps", &p), 0);
+    assert_int_equal(db_begin(), 0);
+    assert_int_equal(ds_rbd_spec_get(p.id, &got), -ENOENT);
+    assert_int_equal(ds_rbd_spec_insert(p.id, &spec), 0);
+    assert_int_equal(ds_rbd_spec_insert(p.id, &spec), -EEXIST);
+    assert_int_equal(ds_rbd_spec_get(p.id, &got), 0);
+    assert_string_equal(got.pool, "rbdp");
+    assert_string_equal(got.ns, "n1");
+    assert_string_equal(got.conf, "");
+    assert_string_equal(got.id, "admin");
+    assert_int_equal(ds_rbd_spec_each(rbd_spec_count, &count), 0);
+    assert_int_equal(count, 1);
+    db_rollback();
+    assert_int_equal(ds_rbd_spec_get(p.id, &got), -ENOENT);
+    db_unlock();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1132,6 +1213,7 @@ int main(void)
         cmocka_unit_test(test_rename_promote),
         cmocka_unit_test(test_rbd_pool_refusals),
         cmocka_unit_test(test_stores),
+        cmocka_unit_test(test_stores_more),
     };
 
     return cmocka_run_group_tests(tests, setup_group, teardown_group);

@@ -1,0 +1,49 @@
+/*
+ * The stored settings of RBD pools (table pool_rbd, one row per pool of
+ * table pools whose path is "rbd:POOL[/NS]"): struct ds_rbd_spec and the
+ * SQL behind it (issue #14). pool.create (pools.c) records a new pool's
+ * settings; the RBD connector (dsrbd.c) loads every pool's at start-up.
+ * Nothing here sees JSON or talks to Ceph.
+ *
+ * Every function runs with the DB lock held (config/db.h db_lock, or
+ * inside a struct cfg_tx, config/cfgtx.h); writes join the caller's
+ * transaction. Any API/worker thread.
+ */
+#ifndef BLOCKD_CONFIG_POOL_RBD_STORE_H
+#define BLOCKD_CONFIG_POOL_RBD_STORE_H
+
+#include <limits.h>
+#include <stdint.h>
+
+#define DS_RBD_NAME_MAX 128 /* Ceph pool and namespace names */
+
+/*
+ * An RBD pool's Ceph settings.
+ *   pool     the Ceph pool its images live in
+ *   ns       the RADOS namespace in it ("": none)
+ *   conf     ceph.conf's path ("": librados's default)
+ *   id       the Ceph client id ("": librados's default)
+ *   keyring  the keyring's path ("": as conf says)
+ */
+struct ds_rbd_spec {
+    char pool[DS_RBD_NAME_MAX];
+    char ns[DS_RBD_NAME_MAX];
+    char conf[PATH_MAX];
+    char id[DS_RBD_NAME_MAX];
+    char keyring[PATH_MAX];
+};
+
+/* The settings of RBD pool pool_id into *out. 0, -ENOENT (not an RBD
+ * pool) or -errno. */
+int ds_rbd_spec_get(int64_t pool_id, struct ds_rbd_spec *out);
+/* Record the new pool pool_id's settings (inside the transaction that
+ * creates the pool). 0, -EEXIST or -errno. */
+int ds_rbd_spec_insert(int64_t pool_id, const struct ds_rbd_spec *spec);
+/* fn(pool id, pool name, settings) for each RBD pool, in no particular
+ * order; the arguments are valid during the call. A nonzero return of
+ * fn stops the walk and is returned. 0 or -errno. */
+int ds_rbd_spec_each(int (*fn)(int64_t pool_id, const char *name, const struct ds_rbd_spec *spec,
+                               void *arg),
+                     void *arg);
+
+#endif
