@@ -24,16 +24,9 @@
 
 #define DS_RBD_CONNECT_TIMEOUT 5 /* seconds per connection attempt */
 #define DS_RBD_CHECK_INTERVAL 5  /* seconds between checks/retries */
-#define DS_RBD_NAME_MAX 128      /* Ceph pool and namespace names */
 #define DS_RBD_STOP_WAIT 3       /* seconds shutdown waits for the connector */
 
-struct ds_rbd_spec {
-    char pool[DS_RBD_NAME_MAX];
-    char ns[DS_RBD_NAME_MAX];
-    char conf[PATH_MAX];
-    char id[DS_RBD_NAME_MAX];
-    char keyring[PATH_MAX];
-};
+/* struct ds_rbd_spec: config/pool_store.h. */
 
 /* pool.create: connect (bounded), check the Ceph pool exists and make the
  * namespace if missing. On success *out is a cluster reference for
