@@ -89,9 +89,9 @@ static json_t *lun_value(const char *target, const char *extent, int64_t lunid)
 
 static json_t *nbd_value(const struct nbd_export_row *r)
 {
-    return json_pack("{s:s, s:s, s:b, s:s, s:b, s:s, s:b}", "name", r->name, "dataset",
-                     r->dataset, "readonly", r->readonly, "description", r->description,
-                     "multi_conn", r->multi_conn, "tls", r->tls, "enabled", r->enabled);
+    return json_pack("{s:s, s:s, s:b, s:s, s:b, s:s, s:b}", "name", r->name, "dataset", r->dataset,
+                     "readonly", r->readonly, "description", r->description, "multi_conn",
+                     r->multi_conn, "tls", r->tls, "enabled", r->enabled);
 }
 
 /* extent/<name> for each extent of a group volume. 0 or -errno. */
@@ -372,8 +372,7 @@ int gwc_phase(const char *key, bool deleting)
 
 /* The local id of the target / extent / NBD export called name: >0, or 0
  * when absent (or on a DB error). Takes the DB lock. */
-static int64_t local_id(int (*find)(const char *name, int64_t except_id, int64_t *id),
-                        const char *name)
+static int64_t local_id(int (*find)(const char *, int64_t, int64_t *), const char *name)
 {
     int64_t id = 0;
     db_lock();
@@ -382,6 +381,7 @@ static int64_t local_id(int (*find)(const char *name, int64_t except_id, int64_t
     return rc == 0 ? id : 0;
 }
 
+/* nbd_export_find_name as a finder of local_id (exports have no except_id). */
 static int nbd_find(const char *name, int64_t except_id, int64_t *id)
 {
     (void)except_id;
