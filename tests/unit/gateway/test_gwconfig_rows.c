@@ -186,21 +186,25 @@ static void db_files_remove(void)
     }
 }
 
-static int setup(void **state)
+/* One DB for the group: the tests read it; test_no_rbd_pool, the last,
+ * changes it. */
+static int group_setup(void **state)
 {
     (void)state;
-    db_files_remove();
-    assert_int_equal(db_open(path), 0);
+    if (db_open(path) < 0)
+        return -1;
     db_lock();
-    assert_int_equal(db_exec(fixture), 0);
+    int rc = db_exec(fixture);
     db_unlock();
-    return 0;
+    return rc;
 }
 
-static int teardown(void **state)
+static int group_teardown(void **state)
 {
     (void)state;
     db_close();
+    db_files_remove();
+    rmdir(dir);
     return 0;
 }
 
@@ -261,11 +265,10 @@ static void test_datasets(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_view, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_no_rbd_pool, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_datasets, setup, teardown),
+        cmocka_unit_test(test_view),
+        cmocka_unit_test(test_datasets),
+        cmocka_unit_test(test_no_rbd_pool),
     };
-    int rc;
 
     if (!mkdtemp(dir))
         return 1;
@@ -273,8 +276,5 @@ int main(void)
     datasets_init(dir);
     nbdstore_init();
     iscsi_config_init();
-    rc = cmocka_run_group_tests(tests, NULL, NULL);
-    db_files_remove();
-    rmdir(dir);
-    return rc;
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
