@@ -148,6 +148,34 @@ int nbd_export_row_get(int64_t id, struct nbd_export_row *out)
     return 0;
 }
 
+/* The first id sql (one text parameter) returns. 0, -ENOENT or -errno. */
+static int find_id(const char *sql, const char *value, int64_t *id)
+{
+    sqlite3_stmt *st;
+    db_lock();
+    int rc = db_stmt(sql, &st);
+    if (rc == 0) {
+        sqlite3_bind_text(st, 1, value, -1, SQLITE_TRANSIENT);
+        int s = sqlite3_step(st);
+        if (s == SQLITE_ROW)
+            *id = sqlite3_column_int64(st, 0);
+        rc = s == SQLITE_ROW ? 0 : s == SQLITE_DONE ? -ENOENT : -db_errno();
+        db_stmt_done(st);
+    }
+    db_unlock();
+    return rc;
+}
+
+int nbd_export_find_name(const char *name, int64_t *id)
+{
+    return find_id("SELECT id FROM nbd_export WHERE name = ?", name, id);
+}
+
+int nbd_export_find_dataset(const char *dataset, int64_t *id)
+{
+    return find_id("SELECT id FROM nbd_export WHERE dataset = ? ORDER BY id LIMIT 1", dataset, id);
+}
+
 static void bind_text_or_null(sqlite3_stmt *st, int i, const char *s)
 {
     if (s)

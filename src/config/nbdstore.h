@@ -29,6 +29,10 @@ void nbd_export_rows_free(struct nbd_export_row *rows, size_t n);
 int nbd_export_rows_load(struct nbd_export_row **out, size_t *n);
 /* Export id into *out (cleared by the caller). 0, -ENOENT or -errno. */
 int nbd_export_row_get(int64_t id, struct nbd_export_row *out);
+/* The id of the export called name / of an export of dataset (exactly
+ * that name; the lowest id when several): 0 with *id, -ENOENT or -errno. */
+int nbd_export_find_name(const char *name, int64_t *id);
+int nbd_export_find_dataset(const char *dataset, int64_t *id);
 /* Store r in one transaction: r->id 0 inserts (the new id in *id_out),
  * otherwise updates. Publishes CFG_NBD_EXPORT on commit. 0, -EEXIST (the
  * name is taken) or -errno. */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "config/db.h"
+#include "config/pool_rbd_store.h"
 
 #define POOL_SELECT "SELECT id, name, path, created FROM pools"
 
@@ -55,12 +56,13 @@ int ds_pool_get_by_path(const char *path, struct ds_pool *out)
     return pool_get_where(POOL_SELECT " WHERE path = ?", path, out);
 }
 
-int ds_pool_list(bool by_name, struct ds_pool **out, size_t *n)
+/* The pools of sql (POOL_SELECT's columns, no parameters): a new array. */
+static int pool_list_sql(const char *sql, struct ds_pool **out, size_t *n)
 {
     struct ds_pool *v = NULL;
     size_t cnt = 0;
     sqlite3_stmt *st;
-    int rc = db_stmt(by_name ? POOL_SELECT " ORDER BY name" : POOL_SELECT " ORDER BY id", &st);
+    int rc = db_stmt(sql, &st);
 
     *out = NULL;
     *n = 0;
@@ -87,6 +89,25 @@ int ds_pool_list(bool by_name, struct ds_pool **out, size_t *n)
     *out = v;
     *n = cnt;
     return 0;
+}
+
+int ds_pool_list(bool by_name, struct ds_pool **out, size_t *n)
+{
+    return pool_list_sql(by_name ? POOL_SELECT " ORDER BY name" : POOL_SELECT " ORDER BY id", out,
+                         n);
+}
+
+int ds_pool_list_rbd(struct ds_pool **out, size_t *n)
+{
+    return pool_list_sql(POOL_SELECT " WHERE id IN (SELECT pool_id FROM pool_rbd) ORDER BY id", out,
+                         n);
+}
+
+int ds_pool_get_rbd(const char *name, struct ds_pool *out, struct ds_rbd_spec *spec)
+{
+    int rc = ds_pool_get(name, out);
+
+    return rc < 0 ? rc : ds_rbd_spec_get(out->id, spec);
 }
 
 int ds_pool_insert(struct ds_pool *p)

@@ -4,7 +4,8 @@
  * request struct, checks it, records the pool through ds_pool_insert in
  * one transaction and encodes struct ds_pool back as the TrueNAS-shaped
  * row; nothing here sees JSON. An RBD pool's Ceph settings live in table
- * pool_rbd behind pool_rbd_store.h (ds_rbd_spec_get / _insert / _each).
+ * pool_rbd behind pool_rbd_store.h (ds_rbd_spec_get / _insert / _each);
+ * other modules read them with the pool through ds_pool_get_rbd.
  *
  * Every function runs with the DB lock held (config/db.h db_lock, or
  * inside a struct cfg_tx, config/cfgtx.h); writes join the caller's
@@ -19,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/pool_rbd_store.h"
 #include "store/names.h"
 
 /*
@@ -44,6 +46,12 @@ int ds_pool_get_by_path(const char *path, struct ds_pool *out);
 /* Every pool, ordered by id (by_name false) or by name: a new array in
  * *out (free(); NULL when none) of *n pools. 0, -ENOMEM or -errno. */
 int ds_pool_list(bool by_name, struct ds_pool **out, size_t *n);
+/* Every RBD pool (one with Ceph settings), ordered by id: as
+ * ds_pool_list. */
+int ds_pool_list_rbd(struct ds_pool **out, size_t *n);
+/* The RBD pool called name into *out and its Ceph settings into *spec.
+ * 0, -ENOENT (no such pool, or not an RBD pool) or -errno. */
+int ds_pool_get_rbd(const char *name, struct ds_pool *out, struct ds_rbd_spec *spec);
 /* Insert p (its name and path); sets p->id and p->created (now). Not its
  * root dataset: the caller inserts that in the same transaction. 0,
  * -EEXIST (the name or the path is taken) or -errno. */

@@ -12,9 +12,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Every group-owned row of the local DB: a new object key → value (an
+/*
+ * Every group-owned row of the local DB: a new object key → value (an
  * object), or NULL (logged). Takes the DB lock (recursive: fine inside a
- * publisher). */
+ * publisher). The group's rows are those of the volumes ("pool/vol", no
+ * snapshot) of the RBD pools; their keys and values are the group's wire
+ * format (members of different versions compare gwc_dump of them), so
+ * they must not change:
+ *   extent/<name>  a DISK extent whose disk is "zvol/<group volume>":
+ *       {name: str, type: "DISK", disk: str, serial: str, blocksize: int,
+ *        pblocksize: bool, avail_threshold: int|null, comment: str,
+ *        insecure_tpc: bool, xen: bool, rpm: str, ro: bool, enabled: bool}
+ *   lun/<target name>/<lunid>  a LUN mapping of a group extent:
+ *       {target: str (its name), extent: str (its name), lunid: int}
+ *   target/<name>  a target with at least one such LUN:
+ *       {name: str, alias: str|null, mode: str, auth_networks: [str]}
+ *   nbd/<name>  an NBD export of a group volume (not a path export):
+ *       {name: str, dataset: str, readonly: bool, description: str,
+ *        multi_conn: bool, tls: str, enabled: bool}
+ * A key is cut at 127 bytes (extent/) or 199 bytes (the others), as it
+ * always was.
+ */
 json_t *gwc_local_view(void);
 
 /* The stored form of a value: compact JSON with sorted keys (malloc'd). */

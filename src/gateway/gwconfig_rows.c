@@ -2,6 +2,8 @@
  * The local side of the group's shared configuration (gwconfig.h): which
  * rows of the local DB are the group's and their stored values, and
  * applying a remote value through the same API methods a client calls.
+ * The rows are read through config/'s typed stores (no SQL here); the
+ * values are encoded from their structs.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -11,7 +13,13 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "config/dataset_store.h"
 #include "config/db.h"
+#include "config/iscsi/extent_store.h"
+#include "config/iscsi/target_store.h"
+#include "config/iscsi/targetextent_store.h"
+#include "config/nbdstore.h"
+#include "config/pool_store.h"
 #include "core/log.h"
 #include "gateway/gwconfig_internal.h"
 #include "store/rbd_cluster.h"
@@ -24,164 +32,186 @@ char *gwc_dump(const json_t *value)
 
 /* ---- the local view (DB locked) ---- */
 
-static const char *col_text(sqlite3_stmt *st, int col)
-{
-    const unsigned char *t = sqlite3_column_text(st, col);
-    return t ? (const char *)t : "";
-}
-
-static json_t *col_text_or_null(sqlite3_stmt *st, int col)
-{
-    if (sqlite3_column_type(st, col) == SQLITE_NULL)
-        return json_null();
-    return json_string(col_text(st, col));
-}
+/* What the view is built from (gwconfig_internal.h says which rows are
+ * the group's and the values' shapes). */
+struct view_ctx {
+    struct ds_pool *pools; /* the RBD pools */
+    size_t n_pools;
+    struct icfg_extent *extents; /* every extent, by id */
+    size_t n_extents;
+    const struct icfg_extent **group; /* the group's among them, by id */
+    size_t n_group;
+    json_t *targets; /* local id (text) → value, the group's targets read so far */
+    json_t *view;
+};
 
 /* A dataset of the group: a volume (no snapshot) of one of the RBD pools. */
-static bool group_dataset(json_t *rbd_pools, const char *ds)
+static bool group_dataset(const struct view_ctx *c, const char *ds)
 {
     const char *slash = strchr(ds, '/');
     if (!slash || strchr(ds, '@') || slash == ds || !slash[1])
         return false;
-    char pool[256];
-    snprintf(pool, sizeof(pool), "%.*s", (int)(slash - ds), ds);
-    return json_object_get(rbd_pools, pool) != NULL;
+    size_t len = (size_t)(slash - ds);
+    for (size_t i = 0; i < c->n_pools; i++)
+        if (strlen(c->pools[i].name) == len && memcmp(c->pools[i].name, ds, len) == 0)
+            return true;
+    return false;
 }
 
-/* Run sql (no parameters) and hand each row to fn; 0 or -errno. */
-static int each_row(const char *sql, void (*fn)(sqlite3_stmt *st, void *arg), void *arg)
+/* The values. Their keys and types are the group's wire format: the
+ * members compare gwc_dump of them, so a change here makes members of
+ * different versions disagree. */
+static json_t *extent_value(const struct icfg_extent *e)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt(sql, &st);
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:b, s:o, s:s, s:b, s:b, s:s, s:b, s:b}", "name",
+                     e->name, "type", "DISK", "disk", e->disk, "serial", e->serial, "blocksize",
+                     (json_int_t)e->blocksize, "pblocksize", e->pblocksize, "avail_threshold",
+                     e->has_avail_threshold ? json_integer(e->avail_threshold) : json_null(),
+                     "comment", e->comment, "insecure_tpc", e->insecure_tpc, "xen", e->xen, "rpm",
+                     e->rpm, "ro", e->ro, "enabled", e->enabled);
+}
+
+static json_t *target_value(const struct icfg_target *t)
+{
+    json_t *nets = json_array();
+    for (size_t i = 0; nets && i < t->auth_networks.n; i++)
+        json_array_append_new(nets, json_string(t->auth_networks.v[i]));
+    return json_pack("{s:s, s:o, s:s, s:o}", "name", t->name, "alias",
+                     t->alias ? json_string(t->alias) : json_null(), "mode",
+                     icfg_target_mode_names[t->mode], "auth_networks", nets);
+}
+
+static json_t *lun_value(const char *target, const char *extent, int64_t lunid)
+{
+    return json_pack("{s:s, s:s, s:I}", "target", target, "extent", extent, "lunid",
+                     (json_int_t)lunid);
+}
+
+static json_t *nbd_value(const struct nbd_export_row *r)
+{
+    return json_pack("{s:s, s:s, s:b, s:s, s:b, s:s, s:b}", "name", r->name, "dataset", r->dataset,
+                     "readonly", r->readonly, "description", r->description, "multi_conn",
+                     r->multi_conn, "tls", r->tls, "enabled", r->enabled);
+}
+
+/* extent/<name> for each extent of a group volume. 0 or -errno. */
+static int view_extents(struct view_ctx *c)
+{
+    void *v;
+    int rc = icfg_table_list(&icfg_extent_table, NULL, &v, &c->n_extents);
     if (rc < 0)
         return rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        fn(st, arg);
-    rc = rc == SQLITE_DONE ? 0 : -EIO;
-    db_stmt_done(st);
+    c->extents = v;
+    c->group = calloc(c->n_extents ? c->n_extents : 1, sizeof(*c->group));
+    if (!c->group)
+        return -ENOMEM;
+    for (size_t i = 0; i < c->n_extents; i++) {
+        const struct icfg_extent *e = &c->extents[i];
+        if (e->type != ICFG_EXTENT_DISK || !e->disk || strncmp(e->disk, "zvol/", 5) != 0 ||
+            !group_dataset(c, e->disk + 5))
+            continue;
+        char key[128];
+        snprintf(key, sizeof(key), "extent/%s", e->name);
+        json_object_set_new(c->view, key, extent_value(e));
+        c->group[c->n_group++] = e;
+    }
+    return 0;
+}
+
+static int extent_cmp(const void *key, const void *elem)
+{
+    int64_t id = *(const int64_t *)key, eid = (*(const struct icfg_extent *const *)elem)->id;
+    return id < eid ? -1 : id > eid;
+}
+
+/* The value of target id (read once per view), NULL when there is no such
+ * target or it has no value. 0 or -errno. */
+static int view_target(struct view_ctx *c, int64_t id, json_t **value)
+{
+    char key[32];
+    snprintf(key, sizeof(key), "%" PRId64, id);
+    *value = json_object_get(c->targets, key);
+    if (*value)
+        return 0;
+    struct icfg_target t;
+    int rc = icfg_target_get(id, &t);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc < 0)
+        return rc;
+    json_t *v = target_value(&t);
+    icfg_target_clear(&t);
+    if (v && json_object_set_new(c->targets, key, v) == 0)
+        *value = v;
+    return 0;
+}
+
+/* lun/<target>/<lunid> for each LUN of a group extent, which makes its
+ * target (target/<name>) the group's too. 0 or -errno. */
+static int view_luns(struct view_ctx *c)
+{
+    struct icfg_targetextent *te;
+    size_t n;
+    void *v;
+    int rc = icfg_table_list(&icfg_targetextent_table, NULL, &v, &n);
+    if (rc < 0)
+        return rc;
+    te = v;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const struct icfg_extent **e =
+            bsearch(&te[i].extent, c->group, c->n_group, sizeof(*c->group), extent_cmp);
+        json_t *tgt = NULL;
+        if (!e || (rc = view_target(c, te[i].target, &tgt)) < 0 || !tgt)
+            continue;
+        const char *tname = json_string_value(json_object_get(tgt, "name"));
+        json_t *lun = lun_value(tname, (*e)->name, te[i].lunid);
+        if (!lun)
+            continue;
+        char key[200];
+        snprintf(key, sizeof(key), "lun/%s/%" PRId64, tname, te[i].lunid);
+        json_object_set_new(c->view, key, lun);
+        snprintf(key, sizeof(key), "target/%s", tname);
+        json_object_set(c->view, key, tgt);
+    }
+    free(te);
     return rc;
 }
 
-struct view_ctx {
-    json_t *pools;   /* RBD pool names (object used as a set) */
-    json_t *extents; /* local id (text) → name, group extents only */
-    json_t *targets; /* local id (text) → row, every target */
-    json_t *view;
-};
-
-static void pool_row(sqlite3_stmt *st, void *arg)
+/* nbd/<name> for each export of a group volume. 0 or -errno. */
+static int view_nbd(struct view_ctx *c)
 {
-    struct view_ctx *c = arg;
-    json_object_set_new(c->pools, col_text(st, 0), json_true());
-}
-
-static void extent_row(sqlite3_stmt *st, void *arg)
-{
-    struct view_ctx *c = arg;
-    const char *disk = col_text(st, 3);
-    if (strcmp(col_text(st, 2), "DISK") != 0 || strncmp(disk, "zvol/", 5) != 0 ||
-        !group_dataset(c->pools, disk + 5))
-        return;
-    const char *name = col_text(st, 1);
-    json_t *v = json_pack("{s:s, s:s, s:s, s:s, s:I, s:b, s:o, s:s, s:b, s:b, s:s, s:b, s:b}",
-                          "name", name, "type", "DISK", "disk", disk, "serial", col_text(st, 4),
-                          "blocksize", (json_int_t)sqlite3_column_int64(st, 5), "pblocksize",
-                          sqlite3_column_int(st, 6), "avail_threshold",
-                          sqlite3_column_type(st, 7) == SQLITE_NULL
-                              ? json_null()
-                              : json_integer(sqlite3_column_int64(st, 7)),
-                          "comment", col_text(st, 8), "insecure_tpc", sqlite3_column_int(st, 9),
-                          "xen", sqlite3_column_int(st, 10), "rpm", col_text(st, 11), "ro",
-                          sqlite3_column_int(st, 12), "enabled", sqlite3_column_int(st, 13));
-    char key[128], id[32];
-    snprintf(key, sizeof(key), "extent/%s", name);
-    snprintf(id, sizeof(id), "%" PRId64, (int64_t)sqlite3_column_int64(st, 0));
-    json_object_set_new(c->view, key, v);
-    json_object_set_new(c->extents, id, json_string(name));
-}
-
-static void target_row(sqlite3_stmt *st, void *arg)
-{
-    struct view_ctx *c = arg;
-    json_t *nets = json_loads(col_text(st, 4), 0, NULL);
-    if (!json_is_array(nets)) {
-        json_decref(nets);
-        nets = json_array();
+    struct nbd_export_row *r;
+    size_t n;
+    int rc = nbd_export_rows_load(&r, &n);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        if (!r[i].dataset || !group_dataset(c, r[i].dataset))
+            continue;
+        char key[200];
+        snprintf(key, sizeof(key), "nbd/%s", r[i].name);
+        json_object_set_new(c->view, key, nbd_value(&r[i]));
     }
-    char id[32];
-    snprintf(id, sizeof(id), "%" PRId64, (int64_t)sqlite3_column_int64(st, 0));
-    json_object_set_new(c->targets, id,
-                        json_pack("{s:s, s:o, s:s, s:o}", "name", col_text(st, 1), "alias",
-                                  col_text_or_null(st, 2), "mode", col_text(st, 3), "auth_networks",
-                                  nets));
-}
-
-/* A LUN of a group extent makes its target the group's too. */
-static void lun_row(sqlite3_stmt *st, void *arg)
-{
-    struct view_ctx *c = arg;
-    char tid[32], eid[32], key[200];
-    snprintf(tid, sizeof(tid), "%" PRId64, (int64_t)sqlite3_column_int64(st, 0));
-    snprintf(eid, sizeof(eid), "%" PRId64, (int64_t)sqlite3_column_int64(st, 1));
-    json_t *ext = json_object_get(c->extents, eid);
-    json_t *tgt = json_object_get(c->targets, tid);
-    if (!ext || !tgt)
-        return;
-    const char *tname = json_string_value(json_object_get(tgt, "name"));
-    int64_t lun = sqlite3_column_int64(st, 2);
-    snprintf(key, sizeof(key), "lun/%s/%" PRId64, tname, lun);
-    json_object_set_new(
-        c->view, key,
-        json_pack("{s:s, s:O, s:I}", "target", tname, "extent", ext, "lunid", (json_int_t)lun));
-    snprintf(key, sizeof(key), "target/%s", tname);
-    json_object_set(c->view, key, tgt);
-}
-
-static void nbd_row(sqlite3_stmt *st, void *arg)
-{
-    struct view_ctx *c = arg;
-    const char *ds = col_text(st, 1);
-    if (!group_dataset(c->pools, ds))
-        return;
-    char key[200];
-    snprintf(key, sizeof(key), "nbd/%s", col_text(st, 0));
-    json_object_set_new(c->view, key,
-                        json_pack("{s:s, s:s, s:b, s:s, s:b, s:s, s:b}", "name", col_text(st, 0),
-                                  "dataset", ds, "readonly", sqlite3_column_int(st, 2),
-                                  "description", col_text(st, 3), "multi_conn",
-                                  sqlite3_column_int(st, 4), "tls", col_text(st, 5), "enabled",
-                                  sqlite3_column_int(st, 6)));
+    nbd_export_rows_free(r, n);
+    return 0;
 }
 
 json_t *gwc_local_view(void)
 {
-    struct view_ctx c = {.pools = json_object(),
-                         .extents = json_object(),
-                         .targets = json_object(),
-                         .view = json_object()};
+    struct view_ctx c = {.targets = json_object(), .view = json_object()};
     db_lock();
-    int rc =
-        each_row("SELECT p.name FROM pools p JOIN pool_rbd r ON r.pool_id = p.id", pool_row, &c);
-    if (rc == 0 && json_object_size(c.pools)) {
+    int rc = ds_pool_list_rbd(&c.pools, &c.n_pools);
+    if (rc == 0 && c.n_pools) {
+        rc = view_extents(&c);
         if (rc == 0)
-            rc = each_row("SELECT id, name, type, disk, serial, blocksize, pblocksize, "
-                          "avail_threshold, comment, insecure_tpc, xen, rpm, ro, enabled "
-                          "FROM iscsi_extent",
-                          extent_row, &c);
+            rc = view_luns(&c);
         if (rc == 0)
-            rc = each_row("SELECT id, name, alias, mode, auth_networks FROM iscsi_target",
-                          target_row, &c);
-        if (rc == 0)
-            rc =
-                each_row("SELECT target_id, extent_id, lunid FROM iscsi_targetextent", lun_row, &c);
-        if (rc == 0)
-            rc = each_row("SELECT name, dataset, readonly, description, multi_conn, tls, enabled "
-                          "FROM nbd_export WHERE dataset IS NOT NULL",
-                          nbd_row, &c);
+            rc = view_nbd(&c);
     }
     db_unlock();
-    json_decref(c.pools);
-    json_decref(c.extents);
+    free(c.pools);
+    icfg_table_free(&icfg_extent_table, c.extents, c.n_extents);
+    free(c.group);
     json_decref(c.targets);
     if (rc < 0) {
         log_error("gateway config: cannot read the local shares: %s", strerror(-rc));
@@ -206,17 +236,11 @@ const char *gwc_value_volume(const char *key, const json_t *want)
 
 int64_t gwc_dataset_id(const char *ds)
 {
-    sqlite3_stmt *st;
-    int64_t id = 0;
+    struct ds_row row;
     db_lock();
-    if (db_stmt("SELECT id FROM datasets WHERE name = ?", &st) == 0) {
-        sqlite3_bind_text(st, 1, ds, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) == SQLITE_ROW)
-            id = sqlite3_column_int64(st, 0);
-        db_stmt_done(st);
-    }
+    int rc = ds_dataset_get(ds, &row);
     db_unlock();
-    return id;
+    return rc == 0 ? row.id : 0;
 }
 
 static bool dataset_exists(const char *ds)
@@ -226,19 +250,16 @@ static bool dataset_exists(const char *ds)
 
 bool gwc_volume_shared_here(const char *ds)
 {
-    sqlite3_stmt *st;
-    bool used = true; /* on a DB error: keep it */
+    char disk[8 + DS_NAME_BUF];
+    int64_t id;
+    if (snprintf(disk, sizeof(disk), "zvol/%s", ds) >= (int)sizeof(disk))
+        return true; /* no such dataset name: keep it, as on a DB error */
     db_lock();
-    if (db_stmt("SELECT (SELECT count(*) FROM iscsi_extent WHERE disk = 'zvol/' || ?1) + "
-                "(SELECT count(*) FROM nbd_export WHERE dataset = ?1)",
-                &st) == 0) {
-        sqlite3_bind_text(st, 1, ds, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) == SQLITE_ROW)
-            used = sqlite3_column_int64(st, 0) > 0;
-        db_stmt_done(st);
-    }
+    int rc = icfg_extent_find_disk(disk, &id);
+    if (rc == -ENOENT)
+        rc = nbd_export_find_dataset(ds, &id);
     db_unlock();
-    return used;
+    return rc != -ENOENT; /* on a DB error: keep it */
 }
 
 /* The size of the RBD image of volume ds ("pool/a/b" → image "a%b" in the
@@ -250,27 +271,12 @@ static int image_size(const char *ds, uint64_t *size, char *why, size_t len)
         snprintf(why, len, "%s is not a volume of a pool", ds);
         return -EINVAL;
     }
-    char pool[256], rbd_pool[256] = "", ns[256] = "", conf[1024] = "", id[128] = "", key[1024] = "";
+    char pool[256];
     snprintf(pool, sizeof(pool), "%.*s", (int)(slash - ds), ds);
-    sqlite3_stmt *st;
-    int rc;
+    struct ds_pool row;
+    struct ds_rbd_spec rbd;
     db_lock();
-    rc = db_stmt("SELECT r.rbd_pool, r.namespace, r.conf, r.ceph_id, r.keyring FROM pools p "
-                 "JOIN pool_rbd r ON r.pool_id = p.id WHERE p.name = ?",
-                 &st);
-    if (rc == 0) {
-        sqlite3_bind_text(st, 1, pool, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) == SQLITE_ROW) {
-            snprintf(rbd_pool, sizeof(rbd_pool), "%s", col_text(st, 0));
-            snprintf(ns, sizeof(ns), "%s", col_text(st, 1));
-            snprintf(conf, sizeof(conf), "%s", col_text(st, 2));
-            snprintf(id, sizeof(id), "%s", col_text(st, 3));
-            snprintf(key, sizeof(key), "%s", col_text(st, 4));
-        } else {
-            rc = -ENOENT;
-        }
-        db_stmt_done(st);
-    }
+    int rc = ds_pool_get_rbd(pool, &row, &rbd);
     db_unlock();
     if (rc < 0) {
         snprintf(why, len, "this member has no RBD pool named %s", pool);
@@ -281,7 +287,7 @@ static int image_size(const char *ds, uint64_t *size, char *why, size_t len)
     for (char *p = image; *p; p++)
         if (*p == '/')
             *p = '%';
-    struct rbd_cluster_spec spec = {.conf = conf, .id = id, .keyring = key};
+    struct rbd_cluster_spec spec = {.conf = rbd.conf, .id = rbd.id, .keyring = rbd.keyring};
     struct rbd_cluster *c;
     rc = rbd_cluster_get(&spec, 10, &c);
     if (rc < 0) {
@@ -289,7 +295,7 @@ static int image_size(const char *ds, uint64_t *size, char *why, size_t len)
         return rc;
     }
     rados_ioctx_t io;
-    rc = rbd_cluster_ioctx(c, rbd_pool, ns, &io);
+    rc = rbd_cluster_ioctx(c, rbd.pool, rbd.ns, &io);
     if (rc == 0) {
         rbd_image_t img;
         rc = rbd_image_open_mgmt(io, image, NULL, true, &img);
@@ -364,41 +370,51 @@ int gwc_phase(const char *key, bool deleting)
     return leaf ? 2 : 1;
 }
 
-/* The local id of the row whose column col is value (sql: one text
- * parameter). >0, or 0 when absent. DB lock taken. */
-static int64_t local_id(const char *sql, const char *value)
+/* The local id of the target / extent / NBD export called name: >0, or 0
+ * when absent (or on a DB error). Takes the DB lock. */
+static int64_t local_id(int (*find)(const char *, int64_t, int64_t *), const char *name)
 {
-    sqlite3_stmt *st;
     int64_t id = 0;
     db_lock();
-    if (db_stmt(sql, &st) == 0) {
-        sqlite3_bind_text(st, 1, value, -1, SQLITE_TRANSIENT);
-        if (sqlite3_step(st) == SQLITE_ROW)
-            id = sqlite3_column_int64(st, 0);
-        db_stmt_done(st);
-    }
+    int rc = find(name, 0, &id);
     db_unlock();
-    return id;
+    return rc == 0 ? id : 0;
+}
+
+/* nbd_export_find_name as a finder of local_id (exports have no except_id). */
+static int nbd_find(const char *name, int64_t except_id, int64_t *id)
+{
+    (void)except_id;
+    return nbd_export_find_name(name, id);
 }
 
 static int64_t count_luns(int64_t target_id)
 {
-    sqlite3_stmt *st;
-    int64_t n = 0;
+    int64_t *extents = NULL;
+    size_t n = 0;
     db_lock();
-    if (db_stmt("SELECT count(*) FROM iscsi_targetextent WHERE target_id = ?", &st) == 0) {
-        sqlite3_bind_int64(st, 1, target_id);
-        if (sqlite3_step(st) == SQLITE_ROW)
-            n = sqlite3_column_int64(st, 0);
-        db_stmt_done(st);
-    }
+    if (icfg_target_extents(target_id, &extents, &n) < 0)
+        n = 0;
     db_unlock();
-    return n;
+    free(extents);
+    return (int64_t)n;
 }
 
-#define TARGET_BY_NAME "SELECT id FROM iscsi_target WHERE name = ?"
-#define EXTENT_BY_NAME "SELECT id FROM iscsi_extent WHERE name = ?"
-#define NBD_BY_NAME "SELECT id FROM nbd_export WHERE name = ?"
+/* The mapping of LUN lunid of target tid: its id and extent into *te
+ * and *extent (0 and 0 when there is none, or on a DB error). */
+static void lun_mapping(int64_t tid, int64_t lunid, int64_t *te, int64_t *extent)
+{
+    struct icfg_targetextent row;
+    int64_t id = 0;
+    *te = *extent = 0;
+    db_lock();
+    if (icfg_targetextent_find_lun(tid, lunid, 0, &id) == 0 &&
+        icfg_targetextent_get(id, &row) == 0) {
+        *te = row.id;
+        *extent = row.extent;
+    }
+    db_unlock();
+}
 
 /* The value without "name" (an update body). New reference. */
 static json_t *body_of(json_t *want)
@@ -410,7 +426,7 @@ static json_t *body_of(json_t *want)
 
 static int apply_target(const char *name, json_t *want, json_t *have, char *why, size_t len)
 {
-    int64_t id = local_id(TARGET_BY_NAME, name);
+    int64_t id = local_id(icfg_target_find_name, name);
     if (!want) {
         if (!id)
             return 0;
@@ -435,7 +451,7 @@ static int apply_target(const char *name, json_t *want, json_t *have, char *why,
 
 static int apply_extent(const char *name, json_t *want, json_t *have, char *why, size_t len)
 {
-    int64_t id = local_id(EXTENT_BY_NAME, name);
+    int64_t id = local_id(icfg_extent_find_name, name);
     if (!want) {
         if (!id)
             return 0;
@@ -457,30 +473,16 @@ static int apply_lun(const char *key, json_t *want, char *why, size_t len)
     char tname[256];
     snprintf(tname, sizeof(tname), "%.*s", (int)(slash - t), t);
     int64_t lunid = strtoll(slash + 1, NULL, 10);
-    int64_t tid = local_id(TARGET_BY_NAME, tname);
+    int64_t tid = local_id(icfg_target_find_name, tname);
     int64_t te = 0, te_extent = 0;
-    if (tid) {
-        sqlite3_stmt *st;
-        db_lock();
-        if (db_stmt("SELECT id, extent_id FROM iscsi_targetextent WHERE target_id = ? AND "
-                    "lunid = ?",
-                    &st) == 0) {
-            sqlite3_bind_int64(st, 1, tid);
-            sqlite3_bind_int64(st, 2, lunid);
-            if (sqlite3_step(st) == SQLITE_ROW) {
-                te = sqlite3_column_int64(st, 0);
-                te_extent = sqlite3_column_int64(st, 1);
-            }
-            db_stmt_done(st);
-        }
-        db_unlock();
-    }
+    if (tid)
+        lun_mapping(tid, lunid, &te, &te_extent);
     if (!want)
         return te ? call("iscsi.targetextent.delete", json_pack("[I, b]", (json_int_t)te, 1), NULL,
                          why, len)
                   : 0;
     const char *ename = json_string_value(json_object_get(want, "extent"));
-    int64_t eid = ename ? local_id(EXTENT_BY_NAME, ename) : 0;
+    int64_t eid = ename ? local_id(icfg_extent_find_name, ename) : 0;
     if (!tid || !eid) {
         snprintf(why, len, "%s %s is not here (yet)", tid ? "extent" : "target",
                  tid ? (ename ? ename : "?") : tname);
@@ -500,7 +502,7 @@ static int apply_lun(const char *key, json_t *want, char *why, size_t len)
 
 static int apply_nbd(const char *name, json_t *want, json_t *have, char *why, size_t len)
 {
-    int64_t id = local_id(NBD_BY_NAME, name);
+    int64_t id = local_id(nbd_find, name);
     if (!want)
         return id ? call("nbd.export.delete", json_pack("[I, {s:b}]", (json_int_t)id, "force", 1),
                          NULL, why, len)
