@@ -97,12 +97,6 @@ int ds_pool_list(bool by_name, struct ds_pool **out, size_t *n)
                          n);
 }
 
-int ds_pool_list_rbd(struct ds_pool **out, size_t *n)
-{
-    return pool_list_sql(POOL_SELECT " WHERE id IN (SELECT pool_id FROM pool_rbd) ORDER BY id", out,
-                         n);
-}
-
 int ds_pool_get_rbd(const char *name, struct ds_pool *out, struct ds_rbd_spec *spec)
 {
     int rc = ds_pool_get(name, out);

@@ -46,9 +46,6 @@ int ds_pool_get_by_path(const char *path, struct ds_pool *out);
 /* Every pool, ordered by id (by_name false) or by name: a new array in
  * *out (free(); NULL when none) of *n pools. 0, -ENOMEM or -errno. */
 int ds_pool_list(bool by_name, struct ds_pool **out, size_t *n);
-/* Every RBD pool (one with Ceph settings), ordered by id: as
- * ds_pool_list. */
-int ds_pool_list_rbd(struct ds_pool **out, size_t *n);
 /* The RBD pool called name into *out and its Ceph settings into *spec.
  * 0, -ENOENT (no such pool, or not an RBD pool) or -errno. */
 int ds_pool_get_rbd(const char *name, struct ds_pool *out, struct ds_rbd_spec *spec);

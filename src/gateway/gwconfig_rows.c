@@ -35,7 +35,7 @@ char *gwc_dump(const json_t *value)
 /* What the view is built from (gwconfig_internal.h says which rows are
  * the group's and the values' shapes). */
 struct view_ctx {
-    struct ds_pool *pools; /* the RBD pools */
+    char (*pools)[NAME_DATASET_MAX + 1]; /* the RBD pools' names */
     size_t n_pools;
     struct icfg_extent *extents; /* every extent, by id */
     size_t n_extents;
@@ -53,9 +53,25 @@ static bool group_dataset(const struct view_ctx *c, const char *ds)
         return false;
     size_t len = (size_t)(slash - ds);
     for (size_t i = 0; i < c->n_pools; i++)
-        if (strlen(c->pools[i].name) == len && memcmp(c->pools[i].name, ds, len) == 0)
+        if (strlen(c->pools[i]) == len && memcmp(c->pools[i], ds, len) == 0)
             return true;
     return false;
+}
+
+/* ds_rbd_spec_each's step: the RBD pool's name into c->pools (only the
+ * names matter: group_dataset looks a name up, in any order). */
+static int view_pool_add(int64_t pool_id, const char *name, const struct ds_rbd_spec *spec,
+                         void *arg)
+{
+    struct view_ctx *c = arg;
+    (void)pool_id;
+    (void)spec;
+    char(*v)[NAME_DATASET_MAX + 1] = realloc(c->pools, (c->n_pools + 1) * sizeof(*v));
+    if (!v)
+        return -ENOMEM;
+    c->pools = v;
+    snprintf(c->pools[c->n_pools++], sizeof(*v), "%s", name ? name : "");
+    return 0;
 }
 
 /* The values. Their keys and types are the group's wire format: the
@@ -200,7 +216,7 @@ json_t *gwc_local_view(void)
 {
     struct view_ctx c = {.targets = json_object(), .view = json_object()};
     db_lock();
-    int rc = ds_pool_list_rbd(&c.pools, &c.n_pools);
+    int rc = ds_rbd_spec_each(view_pool_add, &c);
     if (rc == 0 && c.n_pools) {
         rc = view_extents(&c);
         if (rc == 0)
