@@ -22,8 +22,7 @@
 #include "core/ratelimit.h"
 #include "config/apistore.h"
 #include "config/db.h"
-
-static char dir[] = "/tmp/blockd-test-auth.XXXXXX";
+#include "testdb.h"
 
 static void test_key_format(void **state)
 {
@@ -363,13 +362,12 @@ static void test_ratelimit_eviction(void **state)
 
 int main(void)
 {
-    if (!mkdtemp(dir))
+    struct testdb tdb;
+    if (testdb_make(&tdb, "/tmp/blockd-test-auth", "t.db") < 0)
         return 1;
-    char path[256];
-    snprintf(path, sizeof(path), "%s/t.db", dir);
     apistore_init();
     api_auth_init();
-    if (db_open(path) < 0)
+    if (db_open(tdb.path) < 0)
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_format),   cmocka_unit_test(test_hash),
@@ -379,12 +377,6 @@ int main(void)
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     db_close();
-    unlink(path);
-    char wal[300];
-    snprintf(wal, sizeof(wal), "%s-wal", path);
-    unlink(wal);
-    snprintf(wal, sizeof(wal), "%s-shm", path);
-    unlink(wal);
-    rmdir(dir);
+    testdb_remove(&tdb);
     return rc;
 }

@@ -21,9 +21,9 @@
 
 #include "config/cfgtx.h"
 #include "config/db.h"
+#include "testdb.h"
 
-static char dir[] = "/tmp/blockd-test-cfgtx.XXXXXX";
-static char path[256];
+static struct testdb tdb; /* made by setup */
 
 static const char schema[] = "CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY,"
                              " name TEXT NOT NULL UNIQUE);";
@@ -97,27 +97,20 @@ static int insert(const char *name)
 static int setup(void **state)
 {
     (void)state;
-    if (!mkdtemp(dir))
+    if (testdb_make(&tdb, "/tmp/blockd-test-cfgtx", "config.db") < 0)
         return -1;
-    snprintf(path, sizeof(path), "%s/config.db", dir);
     db_register_schema(schema);
     if (cfg_publisher_register(CFG_KIND_BIT(CFG_NBD_EXPORT), publish, after, NULL) < 0 ||
         cfg_publisher_register(CFG_KIND_BIT(CFG_ISCSI_TARGET), other_publish, NULL, NULL) < 0)
         return -1;
-    return db_open(path);
+    return db_open(tdb.path);
 }
 
 static int teardown(void **state)
 {
     (void)state;
     db_close();
-    unlink(path);
-    char wal[300];
-    snprintf(wal, sizeof(wal), "%s-wal", path);
-    unlink(wal);
-    snprintf(wal, sizeof(wal), "%s-shm", path);
-    unlink(wal);
-    rmdir(dir);
+    testdb_remove(&tdb);
     return 0;
 }
 

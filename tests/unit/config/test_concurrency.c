@@ -21,11 +21,12 @@
 #include "api/api.h"
 #include "config/datasets.h"
 #include "config/db.h"
+#include "testdb.h"
 
 #define THREADS 8
 #define ROUNDS 12
 
-static char state[] = "/tmp/blockd-test-conc.XXXXXX";
+static struct testdb tdb; /* made by setup_group */
 
 /* true if the call succeeded; the response is checked to be well formed. */
 static bool call(const char *method, const char *params)
@@ -157,7 +158,7 @@ static void test_parallel_api(void **st)
     assert_int_equal(count("SELECT COUNT(*) FROM datasets WHERE name LIKE 'demo/race%'"), ROUNDS);
     for (size_t i = 0; i < THREADS; i++) {
         for (int r = 0; r < ROUNDS; r++) {
-            snprintf(path, sizeof(path), "%s/pools/demo/t%zu/v%d", state, i, r);
+            snprintf(path, sizeof(path), "%s/pools/demo/t%zu/v%d", tdb.dir, i, r);
             assert_int_equal(stat(path, &sb) == 0, r % 2 == 0);
             if (r % 2 == 0)
                 assert_int_equal(sb.st_size, 131072); /* rolled back to the snapshot */
@@ -167,24 +168,18 @@ static void test_parallel_api(void **st)
 
 static int setup_group(void **st)
 {
-    char db[256];
-
-    assert_non_null(mkdtemp(state));
-    snprintf(db, sizeof(db), "%s/blockd.db", state);
-    datasets_init(state);
-    assert_int_equal(db_open(db), 0);
+    assert_int_equal(testdb_make(&tdb, "/tmp/blockd-test-conc", "blockd.db"), 0);
+    datasets_init(tdb.dir);
+    assert_int_equal(db_open(tdb.path), 0);
     return datasets_ensure_default_pool("demo");
 }
 
 static int teardown_group(void **st)
 {
-    char cmd[512];
-
     datasets_flush_all();
     datasets_shutdown();
     db_close();
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
-    return system(cmd) == 0 ? 0 : -1;
+    return testdb_remove(&tdb) == 0 ? 0 : -1;
 }
 
 int main(void)

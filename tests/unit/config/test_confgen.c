@@ -26,9 +26,9 @@
 #include "config/cfgtx.h"
 #include "config/confgen.h"
 #include "config/db.h"
+#include "testdb.h"
 
-static char dir[] = "/tmp/blockd-test-confgen.XXXXXX";
-static char path[256];
+static struct testdb tdb; /* made by setup */
 
 static const char schema[] = "CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY,"
                              " name TEXT NOT NULL);";
@@ -175,22 +175,19 @@ static size_t part_n(void)
 static int setup(void **state)
 {
     (void)state;
-    if (!mkdtemp(dir))
+    if (testdb_make(&tdb, "/tmp/blockd-test-confgen", "config.db") < 0)
         return -1;
-    snprintf(path, sizeof(path), "%s/config.db", dir);
     db_register_schema(schema);
     if (conf_subscribe(CONF_NBD, &fake) < 0)
         return -1;
-    return db_open(path);
+    return db_open(tdb.path);
 }
 
 static int teardown(void **state)
 {
     (void)state;
     db_close();
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return testdb_remove(&tdb) == 0 ? 0 : -1;
 }
 
 static void test_subscribe_rules(void **state)

@@ -18,9 +18,9 @@
 #include <cmocka.h>
 
 #include "config/db.h"
+#include "testdb.h"
 
-static char dir[] = "/tmp/blockd-test-db.XXXXXX";
-static char path[256];
+static struct testdb tdb; /* made by main */
 
 static const char schema[] = "CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY,"
                              " name TEXT NOT NULL UNIQUE);"
@@ -62,7 +62,7 @@ static int setup(void **state)
 {
     db_register_schema(schema);
     db_register_schema(schema); /* idempotent */
-    assert_int_equal(db_open(path), 0);
+    assert_int_equal(db_open(tdb.path), 0);
     db_lock();
     db_exec("DELETE FROM child; DELETE FROM t; DELETE FROM settings;");
     db_unlock();
@@ -77,7 +77,7 @@ static int teardown(void **state)
 
 static void test_open_twice(void **state)
 {
-    assert_int_equal(db_open(path), -EBUSY);
+    assert_int_equal(db_open(tdb.path), -EBUSY);
     assert_non_null(db_handle());
 }
 
@@ -86,7 +86,7 @@ static void test_open_bad_path(void **state)
     db_close();
     assert_true(db_open("/nonexistent-dir/x/blockd.db") < 0);
     assert_null(db_handle());
-    assert_int_equal(db_open(path), 0);
+    assert_int_equal(db_open(tdb.path), 0);
 }
 
 static void test_file_mode(void **state)
@@ -94,9 +94,9 @@ static void test_file_mode(void **state)
     struct stat sb;
     char wal[300];
 
-    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(stat(tdb.path, &sb), 0);
     assert_int_equal(sb.st_mode & 0777, 0600);
-    snprintf(wal, sizeof(wal), "%s-wal", path);
+    snprintf(wal, sizeof(wal), "%s-wal", tdb.path);
     if (stat(wal, &sb) == 0)
         assert_int_equal(sb.st_mode & 0077, 0);
 }
@@ -221,7 +221,7 @@ static void test_persistence(void **state)
     assert_int_equal(db_setting_set("persist", "yes"), 0);
     db_close();
     assert_null(db_handle());
-    assert_int_equal(db_open(path), 0);
+    assert_int_equal(db_open(tdb.path), 0);
     assert_int_equal(count_rows("t"), 1);
     assert_int_equal(db_setting_get("persist", &v), 0);
     assert_string_equal(v, "yes");
@@ -238,7 +238,7 @@ static void test_closed(void **state)
     db_lock();
     assert_true(db_begin() < 0);
     db_unlock();
-    assert_int_equal(db_open(path), 0);
+    assert_int_equal(db_open(tdb.path), 0);
 }
 
 /* db_stmt: the same SQL gives the same statement back once returned; a
@@ -439,15 +439,9 @@ int main(void)
     };
     int rc;
 
-    if (!mkdtemp(dir))
+    if (testdb_make(&tdb, "/tmp/blockd-test-db", "test.db") < 0)
         return 1;
-    snprintf(path, sizeof(path), "%s/test.db", dir);
     rc = cmocka_run_group_tests(tests, NULL, NULL);
-    unlink(path);
-    snprintf(path, sizeof(path), "%s/test.db-wal", dir);
-    unlink(path);
-    snprintf(path, sizeof(path), "%s/test.db-shm", dir);
-    unlink(path);
-    rmdir(dir);
+    testdb_remove(&tdb);
     return rc;
 }

@@ -19,9 +19,9 @@
 
 #include "config/db.h"
 #include "config/nbdstore.h"
+#include "testdb.h"
 
-static char dir[] = "/tmp/blockd-test-nbdstore.XXXXXX";
-static char path[256];
+static struct testdb tdb; /* made by main */
 
 static void defaults(struct nbd_global *g)
 {
@@ -36,7 +36,7 @@ static void defaults(struct nbd_global *g)
 static int setup(void **state)
 {
     (void)state;
-    assert_int_equal(db_open(path), 0);
+    assert_int_equal(db_open(tdb.path), 0);
     db_lock();
     db_exec("DELETE FROM settings;");
     db_unlock();
@@ -111,7 +111,7 @@ static void test_old_json_moved(void **state)
                                     "\"unknown\":\"x\",\"max_connections\":[1]}"),
                      0);
     db_close();
-    assert_int_equal(db_open(path), 0); /* the schema moves it */
+    assert_int_equal(db_open(tdb.path), 0); /* the schema moves it */
 
     char *v = NULL;
     assert_int_equal(db_setting_get("nbd.global", &v), -ENOENT);
@@ -128,7 +128,7 @@ static void test_old_json_moved(void **state)
 
     /* Opening again changes nothing (the old key is gone). */
     db_close();
-    assert_int_equal(db_open(path), 0);
+    assert_int_equal(db_open(tdb.path), 0);
     struct nbd_global again;
     defaults(&again);
     assert_int_equal(nbd_global_load(&again), 0);
@@ -145,16 +145,10 @@ int main(void)
     };
     int rc;
 
-    if (!mkdtemp(dir))
+    if (testdb_make(&tdb, "/tmp/blockd-test-nbdstore", "test.db") < 0)
         return 1;
     nbdstore_init();
-    snprintf(path, sizeof(path), "%s/test.db", dir);
     rc = cmocka_run_group_tests(tests, NULL, NULL);
-    unlink(path);
-    snprintf(path, sizeof(path), "%s/test.db-wal", dir);
-    unlink(path);
-    snprintf(path, sizeof(path), "%s/test.db-shm", dir);
-    unlink(path);
-    rmdir(dir);
+    testdb_remove(&tdb);
     return rc;
 }

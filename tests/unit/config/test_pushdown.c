@@ -23,9 +23,9 @@
 #include "config/datasets.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
+#include "testdb.h"
 
-static char state[] = "/tmp/blockd-test-pushdown.XXXXXX";
-static char dbpath[256];
+static struct testdb tdb; /* made by setup_group */
 
 /* The whole response (result or error) with "available" removed. */
 static void strip(json_t *j)
@@ -92,10 +92,9 @@ static size_t same(const char *method, const char *params)
 
 static int setup_group(void **st)
 {
-    assert_non_null(mkdtemp(state));
-    snprintf(dbpath, sizeof(dbpath), "%s/blockd.db", state);
-    datasets_init(state);
-    assert_int_equal(db_open(dbpath), 0);
+    assert_int_equal(testdb_make(&tdb, "/tmp/blockd-test-pushdown", "blockd.db"), 0);
+    datasets_init(tdb.dir);
+    assert_int_equal(db_open(tdb.path), 0);
     assert_int_equal(datasets_ensure_default_pool("demo"), 0);
     /* names around the subtree range of "demo/a": "demo/a.b" sorts
      * before "demo/a/…" by bytes, "demo/a0" right after it */
@@ -121,13 +120,10 @@ static int setup_group(void **st)
 
 static int teardown_group(void **st)
 {
-    char cmd[512];
-
     datasets_flush_all();
     datasets_shutdown();
     db_close();
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
-    return system(cmd) == 0 ? 0 : -1;
+    return testdb_remove(&tdb) == 0 ? 0 : -1;
 }
 
 static void test_datasets(void **st)
@@ -254,8 +250,7 @@ int main(void)
     const char *b = getenv("BLOCKD_PUSHDOWN_BENCH");
 
     if (rc == 0 && b && strcmp(b, "1") == 0) {
-        /* a fresh state directory */
-        snprintf(state, sizeof(state), "/tmp/blockd-test-pushdown.XXXXXX");
+        /* setup_group makes a fresh state directory */
         rc = cmocka_run_group_tests(bench, setup_group, teardown_group);
     }
     return rc;

@@ -19,14 +19,15 @@
 #include <sqlite3.h>
 
 #include "config/walbuf.h"
+#include "testdb.h"
 
-static char dir[64], path[96];
+static struct testdb tdb; /* made by setup */
 
 static sqlite3 *open_db(const char *vfs)
 {
     sqlite3 *db = NULL;
-    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, vfs),
-                     SQLITE_OK);
+    assert_int_equal(
+        sqlite3_open_v2(tdb.path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, vfs), SQLITE_OK);
     assert_int_equal(
         sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", NULL, NULL, NULL),
         SQLITE_OK);
@@ -46,9 +47,7 @@ static long long count(sqlite3 *db, const char *sql)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/blockd-walbuf.XXXXXX");
-    assert_non_null(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/t.db", dir);
+    assert_int_equal(testdb_make(&tdb, "/tmp/blockd-walbuf", "t.db"), 0);
     assert_int_equal(walbuf_register(), 0);
     return 0;
 }
@@ -56,9 +55,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return testdb_remove(&tdb) == 0 ? 0 : -1;
 }
 
 static void test_commits_visible_to_other_connection(void **state)
@@ -101,8 +98,8 @@ static void test_commits_visible_to_other_connection(void **state)
     sqlite3_file_control(w, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
     sqlite3_db_config(w, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
     sqlite3_close(w);
-    char wal[128];
-    snprintf(wal, sizeof(wal), "%s-wal", path);
+    char wal[sizeof(tdb.path) + 8];
+    snprintf(wal, sizeof(wal), "%s-wal", tdb.path);
     assert_int_equal(access(wal, F_OK), 0);
     r = open_db(NULL);
     assert_int_equal(count(r, "SELECT count(*) FROM t"), 450);

@@ -27,11 +27,11 @@
 #include "config/db.h"
 #include "config/nbdstore.h"
 #include "gateway/gwconfig_internal.h"
+#include "testdb.h"
 
 void iscsi_config_init(void);
 
-static char dir[] = "/tmp/blockd-test-gwrows.XXXXXX";
-static char path[256];
+static struct testdb tdb; /* made by main */
 
 /* Pools rbdp and rbd2 are RBD pools; filep and rbdpX are not. */
 static const char fixture[] =
@@ -175,23 +175,12 @@ static const struct {
                "\"n7\",\"readonly\":false,\"tls\":\"allow\"}"},
 };
 
-/* The DB file and its WAL files. */
-static void db_files_remove(void)
-{
-    static const char *const suffixes[] = {"", "-wal", "-shm"};
-    for (size_t i = 0; i < 3; i++) {
-        char p[300];
-        snprintf(p, sizeof(p), "%s%s", path, suffixes[i]);
-        unlink(p);
-    }
-}
-
 /* One DB for the group: the tests read it; test_no_rbd_pool, the last,
  * changes it. */
 static int group_setup(void **state)
 {
     (void)state;
-    if (db_open(path) < 0)
+    if (db_open(tdb.path) < 0)
         return -1;
     db_lock();
     int rc = db_exec(fixture);
@@ -203,8 +192,7 @@ static int group_teardown(void **state)
 {
     (void)state;
     db_close();
-    db_files_remove();
-    rmdir(dir);
+    testdb_remove(&tdb);
     return 0;
 }
 
@@ -270,10 +258,9 @@ int main(void)
         cmocka_unit_test(test_no_rbd_pool),
     };
 
-    if (!mkdtemp(dir))
+    if (testdb_make(&tdb, "/tmp/blockd-test-gwrows", "test.db") < 0)
         return 1;
-    snprintf(path, sizeof(path), "%s/test.db", dir);
-    datasets_init(dir);
+    datasets_init(tdb.dir);
     nbdstore_init();
     iscsi_config_init();
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

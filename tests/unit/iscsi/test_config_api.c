@@ -32,11 +32,11 @@
 #include "iscsi/iscsi_runtime.h"
 #include "scsi/scsi.h"
 #include "test_config_stubs.h"
+#include "testdb.h"
 
 #define ICFG_SEEN_MAX 2048
 
-static char tmpdir[256];
-static char dbpath[300];
+static struct testdb tdb; /* made by group_setup */
 static char pooldir[400]; /* FILE extents must live inside a pool */
 
 /* ---- helpers ---- */
@@ -150,16 +150,14 @@ static struct iscsi_target_view *view(const char *name)
 
 static int group_setup(void **state)
 {
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/test-iscsi-config.XXXXXX");
-    if (!mkdtemp(tmpdir))
+    if (testdb_make(&tdb, "/tmp/test-iscsi-config", "blockd.db") < 0)
         return -1;
-    snprintf(dbpath, sizeof(dbpath), "%s/blockd.db", tmpdir);
     log_set_level(LOG_ERROR);
-    datasets_init(tmpdir);
+    datasets_init(tdb.dir);
     iscsi_config_init();
-    if (pwenc_init(tmpdir) < 0)
+    if (pwenc_init(tdb.dir) < 0)
         return -1;
-    if (db_open(dbpath) < 0)
+    if (db_open(tdb.path) < 0)
         return -1;
     if (datasets_ensure_default_pool("tank") < 0)
         return -1;
@@ -179,9 +177,7 @@ static int group_teardown(void **state)
     datasets_flush_all();
     datasets_shutdown();
     db_close();
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", tmpdir);
-    return system(cmd) == 0 ? 0 : -1;
+    return testdb_remove(&tdb) == 0 ? 0 : -1;
 }
 
 /* ---- global ---- */
@@ -678,7 +674,7 @@ static void test_extent(void **state)
          "iscsi.extent.create.path", "required for FILE");
     verr(rpc("iscsi.extent.create",
              "[{\"name\":\"f\",\"type\":\"FILE\",\"path\":\"%s/x.img\",\"filesize\":4096}]",
-             tmpdir),
+             tdb.dir),
          "iscsi.extent.create.path", "within a pool");
     verr(
         rpc("iscsi.extent.create", "[{\"name\":\"f\",\"type\":\"FILE\",\"path\":\"/etc/passwd\"}]"),
@@ -949,7 +945,7 @@ static void test_persistence(void **state)
     assert_null(view("persist"));
     datasets_flush_all();
     db_close();
-    assert_int_equal(db_open(dbpath), 0);
+    assert_int_equal(db_open(tdb.path), 0);
     assert_int_equal(iscsi_config_start(NULL), 0);
 
     json_t *after =
