@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <gnutls/crypto.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,51 +117,6 @@ static int key_list(int64_t id, struct api_key_rec **out, size_t *n)
     return rc;
 }
 
-/* Run sql (one statement, no rows) with its parameters bound by bind. */
-static int run(const char *sql, void (*bind)(sqlite3_stmt *st, const void *arg), const void *arg)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = db_prepare(sql, &st);
-    if (rc < 0)
-        return rc;
-    bind(st, arg);
-    rc = db_step_done(st);
-    sqlite3_finalize(st);
-    return rc;
-}
-
-static void bind_key_insert(sqlite3_stmt *st, const void *arg)
-{
-    const struct api_key_rec *r = arg;
-    /* A unique value until the real hash (which needs the id) replaces it. */
-    unsigned char rnd[16];
-    char placeholder[2 * sizeof(rnd) + 1];
-    if (gnutls_rnd(GNUTLS_RND_NONCE, rnd, sizeof(rnd)) < 0)
-        memset(rnd, 0, sizeof(rnd)); /* the UPDATE below still replaces it */
-    for (size_t i = 0; i < sizeof(rnd); i++)
-        snprintf(placeholder + 2 * i, 3, "%02x", rnd[i]);
-    sqlite3_bind_text(st, 1, r->name, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, r->username, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 3, placeholder, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 4, r->created_at);
-    if (r->has_expiry)
-        sqlite3_bind_int64(st, 5, r->expires_at);
-    else
-        sqlite3_bind_null(st, 5);
-}
-
-struct hash_update {
-    const char *hash;
-    int64_t id;
-};
-
-static void bind_hash_update(sqlite3_stmt *st, const void *arg)
-{
-    const struct hash_update *u = arg;
-    sqlite3_bind_text(st, 1, u->hash, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, u->id);
-}
-
 static int key_create(struct api_key_rec *r, api_key_hash_fn make_hash, void *arg)
 {
     struct cfg_tx tx;
@@ -168,17 +124,25 @@ static int key_create(struct api_key_rec *r, api_key_hash_fn make_hash, void *ar
     if (rc < 0)
         return rc;
     r->created_at = now_wall_ms();
-    rc = run("INSERT INTO api_key (name, username, keyhash, created_at, expires_at) "
-             "VALUES (?, ?, ?, ?, ?)",
-             bind_key_insert, r);
+    /* A unique value until the real hash (which needs the id) replaces it. */
+    unsigned char rnd[16];
+    char placeholder[2 * sizeof(rnd) + 1];
+    if (gnutls_rnd(GNUTLS_RND_NONCE, rnd, sizeof(rnd)) < 0)
+        memset(rnd, 0, sizeof(rnd)); /* the UPDATE below still replaces it */
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        snprintf(placeholder + 2 * i, 3, "%02x", rnd[i]);
+    /* expires_at: 'n' (NULL) takes no argument, so the last one is unused */
+    rc = db_run("INSERT INTO api_key (name, username, keyhash, created_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                r->has_expiry ? "tttii" : "tttin", r->name, r->username, placeholder, r->created_at,
+                r->expires_at);
     char hash[API_KEY_HASH_LEN + 1];
     if (rc == 0) {
         r->id = sqlite3_last_insert_rowid(db_handle());
         rc = make_hash(r->id, hash, arg);
     }
     if (rc == 0)
-        rc = run("UPDATE api_key SET keyhash = ? WHERE id = ?", bind_hash_update,
-                 &(struct hash_update){.hash = hash, .id = r->id});
+        rc = db_run("UPDATE api_key SET keyhash = ? WHERE id = ?", "ti", hash, r->id);
     if (rc < 0) {
         cfg_tx_abort(&tx);
         return rc;
@@ -187,26 +151,20 @@ static int key_create(struct api_key_rec *r, api_key_hash_fn make_hash, void *ar
     return cfg_tx_commit(&tx);
 }
 
-static void bind_id(sqlite3_stmt *st, const void *arg)
-{
-    sqlite3_bind_int64(st, 1, *(const int64_t *)arg);
-}
-
-static void bind_text1(sqlite3_stmt *st, const void *arg)
-{
-    sqlite3_bind_text(st, 1, arg, -1, SQLITE_TRANSIENT);
-}
-
-/* DELETE sql bound by bind in one transaction recording (kind, id). */
-static int delete_one(const char *sql, void (*bind)(sqlite3_stmt *, const void *), const void *arg,
-                      enum cfg_kind kind, int64_t id, bool *existed)
+/* DELETE sql with its one parameter (types "i" or "t", as db_bindv) in
+ * one transaction recording (kind, id). */
+static int delete_one(enum cfg_kind kind, int64_t id, bool *existed, const char *sql,
+                      const char *types, ...)
 {
     struct cfg_tx tx;
+    va_list ap;
     *existed = false;
     int rc = cfg_tx_begin(&tx);
     if (rc < 0)
         return rc;
-    rc = run(sql, bind, arg);
+    va_start(ap, types);
+    rc = db_runv(sql, types, ap);
+    va_end(ap);
     *existed = rc == 0 && sqlite3_changes(db_handle()) > 0;
     cfg_tx_changed(&tx, kind, id, CFG_DELETED);
     if (rc < 0) {
@@ -218,7 +176,7 @@ static int delete_one(const char *sql, void (*bind)(sqlite3_stmt *, const void *
 
 static int key_delete(int64_t id, bool *existed)
 {
-    return delete_one("DELETE FROM api_key WHERE id = ?", bind_id, &id, CFG_API_KEY, id, existed);
+    return delete_one(CFG_API_KEY, id, existed, "DELETE FROM api_key WHERE id = ?", "i", id);
 }
 
 static int key_by_hash(const char *hash, struct api_key_rec *out, char *stored)
@@ -239,16 +197,18 @@ static int key_by_hash(const char *hash, struct api_key_rec *out, char *stored)
     return rc;
 }
 
-/* Whether the one-row query sql bound by bind finds a row. */
-static bool row_exists(const char *sql, void (*bind)(sqlite3_stmt *, const void *), const void *arg)
+/* Whether the one-row query sql (parameters as db_bindv) finds a row. */
+static bool row_exists(const char *sql, const char *types, ...)
 {
     bool found = false;
     sqlite3_stmt *st = NULL;
+    va_list ap;
     db_lock();
-    if (db_prepare(sql, &st) == 0) {
-        bind(st, arg);
-        found = sqlite3_step(st) == SQLITE_ROW;
-        sqlite3_finalize(st);
+    if (db_stmt(sql, &st) == 0) {
+        va_start(ap, types);
+        found = db_bindv(st, types, ap) == 0 && sqlite3_step(st) == SQLITE_ROW;
+        va_end(ap);
+        db_stmt_done(st);
     }
     db_unlock();
     return found;
@@ -256,7 +216,7 @@ static bool row_exists(const char *sql, void (*bind)(sqlite3_stmt *, const void 
 
 static bool key_exists(int64_t id)
 {
-    return row_exists("SELECT 1 FROM api_key WHERE id = ?", bind_id, &id);
+    return row_exists("SELECT 1 FROM api_key WHERE id = ?", "i", id);
 }
 
 /* ---- accounts ---- */
@@ -282,17 +242,9 @@ static int account_get(const char *username, struct api_account_rec *out, char *
     return rc;
 }
 
-static void bind_id_gen(sqlite3_stmt *st, const void *arg)
-{
-    const int64_t *v = arg;
-    sqlite3_bind_int64(st, 1, v[0]);
-    sqlite3_bind_int64(st, 2, v[1]);
-}
-
 static bool account_current(int64_t id, int64_t pwgen)
 {
-    const int64_t v[2] = {id, pwgen};
-    return row_exists("SELECT 1 FROM account WHERE id = ? AND pwgen = ?", bind_id_gen, v);
+    return row_exists("SELECT 1 FROM account WHERE id = ? AND pwgen = ?", "ii", id, pwgen);
 }
 
 static void account_decode(sqlite3_stmt *st, void *rec)
@@ -319,28 +271,6 @@ static int account_list(struct api_account_rec **out, size_t *n)
     return rc;
 }
 
-struct account_write {
-    const char *username, *hash;
-    int64_t now, id;
-};
-
-static void bind_account_insert(sqlite3_stmt *st, const void *arg)
-{
-    const struct account_write *w = arg;
-    sqlite3_bind_text(st, 1, w->hash, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, w->now);
-    sqlite3_bind_int64(st, 3, w->now);
-    sqlite3_bind_text(st, 4, w->username, -1, SQLITE_TRANSIENT);
-}
-
-static void bind_account_update(sqlite3_stmt *st, const void *arg)
-{
-    const struct account_write *w = arg;
-    sqlite3_bind_text(st, 1, w->hash, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, w->now);
-    sqlite3_bind_int64(st, 3, w->id);
-}
-
 /* The id of account username into *id (0: none). Inside a transaction. */
 static int account_id(const char *username, int64_t *id)
 {
@@ -363,30 +293,30 @@ static int account_set_hash(const char *username, const char *hash, int64_t now,
     int rc = cfg_tx_begin(&tx);
     if (rc < 0)
         return rc;
-    struct account_write w = {.username = username, .hash = hash, .now = now};
-    rc = account_id(username, &w.id);
-    *created = w.id == 0;
+    int64_t old_id;
+    rc = account_id(username, &old_id);
+    *created = old_id == 0;
     if (rc == 0 && *created)
-        rc = run("INSERT INTO account (pwhash, password_changed_at, created_at, username) "
-                 "VALUES (?, ?, ?, ?)",
-                 bind_account_insert, &w);
+        rc = db_run("INSERT INTO account (pwhash, password_changed_at, created_at, username) "
+                    "VALUES (?, ?, ?, ?)",
+                    "tiit", hash, now, now, username);
     else if (rc == 0)
-        rc = run("UPDATE account SET pwhash = ?, password_changed_at = ?, pwgen = pwgen + 1 "
-                 "WHERE id = ?",
-                 bind_account_update, &w);
+        rc = db_run("UPDATE account SET pwhash = ?, password_changed_at = ?, pwgen = pwgen + 1 "
+                    "WHERE id = ?",
+                    "tii", hash, now, old_id);
     if (rc < 0) {
         cfg_tx_abort(&tx);
         return rc;
     }
-    *id = *created ? sqlite3_last_insert_rowid(db_handle()) : w.id;
+    *id = *created ? sqlite3_last_insert_rowid(db_handle()) : old_id;
     cfg_tx_changed(&tx, CFG_USER, *id, *created ? CFG_CREATED : CFG_UPDATED);
     return cfg_tx_commit(&tx);
 }
 
 static int account_delete(const char *username, bool *existed)
 {
-    return delete_one("DELETE FROM account WHERE username = ?", bind_text1, username, CFG_USER, 0,
-                      existed);
+    return delete_one(CFG_USER, 0, existed, "DELETE FROM account WHERE username = ?", "t",
+                      username);
 }
 
 /* ---- service settings ---- */

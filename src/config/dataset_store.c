@@ -59,13 +59,9 @@ static int ds_dataset_get_where(const char *where, const char *name, int64_t id,
         sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     else
         sqlite3_bind_int64(st, 1, id);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
+    rc = db_step_row(st);
+    if (rc == 0)
         ds_row_fill(st, out);
-        rc = 0;
-    } else {
-        rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
-    }
     db_stmt_done(st);
     return rc;
 }
@@ -221,13 +217,7 @@ int ds_dataset_each(const struct ds_row_keys *keys,
         rc = db_stmt(sql, &st);
     if (rc == 0)
         keys_bind(st, keys);
-    while (rc == 0 && st) {
-        int step = sqlite3_step(st);
-
-        if (step != SQLITE_ROW) {
-            rc = step == SQLITE_DONE ? 0 : -db_errno();
-            break;
-        }
+    while (st && db_stmt_next(st, &rc)) {
         view_decode(st, v);
         rc = fn(v, arg);
     }
@@ -255,74 +245,32 @@ int ds_dataset_props_each(int64_t id, void (*fn)(const char *name, const char *v
     return 0;
 }
 
-/* One statement with the int64 bind ?1 and no result rows. 0 or -errno. */
-static int run_id(const char *sql, int64_t id)
-{
-    sqlite3_stmt *st;
-    int rc = db_stmt(sql, &st);
-
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, id);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
-}
-
 int ds_dataset_update_size(int64_t id, uint64_t volsize, const char *comments)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt("UPDATE datasets SET volsize = ?, comments = ? WHERE id = ?", &st);
-
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, (sqlite3_int64)volsize);
-    sqlite3_bind_text(st, 2, comments, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, id);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
+    return db_run("UPDATE datasets SET volsize = ?, comments = ? WHERE id = ?", "iti",
+                  (int64_t)volsize, comments, id);
 }
 
 int ds_dataset_set_volsize(int64_t id, uint64_t volsize)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt("UPDATE datasets SET volsize = ? WHERE id = ?", &st);
-
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, (sqlite3_int64)volsize);
-    sqlite3_bind_int64(st, 2, id);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
+    return db_run("UPDATE datasets SET volsize = ? WHERE id = ?", "ii", (int64_t)volsize, id);
 }
 
 int ds_dataset_set_origin(int64_t id, int64_t origin_id)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt(origin_id ? "UPDATE datasets SET origin_id = ?2 WHERE id = ?1"
-                               : "UPDATE datasets SET origin_id = NULL WHERE id = ?1",
-                     &st);
-
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, id);
-    if (origin_id)
-        sqlite3_bind_int64(st, 2, origin_id);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
+    /* origin 0: none (NULL) */
+    return db_run("UPDATE datasets SET origin_id = NULLIF(?2, 0) WHERE id = ?1", "ii", id,
+                  origin_id);
 }
 
 int ds_dataset_delete(int64_t id, bool with_snapshots)
 {
-    int rc = with_snapshots ? run_id("DELETE FROM snapshots WHERE dataset_id = ?", id) : 0;
+    int rc = with_snapshots ? db_run("DELETE FROM snapshots WHERE dataset_id = ?", "i", id) : 0;
 
     if (rc == 0)
-        rc = run_id("DELETE FROM dataset_props WHERE dataset_id = ?", id);
+        rc = db_run("DELETE FROM dataset_props WHERE dataset_id = ?", "i", id);
     if (rc == 0)
-        rc = run_id("DELETE FROM datasets WHERE id = ?", id);
+        rc = db_run("DELETE FROM datasets WHERE id = ?", "i", id);
     return rc;
 }
 
@@ -331,7 +279,7 @@ int ds_dataset_each_in_subtree(const char *name,
                                void *arg)
 {
     sqlite3_stmt *st;
-    int step = SQLITE_DONE, rc;
+    int rc;
 
     /* Descending on the '/'-lowest key: children before their parent. */
     rc = db_stmt("SELECT name, id, type FROM datasets WHERE name = ?1 OR"
@@ -341,14 +289,12 @@ int ds_dataset_each_in_subtree(const char *name,
     if (rc < 0)
         return rc;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
+    while (db_stmt_next(st, &rc)) {
         const char *type = (const char *)sqlite3_column_text(st, 2);
 
         rc = fn((const char *)sqlite3_column_text(st, 0), sqlite3_column_int64(st, 1),
                 type && strcmp(type, "VOLUME") == 0, arg);
     }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = -db_errno();
     db_stmt_done(st);
     return rc;
 }
@@ -389,18 +335,9 @@ int ds_dataset_each_descendant(const char *name, int (*fn)(const char *name, voi
 
 int ds_dataset_rename_subtree(const char *old_name, const char *new_name)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt("UPDATE datasets SET name = ?2 || substr(name, length(?1) + 1)"
-                     " WHERE name = ?1 OR substr(name, 1, length(?1) + 1) = ?1 || '/'",
-                     &st);
-
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_text(st, 1, old_name, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, new_name, -1, SQLITE_STATIC);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
+    return db_run("UPDATE datasets SET name = ?2 || substr(name, length(?1) + 1)"
+                  " WHERE name = ?1 OR substr(name, 1, length(?1) + 1) = ?1 || '/'",
+                  "tt", old_name, new_name);
 }
 
 int ds_dataset_each_stored_volume(const char *name, int (*fn)(const char *name, void *arg),
@@ -436,13 +373,13 @@ int ds_dataset_outside_clone(const char *name, char *clone, size_t clen, char *o
     if (rc < 0)
         return rc;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
+    rc = db_step_row(st);
+    if (rc == 0) {
         copy_text(clone, clen, sqlite3_column_text(st, 0));
         copy_text(origin, olen, sqlite3_column_text(st, 1));
         rc = 1;
-    } else {
-        rc = rc == SQLITE_DONE ? 0 : -db_errno();
+    } else if (rc == -ENOENT) {
+        rc = 0;
     }
     db_stmt_done(st);
     return rc;
@@ -450,36 +387,18 @@ int ds_dataset_outside_clone(const char *name, char *clone, size_t clen, char *o
 
 int ds_prop_set(int64_t dataset_id, const char *name, const char *value)
 {
-    sqlite3_stmt *st;
-    int rc;
-
-    rc = db_stmt(value ? "INSERT INTO dataset_props (dataset_id, name, value) VALUES (?, ?, ?)"
-                         " ON CONFLICT (dataset_id, name) DO UPDATE SET value = excluded.value"
-                       : "DELETE FROM dataset_props WHERE dataset_id = ? AND name = ?",
-                 &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, dataset_id);
-    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-    if (value)
-        sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
+    if (!value)
+        return db_run("DELETE FROM dataset_props WHERE dataset_id = ? AND name = ?", "it",
+                      dataset_id, name);
+    return db_run("INSERT INTO dataset_props (dataset_id, name, value) VALUES (?, ?, ?)"
+                  " ON CONFLICT (dataset_id, name) DO UPDATE SET value = excluded.value",
+                  "itt", dataset_id, name, value);
 }
 
 int ds_clear_user_props(int64_t dataset_id)
 {
-    sqlite3_stmt *st;
-    int rc;
-
-    rc = db_stmt("DELETE FROM dataset_props WHERE dataset_id = ? AND instr(name, ':') > 0", &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, dataset_id);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
+    return db_run("DELETE FROM dataset_props WHERE dataset_id = ? AND instr(name, ':') > 0", "i",
+                  dataset_id);
 }
 
 int ds_dataset_zfs_props_of(char names[][DS_NAME_BUF], size_t n,
@@ -525,7 +444,7 @@ int ds_dataset_each_local_sync(const char *name,
 {
     struct ds_row *r = malloc(sizeof(*r));
     sqlite3_stmt *st = NULL;
-    int step = SQLITE_DONE, rc = r ? 0 : -ENOMEM;
+    int rc = r ? 0 : -ENOMEM;
 
     /* name order with '/' lowest: a parent comes right before its subtree */
     if (rc == 0)
@@ -540,7 +459,7 @@ int ds_dataset_each_local_sync(const char *name,
         return rc;
     }
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
+    while (db_stmt_next(st, &rc)) {
         const char *type = (const char *)sqlite3_column_text(st, 2);
 
         memset(r, 0, sizeof(*r));
@@ -553,8 +472,6 @@ int ds_dataset_each_local_sync(const char *name,
         rc = fn(r, (const char *)sqlite3_column_text(st, 5),
                 (const char *)sqlite3_column_text(st, 6), arg);
     }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = -db_errno();
     db_stmt_done(st);
     free(r);
     return rc;
@@ -562,15 +479,6 @@ int ds_dataset_each_local_sync(const char *name,
 
 int ds_dataset_set_effective(int64_t id, enum volume_sync sync, bool readonly)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt("UPDATE datasets SET sync = ?, readonly = ? WHERE id = ?", &st);
-
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_text(st, 1, volume_sync_name(sync), -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 2, readonly);
-    sqlite3_bind_int64(st, 3, id);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
+    return db_run("UPDATE datasets SET sync = ?, readonly = ? WHERE id = ?", "tbi",
+                  volume_sync_name(sync), readonly, id);
 }

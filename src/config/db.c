@@ -815,17 +815,6 @@ int db_prepare(const char *sql, sqlite3_stmt **out)
     return 0;
 }
 
-int db_stmt_each(sqlite3_stmt *st, int (*row)(sqlite3_stmt *st, void *arg), void *arg)
-{
-    int step = SQLITE_DONE, rc = 0;
-
-    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW)
-        rc = row(st, arg);
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = -db_errno();
-    return rc;
-}
-
 int db_step_done(sqlite3_stmt *st)
 {
     int rc = sqlite3_step(st);

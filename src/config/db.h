@@ -8,6 +8,7 @@
 #define BLOCKD_CONFIG_DB_H
 
 #include <sqlite3.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -51,11 +52,6 @@ int db_setting_set(const char *key, const char *value);
 int db_prepare(const char *sql, sqlite3_stmt **out);
 int db_step_done(sqlite3_stmt *st);
 int db_errno_from(int sqlite_code);
-/* Step st (prepared and bound by the caller, who also gives it back)
- * through its rows: row(st, arg) for each; a nonzero return of row stops
- * the walk and is returned. 0, row's return, or -errno (a failed step,
- * per db_errno(); not logged). Locked by caller. */
-int db_stmt_each(sqlite3_stmt *st, int (*row)(sqlite3_stmt *st, void *arg), void *arg);
 
 /*
  * Cached statements (addition, control-plane performance): preparing SQL
@@ -69,6 +65,36 @@ int db_stmt_each(sqlite3_stmt *st, int (*row)(sqlite3_stmt *st, void *arg), void
  */
 int db_stmt(const char *sql, sqlite3_stmt **out);
 void db_stmt_done(sqlite3_stmt *st);
+
+/*
+ * Statement helpers (db_run.c), locked by caller, for the stores'
+ * statements: one way to bind, run, look up and walk.
+ * db_bindv: bind ?1, ?2, ... from ap, one letter of types each: 'i' an
+ *   int64_t (cast narrower or unsigned values), 'b' a bool (passed as
+ *   int), 't' a const char * (copied; NULL binds NULL), 'n' NULL (takes no
+ *   argument). 0, -EINVAL (an unknown letter) or -EIO (a bind failed).
+ * db_run: a statement with no result rows: db_stmt(sql), bind the
+ *   arguments (types as db_bindv), step once (db_step_done), give it back.
+ *   0 or -errno. db_runv: the same with a va_list.
+ * db_step_row: step st once for a lookup: 0 (a row: read its columns
+ *   now), -ENOENT (no row) or -errno per db_errno() (not logged).
+ * db_stmt_next: the step of a walk over st. True on a row; false when *rc
+ *   is nonzero (the walk's body stopped it) or at the end, where a failed
+ *   step sets *rc to -errno (per db_errno(), not logged):
+ *       int rc = 0;
+ *       while (db_stmt_next(st, &rc))
+ *           rc = use(st);
+ * db_stmt_each: that walk with row(st, arg) as its body: 0, row's nonzero
+ *   return, or -errno.
+ * The statement (st) is prepared and bound by the caller, who also gives
+ * it back, except in db_run.
+ */
+int db_bindv(sqlite3_stmt *st, const char *types, va_list ap);
+int db_run(const char *sql, const char *types, ...);
+int db_runv(const char *sql, const char *types, va_list ap);
+int db_step_row(sqlite3_stmt *st);
+bool db_stmt_next(sqlite3_stmt *st, int *rc);
+int db_stmt_each(sqlite3_stmt *st, int (*row)(sqlite3_stmt *st, void *arg), void *arg);
 
 /*
  * Durability and group commit (addition).

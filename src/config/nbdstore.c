@@ -156,10 +156,9 @@ static int find_id(const char *sql, const char *value, int64_t *id)
     int rc = db_stmt(sql, &st);
     if (rc == 0) {
         sqlite3_bind_text(st, 1, value, -1, SQLITE_TRANSIENT);
-        int s = sqlite3_step(st);
-        if (s == SQLITE_ROW)
+        rc = db_step_row(st);
+        if (rc == 0)
             *id = sqlite3_column_int64(st, 0);
-        rc = s == SQLITE_ROW ? 0 : s == SQLITE_DONE ? -ENOENT : -db_errno();
         db_stmt_done(st);
     }
     db_unlock();
@@ -231,15 +230,9 @@ int nbd_export_row_store(const struct nbd_export_row *r, int64_t *id_out)
 int nbd_export_row_delete(int64_t id)
 {
     struct cfg_tx tx;
-    sqlite3_stmt *st;
     if (cfg_tx_begin(&tx) < 0)
         return -EIO;
-    int rc = db_stmt("DELETE FROM nbd_export WHERE id = ?", &st);
-    if (rc == 0) {
-        sqlite3_bind_int64(st, 1, id);
-        rc = db_step_done(st);
-        db_stmt_done(st);
-    }
+    int rc = db_run("DELETE FROM nbd_export WHERE id = ?", "i", id);
     if (rc < 0) {
         cfg_tx_abort(&tx);
         return rc;
@@ -260,9 +253,8 @@ int nbd_export_rows_delete_dataset(const char *dataset, size_t *n)
         return -EIO;
     int rc = db_stmt("SELECT id FROM nbd_export WHERE dataset = ?", &st);
     if (rc == 0) {
-        int step;
         sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
-        while ((step = sqlite3_step(st)) == SQLITE_ROW) {
+        while (db_stmt_next(st, &rc)) {
             if (*n == cap) {
                 cap = cap ? cap * 2 : 4;
                 int64_t *grown = realloc(ids, cap * sizeof(*ids));
@@ -274,17 +266,10 @@ int nbd_export_rows_delete_dataset(const char *dataset, size_t *n)
             }
             ids[(*n)++] = sqlite3_column_int64(st, 0);
         }
-        if (rc == 0 && step != SQLITE_DONE)
-            rc = -db_errno();
         db_stmt_done(st);
     }
     for (size_t i = 0; rc == 0 && i < *n; i++) {
-        rc = db_stmt("DELETE FROM nbd_export WHERE id = ?", &st);
-        if (rc < 0)
-            break;
-        sqlite3_bind_int64(st, 1, ids[i]);
-        rc = db_step_done(st);
-        db_stmt_done(st);
+        rc = db_run("DELETE FROM nbd_export WHERE id = ?", "i", ids[i]);
         if (rc == 0)
             cfg_tx_changed(&tx, CFG_NBD_EXPORT, ids[i], CFG_DELETED);
     }
@@ -302,16 +287,7 @@ int nbd_export_rows_delete_dataset(const char *dataset, size_t *n)
  * records the change when a row moved. 0 or -errno. */
 static int rename_run(const char *sql, const char *a, const char *b, const char *c)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt(sql, &st);
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_text(st, 1, a, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, b, -1, SQLITE_STATIC);
-    if (c)
-        sqlite3_bind_text(st, 3, c, -1, SQLITE_STATIC);
-    rc = db_step_done(st);
-    db_stmt_done(st);
+    int rc = db_run(sql, c ? "ttt" : "tt", a, b, c);
     struct cfg_tx *tx = cfg_tx_current();
     if (rc == 0 && tx && sqlite3_changes(db_handle()) > 0)
         cfg_tx_changed(tx, CFG_NBD_EXPORT, CFG_ID_ALL, CFG_UPDATED);

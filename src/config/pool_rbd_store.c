@@ -34,35 +34,18 @@ int ds_rbd_spec_get(int64_t pool_id, struct ds_rbd_spec *out)
     if (rc < 0)
         return rc;
     sqlite3_bind_int64(st, 1, pool_id);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
+    rc = db_step_row(st);
+    if (rc == 0)
         spec_decode(st, 0, out);
-        rc = 0;
-    } else {
-        rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
-    }
     db_stmt_done(st);
     return rc;
 }
 
 int ds_rbd_spec_insert(int64_t pool_id, const struct ds_rbd_spec *s)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt("INSERT INTO pool_rbd (pool_id, rbd_pool, namespace, conf, ceph_id, keyring)"
-                     " VALUES (?, ?, ?, ?, ?, ?)",
-                     &st);
-
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, pool_id);
-    sqlite3_bind_text(st, 2, s->pool, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, s->ns, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, s->conf, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, s->id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 6, s->keyring, -1, SQLITE_STATIC);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
+    return db_run("INSERT INTO pool_rbd (pool_id, rbd_pool, namespace, conf, ceph_id, keyring)"
+                  " VALUES (?, ?, ?, ?, ?, ?)",
+                  "ittttt", pool_id, s->pool, s->ns, s->conf, s->id, s->keyring);
 }
 
 /* ds_rbd_spec_each's caller: its fn and arg. */

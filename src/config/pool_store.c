@@ -35,13 +35,9 @@ static int pool_get_where(const char *sql, const char *value, struct ds_pool *ou
     if (rc < 0)
         return rc;
     sqlite3_bind_text(st, 1, value, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
+    rc = db_step_row(st);
+    if (rc == 0)
         pool_decode_row(st, out);
-        rc = 0;
-    } else {
-        rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
-    }
     db_stmt_done(st);
     return rc;
 }
@@ -68,7 +64,7 @@ static int pool_list_sql(const char *sql, struct ds_pool **out, size_t *n)
     *n = 0;
     if (rc < 0)
         return rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while (db_stmt_next(st, &rc)) {
         struct ds_pool *nv = realloc(v, (cnt + 1) * sizeof(*nv));
         if (!nv) {
             rc = -ENOMEM;
@@ -77,10 +73,6 @@ static int pool_list_sql(const char *sql, struct ds_pool **out, size_t *n)
         v = nv;
         pool_decode_row(st, &v[cnt++]);
     }
-    if (rc == SQLITE_DONE)
-        rc = 0;
-    else if (rc > 0)
-        rc = -db_errno();
     db_stmt_done(st);
     if (rc < 0) {
         free(v);
@@ -107,16 +99,10 @@ int ds_pool_get_rbd(const char *name, struct ds_pool *out, struct ds_rbd_spec *s
 int ds_pool_insert(struct ds_pool *p)
 {
     sqlite3_stmt *st;
-    int rc = db_stmt("INSERT INTO pools (name, path, created) VALUES (?, ?,"
-                     " CAST(strftime('%s','now') AS INTEGER) * 1000)",
-                     &st);
+    int rc = db_run("INSERT INTO pools (name, path, created) VALUES (?, ?,"
+                    " CAST(strftime('%s','now') AS INTEGER) * 1000)",
+                    "tt", p->name, p->path);
 
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_text(st, 1, p->name, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, p->path, -1, SQLITE_STATIC);
-    rc = db_step_done(st);
-    db_stmt_done(st);
     if (rc < 0)
         return rc;
     p->id = sqlite3_last_insert_rowid(db_handle());
@@ -124,10 +110,9 @@ int ds_pool_insert(struct ds_pool *p)
     if (rc < 0)
         return rc;
     sqlite3_bind_int64(st, 1, p->id);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
+    rc = db_step_row(st);
+    if (rc == 0)
         p->created = sqlite3_column_int64(st, 0);
-    rc = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : -db_errno();
     db_stmt_done(st);
     return rc;
 }

@@ -13,21 +13,6 @@ static void copy_text(char *dst, size_t len, const unsigned char *src)
     snprintf(dst, len, "%s", src ? (const char *)src : "");
 }
 
-/* One statement with int64 binds ?1… and no result rows. 0 or -errno. */
-static int run_ints(const char *sql, int n, const int64_t *v)
-{
-    sqlite3_stmt *st;
-    int rc = db_stmt(sql, &st);
-
-    if (rc < 0)
-        return rc;
-    for (int i = 0; i < n; i++)
-        sqlite3_bind_int64(st, i + 1, v[i]);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
-}
-
 static int snapshot_get_where(const char *where, const char *dataset, const char *snap, int64_t id,
                               struct ds_snap *out)
 {
@@ -48,8 +33,8 @@ static int snapshot_get_where(const char *where, const char *dataset, const char
     } else {
         sqlite3_bind_int64(st, 1, id);
     }
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
+    rc = db_step_row(st);
+    if (rc == 0) {
         memset(out, 0, sizeof(*out));
         out->id = sqlite3_column_int64(st, 0);
         out->dataset_id = sqlite3_column_int64(st, 1);
@@ -57,9 +42,6 @@ static int snapshot_get_where(const char *where, const char *dataset, const char
         copy_text(out->name, sizeof(out->name), sqlite3_column_text(st, 3));
         out->volsize = (uint64_t)sqlite3_column_int64(st, 4);
         out->created = sqlite3_column_int64(st, 5);
-        rc = 0;
-    } else {
-        rc = rc == SQLITE_DONE ? -ENOENT : -db_errno();
     }
     db_stmt_done(st);
     return rc;
@@ -152,13 +134,7 @@ int ds_snapshot_each(const struct ds_snap_keys *keys,
         rc = db_stmt(sql, &st);
     if (rc == 0)
         keys_bind(st, keys);
-    while (rc == 0 && st) {
-        int step = sqlite3_step(st);
-
-        if (step != SQLITE_ROW) {
-            rc = step == SQLITE_DONE ? 0 : -db_errno();
-            break;
-        }
+    while (st && db_stmt_next(st, &rc)) {
         view_decode(st, v);
         rc = fn(v, arg);
     }
@@ -200,8 +176,7 @@ int ds_snapshot_each_in_subtree(const char *name,
                                 int (*fn)(const char *full, int64_t id, void *arg), void *arg)
 {
     sqlite3_stmt *st;
-    int step = SQLITE_DONE,
-        rc = db_stmt("SELECT d.name || '@' || s.name, s.id FROM snapshots s JOIN datasets d"
+    int rc = db_stmt("SELECT d.name || '@' || s.name, s.id FROM snapshots s JOIN datasets d"
                      " ON d.id = s.dataset_id WHERE d.name = ?1 OR"
                      " substr(d.name, 1, length(?1) + 1) = ?1 || '/'",
                      &st);
@@ -209,10 +184,8 @@ int ds_snapshot_each_in_subtree(const char *name,
     if (rc < 0)
         return rc;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW)
+    while (db_stmt_next(st, &rc))
         rc = fn((const char *)sqlite3_column_text(st, 0), sqlite3_column_int64(st, 1), arg);
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = -db_errno();
     db_stmt_done(st);
     return rc;
 }
@@ -222,8 +195,7 @@ int ds_snapshot_each_upto(int64_t dataset_id, int64_t upto_id,
 {
     sqlite3_stmt *st;
     struct ds_snap s;
-    int step = SQLITE_DONE,
-        rc = db_stmt("SELECT id, name, volsize, created FROM snapshots WHERE dataset_id = ? AND "
+    int rc = db_stmt("SELECT id, name, volsize, created FROM snapshots WHERE dataset_id = ? AND "
                      "id <= ? ORDER BY id",
                      &st);
 
@@ -231,7 +203,7 @@ int ds_snapshot_each_upto(int64_t dataset_id, int64_t upto_id,
         return rc;
     sqlite3_bind_int64(st, 1, dataset_id);
     sqlite3_bind_int64(st, 2, upto_id);
-    while (rc == 0 && (step = sqlite3_step(st)) == SQLITE_ROW) {
+    while (db_stmt_next(st, &rc)) {
         memset(&s, 0, sizeof(s));
         s.id = sqlite3_column_int64(st, 0);
         s.dataset_id = dataset_id;
@@ -240,8 +212,6 @@ int ds_snapshot_each_upto(int64_t dataset_id, int64_t upto_id,
         s.created = sqlite3_column_int64(st, 3);
         rc = fn(&s, arg);
     }
-    if (rc == 0 && step != SQLITE_DONE)
-        rc = -db_errno();
     db_stmt_done(st);
     return rc;
 }
@@ -281,88 +251,56 @@ int ds_snapshot_first_clone(int64_t id, char *name, size_t len)
     if (rc < 0)
         return rc;
     sqlite3_bind_int64(st, 1, id);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
+    rc = db_step_row(st);
+    if (rc == 0)
         copy_text(name, len, sqlite3_column_text(st, 0));
-    rc = rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? -ENOENT : -db_errno();
     db_stmt_done(st);
     return rc;
 }
 
 int ds_snapshot_insert(struct ds_snap *s)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt("INSERT INTO snapshots (dataset_id, name, volsize, created)"
-                     " VALUES (?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS"
-                     " INTEGER))",
-                     &st);
+    int rc = db_run("INSERT INTO snapshots (dataset_id, name, volsize, created)"
+                    " VALUES (?, ?, ?, CAST((julianday('now') - 2440587.5) * 86400000 AS"
+                    " INTEGER))",
+                    "iti", s->dataset_id, s->name, (int64_t)s->volsize);
 
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, s->dataset_id);
-    sqlite3_bind_text(st, 2, s->name, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, (sqlite3_int64)s->volsize);
-    rc = db_step_done(st);
-    db_stmt_done(st);
     s->id = sqlite3_last_insert_rowid(db_handle());
     return rc;
 }
 
 int ds_snapshot_delete(int64_t id)
 {
-    return run_ints("DELETE FROM snapshots WHERE id = ?", 1, &id);
+    return db_run("DELETE FROM snapshots WHERE id = ?", "i", id);
 }
 
 int ds_snapshot_rename(int64_t id, const char *name)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt("UPDATE snapshots SET name = ?2 WHERE id = ?1", &st);
-
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
+    return db_run("UPDATE snapshots SET name = ?2 WHERE id = ?1", "it", id, name);
 }
 
 int ds_snapshot_set_created(int64_t dataset_id, const char *name, int64_t created)
 {
-    sqlite3_stmt *st;
-    int rc = db_stmt("UPDATE snapshots SET created = ? WHERE dataset_id = ? AND name = ?", &st);
-
-    if (rc < 0)
-        return rc;
-    sqlite3_bind_int64(st, 1, created);
-    sqlite3_bind_int64(st, 2, dataset_id);
-    sqlite3_bind_text(st, 3, name, -1, SQLITE_STATIC);
-    rc = db_step_done(st);
-    db_stmt_done(st);
-    return rc;
+    return db_run("UPDATE snapshots SET created = ? WHERE dataset_id = ? AND name = ?", "iit",
+                  created, dataset_id, name);
 }
 
 int ds_snapshot_move(int64_t from, int64_t to, int64_t upto_id)
 {
-    const int64_t v[] = {to, from, upto_id};
-
-    return run_ints("UPDATE snapshots SET dataset_id = ?1 WHERE dataset_id = ?2 AND id <= ?3", 3,
-                    v);
+    return db_run("UPDATE snapshots SET dataset_id = ?1 WHERE dataset_id = ?2 AND id <= ?3", "iii",
+                  to, from, upto_id);
 }
 
 int ds_snapshot_rollback_mark(int64_t dataset_id, int64_t snap_id)
 {
-    const int64_t v[] = {dataset_id, snap_id};
-
-    return run_ints("UPDATE datasets SET rollback_pending = ?2 WHERE id = ?1", 2, v);
+    return db_run("UPDATE datasets SET rollback_pending = ?2 WHERE id = ?1", "ii", dataset_id,
+                  snap_id);
 }
 
 int ds_snapshot_rollback_done(int64_t dataset_id, uint64_t volsize)
 {
-    const int64_t v[] = {dataset_id, (int64_t)volsize};
-
-    return run_ints("UPDATE datasets SET rollback_pending = NULL, volsize = ?2 WHERE id = ?1", 2,
-                    v);
+    return db_run("UPDATE datasets SET rollback_pending = NULL, volsize = ?2 WHERE id = ?1", "ii",
+                  dataset_id, (int64_t)volsize);
 }
 
 int ds_snapshot_rollbacks_pending(int64_t *dataset_ids, int64_t *snap_ids, size_t max, size_t *n)

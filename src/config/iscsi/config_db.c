@@ -24,37 +24,7 @@ void icfg_finalize(sqlite3_stmt *st)
     db_stmt_done(st);
 }
 
-int icfg_bindv(sqlite3_stmt *st, const char *types, va_list ap)
-{
-    int idx = 1;
-    for (const char *t = types; *t; t++, idx++) {
-        int rc;
-        switch (*t) {
-        case 'i':
-            rc = sqlite3_bind_int64(st, idx, va_arg(ap, int64_t));
-            break;
-        case 'b':
-            rc = sqlite3_bind_int(st, idx, va_arg(ap, int) ? 1 : 0);
-            break;
-        case 't': {
-            const char *s = va_arg(ap, const char *);
-            rc = s ? sqlite3_bind_text(st, idx, s, -1, SQLITE_TRANSIENT)
-                   : sqlite3_bind_null(st, idx);
-            break;
-        }
-        case 'n':
-            rc = sqlite3_bind_null(st, idx);
-            break;
-        default:
-            return -EINVAL;
-        }
-        if (rc != SQLITE_OK)
-            return -EIO;
-    }
-    return 0;
-}
-
-/* Prepare sql and bind its arguments (types as icfg_bindv). Returns the
+/* Prepare sql and bind its arguments (types as db_bindv). Returns the
  * prepare error (no statement), else 0 or the bind error with *st to
  * finalize. */
 static int prepare_bound(const char *sql, sqlite3_stmt **st, const char *types, va_list ap)
@@ -64,7 +34,7 @@ static int prepare_bound(const char *sql, sqlite3_stmt **st, const char *types, 
         *st = NULL;
         return rc;
     }
-    return icfg_bindv(*st, types, ap);
+    return db_bindv(*st, types, ap);
 }
 
 int icfg_step(sqlite3_stmt *st, const char *sql)

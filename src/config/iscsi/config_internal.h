@@ -67,12 +67,12 @@ void icfg_dirty_merge(struct icfg_dirty *into, const struct icfg_dirty *from);
 void icfg_dirty_free(struct icfg_dirty *d);
 
 /* ---- SQL helpers (caller holds db_lock) ----
- * Bind types: 'i' int64, 't' text (NULL → SQL NULL), 'n' NULL, 'b' bool(int). */
+ * Bind types as config/db.h db_bindv: 'i' int64, 't' text (NULL → SQL
+ * NULL), 'n' NULL, 'b' bool(int). */
 /* A cached statement (config/db.h db_stmt); give it back with
  * icfg_finalize(), never sqlite3_finalize(). */
 int icfg_prepare(const char *sql, sqlite3_stmt **st);
 void icfg_finalize(sqlite3_stmt *st);
-int icfg_bindv(sqlite3_stmt *st, const char *types, va_list ap);
 /* Step a bound statement (sql names it in the log) once: 0 for a row or
  * done, else -errno (db_errno mapping; logged unless -EEXIST). */
 int icfg_step(sqlite3_stmt *st, const char *sql);
