@@ -161,7 +161,7 @@ int ds_snapshot_each_newer(int64_t dataset_id, int64_t after_id,
         return rc;
     sqlite3_bind_int64(st, 1, dataset_id);
     sqlite3_bind_int64(st, 2, after_id);
-    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+    while (db_stmt_next(st, &rc)) {
         memset(&s, 0, sizeof(s));
         s.id = sqlite3_column_int64(st, 0);
         s.dataset_id = dataset_id;
@@ -232,7 +232,7 @@ int ds_snapshot_each_named(const char *dataset, const char *snap, bool recursive
         return rc;
     sqlite3_bind_text(st, 1, dataset, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, snap, -1, SQLITE_STATIC);
-    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW) {
+    while (db_stmt_next(st, &rc)) {
         memset(&s, 0, sizeof(s));
         s.id = sqlite3_column_int64(st, 0);
         copy_text(s.dataset, sizeof(s.dataset), sqlite3_column_text(st, 1));
@@ -312,11 +312,11 @@ int ds_snapshot_rollbacks_pending(int64_t *dataset_ids, int64_t *snap_ids, size_
     *n = 0;
     if (rc < 0)
         return rc;
-    while (*n < max && sqlite3_step(st) == SQLITE_ROW) {
+    while (*n < max && db_stmt_next(st, &rc)) {
         dataset_ids[*n] = sqlite3_column_int64(st, 0);
         snap_ids[*n] = sqlite3_column_int64(st, 1);
         (*n)++;
     }
     db_stmt_done(st);
-    return 0;
+    return rc;
 }

@@ -1165,7 +1165,9 @@ void ds_rollback_recover(void)
 
     ds_ops_lock();
     db_lock();
-    (void)ds_snapshot_rollbacks_pending(dataset_ids, snap_ids, ARRAY_SIZE(dataset_ids), &n);
+    int lrc = ds_snapshot_rollbacks_pending(dataset_ids, snap_ids, ARRAY_SIZE(dataset_ids), &n);
+    if (lrc < 0) /* the ones read so far are still finished */
+        log_error("datasets: reading the interrupted rollbacks: %s", strerror(-lrc));
     for (size_t i = 0; i < n; i++) {
         struct ds_row row;
         struct ds_snap snap;

@@ -226,7 +226,7 @@ static int deleted_extents(const char *name, int64_t **out, size_t *n)
     sqlite3_bind_text(st, 3, snap, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 4, pool, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 5, rest, -1, SQLITE_STATIC);
-    while (sqlite3_step(st) == SQLITE_ROW) {
+    while (db_stmt_next(st, &rc)) {
         int64_t *e = realloc(*out, (*n + 1) * sizeof(*e));
         if (!e) {
             rc = -ENOMEM;
