@@ -31,6 +31,7 @@ static const char *const vbs_values[] = {"512", "512B", "1K",  "2K",   "4K", "8K
 static const char *const backend_values[] = {"file", "memory", NULL};
 
 #define LATENCY_MAX_US 10000000
+#define MANAGEDBY_MAX 256
 
 static const struct api_field user_prop_fields[] = {
     API_FIELD_STRING("key", API_REQUIRED, 3, DS_USER_PROP_KEY_MAX),
@@ -65,7 +66,7 @@ static const struct api_field create_fields[] = {
     /* blockd extension (docs/ha.md): a VOLUME of an RBD pool whose image
      * already exists (made by another gateway of the group) is adopted. */
     {.name = "adopt", .type = API_T_BOOL},
-    {.name = "managedby", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = 256},
+    {.name = "managedby", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = MANAGEDBY_MAX},
     {.name = "user_properties",
      .type = API_T_ARRAY,
      .flags = API_RANGE,
@@ -79,7 +80,7 @@ static const struct api_field create_fields[] = {
 };
 
 static const struct api_field update_fields[] = {
-    {.name = "managedby", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = 256},
+    {.name = "managedby", .type = API_T_STRING, .flags = API_RANGE, .min = 0, .max = MANAGEDBY_MAX},
     {.name = "user_properties_update",
      .type = API_T_ARRAY,
      .flags = API_RANGE,
@@ -122,15 +123,15 @@ static bool bool_or(json_t *obj, const char *key, bool def)
 
 /* Field-level name checks shared by create and clone. field is the full
  * field name for errors. On success fills pool. */
-int ds_check_new_name(struct api_call *call, const char *field, json_t *jname, struct ds_pool *pool)
+int ds_check_new_name(struct api_call *call, const char *field, const char *name, size_t len,
+                      struct ds_pool *pool)
 {
-    const char *name = json_string_value(jname);
     char why[256], poolname[DS_NAME_BUF], anc[DS_NAME_BUF];
     struct ds_row row;
     const char *p;
     int rc;
 
-    if (strlen(name) != json_string_length(jname)) {
+    if (strlen(name) != len) {
         api_verr(call, field, EINVAL, "name contains a NUL byte");
         return -EINVAL;
     }
@@ -167,9 +168,48 @@ int ds_check_new_name(struct api_call *call, const char *field, json_t *jname, s
     return 0;
 }
 
+/* managedby as a request gives it. */
+struct managedby {
+    bool given;
+    bool inherit; /* "INHERIT": no value of its own */
+    char value[MANAGEDBY_MAX + 1];
+};
+
+static void managedby_decode(json_t *data, struct managedby *m)
+{
+    const char *s = str_or(data, "managedby", NULL);
+
+    m->given = s != NULL;
+    m->inherit = s && strcmp(s, "INHERIT") == 0;
+    snprintf(m->value, sizeof(m->value), "%s", s ? s : "");
+}
+
+/* The fields only a VOLUME takes (create_check_fields). */
+enum { VO_VOLSIZE, VO_VOLBLOCKSIZE, VO_SPARSE, VO_BACKEND, VO_LATENCY, VO_COUNT };
+static const char *const vol_only_fields[VO_COUNT] = {[VO_VOLSIZE] = "volsize",
+                                                      [VO_VOLBLOCKSIZE] = "volblocksize",
+                                                      [VO_SPARSE] = "sparse",
+                                                      [VO_BACKEND] = "backend",
+                                                      [VO_LATENCY] = "latency_us"};
+
+/* A pool.dataset.create request, decoded once (create_decode): the steps
+ * after it take only this, never the request's JSON. */
+struct create_req {
+    struct ds_row row;       /* the new row, TrueNAS' defaults filled in */
+    size_t name_len;         /* the name's length as given */
+    bool vol_only[VO_COUNT]; /* which of vol_only_fields were given */
+    bool sync_inherit;       /* sync not given or "INHERIT": the parent's */
+    bool readonly_inherit;   /* the same for readonly */
+    char volblocksize[8];    /* as given ("16K" if not), for errors and the log */
+    bool adopt;              /* adopt the existing image (RBD, docs/ha.md) */
+    struct managedby managedby;
+    struct ds_user_props user_props;
+    struct ds_propset props; /* the ZFS properties, share_type presets applied */
+};
+
 /* The new dataset's row from the request with TrueNAS' defaults; "INHERIT"
  * sync and readonly are resolved under the lock (create_resolve). */
-static void create_decode(json_t *data, struct ds_row *row)
+static void create_decode_row(json_t *data, struct ds_row *row)
 {
     json_t *js = json_object_get(data, "volsize");
     bool is_volume = strcmp(str_or(data, "type", "FILESYSTEM"), "VOLUME") == 0;
@@ -192,32 +232,63 @@ static void create_decode(json_t *data, struct ds_row *row)
         row->volsize = (uint64_t)json_integer_value(js);
 }
 
+/* The request (checked against create_fields by the dispatcher) into
+ * *req. 0 or -ENOMEM; either way create_req_free may be called. */
+static int create_decode(json_t *data, struct create_req *req)
+{
+    enum ds_prop_given sync, ro;
+    int rc;
+
+    memset(req, 0, sizeof(*req));
+    create_decode_row(data, &req->row);
+    req->name_len = json_string_length(json_object_get(data, "name"));
+    for (size_t i = 0; i < VO_COUNT; i++)
+        req->vol_only[i] = json_object_get(data, vol_only_fields[i]) != NULL;
+    snprintf(req->volblocksize, sizeof(req->volblocksize), "%s",
+             str_or(data, "volblocksize", "16K"));
+    req->adopt = bool_or(data, "adopt", false);
+    managedby_decode(data, &req->managedby);
+    rc = ds_user_props_decode(json_object_get(data, "user_properties"), &req->user_props);
+    if (rc == 0)
+        rc = ds_propset_decode(data, true, req->row.type, &req->props);
+    sync = ds_propset_given(&req->props, "sync");
+    ro = ds_propset_given(&req->props, "readonly");
+    req->sync_inherit = sync == DS_PROP_ABSENT || sync == DS_PROP_INHERIT;
+    req->readonly_inherit = ro == DS_PROP_ABSENT || ro == DS_PROP_INHERIT;
+    return rc;
+}
+
+static void create_req_free(struct create_req *req)
+{
+    ds_user_props_free(&req->user_props);
+    ds_propset_free(&req->props);
+}
+
 /* The invariants between fields the table cannot express: a volume has a
  * size in whole blocks and memory-only options only with that backend; a
  * filesystem has none of a volume's fields. Errors are collected. */
-static void create_check_fields(struct api_call *call, json_t *data, const struct ds_row *row)
+static void create_check_fields(struct api_call *call, const struct create_req *req)
 {
-    static const char *const vol_only[] = {"volsize", "volblocksize", "sparse", "backend",
-                                           "latency_us"};
+    const struct ds_row *row = &req->row;
 
     if (row->type != DS_VOLUME) {
-        for (size_t i = 0; i < ARRAY_SIZE(vol_only); i++) {
-            if (json_object_get(data, vol_only[i])) {
+        for (size_t i = 0; i < VO_COUNT; i++) {
+            if (req->vol_only[i]) {
                 char field[64];
-                snprintf(field, sizeof(field), "pool.dataset.create.%s", vol_only[i]);
+                snprintf(field, sizeof(field), "pool.dataset.create.%s", vol_only_fields[i]);
                 api_verr(call, field, EINVAL, "only valid for type VOLUME");
             }
         }
         return;
     }
-    if (!json_object_get(data, "volsize"))
+    if (!req->vol_only[VO_VOLSIZE])
         api_verr(call, "pool.dataset.create.volsize", EINVAL,
                  "Field required (a VOLUME needs volsize in bytes)");
     else if (row->volsize % row->volblocksize)
         api_verr(call, "pool.dataset.create.volsize", EINVAL,
-                 "must be a multiple of volblocksize (%s = %u bytes)",
-                 str_or(data, "volblocksize", "16K"), row->volblocksize);
-    if (!row->memory && json_object_get(data, "latency_us"))
+                 "must be a multiple of volblocksize (%s = %u bytes)", req->volblocksize,
+                 row->volblocksize);
+    if (!row->memory && req->vol_only[VO_LATENCY])
         api_verr(call, "pool.dataset.create.latency_us", EINVAL,
                  "only valid with backend \"memory\"");
     if (row->memory && !row->sparse)
@@ -228,43 +299,42 @@ static void create_check_fields(struct api_call *call, json_t *data, const struc
 /* Locked: the checks that need the database (name free, pool there,
  * parent not a volume, the ZFS properties) and the values inherited from
  * the parent. 0 (field errors collected on call) or -errno. */
-static int create_resolve(struct api_call *call, json_t *data, struct ds_row *row,
-                          struct ds_pool *pool)
+static int create_resolve(struct api_call *call, struct create_req *req, struct ds_pool *pool)
 {
+    struct ds_row *row = &req->row;
     enum volume_sync psync;
     bool pro;
-    int rc =
-        ds_check_new_name(call, "pool.dataset.create.name", json_object_get(data, "name"), pool);
+    int rc = ds_check_new_name(call, "pool.dataset.create.name", row->name, req->name_len, pool);
 
     if (rc < 0)
         return rc;
-    ds_props_check(call, "pool.dataset.create", data, row->type, row->name, false);
+    ds_props_check(call, "pool.dataset.create", &req->props, row->type, row->name, false);
     /* not given (or "INHERIT"): what the parent has */
     ds_props_parent_effective(row->name, &psync, &pro);
-    if (strcmp(str_or(data, "sync", "INHERIT"), "INHERIT") == 0)
+    if (req->sync_inherit)
         row->sync = psync;
-    if (strcmp(str_or(data, "readonly", "INHERIT"), "INHERIT") == 0)
+    if (req->readonly_inherit)
         row->readonly = pro;
     return 0;
 }
 
 /* Inside the transaction: the missing ancestors, the row, managedby, the
  * user and ZFS properties. 0 or -errno. */
-static int create_rows(struct cfg_tx *tx, json_t *data, struct ds_row *row, struct ds_pool *pool)
+static int create_rows(struct cfg_tx *tx, struct create_req *req, struct ds_pool *pool)
 {
+    struct ds_row *row = &req->row;
     int rc = ds_create_ancestors(pool, row->name);
 
     if (rc == 0)
         rc = ds_dataset_insert(row);
     if (rc == 0)
         cfg_tx_changed(tx, CFG_DATASET, row->id, CFG_CREATED);
-    if (rc == 0 && json_object_get(data, "managedby") &&
-        strcmp(str_or(data, "managedby", ""), "INHERIT") != 0)
-        rc = ds_prop_set(row->id, "managedby", str_or(data, "managedby", ""));
+    if (rc == 0 && req->managedby.given && !req->managedby.inherit)
+        rc = ds_prop_set(row->id, "managedby", req->managedby.value);
     if (rc == 0)
-        rc = ds_apply_user_props(row->id, json_object_get(data, "user_properties"));
+        rc = ds_apply_user_props(row->id, &req->user_props);
     if (rc == 0)
-        rc = ds_props_apply(row->id, data, row->type, false);
+        rc = ds_props_apply(row->id, &req->props, row->type, false);
     return rc;
 }
 
@@ -272,10 +342,11 @@ static int create_rows(struct cfg_tx *tx, json_t *data, struct ds_row *row, stru
  * failure on either side leaves neither behind. *created: there is
  * something to remove if the commit fails (never an adopted image: it is
  * not ours). 0 or -errno. */
-static int create_storage(struct api_call *call, json_t *data, const struct ds_row *row,
-                          struct ds_pool *pool, bool *created)
+static int create_storage(struct api_call *call, const struct create_req *req, struct ds_pool *pool,
+                          bool *created)
 {
     const struct ds_backend *be = ds_backend_of(pool);
+    const struct ds_row *row = &req->row;
     char why[256] = "";
     struct volume *mv;
     int rc;
@@ -286,7 +357,7 @@ static int create_storage(struct api_call *call, json_t *data, const struct ds_r
         if (rc < 0)
             log_error("datasets: create filesystem %s: %s (peer %s)", row->name, strerror(-rc),
                       api_call_peer(call));
-    } else if (!row->memory && bool_or(data, "adopt", false)) {
+    } else if (!row->memory && req->adopt) {
         rc = be->volume_adopt ? be->volume_adopt(pool, row->name, row->volsize, why, sizeof(why))
                               : -ENOTSUP;
         if (rc == -ENOTSUP && !be->volume_adopt)
@@ -314,9 +385,9 @@ static int create_storage(struct api_call *call, json_t *data, const struct ds_r
 
 /* Locked: the one transaction (rows, then storage); on failure the memory
  * volume is dropped and the file or directory made is removed. */
-static int create_commit(struct api_call *call, json_t *data, struct ds_row *row,
-                         struct ds_pool *pool)
+static int create_commit(struct api_call *call, struct create_req *req, struct ds_pool *pool)
 {
+    struct ds_row *row = &req->row;
     bool is_volume = row->type == DS_VOLUME, created = false;
     struct cfg_tx tx;
     int rc;
@@ -325,9 +396,9 @@ static int create_commit(struct api_call *call, json_t *data, struct ds_row *row
     rc = cfg_tx_begin(&tx);
     if (rc < 0)
         return rc;
-    rc = create_rows(&tx, data, row, pool);
+    rc = create_rows(&tx, req, pool);
     if (rc == 0)
-        rc = create_storage(call, data, row, pool, &created);
+        rc = create_storage(call, req, pool, &created);
     if (rc == 0)
         rc = cfg_tx_commit(&tx);
     else
@@ -339,11 +410,13 @@ static int create_commit(struct api_call *call, json_t *data, struct ds_row *row
     return rc;
 }
 
-static void create_log(struct api_call *call, json_t *data, const struct ds_row *row)
+static void create_log(struct api_call *call, const struct create_req *req)
 {
+    const struct ds_row *row = &req->row;
+
     if (row->type == DS_VOLUME)
         log_info("datasets: created volume %s (%llu bytes, volblocksize %s, %s%s; peer %s)",
-                 row->name, (unsigned long long)row->volsize, str_or(data, "volblocksize", "16K"),
+                 row->name, (unsigned long long)row->volsize, req->volblocksize,
                  row->memory   ? "memory"
                  : row->sparse ? "sparse"
                                : "thick",
@@ -352,36 +425,47 @@ static void create_log(struct api_call *call, json_t *data, const struct ds_row 
         log_info("datasets: created filesystem %s (peer %s)", row->name, api_call_peer(call));
 }
 
-/* pool.dataset.create: decode -> check fields -> (locked) check against
- * the database -> one transaction -> the new row. The parameter shapes
- * were checked by the dispatcher against create_fields. */
-static int m_dataset_create(struct api_call *call, json_t *params, json_t **result)
+/* Unlocked: the call's answer once the locked part returned rc (*result
+ * is the new row when rc is 0 and no field error was found). */
+static int create_answer(struct api_call *call, const struct create_req *req, int rc,
+                         json_t **result)
 {
-    json_t *data = api_param(params, 0);
-    struct ds_row row;
-    struct ds_pool pool;
-    int rc;
-
-    create_decode(data, &row);
-    create_check_fields(call, data, &row);
-    ds_check_user_props(call, "pool.dataset.create.user_properties",
-                        json_object_get(data, "user_properties"), false);
-    ds_ops_lock();
-    db_lock();
-    rc = create_resolve(call, data, &row, &pool);
-    if (rc == 0 && !api_has_verrs(call)) {
-        rc = create_commit(call, data, &row, &pool);
-        if (rc == 0)
-            *result = ds_dataset_row(row.name);
-    }
-    db_unlock();
-    ds_ops_unlock();
     if (api_has_verrs(call))
         return api_invalid(call);
     if (rc < 0)
-        return ds_api_errno(call, rc, "cannot create dataset", row.name);
-    create_log(call, data, &row);
-    return *result ? 0 : api_error(call, EIO, "dataset %s vanished", row.name);
+        return ds_api_errno(call, rc, "cannot create dataset", req->row.name);
+    create_log(call, req);
+    return *result ? 0 : api_error(call, EIO, "dataset %s vanished", req->row.name);
+}
+
+/* pool.dataset.create: decode once -> check fields -> (locked) check
+ * against the database -> one transaction -> the new row. The parameter
+ * shapes were checked by the dispatcher against create_fields. */
+static int m_dataset_create(struct api_call *call, json_t *params, json_t **result)
+{
+    struct create_req req;
+    struct ds_pool pool;
+    int rc = create_decode(api_param(params, 0), &req);
+
+    if (rc < 0) {
+        create_req_free(&req);
+        return ds_api_errno(call, rc, "cannot create dataset", req.row.name);
+    }
+    create_check_fields(call, &req);
+    ds_check_user_props(call, "pool.dataset.create.user_properties", &req.user_props, false);
+    ds_ops_lock();
+    db_lock();
+    rc = create_resolve(call, &req, &pool);
+    if (rc == 0 && !api_has_verrs(call)) {
+        rc = create_commit(call, &req, &pool);
+        if (rc == 0)
+            *result = ds_dataset_row(req.row.name);
+    }
+    db_unlock();
+    ds_ops_unlock();
+    rc = create_answer(call, &req, rc, result);
+    create_req_free(&req);
+    return rc;
 }
 
 /*
@@ -520,8 +604,18 @@ static void notify_changes(const struct ds_eff_change *c, size_t n, const char *
 /* One pool.dataset.update's state, shared by its steps. */
 struct update {
     struct api_call *call;
-    const char *id;
-    json_t *data;
+    char id[DS_NAME_BUF];
+    /* The request, decoded once (update_decode); the steps after it take
+     * only these, never the request's JSON. */
+    bool volsize_given;
+    uint64_t volsize;
+    bool comments_given;
+    char comments[DS_COMMENTS_MAX + 1]; /* "INHERIT" decoded as "" */
+    struct managedby managedby;
+    struct ds_user_props user_props;        /* user_properties: the whole set */
+    struct ds_user_props user_props_update; /* user_properties_update: changes */
+    struct ds_propset propset;              /* the ZFS properties */
+    /* The state. */
     struct ds_row row; /* read, then changed in place */
     struct ds_pool pool;
     struct volume *v; /* the open volume (own ref), or NULL */
@@ -532,18 +626,54 @@ struct update {
     enum { UPDATE_ERRNO, UPDATE_NOENT, UPDATE_READ } fail; /* which error a failure gets */
 };
 
+/* The changes object (checked against update_fields) into u. 0 or
+ * -ENOMEM; either way update_free may be called. */
+static int update_decode_data(json_t *data, struct update *u)
+{
+    json_t *js = json_object_get(data, "volsize");
+    const char *c = str_or(data, "comments", NULL);
+    int rc;
+
+    u->volsize_given = js != NULL;
+    u->volsize = (uint64_t)json_integer_value(js);
+    u->comments_given = c != NULL;
+    /* TrueNAS' "INHERIT" comment: no comment of its own */
+    snprintf(u->comments, sizeof(u->comments), "%s", c && strcmp(c, "INHERIT") != 0 ? c : "");
+    managedby_decode(data, &u->managedby);
+    rc = ds_user_props_decode(json_object_get(data, "user_properties"), &u->user_props);
+    if (rc == 0)
+        rc = ds_user_props_decode(json_object_get(data, "user_properties_update"),
+                                  &u->user_props_update);
+    if (rc == 0)
+        rc = ds_propset_decode(data, false, DS_FILESYSTEM, &u->propset); /* no presets */
+    return rc;
+}
+
+static void update_free(struct update *u)
+{
+    ds_user_props_free(&u->user_props);
+    ds_user_props_free(&u->user_props_update);
+    ds_propset_free(&u->propset);
+}
+
 /* The id and the changes object, checked together (both errors are
- * reported at once, which the dispatcher's table cannot do). */
+ * reported at once, which the dispatcher's table cannot do), then
+ * decoded. 0, -EINVAL (field errors on call) or -ENOMEM. */
 static int update_decode(struct api_call *call, json_t *params, struct update *u)
 {
-    dataset_id_param(call, params, "pool.dataset.update", &u->id);
-    u->data = api_param(params, 1);
-    if (!u->data)
+    json_t *data = api_param(params, 1);
+    const char *id;
+
+    if (dataset_id_param(call, params, "pool.dataset.update", &id) == 0)
+        snprintf(u->id, sizeof(u->id), "%s", id);
+    if (!data)
         api_verr(call, "pool.dataset.update", EINVAL, "Field required (the changes)");
     else
-        api_validate_object(call, NULL, u->data, update_fields, ARRAY_SIZE(update_fields),
+        api_validate_object(call, NULL, data, update_fields, ARRAY_SIZE(update_fields),
                             API_PARTIAL);
-    return api_has_verrs(call) ? -EINVAL : 0;
+    if (api_has_verrs(call))
+        return -EINVAL;
+    return update_decode_data(data, u);
 }
 
 /* Locked: the checks that need the row (a size only for a volume, in
@@ -552,13 +682,12 @@ static int update_decode(struct api_call *call, json_t *params, struct update *u
 static void update_check(struct update *u)
 {
     struct api_call *call = u->call;
-    json_t *js;
 
-    if ((js = json_object_get(u->data, "volsize"))) {
+    if (u->volsize_given) {
         if (u->row.type != DS_VOLUME) {
             api_verr(call, "pool.dataset.update.volsize", EINVAL, "only valid for a VOLUME");
         } else {
-            u->new_size = (uint64_t)json_integer_value(js);
+            u->new_size = u->volsize;
             if (u->new_size % u->row.volblocksize)
                 api_verr(call, "pool.dataset.update.volsize", EINVAL,
                          "must be a multiple of volblocksize (%u bytes)", u->row.volblocksize);
@@ -566,21 +695,16 @@ static void update_check(struct update *u)
             u->resize = u->new_size != u->old_size;
         }
     }
-    ds_check_user_props(call, "pool.dataset.update.user_properties_update",
-                        json_object_get(u->data, "user_properties_update"), true);
-    ds_check_user_props(call, "pool.dataset.update.user_properties",
-                        json_object_get(u->data, "user_properties"), true);
-    if (json_array_size(json_object_get(u->data, "user_properties")) &&
-        json_array_size(json_object_get(u->data, "user_properties_update")))
+    ds_check_user_props(call, "pool.dataset.update.user_properties_update", &u->user_props_update,
+                        true);
+    ds_check_user_props(call, "pool.dataset.update.user_properties", &u->user_props, true);
+    if (u->user_props.n && u->user_props_update.n)
         api_verr(call, "pool.dataset.update.user_properties_update", EINVAL,
                  "Should not be specified when \"user_properties\" are explicitly specified");
-    ds_props_check(call, "pool.dataset.update", u->data, u->row.type, u->row.name, true);
-    if ((js = json_object_get(u->data, "comments"))) {
-        const char *c = json_string_value(js);
-        if (strcmp(c, "INHERIT") == 0)
-            c = ""; /* TrueNAS' "no comment of its own" */
-        u->props |= strcmp(c, u->row.comments) != 0;
-        snprintf(u->row.comments, sizeof(u->row.comments), "%s", c);
+    ds_props_check(call, "pool.dataset.update", &u->propset, u->row.type, u->row.name, true);
+    if (u->comments_given) {
+        u->props |= strcmp(u->comments, u->row.comments) != 0;
+        snprintf(u->row.comments, sizeof(u->row.comments), "%s", u->comments);
     }
 }
 
@@ -589,24 +713,22 @@ static void update_check(struct update *u)
  * descendants. 0 or -errno. */
 static int update_write_rows(struct update *u)
 {
-    json_t *js, *all = json_object_get(u->data, "user_properties");
     int rc = ds_dataset_update_size(u->row.id, u->resize ? u->new_size : u->row.volsize,
                                     u->row.comments);
 
-    if (rc == 0 && (js = json_object_get(u->data, "managedby")))
-        rc = ds_prop_set(u->row.id, "managedby",
-                         strcmp(json_string_value(js), "INHERIT") == 0 ? NULL
-                                                                       : json_string_value(js));
+    if (rc == 0 && u->managedby.given)
+        rc = ds_prop_set(u->row.id, "managedby", u->managedby.inherit ? NULL : u->managedby.value);
     /* user_properties is the whole set (TrueNAS): drop the others first */
-    if (rc == 0 && json_array_size(all))
+    if (rc == 0 && u->user_props.n)
         rc = ds_clear_user_props(u->row.id);
     if (rc == 0)
-        rc = ds_apply_user_props(u->row.id, all);
+        rc = ds_apply_user_props(u->row.id, &u->user_props);
     if (rc == 0)
-        rc = ds_apply_user_props(u->row.id, json_object_get(u->data, "user_properties_update"));
+        rc = ds_apply_user_props(u->row.id, &u->user_props_update);
     if (rc == 0)
-        rc = ds_props_apply(u->row.id, u->data, u->row.type, true);
-    if (rc == 0 && (json_object_get(u->data, "sync") || json_object_get(u->data, "readonly")))
+        rc = ds_props_apply(u->row.id, &u->propset, u->row.type, true);
+    if (rc == 0 &&
+        (ds_propset_given(&u->propset, "sync") || ds_propset_given(&u->propset, "readonly")))
         rc = ds_props_recompute(u->row.name, &u->changes, &u->nchanges);
     return rc;
 }
@@ -723,15 +845,19 @@ static void update_publish(struct update *u)
         volume_unref(u->v);
 }
 
-/* pool.dataset.update: decode -> (locked) check -> one transaction ->
- * publish. */
+/* pool.dataset.update: decode once -> (locked) check -> one transaction
+ * -> publish; one exit frees the decoded request. */
 static int m_dataset_update(struct api_call *call, json_t *params, json_t **result)
 {
     struct update u = {.call = call};
-    int rc;
+    int rc = update_decode(call, params, &u);
 
-    if (update_decode(call, params, &u) < 0)
-        return api_invalid(call);
+    if (rc < 0) {
+        rc = api_has_verrs(call) ? api_invalid(call)
+                                 : ds_api_errno(call, rc, "cannot update dataset", u.id);
+        update_free(&u);
+        return rc;
+    }
     ds_ops_lock();
     db_lock();
     rc = update_locked(&u);
@@ -739,10 +865,14 @@ static int m_dataset_update(struct api_call *call, json_t *params, json_t **resu
         *result = ds_dataset_row(u.row.name);
     db_unlock();
     ds_ops_unlock();
-    if (rc < 0)
-        return update_fail(&u, rc);
-    update_publish(&u);
-    return *result ? 0 : api_error(call, EIO, "dataset %s vanished", u.row.name);
+    if (rc < 0) {
+        rc = update_fail(&u, rc);
+    } else {
+        update_publish(&u);
+        rc = *result ? 0 : api_error(call, EIO, "dataset %s vanished", u.row.name);
+    }
+    update_free(&u);
+    return rc;
 }
 
 /* A dataset or snapshot a delete removes. */

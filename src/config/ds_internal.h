@@ -55,16 +55,43 @@ json_t *ds_prop_size(uint64_t v, const char *source);
 void ds_nicenum(uint64_t v, char *buf, size_t len);
 /* "512", "512B", "1K" … "128K" → bytes; 0 if not a valid volblocksize. */
 uint32_t ds_volblocksize_parse(const char *s);
-/* Validate a new dataset name (create, clone): syntax, pool exists, name
- * free, no volume ancestor. Adds field errors on call; fills pool.
- * Caller holds db_lock(). */
-int ds_check_new_name(struct api_call *call, const char *field, json_t *jname,
+/* Validate a new dataset name (create, clone) of len bytes as given (a
+ * NUL inside is refused): syntax, pool exists, name free, no volume
+ * ancestor. Adds field errors on call; fills pool. Caller holds
+ * db_lock(). */
+int ds_check_new_name(struct api_call *call, const char *field, const char *name, size_t len,
                       struct ds_pool *pool);
-/* Semantic checks of a validated user_properties (create) or
- * user_properties_update (update) list; field errors added on call. */
-int ds_check_user_props(struct api_call *call, const char *field, json_t *list, bool update);
-/* Apply such a list ({key, value} sets, {key, remove: true} removes). */
-int ds_apply_user_props(int64_t dataset_id, json_t *list);
+
+/* One item of a user_properties / user_properties_update list, decoded:
+ * {key, value} sets, {key, remove: true} removes. */
+struct ds_user_prop {
+    char *key;        /* owned; NULL if the item had none (the schema says so) */
+    size_t key_len;   /* as given: a NUL inside makes strlen differ */
+    char *value;      /* owned; NULL if not a string */
+    size_t value_len; /* as given */
+    bool has_value;   /* the item had a value */
+    bool remove;      /* remove: true */
+};
+
+/* A decoded list (n == 0: not given or empty). */
+struct ds_user_props {
+    struct ds_user_prop *v;
+    size_t n;
+};
+
+/* Decode list (a JSON array checked against the schema, or NULL) into
+ * *out, once, in the handler. 0 or -ENOMEM (nothing to free then); else
+ * free with ds_user_props_free. */
+int ds_user_props_decode(json_t *list, struct ds_user_props *out);
+void ds_user_props_free(struct ds_user_props *props);
+/* Semantic checks of a decoded user_properties (create) or
+ * user_properties_update (update) list; field errors "<field>.<i>[.key]"
+ * added on call. 0 or -EINVAL. */
+int ds_check_user_props(struct api_call *call, const char *field, const struct ds_user_props *props,
+                        bool update);
+/* Store such a list (checked) for the dataset: sets and removes. Inside
+ * a transaction. 0 or -errno. */
+int ds_apply_user_props(int64_t dataset_id, const struct ds_user_props *props);
 #define DS_USER_PROP_VALUE_MAX 8192
 #define DS_USER_PROP_KEY_MAX 256
 

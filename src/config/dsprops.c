@@ -2,6 +2,7 @@
 #include "config/dsprops.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +133,7 @@ static const struct propdef props[] = {
     {"refquota_critical", "refquota_critical", K_PERCENT, T_FS | T_VOL, true, false, "95", false},
 };
 #define NPROPS (sizeof(props) / sizeof(props[0]))
+_Static_assert(NPROPS == DS_PROPS_COUNT, "dsprops.h: DS_PROPS_COUNT is the table's size");
 
 #define SSB_MAX (16 * 1024 * 1024)
 #define QUOTA_MIN (1024LL * 1024 * 1024)
@@ -262,32 +264,7 @@ json_t *ds_props_render(const char *zfs_name, const char *raw, const char *sourc
     return p ? render(p, raw, source) : NULL;
 }
 
-/* The API value in data as the raw ZFS string, or NULL for "INHERIT" (and
- * quota null / 0, which mean "none"). buf holds the result. */
-static const char *raw_of(const struct propdef *p, json_t *v, char *buf, size_t len)
-{
-    if (json_is_string(v) && strcmp(json_string_value(v), "INHERIT") == 0)
-        return NULL;
-    switch (p->kind) {
-    case K_ENUM:
-    case K_BOOL:
-        lower(buf, len, json_string_value(v));
-        return buf;
-    case K_RECSIZE:
-        snprintf(buf, len, "%llu", (unsigned long long)ds_recordsize_parse(json_string_value(v)));
-        return buf;
-    case K_NULLSIZE:
-        if (json_is_null(v) || json_integer_value(v) == 0)
-            return NULL;
-        /* fall through */
-    case K_INT:
-    case K_PERCENT:
-    case K_SSB:
-        snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        return buf;
-    }
-    return NULL;
-}
+/* ---- what a dataset inherits ---- */
 
 /* The ancestors of name, nearest first ("p/a/b" → "p/a", "p"). */
 static size_t ancestors(const char *name, char out[][DS_NAME_BUF], size_t max)
@@ -304,38 +281,51 @@ static size_t ancestors(const char *name, char out[][DS_NAME_BUF], size_t max)
     return n;
 }
 
-/*
- * The nearest local value among names[0..n) (nearest first) of each table
- * property, into an object ZFS name → [raw, dataset name] (new reference).
- */
+/* An inheritable property's nearest local value up the tree. The dataset
+ * it comes from is a prefix of the name asked about, so its length names
+ * it (and says which of two is nearer); 0: no local value up the tree. */
+struct inh_value {
+    char raw[64]; /* raw values are short: lower-case enums, integers */
+    size_t from_len;
+};
+
+/* What a dataset inherits, by the table's index (a C array rather than a
+ * map: the table is fixed and small). */
+struct inherited {
+    struct inh_value v[NPROPS];
+};
+
 /* ds_dataset_zfs_props_of's callback: keep the nearest local value of
  * an inheritable property. */
 static void inherited_add(const char *ds, const char *prop, const char *value, void *arg)
 {
-    json_t *out = arg, *have = json_object_get(out, prop);
+    struct inherited *out = arg;
     const struct propdef *p = by_zfs(prop);
+    struct inh_value *have;
 
     if (!p || !p->inheritable)
         return;
+    have = &out->v[p - props];
     /* ancestors are prefixes of each other: the longest is nearest */
-    if (have && strlen(json_string_value(json_array_get(have, 1))) >= strlen(ds))
+    if (have->from_len >= strlen(ds))
         return;
-    json_object_set_new(out, prop, json_pack("[ss]", value, ds));
+    snprintf(have->raw, sizeof(have->raw), "%s", value);
+    have->from_len = strlen(ds);
 }
 
-static json_t *inherited(char names[][DS_NAME_BUF], size_t n)
+/* The nearest local value among names[0..n) of each inheritable property
+ * into out. DB locked. */
+static void inherited(char names[][DS_NAME_BUF], size_t n, struct inherited *out)
 {
-    json_t *out = json_object();
-
-    if (out)
-        (void)ds_dataset_zfs_props_of(names, n, inherited_add, out);
-    return out;
+    memset(out, 0, sizeof(*out));
+    (void)ds_dataset_zfs_props_of(names, n, inherited_add, out);
 }
 
 /* Between ds_props_batch_begin/end (one row-building pass, DB locked):
- * the inherited values of the last parent, since siblings come in a row. */
+ * the inherited values of the last parent, since siblings come in a row.
+ * batch_inh is allocated by the pass's first lookup. */
 static __thread bool batch;
-static __thread json_t *batch_inh;
+static __thread struct inherited *batch_inh;
 static __thread char batch_parent[DS_NAME_BUF];
 
 void ds_props_batch_begin(void)
@@ -347,41 +337,41 @@ void ds_props_batch_begin(void)
 void ds_props_batch_end(void)
 {
     batch = false;
-    json_decref(batch_inh);
+    free(batch_inh);
     batch_inh = NULL;
 }
 
-/* What name inherits (new reference): an object ZFS name → [raw, from]. */
-static json_t *inherited_for(const char *name)
+/* What name inherits into out. */
+static void inherited_for(const char *name, struct inherited *out)
 {
     size_t max = depth(name);
     const char *slash = strrchr(name, '/');
+    size_t plen = slash ? (size_t)(slash - name) : 0;
     char(*anc)[DS_NAME_BUF];
-    size_t n;
-    json_t *inh;
 
-    if (batch && slash && batch_inh && strlen(batch_parent) == (size_t)(slash - name) &&
-        strncmp(batch_parent, name, (size_t)(slash - name)) == 0)
-        return json_incref(batch_inh);
-    anc = max ? malloc(max * sizeof(*anc)) : NULL;
-    n = anc ? ancestors(name, anc, max) : 0;
-    inh = inherited(anc, n);
-    free(anc);
-    if (batch && slash && inh) {
-        json_decref(batch_inh);
-        batch_inh = json_incref(inh);
-        snprintf(batch_parent, sizeof(batch_parent), "%.*s", (int)(slash - name), name);
+    if (batch && slash && batch_inh && strlen(batch_parent) == plen &&
+        strncmp(batch_parent, name, plen) == 0) {
+        *out = *batch_inh;
+        return;
     }
-    return inh;
+    anc = max ? malloc(max * sizeof(*anc)) : NULL;
+    inherited(anc, anc ? ancestors(name, anc, max) : 0, out);
+    free(anc);
+    if (batch && slash && (batch_inh || (batch_inh = malloc(sizeof(*batch_inh))))) {
+        *batch_inh = *out;
+        snprintf(batch_parent, sizeof(batch_parent), "%.*s", (int)plen, name);
+    }
 }
 
 void ds_props_emit(json_t *row, const char *name, enum ds_type type, json_t *local)
 {
-    json_t *inh = inherited_for(name);
+    struct inherited inh;
 
+    inherited_for(name, &inh);
     for (size_t i = 0; i < NPROPS; i++) {
         const struct propdef *p = &props[i];
-        json_t *lv = json_object_get(local, p->zfs), *iv = json_object_get(inh, p->zfs);
+        const struct inh_value *iv = &inh.v[i];
+        json_t *lv = json_object_get(local, p->zfs);
 
         if (!(p->types & (1u << type)))
             continue;
@@ -390,7 +380,7 @@ void ds_props_emit(json_t *row, const char *name, enum ds_type type, json_t *loc
             if (shown)
                 json_object_set_new(shown, "source",
                                     json_string(json_is_string(lv) ? "LOCAL"
-                                                : iv               ? "INHERITED"
+                                                : iv->from_len     ? "INHERITED"
                                                                    : "DEFAULT"));
             continue;
         }
@@ -398,13 +388,11 @@ void ds_props_emit(json_t *row, const char *name, enum ds_type type, json_t *loc
             json_object_set_new(row, p->api, render(p, json_string_value(lv), "LOCAL"));
         else if (strcmp(p->zfs, "refreservation") == 0 && type == DS_VOLUME)
             continue; /* dsrows.c derives it from sparse */
-        else if (iv)
-            json_object_set_new(row, p->api,
-                                render(p, json_string_value(json_array_get(iv, 0)), "INHERITED"));
+        else if (iv->from_len)
+            json_object_set_new(row, p->api, render(p, iv->raw, "INHERITED"));
         else
             json_object_set_new(row, p->api, render(p, p->def, "DEFAULT"));
     }
-    json_decref(inh);
 }
 
 /* The value an inheritable property has on a dataset (or, with
@@ -415,8 +403,9 @@ static void effective(const char *name, bool from_parent, const struct propdef *
 {
     size_t max = depth(name);
     char(*chain)[DS_NAME_BUF] = malloc((max + 1) * sizeof(*chain));
+    struct inherited inh;
+    const struct inh_value *iv = &inh.v[p - props];
     size_t n = 0;
-    json_t *inh, *iv;
 
     if (!chain) {
         snprintf(buf, len, "%s", p->def);
@@ -425,12 +414,124 @@ static void effective(const char *name, bool from_parent, const struct propdef *
     if (!from_parent)
         snprintf(chain[n++], DS_NAME_BUF, "%s", name);
     n += ancestors(name, chain + n, max);
-    inh = inherited(chain, n);
+    inherited(chain, n, &inh);
     free(chain);
-    iv = json_object_get(inh, p->zfs);
-    snprintf(buf, len, "%s", iv ? json_string_value(json_array_get(iv, 0)) : p->def);
-    json_decref(inh);
+    snprintf(buf, len, "%s", iv->from_len ? iv->raw : p->def);
 }
+
+/* ---- the decoder: request object → struct ds_propset ---- */
+
+/* One property's value v (checked against the schema) into its slot, as
+ * the raw string ZFS would store. 0 or -ENOMEM. */
+static int decode_value(const struct propdef *p, json_t *v, struct ds_propval *out)
+{
+    const char *s = json_string_value(v);
+
+    out->given = DS_PROP_SET;
+    if (s && strcmp(s, "INHERIT") == 0) {
+        out->given = DS_PROP_INHERIT;
+        return 0;
+    }
+    switch (p->kind) {
+    case K_ENUM:
+    case K_BOOL:
+        lower(out->raw, sizeof(out->raw), s ? s : "");
+        break;
+    case K_RECSIZE:
+        if (!s || !ds_recordsize_parse(s)) {
+            out->given = DS_PROP_BAD_SIZE;
+            out->bad = strdup(s ? s : "");
+            return out->bad ? 0 : -ENOMEM;
+        }
+        snprintf(out->raw, sizeof(out->raw), "%" PRIu64, ds_recordsize_parse(s));
+        break;
+    case K_NULLSIZE:
+        if (json_is_null(v) || json_integer_value(v) == 0) {
+            out->given = DS_PROP_NONE; /* "none": as no local value */
+            break;
+        }
+        /* fall through */
+    case K_INT:
+    case K_PERCENT:
+    case K_SSB:
+        if (!json_is_integer(v)) {
+            out->given = DS_PROP_NOT_INT;
+            break;
+        }
+        out->num = json_integer_value(v);
+        snprintf(out->raw, sizeof(out->raw), "%" PRId64, out->num);
+        break;
+    }
+    return 0;
+}
+
+/* TrueNAS' share_type presets (pool.dataset.create), as data: the raw
+ * value each preset gives for SMB and for the other share types (NULL:
+ * left as the request gave it). They override what the request gave. */
+static void share_presets(struct ds_propset *set, const char *share_type)
+{
+    static const struct {
+        const char *zfs, *smb, *other;
+    } presets[] = {
+        {"casesensitivity", "insensitive", "sensitive"},
+        {"atime", NULL, "off"},
+        {"acltype", "nfsv4", "nfsv4"},
+        {"aclmode", "restricted", "passthrough"},
+    };
+    bool smb = strcmp(share_type, "SMB") == 0;
+
+    for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
+        const char *raw = smb ? presets[i].smb : presets[i].other;
+        struct ds_propval *v = &set->v[by_zfs(presets[i].zfs) - props];
+
+        if (!raw)
+            continue;
+        v->given = DS_PROP_SET;
+        snprintf(v->raw, sizeof(v->raw), "%s", raw);
+    }
+}
+
+int ds_propset_decode(json_t *data, bool create, enum ds_type type, struct ds_propset *set)
+{
+    const char *st = json_string_value(json_object_get(data, "share_type"));
+    int rc = 0;
+
+    memset(set, 0, sizeof(*set));
+    for (size_t i = 0; rc == 0 && i < NPROPS; i++) {
+        json_t *v = json_object_get(data, props[i].api);
+        if (v)
+            rc = decode_value(&props[i], v, &set->v[i]);
+    }
+    if (rc < 0) {
+        ds_propset_free(set);
+        return rc;
+    }
+    if (st)
+        snprintf(set->share_type, sizeof(set->share_type), "%s", st);
+    set->encryption = json_is_true(json_object_get(data, "encryption"));
+    /* a volume refuses a share_type (check_create_only): no presets */
+    if (create && type != DS_VOLUME && st && strcmp(st, "GENERIC") != 0)
+        share_presets(set, st);
+    return 0;
+}
+
+void ds_propset_free(struct ds_propset *set)
+{
+    for (size_t i = 0; i < NPROPS; i++) {
+        free(set->v[i].bad);
+        set->v[i].bad = NULL;
+    }
+}
+
+enum ds_prop_given ds_propset_given(const struct ds_propset *set, const char *api)
+{
+    for (size_t i = 0; i < NPROPS; i++)
+        if (strcmp(props[i].api, api) == 0)
+            return set->v[i].given;
+    return DS_PROP_ABSENT;
+}
+
+/* ---- checks of the decoded set (the API's field errors) ---- */
 
 static void field_name(char *buf, size_t len, const char *method, const char *key)
 {
@@ -438,57 +539,37 @@ static void field_name(char *buf, size_t len, const char *method, const char *ke
 }
 
 /* int (within [min, max]) or "INHERIT" where inheritable. */
-static void check_int(struct api_call *call, const char *field, json_t *v, const struct propdef *p,
-                      json_int_t min, json_int_t max, const char *range)
+static void check_int(struct api_call *call, const char *field, const struct ds_propval *v,
+                      int64_t min, int64_t max, const char *range)
 {
-    if (json_is_string(v) && strcmp(json_string_value(v), "INHERIT") == 0)
+    if (v->given == DS_PROP_INHERIT)
         return;
-    if (!json_is_integer(v)) {
+    if (v->given == DS_PROP_NOT_INT) {
         api_verr(call, field, EINVAL, "Input should be a valid integer or 'INHERIT'");
         return;
     }
-    if (json_integer_value(v) < min || json_integer_value(v) > max)
+    if (v->num < min || v->num > max)
         api_verr(call, field, EINVAL, "%s", range);
-    (void)p;
-}
-
-/* TrueNAS' share_type presets (pool.dataset.create). */
-static void share_presets(json_t *data)
-{
-    const char *st = json_string_value(json_object_get(data, "share_type"));
-
-    if (!st || strcmp(st, "GENERIC") == 0)
-        return;
-    if (strcmp(st, "SMB") == 0) {
-        json_object_set_new(data, "casesensitivity", json_string("INSENSITIVE"));
-        json_object_set_new(data, "acltype", json_string("NFSV4"));
-        json_object_set_new(data, "aclmode", json_string("RESTRICTED"));
-    } else {
-        json_object_set_new(data, "casesensitivity", json_string("SENSITIVE"));
-        json_object_set_new(data, "atime", json_string("OFF"));
-        json_object_set_new(data, "acltype", json_string("NFSV4"));
-        json_object_set_new(data, "aclmode", json_string("PASSTHROUGH"));
-    }
 }
 
 /* acltype / aclmode pairs TrueNAS refuses (its __common_validation). */
-static void check_acl(struct api_call *call, const char *method, json_t *data, const char *name,
-                      bool update)
+static void check_acl(struct api_call *call, const char *method, const struct ds_propset *set,
+                      const char *name, bool update)
 {
     static const char *const keys[2] = {"acltype", "aclmode"};
     char val[2][32], field[128];
 
-    if (!json_object_get(data, "acltype") && !json_object_get(data, "aclmode") &&
-        !json_object_get(data, "share_type"))
+    if (!ds_propset_given(set, "acltype") && !ds_propset_given(set, "aclmode") &&
+        !set->share_type[0])
         return; /* nothing changes; existing combinations stay as they are */
     for (int k = 0; k < 2; k++) {
-        const char *v = json_string_value(json_object_get(data, keys[k]));
         const struct propdef *p = by_zfs(keys[k]);
+        const struct ds_propval *v = &set->v[p - props];
 
-        if (v && strcmp(v, "INHERIT") != 0)
-            lower(val[k], sizeof(val[k]), v);
+        if (v->given == DS_PROP_SET)
+            snprintf(val[k], sizeof(val[k]), "%s", v->raw);
         else
-            effective(name, !update || v, p, val[k], sizeof(val[k]));
+            effective(name, !update || v->given != DS_PROP_ABSENT, p, val[k], sizeof(val[k]));
     }
     field_name(field, sizeof(field), method, "aclmode");
     if ((strcmp(val[0], "posix") == 0 || strcmp(val[0], "off") == 0) &&
@@ -498,21 +579,19 @@ static void check_acl(struct api_call *call, const char *method, json_t *data, c
         api_verr(call, field, EINVAL, "DISCARD aclmode may not be set for NFSv4 acl type");
 }
 
-/* Create only: share_type presets (not for a volume), no child under a
- * read-only parent (TrueNAS), no encryption (blockd does not encrypt). */
-static void check_create_only(struct api_call *call, const char *method, json_t *data,
-                              enum ds_type type, const char *name)
+/* Create only: no share_type for a volume (the decoder applied the
+ * presets otherwise), no child under a read-only parent (TrueNAS), no
+ * encryption (blockd does not encrypt). */
+static void check_create_only(struct api_call *call, const char *method,
+                              const struct ds_propset *set, enum ds_type type, const char *name)
 {
-    json_t *v = json_object_get(data, "share_type");
     char field[128], parent[DS_NAME_BUF], *slash;
     enum volume_sync ps;
     bool pro;
 
-    if (type == DS_VOLUME && v && strcmp(json_string_value(v), "GENERIC") != 0) {
+    if (type == DS_VOLUME && set->share_type[0] && strcmp(set->share_type, "GENERIC") != 0) {
         field_name(field, sizeof(field), method, "share_type");
         api_verr(call, field, EINVAL, "This field is not valid for VOLUME");
-    } else {
-        share_presets(data);
     }
     ds_props_parent_effective(name, &ps, &pro);
     snprintf(parent, sizeof(parent), "%s", name);
@@ -523,7 +602,7 @@ static void check_create_only(struct api_call *call, const char *method, json_t 
         field_name(field, sizeof(field), method, "readonly");
         api_verr(call, field, EROFS, "Turn off readonly mode on %s to create %s", parent, name);
     }
-    if (json_is_true(json_object_get(data, "encryption"))) {
+    if (set->encryption) {
         field_name(field, sizeof(field), method, "encryption");
         api_verr(call, field, ENOTSUP, "blockd does not encrypt datasets (use encryption: false)");
     }
@@ -531,30 +610,29 @@ static void check_create_only(struct api_call *call, const char *method, json_t 
 
 /* The value of property p (given as v) by its kind's rules; the schema
  * checked enums and booleans already. */
-static void check_prop_value(struct api_call *call, const char *field, json_t *v,
+static void check_prop_value(struct api_call *call, const char *field, const struct ds_propval *v,
                              const struct propdef *p)
 {
-    const char *s = json_string_value(v);
-
     switch (p->kind) {
     case K_NULLSIZE:
+        /* DS_PROP_SET: an integer other than 0 */
         if ((strcmp(p->zfs, "quota") == 0 || strcmp(p->zfs, "refquota") == 0) &&
-            json_is_integer(v) && json_integer_value(v) != 0 && json_integer_value(v) < QUOTA_MIN)
+            v->given == DS_PROP_SET && v->num < QUOTA_MIN)
             api_verr(call, field, EINVAL,
                      "Input should be greater than or equal to 1073741824 (1 GiB), 0 or null");
         break;
     case K_RECSIZE:
-        if (strcmp(s, "INHERIT") != 0 && !ds_recordsize_parse(s))
-            api_verr(call, field, EINVAL, "'%s' is an invalid recordsize.", s);
+        if (v->given == DS_PROP_BAD_SIZE)
+            api_verr(call, field, EINVAL, "'%s' is an invalid recordsize.", v->bad);
         break;
     case K_INT:
-        check_int(call, field, v, p, 1, 3, "copies must be 1, 2 or 3");
+        check_int(call, field, v, 1, 3, "copies must be 1, 2 or 3");
         break;
     case K_PERCENT:
-        check_int(call, field, v, p, 0, 100, "Input should be between 0 and 100");
+        check_int(call, field, v, 0, 100, "Input should be between 0 and 100");
         break;
     case K_SSB:
-        check_int(call, field, v, p, 0, SSB_MAX, "This field must be from zero to 16M");
+        check_int(call, field, v, 0, SSB_MAX, "This field must be from zero to 16M");
         break;
     case K_ENUM:
     case K_BOOL:
@@ -564,10 +642,9 @@ static void check_prop_value(struct api_call *call, const char *field, json_t *v
 
 /* Property p given as v: valid for this type, settable now (create-only
  * ones not on update), "INHERIT" only where it inherits, then its value. */
-static void check_prop(struct api_call *call, const char *method, json_t *v,
+static void check_prop(struct api_call *call, const char *method, const struct ds_propval *v,
                        const struct propdef *p, enum ds_type type, bool update)
 {
-    const char *s = json_string_value(v);
     char field[128];
 
     field_name(field, sizeof(field), method, p->api);
@@ -580,50 +657,56 @@ static void check_prop(struct api_call *call, const char *method, json_t *v,
         api_verr(call, field, EINVAL, "Extra inputs are not permitted");
         return;
     }
-    if (s && strcmp(s, "INHERIT") == 0 && !p->inheritable && !p->create_only) {
+    if (v->given == DS_PROP_INHERIT && !p->inheritable && !p->create_only) {
         api_verr(call, field, EINVAL, "%s is not inherited; give a value", p->api);
         return;
     }
     check_prop_value(call, field, v, p);
 }
 
-int ds_props_check(struct api_call *call, const char *method, json_t *data, enum ds_type type,
-                   const char *name, bool update)
+int ds_props_check(struct api_call *call, const char *method, const struct ds_propset *set,
+                   enum ds_type type, const char *name, bool update)
 {
     if (!update)
-        check_create_only(call, method, data, type, name);
-    for (size_t i = 0; i < NPROPS; i++) {
-        json_t *v = json_object_get(data, props[i].api);
-        if (v)
-            check_prop(call, method, v, &props[i], type, update);
-    }
+        check_create_only(call, method, set, type, name);
+    for (size_t i = 0; i < NPROPS; i++)
+        if (set->v[i].given != DS_PROP_ABSENT)
+            check_prop(call, method, &set->v[i], &props[i], type, update);
     if (type == DS_FILESYSTEM)
-        check_acl(call, method, data, name, update);
+        check_acl(call, method, set, name, update);
     return api_has_verrs(call) ? -EINVAL : 0;
 }
 
-int ds_props_apply(int64_t id, json_t *data, enum ds_type type, bool update)
+int ds_props_apply(int64_t id, const struct ds_propset *set, enum ds_type type, bool update)
 {
-    char buf[64];
-    int rc;
+    int rc = 0;
 
-    for (size_t i = 0; i < NPROPS; i++) {
+    for (size_t i = 0; rc == 0 && i < NPROPS; i++) {
         const struct propdef *p = &props[i];
-        json_t *v = json_object_get(data, p->api);
+        const struct ds_propval *v = &set->v[i];
 
         if (!(p->types & (1u << type)))
             continue;
-        if (!v) {
+        switch (v->given) {
+        case DS_PROP_ABSENT:
             /* TrueNAS creates every filesystem with xattr=sa (speed) */
-            if (!update && strcmp(p->zfs, "xattr") == 0 && (rc = ds_prop_set(id, p->zfs, "sa")) < 0)
-                return rc;
-            continue;
+            if (!update && strcmp(p->zfs, "xattr") == 0)
+                rc = ds_prop_set(id, p->zfs, "sa");
+            break;
+        case DS_PROP_SET:
+            rc = ds_prop_set(id, p->zfs, v->raw);
+            break;
+        case DS_PROP_INHERIT:
+        case DS_PROP_NONE:
+            rc = ds_prop_set(id, p->zfs, NULL); /* the local value goes */
+            break;
+        case DS_PROP_NOT_INT:
+        case DS_PROP_BAD_SIZE:
+            rc = -EINVAL; /* ds_props_check refuses them */
+            break;
         }
-        rc = ds_prop_set(id, p->zfs, raw_of(p, v, buf, sizeof(buf)));
-        if (rc < 0)
-            return rc;
     }
-    return 0;
+    return rc;
 }
 
 void ds_props_select(json_t *row, json_t *names)
@@ -652,153 +735,4 @@ void ds_props_select(json_t *row, json_t *names)
         if (!keep)
             json_object_del(row, key);
     }
-}
-
-void ds_props_parent_effective(const char *name, enum volume_sync *sync, bool *readonly)
-{
-    char anc[DS_NAME_BUF];
-    struct ds_row row;
-    char *slash;
-
-    *sync = VOLUME_SYNC_STANDARD;
-    *readonly = false;
-    snprintf(anc, sizeof(anc), "%s", name);
-    while ((slash = strrchr(anc, '/'))) {
-        *slash = '\0';
-        if (ds_dataset_get(anc, &row) == 0) {
-            *sync = row.sync;
-            *readonly = row.readonly;
-            return;
-        }
-    }
-}
-
-/* One dataset of a subtree being recomputed. */
-struct eff_row {
-    int64_t id;
-    char name[DS_NAME_BUF];
-    bool volume;
-    enum volume_sync sync, old_sync;
-    bool readonly, old_readonly;
-    int local_sync; /* -1 unset, else enum volume_sync */
-    int local_ro;   /* -1 unset, 0, 1 */
-};
-
-/* The rows being collected. */
-struct eff_list {
-    struct eff_row *v;
-    size_t n, cap;
-};
-
-/* ds_dataset_each_local_sync's callback: keep r with its local values.
- * 0 or -ENOMEM. */
-static int eff_add(const struct ds_row *r, const char *ls, const char *lr, void *arg)
-{
-    struct eff_list *l = arg;
-    struct eff_row *e;
-    char up[16];
-
-    if (l->n == l->cap) {
-        struct eff_row *grown = realloc(l->v, (l->cap ? l->cap * 2 : 8) * sizeof(*grown));
-        if (!grown)
-            return -ENOMEM;
-        l->v = grown;
-        l->cap = l->cap ? l->cap * 2 : 8;
-    }
-    e = &l->v[l->n++];
-    memset(e, 0, sizeof(*e));
-    e->id = r->id;
-    snprintf(e->name, sizeof(e->name), "%s", r->name);
-    e->volume = r->type == DS_VOLUME;
-    e->old_sync = r->sync;
-    e->old_readonly = r->readonly;
-    e->local_sync = -1;
-    if (ls) {
-        enum volume_sync v;
-        upper(up, sizeof(up), ls);
-        if (volume_sync_parse(up, &v) == 0)
-            e->local_sync = (int)v;
-    }
-    e->local_ro = lr ? strcmp(lr, "on") == 0 : -1;
-    return 0;
-}
-
-static int eff_collect(const char *name, struct eff_row **out, size_t *n)
-{
-    struct eff_list l = {0};
-    int rc = ds_dataset_each_local_sync(name, eff_add, &l);
-
-    if (rc < 0) {
-        free(l.v);
-        l.v = NULL;
-        l.n = 0;
-    }
-    *out = l.v;
-    *n = l.n;
-    return rc;
-}
-
-int ds_props_recompute(const char *name, struct ds_eff_change **changes, size_t *nchanges)
-{
-    struct eff_row *rows;
-    size_t n, depth = 0, *stack;
-    enum volume_sync psync;
-    bool pro;
-    int rc;
-
-    *changes = NULL;
-    *nchanges = 0;
-    ds_props_parent_effective(name, &psync, &pro);
-    rc = eff_collect(name, &rows, &n);
-    if (rc < 0)
-        return rc;
-    stack = calloc(n ? n : 1, sizeof(*stack));
-    *changes = calloc(n ? n : 1, sizeof(**changes));
-    if (!stack || !*changes) {
-        free(stack);
-        free(rows);
-        free(*changes);
-        *changes = NULL;
-        return -ENOMEM;
-    }
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        struct eff_row *e = &rows[i];
-        enum volume_sync s = psync;
-        bool ro = pro;
-
-        /* the nearest ancestor in the subtree: pop until one is a prefix */
-        while (depth > 0) {
-            const char *a = rows[stack[depth - 1]].name;
-            size_t al = strlen(a);
-            if (strncmp(e->name, a, al) == 0 && e->name[al] == '/')
-                break;
-            depth--;
-        }
-        if (depth > 0) {
-            s = rows[stack[depth - 1]].sync;
-            ro = rows[stack[depth - 1]].readonly;
-        }
-        e->sync = e->local_sync >= 0 ? (enum volume_sync)e->local_sync : s;
-        e->readonly = e->local_ro >= 0 ? e->local_ro == 1 : ro;
-        stack[depth++] = i;
-        if (e->sync == e->old_sync && e->readonly == e->old_readonly)
-            continue;
-        rc = ds_dataset_set_effective(e->id, e->sync, e->readonly);
-        if (rc == 0 && e->volume) {
-            struct ds_eff_change *c = &(*changes)[(*nchanges)++];
-            snprintf(c->name, sizeof(c->name), "%s", e->name);
-            c->sync = e->sync;
-            c->readonly = e->readonly;
-            c->sync_changed = e->sync != e->old_sync;
-            c->readonly_changed = e->readonly != e->old_readonly;
-        }
-    }
-    free(stack);
-    free(rows);
-    if (rc < 0) {
-        free(*changes);
-        *changes = NULL;
-        *nchanges = 0;
-    }
-    return rc;
 }

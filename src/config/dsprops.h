@@ -13,6 +13,10 @@
  * acts on them (the datasets row keeps their effective value); the others
  * are stored for clients only (docs/api-datasets.md).
  *
+ * A request's properties are decoded once into a struct ds_propset
+ * (ds_propset_decode, in the handler); checking and storing take only
+ * that struct. The query rows are encoded to JSON here (ds_props_emit).
+ *
  * Private to src/config/. API thread; DB locked where said.
  */
 #ifndef BLOCKD_CONFIG_DSPROPS_H
@@ -83,24 +87,66 @@ extern const char *const ds_choices_share_type[];
         .name = "inherit_encryption", .type = API_T_BOOL                                           \
     }
 
-/*
- * Semantic checks of the table's properties in data (already checked
- * against the schema above): which dataset type takes them, ranges,
- * "INHERIT" only where ZFS inherits, recordsize values, the
- * acltype/aclmode pairs TrueNAS refuses (looking at name's ancestors for
- * inherited values). On create, share_type presets (SMB, NFS, …) are
- * written into data first, as TrueNAS does. Field errors "<method>.<key>"
- * are added on call. update: name is the existing dataset. DB locked.
- * 0 or -EINVAL.
- */
-int ds_props_check(struct api_call *call, const char *method, json_t *data, enum ds_type type,
-                   const char *name, bool update);
+/* The number of properties in dsprops.c's table (it checks this). */
+#define DS_PROPS_COUNT 24
 
-/* Store the table's properties in data for the dataset id (a value sets
- * it, "INHERIT" / null quota removes the local value). On create (not
- * update) a FILESYSTEM gets xattr=sa unless data says otherwise, as
- * TrueNAS does. DB locked, inside a transaction. 0 or -errno. */
-int ds_props_apply(int64_t id, json_t *data, enum ds_type type, bool update);
+/* How a request gives one of the table's properties. */
+enum ds_prop_given {
+    DS_PROP_ABSENT = 0, /* not in the request: unchanged */
+    DS_PROP_SET,        /* a value; raw holds it as stored */
+    DS_PROP_INHERIT,    /* "INHERIT": the local value goes */
+    DS_PROP_NONE,       /* a size given as null or 0 ("none"): the local value goes */
+    DS_PROP_NOT_INT,    /* an integer property given neither an integer nor "INHERIT" */
+    DS_PROP_BAD_SIZE,   /* a recordsize that is none of the sizes; bad holds it */
+};
+
+/* One property of a request, decoded. */
+struct ds_propval {
+    enum ds_prop_given given;
+    int64_t num;  /* DS_PROP_SET of an integer property: the integer */
+    char raw[32]; /* DS_PROP_SET: the raw ZFS value ("lz4", "131072", "3") */
+    char *bad;    /* DS_PROP_BAD_SIZE: the text given (owned), for its error */
+};
+
+/* The table's properties of a pool.dataset.create/update request, one
+ * slot per table entry (in the table's order), and the create-only
+ * switches the checks need. */
+struct ds_propset {
+    struct ds_propval v[DS_PROPS_COUNT];
+    char share_type[16]; /* as given; "" if not */
+    bool encryption;     /* encryption: true was asked */
+};
+
+/*
+ * Decode the table's properties of data (a request object already checked
+ * against the schema above) into *set, once, in the handler. On create
+ * the share_type presets (SMB, NFS, …) override what data gives, as
+ * TrueNAS does, unless type is VOLUME (which refuses a share_type).
+ * Values that break a rule are kept for ds_props_check to report. 0 or
+ * -ENOMEM (nothing to free then); else free with ds_propset_free.
+ */
+int ds_propset_decode(json_t *data, bool create, enum ds_type type, struct ds_propset *set);
+void ds_propset_free(struct ds_propset *set);
+/* How set gives the table property with API name api (DS_PROP_ABSENT,
+ * which is 0, if not or if api is no table property). */
+enum ds_prop_given ds_propset_given(const struct ds_propset *set, const char *api);
+
+/*
+ * Semantic checks of set: which dataset type takes each property, ranges,
+ * "INHERIT" only where ZFS inherits, recordsize values, the acltype/aclmode
+ * pairs TrueNAS refuses (looking at name's ancestors for inherited
+ * values); on create also share_type, a read-only parent and encryption.
+ * Field errors "<method>.<key>" are added on call. update: name is the
+ * existing dataset. DB locked. 0 or -EINVAL.
+ */
+int ds_props_check(struct api_call *call, const char *method, const struct ds_propset *set,
+                   enum ds_type type, const char *name, bool update);
+
+/* Store set (checked) for the dataset id: a value sets the local one,
+ * "INHERIT" / a null quota removes it. On create (not update) a
+ * FILESYSTEM gets xattr=sa unless set gives it, as TrueNAS does. DB
+ * locked, inside a transaction. 0 or -errno. */
+int ds_props_apply(int64_t id, const struct ds_propset *set, enum ds_type type, bool update);
 
 /*
  * Add the table's property objects to a dataset row: local values from
@@ -109,6 +155,18 @@ int ds_props_apply(int64_t id, json_t *data, enum ds_type type, bool update);
  * Only the properties of the row's type. DB locked.
  */
 void ds_props_emit(json_t *row, const char *name, enum ds_type type, json_t *local);
+
+/* Around a pass that emits many rows with the DB locked and unchanged
+ * (dsrows.c): lets siblings share one lookup of what they inherit. Same
+ * thread; not nested. */
+void ds_props_batch_begin(void);
+void ds_props_batch_end(void);
+
+/* Keep only the property objects ({parsed, rawvalue, …}) of row whose API
+ * or ZFS name is in names (a JSON array of strings); other keys stay. */
+void ds_props_select(json_t *row, json_t *names);
+
+/* dsprops_eff.c: the effective sync and readonly. */
 
 /* The effective sync / readonly of name's nearest existing ancestor
  * (what name inherits), defaults if none. DB locked. */
@@ -131,16 +189,6 @@ struct ds_eff_change {
  * the commit. DB locked, inside a transaction. 0 or -errno.
  */
 int ds_props_recompute(const char *name, struct ds_eff_change **changes, size_t *nchanges);
-
-/* Around a pass that emits many rows with the DB locked and unchanged
- * (dsrows.c): lets siblings share one lookup of what they inherit. Same
- * thread; not nested. */
-void ds_props_batch_begin(void);
-void ds_props_batch_end(void);
-
-/* Keep only the property objects ({parsed, rawvalue, …}) of row whose API
- * or ZFS name is in names (a JSON array of strings); other keys stay. */
-void ds_props_select(json_t *row, json_t *names);
 
 /* Pure helpers (unit-tested). */
 /* "512", "512B", "4K", "128K", "1M" … "16M" → bytes (powers of two from

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -254,46 +255,91 @@ int ds_get_instance(struct api_call *call, json_t *params, json_t *rows, json_t 
     return api_error(call, ENOENT, "Object with this id does not exist");
 }
 
-int ds_check_user_props(struct api_call *call, const char *field, json_t *list, bool update)
+/* A copy of the JSON string v with all its bytes (a NUL inside stays, so
+ * that the check can refuse it); *len its length. NULL if v is not a
+ * string (*len 0) or on ENOMEM (*nomem). */
+static char *string_copy(json_t *v, size_t *len, bool *nomem)
 {
-    json_t *item;
-    size_t i;
+    char *s;
+
+    *len = 0;
+    if (!json_is_string(v))
+        return NULL;
+    *len = json_string_length(v);
+    s = malloc(*len + 1);
+    if (!s) {
+        *nomem = true;
+        return NULL;
+    }
+    memcpy(s, json_string_value(v), *len);
+    s[*len] = '\0';
+    return s;
+}
+
+int ds_user_props_decode(json_t *list, struct ds_user_props *out)
+{
+    size_t n = json_array_size(list);
+    bool nomem = false;
+
+    out->v = n ? calloc(n, sizeof(*out->v)) : NULL;
+    out->n = out->v ? n : 0;
+    if (n && !out->v)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        json_t *item = json_array_get(list, i), *value = json_object_get(item, "value");
+        struct ds_user_prop *p = &out->v[i];
+
+        p->key = string_copy(json_object_get(item, "key"), &p->key_len, &nomem);
+        p->value = string_copy(value, &p->value_len, &nomem);
+        p->has_value = value != NULL;
+        p->remove = json_is_true(json_object_get(item, "remove"));
+    }
+    if (nomem) {
+        ds_user_props_free(out);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void ds_user_props_free(struct ds_user_props *props)
+{
+    for (size_t i = 0; i < props->n; i++) {
+        free(props->v[i].key);
+        free(props->v[i].value);
+    }
+    free(props->v);
+    props->v = NULL;
+    props->n = 0;
+}
+
+int ds_check_user_props(struct api_call *call, const char *field, const struct ds_user_props *props,
+                        bool update)
+{
     char f[160];
 
-    json_array_foreach(list, i, item)
-    {
-        const char *key = json_string_value(json_object_get(item, "key"));
-        json_t *value = json_object_get(item, "value");
-        bool remove = json_is_true(json_object_get(item, "remove"));
+    for (size_t i = 0; i < props->n; i++) {
+        const struct ds_user_prop *p = &props->v[i];
 
         snprintf(f, sizeof(f), "%s.%zu.key", field, i);
-        if (!key)
+        if (!p->key)
             continue; /* reported by the schema check */
-        if (!strchr(key, ':') || strlen(key) != json_string_length(json_object_get(item, "key")))
+        if (!strchr(p->key, ':') || strlen(p->key) != p->key_len)
             api_verr(call, f, EINVAL, "a user property name must contain ':' (e.g. \"org:name\")");
-        else if (strncmp(key, "blockd:", 7) == 0)
+        else if (strncmp(p->key, "blockd:", 7) == 0)
             api_verr(call, f, EINVAL, "the \"blockd:\" namespace is reserved");
         snprintf(f, sizeof(f), "%s.%zu", field, i);
-        if (update && remove == (value != NULL))
+        if (update && p->remove == p->has_value)
             api_verr(call, f, EINVAL, "give exactly one of value and remove: true");
-        if (value && strlen(json_string_value(value)) != json_string_length(value))
+        if (p->value && strlen(p->value) != p->value_len)
             api_verr(call, f, EINVAL, "value contains a NUL byte");
     }
     return api_has_verrs(call) ? -EINVAL : 0;
 }
 
-int ds_apply_user_props(int64_t dataset_id, json_t *list)
+int ds_apply_user_props(int64_t dataset_id, const struct ds_user_props *props)
 {
-    json_t *item;
-    size_t i;
-    int rc;
-
-    json_array_foreach(list, i, item)
-    {
-        json_t *value = json_object_get(item, "value");
-
-        rc = ds_prop_set(dataset_id, json_string_value(json_object_get(item, "key")),
-                         json_is_string(value) ? json_string_value(value) : NULL);
+    for (size_t i = 0; i < props->n; i++) {
+        int rc = ds_prop_set(dataset_id, props->v[i].key, props->v[i].value);
         if (rc < 0)
             return rc;
     }

@@ -703,12 +703,26 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
     return 0;
 }
 
+/* zfs.snapshot.clone's dataset_properties, decoded. */
+struct clone_props {
+    bool sync_given; /* a sync other than "INHERIT" (else the source's) */
+    enum volume_sync sync;
+    bool readonly; /* "ON" */
+    char comments[DS_COMMENTS_MAX + 1];
+};
+
 /* One zfs.snapshot.clone's state, shared by its steps. */
 struct snap_clone {
     struct api_call *call;
-    json_t *params, *data;
-    const char *snapname, *sn, *dst; /* "pool/vol@snap", its "snap", the new dataset */
-    char dataset[DS_NAME_BUF];       /* "pool/vol" */
+    json_t *params; /* for the copy's job (copy_run) only */
+    /* The request, decoded once (snap_clone_decode). */
+    char snapname[DS_NAME_BUF]; /* "pool/vol@snap" */
+    char dst[DS_NAME_BUF];      /* the new dataset */
+    size_t dst_len;             /* its length as given */
+    struct clone_props props;
+    /* The state. */
+    const char *sn;            /* the "snap" of snapname */
+    char dataset[DS_NAME_BUF]; /* "pool/vol" */
     struct ds_snap snap;
     struct ds_row src;
     struct ds_pool pool, dst_pool;
@@ -731,8 +745,8 @@ static int snap_clone_check(struct snap_clone *c)
     if (rc == 0 && (rc = volume_lookup(call, "zfs.snapshot.clone.snapshot", c->dataset, &c->src,
                                        &c->pool)) < 0)
         return rc;
-    nrc = ds_check_new_name(call, "zfs.snapshot.clone.dataset_dst",
-                            json_object_get(c->data, "dataset_dst"), &c->dst_pool);
+    nrc =
+        ds_check_new_name(call, "zfs.snapshot.clone.dataset_dst", c->dst, c->dst_len, &c->dst_pool);
     if (nrc < 0 && !api_has_verrs(call))
         return ds_api_errno(call, nrc, "cannot clone to", c->dst);
     if (api_has_verrs(call))
@@ -771,8 +785,6 @@ static int snap_clone_copy(struct snap_clone *c)
  * source's block size and sync, and the dataset_properties given. */
 static void snap_clone_row(const struct snap_clone *c, struct ds_row *row)
 {
-    json_t *props = json_object_get(c->data, "dataset_properties"), *js;
-
     memset(row, 0, sizeof(*row));
     snprintf(row->name, sizeof(row->name), "%s", c->dst);
     row->pool_id = c->dst_pool.id;
@@ -780,14 +792,10 @@ static void snap_clone_row(const struct snap_clone *c, struct ds_row *row)
     row->volsize = c->snap.volsize;
     row->volblocksize = c->src.volblocksize;
     row->sparse = true;
-    row->sync = c->src.sync;
+    row->sync = c->props.sync_given ? c->props.sync : c->src.sync;
     row->origin_id = c->snap.id;
-    if ((js = json_object_get(props, "sync")))
-        volume_sync_parse(json_string_value(js), &row->sync);
-    if ((js = json_object_get(props, "readonly")))
-        row->readonly = strcmp(json_string_value(js), "ON") == 0;
-    if ((js = json_object_get(props, "comments")))
-        snprintf(row->comments, sizeof(row->comments), "%s", json_string_value(js));
+    row->readonly = c->props.readonly;
+    snprintf(row->comments, sizeof(row->comments), "%s", c->props.comments);
 }
 
 /* DB locked: the one transaction recording the clone (and any missing
@@ -818,7 +826,26 @@ static int snap_clone_record(struct snap_clone *c)
     return 0;
 }
 
-/* zfs.snapshot.clone: decode -> (locked) check -> the copy -> one
+/* The request (checked against clone_fields by the dispatcher) into c.
+ * A sync of "INHERIT" leaves the source's; comments are taken as given. */
+static void snap_clone_decode(json_t *data, struct snap_clone *c)
+{
+    json_t *props = json_object_get(data, "dataset_properties");
+    json_t *jdst = json_object_get(data, "dataset_dst");
+    const char *sync = json_string_value(json_object_get(props, "sync"));
+    const char *ro = json_string_value(json_object_get(props, "readonly"));
+    const char *comments = json_string_value(json_object_get(props, "comments"));
+
+    snprintf(c->snapname, sizeof(c->snapname), "%s",
+             json_string_value(json_object_get(data, "snapshot")));
+    snprintf(c->dst, sizeof(c->dst), "%s", json_string_value(jdst));
+    c->dst_len = json_string_length(jdst);
+    c->props.sync_given = sync && volume_sync_parse(sync, &c->props.sync) == 0;
+    c->props.readonly = ro && strcmp(ro, "ON") == 0;
+    snprintf(c->props.comments, sizeof(c->props.comments), "%s", comments ? comments : "");
+}
+
+/* zfs.snapshot.clone: decode once -> (locked) check -> the copy -> one
  * transaction; one exit drops the locks. */
 static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **result)
 {
@@ -826,9 +853,7 @@ static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **resu
     char why[256];
     int rc;
 
-    c.data = api_param(params, 0); /* checked against clone_fields by the dispatcher */
-    c.snapname = json_string_value(json_object_get(c.data, "snapshot"));
-    c.dst = json_string_value(json_object_get(c.data, "dataset_dst"));
+    snap_clone_decode(api_param(params, 0), &c);
     if (split_snapshot(c.snapname, c.dataset, sizeof(c.dataset), &c.sn, why, sizeof(why)) < 0) {
         api_verr(call, "zfs.snapshot.clone.snapshot", EINVAL, "%s", why);
         return api_invalid(call);

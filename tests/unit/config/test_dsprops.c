@@ -111,6 +111,60 @@ static void test_select(void **st)
     json_decref(row);
 }
 
+/* The decoder: each property's state and raw value, the share_type
+ * presets (create, not for a volume, overriding what was given). */
+static void test_decode(void **st)
+{
+    json_t *data = json_pack("{s:s, s:s, s:s, s:n, s:i, s:i, s:s, s:s, s:o}", "atime", "OFF",
+                             "compression", "INHERIT", "recordsize", "3K", "quota", "reservation",
+                             0, "copies", 2, "special_small_block_size", "x", "acltype", "POSIX",
+                             "quota_warning", json_real(1.5));
+    struct ds_propset set;
+
+    (void)st;
+    assert_int_equal(ds_propset_decode(data, false, DS_FILESYSTEM, &set), 0);
+    assert_int_equal(ds_propset_given(&set, "atime"), DS_PROP_SET);
+    assert_int_equal(ds_propset_given(&set, "compression"), DS_PROP_INHERIT);
+    assert_int_equal(ds_propset_given(&set, "recordsize"), DS_PROP_BAD_SIZE);
+    assert_int_equal(ds_propset_given(&set, "quota"), DS_PROP_NONE);
+    assert_int_equal(ds_propset_given(&set, "reservation"), DS_PROP_NONE);
+    assert_int_equal(ds_propset_given(&set, "copies"), DS_PROP_SET);
+    assert_int_equal(ds_propset_given(&set, "special_small_block_size"), DS_PROP_NOT_INT);
+    assert_int_equal(ds_propset_given(&set, "quota_warning"), DS_PROP_NOT_INT);
+    assert_int_equal(ds_propset_given(&set, "sync"), DS_PROP_ABSENT);
+    assert_int_equal(ds_propset_given(&set, "no_such_property"), DS_PROP_ABSENT);
+    for (size_t i = 0; i < DS_PROPS_COUNT; i++) {
+        if (set.v[i].given == DS_PROP_BAD_SIZE)
+            assert_string_equal(set.v[i].bad, "3K");
+        if (set.v[i].given == DS_PROP_SET && set.v[i].num == 2)
+            assert_string_equal(set.v[i].raw, "2");
+    }
+    ds_propset_free(&set);
+
+    /* share_type SMB on create: presets win over the acltype given */
+    json_object_set_new(data, "share_type", json_string("SMB"));
+    json_object_set_new(data, "recordsize", json_string("1M"));
+    assert_int_equal(ds_propset_decode(data, true, DS_FILESYSTEM, &set), 0);
+    assert_string_equal(set.share_type, "SMB");
+    assert_int_equal(ds_propset_given(&set, "casesensitivity"), DS_PROP_SET);
+    assert_int_equal(ds_propset_given(&set, "aclmode"), DS_PROP_SET);
+    for (size_t i = 0; i < DS_PROPS_COUNT; i++)
+        if (set.v[i].given == DS_PROP_SET)
+            assert_true(
+                strcmp(set.v[i].raw, "nfsv4") == 0 || strcmp(set.v[i].raw, "restricted") == 0 ||
+                strcmp(set.v[i].raw, "insensitive") == 0 || strcmp(set.v[i].raw, "off") == 0 ||
+                strcmp(set.v[i].raw, "1048576") == 0 || strcmp(set.v[i].raw, "2") == 0);
+    ds_propset_free(&set);
+
+    /* a volume gets no presets (it refuses share_type) */
+    json_object_del(data, "acltype");
+    assert_int_equal(ds_propset_decode(data, true, DS_VOLUME, &set), 0);
+    assert_int_equal(ds_propset_given(&set, "casesensitivity"), DS_PROP_ABSENT);
+    assert_int_equal(ds_propset_given(&set, "acltype"), DS_PROP_ABSENT);
+    ds_propset_free(&set);
+    json_decref(data);
+}
+
 /* ---- through the API ---- */
 
 static json_t *rpc(const char *method, const char *params, json_t **err)
@@ -396,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_recordsize),
         cmocka_unit_test(test_render),
         cmocka_unit_test(test_select),
+        cmocka_unit_test(test_decode),
     };
     const struct CMUnitTest api[] = {
         cmocka_unit_test(test_tree),
