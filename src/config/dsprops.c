@@ -363,7 +363,18 @@ static void inherited_for(const char *name, struct inherited *out)
     }
 }
 
-void ds_props_emit(json_t *row, const char *name, enum ds_type type, json_t *local)
+void ds_props_local_add(struct ds_props_local *local, const char *zfs_name, const char *raw)
+{
+    const struct propdef *p = by_zfs(zfs_name);
+
+    if (!p || !raw)
+        return;
+    local->set[p - props] = true;
+    snprintf(local->raw[p - props], sizeof(local->raw[0]), "%s", raw);
+}
+
+void ds_props_emit(json_t *row, const char *name, enum ds_type type,
+                   const struct ds_props_local *local)
 {
     struct inherited inh;
 
@@ -371,7 +382,7 @@ void ds_props_emit(json_t *row, const char *name, enum ds_type type, json_t *loc
     for (size_t i = 0; i < NPROPS; i++) {
         const struct propdef *p = &props[i];
         const struct inh_value *iv = &inh.v[i];
-        json_t *lv = json_object_get(local, p->zfs);
+        const char *lv = local->set[i] ? local->raw[i] : NULL;
 
         if (!(p->types & (1u << type)))
             continue;
@@ -379,13 +390,13 @@ void ds_props_emit(json_t *row, const char *name, enum ds_type type, json_t *loc
             json_t *shown = json_object_get(row, p->api);
             if (shown)
                 json_object_set_new(shown, "source",
-                                    json_string(json_is_string(lv) ? "LOCAL"
-                                                : iv->from_len     ? "INHERITED"
-                                                                   : "DEFAULT"));
+                                    json_string(lv             ? "LOCAL"
+                                                : iv->from_len ? "INHERITED"
+                                                               : "DEFAULT"));
             continue;
         }
-        if (json_is_string(lv))
-            json_object_set_new(row, p->api, render(p, json_string_value(lv), "LOCAL"));
+        if (lv)
+            json_object_set_new(row, p->api, render(p, lv, "LOCAL"));
         else if (strcmp(p->zfs, "refreservation") == 0 && type == DS_VOLUME)
             continue; /* dsrows.c derives it from sparse */
         else if (iv->from_len)

@@ -148,13 +148,25 @@ int ds_props_check(struct api_call *call, const char *method, const struct ds_pr
  * locked, inside a transaction. 0 or -errno. */
 int ds_props_apply(int64_t id, const struct ds_propset *set, enum ds_type type, bool update);
 
+/* A dataset's local values of the table's properties (its dataset_props
+ * rows), by the table's index. Zero it before the first ds_props_local_add. */
+struct ds_props_local {
+    bool set[DS_PROPS_COUNT];
+    char raw[DS_PROPS_COUNT][64]; /* raw values are short: lower-case enums, integers */
+};
+
+/* Record the dataset_props row (zfs_name, raw) in local if zfs_name is a
+ * table property; other names are ignored (emit shows only the table). */
+void ds_props_local_add(struct ds_props_local *local, const char *zfs_name, const char *raw);
+
 /*
- * Add the table's property objects to a dataset row: local values from
- * local (an object ZFS name → raw value, borrowed), else the nearest
- * ancestor's (source INHERITED) for inheritable ones, else the default.
- * Only the properties of the row's type. DB locked.
+ * Add the table's property objects to a dataset row (the API's encoder):
+ * local values from local, else the nearest ancestor's (source INHERITED)
+ * for inheritable ones, else the default. Only the properties of the
+ * row's type. DB locked.
  */
-void ds_props_emit(json_t *row, const char *name, enum ds_type type, json_t *local);
+void ds_props_emit(json_t *row, const char *name, enum ds_type type,
+                   const struct ds_props_local *local);
 
 /* Around a pass that emits many rows with the DB locked and unchanged
  * (dsrows.c): lets siblings share one lookup of what they inherit. Same

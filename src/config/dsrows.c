@@ -54,7 +54,8 @@ static json_t *prop_sync(enum volume_sync s)
 
 /* Where a dataset's dataset_props rows go in its row. */
 struct row_props_out {
-    json_t *row, *user, *local;
+    json_t *row, *user;
+    struct ds_props_local local;
 };
 
 /* ds_dataset_props_each's callback: managedby, a user property ("ns:name",
@@ -68,21 +69,19 @@ static void row_prop_add(const char *n, const char *v, void *arg)
     else if (strchr(n, ':')) /* user properties always have one */
         json_object_set_new(o->user, n, prop_str(v, v, v, "LOCAL"));
     else
-        json_object_set_new(o->local, n, json_string(v));
+        ds_props_local_add(&o->local, n, v);
 }
 
 /* managedby, user_properties and the ZFS properties of dsprops.h from
  * dataset_props (the latter with their inherited values). */
 static void row_props(json_t *row, int64_t id, const char *name, enum ds_type type)
 {
-    struct row_props_out o = {
-        .row = row, .user = json_object_get(row, "user_properties"), .local = json_object()};
+    struct row_props_out o = {.row = row, .user = json_object_get(row, "user_properties")};
 
     (void)ds_dataset_props_each(id, row_prop_add, &o);
     if (!json_object_get(row, "managedby"))
         json_object_set_new(row, "managedby", prop_str("", "-", "-", "DEFAULT"));
-    ds_props_emit(row, name, type, o.local);
-    json_decref(o.local);
+    ds_props_emit(row, name, type, &o.local);
 }
 
 /* The properties every dataset has, in TrueNAS's shape. */
