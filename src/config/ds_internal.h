@@ -1,6 +1,6 @@
 /*
  * Shared between the files of src/config that implement datasets.h
- * (pools.c, datasets.c, snapshots.c, volcache.c, dsutil.c). Not a public
+ * (pools.c, datasets.c, dscreate.c, snapshots.c, volcache.c, dsutil.c). Not a public
  * interface. The stored objects and their SQL are the stores':
  * pool_store.h, dataset_store.h, snapshot_store.h.
  *
@@ -62,6 +62,27 @@ uint32_t ds_volblocksize_parse(const char *s);
 int ds_check_new_name(struct api_call *call, const char *field, const char *name, size_t len,
                       struct ds_pool *pool);
 
+/* Request decoding helpers: obj's string / boolean at key, else def
+ * (obj was checked against its schema). */
+const char *ds_str_or(json_t *obj, const char *key, const char *def);
+bool ds_bool_or(json_t *obj, const char *key, bool def);
+
+/* managedby as pool.dataset.create/update give it (at most
+ * DS_MANAGEDBY_MAX bytes, the schemas say). */
+#define DS_MANAGEDBY_MAX 256
+/* Its schema entry (create and update). */
+#define DS_MANAGEDBY_FIELD                                                                         \
+    {                                                                                              \
+        .name = "managedby", .type = API_T_STRING, .flags = API_RANGE, .min = 0,                   \
+        .max = DS_MANAGEDBY_MAX                                                                    \
+    }
+struct ds_managedby {
+    bool given;
+    bool inherit; /* "INHERIT": no value of its own */
+    char value[DS_MANAGEDBY_MAX + 1];
+};
+void ds_managedby_decode(json_t *data, struct ds_managedby *m);
+
 /* One item of a user_properties / user_properties_update list, decoded:
  * {key, value} sets, {key, remove: true} removes. */
 struct ds_user_prop {
@@ -94,6 +115,13 @@ int ds_check_user_props(struct api_call *call, const char *field, const struct d
 int ds_apply_user_props(int64_t dataset_id, const struct ds_user_props *props);
 #define DS_USER_PROP_VALUE_MAX 8192
 #define DS_USER_PROP_KEY_MAX 256
+/* The schema entry of such a list: at most 256 items, each checked
+ * against item (create's {key, value} or update's {key, value?, remove?}). */
+#define DS_USER_PROPS_FIELD(field, item)                                                           \
+    {                                                                                              \
+        .name = field, .type = API_T_ARRAY, .flags = API_RANGE, .min = 0, .max = 256,              \
+        .items = item                                                                              \
+    }
 
 /* <ns>.get_instance [id]: the row of rows whose "id" equals params[0]
  * (new reference), or ENOENT. Takes no ownership of rows. */
@@ -151,6 +179,11 @@ int ds_copy_file_job(struct api_call *call, json_t *params, const char *what, co
  * dsbackend.h) as a job with progress. Same locking as ds_copy_file_job. */
 int ds_flatten_job(struct api_call *call, json_t *params, const struct ds_pool *pool,
                    const char *name);
+
+/* pool.dataset.create (dscreate.c) and its args, for datasets.c's
+ * method table. */
+int ds_dataset_create(struct api_call *call, json_t *params, json_t **result);
+extern const struct api_arg ds_dataset_create_args[1];
 
 /* snapshots.c / datasets.c / pools.c method tables */
 extern const struct api_method ds_pool_methods[];

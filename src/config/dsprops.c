@@ -14,6 +14,7 @@
 #define T_VOL (1u << DS_VOLUME)
 
 const char *const ds_choices_onoff_inherit[] = {"ON", "OFF", "INHERIT", NULL};
+const char *const ds_choices_sync_inherit[] = {"STANDARD", "ALWAYS", "DISABLED", "INHERIT", NULL};
 const char *const ds_choices_acltype[] = {"OFF", "NFSV4", "POSIX", "INHERIT", NULL};
 const char *const ds_choices_aclmode[] = {"PASSTHROUGH", "RESTRICTED", "DISCARD", "INHERIT", NULL};
 const char *const ds_choices_casesensitivity[] = {"SENSITIVE", "INSENSITIVE", "INHERIT", NULL};

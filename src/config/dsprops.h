@@ -31,6 +31,7 @@
 #include "config/ds_internal.h"
 
 extern const char *const ds_choices_onoff_inherit[];
+extern const char *const ds_choices_sync_inherit[];
 extern const char *const ds_choices_acltype[];
 extern const char *const ds_choices_aclmode[];
 extern const char *const ds_choices_casesensitivity[];

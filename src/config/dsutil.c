@@ -255,6 +255,27 @@ int ds_get_instance(struct api_call *call, json_t *params, json_t *rows, json_t 
     return api_error(call, ENOENT, "Object with this id does not exist");
 }
 
+const char *ds_str_or(json_t *obj, const char *key, const char *def)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_string(v) ? json_string_value(v) : def;
+}
+
+bool ds_bool_or(json_t *obj, const char *key, bool def)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_boolean(v) ? json_is_true(v) : def;
+}
+
+void ds_managedby_decode(json_t *data, struct ds_managedby *m)
+{
+    const char *s = ds_str_or(data, "managedby", NULL);
+
+    m->given = s != NULL;
+    m->inherit = s && strcmp(s, "INHERIT") == 0;
+    snprintf(m->value, sizeof(m->value), "%s", s ? s : "");
+}
+
 /* A copy of the JSON string v with all its bytes (a NUL inside stays, so
  * that the check can refuse it); *len its length. NULL if v is not a
  * string (*len 0) or on ENOMEM (*nomem). */

@@ -705,7 +705,7 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
 
 /* zfs.snapshot.clone's dataset_properties, decoded. */
 struct clone_props {
-    bool sync_given; /* a sync other than "INHERIT" (else the source's) */
+    bool sync_given; /* a sync was given (else the source's) */
     enum volume_sync sync;
     bool readonly; /* "ON" */
     char comments[DS_COMMENTS_MAX + 1];
@@ -826,8 +826,8 @@ static int snap_clone_record(struct snap_clone *c)
     return 0;
 }
 
-/* The request (checked against clone_fields by the dispatcher) into c.
- * A sync of "INHERIT" leaves the source's; comments are taken as given. */
+/* The request (checked against clone_fields by the dispatcher) into c;
+ * dataset_properties' comments are taken as given ("INHERIT" too). */
 static void snap_clone_decode(json_t *data, struct snap_clone *c)
 {
     json_t *props = json_object_get(data, "dataset_properties");
