@@ -24,11 +24,11 @@
 #include "config/datasets.h"
 #include "config/db.h"
 #include "config/dsrbd.h"
+#include "testdb.h"
 
 #define MiB (1024 * 1024)
 
-static char state[] = "/tmp/blockd-test-datasets.XXXXXX";
-static char dbpath[256];
+static struct testdb tdb;
 
 /* Call a method; returns the result (new ref) or NULL with *err set to
  * the error object (new ref). */
@@ -127,7 +127,7 @@ static const char *prop_value(json_t *row, const char *key)
 
 static void vol_path(const char *rel, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s/pools/demo/%s", state, rel);
+    snprintf(buf, len, "%s/pools/demo/%s", tdb.dir, rel);
 }
 
 static int io(struct volume *v, enum vreq_op op, void *buf, size_t len, uint64_t off)
@@ -174,26 +174,22 @@ static unsigned busy_clients(const char *name, char *why, size_t len)
 
 static int setup_group(void **st)
 {
-    assert_non_null(mkdtemp(state));
-    snprintf(dbpath, sizeof(dbpath), "%s/blockd.db", state);
-    datasets_init(state);
+    assert_int_equal(testdb_make(&tdb, "/tmp/blockd-test-datasets", "blockd.db"), 0);
+    datasets_init(tdb.dir);
     datasets_register_in_use(busy_check);
     datasets_register_clients(busy_clients);
     datasets_observe(observer, NULL);
-    assert_int_equal(db_open(dbpath), 0);
+    assert_int_equal(db_open(tdb.path), 0);
     assert_int_equal(datasets_ensure_default_pool("demo"), 0);
     return 0;
 }
 
 static int teardown_group(void **st)
 {
-    char cmd[512];
-
     datasets_flush_all();
     datasets_shutdown();
     db_close();
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
-    return system(cmd) == 0 ? 0 : -1;
+    return testdb_remove(&tdb) == 0 ? 0 : -1;
 }
 
 static void test_default_pool(void **st)
@@ -202,7 +198,7 @@ static void test_default_pool(void **st)
     char want[512];
     struct stat sb;
 
-    snprintf(want, sizeof(want), "%s/pools/demo", state);
+    snprintf(want, sizeof(want), "%s/pools/demo", tdb.dir);
     assert_string_equal(json_string_value(json_object_get(p, "status")), "ONLINE");
     assert_true(strstr(json_string_value(json_object_get(p, "path")), "/pools/demo") != NULL);
     assert_true(json_integer_value(json_object_get(p, "size")) > 0);
@@ -226,10 +222,10 @@ static void test_pool_create(void **st)
 
     assert_string_equal(json_string_value(json_object_get(p, "name")), "p2");
     json_decref(p);
-    snprintf(dir, sizeof(dir), "%s/pools/p2", state);
+    snprintf(dir, sizeof(dir), "%s/pools/p2", tdb.dir);
     assert_int_equal(stat(dir, &sb), 0);
 
-    snprintf(dir, sizeof(dir), "%s/elsewhere/p3", state);
+    snprintf(dir, sizeof(dir), "%s/elsewhere/p3", tdb.dir);
     snprintf(params, sizeof(params), "[{\"name\":\"p3\",\"path\":\"%s\"}]", dir);
     p = ok("pool.create", params);
     assert_string_equal(json_string_value(json_object_get(p, "path")), dir);
@@ -238,13 +234,13 @@ static void test_pool_create(void **st)
 
     expect_field_error("pool.create", "[{\"name\":\"p2\"}]", "pool.create.name");
     /* pools may not nest or share a directory */
-    snprintf(params, sizeof(params), "[{\"name\":\"p4\",\"path\":\"%s/pools/demo/sub\"}]", state);
+    snprintf(params, sizeof(params), "[{\"name\":\"p4\",\"path\":\"%s/pools/demo/sub\"}]", tdb.dir);
     expect_field_error("pool.create", params, "pool.create.path");
-    snprintf(dir, sizeof(dir), "%s/pools/demo/sub", state);
+    snprintf(dir, sizeof(dir), "%s/pools/demo/sub", tdb.dir);
     assert_int_equal(stat(dir, &sb), -1);
-    snprintf(params, sizeof(params), "[{\"name\":\"p4\",\"path\":\"%s/pools\"}]", state);
+    snprintf(params, sizeof(params), "[{\"name\":\"p4\",\"path\":\"%s/pools\"}]", tdb.dir);
     expect_field_error("pool.create", params, "pool.create.path");
-    snprintf(params, sizeof(params), "[{\"name\":\"p4\",\"path\":\"%s/pools/p2\"}]", state);
+    snprintf(params, sizeof(params), "[{\"name\":\"p4\",\"path\":\"%s/pools/p2\"}]", tdb.dir);
     expect_field_error("pool.create", params, "pool.create.path");
     p = ok("pool.get_instance", "[1]");
     assert_string_equal(json_string_value(json_object_get(p, "name")), "demo");
@@ -780,7 +776,7 @@ static void test_persistence(void **st)
     datasets_shutdown();
     db_close();
 
-    assert_int_equal(db_open(dbpath), 0);
+    assert_int_equal(db_open(tdb.path), 0);
     assert_int_equal(datasets_ensure_default_pool("demo"), 0);
     r = get_dataset("demo/keep");
     assert_int_equal(prop_parsed_int(r, "volsize"), 131072);
@@ -833,7 +829,7 @@ static void test_rollback_recovery(void **st)
                    "[{\"name\":\"demo/.v.tmp.Zz9Zz9\",\"type\":\"VOLUME\",\"volsize\":16384}]"));
     vol_path(".v.tmp.Zz9Zz9", lookalike, sizeof(lookalike));
     db_close();
-    assert_int_equal(db_open(dbpath), 0);
+    assert_int_equal(db_open(tdb.path), 0);
     assert_int_equal(datasets_ensure_default_pool("demo"), 0);
     assert_int_equal(access(stale, F_OK), -1);
     assert_int_equal(access(lookalike, F_OK), 0);

@@ -20,11 +20,11 @@
 #include "api/api.h"
 #include "config/datasets.h"
 #include "config/db.h"
+#include "testdb.h"
 #include "config/dsprops.h"
 #include "store/volume.h"
 
-static char state[] = "/tmp/blockd-test-dsprops.XXXXXX";
-static char dbpath[256];
+static struct testdb tdb;
 
 static void test_recordsize(void **st)
 {
@@ -245,24 +245,20 @@ static void expect_source(const char *name, const char *key, const char *value, 
 static int setup_api(void **st)
 {
     (void)st;
-    assert_non_null(mkdtemp(state));
-    snprintf(dbpath, sizeof(dbpath), "%s/blockd.db", state);
-    datasets_init(state);
-    assert_int_equal(db_open(dbpath), 0);
+    assert_int_equal(testdb_make(&tdb, "/tmp/blockd-test-dsprops", "blockd.db"), 0);
+    datasets_init(tdb.dir);
+    assert_int_equal(db_open(tdb.path), 0);
     assert_int_equal(datasets_ensure_default_pool("demo"), 0);
     return 0;
 }
 
 static int teardown_api(void **st)
 {
-    char cmd[512];
-
     (void)st;
     datasets_flush_all();
     datasets_shutdown();
     db_close();
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", state);
-    return system(cmd) == 0 ? 0 : -1;
+    return testdb_remove(&tdb) == 0 ? 0 : -1;
 }
 
 static void test_tree(void **st)
@@ -433,7 +429,7 @@ static void test_persist(void **st)
     db_unlock();
     datasets_flush_all();
     db_close();
-    assert_int_equal(db_open(dbpath), 0);
+    assert_int_equal(db_open(tdb.path), 0);
     expect_source("demo/mig", "sync", "ALWAYS", "LOCAL");
     expect_source("demo/mig/v", "sync", "ALWAYS", "INHERITED");
     expect_source("demo/mig/w", "sync", "STANDARD", "LOCAL");
