@@ -60,7 +60,8 @@ size_t iscsi_config_pending(void);
 /*
  * For the datasets module's delete path and share.* helpers: true (and a
  * reason in why) when dataset name (or a child / snapshot of it) backs an
- * iSCSI extent. Registered with datasets_register_in_use by init.
+ * iSCSI extent, or when the database cannot tell (the reason says so).
+ * Registered with datasets_register_in_use by init.
  */
 bool iscsi_config_dataset_in_use(const char *name, char *why, size_t len);
 

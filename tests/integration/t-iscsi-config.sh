@@ -68,6 +68,8 @@ e1=$(jget "$out" 'j["id"]')
 out=$(blockctl call iscsi.targetextent.create "{\"target\":$t1,\"extent\":$e1}")
 [ "$(jget "$out" 'j["lunid"]')" = 0 ] || fail "first LUN is not 0: $out"
 expect_error iscsi.targetextent.create "{\"target\":$t1,\"extent\":$e1}" "Extent is already in use."
+# the volume behind an extent cannot be deleted (without recursive/force)
+expect_error pool.dataset.delete '["demo/v1"]' "demo/v1 is used by iSCSI extent e1"
 e2=$(jget "$(blockctl call iscsi.extent.create '{"name":"e2","disk":"zvol/demo/v2"}')" 'j["id"]')
 expect_error iscsi.targetextent.create "{\"target\":$t1,\"extent\":$e2,\"lunid\":0}" \
     "LUN ID is already being used for this target."

@@ -79,53 +79,68 @@ static const char schema[] =
     " lunid INTEGER NOT NULL,"
     " UNIQUE(target_id, lunid));";
 
+/* Step st (prepared and bound) for the first extent using the dataset:
+ * 1 and why filled (skip: bytes of the path column to leave out), 0 none,
+ * or -errno. Gives st back. */
+static int first_extent_user(sqlite3_stmt *st, size_t skip, char *why, size_t len)
+{
+    int rc = db_step_row(st);
+
+    if (rc == 0 && why && len) {
+        const char *path = icfg_col_text(st, 1);
+        snprintf(why, len, "%s is used by iSCSI extent %s",
+                 strlen(path) >= skip ? path + skip : path, icfg_col_text(st, 0));
+    }
+    icfg_finalize(st);
+    return rc == 0 ? 1 : rc == -ENOENT ? 0 : rc;
+}
+
+/* A DISK extent on the dataset, its descendants or its snapshots, or a
+ * FILE extent inside its directory (a FILESYSTEM or the pool root would
+ * lose the file with it). A database error counts as used (with the
+ * reason): deleting on a guess could pull a disk from under an extent. */
 bool iscsi_config_dataset_in_use(const char *name, char *why, size_t len)
 {
-    char disk[600], child[600], snap[600];
+    char disk[600], child[600], snap[600], pool[256], rest[600];
+    const char *slash = strchr(name, '/');
+    sqlite3_stmt *st;
+    int rc;
+
     snprintf(disk, sizeof(disk), "zvol/%s", name);
     snprintf(child, sizeof(child), "zvol/%s/", name);
     snprintf(snap, sizeof(snap), "zvol/%s@", name);
-    bool used = false;
+    snprintf(pool, sizeof(pool), "%.*s", slash ? (int)(slash - name) : (int)strlen(name), name);
+    snprintf(rest, sizeof(rest), "%s/", slash ? slash : "");
     db_lock();
-    sqlite3_stmt *st;
-    if (icfg_prepare("SELECT name, disk FROM iscsi_extent WHERE type = 'DISK' AND (disk = ?1 "
-                     "OR substr(disk, 1, length(?2)) = ?2 OR substr(disk, 1, length(?3)) = ?3) "
-                     "ORDER BY id LIMIT 1",
-                     &st) == 0) {
+    rc = icfg_prepare("SELECT name, disk FROM iscsi_extent WHERE type = 'DISK' AND (disk = ?1 "
+                      "OR substr(disk, 1, length(?2)) = ?2 OR substr(disk, 1, length(?3)) = ?3) "
+                      "ORDER BY id LIMIT 1",
+                      &st);
+    if (rc == 0) {
         sqlite3_bind_text(st, 1, disk, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, child, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, snap, -1, SQLITE_STATIC);
-        if (sqlite3_step(st) == SQLITE_ROW) {
-            used = true;
-            if (why && len)
-                snprintf(why, len, "%s is used by iSCSI extent %s", icfg_col_text(st, 1) + 5,
-                         icfg_col_text(st, 0));
-        }
-        icfg_finalize(st);
+        rc = first_extent_user(st, strlen("zvol/"), why, len);
     }
-    /* FILE extents inside the dataset's directory (a FILESYSTEM or the
-     * pool root) would lose their file with it. */
-    const char *slash = strchr(name, '/');
-    char pool[256], rest[600];
-    snprintf(pool, sizeof(pool), "%.*s", slash ? (int)(slash - name) : (int)strlen(name), name);
-    snprintf(rest, sizeof(rest), "%s/", slash ? slash : "");
-    if (!used && !strchr(name, '@') &&
-        icfg_prepare("SELECT e.name, e.path FROM iscsi_extent e JOIN pools p ON p.name = ?1 "
-                     "WHERE e.type = 'FILE' AND substr(e.path, 1, length(p.path || ?2)) = "
-                     "p.path || ?2 ORDER BY e.id LIMIT 1",
-                     &st) == 0) {
-        sqlite3_bind_text(st, 1, pool, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, rest, -1, SQLITE_STATIC);
-        if (sqlite3_step(st) == SQLITE_ROW) {
-            used = true;
-            if (why && len)
-                snprintf(why, len, "%s is used by iSCSI extent %s", icfg_col_text(st, 1),
-                         icfg_col_text(st, 0));
+    if (rc == 0 && !strchr(name, '@')) {
+        rc = icfg_prepare("SELECT e.name, e.path FROM iscsi_extent e JOIN pools p ON p.name = ?1 "
+                          "WHERE e.type = 'FILE' AND substr(e.path, 1, length(p.path || ?2)) = "
+                          "p.path || ?2 ORDER BY e.id LIMIT 1",
+                          &st);
+        if (rc == 0) {
+            sqlite3_bind_text(st, 1, pool, -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 2, rest, -1, SQLITE_STATIC);
+            rc = first_extent_user(st, 0, why, len);
         }
-        icfg_finalize(st);
     }
     db_unlock();
-    return used;
+    if (rc < 0) {
+        log_error("iscsi: reading the extents that use %s: %s", name, strerror(-rc));
+        if (why && len)
+            snprintf(why, len, "cannot tell whether an iSCSI extent uses %s: %s", name,
+                     strerror(-rc));
+    }
+    return rc != 0;
 }
 
 /*
