@@ -239,10 +239,10 @@ int ds_dataset_props_each(int64_t id, void (*fn)(const char *name, const char *v
     if (rc < 0)
         return rc;
     sqlite3_bind_int64(st, 1, id);
-    while (sqlite3_step(st) == SQLITE_ROW)
+    while (db_stmt_next(st, &rc))
         fn((const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1), arg);
     db_stmt_done(st);
-    return 0;
+    return rc;
 }
 
 int ds_dataset_update_size(int64_t id, uint64_t volsize, const char *comments)
@@ -352,7 +352,7 @@ int ds_dataset_each_stored_volume(const char *name, int (*fn)(const char *name, 
     if (rc < 0)
         return rc;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    while (rc == 0 && sqlite3_step(st) == SQLITE_ROW)
+    while (db_stmt_next(st, &rc))
         rc = fn((const char *)sqlite3_column_text(st, 0), arg);
     db_stmt_done(st);
     return rc;
@@ -430,11 +430,11 @@ int ds_dataset_zfs_props_of(char names[][DS_NAME_BUF], size_t n,
         return rc;
     for (size_t i = 0; i < n; i++)
         sqlite3_bind_text(st, (int)i + 1, names[i], -1, SQLITE_STATIC);
-    while (sqlite3_step(st) == SQLITE_ROW)
+    while (db_stmt_next(st, &rc))
         fn((const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1),
            (const char *)sqlite3_column_text(st, 2), arg);
     db_stmt_done(st);
-    return 0;
+    return rc;
 }
 
 int ds_dataset_each_local_sync(const char *name,

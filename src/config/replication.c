@@ -823,8 +823,13 @@ static int create_target(struct repl_task *t, struct item *it, uint64_t volsize)
         json_object_set_new(data, "comments", json_string(src.comments));
         struct create_props cp = {.data = data, .uprops = json_array()};
         db_lock();
-        ds_dataset_props_each(src.id, create_prop_add, &cp);
+        rc = ds_dataset_props_each(src.id, create_prop_add, &cp);
         db_unlock();
+        if (rc < 0) {
+            json_decref(cp.uprops);
+            json_decref(data);
+            return repl_fail(t, rc, "cannot read the properties of %s", it->src);
+        }
         if (json_array_size(cp.uprops))
             json_object_set_new(data, "user_properties", cp.uprops);
         else

@@ -149,7 +149,13 @@ struct hammer {
     /* Last completed content of each block: seq, or 0 after a zeroing. */
     uint32_t last_seq[NBLOCKS];
     bool last_zero[NBLOCKS];
+    /* The last 4 completed requests of each block, newest first, for the
+     * report of a mismatch: seq, HIST_ZERO and HIST_FUA bits. */
+    uint32_t hist[NBLOCKS][4];
 };
+
+#define HIST_ZERO (1u << 30)
+#define HIST_FUA (1u << 31)
 
 static void slot_done(struct vreq *r)
 {
@@ -165,6 +171,9 @@ static void slot_done(struct vreq *r)
         atomic_fetch_add(&h->early, 1);
     h->last_seq[s->block] = s->seq;
     h->last_zero[s->block] = s->zero;
+    memmove(&h->hist[s->block][1], &h->hist[s->block][0], 3 * sizeof(uint32_t));
+    h->hist[s->block][0] =
+        s->seq | (s->zero ? HIST_ZERO : 0) | (s->r.flags & VREQ_FUA ? HIST_FUA : 0);
     atomic_fetch_add(&h->completed, 1);
     pthread_mutex_lock(&w->lock);
     s->next_ready = w->ready;
@@ -240,6 +249,31 @@ static void hammer_start(struct hammer *h, struct fixture *f, bool check_phase)
         assert_int_equal(pthread_create(&h->w[i].th, NULL, writer_main, &h->w[i]), 0);
 }
 
+/* A block that does not hold its last write (seen once, under a loaded
+ * CI run, and not since; NOTES.md): what it holds, what the block's last
+ * requests were, whether a second read agrees, and the file's extents (an
+ * unwritten extent reads as zeros). To stderr, before the assertion. */
+static void report_block(struct hammer *h, const uint8_t *got, uint32_t b)
+{
+    uint32_t gb, gs, again_seq = 0;
+    uint8_t again[BS];
+    char cmd[400];
+
+    memcpy(&gb, got, 4);
+    memcpy(&gs, got + 4, 4);
+    if (pread(h->f->rfd, again, BS, (off_t)b * BS) == BS)
+        memcpy(&again_seq, again + 4, 4);
+    fprintf(stderr,
+            "block %u holds block %u seq %u (read again: seq %u); its last requests, newest "
+            "first (seq | 0x40000000 zeroes | 0x80000000 FUA): %08x %08x %08x %08x\n",
+            b, gb, gs, again_seq, h->hist[b][0], h->hist[b][1], h->hist[b][2], h->hist[b][3]);
+    if (h->f->is_file) {
+        snprintf(cmd, sizeof(cmd), "filefrag -v '%s' >&2", h->f->path);
+        if (system(cmd) != 0)
+            fprintf(stderr, "(filefrag failed)\n");
+    }
+}
+
 static void hammer_finish(struct hammer *h)
 {
     atomic_store(&h->stop, true);
@@ -267,6 +301,8 @@ static void hammer_finish(struct hammer *h)
             memset(expect, 0, BS);
         else
             fill_block(expect, b, h->last_seq[b]);
+        if (memcmp(got + (size_t)b * BS, expect, BS) != 0)
+            report_block(h, got + (size_t)b * BS, b);
         assert_memory_equal(got + (size_t)b * BS, expect, BS);
     }
     free(got);
