@@ -2,7 +2,7 @@
 # Share churn, two builds side by side (issue #14's "within noise" check of
 # bench/control.sh's share rows, without its 12 minutes per run): for each
 # build in turn, REPS rounds alternating A B A B ..., each round a fresh
-# daemon with N volumes, then N share.iscsi.create and N share.iscsi.delete
+# daemon, N pool.dataset.create (1 MiB volumes), then N share.iscsi.create and N share.iscsi.delete
 # over one WebSocket, one call at a time (what a CSI driver does), then the
 # same N creates as one core.bulk call. Prints each round and the medians,
 # and B/A. The daemon's state is on /tmp (the disk: every share is one
@@ -22,7 +22,7 @@ for b in "$A" "$B"; do
 done
 port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# one_round BUILD: prints "create_s delete_s bulk_s"
+# one_round BUILD: prints "volume_s create_s delete_s bulk_s"
 one_round() {
     local build=$1 tmp ws pid key
     tmp=$(mktemp -d /tmp/blockd-bench-churn.XXXXXX)
@@ -55,6 +55,7 @@ def call(method, params):
 assert call("auth.login_with_api_key", [key]) is True
 call("core.set_options", [{"legacy_jobs": False}])  # core.bulk answers with its results
 vols = ["demo/c%d" % i for i in range(n)]
+tv = time.perf_counter()
 for v in vols:
     call("pool.dataset.create", [{"name": v, "type": "VOLUME", "volsize": 1048576}])
 t0 = time.perf_counter()
@@ -68,7 +69,7 @@ res = call("core.bulk", ["share.iscsi.create", [[{"name": v, "target_prefix": "b
 t3 = time.perf_counter()
 bad = [r for r in res if r["error"]]
 assert len(res) == n and not bad, bad[:3]
-print("%.3f %.3f %.3f" % (t1 - t0, t2 - t1, t3 - t2))
+print("%.3f %.3f %.3f %.3f" % (t0 - tv, t1 - t0, t2 - t1, t3 - t2))
 PY
     kill $pid
     wait $pid 2>/dev/null || true
@@ -78,14 +79,14 @@ PY
 echo "# share churn: $N shares, $REPS rounds per build, alternating ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs)"
 echo "# A=$A ($(git -C "$A/.." rev-parse --short HEAD 2>/dev/null || echo ?))"
 echo "# B=$B ($(git -C "$B/.." rev-parse --short HEAD 2>/dev/null || echo ?))"
-printf '%-6s %-5s %10s %10s %10s\n' round build create_s delete_s bulk_s
+printf '%-6s %-5s %10s %10s %10s %10s\n' round build volume_s create_s delete_s bulk_s
 : >/tmp/blockd-churn.$$
 for r in $(seq 1 "$REPS"); do
     for which in A B; do
         build=$A
         [ "$which" = B ] && build=$B
         out=$(one_round "$build")
-        printf '%-6s %-5s %10s %10s %10s\n' "$r" "$which" $out
+        printf '%-6s %-5s %10s %10s %10s %10s\n' "$r" "$which" $out
         echo "$which $out" >>/tmp/blockd-churn.$$
     done
 done
@@ -96,8 +97,9 @@ med = {}
 for b in "AB":
     cols = list(zip(*[[float(x) for x in r[1:]] for r in rows if r[0] == b]))
     med[b] = [statistics.median(c) for c in cols]
-    print("median %s  create %.3f s  delete %.3f s  bulk create %.3f s" % (b, *med[b]))
-print("B/A     create %.2f  delete %.2f  bulk create %.2f" %
-      tuple(med["B"][i] / med["A"][i] for i in range(3)))
+    print("median %s  volume create %.3f s  share create %.3f s  delete %.3f s  bulk create %.3f s"
+          % (b, *med[b]))
+print("B/A     volume create %.2f  share create %.2f  delete %.2f  bulk create %.2f" %
+      tuple(med["B"][i] / med["A"][i] for i in range(4)))
 PY
 rm -f /tmp/blockd-churn.$$
