@@ -8,10 +8,14 @@
 # and B/A. The daemon's state is on /tmp (the disk: every share is one
 # commit and one fdatasync, as in production).
 #
-#   flock /tmp/blockd-bench.lock bash bench/share_churn.sh BUILD_A BUILD_B [REPS] [N]
+#   flock /tmp/blockd-bench.lock bash bench/share_churn.sh [BUILD_A BUILD_B [REPS] [N]]
+#
+# Without builds (make bench) both are ./build: this build's figures, and
+# B/A shows the run-to-run noise a comparison has to beat.
 set -euo pipefail
-A=${1:?build A}
-B=${2:?build B}
+root=$(cd "$(dirname "$0")/.." && pwd)
+A=${1:-$root/build}
+B=${2:-$root/build}
 REPS=${3:-3}
 N=${4:-1000}
 PY=/usr/bin/python3
