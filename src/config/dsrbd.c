@@ -238,6 +238,9 @@ static struct rbd_cluster *probe_store(int64_t id, struct pool_probe *pr)
     pthread_mutex_lock(&rp_lock);
     p = find_locked(id);
     if (p) {
+        /* The state this result replaces (a failed request may have
+         * marked the pool lost since probe_load, and logged it). */
+        pr->was_online = p->online;
         if (pr->rc == 0 && pr->c && !p->c) {
             p->c = pr->c; /* our reference goes to the pool */
             pr->c = NULL;
@@ -301,11 +304,14 @@ static void connector_pass(void)
         }
         probe_run(&pr);
         stale = probe_store(ids[i], &pr);
+        /* Logged before the connections go: shutting down a client of
+         * a lost cluster can take seconds, and the status already says
+         * UNAVAIL. */
+        probe_report(&pr);
         if (pr.c)
             rbd_cluster_put(pr.c);
         if (stale)
             rbd_cluster_put(stale);
-        probe_report(&pr);
     }
 }
 
