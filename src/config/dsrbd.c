@@ -225,6 +225,19 @@ static void probe_run(struct pool_probe *pr)
         pr->rc = check_pool(pr->c, &pr->spec, false, pr->why, sizeof(pr->why));
 }
 
+/* A change of state is logged under rp_lock, as it is made: a reader
+ * of the pool's status (pool.query) never sees it before the line. */
+static void probe_log_locked(const struct pool_probe *pr)
+{
+    if (pr->rc == 0 && !pr->was_online)
+        log_info("datasets: RBD pool %s (%s%s%s) is ONLINE", pr->name, pr->spec.pool,
+                 pr->spec.ns[0] ? "/" : "", pr->spec.ns);
+    else if (pr->rc < 0 && pr->was_online)
+        log_error("datasets: RBD pool %s is UNAVAIL: %s", pr->name, pr->why);
+    else if (pr->rc < 0)
+        log_debug("datasets: RBD pool %s still UNAVAIL: %s", pr->name, pr->why);
+}
+
 /* Record the result in pool id if it is still there: a new connection
  * goes to the pool (pr->c then NULL); a failed pool lets its connection
  * go (returned, to be put unlocked), so the next attempt connects afresh
@@ -255,24 +268,12 @@ static struct rbd_cluster *probe_store(int64_t id, struct pool_probe *pr)
         } else {
             snprintf(p->why, sizeof(p->why), "%s", pr->why);
         }
+        probe_log_locked(pr);
+    } else {
+        pr->was_online = true; /* gone meanwhile: nothing to announce */
     }
     pthread_mutex_unlock(&rp_lock);
     return stale;
-}
-
-/* A state change is logged (and a pool coming ONLINE announced). */
-static void probe_report(const struct pool_probe *pr)
-{
-    if (pr->rc == 0 && !pr->was_online) {
-        log_info("datasets: RBD pool %s (%s%s%s) is ONLINE", pr->name, pr->spec.pool,
-                 pr->spec.ns[0] ? "/" : "", pr->spec.ns);
-        /* Shares whose volumes could not be opened while the pool was
-         * down (at start-up: always) are opened now. */
-        ds_notify(DATASETS_POOL_ONLINE, pr->name, NULL);
-    } else if (pr->rc < 0 && pr->was_online)
-        log_error("datasets: RBD pool %s is UNAVAIL: %s", pr->name, pr->why);
-    else if (pr->rc < 0)
-        log_debug("datasets: RBD pool %s still UNAVAIL: %s", pr->name, pr->why);
 }
 
 static int renew(int64_t id, struct rbd_cluster *old, struct rbd_cluster **out);
@@ -304,10 +305,11 @@ static void connector_pass(void)
         }
         probe_run(&pr);
         stale = probe_store(ids[i], &pr);
-        /* Logged before the connections go: shutting down a client of
-         * a lost cluster can take seconds, and the status already says
-         * UNAVAIL. */
-        probe_report(&pr);
+        if (pr.rc == 0 && !pr.was_online)
+            /* Shares whose volumes could not be opened while the pool
+             * was down (at start-up: always) are opened now. */
+            ds_notify(DATASETS_POOL_ONLINE, pr.name, NULL);
+        /* (Shutting down a lost cluster's client can take seconds.) */
         if (pr.c)
             rbd_cluster_put(pr.c);
         if (stale)
@@ -452,21 +454,16 @@ struct rbd_io {
 static void mark_lost(int64_t pool_id, int rc)
 {
     struct rbd_pool *p;
-    bool logged = false;
-    char name[NAME_DATASET_MAX + 1] = "";
 
     pthread_mutex_lock(&rp_lock);
     p = find_locked(pool_id);
     if (p && p->online) {
         p->online = false;
         snprintf(p->why, sizeof(p->why), "a request to the Ceph cluster failed: %s", strerror(-rc));
-        snprintf(name, sizeof(name), "%s", p->name);
-        logged = true;
+        /* under the lock, as probe_log_locked */
+        log_error("datasets: RBD pool %s is UNAVAIL: %s", p->name, p->why);
     }
     pthread_mutex_unlock(&rp_lock);
-    if (logged)
-        log_error("datasets: RBD pool %s is UNAVAIL: a request to the Ceph cluster failed: %s",
-                  name, strerror(-rc));
 }
 
 /* Pool id's connection was retired (this daemon was fenced by its
