@@ -307,25 +307,31 @@ static void fence_remember_locked(const char *addr)
     fenced_next = (fenced_next + 1) % GW_FENCED_MAX;
 }
 
-/* Blocklist a dead member's client: from now on the OSDs refuse it, so a
- * member that was only cut off can never write again. Its exclusive locks
- * are broken by the LU pass (gw_lu_pass). */
-static void fence(const char *what, const char *addr)
+/* Blocklist a dead member's client (id's, addr): from now on the OSDs
+ * refuse it, so a member that was only cut off can never write again.
+ * Only then is it marked fenced, and logged as such under gw_mu in the
+ * same step: its exclusive locks are broken by the LU pass (gw_lu_pass,
+ * lu_check on any thread) only once the blocklist holds, and
+ * gateway.query never shows it fenced before the log line. A failed
+ * blocklist leaves it unfenced: the next round tries again. */
+static void fence(unsigned id, const char *what, const char *addr)
 {
     char a[128];
     snprintf(a, sizeof(a), "%s", addr);
     int rc = rados_blocklist_add(rbd_cluster_rados(cluster), a, GW_BLOCKLIST_S);
-    if (rc < 0)
+    if (rc < 0) {
         log_error("gateway %s: cannot blocklist %s (%s): %s; its locks are not broken", cfg.group,
                   what, addr, strerror(-rc));
-    else
-        log_warn("gateway %s: fenced %s: client %s blocklisted for %u s", cfg.group, what, addr,
-                 GW_BLOCKLIST_S);
-    if (rc == 0) {
-        pthread_mutex_lock(&gw_mu);
-        fence_remember_locked(addr);
-        pthread_mutex_unlock(&gw_mu);
+        return;
     }
+    pthread_mutex_lock(&gw_mu);
+    struct member_rec *r = &recs[id];
+    if (r->present && strcmp(r->m.addr, addr) == 0 && r->m.state == GATEWAY_OFFLINE)
+        r->m.fenced = true;
+    fence_remember_locked(addr);
+    log_warn("gateway %s: fenced %s: client %s blocklisted for %u s", cfg.group, what, addr,
+             GW_BLOCKLIST_S);
+    pthread_mutex_unlock(&gw_mu);
 }
 
 /* Merge what was read into the table; fence members that went OFFLINE
@@ -335,6 +341,7 @@ static void merge(const struct gateway_member *rd, const bool *present, bool sel
 {
     uint64_t now = gw_now_ms();
     struct {
+        unsigned id;
         char what[128];
         char addr[128];
     } to_fence[GATEWAY_ID_MAX + 1];
@@ -386,7 +393,8 @@ static void merge(const struct gateway_member *rd, const bool *present, bool sel
             log_warn("gateway %s: member %s (id %u) is OFFLINE: no heartbeat for %u s", cfg.group,
                      m->name, id, cfg.timeout_s);
         if (r->m.state == GATEWAY_OFFLINE && !r->m.fenced && self_ok) {
-            r->m.fenced = true;
+            /* marked fenced by fence(), once blocklisted */
+            to_fence[nf].id = id;
             snprintf(to_fence[nf].what, sizeof(to_fence[nf].what), "member %s (id %u)", m->name,
                      id);
             snprintf(to_fence[nf].addr, sizeof(to_fence[nf].addr), "%s", m->addr);
@@ -395,7 +403,7 @@ static void merge(const struct gateway_member *rd, const bool *present, bool sel
     }
     pthread_mutex_unlock(&gw_mu);
     for (size_t i = 0; i < nf; i++)
-        fence(to_fence[i].what, to_fence[i].addr);
+        fence(to_fence[i].id, to_fence[i].what, to_fence[i].addr);
 }
 
 static void watch_cb(void *arg, uint64_t notify_id, uint64_t handle, uint64_t notifier_id,
@@ -821,7 +829,7 @@ static int check_id_free(void)
     }
     /* Dead: take the id over, and fence the old instance first so that it
      * can never write again (its image locks are broken on sight). */
-    fence("the previous holder of this id", old.addr);
+    fence(cfg.id, "the previous holder of this id", old.addr);
     return 0;
 }
 

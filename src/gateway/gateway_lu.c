@@ -229,14 +229,14 @@ static void lu_check_image(struct gw_lu *gl, rbd_image_t img)
     pthread_mutex_unlock(&gw_mu);
     if (addr[0] && fenced) {
         /* The owner is blocklisted: breaking its lock lets our writes (and
-         * the ones librbd holds waiting for it) go on now. */
+         * the ones librbd holds waiting for it) go on now. Said before:
+         * those writes may complete before rbd_lock_break returns. */
+        log_warn("gateway: %s: breaking the exclusive lock of fenced client %s",
+                 volume_name(gl->vol), addr);
         rc = rbd_lock_break(img, RBD_LOCK_MODE_EXCLUSIVE, addr);
         if (rc < 0 && rc != -ENOENT)
             log_warn("gateway: %s: cannot break the lock of fenced client %s: %s",
                      volume_name(gl->vol), addr, strerror(-rc));
-        else
-            log_warn("gateway: %s: broke the exclusive lock of fenced client %s",
-                     volume_name(gl->vol), addr);
         id = 0;
         addr[0] = 0;
     }

@@ -113,7 +113,7 @@ grep -qx "verified $acked" "$TMP/v2" || fail "verify: $(cat "$TMP/v2")"
 "$GW_PROBE" verify "$UN" "$TMP/acked0" 1 >/dev/null || fail "earlier data lost"
 grep -q "fenced member $P (id [12]): client .* blocklisted" "$(gw_dir $N)/blockd.log" ||
     fail "$N did not fence $P"
-grep -q "broke the exclusive lock of fenced client" "$(gw_dir $N)/blockd.log" ||
+grep -q "breaking the exclusive lock of fenced client" "$(gw_dir $N)/blockd.log" ||
     fail "$N did not break $P's lock"
 b=$("$GW_PROBE" rtpg "$UN" | tr '\n' ' ')
 [ "$b" = "$(view $N 3)" ] ||

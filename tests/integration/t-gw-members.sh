@@ -65,8 +65,13 @@ gw_wait_state A B ONLINE 5 >/dev/null
 gw_kill B
 ms=$(gw_wait_state A B OFFLINE 8)
 echo "A saw B OFFLINE ${ms} ms after SIGKILL"
+# fenced once the monitors took the blocklist entry (one more round trip)
+for i in $(seq 1 50); do
+    gw_ctl A call gateway.query '[[["name","=","B"]],{"get":true}]' | grep -q '"fenced": *true' && break
+    sleep 0.1
+done
 gw_ctl A call gateway.query '[[["name","=","B"]],{"get":true}]' | grep -q '"fenced": *true' ||
-    fail "B was not fenced: $(gw_ctl A call gateway.query)"
+    fail "B was not fenced 5 s after it went OFFLINE: $(gw_ctl A call gateway.query)"
 grep -q "fenced member B (id 2): client .* blocklisted" "$(gw_dir A)/blockd.log" ||
     fail "no fencing line in A's log"
 
