@@ -102,6 +102,8 @@ struct volume {
 
     /* Slow writes (slow_write_note): how many since the last log line, and when it was. */
     _Atomic uint64_t slow_writes, slow_logged_ns;
+    /* Failed requests (io_error_note), the same way. */
+    _Atomic uint64_t io_errors, io_error_logged_ns;
 
     /* The snapshot being copied out of this volume, or NULL. */
     _Atomic(struct store_cow *) cow;
@@ -703,10 +705,50 @@ static uint64_t count_write(struct volume *v)
     return atomic_fetch_add(&v->writes_done, 1) + 1;
 }
 
+static const char *const op_names[] = {
+    [VREQ_READ] = "read",
+    [VREQ_WRITE] = "write",
+    [VREQ_FLUSH] = "flush",
+    [VREQ_TRIM] = "trim",
+    [VREQ_WRITE_ZEROES] = "write zeroes",
+    [VREQ_CACHE] = "cache",
+    [VREQ_EXTENTS] = "extents",
+    [VREQ_COMPARE_WRITE] = "compare and write",
+};
+
+/* A request the backend failed is logged (at most one line per
+ * IO_ERROR_LOG_EVERY_NS per volume, with the count of the others): the
+ * client only sees EIO or a sense code, the operator sees why (a lost
+ * cluster, a full disk). A miscompare and a compare-and-write the backend
+ * leaves to the caller are answers, not failures. */
+#define IO_ERROR_LOG_EVERY_NS 10000000000ull
+
+static void io_error_note(struct volume *v, const struct vreq *r)
+{
+    if (r->result == -EILSEQ || (r->op == VREQ_COMPARE_WRITE && r->result == -ENOTSUP))
+        return;
+    uint64_t now = time_now_ns();
+    atomic_fetch_add_explicit(&v->io_errors, 1, memory_order_relaxed);
+    uint64_t last = atomic_load_explicit(&v->io_error_logged_ns, memory_order_relaxed);
+    if (last && now - last < IO_ERROR_LOG_EVERY_NS)
+        return;
+    if (!atomic_compare_exchange_strong(&v->io_error_logged_ns, &last, now))
+        return;
+    uint64_t others = atomic_exchange(&v->io_errors, 0) - 1;
+    log_warn("store: volume %s: %s of %llu bytes at %llu failed: %s (%llu other failed "
+             "request(s) since the last such line)",
+             v->name,
+             (unsigned)r->op < sizeof(op_names) / sizeof(op_names[0]) ? op_names[r->op] : "?",
+             (unsigned long long)r->length, (unsigned long long)r->offset, strerror(-r->result),
+             (unsigned long long)others);
+}
+
 /* After the op ran (result in r->result, modification already counted):
  * durability wait if needed, then completion. */
 static void vreq_after(struct volume *v, struct vreq *r)
 {
+    if (r->result < 0)
+        io_error_note(v, r);
     if (r->result == 0 && op_modifies(r->op) && needs_durable(v, r)) {
         flush_wait(v, r, r->flush_target);
         return;
