@@ -8,7 +8,9 @@
 #   scripts/ceph-cluster.sh status DIR          exit 0 when rbd works
 #
 # Environment: CEPH_MEM_BYTES (memstore capacity, default 4 GiB),
-# CEPH_POOL (created and initialised for rbd, default "rbd").
+# CEPH_POOL (created and initialised for rbd, default "rbd"),
+# CEPH_READ_LEASE_RATIO (osd_pool_default_read_lease_ratio: a placement
+# group's read lease is this x osd_heartbeat_grace (20 s); default Ceph's 0.8).
 # Only processes whose command line names DIR/ceph.conf are ever signalled,
 # so several clusters may run side by side (each picks free ports).
 set -euo pipefail
@@ -84,6 +86,7 @@ osd op num threads per shard = 1
 osd class load list = *
 osd class default list = *
 osd crush update on start = false
+osd pool default read lease ratio = ${CEPH_READ_LEASE_RATIO:-0.8}
 EOF
     export CEPH_CONF=$dir/ceph.conf
     local c="-c $dir/ceph.conf"
