@@ -80,6 +80,16 @@ blockd_alive() {
     [ -n "$BLOCKD_PID" ] && kill -0 "$BLOCKD_PID" 2>/dev/null
 }
 
+# blockd_threads: for a test that timed out waiting on the daemon, every
+# thread's stack (gdb, when installed) into $TMP/blockd-threads.txt; prints
+# the daemon's own frames, for the failure message.
+blockd_threads() {
+    blockd_alive && command -v gdb >/dev/null || return 0
+    timeout 60 gdb -p "$BLOCKD_PID" -batch -ex "thread apply all bt" >"$TMP/blockd-threads.txt" 2>&1 || true
+    echo "(blockd's threads in $TMP/blockd-threads.txt)"
+    grep -E "^Thread |/src/" "$TMP/blockd-threads.txt" | grep -B1 "/src/" | head -60 || true
+}
+
 # Client processes a test starts in the background: killed on exit, so a
 # failed test leaves none behind (holding the bench lock, or retrying).
 BG_PIDS=()

@@ -27,6 +27,8 @@ URL="iscsi://127.0.0.1:$ISCSI_PORT/iqn.2026-11.org.blockd:conformance/0"
 OUT=$TMP/iscsi-test-cu.txt
 rc=0
 timeout 600 iscsi-test-cu --dataloss --allow-sanitize -i "$INI1" -I "$INI2" -t ALL "$URL" "$URL" >"$OUT" 2>&1 || rc=$?
+[ "$rc" != 124 ] || fail "iscsi-test-cu timed out (output in $OUT): $(tail -5 "$OUT")
+$(blockd_threads)"
 [ "$rc" = 0 ] || fail "iscsi-test-cu exited with $rc (output in $OUT): $(tail -5 "$OUT")"
 blockd_alive || fail "blockd died during the conformance run"
 
