@@ -63,6 +63,12 @@ struct sync_slot {
     bool busy;
 };
 
+/* A log line at most once per period, counting the events it leaves out
+ * (note_due). */
+struct note_limit {
+    _Atomic uint64_t count, logged_ns;
+};
+
 struct volume {
     atomic_uint refs;
     struct bdev *bdev;
@@ -100,10 +106,9 @@ struct volume {
     struct vreq *parked_head, **parked_tail;
     size_t parked;
 
-    /* Slow writes (slow_write_note): how many since the last log line, and when it was. */
-    _Atomic uint64_t slow_writes, slow_logged_ns;
-    /* Failed requests (io_error_note), the same way. */
-    _Atomic uint64_t io_errors, io_error_logged_ns;
+    /* Slow writes (slow_write_note) and failed requests (io_error_note):
+     * rate-limited log lines (note_due). */
+    struct note_limit slow_notes, error_notes;
 
     /* The snapshot being copied out of this volume, or NULL. */
     _Atomic(struct store_cow *) cow;
@@ -723,18 +728,27 @@ static const char *const op_names[] = {
  * leaves to the caller are answers, not failures. */
 #define IO_ERROR_LOG_EVERY_NS 10000000000ull
 
+/* Count one event at now; true if this one is to be logged (none was for
+ * every_ns), with *others the events left out since the last line. */
+static bool note_due(struct note_limit *n, uint64_t now, uint64_t every_ns, uint64_t *others)
+{
+    atomic_fetch_add_explicit(&n->count, 1, memory_order_relaxed);
+    uint64_t last = atomic_load_explicit(&n->logged_ns, memory_order_relaxed);
+    if (last && now - last < every_ns)
+        return false;
+    if (!atomic_compare_exchange_strong(&n->logged_ns, &last, now))
+        return false;
+    *others = atomic_exchange(&n->count, 0) - 1;
+    return true;
+}
+
 static void io_error_note(struct volume *v, const struct vreq *r)
 {
+    uint64_t others;
     if (r->result == -EILSEQ || (r->op == VREQ_COMPARE_WRITE && r->result == -ENOTSUP))
         return;
-    uint64_t now = time_now_ns();
-    atomic_fetch_add_explicit(&v->io_errors, 1, memory_order_relaxed);
-    uint64_t last = atomic_load_explicit(&v->io_error_logged_ns, memory_order_relaxed);
-    if (last && now - last < IO_ERROR_LOG_EVERY_NS)
+    if (!note_due(&v->error_notes, time_now_ns(), IO_ERROR_LOG_EVERY_NS, &others))
         return;
-    if (!atomic_compare_exchange_strong(&v->io_error_logged_ns, &last, now))
-        return;
-    uint64_t others = atomic_exchange(&v->io_errors, 0) - 1;
     log_warn("store: volume %s: %s of %llu bytes at %llu failed: %s (%llu other failed "
              "request(s) since the last such line)",
              v->name,
@@ -790,16 +804,11 @@ static double ms_between(uint64_t a, uint64_t b)
 
 static void slow_write_note(struct volume *v, struct vreq *r)
 {
-    uint64_t now = time_now_ns();
+    uint64_t now = time_now_ns(), others;
     if (now - r->t_submit < SLOW_WRITE_NS)
         return;
-    atomic_fetch_add_explicit(&v->slow_writes, 1, memory_order_relaxed);
-    uint64_t last = atomic_load_explicit(&v->slow_logged_ns, memory_order_relaxed);
-    if (last && now - last < SLOW_WRITE_LOG_EVERY_NS)
+    if (!note_due(&v->slow_notes, now, SLOW_WRITE_LOG_EVERY_NS, &others))
         return;
-    if (!atomic_compare_exchange_strong(&v->slow_logged_ns, &last, now))
-        return;
-    uint64_t others = atomic_exchange(&v->slow_writes, 0) - 1;
     uint64_t cow_end = r->t_cow ? r->t_cow : r->t_run;
     log_warn("store: volume %s: a write of %llu bytes at %llu took %.1f ms in the volume: "
              "parked %.1f, queued %.1f, snapshot copy %.1f, backend %.1f, return to "
