@@ -249,9 +249,9 @@ static void hammer_start(struct hammer *h, struct fixture *f, bool check_phase)
         assert_int_equal(pthread_create(&h->w[i].th, NULL, writer_main, &h->w[i]), 0);
 }
 
-/* A block that does not hold its last write (seen once, under a loaded
- * CI run, and not since; NOTES.md): what it holds, what the block's last
- * requests were, whether a second read agrees, and the file's extents (an
+/* A block that does not hold its last write (seen under a loaded CI run:
+ * a writer's slot had starved, so the block was never written): what it
+ * holds, what the block's last requests were, whether a second read agrees, and the file's extents (an
  * unwritten extent reads as zeros). To stderr, before the assertion. */
 static void report_block(struct hammer *h, const uint8_t *got, uint32_t b)
 {
