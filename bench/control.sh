@@ -1,5 +1,5 @@
 #!/bin/bash
-# Control-plane benchmark (issue 5): how long iSCSI share changes take and
+# Control-plane benchmark: how long iSCSI share changes take and
 # whether they disturb I/O on an unrelated target.
 #
 #  1. create cycle = the 8 calls a TrueNAS client makes (iscsi.target.query

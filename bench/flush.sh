@@ -1,7 +1,7 @@
 #!/bin/bash
 # Group commit vs one fdatasync per flush: K = 1, 4, 16 threads, each doing
 # 4 KiB write + flush on one file-backed volume, 3 runs each, medians.
-# Run it alone (one benchmark at a time on this machine):
+# Run it alone (one benchmark at a time per machine):
 #   flock /tmp/blockd-bench.lock bash bench/flush.sh [DIR]
 # DIR must be on a real disk (fdatasync is free on tmpfs); the default is
 # ./var/bench-flush in the work tree. Output goes to bench/results/flush.md.

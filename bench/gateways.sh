@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gateway groups (issue #17, docs/ha.md): two blockd members (127.0.0.2 and
+# Gateway groups (docs/ha.md): two blockd members (127.0.0.2 and
 # 127.0.0.3, separate state directories) serve one RBD volume on one
 # throwaway Ceph cluster (scripts/ceph-cluster.sh: a monitor and a memstore
 # OSD on the same CPUs).

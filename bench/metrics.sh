@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What a Prometheus scrape costs blockd, and whether it disturbs I/O (issue
-# #15): 1,000 volumes shared over iSCSI (so each has its series), then
+# What a Prometheus scrape costs blockd, and whether it disturbs I/O:
+# 1,000 volumes shared over iSCSI (so each has its series), then
 #  - daemon CPU per scrape of /metrics (from /proc/PID/stat, 50 scrapes);
 #  - fio 4K random reads at QD32 over NBD on one volume, 10 s per run,
 #    alternating (the order rotates each round): no scrapes / a scrape every

@@ -122,7 +122,7 @@ run_case() {
     local s r out c0 c1 a b n
     for r in $(seq 1 "$REPEAT"); do
         # The order rotates from one repeat to the next: the server that
-        # runs first in a round can do 10% better on this VM (fio nbd 4 KiB
+        # runs first in a round can do 10% better (fio nbd 4 KiB
         # writes: of two builds that differ in nothing on that path, the one
         # run first won 6 rounds of 8), so no server keeps that seat.
         local order=("${SERVERS[@]:$(((r - 1) % ${#SERVERS[@]}))}" "${SERVERS[@]:0:$(((r - 1) % ${#SERVERS[@]}))}")

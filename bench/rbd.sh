@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# RBD side by side (issue #16), all against the same image on one throwaway
+# RBD side by side, all against the same image on one throwaway
 # Ceph cluster (scripts/ceph-cluster.sh: one monitor, one memstore OSD on the
 # same 2 CPUs), in one run:
 #   direct   librbd itself (fio --ioengine=rbd): the limit a gateway is

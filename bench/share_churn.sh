@@ -1,5 +1,5 @@
 #!/bin/bash
-# Share churn, two builds side by side (issue #14's "within noise" check of
+# Share churn, two builds side by side (a "within noise" check of
 # bench/control.sh's share rows, without its 12 minutes per run): for each
 # build in turn, REPS rounds alternating A B A B ..., each round a fresh
 # daemon, N pool.dataset.create (1 MiB volumes), then N share.iscsi.create and N share.iscsi.delete

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Snapshots under a writing guest on a filesystem without reflink (issue
-# #13): the issue's full case (2 GiB volume, 1 GiB written, 10 snapshots
+# Snapshots under a writing guest on a filesystem without reflink:
+# the full case (2 GiB volume, 1 GiB written, 10 snapshots
 # while fio writes 4 KiB blocks at 1,500 IOPS over NBD), with fio's worst
 # write latency asserted (< 100 ms, or twice the same job's worst latency
 # without snapshots on a machine too loaded for that). Prints the longest

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""List C functions longer than N lines (issue #14 wants control-plane functions under 80).
+"""List C functions longer than N lines (the project keeps every function under 80).
 
 Usage: scripts/funclen.py [-n 80] [--all] DIR_OR_FILE...
 

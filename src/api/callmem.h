@@ -1,5 +1,5 @@
 /*
- * A memory budget per API call (issue #13 item 4): the JSON a call builds
+ * A memory budget per API call: the JSON a call builds
  * (its parameters' copies, rows, results) is counted against a budget, and
  * past it every further allocation of that call fails, so that one call
  * cannot make the daemon grow without bound; the call then answers

@@ -15,8 +15,8 @@
  * registers: glibc matches with its DFA, time linear in the subject), and
  * counts matching work per call: (subject length + 1) x pattern cost per
  * regexec, at most QUERY_REGEX_WORK_MAX per call.
- * Measured on this machine (glibc 2.36): a pattern at the cost limit
- * compiles in < 60 ms in < 3 MiB.
+ * Measured with glibc 2.36: a pattern at the cost limit compiles in
+ * < 60 ms in < 3 MiB.
  */
 #ifndef BLOCKD_API_QUERY_REGEX_H
 #define BLOCKD_API_QUERY_REGEX_H

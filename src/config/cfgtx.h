@@ -1,5 +1,5 @@
 /*
- * The one transaction path of the configuration (issue #14).
+ * The one transaction path of the configuration.
  *
  * Every writer of the configuration database runs its change inside a
  * struct cfg_tx:

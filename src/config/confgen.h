@@ -1,6 +1,6 @@
 /*
  * The configuration generation: one publication mechanism for every
- * front-end (issue #14; FreeBSD ctld's conf_apply is the model).
+ * front-end (FreeBSD ctld's conf_apply is the model).
  *
  * A generation is an immutable, refcounted snapshot of what the
  * front-ends serve. It is made of one *part* per facet (CONF_ISCSI: the

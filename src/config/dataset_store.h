@@ -1,7 +1,7 @@
 /*
  * The stored datasets (table datasets, and the read of their
  * dataset_props rows a query row shows): struct ds_row and the SQL
- * behind it (issue #14). The query rows of pool.dataset.* (dsrows.c) are
+ * behind it. The query rows of pool.dataset.* (dsrows.c) are
  * encoded from struct ds_row_view, which this store walks; the
  * properties' own table and inheritance are dsprops.h's.
  *

@@ -1,7 +1,7 @@
 /*
  * The stored settings of RBD pools (table pool_rbd, one row per pool of
  * table pools whose path is "rbd:POOL[/NS]"): struct ds_rbd_spec and the
- * SQL behind it (issue #14). pool.create (pools.c) records a new pool's
+ * SQL behind it. pool.create (pools.c) records a new pool's
  * settings; the RBD connector (dsrbd.c) loads every pool's at start-up,
  * and the gateway (gwconfig_rows.c) walks them to know the group's pools:
  * ds_rbd_spec_each is the one list of RBD pools. Nothing here sees JSON

@@ -1,6 +1,6 @@
 /*
- * The stored pools (table pools): struct ds_pool and the SQL behind it
- * (issue #14). The API (pools.c) decodes pool.create's params into a
+ * The stored pools (table pools): struct ds_pool and the SQL behind it.
+ * The API (pools.c) decodes pool.create's params into a
  * request struct, checks it, records the pool through ds_pool_insert in
  * one transaction and encodes struct ds_pool back as the TrueNAS-shaped
  * row; nothing here sees JSON. An RBD pool's Ceph settings live in table

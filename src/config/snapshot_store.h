@@ -1,6 +1,6 @@
 /*
  * The stored snapshots (table snapshots, and the rollback mark of the
- * datasets table): struct ds_snap and the SQL behind it (issue #14). The
+ * datasets table): struct ds_snap and the SQL behind it. The
  * API (snapshots.c) decodes JSON into names and structs, checks them,
  * writes through these functions inside one transaction and encodes the
  * rows (struct ds_snap_view) as TrueNAS's zfs.snapshot rows; nothing here

@@ -1,7 +1,7 @@
 /*
  * gateway/: several blockd daemons ("members" of a gateway group) serving
- * the same RBD images to initiators over several paths (issue #17,
- * docs/ha.md).
+ * the same RBD images to initiators over several paths
+ * (docs/ha.md).
  *
  * Contract:
  *   - Off by default. --gateway-group NAME turns it on; the member is

@@ -713,9 +713,10 @@ static void apply_changes(struct change *ch, size_t n)
      * publishes at once; the fdatasyncs wait until
      * every phase is served (one for all of them): what the group asks is
      * in the group's object already, and a member that crashes before the
-     * sync applies it again from there. On this 2-CPU VM one fdatasync
-     * under load takes 0.5-0.9 s: four of them in a row missed "every
-     * member serves it within 1 s". */
+     * sync applies it again from there. One fdatasync of a loaded virtual
+     * disk can take most of a second: four in a row would hold the share
+     * back from initiators for seconds (bench/gateways.sh measures the
+     * propagation). */
     db_sync_batch_begin();
     for (int phase = 0; phase < 4; phase++) {
         /* iSCSI rows of a phase in one transaction (one publication) */

@@ -1,5 +1,5 @@
 /*
- * The gateway group's shared configuration store (issue #17, docs/ha.md
+ * The gateway group's shared configuration store (docs/ha.md
  * "Shared configuration").
  *
  * Contract:

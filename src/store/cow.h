@@ -16,8 +16,8 @@
  * writes the snapshot file itself while the copier runs: it hands the
  * captured buffer to the copier (a queue bounded by STORE_COW_QUEUE_BYTES)
  * and goes on, so it waits for its own chunk read, and for a free queue
- * slot if writes capture faster than the copier stores. Measured why (perf sched stacks, ext4 on a
- * loaded 2-CPU VM): writes that stored their own chunks waited 50-650 ms on the snapshot file's
+ * slot if writes capture faster than the copier stores. Measured why (perf sched stacks during
+ * bench/snapshot.sh, ext4 under load): writes that stored their own chunks waited 50-650 ms on the snapshot file's
  * inode lock, held by another store that waited for delayed block allocation (block bitmap reads)
  * behind the file's writeback; with the volume's writes drained in order by one job, every write
  * queued behind such a store waited too.
@@ -73,7 +73,7 @@
 /* 256 KiB. With 64 KiB chunks a write copied less, but fio's mean write
  * latency during a copy was 3x worse (more copy-before-write trips through
  * the I/O pool, 4x more copier steps; fio 4K random writes at 1500 IOPS,
- * 1 GiB volume data, on a loaded 2-CPU VM). */
+ * 1 GiB volume data: bench/snapshot.sh). */
 #define STORE_COW_CHUNK_DEFAULT ((uint32_t)256 << 10)
 
 /* Captured chunks a snapshot's writes may hand to the copier before a

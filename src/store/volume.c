@@ -859,7 +859,7 @@ static void vreq_to_pool(struct vreq *r)
  * whole copy (ext4 and XFS both), so writes to one volume never run in
  * parallel in the kernel: a pool job per write only adds a futex wake-up, a
  * context switch and lock contention per request (the costliest part of a
- * write on this VM, measured with perf). So each volume has a write queue
+ * write, measured with perf during bench/nbd.sh). So each volume has a write queue
  * drained, in order, by at most one pool job at a time; completions go back
  * in groups, so a reactor wakes once for many. Reads are not queued: cache
  * misses do run in parallel.

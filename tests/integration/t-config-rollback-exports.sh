@@ -1,5 +1,5 @@
 #!/bin/bash
-# zfs.snapshot.rollback and shares (issue 12 item 6), over WebSocket with
+# zfs.snapshot.rollback and shares, over WebSocket with
 # an API key as TrueNAS clients call it:
 #  1. a volume exported over NBD with no client connected rolls back
 #     without force; the export then serves the rolled-back data;

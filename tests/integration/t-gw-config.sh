@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# The gateway group's shared configuration (issue #17, docs/ha.md "Shared
+# The gateway group's shared configuration (docs/ha.md "Shared
 # configuration"): members A, B, C on 127.0.0.2-4, separate state dirs,
 # one throwaway Ceph cluster; each has the RBD pool "ceph" (pools are per
 # member).

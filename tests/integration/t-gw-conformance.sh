@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (iscsi-test-cu ALL through two members)
-# SCSI conformance through a gateway group (issue #17, docs/ha.md): members
+# SCSI conformance through a gateway group (docs/ha.md): members
 # A (127.0.0.2, --gateway-id 1) and B (127.0.0.3, id 2) serve one RBD
 # volume as the same target and LUN (A creates the image, B adopts it), and
 # libiscsi's iscsi-test-cu runs ALL with one URL through each member: its

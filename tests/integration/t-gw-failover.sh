@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# Gateway failover (issue #17, docs/ha.md): members A (127.0.0.2, id 1)
+# Gateway failover (docs/ha.md): members A (127.0.0.2, id 1)
 # and B (127.0.0.3, id 2) serve the same RBD volume (B adopts the image A
 # created).
 #   - identity: the same VPD 0x80 serial (the RBD image id) and 0x83 NAA

@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# Gateway group membership (issue #17, docs/ha.md): two members on
+# Gateway group membership (docs/ha.md): two members on
 # 127.0.0.2 and 127.0.0.3 (separate state directories, one Ceph cluster)
 # see each other within 1 s of a join and of a leave; a second daemon
 # claiming a live member's --gateway-id is refused at start; a member killed

@@ -1,7 +1,7 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
 # Persistent reservations shared by two blockd daemons serving the same RBD
-# image (issue #17): A on 127.0.0.2 and B on 127.0.0.3, separate state dirs,
+# image: A on 127.0.0.2 and B on 127.0.0.3, separate state dirs,
 # one throwaway Ceph cluster, the same target and LUN on both.
 #   - SPC-2 RESERVE(6) through A is enforced by B, and released by a logout;
 #   - REGISTER (ALL_TG_PT) + RESERVE (Write Exclusive) through A: a write from

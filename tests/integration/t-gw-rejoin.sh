@@ -1,7 +1,7 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# A fenced gateway member rejoins by itself, without a restart (issue #17,
-# docs/ha.md "Rejoining after fencing"). Members A (127.0.0.2, id 1) and B
+# A fenced gateway member rejoins by itself, without a restart
+# (docs/ha.md "Rejoining after fencing"). Members A (127.0.0.2, id 1) and B
 # (127.0.0.3, id 2) serve one RBD volume over iSCSI and NBD.
 #   1. A holds the image's lock (it wrote last); a writer through A runs
 #      when A is frozen (SIGSTOP). B logs A OFFLINE, blocklists it and

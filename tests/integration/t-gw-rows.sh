@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# Dataset rows in a gateway group (issue #17, docs/ha.md "Resizes" and
+# Dataset rows in a gateway group (docs/ha.md "Resizes" and
 # "Adopted volumes"): members A and B on 127.0.0.2-3, one throwaway Ceph
 # cluster, each with the RBD pool "ceph".
 #  - a resize through A's pool.dataset.update reaches B without a call on

@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# CHAP hardening (issue #13 item 7), with real initiators (iscsi-inq):
+# CHAP hardening, with real initiators (iscsi-inq):
 # - failed CHAP logins are throttled like API logins: 30 wrong secrets in a
 #   row get 5 checked answers, then "service unavailable" without the
 #   response being checked (measured: the rest are refused at once, and

@@ -1,5 +1,5 @@
 #!/bin/bash
-# One API call cannot make the daemon grow without bound (issue #13 item 4):
+# One API call cannot make the daemon grow without bound:
 # the JSON a call builds is counted against --api-call-memory, and past it
 # the call answers ENOMEM naming the limit, with a log line naming the
 # peer, while the daemon goes on serving.

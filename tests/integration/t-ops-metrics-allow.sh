@@ -1,6 +1,6 @@
 #!/bin/bash
-# /metrics without an API key from an allowed network (--metrics-allow,
-# issue #15: "readable with an API key or from an allowed address"):
+# /metrics without an API key from an allowed network (--metrics-allow:
+# "readable with an API key or from an allowed address"):
 #  - with --metrics-allow 127.0.0.0/8,::1 a scrape from 127.0.0.1 without a
 #    key gets the metrics (200); the API over WebSocket still needs a login;
 #  - with metrics_allow = 10.0.0.0/8,192.0.2.0/24 in the config file, the

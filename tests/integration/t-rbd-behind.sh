@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# An RBD image changed behind blockd's back (issue #16), as an operator or
+# An RBD image changed behind blockd's back, as an operator or
 # another librbd client would, while blockd serves it over NBD; a second
 # volume in the same pool is watched throughout (never affected):
 #  1. `rbd rm` of a served image is refused by rbd (the image has a

@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# SCSI COMPARE AND WRITE on an RBD LUN (issue #16) is librbd's
+# SCSI COMPARE AND WRITE on an RBD LUN is librbd's
 # compare-and-write: one atomic RADOS operation on the OSD (compare extent +
 # write), so it stays atomic across gateways and other librbd clients of
 # the image (VMware ATS), not just within one blockd. Raw iSCSI commands

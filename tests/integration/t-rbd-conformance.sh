@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# SCSI conformance on an RBD pool (issue #16): the same iscsi-test-cu ALL run
+# SCSI conformance on an RBD pool: the same iscsi-test-cu ALL run
 # and supplementary LUNs as t-scsi-conformance.sh (tests/integration/
 # scsi-conformance.sh), with every LUN's volume an RBD image on a throwaway
 # Ceph cluster. 0 failures; a test that passes on file volumes and is skipped

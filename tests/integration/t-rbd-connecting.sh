@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# An RBD pool still connecting when blockd starts (issue #17; docs/
+# An RBD pool still connecting when blockd starts (docs/
 # api-datasets.md "Start-up"): the pool's conf names a monitor that does
 # not answer (a copy of the test cluster's conf with another port), then
 # the right one again, without a restart.

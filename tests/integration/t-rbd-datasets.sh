@@ -1,5 +1,5 @@
 #!/bin/bash
-# Datasets and snapshots on an RBD pool (issue #16, control plane), over
+# Datasets and snapshots on an RBD pool (control plane), over
 # WebSocket with an API key as TrueNAS clients call them, each checked
 # with the rbd CLI against a throwaway cluster started here (stopped on
 # exit; a machine without Ceph FAILS this test):

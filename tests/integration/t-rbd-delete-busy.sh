@@ -1,6 +1,6 @@
 #!/bin/bash
 # pool.dataset.delete of an RBD volume another client still has open
-# (issue #17; docs/api-datasets.md "Deleting a volume another client has
+# (docs/api-datasets.md "Deleting a volume another client has
 # open"): a librbd client outside blockd (python3-rbd, writable: it
 # watches the image header, as a VM or another gateway member does) keeps
 # the image open.

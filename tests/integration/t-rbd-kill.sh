@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# Nothing acknowledged is lost when blockd is killed (issue #16, RBD pools):
+# Nothing acknowledged is lost when blockd is killed (RBD pools):
 # fio writes half of an RBD volume over NBD with crc32c verify headers and
 # flushes (end_fsync); a second fio keeps writing the other half while
 # blockd gets SIGKILL. A new blockd on the same state directory serves the

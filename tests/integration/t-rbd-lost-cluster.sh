@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# The Ceph cluster lost mid-I/O (issue #16): the monitor and the OSD are
+# The Ceph cluster lost mid-I/O: the monitor and the OSD are
 # frozen with SIGSTOP (a partition: memstore would lose its data if the OSD
 # died) while an RBD volume is exported over NBD and iSCSI, with a 5 s op
 # timeout (BLOCKD_RBD_OP_TIMEOUT):

@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# RBD pools (issue #16, control plane): pool.create {rbd: …} and pool.query
+# RBD pools (control plane): pool.create {rbd: …} and pool.query
 # against a throwaway Ceph cluster started here (scripts/ceph-cluster.sh,
 # stopped on exit; a machine without Ceph FAILS this test):
 #  1. blockctl pool create --rbd: ONLINE, its settings under "rbd", a

@@ -1,6 +1,6 @@
 #!/bin/bash
 # slow: run.sh starts it first (30 s or more)
-# Block status on RBD volumes (issue #16): NBD base:allocation and SCSI GET
+# Block status on RBD volumes: NBD base:allocation and SCSI GET
 # LBA STATUS come from rbd_diff_iterate2 (object map / fast-diff), so a
 # sparse RBD volume shows its holes and copies of it stay sparse:
 #  1. a fresh 64 MiB volume with 1 MiB written at 8 MiB: `nbdinfo --map`

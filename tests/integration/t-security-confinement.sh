@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Confinement (issue #13, items 1-3): what the API can make the daemon open,
+# Confinement: what the API can make the daemon open,
 # create, replace or grow on the host.
 #  1. NBD path exports and iSCSI FILE extents: only files inside a pool,
 #     never through a symlink, never a host file (/etc/passwd, the DB).

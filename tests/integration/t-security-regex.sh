@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regular expression filters are bounded (issue #13 item 4): the pattern
+# Regular expression filters are bounded: the pattern
 # that made the daemon grow past 6 GiB in 42 s is refused within a second
 # with an EINVAL validation error, RSS stays low, the daemon keeps serving;
 # back-references are refused; matching work per call has a budget.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run-alone: it measures latency or daemon memory, which other tests running beside it would disturb
 # disk: the pool is on the machine's disk filesystem (ext4 without reflink), as in the issue
-# Snapshots never stall writes (issue #13), on a filesystem without reflink.
+# Snapshots never stall writes, on a filesystem without reflink.
 #
 # The pool lives in the test's temp dir: ext4 on Debian (checked: FICLONE
 # must fail there, and pool.query must say snapshot_o1: false). A 2 GiB
@@ -247,7 +247,7 @@ python3 -c "import sys; sys.exit(0 if float('$held') < 50 else 1)" ||
 # loaded that writes wait that long with no snapshot at all: then the
 # limit is twice the worst latency of the same fio job without snapshots.
 # NOSTALL_LIMIT_MS overrides the 100 ms (a CI host that is known to be slow).
-# A latency is a performance figure, which a shared 2-CPU machine cannot
+# A latency is a performance figure, which a shared CI machine cannot
 # promise: it is asserted in strict mode (bench/snapshot.sh) and reported
 # otherwise; the hold above is blockd's own and always asserted.
 max=$(echo "$out" | sed -n 's/^fio: .*clat max \([0-9.]*\) ms.*/\1/p')

@@ -1,5 +1,5 @@
 #!/bin/bash
-# TrueNAS dataset API compatibility (issue #12, items 1-3), replayed over
+# TrueNAS dataset API compatibility, replayed over
 # WebSocket with an API key in the shapes truenas_incus_ctl (the Go client
 # Incus' truenas driver runs) sends them:
 # - the Incus tree (filesystems with atime/exec/acltype/aclmode, managedby,

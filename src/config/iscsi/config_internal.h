@@ -3,7 +3,7 @@
  * helpers of the stores, the write transaction, the typed writes
  * composite calls share, and the runtime publisher's interface.
  *
- * The objects are typed (issue #14): each is a C struct whose SQL lives
+ * The objects are typed: each is a C struct whose SQL lives
  * in its store (<object>_store.h: functions that take and return the
  * struct, no JSON) and whose one decoder and one encoder live in its API
  * file (config_<object>.c). Every API write follows one shape: decode →

@@ -1,5 +1,5 @@
 /*
- * The typed stores of the iSCSI configuration objects (issue #14): what
+ * The typed stores of the iSCSI configuration objects: what
  * every <object>_store.c shares. A store holds an object's SQL behind
  * functions that take and return its C struct (target_store.h, ...); the
  * API files (config_<object>.c) decode JSON into those structs and encode

@@ -460,7 +460,7 @@ static void test_options_misc(void **state)
     assert_invalid("[[], []]", "query-options", "dictionary");
 }
 
-/* Bounded regular expressions (issue #13 item 4): the size estimate, the
+/* Bounded regular expressions: the size estimate, the
  * refusals, and that accepted patterns still mean re.match. */
 static void expect_cost(const char *pat, uint64_t want)
 {

@@ -1136,7 +1136,7 @@ static int rbd_spec_count(int64_t pool_id, const char *name, const struct ds_rbd
 }
 
 /* The store functions that replication, the backends and the RBD pools
- * use instead of their own SQL (issue #14): volsize and snapshot times
+ * use instead of their own SQL: volsize and snapshot times
  * set by id, a dataset's descendants in plain name order, every field of
  * ds_snapshot_each_upto, and table pool_rbd. Runs after test_stores. */
 static void test_stores_more(void **st)

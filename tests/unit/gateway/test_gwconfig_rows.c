@@ -3,7 +3,7 @@
  * gwc_dump of its values are the group's wire format (members of
  * different versions compare them), so the expected dumps below are the
  * ones blockd produced when it still read those rows with its own SQL
- * (before issue #14 moved the reads into config/'s typed stores); they
+ * (before the reads moved into config/'s typed stores); they
  * must not change. The rows are made with SQL straight into the tables,
  * so that odd stored values (a NULL and an empty alias, an
  * auth_networks text that is not an array, a boolean stored as 5) are
@@ -105,7 +105,7 @@ static const char fixture[] =
     "'SSD', 0, 1, 'BLOCKD', 0);\n"
     "INSERT INTO iscsi_targetextent (id, target_id, extent_id, lunid) VALUES (12, 3, 15, 5);\n";
 
-/* key → gwc_dump of its value, as blockd wrote them before issue #14. */
+/* key → gwc_dump of its value, as blockd wrote them with its own SQL. */
 static const struct {
     const char *key, *dump;
 } expected[] = {

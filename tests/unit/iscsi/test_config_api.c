@@ -1031,7 +1031,7 @@ static void test_lu_live(void **state)
     json_decref(ok(rpc("iscsi.target.delete", "[%lld]", (long long)other)));
 }
 
-/* The typed stores (issue #14): what a store gives back is what the API
+/* The typed stores: what a store gives back is what the API
  * stored and answered with (the encoder's struct), a key narrows a list,
  * a new object has its create method's defaults, and string lists keep
  * their stored format. */
