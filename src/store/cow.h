@@ -16,8 +16,8 @@
  * writes the snapshot file itself while the copier runs: it hands the
  * captured buffer to the copier (a queue bounded by STORE_COW_QUEUE_BYTES)
  * and goes on, so it waits for its own chunk read, and for a free queue
- * slot if writes capture faster than the copier stores. Measured why (perf sched stacks during
- * bench/snapshot.sh, ext4 under load): writes that stored their own chunks waited 50-650 ms on the snapshot file's
+ * slot if writes capture faster than the copier stores. Measured why (perf sched stacks, ext4 under
+ * bench/snapshot.sh): writes that stored their own chunks waited 50-650 ms on the snapshot file's
  * inode lock, held by another store that waited for delayed block allocation (block bitmap reads)
  * behind the file's writeback; with the volume's writes drained in order by one job, every write
  * queued behind such a store waited too.

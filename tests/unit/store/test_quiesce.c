@@ -251,8 +251,8 @@ static void hammer_start(struct hammer *h, struct fixture *f, bool check_phase)
 
 /* A block that does not hold its last write (seen under a loaded CI run:
  * a writer's slot had starved, so the block was never written): what it
- * holds, what the block's last requests were, whether a second read agrees, and the file's extents (an
- * unwritten extent reads as zeros). To stderr, before the assertion. */
+ * holds, what the block's last requests were, whether a second read agrees, and the file's extents
+ * (an unwritten extent reads as zeros). To stderr, before the assertion. */
 static void report_block(struct hammer *h, const uint8_t *got, uint32_t b)
 {
     uint32_t gb, gs, again_seq = 0;
