@@ -16,6 +16,13 @@
 #             write, retried). B first notices A's silence (heartbeat
 #             timeout, --gateway-heartbeat-timeout, default 3 s; rounds of
 #             1 s), blocklists A and breaks its lock. Target: <= 5 s.
+#   propagation  a share created through A (`blockctl share iscsi create`),
+#             then the time until B answers INQUIRY on it; then the share
+#             deleted through B, and the time until A no longer lists the
+#             target in SendTargets. Both go through the group's
+#             configuration store (docs/ha.md "Shared configuration"; each
+#             member's apply waits for no fdatasync). Target: <= 1 s. The
+#             integration test t-gw-config checks only that it happens.
 #
 # Run under the bench lock:  flock /tmp/blockd-bench.lock bash bench/gateways.sh
 # Knobs: BUILD (./build), RUNTIME (s per run, 5), SIZE_MB (1024), REP (3),
@@ -109,6 +116,33 @@ for rw in randread randwrite; do
 done
 lock_moves=$(grep -c "exclusive lock is now held" "$TMP/A.log" || true)
 
+# propagation: a share made on A, served by B; deleted on B, gone from A
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+until_ok() { # until_ok CMD...: poll every 10 ms for up to 60 s; prints ms
+    local t0 t
+    t0=$(now_ms)
+    until "$@"; do
+        t=$(now_ms)
+        [ $((t - t0)) -lt 60000 ] || { echo "bench/gateways.sh: never: $*" >&2; exit 1; }
+        sleep 0.01
+    done
+    echo $(($(now_ms) - t0))
+}
+listed() { iscsi-ls "iscsi://${ADDR[$1]}:${PORT[$1]}" 2>/dev/null | grep "^Target:$BASE:$2 " >/dev/null; }
+unlisted() { ! listed "$@"; }
+served() { iscsi-inq "iscsi://${ADDR[$1]}:${PORT[$1]}/$BASE:$2/0" >/dev/null 2>&1; }
+pa=() pd=()
+for r in $(seq 1 "$REP"); do
+    ctl A call pool.dataset.create "{\"name\":\"ceph/p$r\",\"type\":\"VOLUME\",\"volsize\":8388608}" >/dev/null
+    ctl A share iscsi create "ceph/p$r" >/dev/null
+    ms=$(until_ok served B "ceph:p$r")
+    pa+=("$ms")
+    ctl B share iscsi delete "ceph/p$r" >/dev/null
+    ms=$(until_ok unlisted A "ceph:p$r")
+    pd+=("$ms")
+    echo "propagation $r: create A->B ${pa[-1]} ms, delete B->A ${pd[-1]} ms" >&2
+done
+
 fo=()
 for r in $(seq 1 "$REP"); do
     # A holds the lock (its writes take it), a writer on it, then SIGKILL
@@ -141,6 +175,9 @@ done
     echo
     echo "Failover, SIGKILL of the optimized member under a QD4 writer to the first acknowledged"
     echo "write through the survivor (ms): ${fo[*]} (target <= 5000)."
+    echo
+    echo "Configuration propagation (ms, polled every 10 ms): share created on A until B answers"
+    echo "INQUIRY: ${pa[*]}; share deleted on B until A no longer lists it: ${pd[*]} (target <= 1000)."
     echo
 } >"$TMP/report"
 cat "$TMP/report"

@@ -6,10 +6,13 @@
 # member).
 #   - a share made through A's API the way a TrueNAS driver makes it
 #     (iscsi.target.create, iscsi.extent.create, iscsi.targetextent.create,
-#     separate calls) is served by B within 1 s (iscsi-ls and iscsi-inq
-#     through B's portal; B adopted the volume); an NBD export made on A is
-#     served by B within 1 s (nbdinfo through B's NBD port);
-#   - deleting them through B withdraws them from A within 1 s;
+#     separate calls) is served by B (iscsi-ls and iscsi-inq through B's
+#     portal; B adopted the volume); an NBD export made on A is served by B
+#     (nbdinfo through B's NBD port);
+#   - deleting them through B withdraws them from A;
+#   each waited for up to WAIT seconds (60): how soon it happens is a
+#   performance figure, measured by bench/gateways.sh ("propagation"), and
+#   printed here from the daemons' log timestamps for information;
 #   - a member stopped meanwhile (C) catches up when it starts: what was
 #     deleted is gone, what was created is served;
 #   - the same extent and export name created through A and B at once:
@@ -24,6 +27,7 @@ ceph_start
 BASE=iqn.2026-11.org.blockd
 declare -A NBD
 for m in A B C; do NBD[$m]=$(free_port); done
+WAIT=60 # seconds for a member to apply what another wrote (fail only if never)
 start() { # start NAME ADDR ID
     gw_start "$1" "$2" "$3" --nbd-listen "$2:${NBD[$1]}"
 }
@@ -88,15 +92,14 @@ start B 127.0.0.3 2
 pool_create A
 pool_create B
 
-# ---- a share made through A is served by B within 1 s ----
+# ---- a share made through A is served by B ----
 volume A vol1
 truenas_share A vol1
 t0=$(now_ms)
-ms=$(wait_for 10 "B serving target vol1 made on A" served_iscsi B vol1)
+ms=$(wait_for "$WAIT" "B serving target vol1 made on A" served_iscsi B vol1)
 echo "B served vol1 (iSCSI) $(($(now_ms) - t0)) ms after A's iscsi.targetextent.create returned (first probe success after ${ms} ms)"
 gap=$(gw_log_gap A "gateway config: wrote .*lun/vol1/0" B "applied lun/vol1/0") || fail "$gap"
 echo "B applied it ${gap} ms after A wrote it (daemon timestamps)"
-[ "$gap" -lt 1000 ] || fail "B applied A's share after ${gap} ms (>= 1 s)"
 [ "$(call B pool.dataset.query '[[["id","=","ceph/vol1"]]]' | jget 'len(d)')" = 1 ] ||
     fail "B did not adopt ceph/vol1"
 [ "$(call B iscsi.extent.query '[[["name","=","vol1"]]]' | jget 'd[0]["disk"]')" = zvol/ceph/vol1 ] ||
@@ -109,18 +112,17 @@ sb=$(iscsi-inq -e 1 -c 0x80 "iscsi://127.0.0.3:${GW_PORT[B]}/$BASE:vol1/0" 2>&1 
 volume A vol2
 call A nbd.export.create '{"name":"vol2","dataset":"ceph/vol2"}' >/dev/null || fail "nbd.export.create on A"
 t0=$(now_ms)
-wait_for 10 "B serving NBD export vol2 made on A" served_nbd B vol2 >/dev/null
+wait_for "$WAIT" "B serving NBD export vol2 made on A" served_nbd B vol2 >/dev/null
 echo "B served vol2 (NBD) $(($(now_ms) - t0)) ms after A's nbd.export.create returned"
 gap=$(gw_log_gap A "gateway config: wrote .*nbd/vol2" B "applied nbd/vol2") || fail "$gap"
 echo "B applied it ${gap} ms after A wrote it"
-[ "$gap" -lt 1000 ] || fail "B applied A's export after ${gap} ms (>= 1 s)"
 [ "$(nbdinfo --size "nbd://127.0.0.3:${NBD[B]}/vol2")" = 67108864 ] || fail "size of vol2 through B"
 
 # ---- C joins, catches up, then is stopped ----
 start C 127.0.0.4 3
 pool_create C
-wait_for 10 "C serving vol1" served_iscsi C vol1 >/dev/null
-wait_for 10 "C serving vol2" served_nbd C vol2 >/dev/null
+wait_for "$WAIT" "C serving vol1" served_iscsi C vol1 >/dev/null
+wait_for "$WAIT" "C serving vol2" served_nbd C vol2 >/dev/null
 gw_stop C
 
 # ---- a file-pool share on A stays A's ----
@@ -129,21 +131,21 @@ call A pool.dataset.create '{"name":"demo/loc","type":"VOLUME","volsize":8388608
 gw_ctl A share iscsi create demo/loc >/dev/null || fail "share of demo/loc on A"
 discoverable A demo:loc || fail "A does not serve its local share"
 
-# ---- deleting through B withdraws from A within 1 s (the driver's order) ----
+# ---- deleting through B withdraws from A (the driver's order) ----
 te=$(call B iscsi.targetextent.query "[[[\"target\",\"=\",$(id_of B iscsi.target vol1)]]]" | jget 'd[0]["id"]')
 call B iscsi.targetextent.delete "[$te]" >/dev/null || fail "targetextent.delete on B"
 call B iscsi.extent.delete "[$(id_of B iscsi.extent vol1)]" >/dev/null || fail "extent.delete on B"
 tid=$(id_of B iscsi.target vol1)
 [ -z "$tid" ] || call B iscsi.target.delete "[$tid]" >/dev/null || fail "target.delete on B"
 t0=$(now_ms)
-wait_for 10 "A withdrawing vol1" not discoverable A vol1 >/dev/null
+wait_for "$WAIT" "A withdrawing vol1" not discoverable A vol1 >/dev/null
 echo "A withdrew vol1 $(($(now_ms) - t0)) ms after B's deletes returned"
 gap=$(gw_log_gap B "gateway config: wrote .*lun/vol1/0" A "withdrew lun/vol1/0") || fail "$gap"
-[ "$gap" -lt 1000 ] || fail "A withdrew after ${gap} ms (>= 1 s)"
+echo "A withdrew it ${gap} ms after B wrote it"
 [ -z "$(id_of A iscsi.extent vol1)" ] || fail "A kept extent vol1"
 call B nbd.export.delete "[$(id_of B nbd.export vol2)]" >/dev/null || fail "nbd.export.delete on B"
 t0=$(now_ms)
-wait_for 10 "A withdrawing export vol2" not served_nbd A vol2 >/dev/null
+wait_for "$WAIT" "A withdrawing export vol2" not served_nbd A vol2 >/dev/null
 echo "A withdrew vol2 (NBD) $(($(now_ms) - t0)) ms after B's delete returned"
 
 # ---- the local share never left A ----
@@ -157,9 +159,9 @@ keys | grep -q loc && fail "a local share is in the group's object: $(keys)"
 volume A vol3
 truenas_share A vol3
 start C 127.0.0.4 3
-wait_for 10 "C serving vol3 after its restart" served_iscsi C vol3 >/dev/null
-wait_for 10 "C withdrawing vol1 after its restart" not discoverable C vol1 >/dev/null
-wait_for 10 "C withdrawing vol2 after its restart" not served_nbd C vol2 >/dev/null
+wait_for "$WAIT" "C serving vol3 after its restart" served_iscsi C vol3 >/dev/null
+wait_for "$WAIT" "C withdrawing vol1 after its restart" not discoverable C vol1 >/dev/null
+wait_for "$WAIT" "C withdrawing vol2 after its restart" not served_nbd C vol2 >/dev/null
 [ -z "$(id_of C iscsi.extent vol1)" ] || fail "C kept extent vol1"
 
 # ---- concurrent creates of the same name through two members ----
@@ -183,13 +185,13 @@ for round in 1 2 3; do
         [ "$(call A iscsi.extent.query "[[[\"name\",\"=\",\"race$round\"]]]" | jget 'd[0]["comment"] if d else ""')" = \
             "$(call B iscsi.extent.query "[[[\"name\",\"=\",\"race$round\"]]]" | jget 'd[0]["comment"] if d else "-"')" ]
     }
-    wait_for 5 "round $round: A and B agree on extent race$round" same >/dev/null
+    wait_for "$WAIT" "round $round: A and B agree on extent race$round" same >/dev/null
     echo "round $round: $([ "$loser" = A ] && echo B || echo A) won, $loser got $(cat "$TMP/race.$loser")"
     # free the volume for the next round (an extent per volume)
     call A iscsi.extent.delete "[$(id_of A iscsi.extent "race$round")]" >/dev/null ||
         fail "extent.delete race$round on A"
     not_there() { [ -z "$(id_of B iscsi.extent "race$round")" ]; }
-    wait_for 5 "B withdrawing race$round" not_there >/dev/null
+    wait_for "$WAIT" "B withdrawing race$round" not_there >/dev/null
 done
 for m in A B; do
     rawcall "$m" nbd.export.create '[{"name":"racenbd","dataset":"ceph/race","description":"'$m'"}]' \
@@ -205,6 +207,6 @@ samenbd() {
     [ "$(call A nbd.export.query '[[["name","=","racenbd"]]]' | jget 'd[0]["description"] if d else ""')" = \
         "$(call B nbd.export.query '[[["name","=","racenbd"]]]' | jget 'd[0]["description"] if d else "-"')" ]
 }
-wait_for 5 "A and B agree on export racenbd" samenbd >/dev/null
+wait_for "$WAIT" "A and B agree on export racenbd" samenbd >/dev/null
 keys | grep -qx "extent/vol3" || fail "the object lacks extent/vol3: $(keys)"
 pass
