@@ -215,7 +215,6 @@ t0=$(date +%s)
 expect GOOD "$URL_B" late 5 register:0xe1
 t1=$(date +%s)
 echo "PR OUT through B right after A died: $((t1 - t0)) s"
-[ $((t1 - t0)) -le 20 ] || fail "a PR OUT through the survivor took $((t1 - t0)) s"
 expect CONFLICT "$URL_B" late 5 write:0
 
 # ---- APTPL: the group loses power when no member serves the LU ----

@@ -194,7 +194,9 @@ th = [threading.Thread(target=f) for f in (nbd_idle, iscsi_slow, ws_unauth)]
 for x in th: x.start()
 for x in th: x.join()
 for k in ("nbd", "iscsi", "ws"):
-    assert res[k] is not None and 1.5 <= res[k] <= 8, "%s dropped after %s s" % (k, res[k])
+    # closed, and not before the 2 s deadline (a loaded machine may close
+    # it later: until_closed waits 20 s, which the dribble needs 41 s to pass)
+    assert res[k] is not None and res[k] >= 1.5, "%s dropped after %s s" % (k, res[k])
 print(res["nbd_peer"], res["iscsi_peer"], res["ws_peer"])
 PY
 read -r nbd_peer iscsi_peer ws_peer <"$TMP/peers"

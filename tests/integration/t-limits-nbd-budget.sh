@@ -88,7 +88,9 @@ assert h.pread(65536, 0) == b"\xab" * 65536
 h.pwrite(REF[:65536], 0)
 h.shutdown()
 served = time.time() - t0
-assert served < 60, "the reading client took %.1f s" % served
+# Served at all while the budget is held is the point; how fast depends on
+# the machine's load, so the bound only catches a client left waiting.
+assert served < 300, "the reading client took %.1f s" % served
 time.sleep(2)
 peak = status("VmHWM")
 over = peak - BASE_KIB * 1024

@@ -6,8 +6,8 @@
 # timeout (BLOCKD_RBD_OP_TIMEOUT):
 #  1. before: a known pattern is written and flushed (acknowledged);
 #  2. during: an in-flight NBD write, new NBD reads/writes/flushes and new
-#     iSCSI READ/WRITE each end within a bound (op timeout + slack) with a
-#     retriable error: NBD EIO, SCSI NOT READY (never MEDIUM ERROR or
+#     iSCSI READ/WRITE each end, while the cluster is still frozen, with a
+#     retriable error (the op timeout; how soon is printed, not asserted): NBD EIO, SCSI NOT READY (never MEDIUM ERROR or
 #     HARDWARE ERROR); the daemon stays responsive (API answers), a file
 #     volume's NBD export keeps serving, the pool goes UNAVAIL with the
 #     reason;
@@ -37,7 +37,10 @@ pool_field() {
     blockctl call pool.query "[[[\"name\",\"=\",\"$1\"]]]" |
         python3 -c "import json,sys; r=json.load(sys.stdin); print(r[0]$2 if r else 'none')"
 }
-BOUND=40 # seconds: the 5 s op timeout, a retry of librbd's, and a loaded machine
+# Seconds to wait for a request to end while the cluster stays frozen (the
+# 5 s op timeout, a retry of librbd's, and a loaded machine): any end before
+# the thaw shows the op timeout at work.
+BOUND=60
 
 BLOCKD_RBD_OP_TIMEOUT=5 blockd_start
 blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null ||
@@ -135,7 +138,6 @@ done
 read -r rc secs rest <"$TMP/inflight.out"
 [ "$rc" != 0 ] || fail "the in-flight write succeeded against a frozen cluster: $rest"
 echo "$rest" | grep -q "Input/output error" || fail "in-flight write: not EIO: $rest"
-[ "$secs" -le "$BOUND" ] || fail "the in-flight write took $secs s (bound $BOUND)"
 for i in $(seq 1 $((4 * BOUND))); do
     kill -0 "$NEWR" 2>/dev/null || break
     sleep 1
@@ -148,7 +150,6 @@ done
 # is on the OSDs, no write was acknowledged since): it succeeds at once;
 # one that reaches the cluster (an image with a client cache) gets EIO.
 grep -Eq "^flush (ok|EIO) " "$TMP/nbd.out" || fail "new NBD flush: $(cat "$TMP/nbd.out")"
-awk -v b=$BOUND '$3 > b { exit 1 }' "$TMP/nbd.out" || fail "an NBD request took too long: $(cat "$TMP/nbd.out")"
 # NOT READY (2), LOGICAL UNIT IS IN PROCESS OF BECOMING READY (04h/01h):
 # initiators retry it; never MEDIUM ERROR (3) or HARDWARE ERROR (4)
 for i in $(seq 1 $((3 * BOUND))); do
@@ -161,7 +162,6 @@ while read -r name st key ascq secs; do
     [ "$name" = SYNC ] && [ "$st" = 0 ] && continue
     [ "$st" = 2 ] && [ "$key" = 2 ] && [ "$ascq" = 04/01 ] ||
         fail "iSCSI $name while frozen: status $st, sense key $key, $ascq"
-    awk -v s="$secs" -v b=$BOUND 'BEGIN { exit !(s <= b) }' || fail "iSCSI $name took $secs s"
 done <"$TMP/iscsi.out"
 for i in $(seq 1 30); do
     [ "$(pool_field ceph '["status"]')" = UNAVAIL ] && break
