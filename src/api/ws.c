@@ -44,6 +44,7 @@
 #include "api/jobs.h"
 #include "api/jsonw.h"
 #include "core/admit.h"
+#include "core/listener.h"
 #include "core/log.h"
 #include "core/util.h"
 
@@ -1186,8 +1187,11 @@ int api_ws_start(const char *listen_addr, const char *cert_file, const char *key
         return rc;
     }
     srv.running = true;
-    log_info("api: WebSocket JSON-RPC on %s://%s/api/current", srv.x509 ? "wss" : "ws",
-             listen_addr);
+    /* The bound address: for ":0" the port the kernel chose. */
+    char bound[LISTENER_ADDR_MAX];
+    if (sock_bound_addr(fd, bound, sizeof(bound)) < 0)
+        snprintf(bound, sizeof(bound), "%s", listen_addr);
+    log_info("api: WebSocket JSON-RPC on %s://%s/api/current", srv.x509 ? "wss" : "ws", bound);
     return 0;
 }
 

@@ -1,5 +1,6 @@
 #include "core/listener.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -260,4 +261,37 @@ void listener_close(struct listener *l)
 int listener_port(const struct listener *l)
 {
     return l->port;
+}
+
+int sock_bound_addr(int fd, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    char ip[INET6_ADDRSTRLEN];
+    if (len)
+        buf[0] = '\0';
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0)
+        return -errno;
+    const void *a;
+    unsigned port;
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)(const void *)&ss;
+        a = &s4->sin_addr;
+        port = ntohs(s4->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)(const void *)&ss;
+        a = &s6->sin6_addr;
+        port = ntohs(s6->sin6_port);
+    } else {
+        return -EAFNOSUPPORT;
+    }
+    if (!inet_ntop(ss.ss_family, a, ip, sizeof(ip)))
+        return -errno;
+    int n = snprintf(buf, len, ss.ss_family == AF_INET6 ? "[%s]:%u" : "%s:%u", ip, port);
+    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int listener_bound_addr(const struct listener *l, char *buf, size_t len)
+{
+    return sock_bound_addr(l->fd, buf, len);
 }

@@ -6,6 +6,7 @@
 #ifndef BLOCKD_CORE_LISTENER_H
 #define BLOCKD_CORE_LISTENER_H
 
+#include <stddef.h>
 #include <sys/socket.h>
 
 struct listener;
@@ -40,5 +41,14 @@ int listener_open_unix(const char *path, unsigned mode, listener_accept_fn fn, v
 void listener_close(struct listener *l);
 /* The bound port (for ":0" in tests). */
 int listener_port(const struct listener *l);
+/* Room for "[IPv6]:PORT" and its NUL. */
+#define LISTENER_ADDR_MAX 64
+/* The address a TCP listener is actually bound to, as "IP:PORT" (IPv6 as
+ * "[IP]:PORT"): the port the kernel chose for ":0", so that log lines name
+ * what a client can connect to. Writes at most len bytes, NUL-terminated;
+ * 0 or -errno (buf then holds ""). */
+int listener_bound_addr(const struct listener *l, char *buf, size_t len);
+/* The same for any bound socket fd (getsockname). */
+int sock_bound_addr(int fd, char *buf, size_t len);
 
 #endif

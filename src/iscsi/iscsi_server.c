@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -160,7 +161,11 @@ int iscsi_server_listen(const char *addr_port, uint16_t portal_tag)
     p->next = portals;
     portals = p;
     pthread_mutex_unlock(&srv_lock);
-    log_info("iscsi: listening on %s (portal group tag %u)", addr_port, portal_tag);
+    /* The bound address: for ":0" the port the kernel chose. */
+    char bound[LISTENER_ADDR_MAX];
+    if (listener_bound_addr(p->l, bound, sizeof(bound)) < 0)
+        snprintf(bound, sizeof(bound), "%s", addr_port);
+    log_info("iscsi: listening on %s (portal group tag %u)", bound, portal_tag);
     return 0;
 }
 

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,7 +181,11 @@ int nbd_listen_apply(const char *tcp, const char *unix_sock)
             rc = listener_open_tcp(tcp, on_accept, NULL, &l);
             if (rc < 0)
                 goto out;
-            log_info("nbd: listening on %s", tcp);
+            /* The bound address: for ":0" the port the kernel chose. */
+            char bound[LISTENER_ADDR_MAX];
+            if (listener_bound_addr(l, bound, sizeof(bound)) < 0)
+                snprintf(bound, sizeof(bound), "%s", tcp);
+            log_info("nbd: listening on %s", bound);
         } else if (tcp_listener) {
             listener_close(tcp_listener);
         }
