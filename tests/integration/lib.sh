@@ -55,7 +55,9 @@ blockd_start() {
         >>"$BLOCKD_LOG" 2>&1 &
     BLOCKD_PID=$!
     local i
-    for i in $(seq 1 200); do
+    # Up to 60 s: an ASan daemon on a loaded machine can take a while; a
+    # start-up that fails ends the loop at once (kill -0).
+    for i in $(seq 1 1200); do
         # Only a ready line written by this start counts (restarts reuse the log).
         if tail -n +"$((before + 1))" "$BLOCKD_LOG" 2>/dev/null | grep -q "blockd ready"; then
             return 0
@@ -63,7 +65,7 @@ blockd_start() {
         kill -0 "$BLOCKD_PID" 2>/dev/null || fail "blockd exited during start-up"
         sleep 0.05
     done
-    fail "blockd did not become ready in 10 s"
+    fail "blockd did not become ready in 60 s"
 }
 
 # Stop with SIGTERM and check it exits 0.
