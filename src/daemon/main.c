@@ -44,7 +44,7 @@
 #include "gateway/gateway.h"
 #include "gateway/gwconfig.h"
 #include "iscsi/iscsi_runtime.h"
-#include "iscsi/iscsi_config.h"
+#include "iscsi/config/iscsi_config.h"
 #include "nbd/nbd.h"
 #include "api/jobs.h"
 #include "api/service.h"

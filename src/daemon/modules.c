@@ -16,8 +16,8 @@
 #include "daemon/metrics.h"
 #include "gateway/gateway.h"
 #include "gateway/gwconfig.h"
-#include "iscsi/iscsi_config.h"
-#include "iscsi/iscsi_share.h"
+#include "iscsi/config/iscsi_config.h"
+#include "iscsi/config/iscsi_share.h"
 #include "nbd/nbd.h"
 
 int modules_init(const char *state_dir, const char *db_path)

@@ -25,7 +25,7 @@
 
 #include "config/datasets.h"
 #include "config/db.h"
-#include "config/nbdstore.h"
+#include "nbd/config/nbdstore.h"
 #include "gateway/gwconfig_internal.h"
 #include "testdb.h"
 
