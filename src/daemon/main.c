@@ -42,7 +42,7 @@
 #include "daemon/modules.h"
 #include "daemon/options.h"
 #include "gateway/gateway.h"
-#include "gateway/gwconfig.h"
+#include "gwsync/gwconfig.h"
 #include "iscsi/iscsi_runtime.h"
 #include "iscsi/config/iscsi_config.h"
 #include "nbd/nbd.h"

@@ -15,7 +15,7 @@
 #include "core/log.h"
 #include "daemon/metrics.h"
 #include "gateway/gateway.h"
-#include "gateway/gwconfig.h"
+#include "gwsync/gwconfig.h"
 #include "iscsi/config/iscsi_config.h"
 #include "iscsi/config/iscsi_share.h"
 #include "nbd/nbd.h"

@@ -17,7 +17,7 @@
 
 #include "core/log.h"
 #include "gateway/gateway_internal.h"
-#include "gateway/gwconfig.h"
+#include "gwsync/gwconfig.h"
 #include "store/bdev_rbd.h"
 #include "store/rbd_cluster.h"
 

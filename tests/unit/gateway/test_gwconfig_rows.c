@@ -26,7 +26,7 @@
 #include "config/datasets.h"
 #include "config/db.h"
 #include "nbd/config/nbdstore.h"
-#include "gateway/gwconfig_internal.h"
+#include "gwsync/gwconfig_internal.h"
 #include "testdb.h"
 
 void iscsi_config_init(void);

@@ -21,7 +21,7 @@
 #include "nbd/config/nbdstore.h"
 #include "config/pool_store.h"
 #include "core/log.h"
-#include "gateway/gwconfig_internal.h"
+#include "gwsync/gwconfig_internal.h"
 #include "store/rbd_cluster.h"
 #include "store/rbd_image.h"
 

@@ -22,7 +22,7 @@
  * (gc_mu → db_lock); pend_mu (lv, dirty, results) is a leaf taken under
  * the DB lock by the publisher. Nothing takes gc_mu with the DB lock held.
  */
-#include "gateway/gwconfig.h"
+#include "gwsync/gwconfig.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -39,7 +39,7 @@
 #include "config/db.h"
 #include "core/log.h"
 #include "gateway/gateway_internal.h"
-#include "gateway/gwconfig_internal.h"
+#include "gwsync/gwconfig_internal.h"
 
 #define GWC_KEYS_MAX 100000 /* omap keys read per pass (bound: logged when hit) */
 #define GWC_RETRIES 8       /* an update that keeps losing races */
