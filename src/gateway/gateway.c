@@ -17,7 +17,6 @@
 
 #include "core/log.h"
 #include "gateway/gateway_internal.h"
-#include "gwsync/gwconfig.h"
 #include "store/bdev_rbd.h"
 #include "store/rbd_cluster.h"
 
@@ -86,12 +85,20 @@ static _Atomic bool blocklist_seen; /* some connection of ours was refused */
 static bool reopen_pending;         /* some images are still on a retired client */
 static uint64_t reopen_next_ms, reopen_delay_ms;
 static struct rbd_cluster *retired[GW_RETIRED_MAX]; /* gw_mu; references */
+/* The configuration store's (gateway.h): set once at start-up, before the
+ * membership thread runs, so read without a lock. */
+static bool (*reconnect_hook)(void);
 
 uint64_t gw_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void gateway_set_reconnect_hook(bool (*fn)(void))
+{
+    reconnect_hook = fn;
 }
 
 static bool name_ok(const char *s)
@@ -566,7 +573,8 @@ static int rejoin_connect(void)
     cluster = nc;
     pthread_mutex_unlock(&gw_mu);
     snprintf(my_addr, sizeof(my_addr), "%s", rbd_cluster_addr(nc));
-    bool store = gwconfig_reconnect();
+    bool (*hook)(void) = reconnect_hook;
+    bool store = hook && hook();
     log_info("gateway %s: member %s: rejoining: connected a new client %s (the fenced one was "
              "%s)%s",
              cfg.group, cfg.name, my_addr, fenced_addr,

@@ -48,6 +48,7 @@
 #ifndef BLOCKD_GATEWAY_GATEWAY_H
 #define BLOCKD_GATEWAY_GATEWAY_H
 
+#include <rados/librados.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -124,5 +125,27 @@ void gateway_lu_attach(struct scsi_lu *lu, struct volume *vol);
 
 /* API methods (gateway.query): registered by modules_init. */
 void gateway_api_init(void);
+
+/*
+ * For the group's configuration store (src/gwsync/gwconfig.c), which sits
+ * above the front-ends: gateway/ never calls it directly (iscsi/ includes
+ * this header), it calls the hook the store registers.
+ *
+ * gateway_set_reconnect_hook: fn is called on the membership thread when
+ * the gateway replaced its cluster connection (a fenced member rejoining);
+ * it returns true when the store moves to the new connection, and then
+ * calls gw_config_reconnected once it has. Without a hook the gateway
+ * moves on alone. Start-up (modules_init), before gateway_start.
+ */
+void gateway_set_reconnect_hook(bool (*fn)(void));
+/* The configuration store moved its I/O context to the gateway's current
+ * connection (after its reconnect hook returned true): the retired
+ * connections kept for its old one can go. Its store thread. */
+void gw_config_reconnected(void);
+/* A new I/O context on the membership pool (--gateway-pool; the caller
+ * destroys it with rados_ioctx_destroy) and the group's name (static).
+ * 0, -ENOTCONN when the group is off, or -errno. Between gateway_start
+ * and gateway_stop. */
+int gw_pool_ioctx(rados_ioctx_t *out, const char **group);
 
 #endif

@@ -35,17 +35,6 @@ void gw_lu_shutdown(void);
  * (in the background). Membership thread. */
 void gw_lu_reconnected(void);
 
-/* The configuration store (gwconfig.c) moved its I/O context to the
- * gateway's current connection (after gwconfig_reconnect): the retired
- * connections kept for its old one can go. Its store thread. */
-void gw_config_reconnected(void);
-
-/* For the group's configuration store (gwconfig.c): a new I/O context on
- * the membership pool (--gateway-pool; the caller destroys it) and the
- * group's name (static). 0, -ENOTCONN when the group is off, or -errno.
- * Between gateway_start and gateway_stop. */
-int gw_pool_ioctx(rados_ioctx_t *out, const char **group);
-
 /* Monotonic milliseconds. */
 uint64_t gw_now_ms(void);
 

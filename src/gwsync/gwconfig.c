@@ -38,7 +38,7 @@
 #include "config/cfgtx.h"
 #include "config/db.h"
 #include "core/log.h"
-#include "gateway/gateway_internal.h"
+#include "gateway/gateway.h"
 #include "gwsync/gwconfig_internal.h"
 
 #define GWC_KEYS_MAX 100000 /* omap keys read per pass (bound: logged when hit) */
@@ -959,6 +959,9 @@ void gwconfig_init(void)
                                CFG_KIND_BIT(CFG_ISCSI_TARGETEXTENT) | CFG_KIND_BIT(CFG_NBD_EXPORT) |
                                CFG_KIND_BIT(CFG_POOL) | CFG_KIND_BIT(CFG_DATASET),
                            publish, after, NULL);
+    /* gateway/ is below the front-ends and cannot call us: it calls this
+     * when it replaces its cluster connection. */
+    gateway_set_reconnect_hook(gwconfig_reconnect);
 }
 
 int gwconfig_start(void)
