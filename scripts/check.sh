@@ -34,6 +34,17 @@ done
 step "format (clang-format)"
 if scripts/check-format.sh; then ok; else ko; fi
 
+# The layout rules (docs/architecture.md): no include cycle between the
+# folders of src/, no header implemented in another folder, no private
+# header used outside its folder; no function over 80 lines; no new
+# in-process JSON-RPC caller below the API layer.
+step "layout (scripts/include-graph.py)"
+if python3 scripts/include-graph.py; then ok; else ko; fi
+step "function length (scripts/funclen.py: none over 80 lines)"
+if python3 scripts/funclen.py --check src; then ok; else ko; fi
+step "API layer (scripts/check-api-layer.sh)"
+if scripts/check-api-layer.sh; then ok; else ko; fi
+
 step "build ($BUILD)"
 [ -f "$BUILD/build.ninja" ] || meson setup "$BUILD" --buildtype=debugoptimized -Dwerror=true >/dev/null || die "meson setup $BUILD failed"
 ninja -C "$BUILD" || die "build failed"

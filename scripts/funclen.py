@@ -106,6 +106,7 @@ def c_files(roots):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-n", type=int, default=80, help="report functions longer than N lines")
+    ap.add_argument("--check", action="store_true", help="exit 1 if any function is longer (make check)")
     ap.add_argument("paths", nargs="+")
     args = ap.parse_args()
     rows = []
@@ -118,7 +119,7 @@ def main():
     for length, path, first, name in rows:
         print(f"{length:5d}  {path}:{first}  {name}")
     print(f"{len(rows)} function(s) over {args.n} lines", file=sys.stderr)
-    return 0
+    return 1 if args.check and rows else 0
 
 
 if __name__ == "__main__":
