@@ -1,6 +1,6 @@
 /*
  * blockctl share iscsi create|delete|list: one-transaction iSCSI shares
- * through share.iscsi.* (src/config/iscsi/config_share.c). One call per volume;
+ * through share.iscsi.* (src/iscsi/config/config_share.c). One call per volume;
  * prints "created<TAB>POOL/VOL" / "deleted<TAB>POOL/VOL" like
  * truenas_incus_ctl, continues past a failed volume and exits 1 if any
  * failed.

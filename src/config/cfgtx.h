@@ -128,7 +128,7 @@ int cfg_publisher_register(uint32_t kinds, cfg_publish_fn publish, cfg_after_fn 
 
 /* For an after hook that finds the change it just saw committed rejected
  * elsewhere (a gateway group's shared configuration store: the name was
- * taken by another member at the same time, gateway/gwconfig.h): the
+ * taken by another member at the same time, gwsync/gwconfig.h): the
  * cfg_tx_commit running the hook returns -err (tx->committed stays true)
  * and cfg_tx_after_message() names the reason. The first report of a
  * commit wins. Calling thread only (the committing one). */

@@ -242,7 +242,7 @@ static int start_all(const struct options *o, const char *state_dir, const char 
         return -1;
     }
     /* The group's shares: catches up with the other members in the
-     * background (gateway/gwconfig.h). */
+     * background (gwsync/gwconfig.h). */
     if (gwconfig_start() < 0)
         return -1;
     svc_opts = o; /* the front-ends as services (service.start/stop) */

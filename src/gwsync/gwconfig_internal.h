@@ -1,5 +1,5 @@
 /*
- * gateway/gwconfig*.c internals: the local side of the shared
+ * gwsync/gwconfig*.c internals: the local side of the shared
  * configuration (gwconfig_rows.c: which rows are the group's, their
  * values, applying a remote value through the API) used by the store side
  * (gwconfig.c). Not for other modules.

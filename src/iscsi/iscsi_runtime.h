@@ -1,6 +1,6 @@
 /*
  * The contract between the iSCSI transport (src/iscsi/ — PDUs, login,
- * sessions) and the iSCSI configuration (src/config/iscsi/ and its
+ * sessions) and the iSCSI configuration (src/iscsi/config/ and its
  * runtime publisher src/iscsi/config_*.c — targets, portals, initiator
  * groups, CHAP, extents, LUN maps).
  *

@@ -6,7 +6,7 @@
  * helpers of the decoders and encoders, and the query over an object's
  * structs (icfg_query_typed). Each object keeps its own struct and SQL
  * (<object>_store.h), checks and error wording. Private to
- * src/config/iscsi/; every function runs on an API thread.
+ * src/iscsi/config/; every function runs on an API thread.
  */
 #ifndef BLOCKD_ISCSI_CONFIG_CRUD_H
 #define BLOCKD_ISCSI_CONFIG_CRUD_H

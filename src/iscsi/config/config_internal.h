@@ -1,5 +1,5 @@
 /*
- * Private to the iSCSI configuration (src/config/iscsi/): the SQLite
+ * Private to the iSCSI configuration (src/iscsi/config/): the SQLite
  * helpers of the stores, the write transaction, the typed writes
  * composite calls share, and the runtime publisher's interface.
  *

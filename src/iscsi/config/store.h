@@ -3,8 +3,8 @@
  * every <object>_store.c shares. A store holds an object's SQL behind
  * functions that take and return its C struct (target_store.h, ...); the
  * API files (config_<object>.c) decode JSON into those structs and encode
- * them back, so no JSON reaches a store and no SQL leaves config/iscsi/.
- * The gateway's shared configuration (gateway/gwconfig_rows.c) reads the
+ * them back, so no JSON reaches a store and no SQL leaves iscsi/config/.
+ * The gateway's shared configuration (gwsync/gwconfig_rows.c) reads the
  * targets, extents and LUN mappings through the same stores.
  *
  * Every store function runs with the DB lock held (config/db.h db_lock,

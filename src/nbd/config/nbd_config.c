@@ -2,7 +2,7 @@
  * NBD exports and global settings: the JSON-RPC methods
  * (nbd.export.create|update|delete|query, nbd.global.config|update), the
  * JSON ↔ struct nbd_export_row decoding (the rows and their SQL are
- * config/nbdstore.c's), the subscriber of facet CONF_NBD of the
+ * nbd/config/nbdstore.c's), the subscriber of facet CONF_NBD of the
  * configuration generation (config/confgen.h) that builds the immutable
  * export table the server reads, and the settings the server reads.
  *
@@ -56,7 +56,7 @@ static enum nbd_tls_mode tls_parse(const char *s)
     return NBD_TLS_ALLOW;
 }
 
-/* ---- rows (config/nbdstore.h) ---- */
+/* ---- rows (nbd/config/nbdstore.h) ---- */
 
 static enum nbd_tls_mode row_tls(const struct nbd_export_row *r)
 {

@@ -2,7 +2,7 @@
  * The stored NBD configuration (table nbd_export, settings "nbd.global.*"):
  * the SQL of the NBD exports behind functions that take and return a
  * struct, on the one transaction path (config/cfgtx.h). The API layer
- * (nbd/nbd_config.c) decodes JSON into struct nbd_export_row and encodes
+ * (nbd/config/nbd_config.c) decodes JSON into struct nbd_export_row and encodes
  * rows back; the NBD server's publisher rebuilds its export table when a
  * CFG_NBD_EXPORT change commits. Any thread; each call takes the DB lock.
  */
@@ -55,7 +55,7 @@ int nbd_export_rows_rename(const char *old_name, const char *new_name, bool subt
  * per field, "nbd.global.<name>" (booleans "1"/"0", numbers in decimal).
  * A database of an older version kept them as one JSON text under
  * "nbd.global": the schema moves it into the keys at the first start.
- * The string bounds are the API's (nbd/nbd_config.c checks them first).
+ * The string bounds are the API's (nbd/config/nbd_config.c checks them first).
  */
 struct nbd_global {
     char listen[257];

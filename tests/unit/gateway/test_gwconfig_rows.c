@@ -1,5 +1,5 @@
 /*
- * gateway/gwconfig_rows.c: the group's local view. Its keys and the
+ * gwsync/gwconfig_rows.c: the group's local view. Its keys and the
  * gwc_dump of its values are the group's wire format (members of
  * different versions compare them), so the expected dumps below are the
  * ones blockd produced when it still read those rows with its own SQL

@@ -1,5 +1,5 @@
 /*
- * config/nbdstore: the NBD server settings as one settings key per field
+ * nbd/config/nbdstore: the NBD server settings as one settings key per field
  * (round trip, defaults kept for what is not stored or not valid), and the
  * move of an older version's "nbd.global" JSON text into those keys when
  * the database opens.
