@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KNOWN=(
-    src/config/replication.c  # replication.run_onetime: pool.dataset.create, zfs.snapshot.delete
+    src/control/replication.c # replication.run_onetime: pool.dataset.create, zfs.snapshot.delete
     src/gwsync/gwconfig_rows.c # applies the group's rows through the iscsi.*/nbd.* methods
 )
 callers=$(grep -rl --include='*.c' 'api_call_method_json(' src | grep -v '^src/api/' | sort || true)

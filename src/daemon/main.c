@@ -27,8 +27,8 @@
 
 #include "api/callmem.h"
 #include "api/server.h"
-#include "config/datasets.h"
-#include "config/db.h"
+#include "control/datasets.h"
+#include "control/db.h"
 #include "core/allowdir.h"
 #include "core/admit.h"
 #include "core/iopool.h"

@@ -34,9 +34,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "config/datasets.h"
-#include "config/cfgtx.h"
-#include "config/db.h"
+#include "control/datasets.h"
+#include "control/cfgtx.h"
+#include "control/db.h"
 #include "core/log.h"
 #include "gateway/gateway.h"
 #include "gwsync/gwconfig_internal.h"

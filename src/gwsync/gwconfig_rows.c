@@ -13,13 +13,13 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "config/dataset_store.h"
-#include "config/db.h"
+#include "control/dataset_store.h"
+#include "control/db.h"
 #include "iscsi/config/extent_store.h"
 #include "iscsi/config/target_store.h"
 #include "iscsi/config/targetextent_store.h"
 #include "nbd/config/nbdstore.h"
-#include "config/pool_store.h"
+#include "control/pool_store.h"
 #include "core/log.h"
 #include "gwsync/gwconfig_internal.h"
 #include "store/rbd_cluster.h"

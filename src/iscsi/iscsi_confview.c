@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "config/confgen.h"
+#include "control/confgen.h"
 #include "iscsi/iscsi_runtime.h"
 
 static struct iscsi_conf *conf_get(void)

@@ -30,7 +30,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-#include "config/confgen.h"
+#include "control/confgen.h"
 #include "core/util.h"
 
 struct scsi_lu; /* scsi/scsi.h */

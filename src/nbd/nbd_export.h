@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config/confgen.h"
+#include "control/confgen.h"
 #include "core/util.h"
 #include "store/volume.h"
 

@@ -17,7 +17,7 @@
 
 #include "iscsi/config/store.h"
 #include "iscsi/config/target_store.h"
-#include "config/pwenc.h"
+#include "control/pwenc.h"
 
 /*
  * A credential. Owned strings (icfg_auth_clear zeroes the secrets).

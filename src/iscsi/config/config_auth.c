@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "iscsi/config/auth_store.h"
 #include "iscsi/config/config_crud.h"
 #include "core/util.h"

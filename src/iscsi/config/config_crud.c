@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/db.h"
+#include "control/db.h"
 
 const struct api_arg icfg_query_args[2] = {API_ARG_QUERY};
 const struct api_arg icfg_get_instance_args[2] = {

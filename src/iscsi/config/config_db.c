@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "api/jsonw.h"
-#include "config/db.h"
+#include "control/db.h"
 #include "core/log.h"
 #include "iscsi/config/config_crud.h"
 #include "store/poolfs.h"

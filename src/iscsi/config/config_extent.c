@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config/datasets.h"
-#include "config/db.h"
+#include "control/datasets.h"
+#include "control/db.h"
 #include "iscsi/config/config_crud.h"
 #include "iscsi/config/extent_store.h"
 #include "core/log.h"

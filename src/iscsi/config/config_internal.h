@@ -31,8 +31,8 @@
 #include <stdint.h>
 
 #include "api/api.h"
-#include "config/cfgtx.h"
-#include "config/db.h"
+#include "control/cfgtx.h"
+#include "control/db.h"
 #include "iscsi/config/auth_store.h"
 #include "iscsi/config/extent_store.h"
 #include "iscsi/config/global_store.h"

@@ -34,7 +34,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "iscsi/config/config_internal.h"

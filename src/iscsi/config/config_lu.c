@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config/datasets.h"
-#include "config/db.h"
+#include "control/datasets.h"
+#include "control/db.h"
 #include "core/log.h"
 #include "iscsi/config/config_internal.h"
 #include "gateway/gateway.h"

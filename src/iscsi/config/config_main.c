@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/datasets.h"
-#include "config/db.h"
+#include "control/datasets.h"
+#include "control/db.h"
 #include "core/log.h"
 #include "iscsi/config/config_internal.h"
 #include "iscsi/config/iscsi_config.h"

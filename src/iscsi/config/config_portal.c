@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "core/util.h"
 #include "iscsi/config/config_crud.h"
 #include "iscsi/config/portal_store.h"

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/cfgtx.h"
-#include "config/db.h"
+#include "control/cfgtx.h"
+#include "control/db.h"
 #include "iscsi/config/config_internal.h"
 #include "core/log.h"
 

@@ -25,10 +25,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include "config/confgen.h"
-#include "config/datasets.h"
-#include "config/db.h"
-#include "config/pwenc.h"
+#include "control/confgen.h"
+#include "control/datasets.h"
+#include "control/db.h"
+#include "control/pwenc.h"
 #include "core/log.h"
 #include "iscsi/config/config_internal.h"
 #include "iscsi/config/iscsi_config.h"

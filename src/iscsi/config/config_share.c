@@ -24,7 +24,7 @@
 
 #include "api/api.h"
 #include "api/validate.h"
-#include "config/db.h"
+#include "control/db.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "iscsi/config/config_crud.h"

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "iscsi/config/config_crud.h"

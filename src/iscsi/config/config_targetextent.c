@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "iscsi/config/config_crud.h"
 #include "iscsi/config/config_internal.h"
 #include "core/util.h"

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/db.h"
-#include "config/pwenc.h"
+#include "control/db.h"
+#include "control/pwenc.h"
 #include "core/log.h"
 #include "iscsi/config/config_internal.h"
 #include "iscsi/iscsi_runtime.h"

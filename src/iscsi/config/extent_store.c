@@ -7,7 +7,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "iscsi/config/config_internal.h"
 
 const char *const icfg_extent_type_names[] = {"DISK", "FILE", NULL};

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "iscsi/config/config_internal.h"
 
 #define KEY_BASENAME "iscsi.global.basename"

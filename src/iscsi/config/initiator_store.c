@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "iscsi/config/config_internal.h"
 
 #define INITIATOR_SELECT "SELECT id, initiators, comment FROM iscsi_initiator"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "iscsi/config/config_internal.h"
 
 #define PORTAL_SELECT "SELECT id, tag, comment FROM iscsi_portal"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "core/log.h"
 
 void icfg_strv_clear(struct icfg_strv *s)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "iscsi/config/config_internal.h"
 
 const char *const icfg_authmethod_names[] = {"NONE", "CHAP", "CHAP_MUTUAL", NULL};

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "iscsi/config/config_internal.h"
 
 #define TE_SELECT "SELECT id, target_id, extent_id, lunid FROM iscsi_targetextent"

@@ -25,9 +25,9 @@
 
 #include "api/api.h"
 #include "api/validate.h"
-#include "config/cfgtx.h"
-#include "config/confgen.h"
-#include "config/datasets.h"
+#include "control/cfgtx.h"
+#include "control/confgen.h"
+#include "control/datasets.h"
 #include "nbd/config/nbdstore.h"
 #include "core/allowdir.h"
 #include "core/log.h"

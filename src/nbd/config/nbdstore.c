@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config/cfgtx.h"
-#include "config/db.h"
+#include "control/cfgtx.h"
+#include "control/db.h"
 #include "core/log.h"
 
 static const char nbd_schema[] =

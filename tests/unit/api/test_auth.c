@@ -20,8 +20,8 @@
 #include "api/api.h"
 #include "api/auth.h"
 #include "core/ratelimit.h"
-#include "config/apistore.h"
-#include "config/db.h"
+#include "control/apistore.h"
+#include "control/db.h"
 #include "testdb.h"
 
 static void test_key_format(void **state)

@@ -19,8 +19,8 @@
 
 #include <cmocka.h>
 
-#include "config/cfgtx.h"
-#include "config/db.h"
+#include "control/cfgtx.h"
+#include "control/db.h"
 #include "testdb.h"
 
 static struct testdb tdb; /* made by setup */

@@ -19,8 +19,8 @@
 #include <cmocka.h>
 
 #include "api/api.h"
-#include "config/datasets.h"
-#include "config/db.h"
+#include "control/datasets.h"
+#include "control/db.h"
 #include "testdb.h"
 
 #define THREADS 8

@@ -23,9 +23,9 @@
 
 #include <cmocka.h>
 
-#include "config/cfgtx.h"
-#include "config/confgen.h"
-#include "config/db.h"
+#include "control/cfgtx.h"
+#include "control/confgen.h"
+#include "control/db.h"
 #include "testdb.h"
 
 static struct testdb tdb; /* made by setup */

@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "testdb.h"
 
 static struct testdb tdb; /* made by main */

@@ -18,10 +18,10 @@
 #include <cmocka.h>
 
 #include "api/api.h"
-#include "config/datasets.h"
-#include "config/db.h"
+#include "control/datasets.h"
+#include "control/db.h"
 #include "testdb.h"
-#include "config/dsprops.h"
+#include "control/dsprops.h"
 #include "store/volume.h"
 
 static struct testdb tdb;

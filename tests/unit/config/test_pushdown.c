@@ -20,9 +20,9 @@
 #include <cmocka.h>
 
 #include "api/api.h"
-#include "config/datasets.h"
-#include "config/db.h"
-#include "config/ds_internal.h"
+#include "control/datasets.h"
+#include "control/db.h"
+#include "control/ds_internal.h"
 #include "testdb.h"
 
 static struct testdb tdb; /* made by setup_group */

@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "config/pwenc.h"
+#include "control/pwenc.h"
 
 static char dir[] = "/tmp/blockd-test-pwenc.XXXXXX";
 static char keypath[256];

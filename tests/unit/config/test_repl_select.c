@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "config/repl_select.h"
+#include "control/repl_select.h"
 
 static void test_schema_check(void **state)
 {

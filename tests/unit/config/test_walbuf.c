@@ -18,7 +18,7 @@
 #include <cmocka.h>
 #include <sqlite3.h>
 
-#include "config/walbuf.h"
+#include "control/walbuf.h"
 #include "testdb.h"
 
 static struct testdb tdb; /* made by setup */

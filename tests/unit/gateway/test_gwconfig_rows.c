@@ -23,8 +23,8 @@
 
 #include <cmocka.h>
 
-#include "config/datasets.h"
-#include "config/db.h"
+#include "control/datasets.h"
+#include "control/db.h"
 #include "nbd/config/nbdstore.h"
 #include "gwsync/gwconfig_internal.h"
 #include "testdb.h"

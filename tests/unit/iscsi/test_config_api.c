@@ -22,10 +22,10 @@
 #include <jansson.h>
 
 #include "api/api.h"
-#include "config/datasets.h"
-#include "config/db.h"
+#include "control/datasets.h"
+#include "control/db.h"
 #include "iscsi/config/config_internal.h"
-#include "config/pwenc.h"
+#include "control/pwenc.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "iscsi/config/iscsi_config.h"

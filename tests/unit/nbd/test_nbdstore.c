@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "config/db.h"
+#include "control/db.h"
 #include "nbd/config/nbdstore.h"
 #include "testdb.h"
 
