@@ -31,7 +31,7 @@
 #define ACCOUNT_HASH_CONCURRENCY 2
 
 /* Register the account.* methods (api_auth_init calls it). The account
- * table and its SQL are config/apistore.c's (api/store.h). */
+ * table and its SQL are control/apistore.c's (api/store.h). */
 void account_init(void);
 
 /* Who logged in: enough to re-check the login later (account_current). */

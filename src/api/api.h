@@ -6,7 +6,7 @@
  *
  * Handlers run on an API worker thread (one per client connection), may
  * block (SQLite, file copies), and must be thread-safe against each other
- * (config/db.h serializes database work).
+ * (control/db.h serializes database work).
  *
  * Error shape (as TrueNAS clients parse it):
  *   invalid params  → code -32602, message, data.extra = [[field, message, errno], …]
@@ -213,7 +213,7 @@ void api_thread_unboost(void);
  * Batched acknowledgement (addition): core.bulk calls begin() before its
  * calls and end() after them, on the thread that runs them, and fails if
  * end() does not return 0. The config DB sets them at start-up so that the
- * calls' commits share one fdatasync before the bulk answers (config/db.h
+ * calls' commits share one fdatasync before the bulk answers (control/db.h
  * db_sync_batch_begin/_end). Start-up only.
  */
 void api_set_batch_hooks(void (*begin)(void), int (*end)(void));

@@ -18,7 +18,7 @@
  * AUTH_FAIL_WINDOW_MS block that address for AUTH_BLOCK_MS; while blocked every login is refused
  * with -32001 EBUSY "Rate Limit Exceeded" (the TrueNAS error), even a correct key.
  *
- * Start-up: apistore_init() (config/apistore.h: the tables and their SQL,
+ * Start-up: apistore_init() (control/apistore.h: the tables and their SQL,
  * behind api/store.h) and api_auth_init() (the methods), before db_open().
  * Threads: handlers run on API threads; everything here is thread-safe.
  */

@@ -583,7 +583,7 @@ static int bulk_work(struct job *job, void *arg, json_t **result)
     json_t *out = json_array();
     /* Each call is its own transaction, but the bulk answers once: its
      * configuration writes share one fdatasync, made before the result is
-     * returned (config/db.h). */
+     * returned (control/db.h). */
     if (batch_begin)
         batch_begin();
     for (size_t i = 0; i < n; i++) {

@@ -2,10 +2,10 @@
  * The API's own stored objects: API keys, local accounts and the services'
  * enable settings, as C structs behind a table of functions.
  *
- * api/ (auth.c, account.c, service.c) calls these; config/apistore.c
- * implements them with SQL on the one transaction path (config/cfgtx.h)
+ * api/ (auth.c, account.c, service.c) calls these; control/apistore.c
+ * implements them with SQL on the one transaction path (control/cfgtx.h)
  * and installs the table at startup (apistore_init(), before db_open). So
- * api/ never includes config/: the libraries' dependencies run one way,
+ * api/ never includes control/: the libraries' dependencies run one way,
  * config -> api, and each links without relying on link order.
  *
  * Every function takes the DB lock itself (never held on return), returns

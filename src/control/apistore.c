@@ -1,7 +1,7 @@
 /*
  * The API's stored objects (api/store.h): tables api_key and account and
  * the "service.<name>.enable" settings, with their SQL, on the one
- * transaction path. Installed by apistore_init() (config/apistore.h).
+ * transaction path. Installed by apistore_init() (control/apistore.h).
  */
 #include "control/apistore.h"
 

@@ -6,7 +6,7 @@
  *
  *   struct cfg_tx tx;
  *   if (cfg_tx_begin(&tx) < 0) ...        db_lock + BEGIN IMMEDIATE
- *   ... SQL through config/db.h ...
+ *   ... SQL through control/db.h ...
  *   cfg_tx_changed(&tx, CFG_ISCSI_TARGET, id, CFG_UPDATED);
  *   rc == 0 ? cfg_tx_commit(&tx) : cfg_tx_abort(&tx);
  *
@@ -26,7 +26,7 @@
  * Durability: the outermost commit is durable before cfg_tx_commit
  * returns 0. When nothing else holds the DB lock it commits without
  * waiting for the disk, publishes, releases the lock and then syncs
- * (group commit, config/db.h db_sync: writers committing meanwhile share
+ * (group commit, control/db.h db_sync: writers committing meanwhile share
  * one fdatasync; inside core.bulk the bulk's one sync). When the caller
  * holds the DB lock around the transaction (datasets' writers, which do
  * file work after the commit) the commit itself syncs, as db_commit does.
@@ -136,7 +136,7 @@ void cfg_tx_after_fail(int err, const char *message);
 /* The message of the last cfg_tx_after_fail on this thread ("" if none). */
 const char *cfg_tx_after_message(void);
 
-/* Store one key/value setting (config/db.h db_setting_set) in its own
+/* Store one key/value setting (control/db.h db_setting_set) in its own
  * transaction, recording (kind, id) updated. 0 or -errno. */
 int cfg_setting_put(const char *key, const char *value, enum cfg_kind kind, int64_t id);
 

@@ -9,7 +9,7 @@
  * front-end that builds it. A new generation shares every part that did
  * not change with the previous one.
  *
- *   commit (config/cfgtx.h)
+ *   commit (control/cfgtx.h)
  *     └─ the one cfgtx publisher (here), under the DB lock:
  *          next = current with each facet whose kinds changed rebuilt by
  *                 its subscriber's build(prev part, change list)  O(change)

@@ -5,8 +5,8 @@
  * encoded from struct ds_row_view, which this store walks; the
  * properties' own table and inheritance are dsprops.h's.
  *
- * Every function runs with the DB lock held (config/db.h db_lock, or
- * inside a struct cfg_tx, config/cfgtx.h); writes join the caller's
+ * Every function runs with the DB lock held (control/db.h db_lock, or
+ * inside a struct cfg_tx, control/cfgtx.h); writes join the caller's
  * transaction. Any API/worker thread.
  */
 #ifndef BLOCKD_CONFIG_DATASET_STORE_H

@@ -1,7 +1,7 @@
 /*
  * Pools and datasets (volumes, filesystems, snapshots): the config side of
  * store/. Owns the mapping from dataset names to their storage (files in a
- * pool directory, or RBD images in a Ceph pool: config/dsbackend.h) and the
+ * pool directory, or RBD images in a Ceph pool: control/dsbackend.h) and the
  * cache of open volumes shared by every front-end.
  */
 #ifndef BLOCKD_CONFIG_DATASETS_H

@@ -1,7 +1,7 @@
 /*
  * Statement helpers over the cached statements (db.h): bind by a type
  * string, run a statement that returns no rows, step to the one row of a
- * lookup, walk rows. The stores in config/ repeated these steps around
+ * lookup, walk rows. The stores in control/ repeated these steps around
  * each statement; here they are written once.
  */
 #include "control/db.h"

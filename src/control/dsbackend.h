@@ -11,7 +11,7 @@
  *   rbd   a Ceph RBD pool (and namespace); a volume is an RBD image, a
  *         snapshot an RBD snapshot, a clone an RBD clone v2; FILESYSTEM
  *         datasets exist only in the database: they are prefixes of image
- *         names (config/dsrbd.c: the image name of "pool/a/b/vol" is
+ *         names (control/dsrbd.c: the image name of "pool/a/b/vol" is
  *         "a%b%vol").
  *
  * All ops are synchronous and may block (files, the cluster): API threads

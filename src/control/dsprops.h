@@ -17,7 +17,7 @@
  * (ds_propset_decode, in the handler); checking and storing take only
  * that struct. The query rows are encoded to JSON here (ds_props_emit).
  *
- * Private to src/config/. API thread; DB locked where said.
+ * Private to src/control/. API thread; DB locked where said.
  */
 #ifndef BLOCKD_CONFIG_DSPROPS_H
 #define BLOCKD_CONFIG_DSPROPS_H

@@ -1,6 +1,6 @@
 /*
  * Query plumbing that the dataset rows (dsrows.c, datasets.c) and the
- * snapshot rows (snapshots.c) share. Private to src/config/; API thread,
+ * snapshot rows (snapshots.c) share. Private to src/control/; API thread,
  * DB locked where said.
  */
 #ifndef BLOCKD_CONFIG_DSQUERY_H

@@ -1,6 +1,6 @@
 /*
  * RBD pools (config side): their Ceph connection settings (stored in
- * table pool_rbd behind config/pool_rbd_store.h), their state (ONLINE,
+ * table pool_rbd behind control/pool_rbd_store.h), their state (ONLINE,
  * or UNAVAIL with the reason) and the connector thread that brings them
  * online and notices a lost cluster. Internal to src/config.
  *

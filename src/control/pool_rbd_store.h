@@ -7,8 +7,8 @@
  * ds_rbd_spec_each is the one list of RBD pools. Nothing here sees JSON
  * or talks to Ceph.
  *
- * Every function runs with the DB lock held (config/db.h db_lock, or
- * inside a struct cfg_tx, config/cfgtx.h); writes join the caller's
+ * Every function runs with the DB lock held (control/db.h db_lock, or
+ * inside a struct cfg_tx, control/cfgtx.h); writes join the caller's
  * transaction. Any API/worker thread.
  */
 #ifndef BLOCKD_CONFIG_POOL_RBD_STORE_H

@@ -7,8 +7,8 @@
  * pool_rbd behind pool_rbd_store.h (ds_rbd_spec_get / _insert / _each);
  * other modules read them with the pool through ds_pool_get_rbd.
  *
- * Every function runs with the DB lock held (config/db.h db_lock, or
- * inside a struct cfg_tx, config/cfgtx.h); writes join the caller's
+ * Every function runs with the DB lock held (control/db.h db_lock, or
+ * inside a struct cfg_tx, control/cfgtx.h); writes join the caller's
  * transaction, which records the change and commits it. Any API/worker
  * thread.
  */

@@ -3,7 +3,7 @@
  * them: by naming schema (a strftime pattern the whole snapshot name must
  * parse with, giving the time that orders snapshots) or by name regex (the
  * whole name must match; snapshots are ordered by creation). Pure
- * functions, any thread; private to src/config/ (replication.c, tests).
+ * functions, any thread; private to src/control/ (replication.c, tests).
  */
 #ifndef BLOCKD_CONFIG_REPL_SELECT_H
 #define BLOCKD_CONFIG_REPL_SELECT_H

@@ -6,8 +6,8 @@
  * rows (struct ds_snap_view) as TrueNAS's zfs.snapshot rows; nothing here
  * sees JSON.
  *
- * Every function runs with the DB lock held (config/db.h db_lock, or
- * inside a struct cfg_tx, config/cfgtx.h); writes join the caller's
+ * Every function runs with the DB lock held (control/db.h db_lock, or
+ * inside a struct cfg_tx, control/cfgtx.h); writes join the caller's
  * transaction, which records the change and commits it. Any API/worker
  * thread.
  */

@@ -41,7 +41,7 @@
 #define GWCONFIG_POLL_MS 2000   /* reread without a notify (a lost one) */
 #define GWCONFIG_NOTIFY_MS 1000 /* a change waits this long for the acks */
 
-/* Register the configuration publisher (config/cfgtx.h). Start-up, before
+/* Register the configuration publisher (control/cfgtx.h). Start-up, before
  * the DB opens (modules_init). */
 void gwconfig_init(void);
 /* After gateway_start and the front-ends' configuration: load the last

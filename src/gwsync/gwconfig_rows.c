@@ -2,7 +2,7 @@
  * The local side of the group's shared configuration (gwconfig.h): which
  * rows of the local DB are the group's and their stored values, and
  * applying a remote value through the same API methods a client calls.
- * The rows are read through config/'s typed stores (no SQL here); the
+ * The rows are read through control/'s typed stores (no SQL here); the
  * values are encoded from their structs.
  */
 #include <errno.h>

@@ -2,7 +2,7 @@
  * The transport's reads of the published configuration (iscsi_runtime.h):
  * target lookups, SendTargets' lists, discovery credentials and portal
  * addresses, all from the iSCSI part of the current configuration
- * generation (config/confgen.h). A part is immutable: a reader holds a
+ * generation (control/confgen.h). A part is immutable: a reader holds a
  * reference for as long as it looks, and takes a view's own reference
  * before it lets the part go.
  */

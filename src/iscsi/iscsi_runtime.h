@@ -5,7 +5,7 @@
  * groups, CHAP, extents, LUN maps).
  *
  * Direction 1, config → transport: the iSCSI part of the configuration
- * generation (config/confgen.h): struct iscsi_conf below, immutable and
+ * generation (control/confgen.h): struct iscsi_conf below, immutable and
  * refcounted, holding immutable, refcounted *views* of each target, the
  * discovery credentials and the portal addresses. The config side builds
  * it (config_runtime.c) and publishes it as a generation; the transport

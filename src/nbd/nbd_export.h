@@ -1,7 +1,7 @@
 /*
  * NBD exports as the server sees them: immutable, refcounted objects in an
  * immutable, refcounted table, the NBD part (CONF_NBD) of the
- * configuration generation (config/confgen.h), that the config side
+ * configuration generation (control/confgen.h), that the config side
  * (nbd_config.c) rebuilds after every change. Connections look an export
  * up once, at option time (INFO/GO/EXPORT_NAME/LIST); the I/O path
  * touches no lock.

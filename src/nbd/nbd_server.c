@@ -1,6 +1,6 @@
 /*
  * The published state the NBD connections read (the export table: the NBD
- * part of the configuration generation, config/confgen.h; the settings)
+ * part of the configuration generation, control/confgen.h; the settings)
  * and the listening sockets. Publication swaps one pointer under a mutex;
  * a connection takes a reference at accept/option time and never locks
  * again on the I/O path.

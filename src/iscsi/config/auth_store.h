@@ -1,7 +1,7 @@
 /*
  * The stored CHAP credentials (table iscsi_auth): struct icfg_auth and
  * the SQL behind it. Credentials are grouped by tag; a target's portal
- * group names a tag. Secrets are stored sealed (config/pwenc.h:
+ * group names a tag. Secrets are stored sealed (control/pwenc.h:
  * AES-256-GCM with a key kept outside the DB): the struct holds them in
  * clear, icfg_auth_seal seals them for a write, and reads open them. They
  * are never logged. The API (config_auth.c) decodes JSON into the struct

@@ -1,7 +1,7 @@
 /*
  * iscsi.auth.create|update|delete|query|get_instance: the API of struct
  * icfg_auth, CHAP credentials grouped by tag (auth_store.h holds their
- * SQL and seals the secrets: config/pwenc.h, AES-256-GCM with a key kept
+ * SQL and seals the secrets: control/pwenc.h, AES-256-GCM with a key kept
  * outside the DB, so the DB alone does not give them away; CHAP needs
  * the cleartext, so they cannot be hashed). Queries return them in clear,
  * as TrueNAS does for an administrator (its Secret fields are redacted

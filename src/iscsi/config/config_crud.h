@@ -108,7 +108,7 @@ json_t *icfg_typed_rows(const struct icfg_typed *type, const struct icfg_key *ke
 
 /*
  * Every row of one typed object, kept between calls and brought up to
- * date from the rows that changed since (config/db.h db_watch), instead
+ * date from the rows that changed since (control/db.h db_watch), instead
  * of rebuilt: TrueNAS clients list every mapping before each create. The
  * rows (encoded by type, each with an integer "id", depending on nothing
  * but their own table row) are shared and never modified (a refresh

@@ -8,11 +8,11 @@
  * struct, no JSON) and whose one decoder and one encoder live in its API
  * file (config_<object>.c). Every API write follows one shape: decode →
  * check invariants → one transaction (icfg_write_begin/…_end, on the one
- * transaction path config/cfgtx.h):
+ * transaction path control/cfgtx.h):
  *   cfg_tx_begin (db_lock, BEGIN IMMEDIATE) → check against the DB,
  *   write rows, allocate ids, record the changed objects (the targets
  *   whose published view changes: icfg_changed_target) → COMMIT →
- *   the configuration generation's publisher (config/confgen.h) asks the
+ *   the configuration generation's publisher (control/confgen.h) asks the
  *   iSCSI subscriber (config_runtime.c) for the next iSCSI part: the
  *   changed targets' views rebuilt, the others shared; a deferred call's
  *   changes wait in the pending list iscsi_config_reload() publishes
@@ -67,9 +67,9 @@ void icfg_dirty_merge(struct icfg_dirty *into, const struct icfg_dirty *from);
 void icfg_dirty_free(struct icfg_dirty *d);
 
 /* ---- SQL helpers (caller holds db_lock) ----
- * Bind types as config/db.h db_bindv: 'i' int64, 't' text (NULL → SQL
+ * Bind types as control/db.h db_bindv: 'i' int64, 't' text (NULL → SQL
  * NULL), 'n' NULL, 'b' bool(int). */
-/* A cached statement (config/db.h db_stmt); give it back with
+/* A cached statement (control/db.h db_stmt); give it back with
  * icfg_finalize(), never sqlite3_finalize(). */
 int icfg_prepare(const char *sql, sqlite3_stmt **st);
 void icfg_finalize(sqlite3_stmt *st);
@@ -207,7 +207,7 @@ struct icfg_group_rec {
 int icfg_read_groups(int64_t target_id, struct icfg_group_rec **out, size_t *n);
 void icfg_groups_free(struct icfg_group_rec *g, size_t n);
 struct icfg_cred_rec {
-    char *user, *secret, *peeruser, *peersecret; /* secrets sealed (config/pwenc.h) */
+    char *user, *secret, *peeruser, *peersecret; /* secrets sealed (control/pwenc.h) */
     bool mutual;
     int64_t id;
 };
@@ -240,7 +240,7 @@ int icfg_read_pr(int64_t extent_id, void **blob, size_t *len);
 int icfg_write_pr(int64_t extent_id, const void *blob, size_t len);
 
 /* ---- runtime (config_runtime.c) ---- */
-/* Subscribe to the configuration generation (config/confgen.h, facet
+/* Subscribe to the configuration generation (control/confgen.h, facet
  * CONF_ISCSI) and register the runtime's dataset observer (rollbacks,
  * pools coming online). Once, at startup (iscsi_config_init). */
 void icfg_runtime_init(void);

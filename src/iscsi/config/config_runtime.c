@@ -1,6 +1,6 @@
 /*
  * The runtime side of the iSCSI configuration: the subscriber of facet
- * CONF_ISCSI of the configuration generation (config/confgen.h). It puts
+ * CONF_ISCSI of the configuration generation (control/confgen.h). It puts
  * the target views (built by config_views.c) into the iSCSI part of each
  * generation (struct iscsi_conf), and turns the difference between two
  * generations into work on the sessions (target_gone, target_changed,
@@ -274,7 +274,7 @@ static int conf_build(const struct iscsi_conf *prev, const struct icfg_dirty *in
     return rc;
 }
 
-/* ---- the subscriber (config/confgen.h) ---- */
+/* ---- the subscriber (control/confgen.h) ---- */
 
 /* The dirty set a change list makes; live: a committed change (an
  * extent's running LU is updated or dropped here). */

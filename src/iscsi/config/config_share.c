@@ -5,7 +5,7 @@
  * icfg_initiator_save, icfg_target_save, icfg_extent_save,
  * icfg_targetextent_save: every validation and id allocation is theirs,
  * with their error field names) directly, inside its one transaction
- * (config/cfgtx.h): nothing re-enters the JSON dispatcher, and the
+ * (control/cfgtx.h): nothing re-enters the JSON dispatcher, and the
  * changes are published only when it commits (or deferred, when the
  * caller deferred). A failure rolls everything back: no portal, group,
  * target or extent is left behind, and nothing was published. delete
@@ -263,7 +263,7 @@ static int share_commit(struct icfg_write *w, bool defer, const char *ds, int64_
         return 0;
     if (!w->tx.committed)
         return api_error(w->call, EIO, "cannot commit the share of %s", ds);
-    /* group commit: durable before the answer (config/db.h) */
+    /* group commit: durable before the answer (control/db.h) */
     return api_error(w->call, EIO, "the share of %s was committed but could not be made durable",
                      ds);
 }

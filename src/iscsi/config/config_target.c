@@ -5,7 +5,7 @@
  * struct), the one encoder (target_encode: struct → TrueNAS row), the
  * invariants a table cannot state (target_check), and handlers of one
  * shape: decode → check → one transaction (icfg_write) → publish (its
- * commit, config/cfgtx.h).
+ * commit, control/cfgtx.h).
  */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -159,7 +159,7 @@ int icfg_load_creds(int64_t tag, bool discovery, struct iscsi_chap_cred **out, s
             if (m > *method)
                 *method = m;
         }
-        /* Secrets are stored sealed (config/pwenc.h). One that cannot be
+        /* Secrets are stored sealed (control/pwenc.h). One that cannot be
          * opened drops the credential (an empty secret must never let a
          * login through); the method above still counts it, so that
          * discovery stays closed. */

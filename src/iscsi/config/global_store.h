@@ -1,5 +1,5 @@
 /*
- * The stored iSCSI global settings (settings iscsi.global.*, config/db.h
+ * The stored iSCSI global settings (settings iscsi.global.*, control/db.h
  * db_setting_*): struct icfg_global. The API (config_global.c) decodes
  * JSON into the struct and encodes the TrueNAS row. Store conventions (DB
  * lock held, writes inside the caller's transaction): store.h.

@@ -24,7 +24,7 @@
 void iscsi_config_init(void);
 
 /*
- * Encrypt CHAP secrets that an older blockd stored in clear (config/pwenc.h;
+ * Encrypt CHAP secrets that an older blockd stored in clear (control/pwenc.h;
  * pwenc_init must have run). Call from the main thread after db_open(),
  * before iscsi_config_start(). 0 or -errno (logged; never the secrets).
  */
@@ -48,7 +48,7 @@ void iscsi_config_stop(void);
 
 /*
  * Apply every deferred change (calls made with defer=true) as one
- * generation (conf_reload, config/confgen.h): for service.reload
+ * generation (conf_reload, control/confgen.h): for service.reload
  * ["iscsitarget"]. Thread-safe; takes the DB lock. Returns 0 or -errno.
  */
 int iscsi_config_reload(void);

@@ -7,8 +7,8 @@
  * The gateway's shared configuration (gwsync/gwconfig_rows.c) reads the
  * targets, extents and LUN mappings through the same stores.
  *
- * Every store function runs with the DB lock held (config/db.h db_lock,
- * or inside a struct cfg_tx, config/cfgtx.h): writes join the caller's
+ * Every store function runs with the DB lock held (control/db.h db_lock,
+ * or inside a struct cfg_tx, control/cfgtx.h): writes join the caller's
  * transaction, which records the changes and commits them (the handler's
  * one transaction). Any API/worker thread.
  */

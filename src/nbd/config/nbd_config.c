@@ -3,7 +3,7 @@
  * (nbd.export.create|update|delete|query, nbd.global.config|update), the
  * JSON ↔ struct nbd_export_row decoding (the rows and their SQL are
  * nbd/config/nbdstore.c's), the subscriber of facet CONF_NBD of the
- * configuration generation (config/confgen.h) that builds the immutable
+ * configuration generation (control/confgen.h) that builds the immutable
  * export table the server reads, and the settings the server reads.
  *
  * Every change is applied as a difference: the new table reuses unchanged
@@ -891,7 +891,7 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
 /* datasets: a rename of a dataset (with its subtree) or of a snapshot
  * moves the exports along. cfg_lock is held from lock() to applied(), so
  * no nbd.export.* change runs in between; update() runs inside the
- * rename's transaction (config/cfgtx.h) and records the change, whose
+ * rename's transaction (control/cfgtx.h) and records the change, whose
  * commit publishes the new table (exports_next). */
 static void rename_lock(void *arg)
 {
@@ -913,7 +913,7 @@ static void rename_applied(bool committed, void *arg)
 }
 
 /*
- * build (config/confgen.h): a committed change of nbd_export rows becomes
+ * build (control/confgen.h): a committed change of nbd_export rows becomes
  * a new export table, built from the DB reusing unchanged exports and
  * open volumes. Under the DB lock; the writer holds cfg_lock (every NBD
  * writer, the rename hooks, start and pool-online do), which

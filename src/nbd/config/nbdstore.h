@@ -1,7 +1,7 @@
 /*
  * The stored NBD configuration (table nbd_export, settings "nbd.global.*"):
  * the SQL of the NBD exports behind functions that take and return a
- * struct, on the one transaction path (config/cfgtx.h). The API layer
+ * struct, on the one transaction path (control/cfgtx.h). The API layer
  * (nbd/config/nbd_config.c) decodes JSON into struct nbd_export_row and encodes
  * rows back; the NBD server's publisher rebuilds its export table when a
  * CFG_NBD_EXPORT change commits. Any thread; each call takes the DB lock.

@@ -1,5 +1,5 @@
 /*
- * config/cfgtx: the one transaction path. Publishers see the changes of a
+ * control/cfgtx: the one transaction path. Publishers see the changes of a
  * committed transaction (after COMMIT: the rows are visible and durable),
  * never those of a rolled-back one; nested transactions join the outer
  * one (their changes are published with it, or dropped with their

@@ -1,5 +1,5 @@
 /*
- * config/confgen: the configuration generation. A commit of a subscribed
+ * control/confgen: the configuration generation. A commit of a subscribed
  * kind builds the next generation from the previous part and the change
  * list (one build per commit, other facets shared); conf_apply, after the
  * DB lock is released, reports each object gone, replaced or new and the

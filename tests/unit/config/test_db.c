@@ -1,5 +1,5 @@
 /*
- * config/db: open with registered schema, settings, transactions (nested
+ * control/db: open with registered schema, settings, transactions (nested
  * as savepoints), errno mapping, persistence across close/open.
  */
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * The TrueNAS dataset properties of config/dsprops.h: the pure helpers
+ * The TrueNAS dataset properties of control/dsprops.h: the pure helpers
  * (recordsize values, the {parsed, rawvalue, value, source} shapes,
  * extra.properties selection), then through the API against a temporary
  * state directory: validation per type, inheritance down a tree and its

@@ -1,5 +1,5 @@
 /*
- * config/pwenc.c: the secrets key file (created 0600 once, reused, its
+ * control/pwenc.c: the secrets key file (created 0600 once, reused, its
  * mode corrected), seal/open round trips, fresh nonces, tamper and
  * wrong-key detection, cleartext rows from older versions passed through.
  */

@@ -1,5 +1,5 @@
 /*
- * config/walbuf: commits written through the gathering VFS are in the WAL
+ * control/walbuf: commits written through the gathering VFS are in the WAL
  * file when the commit returns (a second connection on the default VFS,
  * which reads the file itself, sees them), a transaction larger than the
  * buffer (pages spilled before the commit) survives, a rolled-back one

@@ -3,7 +3,7 @@
  * gwc_dump of its values are the group's wire format (members of
  * different versions compare them), so the expected dumps below are the
  * ones blockd produced when it still read those rows with its own SQL
- * (before the reads moved into config/'s typed stores); they
+ * (before the reads moved into control/'s typed stores); they
  * must not change. The rows are made with SQL straight into the tables,
  * so that odd stored values (a NULL and an empty alias, an
  * auth_networks text that is not an array, a boolean stored as 5) are

@@ -1,6 +1,6 @@
 /*
  * The iscsi.* configuration API through api_handle_text against a temp DB
- * (real config/, store/ and scsi/; the transport stubbed): validation with
+ * (real control/, store/ and scsi/; the transport stubbed): validation with
  * field-named errors, id / rel_tgt_id / lunid allocation, uniqueness,
  * delete rules, hidden secrets, defer, persistence across a DB reopen, and
  * the runtime views the transport reads.
