@@ -21,6 +21,8 @@
 #   - a share on A's file pool stays A's (not on B, not in the object).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/gw-lib.sh"
+# No member is meant to be fenced here (a loaded machine must not fence one).
+GW_HEARTBEAT_TIMEOUT=30
 need python3 iscsi-ls iscsi-inq nbdinfo rados
 ceph_start
 

@@ -19,6 +19,8 @@
 #     reservation objects blockd.pr.<image id>[@snap] from the pool.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/gw-lib.sh"
+# No member is meant to be fenced here (a loaded machine must not fence one).
+GW_HEARTBEAT_TIMEOUT=30
 need iscsi-test-cu python3 timeout rbd rados
 PR_TOOL=$BUILD/tests/tools/pr_tool
 [ -x "$PR_TOOL" ] || fail "missing $PR_TOOL (libiscsi-dev not found at build time?)"

@@ -15,6 +15,8 @@
 #    own API is B's and stays.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/gw-lib.sh"
+# No member is meant to be fenced here (a loaded machine must not fence one).
+GW_HEARTBEAT_TIMEOUT=30
 need python3 nbdinfo rbd
 ceph_start
 
