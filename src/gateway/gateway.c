@@ -266,14 +266,14 @@ static int read_records(struct gateway_member *out, bool *present)
     rados_read_op_omap_get_vals2(op, "", "member.", GATEWAY_ID_MAX * 2, &it, &more, &prval);
     int rc = rados_read_op_operate(op, io, obj, 0);
     rados_release_read_op(op);
-    if (rc == -ENOENT)
-        return 0; /* no member yet */
-    if (rc < 0)
-        return rc;
-    if (prval < 0) {
+    /* librados hands out the iterator when the op is set up, so it is
+     * ours to end on every path, a failed read included. */
+    if (rc < 0 || prval < 0) {
         if (it)
             rados_omap_get_end(it);
-        return prval;
+        if (rc == -ENOENT)
+            return 0; /* no member yet */
+        return rc < 0 ? rc : prval;
     }
     char *k, *v;
     size_t kl, vl;
