@@ -10,7 +10,9 @@
  * their checks and creation, their registration with poolfs at start-up
  * and the default pool.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,7 @@
 #include "config/dsrbd.h"
 #include "config/pool_rbd_store.h"
 #include "config/pool_store.h"
+#include "core/allowdir.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "store/copy.h"
@@ -221,6 +224,64 @@ static int pool_path_overlap(const char *path, char *why, size_t whylen)
 }
 
 /*
+ * Host paths come from the operator: a pool directory lies below
+ * STATE/pools or below a directory given with blockd --allow-dir (not the
+ * state directory's other folders, which hold the DB and sockets). An API
+ * client can therefore not turn /var/spool/cron or /home into a pool and
+ * write files there. 0, or -EINVAL with the reason in why.
+ */
+static int pool_dir_allowed(const char *path, char *why, size_t whylen)
+{
+    char pools[PATH_MAX + 8], list[1024];
+
+    snprintf(pools, sizeof(pools), "%s/pools", ds_state_dir);
+    if (path_within(pools, path) && strcmp(pools, path) != 0)
+        return 0;
+    if (!path_within(ds_state_dir, path) && allowdir_below(path, ds_state_dir))
+        return 0;
+    allowdir_list(list, sizeof(list));
+    str_printf(why, whylen,
+               "%s: a pool directory must lie below %s (omit path for %s/NAME) or below a "
+               "directory the operator allows with blockd --allow-dir (allowed: %s)",
+               path, pools, pools, list);
+    return -EINVAL;
+}
+
+/* A new pool takes a new or empty directory: files already there were not
+ * made by blockd and must never be served or overwritten as volumes. The
+ * path was checked canonical (poolfs_root_check), and is opened without
+ * following a symlink. 0 (missing or empty), or -errno with why. */
+static int pool_dir_empty(const char *path, char *why, size_t whylen)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct dirent *d;
+    DIR *dir;
+    int rc = 0;
+
+    if (fd < 0 && errno == ENOENT)
+        return 0;
+    if (fd < 0 || !(dir = fdopendir(fd))) {
+        rc = -errno;
+        if (fd >= 0)
+            close(fd);
+        str_printf(why, whylen, "cannot read directory %s: %s", path, strerror(-rc));
+        return rc == -ELOOP || rc == -ENOTDIR ? -EINVAL : rc;
+    }
+    while ((d = readdir(dir))) {
+        if (strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0) {
+            str_printf(why, whylen,
+                       "directory %s is not empty (it holds %s): a pool takes a new or empty "
+                       "directory",
+                       path, d->d_name);
+            rc = -EINVAL;
+            break;
+        }
+    }
+    closedir(dir);
+    return rc;
+}
+
+/*
  * A directory pool: check the path (poolfs_root_check: absolute,
  * canonical, no symlink, not a system or state directory, not a pseudo
  * filesystem), create the directory without following symlinks, check
@@ -241,6 +302,10 @@ static int pool_create(const char *name, const char *path_in, struct ds_pool *p,
         return -ENAMETOOLONG;
     /* Before mkdir too, so a refused path leaves no directory behind. */
     rc = poolfs_root_check(path, ds_state_dir, why, whylen);
+    if (rc == 0)
+        rc = pool_dir_allowed(path, why, whylen);
+    if (rc == 0)
+        rc = pool_dir_empty(path, why, whylen);
     if (rc < 0)
         return rc == -ELOOP || rc == -ENOTDIR ? -EINVAL : rc;
     rc = pool_path_overlap(path, why, whylen);
@@ -294,6 +359,12 @@ static void pools_register_all(void)
             continue; /* no directory: ds_rbd_start connects it */
         int rc = poolfs_root_check(p, ds_state_dir, why, sizeof(why));
 
+        /* A pool an older version let a client place anywhere is not
+         * opened: the operator moves it or allows its parent. */
+        if (rc == 0 || rc == -ENOENT) {
+            int arc = pool_dir_allowed(p, why, sizeof(why));
+            rc = arc < 0 ? arc : rc;
+        }
         if (rc == -ENOENT || (rc == 0 && access(p, F_OK) < 0)) {
             rc = poolfs_root_make(p);
             if (rc == 0)
