@@ -28,6 +28,7 @@
 #include "config/dsrbd.h"
 #include "config/pool_rbd_store.h"
 #include "config/pool_store.h"
+#include "config/rbd_creds.h"
 #include "core/allowdir.h"
 #include "core/log.h"
 #include "core/util.h"
@@ -119,9 +120,11 @@ static json_t *pool_encode(const struct ds_pool *p, const struct pool_state *s)
                     s->snapshot_o1 < 0 ? json_null() : json_boolean(s->snapshot_o1 == 1));
     if (row && s->rbd &&
         json_object_set_new(row, "rbd",
-                            json_pack("{s:s, s:s, s:s, s:s, s:s}", "pool", s->spec.pool,
-                                      "namespace", s->spec.ns, "conf", s->spec.conf, "id",
-                                      s->spec.id, "keyring", s->spec.keyring)) < 0) {
+                            json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b}", "pool",
+                                      s->spec.pool, "namespace", s->spec.ns, "mon_host",
+                                      s->spec.mon_host, "conf", s->spec.conf, "id", s->spec.id,
+                                      "keyring", s->spec.keyring, "key_set",
+                                      s->spec.key[0] != '\0')) < 0) {
         json_decref(row);
         row = NULL;
     }
@@ -142,6 +145,7 @@ static json_t *pool_rows(void)
     for (size_t i = 0; rows && i < n; i++) {
         pool_state_read(&pools[i], &s);
         json_array_append_new(rows, pool_encode(&pools[i], &s));
+        explicit_bzero(s.spec.key, sizeof(s.spec.key));
     }
     free(pools);
     return rows;
@@ -436,6 +440,17 @@ static const struct api_field pool_rbd_fields[] = {
      .flags = API_NULLABLE | API_RANGE,
      .min = 0,
      .max = PATH_MAX - 1},
+    /* the cluster as data: no file at all */
+    {.name = "mon_host",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 0,
+     .max = DS_RBD_MON_HOST_MAX - 1},
+    {.name = "key",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 0,
+     .max = DS_RBD_KEY_MAX - 1},
 };
 
 static const struct api_field pool_create_fields[] = {
@@ -488,6 +503,8 @@ static void pool_create_decode(json_t *data, struct pool_create_req *req)
     spec_str(rbd, "conf", req->spec.conf, sizeof(req->spec.conf));
     spec_str(rbd, "id", req->spec.id, sizeof(req->spec.id));
     spec_str(rbd, "keyring", req->spec.keyring, sizeof(req->spec.keyring));
+    spec_str(rbd, "mon_host", req->spec.mon_host, sizeof(req->spec.mon_host));
+    spec_str(rbd, "key", req->spec.key, sizeof(req->spec.key));
 }
 
 /* ---- invariants ---- */
@@ -505,8 +522,29 @@ static void rbd_str_check(struct api_call *call, const char *key, const char *s,
             return;
         }
     }
-    if (path && s[0] && s[0] != '/')
+    if (path && s[0] && s[0] != '/') {
         api_verr(call, field, EINVAL, "must be an absolute path");
+    } else if (path && s[0]) {
+        char why[PATH_MAX + 256];
+
+        /* Files librados would otherwise read as root: config/rbd_creds.h */
+        if (rbd_creds_path_check(s, why, sizeof(why)) < 0) {
+            api_verr(call, field, EACCES, "%s", why);
+            log_warn("datasets: pool.create refused %s %s (peer %s): %s", key, s,
+                     api_call_peer(call), why);
+        }
+    }
+}
+
+/* mon_host and key: data with a syntax of their own. */
+static void rbd_data_check(struct api_call *call, const struct ds_rbd_spec *spec)
+{
+    char why[256];
+
+    if (rbd_creds_mon_host_check(spec->mon_host, why, sizeof(why)) < 0)
+        api_verr(call, "pool.create.rbd.mon_host", EINVAL, "%s", why);
+    if (rbd_creds_key_check(spec->key, why, sizeof(why)) < 0)
+        api_verr(call, "pool.create.rbd.key", EINVAL, "%s", why);
 }
 
 /* What the field table cannot state, in the order the errors are
@@ -525,6 +563,7 @@ static int pool_create_check(struct api_call *call, const struct pool_create_req
         rbd_str_check(call, "conf", req->spec.conf, true);
         rbd_str_check(call, "id", req->spec.id, false);
         rbd_str_check(call, "keyring", req->spec.keyring, true);
+        rbd_data_check(call, &req->spec);
         if (req->path)
             api_verr(call, "pool.create.path", EINVAL,
                      "a pool has either a directory (path) or an RBD pool (rbd), not both");
@@ -565,6 +604,7 @@ static int pool_result(struct api_call *call, const char *name, json_t **result)
     if (ds_pool_get(name, &p) == 0) {
         pool_state_read(&p, &s);
         *result = pool_encode(&p, &s);
+        explicit_bzero(s.spec.key, sizeof(s.spec.key));
     }
     db_unlock();
     if (!*result)
@@ -642,6 +682,7 @@ static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
     if (rc == 0)
         rc = req.rbd ? pool_create_rbd(call, &req, result) : pool_create_dir(call, &req, result);
     ds_ops_unlock();
+    explicit_bzero(req.spec.key, sizeof(req.spec.key));
     return rc;
 }
 
