@@ -120,11 +120,10 @@ static json_t *pool_encode(const struct ds_pool *p, const struct pool_state *s)
                     s->snapshot_o1 < 0 ? json_null() : json_boolean(s->snapshot_o1 == 1));
     if (row && s->rbd &&
         json_object_set_new(row, "rbd",
-                            json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b}", "pool",
-                                      s->spec.pool, "namespace", s->spec.ns, "mon_host",
-                                      s->spec.mon_host, "conf", s->spec.conf, "id", s->spec.id,
-                                      "keyring", s->spec.keyring, "key_set",
-                                      s->spec.key[0] != '\0')) < 0) {
+                            json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b}", "pool", s->spec.pool,
+                                      "namespace", s->spec.ns, "mon_host", s->spec.mon_host, "conf",
+                                      s->spec.conf, "id", s->spec.id, "keyring", s->spec.keyring,
+                                      "key_set", s->spec.key[0] != '\0')) < 0) {
         json_decref(row);
         row = NULL;
     }

@@ -63,15 +63,11 @@ static int canonical_dir(const char *path, char *dir, size_t len, char *why, siz
 int rbd_creds_path_check(const char *path, char *why, size_t whylen)
 {
     char dir[PATH_MAX], root[PATH_MAX], list[1024];
-    int rc;
 
     if (path[0] != '/' || strlen(path) >= PATH_MAX || !plain_components(path)) {
         snprintf(why, whylen, "%s: must be an absolute path without \".\", \"..\" or \"//\"", path);
         return -EINVAL;
     }
-    rc = canonical_dir(path, dir, sizeof(dir), why, whylen);
-    if (rc < 0)
-        return rc;
     /* Clients write volumes there: a "conf" could be a volume's data. */
     if ((ds_state_dir[0] && within(ds_state_dir, path)) ||
         poolfs_root_of(path, root, sizeof(root)) == 0) {
@@ -81,8 +77,8 @@ int rbd_creds_path_check(const char *path, char *why, size_t whylen)
                  path);
         return -EINVAL;
     }
-    if (within(RBD_CREDS_ETC, dir) || allowdir_below(path, ds_state_dir))
-        return 0;
+    if (within(RBD_CREDS_ETC, path) || allowdir_below(path, ds_state_dir))
+        return canonical_dir(path, dir, sizeof(dir), why, whylen);
     allowdir_list(list, sizeof(list));
     snprintf(why, whylen,
              "%s: a Ceph conf or keyring must be in " RBD_CREDS_ETC
@@ -376,8 +372,7 @@ static int keyring_load(const char *list, const char *id, bool must, char *key, 
 #define DEFAULT_KEYRINGS                                                                           \
     RBD_CREDS_ETC "/ceph.$name.keyring," RBD_CREDS_ETC "/ceph.keyring," RBD_CREDS_ETC "/keyring"
 
-int rbd_creds_resolve(const struct ds_rbd_spec *s, struct rbd_creds *out, char *why,
-                      size_t whylen)
+int rbd_creds_resolve(const struct ds_rbd_spec *s, struct rbd_creds *out, char *why, size_t whylen)
 {
     const char *conf = s->conf[0] ? s->conf : s->mon_host[0] ? NULL : RBD_CREDS_ETC "/ceph.conf";
     struct conf_vals v = {{0}};
@@ -391,7 +386,7 @@ int rbd_creds_resolve(const struct ds_rbd_spec *s, struct rbd_creds *out, char *
     snprintf(out->key, sizeof(out->key), "%s", s->key[0] ? s->key : v.key);
     if (!out->key[0] && s->keyring[0])
         rc = keyring_load(s->keyring, out->id, true, out->key, sizeof(out->key), why, whylen);
-    else if (!out->key[0])
+    else if (!out->key[0] && conf) /* data only (mon_host): no file is read */
         rc = keyring_load(v.keyring[0] ? v.keyring : DEFAULT_KEYRINGS, out->id, v.keyring[0] != 0,
                           out->key, sizeof(out->key), why, whylen);
     explicit_bzero(&v, sizeof(v));

@@ -61,12 +61,12 @@ int rbd_creds_key_check(const char *s, char *why, size_t whylen);
  * its conf (s->conf, or /etc/ceph/ceph.conf when neither mon_host nor
  * conf is set) and keyring (s->keyring, the conf's keyring, or Ceph's
  * default names /etc/ceph/ceph.client.ID.keyring, /etc/ceph/ceph.keyring,
- * /etc/ceph/keyring when they exist). No key found is not an error (a
- * cluster without cephx). 0 or -errno with the reason in why; clear *out
+ * /etc/ceph/keyring when they exist, if a conf was read: a pool given as
+ * mon_host alone reads no file). No key found is not an error (a cluster
+ * without cephx). 0 or -errno with the reason in why; clear *out
  * with rbd_creds_clear.
  */
-int rbd_creds_resolve(const struct ds_rbd_spec *s, struct rbd_creds *out, char *why,
-                      size_t whylen);
+int rbd_creds_resolve(const struct ds_rbd_spec *s, struct rbd_creds *out, char *why, size_t whylen);
 /* Zero *c (the key). */
 void rbd_creds_clear(struct rbd_creds *c);
 /* The connection spec for c (pointers into c: keep c alive). */

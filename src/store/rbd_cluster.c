@@ -59,9 +59,9 @@ static unsigned op_timeout(const struct rbd_cluster_spec *s)
 static bool same_spec(const struct rbd_cluster *c, const struct rbd_cluster_spec *s)
 {
     return strcmp(c->conf, or_empty(s->conf)) == 0 &&
-           strcmp(c->mon_host, or_empty(s->mon_host)) == 0 &&
-           strcmp(c->id, or_empty(s->id)) == 0 && strcmp(c->key, or_empty(s->key)) == 0 &&
-           strcmp(c->keyring, or_empty(s->keyring)) == 0 && c->op_timeout_s == op_timeout(s);
+           strcmp(c->mon_host, or_empty(s->mon_host)) == 0 && strcmp(c->id, or_empty(s->id)) == 0 &&
+           strcmp(c->key, or_empty(s->key)) == 0 && strcmp(c->keyring, or_empty(s->keyring)) == 0 &&
+           c->op_timeout_s == op_timeout(s);
 }
 
 static int set_opt(rados_t r, const char *key, const char *val)
@@ -444,13 +444,12 @@ bool rbd_cluster_retired(const struct rbd_cluster *c)
 
 int rbd_cluster_get_like(struct rbd_cluster *c, unsigned timeout_s, struct rbd_cluster **out)
 {
-    struct rbd_cluster_spec spec = {
-        .conf = c->conf,
-        .mon_host = c->mon_host,
-        .id = c->id,
-        .key = c->key,
-        .keyring = c->keyring,
-        .op_timeout_s = c->op_timeout_s};
+    struct rbd_cluster_spec spec = {.conf = c->conf,
+                                    .mon_host = c->mon_host,
+                                    .id = c->id,
+                                    .key = c->key,
+                                    .keyring = c->keyring,
+                                    .op_timeout_s = c->op_timeout_s};
     pthread_mutex_lock(&lock);
     if (!c->retired) {
         c->refs++;

@@ -28,7 +28,7 @@ pool_field() { # pool.query's FIELD of pool NAME
 BLOCKD_RBD_OP_TIMEOUT=5 blockd_start
 
 # 1. an RBD pool
-blockctl pool create rp --rbd rbd --ceph-conf "$CONF" >/dev/null || fail "pool create --rbd failed"
+blockctl pool create rp --rbd rbd --mon-host "$CEPH_MON_HOST" >/dev/null || fail "pool create --rbd failed"
 [ "$(pool_field rp '["status"]')" = ONLINE ] || fail "rbd pool not ONLINE"
 [ "$(pool_field rp '["rbd"]["pool"]')" = rbd ] || fail "pool.query lacks rbd.pool"
 [ "$(pool_field rp '["path"]')" = rbd:rbd ] || fail "path of the rbd pool"
@@ -42,7 +42,7 @@ rbdc info rbd/v1 | grep -q "features: layering, exclusive-lock, object-map, fast
 blockctl volume resize rp/v1 --size 96M >/dev/null || fail "resize of a closed RBD volume"
 rbdc info rbd/v1 | grep -q "size 96 MiB" || fail "resized image: $(rbdc info rbd/v1)"
 # a namespace, made on the way
-blockctl pool create rns --rbd rbd --rbd-namespace blk --ceph-conf "$CONF" >/dev/null ||
+blockctl pool create rns --rbd rbd --rbd-namespace blk --mon-host "$CEPH_MON_HOST" >/dev/null ||
     fail "pool create with a namespace"
 blockctl volume create rns/a/v2 --size 16M >/dev/null || fail "volume create in the namespace"
 rbdc ls rbd --namespace blk | grep -qx 'a%v2' || fail "image a%v2 not in namespace blk"
@@ -50,8 +50,11 @@ rbdc ls rbd --namespace blk | grep -qx 'a%v2' || fail "image a%v2 not in namespa
 # 2. refused, with the reason
 out=$(blockctl pool create bad --rbd rbd --ceph-conf /nonexistent/ceph.conf 2>&1) &&
     fail "a missing conf was accepted"
-grep -q "cannot connect to the Ceph cluster" <<<"$out" || fail "missing conf: $out"
-out=$(blockctl pool create bad --rbd nosuchpool --ceph-conf "$CONF" 2>&1) &&
+grep -q "must be in /etc/ceph or a directory the operator allows" <<<"$out" || fail "missing conf: $out"
+out=$(blockctl pool create bad --rbd rbd --mon-host "127.0.0.1:$(free_port)" 2>&1) &&
+    fail "a monitor that does not answer was accepted"
+grep -q "cannot connect to the Ceph cluster" <<<"$out" || fail "dead monitor: $out"
+out=$(blockctl pool create bad --rbd nosuchpool --mon-host "$CEPH_MON_HOST" 2>&1) &&
     fail "a missing Ceph pool was accepted"
 grep -q "the Ceph pool nosuchpool does not exist" <<<"$out" || fail "missing pool: $out"
 out=$(blockctl call pool.create "{\"name\":\"bad\",\"path\":\"$TMP/p\",\"rbd\":{\"pool\":\"rbd\"}}" 2>&1) &&
