@@ -161,6 +161,9 @@ static int conf_source(struct rbd_cluster *c)
         rc = set_opt(c->rados, "keyring", "");
         if (rc == 0)
             rc = set_opt(c->rados, "keyfile", "");
+        /* No key: a cluster without cephx (not a search for a keyring). */
+        if (rc == 0 && !c->key[0])
+            rc = set_opt(c->rados, "auth_client_required", "none");
     }
     if (rc == 0 && c->mon_host[0])
         rc = set_opt(c->rados, "mon_host", c->mon_host);

@@ -25,10 +25,16 @@ pool_field() { # pool.query's FIELD of pool NAME
         python3 -c "import json,sys; r=json.load(sys.stdin); print(r[0]$2 if r else 'none')"
 }
 
-BLOCKD_RBD_OP_TIMEOUT=5 blockd_start
+# The pool rp follows the cluster's conf (its monitors move when the test
+# restarts the cluster, section 3): kept where an operator keeps one, in a
+# directory blockd is told about (blockd reads mon_host from it).
+ETC=$TMP/etc-ceph
+mkdir -m 0755 "$ETC"
+cp "$CONF" "$ETC/ceph.conf"
+BLOCKD_RBD_OP_TIMEOUT=5 blockd_start --allow-dir "$ETC"
 
 # 1. an RBD pool
-blockctl pool create rp --rbd rbd --mon-host "$CEPH_MON_HOST" >/dev/null || fail "pool create --rbd failed"
+blockctl pool create rp --rbd rbd --ceph-conf "$ETC/ceph.conf" >/dev/null || fail "pool create --rbd failed"
 [ "$(pool_field rp '["status"]')" = ONLINE ] || fail "rbd pool not ONLINE"
 [ "$(pool_field rp '["rbd"]["pool"]')" = rbd ] || fail "pool.query lacks rbd.pool"
 [ "$(pool_field rp '["path"]')" = rbd:rbd ] || fail "path of the rbd pool"
@@ -76,7 +82,7 @@ blockctl volume create demo/f0 --size 16M >/dev/null || fail "file pool does not
 # ... and down at start-up: the daemon starts at once, the pool UNAVAIL
 blockd_stop
 t0=$(date +%s)
-BLOCKD_RBD_OP_TIMEOUT=5 blockd_start
+BLOCKD_RBD_OP_TIMEOUT=5 blockd_start --allow-dir "$ETC"
 [ $(($(date +%s) - t0)) -le 5 ] || fail "start-up waited for the lost cluster"
 st=$(pool_field rp '["status"]')
 [ "$st" = UNAVAIL ] || fail "rbd pool with the cluster down is $st"
@@ -89,6 +95,7 @@ blockctl volume create demo/f1 --size 16M >/dev/null || fail "file pool does not
 
 # the cluster back (a new one on the same conf path): ONLINE on its own
 "$CEPH" start "$CEPH_DIR" >"$TMP/ceph-start2.log" 2>&1 || fail "the cluster did not restart"
+cp "$CONF" "$ETC/ceph.conf" # the operator's conf follows the new monitors
 for i in $(seq 1 60); do
     [ "$(pool_field rp '["status"]')" = ONLINE ] && break
     sleep 1

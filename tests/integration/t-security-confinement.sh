@@ -149,6 +149,6 @@ python3 -c 'import socket, sys; s = socket.socket(socket.AF_UNIX); s.bind(sys.ar
 blockctl call nbd.global.update "[{\"unix_socket\": \"$STATE/nbd.sock\"}]" >/dev/null 2>"$TMP/err" ||
     fail "stale socket not replaced: $(cat "$TMP/err")"
 [ "$(stat -c %a "$STATE/nbd.sock")" = 660 ] || fail "socket mode $(stat -c %a "$STATE/nbd.sock"), want 660"
-nbdinfo --size "nbd+unix:///plain?socket=$STATE/nbd.sock" | grep -qx 8388608 || fail "unix socket not served"
+nbdinfo --size "nbd+unix:///v1?socket=$STATE/nbd.sock" | grep -qx 16777216 || fail "unix socket not served"
 
 pass

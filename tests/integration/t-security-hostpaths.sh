@@ -95,7 +95,7 @@ grep -q "pool cron is unavailable (its files are not opened): $CRON: a pool dire
     "$BLOCKD_LOG" || fail "no log line for the refused pool"
 st=$(blockctl call pool.query '[[["name", "=", "cron"]]]' | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["status"])')
 [ "$st" = UNAVAIL ] || fail "the old pool at the crontab directory is $st"
-refused "volume in the old pool" ENOENT "" \
+refused "volume in the old pool" EXDEV "" \
     pool.dataset.create '[{"name": "cron/root", "type": "VOLUME", "volsize": 1048576}]'
 if nbdinfo --size "nbd://127.0.0.1:$NBD_PORT/old" >/dev/null 2>&1; then
     fail "the old export of a planted file is served"
