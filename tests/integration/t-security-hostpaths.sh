@@ -147,7 +147,7 @@ blockctl volume create r2/img --size 4M >/dev/null || fail "volume create on r2"
 [ -z "$(ls -A "$EVIL")" ] || fail "librados wrote files the conf asked for: $(ls -A "$EVIL")"
 # The cluster as data: the key stored sealed, never returned.
 KEY=AQBqNnBlAAAAABAAmZ0R1eWsVNQuHDeKbZwz2g==
-api_raw "$SOCK" pool.create "[{\"name\": \"r3\", \"rbd\": {\"pool\": \"$CEPH_POOL\", \"mon_host\": \"$CEPH_MON_HOST\", \"key\": \"$KEY\"}}]" \
+api_raw "$SOCK" pool.create "[{\"name\": \"r3\", \"rbd\": {\"pool\": \"$CEPH_POOL\", \"namespace\": \"sealed\", \"mon_host\": \"$CEPH_MON_HOST\", \"key\": \"$KEY\"}}]" \
     >/dev/null || fail "pool.create with mon_host and key: $(tail -3 "$BLOCKD_LOG")"
 row=$(blockctl call pool.query '[[["name", "=", "r3"]]]')
 grep -q "$KEY" <<<"$row" && fail "pool.query returned the key: $row"
