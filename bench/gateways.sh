@@ -83,7 +83,7 @@ size=$((SIZE_MB << 20))
 # The share is made through A; B gets it from the group's configuration
 # store (docs/ha.md) once it has the pool.
 for n in A B; do
-    ctl "$n" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null
+    ctl "$n" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"mon_host\":\"$(sed -n 's/^mon host = //p' "$CEPH_CONF")\"}}" >/dev/null
 done
 ctl A call pool.dataset.create "{\"name\":\"ceph/v\",\"type\":\"VOLUME\",\"volsize\":$size}" >/dev/null
 ctl A share iscsi create ceph/v >/dev/null

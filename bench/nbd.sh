@@ -48,13 +48,6 @@ wait_port() {
     exit 1
 }
 
-# The file lives in a pool of blockd's (exports may only name files inside
-# a pool: docs/security.md); nbdkit and qemu-nbd serve the same file.
-mkdir -p "$TMP/pool"
-DISK=$TMP/pool/disk.img
-echo "preparing a ${SIZE_MB} MiB file..." >&2
-head -c $((SIZE_MB << 20)) /dev/urandom >"$DISK"
-cat "$DISK" >/dev/null
 
 # --- servers on the file ---
 BP=$(port)
@@ -65,7 +58,13 @@ BLOCKD_PID=$!
 PIDS+=("$BLOCKD_PID")
 for _ in $(seq 1 200); do grep -q "blockd ready" "$TMP/blockd.log" 2>/dev/null && break; sleep 0.05; done
 bctl() { "$BLOCKCTL" --socket "$STATE/blockd.sock" "$@"; }
-bctl call pool.create "[{\"name\": \"bench\", \"path\": \"$TMP/pool\"}]" >/dev/null
+# The file is a volume of blockd's (a path export names a volume's file:
+# docs/security.md); nbdkit and qemu-nbd serve the same file.
+bctl volume create demo/bench --size "${SIZE_MB}M" >/dev/null
+DISK=$STATE/pools/demo/bench
+echo "preparing a ${SIZE_MB} MiB file..." >&2
+head -c $((SIZE_MB << 20)) /dev/urandom | dd of="$DISK" conv=notrunc bs=1M status=none
+cat "$DISK" >/dev/null
 bctl share nbd create --path "$DISK" --name bench >/dev/null
 KP=$(port)
 nbdkit -f -p "$KP" -i 127.0.0.1 file "$DISK" 2>>"$TMP/peers.log" &

@@ -131,7 +131,7 @@ read -r -a SERVERS <<<"${SERVERS:-direct blockd-iscsi tgtd blockd-nbd qemu-nbd}"
 IQN_BLOCKD=
 if [[ " ${SERVERS[*]} " == *" blockd-"* ]]; then
     start_blockd
-bctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null
+bctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"mon_host\":\"$(sed -n 's/^mon host = //p' "$CEPH_CONF")\"}}" >/dev/null
 bctl call pool.dataset.create "{\"name\":\"ceph/bench\",\"type\":\"VOLUME\",\"volsize\":$((SIZE_MB << 20))}" >/dev/null
 portal=$(jget "$(bctl call iscsi.portal.create '{"listen":[{"ip":"127.0.0.1"}]}')" 'j["id"]')
 tid=$(jget "$(bctl call iscsi.target.create "{\"name\":\"bench\",\"groups\":[{\"portal\":$portal}]}")" 'j["id"]')

@@ -119,19 +119,30 @@ static const char *abs_path(const char *path, char *buf, size_t len)
 }
 
 struct pool_opts {
-    const char *path, *rbd, *ns, *conf, *id, *keyring;
+    const char *path, *rbd, *ns, *conf, *id, *keyring, *mon_host, *key_file;
 };
 
 /* Parse pool create's options into o; 0 or CLI_USAGE. */
 static int pool_create_opts(struct cli_ctx *ctx, int argc, char **argv, struct pool_opts *o)
 {
-    enum { O_PATH = 'p', O_RBD = 'r', O_NS = 'n', O_CONF = 'c', O_ID = 'i', O_KEYRING = 'k' };
+    enum {
+        O_PATH = 'p',
+        O_RBD = 'r',
+        O_NS = 'n',
+        O_CONF = 'c',
+        O_ID = 'i',
+        O_KEYRING = 'k',
+        O_MON = 'm',
+        O_KEYFILE = 'K'
+    };
     static const struct option opts[] = {{"path", required_argument, NULL, O_PATH},
                                          {"rbd", required_argument, NULL, O_RBD},
                                          {"rbd-namespace", required_argument, NULL, O_NS},
                                          {"ceph-conf", required_argument, NULL, O_CONF},
                                          {"ceph-id", required_argument, NULL, O_ID},
                                          {"keyring", required_argument, NULL, O_KEYRING},
+                                         {"mon-host", required_argument, NULL, O_MON},
+                                         {"ceph-key-file", required_argument, NULL, O_KEYFILE},
                                          {0}};
     cli_opt_begin();
     int c;
@@ -142,6 +153,8 @@ static int pool_create_opts(struct cli_ctx *ctx, int argc, char **argv, struct p
                              : c == O_CONF    ? &o->conf
                              : c == O_ID      ? &o->id
                              : c == O_KEYRING ? &o->keyring
+                             : c == O_MON     ? &o->mon_host
+                             : c == O_KEYFILE ? &o->key_file
                                               : NULL;
         if (!field)
             return CLI_USAGE;
@@ -149,8 +162,9 @@ static int pool_create_opts(struct cli_ctx *ctx, int argc, char **argv, struct p
     }
     if (need_args(ctx, argc, 1, "pool NAME"))
         return CLI_USAGE;
-    if (!o->rbd && (o->ns || o->conf || o->id || o->keyring))
-        return cli_usage(ctx, "--rbd-namespace, --ceph-conf, --ceph-id and --keyring need --rbd");
+    if (!o->rbd && (o->ns || o->conf || o->id || o->keyring || o->mon_host || o->key_file))
+        return cli_usage(ctx, "--rbd-namespace, --mon-host, --ceph-key-file, --ceph-conf, "
+                              "--ceph-id and --keyring need --rbd");
     if (o->rbd && o->path)
         return cli_usage(ctx, "a pool has either --path or --rbd, not both");
     return 0;
@@ -164,6 +178,42 @@ static bool set_abs_path(json_t *obj, const char *key, const char *path)
     if (!abs)
         return false;
     json_object_set_new(obj, key, json_string(abs));
+    return true;
+}
+
+/* The cephx key in file (read by blockctl, with its user's rights, and
+ * sent as data): a keyring's "key = ..." line, or the file's first line.
+ * Into r's "key"; false after printing why. */
+static bool set_key_from_file(json_t *r, const char *file)
+{
+    char line[512], key[256] = "";
+    FILE *f = fopen(file, "re");
+
+    if (!f) {
+        cli_fail("cannot read %s: %s", file, strerror(errno));
+        return false;
+    }
+    while (fgets(line, sizeof(line), f)) {
+        char *eq = strchr(line, '=');
+        char *v = line;
+
+        if (eq && strncmp(line + strspn(line, " \t"), "key", 3) == 0)
+            v = eq + 1;
+        else if (key[0] || eq || line[0] == '[')
+            continue;
+        v += strspn(v, " \t");
+        snprintf(key, sizeof(key), "%.*s", (int)strcspn(v, " \t\r\n"), v);
+        if (eq)
+            break;
+    }
+    fclose(f);
+    if (!key[0]) {
+        cli_fail("no key found in %s", file);
+        return false;
+    }
+    json_object_set_new(r, "key", json_string(key));
+    explicit_bzero(key, sizeof(key));
+    explicit_bzero(line, sizeof(line));
     return true;
 }
 
@@ -184,6 +234,12 @@ static json_t *pool_create_params(const char *name, const struct pool_opts *o)
         json_object_set_new(r, "namespace", json_string(o->ns));
     if (o->id)
         json_object_set_new(r, "id", json_string(o->id));
+    if (o->mon_host)
+        json_object_set_new(r, "mon_host", json_string(o->mon_host));
+    if (o->key_file && !set_key_from_file(r, o->key_file)) {
+        json_decref(data);
+        return NULL;
+    }
     const char *bad = o->conf && !set_abs_path(r, "conf", o->conf)            ? "--ceph-conf"
                       : o->keyring && !set_abs_path(r, "keyring", o->keyring) ? "--keyring"
                                                                               : NULL;
@@ -702,8 +758,8 @@ static int snapshot_delete(struct cli_ctx *ctx, int argc, char **argv)
 
 static const struct cli_command volume_commands[] = {
     {"pool", "create",
-     "NAME [--path DIR | --rbd POOL [--rbd-namespace NS] [--ceph-conf FILE] [--ceph-id ID] "
-     "[--keyring FILE]]",
+     "NAME [--path DIR | --rbd POOL [--rbd-namespace NS] [--mon-host ADDRS] [--ceph-id ID] "
+     "[--ceph-key-file FILE] [--ceph-conf FILE] [--keyring FILE]]",
      "Create a pool (a directory, or a Ceph RBD pool, holding volumes)", pool_create},
     {"pool", "list", "", "List pools", pool_list},
     {"volume", "create",

@@ -156,6 +156,16 @@ void datasets_observe(datasets_observer_fn fn, void *arg);
  */
 int datasets_file_check(const char *path, bool may_create, char *why, size_t whylen);
 
+/*
+ * An NBD export's "path": it must be the file of a volume dataset of a
+ * directory pool (never a file blockd did not create, nor a snapshot's
+ * file: those are exported by dataset name). The volume's dataset name
+ * goes to name, and the export serves that dataset (one shared handle).
+ * 0, or -EINVAL / -ENAMETOOLONG with the reason for the client in why.
+ * Takes the DB lock; API threads and the NBD config's loader.
+ */
+int datasets_file_volume(const char *path, char *name, size_t len, char *why, size_t whylen);
+
 /* Flush every open volume (shutdown). */
 /* Every pool's name and directory, by name (metrics): a new array in
  * *out (free()). Takes the DB lock briefly. 0 or -errno. */

@@ -101,3 +101,36 @@ int datasets_file_check(const char *path, bool may_create, char *why, size_t why
     }
     return 0;
 }
+
+int datasets_file_volume(const char *path, char *name, size_t len, char *why, size_t whylen)
+{
+    char root[PATH_MAX], pool[DS_NAME_BUF];
+    struct ds_row row;
+    int rc;
+
+    if (path[0] != '/' || poolfs_root_of(path, root, sizeof(root)) < 0 ||
+        path[strlen(root)] != '/' || !path[strlen(root) + 1]) {
+        snprintf(why, whylen,
+                 "%s: the path must be a volume's file inside a pool directory (see "
+                 "pool.dataset.query; host files elsewhere are never exported)",
+                 path);
+        return -EINVAL;
+    }
+    db_lock();
+    rc = pool_name_of_root(root, pool, sizeof(pool));
+    if (rc == 0 && snprintf(name, len, "%s/%s", pool, path + strlen(root) + 1) >= (int)len)
+        rc = -ENAMETOOLONG;
+    if (rc == 0)
+        rc = ds_dataset_get(name, &row);
+    db_unlock();
+    if (rc < 0 || row.type != DS_VOLUME) {
+        /* A file that is no volume of blockd's was not made by it: another
+         * local user, a restored backup or a client may have planted it. */
+        snprintf(why, whylen,
+                 "%s is not a blockd volume: only volumes blockd created are exported (create "
+                 "one with pool.dataset.create, or name it as \"dataset\")",
+                 path);
+        return -EINVAL;
+    }
+    return 0;
+}

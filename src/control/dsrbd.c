@@ -2,7 +2,8 @@
  * RBD pools: connection settings, state and the connector thread
  * (dsrbd.h), and the rbd pool backend (dsbackend.h).
  */
-#include "control/dsrbd.h"
+#include "config/dsrbd.h"
+#include "config/rbd_creds.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -36,14 +37,6 @@ static struct rbd_pool *rp_head;
 static pthread_t rp_thread;
 static bool rp_running, rp_stop, rp_exited;
 
-static void spec_c(const struct ds_rbd_spec *s, struct rbd_cluster_spec *cs)
-{
-    memset(cs, 0, sizeof(*cs)); /* op_timeout_s 0: the default */
-    cs->conf = s->conf;
-    cs->id = s->id;
-    cs->keyring = s->keyring;
-}
-
 /* The pool (and namespace) answer on c: 0, or -errno with why. */
 static int check_pool(struct rbd_cluster *c, const struct ds_rbd_spec *s, bool make_ns, char *why,
                       size_t whylen)
@@ -76,24 +69,38 @@ static int check_pool(struct rbd_cluster *c, const struct ds_rbd_spec *s, bool m
     return rc;
 }
 
+int ds_rbd_connect(const struct ds_rbd_spec *s, unsigned timeout_s, struct rbd_cluster **out,
+                   char *why, size_t whylen)
+{
+    struct rbd_cluster_spec cs;
+    struct rbd_creds cr;
+    char reason[512];
+    int rc = rbd_creds_resolve(s, &cr, reason, sizeof(reason));
+
+    *out = NULL;
+    if (rc < 0) {
+        snprintf(why, whylen, "the Ceph cluster's settings are refused: %s", reason);
+        return rc;
+    }
+    rbd_creds_cluster_spec(&cr, &cs);
+    rc = rbd_cluster_get(&cs, timeout_s, out);
+    if (rc < 0) {
+        /* A reason for a client: very long monitor lists are shortened
+         * with "...", the error always fits (never the key). */
+        size_t mlen = strlen(cr.mon_host);
+        snprintf(why, whylen,
+                 "cannot connect to the Ceph cluster (mon_host %s%.100s, id %.64s): %s",
+                 mlen > 100 ? "..." : "", mlen > 100 ? cr.mon_host + mlen - 100 : cr.mon_host,
+                 cr.id, strerror(-rc));
+    }
+    rbd_creds_clear(&cr);
+    return rc;
+}
+
 static int connect_spec(const struct ds_rbd_spec *s, struct rbd_cluster **out, char *why,
                         size_t whylen)
 {
-    struct rbd_cluster_spec cs;
-    int rc;
-
-    spec_c(s, &cs);
-    rc = rbd_cluster_get(&cs, DS_RBD_CONNECT_TIMEOUT, out);
-    if (rc < 0) {
-        /* A reason for a client: a very long conf path is shortened with
-         * "...", the error always fits. */
-        const char *conf = s->conf[0] ? s->conf : "default";
-        size_t clen = strlen(conf);
-        snprintf(why, whylen, "cannot connect to the Ceph cluster (conf %s%.100s, id %.64s): %s",
-                 clen > 100 ? "..." : "", clen > 100 ? conf + clen - 100 : conf,
-                 s->id[0] ? s->id : "admin", strerror(-rc));
-    }
-    return rc;
+    return ds_rbd_connect(s, DS_RBD_CONNECT_TIMEOUT, out, why, whylen);
 }
 
 int ds_rbd_probe(const struct ds_rbd_spec *spec, struct rbd_cluster **out, char *why, size_t whylen)

@@ -32,6 +32,12 @@
  * ds_rbd_pool_add. 0 or -errno with a reason in why. API thread. */
 int ds_rbd_probe(const struct ds_rbd_spec *spec, struct rbd_cluster **out, char *why,
                  size_t whylen);
+/* Connect to the cluster of pool settings s (config/rbd_creds.h: the
+ * conf and keyring files it names are checked and read by blockd, never
+ * by librados), within timeout_s. 0 with a reference in *out, or -errno
+ * with the reason (never the key) in why. Blocking. */
+int ds_rbd_connect(const struct ds_rbd_spec *s, unsigned timeout_s, struct rbd_cluster **out,
+                   char *why, size_t whylen);
 /* Add a just-created pool, ONLINE on cluster c (the reference is taken
  * over). */
 void ds_rbd_pool_add(int64_t pool_id, const char *name, const struct ds_rbd_spec *spec,

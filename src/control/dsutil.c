@@ -94,7 +94,14 @@ const char ds_schema_sql[] =
     " namespace TEXT NOT NULL DEFAULT '',"
     " conf TEXT NOT NULL DEFAULT '',"
     " ceph_id TEXT NOT NULL DEFAULT '',"
-    " keyring TEXT NOT NULL DEFAULT '');";
+    " keyring TEXT NOT NULL DEFAULT '');"
+    /* An RBD pool's cluster as data (added later: a table of its own, so
+     * older databases gain it and their pools keep conf/keyring). The key
+     * is sealed (config/pwenc.h). */
+    "CREATE TABLE IF NOT EXISTS pool_rbd_auth ("
+    " pool_id INTEGER PRIMARY KEY REFERENCES pools(id) ON DELETE CASCADE,"
+    " mon_host TEXT NOT NULL DEFAULT '',"
+    " key TEXT NOT NULL DEFAULT '');";
 
 void ds_pool_of(const char *name, char *pool, size_t len)
 {

@@ -17,15 +17,24 @@
 #include <limits.h>
 #include <stdint.h>
 
-#define DS_RBD_NAME_MAX 128 /* Ceph pool and namespace names */
+#define DS_RBD_NAME_MAX 128     /* Ceph pool and namespace names */
+#define DS_RBD_MON_HOST_MAX 512 /* the monitors' addresses */
+#define DS_RBD_KEY_MAX 128      /* a cephx key (base64 of 28 bytes is 40) */
 
 /*
  * An RBD pool's Ceph settings.
  *   pool     the Ceph pool its images live in
  *   ns       the RADOS namespace in it ("": none)
- *   conf     ceph.conf's path ("": librados's default)
- *   id       the Ceph client id ("": librados's default)
- *   keyring  the keyring's path ("": as conf says)
+ *   mon_host the monitors' addresses ("": from conf)
+ *   key      the cephx key, in cleartext in memory only: stored sealed
+ *            (config/pwenc.h, table pool_rbd_auth), never returned by a
+ *            query ("": from the keyring, or no cephx)
+ *   conf     a ceph.conf blockd reads mon_host and keyring from ("":
+ *            /etc/ceph/ceph.conf when mon_host is ""); config/rbd_creds.h
+ *            says which files may be named
+ *   id       the Ceph client id ("": "admin")
+ *   keyring  the keyring's path ("": as conf says, or Ceph's default
+ *            names in /etc/ceph)
  */
 struct ds_rbd_spec {
     char pool[DS_RBD_NAME_MAX];
@@ -33,13 +42,17 @@ struct ds_rbd_spec {
     char conf[PATH_MAX];
     char id[DS_RBD_NAME_MAX];
     char keyring[PATH_MAX];
+    char mon_host[DS_RBD_MON_HOST_MAX];
+    char key[DS_RBD_KEY_MAX];
 };
 
 /* The settings of RBD pool pool_id into *out. 0, -ENOENT (not an RBD
  * pool) or -errno. */
 int ds_rbd_spec_get(int64_t pool_id, struct ds_rbd_spec *out);
 /* Record the new pool pool_id's settings (inside the transaction that
- * creates the pool). 0, -EEXIST or -errno. */
+ * creates the pool), the key sealed. 0, -EEXIST or -errno. A stored key
+ * that cannot be unsealed (pwenc.key lost) reads back as "" with a log
+ * line: the pool then fails to authenticate, with the reason. */
 int ds_rbd_spec_insert(int64_t pool_id, const struct ds_rbd_spec *spec);
 /* fn(pool id, pool name, settings) for each RBD pool, in no particular
  * order; the arguments are valid during the call. A nonzero return of

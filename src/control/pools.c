@@ -10,7 +10,9 @@
  * their checks and creation, their registration with poolfs at start-up
  * and the default pool.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,13 +21,15 @@
 #include <unistd.h>
 
 #include "api/validate.h"
-#include "control/cfgtx.h"
-#include "control/db.h"
-#include "control/ds_internal.h"
-#include "control/dsbackend.h"
-#include "control/dsrbd.h"
-#include "control/pool_rbd_store.h"
-#include "control/pool_store.h"
+#include "config/cfgtx.h"
+#include "config/db.h"
+#include "config/ds_internal.h"
+#include "config/dsbackend.h"
+#include "config/dsrbd.h"
+#include "config/pool_rbd_store.h"
+#include "config/pool_store.h"
+#include "config/rbd_creds.h"
+#include "core/allowdir.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "store/copy.h"
@@ -116,9 +120,10 @@ static json_t *pool_encode(const struct ds_pool *p, const struct pool_state *s)
                     s->snapshot_o1 < 0 ? json_null() : json_boolean(s->snapshot_o1 == 1));
     if (row && s->rbd &&
         json_object_set_new(row, "rbd",
-                            json_pack("{s:s, s:s, s:s, s:s, s:s}", "pool", s->spec.pool,
-                                      "namespace", s->spec.ns, "conf", s->spec.conf, "id",
-                                      s->spec.id, "keyring", s->spec.keyring)) < 0) {
+                            json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b}", "pool", s->spec.pool,
+                                      "namespace", s->spec.ns, "mon_host", s->spec.mon_host, "conf",
+                                      s->spec.conf, "id", s->spec.id, "keyring", s->spec.keyring,
+                                      "key_set", s->spec.key[0] != '\0')) < 0) {
         json_decref(row);
         row = NULL;
     }
@@ -139,6 +144,7 @@ static json_t *pool_rows(void)
     for (size_t i = 0; rows && i < n; i++) {
         pool_state_read(&pools[i], &s);
         json_array_append_new(rows, pool_encode(&pools[i], &s));
+        explicit_bzero(s.spec.key, sizeof(s.spec.key));
     }
     free(pools);
     return rows;
@@ -221,6 +227,64 @@ static int pool_path_overlap(const char *path, char *why, size_t whylen)
 }
 
 /*
+ * Host paths come from the operator: a pool directory lies below
+ * STATE/pools or below a directory given with blockd --allow-dir (not the
+ * state directory's other folders, which hold the DB and sockets). An API
+ * client can therefore not turn /var/spool/cron or /home into a pool and
+ * write files there. 0, or -EINVAL with the reason in why.
+ */
+static int pool_dir_allowed(const char *path, char *why, size_t whylen)
+{
+    char pools[PATH_MAX + 8], list[1024];
+
+    snprintf(pools, sizeof(pools), "%s/pools", ds_state_dir);
+    if (path_within(pools, path) && strcmp(pools, path) != 0)
+        return 0;
+    if (!path_within(ds_state_dir, path) && allowdir_below(path, ds_state_dir))
+        return 0;
+    allowdir_list(list, sizeof(list));
+    str_printf(why, whylen,
+               "%s: a pool directory must lie below %s (omit path for %s/NAME) or below a "
+               "directory the operator allows with blockd --allow-dir (allowed: %s)",
+               path, pools, pools, list);
+    return -EINVAL;
+}
+
+/* A new pool takes a new or empty directory: files already there were not
+ * made by blockd and must never be served or overwritten as volumes. The
+ * path was checked canonical (poolfs_root_check), and is opened without
+ * following a symlink. 0 (missing or empty), or -errno with why. */
+static int pool_dir_empty(const char *path, char *why, size_t whylen)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct dirent *d;
+    DIR *dir;
+    int rc = 0;
+
+    if (fd < 0 && errno == ENOENT)
+        return 0;
+    if (fd < 0 || !(dir = fdopendir(fd))) {
+        rc = -errno;
+        if (fd >= 0)
+            close(fd);
+        str_printf(why, whylen, "cannot read directory %s: %s", path, strerror(-rc));
+        return rc == -ELOOP || rc == -ENOTDIR ? -EINVAL : rc;
+    }
+    while ((d = readdir(dir))) {
+        if (strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0) {
+            str_printf(why, whylen,
+                       "directory %s is not empty (it holds %s): a pool takes a new or empty "
+                       "directory",
+                       path, d->d_name);
+            rc = -EINVAL;
+            break;
+        }
+    }
+    closedir(dir);
+    return rc;
+}
+
+/*
  * A directory pool: check the path (poolfs_root_check: absolute,
  * canonical, no symlink, not a system or state directory, not a pseudo
  * filesystem), create the directory without following symlinks, check
@@ -241,6 +305,10 @@ static int pool_create(const char *name, const char *path_in, struct ds_pool *p,
         return -ENAMETOOLONG;
     /* Before mkdir too, so a refused path leaves no directory behind. */
     rc = poolfs_root_check(path, ds_state_dir, why, whylen);
+    if (rc == 0)
+        rc = pool_dir_allowed(path, why, whylen);
+    if (rc == 0)
+        rc = pool_dir_empty(path, why, whylen);
     if (rc < 0)
         return rc == -ELOOP || rc == -ENOTDIR ? -EINVAL : rc;
     rc = pool_path_overlap(path, why, whylen);
@@ -294,6 +362,12 @@ static void pools_register_all(void)
             continue; /* no directory: ds_rbd_start connects it */
         int rc = poolfs_root_check(p, ds_state_dir, why, sizeof(why));
 
+        /* A pool an older version let a client place anywhere is not
+         * opened: the operator moves it or allows its parent. */
+        if (rc == 0 || rc == -ENOENT) {
+            int arc = pool_dir_allowed(p, why, sizeof(why));
+            rc = arc < 0 ? arc : rc;
+        }
         if (rc == -ENOENT || (rc == 0 && access(p, F_OK) < 0)) {
             rc = poolfs_root_make(p);
             if (rc == 0)
@@ -365,6 +439,17 @@ static const struct api_field pool_rbd_fields[] = {
      .flags = API_NULLABLE | API_RANGE,
      .min = 0,
      .max = PATH_MAX - 1},
+    /* the cluster as data: no file at all */
+    {.name = "mon_host",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 0,
+     .max = DS_RBD_MON_HOST_MAX - 1},
+    {.name = "key",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 0,
+     .max = DS_RBD_KEY_MAX - 1},
 };
 
 static const struct api_field pool_create_fields[] = {
@@ -417,6 +502,8 @@ static void pool_create_decode(json_t *data, struct pool_create_req *req)
     spec_str(rbd, "conf", req->spec.conf, sizeof(req->spec.conf));
     spec_str(rbd, "id", req->spec.id, sizeof(req->spec.id));
     spec_str(rbd, "keyring", req->spec.keyring, sizeof(req->spec.keyring));
+    spec_str(rbd, "mon_host", req->spec.mon_host, sizeof(req->spec.mon_host));
+    spec_str(rbd, "key", req->spec.key, sizeof(req->spec.key));
 }
 
 /* ---- invariants ---- */
@@ -434,8 +521,29 @@ static void rbd_str_check(struct api_call *call, const char *key, const char *s,
             return;
         }
     }
-    if (path && s[0] && s[0] != '/')
+    if (path && s[0] && s[0] != '/') {
         api_verr(call, field, EINVAL, "must be an absolute path");
+    } else if (path && s[0]) {
+        char why[PATH_MAX + 256];
+
+        /* Files librados would otherwise read as root: config/rbd_creds.h */
+        if (rbd_creds_path_check(s, why, sizeof(why)) < 0) {
+            api_verr(call, field, EACCES, "%s", why);
+            log_warn("datasets: pool.create refused %s %s (peer %s): %s", key, s,
+                     api_call_peer(call), why);
+        }
+    }
+}
+
+/* mon_host and key: data with a syntax of their own. */
+static void rbd_data_check(struct api_call *call, const struct ds_rbd_spec *spec)
+{
+    char why[256];
+
+    if (rbd_creds_mon_host_check(spec->mon_host, why, sizeof(why)) < 0)
+        api_verr(call, "pool.create.rbd.mon_host", EINVAL, "%s", why);
+    if (rbd_creds_key_check(spec->key, why, sizeof(why)) < 0)
+        api_verr(call, "pool.create.rbd.key", EINVAL, "%s", why);
 }
 
 /* What the field table cannot state, in the order the errors are
@@ -454,6 +562,7 @@ static int pool_create_check(struct api_call *call, const struct pool_create_req
         rbd_str_check(call, "conf", req->spec.conf, true);
         rbd_str_check(call, "id", req->spec.id, false);
         rbd_str_check(call, "keyring", req->spec.keyring, true);
+        rbd_data_check(call, &req->spec);
         if (req->path)
             api_verr(call, "pool.create.path", EINVAL,
                      "a pool has either a directory (path) or an RBD pool (rbd), not both");
@@ -494,6 +603,7 @@ static int pool_result(struct api_call *call, const char *name, json_t **result)
     if (ds_pool_get(name, &p) == 0) {
         pool_state_read(&p, &s);
         *result = pool_encode(&p, &s);
+        explicit_bzero(s.spec.key, sizeof(s.spec.key));
     }
     db_unlock();
     if (!*result)
@@ -571,6 +681,7 @@ static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
     if (rc == 0)
         rc = req.rbd ? pool_create_rbd(call, &req, result) : pool_create_dir(call, &req, result);
     ds_ops_unlock();
+    explicit_bzero(req.spec.key, sizeof(req.spec.key));
     return rc;
 }
 

@@ -46,7 +46,7 @@ static bool plain_components(const char *p)
     }
 }
 
-static void list_dirs(char *buf, size_t len)
+void allowdir_list(char *buf, size_t len)
 {
     size_t off = 0;
 
@@ -90,10 +90,25 @@ int allowdir_check(const char *path, char *why, size_t whylen)
         if (strncmp(dirs[i], dir, l) == 0 && (dir[l] == '\0' || dir[l] == '/'))
             return 0;
     }
-    list_dirs(list, sizeof(list));
+    allowdir_list(list, sizeof(list));
     snprintf(why, whylen,
              "%s is outside the directories the API may name files in (%s; add one with "
              "blockd --allow-dir DIR)",
              path, list);
     return -EINVAL;
+}
+
+bool allowdir_below(const char *path, const char *skip)
+{
+    for (size_t i = 0; i < ndirs; i++) {
+        size_t l = strlen(dirs[i]);
+
+        if (skip && strcmp(dirs[i], skip) == 0)
+            continue;
+        if (strncmp(dirs[i], path, l) == 0 && path[l] == '/' && path[l + 1])
+            return true;
+        if (l == 1 && path[0] == '/' && path[1]) /* --allow-dir / */
+            return true;
+    }
+    return false;
 }

@@ -15,6 +15,7 @@
 #ifndef BLOCKD_CORE_ALLOWDIR_H
 #define BLOCKD_CORE_ALLOWDIR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define ALLOWDIR_MAX 16
@@ -33,5 +34,16 @@ void allowdir_clear(void);
  * in why.
  */
 int allowdir_check(const char *path, char *why, size_t whylen);
+
+/*
+ * Whether path (absolute, canonical: the caller checks) lies strictly
+ * below an allowed directory other than skip (NULL: none skipped), by
+ * string comparison only. Pools use it: a pool directory may be below a
+ * --allow-dir directory, while the state directory, which is always
+ * allowed, holds pools only in its pools/ folder (the caller's rule).
+ */
+bool allowdir_below(const char *path, const char *skip);
+/* The allowed directories, ", "-separated, into buf (for messages). */
+void allowdir_list(char *buf, size_t len);
 
 #endif

@@ -13,13 +13,14 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "control/dataset_store.h"
-#include "control/db.h"
-#include "iscsi/config/extent_store.h"
-#include "iscsi/config/target_store.h"
-#include "iscsi/config/targetextent_store.h"
-#include "nbd/config/nbdstore.h"
-#include "control/pool_store.h"
+#include "config/dataset_store.h"
+#include "config/db.h"
+#include "config/dsrbd.h"
+#include "config/iscsi/extent_store.h"
+#include "config/iscsi/target_store.h"
+#include "config/iscsi/targetextent_store.h"
+#include "config/nbdstore.h"
+#include "config/pool_store.h"
 #include "core/log.h"
 #include "gwsync/gwconfig_internal.h"
 #include "store/rbd_cluster.h"
@@ -303,11 +304,12 @@ static int image_size(const char *ds, uint64_t *size, char *why, size_t len)
     for (char *p = image; *p; p++)
         if (*p == '/')
             *p = '%';
-    struct rbd_cluster_spec spec = {.conf = rbd.conf, .id = rbd.id, .keyring = rbd.keyring};
     struct rbd_cluster *c;
-    rc = rbd_cluster_get(&spec, 10, &c);
+    char reason[512];
+    rc = ds_rbd_connect(&rbd, 10, &c, reason, sizeof(reason));
+    explicit_bzero(rbd.key, sizeof(rbd.key));
     if (rc < 0) {
-        snprintf(why, len, "cannot reach the Ceph cluster of pool %s: %s", pool, strerror(-rc));
+        snprintf(why, len, "pool %s: %s", pool, reason);
         return rc;
     }
     rados_ioctx_t io;

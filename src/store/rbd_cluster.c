@@ -14,7 +14,7 @@
 
 struct rbd_cluster {
     struct rbd_cluster *next;
-    char *conf, *id, *keyring;
+    char *conf, *mon_host, *id, *key, *keyring;
     char desc[512];
     unsigned op_timeout_s;
     rados_t rados;
@@ -58,8 +58,10 @@ static unsigned op_timeout(const struct rbd_cluster_spec *s)
 
 static bool same_spec(const struct rbd_cluster *c, const struct rbd_cluster_spec *s)
 {
-    return strcmp(c->conf, or_empty(s->conf)) == 0 && strcmp(c->id, or_empty(s->id)) == 0 &&
-           strcmp(c->keyring, or_empty(s->keyring)) == 0 && c->op_timeout_s == op_timeout(s);
+    return strcmp(c->conf, or_empty(s->conf)) == 0 &&
+           strcmp(c->mon_host, or_empty(s->mon_host)) == 0 && strcmp(c->id, or_empty(s->id)) == 0 &&
+           strcmp(c->key, or_empty(s->key)) == 0 && strcmp(c->keyring, or_empty(s->keyring)) == 0 &&
+           c->op_timeout_s == op_timeout(s);
 }
 
 static int set_opt(rados_t r, const char *key, const char *val)
@@ -70,23 +72,132 @@ static int set_opt(rados_t r, const char *key, const char *val)
     return rc;
 }
 
+/*
+ * Options that make librados write or load files, or talk to other
+ * services, with the value blockd gives them whatever a ceph.conf, the
+ * environment or the monitors' configuration database say (rados_conf_set
+ * outranks all three). NULL: the compiled default, read before anything
+ * else is (pin_read). An option this librados does not know is skipped.
+ */
+static const struct pinned_opt {
+    const char *name;
+    const char *value;
+} pinned_opts[] = {
+    {"log_file", ""},
+    {"log_to_file", "false"},
+    {"admin_socket", ""},
+    {"log_to_syslog", "false"},
+    {"err_to_syslog", "false"},
+    {"log_to_graylog", "false"},
+    {"err_to_graylog", "false"},
+    {"log_to_journald", "false"},
+    {"err_to_journald", "false"},
+    {"rbd_tracing", "false"},
+    {"rados_tracing", "false"},
+    {"rbd_blkin_trace_all", "false"},
+    {"rbd_plugins", ""},
+    {"rbd_persistent_cache_mode", "disabled"},
+    {"plugin_dir", NULL},
+    {"erasure_code_dir", NULL},
+    {"osd_class_dir", NULL},
+    {"run_dir", NULL},
+    {"pid_file", NULL},
+    {"crash_dir", NULL},
+    {"tmp_dir", NULL},
+    {"openssl_engine_opts", NULL},
+    {"plugin_crypto_accelerator", NULL},
+    {"ms_type", NULL},
+    {"ms_public_type", NULL},
+    {"ms_cluster_type", NULL},
+    {"rbd_persistent_cache_path", NULL},
+    {"immutable_object_cache_sock", NULL},
+    {"rbd_parent_cache_enabled", NULL},
+};
+#define PINNED_N (sizeof(pinned_opts) / sizeof(pinned_opts[0]))
+#define PIN_VALUE_MAX 1024
+
+/* The compiled defaults of the NULL entries, right after rados_create. */
+static void pin_read(rados_t r, char (*defaults)[PIN_VALUE_MAX])
+{
+    for (size_t i = 0; i < PINNED_N; i++) {
+        defaults[i][0] = '\0';
+        if (!pinned_opts[i].value &&
+            rados_conf_get(r, pinned_opts[i].name, defaults[i], PIN_VALUE_MAX) < 0)
+            defaults[i][0] = '\x01'; /* unknown here: skipped */
+    }
+}
+
+/* Set every pinned option. 0, or -errno: a connection whose options
+ * cannot be pinned is not made. */
+static int pin_apply(rados_t r, char (*defaults)[PIN_VALUE_MAX])
+{
+    for (size_t i = 0; i < PINNED_N; i++) {
+        const char *v = pinned_opts[i].value ? pinned_opts[i].value : defaults[i];
+        int rc;
+
+        if (v[0] == '\x01')
+            continue;
+        rc = rados_conf_set(r, pinned_opts[i].name, v);
+        if (rc < 0 && rc != -ENOENT) {
+            log_error("rbd: cannot pin %s=%s: %s", pinned_opts[i].name, v, strerror(-rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* Where the cluster is and who we are: an operator's conf file (read by
+ * librados), or data only (then no keyring, key file or conf is read). */
+static int conf_source(struct rbd_cluster *c)
+{
+    int rc = 0;
+
+    if (c->conf[0]) {
+        rc = rados_conf_read_file(c->rados, c->conf);
+        /* The environment's CEPH_ARGS (e.g. --keyring) still applies. */
+        if (rc == 0)
+            rados_conf_parse_env(c->rados, NULL);
+    } else {
+        rc = set_opt(c->rados, "keyring", "");
+        if (rc == 0)
+            rc = set_opt(c->rados, "keyfile", "");
+        /* No key: a cluster without cephx (not a search for a keyring). */
+        if (rc == 0 && !c->key[0])
+            rc = set_opt(c->rados, "auth_client_required", "none");
+    }
+    if (rc == 0 && c->mon_host[0])
+        rc = set_opt(c->rados, "mon_host", c->mon_host);
+    if (rc == 0 && c->key[0] && (rc = rados_conf_set(c->rados, "key", c->key)) < 0)
+        log_warn("rbd: cannot set the cephx key: %s", strerror(-rc));
+    if (rc == 0 && c->keyring[0])
+        rc = set_opt(c->rados, "keyring", c->keyring);
+    return rc;
+}
+
 static int connect_cluster(struct rbd_cluster *c, unsigned timeout_s)
 {
+    char(*defaults)[PIN_VALUE_MAX] = calloc(PINNED_N, PIN_VALUE_MAX);
     struct stat st;
     char buf[32];
     int rc;
 
-    if (c->conf[0] && stat(c->conf, &st) < 0)
+    if (!defaults)
+        return -ENOMEM;
+    if (c->conf[0] && stat(c->conf, &st) < 0) {
+        free(defaults);
         return -errno;
+    }
     rc = rados_create(&c->rados, c->id[0] ? c->id : NULL);
-    if (rc < 0)
+    if (rc < 0) {
+        free(defaults);
         return rc;
-    rc = rados_conf_read_file(c->rados, c->conf[0] ? c->conf : NULL);
-    if (rc < 0 && c->conf[0])
-        goto fail;
-    /* The environment's CEPH_ARGS (e.g. --keyring) still applies. */
-    rados_conf_parse_env(c->rados, NULL);
-    if (c->keyring[0] && (rc = set_opt(c->rados, "keyring", c->keyring)) < 0)
+    }
+    pin_read(c->rados, defaults);
+    rc = conf_source(c);
+    if (rc == 0)
+        rc = pin_apply(c->rados, defaults);
+    free(defaults);
+    if (rc < 0)
         goto fail;
     snprintf(buf, sizeof(buf), "%u", timeout_s);
     set_opt(c->rados, "client_mount_timeout", buf);
@@ -121,6 +232,13 @@ fail:
     return rc;
 }
 
+static void cluster_free(struct rbd_cluster *c)
+{
+    if (c->key)
+        explicit_bzero(c->key, strlen(c->key));
+    free(c->conf), free(c->mon_host), free(c->id), free(c->key), free(c->keyring), free(c);
+}
+
 int rbd_cluster_get(const struct rbd_cluster_spec *spec, unsigned timeout_s,
                     struct rbd_cluster **out)
 {
@@ -143,15 +261,17 @@ int rbd_cluster_get(const struct rbd_cluster_spec *spec, unsigned timeout_s,
     if (!c)
         return -ENOMEM;
     c->conf = strdup(or_empty(spec->conf));
+    c->mon_host = strdup(or_empty(spec->mon_host));
     c->id = strdup(or_empty(spec->id));
+    c->key = strdup(or_empty(spec->key));
     c->keyring = strdup(or_empty(spec->keyring));
-    if (!c->conf || !c->id || !c->keyring) {
+    if (!c->conf || !c->mon_host || !c->id || !c->key || !c->keyring) {
         rc = -ENOMEM;
         goto fail;
     }
     c->op_timeout_s = op_timeout(spec);
-    snprintf(c->desc, sizeof(c->desc), "conf=%s id=%s", c->conf[0] ? c->conf : "(default)",
-             c->id[0] ? c->id : "admin");
+    snprintf(c->desc, sizeof(c->desc), "%s=%.400s id=%s", c->conf[0] ? "conf" : "mon_host",
+             c->conf[0] ? c->conf : c->mon_host, c->id[0] ? c->id : "admin");
     /* Connect outside the lock: it may take up to timeout_s. */
     rc = connect_cluster(c, timeout_s ? timeout_s : 10);
     if (rc < 0)
@@ -164,7 +284,7 @@ int rbd_cluster_get(const struct rbd_cluster_spec *spec, unsigned timeout_s,
             o->refs++;
             pthread_mutex_unlock(&lock);
             rados_shutdown(c->rados);
-            free(c->conf), free(c->id), free(c->keyring), free(c);
+            cluster_free(c);
             *out = o;
             return 0;
         }
@@ -177,7 +297,7 @@ int rbd_cluster_get(const struct rbd_cluster_spec *spec, unsigned timeout_s,
     *out = c;
     return 0;
 fail:
-    free(c->conf), free(c->id), free(c->keyring), free(c);
+    cluster_free(c);
     return rc;
 }
 
@@ -209,7 +329,7 @@ void rbd_cluster_put(struct rbd_cluster *c)
     rados_shutdown(c->rados);
     log_info("rbd: disconnected from the cluster (%s%s%s)", c->desc,
              c->retired ? ", retired client " : "", c->retired ? c->addr : "");
-    free(c->conf), free(c->id), free(c->keyring), free(c);
+    cluster_free(c);
 }
 
 rados_t rbd_cluster_rados(struct rbd_cluster *c)
@@ -327,8 +447,12 @@ bool rbd_cluster_retired(const struct rbd_cluster *c)
 
 int rbd_cluster_get_like(struct rbd_cluster *c, unsigned timeout_s, struct rbd_cluster **out)
 {
-    struct rbd_cluster_spec spec = {
-        .conf = c->conf, .id = c->id, .keyring = c->keyring, .op_timeout_s = c->op_timeout_s};
+    struct rbd_cluster_spec spec = {.conf = c->conf,
+                                    .mon_host = c->mon_host,
+                                    .id = c->id,
+                                    .key = c->key,
+                                    .keyring = c->keyring,
+                                    .op_timeout_s = c->op_timeout_s};
     pthread_mutex_lock(&lock);
     if (!c->retired) {
         c->refs++;

@@ -27,10 +27,23 @@
  * positive number of seconds; tests make it short) says otherwise. */
 #define RBD_CLUSTER_OP_TIMEOUT 30
 
+/*
+ * What librados is given. An RBD pool's cluster (config/rbd_creds.h) is
+ * data: mon_host, id and key, and librados reads no file at all. conf and
+ * keyring are for files the operator names (the gateway's
+ * --gateway-ceph-conf), read by librados. In both cases blockd then pins
+ * every option that makes librados write or load files (log_file,
+ * log_to_file, admin_socket, plugin_dir, erasure_code_dir, run_dir,
+ * rbd_plugins, the persistent cache, tracing, OpenSSL engines, ...):
+ * values set with rados_conf_set take precedence over a ceph.conf, the
+ * environment and the configuration the monitors send.
+ */
 struct rbd_cluster_spec {
-    const char *conf;      /* ceph.conf path; NULL or "": librados' default search */
+    const char *conf;      /* operator's ceph.conf path; NULL or "": none read */
+    const char *mon_host;  /* the monitors; NULL or "": from conf */
     const char *id;        /* client id without "client."; NULL or "": "admin" */
-    const char *keyring;   /* keyring path; NULL or "": from ceph.conf */
+    const char *key;       /* cephx key; NULL or "": keyring, or no cephx */
+    const char *keyring;   /* operator's keyring path; NULL or "": none */
     unsigned op_timeout_s; /* 0: BLOCKD_RBD_OP_TIMEOUT, else RBD_CLUSTER_OP_TIMEOUT */
 };
 
@@ -48,7 +61,7 @@ void rbd_cluster_ref(struct rbd_cluster *c);
 void rbd_cluster_put(struct rbd_cluster *c);
 /* The connection, for librados/librbd calls. Valid while a reference is held. */
 rados_t rbd_cluster_rados(struct rbd_cluster *c);
-/* "conf=… id=…", for log lines. */
+/* "mon_host=… id=…" or "conf=… id=…", for log lines (never the key). */
 const char *rbd_cluster_describe(const struct rbd_cluster *c);
 /* A new I/O context on pool and namespace (NULL or "": the default
  * namespace); the caller destroys it with rados_ioctx_destroy. -ENOENT:

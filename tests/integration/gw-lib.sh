@@ -108,7 +108,7 @@ gw_wait_state() {
 # wait until they serve it.
 gw_share() {
     local name=$1 adopt=$2 size=$3
-    gw_ctl "$name" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" \
+    gw_ctl "$name" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" \
         >/dev/null || fail "pool.create of the RBD pool on $name"
     if [ "$adopt" = true ]; then
         local i

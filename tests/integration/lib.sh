@@ -143,6 +143,7 @@ ceph_start() {
         "$CEPH_SCRIPT" start "$CEPH_DIR" >"$TMP/ceph-start.log" 2>&1 ||
             fail "the Ceph test cluster did not start: $(tail -5 "$TMP/ceph-start.log")"
         export CEPH_CONF=$CEPH_DIR/ceph.conf CEPH_POOL=rbd
+        _ceph_mon_host
         return 0
     fi
     # run.sh starts the shared cluster in the background: wait for it.
@@ -157,9 +158,20 @@ ceph_start() {
     CEPH_DIR=$BLOCKD_IT_CEPH
     export CEPH_CONF=$CEPH_DIR/ceph.conf CEPH_POOL=$TEST_NAME-$$
     CEPH_OWN_POOL=$CEPH_POOL
+    _ceph_mon_host
     _ceph_pool create "$CEPH_POOL" >"$TMP/ceph-pool.log" 2>&1 ||
         fail "cannot create the test's pool $CEPH_POOL on the shared cluster: $(tail -5 "$TMP/ceph-pool.log")"
     echo "ceph_start: pool $CEPH_POOL on the shared cluster $CEPH_DIR"
+}
+
+# _ceph_mon_host: CEPH_MON_HOST, the cluster's monitors as a user gives
+# them to pool.create (rbd.mon_host): blockd reads no conf a client names
+# outside /etc/ceph (docs/security.md). The test cluster has no cephx, so
+# no key.
+_ceph_mon_host() {
+    CEPH_MON_HOST=$(sed -n 's/^mon host = //p' "$CEPH_CONF")
+    [ -n "$CEPH_MON_HOST" ] || fail "no mon host in $CEPH_CONF"
+    export CEPH_MON_HOST
 }
 
 # _ceph_pool create|delete NAME: a pool with 8 placement groups (several

@@ -85,9 +85,11 @@ grep -q "err= 0" "$TMP/fio.out" || fail "fio reported errors"
 # Reads of a file that is not in the page cache complete asynchronously in
 # the io_uring engine (a completion that never woke the reactor once hung
 # the client right here), and return the file's bytes.
-# (A path export names a file inside a pool: here the default pool's directory.)
-COLD=$STATE/pools/demo/cold.img
-head -c 32M /dev/urandom >"$COLD"
+# (A path export names a volume's file: a volume whose data is written
+# straight into its file here, so that it is on disk but not cached.)
+blockctl volume create demo/cold --size 32M >/dev/null || fail "volume create cold"
+COLD=$STATE/pools/demo/cold
+head -c 32M /dev/urandom | dd of="$COLD" conv=notrunc status=none
 blockctl share nbd create --path "$COLD" --name cold >/dev/null || fail "share cold"
 C=nbd://127.0.0.1:$NBD_PORT/cold
 sync "$COLD"

@@ -23,7 +23,7 @@ need python3 /usr/bin/python3 rbd qemu-io nbdinfo
 ceph_start
 rbdc() { timeout 60 rbd -c "$CEPH_CONF" "$@"; }
 blockd_start
-blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null ||
+blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" >/dev/null ||
     fail "pool.create of the RBD pool"
 for v in v w gone; do
     blockctl volume create ceph/$v --size 64M >/dev/null || fail "volume create $v"

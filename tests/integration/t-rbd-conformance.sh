@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 ceph_start
 blockd_start
-blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null ||
+blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" >/dev/null ||
     fail "pool.create of the RBD pool"
 CONF_POOL=ceph
 . "$(dirname "$0")/scsi-conformance.sh"

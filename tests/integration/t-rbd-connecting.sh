@@ -14,13 +14,18 @@
 #  - once the conf is fixed the pool comes ONLINE by itself, and the same
 #    iSCSI session reads back what was written before the restart (after
 #    a unit attention), writes, and the NBD export serves.
+# The conf lives where an operator keeps one: a directory blockd is told
+# about with --allow-dir (blockd reads mon_host from it, librados never
+# reads it).
 . "$(dirname "$0")/lib.sh"
 need python3 nbdinfo qemu-io qemu-img
 /usr/bin/python3 -c 'import nbd' 2>/dev/null || fail "python3-libnbd missing"
 ceph_start
-cp "$CEPH_CONF" "$TMP/pool.conf"
-blockd_start
-blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$TMP/pool.conf\"}}" \
+ETC=$TMP/etc-ceph
+mkdir -m 0755 "$ETC"
+cp "$CEPH_CONF" "$ETC/pool.conf"
+blockd_start --allow-dir "$ETC"
+blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$ETC/pool.conf\"}}" \
     >/dev/null || fail "pool.create of the RBD pool"
 blockctl volume create ceph/v --size 64M >/dev/null || fail "volume create"
 blockctl share iscsi create ceph/v >/dev/null || fail "share iscsi create"
@@ -33,9 +38,9 @@ blockd_stop
 
 # The monitor the conf names does not answer (nothing listens there).
 dead=$(free_port)
-sed -i -E "s/^([[:space:]]*mon[ _]host[[:space:]]*=).*/\1 [v2:127.0.0.1:$dead,v1:127.0.0.1:$dead]/" "$TMP/pool.conf"
-grep -q "127.0.0.1:$dead" "$TMP/pool.conf" || fail "the conf has no mon host line to change: $(cat "$TMP/pool.conf")"
-blockd_start
+sed -i -E "s/^([[:space:]]*mon[ _]host[[:space:]]*=).*/\1 [v2:127.0.0.1:$dead,v1:127.0.0.1:$dead]/" "$ETC/pool.conf"
+grep -q "127.0.0.1:$dead" "$ETC/pool.conf" || fail "the conf has no mon host line to change: $(cat "$ETC/pool.conf")"
+blockd_start --allow-dir "$ETC"
 status() { blockctl call pool.query '[[["name","=","ceph"]]]' | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["status"])'; }
 [ "$(status)" = UNAVAIL ] || fail "the pool is $(status) with a dead monitor"
 
@@ -106,7 +111,7 @@ grep -q "export 'v' is not ready: the pool of ceph/v is not reachable yet" <<<"$
     fail "qemu-img does not show why: $out"
 [ $(($(date +%s) - t0)) -ge 4 ] || fail "the connection did not wait for the pool"
 
-cp "$CEPH_CONF" "$TMP/pool.conf"
+cp "$CEPH_CONF" "$ETC/pool.conf"
 echo go >&"${RD[1]}"
 read -r -t 120 line <&"${RD[0]}" || line="no answer"
 echo "iSCSI: $line"

@@ -68,7 +68,7 @@ def ds(name):
     assert len(rows) == 1, (name, rows)
     return rows[0]
 
-c.ok("pool.create", {"name": "rp", "rbd": {"pool": POOL, "conf": os.environ["CONF"]}})
+c.ok("pool.create", {"name": "rp", "rbd": {"pool": POOL, "mon_host": os.environ["CEPH_MON_HOST"]}})
 
 # create: filesystem + volume
 c.ok("pool.dataset.create", {"name": "rp/vms", "type": "FILESYSTEM"})

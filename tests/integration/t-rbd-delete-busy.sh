@@ -18,7 +18,7 @@ need python3 rbd nbdinfo
 /usr/bin/python3 -c 'import rados, rbd' 2>/dev/null || fail "python3-rados or python3-rbd missing"
 ceph_start
 blockd_start
-blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" \
+blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" \
     >/dev/null || fail "pool.create of the RBD pool"
 blockctl volume create ceph/busy --size 16M >/dev/null || fail "volume create"
 blockctl call zfs.snapshot.create '{"dataset":"ceph/busy","name":"s1"}' >/dev/null ||

@@ -20,7 +20,7 @@ GW_PROBE=${GW_PROBE:-$BUILD/tests/tools/gw_probe}
 [ -x "$GW_PROBE" ] || fail "tests/tools/gw_probe is not built (libiscsi-dev missing?)"
 ceph_start
 blockd_start
-blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" \
+blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" \
     >/dev/null || fail "pool.create of the RBD pool"
 for v in gone other; do
     blockctl volume create ceph/$v --size 64M >/dev/null || fail "volume create ceph/$v"

@@ -43,7 +43,7 @@ pool_field() {
 BOUND=60
 
 BLOCKD_RBD_OP_TIMEOUT=5 blockd_start
-blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null ||
+blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"mon_host\":\"$CEPH_MON_HOST\"}}" >/dev/null ||
     fail "pool.create of the RBD pool"
 blockctl volume create ceph/v --size 64M >/dev/null || fail "volume create"
 blockctl share nbd create ceph/v --name v >/dev/null || fail "share nbd create"

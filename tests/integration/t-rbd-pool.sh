@@ -25,10 +25,16 @@ pool_field() { # pool.query's FIELD of pool NAME
         python3 -c "import json,sys; r=json.load(sys.stdin); print(r[0]$2 if r else 'none')"
 }
 
-BLOCKD_RBD_OP_TIMEOUT=5 blockd_start
+# The pool rp follows the cluster's conf (its monitors move when the test
+# restarts the cluster, section 3): kept where an operator keeps one, in a
+# directory blockd is told about (blockd reads mon_host from it).
+ETC=$TMP/etc-ceph
+mkdir -m 0755 "$ETC"
+cp "$CONF" "$ETC/ceph.conf"
+BLOCKD_RBD_OP_TIMEOUT=5 blockd_start --allow-dir "$ETC"
 
 # 1. an RBD pool
-blockctl pool create rp --rbd rbd --ceph-conf "$CONF" >/dev/null || fail "pool create --rbd failed"
+blockctl pool create rp --rbd rbd --ceph-conf "$ETC/ceph.conf" >/dev/null || fail "pool create --rbd failed"
 [ "$(pool_field rp '["status"]')" = ONLINE ] || fail "rbd pool not ONLINE"
 [ "$(pool_field rp '["rbd"]["pool"]')" = rbd ] || fail "pool.query lacks rbd.pool"
 [ "$(pool_field rp '["path"]')" = rbd:rbd ] || fail "path of the rbd pool"
@@ -42,7 +48,7 @@ rbdc info rbd/v1 | grep -q "features: layering, exclusive-lock, object-map, fast
 blockctl volume resize rp/v1 --size 96M >/dev/null || fail "resize of a closed RBD volume"
 rbdc info rbd/v1 | grep -q "size 96 MiB" || fail "resized image: $(rbdc info rbd/v1)"
 # a namespace, made on the way
-blockctl pool create rns --rbd rbd --rbd-namespace blk --ceph-conf "$CONF" >/dev/null ||
+blockctl pool create rns --rbd rbd --rbd-namespace blk --mon-host "$CEPH_MON_HOST" >/dev/null ||
     fail "pool create with a namespace"
 blockctl volume create rns/a/v2 --size 16M >/dev/null || fail "volume create in the namespace"
 rbdc ls rbd --namespace blk | grep -qx 'a%v2' || fail "image a%v2 not in namespace blk"
@@ -50,8 +56,11 @@ rbdc ls rbd --namespace blk | grep -qx 'a%v2' || fail "image a%v2 not in namespa
 # 2. refused, with the reason
 out=$(blockctl pool create bad --rbd rbd --ceph-conf /nonexistent/ceph.conf 2>&1) &&
     fail "a missing conf was accepted"
-grep -q "cannot connect to the Ceph cluster" <<<"$out" || fail "missing conf: $out"
-out=$(blockctl pool create bad --rbd nosuchpool --ceph-conf "$CONF" 2>&1) &&
+grep -q "must be in /etc/ceph or a directory the operator allows" <<<"$out" || fail "missing conf: $out"
+out=$(blockctl pool create bad --rbd rbd --mon-host "127.0.0.1:$(free_port)" 2>&1) &&
+    fail "a monitor that does not answer was accepted"
+grep -q "cannot connect to the Ceph cluster" <<<"$out" || fail "dead monitor: $out"
+out=$(blockctl pool create bad --rbd nosuchpool --mon-host "$CEPH_MON_HOST" 2>&1) &&
     fail "a missing Ceph pool was accepted"
 grep -q "the Ceph pool nosuchpool does not exist" <<<"$out" || fail "missing pool: $out"
 out=$(blockctl call pool.create "{\"name\":\"bad\",\"path\":\"$TMP/p\",\"rbd\":{\"pool\":\"rbd\"}}" 2>&1) &&
@@ -73,7 +82,7 @@ blockctl volume create demo/f0 --size 16M >/dev/null || fail "file pool does not
 # ... and down at start-up: the daemon starts at once, the pool UNAVAIL
 blockd_stop
 t0=$(date +%s)
-BLOCKD_RBD_OP_TIMEOUT=5 blockd_start
+BLOCKD_RBD_OP_TIMEOUT=5 blockd_start --allow-dir "$ETC"
 [ $(($(date +%s) - t0)) -le 5 ] || fail "start-up waited for the lost cluster"
 st=$(pool_field rp '["status"]')
 [ "$st" = UNAVAIL ] || fail "rbd pool with the cluster down is $st"
@@ -86,6 +95,7 @@ blockctl volume create demo/f1 --size 16M >/dev/null || fail "file pool does not
 
 # the cluster back (a new one on the same conf path): ONLINE on its own
 "$CEPH" start "$CEPH_DIR" >"$TMP/ceph-start2.log" 2>&1 || fail "the cluster did not restart"
+cp "$CONF" "$ETC/ceph.conf" # the operator's conf follows the new monitors
 for i in $(seq 1 60); do
     [ "$(pool_field rp '["status"]')" = ONLINE ] && break
     sleep 1

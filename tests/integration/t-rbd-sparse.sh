@@ -15,7 +15,7 @@
 need nbdinfo nbdcopy qemu-img qemu-io python3
 ceph_start
 blockd_start
-blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null ||
+blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" >/dev/null ||
     fail "pool.create of the RBD pool"
 blockctl volume create ceph/v --size 64M >/dev/null || fail "volume create"
 blockctl share nbd create ceph/v --name v >/dev/null || fail "share nbd create"

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Confinement: what the API can make the daemon open,
 # create, replace or grow on the host.
-#  1. NBD path exports and iSCSI FILE extents: only files inside a pool,
-#     never through a symlink, never a host file (/etc/passwd, the DB).
+#  1. NBD path exports: only a volume's file (served as that volume);
+#     iSCSI FILE extents: only files inside a pool, never through a
+#     symlink, never a host file (/etc/passwd, the DB).
 #  2. nbd.global.update unix_socket: never replaces a regular file or a live
 #     socket; a stale socket is replaced; mode 0660; only in allowed dirs.
 #  3. pool.create: absolute, canonical, no symlink, not a system directory,
 #     not procfs; a symlink planted inside a pool sends nothing outside it.
 . "$(dirname "$0")/lib.sh"
 need nbdinfo python3 stat md5sum
-blockd_start
+mkdir -p "$TMP/srv" # where the operator lets pools be made (--allow-dir)
+blockd_start --allow-dir "$TMP/srv"
 
 POOL=$STATE/pools/demo
 OUT=$TMP/outside
@@ -26,34 +28,34 @@ refused() {
 }
 
 # ---- 1. exports and extents ----
-refused "export /etc/passwd" "reside within a pool" \
+refused "export /etc/passwd" "must be a volume's file inside a pool" \
     nbd.export.create '[{"name": "pw", "path": "/etc/passwd"}]'
-refused "export the config DB" "reside within a pool" \
+refused "export the config DB" "must be a volume's file inside a pool" \
     nbd.export.create "[{\"name\": \"db\", \"path\": \"$STATE/blockd.db\"}]"
-refused "export a host block device" "reside within a pool" \
+refused "export a host block device" "must be a volume's file inside a pool" \
     nbd.export.create '[{"name": "dev", "path": "/dev/null"}]'
 # A symlink inside the pool that points at a host file.
 ln -s /etc/passwd "$POOL/pw-link"
-refused "export a symlink in a pool" "symbolic links" \
+refused "export a symlink in a pool" "not a blockd volume" \
     nbd.export.create "[{\"name\": \"pw\", \"path\": \"$POOL/pw-link\"}]"
 # ... or a directory symlink on the way.
 ln -s /etc "$POOL/etc-link"
-refused "export through a symlinked directory" "symbolic links" \
+refused "export through a symlinked directory" "not a blockd volume" \
     nbd.export.create "[{\"name\": \"pw\", \"path\": \"$POOL/etc-link/passwd\"}]"
-refused "export with .." "reside within a pool\|not allowed" \
+refused "export with .." "not a blockd volume\|inside a pool" \
     nbd.export.create "[{\"name\": \"pw\", \"path\": \"$POOL/../../blockd.db\"}]"
 grep -q "refused path /etc/passwd (peer" "$BLOCKD_LOG" || fail "no log line naming the peer"
-# A volume's own file: by dataset name only.
+# A volume's own file is served, as that volume.
 blockctl volume create demo/v1 --size 16M >/dev/null || fail "volume create"
-refused "export a volume file by path" "blockd volume or snapshot" \
-    nbd.export.create "[{\"name\": \"v1\", \"path\": \"$POOL/v1\"}]"
-# A plain file inside the pool is fine, and served.
+blockctl call nbd.export.create "[{\"name\": \"v1\", \"path\": \"$POOL/v1\"}]" \
+    >/dev/null || fail "export of a volume's file refused"
+nbdinfo --size "nbd://127.0.0.1:$NBD_PORT/v1" | grep -qx 16777216 || fail "volume export not served"
+# A plain file inside the pool was not made by blockd: refused.
 truncate -s 8M "$POOL/plain.img"
-blockctl call nbd.export.create "[{\"name\": \"plain\", \"path\": \"$POOL/plain.img\"}]" \
-    >/dev/null || fail "export of a file inside the pool refused"
-nbdinfo --size "nbd://127.0.0.1:$NBD_PORT/plain" | grep -qx 8388608 || fail "plain export not served"
+refused "export a file blockd did not create" "not a blockd volume" \
+    nbd.export.create "[{\"name\": \"plain\", \"path\": \"$POOL/plain.img\"}]"
 # Nothing was exported: none of the refused names exists.
-for n in pw db dev v1; do
+for n in pw db dev plain; do
     if nbdinfo --size "nbd://127.0.0.1:$NBD_PORT/$n" >/dev/null 2>&1; then
         fail "export $n is served"
     fi
@@ -97,7 +99,7 @@ refused "pool below a symlink" "symbolic link" pool.create "[{\"name\": \"p1\", 
 refused "pool containing the state dir" "state directory" pool.create "[{\"name\": \"p1\", \"path\": \"$TMP\"}]"
 blockctl call pool.query '[[["name", "=", "p1"]]]' | grep -q '"p1"' && fail "a refused pool was recorded"
 # A good pool still works.
-blockctl call pool.create "[{\"name\": \"p2\", \"path\": \"$TMP/p2dir\"}]" >/dev/null || fail "good pool refused"
+blockctl call pool.create "[{\"name\": \"p2\", \"path\": \"$TMP/srv/p2dir\"}]" >/dev/null || fail "good pool refused"
 
 # Symlinks planted inside a pool: dataset create and open stay inside.
 ln -s "$OUT" "$POOL/fs-link"
@@ -147,6 +149,6 @@ python3 -c 'import socket, sys; s = socket.socket(socket.AF_UNIX); s.bind(sys.ar
 blockctl call nbd.global.update "[{\"unix_socket\": \"$STATE/nbd.sock\"}]" >/dev/null 2>"$TMP/err" ||
     fail "stale socket not replaced: $(cat "$TMP/err")"
 [ "$(stat -c %a "$STATE/nbd.sock")" = 660 ] || fail "socket mode $(stat -c %a "$STATE/nbd.sock"), want 660"
-nbdinfo --size "nbd+unix:///plain?socket=$STATE/nbd.sock" | grep -qx 8388608 || fail "unix socket not served"
+nbdinfo --size "nbd+unix:///v1?socket=$STATE/nbd.sock" | grep -qx 16777216 || fail "unix socket not served"
 
 pass

@@ -23,10 +23,11 @@ need /usr/bin/python3 qemu-io
 /usr/bin/python3 -c 'import websocket, nbd' 2>/dev/null || fail "python3-websocket or python3-libnbd missing"
 
 WS_PORT=$(free_port)
-blockd_start --api-listen "127.0.0.1:$WS_PORT"
+mkdir -p "$TMP/srv" # a pool outside the state directory: where the operator allows
+blockd_start --api-listen "127.0.0.1:$WS_PORT" --allow-dir "$TMP/srv"
 KEY=$(blockctl call api_key.create '{"name":"rename"}' |
     /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
-P2DIR=$TMP/pool2
+P2DIR=$TMP/srv/pool2
 export URL="ws://127.0.0.1:$WS_PORT/api/current" KEY STATE ISCSI_PORT NBD_PORT P2DIR
 
 cat >"$TMP/rename.py" <<'PY'
@@ -154,13 +155,15 @@ except nbd.Error:
     pass
 h.shutdown()
 c.ok("nbd.export.delete", rwx["id"], {"force": True})  # the closed client may still count
-# files inside a renamed filesystem: FILE extents and NBD path exports follow
+# files inside a renamed filesystem: FILE extents (a file the extent
+# created) and NBD path exports (of a volume's file) follow
 fs("demo/fdir")
 fext = c.ok("iscsi.extent.create", {"name": "fext", "type": "FILE", "path": POOL + "/fdir/disk.img", "filesize": 1048576})
-fexp = c.ok("nbd.export.create", {"name": "fexp", "path": POOL + "/fdir/disk.img"})
+c.ok("pool.dataset.create", {"name": "demo/fdir/vol", "type": "VOLUME", "volsize": 1048576})
+fexp = c.ok("nbd.export.create", {"name": "fexp", "path": POOL + "/fdir/vol"})
 c.ok("zfs.dataset.rename", "demo/fdir", {"new_name": "demo/fdir2"})
 assert c.ok("iscsi.extent.get_instance", fext["id"])["path"] == POOL + "/fdir2/disk.img"
-assert c.ok("nbd.export.query", [["id", "=", fexp["id"]]])[0]["path"] == POOL + "/fdir2/disk.img"
+assert c.ok("nbd.export.query", [["id", "=", fexp["id"]]])[0]["path"] == POOL + "/fdir2/vol"
 h = nbd.NBD(); h.connect_uri("nbd://127.0.0.1:%s/fexp" % os.environ["NBD_PORT"])
 assert h.get_size() == 1048576; h.shutdown()
 c.ok("nbd.export.delete", fexp["id"], {"force": True})
@@ -322,7 +325,7 @@ blockd_alive || fail "daemon died"
 
 # Everything survives a restart under the new names.
 blockd_stop
-blockd_start --api-listen "127.0.0.1:$WS_PORT"
+blockd_start --api-listen "127.0.0.1:$WS_PORT" --allow-dir "$TMP/srv"
 blockctl call pool.dataset.query '[[["id","=","demo/lv/vol2"]]]' | grep -q '"demo/lv/vol2"' ||
     fail "renamed volume lost after restart"
 blockctl call iscsi.extent.query | grep -q '"zvol/demo/lv/vol2"' || fail "extent lost its new disk"

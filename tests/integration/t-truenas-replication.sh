@@ -17,13 +17,14 @@ need /usr/bin/python3 qemu-io qemu-img sha256sum
 /usr/bin/python3 -c 'import websocket' 2>/dev/null || fail "python3-websocket is not installed"
 
 WS_PORT=$(free_port)
-blockd_start --api-listen "127.0.0.1:$WS_PORT"
+mkdir -p "$TMP/srv" # pools outside the state directory: where the operator allows
+blockd_start --api-listen "127.0.0.1:$WS_PORT" --allow-dir "$TMP/srv"
 URL="ws://127.0.0.1:$WS_PORT/api/current"
 
 KEY=$(blockctl call api_key.create '{"name":"repl"}' |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
-mkdir -p "$TMP/p2dir"
-blockctl pool create p2 --path "$TMP/p2dir" >/dev/null || fail "pool create p2"
+mkdir -p "$TMP/srv/p2dir"
+blockctl pool create p2 --path "$TMP/srv/p2dir" >/dev/null || fail "pool create p2"
 blockctl call pool.dataset.create '{"name":"demo/src","type":"VOLUME","volsize":67108864}' \
     >/dev/null || fail "create demo/src"
 blockctl share nbd create demo/src --name src >/dev/null || fail "share demo/src"

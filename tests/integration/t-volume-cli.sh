@@ -22,7 +22,8 @@ json_get() { # json_get EXPR < json
     python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"
 }
 
-blockd_start
+mkdir -p "$TMP/srv" # a pool outside the state directory: where the operator allows
+blockd_start --allow-dir "$TMP/srv"
 
 # ---- create, list, show ----
 run_rc blockctl volume create demo/vm1 --size 64M
@@ -97,7 +98,7 @@ expect_rc 1 "delete a snapshot with clones"
 blockd_stop
 # lib.sh waits for "blockd ready" in the log: start the new daemon on a fresh log
 mv "$BLOCKD_LOG" "$TMP/blockd-first.log"
-blockd_start
+blockd_start --allow-dir "$TMP/srv"
 run_rc blockctl --json volume list
 expect_rc 0 "volume list after restart"
 for v in demo/vm1 demo/vm1c demo/thick1; do
@@ -227,10 +228,10 @@ run_rc blockctl --json volume list
 [ "$(echo "$OUT" | json_get 'len(d)')" = 0 ] || fail "volumes left: $OUT"
 
 # ---- pools ----
-run_rc blockctl pool create p2 --path "$TMP/p2dir"
+run_rc blockctl pool create p2 --path "$TMP/srv/p2dir"
 expect_rc 0 "pool create"
 run_rc blockctl pool list
-grep -Eq "^p2 +$TMP/p2dir" <<<"$OUT" || fail "pool list: $OUT"
+grep -Eq "^p2 +$TMP/srv/p2dir" <<<"$OUT" || fail "pool list: $OUT"
 run_rc blockctl volume create p2/v --size 1M
 expect_rc 0 "volume in the new pool"
 run_rc blockctl pool create 'bad/name'

@@ -318,6 +318,19 @@ static void extent_check_file_size(struct icfg_write *w, const struct icfg_exten
         api_verr(call, f, EINVAL, "Shrinking an extent is not allowed");
 }
 
+/* Whether e names a file that exists and that this extent did not create:
+ * blockd serves only files it made (a file planted in a pool directory,
+ * by another local user or a restored backup, is never taken over). The
+ * extent's own file (an update keeping its path) is its own. */
+static bool extent_file_foreign(const struct icfg_extent *e, const struct icfg_extent *old)
+{
+    struct stat sb;
+
+    if (old && old->type == ICFG_EXTENT_FILE && old->path && strcmp(old->path, e->path) == 0)
+        return false;
+    return poolfs_stat(e->path, &sb) != -ENOENT;
+}
+
 /* A FILE extent: an absolute path inside a pool, reached without any
  * symlink and not a blockd volume or snapshot file (datasets_file_check,
  * stricter than TrueNAS's check_path_resides_within_volume: the API
@@ -345,6 +358,15 @@ static void extent_check_file(struct icfg_write *w, struct icfg_extent *e,
         api_verr(call, f, perr == -EISDIR ? EISDIR : EINVAL, "%s", problem);
         log_warn("iscsi config: %s refused path %s (peer %s): %s", w->method, e->path,
                  api_call_peer(call), problem);
+        return;
+    }
+    if (extent_file_foreign(e, old)) {
+        api_verr(call, f, EEXIST,
+                 "%s exists: a FILE extent's file is created by blockd (give a new path and a "
+                 "filesize); to share a volume use a DISK extent",
+                 e->path);
+        log_warn("iscsi config: %s refused existing file %s (peer %s)", w->method, e->path,
+                 api_call_peer(call));
         return;
     }
     if (e->disk && !old)

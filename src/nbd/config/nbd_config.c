@@ -75,20 +75,24 @@ static bool streq(const char *a, const char *b)
 
 /* ---- volumes ---- */
 
+/* A "path" export serves the volume whose file it names (datasets.h
+ * datasets_file_volume: never a file blockd did not create); checked
+ * again here, so an export an older version recorded for another file is
+ * not served (its open fails with the reason logged). */
 static int open_source(const char *dataset, const char *path, bool readonly, struct volume **out)
 {
+    char name[PATH_MAX], why[PATH_MAX + 256];
+    int rc;
+
+    (void)readonly; /* the export's flag makes it read-only */
     if (dataset && *dataset)
         return datasets_volume_open(dataset, out);
-    struct bdev *b;
-    /* Confined: only files inside a pool, no symlinks (datasets_file_check
-     * said so at create; the open itself refuses what changed since). */
-    int rc = bdev_file_open_in_pool(path, readonly, &b);
-    if (rc < 0)
+    rc = datasets_file_volume(path, name, sizeof(name), why, sizeof(why));
+    if (rc < 0) {
+        log_error("nbd: export of %s disabled: %s", path, why);
         return rc;
-    rc = volume_new(path, b, 512, VOLUME_SYNC_STANDARD, readonly, out);
-    if (rc < 0)
-        bdev_close(b);
-    return rc;
+    }
+    return datasets_volume_open(name, out);
 }
 
 /* Does the volume have any hole? Reads only look for holes when it may. */
@@ -290,7 +294,8 @@ static void export_check(struct api_call *call, const char *method, json_t *data
     if (path) {
         char pwhy[PATH_MAX + 256];
         snprintf(field, sizeof(field), "%s.path", method);
-        int rc = datasets_file_check(path, false, pwhy, sizeof(pwhy));
+        char vol[PATH_MAX];
+        int rc = datasets_file_volume(path, vol, sizeof(vol), pwhy, sizeof(pwhy));
         if (rc < 0) {
             api_verr(call, field, -rc, "%s", pwhy);
             log_warn("nbd: %s refused path %s (peer %s): %s", method, path, api_call_peer(call),
