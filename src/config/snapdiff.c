@@ -25,8 +25,10 @@ static int split_name(const char *name, char *dataset, char *snap, char *why, si
 
     snap[0] = '\0';
     if (dlen == 0 || dlen >= DS_NAME_BUF || (at && (!at[1] || strlen(at + 1) >= DS_NAME_BUF))) {
-        snprintf(why, whylen, "'%.200s' is not a volume (POOL/VOLUME) or snapshot "
-                              "(POOL/VOLUME@SNAPSHOT) name", name);
+        snprintf(why, whylen,
+                 "'%.200s' is not a volume (POOL/VOLUME) or snapshot "
+                 "(POOL/VOLUME@SNAPSHOT) name",
+                 name);
         return -EINVAL;
     }
     memcpy(dataset, name, dlen);
@@ -80,8 +82,8 @@ static int resolve(struct ds_diff *d, struct ds_pool *pool, const char **field, 
         return rc;
     if (d->base_snap[0] && d->target_snap[0] && bs.id > ts.id) {
         *field = "base";
-        snprintf(why, whylen, "base %.200s@%.200s was taken after target %.200s@%.200s",
-                 d->dataset, d->base_snap, d->dataset, d->target_snap);
+        snprintf(why, whylen, "base %.200s@%.200s was taken after target %.200s@%.200s", d->dataset,
+                 d->base_snap, d->dataset, d->target_snap);
         return -EINVAL;
     }
     *field = NULL;

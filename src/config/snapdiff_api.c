@@ -89,8 +89,7 @@ static int run_page(struct api_call *call, json_t *data, struct ds_diff *d, bool
         json_decref(p.ranges);
         log_warn("datasets: %s of %s: %s (peer %s)", api_call_method(call), d->dataset,
                  strerror(-rc), api_call_peer(call));
-        return api_error(call, -rc, "cannot walk the blocks of %s: %s", d->dataset,
-                         strerror(-rc));
+        return api_error(call, -rc, "cannot walk the blocks of %s: %s", d->dataset, strerror(-rc));
     }
     *result = json_pack("{soso*sI}", "ranges", p.ranges, "next_offset",
                         p.next_offset == UINT64_MAX ? json_null()
@@ -139,8 +138,9 @@ static int m_allocated_blocks(struct api_call *call, json_t *params, json_t **re
 #define RANGE_FIELDS                                                                               \
     {.name = "offset", .type = API_T_INT, .flags = API_RANGE, .min = 0, .max = INT64_MAX},         \
         {.name = "length", .type = API_T_INT, .flags = API_RANGE, .min = 0, .max = INT64_MAX},     \
-        {.name = "max_results", .type = API_T_INT, .flags = API_RANGE, .min = 1,                   \
-         .max = RESULTS_MAX}
+    {                                                                                              \
+        .name = "max_results", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = RESULTS_MAX \
+    }
 
 static const struct api_field changed_fields[] = {
     API_FIELD_STRING("base", API_REQUIRED, 1, 2 * NAME_DATASET_MAX),

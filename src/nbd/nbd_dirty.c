@@ -95,8 +95,7 @@ static void dirty_run(struct io_job *j)
         d->have = d->rc == 0;
     }
     if (d->rc < 0)
-        log_warn("nbd: changed blocks of %s from %s: %s", d->dataset, d->want,
-                 strerror(-d->rc));
+        log_warn("nbd: changed blocks of %s from %s: %s", d->dataset, d->want, strerror(-d->rc));
 }
 
 /* The pool's last touch of the job (iopool.h): only now may it go. */

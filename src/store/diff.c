@@ -84,9 +84,9 @@ static int fmap_push(struct fmap *m, const struct fext *x)
 }
 
 /* Extents whose physical address says nothing we can compare. */
-#define FIEMAP_NOT_COMPARABLE                                                                  \
-    (FIEMAP_EXTENT_UNKNOWN | FIEMAP_EXTENT_DELALLOC | FIEMAP_EXTENT_ENCODED |                  \
-     FIEMAP_EXTENT_DATA_ENCRYPTED | FIEMAP_EXTENT_NOT_ALIGNED | FIEMAP_EXTENT_DATA_INLINE |    \
+#define FIEMAP_NOT_COMPARABLE                                                                      \
+    (FIEMAP_EXTENT_UNKNOWN | FIEMAP_EXTENT_DELALLOC | FIEMAP_EXTENT_ENCODED |                      \
+     FIEMAP_EXTENT_DATA_ENCRYPTED | FIEMAP_EXTENT_NOT_ALIGNED | FIEMAP_EXTENT_DATA_INLINE |        \
      FIEMAP_EXTENT_DATA_TAIL)
 
 /* Add the extents FIEMAP returned in fm, clipped to [start, end). *pos
@@ -182,8 +182,8 @@ static int fmap_fill(int fd, uint64_t start, uint64_t end, bool sync, struct fma
 
 struct file_diff {
     int bfd, tfd;
-    uint64_t common; /* min of the two sizes: what both files have */
-    bool compare;    /* no shared extents: compare candidates by content */
+    uint64_t common;      /* min of the two sizes: what both files have */
+    bool compare;         /* no shared extents: compare candidates by content */
     uint64_t compared_to; /* granules below this were compared already */
     char *bbuf, *tbuf;
     struct emitter *out;
@@ -374,8 +374,7 @@ int store_diff(struct bdev *base, const char *base_snap, struct bdev *target, ui
     return rc ? rc : emit_end(&out);
 }
 
-int store_allocated(struct bdev *b, uint64_t offset, uint64_t length, store_range_fn fn,
-                    void *arg)
+int store_allocated(struct bdev *b, uint64_t offset, uint64_t length, store_range_fn fn, void *arg)
 {
     struct emitter out = {.fn = fn, .arg = arg};
     struct extent ext[256];

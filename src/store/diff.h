@@ -68,7 +68,6 @@ int store_diff(struct bdev *base, const char *base_snap, struct bdev *target, ui
  * extents that are not holes; reads elsewhere return zeros), merged.
  * Any backend with extents(); clipped to b's size. As store_diff.
  */
-int store_allocated(struct bdev *b, uint64_t offset, uint64_t length, store_range_fn fn,
-                    void *arg);
+int store_allocated(struct bdev *b, uint64_t offset, uint64_t length, store_range_fn fn, void *arg);
 
 #endif
