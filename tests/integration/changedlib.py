@@ -192,6 +192,37 @@ def verify(pool, vol, a, b, touched, granule, mode, tmp):
     return ranges
 
 
+def listed(name):
+    """The meta contexts LIST_META_CONTEXT offers on export name."""
+    h = nbd.NBD()
+    h.set_opt_mode(True)
+    h.connect_uri(uri(name))
+    names = []
+    h.opt_list_meta_context(lambda n: names.append(n) or 0)
+    h.opt_abort()
+    return sorted(names)
+
+
+def check_contexts(pool):
+    """A snapshot's export offers only the older snapshots; the volume's all
+    of them; a name that is not an older snapshot is not given."""
+    d = "qemu:dirty-bitmap:"
+    assert listed(pool + "-s2") == ["base:allocation", d + "s1"], listed(pool + "-s2")
+    assert listed(pool + "-s1") == ["base:allocation"], listed(pool + "-s1")
+    assert listed(pool + "-live") == ["base:allocation", d + "s1", d + "s2"], listed(pool + "-live")
+    for name in ("nope", "s2"):
+        h = connect(pool + "-s2", d + name)
+        assert not h.can_meta_context(d + name), "context %s given on s2" % name
+        h.shutdown()
+    # both contexts, one extent each (REQ_ONE)
+    h = connect(pool + "-s2", "base:allocation", d + "s1")
+    got = {}
+    h.block_status(SIZE, 0, lambda ctx, o, e, err: got.__setitem__(ctx, e) or 0,
+                   nbd.CMD_FLAG_REQ_ONE)
+    h.shutdown()
+    assert len(got.get("base:allocation", [])) == 2 and len(got.get(d + "s1", [])) == 2, got
+
+
 def phase1(pool, vol, granule, mode, tmp):
     """Pattern, s1, scattered changes, s2, checks; then round 2's writes
     (flushed), left for the caller to kill the daemon before s3."""
@@ -212,6 +243,7 @@ def phase1(pool, vol, granule, mode, tmp):
     assert live == r12, "live target %s != s2 %s" % (live, r12)
     if mode == "content":
         assert not covered(r12, 3 * MiB), "a range written back unchanged was reported"
+    check_contexts(pool)
     changes_round2(h, rnd)
     h.shutdown()
 
