@@ -31,6 +31,11 @@ struct ds_diff {
     struct bdev *base;             /* file pools: the base snapshot (owned) */
     struct bdev *target;           /* owned, or live's (borrowed) */
     struct volume *live;           /* the live volume (a reference) or NULL */
+    /* file pools: the files of base and of each snapshot after it up to
+     * target (the latest one for the live volume), for the change logs */
+    char **chain;
+    size_t nchain;
+    bool from_log; /* the last ds_diff_changed came from the change logs */
 };
 
 /*
@@ -53,7 +58,8 @@ int ds_diff_open_one(const char *snapshot, struct ds_diff *d, const char **field
                      size_t whylen);
 void ds_diff_close(struct ds_diff *d);
 
-/* The changed ranges of [offset, offset+length) (store_diff), or for
+/* The changed ranges of [offset, offset+length): from the volume's change
+ * logs where they are trusted (store/changes.h), else store_diff; or for
  * ds_diff_open_one the allocated ones (store_allocated). */
 int ds_diff_changed(struct ds_diff *d, uint64_t offset, uint64_t length, store_range_fn fn,
                     void *arg);

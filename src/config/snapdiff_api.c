@@ -91,10 +91,10 @@ static int run_page(struct api_call *call, json_t *data, struct ds_diff *d, bool
                  strerror(-rc), api_call_peer(call));
         return api_error(call, -rc, "cannot walk the blocks of %s: %s", d->dataset, strerror(-rc));
     }
-    *result = json_pack("{soso*sI}", "ranges", p.ranges, "next_offset",
-                        p.next_offset == UINT64_MAX ? json_null()
-                                                    : json_integer((json_int_t)p.next_offset),
-                        "volume_size", (json_int_t)d->size);
+    *result = json_pack(
+        "{soso*sIss}", "ranges", p.ranges, "next_offset",
+        p.next_offset == UINT64_MAX ? json_null() : json_integer((json_int_t)p.next_offset),
+        "volume_size", (json_int_t)d->size, "source", d->from_log ? "change_log" : "snapshots");
     return *result ? 0 : api_error(call, ENOMEM, "out of memory");
 }
 

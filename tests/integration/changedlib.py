@@ -3,10 +3,13 @@ only: libnbd (writes, reads, the qemu:dirty-bitmap map), nbdcopy and
 qemu-img for the backup round trip, blockctl for the API.
 
     python3 changedlib.py 1|2 POOL GRANULE MODE TMPDIR
-MODE "content": the pool compares contents (ext4, tmpfs): a range written
-back with its old data is not reported, and every reported granule holds a
-changed byte. MODE "extents": the pool reports what was written (reflink
-file pools, RBD), each reported granule touched by a write, trim or zeroing.
+MODE "content": a pool without reflink (ext4, tmpfs): phase 1 is answered
+from the volume's change log (a range written back with its old data is
+reported: it was written), phase 2, after the daemon was killed, by
+comparing contents (that range is not reported, and every reported granule
+holds a changed byte). MODE "extents": the pool reports what was written
+(reflink file pools, RBD). Either way each reported granule was touched by
+a write, trim or zeroing.
 Phase 1: pattern, s1, changes, s2, the checks, then round 2's writes; the
 caller kills the daemon (-9) and restarts it; phase 2: s3 and the checks.
 Environment: BLOCKCTL_BIN, SOCK, NBD_PORT.
@@ -96,6 +99,9 @@ def changes_round2(h, rnd):
     h.flush()
 
 
+SOURCE = {}  # the source of the last api_ranges answer
+
+
 def api_ranges(base, target):
     """Every range, a page of 3 at a time (next_offset)."""
     out, off = [], 0
@@ -105,6 +111,7 @@ def api_ranges(base, target):
         assert len(r["ranges"]) <= 3, r
         out += [(x["offset"], x["length"]) for x in r["ranges"]]
         off = r["next_offset"]
+        SOURCE["last"] = r["source"]
     for (a, n), (b, _) in zip(out, out[1:]):
         assert a + n < b, "ranges overlap, touch or are out of order: %s" % out
     return out
@@ -132,7 +139,7 @@ def check_bound(old, new, ranges, touched, granule, mode, what):
         for g in range(a - a % granule, a + n, granule):
             hit = any(o < g + granule and g < o + m for o, m in touched)
             assert hit, "%s: granule %d reported but never written (%s)" % (what, g, ranges)
-            if mode == "content":
+            if mode == "compared":
                 assert old[g:g + granule] != new[g:g + granule], \
                     "%s: granule %d reported but unchanged" % (what, g)
 
@@ -178,10 +185,14 @@ def backup_round_trip(tmp, s1, s2, base_snap):
 
 
 def verify(pool, vol, a, b, touched, granule, mode, tmp):
+    """mode: "log" (expect the change log), "compared" (contents compared),
+    "extents" (extent maps or RBD)."""
     ea, eb = "%s-%s" % (pool, a), "%s-%s" % (pool, b)
     old, new = read_all(ea), read_all(eb)
     ranges = api_ranges("%s/%s@%s" % (pool, vol, a), "%s/%s@%s" % (pool, vol, b))
     what = "%s %s->%s" % (pool, a, b)
+    want = "change_log" if mode == "log" else "snapshots"
+    assert SOURCE["last"] == want, "%s: answered from %s, not %s" % (what, SOURCE["last"], want)
     check_cover(old, new, ranges, what)
     check_bound(old, new, ranges, touched, granule, mode, what)
     dirty = dirty_map(eb, a)
@@ -239,10 +250,10 @@ def phase1(pool, vol, granule, mode, tmp):
     ctl("volume", "snapshot", ds + "@s2")
     for s in ("s1", "s2"):
         export("%s@%s" % (ds, s), "%s-%s" % (pool, s))
-    r12 = verify(pool, vol, "s1", "s2", touched, granule, mode, tmp)
+    r12 = verify(pool, vol, "s1", "s2", touched, granule, "log" if mode == "content" else mode, tmp)
     assert live == r12, "live target %s != s2 %s" % (live, r12)
-    if mode == "content":
-        assert not covered(r12, 3 * MiB), "a range written back unchanged was reported"
+    if mode == "content":  # the log reports what was written, even unchanged
+        assert covered(r12, 3 * MiB), "a range written back was not in the change log"
     check_contexts(pool)
     changes_round2(h, rnd)
     h.shutdown()
@@ -253,9 +264,22 @@ def phase2(pool, vol, granule, mode, tmp):
     ds = "%s/%s" % (pool, vol)
     ctl("volume", "snapshot", ds + "@s3")
     export(ds + "@s3", "%s-s3" % pool)
-    verify(pool, vol, "s2", "s3", ROUND2_TOUCHED, granule, mode, tmp)
+    # the log of the epoch the kill cut is not trusted: contents compared
+    r23 = verify(pool, vol, "s2", "s3", ROUND2_TOUCHED, granule,
+                 "compared" if mode == "content" else mode, tmp)
+    if mode == "content":
+        assert not covered(r23, 4 * MiB), "a range written back unchanged was reported"
     r13 = api_ranges(ds + "@s1", ds + "@s3")  # both rounds
     check_cover(read_all("%s-s1" % pool), read_all("%s-s3" % pool), r13, pool + " s1->s3")
+    # from s3 on, the new epoch is trusted again
+    h = connect("%s-live" % pool)
+    h.pwrite(b"\x5a" * 4096, MiB)
+    h.flush()
+    h.shutdown()
+    r3l = api_ranges(ds + "@s3", ds)
+    assert covered(r3l, MiB), "a write after s3 is not reported: %s" % r3l
+    want = "change_log" if mode == "content" else "snapshots"
+    assert SOURCE["last"] == want, "s3->live answered from %s" % SOURCE["last"]
 
 
 def main():
