@@ -39,6 +39,12 @@ struct store_changes {
     /* bit 0: the current epoch's index; bit 1: the other one is marked
      * too (a snapshot is being taken) */
     atomic_uint state;
+    /* Bumped by every invalidation: an epoch that saw one is not trusted,
+     * even if a snapshot ends it. broken: a write went past the size the
+     * log was made for (a grow): no epoch is trusted again. */
+    atomic_uint invalidations;
+    unsigned begin_invalidations; /* at store_changes_begin (lock) */
+    atomic_bool broken;
     pthread_mutex_t lock; /* begin, end, reading for a diff */
 };
 
@@ -95,6 +101,7 @@ static void mark_epoch(struct store_changes *c, struct epoch *e, uint64_t first,
         /* past the size the log was made for (a resize it was not told
          * of): this epoch cannot say what changed there */
         atomic_store_explicit(&e->trusted, false, memory_order_relaxed);
+        atomic_store(&c->broken, true);
         if (first >= c->nbits)
             return;
         last = c->nbits - 1;
@@ -120,6 +127,7 @@ void store_changes_mark(struct store_changes *c, uint64_t off, uint64_t len)
 
 void store_changes_invalidate(struct store_changes *c)
 {
+    atomic_fetch_add(&c->invalidations, 1);
     atomic_store(&c->e[0].trusted, false);
     atomic_store(&c->e[1].trusted, false);
 }
@@ -131,6 +139,7 @@ void store_changes_begin(struct store_changes *c)
     for (uint64_t i = 0; i < c->nwords; i++)
         atomic_store_explicit(&c->e[next].words[i], 0, memory_order_relaxed);
     atomic_store(&c->e[next].trusted, false); /* until the snapshot is in place */
+    c->begin_invalidations = atomic_load(&c->invalidations);
     atomic_store_explicit(&c->state, next | 2, memory_order_release);
     pthread_mutex_unlock(&c->lock);
 }
@@ -202,7 +211,7 @@ static int epoch_save(struct store_changes *c, struct epoch *e, const char *snap
 
 int store_changes_end(struct store_changes *c, const char *snap_path)
 {
-    struct file_id self;
+    struct file_id self = {0};
     int rc = 0;
 
     pthread_mutex_lock(&c->lock);
@@ -216,8 +225,11 @@ int store_changes_end(struct store_changes *c, const char *snap_path)
             log_warn("store: saving the change log of %s: %s (diffs from it will compare "
                      "contents)",
                      snap_path, strerror(-rc));
+        /* the next epoch has every write since begin, unless the volume
+         * changed behind the log meanwhile */
         next->start = self;
-        atomic_store(&next->trusted, rc == 0);
+        atomic_store(&next->trusted, rc == 0 && !atomic_load(&c->broken) &&
+                                         atomic_load(&c->invalidations) == c->begin_invalidations);
     } else {
         /* no snapshot: one epoch again, from where the ended one began */
         for (uint64_t i = 0; i < c->nwords; i++)
@@ -225,7 +237,8 @@ int store_changes_end(struct store_changes *c, const char *snap_path)
                                      atomic_load_explicit(&ended->words[i], memory_order_relaxed),
                                      memory_order_relaxed);
         next->start = ended->start;
-        atomic_store(&next->trusted, atomic_load(&ended->trusted));
+        atomic_store(&next->trusted, atomic_load(&ended->trusted) &&
+                                         atomic_load(&c->invalidations) == c->begin_invalidations);
     }
     atomic_store_explicit(&c->state, cur, memory_order_release);
     pthread_mutex_unlock(&c->lock);
@@ -376,8 +389,7 @@ int store_changes_diff(const char *const *snaps, size_t n, struct store_changes 
     struct file_id base;
     int rc = n >= 1 && file_id_of(snaps[0], &base) == 0 ? 0 : -ESTALE;
 
-    if (rc == 0 && !live && n < 2)
-        rc = -EINVAL;
+    /* n == 1 without live: base is the target, nothing differs */
     for (size_t i = 1; rc == 0 && i < n; i++)
         rc = acc_saved(&a, snaps[i - 1], snaps[i]);
     if (rc == 0 && live)
