@@ -21,6 +21,7 @@
 #include "control/dsprops.h"
 #include "control/dsquery.h"
 #include "control/dsrbd.h" /* ds_backend_why */
+#include "control/snapdiff.h"
 #include "core/log.h"
 #include "core/util.h"
 
@@ -1003,6 +1004,7 @@ void datasets_init(const char *state_dir)
     api_register(ds_snapshot_methods, ds_snapshot_method_count);
     api_register(ds_rename_methods, ds_rename_method_count);
     api_register(ds_promote_methods, ds_promote_method_count);
+    api_register(ds_snapdiff_methods, ds_snapdiff_method_count);
     /* core.bulk: one fdatasync for all its calls, before it answers. */
     api_set_batch_hooks(db_sync_batch_begin, db_sync_batch_end);
 }

@@ -14,6 +14,7 @@
 
 #include "control/dsbackend.h"
 #include "core/log.h"
+#include "store/changes.h"
 #include "store/copy.h"
 
 bool ds_pool_is_rbd(const struct ds_pool *p)
@@ -66,6 +67,8 @@ static int file_snapshot_remove(const struct ds_pool *p, const char *name, const
     char path[PATH_MAX];
     int rc = ds_path(p, name, snap, path, sizeof(path));
 
+    if (rc == 0)
+        store_changes_remove(path); /* its saved epoch (store/changes.h), if any */
     return rc < 0 ? rc : poolfs_unlink(path);
 }
 

@@ -2,8 +2,8 @@
  * RBD pools: connection settings, state and the connector thread
  * (dsrbd.h), and the rbd pool backend (dsbackend.h).
  */
-#include "config/dsrbd.h"
-#include "config/rbd_creds.h"
+#include "control/dsrbd.h"
+#include "control/rbd_creds.h"
 
 #include <errno.h>
 #include <pthread.h>

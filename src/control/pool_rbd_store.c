@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config/db.h"
-#include "config/pwenc.h"
+#include "control/db.h"
+#include "control/pwenc.h"
 #include "core/log.h"
 
 static void copy_col(char *dst, size_t len, sqlite3_stmt *st, int col)

@@ -1,5 +1,5 @@
 /* An RBD pool's cluster as data; the few files it may name (rbd_creds.h). */
-#include "config/rbd_creds.h"
+#include "control/rbd_creds.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "config/ds_internal.h"
+#include "control/ds_internal.h"
 #include "core/allowdir.h"
 #include "store/poolfs.h"
 

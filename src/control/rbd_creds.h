@@ -20,7 +20,7 @@
 
 #include <stddef.h>
 
-#include "config/pool_rbd_store.h"
+#include "control/pool_rbd_store.h"
 #include "store/rbd_cluster.h"
 
 /* The directory a pool's conf or keyring may always be in. */

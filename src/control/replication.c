@@ -43,6 +43,7 @@
 #include "control/repl_select.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "store/changes.h"
 #include "store/copy.h"
 
 #define REPL_MAX_DATASETS 256 /* source_datasets, exclude */
@@ -952,6 +953,11 @@ static int recv_transfer(struct repl_task *t, struct recv_ctx *c)
     int rc;
 
     recv_progress(0, 1, t);
+    /* the file changes behind the open volume: its change log cannot say
+     * how (store/changes.h) */
+    struct store_changes *log = c->v ? bdev_file_changes(volume_bdev(c->v)) : NULL;
+    if (log)
+        store_changes_invalidate(log);
     rc = store_update_file(c->spath, c->dpath, 0, recv_progress, t, &c->st);
     if (rc == 0 && c->v && volume_size(c->v) != c->st.size) {
         rc = volume_resize(c->v, c->st.size);

@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "nbd/nbd_conn_internal.h"
+#include "nbd/nbd_dirty.h"
 #include "nbd/nbd_handshake.h"
 #include "nbd/nbd_server.h"
 #include "nbd/nbd_transmission.h"
@@ -119,7 +120,8 @@ void nbd_conn_enter_transmission(struct nbd_conn *nc, struct nbd_export *e, uint
     iostats_bind(nc->mslot, IOSTATS_NBD);
     nc->caps.eflags = eflags;
     nc->caps.structured = nc->structured;
-    nc->caps.meta_alloc = nc->meta_alloc;
+    /* BLOCK_STATUS is valid with any meta context selected */
+    nc->caps.meta_alloc = nc->meta_alloc || nc->dirty;
     nc->caps.size = volume_size(e->vol);
     nc->caps.max_length = nc->settings->max_request;
     /* Last: from here nbd_sessions_list reads the negotiated state. */
@@ -201,6 +203,8 @@ static void nbd_on_free(struct conn *c)
     if (!nc)
         return;
     nbd_transmission_free(nc);
+    nbd_dirty_put(nc->dirty);
+    nbd_dirty_put(nc->dirty_lookup);
     if (nc->exp)
         nbd_export_unref(nc->exp);
     nbd_settings_unref(nc->settings);

@@ -46,6 +46,10 @@ struct nbd_conn {
     bool no_zeroes;
     bool structured;
     bool meta_alloc;
+    /* the qemu:dirty-bitmap context selected (its map), and a lookup of
+     * them in progress for the option being answered (nbd_dirty.h) */
+    struct nbd_dirty *dirty;
+    struct nbd_dirty *dirty_lookup;
     bool tls;
     bool starttls_pending;
     unsigned options;

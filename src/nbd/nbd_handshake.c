@@ -13,6 +13,7 @@
 #include "core/reactor.h"
 #include "core/tls.h"
 #include "core/util.h"
+#include "nbd/nbd_dirty.h"
 #include "nbd/nbd_server.h"
 
 #define NBD_OPT_MAX_LEN (64u * 1024) /* longer options get ERR_TOO_BIG */
@@ -23,6 +24,9 @@
  * client gets the reason. */
 #define NBD_UNAVAIL_WAIT_NS (5000ull * 1000000ull)
 #define NBD_UNAVAIL_RETRY_NS (200ull * 1000000ull)
+/* How often a SET/LIST_META_CONTEXT waiting for its dirty-bitmap lookup
+ * (nbd_dirty.h) looks again. */
+#define NBD_DIRTY_RETRY_NS (5ull * 1000000ull)
 
 static void send_opt_reply(struct nbd_conn *nc, uint32_t opt, uint32_t type, const void *data,
                            uint32_t len)
@@ -209,8 +213,94 @@ static int opt_info_go(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, u
     return 0;
 }
 
+/* The dirty-bitmap side of a LIST/SET_META_CONTEXT: does it need the
+ * export's bases (or a map) looked up? want: the base a SET names. */
+static bool meta_dirty_wanted(const struct nbd_opt_meta *m, bool listing, const char **want,
+                              uint32_t *want_len)
+{
+    static const char prefix[] = NBD_META_DIRTY_PREFIX;
+    const uint32_t plen = sizeof(prefix) - 1;
+    uint32_t pos = 0, qlen;
+    const char *q;
+    bool wanted = listing && m->nqueries == 0;
+
+    *want = "";
+    *want_len = 0;
+    while (nbd_opt_meta_next(m, &pos, &q, &qlen) == 1) {
+        if (listing) {
+            wanted |= nbd_dirty_query_lists(q, qlen, "");
+        } else if (qlen > plen && memcmp(q, prefix, plen) == 0 && !*want_len) {
+            *want = q + plen;
+            *want_len = qlen - plen;
+            wanted = true;
+        }
+    }
+    return wanted;
+}
+
+/* Before a LIST/SET_META_CONTEXT is answered: start looking up the
+ * dirty-bitmap contexts of export e (an I/O pool job: the database and
+ * the walk block), and -EAGAIN until it is done. 0: nothing to look up,
+ * or the lookup is done (its result in nc->dirty_lookup). */
+static int meta_dirty_prepare(struct nbd_conn *nc, const struct nbd_export *e,
+                              const struct nbd_opt_meta *m, bool listing)
+{
+    const char *want;
+    uint32_t want_len;
+
+    if (nc->dirty_lookup)
+        return nbd_dirty_done(nc->dirty_lookup) ? 0 : -EAGAIN;
+    if (!e->dataset || !meta_dirty_wanted(m, listing, &want, &want_len))
+        return 0;
+    nc->dirty_lookup = nbd_dirty_start(e->dataset, want, want_len);
+    return nc->dirty_lookup ? -EAGAIN : 0;
+}
+
+static void send_meta_context(struct nbd_conn *nc, uint32_t opt, uint32_t id, const char *prefix,
+                              const char *name)
+{
+    uint8_t b[4 + NBD_MAX_STRING];
+    size_t pl = strlen(prefix), nl = MIN(strlen(name), NBD_MAX_STRING - pl);
+    be32_store(b, id);
+    memcpy(b + 4, prefix, pl);
+    memcpy(b + 4 + pl, name, nl);
+    send_opt_reply(nc, opt, NBD_REP_META_CONTEXT, b, (uint32_t)(4 + pl + nl));
+}
+
+/* The dirty-bitmap contexts of a LIST (every base a query asks for) or a
+ * SET (the one it named, if it is a base: its map becomes the
+ * connection's). */
+static void meta_dirty_reply(struct nbd_conn *nc, uint32_t opt, const struct nbd_opt_meta *m,
+                             bool listing)
+{
+    struct nbd_dirty *d = nc->dirty_lookup;
+    nc->dirty_lookup = NULL;
+    if (!listing) {
+        nbd_dirty_put(nc->dirty);
+        nc->dirty = NULL;
+    }
+    if (!d)
+        return;
+    for (size_t i = 0; listing && i < nbd_dirty_base_count(d); i++) {
+        const char *name = nbd_dirty_base(d, i), *q;
+        uint32_t pos = 0, qlen;
+        bool asked = m->nqueries == 0;
+        while (!asked && nbd_opt_meta_next(m, &pos, &q, &qlen) == 1)
+            asked = nbd_dirty_query_lists(q, qlen, name);
+        if (asked)
+            send_meta_context(nc, opt, NBD_META_ID_DIRTY, NBD_META_DIRTY_PREFIX, name);
+    }
+    if (!listing && nbd_dirty_have_map(d)) {
+        send_meta_context(nc, opt, NBD_META_ID_DIRTY, NBD_META_DIRTY_PREFIX, nbd_dirty_want(d));
+        nc->dirty = d;
+        return;
+    }
+    nbd_dirty_put(d);
+}
+
 /* LIST/SET_META_CONTEXT: 0, or -EAGAIN to process it again later (an
- * export becoming ready: clients set the context before GO). */
+ * export becoming ready: clients set the context before GO; the
+ * dirty-bitmap lookup). */
 static int opt_meta(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, uint32_t len)
 {
     bool listing = opt == NBD_OPT_LIST_META_CONTEXT;
@@ -224,6 +314,8 @@ static int opt_meta(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, uint
     uint32_t why = export_refusal(nc, e);
     bool unavailable = export_unavailable(e, why);
     int wait = unavailable ? unavailable_wait(nc, opt, e) : 0;
+    if (wait == 0 && !why)
+        wait = meta_dirty_prepare(nc, e, &m, listing);
     nbd_export_table_unref(t);
     if (wait == -EAGAIN)
         return -EAGAIN;
@@ -237,14 +329,11 @@ static int opt_meta(struct nbd_conn *nc, uint32_t opt, const uint8_t *data, uint
     const char *q;
     while (!match && nbd_opt_meta_next(&m, &pos, &q, &qlen) == 1)
         match = nbd_meta_query_matches(q, qlen, listing);
-    if (match) {
-        uint8_t b[4 + sizeof(NBD_META_BASE_ALLOCATION)];
-        be32_store(b, NBD_META_ID_BASE_ALLOCATION);
-        memcpy(b + 4, NBD_META_BASE_ALLOCATION, sizeof(NBD_META_BASE_ALLOCATION) - 1);
-        send_opt_reply(nc, opt, NBD_REP_META_CONTEXT, b, sizeof(b) - 1);
-    }
+    if (match)
+        send_meta_context(nc, opt, NBD_META_ID_BASE_ALLOCATION, NBD_META_BASE_ALLOCATION, "");
     if (!listing)
         nc->meta_alloc = match;
+    meta_dirty_reply(nc, opt, &m, listing);
     send_opt_reply(nc, opt, NBD_REP_ACK, NULL, 0);
     return 0;
 }
@@ -325,6 +414,8 @@ static int starttls_now(struct nbd_conn *nc)
      * anything across). */
     nc->structured = false;
     nc->meta_alloc = false;
+    nbd_dirty_put(nc->dirty);
+    nc->dirty = NULL;
     return 1;
 }
 
@@ -365,7 +456,7 @@ int nbd_handshake_option(struct nbd_conn *nc)
     if (rc == -EAGAIN) {
         /* kept in the input: the same option again after a pause */
         nc->options--;
-        nbd_conn_retry_input(nc, NBD_UNAVAIL_RETRY_NS);
+        nbd_conn_retry_input(nc, nc->dirty_lookup ? NBD_DIRTY_RETRY_NS : NBD_UNAVAIL_RETRY_NS);
         return 1;
     }
     conn_consume(c, NBD_OPT_HEADER_LEN + len);

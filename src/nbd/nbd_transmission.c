@@ -24,6 +24,7 @@
 #include "core/util.h"
 #include "nbd/nbd.h"
 #include "nbd/nbd_conn.h"
+#include "nbd/nbd_dirty.h"
 #include "nbd/nbd_server.h"
 
 #define NBD_READ_CHUNK (1u << 20) /* structured reads stream in chunks of this */
@@ -493,6 +494,22 @@ static void reply_done(struct vreq *vr)
     conn_send(nc->c, &iov, 1, req_release, r);
 }
 
+/* A BLOCK_STATUS chunk's most bytes: header, context id, descriptors. */
+#define BLOCK_STATUS_CHUNK_MAX (NBD_CHUNK_HEADER_LEN + 4 + 8 * NBD_EXTENTS_MAX)
+
+/* The qemu:dirty-bitmap chunk of r (the reply's last) at out, from the
+ * connection's map (nbd_dirty.h); its size. */
+static size_t dirty_chunk(struct nbd_req *r, uint8_t *out)
+{
+    uint32_t max = (r->rq.flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : NBD_EXTENTS_MAX;
+    uint32_t nd = nbd_dirty_describe(r->nc->dirty, r->rq.offset, r->rq.length, max,
+                                     out + NBD_CHUNK_HEADER_LEN + 4);
+    nbd_chunk_header(out, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, r->rq.cookie,
+                     4 + 8 * nd);
+    be32_store(out + NBD_CHUNK_HEADER_LEN, NBD_META_ID_DIRTY);
+    return NBD_CHUNK_HEADER_LEN + 4 + 8 * nd;
+}
+
 static void block_status_done(struct vreq *vr)
 {
     struct nbd_req *r = container_of(vr, struct nbd_req, vr);
@@ -534,12 +551,16 @@ static void block_status_done(struct vreq *vr)
         be32_store(d + 4, 0);
         nd = 1;
     }
-    nbd_chunk_header(out, NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS, r->rq.cookie,
-                     4 + 8 * nd);
+    /* the dirty-bitmap chunk, if selected, comes last and ends the reply */
+    nbd_chunk_header(out, nc->dirty ? 0 : NBD_REPLY_FLAG_DONE, NBD_REPLY_TYPE_BLOCK_STATUS,
+                     r->rq.cookie, 4 + 8 * nd);
     be32_store(out + NBD_CHUNK_HEADER_LEN, NBD_META_ID_BASE_ALLOCATION);
-    struct iovec iov = {out, NBD_CHUNK_HEADER_LEN + 4 + 8 * nd};
+    struct iovec iov[2] = {{out, NBD_CHUNK_HEADER_LEN + 4 + 8 * nd}};
+    uint8_t *dout = out + BLOCK_STATUS_CHUNK_MAX;
+    if (nc->dirty)
+        iov[1] = (struct iovec){dout, dirty_chunk(r, dout)};
     r->pending = 1;
-    conn_send(nc->c, &iov, 1, req_release, r);
+    conn_send(nc->c, iov, nc->dirty ? 2 : 1, req_release, r);
 }
 
 /* ---- dispatch ---- */
@@ -599,10 +620,19 @@ static void submit_read(struct nbd_conn *nc, struct nbd_req *r)
 
 static void submit_block_status(struct nbd_conn *nc, struct nbd_req *r)
 {
-    /* The extents, then the reply built from them (block_status_done). */
-    if (req_extents_buf(r, NBD_EXTENTS_MAX * sizeof(struct extent) + NBD_CHUNK_HEADER_LEN + 4 +
-                               8 * NBD_EXTENTS_MAX) < 0)
+    /* The extents, then the reply built from them (block_status_done):
+     * the base:allocation chunk, then the dirty-bitmap one. */
+    if (req_extents_buf(r, NBD_EXTENTS_MAX * sizeof(struct extent) + 2 * BLOCK_STATUS_CHUNK_MAX) <
+        0)
         return;
+    if (!nc->meta_alloc) {
+        /* only the dirty bitmap: from memory, no request to the volume */
+        uint8_t *out = (uint8_t *)r->buf2 + NBD_EXTENTS_MAX * sizeof(struct extent);
+        struct iovec iov = {out, dirty_chunk(r, out)};
+        r->pending = 1;
+        conn_send(nc->c, &iov, 1, req_release, r);
+        return;
+    }
     vreq_init(r, VREQ_EXTENTS, block_status_done);
     r->vr.extents = r->ext;
     r->vr.extents_max = (r->rq.flags & NBD_CMD_FLAG_REQ_ONE) ? 1 : NBD_EXTENTS_MAX;

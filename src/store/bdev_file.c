@@ -5,12 +5,14 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "store/bdev.h"
+#include "store/changes.h"
 #include "store/poolfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <linux/fs.h>
+#include <linux/magic.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #ifndef RWF_NOWAIT
@@ -36,6 +39,9 @@ struct bdev_file {
     atomic_bool punch_ok;
     atomic_bool zero_range_ok;
     bool seek_data_ok;
+    /* writable volumes in pools without reflink: what changed since the
+     * last snapshot (store/changes.h); NULL otherwise */
+    struct store_changes *changes;
     char path[];
 };
 
@@ -97,6 +103,8 @@ static int file_read_nowait(struct bdev *b, void *buf, size_t len, uint64_t off)
 static int file_write(struct bdev *b, const void *buf, size_t len, uint64_t off)
 {
     struct bdev_file *f = to_file(b);
+    if (f->changes)
+        store_changes_mark(f->changes, off, len);
     int rc = pwrite_all(f->fd, buf, len, off);
     if (rc < 0)
         log_error("store: pwrite %s at %llu (%zu bytes): %s", f->path, (unsigned long long)off, len,
@@ -109,6 +117,8 @@ static int file_write_nowait(struct bdev *b, const void *buf, size_t len, uint64
     struct bdev_file *f = to_file(b);
     if (!atomic_load_explicit(&f->write_nowait_ok, memory_order_relaxed))
         return -EAGAIN;
+    if (f->changes)
+        store_changes_mark(f->changes, off, len);
     const char *p = buf;
     while (len > 0) {
         struct iovec iov = {.iov_base = (void *)p, .iov_len = len};
@@ -159,6 +169,8 @@ static int file_trim(struct bdev *b, uint64_t off, uint64_t len)
         return 0;
     if (!atomic_load(&f->punch_ok))
         return -EOPNOTSUPP;
+    if (f->changes)
+        store_changes_mark(f->changes, off, len);
     int rc = file_fallocate(f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
     if (rc == -EOPNOTSUPP) {
         atomic_store(&f->punch_ok, false);
@@ -175,6 +187,8 @@ static int file_write_zeroes(struct bdev *b, uint64_t off, uint64_t len, unsigne
     struct bdev_file *f = to_file(b);
     if (len == 0)
         return 0;
+    if (f->changes)
+        store_changes_mark(f->changes, off, len);
     if ((flags & BDEV_ZERO_MAY_TRIM) && atomic_load(&f->punch_ok)) {
         /* A punched range reads back as zeros on files and block devices. */
         int rc = file_fallocate(f, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len);
@@ -292,6 +306,8 @@ static int file_resize(struct bdev *b, uint64_t new_size)
         return -e;
     }
     b->size = new_size;
+    if (f->changes)
+        store_changes_invalidate(f->changes); /* made for the old size */
     return 0;
 }
 
@@ -299,6 +315,7 @@ static void file_close(struct bdev *b)
 {
     struct bdev_file *f = to_file(b);
     close(f->fd);
+    store_changes_free(f->changes);
     free(f);
 }
 
@@ -459,6 +476,17 @@ static int path_open(const char *path, int flags, mode_t mode, bool in_pool)
     return fd < 0 ? -errno : fd;
 }
 
+/* A volume in a pool whose snapshots are copies (no reflink) keeps a
+ * change log, so that changed blocks need not compare the copies. */
+static int changes_start(struct bdev_file *f)
+{
+    struct statfs sf;
+    if (f->is_blockdev || !store_changes_enabled() || fstatfs(f->fd, &sf) < 0 ||
+        sf.f_type == XFS_SUPER_MAGIC || sf.f_type == BTRFS_SUPER_MAGIC)
+        return 0;
+    return store_changes_new(f->base.size, &f->changes);
+}
+
 static int file_open(const char *path, bool readonly, bool in_pool, struct bdev **out)
 {
     *out = NULL;
@@ -501,8 +529,18 @@ static int file_open(const char *path, bool readonly, bool in_pool, struct bdev 
     f->base.ops = &file_ops;
     f->base.readonly = readonly;
     probe_caps(f, readonly, &st);
+    int rc = in_pool && !readonly ? changes_start(f) : 0;
+    if (rc < 0) {
+        file_close(&f->base);
+        return rc;
+    }
     *out = &f->base;
     return 0;
+}
+
+struct store_changes *bdev_file_changes(struct bdev *b)
+{
+    return b && b->ops == &file_ops ? to_file(b)->changes : NULL;
 }
 
 int bdev_file_open(const char *path, bool readonly, struct bdev **out)

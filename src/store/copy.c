@@ -1,5 +1,7 @@
 /* Reflink or sparse copies of volume files; see copy.h for the contract. */
 #include "store/copy.h"
+
+#include "store/changes.h"
 #include "store/poolfs.h"
 #include "store/stage.h"
 
@@ -415,6 +417,10 @@ int store_rollback_volume(struct volume *v, const char *vol_path, const char *sn
         int rc = volume_flush_wait(v);
         if (rc < 0)
             return rc;
+        /* the file changes behind its backend: its change log cannot say how */
+        struct store_changes *log = bdev_file_changes(volume_bdev(v));
+        if (log)
+            store_changes_invalidate(log);
     }
     uint64_t size = 0;
     int rc = store_rollback_file(snap_path, vol_path, flags, progress, arg, reflinked, &size);

@@ -14,6 +14,7 @@
 #include "core/iopool.h"
 #include "core/log.h"
 #include "core/util.h"
+#include "store/changes.h"
 #include "store/cow.h"
 #include "store/poolfs.h"
 #include "store/stage.h"
@@ -180,8 +181,14 @@ int store_snapshot_volume(struct volume *v, const char *src_path, const char *ds
     int rc = store_stage_open(&sg, "snapshot", src_path, dst);
     if (rc < 0)
         return rc;
+    /* the volume's change log: the epoch this snapshot ends (changes.h) */
+    struct store_changes *log = bdev_file_changes(volume_bdev(v));
+    if (log)
+        store_changes_begin(log);
     rc = snapshot_fill(v, &sg, flags, chunk, progress, arg, &st, &what);
     rc = rc < 0 ? store_stage_abort(&sg, what, rc) : store_stage_publish(&sg);
+    if (log)
+        store_changes_end(log, rc == 0 ? dst : NULL);
     if (stats)
         *stats = st; /* also on failure: how far it got */
     return rc;

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Changed blocks (docs/changed-blocks.md): on an ext4 and an XFS pool (loop
+# images in a temporary directory: needs root), a SIZE volume filled with
+# data, snapshot s1, 1% of it changed in scattered 64 KiB writes, snapshot
+# s2. Prints, per pool:
+#   map       nbdinfo --map=qemu:dirty-bitmap:s1 of s2's export (ms, ms/GiB)
+#   full      nbdcopy of s2 to a file (s)
+#   incr      the map plus only the dirty ranges copied over NBD onto a copy
+#             of s1 (s), and full/incr
+# and, on ext4, the change log's cost: 4 KiB random-write IOPS (fio,
+# ioengine=nbd) with the log and without it (BLOCKD_CHANGE_LOG=0), the
+# daemon restarted between, interleaved REPEAT times in the same run.
+# Appends a line per figure to OUT.
+#   flock /tmp/blockd-bench.lock bash bench/changed.sh
+# Knobs: BUILD (./build), SIZE (4G), RUNTIME (s per fio run, 15), REPEAT (3),
+# OUT (bench/results/changed.md).
+set -u
+cd "$(dirname "$0")/.."
+export BUILD=${BUILD:-$PWD/build}
+SIZE=${SIZE:-4G}
+RUNTIME=${RUNTIME:-15}
+REPEAT=${REPEAT:-3}
+OUT=${OUT:-$PWD/bench/results/changed.md}
+REV=$(git rev-parse --short HEAD)
+BLOCKD_TEST_TMP=${BLOCKD_TEST_TMP:-/var/tmp}
+export BLOCKD_TEST_TMP
+. tests/integration/lib.sh
+need fio nbdcopy nbdinfo mkfs.xfs mkfs.ext4 /usr/bin/python3
+[ "$(id -u)" = 0 ] || fail "needs root to loop-mount the images"
+BYTES=$(numfmt --from=iec "$SIZE")
+
+MOUNTS=()
+bench_cleanup() {
+    local rc=$? m
+    if [ -n "$BLOCKD_PID" ]; then
+        kill -KILL "$BLOCKD_PID" 2>/dev/null || true
+        wait "$BLOCKD_PID" 2>/dev/null || true
+        BLOCKD_PID=
+    fi
+    for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+    (exit "$rc")
+    _cleanup
+}
+trap bench_cleanup EXIT
+for fs in xfs ext4; do
+    truncate -s $((BYTES * 3 + (1 << 30))) "$TMP/$fs.img"
+    if [ $fs = xfs ]; then mkfs.xfs -q -m reflink=1 "$TMP/$fs.img"; else mkfs.ext4 -q -F "$TMP/$fs.img"; fi
+    mkdir -p "$TMP/$fs" && mount -o loop "$TMP/$fs.img" "$TMP/$fs" || fail "mount $fs"
+    MOUNTS+=("$TMP/$fs")
+done
+
+record() { # text
+    echo "$*"
+    echo "- $(date -u '+%Y-%m-%d %H:%M') $REV load $(cut -d' ' -f1-3 /proc/loadavg) SIZE=$SIZE: $*" >>"$OUT"
+}
+now() { date +%s.%N; }
+U() { echo "nbd://127.0.0.1:$NBD_PORT/$1"; }
+
+blockd_start
+export BLOCKCTL_BIN SOCK NBD_PORT
+blockctl call pool.create "{\"name\":\"x\",\"path\":\"$TMP/xfs/pool\"}" >/dev/null || fail "pool x"
+blockctl call pool.create "{\"name\":\"e\",\"path\":\"$TMP/ext4/pool\"}" >/dev/null || fail "pool e"
+
+# changes POOL: 1% of the volume in 64 KiB writes at random aligned offsets
+changes() {
+    /usr/bin/python3 - "$(U "$1-live")" "$BYTES" <<'PY'
+import random, sys, nbd
+h = nbd.NBD(); h.connect_uri(sys.argv[1]); size = int(sys.argv[2])
+rnd = random.Random(1)
+for _ in range(size // 100 // 65536):
+    h.pwrite(rnd.randbytes(65536), rnd.randrange(size // 65536) * 65536)
+h.flush(); h.shutdown()
+PY
+}
+
+# incremental POOL: the dirty ranges of s2 (from s1) onto $TMP/incr.raw
+incremental() {
+    /usr/bin/python3 - "$(U "$1-s2")" "$TMP/incr.raw" <<'PY'
+import sys, nbd
+h = nbd.NBD(); h.add_meta_context("qemu:dirty-bitmap:s1"); h.connect_uri(sys.argv[1])
+size, off, dirty = h.get_size(), 0, []
+while off < size:
+    ents = []
+    h.block_status(min(size - off, 1 << 30), off, lambda c, o, e, err: ents.extend(e) or 0)
+    for n, f in zip(ents[::2], ents[1::2]):
+        if f & 1:
+            dirty.append((off, n))
+        off += n
+with open(sys.argv[2], "r+b") as f:
+    for o, n in dirty:
+        for p in range(o, o + n, 4 << 20):
+            f.seek(p); f.write(h.pread(min(4 << 20, o + n - p), p))
+PY
+}
+
+for p in e x; do
+    blockctl volume create $p/v --size "$SIZE" >/dev/null || fail "volume $p/v"
+    blockctl share nbd create $p/v --name $p-live >/dev/null
+    fio --name=fill --ioengine=nbd --uri="$(U $p-live)" --rw=write --bs=1M --iodepth=8 \
+        --size="$BYTES" >/dev/null 2>&1 || fail "fill $p"
+    blockctl volume snapshot $p/v@s1 >/dev/null || fail "s1"
+    changes $p || fail "changes on $p"
+    blockctl volume snapshot $p/v@s2 >/dev/null || fail "s2"
+    blockctl share nbd create $p/v@s1 --name $p-s1 --readonly >/dev/null
+    blockctl share nbd create $p/v@s2 --name $p-s2 --readonly >/dev/null
+    t0=$(now); nbdinfo --map=qemu:dirty-bitmap:s1 "$(U $p-s2)" >/dev/null || fail "map"; t1=$(now)
+    map_ms=$(python3 -c "print('%.0f' % (($t1 - $t0) * 1000))")
+    nbdcopy "$(U $p-s1)" "$TMP/incr.raw" || fail "copy s1"
+    sync
+    t0=$(now); nbdcopy "$(U $p-s2)" "$TMP/full.raw" || fail "full"; t1=$(now)
+    incremental $p || fail "incremental"
+    t2=$(now)
+    cmp -s "$TMP/incr.raw" "$TMP/full.raw" || fail "the incremental copy differs from the full one"
+    python3 - "$p" "$map_ms" "$t0" "$t1" "$t2" "$BYTES" >"$TMP/line" <<'PY'
+import sys
+p, ms, t0, t1, t2, size = sys.argv[1], float(sys.argv[2]), *map(float, sys.argv[3:6]), int(sys.argv[6])
+g = size / (1 << 30)
+print("%s: map %.0f ms (%.1f ms/GiB), full nbdcopy %.2f s, incremental %.2f s (%.1fx)"
+      % ({"e": "ext4", "x": "xfs"}[p], ms, ms / g, t1 - t0, t2 - t1, (t1 - t0) / (t2 - t1)))
+PY
+    record "$(cat "$TMP/line")"
+    rm -f "$TMP/incr.raw" "$TMP/full.raw"
+done
+
+# the change log's cost on ext4: IOPS with and without it, interleaved
+fio_iops() {
+    fio --name=w --ioengine=nbd --uri="$(U e-live)" --rw=randwrite --bs=4k --iodepth=16 \
+        --size="$BYTES" --runtime="$RUNTIME" --time_based --output-format=json 2>/dev/null |
+        python3 -c 'import json,sys; t=sys.stdin.read(); print("%.0f" % json.loads(t[t.index("{"):])["jobs"][0]["write"]["iops"])'
+}
+restart() { # BLOCKD_CHANGE_LOG value
+    kill -TERM "$BLOCKD_PID"; wait "$BLOCKD_PID" || true; BLOCKD_PID=
+    BLOCKD_CHANGE_LOG=$1 blockd_start
+}
+on=() off=()
+for _ in $(seq "$REPEAT"); do
+    restart 1; on+=("$(fio_iops)")
+    restart 0; off+=("$(fio_iops)")
+done
+record "$(python3 -c '
+import statistics, sys
+on, off = [float(x) for x in sys.argv[1].split()], [float(x) for x in sys.argv[2].split()]
+a, b = statistics.median(on), statistics.median(off)
+print("ext4 4K random writes: %.0f IOPS with the change log, %.0f without (median of %d each: %s / %s): %+.1f%%"
+      % (a, b, len(on), sys.argv[1], sys.argv[2], (a - b) / b * 100))' "${on[*]}" "${off[*]}")"
