@@ -16,7 +16,7 @@ DEPS_BUILD = gcc meson ninja-build pkg-config python3 xxd \
              libcrypt-dev librbd-dev
 DEPS_TEST  = ceph-mon ceph-osd ceph-mgr ceph-common uuid-runtime tgt-rbd prometheus chromium libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
-             util-linux curl sqlite3 python3-libnbd python3-rados python3-rbd dpkg-dev clang-format
+             util-linux mount e2fsprogs curl sqlite3 python3-libnbd python3-rados python3-rbd dpkg-dev clang-format
 # The Debian package (make deb) and its checks: man pages from scdoc.
 DEPS_PKG   = scdoc debhelper lintian man-db groff-base bsdextrautils systemd
 DEPS       = $(DEPS_BUILD) $(DEPS_TEST) $(DEPS_PKG)
