@@ -44,9 +44,10 @@ static const struct api_arg get_methods_args[] = {
 };
 
 const struct api_method api_core_methods[] = {
-    {"core.ping", NULL, "Check that the daemon answers; returns \"pong\".", core_ping, API_NO_AUTH},
+    {"core.ping", NULL, "Check that the daemon answers; returns \"pong\".", core_ping,
+     API_NO_AUTH | API_READ},
     {"core.get_methods", NULL,
-     "Every method with its parameter synopsis and summary, keyed by name.", core_get_methods, 0,
-     API_ARGS(get_methods_args)},
+     "Every method with its parameter synopsis and summary, keyed by name.", core_get_methods,
+     API_READ, API_ARGS(get_methods_args)},
 };
 const size_t api_core_method_count = sizeof(api_core_methods) / sizeof(api_core_methods[0]);

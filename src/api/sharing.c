@@ -36,9 +36,9 @@ static const struct api_arg query_args[] = {API_ARG_QUERY};
  * anything and refuse it, so there is nothing to describe or check. */
 static const struct api_method sharing_methods[] = {
     {"sharing.nfs.query", NULL, "NFS shares: always [] (blockd serves block volumes only).",
-     sharing_query, 0, API_ARGS(query_args)},
+     sharing_query, API_READ, API_ARGS(query_args)},
     {"sharing.smb.query", NULL, "SMB shares: always [] (blockd serves block volumes only).",
-     sharing_query, 0, API_ARGS(query_args)},
+     sharing_query, API_READ, API_ARGS(query_args)},
     REFUSED("sharing.nfs.create"),
     REFUSED("sharing.nfs.update"),
     REFUSED("sharing.nfs.delete"),

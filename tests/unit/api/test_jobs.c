@@ -60,8 +60,8 @@ static int test_gated(struct api_call *call, json_t *params, json_t **result)
 }
 
 static const struct api_method test_methods[] = {
-    {"test.copy", "[mode]", "jobs_run", test_copy, 0},
-    {"test.gated", "[]", "jobs_submit that waits for the test", test_gated, 0},
+    {"test.copy", "[mode]", "jobs_run", test_copy, API_READ},
+    {"test.gated", "[]", "jobs_submit that waits for the test", test_gated, API_READ},
 };
 
 /* ---- a fake transport client that records what it is sent ---- */
@@ -108,7 +108,7 @@ static const char *state_of(json_t *job)
 
 static void test_run_sync(void **st)
 {
-    struct api_client c = {.peer = "t", .authenticated = true};
+    struct api_client c = {.peer = "t", .authenticated = true, .local = true};
     json_t *r = rpc(&c, "test.copy", "[0]");
     assert_int_equal(json_integer_value(json_object_get(json_object_get(r, "result"), "copied")),
                      2);
@@ -143,7 +143,7 @@ static void test_run_sync(void **st)
 
 static void test_bulk(void **st)
 {
-    struct api_client c = {.peer = "t", .authenticated = true, .jobs_wait = true};
+    struct api_client c = {.peer = "t", .authenticated = true, .local = true, .jobs_wait = true};
     /* legacy_jobs off: the answer is the per-call list */
     json_t *r = rpc(&c, "core.bulk", "[\"core.ping\", [[], [1], []], \"pings\"]");
     json_t *res = json_object_get(r, "result");
@@ -190,9 +190,10 @@ static void test_bulk(void **st)
 static void test_events(void **st)
 {
     sent = json_array();
-    struct api_client c = {
-        .peer = "ev", .authenticated = true, .send = record_send, .closes_notified = true};
-    struct api_client nosend = {.peer = "plain", .authenticated = true};
+    struct api_client c = {.peer = "ev", .authenticated = true, .local = true};
+    c.send = record_send;
+    c.closes_notified = true;
+    struct api_client nosend = {.peer = "plain", .authenticated = true, .local = true};
     json_t *r = rpc(&nosend, "core.subscribe", "[\"core.get_jobs\"]");
     assert_non_null(json_object_get(r, "error")); /* cannot receive events */
     json_decref(r);
@@ -256,7 +257,8 @@ static void test_events(void **st)
     r = rpc(&c, "core.subscribe", "[\"core.get_jobs\"]");
     json_decref(r);
     jobs_client_closed(&c);
-    struct api_client other = {.peer = "o", .authenticated = true, .jobs_wait = true};
+    struct api_client other = {
+        .peer = "o", .authenticated = true, .local = true, .jobs_wait = true};
     r = rpc(&other, "test.copy", "[0]");
     json_decref(r);
     pthread_mutex_lock(&sent_lock);
@@ -267,7 +269,7 @@ static void test_events(void **st)
 
 static void test_set_options(void **st)
 {
-    struct api_client c = {.peer = "t", .authenticated = true};
+    struct api_client c = {.peer = "t", .authenticated = true, .local = true};
     json_t *r = rpc(&c, "core.set_options", "[{\"legacy_jobs\": false}]");
     assert_true(json_is_null(json_object_get(r, "result")));
     json_decref(r);
@@ -292,7 +294,7 @@ static bool brief(const struct api_client *c, const char *text)
 
 static void test_runs_briefly(void **st)
 {
-    struct api_client c = {.peer = "t", .authenticated = true};
+    struct api_client c = {.peer = "t", .authenticated = true, .local = true};
     assert_true(brief(&c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"core.get_jobs\"}"));
     assert_true(brief(&c, " {\"id\":1, \"method\" : \"core.ping\", \"params\":[]}"));
     assert_false(brief(&c, "{\"id\":1,\"method\":\"core.job_wait\",\"params\":[1]}"));
