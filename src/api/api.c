@@ -436,9 +436,9 @@ static int call_allowed(struct api_call *call, const struct api_method *m)
                          m->name);
     }
     if (call->who.kind == API_CALLER_REMOTE && !api_auth_identity_current(&call->who)) {
-        log_warn("api: %s: %s refused: the credential of %s was revoked", call->peer, m->name,
-                 call->who.name);
-        return api_error(call, EACCES, "Not authenticated (the credential was revoked)");
+        log_warn("api: %s: %s refused: the credential of %s was revoked or expired", call->peer,
+                 m->name, call->who.name);
+        return api_error(call, EACCES, "Not authenticated (the credential was revoked or expired)");
     }
     if (!roles_allow(call->who.roles, m->flags)) {
         char roles[64];

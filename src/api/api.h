@@ -76,8 +76,9 @@ struct api_identity {
     int64_t key_id;     /* the API key logged in with, or 0 */
     int64_t account_id; /* or the password account (and its password generation) */
     int64_t pwgen;
-    unsigned gen;   /* the credential generation when last checked */
-    char name[208]; /* the key's or account's name, for log lines; "" if none */
+    int64_t expires_at; /* the key's expiry (ms since the epoch), 0 if none */
+    unsigned gen;       /* the credential generation when last checked */
+    char name[208];     /* the key's or account's name, for log lines; "" if none */
 };
 
 /* blockd's own calls (gateway sync, replication): full rights, not local. */

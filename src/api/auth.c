@@ -30,6 +30,7 @@ struct auth_session {
     bool password;                /* logged in with a password (else an API key) */
     unsigned roles;               /* enum api_role bits */
     int64_t key_id;               /* API key */
+    int64_t expires_at;           /* its expiry (ms since the epoch), 0 if none */
     char name[201];               /* API key name */
     struct account_login account; /* password */
     unsigned gen;                 /* auth_gen when last checked */
@@ -382,6 +383,7 @@ static struct auth_session *key_lookup(const char *key)
     if (s) {
         s->key_id = r.id;
         s->roles = r.roles;
+        s->expires_at = r.has_expiry ? r.expires_at : 0;
         snprintf(s->name, sizeof(s->name), "%s", r.name);
         snprintf(s->username, sizeof(s->username), "%s", r.username);
         s->gen = atomic_load(&auth_gen);
@@ -707,6 +709,7 @@ void api_auth_identity(struct api_client *client, struct api_identity *out)
             snprintf(out->name, sizeof(out->name), "%s", s->username);
         } else {
             out->key_id = s->key_id;
+            out->expires_at = s->expires_at;
             snprintf(out->name, sizeof(out->name), "%s", s->name);
         }
     }
@@ -717,6 +720,8 @@ bool api_auth_identity_current(struct api_identity *id)
 {
     if (id->kind != API_CALLER_REMOTE)
         return true;
+    if (id->expires_at && id->expires_at <= now_wall_ms())
+        return false; /* an expired key ends without a credential change */
     unsigned gen = atomic_load(&auth_gen);
     if (id->gen == gen)
         return true;

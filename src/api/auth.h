@@ -55,9 +55,10 @@ void api_auth_client_release(struct api_client *client);
  * Any API thread.
  */
 void api_auth_identity(struct api_client *client, struct api_identity *out);
-/* Whether id's credential (key or account password) still stands; cheap
- * unless a credential changed since id->gen (then one DB lookup, and
- * id->gen is updated). Local and internal identities always stand. */
+/* Whether id's credential (key or account password) still stands and has
+ * not expired; cheap unless a credential changed since id->gen (then one
+ * DB lookup, and id->gen is updated). Local and internal identities always
+ * stand. */
 bool api_auth_identity_current(struct api_identity *id);
 
 /* A credential was deleted or changed (API key, account password): every

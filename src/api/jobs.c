@@ -176,9 +176,15 @@ static void broadcast(const struct job *j, const char *msg, int64_t id, json_t *
         json_t *n = json_pack("{s:s, s:s, s:{s:s, s:s, s:I, s:O}}", "jsonrpc", "2.0", "method",
                               "collection_update", "params", "msg", msg, "collection",
                               "core.get_jobs", "id", (json_int_t)id, "fields", fields);
-        for (struct sub *s = jt.subs; s; s = s->next)
+        int64_t now = now_ms();
+        for (struct sub *s = jt.subs; s; s = s->next) {
+            /* an expired key's subscription hears nothing more (no DB
+             * lookup here: jobs_credentials_changed ends revoked ones) */
+            if (s->who.expires_at && s->who.expires_at <= now)
+                continue;
             if (job_visible(j, &s->who) && s->client->send && s->client->send(s->client, n) < 0)
                 log_debug("api: %s: job event not delivered", s->client->peer);
+        }
         json_decref(n);
     }
     pthread_mutex_unlock(&jt.sub_lock);

@@ -13,7 +13,7 @@
 #   name; api_key.update replaces a key's roles and ends its session;
 # - events end with their rights: a subscribed client stops receiving job
 #   events once its key is deleted (even the api_key.create another
-#   client runs through core.bulk later) or it logs out;
+#   client runs through core.bulk later), expires, or it logs out;
 # - job history keeps no secret: core.get_jobs shows no API key, CHAP
 #   secret or password that went through core.bulk.
 . "$(dirname "$0")/lib.sh"
@@ -160,6 +160,18 @@ listener.events.clear()
 full.ok("core.bulk", "core.ping", [[]])
 listener.call("core.ping")
 assert not listener.events, ("events after logout", listener.events)
+
+# an expired key's subscription ends too (waits for the expiry, then checks)
+expiry = int(time.time() * 1000) + 8000
+made = full.ok("api_key.create", {"name": "brief", "expires_at": {"$date": expiry}})
+brief = C(made["key"])
+brief.ok("core.subscribe", "core.get_jobs")
+while time.time() * 1000 < expiry + 500:
+    time.sleep(0.5)
+brief.events.clear()
+full.ok("core.bulk", "core.ping", [[]])
+assert errno_of(brief.call("core.get_jobs")) == 13, "an expired key still reads"
+assert not brief.events, ("events after the key expired", brief.events)
 
 # 4. no secret in job history
 full.ok("core.bulk", "iscsi.auth.create",
