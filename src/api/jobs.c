@@ -288,8 +288,8 @@ void jobs_credentials_changed(void)
 static size_t job_size(const struct job *j, const json_t *result)
 {
     size_t n = sizeof(*j) + strlen(j->method) + 2;
-    n += j->arguments ? json_dumpb(j->arguments, NULL, 0, JSON_COMPACT) : 0;
-    n += result ? json_dumpb(result, NULL, 0, JSON_COMPACT) : 0;
+    n += j->arguments ? json_dumpb(j->arguments, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) : 0;
+    n += result ? json_dumpb(result, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) : 0;
     n += j->description ? strlen(j->description) : 0;
     n += j->progress_text ? strlen(j->progress_text) : 0;
     n += j->error ? strlen(j->error) : 0;

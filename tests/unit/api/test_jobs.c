@@ -40,6 +40,26 @@ static int test_copy(struct api_call *call, json_t *params, json_t **result)
     return jobs_run(call, params, "test copy", slow_work, &mode, result);
 }
 
+/* A job whose result is a string of params[0] bytes (job history bound). */
+static int big_work(struct job *job, void *arg, json_t **result)
+{
+    size_t n = *(size_t *)arg;
+    char *text = malloc(n + 1);
+    if (!text)
+        return jobs_fail(job, ENOMEM, "no memory");
+    memset(text, 'x', n);
+    text[n] = 0;
+    *result = json_string(text);
+    free(text);
+    return 0;
+}
+
+static int test_big(struct api_call *call, json_t *params, json_t **result)
+{
+    size_t n = (size_t)json_integer_value(api_param(params, 0));
+    return jobs_run(call, params, "big result", big_work, &n, result);
+}
+
 static int gate_open;
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
@@ -62,6 +82,7 @@ static int test_gated(struct api_call *call, json_t *params, json_t **result)
 static const struct api_method test_methods[] = {
     {"test.copy", "[mode]", "jobs_run", test_copy, API_READ},
     {"test.gated", "[]", "jobs_submit that waits for the test", test_gated, API_READ},
+    {"test.big", "[bytes]", "jobs_run with a result of that many bytes", test_big, API_READ},
 };
 
 /* ---- a fake transport client that records what it is sent ---- */
@@ -311,6 +332,42 @@ static void test_runs_briefly(void **st)
     assert_false(brief(&c, "{\"id\":1,\"method\":\"core.get_jobs\"}"));
 }
 
+/* Finished jobs are bounded in bytes: after more than JOBS_KEEP_BYTES of
+ * results, the oldest big jobs are gone and the newest is kept. */
+static void test_history_bytes(void **st)
+{
+    struct api_client c = {.peer = "t", .authenticated = true, .local = true};
+    size_t each = JOBS_KEEP_BYTES / 4;
+    char p[64];
+    snprintf(p, sizeof(p), "[%zu]", each);
+    json_int_t first = 0, last = 0;
+    for (int i = 0; i < 6; i++) {
+        json_decref(rpc(&c, "test.big", p));
+        json_t *r = rpc(&c, "core.get_jobs",
+                        "[[[\"method\",\"=\",\"test.big\"]],{\"order_by\":[\"-id\"],"
+                        "\"limit\":1,\"select\":[\"id\"]}]");
+        last = json_integer_value(
+            json_object_get(json_array_get(json_object_get(r, "result"), 0), "id"));
+        json_decref(r);
+        if (i == 0)
+            first = last;
+    }
+    json_t *r =
+        rpc(&c, "core.get_jobs", "[[[\"method\",\"=\",\"test.big\"]],{\"select\":[\"id\"]}]");
+    json_t *rows = json_object_get(r, "result");
+    assert_true(json_array_size(rows) >= 1 && json_array_size(rows) < 4);
+    size_t i;
+    json_t *row;
+    bool has_last = false;
+    json_array_foreach(rows, i, row)
+    {
+        assert_true(json_integer_value(json_object_get(row, "id")) != first);
+        has_last |= json_integer_value(json_object_get(row, "id")) == last;
+    }
+    assert_true(has_last);
+    json_decref(r);
+}
+
 int main(void)
 {
     jobs_init();
@@ -318,7 +375,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_sync),     cmocka_unit_test(test_bulk),
         cmocka_unit_test(test_events),       cmocka_unit_test(test_set_options),
-        cmocka_unit_test(test_runs_briefly),
+        cmocka_unit_test(test_runs_briefly), cmocka_unit_test(test_history_bytes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     jobs_stop();
