@@ -728,6 +728,13 @@ static int call_method(const struct api_identity *who, struct api_client *client
 int api_call_method_json(struct api_call *parent, const char *method, json_t *params,
                          json_t **result, json_t **error)
 {
+    if (!parent) {
+        /* A call without a caller would have to guess its rights: none. */
+        log_error("api: %s called without a calling call; refused", method);
+        *result = NULL;
+        *error = error_object(API_INTERNAL_ERROR, "internal call without a caller", NULL);
+        return -1;
+    }
     return call_method(&parent->who, parent->client, parent->peer, method, params, result, error);
 }
 
