@@ -289,11 +289,11 @@ static const struct api_arg delete_args[] = {
 static const struct api_method account_methods[] = {
     {"account.set_password", NULL,
      "Create a local account or change its password (local socket only; stored as yescrypt).",
-     account_set_password, API_LOCAL_ONLY, API_ARGS(set_password_args)},
+     account_set_password, API_LOCAL_ONLY | API_ADMIN, API_ARGS(set_password_args)},
     {"account.query", NULL, "Local accounts (never the password or its hash).", account_query,
-     API_LOCAL_ONLY, API_ARGS(query_args)},
+     API_LOCAL_ONLY | API_READ, API_ARGS(query_args)},
     {"account.delete", NULL, "Delete a local account; its sessions are logged out.", account_delete,
-     API_LOCAL_ONLY, API_ARGS(delete_args)},
+     API_LOCAL_ONLY | API_ADMIN, API_ARGS(delete_args)},
 };
 
 void account_init(void)

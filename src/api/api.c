@@ -9,6 +9,7 @@
 #include "api/api.h"
 #include "api/apistats.h"
 #include "api/api_internal.h"
+#include "api/auth.h"
 #include "api/jsonw.h"
 #include "api/callmem.h"
 #include "api/validate.h"
@@ -48,6 +49,14 @@ static void register_locked(const struct api_method *methods, size_t count)
         if (!m->name || !m->fn) {
             log_error("api: method table entry %zu has no name or handler; ignored", i);
             continue;
+        }
+        unsigned access = m->flags & API_ACCESS_MASK;
+        if (access == 0 || (access & (access - 1)) != 0) {
+            /* A method that does not say what it needs would be reachable
+             * by whichever rule guessed: refuse to start instead. */
+            log_error("api: method %s declares %s of API_READ, API_SHARE, API_ADMIN", m->name,
+                      access ? "more than one" : "none");
+            abort();
         }
         bool dup = false;
         for (size_t j = 0; j < registry_count; j++) {
@@ -125,20 +134,72 @@ size_t api_methods(const struct api_method ***out)
 struct api_call {
     const char *method;
     const char *peer;
-    struct api_client *client;
-    int code;      /* 0 = no error set yet */
-    int errnum;    /* positive errno for API_CALL_ERROR */
-    char *message; /* malloc'd */
-    json_t *verrs; /* [[field, message, errno], …] or NULL */
+    struct api_client *client; /* the transport's, or NULL (bulk item, internal call) */
+    struct api_identity who;   /* whose rights the call runs with */
+    int code;                  /* 0 = no error set yet */
+    int errnum;                /* positive errno for API_CALL_ERROR */
+    char *message;             /* malloc'd */
+    json_t *verrs;             /* [[field, message, errno], …] or NULL */
 };
 
+const struct api_identity api_identity_internal = {
+    .kind = API_CALLER_INTERNAL, .roles = API_ROLE_FULL, .name = "blockd"};
+
+static const struct api_identity identity_local = {.kind = API_CALLER_LOCAL,
+                                                   .roles = API_ROLE_FULL};
+
+/* who: the caller's identity (copied); NULL: the client's (a call without
+ * a client and without an identity is the local administrator's, which
+ * only in-process entry points make). */
 static void call_init(struct api_call *call, const char *method, const char *peer,
-                      struct api_client *client)
+                      struct api_client *client, const struct api_identity *who)
 {
     memset(call, 0, sizeof(*call));
     call->method = method;
     call->peer = peer ? peer : "local";
     call->client = client;
+    if (who)
+        call->who = *who;
+    else if (client)
+        api_auth_identity(client, &call->who);
+    else
+        call->who = identity_local;
+}
+
+const struct api_identity *api_call_identity(const struct api_call *call)
+{
+    return &call->who;
+}
+
+static const char *const role_names[] = {"READONLY_ADMIN", "SHARING_ADMIN", "FULL_ADMIN"};
+
+const char *api_role_name(unsigned role)
+{
+    for (size_t i = 0; i < sizeof(role_names) / sizeof(role_names[0]); i++)
+        if (role == 1u << i)
+            return role_names[i];
+    return "?";
+}
+
+unsigned api_role_parse(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof(role_names) / sizeof(role_names[0]); i++)
+        if (strcmp(name, role_names[i]) == 0)
+            return 1u << i;
+    return 0;
+}
+
+void api_roles_text(unsigned roles, char *buf, size_t len)
+{
+    size_t used = 0;
+    if (len)
+        buf[0] = 0;
+    for (size_t i = 0; i < sizeof(role_names) / sizeof(role_names[0]); i++) {
+        if (!(roles & (1u << i)) || used >= len)
+            continue;
+        int w = snprintf(buf + used, len - used, "%s%s", used ? "," : "", role_names[i]);
+        used += w > 0 ? (size_t)w : 0;
+    }
 }
 
 static void call_fini(struct api_call *call)
@@ -343,16 +404,60 @@ static json_t *invalid_request(const char *peer, json_t *id, const char *why)
                               why);
 }
 
+/* Whether the caller's roles cover what m needs (enum api_method_flags). */
+static bool roles_allow(unsigned roles, unsigned flags)
+{
+    if (roles & API_ROLE_FULL)
+        return true;
+    switch (flags & API_ACCESS_MASK) {
+    case API_READ:
+        return (roles & (API_ROLE_READONLY | API_ROLE_SHARING)) != 0;
+    case API_SHARE:
+        return (roles & API_ROLE_SHARING) != 0;
+    default:
+        return false;
+    }
+}
+
+/* The one place rights are checked, for every call however it came:
+ * login, local-only, the caller's roles, a credential revoked since the
+ * identity was taken (a job's). 0, or -1 with the error set. */
+static int call_allowed(struct api_call *call, const struct api_method *m)
+{
+    if (m->flags & API_NO_AUTH)
+        return 0;
+    if (call->client && !call->client->authenticated)
+        return api_error(call, EACCES, "Not authenticated");
+    if ((m->flags & API_LOCAL_ONLY) && call->who.kind != API_CALLER_LOCAL) {
+        log_warn("api: %s: %s refused: local-only method called by %s%s", call->peer, m->name,
+                 call->who.kind == API_CALLER_INTERNAL ? "blockd itself" : "a remote client ",
+                 call->who.name);
+        return api_error(call, EPERM, "%s is only available on the local API socket (blockctl)",
+                         m->name);
+    }
+    if (call->who.kind == API_CALLER_REMOTE && !api_auth_identity_current(&call->who)) {
+        log_warn("api: %s: %s refused: the credential of %s was revoked or expired", call->peer,
+                 m->name, call->who.name);
+        return api_error(call, EACCES, "Not authenticated (the credential was revoked or expired)");
+    }
+    if (!roles_allow(call->who.roles, m->flags)) {
+        char roles[64];
+        api_roles_text(call->who.roles, roles, sizeof(roles));
+        log_warn("api: %s: %s refused: API key '%s' has role %s", call->peer, m->name,
+                 call->who.name, roles[0] ? roles : "none");
+        return api_error(call, EACCES, "%s: not allowed for an API key with role %s", m->name,
+                         roles[0] ? roles : "none");
+    }
+    return 0;
+}
+
 /* Run a method; returns 0 with *result or -1 with the error in call. */
 static int call_run(struct api_call *call, const struct api_method *m, json_t *params,
                     json_t **result)
 {
     *result = NULL;
-    if (call->client && !call->client->authenticated && !(m->flags & API_NO_AUTH))
-        return api_error(call, EACCES, "Not authenticated");
-    if ((m->flags & API_LOCAL_ONLY) && call->client && !call->client->local)
-        return api_error(call, EPERM, "%s is only available on the local API socket (blockctl)",
-                         m->name);
+    if (call_allowed(call, m) < 0)
+        return -1;
     uint64_t t0 = time_now_ns();
     /* The one check point: a method described by its args never sees
      * parameters of the wrong shape (a params text means it checks its own). */
@@ -488,7 +593,7 @@ json_t *api_handle_request_client(json_t *req, struct api_client *client)
     }
 
     struct api_call call;
-    call_init(&call, m->name, peer, client);
+    call_init(&call, m->name, peer, client, NULL);
     log_debug("api: %s: call %s", peer, m->name);
     json_t *result = NULL;
     int rc = call_run_bounded(&call, m, params, &result);
@@ -592,8 +697,9 @@ char *api_handle_text(const char *text, size_t len, const char *peer)
     return api_handle_text_client(text, len, &local);
 }
 
-int api_call_method_json(struct api_call *parent, const char *method, json_t *params,
-                         json_t **result, json_t **error)
+/* method for who, with the client (may be NULL) and peer of the call. */
+static int call_method(const struct api_identity *who, struct api_client *client, const char *peer,
+                       const char *method, json_t *params, json_t **result, json_t **error)
 {
     *result = NULL;
     *error = NULL;
@@ -607,7 +713,7 @@ int api_call_method_json(struct api_call *parent, const char *method, json_t *pa
         return -1;
     }
     struct api_call call;
-    call_init(&call, m->name, parent ? parent->peer : "local", parent ? parent->client : NULL);
+    call_init(&call, m->name, peer, client, who);
     json_t *p = params ? json_incref(params) : json_array();
     int rc = call_run_bounded(&call, m, p, result);
     json_decref(p);
@@ -617,6 +723,25 @@ int api_call_method_json(struct api_call *parent, const char *method, json_t *pa
     }
     call_fini(&call);
     return rc;
+}
+
+int api_call_method_json(struct api_call *parent, const char *method, json_t *params,
+                         json_t **result, json_t **error)
+{
+    if (!parent) {
+        /* A call without a caller would have to guess its rights: none. */
+        log_error("api: %s called without a calling call; refused", method);
+        *result = NULL;
+        *error = error_object(API_INTERNAL_ERROR, "internal call without a caller", NULL);
+        return -1;
+    }
+    return call_method(&parent->who, parent->client, parent->peer, method, params, result, error);
+}
+
+int api_call_method_as(const struct api_identity *who, const char *peer, const char *method,
+                       json_t *params, json_t **result, json_t **error)
+{
+    return call_method(who, NULL, peer ? peer : "internal", method, params, result, error);
 }
 
 enum api_prio { API_PRIO_IDLE, API_PRIO_LOW, API_PRIO_NORMAL };

@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum api_code {
     API_PARSE_ERROR = -32700,
@@ -38,7 +39,56 @@ enum api_method_flags {
     API_NO_AUTH = 1u << 0,    /* allowed before login on remote transports */
     API_WAITS = 1u << 1,      /* may wait for other calls or jobs (core.job_wait) */
     API_LOCAL_ONLY = 1u << 2, /* only on the local Unix socket (account.*): EPERM elsewhere */
+    /* What the method needs (exactly one; api_register aborts on a method
+     * without one, so no method is reachable by default). The dispatcher
+     * checks it against the caller's roles (struct api_identity). */
+    API_READ = 1u << 3,  /* reads and the caller's own session: every role */
+    API_SHARE = 1u << 4, /* changes datasets, snapshots, shares: SHARING_ADMIN, FULL_ADMIN */
+    API_ADMIN = 1u << 5, /* every other change (pools, keys, settings): FULL_ADMIN */
 };
+#define API_ACCESS_MASK (API_READ | API_SHARE | API_ADMIN)
+
+/* The roles of an API key (TrueNAS's names); a key holds one or more. */
+enum api_role {
+    API_ROLE_READONLY = 1u << 0, /* READONLY_ADMIN: API_READ methods, /metrics, /ui */
+    API_ROLE_SHARING = 1u << 1,  /* SHARING_ADMIN: API_READ and API_SHARE methods */
+    API_ROLE_FULL = 1u << 2,     /* FULL_ADMIN: every method but API_LOCAL_ONLY ones */
+};
+#define API_ROLES_ALL (API_ROLE_READONLY | API_ROLE_SHARING | API_ROLE_FULL)
+
+/* Who makes a call (STYLE principle 18: every call carries its caller). */
+enum api_caller {
+    API_CALLER_REMOTE,   /* a network client: its roles are its login's */
+    API_CALLER_LOCAL,    /* the local administrator (Unix socket): full, local-only allowed */
+    API_CALLER_INTERNAL, /* blockd itself (gateway sync, replication): full, not local-only */
+};
+
+/*
+ * A caller's identity, copied by value into every call and into the jobs
+ * it starts (a core.bulk runs its calls with the identity of the client
+ * that submitted it, after that client is gone). Remote identities name
+ * their credential so that a revoked one stops counting
+ * (api_auth_identity_current in api/auth.h).
+ */
+struct api_identity {
+    enum api_caller kind;
+    unsigned roles;     /* enum api_role bits; 0 before login */
+    int64_t key_id;     /* the API key logged in with, or 0 */
+    int64_t account_id; /* or the password account (and its password generation) */
+    int64_t pwgen;
+    int64_t expires_at; /* the key's expiry (ms since the epoch), 0 if none */
+    unsigned gen;       /* the credential generation when last checked */
+    char name[208];     /* the key's or account's name, for log lines; "" if none */
+};
+
+/* blockd's own calls (gateway sync, replication): full rights, not local. */
+extern const struct api_identity api_identity_internal;
+
+/* "FULL_ADMIN" for a role bit; roles_text: "READONLY_ADMIN,SHARING_ADMIN"
+ * into buf (never fails; "" for none). api_role_parse: the bit, or 0. */
+const char *api_role_name(unsigned role);
+void api_roles_text(unsigned roles, char *buf, size_t len);
+unsigned api_role_parse(const char *name);
 
 /* A method's positional parameter (api/validate.h describes it). */
 struct api_arg;
@@ -113,8 +163,9 @@ json_t *api_param(json_t *params, size_t index);
  * A transport's view of one connected client, passed to the handlers
  * through their call. The transport owns it (lives as long as the
  * connection); handlers may read it and, for auth.* methods, set
- * authenticated. A call without a client (api_handle_text/_request) is a
- * trusted local call.
+ * authenticated. api_handle_text/_request (no transport) make a local
+ * client; api_handle_request_client(req, NULL) runs as the local
+ * administrator too (in-process callers only).
  */
 struct api_client {
     const char *peer;   /* "unix:pid=123", "ws:10.0.0.1:5000" */
@@ -152,7 +203,9 @@ json_t *api_handle_request_client(json_t *req, struct api_client *client);
  * ENOMEM naming the limit; logs a line naming peer. Returns a new
  * reference; resp is borrowed. */
 json_t *api_response_too_big(json_t *resp, const char *peer);
-/* The client of a call, or NULL for a trusted local call. */
+/* The transport client of a call, or NULL when it has none (a core.bulk
+ * item, an internal call): rights come from api_call_identity, never
+ * from whether there is a client. */
 struct api_client *api_call_client(const struct api_call *call);
 /* Build a JSON-RPC error response {"jsonrpc","error":{code,message},"id"}
  * (id may be NULL for null). Returns a new reference. */
@@ -161,12 +214,23 @@ json_t *api_error_response(int code, const char *message, json_t *id);
  * callers that re-dispatch and need the outcome. */
 int api_call_errno(const struct api_call *call);
 /*
- * Run one method on behalf of another call (core.bulk, share.* helpers):
- * returns 0 with *result, or -1 with *error set to the JSON-RPC error
- * object ({code, message, data}) as a new reference.
+ * Run one method on behalf of another call (share.* helpers), with its
+ * identity and client (parent is required): returns 0 with *result, or -1 with *error set to the
+ * JSON-RPC error object ({code, message, data}) as a new reference.
  */
 int api_call_method_json(struct api_call *parent, const char *method, json_t *params,
                          json_t **result, json_t **error);
+/*
+ * As api_call_method_json, for a caller that is not itself a call: who
+ * (required: a job's saved identity, or &api_identity_internal) and peer
+ * (for log lines; NULL: "internal"). Every check sees who: roles,
+ * API_LOCAL_ONLY, a revoked key. The call has no transport client, so a
+ * job method it runs answers synchronously.
+ */
+int api_call_method_as(const struct api_identity *who, const char *peer, const char *method,
+                       json_t *params, json_t **result, json_t **error);
+/* The identity the call runs with (never NULL). */
+const struct api_identity *api_call_identity(const struct api_call *call);
 
 /* options.extra of a query's params ([filters, options]), or NULL. */
 json_t *api_query_extra(json_t *params);

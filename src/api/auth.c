@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "api/account.h"
+#include "api/jobs.h"
 #include "api/store.h"
 #include "api/validate.h"
 #include "core/log.h"
@@ -27,7 +28,9 @@
 /* What a logged-in connection remembers (client->auth). */
 struct auth_session {
     bool password;                /* logged in with a password (else an API key) */
+    unsigned roles;               /* enum api_role bits */
     int64_t key_id;               /* API key */
+    int64_t expires_at;           /* its expiry (ms since the epoch), 0 if none */
     char name[201];               /* API key name */
     struct account_login account; /* password */
     unsigned gen;                 /* auth_gen when last checked */
@@ -161,6 +164,11 @@ static json_t *key_row(const struct api_key_rec *r)
                             date_value(r->created_at), "local", 1, "revoked", 0);
     json_object_set_new(row, "expires_at", r->has_expiry ? date_value(r->expires_at) : json_null());
     json_object_set_new(row, "user_identifier", json_integer(0));
+    json_t *roles = json_array();
+    for (unsigned bit = 1; bit & API_ROLES_ALL; bit <<= 1)
+        if (r->roles & bit)
+            json_array_append_new(roles, json_string(api_role_name(bit)));
+    json_object_set_new(row, "roles", roles);
     return row;
 }
 
@@ -190,6 +198,14 @@ static int key_query(struct api_call *call, json_t *params, json_t **result)
     return rc;
 }
 
+static const char *const role_choices[] = {"FULL_ADMIN", "READONLY_ADMIN", "SHARING_ADMIN", NULL};
+static const struct api_field role_item = {.type = API_T_ENUM, .choices = role_choices};
+#define ROLES_FIELD                                                                                \
+    {                                                                                              \
+        .name = "roles", .type = API_T_ARRAY, .flags = API_RANGE, .min = 1, .max = 3,              \
+        .items = &role_item                                                                        \
+    }
+
 static const struct api_field create_fields[] = {
     {.name = "name",
      .type = API_T_STRING,
@@ -202,7 +218,35 @@ static const struct api_field create_fields[] = {
      .min = 1,
      .max = API_USER_NAME_MAX},
     {.name = "expires_at", .type = API_T_OBJECT, .flags = API_NULLABLE},
+    ROLES_FIELD,
 };
+
+static const struct api_field update_fields[] = {
+    {.name = "name", .type = API_T_STRING, .flags = API_RANGE, .min = 1, .max = API_KEY_NAME_MAX},
+    ROLES_FIELD,
+};
+
+/* A roles list ["READONLY_ADMIN", …] into role bits; 0 with a field error
+ * on call when it is empty or names an unknown role. */
+static unsigned roles_decode(struct api_call *call, json_t *list, const char *field)
+{
+    unsigned roles = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(list, i, v)
+    {
+        unsigned bit = api_role_parse(json_string_value(v));
+        if (!bit) {
+            api_verr(call, field, EINVAL,
+                     "roles: each must be one of FULL_ADMIN, READONLY_ADMIN, SHARING_ADMIN");
+            return 0;
+        }
+        roles |= bit;
+    }
+    if (!roles)
+        api_verr(call, field, EINVAL, "roles: at least one role is needed");
+    return roles;
+}
 
 /* The checked create body into *r (the decoder); -1 with the error set. */
 static int key_decode(struct api_call *call, json_t *data, struct api_key_rec *r)
@@ -212,6 +256,12 @@ static int key_decode(struct api_call *call, json_t *data, struct api_key_rec *r
     json_t *ju = json_object_get(data, "username");
     snprintf(r->username, sizeof(r->username), "%s",
              json_is_string(ju) ? json_string_value(ju) : "root");
+    /* No roles: FULL_ADMIN, what every key was before roles existed (a
+     * client written for that keeps working); docs/security.md. */
+    json_t *jr = json_object_get(data, "roles");
+    r->roles = jr ? roles_decode(call, jr, "api_key.create.roles") : API_ROLE_FULL;
+    if (!r->roles)
+        return api_invalid(call);
     json_t *v = json_object_get(data, "expires_at");
     if (!v || json_is_null(v))
         return 0;
@@ -257,7 +307,10 @@ static int key_create(struct api_call *call, json_t *params, json_t **result)
     json_decref(rows);
     json_object_set_new(row, "key", json_string(key));
     explicit_bzero(key, sizeof(key));
-    log_info("auth: %s: API key %" PRId64 " (%s) created", api_call_peer(call), r.id, r.name);
+    char roles[64];
+    api_roles_text(r.roles, roles, sizeof(roles));
+    log_info("auth: %s: API key %" PRId64 " (%s, %s) created", api_call_peer(call), r.id, r.name,
+             roles);
     *result = row;
     return 0;
 }
@@ -278,6 +331,42 @@ static int key_delete(struct api_call *call, json_t *params, json_t **result)
     return 0;
 }
 
+/* api_key.update [id, {name?, roles?}]: a change of roles takes effect at
+ * once: the key's sessions and subscriptions end (they log in again and
+ * get the new roles), as after a delete. */
+static int key_update(struct api_call *call, json_t *params, json_t **result)
+{
+    int64_t id = json_integer_value(api_param(params, 0));
+    json_t *data = api_param(params, 1);
+    json_t *jn = json_object_get(data, "name"), *jr = json_object_get(data, "roles");
+    unsigned roles = jr ? roles_decode(call, jr, "api_key.update.roles") : 0;
+    if (jr && !roles)
+        return api_invalid(call);
+    int rc = api_store()->key_update(id, json_string_value(jn), roles);
+    if (rc == -EEXIST) {
+        api_verr(call, "api_key.update.name", EEXIST, "API key with name %s already exists",
+                 json_string_value(jn));
+        return api_invalid(call);
+    }
+    if (rc == -ENOENT)
+        return api_error(call, ENOENT, "API key %" PRId64 " does not exist", id);
+    if (rc < 0)
+        return api_error(call, rc, "cannot update API key %" PRId64, id);
+    if (roles) {
+        api_auth_sessions_changed();
+    }
+    log_info("auth: %s: API key %" PRId64 " updated%s", api_call_peer(call), id,
+             roles ? " (roles changed: its sessions end)" : "");
+    json_t *rows = key_rows(id);
+    if (!rows || json_array_size(rows) != 1) {
+        json_decref(rows);
+        return api_error(call, EIO, "cannot read API key %" PRId64, id);
+    }
+    *result = json_incref(json_array_get(rows, 0));
+    json_decref(rows);
+    return 0;
+}
+
 /* ---- logins ---- */
 
 /* The key's session if key is valid (a new struct), else NULL. */
@@ -293,6 +382,8 @@ static struct auth_session *key_lookup(const char *key)
     struct auth_session *s = calloc(1, sizeof(*s));
     if (s) {
         s->key_id = r.id;
+        s->roles = r.roles;
+        s->expires_at = r.has_expiry ? r.expires_at : 0;
         snprintf(s->name, sizeof(s->name), "%s", r.name);
         snprintf(s->username, sizeof(s->username), "%s", r.username);
         s->gen = atomic_load(&auth_gen);
@@ -318,6 +409,7 @@ static struct auth_session *password_lookup(const char *username, const char *pa
         return NULL;
     }
     s->password = true;
+    s->roles = API_ROLE_FULL; /* account.h: every account is a full administrator */
     s->account = login;
     snprintf(s->username, sizeof(s->username), "%s", login.username);
     s->gen = gen;
@@ -499,11 +591,18 @@ static json_t *me_object(struct api_client *client)
      * the name the login used (TrueNAS's AuthUserInfo fields). */
     const char *name = s ? s->username : "root";
     json_t *me = json_pack(
-        "{s:s, s:i, s:i, s:s, s:s, s:s, s:[i], s:n, s:b, s:s, s:{}, s:{s:b, s:i, s:i}, s:{s:[s]}}",
-        "pw_name", name, "pw_uid", 0, "pw_gid", 0, "pw_gecos", name, "pw_dir", "/root", "pw_shell",
-        "/bin/sh", "grouplist", 0, "sid", "local", 1, "source", "LOCAL", "attributes",
-        "two_factor_config", "secret_configured", 0, "interval", 30, "otp_digits", 6, "privilege",
-        "roles", "FULL_ADMIN");
+        "{s:s, s:i, s:i, s:s, s:s, s:s, s:[i], s:n, s:b, s:s, s:{}, s:{s:b, s:i, s:i}}", "pw_name",
+        name, "pw_uid", 0, "pw_gid", 0, "pw_gecos", name, "pw_dir", "/root", "pw_shell", "/bin/sh",
+        "grouplist", 0, "sid", "local", 1, "source", "LOCAL", "attributes", "two_factor_config",
+        "secret_configured", 0, "interval", 30, "otp_digits", 6);
+    /* The local administrator (no session) and password accounts are
+     * FULL_ADMIN; a key has its own roles (TrueNAS's privilege.roles). */
+    unsigned roles = s ? s->roles : API_ROLE_FULL;
+    json_t *jroles = json_array();
+    for (unsigned bit = 1; bit & API_ROLES_ALL; bit <<= 1)
+        if (roles & bit)
+            json_array_append_new(jroles, json_string(api_role_name(bit)));
+    json_object_set_new(me, "privilege", json_pack("{s:o}", "roles", jroles));
     json_t *attrs = json_pack("[s]", "LOCAL");
     if (s && !s->password)
         json_array_append_new(attrs, json_string("API_KEY"));
@@ -560,10 +659,26 @@ static int auth_logout(struct api_call *call, json_t *params, json_t **result)
     pthread_mutex_unlock(&session_lock);
     if (had) {
         api_auth_client_release(client);
+        /* Its events end with its login (a new login subscribes again). */
+        jobs_client_closed(client);
         log_info("auth: %s: logged out", api_call_peer(call));
     }
     *result = json_true();
     return 0;
+}
+
+/* Does key id still exist with these roles (a change of roles ends the
+ * sessions that had the old ones)? */
+static bool key_current(int64_t id, unsigned roles)
+{
+    struct api_key_rec *v;
+    size_t n;
+    if (api_store()->key_list(id, &v, &n) < 0)
+        return false;
+    bool same =
+        n == 1 && v[0].roles == roles && (!v[0].has_expiry || v[0].expires_at > now_wall_ms());
+    free(v);
+    return same;
 }
 
 /* Does s's credential still exist (the DB is not locked)? */
@@ -571,7 +686,55 @@ static bool session_current(const struct auth_session *s)
 {
     if (s->password)
         return account_current(&s->account);
-    return api_store()->key_exists(s->key_id);
+    return key_current(s->key_id, s->roles);
+}
+
+void api_auth_identity(struct api_client *client, struct api_identity *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (client->local) {
+        out->kind = API_CALLER_LOCAL;
+        out->roles = API_ROLE_FULL;
+        return;
+    }
+    out->kind = API_CALLER_REMOTE;
+    pthread_mutex_lock(&session_lock);
+    const struct auth_session *s = client->auth;
+    if (client->authenticated && s) {
+        out->roles = s->roles;
+        out->gen = s->gen;
+        if (s->password) {
+            out->account_id = s->account.id;
+            out->pwgen = s->account.pwgen;
+            snprintf(out->name, sizeof(out->name), "%s", s->username);
+        } else {
+            out->key_id = s->key_id;
+            out->expires_at = s->expires_at;
+            snprintf(out->name, sizeof(out->name), "%s", s->name);
+        }
+    }
+    pthread_mutex_unlock(&session_lock);
+}
+
+bool api_auth_identity_current(struct api_identity *id)
+{
+    if (id->kind != API_CALLER_REMOTE)
+        return true;
+    if (id->expires_at && id->expires_at <= now_wall_ms())
+        return false; /* an expired key ends without a credential change */
+    unsigned gen = atomic_load(&auth_gen);
+    if (id->gen == gen)
+        return true;
+    bool ok;
+    if (id->account_id) {
+        struct account_login login = {.id = id->account_id, .pwgen = id->pwgen};
+        ok = account_current(&login);
+    } else {
+        ok = id->key_id && key_current(id->key_id, id->roles);
+    }
+    if (ok)
+        id->gen = gen;
+    return ok;
 }
 
 void api_auth_client_check(struct api_client *client)
@@ -625,6 +788,9 @@ static int login_data_check(struct api_call *call, json_t *data)
 
 static const struct api_arg key_create_args[] = {API_ARG_OBJECT("data", create_fields, 0)};
 static const struct api_arg query_args[] = {API_ARG_QUERY};
+static const struct api_arg key_update_args[] = {
+    {.name = "id", .type = API_T_INT, .flags = API_ARG_TYPE_MSG},
+    API_ARG_OBJECT("data", update_fields, 0)};
 static const struct api_arg key_delete_args[] = {
     {.name = "id", .type = API_T_INT, .flags = API_ARG_TYPE_MSG}};
 /* The credentials are checked by the login itself (a wrong type is a
@@ -639,27 +805,32 @@ static const struct api_arg login_ex_args[] = {
 
 static const struct api_method auth_methods[] = {
     {"api_key.create", NULL, "Create an API key; the key is returned once and stored hashed.",
-     key_create, 0, API_ARGS(key_create_args)},
-    {"api_key.query", NULL, "API keys (never the key or its hash).", key_query, 0,
+     key_create, API_ADMIN, API_ARGS(key_create_args)},
+    {"api_key.query", NULL, "API keys (never the key or its hash).", key_query, API_READ,
      API_ARGS(query_args)},
-    {"api_key.delete", NULL, "Delete an API key; its sessions are logged out.", key_delete, 0,
-     API_ARGS(key_delete_args)},
+    {"api_key.update", NULL,
+     "Rename an API key or replace its roles (its sessions and subscriptions then end).",
+     key_update, API_ADMIN, API_ARGS(key_update_args)},
+    {"api_key.delete", NULL, "Delete an API key; its sessions are logged out.", key_delete,
+     API_ADMIN, API_ARGS(key_delete_args)},
     {"auth.login_with_api_key", NULL, "Log this connection in; returns true or false.",
-     auth_login_with_api_key, API_NO_AUTH, API_ARGS(login_key_args)},
+     auth_login_with_api_key, API_NO_AUTH | API_READ, API_ARGS(login_key_args)},
     {"auth.login", NULL,
      "Log this connection in with a local account's password; returns true or false.", auth_login,
-     API_NO_AUTH, API_ARGS(login_args)},
+     API_NO_AUTH | API_READ, API_ARGS(login_args)},
     {"auth.login_ex", NULL,
      "Log in (TrueNAS login_ex shape: login_data {mechanism: API_KEY_PLAIN|PASSWORD_PLAIN, "
      "username?, api_key|password}); returns {response_type, user_info}.",
-     auth_login_ex, API_NO_AUTH, API_ARGS(login_ex_args)},
-    {"auth.me", NULL, "The logged-in identity.", auth_me, 0},
-    {"auth.logout", NULL, "End this connection's login.", auth_logout, 0},
+     auth_login_ex, API_NO_AUTH | API_READ, API_ARGS(login_ex_args)},
+    {"auth.me", NULL, "The logged-in identity.", auth_me, API_READ},
+    {"auth.logout", NULL, "End this connection's login (allowed without one, as TrueNAS does).",
+     auth_logout, API_NO_AUTH | API_READ},
 };
 
 void api_auth_sessions_changed(void)
 {
     atomic_fetch_add(&auth_gen, 1);
+    jobs_credentials_changed(); /* events end with the credential, at once */
 }
 
 void api_auth_init(void)

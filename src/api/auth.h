@@ -48,6 +48,19 @@ void api_auth_init(void);
 void api_auth_client_check(struct api_client *client);
 void api_auth_client_release(struct api_client *client);
 
+/*
+ * The identity a client's calls run with (api.h struct api_identity): the
+ * local administrator for the Unix socket, else the login's (its key's
+ * roles, or FULL_ADMIN for a password account), or no roles before login.
+ * Any API thread.
+ */
+void api_auth_identity(struct api_client *client, struct api_identity *out);
+/* Whether id's credential (key or account password) still stands and has
+ * not expired; cheap unless a credential changed since id->gen (then one
+ * DB lookup, and id->gen is updated). Local and internal identities always
+ * stand. */
+bool api_auth_identity_current(struct api_identity *id);
+
 /* A credential was deleted or changed (API key, account password): every
  * session re-checks its own at its next call. Any thread. */
 void api_auth_sessions_changed(void);

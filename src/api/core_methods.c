@@ -27,10 +27,15 @@ static int core_get_methods(struct api_call *call, json_t *params, json_t **resu
             json_decref(out);
             return api_error(call, ENOMEM, "out of memory");
         }
+        /* the least role that may call it (api.h enum api_method_flags) */
+        const char *role = (m->flags & API_READ)    ? "READONLY_ADMIN"
+                           : (m->flags & API_SHARE) ? "SHARING_ADMIN"
+                                                    : "FULL_ADMIN";
         json_object_set_new(out, m->name,
-                            json_pack("{s:s, s:s, s:b}", "params", syn, "summary",
+                            json_pack("{s:s, s:s, s:b, s:s, s:b}", "params", syn, "summary",
                                       m->summary ? m->summary : "", "no_auth",
-                                      (m->flags & API_NO_AUTH) != 0));
+                                      (m->flags & API_NO_AUTH) != 0, "role", role, "local_only",
+                                      (m->flags & API_LOCAL_ONLY) != 0));
         free(syn);
     }
     *result = out;
@@ -44,9 +49,11 @@ static const struct api_arg get_methods_args[] = {
 };
 
 const struct api_method api_core_methods[] = {
-    {"core.ping", NULL, "Check that the daemon answers; returns \"pong\".", core_ping, API_NO_AUTH},
+    {"core.ping", NULL, "Check that the daemon answers; returns \"pong\".", core_ping,
+     API_NO_AUTH | API_READ},
     {"core.get_methods", NULL,
-     "Every method with its parameter synopsis and summary, keyed by name.", core_get_methods, 0,
-     API_ARGS(get_methods_args)},
+     "Every method with its parameter synopsis, summary and the least role that may call it, "
+     "keyed by name.",
+     core_get_methods, API_READ, API_ARGS(get_methods_args)},
 };
 const size_t api_core_method_count = sizeof(api_core_methods) / sizeof(api_core_methods[0]);

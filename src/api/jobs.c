@@ -22,6 +22,8 @@
 #include <time.h>
 
 #include "api/api_internal.h"
+#include "api/auth.h"
+#include "api/redact.h"
 #include "api/validate.h"
 #include "core/log.h"
 #include "core/util.h"
@@ -35,7 +37,9 @@ struct job {
     atomic_int refs;
     int64_t id;
     char *method;
-    json_t *arguments;
+    json_t *arguments;         /* redacted (redact.h): nobody needs them in plaintext */
+    struct api_identity owner; /* who started it: its calls run with these rights */
+    size_t bytes;              /* what it holds, once finished (history bound) */
     char *description;
     enum job_state state;
     bool settled; /* finished and its "changed" event sent: core.job_wait returns */
@@ -45,6 +49,8 @@ struct job {
     int errnum;
     char *error; /* "[ENAME] message" */
     int64_t time_started, time_finished;
+    /* result is kept as the work returned it, for core.job_wait by the
+     * job's owner; job_json() shows everyone else a redacted copy */
     /* jobs_run: the call whose api_error() counts as this job's failure */
     struct api_call *sync_call;
     /* jobs_submit on a thread */
@@ -56,6 +62,7 @@ struct job {
 struct sub {
     struct sub *next;
     struct api_client *client;
+    struct api_identity who; /* the login it was made under: it ends with it */
     char id[40];
 };
 
@@ -64,7 +71,8 @@ static struct {
     pthread_cond_t changed; /* a job finished, or a job thread ended */
     struct job *head, *tail;
     size_t finished;
-    size_t threads; /* job threads running */
+    size_t finished_bytes; /* what the finished jobs hold (JOBS_KEEP_BYTES) */
+    size_t threads;        /* job threads running */
     int64_t next_id;
     pthread_mutex_t sub_lock;
     struct sub *subs;
@@ -100,7 +108,28 @@ int64_t jobs_id(const struct job *job)
     return job->id;
 }
 
-/* The job dict; jt.lock held. */
+const struct api_identity *jobs_identity(const struct job *job)
+{
+    return &job->owner;
+}
+
+static bool same_caller(const struct api_identity *a, const struct api_identity *b)
+{
+    return a->kind == b->kind && a->key_id == b->key_id && a->account_id == b->account_id;
+}
+
+/* Whether who may see j (its events, core.get_jobs, core.job_wait): a
+ * FULL_ADMIN, the local administrator and blockd see every job; a key
+ * with a narrower role only the jobs it started itself. */
+static bool job_visible(const struct job *j, const struct api_identity *who)
+{
+    if (who->kind != API_CALLER_REMOTE || (who->roles & API_ROLE_FULL))
+        return true;
+    return j->owner.kind == API_CALLER_REMOTE && j->owner.key_id == who->key_id &&
+           j->owner.account_id == who->account_id;
+}
+
+/* The job dict (secrets redacted); jt.lock held. */
 static json_t *job_json(const struct job *j)
 {
     json_t *o = json_object();
@@ -117,7 +146,8 @@ static json_t *job_json(const struct job *j)
                         json_pack("{s:i, s:o, s:n}", "percent", j->percent, "description",
                                   j->progress_text ? json_string(j->progress_text) : json_null(),
                                   "extra"));
-    json_object_set_new(o, "result", j->result ? json_deep_copy(j->result) : json_null());
+    json_t *result = j->result ? redact_value(j->result) : NULL;
+    json_object_set_new(o, "result", result ? result : json_null());
     json_object_set_new(o, "result_encoding_error", json_null());
     json_object_set_new(o, "error", j->error ? json_string(j->error) : json_null());
     json_object_set_new(o, "exception", j->error ? json_string(j->error) : json_null());
@@ -137,16 +167,24 @@ static json_t *job_json(const struct job *j)
 
 /* ---- events ---- */
 
-static void broadcast(const char *msg, int64_t id, json_t *fields)
+/* Send an event about job j (its owner decides who may see it) to every
+ * subscriber allowed to. */
+static void broadcast(const struct job *j, const char *msg, int64_t id, json_t *fields)
 {
     pthread_mutex_lock(&jt.sub_lock);
     if (jt.subs) {
         json_t *n = json_pack("{s:s, s:s, s:{s:s, s:s, s:I, s:O}}", "jsonrpc", "2.0", "method",
                               "collection_update", "params", "msg", msg, "collection",
                               "core.get_jobs", "id", (json_int_t)id, "fields", fields);
-        for (struct sub *s = jt.subs; s; s = s->next)
-            if (s->client->send && s->client->send(s->client, n) < 0)
+        int64_t now = now_ms();
+        for (struct sub *s = jt.subs; s; s = s->next) {
+            /* an expired key's subscription hears nothing more (no DB
+             * lookup here: jobs_credentials_changed ends revoked ones) */
+            if (s->who.expires_at && s->who.expires_at <= now)
+                continue;
+            if (job_visible(j, &s->who) && s->client->send && s->client->send(s->client, n) < 0)
                 log_debug("api: %s: job event not delivered", s->client->peer);
+        }
         json_decref(n);
     }
     pthread_mutex_unlock(&jt.sub_lock);
@@ -164,7 +202,7 @@ static void job_event(struct job *j, const char *msg)
     pthread_mutex_lock(&jt.lock);
     json_t *fields = job_json(j);
     pthread_mutex_unlock(&jt.lock);
-    broadcast(msg, j->id, fields);
+    broadcast(j, msg, j->id, fields);
 }
 
 void jobs_client_closed(struct api_client *client)
@@ -182,15 +220,91 @@ void jobs_client_closed(struct api_client *client)
     pthread_mutex_unlock(&jt.sub_lock);
 }
 
+/* A subscription's copy of what jobs_credentials_changed needs: checked
+ * without the subscription lock (the check reads the DB, and job events
+ * are sent from threads that hold the DB lock). */
+struct sub_check {
+    struct api_client *client;
+    struct api_identity who;
+    char id[40];
+};
+
+/* Remove subscription (client, id) if it is still there. */
+static void sub_remove(struct api_client *client, const char *id)
+{
+    pthread_mutex_lock(&jt.sub_lock);
+    for (struct sub **p = &jt.subs; *p; p = &(*p)->next) {
+        if ((*p)->client == client && strcmp((*p)->id, id) == 0) {
+            struct sub *dead = *p;
+            *p = dead->next;
+            free(dead);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&jt.sub_lock);
+}
+
+void jobs_credentials_changed(void)
+{
+    pthread_mutex_lock(&jt.sub_lock);
+    size_t n = 0;
+    for (struct sub *s = jt.subs; s; s = s->next)
+        n++;
+    struct sub_check *v = n ? calloc(n, sizeof(*v)) : NULL;
+    size_t k = 0;
+    for (struct sub *s = jt.subs; s && v; s = s->next, k++) {
+        v[k].client = s->client;
+        v[k].who = s->who;
+        memcpy(v[k].id, s->id, sizeof(v[k].id));
+    }
+    pthread_mutex_unlock(&jt.sub_lock);
+    if (n && !v) {
+        /* Cannot check them one by one: end them all rather than let a
+         * revoked one live (a client subscribes again after its login). */
+        log_warn("api: out of memory checking subscriptions after a credential change; "
+                 "ending every subscription");
+        pthread_mutex_lock(&jt.sub_lock);
+        while (jt.subs) {
+            struct sub *dead = jt.subs;
+            jt.subs = dead->next;
+            free(dead);
+        }
+        pthread_mutex_unlock(&jt.sub_lock);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (api_auth_identity_current(&v[i].who))
+            continue;
+        sub_remove(v[i].client, v[i].id);
+        log_info("api: %s: subscription %s ended: its credential (%s) was revoked or changed",
+                 v[i].client->peer, v[i].id, v[i].who.name);
+    }
+    free(v);
+}
+
 /* ---- the table ---- */
 
-/* Drop the oldest finished jobs beyond the limit; jt.lock held. Returns the
- * dropped ids' jobs in a list for "removed" events. */
-static struct job *trim_locked(void)
+/* What a finished job holds, roughly: its JSON as text and its strings. */
+static size_t job_size(const struct job *j, const json_t *result)
+{
+    size_t n = sizeof(*j) + strlen(j->method) + 2;
+    n += j->arguments ? json_dumpb(j->arguments, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) : 0;
+    n += result ? json_dumpb(result, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY) : 0;
+    n += j->description ? strlen(j->description) : 0;
+    n += j->progress_text ? strlen(j->progress_text) : 0;
+    n += j->error ? strlen(j->error) : 0;
+    return n;
+}
+
+/* Drop the oldest finished jobs beyond the limits (count and bytes);
+ * jt.lock held. Returns the dropped ids' jobs in a list for "removed"
+ * events; *for_bytes counts those dropped for the byte bound alone. */
+static struct job *trim_locked(size_t *for_bytes)
 {
     struct job *removed = NULL;
     struct job **p = &jt.head, *prev = NULL;
-    while (*p && jt.finished > JOBS_KEEP_FINISHED) {
+    *for_bytes = 0;
+    while (*p && (jt.finished > JOBS_KEEP_FINISHED || jt.finished_bytes > JOBS_KEEP_BYTES)) {
         struct job *j = *p;
         if (j->state == JOB_RUNNING) {
             prev = j;
@@ -200,21 +314,26 @@ static struct job *trim_locked(void)
         *p = j->next;
         if (jt.tail == j)
             jt.tail = prev;
+        if (jt.finished <= JOBS_KEEP_FINISHED)
+            (*for_bytes)++;
         jt.finished--;
+        jt.finished_bytes -= j->bytes;
         j->next = removed;
         removed = j;
     }
     return removed;
 }
 
-static struct job *job_new(const char *method, json_t *params, const char *description)
+static struct job *job_new(struct api_call *call, json_t *params, const char *description)
 {
+    const char *method = api_call_method(call);
     struct job *j = calloc(1, sizeof(*j));
     if (!j)
         return NULL;
     atomic_init(&j->refs, 2); /* the table's and the runner's */
+    j->owner = *api_call_identity(call);
     j->method = strdup(method ? method : "");
-    j->arguments = params ? json_deep_copy(params) : json_array();
+    j->arguments = params ? redact_params(method, params) : json_array();
     j->description = description ? strdup(description) : NULL;
     j->state = JOB_RUNNING;
     j->time_started = now_ms();
@@ -285,6 +404,7 @@ int jobs_fail(struct job *job, int errnum, const char *fmt, ...)
 /* Record the outcome (steals result), announce it and wake waiters. */
 static void job_finish(struct job *j, int rc, json_t *result)
 {
+    size_t bytes = job_size(j, rc == 0 ? result : NULL);
     pthread_mutex_lock(&jt.lock);
     if (rc == 0) {
         j->state = JOB_SUCCESS;
@@ -303,10 +423,17 @@ static void job_finish(struct job *j, int rc, json_t *result)
     }
     j->sync_call = NULL;
     j->time_finished = now_ms();
+    j->bytes = bytes;
     jt.finished++;
-    struct job *removed = trim_locked();
+    jt.finished_bytes += bytes;
+    size_t for_bytes;
+    struct job *removed = trim_locked(&for_bytes);
     pthread_cond_broadcast(&jt.changed);
     pthread_mutex_unlock(&jt.lock);
+    if (for_bytes)
+        log_info("api: job history over %u bytes: the %zu oldest finished job(s) dropped "
+                 "(job %lld held %zu bytes)",
+                 JOBS_KEEP_BYTES, for_bytes, (long long)j->id, bytes);
     job_event(j, "changed");
     /* A client that waits for the job and is subscribed gets the event
      * first: core.job_wait returns only once it has been sent. */
@@ -316,7 +443,8 @@ static void job_finish(struct job *j, int rc, json_t *result)
     pthread_mutex_unlock(&jt.lock);
     while (removed) {
         struct job *next = removed->next;
-        broadcast("removed", removed->id, json_pack("{s:I}", "id", (json_int_t)removed->id));
+        broadcast(removed, "removed", removed->id,
+                  json_pack("{s:I}", "id", (json_int_t)removed->id));
         job_unref(removed);
         removed = next;
     }
@@ -344,7 +472,7 @@ static int fail_call(struct api_call *call, struct job *j)
 int jobs_run(struct api_call *call, json_t *params, const char *description, jobs_fn fn, void *arg,
              json_t **result)
 {
-    struct job *j = job_new(api_call_method(call), params, description);
+    struct job *j = job_new(call, params, description);
     if (!j)
         return api_error(call, ENOMEM, "out of memory for a job");
     j->sync_call = call;
@@ -412,7 +540,7 @@ int jobs_submit(struct api_call *call, json_t *params, const char *description, 
             return api_error(call, EBUSY, "too many jobs running (max %d)", JOBS_MAX_RUNNING);
         }
     }
-    struct job *j = job_new(api_call_method(call), params, description);
+    struct job *j = job_new(call, params, description);
     if (!j) {
         if (async) {
             pthread_mutex_lock(&jt.lock);
@@ -472,9 +600,11 @@ void jobs_stop(void)
 static int core_get_jobs(struct api_call *call, json_t *params, json_t **result)
 {
     json_t *rows = json_array();
+    const struct api_identity *who = api_call_identity(call);
     pthread_mutex_lock(&jt.lock);
     for (struct job *j = jt.head; j; j = j->next)
-        json_array_append_new(rows, job_json(j));
+        if (job_visible(j, who))
+            json_array_append_new(rows, job_json(j));
     pthread_mutex_unlock(&jt.lock);
     int rc = api_query(call, rows, params, result);
     json_decref(rows);
@@ -506,7 +636,13 @@ static int wait_work(struct job *self, void *arg, json_t **result)
     while (!target->settled)
         pthread_cond_wait(&jt.changed, &jt.lock);
     bool ok = target->state == JOB_SUCCESS;
-    json_t *res = ok && target->result ? json_deep_copy(target->result) : NULL;
+    /* Its owner gets the result as the work returned it (a key that
+     * api_key.create made through core.bulk); others, as core.get_jobs
+     * shows it. */
+    json_t *res = NULL;
+    if (ok && target->result)
+        res = same_caller(&self->owner, &target->owner) ? json_deep_copy(target->result)
+                                                        : redact_value(target->result);
     int errnum = target->errnum;
     char *err = !ok && target->error ? strdup(target->error) : NULL;
     pthread_mutex_unlock(&jt.lock);
@@ -532,6 +668,10 @@ static int core_job_wait(struct api_call *call, json_t *params, json_t **result)
 {
     json_t *jid = api_param(params, 0); /* an integer: the dispatcher checked it */
     struct job *target = job_find_ref(json_integer_value(jid));
+    if (target && !job_visible(target, api_call_identity(call))) {
+        job_unref(target);
+        target = NULL;
+    }
     if (!target)
         return api_error(call, ENOENT, "Job %" JSON_INTEGER_FORMAT " does not exist",
                          json_integer_value(jid));
@@ -555,6 +695,7 @@ void api_set_batch_hooks(void (*begin)(void), int (*end)(void))
 struct bulk {
     char *method;
     json_t *calls;
+    char peer[96]; /* the submitting client's, for log lines */
 };
 
 static void bulk_free(void *p)
@@ -590,9 +731,11 @@ static int bulk_work(struct job *job, void *arg, json_t **result)
         jobs_progress(job, (int)(i * 100 / (n ? n : 1)), "%s: call %zu of %zu", b->method, i + 1,
                       n);
         json_t *res = NULL, *err = NULL;
-        /* The batch was authorized when it was submitted; its calls run as
-         * trusted local calls (the submitting call may be gone). */
-        int rc = api_call_method_json(NULL, b->method, json_array_get(b->calls, i), &res, &err);
+        /* Each call runs with the rights of whoever submitted the batch
+         * (the submitting call may be gone, and its key since revoked:
+         * the dispatcher checks both), exactly as if called directly. */
+        int rc = api_call_method_as(jobs_identity(job), b->peer, b->method,
+                                    json_array_get(b->calls, i), &res, &err);
         json_t *item;
         if (rc == 0)
             item = json_pack("{s:n, s:o, s:n}", "job_id", "result", res, "error");
@@ -652,6 +795,7 @@ static int core_bulk(struct api_call *call, json_t *params, json_t **result)
         return api_error(call, ENOMEM, "out of memory");
     }
     b->calls = json_deep_copy(calls);
+    snprintf(b->peer, sizeof(b->peer), "%s", api_call_peer(call));
     return jobs_submit(call, params, desc ? json_string_value(desc) : NULL, bulk_work, b, bulk_free,
                        result);
 }
@@ -682,6 +826,7 @@ static int core_subscribe(struct api_call *call, json_t *params, json_t **result
              r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14],
              r[15]);
     s->client = client;
+    s->who = *api_call_identity(call);
     pthread_mutex_lock(&jt.sub_lock);
     s->next = jt.subs;
     jt.subs = s;
@@ -742,23 +887,23 @@ static const struct api_arg unsubscribe_args[] = {
 static const struct api_arg set_options_args[] = {API_ARG_OBJECT("options", option_fields, 0)};
 
 static const struct api_method job_methods[] = {
-    {"core.get_jobs", NULL, "Recent and running jobs (query filters/options).", core_get_jobs, 0,
-     API_ARGS(query_args)},
+    {"core.get_jobs", NULL, "Recent and running jobs (query filters/options).", core_get_jobs,
+     API_READ, API_ARGS(query_args)},
     {"core.job_wait", NULL, "A job that waits for job id and returns its result.", core_job_wait,
-     API_WAITS, API_ARGS(job_wait_args)},
+     API_WAITS | API_READ, API_ARGS(job_wait_args)},
     {"core.bulk", NULL,
      "A job that calls method once per params list (params: [[params]...]); result [{job_id, "
      "result, error}].",
-     core_bulk, 0, API_ARGS(bulk_args)},
+     core_bulk, API_READ, API_ARGS(bulk_args)},
     {"core.subscribe", NULL,
      "Receive collection_update notifications for jobs (event \"core.get_jobs\"); returns the "
      "subscription id.",
-     core_subscribe, 0, API_ARGS(subscribe_args)},
-    {"core.unsubscribe", NULL, "End a subscription.", core_unsubscribe, 0,
+     core_subscribe, API_READ, API_ARGS(subscribe_args)},
+    {"core.unsubscribe", NULL, "End a subscription.", core_unsubscribe, API_READ,
      API_ARGS(unsubscribe_args)},
     {"core.set_options", NULL,
      "Connection options: legacy_jobs=false makes job methods answer with their result.",
-     core_set_options, 0, API_ARGS(set_options_args)},
+     core_set_options, API_READ, API_ARGS(set_options_args)},
 };
 
 void jobs_init(void)

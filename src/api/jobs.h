@@ -25,7 +25,14 @@
  * RUNNING|SUCCESS|FAILED, time_started:{$date}, time_finished:{$date}|null,
  * message_ids:[]}.
  *
- * The last JOBS_KEEP_FINISHED finished jobs are kept; running jobs always.
+ * The last JOBS_KEEP_FINISHED finished jobs are kept, within
+ * JOBS_KEEP_BYTES; running jobs always.
+ *
+ * Rights: a job runs with its caller's identity (api.h struct
+ * api_identity; core.bulk's calls too). Arguments are stored and results
+ * shown redacted of secrets (api/redact.h); a FULL_ADMIN (or the local
+ * socket) sees every job and its events, a narrower key only its own; a
+ * subscription ends when its login does (logout, key revoked).
  * Thread-safe.
  */
 #ifndef BLOCKD_API_JOBS_H
@@ -37,6 +44,9 @@
 #include "api/api.h"
 
 #define JOBS_KEEP_FINISHED 1000
+/* Finished jobs are also dropped, oldest first (a log line says so),
+ * while together they hold more than this (arguments, results, texts). */
+#define JOBS_KEEP_BYTES (4u * 1024 * 1024)
 #define JOBS_MAX_RUNNING 64
 
 struct job;
@@ -72,6 +82,9 @@ void jobs_progress(struct job *job, int percent, const char *fmt, ...)
 int jobs_fail(struct job *job, int errnum, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int64_t jobs_id(const struct job *job);
+/* Who started the job (its call's identity): work that calls methods on
+ * the job's behalf passes it to api_call_method_as. Valid while fn runs. */
+const struct api_identity *jobs_identity(const struct job *job);
 
 /*
  * Register core.get_jobs, core.job_wait, core.bulk, core.subscribe,
@@ -88,5 +101,14 @@ void jobs_stop(void);
  * returns no event is sent to it. Call before freeing the client.
  */
 void jobs_client_closed(struct api_client *client);
+
+/*
+ * A credential was revoked or changed (api_key.delete, api_key.update of
+ * roles, an account's password changed or deleted): end every
+ * subscription made under a credential that no longer stands, before
+ * returning. Called by api_auth_sessions_changed(). Any API thread; takes
+ * the DB lock, so not under the job or subscription locks.
+ */
+void jobs_credentials_changed(void);
 
 #endif

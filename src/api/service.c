@@ -253,17 +253,20 @@ static const struct api_arg update_args[] = {
     API_ARG_OBJECT("data", update_fields, 0)};
 
 static const struct api_method service_methods[] = {
-    {"service.query", NULL, "Services with their state (RUNNING/STOPPED).", svc_query, 0,
+    {"service.query", NULL, "Services with their state (RUNNING/STOPPED).", svc_query, API_READ,
      API_ARGS(query_args)},
-    {"service.started", NULL, "Whether a service runs.", svc_started, 0, API_ARGS(started_args)},
-    {"service.start", NULL, "Open the service's listeners.", svc_start, 0, API_ARGS(start_args)},
-    {"service.stop", NULL, "Close the service's listeners and sessions.", svc_stop, 0,
+    {"service.started", NULL, "Whether a service runs.", svc_started, API_READ,
+     API_ARGS(started_args)},
+    {"service.start", NULL, "Open the service's listeners.", svc_start, API_ADMIN,
+     API_ARGS(start_args)},
+    {"service.stop", NULL, "Close the service's listeners and sessions.", svc_stop, API_ADMIN,
      API_ARGS(stop_args)},
-    {"service.restart", NULL, "Stop then start a service.", svc_restart, 0, API_ARGS(restart_args)},
+    {"service.restart", NULL, "Stop then start a service.", svc_restart, API_ADMIN,
+     API_ARGS(restart_args)},
     {"service.reload", NULL,
      "Apply pending configuration (iscsitarget: every deferred change, as one generation).",
-     svc_reload, 0, API_ARGS(reload_args)},
-    {"service.update", NULL, "Whether the service starts with blockd.", svc_update, 0,
+     svc_reload, API_ADMIN, API_ARGS(reload_args)},
+    {"service.update", NULL, "Whether the service starts with blockd.", svc_update, API_ADMIN,
      API_ARGS(update_args)},
 };
 

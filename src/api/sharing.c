@@ -25,9 +25,11 @@ static int sharing_refused(struct api_call *call, json_t *params, json_t **resul
                      api_call_method(call));
 }
 
-#define REFUSED(name)                                                                              \
+/* cls: what the method would need if it existed (a read-only key gets
+ * EACCES for a change, as for any other change, and ENOTSUP for a read). */
+#define REFUSED(name, cls)                                                                         \
     {                                                                                              \
-        name, "[...]", "Not supported: blockd has no NFS/SMB file sharing.", sharing_refused, 0    \
+        name, "[...]", "Not supported: blockd has no NFS/SMB file sharing.", sharing_refused, cls  \
     }
 
 static const struct api_arg query_args[] = {API_ARG_QUERY};
@@ -36,25 +38,25 @@ static const struct api_arg query_args[] = {API_ARG_QUERY};
  * anything and refuse it, so there is nothing to describe or check. */
 static const struct api_method sharing_methods[] = {
     {"sharing.nfs.query", NULL, "NFS shares: always [] (blockd serves block volumes only).",
-     sharing_query, 0, API_ARGS(query_args)},
+     sharing_query, API_READ, API_ARGS(query_args)},
     {"sharing.smb.query", NULL, "SMB shares: always [] (blockd serves block volumes only).",
-     sharing_query, 0, API_ARGS(query_args)},
-    REFUSED("sharing.nfs.create"),
-    REFUSED("sharing.nfs.update"),
-    REFUSED("sharing.nfs.delete"),
-    REFUSED("sharing.nfs.get_instance"),
-    REFUSED("sharing.smb.create"),
-    REFUSED("sharing.smb.update"),
-    REFUSED("sharing.smb.delete"),
-    REFUSED("sharing.smb.get_instance"),
-    REFUSED("sharing.smb.getacl"),
-    REFUSED("sharing.smb.setacl"),
-    REFUSED("sharing.smb.presets"),
-    REFUSED("sharing.smb.share_precheck"),
-    REFUSED("nfs.config"),
-    REFUSED("nfs.update"),
-    REFUSED("smb.config"),
-    REFUSED("smb.update"),
+     sharing_query, API_READ, API_ARGS(query_args)},
+    REFUSED("sharing.nfs.create", API_SHARE),
+    REFUSED("sharing.nfs.update", API_SHARE),
+    REFUSED("sharing.nfs.delete", API_SHARE),
+    REFUSED("sharing.nfs.get_instance", API_READ),
+    REFUSED("sharing.smb.create", API_SHARE),
+    REFUSED("sharing.smb.update", API_SHARE),
+    REFUSED("sharing.smb.delete", API_SHARE),
+    REFUSED("sharing.smb.get_instance", API_READ),
+    REFUSED("sharing.smb.getacl", API_READ),
+    REFUSED("sharing.smb.setacl", API_SHARE),
+    REFUSED("sharing.smb.presets", API_READ),
+    REFUSED("sharing.smb.share_precheck", API_READ),
+    REFUSED("nfs.config", API_READ),
+    REFUSED("nfs.update", API_ADMIN),
+    REFUSED("smb.config", API_READ),
+    REFUSED("smb.update", API_ADMIN),
 };
 
 void api_sharing_init(void)

@@ -34,6 +34,11 @@ static int none_key_create(struct api_key_rec *r, api_key_hash_fn make_hash, voi
     missing();
     return -ENOSYS;
 }
+static int none_key_update(int64_t id, const char *name, unsigned roles)
+{
+    missing();
+    return -ENOSYS;
+}
 static int none_key_delete(int64_t id, bool *existed)
 {
     missing();
@@ -93,6 +98,7 @@ static int none_service_enable_put(const char *name, int64_t id, bool on)
 static const struct api_store_ops none = {
     .key_list = none_key_list,
     .key_create = none_key_create,
+    .key_update = none_key_update,
     .key_delete = none_key_delete,
     .key_by_hash = none_key_by_hash,
     .key_exists = none_key_exists,

@@ -32,6 +32,7 @@ struct api_key_rec {
     int64_t created_at; /* ms since the epoch */
     bool has_expiry;
     int64_t expires_at; /* ms since the epoch, when has_expiry */
+    unsigned roles;     /* enum api_role bits (api/api.h); keys from before roles: FULL */
 };
 
 /* A local account as stored (never the hash). */
@@ -54,6 +55,10 @@ struct api_store_ops {
      * new id and created_at (now) are set in *r. -EEXIST when the name is
      * taken (nothing stored). */
     int (*key_create)(struct api_key_rec *r, api_key_hash_fn make_hash, void *arg);
+    /* Replace key id's name (when name is not NULL) and roles (when not
+     * 0) in one transaction; -ENOENT when there is no such key, -EEXIST
+     * when the name is taken. */
+    int (*key_update)(int64_t id, const char *name, unsigned roles);
     /* Delete key id in one transaction; *existed whether it was there. */
     int (*key_delete)(int64_t id, bool *existed);
     /* The key whose stored hash is hash: 1 with *out and its stored hash in

@@ -109,8 +109,18 @@ static const char doc_intro[] =
     "fields keep their nesting), `extra` (per-method; e.g. `pool.dataset.query`),\n"
     "and `force_sql_filters`, `relationships`, `extend`, `extend_context`, `prefix`\n"
     "(accepted for compatibility). Unknown options are rejected.\n\n"
+    "## Roles\n\n"
+    "A remote caller has the roles of its API key (`api_key.create {name, roles}`;\n"
+    "`FULL_ADMIN` when none is given, as every key was before roles) or, logged\n"
+    "in with a password, `FULL_ADMIN`. The column *role* below is the least role\n"
+    "that may call a method: `READONLY_ADMIN` (reads, its own session and jobs),\n"
+    "`SHARING_ADMIN` (also datasets, snapshots, iSCSI targets, extents, CHAP and\n"
+    "initiator groups, NBD exports), `FULL_ADMIN` (also pools, keys, portals,\n"
+    "services and global settings). *local* methods are served on the Unix socket\n"
+    "only. A call outside the caller's role is `-32001` `EACCES` naming the\n"
+    "method, whether made directly or through `core.bulk`. See docs/security.md.\n\n"
     "## Methods\n\n"
-    "| method | params | summary |\n|---|---|---|\n";
+    "| method | params | role | summary |\n|---|---|---|---|\n";
 
 static void md_cell(const char *s)
 {
@@ -146,7 +156,8 @@ static int methods_run(struct cli_ctx *ctx, int argc, char **argv)
                 md_cell(params);
                 fputc('`', stdout);
             }
-            printf(" | ");
+            printf(" | %s%s | ", json_string_value(json_object_get(m, "role")),
+                   json_is_true(json_object_get(m, "local_only")) ? ", local" : "");
             md_cell(json_string_value(json_object_get(m, "summary")));
             if (json_is_true(json_object_get(m, "no_auth")))
                 printf(" (no login needed)");

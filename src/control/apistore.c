@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/api.h"
 #include "api/store.h"
 #include "control/cfgtx.h"
 #include "control/db.h"
@@ -25,6 +26,13 @@ static const char key_schema[] = "CREATE TABLE IF NOT EXISTS api_key ("
                                  " keyhash TEXT NOT NULL UNIQUE,"
                                  " created_at INTEGER NOT NULL,"
                                  " expires_at INTEGER);";
+
+/* A key's roles (enum api_role bits), kept beside api_key so that a DB
+ * from before roles needs no migration: a key without a row is a
+ * FULL_ADMIN, which is what every key was then. */
+static const char key_role_schema[] = "CREATE TABLE IF NOT EXISTS api_key_role ("
+                                      " key_id INTEGER PRIMARY KEY,"
+                                      " roles INTEGER NOT NULL);";
 
 static const char account_schema[] = "CREATE TABLE IF NOT EXISTS account ("
                                      " id INTEGER PRIMARY KEY AUTOINCREMENT,"
@@ -49,7 +57,9 @@ static void text_col(sqlite3_stmt *st, int col, char *buf, size_t len)
 
 /* ---- keys ---- */
 
-#define KEY_SELECT "SELECT id, name, username, created_at, expires_at, keyhash FROM api_key"
+#define KEY_SELECT                                                                                 \
+    "SELECT id, name, username, created_at, expires_at, keyhash, roles FROM api_key"               \
+    " LEFT JOIN api_key_role ON key_id = id"
 
 static void key_decode(sqlite3_stmt *st, struct api_key_rec *r)
 {
@@ -60,6 +70,8 @@ static void key_decode(sqlite3_stmt *st, struct api_key_rec *r)
     r->created_at = sqlite3_column_int64(st, 3);
     r->has_expiry = sqlite3_column_type(st, 4) != SQLITE_NULL;
     r->expires_at = r->has_expiry ? sqlite3_column_int64(st, 4) : 0;
+    r->roles = sqlite3_column_type(st, 6) == SQLITE_NULL ? API_ROLE_FULL
+                                                         : (unsigned)sqlite3_column_int64(st, 6);
 }
 
 /* Every row of st (prepared under db_lock, which the caller holds) into a
@@ -143,6 +155,9 @@ static int key_create(struct api_key_rec *r, api_key_hash_fn make_hash, void *ar
     }
     if (rc == 0)
         rc = db_run("UPDATE api_key SET keyhash = ? WHERE id = ?", "ti", hash, r->id);
+    if (rc == 0)
+        rc = db_run("INSERT OR REPLACE INTO api_key_role (key_id, roles) VALUES (?, ?)", "ii",
+                    r->id, (int64_t)r->roles);
     if (rc < 0) {
         cfg_tx_abort(&tx);
         return rc;
@@ -176,7 +191,37 @@ static int delete_one(enum cfg_kind kind, int64_t id, bool *existed, const char 
 
 static int key_delete(int64_t id, bool *existed)
 {
-    return delete_one(CFG_API_KEY, id, existed, "DELETE FROM api_key WHERE id = ?", "i", id);
+    int rc = delete_one(CFG_API_KEY, id, existed, "DELETE FROM api_key WHERE id = ?", "i", id);
+    if (rc == 0) {
+        bool had_roles;
+        rc = delete_one(CFG_API_KEY, id, &had_roles, "DELETE FROM api_key_role WHERE key_id = ?",
+                        "i", id);
+    }
+    return rc;
+}
+
+static int key_update(int64_t id, const char *name, unsigned roles)
+{
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+    if (rc < 0)
+        return rc;
+    /* (name = name: the row count still tells whether the key exists) */
+    if (name)
+        rc = db_run("UPDATE api_key SET name = ? WHERE id = ?", "ti", name, id);
+    else
+        rc = db_run("UPDATE api_key SET name = name WHERE id = ?", "i", id);
+    if (rc == 0 && sqlite3_changes(db_handle()) == 0)
+        rc = -ENOENT;
+    if (rc == 0 && roles)
+        rc = db_run("INSERT OR REPLACE INTO api_key_role (key_id, roles) VALUES (?, ?)", "ii", id,
+                    (int64_t)roles);
+    if (rc < 0) {
+        cfg_tx_abort(&tx);
+        return rc;
+    }
+    cfg_tx_changed(&tx, CFG_API_KEY, id, CFG_UPDATED);
+    return cfg_tx_commit(&tx);
 }
 
 static int key_by_hash(const char *hash, struct api_key_rec *out, char *stored)
@@ -347,6 +392,7 @@ static int service_enable_put(const char *name, int64_t id, bool on)
 static const struct api_store_ops ops = {
     .key_list = key_list,
     .key_create = key_create,
+    .key_update = key_update,
     .key_delete = key_delete,
     .key_by_hash = key_by_hash,
     .key_exists = key_exists,
@@ -362,6 +408,7 @@ static const struct api_store_ops ops = {
 void apistore_init(void)
 {
     db_register_schema(key_schema);
+    db_register_schema(key_role_schema);
     db_register_schema(account_schema);
     api_store_set(&ops);
 }

@@ -973,20 +973,20 @@ static const struct api_arg delete_args[] = {
     API_ARG_OBJECT("options", delete_fields, API_ARG_OPTIONAL | API_ARG_SELF_CHECKED)};
 
 const struct api_method ds_dataset_methods[] = {
-    {"pool.dataset.get_instance", NULL, "One dataset by its name", m_dataset_get_instance, 0,
+    {"pool.dataset.get_instance", NULL, "One dataset by its name", m_dataset_get_instance, API_READ,
      API_ARGS(ds_get_instance_args)},
     {"pool.dataset.create", NULL,
      "Create a volume (a sparse or thick file) or a filesystem (a directory); ZFS properties: "
      "docs/api-datasets.md",
-     ds_dataset_create, 0, API_ARGS(ds_dataset_create_args)},
-    {"pool.dataset.query", NULL, "List datasets with TrueNAS-style properties", m_dataset_query, 0,
-     API_ARGS(ds_query_args)},
+     ds_dataset_create, API_SHARE, API_ARGS(ds_dataset_create_args)},
+    {"pool.dataset.query", NULL, "List datasets with TrueNAS-style properties", m_dataset_query,
+     API_READ, API_ARGS(ds_query_args)},
     {"pool.dataset.update", NULL,
-     "Resize a volume or change its properties; applied live to open volumes", m_dataset_update, 0,
-     API_ARGS(update_args)},
+     "Resize a volume or change its properties; applied live to open volumes", m_dataset_update,
+     API_SHARE, API_ARGS(update_args)},
     {"pool.dataset.delete", NULL,
-     "Delete a dataset (with its children and snapshots when recursive)", m_dataset_delete, 0,
-     API_ARGS(delete_args)},
+     "Delete a dataset (with its children and snapshots when recursive)", m_dataset_delete,
+     API_SHARE, API_ARGS(delete_args)},
 };
 const size_t ds_dataset_method_count = ARRAY_SIZE(ds_dataset_methods);
 

@@ -425,8 +425,8 @@ static const struct api_arg promote_args[] = {
 const struct api_method ds_promote_methods[] = {
     {"pool.dataset.promote", NULL,
      "Make a clone independent of its origin snapshot (the origin's older snapshots move to it)",
-     m_dataset_promote, 0, API_ARGS(promote_args)},
-    {"zfs.dataset.promote", NULL, "Same as pool.dataset.promote", m_dataset_promote, 0,
+     m_dataset_promote, API_SHARE, API_ARGS(promote_args)},
+    {"zfs.dataset.promote", NULL, "Same as pool.dataset.promote", m_dataset_promote, API_SHARE,
      API_ARGS(promote_args)},
 };
 const size_t ds_promote_method_count = ARRAY_SIZE(ds_promote_methods);

@@ -883,15 +883,15 @@ const struct api_method ds_rename_methods[] = {
     {"zfs.dataset.rename", NULL,
      "Rename a volume, a filesystem (with its descendants) or a snapshot (recursive: the same "
      "snapshot of every descendant); shares follow",
-     m_zfs_dataset_rename, 0, API_ARGS(zfs_rename_args)},
+     m_zfs_dataset_rename, API_SHARE, API_ARGS(zfs_rename_args)},
     {"pool.dataset.rename", NULL,
      "Rename a volume or a filesystem (with its descendants); shares follow", m_pool_dataset_rename,
-     0, API_ARGS(pool_rename_args)},
+     API_SHARE, API_ARGS(pool_rename_args)},
     {"zfs.snapshot.rename", NULL,
      "Rename a snapshot within its dataset; shares of it follow (new_name_or_options: a name or "
      "{new_name})",
-     m_snapshot_rename, 0, API_ARGS(snapshot_rename_args)},
+     m_snapshot_rename, API_SHARE, API_ARGS(snapshot_rename_args)},
     {"pool.snapshot.rename", NULL, "Rename a snapshot within its dataset; shares of it follow",
-     m_snapshot_rename, 0, API_ARGS(pool_snapshot_rename_args)},
+     m_snapshot_rename, API_SHARE, API_ARGS(pool_snapshot_rename_args)},
 };
 const size_t ds_rename_method_count = ARRAY_SIZE(ds_rename_methods);

@@ -714,12 +714,12 @@ static int m_pool_get_instance(struct api_call *call, json_t *params, json_t **r
 static const struct api_arg pool_create_args[] = {API_ARG_OBJECT("data", pool_create_fields, 0)};
 
 const struct api_method ds_pool_methods[] = {
-    {"pool.get_instance", NULL, "One pool by its numeric id", m_pool_get_instance, 0,
+    {"pool.get_instance", NULL, "One pool by its numeric id", m_pool_get_instance, API_READ,
      API_ARGS(ds_get_instance_args)},
     {"pool.create", NULL,
      "Create a pool: a directory (default STATE/pools/NAME) or a Ceph RBD pool holding datasets",
-     m_pool_create, 0, API_ARGS(pool_create_args)},
-    {"pool.query", NULL, "List pools with their space usage", m_pool_query, 0,
+     m_pool_create, API_ADMIN, API_ARGS(pool_create_args)},
+    {"pool.query", NULL, "List pools with their space usage", m_pool_query, API_READ,
      API_ARGS(ds_query_args)},
 };
 const size_t ds_pool_method_count = ARRAY_SIZE(ds_pool_methods);

@@ -477,7 +477,8 @@ static int run_method(struct repl_task *t, const char *what, const char *method,
 
     if (!params)
         return repl_fail(t, ENOMEM, "%s: out of memory", what);
-    rc = api_call_method_json(NULL, method, params, &res, &err);
+    /* with the rights of whoever started the replication (its job's) */
+    rc = api_call_method_as(jobs_identity(t->job), "replication", method, params, &res, &err);
     json_decref(params);
     if (rc < 0) {
         json_t *data = json_object_get(err, "data");
@@ -1110,7 +1111,8 @@ static void run_retention(struct repl_task *t)
             json_t *res = NULL, *err = NULL;
             snprintf(full, sizeof(full), "%s@%s", it->dst, d->name);
             json_t *p = json_pack("[s]", full);
-            if (p && api_call_method_json(NULL, "zfs.snapshot.delete", p, &res, &err) < 0)
+            if (p && api_call_method_as(jobs_identity(t->job), "replication", "zfs.snapshot.delete",
+                                        p, &res, &err) < 0)
                 log_warn("replication: retention could not delete %s: %s", full,
                          json_string_value(json_object_get(err, "message")));
             json_decref(p);
@@ -1569,11 +1571,11 @@ static const struct api_arg count_args[] = {API_ARG_OBJECT("data", count_fields,
 
 static const struct api_method repl_methods[] = {
     {"replication.run_onetime", NULL, "Copy volumes and their snapshots to another dataset (a job)",
-     m_run_onetime, 0, API_ARGS(onetime_args)},
+     m_run_onetime, API_ADMIN, API_ARGS(onetime_args)},
     {"replication.list_naming_schemas", NULL, "Naming schemas of stored tasks (none in blockd)",
-     m_list_naming_schemas, 0},
+     m_list_naming_schemas, API_READ},
     {"replication.count_eligible_manual_snapshots", NULL,
-     "How many snapshots of datasets a naming schema or regex selects", m_count_eligible, 0,
+     "How many snapshots of datasets a naming schema or regex selects", m_count_eligible, API_READ,
      API_ARGS(count_args)},
 };
 

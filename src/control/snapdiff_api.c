@@ -158,10 +158,10 @@ const struct api_method ds_snapdiff_methods[] = {
     {"pool.snapshot.changed_blocks", NULL,
      "Byte ranges that may differ between snapshot base and a newer snapshot or the live volume "
      "target ({base, target, offset?, length?, max_results?} -> {ranges, next_offset})",
-     m_changed_blocks, 0, API_ARGS(changed_args)},
+     m_changed_blocks, API_READ, API_ARGS(changed_args)},
     {"pool.snapshot.allocated_blocks", NULL,
      "Byte ranges of a snapshot that hold data ({snapshot, offset?, length?, max_results?} -> "
      "{ranges, next_offset})",
-     m_allocated_blocks, 0, API_ARGS(allocated_args)},
+     m_allocated_blocks, API_READ, API_ARGS(allocated_args)},
 };
 const size_t ds_snapdiff_method_count = ARRAY_SIZE(ds_snapdiff_methods);

@@ -1254,18 +1254,19 @@ static const struct api_arg rollback_args[] = {{.name = "id", .type = API_T_ANY}
 
 const struct api_method ds_snapshot_methods[] = {
     {"zfs.snapshot.get_instance", NULL, "One snapshot by its name (pool/vol@snap)",
-     m_snapshot_get_instance, 0, API_ARGS(ds_get_instance_args)},
+     m_snapshot_get_instance, API_READ, API_ARGS(ds_get_instance_args)},
     {"zfs.snapshot.create", NULL,
      "Snapshot a volume ({dataset, name} or {name: \"pool/vol@snap\"}; reflink, or "
      "copy-before-write: writes are never held for the copy)",
-     m_snapshot_create, 0, API_ARGS(create_args)},
-    {"zfs.snapshot.query", NULL, "List snapshots", m_snapshot_query, 0, API_ARGS(ds_query_args)},
+     m_snapshot_create, API_SHARE, API_ARGS(create_args)},
+    {"zfs.snapshot.query", NULL, "List snapshots", m_snapshot_query, API_READ,
+     API_ARGS(ds_query_args)},
     {"zfs.snapshot.delete", NULL, "Delete a snapshot (refused while clones depend on it)",
-     m_snapshot_delete, 0, API_ARGS(delete_args)},
-    {"zfs.snapshot.clone", NULL, "Create a new volume from a snapshot", m_snapshot_clone, 0,
+     m_snapshot_delete, API_SHARE, API_ARGS(delete_args)},
+    {"zfs.snapshot.clone", NULL, "Create a new volume from a snapshot", m_snapshot_clone, API_SHARE,
      API_ARGS(clone_args)},
     {"zfs.snapshot.rollback", NULL,
      "Replace a volume's contents with a snapshot's (in place; open volumes see it at once)",
-     m_snapshot_rollback, 0, API_ARGS(rollback_args)},
+     m_snapshot_rollback, API_SHARE, API_ARGS(rollback_args)},
 };
 const size_t ds_snapshot_method_count = ARRAY_SIZE(ds_snapshot_methods);

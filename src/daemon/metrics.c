@@ -635,7 +635,7 @@ static const struct api_method methods[] = {
     {"core.metrics", NULL,
      "I/O counters per volume and protocol (ops, bytes, errors, seconds per operation; "
      "in-flight requests), with a monotonic time in seconds for computing rates",
-     m_core_metrics, 0},
+     m_core_metrics, API_READ},
 };
 
 void metrics_init(void)

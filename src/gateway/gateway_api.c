@@ -33,7 +33,7 @@ static const struct api_method gateway_methods[] = {
      "Members of this daemon's gateway group (--gateway-group): id (its target port group), "
      "name, portals, state ONLINE/OFFLINE, last_seen (unix s), client_address, local, fenced. "
      "Empty when the group is off.",
-     m_query, 0, API_ARGS(query_args)},
+     m_query, API_READ, API_ARGS(query_args)},
 };
 
 void gateway_api_init(void)

@@ -344,7 +344,9 @@ static int call_error(json_t *err, const char *method, char *why, size_t len)
 static int call(const char *method, json_t *params, json_t **res, char *why, size_t len)
 {
     json_t *r = NULL, *err = NULL;
-    int rc = api_call_method_json(NULL, method, params, &r, &err);
+    /* blockd applying its group's configuration: the explicit internal
+     * identity (full rights, never the local administrator's). */
+    int rc = api_call_method_as(&api_identity_internal, "gateway", method, params, &r, &err);
     json_decref(params);
     if (rc < 0) {
         rc = call_error(err, method, why, len);

@@ -302,15 +302,16 @@ static const struct api_arg update_args[] = {ICFG_ARGS_UPDATE(auth_fields)};
 
 const struct api_method icfg_auth_methods[] = {
     {"iscsi.auth.create", NULL,
-     "Create a CHAP credential (secrets 12-16 characters, stored encrypted)", auth_create, 0,
-     API_ARGS(create_args)},
-    {"iscsi.auth.update", NULL, "Change a CHAP credential", auth_update, 0, API_ARGS(update_args)},
-    {"iscsi.auth.delete", NULL, "Delete a CHAP credential", auth_delete, 0,
+     "Create a CHAP credential (secrets 12-16 characters, stored encrypted)", auth_create,
+     API_SHARE, API_ARGS(create_args)},
+    {"iscsi.auth.update", NULL, "Change a CHAP credential", auth_update, API_SHARE,
+     API_ARGS(update_args)},
+    {"iscsi.auth.delete", NULL, "Delete a CHAP credential", auth_delete, API_SHARE,
      API_ARGS(icfg_delete_args)},
     {"iscsi.auth.query", NULL,
-     "List CHAP credentials (secrets included, as TrueNAS shows an administrator)", auth_query, 0,
-     API_ARGS(icfg_query_args)},
-    {"iscsi.auth.get_instance", NULL, "One authorized access by id", auth_query_instance, 0,
+     "List CHAP credentials (secrets included, as TrueNAS shows an administrator)", auth_query,
+     API_READ, API_ARGS(icfg_query_args)},
+    {"iscsi.auth.get_instance", NULL, "One authorized access by id", auth_query_instance, API_READ,
      API_ARGS(icfg_get_instance_args)},
 };
 const size_t icfg_auth_methods_count = ARRAY_SIZE(icfg_auth_methods);

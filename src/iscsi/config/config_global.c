@@ -265,12 +265,12 @@ static const struct api_arg query_args[] = {API_ARG_QUERY};
 
 const struct api_method icfg_global_methods[] = {
     {"iscsi.global.config", NULL, "iSCSI global settings (basename, listen_port, isns_servers)",
-     global_config, 0},
-    {"iscsi.global.update", NULL, "Change iSCSI global settings", global_update, 0,
+     global_config, API_READ},
+    {"iscsi.global.update", NULL, "Change iSCSI global settings", global_update, API_ADMIN,
      API_ARGS(update_args)},
     {"iscsi.global.sessions", NULL, "Logged-in iSCSI sessions with their negotiated parameters",
-     global_sessions, 0, API_ARGS(query_args)},
+     global_sessions, API_READ, API_ARGS(query_args)},
     {"iscsi.global.client_count", NULL, "Number of distinct connected iSCSI initiator addresses",
-     global_client_count, 0},
+     global_client_count, API_READ},
 };
 const size_t icfg_global_methods_count = ARRAY_SIZE(icfg_global_methods);

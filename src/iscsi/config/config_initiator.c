@@ -209,15 +209,15 @@ static const struct api_arg update_args[] = {ICFG_ARGS_UPDATE(initiator_fields)}
 
 const struct api_method icfg_initiator_methods[] = {
     {"iscsi.initiator.create", NULL,
-     "Create an authorized-initiator group (empty list = every initiator)", initiator_create, 0,
-     API_ARGS(create_args)},
-    {"iscsi.initiator.update", NULL, "Change an initiator group", initiator_update, 0,
+     "Create an authorized-initiator group (empty list = every initiator)", initiator_create,
+     API_SHARE, API_ARGS(create_args)},
+    {"iscsi.initiator.update", NULL, "Change an initiator group", initiator_update, API_SHARE,
      API_ARGS(update_args)},
     {"iscsi.initiator.delete", NULL, "Delete an initiator group not used by a target",
-     initiator_delete, 0, API_ARGS(icfg_delete_args)},
-    {"iscsi.initiator.query", NULL, "List initiator groups", initiator_query, 0,
+     initiator_delete, API_SHARE, API_ARGS(icfg_delete_args)},
+    {"iscsi.initiator.query", NULL, "List initiator groups", initiator_query, API_READ,
      API_ARGS(icfg_query_args)},
-    {"iscsi.initiator.get_instance", NULL, "One initiator group by id", initiator_query_instance, 0,
-     API_ARGS(icfg_get_instance_args)},
+    {"iscsi.initiator.get_instance", NULL, "One initiator group by id", initiator_query_instance,
+     API_READ, API_ARGS(icfg_get_instance_args)},
 };
 const size_t icfg_initiator_methods_count = ARRAY_SIZE(icfg_initiator_methods);

@@ -284,16 +284,17 @@ static const struct api_arg create_args[] = {ICFG_ARG_CREATE(portal_fields)};
 static const struct api_arg update_args[] = {ICFG_ARGS_UPDATE(portal_fields)};
 
 const struct api_method icfg_portal_methods[] = {
-    {"iscsi.portal.create", NULL, "Create an iSCSI portal", portal_create, 0,
+    {"iscsi.portal.create", NULL, "Create an iSCSI portal", portal_create, API_ADMIN,
      API_ARGS(create_args)},
-    {"iscsi.portal.update", NULL, "Change an iSCSI portal", portal_update, 0,
+    {"iscsi.portal.update", NULL, "Change an iSCSI portal", portal_update, API_ADMIN,
      API_ARGS(update_args)},
     {"iscsi.portal.delete", NULL, "Delete an iSCSI portal (and the target groups using it)",
-     portal_delete, 0, API_ARGS(icfg_delete_args)},
-    {"iscsi.portal.query", NULL, "List iSCSI portals", portal_query, 0, API_ARGS(icfg_query_args)},
+     portal_delete, API_ADMIN, API_ARGS(icfg_delete_args)},
+    {"iscsi.portal.query", NULL, "List iSCSI portals", portal_query, API_READ,
+     API_ARGS(icfg_query_args)},
     {"iscsi.portal.listen_ip_choices", NULL, "Addresses a portal may listen on",
-     portal_listen_ip_choices, 0},
-    {"iscsi.portal.get_instance", NULL, "One portal by id", portal_query_instance, 0,
+     portal_listen_ip_choices, API_READ},
+    {"iscsi.portal.get_instance", NULL, "One portal by id", portal_query_instance, API_READ,
      API_ARGS(icfg_get_instance_args)},
 };
 const size_t icfg_portal_methods_count = ARRAY_SIZE(icfg_portal_methods);

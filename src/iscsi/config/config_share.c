@@ -423,12 +423,12 @@ static const struct api_method share_methods[] = {
     {"share.iscsi.create", NULL,
      "Share a volume (name: POOL/VOL) over iSCSI (target + extent + LUN 0, default portal and "
      "allow-all group if needed) in one transaction.",
-     share_create, 0, API_ARGS(create_args)},
+     share_create, API_SHARE, API_ARGS(create_args)},
     {"share.iscsi.delete", NULL,
      "Remove a volume's iSCSI share (target, mapping and extent) in one transaction.", share_delete,
-     0, API_ARGS(delete_args)},
+     API_SHARE, API_ARGS(delete_args)},
     {"share.iscsi.query", NULL, "Targets with the datasets on their LUNs (one row per LUN).",
-     share_query, 0, API_ARGS(query_args)},
+     share_query, API_READ, API_ARGS(query_args)},
 };
 
 void iscsi_share_init(void)

@@ -497,17 +497,18 @@ static const struct api_arg validate_name_args[] = {
 
 const struct api_method icfg_target_methods[] = {
     {"iscsi.target.create", NULL,
-     "Create an iSCSI target (IQN = basename:name); live when the call returns", target_create, 0,
-     API_ARGS(create_args)},
-    {"iscsi.target.update", NULL, "Change an iSCSI target", target_update, 0,
+     "Create an iSCSI target (IQN = basename:name); live when the call returns", target_create,
+     API_SHARE, API_ARGS(create_args)},
+    {"iscsi.target.update", NULL, "Change an iSCSI target", target_update, API_SHARE,
      API_ARGS(update_args)},
     {"iscsi.target.delete", NULL,
-     "Delete an iSCSI target (EBUSY while sessions are logged in, unless force)", target_delete, 0,
-     API_ARGS(delete_args)},
-    {"iscsi.target.query", NULL, "List iSCSI targets", target_query, 0, API_ARGS(icfg_query_args)},
-    {"iscsi.target.get_instance", NULL, "One target by id", target_query_instance, 0,
+     "Delete an iSCSI target (EBUSY while sessions are logged in, unless force)", target_delete,
+     API_SHARE, API_ARGS(delete_args)},
+    {"iscsi.target.query", NULL, "List iSCSI targets", target_query, API_READ,
+     API_ARGS(icfg_query_args)},
+    {"iscsi.target.get_instance", NULL, "One target by id", target_query_instance, API_READ,
      API_ARGS(icfg_get_instance_args)},
     {"iscsi.target.validate_name", NULL, "Check a target name: null when valid, else the reason",
-     target_validate_name, 0, API_ARGS(validate_name_args)},
+     target_validate_name, API_READ, API_ARGS(validate_name_args)},
 };
 const size_t icfg_target_methods_count = ARRAY_SIZE(icfg_target_methods);

@@ -228,14 +228,15 @@ static const struct api_arg delete_args[] = {ICFG_ARG_ID, ICFG_ARG_BOOL("force")
 
 const struct api_method icfg_targetextent_methods[] = {
     {"iscsi.targetextent.create", NULL,
-     "Map an extent to a target as a LUN (lunid null: lowest free)", te_create, 0,
+     "Map an extent to a target as a LUN (lunid null: lowest free)", te_create, API_SHARE,
      API_ARGS(create_args)},
-    {"iscsi.targetextent.update", NULL, "Change a LUN mapping", te_update, 0,
+    {"iscsi.targetextent.update", NULL, "Change a LUN mapping", te_update, API_SHARE,
      API_ARGS(update_args)},
-    {"iscsi.targetextent.delete", NULL, "Remove a LUN mapping", te_delete, 0,
+    {"iscsi.targetextent.delete", NULL, "Remove a LUN mapping", te_delete, API_SHARE,
      API_ARGS(delete_args)},
-    {"iscsi.targetextent.query", NULL, "List LUN mappings", te_query, 0, API_ARGS(icfg_query_args)},
+    {"iscsi.targetextent.query", NULL, "List LUN mappings", te_query, API_READ,
+     API_ARGS(icfg_query_args)},
     {"iscsi.targetextent.get_instance", NULL, "One target-extent mapping by id", te_query_instance,
-     0, API_ARGS(icfg_get_instance_args)},
+     API_READ, API_ARGS(icfg_get_instance_args)},
 };
 const size_t icfg_targetextent_methods_count = ARRAY_SIZE(icfg_targetextent_methods);

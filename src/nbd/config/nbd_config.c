@@ -762,17 +762,17 @@ static const struct api_arg global_update_args[] = {
 
 static const struct api_method nbd_methods[] = {
     {"nbd.export.create", NULL, "Create an NBD export of a volume, snapshot or raw file",
-     m_export_create, 0, API_ARGS(create_args)},
-    {"nbd.export.update", NULL, "Change an NBD export (live)", m_export_update, 0,
+     m_export_create, API_SHARE, API_ARGS(create_args)},
+    {"nbd.export.update", NULL, "Change an NBD export (live)", m_export_update, API_SHARE,
      API_ARGS(update_args)},
     {"nbd.export.delete", NULL, "Delete an NBD export (EBUSY with open connections unless force)",
-     m_export_delete, 0, API_ARGS(delete_args)},
-    {"nbd.export.query", NULL, "List NBD exports", m_export_query, 0, API_ARGS(query_args)},
+     m_export_delete, API_SHARE, API_ARGS(delete_args)},
+    {"nbd.export.query", NULL, "List NBD exports", m_export_query, API_READ, API_ARGS(query_args)},
     {"nbd.global.sessions", NULL,
-     "Open NBD connections: peer, export, negotiated options, bytes moved", m_global_sessions, 0,
-     API_ARGS(query_args)},
-    {"nbd.global.config", NULL, "NBD server settings", m_global_config, 0},
-    {"nbd.global.update", NULL, "Change NBD server settings (live)", m_global_update, 0,
+     "Open NBD connections: peer, export, negotiated options, bytes moved", m_global_sessions,
+     API_READ, API_ARGS(query_args)},
+    {"nbd.global.config", NULL, "NBD server settings", m_global_config, API_READ},
+    {"nbd.global.update", NULL, "Change NBD server settings (live)", m_global_update, API_ADMIN,
      API_ARGS(global_update_args)},
 };
 

@@ -84,8 +84,8 @@ static int m_small(struct api_call *call, json_t *params, json_t **result)
 }
 
 static const struct api_method methods[] = {
-    {"test.big", "[]", "a big result", m_big, 0},
-    {"test.small", "[]", "a small result", m_small, 0},
+    {"test.big", "[]", "a big result", m_big, API_READ},
+    {"test.small", "[]", "a small result", m_small, API_READ},
 };
 
 static void test_call(void **state)

@@ -57,13 +57,13 @@ static const struct api_arg self_args[] = {
     API_ARG_OBJECT("options", del_fields, API_ARG_OPTIONAL | API_ARG_SELF_CHECKED)};
 
 static const struct api_method methods[] = {
-    {"t.create", NULL, "create", t_handler, 0, API_ARGS(create_args)},
-    {"t.update", NULL, "update", t_handler, 0, API_ARGS(update_args)},
-    {"t.delete", NULL, "delete", t_handler, 0, API_ARGS(delete_args)},
-    {"t.query", NULL, "query", t_handler, 0, API_ARGS(query_args)},
-    {"t.none", NULL, "no parameters", t_handler, 0},
-    {"t.self", NULL, "checks its options itself", t_handler, 0, API_ARGS(self_args)},
-    {"t.legacy", "[anything…]", "checks its own", t_handler, 0},
+    {"t.create", NULL, "create", t_handler, API_READ, API_ARGS(create_args)},
+    {"t.update", NULL, "update", t_handler, API_READ, API_ARGS(update_args)},
+    {"t.delete", NULL, "delete", t_handler, API_READ, API_ARGS(delete_args)},
+    {"t.query", NULL, "query", t_handler, API_READ, API_ARGS(query_args)},
+    {"t.none", NULL, "no parameters", t_handler, API_READ},
+    {"t.self", NULL, "checks its options itself", t_handler, API_READ, API_ARGS(self_args)},
+    {"t.legacy", "[anything…]", "checks its own", t_handler, API_READ},
 };
 
 static int setup(void **state)

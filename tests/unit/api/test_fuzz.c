@@ -51,8 +51,8 @@ static int t_create(struct api_call *call, json_t *params, json_t **result)
 }
 
 static const struct api_method methods[] = {
-    {"f.query", "", "", t_query, 0},
-    {"f.create", "", "", t_create, 0},
+    {"f.query", "", "", t_query, API_READ},
+    {"f.create", "", "", t_create, API_READ},
 };
 
 static const char *const seeds[] = {

@@ -40,6 +40,26 @@ static int test_copy(struct api_call *call, json_t *params, json_t **result)
     return jobs_run(call, params, "test copy", slow_work, &mode, result);
 }
 
+/* A job whose result is a string of params[0] bytes (job history bound). */
+static int big_work(struct job *job, void *arg, json_t **result)
+{
+    size_t n = *(size_t *)arg;
+    char *text = malloc(n + 1);
+    if (!text)
+        return jobs_fail(job, ENOMEM, "no memory");
+    memset(text, 'x', n);
+    text[n] = 0;
+    *result = json_string(text);
+    free(text);
+    return 0;
+}
+
+static int test_big(struct api_call *call, json_t *params, json_t **result)
+{
+    size_t n = (size_t)json_integer_value(api_param(params, 0));
+    return jobs_run(call, params, "big result", big_work, &n, result);
+}
+
 static int gate_open;
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
@@ -60,8 +80,9 @@ static int test_gated(struct api_call *call, json_t *params, json_t **result)
 }
 
 static const struct api_method test_methods[] = {
-    {"test.copy", "[mode]", "jobs_run", test_copy, 0},
-    {"test.gated", "[]", "jobs_submit that waits for the test", test_gated, 0},
+    {"test.copy", "[mode]", "jobs_run", test_copy, API_READ},
+    {"test.gated", "[]", "jobs_submit that waits for the test", test_gated, API_READ},
+    {"test.big", "[bytes]", "jobs_run with a result of that many bytes", test_big, API_READ},
 };
 
 /* ---- a fake transport client that records what it is sent ---- */
@@ -108,7 +129,7 @@ static const char *state_of(json_t *job)
 
 static void test_run_sync(void **st)
 {
-    struct api_client c = {.peer = "t", .authenticated = true};
+    struct api_client c = {.peer = "t", .authenticated = true, .local = true};
     json_t *r = rpc(&c, "test.copy", "[0]");
     assert_int_equal(json_integer_value(json_object_get(json_object_get(r, "result"), "copied")),
                      2);
@@ -143,7 +164,7 @@ static void test_run_sync(void **st)
 
 static void test_bulk(void **st)
 {
-    struct api_client c = {.peer = "t", .authenticated = true, .jobs_wait = true};
+    struct api_client c = {.peer = "t", .authenticated = true, .local = true, .jobs_wait = true};
     /* legacy_jobs off: the answer is the per-call list */
     json_t *r = rpc(&c, "core.bulk", "[\"core.ping\", [[], [1], []], \"pings\"]");
     json_t *res = json_object_get(r, "result");
@@ -190,9 +211,10 @@ static void test_bulk(void **st)
 static void test_events(void **st)
 {
     sent = json_array();
-    struct api_client c = {
-        .peer = "ev", .authenticated = true, .send = record_send, .closes_notified = true};
-    struct api_client nosend = {.peer = "plain", .authenticated = true};
+    struct api_client c = {.peer = "ev", .authenticated = true, .local = true};
+    c.send = record_send;
+    c.closes_notified = true;
+    struct api_client nosend = {.peer = "plain", .authenticated = true, .local = true};
     json_t *r = rpc(&nosend, "core.subscribe", "[\"core.get_jobs\"]");
     assert_non_null(json_object_get(r, "error")); /* cannot receive events */
     json_decref(r);
@@ -256,7 +278,8 @@ static void test_events(void **st)
     r = rpc(&c, "core.subscribe", "[\"core.get_jobs\"]");
     json_decref(r);
     jobs_client_closed(&c);
-    struct api_client other = {.peer = "o", .authenticated = true, .jobs_wait = true};
+    struct api_client other = {
+        .peer = "o", .authenticated = true, .local = true, .jobs_wait = true};
     r = rpc(&other, "test.copy", "[0]");
     json_decref(r);
     pthread_mutex_lock(&sent_lock);
@@ -267,7 +290,7 @@ static void test_events(void **st)
 
 static void test_set_options(void **st)
 {
-    struct api_client c = {.peer = "t", .authenticated = true};
+    struct api_client c = {.peer = "t", .authenticated = true, .local = true};
     json_t *r = rpc(&c, "core.set_options", "[{\"legacy_jobs\": false}]");
     assert_true(json_is_null(json_object_get(r, "result")));
     json_decref(r);
@@ -292,7 +315,7 @@ static bool brief(const struct api_client *c, const char *text)
 
 static void test_runs_briefly(void **st)
 {
-    struct api_client c = {.peer = "t", .authenticated = true};
+    struct api_client c = {.peer = "t", .authenticated = true, .local = true};
     assert_true(brief(&c, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"core.get_jobs\"}"));
     assert_true(brief(&c, " {\"id\":1, \"method\" : \"core.ping\", \"params\":[]}"));
     assert_false(brief(&c, "{\"id\":1,\"method\":\"core.job_wait\",\"params\":[1]}"));
@@ -309,6 +332,42 @@ static void test_runs_briefly(void **st)
     assert_false(brief(&c, "{\"id\":1,\"method\":\"core.get_jobs\"}"));
 }
 
+/* Finished jobs are bounded in bytes: after more than JOBS_KEEP_BYTES of
+ * results, the oldest big jobs are gone and the newest is kept. */
+static void test_history_bytes(void **st)
+{
+    struct api_client c = {.peer = "t", .authenticated = true, .local = true};
+    size_t each = JOBS_KEEP_BYTES / 4;
+    char p[64];
+    snprintf(p, sizeof(p), "[%zu]", each);
+    json_int_t first = 0, last = 0;
+    for (int i = 0; i < 6; i++) {
+        json_decref(rpc(&c, "test.big", p));
+        json_t *r = rpc(&c, "core.get_jobs",
+                        "[[[\"method\",\"=\",\"test.big\"]],{\"order_by\":[\"-id\"],"
+                        "\"limit\":1,\"select\":[\"id\"]}]");
+        last = json_integer_value(
+            json_object_get(json_array_get(json_object_get(r, "result"), 0), "id"));
+        json_decref(r);
+        if (i == 0)
+            first = last;
+    }
+    json_t *r =
+        rpc(&c, "core.get_jobs", "[[[\"method\",\"=\",\"test.big\"]],{\"select\":[\"id\"]}]");
+    json_t *rows = json_object_get(r, "result");
+    assert_true(json_array_size(rows) >= 1 && json_array_size(rows) < 4);
+    size_t i;
+    json_t *row;
+    bool has_last = false;
+    json_array_foreach(rows, i, row)
+    {
+        assert_true(json_integer_value(json_object_get(row, "id")) != first);
+        has_last |= json_integer_value(json_object_get(row, "id")) == last;
+    }
+    assert_true(has_last);
+    json_decref(r);
+}
+
 int main(void)
 {
     jobs_init();
@@ -316,7 +375,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_run_sync),     cmocka_unit_test(test_bulk),
         cmocka_unit_test(test_events),       cmocka_unit_test(test_set_options),
-        cmocka_unit_test(test_runs_briefly),
+        cmocka_unit_test(test_runs_briefly), cmocka_unit_test(test_history_bytes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     jobs_stop();

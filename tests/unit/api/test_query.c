@@ -42,7 +42,7 @@ static int test_query_fn(struct api_call *call, json_t *params, json_t **result)
 }
 
 static const struct api_method methods[] = {
-    {"test.query", "[filters, options]", "query the fixture", test_query_fn, 0},
+    {"test.query", "[filters, options]", "query the fixture", test_query_fn, API_READ},
 };
 
 static int setup(void **state)

@@ -74,15 +74,15 @@ static int t_nested(struct api_call *call, json_t *params, json_t **result)
 }
 
 static const struct api_method methods[] = {
-    {"test.echo", "[any…]", "returns its params", t_echo, 0},
-    {"test.busy", "[]", "fails with EBUSY", t_busy, 0},
-    {"test.invalid", "[]", "fails validation", t_invalid, 0},
-    {"test.silent_fail", "[]", "fails without error", t_silent_fail, 0},
-    {"test.verr_ok", "[]", "adds an error but returns 0", t_verr_but_ok, 0},
-    {"test.null", "[]", "returns nothing", t_null, 0},
-    {"test.peer", "[]", "returns the peer", t_peer, API_NO_AUTH},
-    {"test.nested", "[]", "calls test.busy", t_nested, 0},
-    {"test.echo", "[]", "duplicate: ignored", t_null, 0},
+    {"test.echo", "[any…]", "returns its params", t_echo, API_READ},
+    {"test.busy", "[]", "fails with EBUSY", t_busy, API_READ},
+    {"test.invalid", "[]", "fails validation", t_invalid, API_READ},
+    {"test.silent_fail", "[]", "fails without error", t_silent_fail, API_READ},
+    {"test.verr_ok", "[]", "adds an error but returns 0", t_verr_but_ok, API_READ},
+    {"test.null", "[]", "returns nothing", t_null, API_READ},
+    {"test.peer", "[]", "returns the peer", t_peer, API_NO_AUTH | API_READ},
+    {"test.nested", "[]", "calls test.busy", t_nested, API_READ},
+    {"test.echo", "[]", "duplicate: ignored", t_null, API_READ},
 };
 
 static int setup(void **state)
@@ -389,7 +389,13 @@ static void test_auth_gate(void **state)
     assert_non_null(strstr(s, "Not authenticated"));
     assert_non_null(strstr(s, "EACCES"));
     free(s);
+    /* authenticated without a login that gave it roles: still refused */
     c.authenticated = true;
+    s = api_handle_text_client(echo, strlen(echo), &c);
+    assert_non_null(strstr(s, "EACCES"));
+    assert_non_null(strstr(s, "role none"));
+    free(s);
+    c.local = true; /* the local administrator */
     s = api_handle_text_client(echo, strlen(echo), &c);
     assert_non_null(strstr(s, "\"result\""));
     free(s);

@@ -68,10 +68,10 @@ static int t_event(struct api_call *call, json_t *params, json_t **result)
 }
 
 static const struct api_method methods[] = {
-    {"test.wait", "[]", "blocks until released", t_wait, 0},
-    {"test.echo", "[…]", "echo", t_echo, 0},
-    {"test.peer", "[]", "peer name", t_peer, 0},
-    {"test.event", "[]", "sends an event first", t_event, 0},
+    {"test.wait", "[]", "blocks until released", t_wait, API_READ},
+    {"test.echo", "[…]", "echo", t_echo, API_READ},
+    {"test.peer", "[]", "peer name", t_peer, API_READ},
+    {"test.event", "[]", "sends an event first", t_event, API_READ},
 };
 
 static int group_setup(void **state)

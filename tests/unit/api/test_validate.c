@@ -77,7 +77,7 @@ static int t_validate(struct api_call *call, json_t *params, json_t **result)
 }
 
 static const struct api_method methods[] = {
-    {"pool.dataset.create", "[data]", "validation test", t_validate, 0},
+    {"pool.dataset.create", "[data]", "validation test", t_validate, API_READ},
 };
 
 static int setup(void **state)
