@@ -403,8 +403,8 @@ static void test_admit_evict(void **state)
     for (int i = 0; i < 6; i++) {
         assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp[i]), 0);
         const struct sockaddr_in *p = i < 4 ? &a : &b;
-        assert_int_equal(admit_try(&g, sp[i][0], (const struct sockaddr *)p, sizeof(*p), "p", &t[i]),
-                         0);
+        assert_int_equal(
+            admit_try(&g, sp[i][0], (const struct sockaddr *)p, sizeof(*p), "p", &t[i]), 0);
     }
     /* pending room (6) is full: the newcomer evicts a's oldest */
     assert_int_equal(admit_try(&g, -1, (const struct sockaddr *)&n, sizeof(n), "n", &c), 0);
@@ -435,9 +435,9 @@ static void test_admit_evict(void **state)
     for (int i = 0; i < 5; i++) {
         snprintf(ip, sizeof(ip), "2001:db8:1:2::%x", i + 1);
         s6[i] = addr6(ip);
-        assert_int_equal(admit_try(&g, -1, (const struct sockaddr *)&s6[i], sizeof(s6[i]), "v6",
-                                   &v6[i]),
-                         i < 4 ? 0 : -EBUSY);
+        assert_int_equal(
+            admit_try(&g, -1, (const struct sockaddr *)&s6[i], sizeof(s6[i]), "v6", &v6[i]),
+            i < 4 ? 0 : -EBUSY);
     }
     for (int i = 0; i < 5; i++)
         admit_release(&v6[i]);
