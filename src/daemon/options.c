@@ -341,9 +341,11 @@ static const struct flag flags[] = {
      "authentication must finish within S seconds (default 10)"},
     {"max-pending", "N", f_max_pending,
      "per protocol, connections still in that phase (default\n"
-     "128, at most 3/4 of the protocol's connection cap)"},
+     "128, at most 3/4 of the protocol's connection cap; when\n"
+     "full, the oldest of the busiest address is evicted)"},
     {"max-pending-per-addr", "N", f_max_pending_per_addr,
-     "of those, from one remote address (default 16)"},
+     "of those, from one remote address or IPv6 /64\n"
+     "(default 16)"},
     {"iscsi-max-connections", "N", f_iscsi_max_connections,
      "iSCSI connections in all (default 1024)"},
     {"nbd-payload-budget", "SIZE", f_nbd_payload_budget,
