@@ -379,7 +379,8 @@ static uint16_t sec_chap_check(struct iscsi_conn *ic, const struct iscsi_chap_cr
      * "service unavailable" tells an honest initiator to retry later
      * rather than give up. */
     const char *blocked;
-    if (iscsi_chap_limit_check(l->initiator_name, &ic->peer_sa, &blocked)) {
+    const char *target = l->discovery ? "" : l->target_name;
+    if (iscsi_chap_limit_check(l->initiator_name, target, &ic->peer_sa, &blocked)) {
         *why = strcmp(blocked, "address") == 0
                    ? "CHAP refused: too many failed logins from this address, retry later"
                    : "CHAP refused: too many failed logins for this initiator, retry later";
@@ -397,14 +398,14 @@ static uint16_t sec_chap_check(struct iscsi_conn *ic, const struct iscsi_chap_cr
                             want) < 0 ||
         !iscsi_chap_equal(got, want, ISCSI_CHAP_DIGEST_LEN)) {
         *why = cred ? "wrong CHAP response (secret mismatch)" : "unknown CHAP user";
-        if (iscsi_chap_limit_failed(l->initiator_name, &ic->peer_sa))
+        if (iscsi_chap_limit_failed(l->initiator_name, target, &ic->peer_sa))
             log_warn("%s: CHAP: initiator '%s' or its address blocked for %d s after %d "
-                     "failed logins",
+                     "failed logins to %s",
                      ic->c->peer, l->initiator_name, ISCSI_CHAP_BLOCK_MS / 1000,
-                     ISCSI_CHAP_FAIL_MAX);
+                     ISCSI_CHAP_FAIL_MAX, target[0] ? target : "discovery");
         return ISCSI_LOGIN_AUTH_FAILED;
     }
-    iscsi_chap_limit_succeeded(l->initiator_name, &ic->peer_sa);
+    iscsi_chap_limit_succeeded(l->initiator_name, target, &ic->peer_sa);
     *credp = cred;
     return 0;
 }
