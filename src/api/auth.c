@@ -18,6 +18,7 @@
 #include "api/store.h"
 #include "api/validate.h"
 #include "core/log.h"
+#include "core/limits.h"
 #include "core/ratelimit.h"
 #include "core/util.h"
 
@@ -246,6 +247,13 @@ static int key_create(struct api_call *call, json_t *params, json_t **result)
         api_verr(call, "api_key.create.name", EEXIST, "API key with name %s already exists",
                  r.name);
         return api_invalid(call);
+    }
+    if (rc == -EDQUOT) { /* core/limits.h */
+        log_warn("limits: %s: refused: %u %s is the limit (%s)", api_call_peer(call),
+                 limit_get(LIMIT_API_KEYS), limit_what(LIMIT_API_KEYS), limit_flag(LIMIT_API_KEYS));
+        return api_error(call, EDQUOT, "limit reached: at most %u %s (%s)",
+                         limit_get(LIMIT_API_KEYS), limit_what(LIMIT_API_KEYS),
+                         limit_flag(LIMIT_API_KEYS));
     }
     json_t *rows = rc == 0 ? key_rows(r.id) : NULL;
     if (rc < 0 || !rows || json_array_size(rows) != 1) {

@@ -23,6 +23,7 @@
 
 #include "api/api_internal.h"
 #include "api/validate.h"
+#include "core/limits.h"
 #include "core/log.h"
 #include "core/util.h"
 
@@ -682,10 +683,24 @@ static int core_subscribe(struct api_call *call, json_t *params, json_t **result
              r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12], r[13], r[14],
              r[15]);
     s->client = client;
+    /* Capped per connection: each event is queued once per subscription,
+     * to a client that need not read (core/limits.h). */
+    unsigned cap = limit_get(LIMIT_SUBSCRIPTIONS), held = 0;
     pthread_mutex_lock(&jt.sub_lock);
-    s->next = jt.subs;
-    jt.subs = s;
+    for (struct sub *o = jt.subs; o; o = o->next)
+        held += o->client == client;
+    if (held < cap) {
+        s->next = jt.subs;
+        jt.subs = s;
+    }
     pthread_mutex_unlock(&jt.sub_lock);
+    if (held >= cap) {
+        free(s);
+        log_warn("api: %s: core.subscribe refused: %u %s is the limit (%s)", api_call_peer(call),
+                 cap, limit_what(LIMIT_SUBSCRIPTIONS), limit_flag(LIMIT_SUBSCRIPTIONS));
+        return api_error(call, EDQUOT, "limit reached: at most %u %s (%s)", cap,
+                         limit_what(LIMIT_SUBSCRIPTIONS), limit_flag(LIMIT_SUBSCRIPTIONS));
+    }
     *result = json_string(s->id);
     return 0;
 }

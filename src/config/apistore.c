@@ -3,6 +3,7 @@
  * the "service.<name>.enable" settings, with their SQL, on the one
  * transaction path. Installed by apistore_init() (config/apistore.h).
  */
+#include "config/holdings.h"
 #include "config/apistore.h"
 
 #include <errno.h>
@@ -123,6 +124,15 @@ static int key_create(struct api_key_rec *r, api_key_hash_fn make_hash, void *ar
     int rc = cfg_tx_begin(&tx);
     if (rc < 0)
         return rc;
+    /* Counted in the transaction, so that two creates cannot both pass. */
+    int64_t n = 0;
+    rc = holdings_count(&n, "SELECT COUNT(*) FROM api_key", "");
+    if (rc == 0 && n >= (int64_t)limit_get(LIMIT_API_KEYS))
+        rc = -EDQUOT;
+    if (rc < 0) {
+        cfg_tx_abort(&tx);
+        return rc;
+    }
     r->created_at = now_wall_ms();
     /* A unique value until the real hash (which needs the id) replaces it. */
     unsigned char rnd[16];

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api/validate.h"
+#include "config/holdings.h"
 #include "config/cfgtx.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
@@ -94,6 +95,10 @@ int ds_check_new_name(struct api_call *call, const char *field, const char *name
         return -EEXIST;
     }
     if (rc != -ENOENT)
+        return rc;
+    /* ds_ops_lock and the DB lock are held: no other create can pass */
+    rc = holdings_check(call, LIMIT_DATASETS, NULL, "SELECT COUNT(*) FROM datasets", "");
+    if (rc < 0)
         return rc;
     for (p = strchr(name, '/'); p; p = strchr(p + 1, '/')) {
         snprintf(anc, sizeof(anc), "%.*s", (int)(p - name), name);

@@ -26,6 +26,7 @@
 
 #include "api/jobs.h"
 #include "api/validate.h"
+#include "config/holdings.h"
 #include "config/cfgtx.h"
 #include "config/db.h"
 #include "config/ds_internal.h"
@@ -460,6 +461,11 @@ static int snap_create_check(struct snap_create *c)
                  c->dataset, c->snap);
         rc = api_invalid(c->call);
     }
+    /* ds_ops_lock is held until the snapshot is recorded */
+    if (rc == 0 &&
+        holdings_check(c->call, LIMIT_SNAPSHOTS, c->dataset,
+                       "SELECT COUNT(*) FROM snapshots WHERE dataset_id = ?", "i", c->row.id) < 0)
+        rc = -1;
     return rc;
 }
 
