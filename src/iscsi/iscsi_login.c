@@ -103,9 +103,23 @@ int iscsi_target_access(const struct iscsi_target_view *v, const char *initiator
     return -1;
 }
 
+/* The portal group tag initiators see for a portal's tag: the tag itself,
+ * or in a gateway group GATEWAY_TAG_BASE x the member's id + the
+ * tag (below the base). Each member's tags are its own and the same after
+ * a restart (its id is configured), so that two members never present one
+ * SCSI target port: the port's name is "IQN,t,0xTPGT" (VPD 0x83), and
+ * initiators tell paths apart by it (docs/ha.md). Access checks keep the
+ * portal's own tag. */
+static uint16_t member_tag(uint16_t portal_tag)
+{
+    if (!gateway_enabled())
+        return portal_tag;
+    return (uint16_t)(gateway_id() * GATEWAY_TAG_BASE + portal_tag % GATEWAY_TAG_BASE);
+}
+
 static uint16_t reported_tag(const struct iscsi_conn *ic)
 {
-    return ic->portal_tag ? ic->portal_tag : 1;
+    return member_tag(ic->portal_tag ? ic->portal_tag : 1);
 }
 
 /* TargetName and its TargetAddress keys: every listen address of every
@@ -128,7 +142,7 @@ static int add_target_entry(struct iscsi_conn *ic, const struct iscsi_target_vie
                                            addrs, 16);
         for (int i = 0; rc == 0 && i < n; i++, added++) {
             snprintf(addr, sizeof(addr), "%.*s,%u", ISCSI_PORTAL_ADDR_MAX - 1, addrs[i],
-                     grp->portal_tag);
+                     member_tag(grp->portal_tag));
             rc = iscsi_text_add(out, "TargetAddress", addr);
         }
     }
