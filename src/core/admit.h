@@ -16,6 +16,10 @@
  * its handshake, gets in and has the whole handshake deadline to finish.
  * Addresses are counted per IPv4 address and per IPv6 /64 prefix (a host
  * usually owns a whole /64), so one IPv6 host cannot pose as many.
+ * The gate holds a duplicate of each pending connection's socket (one more
+ * file descriptor while pending; blockd raises its descriptor limit to the
+ * hard limit at start), closed when the connection is promoted, released
+ * or evicted.
  *
  * Refusals and drops are logged with the peer, one line per event, at most
  * ADMIT_LOG_BURST lines per second per gate (then a count of the lines
