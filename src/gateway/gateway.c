@@ -259,14 +259,13 @@ static int read_records(struct gateway_member *out, bool *present)
     rados_read_op_omap_get_vals2(op, "", "member.", GATEWAY_ID_MAX * 2, &it, &more, &prval);
     int rc = rados_read_op_operate(op, io, obj, 0);
     rados_release_read_op(op);
-    if (rc == -ENOENT)
-        return 0; /* no member yet */
-    if (rc < 0)
-        return rc;
-    if (prval < 0) {
+    if (rc < 0 || prval < 0) {
+        /* librados made the iterator with the op, whatever the outcome */
         if (it)
             rados_omap_get_end(it);
-        return prval;
+        if (rc == -ENOENT)
+            return 0; /* no member yet */
+        return rc < 0 ? rc : prval;
     }
     char *k, *v;
     size_t kl, vl;
