@@ -1,14 +1,15 @@
 #!/bin/bash
 # Idle sockets from a handful of addresses cannot lock real clients out.
 # 48 idle TCP connections, 16 from each of 127.0.0.2/.3/.4 (loopback has
-# all of 127/8), fill the WebSocket API's pending room (64 - 64/4 = 48) and
-# the NBD one (--max-pending 48); a real client still logs in and works,
+# all of 127/8), fill the WebSocket API's pending room (64 - 64/4 = 48),
+# the NBD one and the iSCSI one (--max-pending 48); a real client (an API
+# key login and a query, nbdinfo, iscsi-inq) still gets in and works,
 # because a full room evicts the oldest pending connection of the busiest
 # address instead of refusing the newcomer (logged, naming both). Then the
 # flood reconnects every socket the server closes (churn), and the real
 # clients still get in, again and again.
 . "$(dirname "$0")/lib.sh"
-need python3 nbdinfo timeout
+need python3 nbdinfo iscsi-inq timeout
 /usr/bin/python3 -c 'import websocket' 2>/dev/null || fail "python3-websocket is not installed"
 
 jget() {
@@ -19,6 +20,8 @@ WS_PORT=$(free_port)
 blockd_start --api-listen "127.0.0.1:$WS_PORT" --handshake-timeout 120 --max-pending 48
 blockctl volume create demo/l --size 16M >/dev/null || fail "volume create"
 blockctl share nbd create demo/l --name l >/dev/null || fail "nbd share"
+blockctl share iscsi create demo/l >/dev/null || fail "iscsi share"
+BASE=$(jget "$(blockctl call iscsi.global.config)" 'j["basename"]')
 KEY=$(jget "$(blockctl call api_key.create '{"name":"lockout"}')" 'j["key"]')
 
 cat >"$TMP/flood.py" <<'PY'
@@ -82,6 +85,14 @@ assert isinstance(call(2, "pool.dataset.query", [])["result"], list)
 PY
 }
 
+client() { # client PROTO: one real client of PROTO gets in and works
+    case $1 in
+    ws) ws_login ;;
+    nbd) timeout 60 nbdinfo "nbd://127.0.0.1:$NBD_PORT/l" >/dev/null ;;
+    iscsi) timeout 60 iscsi-inq "iscsi://127.0.0.1:$ISCSI_PORT/$BASE:demo:l/0" >/dev/null ;;
+    esac
+}
+
 flood() { # flood NAME PORT CHURN: start it, check the room is full
     coproc FLOOD { exec /usr/bin/python3 "$TMP/flood.py" "$2" 16 "$3" 127.0.0.2 127.0.0.3 127.0.0.4; }
     flood_pid=$FLOOD_PID # bash unsets FLOOD_PID once the coprocess has ended
@@ -95,29 +106,22 @@ flood_end() { # flood_end: stop it; $reopened: its reopen count
     wait "$flood_pid" 2>/dev/null || true
 }
 
-for proto in ws nbd; do
-    port=$WS_PORT name=api-ws
-    [ $proto = nbd ] && port=$NBD_PORT name=nbd
+for proto in ws nbd iscsi; do
+    case $proto in
+    ws) port=$WS_PORT name=api-ws ;;
+    nbd) port=$NBD_PORT name=nbd ;;
+    iscsi) port=$ISCSI_PORT name=iscsi ;;
+    esac
     # --- the room full of idle sockets: a real client gets in ---
     flood $proto "$port" 0
-    if [ $proto = ws ]; then
-        ws_login || fail "WebSocket client locked out by 48 idle sockets from 3 addresses"
-    else
-        timeout 60 nbdinfo "nbd://127.0.0.1:$NBD_PORT/l" >/dev/null ||
-            fail "nbdinfo locked out by 48 idle sockets from 3 addresses"
-    fi
+    client $proto || fail "$proto client locked out by 48 idle sockets from 3 addresses"
     grep -q "127.0.0.[234]:[0-9]*: $name: pending connection evicted to admit .*127.0.0.1:[0-9]*: 48 connections still in their handshake is the limit" \
         "$BLOCKD_LOG" || fail "no log line naming the evicted $proto peer and the newcomer"
     flood_end
     # --- churn: the flood reopens what the server closes ---
     flood $proto "$port" 1
     for i in 1 2 3 4 5; do
-        if [ $proto = ws ]; then
-            ws_login || fail "WebSocket client locked out during reconnect churn (try $i)"
-        else
-            timeout 60 nbdinfo "nbd://127.0.0.1:$NBD_PORT/l" >/dev/null ||
-                fail "nbdinfo locked out during reconnect churn (try $i)"
-        fi
+        client $proto || fail "$proto client locked out during reconnect churn (try $i)"
         sleep 1
     done
     flood_end
