@@ -19,6 +19,7 @@
 #include "api/store.h"
 #include "api/validate.h"
 #include "core/log.h"
+#include "core/limits.h"
 #include "core/ratelimit.h"
 #include "core/util.h"
 
@@ -297,6 +298,13 @@ static int key_create(struct api_call *call, json_t *params, json_t **result)
                  r.name);
         return api_invalid(call);
     }
+    if (rc == -EDQUOT) { /* core/limits.h */
+        log_warn("limits: %s: refused: %u %s is the limit (%s)", api_call_peer(call),
+                 limit_get(LIMIT_API_KEYS), limit_what(LIMIT_API_KEYS), limit_flag(LIMIT_API_KEYS));
+        return api_error(call, EDQUOT, "limit reached: at most %u %s (%s)",
+                         limit_get(LIMIT_API_KEYS), limit_what(LIMIT_API_KEYS),
+                         limit_flag(LIMIT_API_KEYS));
+    }
     json_t *rows = rc == 0 ? key_rows(r.id) : NULL;
     if (rc < 0 || !rows || json_array_size(rows) != 1) {
         json_decref(rows);
@@ -432,24 +440,30 @@ static void session_install(struct api_call *call, struct auth_session *s)
     pthread_mutex_unlock(&session_lock);
 }
 
+void auth_rate_key(const char *peer, const char *mech, const char *target, char *buf, size_t len)
+{
+    char addr[64];
+    auth_peer_address(peer, addr, sizeof(addr));
+    if (target)
+        snprintf(buf, len, "%s:%s u:%.64s", mech, addr, target);
+    else
+        snprintf(buf, len, "%s:%s", mech, addr);
+}
+
 /* Shared by every login method: -1 with EBUSY set while the caller's
- * address is blocked; else 0 with *addr filled. */
-static int login_gate(struct api_call *call, char *addr, size_t len)
+ * address is blocked for this mechanism (and account); else 0 with *rkey
+ * filled: the throttle's key, which a success forgets (auth.h). */
+static int login_gate(struct api_call *call, const char *mech, const char *target, char *rkey,
+                      size_t len)
 {
     const char *peer = api_call_peer(call);
-    auth_peer_address(peer, addr, len);
-    if (!auth_rate_allowed(addr, ratelimit_now_ms())) {
-        log_warn("auth: %s: login refused: too many failed logins from %s", peer, addr);
+    auth_rate_key(peer, mech, target, rkey, len);
+    if (!auth_rate_allowed(rkey, ratelimit_now_ms())) {
+        log_warn("auth: %s: login refused: too many failed %s logins from this address", peer,
+                 strcmp(mech, "key") == 0 ? "API key" : "password");
         return api_error(call, EBUSY, "Rate Limit Exceeded");
     }
     return 0;
-}
-
-static void login_failed(struct api_call *call, const char *addr, const char *what)
-{
-    bool blocked = auth_rate_failed(addr, ratelimit_now_ms());
-    log_warn("auth: %s: login with %s refused%s", api_call_peer(call), what,
-             blocked ? "; address blocked for 30 s after repeated failures" : "");
 }
 
 /*
@@ -462,15 +476,17 @@ static int login_key(struct api_call *call, json_t *jkey, const char *field)
         api_verr(call, field, EINVAL, "Input should be a valid string");
         return api_invalid(call);
     }
-    char addr[64];
-    if (login_gate(call, addr, sizeof(addr)) < 0)
+    char addr[AUTH_RATE_KEY_MAX];
+    if (login_gate(call, "key", NULL, addr, sizeof(addr)) < 0)
         return -1;
     const char *key = json_string_value(jkey);
     struct auth_session *s = NULL;
     if (json_string_length(jkey) <= KEY_MAX_LEN && strlen(key) == json_string_length(jkey))
         s = key_lookup(key);
     if (!s) {
-        login_failed(call, addr, "an invalid API key");
+        bool blocked = auth_rate_failed(addr, ratelimit_now_ms());
+        log_warn("auth: %s: login with an invalid API key refused%s", api_call_peer(call),
+                 blocked ? "; address blocked for 30 s after repeated failures" : "");
         return 0;
     }
     auth_rate_succeeded(addr);
@@ -498,8 +514,8 @@ static int login_password(struct api_call *call, json_t *juser, json_t *jpw, con
     }
     if (api_has_verrs(call))
         return api_invalid(call);
-    char addr[64];
-    if (login_gate(call, addr, sizeof(addr)) < 0)
+    char addr[AUTH_RATE_KEY_MAX];
+    if (login_gate(call, "pw", json_string_value(juser), addr, sizeof(addr)) < 0)
         return -1;
     const char *user = json_string_value(juser);
     const char *pw = json_string_value(jpw);
@@ -532,11 +548,12 @@ static int login_password(struct api_call *call, json_t *juser, json_t *jpw, con
 
 int auth_check_key(const char *key, size_t len, const char *peer)
 {
-    char addr[64];
-    auth_peer_address(peer, addr, sizeof(addr));
+    char addr[AUTH_RATE_KEY_MAX];
+    auth_rate_key(peer, "key", NULL, addr, sizeof(addr));
     uint64_t now = ratelimit_now_ms();
     if (!auth_rate_allowed(addr, now)) {
-        log_warn("auth: %s: API key refused: too many failed logins from %s", peer, addr);
+        log_warn("auth: %s: API key refused: too many failed API key logins from this address",
+                 peer);
         return -EBUSY;
     }
     struct auth_session *s = NULL;

@@ -13,10 +13,14 @@
  * login milliseconds and add nothing; the hash is looked up by its unique
  * index. api_key.query never returns the key or its hash.
  *
- * Failed logins (keys and passwords alike) are logged with the peer and
- * rate-limited per source address (core/ratelimit.h): AUTH_FAIL_MAX failures within
- * AUTH_FAIL_WINDOW_MS block that address for AUTH_BLOCK_MS; while blocked every login is refused
- * with -32001 EBUSY "Rate Limit Exceeded" (the TrueNAS error), even a correct key.
+ * Failed logins are logged with the peer and rate-limited (core/ratelimit.h)
+ * per source address and what is guessed: API keys per address, passwords
+ * per address and account (auth_rate_key). AUTH_FAIL_MAX failures within
+ * AUTH_FAIL_WINDOW_MS block that key for AUTH_BLOCK_MS; while blocked every
+ * such login is refused with -32001 EBUSY "Rate Limit Exceeded" (the
+ * TrueNAS error), even a correct one. A success forgets only its own key's
+ * failures: a valid API key does not reset the password guesses of its
+ * address, nor one account's login another account's.
  *
  * Start-up: apistore_init() (control/apistore.h: the tables and their SQL,
  * behind api/store.h) and api_auth_init() (the methods), before db_open().
@@ -85,6 +89,12 @@ bool auth_hash_equal(const char *a, const char *b);
 
 /* "ws:10.1.2.3:5000" → "10.1.2.3"; "wss:[::1]:80" → "::1"; others as given. */
 void auth_peer_address(const char *peer, char *buf, size_t len);
+
+/* The throttle's key for a login from peer ("ws:1.2.3.4:5") with mech
+ * ("key" or "pw") against target (the account name; NULL for keys) into buf
+ * (AUTH_RATE_KEY_MAX bytes). */
+#define AUTH_RATE_KEY_MAX 160
+void auth_rate_key(const char *peer, const char *mech, const char *target, char *buf, size_t len);
 
 /*
  * Rate limiter over a fixed table of addresses (least recently seen

@@ -25,6 +25,7 @@
 #include "api/auth.h"
 #include "api/redact.h"
 #include "api/validate.h"
+#include "core/limits.h"
 #include "core/log.h"
 #include "core/util.h"
 
@@ -827,10 +828,24 @@ static int core_subscribe(struct api_call *call, json_t *params, json_t **result
              r[15]);
     s->client = client;
     s->who = *api_call_identity(call);
+    /* Capped per connection: each event is queued once per subscription,
+     * to a client that need not read (core/limits.h). */
+    unsigned cap = limit_get(LIMIT_SUBSCRIPTIONS), held = 0;
     pthread_mutex_lock(&jt.sub_lock);
-    s->next = jt.subs;
-    jt.subs = s;
+    for (struct sub *o = jt.subs; o; o = o->next)
+        held += o->client == client;
+    if (held < cap) {
+        s->next = jt.subs;
+        jt.subs = s;
+    }
     pthread_mutex_unlock(&jt.sub_lock);
+    if (held >= cap) {
+        free(s);
+        log_warn("api: %s: core.subscribe refused: %u %s is the limit (%s)", api_call_peer(call),
+                 cap, limit_what(LIMIT_SUBSCRIPTIONS), limit_flag(LIMIT_SUBSCRIPTIONS));
+        return api_error(call, EDQUOT, "limit reached: at most %u %s (%s)", cap,
+                         limit_what(LIMIT_SUBSCRIPTIONS), limit_flag(LIMIT_SUBSCRIPTIONS));
+    }
     *result = json_string(s->id);
     return 0;
 }

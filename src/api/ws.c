@@ -1062,7 +1062,7 @@ static void accept_one(int fd, const struct sockaddr *sa, socklen_t sl)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 
     struct admit_ticket ticket;
-    if (admit_try(&ws_gate, sa, sl, peer, &ticket) < 0) {
+    if (admit_try(&ws_gate, fd, sa, sl, peer, &ticket) < 0) {
         reject_busy(fd, peer);
         return;
     }

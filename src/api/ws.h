@@ -14,12 +14,14 @@
  * pushes back), and responses go out as they finish, matched by id.
  *
  * Limits: API_WS_MAX_CLIENTS connections, of which those not yet
- * authenticated are capped in all and per address (core/admit.h; one more
- * gets HTTP 503); a message over API_MAX_REQUEST gets a -32600 error text
- * and the connection is closed with status 1009; a client that lets more
- * than API_WS_MAX_QUEUED bytes of replies pile up is disconnected; the TLS
- * and HTTP handshake and then auth.login_with_api_key must complete within
- * the handshake deadline (--handshake-timeout) from accept.
+ * authenticated are capped in all and per address (core/admit.h: one more
+ * from a full address gets HTTP 503; one more when the shared room is full
+ * evicts the oldest pending connection of the busiest address); a message
+ * over API_MAX_REQUEST gets a -32600 error text and the connection is
+ * closed with status 1009; a client that lets more than API_WS_MAX_QUEUED
+ * bytes of replies pile up is disconnected; the TLS and HTTP handshake and
+ * then auth.login_with_api_key must complete within the handshake deadline
+ * (--handshake-timeout) from accept.
  *
  * Authentication: connections start unauthenticated (only API_NO_AUTH
  * methods answer; see auth.h).

@@ -4,6 +4,7 @@
  * transaction path. Installed by apistore_init() (control/apistore.h).
  */
 #include "control/apistore.h"
+#include "control/holdings.h"
 
 #include <errno.h>
 #include <gnutls/crypto.h>
@@ -135,6 +136,15 @@ static int key_create(struct api_key_rec *r, api_key_hash_fn make_hash, void *ar
     int rc = cfg_tx_begin(&tx);
     if (rc < 0)
         return rc;
+    /* Counted in the transaction, so that two creates cannot both pass. */
+    int64_t n = 0;
+    rc = holdings_count(&n, "SELECT COUNT(*) FROM api_key", "");
+    if (rc == 0 && n >= (int64_t)limit_get(LIMIT_API_KEYS))
+        rc = -EDQUOT;
+    if (rc < 0) {
+        cfg_tx_abort(&tx);
+        return rc;
+    }
     r->created_at = now_wall_ms();
     /* A unique value until the real hash (which needs the id) replaces it. */
     unsigned char rnd[16];

@@ -17,6 +17,7 @@
 #include "control/dsbackend.h"
 #include "control/dsprops.h"
 #include "control/dsrbd.h" /* ds_backend_why */
+#include "control/holdings.h"
 #include "core/log.h"
 #include "core/util.h"
 
@@ -94,6 +95,10 @@ int ds_check_new_name(struct api_call *call, const char *field, const char *name
         return -EEXIST;
     }
     if (rc != -ENOENT)
+        return rc;
+    /* ds_ops_lock and the DB lock are held: no other create can pass */
+    rc = holdings_check(call, LIMIT_DATASETS, NULL, "SELECT COUNT(*) FROM datasets", "");
+    if (rc < 0)
         return rc;
     for (p = strchr(name, '/'); p; p = strchr(p + 1, '/')) {
         snprintf(anc, sizeof(anc), "%.*s", (int)(p - name), name);

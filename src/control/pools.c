@@ -30,6 +30,7 @@
 #include "control/pool_store.h"
 #include "control/rbd_creds.h"
 #include "core/allowdir.h"
+#include "control/holdings.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "store/copy.h"
@@ -570,7 +571,8 @@ static int pool_create_check(struct api_call *call, const struct pool_create_req
     return api_has_verrs(call) ? -1 : 0;
 }
 
-/* The name is free. ds_ops_lock held. 0 or -1 (error set). */
+/* The name is free and the pool cap not reached. ds_ops_lock held. 0 or
+ * -1 (error set). */
 static int pool_check_free(struct api_call *call, const char *name)
 {
     struct ds_pool existing;
@@ -578,7 +580,11 @@ static int pool_check_free(struct api_call *call, const char *name)
 
     db_lock();
     rc = ds_pool_get(name, &existing);
+    int cap =
+        rc < 0 ? holdings_check(call, LIMIT_POOLS, NULL, "SELECT COUNT(*) FROM pools", "") : 0;
     db_unlock();
+    if (cap < 0)
+        return -1;
     if (rc < 0)
         return 0;
     api_verr(call, "pool.create.name", EEXIST, "pool %s already exists", name);

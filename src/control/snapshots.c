@@ -32,6 +32,7 @@
 #include "control/dsbackend.h"
 #include "control/dsrbd.h"
 #include "control/dsquery.h"
+#include "control/holdings.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "store/copy.h"
@@ -460,6 +461,11 @@ static int snap_create_check(struct snap_create *c)
                  c->dataset, c->snap);
         rc = api_invalid(c->call);
     }
+    /* ds_ops_lock is held until the snapshot is recorded */
+    if (rc == 0 &&
+        holdings_check(c->call, LIMIT_SNAPSHOTS, c->dataset,
+                       "SELECT COUNT(*) FROM snapshots WHERE dataset_id = ?", "i", c->row.id) < 0)
+        rc = -1;
     return rc;
 }
 

@@ -11,6 +11,7 @@
 #include "api/callmem.h"
 #include "api/api.h"
 #include "core/admit.h"
+#include "core/limits.h"
 #include "core/allowdir.h"
 #include "core/log.h"
 #include "core/reactor.h"
@@ -193,6 +194,46 @@ static int f_max_pending_per_addr(const char *arg, struct options *o)
     return 0;
 }
 
+/* --max-subscriptions etc. (core/limits.h): 1..10^9. */
+static int limit_arg(enum limit_kind k, const char *arg)
+{
+    unsigned v;
+    if (uint_arg(limit_flag(k) + 2, arg, 1, 1000000000, &v) < 0)
+        return -1;
+    limit_set(k, v);
+    return 0;
+}
+
+static int f_max_subscriptions(const char *arg, struct options *o)
+{
+    (void)o;
+    return limit_arg(LIMIT_SUBSCRIPTIONS, arg);
+}
+
+static int f_max_api_keys(const char *arg, struct options *o)
+{
+    (void)o;
+    return limit_arg(LIMIT_API_KEYS, arg);
+}
+
+static int f_max_pools(const char *arg, struct options *o)
+{
+    (void)o;
+    return limit_arg(LIMIT_POOLS, arg);
+}
+
+static int f_max_datasets(const char *arg, struct options *o)
+{
+    (void)o;
+    return limit_arg(LIMIT_DATASETS, arg);
+}
+
+static int f_max_snapshots(const char *arg, struct options *o)
+{
+    (void)o;
+    return limit_arg(LIMIT_SNAPSHOTS, arg);
+}
+
 static int f_iscsi_max_connections(const char *arg, struct options *o)
 {
     (void)o;
@@ -341,9 +382,20 @@ static const struct flag flags[] = {
      "authentication must finish within S seconds (default 10)"},
     {"max-pending", "N", f_max_pending,
      "per protocol, connections still in that phase (default\n"
-     "128, at most 3/4 of the protocol's connection cap)"},
+     "128, at most 3/4 of the protocol's connection cap; when\n"
+     "full, the oldest of the busiest address is evicted)"},
     {"max-pending-per-addr", "N", f_max_pending_per_addr,
-     "of those, from one remote address (default 16)"},
+     "of those, from one remote address or IPv6 /64\n"
+     "(default 16)"},
+    {"max-subscriptions", "N", f_max_subscriptions,
+     "event subscriptions (core.subscribe) one API connection\n"
+     "may hold (default 64)"},
+    {"max-api-keys", "N", f_max_api_keys, "API keys in all (default 1000)"},
+    {"max-pools", "N", f_max_pools, "pools in all (default 64)"},
+    {"max-datasets", "N", f_max_datasets,
+     "datasets (volumes, filesystems, clones) in all pools\n"
+     "(default 100000)"},
+    {"max-snapshots", "N", f_max_snapshots, "snapshots per dataset (default 10000)"},
     {"iscsi-max-connections", "N", f_iscsi_max_connections,
      "iSCSI connections in all (default 1024)"},
     {"nbd-payload-budget", "SIZE", f_nbd_payload_budget,

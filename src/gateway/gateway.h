@@ -57,6 +57,12 @@
 #include "store/volume.h"
 
 #define GATEWAY_ID_MAX 32 /* members per group (and RTPG descriptors) */
+/* The iSCSI portal group tags a member reports: GATEWAY_TAG_BASE x its id
+ * + the portal's tag (below the base), so that each member presents its
+ * own SCSI target ports (docs/ha.md "Identity"). */
+#define GATEWAY_TAG_BASE 1000
+_Static_assert((GATEWAY_ID_MAX + 1) * GATEWAY_TAG_BASE - 1 <= 65535,
+               "portal group tags are 16 bits");
 #define GATEWAY_NAME_MAX 63
 #define GATEWAY_HEARTBEAT_MS 1000
 #define GATEWAY_TIMEOUT_DEFAULT_S 3

@@ -32,11 +32,14 @@ bool iscsi_chap_equal(const uint8_t *a, const uint8_t *b, size_t len);
 int iscsi_chap_random(void *buf, size_t len);
 
 /*
- * Failed CHAP logins are throttled per initiator name and per source
- * address with the mechanism API logins use (core/ratelimit.h, its own
- * table): ISCSI_CHAP_FAIL_MAX failures within ISCSI_CHAP_FAIL_WINDOW_MS
- * block the name, or the address, for ISCSI_CHAP_BLOCK_MS; while either is
- * blocked a CHAP response is not even checked. Per address stops one
+ * Failed CHAP logins are throttled per target and initiator name and per
+ * target and source address with the mechanism API logins use
+ * (core/ratelimit.h, its own table): ISCSI_CHAP_FAIL_MAX failures within
+ * ISCSI_CHAP_FAIL_WINDOW_MS block the name, or the address, for that
+ * target for ISCSI_CHAP_BLOCK_MS; while either is blocked a CHAP response
+ * is not even checked. A right response forgets the failures against its
+ * own target only: a login to a target the initiator may use does not
+ * reset its guesses against another. Per address stops one
  * guesser; per name stops a guesser that rotates addresses. The cost: an
  * attacker who knows an initiator's name can keep that initiator out
  * while the attack goes on (logged), as with any lock-out.
@@ -48,16 +51,18 @@ int iscsi_chap_random(void *buf, size_t len);
 #define ISCSI_CHAP_BLOCK_MS 30000
 
 struct sockaddr_storage;
-/* 0 if a CHAP response from initiator at peer may be checked; else the
- * milliseconds left of the block, and *what says which key is blocked
- * ("initiator" or "address"). */
-uint64_t iscsi_chap_limit_check(const char *initiator, const struct sockaddr_storage *peer,
-                                const char **what);
+/* 0 if a CHAP response from initiator at peer for target (its name; "" for
+ * a discovery session) may be checked; else the milliseconds left of the
+ * block, and *what says which key is blocked ("initiator" or "address"). */
+uint64_t iscsi_chap_limit_check(const char *initiator, const char *target,
+                                const struct sockaddr_storage *peer, const char **what);
 /* A wrong response: count it for both keys; true if either just became
  * blocked (the caller logs it). */
-bool iscsi_chap_limit_failed(const char *initiator, const struct sockaddr_storage *peer);
-/* A right response: forget both keys' failures. */
-void iscsi_chap_limit_succeeded(const char *initiator, const struct sockaddr_storage *peer);
+bool iscsi_chap_limit_failed(const char *initiator, const char *target,
+                             const struct sockaddr_storage *peer);
+/* A right response: forget both keys' failures (for this target only). */
+void iscsi_chap_limit_succeeded(const char *initiator, const char *target,
+                                const struct sockaddr_storage *peer);
 /* Forget every failure and block (fuzzers: each input starts afresh). */
 void iscsi_chap_limit_reset(void);
 

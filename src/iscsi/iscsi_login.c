@@ -103,9 +103,23 @@ int iscsi_target_access(const struct iscsi_target_view *v, const char *initiator
     return -1;
 }
 
+/* The portal group tag initiators see for a portal's tag: the tag itself,
+ * or in a gateway group GATEWAY_TAG_BASE x the member's id + the
+ * tag (below the base). Each member's tags are its own and the same after
+ * a restart (its id is configured), so that two members never present one
+ * SCSI target port: the port's name is "IQN,t,0xTPGT" (VPD 0x83), and
+ * initiators tell paths apart by it (docs/ha.md). Access checks keep the
+ * portal's own tag. */
+static uint16_t member_tag(uint16_t portal_tag)
+{
+    if (!gateway_enabled())
+        return portal_tag;
+    return (uint16_t)(gateway_id() * GATEWAY_TAG_BASE + portal_tag % GATEWAY_TAG_BASE);
+}
+
 static uint16_t reported_tag(const struct iscsi_conn *ic)
 {
-    return ic->portal_tag ? ic->portal_tag : 1;
+    return member_tag(ic->portal_tag ? ic->portal_tag : 1);
 }
 
 /* TargetName and its TargetAddress keys: every listen address of every
@@ -128,7 +142,7 @@ static int add_target_entry(struct iscsi_conn *ic, const struct iscsi_target_vie
                                            addrs, 16);
         for (int i = 0; rc == 0 && i < n; i++, added++) {
             snprintf(addr, sizeof(addr), "%.*s,%u", ISCSI_PORTAL_ADDR_MAX - 1, addrs[i],
-                     grp->portal_tag);
+                     member_tag(grp->portal_tag));
             rc = iscsi_text_add(out, "TargetAddress", addr);
         }
     }
@@ -379,7 +393,8 @@ static uint16_t sec_chap_check(struct iscsi_conn *ic, const struct iscsi_chap_cr
      * "service unavailable" tells an honest initiator to retry later
      * rather than give up. */
     const char *blocked;
-    if (iscsi_chap_limit_check(l->initiator_name, &ic->peer_sa, &blocked)) {
+    const char *target = l->discovery ? "" : l->target_name;
+    if (iscsi_chap_limit_check(l->initiator_name, target, &ic->peer_sa, &blocked)) {
         *why = strcmp(blocked, "address") == 0
                    ? "CHAP refused: too many failed logins from this address, retry later"
                    : "CHAP refused: too many failed logins for this initiator, retry later";
@@ -397,14 +412,14 @@ static uint16_t sec_chap_check(struct iscsi_conn *ic, const struct iscsi_chap_cr
                             want) < 0 ||
         !iscsi_chap_equal(got, want, ISCSI_CHAP_DIGEST_LEN)) {
         *why = cred ? "wrong CHAP response (secret mismatch)" : "unknown CHAP user";
-        if (iscsi_chap_limit_failed(l->initiator_name, &ic->peer_sa))
+        if (iscsi_chap_limit_failed(l->initiator_name, target, &ic->peer_sa))
             log_warn("%s: CHAP: initiator '%s' or its address blocked for %d s after %d "
-                     "failed logins",
+                     "failed logins to %s",
                      ic->c->peer, l->initiator_name, ISCSI_CHAP_BLOCK_MS / 1000,
-                     ISCSI_CHAP_FAIL_MAX);
+                     ISCSI_CHAP_FAIL_MAX, target[0] ? target : "discovery");
         return ISCSI_LOGIN_AUTH_FAILED;
     }
-    iscsi_chap_limit_succeeded(l->initiator_name, &ic->peer_sa);
+    iscsi_chap_limit_succeeded(l->initiator_name, target, &ic->peer_sa);
     *credp = cred;
     return 0;
 }

@@ -113,7 +113,7 @@ static void on_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
     }
     char name[80];
     format_sockaddr(peer, peerlen, name, sizeof(name));
-    if (admit_try(&iscsi_gate, peer, peerlen, name, &a->ticket) < 0) {
+    if (admit_try(&iscsi_gate, fd, peer, peerlen, name, &a->ticket) < 0) {
         free(a);
         close(fd);
         return;

@@ -276,7 +276,7 @@ void nbd_conn_accept(int fd, const struct sockaddr *peer, socklen_t peerlen)
         log_error("%s: nbd: out of memory for a connection", name);
         goto refuse;
     }
-    if (admit_try(&nbd_gate, peer, peerlen, name, &nc->ticket) < 0)
+    if (admit_try(&nbd_gate, fd, peer, peerlen, name, &nc->ticket) < 0)
         goto refuse; /* logged by admit */
     atomic_fetch_add(&nbd_conn_count, 1);
     nc->state = ST_CLIENT_FLAGS;

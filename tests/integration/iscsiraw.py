@@ -3,6 +3,7 @@ status and sense data of one command (libiscsi's tools hide them, and
 qemu retries or translates them). lib.sh puts this directory on PYTHONPATH.
 
     s = Session(port, target_iqn)          # login, one connection, LUN 0
+    s.login_keys["TargetPortalGroupTag"]   # the target's login keys
     s.clear_unit_attention()               # the new session's UNIT ATTENTION
     st, sense, data = s.cmd(cdb, data_out=b"", data_in_len=0)
     itt = s.send_cmd(cdb); s.send_tmf(1, rtt=itt); s.recv_pdu()  # no waiting
@@ -47,6 +48,8 @@ class Session:
         bhs, data = self._recv()
         if bhs[0] & 0x3F != 0x23 or bhs[36] != 0:
             raise RuntimeError("login failed: class %d detail %d" % (bhs[36], bhs[37]))
+        # the target's login keys (TargetPortalGroupTag, ...)
+        self.login_keys = dict(kv.split("=", 1) for kv in data.decode().split("\0") if "=" in kv)
         self.exp_stat_sn = struct.unpack(">I", bhs[24:28])[0] + 1
         self.cmd_sn = 1
         self.itt = 0

@@ -64,6 +64,12 @@ static void test_peer_address(void **state)
     assert_string_equal(b, "unix:pid=3,uid=0");
     auth_peer_address(NULL, b, sizeof(b));
     assert_string_equal(b, "local");
+    /* the throttle's keys: per mechanism, and per account for passwords */
+    char k[AUTH_RATE_KEY_MAX];
+    auth_rate_key("ws:10.1.2.3:5000", "key", NULL, k, sizeof(k));
+    assert_string_equal(k, "key:10.1.2.3");
+    auth_rate_key("wss:[::1]:443", "pw", "incus", k, sizeof(k));
+    assert_string_equal(k, "pw:::1 u:incus");
 }
 
 static void test_rate_limit(void **state)

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/admit.h"
@@ -339,12 +340,12 @@ static void test_admit(void **state)
     struct admit_ticket t[8];
     struct sockaddr_in a = addr4("10.0.0.1", 1), b = addr4("10.0.0.2", 1);
     const struct sockaddr *sa = (const struct sockaddr *)&a, *sb = (const struct sockaddr *)&b;
-    assert_int_equal(admit_try(&g, sa, sizeof(a), "a", &t[0]), 0);
-    assert_int_equal(admit_try(&g, sa, sizeof(a), "a", &t[1]), 0);
+    assert_int_equal(admit_try(&g, -1, sa, sizeof(a), "a", &t[0]), 0);
+    assert_int_equal(admit_try(&g, -1, sa, sizeof(a), "a", &t[1]), 0);
     /* a third from the same address: per-address cap */
-    assert_int_equal(admit_try(&g, sa, sizeof(a), "a", &t[2]), -EBUSY);
+    assert_int_equal(admit_try(&g, -1, sa, sizeof(a), "a", &t[2]), -EBUSY);
     admit_promote(&t[0]);
-    assert_int_equal(admit_try(&g, sa, sizeof(a), "a", &t[2]), 0);
+    assert_int_equal(admit_try(&g, -1, sa, sizeof(a), "a", &t[2]), 0);
     /* pending cap: 8 - 8/4 = 6 (the configured 100 is larger) */
     char ip[32];
     struct sockaddr_in o[4];
@@ -354,22 +355,22 @@ static void test_admit(void **state)
     }
     for (int i = 0; i < 4; i++)
         assert_int_equal(
-            admit_try(&g, (const struct sockaddr *)&o[i], sizeof(o[i]), "o", &t[3 + i]), 0);
+            admit_try(&g, -1, (const struct sockaddr *)&o[i], sizeof(o[i]), "o", &t[3 + i]), 0);
     unsigned total, pending;
     admit_counts(&g, &total, &pending);
     assert_int_equal(total, 7);
     assert_int_equal(pending, 6);
     /* pending room is full, though the total has room left */
-    assert_int_equal(admit_try(&g, sb, sizeof(b), "b", &t[7]), -EBUSY);
+    assert_int_equal(admit_try(&g, -1, sb, sizeof(b), "b", &t[7]), -EBUSY);
     /* established sessions may fill the rest of the total */
     for (int i = 1; i < 7; i++)
         admit_promote(&t[i]);
     admit_counts(&g, &total, &pending);
     assert_int_equal(total, 7);
     assert_int_equal(pending, 0);
-    assert_int_equal(admit_try(&g, sb, sizeof(b), "b", &t[7]), 0);
+    assert_int_equal(admit_try(&g, -1, sb, sizeof(b), "b", &t[7]), 0);
     struct admit_ticket x;
-    assert_int_equal(admit_try(&g, sb, sizeof(b), "b", &x), -EBUSY); /* total 8 */
+    assert_int_equal(admit_try(&g, -1, sb, sizeof(b), "b", &x), -EBUSY); /* total 8 */
     for (int i = 0; i < 8; i++) {
         admit_release(&t[i]);
         admit_release(&t[i]); /* idempotent */
@@ -378,6 +379,75 @@ static void test_admit(void **state)
     assert_int_equal(total, 0);
     assert_int_equal(pending, 0);
     assert_int_equal(g.naddrs, 0);
+    admit_configure(0, ADMIT_DEFAULT_MAX_PENDING, ADMIT_DEFAULT_MAX_PENDING_PER_ADDR);
+}
+
+static struct sockaddr_in6 addr6(const char *ip)
+{
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons(1)};
+    inet_pton(AF_INET6, ip, &a.sin6_addr);
+    return a;
+}
+
+/* A full pending room evicts the oldest pending connection of the address
+ * holding the most (its socket is shut down), instead of refusing the
+ * newcomer; an evicted ticket's promote and release change no count; IPv6
+ * addresses count per /64. */
+static void test_admit_evict(void **state)
+{
+    static struct admit_gate g = ADMIT_GATE_INIT("test-evict", 8);
+    admit_configure(0, 100, 4);
+    int sp[6][2];
+    struct admit_ticket t[6], c, v6[5];
+    struct sockaddr_in a = addr4("10.0.0.1", 1), b = addr4("10.0.0.2", 1), n = addr4("10.0.0.3", 1);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sp[i]), 0);
+        const struct sockaddr_in *p = i < 4 ? &a : &b;
+        assert_int_equal(
+            admit_try(&g, sp[i][0], (const struct sockaddr *)p, sizeof(*p), "p", &t[i]), 0);
+    }
+    /* pending room (6) is full: the newcomer evicts a's oldest */
+    assert_int_equal(admit_try(&g, -1, (const struct sockaddr *)&n, sizeof(n), "n", &c), 0);
+    assert_false(admit_is_pending(&t[0]));
+    assert_true(admit_is_pending(&t[1]));
+    char byte;
+    assert_int_equal(recv(sp[0][1], &byte, 1, MSG_DONTWAIT), 0); /* shut down */
+    assert_int_equal(recv(sp[1][1], &byte, 1, MSG_DONTWAIT), -1);
+    unsigned total, pending;
+    admit_counts(&g, &total, &pending);
+    assert_int_equal(total, 6);
+    assert_int_equal(pending, 6);
+    assert_int_equal(g.evictions, 1);
+    admit_promote(&t[0]); /* the owner raced the eviction: no count moves */
+    admit_release(&t[0]);
+    admit_counts(&g, &total, &pending);
+    assert_int_equal(total, 6);
+    assert_int_equal(pending, 6);
+    for (int i = 1; i < 6; i++)
+        admit_release(&t[i]);
+    admit_release(&c);
+    admit_counts(&g, &total, &pending);
+    assert_int_equal(total, 0);
+    assert_int_equal(pending, 0);
+    /* one /64: four addresses fill its per-address cap */
+    char ip[64];
+    struct sockaddr_in6 s6[5];
+    for (int i = 0; i < 5; i++) {
+        snprintf(ip, sizeof(ip), "2001:db8:1:2::%x", i + 1);
+        s6[i] = addr6(ip);
+        assert_int_equal(
+            admit_try(&g, -1, (const struct sockaddr *)&s6[i], sizeof(s6[i]), "v6", &v6[i]),
+            i < 4 ? 0 : -EBUSY);
+    }
+    for (int i = 0; i < 5; i++)
+        admit_release(&v6[i]);
+    for (int i = 0; i < 6; i++) {
+        close(sp[i][0]);
+        close(sp[i][1]);
+    }
+    admit_counts(&g, &total, &pending);
+    assert_int_equal(total, 0);
+    assert_int_equal(g.npend, 0);
     admit_configure(0, ADMIT_DEFAULT_MAX_PENDING, ADMIT_DEFAULT_MAX_PENDING_PER_ADDR);
 }
 
@@ -484,6 +554,7 @@ int main(void)
         cmocka_unit_test(test_bufpool),
         cmocka_unit_test(test_iostats),
         cmocka_unit_test(test_admit),
+        cmocka_unit_test(test_admit_evict),
         cmocka_unit_test(test_hex_decode),
         cmocka_unit_test(test_write_helpers),
         cmocka_unit_test(test_registry),

@@ -1,7 +1,8 @@
 /*
  * Failed-CHAP throttling (src/iscsi/iscsi_chap_limit.c): a block is per
- * source address and per initiator name; an IPv4-mapped IPv6 peer is its
- * IPv4 address; a success forgets earlier failures.
+ * source address and per initiator name, each for one target; an
+ * IPv4-mapped IPv6 peer is its IPv4 address; a success forgets earlier
+ * failures against its own target only.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -42,30 +43,57 @@ static void test_per_address_and_name(void **state)
     const char *what;
     /* a success in between resets the count */
     for (int i = 0; i < ISCSI_CHAP_FAIL_MAX - 1; i++)
-        assert_false(iscsi_chap_limit_failed("iqn.x:victim", &a));
-    iscsi_chap_limit_succeeded("iqn.x:victim", &a);
+        assert_false(iscsi_chap_limit_failed("iqn.x:victim", "iqn.t:one", &a));
+    iscsi_chap_limit_succeeded("iqn.x:victim", "iqn.t:one", &a);
     for (int i = 0; i < ISCSI_CHAP_FAIL_MAX - 1; i++)
-        assert_false(iscsi_chap_limit_failed("iqn.x:victim", &a));
-    assert_int_equal(iscsi_chap_limit_check("iqn.x:victim", &a, &what), 0);
+        assert_false(iscsi_chap_limit_failed("iqn.x:victim", "iqn.t:one", &a));
+    assert_int_equal(iscsi_chap_limit_check("iqn.x:victim", "iqn.t:one", &a, &what), 0);
     /* the fifth failure in the window blocks the name and the address */
-    assert_true(iscsi_chap_limit_failed("iqn.x:victim", &a));
-    assert_true(iscsi_chap_limit_check("iqn.x:victim", &a, &what) > 0);
+    assert_true(iscsi_chap_limit_failed("iqn.x:victim", "iqn.t:one", &a));
+    assert_true(iscsi_chap_limit_check("iqn.x:victim", "iqn.t:one", &a, &what) > 0);
     /* another name from the same address (also as a v4-mapped peer) */
-    assert_true(iscsi_chap_limit_check("iqn.x:other", &a, &what) > 0);
+    assert_true(iscsi_chap_limit_check("iqn.x:other", "iqn.t:one", &a, &what) > 0);
     assert_string_equal(what, "address");
-    assert_true(iscsi_chap_limit_check("iqn.x:other", &a6, &what) > 0);
+    assert_true(iscsi_chap_limit_check("iqn.x:other", "iqn.t:one", &a6, &what) > 0);
     /* the same name from another address */
-    uint64_t left = iscsi_chap_limit_check("iqn.x:victim", &b, &what);
+    uint64_t left = iscsi_chap_limit_check("iqn.x:victim", "iqn.t:one", &b, &what);
     assert_true(left > 0 && left <= ISCSI_CHAP_BLOCK_MS);
     assert_string_equal(what, "initiator");
     /* another name from another address is free */
-    assert_int_equal(iscsi_chap_limit_check("iqn.x:other", &b, &what), 0);
+    assert_int_equal(iscsi_chap_limit_check("iqn.x:other", "iqn.t:one", &b, &what), 0);
+}
+
+/* A right response for one target does not reset the guesses against
+ * another; a block on one target leaves the others open. */
+static void test_per_target(void **state)
+{
+    (void)state;
+    iscsi_chap_limit_reset();
+    struct sockaddr_storage a = v4("10.0.0.9");
+    const char *what;
+    for (int i = 0; i < ISCSI_CHAP_FAIL_MAX - 1; i++)
+        assert_false(iscsi_chap_limit_failed("iqn.x:a", "iqn.t:victim", &a));
+    iscsi_chap_limit_succeeded("iqn.x:a", "iqn.t:mine", &a);
+    assert_true(iscsi_chap_limit_failed("iqn.x:a", "iqn.t:victim", &a));
+    assert_true(iscsi_chap_limit_check("iqn.x:a", "iqn.t:victim", &a, &what) > 0);
+    assert_int_equal(iscsi_chap_limit_check("iqn.x:a", "iqn.t:mine", &a, &what), 0);
+    assert_int_equal(iscsi_chap_limit_check("iqn.x:a", "", &a, &what), 0);
+    /* names longer than the table's keys still tell targets apart */
+    char longname[224];
+    memset(longname, 'n', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = 0;
+    for (int i = 0; i < ISCSI_CHAP_FAIL_MAX; i++)
+        iscsi_chap_limit_failed(longname, "iqn.t:victim2", &a);
+    assert_true(iscsi_chap_limit_check(longname, "iqn.t:victim2", &a, &what) > 0);
+    struct sockaddr_storage b = v4("10.0.0.10");
+    assert_int_equal(iscsi_chap_limit_check(longname, "iqn.t:other2", &b, &what), 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_per_address_and_name),
+        cmocka_unit_test(test_per_target),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
