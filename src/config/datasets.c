@@ -899,7 +899,9 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
     if (rc == 0 && plan_removed_any(&d.plan))
         delete_publish(&d);
     if (rc == 0 && failed)
-        rc = failed; /* what went is gone; the call reports what stayed */
+        rc = failed;               /* what went is gone; the call reports what stayed */
+    if (plan_removed_any(&d.plan)) /* a clone gone may free a deferred origin */
+        ds_snapshot_reap_deferred(false, api_call_peer(call));
     if (rc == 0)
         *result = json_true();
     plan_free(&d.plan);
@@ -1001,6 +1003,7 @@ void datasets_init(const char *state_dir)
     api_register(ds_pool_methods, ds_pool_method_count);
     api_register(ds_dataset_methods, ds_dataset_method_count);
     api_register(ds_snapshot_methods, ds_snapshot_method_count);
+    api_register(ds_pool_snapshot_methods, ds_pool_snapshot_method_count);
     api_register(ds_rename_methods, ds_rename_method_count);
     api_register(ds_promote_methods, ds_promote_method_count);
     /* core.bulk: one fdatasync for all its calls, before it answers. */

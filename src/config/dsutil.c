@@ -64,6 +64,14 @@ const char ds_schema_sql[] =
     " volsize INTEGER NOT NULL,"
     " created INTEGER NOT NULL,"
     " UNIQUE (dataset_id, name));"
+    /* A snapshot's user properties ("ns:name" keys) and its deferred
+     * destroy mark (name "defer_destroy", which has no ':'): by id, so a
+     * rename or a promote carries them. */
+    "CREATE TABLE IF NOT EXISTS snapshot_props ("
+    " snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,"
+    " name TEXT NOT NULL,"
+    " value TEXT NOT NULL,"
+    " PRIMARY KEY (snapshot_id, name));"
     /* managedby and ZFS-style user properties ("ns:name" keys). */
     "CREATE TABLE IF NOT EXISTS dataset_props ("
     " dataset_id INTEGER NOT NULL REFERENCES datasets(id) ON DELETE CASCADE,"

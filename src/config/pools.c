@@ -334,8 +334,11 @@ int datasets_ensure_default_pool(const char *name)
             log_info("datasets: created default pool %s at %s", name, p.path);
     }
     ds_ops_unlock();
-    if (rc == 0)
+    if (rc == 0) {
         ds_rollback_recover();
+        /* a clone deleted just before a stop leaves its deferred origin */
+        ds_snapshot_reap_deferred(true, "start-up");
+    }
     return rc;
 }
 
