@@ -751,8 +751,9 @@ static int snap_delete_check(struct api_call *call, const struct ds_snap *snap, 
     }
     if (rc == 0)
         return api_error(call, EBUSY,
-                         "cannot destroy '%s': snapshot has dependent clones (%s); delete them "
-                         "first, or delete with defer to destroy it with its last clone",
+                         "cannot destroy '%s': snapshot has dependent clones: delete the "
+                         "dependent clone %s first, or delete with defer to destroy the snapshot "
+                         "with its last clone",
                          full, clone);
     if (rc != -ENOENT)
         return ds_api_errno(call, rc, "cannot delete snapshot", full);
