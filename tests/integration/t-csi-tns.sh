@@ -7,7 +7,8 @@
 # clone, DeleteSnapshot {defer: true} while the clone exists and the
 # clone's DeleteVolume taking the snapshot along, a session that is not
 # authenticated logging in again. The snapshot part again on an RBD pool;
-# and a deferred destroy across a restart of the daemon (file and RBD).
+# and a deferred destroy across a restart of the daemon and a rename
+# (file and RBD).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/csi-lib.sh"
 
@@ -36,8 +37,14 @@ for p in demo rp; do
     row=$(blockctl call pool.snapshot.get_instance "[\"$p/r1@s\"]") || fail "$p/r1@s gone after the restart"
     [ "$(jget "$row" 'j["properties"]["defer_destroy"]["value"]')" = on ] || fail "mark lost on $p: $row"
     [ "$(jget "$row" 'j["properties"]["tns-csi:k"]["value"]')" = v ] || fail "user property lost on $p: $row"
+    # a rename carries the mark and the user properties
+    blockctl call pool.snapshot.rename "[\"$p/r1@s\",{\"new_name\":\"$p/r1@t\"}]" >/dev/null ||
+        fail "rename on $p"
+    row=$(blockctl call pool.snapshot.get_instance "[\"$p/r1@t\"]") || fail "$p/r1@t missing"
+    [ "$(jget "$row" 'j["properties"]["defer_destroy"]["value"]+j["properties"]["tns-csi:k"]["value"]')" = onv ] ||
+        fail "the rename lost the mark or the property on $p: $row"
     blockctl call pool.dataset.delete "[\"$p/r2\"]" >/dev/null || fail "clone delete on $p"
-    out=$(blockctl call pool.snapshot.query "[[[\"id\",\"=\",\"$p/r1@s\"]]]")
+    out=$(blockctl call pool.snapshot.query "[[[\"id\",\"=\",\"$p/r1@t\"]]]")
     [ "$(jget "$out" 'len(j)')" = 0 ] || fail "deferred snapshot stayed on $p: $out"
     blockctl call pool.dataset.delete "[\"$p/r1\"]" >/dev/null || fail "volume delete on $p"
 done
