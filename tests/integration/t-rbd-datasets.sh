@@ -178,7 +178,7 @@ r = c.call("replication.run_onetime", {"direction": "PUSH", "transport": "LOCAL"
            "retention_policy": "NONE", "also_include_naming_schema": ["auto-%Y-%m-%d_%H-%M"],
            "readonly": "IGNORE"})
 e = r.get("error")
-assert e and e["data"]["errno"] == 95 and "RBD pool" in e["message"], r
+assert e and e["data"]["error"] == 95 and "RBD pool" in e["message"], r
 print("OK replication refused")
 
 # renames: a filesystem (its images follow) and a snapshot
