@@ -637,7 +637,7 @@ static int snap_delete_check(struct api_call *call, const struct ds_snap *snap, 
     int rc = ds_snapshot_first_clone(snap->id, clone, sizeof(clone));
 
     if (rc == 0)
-        return api_error(call, EBUSY, "snapshot %s has dependent clone %s; delete the clone first",
+        return api_error(call, EBUSY, "snapshot %s has dependent clones (%s); delete the clones first",
                          full, clone);
     if (rc != -ENOENT)
         return ds_api_errno(call, rc, "cannot delete snapshot", full);
@@ -917,7 +917,7 @@ static int newer_add(const struct ds_snap *s, const char *clone, void *arg)
     snprintf(full, sizeof(full), "%s@%s", l->snap->dataset, s->name);
     if (clone) {
         api_error(l->call, EBUSY,
-                  "the newer snapshot %s has dependent clone %s; delete the clone first", full,
+                  "the newer snapshot %s has dependent clones (%s); delete the clones first", full,
                   clone);
         return 1;
     }
