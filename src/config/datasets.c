@@ -613,7 +613,7 @@ static int delete_check(struct dataset_delete *d)
         return ds_api_errno(d->call, rc, "cannot delete dataset", d->id);
     if (rc == 1)
         return api_error(d->call, EBUSY,
-                         "snapshot %s has dependent clone %s; delete the clone first", origin,
+                         "snapshot %s has dependent clones (%s); delete the clones first", origin,
                          clone);
     for (size_t i = 0; !d->force && i < plan->ndatasets + plan->nsnapshots; i++) {
         const char *n = i < plan->ndatasets ? plan->datasets[i].name

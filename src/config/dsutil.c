@@ -226,6 +226,11 @@ int ds_api_errno(struct api_call *call, int err, const char *what, const char *n
         ds_backend_why[0] = '\0';
         return rc;
     }
+    /* the words both TrueNAS CSI drivers look for besides the errno name */
+    if (err == ENOSPC || err == EDQUOT)
+        return api_error(call, err, "%s %s: insufficient space (%s)", what, name, strerror(err));
+    if (err == ENOENT)
+        return api_error(call, err, "%s %s: it does not exist (%s)", what, name, strerror(err));
     return api_error(call, err, "%s %s: %s", what, name, strerror(err));
 }
 

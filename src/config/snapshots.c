@@ -751,9 +751,9 @@ static int snap_delete_check(struct api_call *call, const struct ds_snap *snap, 
     }
     if (rc == 0)
         return api_error(call, EBUSY,
-                         "cannot destroy '%s': snapshot has dependent clones: delete the "
-                         "dependent clone %s first, or delete with defer to destroy the snapshot "
-                         "with its last clone",
+                         "cannot destroy '%s': snapshot has dependent clones (%s); delete the "
+                         "clones first, or delete with defer to destroy the snapshot with its "
+                         "last clone",
                          full, clone);
     if (rc != -ENOENT)
         return ds_api_errno(call, rc, "cannot delete snapshot", full);
@@ -1037,7 +1037,7 @@ static int newer_add(const struct ds_snap *s, const char *clone, void *arg)
     snprintf(full, sizeof(full), "%s@%s", l->snap->dataset, s->name);
     if (clone) {
         api_error(l->call, EBUSY,
-                  "the newer snapshot %s has dependent clone %s; delete the clone first", full,
+                  "the newer snapshot %s has dependent clones (%s); delete the clones first", full,
                   clone);
         return 1;
     }

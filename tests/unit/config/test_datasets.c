@@ -99,10 +99,10 @@ static void expect_errno(const char *method, const char *params, int errnum)
 
     if (r)
         fail_msg("%s %s unexpectedly succeeded", method, params);
-    if (json_integer_value(json_object_get(json_object_get(err, "data"), "errno")) != errnum)
+    if (json_integer_value(json_object_get(json_object_get(err, "data"), "error")) != errnum)
         fail_msg(
             "%s %s: errno %lld (%s), wanted %d", method, params,
-            (long long)json_integer_value(json_object_get(json_object_get(err, "data"), "errno")),
+            (long long)json_integer_value(json_object_get(json_object_get(err, "data"), "error")),
             json_string_value(json_object_get(err, "message")), errnum);
     json_decref(err);
 }
