@@ -217,6 +217,11 @@ int ds_snap_props_store(int64_t id, const struct ds_user_props *props);
 void ds_snap_props_encode(int64_t id, json_t *row);
 /* pool.snapshot.update [id, {user_properties_update, user_properties_remove}]. */
 int ds_snapshot_update_method(struct api_call *call, json_t *params, json_t **result);
+/* pool.snapshot.hold / release [id, {recursive?}]. */
+int ds_snapshot_hold_method(struct api_call *call, json_t *params, json_t **result);
+int ds_snapshot_release_method(struct api_call *call, json_t *params, json_t **result);
+/* DB locked: 0 if snap has no hold, else the call's error (EBUSY). */
+int ds_snapshot_held(struct api_call *call, const struct ds_snap *snap, const char *full);
 /* DB locked: mark snap (full: its name) for deferred destroy in one
  * transaction. 0 or the call's error. */
 int ds_snapshot_defer_destroy(struct api_call *call, const struct ds_snap *snap, const char *full);

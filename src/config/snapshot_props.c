@@ -6,9 +6,10 @@
  * destroy: pool.snapshot.delete {defer: true} of a snapshot that clones
  * still depend on marks it (property defer_destroy "on") instead of
  * failing, and the snapshot goes once its last clone has gone
- * (ds_snapshot_reap_deferred, run after every dataset delete and promote
- * and at start-up). CSI drivers keep their bookkeeping in the first and
- * delete snapshots of restored volumes with the second.
+ * (ds_snapshot_reap_deferred, run after every dataset delete, promote
+ * and release and at start-up); and holds (pool.snapshot.hold/release:
+ * a held snapshot is not destroyed, deferred or not). CSI drivers keep their bookkeeping in the
+ * first and delete snapshots of restored volumes with the second.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -96,6 +97,12 @@ static int prop_encode(const char *name, const char *value, void *arg)
 {
     json_t *row = arg, *props = json_object_get(row, "properties");
     bool user = strchr(name, ':') != NULL;
+
+    if (strcmp(name, DS_SNAP_HOLD) == 0) { /* TrueNAS's shape: {tag: count} */
+        json_object_set_new(json_object_get(row, "holds"), value, json_integer(1));
+        json_object_set_new(props, "userrefs", ds_prop(json_integer(1), "1", "1", "NONE"));
+        return 0;
+    }
 
     json_object_set_new(props, name,
                         ds_prop(json_string(value), value, value, user ? "LOCAL" : "NONE"));
@@ -217,6 +224,78 @@ int ds_snapshot_update_method(struct api_call *call, json_t *params, json_t **re
     if (rc == 0 && !*result)
         return api_error(call, EIO, "snapshot %s vanished", full);
     return rc;
+}
+
+/* ---- holds ---- */
+
+/* pool.snapshot.hold / release [id, {recursive?}]: the hold "truenas"
+ * placed or taken off (a volume has no children: recursive changes
+ * nothing). Release of a snapshot without it fails as ZFS's does; after
+ * a release a snapshot marked for deferred destroy without clones goes. */
+static int hold_set(struct api_call *call, json_t *params, bool hold)
+{
+    struct ds_snap snap;
+    struct ds_pool pool;
+    struct cfg_tx tx;
+    char full[DS_NAME_BUF * 2], tag[32];
+    int rc;
+
+    ds_ops_lock();
+    db_lock();
+    rc = ds_snapshot_id_param(call, params, &snap, &pool, full);
+    if (rc == 0 && !hold && ds_snapshot_prop_get(snap.id, DS_SNAP_HOLD, tag, sizeof(tag)) < 0)
+        rc = api_error(call, ESRCH,
+                       "cannot release hold from snapshot '%s': no such tag on this "
+                       "dataset",
+                       full);
+    if (rc == 0 && (rc = cfg_tx_begin(&tx)) == 0) {
+        rc = hold ? ds_snapshot_prop_set(snap.id, DS_SNAP_HOLD, "truenas")
+                  : ds_snapshot_prop_remove(snap.id, DS_SNAP_HOLD);
+        cfg_tx_changed(&tx, CFG_SNAPSHOT, snap.id, CFG_UPDATED);
+        rc = rc == 0 ? cfg_tx_commit(&tx) : (cfg_tx_abort(&tx), rc);
+        if (rc < 0)
+            rc = ds_api_errno(call, rc, hold ? "cannot hold" : "cannot release", full);
+    }
+    db_unlock();
+    ds_ops_unlock();
+    if (rc < 0)
+        return rc;
+    log_info("datasets: snapshot %s %s (peer %s)", full, hold ? "held" : "released",
+             api_call_peer(call));
+    if (!hold)
+        ds_snapshot_reap_deferred(false, api_call_peer(call));
+    return 0;
+}
+
+int ds_snapshot_hold_method(struct api_call *call, json_t *params, json_t **result)
+{
+    int rc = hold_set(call, params, true);
+
+    if (rc == 0)
+        *result = json_null();
+    return rc;
+}
+
+int ds_snapshot_release_method(struct api_call *call, json_t *params, json_t **result)
+{
+    int rc = hold_set(call, params, false);
+
+    if (rc == 0)
+        *result = json_null();
+    return rc;
+}
+
+int ds_snapshot_held(struct api_call *call, const struct ds_snap *snap, const char *full)
+{
+    char tag[32];
+    int rc = ds_snapshot_prop_get(snap->id, DS_SNAP_HOLD, tag, sizeof(tag));
+
+    if (rc == -ENOENT)
+        return 0;
+    if (rc < 0)
+        return ds_api_errno(call, rc, "cannot read the holds of", full);
+    return api_error(call, EBUSY, "cannot destroy snapshot %s: dataset is busy (held: %s)", full,
+                     tag);
 }
 
 /* ---- deferred destroy ---- */

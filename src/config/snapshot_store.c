@@ -289,6 +289,22 @@ int ds_snapshot_prop_remove(int64_t id, const char *name)
     return db_run("DELETE FROM snapshot_props WHERE snapshot_id = ? AND name = ?", "it", id, name);
 }
 
+int ds_snapshot_prop_get(int64_t id, const char *name, char *value, size_t len)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt("SELECT value FROM snapshot_props WHERE snapshot_id = ? AND name = ?", &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    rc = db_step_row(st);
+    if (rc == 0)
+        copy_text(value, len, sqlite3_column_text(st, 0));
+    db_stmt_done(st);
+    return rc;
+}
+
 int ds_snapshot_props_each(int64_t id, int (*fn)(const char *name, const char *value, void *arg),
                            void *arg)
 {
@@ -314,6 +330,8 @@ int ds_snapshot_each_deferred_free(int (*fn)(const struct ds_snap *s, void *arg)
                      " ON d.id = s.dataset_id JOIN snapshot_props p ON p.snapshot_id = s.id"
                      " AND p.name = '" DS_SNAP_DEFER_DESTROY "' AND p.value = 'on'"
                      " WHERE NOT EXISTS (SELECT 1 FROM datasets c WHERE c.origin_id = s.id)"
+                     " AND NOT EXISTS (SELECT 1 FROM snapshot_props h WHERE h.snapshot_id = s.id"
+                     " AND h.name = '" DS_SNAP_HOLD "')"
                      " ORDER BY s.id",
                      &st);
 

@@ -744,7 +744,7 @@ static int snap_delete_check(struct api_call *call, const struct ds_snap *snap, 
     int rc = ds_snapshot_first_clone(snap->id, clone, sizeof(clone));
 
     *marked = false;
-    if (rc == 0 && defer) {
+    if (rc == 0 && defer) { /* also when held: it goes once released */
         rc = ds_snapshot_defer_destroy(call, snap, full);
         *marked = rc == 0;
         return rc;
@@ -757,6 +757,14 @@ static int snap_delete_check(struct api_call *call, const struct ds_snap *snap, 
                          full, clone);
     if (rc != -ENOENT)
         return ds_api_errno(call, rc, "cannot delete snapshot", full);
+    if (defer && ds_snapshot_prop_get(snap->id, DS_SNAP_HOLD, why, sizeof(why)) == 0) {
+        rc = ds_snapshot_defer_destroy(call, snap, full);
+        *marked = rc == 0;
+        return rc;
+    }
+    rc = ds_snapshot_held(call, snap, full);
+    if (rc < 0)
+        return rc;
     why[0] = '\0';
     if (ds_in_use(full, why, sizeof(why)))
         return api_error(call, EBUSY, "snapshot %s is in use: %s", full, why[0] ? why : "busy");
@@ -1375,6 +1383,11 @@ static const struct api_arg rollback_args[] =
     ID_OPTIONS_ARGS(rollback_fields, "zfs.snapshot.rollback.options");
 static const struct api_arg pool_rollback_args[] =
     ID_OPTIONS_ARGS(rollback_fields, "pool.snapshot.rollback.options");
+static const struct api_field hold_fields[] = {{.name = "recursive", .type = API_T_BOOL}};
+static const struct api_arg hold_args[] =
+    ID_OPTIONS_ARGS(hold_fields, "pool.snapshot.hold.options");
+static const struct api_arg release_args[] =
+    ID_OPTIONS_ARGS(hold_fields, "pool.snapshot.release.options");
 static const struct api_arg update_args[] = {{.name = "id", .type = API_T_ANY},
                                              {.name = "data",
                                               .type = API_T_OBJECT,
@@ -1424,5 +1437,11 @@ const struct api_method ds_pool_snapshot_methods[] = {
      API_ARGS(clone_args)},
     {"pool.snapshot.rollback", NULL, ROLLBACK_HELP, m_snapshot_rollback, 0,
      API_ARGS(pool_rollback_args)},
+    {"pool.snapshot.hold", NULL,
+     "Place the hold \"truenas\" on a snapshot: it cannot be destroyed until released",
+     ds_snapshot_hold_method, 0, API_ARGS(hold_args)},
+    {"pool.snapshot.release", NULL,
+     "Release the hold \"truenas\" (a snapshot marked for deferred destroy may then go)",
+     ds_snapshot_release_method, 0, API_ARGS(release_args)},
 };
 const size_t ds_pool_snapshot_method_count = ARRAY_SIZE(ds_pool_snapshot_methods);

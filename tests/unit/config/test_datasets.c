@@ -1192,6 +1192,21 @@ static void test_pool_snapshot(void **st)
     assert_int_equal(n, 0); /* its clone is still there */
     json_decref(ok("pool.dataset.delete", "[\"pu/c\"]"));
     expect_errno("pool.snapshot.get_instance", "[\"pu/v@a\"]", ENOENT);
+
+    /* a hold keeps a snapshot; with defer it goes once released */
+    json_decref(ok("pool.snapshot.create", "[{\"dataset\":\"pu/v\",\"name\":\"h\"}]"));
+    expect_errno("pool.snapshot.release", "[\"pu/v@h\"]", ESRCH);
+    json_decref(ok("pool.snapshot.hold", "[\"pu/v@h\"]"));
+    row = ok("pool.snapshot.get_instance", "[\"pu/v@h\"]");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(row, "holds"), "truenas")),
+                     1);
+    json_decref(row);
+    expect_errno("pool.snapshot.delete", "[\"pu/v@h\"]", EBUSY);
+    json_decref(ok("pool.snapshot.delete", "[\"pu/v@h\",{\"defer\":true}]"));
+    snap_props_of("h", props);
+    assert_string_equal(props, "defer_destroy=on hold=truenas");
+    json_decref(ok("pool.snapshot.release", "[\"pu/v@h\"]"));
+    expect_errno("pool.snapshot.get_instance", "[\"pu/v@h\"]", ENOENT);
     (void)st;
 }
 
