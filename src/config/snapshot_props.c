@@ -157,7 +157,9 @@ static int update_removals(struct api_call *call, json_t *names, struct ds_user_
         memset(&out->v[out->n], 0, sizeof(out->v[0]));
         out->v[out->n].key = strdup(json_string_value(jn));
         out->v[out->n].key_len = json_string_length(jn);
-        out->v[out->n++].remove = true;
+        out->v[out->n].remove = true;
+        if (!out->v[out->n++].key)
+            return api_error(call, ENOMEM, "out of memory");
     }
     return api_has_verrs(call) ? -1 : 0;
 }
@@ -175,15 +177,22 @@ static int update_decode(struct api_call *call, json_t *data, struct ds_user_pro
     rc = ds_user_props_decode(json_object_get(data, "user_properties_update"), out);
     if (rc < 0)
         return api_error(call, ENOMEM, "out of memory");
+    /* ':', the reserved namespace, value xor remove: the dataset rules;
+     * then what ZFS also asks of a snapshot's property name */
+    ds_check_user_props(call, field, out, true);
     for (size_t i = 0; i < out->n; i++) {
-        const char *why = user_key_why(out->v[i].key, out->v[i].key_len);
+        const struct ds_user_prop *p = &out->v[i];
+        const char *why;
         char f[160];
 
+        if (!p->key || !strchr(p->key, ':') || strncmp(p->key, "blockd:", 7) == 0 ||
+            strlen(p->key) != p->key_len)
+            continue; /* reported by the schema or ds_check_user_props */
+        why = user_key_why(p->key, p->key_len);
         snprintf(f, sizeof(f), "%s.%zu.key", field, i);
         if (why)
             api_verr(call, f, EINVAL, "%s", why);
     }
-    ds_check_user_props(call, field, out, true);
     rc = update_removals(call, json_object_get(data, "user_properties_remove"), out);
     if (rc < 0 || api_has_verrs(call)) {
         ds_user_props_free(out);
