@@ -269,6 +269,8 @@ def replay_truenas(snapshots_only):
     check(api.ok("core.ping") == "pong", "ping")
     pools = api.ok("pool.query", [["name", "=", pool]], {})
     check(len(pools) == 1 and pools[0]["name"] == pool, pools)
+    # capacity: GetCapacity reads these as integers
+    check(all(isinstance(pools[0][k], int) for k in ("size", "allocated", "free")), pools)
     vol = pool + "/csi/pvc-t1"
     clone = pool + "/csi/pvc-t2"
     truenas_volume(api, vol, 32 << 20)
