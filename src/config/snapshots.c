@@ -637,8 +637,9 @@ static int snap_delete_check(struct api_call *call, const struct ds_snap *snap, 
     int rc = ds_snapshot_first_clone(snap->id, clone, sizeof(clone));
 
     if (rc == 0)
-        return api_error(call, EBUSY, "snapshot %s has dependent clones (%s); delete the clones first",
-                         full, clone);
+        return api_error(call, EBUSY,
+                         "snapshot %s has dependent clones (%s); delete the clones first", full,
+                         clone);
     if (rc != -ENOENT)
         return ds_api_errno(call, rc, "cannot delete snapshot", full);
     why[0] = '\0';
@@ -1231,7 +1232,7 @@ void ds_rollback_recover(void)
 
 static int m_snapshot_get_instance(struct api_call *call, json_t *params, json_t **result)
 {
-    return ds_get_instance_hinted(call, params, result, snapshot_rows_hinted, "snapshots");
+    return api_get_instance(call, params, m_snapshot_query, NULL, result);
 }
 
 static const struct api_arg create_args[] = {API_ARG_OBJECT("data", snap_create_fields, 0)};
