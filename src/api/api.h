@@ -109,6 +109,18 @@ const char *api_call_method(const struct api_call *call);
  */
 int api_query(struct api_call *call, json_t *rows, json_t *params, json_t **result);
 
+/*
+ * <ns>.get_instance [id, options?], as TrueNAS: runs query (the method's
+ * own *.query handler) with [[["id", "=", id]], options] — so the query
+ * options (extra.properties, extra.retrieve_children, select, ...) apply —
+ * and answers its one row, or ENOENT "<what> <id> does not exist" (what
+ * may be NULL: "<id> does not exist" for string ids). get, count, limit
+ * and offset in options are ignored (one row is the answer). An options
+ * that is not an object is a -32602. The handler's return value.
+ */
+int api_get_instance(struct api_call *call, json_t *params, api_handler_fn query, const char *what,
+                     json_t **result);
+
 /* Parameter helpers: fetch params[i] (NULL if absent/null). */
 json_t *api_param(json_t *params, size_t index);
 

@@ -960,7 +960,8 @@ int datasets_forget(const char *name, char *why, size_t len)
 
 static int m_dataset_get_instance(struct api_call *call, json_t *params, json_t **result)
 {
-    return ds_get_instance_hinted(call, params, result, ds_dataset_rows_hinted, "datasets");
+    /* TrueNAS's [id, {extra: {properties: [...]}}] (truenas-csi): the query does it */
+    return api_get_instance(call, params, m_dataset_query, NULL, result);
 }
 
 /* update and delete check their id and their object in the handler: the id
@@ -1006,6 +1007,7 @@ void datasets_init(const char *state_dir)
     api_register(ds_pool_snapshot_methods, ds_pool_snapshot_method_count);
     api_register(ds_rename_methods, ds_rename_method_count);
     api_register(ds_promote_methods, ds_promote_method_count);
+    api_register(ds_resource_methods, ds_resource_method_count);
     /* core.bulk: one fdatasync for all its calls, before it answers. */
     api_set_batch_hooks(db_sync_batch_begin, db_sync_batch_end);
 }

@@ -123,12 +123,13 @@ int ds_apply_user_props(int64_t dataset_id, const struct ds_user_props *props);
         .items = item                                                                              \
     }
 
-/* <ns>.get_instance [id]: the row of rows whose "id" equals params[0]
- * (new reference), or ENOENT. Takes no ownership of rows. */
+/* <ns>.get_instance [id, options?]: the row of rows whose "id" equals
+ * params[0] (new reference), or ENOENT; query options (select, ...) are
+ * applied as api_query does. Takes no ownership of rows. */
 int ds_get_instance(struct api_call *call, json_t *params, json_t *rows, json_t **result);
-/* The args of the get_instance methods ([id], checked present) and of the
+/* The args of the get_instance methods ([id, options?], id checked present) and of the
  * query methods ([filters?, options?], checked by api_query). */
-extern const struct api_arg ds_get_instance_args[1];
+extern const struct api_arg ds_get_instance_args[2];
 extern const struct api_arg ds_query_args[2];
 /* Convert an errno to an API error on call: -1. */
 int ds_api_errno(struct api_call *call, int err, const char *what, const char *name);
@@ -186,6 +187,8 @@ int ds_dataset_create(struct api_call *call, json_t *params, json_t **result);
 extern const struct api_arg ds_dataset_create_args[1];
 
 /* snapshots.c / datasets.c / pools.c method tables */
+extern const struct api_method ds_resource_methods[]; /* zfs_resource.c */
+extern const size_t ds_resource_method_count;
 extern const struct api_method ds_pool_methods[];
 extern const size_t ds_pool_method_count;
 extern const struct api_method ds_dataset_methods[];

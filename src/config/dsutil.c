@@ -247,14 +247,33 @@ static int id_present_check(struct api_call *call, json_t *id)
     return -1;
 }
 
-const struct api_arg ds_get_instance_args[1] = {
-    {.name = "id", .type = API_T_ANY, .check = id_present_check}};
+const struct api_arg ds_get_instance_args[2] = {
+    {.name = "id", .type = API_T_ANY, .check = id_present_check},
+    {.name = "options", .type = API_T_OBJECT, .flags = API_ARG_OPTIONAL}};
 const struct api_arg ds_query_args[2] = {API_ARG_QUERY};
 
 int ds_get_instance(struct api_call *call, json_t *params, json_t *rows, json_t **result)
 {
     json_t *id = api_param(params, 0), *row; /* ds_get_instance_args */
     size_t i;
+
+    if (api_param(params, 1)) {
+        /* query options (select, ...): the generic query over these rows */
+        json_t *q =
+            json_pack("[[[s, s, O]], O]", "id", "=", id ? id : json_null(), api_param(params, 1));
+        json_t *one = NULL;
+        int rc = q ? api_query(call, rows, q, &one) : api_error(call, ENOMEM, "out of memory");
+        json_decref(q);
+        if (rc == 0 && json_array_size(one) > 0) {
+            *result = json_incref(json_array_get(one, 0));
+            json_decref(one);
+            return 0;
+        }
+        json_decref(one);
+        if (rc < 0)
+            return -1;
+        rows = NULL; /* no match: the not-found error below */
+    }
 
     json_array_foreach(rows, i, row)
     {

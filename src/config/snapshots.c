@@ -398,16 +398,6 @@ static json_t *snapshot_rows_hinted(json_t *params, bool pool_shape)
     return rows;
 }
 
-static json_t *snapshot_rows_hinted_zfs(json_t *params)
-{
-    return snapshot_rows_hinted(params, false);
-}
-
-static json_t *snapshot_rows_hinted_pool(json_t *params)
-{
-    return snapshot_rows_hinted(params, true);
-}
-
 /* Does call use the pool.snapshot.* names (and row shape)? */
 static bool pool_shape_of(struct api_call *call)
 {
@@ -1358,9 +1348,7 @@ void ds_rollback_recover(void)
 
 static int m_snapshot_get_instance(struct api_call *call, json_t *params, json_t **result)
 {
-    return ds_get_instance_hinted(
-        call, params, result,
-        pool_shape_of(call) ? snapshot_rows_hinted_pool : snapshot_rows_hinted_zfs, "snapshots");
+    return api_get_instance(call, params, m_snapshot_query, NULL, result);
 }
 
 static const struct api_arg create_args[] = {API_ARG_OBJECT("data", snap_create_fields, 0)};
