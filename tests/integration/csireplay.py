@@ -233,6 +233,9 @@ def truenas_volume(api, name, size):
     check(r["id"] == name, r)
     rows = api.ok("pool.dataset.query", [["id", "=", name]], {})
     check(len(rows) == 1 and rows[0]["volsize"]["parsed"] == size, rows)
+    row = api.ok("pool.dataset.get_instance", name,
+                 {"extra": {"properties": ["refquota", "volsize", "refreservation"]}})
+    check(row["id"] == name and row["volsize"]["parsed"] == size, row)
 
 
 def truenas_snapshots(api, pool, vol, clone):
@@ -271,6 +274,9 @@ def replay_truenas(snapshots_only):
     check(len(pools) == 1 and pools[0]["name"] == pool, pools)
     # capacity: GetCapacity reads these as integers
     check(all(isinstance(pools[0][k], int) for k in ("size", "allocated", "free")), pools)
+    # GetAvailableSpace
+    res = api.ok("zfs.resource.query", {"paths": [pool], "properties": ["available"]})
+    check(len(res) == 1 and int(res[0]["properties"]["available"]["value"]) >= 0, res)
     vol = pool + "/csi/pvc-t1"
     clone = pool + "/csi/pvc-t2"
     truenas_volume(api, vol, 32 << 20)
@@ -376,6 +382,10 @@ def tns_publish(api, base, vol, name):
     e = api.ok("iscsi.extent.create", {"name": name, "type": "DISK", "disk": "zvol/" + vol,
                                        "blocksize": 512, "enabled": True})
     api.ok("iscsi.targetextent.create", {"target": t["id"], "extent": e["id"], "lunid": 0})
+    job = api.ok("service.control", "RELOAD", "iscsitarget")
+    check(isinstance(job, int), job)
+    wait_for("the reload job to succeed",
+             lambda: api.ok("core.get_jobs", [["id", "=", job]])[0]["state"] == "SUCCESS")
     return t["id"], e["id"], "%s:%s" % (base, name)
 
 
@@ -385,6 +395,9 @@ def replay_tns(snapshots_only):
     api.login()
     pools = api.ok("pool.query", [["name", "=", pool]])
     check(len(pools) == 1, pools)
+    # GetCapacity: properties.{size,free,allocated}.parsed
+    props = pools[0]["properties"]
+    check(all(isinstance(props[k]["parsed"], int) for k in ("size", "free", "allocated")), props)
     vol, clone = pool + "/k8s/pvc-n1", pool + "/k8s/pvc-n2"
     tns_volume(api, vol, 32 << 20)
     if not snapshots_only:
