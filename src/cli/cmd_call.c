@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/api_coverage.h"
 #include "cli/cli.h"
 
 static int call_run(struct cli_ctx *ctx, int argc, char **argv)
@@ -158,6 +159,7 @@ static int methods_run(struct cli_ctx *ctx, int argc, char **argv)
                 printf(" (no login needed)");
             printf(" |\n");
         }
+        fputs(cli_api_coverage_md, stdout);
     } else if (ctx->json) {
         cli_print_json(res);
     } else {
