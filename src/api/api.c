@@ -216,6 +216,8 @@ const char *api_errno_name(int errnum)
      * its clients say ENOTSUP. */
     if (errnum == ENOTSUP)
         return "ENOTSUP";
+    if (errnum == API_ENOTAUTHENTICATED)
+        return "ENOTAUTHENTICATED"; /* TrueNAS's own errno, above the system's */
     const char *n = strerrorname_np(errnum);
     return n ? n : "EFAULT";
 }
@@ -317,6 +319,15 @@ static json_t *error_object(int code, const char *message, json_t *data)
     return e;
 }
 
+json_t *api_error_data(int errnum, const char *reason, json_t *extra)
+{
+    if (errnum < 0)
+        errnum = -errnum;
+    return json_pack("{s:i, s:s, s:s, s:n, s:O?}", "error", errnum, "errname",
+                     api_errno_name(errnum), "reason", reason ? reason : "", "trace", "extra",
+                     extra);
+}
+
 json_t *api_error_response(int code, const char *message, json_t *id)
 {
     json_t *r = response_new(id);
@@ -330,31 +341,24 @@ static json_t *call_error_object(struct api_call *call)
     if (call->code == API_INVALID_PARAMS || (call->code == 0 && api_has_verrs(call))) {
         if (!api_has_verrs(call))
             api_verr(call, call->method, EINVAL, "invalid parameters");
-        /* message: "field: msg; field: msg" so plain clients show the cause */
+        /* As TrueNAS: message "Invalid params", the causes one per line in
+         * data.reason ("[EINVAL] field: msg") and as [field, msg, errno] in
+         * data.extra. */
         size_t n = json_array_size(call->verrs);
-        char *msg = NULL, *reason = NULL;
-        size_t mlen = 0, rlen = 0;
-        FILE *mf = open_memstream(&msg, &mlen);
+        char *reason = NULL;
+        size_t rlen = 0;
         FILE *rf = open_memstream(&reason, &rlen);
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < n && rf; i++) {
             json_t *e = json_array_get(call->verrs, i);
             const char *f = json_string_value(json_array_get(e, 0));
             const char *m = json_string_value(json_array_get(e, 1));
             int en = (int)json_integer_value(json_array_get(e, 2));
-            if (mf)
-                fprintf(mf, "%s%s: %s", i ? "; " : "", f, m);
-            if (rf)
-                fprintf(rf, "[%s] %s: %s\n", api_errno_name(en), f, m);
+            fprintf(rf, "[%s] %s: %s\n", api_errno_name(en), f, m);
         }
-        if (mf)
-            fclose(mf);
         if (rf)
             fclose(rf);
-        json_t *data =
-            json_pack("{s:i, s:s, s:s, s:s, s:O}", "errno", EINVAL, "error", "EINVAL", "errname",
-                      "EINVAL", "reason", reason ? reason : "", "extra", call->verrs);
-        json_t *e = error_object(API_INVALID_PARAMS, msg ? msg : "Invalid params", data);
-        free(msg);
+        json_t *data = api_error_data(EINVAL, reason ? reason : "", call->verrs);
+        json_t *e = error_object(API_INVALID_PARAMS, "Invalid params", data);
         free(reason);
         return e;
     }
@@ -364,8 +368,7 @@ static json_t *call_error_object(struct api_call *call)
         char *reason = NULL;
         if (asprintf(&reason, "[%s] %s", name, m) < 0)
             reason = NULL;
-        json_t *data = json_pack("{s:i, s:s, s:s, s:s, s:n}", "errno", call->errnum, "error", name,
-                                 "errname", name, "reason", reason ? reason : m, "extra");
+        json_t *data = api_error_data(call->errnum, reason ? reason : m, NULL);
         free(reason);
         return error_object(API_CALL_ERROR, m, data);
     }
@@ -427,7 +430,7 @@ static int call_allowed(struct api_call *call, const struct api_method *m)
     if (m->flags & API_NO_AUTH)
         return 0;
     if (call->client && !call->client->authenticated)
-        return api_error(call, EACCES, "Not authenticated");
+        return api_error(call, API_ENOTAUTHENTICATED, "Not authenticated");
     if ((m->flags & API_LOCAL_ONLY) && call->who.kind != API_CALLER_LOCAL) {
         log_warn("api: %s: %s refused: local-only method called by %s%s", call->peer, m->name,
                  call->who.kind == API_CALLER_INTERNAL ? "blockd itself" : "a remote client ",
@@ -438,7 +441,8 @@ static int call_allowed(struct api_call *call, const struct api_method *m)
     if (call->who.kind == API_CALLER_REMOTE && !api_auth_identity_current(&call->who)) {
         log_warn("api: %s: %s refused: the credential of %s was revoked or expired", call->peer,
                  m->name, call->who.name);
-        return api_error(call, EACCES, "Not authenticated (the credential was revoked or expired)");
+        return api_error(call, API_ENOTAUTHENTICATED,
+                         "Not authenticated (the credential was revoked or expired)");
     }
     if (!roles_allow(call->who.roles, m->flags)) {
         char roles[64];
@@ -543,8 +547,7 @@ json_t *api_response_too_big(json_t *resp, const char *peer)
                  "--api-call-memory): narrow the query (filters, select, limit)",
                  (unsigned long long)callmem_budget()) < 0)
         msg = NULL;
-    json_t *data = json_pack("{s:i, s:s, s:s}", "errno", ENOMEM, "error", "ENOMEM", "reason",
-                             msg ? msg : "response too large");
+    json_t *data = api_error_data(ENOMEM, msg ? msg : "[ENOMEM] response too large", NULL);
     json_t *r = response_new(id);
     json_object_set_new(r, "error",
                         error_object(API_CALL_ERROR, msg ? msg : "response too large", data));

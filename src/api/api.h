@@ -8,10 +8,14 @@
  * block (SQLite, file copies), and must be thread-safe against each other
  * (control/db.h serializes database work).
  *
- * Error shape (as TrueNAS clients parse it):
- *   invalid params  → code -32602, message, data.extra = [[field, message, errno], …]
- *   other failures  → code -32001, message, data = {"errno": N, "error": "ENAME", "reason":
- * message}
+ * Error shape (TrueNAS's, as its clients decode it; Go clients need the
+ * integer data.error):
+ *   invalid params  → code -32602, message "Invalid params", data = {error: 22,
+ *                     errname: "EINVAL", reason: "[EINVAL] field: msg\n…", trace: null,
+ *                     extra: [[field, message, errno], …]}
+ *   other failures  → code -32001, message (the cause, in words), data = {error: N,
+ *                     errname: "ENOENT", reason: "[ENOENT] message", trace: null, extra: null}
+ *   before login    → as other failures, errno API_ENOTAUTHENTICATED (207, "ENOTAUTHENTICATED")
  */
 #ifndef BLOCKD_API_API_H
 #define BLOCKD_API_API_H
@@ -29,6 +33,10 @@ enum api_code {
     API_INTERNAL_ERROR = -32603,
     API_CALL_ERROR = -32001,
 };
+
+/* TrueNAS's errno for a call made before login (middlewared's ErrnoMixin);
+ * clients re-authenticate when they see it. Above every system errno. */
+#define API_ENOTAUTHENTICATED 207
 
 /* One call in progress: who is calling and the error being built. */
 struct api_call;
@@ -151,6 +159,18 @@ const char *api_call_method(const struct api_call *call);
  */
 int api_query(struct api_call *call, json_t *rows, json_t *params, json_t **result);
 
+/*
+ * <ns>.get_instance [id, options?], as TrueNAS: runs query (the method's
+ * own *.query handler) with [[["id", "=", id]], options] — so the query
+ * options (extra.properties, extra.retrieve_children, select, ...) apply —
+ * and answers its one row, or ENOENT "<what> <id> does not exist" (what
+ * may be NULL: "<id> does not exist" for string ids). get, count, limit
+ * and offset in options are ignored (one row is the answer). An options
+ * that is not an object is a -32602. The handler's return value.
+ */
+int api_get_instance(struct api_call *call, json_t *params, api_handler_fn query, const char *what,
+                     json_t **result);
+
 /* Parameter helpers: fetch params[i] (NULL if absent/null). */
 json_t *api_param(json_t *params, size_t index);
 
@@ -210,6 +230,9 @@ struct api_client *api_call_client(const struct api_call *call);
 /* Build a JSON-RPC error response {"jsonrpc","error":{code,message},"id"}
  * (id may be NULL for null). Returns a new reference. */
 json_t *api_error_response(int code, const char *message, json_t *id);
+/* The data member of a TrueNAS error: {error: errnum, errname, reason,
+ * trace: null, extra} (extra borrowed, NULL for null). A new reference. */
+json_t *api_error_data(int errnum, const char *reason, json_t *extra);
 /* The errno an api_error() set on this call (0 if none); for core.bulk-like
  * callers that re-dispatch and need the outcome. */
 int api_call_errno(const struct api_call *call);

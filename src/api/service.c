@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "api/jobs.h"
 #include "api/validate.h"
 #include "api/store.h"
 #include "core/log.h"
@@ -80,6 +81,11 @@ static int service_arg_check(struct api_call *call, json_t *jn)
         return -1;
     }
     if (!service_find(json_string_value(jn))) {
+        /* TrueNAS's NVMe-oF service: named, so a client learns why */
+        if (strcmp(json_string_value(jn), "nvmet") == 0) {
+            api_error(call, ENOTSUP, "service nvmet: blockd has no NVMe-oF target yet");
+            return -1;
+        }
         api_verr(call, field, ENOENT, "Unknown service %.64s (known: iscsitarget, nbd)",
                  json_string_value(jn));
         return -1;
@@ -102,16 +108,9 @@ static const struct api_field control_fields[] = {
 enum verb { VERB_START, VERB_STOP, VERB_RESTART, VERB_RELOAD };
 static const char *const verb_names[] = {"start", "stop", "restart", "reload"};
 
-static int svc_control(struct api_call *call, json_t *params, json_t **result, enum verb verb)
+/* Run verb on s (one operation at a time); 0 or -errno, logged with peer. */
+static int service_do(struct service *s, enum verb verb, const char *peer)
 {
-    struct service *s = param_service(params);
-    json_t *opts = api_param(params, 1);
-    bool silent = true;
-    if (opts) {
-        json_t *js = json_object_get(opts, "silent");
-        if (js)
-            silent = json_is_true(js);
-    }
     pthread_mutex_lock(&op_lock);
     int rc = 0;
     bool running = s->ops->running();
@@ -137,20 +136,71 @@ static int svc_control(struct api_call *call, json_t *params, json_t **result, e
     }
     pthread_mutex_unlock(&op_lock);
     if (rc < 0) {
-        log_warn("api: %s: service %s %s failed: %s", api_call_peer(call), verb_names[verb],
-                 s->name, strerror(-rc));
-        if (silent) {
-            *result = json_false();
-            return 0;
-        }
-        return api_error(call, rc, "Failed to %s %s: %s", verb_names[verb], s->name, strerror(-rc));
+        log_warn("api: %s: service %s %s failed: %s", peer, verb_names[verb], s->name,
+                 strerror(-rc));
+        return rc;
     }
-    log_info("api: %s: service %s %s", api_call_peer(call), s->name,
+    log_info("api: %s: service %s %s", peer, s->name,
              verb == VERB_STOP     ? "stopped"
              : verb == VERB_RELOAD ? "reloaded"
                                    : "started");
-    *result = json_true();
     return 0;
+}
+
+/* options.silent (default true: a failure answers false, not an error). */
+static bool option_silent(json_t *opts)
+{
+    json_t *js = json_object_get(opts, "silent");
+    return js ? json_is_true(js) : true;
+}
+
+static int svc_control(struct api_call *call, json_t *params, json_t **result, enum verb verb)
+{
+    struct service *s = param_service(params);
+    int rc = service_do(s, verb, api_call_peer(call));
+    if (rc < 0 && !option_silent(api_param(params, 1)))
+        return api_error(call, rc, "Failed to %s %s: %s", verb_names[verb], s->name, strerror(-rc));
+    *result = json_boolean(rc == 0);
+    return 0;
+}
+
+/* service.control's job: the verb, and how a failure ends it. */
+struct control_job {
+    struct service *s;
+    enum verb verb;
+    bool silent;
+    char peer[96];
+};
+
+static int control_work(struct job *job, void *arg, json_t **result)
+{
+    struct control_job *cj = arg;
+    int rc = service_do(cj->s, cj->verb, cj->peer);
+    if (rc < 0 && !cj->silent)
+        return jobs_fail(job, rc, "Failed to %s %s: %s", verb_names[cj->verb], cj->s->name,
+                         strerror(-rc));
+    *result = json_boolean(rc == 0);
+    return 0;
+}
+
+/* service.control [verb, service, options] (TrueNAS 25.10): a job whose
+ * result is what service.<verb> answers. */
+static int svc_control_job(struct api_call *call, json_t *params, json_t **result)
+{
+    static const char *const verbs[] = {"START", "STOP", "RESTART", "RELOAD"};
+    const char *v = json_string_value(api_param(params, 0));
+    struct control_job *cj = calloc(1, sizeof(*cj));
+    if (!cj)
+        return api_error(call, ENOMEM, "out of memory");
+    for (size_t i = 0; i < ARRAY_SIZE(verbs); i++)
+        if (strcmp(v, verbs[i]) == 0)
+            cj->verb = (enum verb)i;
+    cj->s = service_find(json_string_value(api_param(params, 1)));
+    cj->silent = option_silent(api_param(params, 2));
+    snprintf(cj->peer, sizeof(cj->peer), "%s", api_call_peer(call));
+    char what[96];
+    snprintf(what, sizeof(what), "%s %s", v, cj->s->name);
+    return jobs_submit(call, params, what, control_work, cj, free, result);
 }
 
 static int svc_start(struct api_call *call, json_t *params, json_t **result)
@@ -248,6 +298,22 @@ CONTROL_ARGS(start);
 CONTROL_ARGS(stop);
 CONTROL_ARGS(restart);
 CONTROL_ARGS(reload);
+static const char *const control_verbs[] = {"START", "STOP", "RESTART", "RELOAD", NULL};
+static const struct api_field control_verb_field = {.type = API_T_ENUM, .choices = control_verbs};
+/* The verb is checked as a one-field object would be: "service.control.verb". */
+static int control_verb_check(struct api_call *call, json_t *v)
+{
+    return api_validate_value(call, "service.control.verb", v, &control_verb_field) < 0 ? -1 : 0;
+}
+static const struct api_arg control_args[] = {
+    {.name = "verb", .type = API_T_ENUM, .check = control_verb_check},
+    {.name = "service", .type = API_T_STRING, .check = service_arg_check},
+    {.name = "options",
+     .type = API_T_OBJECT,
+     .flags = API_ARG_OPTIONAL,
+     .fields = control_fields,
+     .nfields = ARRAY_SIZE(control_fields),
+     .prefix = "service.control.options"}};
 static const struct api_arg update_args[] = {
     {.name = "id_or_name", .type = API_T_ANY, .check = service_id_check},
     API_ARG_OBJECT("data", update_fields, 0)};
@@ -266,6 +332,10 @@ static const struct api_method service_methods[] = {
     {"service.reload", NULL,
      "Apply pending configuration (iscsitarget: every deferred change, as one generation).",
      svc_reload, API_ADMIN, API_ARGS(reload_args)},
+    {"service.control", NULL,
+     "START, STOP, RESTART or RELOAD a service, as a job (TrueNAS 25.10); its result is "
+     "what service.<verb> answers",
+     svc_control_job, API_ADMIN, API_ARGS(control_args)},
     {"service.update", NULL, "Whether the service starts with blockd.", svc_update, API_ADMIN,
      API_ARGS(update_args)},
 };

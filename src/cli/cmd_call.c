@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/api_coverage.h"
 #include "cli/cli.h"
 
 static int call_run(struct cli_ctx *ctx, int argc, char **argv)
@@ -62,11 +63,17 @@ static const char doc_intro[] =
     "| -32700 | parse error (not JSON) | |\n"
     "| -32600 | invalid request (not JSON-RPC 2.0, bad `id`/`params`, too large) | |\n"
     "| -32601 | method not found (the message names it) | |\n"
-    "| -32602 | invalid params | `{errno: 22, error: \"EINVAL\", errname, reason, extra: "
-    "[[field, message, errno], …]}` |\n"
-    "| -32001 | the call failed | `{errno, error: \"EBUSY\"-style name, errname, reason: "
-    "\"[EBUSY] message\"}` |\n"
+    "| -32602 | invalid params (message \"Invalid params\") | `{error: 22, errname: "
+    "\"EINVAL\", reason: \"[EINVAL] field: message\\n…\", trace: null, extra: [[field, "
+    "message, errno], …]}` |\n"
+    "| -32001 | the call failed (message: the cause) | `{error: errno (integer), errname: "
+    "\"EBUSY\", reason: \"[EBUSY] message\", trace: null, extra: null}` |\n"
     "| -32603 | internal error | |\n\n"
+    "A call made before login fails with errno 207, errname `ENOTAUTHENTICATED`\n"
+    "(TrueNAS's value): log in again and retry. Drivers match message fragments:\n"
+    "a missing object \"does not exist\" (ENOENT), a duplicate \"already exists\"\n"
+    "(EEXIST), a snapshot with clones \"has dependent clones\" (EBUSY), a full pool\n"
+    "\"insufficient space\" (ENOSPC), an object in use \"busy\" (EBUSY).\n\n"
     "Field names are `<method>.<field>` (`pool.dataset.create.volsize`); objects\n"
     "are validated strictly like the TrueNAS middleware (unknown keys: \"Extra\n"
     "inputs are not permitted\"; no type coercion; too many positional\n"
@@ -163,6 +170,7 @@ static int methods_run(struct cli_ctx *ctx, int argc, char **argv)
                 printf(" (no login needed)");
             printf(" |\n");
         }
+        fputs(cli_api_coverage_md, stdout);
     } else if (ctx->json) {
         cli_print_json(res);
     } else {

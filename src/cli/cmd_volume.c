@@ -509,7 +509,7 @@ static int volume_show(struct cli_ctx *ctx, int argc, char **argv)
                           json_pack("[[[s, s, s]], {s:b}]", "id", "=", name, "get", 1), &res, &err);
     if (err) {
         json_t *data = json_object_get(err, "data");
-        const char *en = json_string_value(json_object_get(data, "error"));
+        const char *en = json_string_value(json_object_get(data, "errname"));
         if (en && strcmp(en, "ENOENT") == 0 &&
             json_integer_value(json_object_get(err, "code")) == -32001)
             fprintf(stderr, "blockctl: volume %s does not exist\n", name);

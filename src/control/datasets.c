@@ -614,7 +614,7 @@ static int delete_check(struct dataset_delete *d)
         return ds_api_errno(d->call, rc, "cannot delete dataset", d->id);
     if (rc == 1)
         return api_error(d->call, EBUSY,
-                         "snapshot %s has dependent clone %s; delete the clone first", origin,
+                         "snapshot %s has dependent clones (%s); delete the clones first", origin,
                          clone);
     for (size_t i = 0; !d->force && i < plan->ndatasets + plan->nsnapshots; i++) {
         const char *n = i < plan->ndatasets ? plan->datasets[i].name
@@ -900,7 +900,9 @@ static int m_dataset_delete(struct api_call *call, json_t *params, json_t **resu
     if (rc == 0 && plan_removed_any(&d.plan))
         delete_publish(&d);
     if (rc == 0 && failed)
-        rc = failed; /* what went is gone; the call reports what stayed */
+        rc = failed;               /* what went is gone; the call reports what stayed */
+    if (plan_removed_any(&d.plan)) /* a clone gone may free a deferred origin */
+        ds_snapshot_reap_deferred(false, api_call_peer(call));
     if (rc == 0)
         *result = json_true();
     plan_free(&d.plan);
@@ -959,7 +961,8 @@ int datasets_forget(const char *name, char *why, size_t len)
 
 static int m_dataset_get_instance(struct api_call *call, json_t *params, json_t **result)
 {
-    return ds_get_instance_hinted(call, params, result, ds_dataset_rows_hinted, "datasets");
+    /* TrueNAS's [id, {extra: {properties: [...]}}] (truenas-csi): the query does it */
+    return api_get_instance(call, params, m_dataset_query, NULL, result);
 }
 
 /* update and delete check their id and their object in the handler: the id
@@ -1002,9 +1005,11 @@ void datasets_init(const char *state_dir)
     api_register(ds_pool_methods, ds_pool_method_count);
     api_register(ds_dataset_methods, ds_dataset_method_count);
     api_register(ds_snapshot_methods, ds_snapshot_method_count);
+    api_register(ds_pool_snapshot_methods, ds_pool_snapshot_method_count);
     api_register(ds_rename_methods, ds_rename_method_count);
     api_register(ds_promote_methods, ds_promote_method_count);
     api_register(ds_snapdiff_methods, ds_snapdiff_method_count);
+    api_register(ds_resource_methods, ds_resource_method_count);
     /* core.bulk: one fdatasync for all its calls, before it answers. */
     api_set_batch_hooks(db_sync_batch_begin, db_sync_batch_end);
 }

@@ -123,12 +123,13 @@ int ds_apply_user_props(int64_t dataset_id, const struct ds_user_props *props);
         .items = item                                                                              \
     }
 
-/* <ns>.get_instance [id]: the row of rows whose "id" equals params[0]
- * (new reference), or ENOENT. Takes no ownership of rows. */
+/* <ns>.get_instance [id, options?]: the row of rows whose "id" equals
+ * params[0] (new reference), or ENOENT; query options (select, ...) are
+ * applied as api_query does. Takes no ownership of rows. */
 int ds_get_instance(struct api_call *call, json_t *params, json_t *rows, json_t **result);
-/* The args of the get_instance methods ([id], checked present) and of the
+/* The args of the get_instance methods ([id, options?], id checked present) and of the
  * query methods ([filters?, options?], checked by api_query). */
-extern const struct api_arg ds_get_instance_args[1];
+extern const struct api_arg ds_get_instance_args[2];
 extern const struct api_arg ds_query_args[2];
 /* Convert an errno to an API error on call: -1. */
 int ds_api_errno(struct api_call *call, int err, const char *what, const char *name);
@@ -186,11 +187,53 @@ int ds_dataset_create(struct api_call *call, json_t *params, json_t **result);
 extern const struct api_arg ds_dataset_create_args[1];
 
 /* snapshots.c / datasets.c / pools.c method tables */
+extern const struct api_method ds_resource_methods[]; /* zfs_resource.c */
+extern const size_t ds_resource_method_count;
 extern const struct api_method ds_pool_methods[];
 extern const size_t ds_pool_method_count;
 extern const struct api_method ds_dataset_methods[];
 extern const size_t ds_dataset_method_count;
 extern const struct api_method ds_snapshot_methods[];
+extern const struct api_method ds_pool_snapshot_methods[];
+extern const size_t ds_pool_snapshot_method_count;
+
+/* snapshots.c, for snapshot_props.c. DB locked. */
+/* params[0] as "pool/vol@snap": the existing snapshot, its pool and its
+ * full name. 0 or the call's error (field "<method>.id", ENOENT). */
+int ds_snapshot_id_param(struct api_call *call, json_t *params, struct ds_snap *snap,
+                         struct ds_pool *pool, char full[static DS_NAME_BUF * 2]);
+/* The row of dataset@snap (a new reference), or NULL; pool_shape: as
+ * pool.snapshot.* returns it (top-level used/referenced as integers),
+ * else as zfs.snapshot.* does. */
+json_t *ds_snapshot_row(const char *dataset, const char *snap, bool pool_shape);
+
+/* snapshot_props.c: a snapshot's user properties and deferred destroy. */
+/* pool.snapshot.create's properties ({"ns:name": "value"}) into *out:
+ * 0, or -1 with the call's field errors / error set (*out then empty). */
+int ds_snap_props_decode(struct api_call *call, json_t *props, struct ds_user_props *out);
+/* Store (or, items with remove, delete) props for snapshot id, inside
+ * the caller's transaction. 0 or -errno. */
+int ds_snap_props_store(int64_t id, const struct ds_user_props *props);
+/* Add snapshot id's properties to row: defer_destroy, userrefs and the
+ * user properties in row.properties, and row.user_properties ({name:
+ * {value, rawvalue, parsed, source}}). DB locked. */
+void ds_snap_props_encode(int64_t id, json_t *row);
+/* pool.snapshot.update [id, {user_properties_update, user_properties_remove}]. */
+int ds_snapshot_update_method(struct api_call *call, json_t *params, json_t **result);
+/* pool.snapshot.hold / release [id, {recursive?}]. */
+int ds_snapshot_hold_method(struct api_call *call, json_t *params, json_t **result);
+int ds_snapshot_release_method(struct api_call *call, json_t *params, json_t **result);
+/* DB locked: 0 if snap has no hold, else the call's error (EBUSY). */
+int ds_snapshot_held(struct api_call *call, const struct ds_snap *snap, const char *full);
+/* DB locked: mark snap (full: its name) for deferred destroy in one
+ * transaction. 0 or the call's error. */
+int ds_snapshot_defer_destroy(struct api_call *call, const struct ds_snap *snap, const char *full);
+/* Destroy every snapshot marked for deferred destroy whose last clone is
+ * gone (rows, storage, then the observers); one still exported stays
+ * marked. at_start: RBD pools are left for a later call (start-up does
+ * not wait for a cluster). Takes ds_ops_lock and the DB lock: call with
+ * neither held. peer names the caller in the log. */
+void ds_snapshot_reap_deferred(bool at_start, const char *peer);
 extern const size_t ds_snapshot_method_count;
 extern const struct api_method ds_rename_methods[];
 extern const size_t ds_rename_method_count;

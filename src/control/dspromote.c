@@ -413,6 +413,8 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
         promote_undo(&p);
     ds_ops_unlock();
     ds_rename_hooks_applied(p.committed);
+    if (p.committed) /* the origin's clone may now be its only dependant's */
+        ds_snapshot_reap_deferred(false, api_call_peer(call));
     snaps_free(p.snaps, p.nsnaps);
     if (rc == 0)
         *result = json_null();

@@ -64,6 +64,14 @@ const char ds_schema_sql[] =
     " volsize INTEGER NOT NULL,"
     " created INTEGER NOT NULL,"
     " UNIQUE (dataset_id, name));"
+    /* A snapshot's user properties ("ns:name" keys) and its deferred
+     * destroy mark (name "defer_destroy", which has no ':'): by id, so a
+     * rename or a promote carries them. */
+    "CREATE TABLE IF NOT EXISTS snapshot_props ("
+    " snapshot_id INTEGER NOT NULL REFERENCES snapshots(id) ON DELETE CASCADE,"
+    " name TEXT NOT NULL,"
+    " value TEXT NOT NULL,"
+    " PRIMARY KEY (snapshot_id, name));"
     /* managedby and ZFS-style user properties ("ns:name" keys). */
     "CREATE TABLE IF NOT EXISTS dataset_props ("
     " dataset_id INTEGER NOT NULL REFERENCES datasets(id) ON DELETE CASCADE,"
@@ -225,6 +233,11 @@ int ds_api_errno(struct api_call *call, int err, const char *what, const char *n
         ds_backend_why[0] = '\0';
         return rc;
     }
+    /* the words both TrueNAS CSI drivers look for besides the errno name */
+    if (err == ENOSPC || err == EDQUOT)
+        return api_error(call, err, "%s %s: insufficient space (%s)", what, name, strerror(err));
+    if (err == ENOENT)
+        return api_error(call, err, "%s %s: it does not exist (%s)", what, name, strerror(err));
     return api_error(call, err, "%s %s: %s", what, name, strerror(err));
 }
 
@@ -241,14 +254,33 @@ static int id_present_check(struct api_call *call, json_t *id)
     return -1;
 }
 
-const struct api_arg ds_get_instance_args[1] = {
-    {.name = "id", .type = API_T_ANY, .check = id_present_check}};
+const struct api_arg ds_get_instance_args[2] = {
+    {.name = "id", .type = API_T_ANY, .check = id_present_check},
+    {.name = "options", .type = API_T_OBJECT, .flags = API_ARG_OPTIONAL}};
 const struct api_arg ds_query_args[2] = {API_ARG_QUERY};
 
 int ds_get_instance(struct api_call *call, json_t *params, json_t *rows, json_t **result)
 {
     json_t *id = api_param(params, 0), *row; /* ds_get_instance_args */
     size_t i;
+
+    if (api_param(params, 1)) {
+        /* query options (select, ...): the generic query over these rows */
+        json_t *q =
+            json_pack("[[[s, s, O]], O]", "id", "=", id ? id : json_null(), api_param(params, 1));
+        json_t *one = NULL;
+        int rc = q ? api_query(call, rows, q, &one) : api_error(call, ENOMEM, "out of memory");
+        json_decref(q);
+        if (rc == 0 && json_array_size(one) > 0) {
+            *result = json_incref(json_array_get(one, 0));
+            json_decref(one);
+            return 0;
+        }
+        json_decref(one);
+        if (rc < 0)
+            return -1;
+        rows = NULL; /* no match: the not-found error below */
+    }
 
     json_array_foreach(rows, i, row)
     {

@@ -101,8 +101,26 @@ static const char *pool_status_code(const struct pool_state *s)
     return s->rbd ? "RBD_CLUSTER_UNAVAILABLE" : "POOL_DIRECTORY_MISSING";
 }
 
+/* properties.{size, allocated, free, capacity} as ZFS property objects
+ * ({parsed, rawvalue, value, source}): fenio/tns-csi reads a pool's
+ * capacity from their parsed values. A new reference, or NULL. */
+static json_t *pool_properties(const struct pool_state *s)
+{
+    /* in double: allocated * 100 overflows 64 bits past 184 PB */
+    double used = s->size ? (double)s->allocated * 100.0 / (double)s->size + 0.5 : 0;
+    unsigned pct = used > 100 ? 100 : (unsigned)used;
+    char raw[16], val[16];
+
+    snprintf(raw, sizeof(raw), "%u", pct);
+    snprintf(val, sizeof(val), "%u%%", pct);
+    return json_pack("{s:o, s:o, s:o, s:o}", "size", ds_prop_size(s->size, "NONE"), "allocated",
+                     ds_prop_size(s->allocated, "NONE"), "free", ds_prop_size(s->free, "NONE"),
+                     "capacity", ds_prop(json_integer(pct), raw, val, "NONE"));
+}
+
 /* The row pool.* answers with (keys in TrueNAS's order, then blockd's:
- * snapshot_o1, and rbd for an RBD pool). A new reference, or NULL. */
+ * properties, snapshot_o1, and rbd for an RBD pool). A new reference, or
+ * NULL. */
 static json_t *pool_encode(const struct ds_pool *p, const struct pool_state *s)
 {
     char guid[32];
@@ -119,6 +137,10 @@ static json_t *pool_encode(const struct ds_pool *p, const struct pool_state *s)
                     (json_int_t)s->free, "freeing", (json_int_t)0, "fragmentation", "0",
                     "is_upgraded", true, "scan", "created", (json_int_t)p->created, "snapshot_o1",
                     s->snapshot_o1 < 0 ? json_null() : json_boolean(s->snapshot_o1 == 1));
+    if (row && json_object_set_new(row, "properties", pool_properties(s)) < 0) {
+        json_decref(row);
+        return NULL;
+    }
     if (row && s->rbd &&
         json_object_set_new(row, "rbd",
                             json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:b}", "pool", s->spec.pool,
@@ -409,8 +431,11 @@ int datasets_ensure_default_pool(const char *name)
             log_info("datasets: created default pool %s at %s", name, p.path);
     }
     ds_ops_unlock();
-    if (rc == 0)
+    if (rc == 0) {
         ds_rollback_recover();
+        /* a clone deleted just before a stop leaves its deferred origin */
+        ds_snapshot_reap_deferred(true, "start-up");
+    }
     return rc;
 }
 
@@ -714,7 +739,7 @@ static int m_pool_query(struct api_call *call, json_t *params, json_t **result)
 
 static int m_pool_get_instance(struct api_call *call, json_t *params, json_t **result)
 {
-    return pool_answer(call, params, result, true);
+    return api_get_instance(call, params, m_pool_query, "Pool", result);
 }
 
 static const struct api_arg pool_create_args[] = {API_ARG_OBJECT("data", pool_create_fields, 0)};

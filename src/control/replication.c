@@ -483,7 +483,7 @@ static int run_method(struct repl_task *t, const char *what, const char *method,
     if (rc < 0) {
         json_t *data = json_object_get(err, "data");
         json_t *extra = json_array_get(json_object_get(data, "extra"), 0);
-        int e = (int)json_integer_value(json_object_get(data, "errno"));
+        int e = (int)json_integer_value(json_object_get(data, "error"));
         const char *msg = json_string_value(json_object_get(err, "message"));
 
         if (extra)

@@ -271,7 +271,82 @@ int ds_snapshot_insert(struct ds_snap *s)
 
 int ds_snapshot_delete(int64_t id)
 {
-    return db_run("DELETE FROM snapshots WHERE id = ?", "i", id);
+    /* ON DELETE CASCADE too; explicit, so it holds whatever the pragma */
+    int rc = db_run("DELETE FROM snapshot_props WHERE snapshot_id = ?", "i", id);
+
+    return rc < 0 ? rc : db_run("DELETE FROM snapshots WHERE id = ?", "i", id);
+}
+
+int ds_snapshot_prop_set(int64_t id, const char *name, const char *value)
+{
+    return db_run("INSERT OR REPLACE INTO snapshot_props (snapshot_id, name, value)"
+                  " VALUES (?, ?, ?)",
+                  "itt", id, name, value);
+}
+
+int ds_snapshot_prop_remove(int64_t id, const char *name)
+{
+    return db_run("DELETE FROM snapshot_props WHERE snapshot_id = ? AND name = ?", "it", id, name);
+}
+
+int ds_snapshot_prop_get(int64_t id, const char *name, char *value, size_t len)
+{
+    sqlite3_stmt *st;
+    int rc = db_stmt("SELECT value FROM snapshot_props WHERE snapshot_id = ? AND name = ?", &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    rc = db_step_row(st);
+    if (rc == 0)
+        copy_text(value, len, sqlite3_column_text(st, 0));
+    db_stmt_done(st);
+    return rc;
+}
+
+int ds_snapshot_props_each(int64_t id, int (*fn)(const char *name, const char *value, void *arg),
+                           void *arg)
+{
+    sqlite3_stmt *st;
+    int rc =
+        db_stmt("SELECT name, value FROM snapshot_props WHERE snapshot_id = ? ORDER BY name", &st);
+
+    if (rc < 0)
+        return rc;
+    sqlite3_bind_int64(st, 1, id);
+    while (db_stmt_next(st, &rc))
+        rc = fn((const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1),
+                arg);
+    db_stmt_done(st);
+    return rc;
+}
+
+int ds_snapshot_each_deferred_free(int (*fn)(const struct ds_snap *s, void *arg), void *arg)
+{
+    sqlite3_stmt *st;
+    struct ds_snap s;
+    int rc = db_stmt("SELECT s.id, s.dataset_id, d.name, s.name FROM snapshots s JOIN datasets d"
+                     " ON d.id = s.dataset_id JOIN snapshot_props p ON p.snapshot_id = s.id"
+                     " AND p.name = '" DS_SNAP_DEFER_DESTROY "' AND p.value = 'on'"
+                     " WHERE NOT EXISTS (SELECT 1 FROM datasets c WHERE c.origin_id = s.id)"
+                     " AND NOT EXISTS (SELECT 1 FROM snapshot_props h WHERE h.snapshot_id = s.id"
+                     " AND h.name = '" DS_SNAP_HOLD "')"
+                     " ORDER BY s.id",
+                     &st);
+
+    if (rc < 0)
+        return rc;
+    while (db_stmt_next(st, &rc)) {
+        memset(&s, 0, sizeof(s));
+        s.id = sqlite3_column_int64(st, 0);
+        s.dataset_id = sqlite3_column_int64(st, 1);
+        copy_text(s.dataset, sizeof(s.dataset), sqlite3_column_text(st, 2));
+        copy_text(s.name, sizeof(s.name), sqlite3_column_text(st, 3));
+        rc = fn(&s, arg);
+    }
+    db_stmt_done(st);
+    return rc;
 }
 
 int ds_snapshot_rename(int64_t id, const char *name)

@@ -99,7 +99,7 @@ int ds_snapshot_first_clone(int64_t id, char *name, size_t len);
 /* Insert s (dataset_id, name, volsize); sets s->id (created is now). 0,
  * -EEXIST or -errno. */
 int ds_snapshot_insert(struct ds_snap *s);
-/* Delete snapshot id's row. 0 or -errno. */
+/* Delete snapshot id's row and its properties. 0 or -errno. */
 int ds_snapshot_delete(int64_t id);
 /* Rename snapshot id (the part after '@'). 0, -EEXIST or -errno. */
 int ds_snapshot_rename(int64_t id, const char *name);
@@ -110,6 +110,33 @@ int ds_snapshot_set_created(int64_t dataset_id, const char *name, int64_t create
 /* The snapshots of dataset from up to and including upto_id become
  * dataset to's (a promote). 0 or -errno. */
 int ds_snapshot_move(int64_t from, int64_t to, int64_t upto_id);
+
+/*
+ * A snapshot's properties (table snapshot_props): user properties
+ * ("ns:name") and the deferred destroy mark (DS_SNAP_DEFER_DESTROY, value
+ * "on"). They go with the snapshot's row (ds_snapshot_delete) and stay
+ * with it through a rename or a promote.
+ */
+#define DS_SNAP_DEFER_DESTROY "defer_destroy"
+/* A hold (TrueNAS's pool.snapshot.hold: the tag "truenas"): the
+ * snapshot cannot be destroyed while it is there. */
+#define DS_SNAP_HOLD "hold"
+/* Set (insert or replace) / remove property name of snapshot id. 0 or
+ * -errno (removing an absent one is 0). */
+int ds_snapshot_prop_set(int64_t id, const char *name, const char *value);
+int ds_snapshot_prop_remove(int64_t id, const char *name);
+/* Property name of snapshot id into value (len bytes). 0, -ENOENT or
+ * -errno. */
+int ds_snapshot_prop_get(int64_t id, const char *name, char *value, size_t len);
+/* fn(name, value) for each property of snapshot id, by name. As
+ * ds_snapshot_each. */
+int ds_snapshot_props_each(int64_t id, int (*fn)(const char *name, const char *value, void *arg),
+                           void *arg);
+/* fn for each snapshot marked for deferred destroy that no dataset is
+ * cloned from any more and that has no hold (id, dataset_id, dataset and
+ * name set). As
+ * ds_snapshot_each. */
+int ds_snapshot_each_deferred_free(int (*fn)(const struct ds_snap *s, void *arg), void *arg);
 
 /*
  * A rollback's mark on its volume: set (snapshot snap_id is being copied

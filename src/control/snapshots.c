@@ -43,14 +43,33 @@ static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", NULL
 
 static const struct api_field snap_create_fields[] = {
     API_FIELD_STRING("dataset", 0, 1, NAME_DATASET_MAX),
-    API_FIELD_STRING("name", API_REQUIRED, 1, NAME_DATASET_MAX),
+    /* name, or naming_schema (strftime conversions, as TrueNAS's periodic
+     * snapshots name theirs): one of them (snap_create_names) */
+    API_FIELD_STRING("name", 0, 1, NAME_DATASET_MAX),
+    API_FIELD_STRING("naming_schema", 0, 1, NAME_DATASET_MAX),
     {.name = "recursive", .type = API_T_BOOL},
     /* TrueNAS options some clients always send; only their "off" values
      * are accepted (see m_snapshot_create). */
     {.name = "vmware_sync", .type = API_T_BOOL},
     {.name = "suspend_vms", .type = API_T_BOOL},
     {.name = "exclude", .type = API_T_ARRAY},
+    /* user properties {"ns:name": "value"} (snapshot_props.c) */
     {.name = "properties", .type = API_T_OBJECT},
+};
+
+static const struct api_field update_item_fields[] = {
+    API_FIELD_STRING("key", API_REQUIRED, 3, DS_USER_PROP_KEY_MAX),
+    API_FIELD_STRING("value", 0, 0, DS_USER_PROP_VALUE_MAX),
+    {.name = "remove", .type = API_T_BOOL},
+};
+static const struct api_field update_item = {
+    .type = API_T_OBJECT, .fields = update_item_fields, .nfields = ARRAY_SIZE(update_item_fields)};
+static const struct api_field remove_item = {
+    .type = API_T_STRING, .flags = API_RANGE, .min = 3, .max = DS_USER_PROP_KEY_MAX};
+
+static const struct api_field snap_update_fields[] = {
+    DS_USER_PROPS_FIELD("user_properties_update", &update_item),
+    DS_USER_PROPS_FIELD("user_properties_remove", &remove_item),
 };
 
 static const struct api_field snap_delete_fields[] = {
@@ -236,6 +255,15 @@ static int split_snapshot(const char *full, char *dataset, size_t dlen, const ch
     return 0;
 }
 
+/* The field name "<method>.<leaf>" of call's error (zfs.snapshot.* and
+ * pool.snapshot.* share the handlers) in buf. */
+#define FIELD(call, leaf) field_of(call, leaf, (char[96]){0}, 96)
+static const char *field_of(struct api_call *call, const char *leaf, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s.%s", api_call_method(call), leaf);
+    return buf;
+}
+
 /* ---- encoder: struct → the zfs.snapshot row ---- */
 
 static json_t *prop_int_str(uint64_t v)
@@ -272,10 +300,10 @@ static json_t *snapshot_props(const struct ds_snap_view *v, uint64_t used)
     return props;
 }
 
-/* The row zfs.snapshot.* answers with (keys in TrueNAS's order). used:
- * the space the snapshot holds, its backend's figure. A new reference, or
- * NULL. */
-static json_t *snapshot_encode(const struct ds_snap_view *v, uint64_t used)
+/* The row zfs.snapshot.* / pool.snapshot.* (pool_shape) answer with
+ * (keys in TrueNAS's order). used: the space the snapshot holds, its
+ * backend's figure. A new reference, or NULL. */
+static json_t *snapshot_encode(const struct ds_snap_view *v, uint64_t used, bool pool_shape)
 {
     const struct ds_snap *s = &v->snap;
     char full[DS_NAME_BUF * 2], txg[32];
@@ -288,44 +316,58 @@ static json_t *snapshot_encode(const struct ds_snap_view *v, uint64_t used)
                     s->name, "dataset", s->dataset, "createtxg", txg, "properties",
                     snapshot_props(v, used), "holds", "retention", "volsize",
                     (json_int_t)s->volsize, "created", (json_int_t)s->created);
-    if (row) {
+    if (row && pool_shape) {
+        /* integers, as clients of pool.snapshot.* decode them */
+        json_object_set_new(row, "used", json_integer((json_int_t)used));
+        json_object_set_new(row, "referenced", json_integer((json_int_t)used));
+    } else if (row) {
         /* also top-level, as the dataset rows have them */
         json_object_set_new(row, "used", prop_int_str(used));
         json_object_set_new(row, "referenced", prop_int_str(used));
     }
+    if (row)
+        ds_snap_props_encode(s->id, row);
     return row;
 }
 
-/* ds_snapshot_each's callback: append v's row to the array arg. */
+/* A list of rows being built, and their shape. */
+struct row_list {
+    json_t *rows;
+    bool pool_shape;
+};
+
+/* ds_snapshot_each's callback: append v's row to the struct row_list
+ * arg. */
 static int snapshot_row_add(const struct ds_snap_view *v, void *arg)
 {
+    struct row_list *l = arg;
     const struct ds_pool *pool = &v->pool;
     uint64_t used = ds_backend_of(pool)->snapshot_usage(pool, v->snap.dataset, v->snap.name);
-    json_t *row = snapshot_encode(v, used);
+    json_t *row = snapshot_encode(v, used, l->pool_shape);
 
     if (row)
-        json_array_append_new(arg, row);
+        json_array_append_new(l->rows, row);
     return 0;
 }
 
 /* The rows of the snapshots keys selects (NULL: every one), in the
  * store's order: a new array, or NULL. DB locked. */
-static json_t *snapshot_rows(const struct ds_snap_keys *keys)
+static json_t *snapshot_rows(const struct ds_snap_keys *keys, bool pool_shape)
 {
-    json_t *rows = json_array();
+    struct row_list l = {.rows = json_array(), .pool_shape = pool_shape};
 
-    if (rows && ds_snapshot_each(keys, snapshot_row_add, rows) < 0) {
-        json_decref(rows);
-        rows = NULL;
+    if (l.rows && ds_snapshot_each(keys, snapshot_row_add, &l) < 0) {
+        json_decref(l.rows);
+        l.rows = NULL;
     }
-    return rows;
+    return l.rows;
 }
 
 /* Query push-down (ds_internal.h): the rows of the snapshots a top-level
  * id/name filter names ("dataset@snap"; a name without '@' matches no
  * snapshot), else of the datasets a dataset filter names, else all. DB
  * locked. */
-static json_t *snapshot_rows_hinted(json_t *params)
+static json_t *snapshot_rows_hinted(json_t *params, bool pool_shape)
 {
     static const char *const ids[] = {"id", "name"};
     static const char *const datasets[] = {"dataset"};
@@ -337,7 +379,7 @@ static json_t *snapshot_rows_hinted(json_t *params)
     if (!names)
         names = ds_query_hint_names(params, datasets, 1);
     if (!names)
-        return snapshot_rows(NULL);
+        return snapshot_rows(NULL, pool_shape);
     v = calloc(json_array_size(names) + 1, sizeof(*v));
     for (size_t k = 0; v && k < json_array_size(names); k++) {
         const char *n = json_string_value(json_array_get(names, k));
@@ -351,18 +393,23 @@ static json_t *snapshot_rows_hinted(json_t *params)
     }
     keys.v = v;
     if (v)
-        rows = snapshot_rows(&keys);
+        rows = snapshot_rows(&keys, pool_shape);
     free(v);
     json_decref(names);
     return rows;
 }
 
-/* The row of dataset@snap (a new reference), or NULL. DB locked. */
-static json_t *snapshot_row(const char *dataset, const char *snap)
+/* Does call use the pool.snapshot.* names (and row shape)? */
+static bool pool_shape_of(struct api_call *call)
+{
+    return strncmp(api_call_method(call), "pool.", 5) == 0;
+}
+
+json_t *ds_snapshot_row(const char *dataset, const char *snap, bool pool_shape)
 {
     struct ds_snap_key key = {.dataset = dataset, .dataset_len = -1, .snap = snap};
     struct ds_snap_keys keys = {.v = &key, .n = 1};
-    json_t *rows = snapshot_rows(&keys), *row = json_array_get(rows, 0);
+    json_t *rows = snapshot_rows(&keys, pool_shape), *row = json_array_get(rows, 0);
 
     json_incref(row);
     json_decref(rows);
@@ -402,7 +449,9 @@ struct snap_create {
     struct api_call *call;
     json_t *params;
     char dataset[DS_NAME_BUF];
-    const char *snap; /* the new snapshot's name (in params) */
+    const char *snap;           /* the new snapshot's name (in params, or named) */
+    char named[DS_NAME_BUF];    /* the name naming_schema gave */
+    struct ds_user_props props; /* properties: user properties */
     char full[DS_NAME_BUF * 2];
     struct ds_row row;
     struct ds_pool pool;
@@ -418,9 +467,26 @@ static int snap_create_refuse(struct api_call *call, json_t *data)
         return api_error(call, ENOTSUP, "vmware_sync and suspend_vms are not supported");
     if (json_array_size(json_object_get(data, "exclude")) > 0)
         return api_error(call, ENOTSUP, "exclude is not supported (volumes have no children)");
-    if (json_object_size(json_object_get(data, "properties")) > 0)
-        return api_error(call, ENOTSUP, "snapshot properties are not supported");
     return 0;
+}
+
+/* naming_schema → the snapshot's name, now (local time, as TrueNAS's
+ * periodic snapshot tasks expand theirs). Field errors on the call. */
+static void snap_create_named(struct snap_create *c, const char *schema)
+{
+    char field[96];
+    time_t now = time(NULL);
+    struct tm tm;
+
+    snprintf(field, sizeof(field), "%s.naming_schema", api_call_method(c->call));
+    localtime_r(&now, &tm);
+    if (!strchr(schema, '%') || strftime(c->named, sizeof(c->named), schema, &tm) == 0) {
+        api_verr(c->call, field, EINVAL,
+                 "a naming schema has strftime conversions (%%Y, %%m, "
+                 "%%d, %%H, %%M) and makes a non-empty name");
+        c->named[0] = '\0';
+    }
+    c->snap = c->named;
 }
 
 /* The dataset and snapshot names, in either shape: TrueNAS's
@@ -430,20 +496,34 @@ static void snap_create_names(struct snap_create *c, json_t *data)
 {
     json_t *jds = json_object_get(data, "dataset");
     const char *name = json_string_value(json_object_get(data, "name"));
-    char why[256];
+    const char *schema = json_string_value(json_object_get(data, "naming_schema"));
+    char why[256], field[96];
 
+    snprintf(field, sizeof(field), "%s.name", api_call_method(c->call));
+    if (!name == !schema) {
+        api_verr(c->call, field, EINVAL, "give exactly one of name and naming_schema");
+        return;
+    }
+    if (schema && !jds) {
+        api_verr(c->call, field, EINVAL, "naming_schema needs dataset");
+        return;
+    }
+    if (schema) {
+        snap_create_named(c, schema);
+        name = c->named;
+    }
     if (!jds) {
         if (split_snapshot(name, c->dataset, sizeof(c->dataset), &c->snap, why, sizeof(why)) < 0)
-            api_verr(c->call, "zfs.snapshot.create.name", EINVAL, "%s", why);
+            api_verr(c->call, FIELD(c->call, "name"), EINVAL, "%s", why);
         return;
     }
     snprintf(c->dataset, sizeof(c->dataset), "%s", json_string_value(jds));
     c->snap = name;
     if (name_check_dataset(c->dataset, false, why, sizeof(why)) < 0)
-        api_verr(c->call, "zfs.snapshot.create.dataset", EINVAL, "%s", why);
-    if (name_check_component(name, strlen(name), why, sizeof(why)) < 0 ||
-        strlen(name) != json_string_length(json_object_get(data, "name")))
-        api_verr(c->call, "zfs.snapshot.create.name", EINVAL, "%s",
+        api_verr(c->call, FIELD(c->call, "dataset"), EINVAL, "%s", why);
+    if (name[0] && (name_check_component(name, strlen(name), why, sizeof(why)) < 0 ||
+                    (!schema && strlen(name) != json_string_length(json_object_get(data, "name")))))
+        api_verr(c->call, FIELD(c->call, "name"), EINVAL, "%s",
                  strchr(name, '@') ? "the snapshot name must not contain '@' when dataset "
                                      "is given"
                                    : why);
@@ -454,10 +534,10 @@ static void snap_create_names(struct snap_create *c, json_t *data)
 static int snap_create_check(struct snap_create *c)
 {
     struct ds_snap existing;
-    int rc = volume_lookup(c->call, "zfs.snapshot.create.dataset", c->dataset, &c->row, &c->pool);
+    int rc = volume_lookup(c->call, FIELD(c->call, "dataset"), c->dataset, &c->row, &c->pool);
 
     if (rc == 0 && ds_snapshot_get(c->dataset, c->snap, &existing) == 0) {
-        api_verr(c->call, "zfs.snapshot.create.name", EEXIST, "snapshot %s@%s already exists",
+        api_verr(c->call, FIELD(c->call, "name"), EEXIST, "snapshot %s@%s already exists",
                  c->dataset, c->snap);
         rc = api_invalid(c->call);
     }
@@ -513,6 +593,8 @@ static int snap_create_record(struct snap_create *c)
     snprintf(s.name, sizeof(s.name), "%s", c->snap);
     if (rc == 0) {
         rc = ds_snapshot_insert(&s);
+        if (rc == 0)
+            rc = ds_snap_props_store(s.id, &c->props);
         cfg_tx_changed(&tx, CFG_SNAPSHOT, s.id, CFG_CREATED);
         if (rc == 0)
             rc = cfg_tx_commit(&tx);
@@ -560,8 +642,11 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
     if (rc < 0)
         return rc;
     snap_create_names(&c, data);
-    if (api_has_verrs(call))
-        return api_invalid(call);
+    if (ds_snap_props_decode(call, json_object_get(data, "properties"), &c.props) < 0 ||
+        api_has_verrs(call)) {
+        ds_user_props_free(&c.props);
+        return api_has_verrs(call) ? api_invalid(call) : -1;
+    }
     ds_ops_lock();
     db_lock();
     rc = snap_create_check(&c);
@@ -572,10 +657,11 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
         db_lock();
         rc = snap_create_record(&c);
         if (rc == 0)
-            *result = snapshot_row(c.dataset, c.snap);
+            *result = ds_snapshot_row(c.dataset, c.snap, pool_shape_of(call));
         db_unlock();
     }
     ds_ops_unlock();
+    ds_user_props_free(&c.props);
     if (rc < 0)
         return rc;
     snap_create_log(&c);
@@ -591,10 +677,18 @@ static int m_snapshot_query(struct api_call *call, json_t *params, json_t **resu
     if (api_query_validate(call, params) < 0)
         return -1;
     db_lock();
-    rows = snapshot_rows_hinted(params);
+    rows = snapshot_rows_hinted(params, pool_shape_of(call));
     db_unlock();
     if (!rows)
         return api_error(call, EIO, "cannot read snapshots");
+    /* user properties are in every row's properties (as "zfs get all"
+     * lists them); the user_properties object only when asked for */
+    if (!ds_bool_or(api_query_extra(params), "user_properties", false)) {
+        size_t i;
+        json_t *row;
+
+        json_array_foreach(rows, i, row) json_object_del(row, "user_properties");
+    }
     rc = api_query(call, rows, params, result);
     json_decref(rows);
     return rc;
@@ -602,10 +696,10 @@ static int m_snapshot_query(struct api_call *call, json_t *params, json_t **resu
 
 /* params[0] as "pool/vol@snap" → existing snapshot, its pool and its
  * full name ("pool/vol@snap"). API error on failure. */
-static int snapshot_id_param(struct api_call *call, json_t *params, const char *method,
-                             struct ds_snap *snap, struct ds_pool *pool,
-                             char full[static DS_NAME_BUF * 2])
+int ds_snapshot_id_param(struct api_call *call, json_t *params, struct ds_snap *snap,
+                         struct ds_pool *pool, char full[static DS_NAME_BUF * 2])
 {
+    const char *method = api_call_method(call);
     json_t *jid = api_param(params, 0);
     char field[64], dataset[DS_NAME_BUF], poolname[DS_NAME_BUF], why[256];
     const char *sn;
@@ -635,18 +729,38 @@ static int snapshot_id_param(struct api_call *call, json_t *params, const char *
     return 0;
 }
 
-/* DB locked: the snapshot has no dependent clone and no user. 0 or the
- * call's error. */
-static int snap_delete_check(struct api_call *call, const struct ds_snap *snap, const char *full)
+/* DB locked: the snapshot has no dependent clone and no user. With
+ * defer, one with clones is marked for deferred destroy instead (*marked:
+ * ZFS's "zfs destroy -d"; it goes with its last clone). 0 or the call's
+ * error; the text of the clone case is ZFS's, which clients match. */
+static int snap_delete_check(struct api_call *call, const struct ds_snap *snap, const char *full,
+                             bool defer, bool *marked)
 {
     char why[512], clone[DS_NAME_BUF];
     int rc = ds_snapshot_first_clone(snap->id, clone, sizeof(clone));
 
+    *marked = false;
+    if (rc == 0 && defer) { /* also when held: it goes once released */
+        rc = ds_snapshot_defer_destroy(call, snap, full);
+        *marked = rc == 0;
+        return rc;
+    }
     if (rc == 0)
-        return api_error(call, EBUSY, "snapshot %s has dependent clone %s; delete the clone first",
+        return api_error(call, EBUSY,
+                         "cannot destroy '%s': snapshot has dependent clones (%s); delete the "
+                         "clones first, or delete with defer to destroy the snapshot with its "
+                         "last clone",
                          full, clone);
     if (rc != -ENOENT)
         return ds_api_errno(call, rc, "cannot delete snapshot", full);
+    if (defer && ds_snapshot_prop_get(snap->id, DS_SNAP_HOLD, why, sizeof(why)) == 0) {
+        rc = ds_snapshot_defer_destroy(call, snap, full);
+        *marked = rc == 0;
+        return rc;
+    }
+    rc = ds_snapshot_held(call, snap, full);
+    if (rc < 0)
+        return rc;
     why[0] = '\0';
     if (ds_in_use(full, why, sizeof(why)))
         return api_error(call, EBUSY, "snapshot %s is in use: %s", full, why[0] ? why : "busy");
@@ -676,22 +790,28 @@ static int snap_delete_row(struct api_call *call, const struct ds_snap *snap, co
 static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **result)
 {
     json_t *opts = api_param(params, 1); /* delete_args */
+    bool defer = json_is_true(json_object_get(opts, "defer")), marked = false;
     struct ds_snap snap;
     struct ds_pool pool;
     char full[DS_NAME_BUF * 2];
     int rc;
 
-    if (json_is_true(json_object_get(opts, "defer")))
-        return api_error(call, ENOTSUP,
-                         "deferred destroy is not supported; delete the clones first");
     ds_ops_lock();
     db_lock();
-    rc = snapshot_id_param(call, params, "zfs.snapshot.delete", &snap, &pool, full);
+    rc = ds_snapshot_id_param(call, params, &snap, &pool, full);
     if (rc == 0)
-        rc = snap_delete_check(call, &snap, full);
-    if (rc == 0)
+        rc = snap_delete_check(call, &snap, full, defer, &marked);
+    if (rc == 0 && !marked)
         rc = snap_delete_row(call, &snap, full);
     db_unlock();
+    if (rc == 0 && marked) {
+        ds_ops_unlock();
+        log_info("datasets: snapshot %s marked for deferred destroy: clones depend on it (peer "
+                 "%s)",
+                 full, api_call_peer(call));
+        *result = json_true();
+        return 0;
+    }
     if (rc == 0) {
         int urc;
 
@@ -744,15 +864,13 @@ static int snap_clone_check(struct snap_clone *c)
     int rc = ds_snapshot_get(c->dataset, c->sn, &c->snap), nrc;
 
     if (rc == -ENOENT)
-        api_verr(call, "zfs.snapshot.clone.snapshot", ENOENT, "snapshot %s does not exist",
-                 c->snapname);
+        api_verr(call, FIELD(call, "snapshot"), ENOENT, "snapshot %s does not exist", c->snapname);
     else if (rc < 0)
         return ds_api_errno(call, rc, "cannot clone to", c->dst);
-    if (rc == 0 && (rc = volume_lookup(call, "zfs.snapshot.clone.snapshot", c->dataset, &c->src,
-                                       &c->pool)) < 0)
+    if (rc == 0 &&
+        (rc = volume_lookup(call, FIELD(call, "snapshot"), c->dataset, &c->src, &c->pool)) < 0)
         return rc;
-    nrc =
-        ds_check_new_name(call, "zfs.snapshot.clone.dataset_dst", c->dst, c->dst_len, &c->dst_pool);
+    nrc = ds_check_new_name(call, FIELD(call, "dataset_dst"), c->dst, c->dst_len, &c->dst_pool);
     if (nrc < 0 && !api_has_verrs(call))
         return ds_api_errno(call, nrc, "cannot clone to", c->dst);
     if (api_has_verrs(call))
@@ -861,7 +979,7 @@ static int m_snapshot_clone(struct api_call *call, json_t *params, json_t **resu
 
     snap_clone_decode(api_param(params, 0), &c);
     if (split_snapshot(c.snapname, c.dataset, sizeof(c.dataset), &c.sn, why, sizeof(why)) < 0) {
-        api_verr(call, "zfs.snapshot.clone.snapshot", EINVAL, "%s", why);
+        api_verr(call, FIELD(call, "snapshot"), EINVAL, "%s", why);
         return api_invalid(call);
     }
     ds_ops_lock();
@@ -923,7 +1041,7 @@ static int newer_add(const struct ds_snap *s, const char *clone, void *arg)
     snprintf(full, sizeof(full), "%s@%s", l->snap->dataset, s->name);
     if (clone) {
         api_error(l->call, EBUSY,
-                  "the newer snapshot %s has dependent clone %s; delete the clone first", full,
+                  "the newer snapshot %s has dependent clones (%s); delete the clones first", full,
                   clone);
         return 1;
     }
@@ -990,8 +1108,7 @@ struct rollback {
  * during the copy is finished by the next start. 0 or the call's error. */
 static int rollback_check(struct rollback *r)
 {
-    int rc =
-        snapshot_id_param(r->call, r->params, "zfs.snapshot.rollback", &r->snap, &r->pool, r->full);
+    int rc = ds_snapshot_id_param(r->call, r->params, &r->snap, &r->pool, r->full);
 
     if (rc < 0)
         return rc;
@@ -1237,42 +1354,88 @@ void ds_rollback_recover(void)
 
 static int m_snapshot_get_instance(struct api_call *call, json_t *params, json_t **result)
 {
-    return ds_get_instance_hinted(call, params, result, snapshot_rows_hinted, "snapshots");
+    return api_get_instance(call, params, m_snapshot_query, NULL, result);
 }
 
 static const struct api_arg create_args[] = {API_ARG_OBJECT("data", snap_create_fields, 0)};
-/* The id is resolved (snapshot_id_param) after the options are checked. */
-static const struct api_arg delete_args[] = {{.name = "id", .type = API_T_ANY},
-                                             {.name = "options",
-                                              .type = API_T_OBJECT,
-                                              .flags = API_ARG_OPTIONAL,
-                                              .fields = snap_delete_fields,
-                                              .nfields = ARRAY_SIZE(snap_delete_fields),
-                                              .prefix = "zfs.snapshot.delete.options"}};
+/* The id is resolved (ds_snapshot_id_param) after the options are
+ * checked; the options' field names start with prefix. */
+#define ID_OPTIONS_ARGS(fields_, prefix_)                                                          \
+    {                                                                                              \
+        {.name = "id", .type = API_T_ANY},                                                         \
+        {                                                                                          \
+            .name = "options", .type = API_T_OBJECT, .flags = API_ARG_OPTIONAL, .fields = fields_, \
+            .nfields = ARRAY_SIZE(fields_), .prefix = prefix_                                      \
+        }                                                                                          \
+    }
+static const struct api_arg delete_args[] =
+    ID_OPTIONS_ARGS(snap_delete_fields, "zfs.snapshot.delete.options");
+static const struct api_arg pool_delete_args[] =
+    ID_OPTIONS_ARGS(snap_delete_fields, "pool.snapshot.delete.options");
 static const struct api_arg clone_args[] = {API_ARG_OBJECT("data", clone_fields, 0)};
-static const struct api_arg rollback_args[] = {{.name = "id", .type = API_T_ANY},
-                                               {.name = "options",
-                                                .type = API_T_OBJECT,
-                                                .flags = API_ARG_OPTIONAL,
-                                                .fields = rollback_fields,
-                                                .nfields = ARRAY_SIZE(rollback_fields),
-                                                .prefix = "zfs.snapshot.rollback.options"}};
+static const struct api_arg rollback_args[] =
+    ID_OPTIONS_ARGS(rollback_fields, "zfs.snapshot.rollback.options");
+static const struct api_arg pool_rollback_args[] =
+    ID_OPTIONS_ARGS(rollback_fields, "pool.snapshot.rollback.options");
+static const struct api_field hold_fields[] = {{.name = "recursive", .type = API_T_BOOL}};
+static const struct api_arg hold_args[] =
+    ID_OPTIONS_ARGS(hold_fields, "pool.snapshot.hold.options");
+static const struct api_arg release_args[] =
+    ID_OPTIONS_ARGS(hold_fields, "pool.snapshot.release.options");
+static const struct api_arg update_args[] = {{.name = "id", .type = API_T_ANY},
+                                             {.name = "data",
+                                              .type = API_T_OBJECT,
+                                              .fields = snap_update_fields,
+                                              .nfields = ARRAY_SIZE(snap_update_fields),
+                                              .prefix = "pool.snapshot.update.data"}};
 
+#define CREATE_HELP                                                                                \
+    "Snapshot a volume ({dataset, name | naming_schema, properties: {\"ns:name\": value}} or "     \
+    "{name: \"pool/vol@snap\"}; reflink, or copy-before-write: writes are never held for the "     \
+    "copy)"
+#define DELETE_HELP                                                                                \
+    "Delete a snapshot (refused while clones depend on it; with defer it is marked and goes "      \
+    "with its last clone)"
+#define ROLLBACK_HELP                                                                              \
+    "Replace a volume's contents with a snapshot's (in place; open volumes see it at once)"
+
+/* The older names (TrueNAS before 24.10): rows with used/referenced as
+ * property objects. */
 const struct api_method ds_snapshot_methods[] = {
     {"zfs.snapshot.get_instance", NULL, "One snapshot by its name (pool/vol@snap)",
      m_snapshot_get_instance, API_READ, API_ARGS(ds_get_instance_args)},
-    {"zfs.snapshot.create", NULL,
-     "Snapshot a volume ({dataset, name} or {name: \"pool/vol@snap\"}; reflink, or "
-     "copy-before-write: writes are never held for the copy)",
-     m_snapshot_create, API_SHARE, API_ARGS(create_args)},
-    {"zfs.snapshot.query", NULL, "List snapshots", m_snapshot_query, API_READ,
-     API_ARGS(ds_query_args)},
-    {"zfs.snapshot.delete", NULL, "Delete a snapshot (refused while clones depend on it)",
-     m_snapshot_delete, API_SHARE, API_ARGS(delete_args)},
+    {"zfs.snapshot.create", NULL, CREATE_HELP, m_snapshot_create, API_SHARE, API_ARGS(create_args)},
+    {"zfs.snapshot.query", NULL, "List snapshots", m_snapshot_query, API_READ, API_ARGS(ds_query_args)},
+    {"zfs.snapshot.delete", NULL, DELETE_HELP, m_snapshot_delete, API_SHARE, API_ARGS(delete_args)},
     {"zfs.snapshot.clone", NULL, "Create a new volume from a snapshot", m_snapshot_clone, API_SHARE,
      API_ARGS(clone_args)},
-    {"zfs.snapshot.rollback", NULL,
-     "Replace a volume's contents with a snapshot's (in place; open volumes see it at once)",
-     m_snapshot_rollback, API_SHARE, API_ARGS(rollback_args)},
+    {"zfs.snapshot.rollback", NULL, ROLLBACK_HELP, m_snapshot_rollback, API_SHARE, API_ARGS(rollback_args)},
 };
 const size_t ds_snapshot_method_count = ARRAY_SIZE(ds_snapshot_methods);
+
+/* TrueNAS 24.10+'s names, the same handlers: rows with used/referenced
+ * as integers; update is theirs only (pool.snapshot.rename: dsrename.c). */
+const struct api_method ds_pool_snapshot_methods[] = {
+    {"pool.snapshot.get_instance", NULL, "One snapshot by its name (pool/vol@snap)",
+     m_snapshot_get_instance, API_READ, API_ARGS(ds_get_instance_args)},
+    {"pool.snapshot.create", NULL, CREATE_HELP, m_snapshot_create, API_SHARE, API_ARGS(create_args)},
+    {"pool.snapshot.query", NULL,
+     "List snapshots (extra.user_properties: also a user_properties object per row)",
+     m_snapshot_query, API_READ, API_ARGS(ds_query_args)},
+    {"pool.snapshot.update", NULL,
+     "Set ({key, value}) or remove ({key, remove: true}, user_properties_remove) a snapshot's "
+     "user properties",
+     ds_snapshot_update_method, API_SHARE, API_ARGS(update_args)},
+    {"pool.snapshot.delete", NULL, DELETE_HELP, m_snapshot_delete, API_SHARE, API_ARGS(pool_delete_args)},
+    {"pool.snapshot.clone", NULL, "Create a new volume from a snapshot", m_snapshot_clone, API_SHARE,
+     API_ARGS(clone_args)},
+    {"pool.snapshot.rollback", NULL, ROLLBACK_HELP, m_snapshot_rollback, API_SHARE,
+     API_ARGS(pool_rollback_args)},
+    {"pool.snapshot.hold", NULL,
+     "Place the hold \"truenas\" on a snapshot: it cannot be destroyed until released",
+     ds_snapshot_hold_method, API_SHARE, API_ARGS(hold_args)},
+    {"pool.snapshot.release", NULL,
+     "Release the hold \"truenas\" (a snapshot marked for deferred destroy may then go)",
+     ds_snapshot_release_method, API_SHARE, API_ARGS(release_args)},
+};
+const size_t ds_pool_snapshot_method_count = ARRAY_SIZE(ds_pool_snapshot_methods);

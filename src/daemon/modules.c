@@ -6,6 +6,7 @@
 #include "api/auth.h"
 #include "api/jobs.h"
 #include "api/service.h"
+#include "api/system.h"
 #include "api/sharing.h"
 #include "control/apistore.h"
 #include "control/datasets.h"
@@ -35,6 +36,7 @@ int modules_init(const char *state_dir, const char *db_path)
     service_init();      /* service.* */
     iscsi_share_init();  /* share.iscsi.* */
     api_sharing_init();  /* sharing.nfs/smb.* refused with ENOTSUP */
+    system_init();       /* system.info/version: blockd and its TrueNAS API level */
     metrics_init();      /* /metrics and /ui on the API listener, core.metrics */
     gateway_api_init();  /* gateway.query */
     gwconfig_init();     /* the group's shares: a configuration publisher */

@@ -333,8 +333,15 @@ static int image_size(const char *ds, uint64_t *size, char *why, size_t len)
 static int call_error(json_t *err, const char *method, char *why, size_t len)
 {
     json_t *data = json_object_get(err, "data");
-    int e = (int)json_integer_value(json_object_get(data, "errno"));
+    int e = (int)json_integer_value(json_object_get(data, "error"));
     const char *msg = json_string_value(json_object_get(err, "message"));
+    /* a -32602 says "Invalid params": its first field error is the cause */
+    json_t *field = json_array_get(json_object_get(data, "extra"), 0);
+    if (json_is_array(field) && json_string_value(json_array_get(field, 1))) {
+        snprintf(why, len, "%s: %s: %s", method, json_string_value(json_array_get(field, 0)),
+                 json_string_value(json_array_get(field, 1)));
+        return e > 0 ? -e : -EIO;
+    }
     snprintf(why, len, "%s: %s", method, msg ? msg : "failed");
     return e > 0 ? -e : -EIO;
 }

@@ -203,7 +203,9 @@ pass() {
 
 # api_raw SOCKET METHOD PARAMS: one JSON-RPC call over an API socket, as a
 # client sees it: prints "ok", or "<errno name> <message>" and returns 1.
-# The errno is the error's own, or that of its first field error (extra).
+# The errno is the error's own, or that of its first field error (extra);
+# the message of a -32602 is its field errors ("field: msg; ..."), as
+# TrueNAS's own message there is only "Invalid params".
 api_raw() {
     python3 - "$1" "$2" "$3" <<'PY'
 import errno, json, socket, sys
@@ -220,8 +222,11 @@ while not buf.endswith(b"\n"):
 r = json.loads(buf)
 if "error" in r:
     d = r["error"].get("data", {})
-    e = next((x[2] for x in d.get("extra") or [] if len(x) > 2 and x[2]), d.get("errno", 0))
-    print(errno.errorcode.get(e, str(e)), r["error"]["message"])
+    e = next((x[2] for x in d.get("extra") or [] if len(x) > 2 and x[2]), d.get("error", 0))
+    msg = r["error"]["message"]
+    if d.get("extra"):
+        msg = "; ".join("%s: %s" % (x[0], x[1]) for x in d["extra"])
+    print(errno.errorcode.get(e, str(e)), msg)
     sys.exit(1)
 print("ok")
 PY

@@ -86,9 +86,9 @@ out=$(blockctl call zfs.snapshot.query '[[["id","=","demo/vm/disk0@s1"]],{"get":
 # clone, then the refusals that protect it
 blockctl call zfs.snapshot.clone '{"snapshot":"demo/vm/disk0@s1","dataset_dst":"demo/c1"}' >/dev/null
 cmp -s "$POOL/vm/disk0@s1" "$POOL/c1" || fail "clone differs from its snapshot"
-expect_error zfs.snapshot.delete '["demo/vm/disk0@s1"]' "dependent clone demo/c1"
+expect_error zfs.snapshot.delete '["demo/vm/disk0@s1"]' "dependent clones (demo/c1)"
 expect_error pool.dataset.delete '["demo/vm/disk0"]' "has snapshots"
-expect_error pool.dataset.delete '["demo/vm",{"recursive":true}]' "dependent clone"
+expect_error pool.dataset.delete '["demo/vm",{"recursive":true}]' "has dependent clones"
 
 # memory backend: configuration persists, data does not
 blockctl call pool.dataset.create '{"name":"demo/mem","type":"VOLUME","volsize":1048576,"backend":"memory"}' >/dev/null

@@ -85,7 +85,7 @@ h = connect("r1")
 h.pwrite(bytes([0xc1]) * MiB, 0); h.flush()
 r = c.call("zfs.snapshot.rollback", "demo/r1@s", {})
 e = r.get("error")
-assert e and e["data"]["errno"] == 16, r
+assert e and e["data"]["error"] == 16, r
 assert "exported over NBD as 'r1' with 1 connected client" in e["message"], e["message"]
 assert "use force" in e["message"], e["message"]
 assert h.pread(MiB, 0) == bytes([0xc1]) * MiB, "refused rollback changed data"
@@ -146,7 +146,7 @@ qcmd("write -P 0xc4 0 1M", "wrote 1048576")
 assert len(c.ok("iscsi.global.sessions")) == 1
 r = c.call("zfs.snapshot.rollback", "demo/r4@s", {})
 e = r.get("error")
-assert e and e["data"]["errno"] == 16, r
+assert e and e["data"]["error"] == 16, r
 assert "shared over iSCSI as extent r4 of target r4 with 1 session" in e["message"], e["message"]
 assert "result" in c.call("zfs.snapshot.rollback", "demo/r4@s", {"force": True})
 assert len(c.ok("iscsi.global.sessions")) == 1, "the iSCSI session was dropped"

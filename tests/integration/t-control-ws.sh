@@ -66,8 +66,8 @@ class Client:
 def expect_refused(c, method, params=None):
     r = c.call(method, params)
     e = r.get("error")
-    assert e and e["code"] == -32001 and e["data"]["errno"] == 13, r
-    assert "Not authenticated" in e["message"], r
+    assert e and e["code"] == -32001 and e["data"]["error"] == 207, r
+    assert "Not authenticated" in e["message"] and e["data"]["errname"] == "ENOTAUTHENTICATED", r
 
 if mode == "main":
     c = Client(url)
@@ -181,7 +181,7 @@ elif mode == "ratelimit":
     for i in range(5):
         assert c.ok("auth.login_with_api_key", ["nope-%d" % i]) is False
     r = c.call("auth.login_with_api_key", [key])
-    assert r.get("error") and r["error"]["data"]["errno"] == 16 and "Rate Limit" in r["error"]["message"], r
+    assert r.get("error") and r["error"]["data"]["error"] == 16 and "Rate Limit" in r["error"]["message"], r
     print("OK ratelimit")
 
 elif mode == "login":

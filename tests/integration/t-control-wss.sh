@@ -53,7 +53,7 @@ def call(m, p=None):
     return json.loads(ws.recv())
 assert call("core.ping")["result"] == "pong"
 r = call("iscsi.target.query")
-assert r["error"]["data"]["errno"] == 13, r
+assert r["error"]["data"]["error"] == 207 and r["error"]["data"]["errname"] == "ENOTAUTHENTICATED", r
 assert call("auth.login_with_api_key", [key])["result"] is True
 assert call("iscsi.target.query")["result"] == []
 r = call("pool.dataset.create", [{"name": "demo/tlsvol", "type": "VOLUME", "volsize": 4194304}])

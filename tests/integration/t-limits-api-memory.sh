@@ -68,7 +68,7 @@ assert r.get("result") is True, r
 r = call(2, "pool.dataset.query", [])
 e = r.get("error")
 assert e and "result" not in r, "no error: %s" % str(r)[:200]
-assert e["code"] == -32001 and e["data"]["errno"] == 12 and e["data"]["error"] == "ENOMEM", e
+assert e["code"] == -32001 and e["data"]["error"] == 12 and e["data"]["errname"] == "ENOMEM", e
 assert "api-call-memory" in e["message"], e
 r = call(3, "pool.dataset.query", [[["name", "=", "demo/m8"]]])
 assert r["result"][0]["name"] == "demo/m8", r

@@ -42,7 +42,7 @@ while not buf.endswith(b"\n"):
     buf += s.recv(65536)
 e = json.loads(buf)["error"]
 assert e["code"] == -32602, e
-assert e["data"]["errno"] == 22, e
+assert e["data"]["error"] == 22, e
 assert e["data"]["extra"][0][0] == "pool.dataset.query.query-filters.0", e
 PY
 

@@ -44,7 +44,7 @@ class Client(WsClient):
         e = r.get("error")
         assert e, (method, params, "succeeded", r)
         if errno is not None:
-            assert e["data"]["errno"] == errno, (method, params, e)
+            assert e["data"]["error"] == errno, (method, params, e)
         if text is not None:
             assert text in e["message"], (method, params, e["message"])
         return e

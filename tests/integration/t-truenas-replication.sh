@@ -151,7 +151,7 @@ qio("write -P 0x66 16M 1M")   # live data after the last snapshot is not sent
 for tr in ("SSH", "SSH+NETCAT", "LEGACY"):
     r = c.call("replication.run_onetime", [dict(BASE, transport=tr, ssh_credentials=1)])
     e = r.get("error")
-    assert e and e["code"] == -32001 and e["data"]["errno"] == 95, r
+    assert e and e["code"] == -32001 and e["data"]["error"] == 95, r
     assert "LOCAL" in e["message"] and tr in e["message"], r
 r = c.call("replication.run_onetime", [dict(BASE, naming_schema=[SCHEMA])])
 assert r["error"]["code"] == -32602, r

@@ -140,7 +140,7 @@ static void assert_errno(json_t *r, int errnum)
 {
     json_t *e = json_object_get(r, "error");
     assert_non_null(e);
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(e, "data"), "errno")),
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(e, "data"), "error")),
                      errnum);
 }
 
@@ -151,7 +151,7 @@ static void test_methods(void **state)
 
     /* before login */
     json_t *r = rpc(&ws, "api_key.query", "[]");
-    assert_errno(r, EACCES);
+    assert_errno(r, API_ENOTAUTHENTICATED);
     json_decref(r);
 
     /* create over the trusted local path */

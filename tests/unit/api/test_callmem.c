@@ -102,7 +102,7 @@ static void test_call(void **state)
     assert_non_null(e);
     assert_null(json_object_get(resp, "result"));
     assert_int_equal(json_integer_value(json_object_get(e, "code")), -32001);
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(e, "data"), "errno")), 12);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(e, "data"), "error")), 12);
     assert_non_null(strstr(json_string_value(json_object_get(e, "message")), "--api-call-memory"));
     json_decref(resp);
 

@@ -149,7 +149,7 @@ static void test_run_sync(void **st)
     r = rpc(&c, "test.copy", "[1]");
     json_t *e = json_object_get(r, "error");
     assert_non_null(e);
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(e, "data"), "errno")),
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(e, "data"), "error")),
                      ENOSPC);
     assert_non_null(strstr(json_string_value(json_object_get(e, "message")), "pool is full"));
     json_decref(r);

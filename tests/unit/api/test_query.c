@@ -336,8 +336,8 @@ static void test_get(void **state)
     json_t *e = error_of("[[[\"name\", \"=\", \"nope\"]], {\"get\": true}]");
     assert_int_equal(json_integer_value(json_object_get(e, "code")), API_CALL_ERROR);
     json_t *data = json_object_get(e, "data");
-    assert_string_equal(json_string_value(json_object_get(data, "error")), "ENOENT");
-    assert_int_equal(json_integer_value(json_object_get(data, "errno")), 2);
+    assert_string_equal(json_string_value(json_object_get(data, "errname")), "ENOENT");
+    assert_int_equal(json_integer_value(json_object_get(data, "error")), 2);
     assert_non_null(strstr(json_string_value(json_object_get(e, "message")), "does not exist"));
     json_decref(e);
 

@@ -233,8 +233,9 @@ static void test_arity(void **state)
     json_t *r = run("{\"name\":\"a\",\"volsize\":1}", "[{}, true]");
     json_t *e = json_object_get(r, "error");
     assert_int_equal(json_integer_value(json_object_get(e, "code")), API_INVALID_PARAMS);
-    assert_string_equal(json_string_value(json_object_get(e, "message")),
-                        "pool.dataset.create: Too many arguments (expected 1, found 2)");
+    assert_string_equal(json_string_value(json_object_get(e, "message")), "Invalid params");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(e, "data"), "reason")),
+                        "[EINVAL] pool.dataset.create: Too many arguments (expected 1, found 2)\n");
     json_decref(r);
 }
 

@@ -99,10 +99,10 @@ static void expect_errno(const char *method, const char *params, int errnum)
 
     if (r)
         fail_msg("%s %s unexpectedly succeeded", method, params);
-    if (json_integer_value(json_object_get(json_object_get(err, "data"), "errno")) != errnum)
+    if (json_integer_value(json_object_get(json_object_get(err, "data"), "error")) != errnum)
         fail_msg(
             "%s %s: errno %lld (%s), wanted %d", method, params,
-            (long long)json_integer_value(json_object_get(json_object_get(err, "data"), "errno")),
+            (long long)json_integer_value(json_object_get(json_object_get(err, "data"), "error")),
             json_string_value(json_object_get(err, "message")), errnum);
     json_decref(err);
 }
@@ -629,16 +629,14 @@ static void test_snapshots_clone_rollback(void **st)
     expect_errno("zfs.snapshot.delete", "[\"demo/sv@s1\"]", EBUSY);
     expect_errno("pool.dataset.delete", "[\"demo/sv\"]", ENOTEMPTY);
     expect_errno("pool.dataset.delete", "[\"demo/sv\",{\"recursive\":true}]", EBUSY);
-    expect_errno("zfs.snapshot.delete", "[\"demo/sv@s1\",{\"defer\":true}]", ENOTSUP);
+    /* with defer it is marked instead, and goes with its last clone */
+    json_decref(ok("zfs.snapshot.delete", "[\"demo/sv@s1\",{\"defer\":true}]"));
     json_decref(ok("zfs.snapshot.clone",
                    "[{\"snapshot\":\"demo/sv@s2\",\"dataset_dst\":\"demo/clones/c2\"}]"));
     expect_errno("zfs.snapshot.rollback", "[\"demo/sv@s1\",{\"recursive\":true}]", EBUSY);
     json_decref(ok("pool.dataset.delete", "[\"demo/clones/c2\"]"));
 
     json_decref(ok("pool.dataset.delete", "[\"demo/clones/c1\"]"));
-    r = ok("zfs.snapshot.delete", "[\"demo/sv@s1\"]");
-    assert_true(json_is_true(r));
-    json_decref(r);
     vol_path("sv@s1", path, sizeof(path));
     assert_int_equal(stat(path, &sb), -1);
     expect_errno("zfs.snapshot.delete", "[\"demo/sv@s1\"]", ENOENT);
@@ -1110,6 +1108,108 @@ static void test_stores(void **st)
     (void)st;
 }
 
+static int snap_prop_join(const char *name, const char *value, void *arg)
+{
+    char *out = arg;
+    size_t n = strlen(out);
+
+    snprintf(out + n, 256 - n, "%s%s=%s", n ? " " : "", name, value);
+    return 0;
+}
+
+static int deferred_count(const struct ds_snap *s, void *arg)
+{
+    (void)s;
+    (*(int *)arg)++;
+    return 0;
+}
+
+/* The properties of "pu/v@a" joined ("name=value ..."), by name. */
+static void snap_props_of(const char *snap, char out[256])
+{
+    struct ds_snap s;
+
+    out[0] = '\0';
+    db_lock();
+    assert_int_equal(ds_snapshot_get("pu/v", snap, &s), 0);
+    assert_int_equal(ds_snapshot_props_each(s.id, snap_prop_join, out), 0);
+    db_unlock();
+}
+
+/* pool.snapshot.*: user properties set at create and by update (bad
+ * names refused, nothing changed), rows with integers for used; delete
+ * with defer marks a snapshot with clones, and it goes with its last
+ * clone. */
+static void test_pool_snapshot(void **st)
+{
+    char props[256];
+    int n = 0;
+    json_t *row;
+
+    json_decref(ok("pool.create", "[{\"name\":\"pu\"}]"));
+    json_decref(
+        ok("pool.dataset.create", "[{\"name\":\"pu/v\",\"type\":\"VOLUME\",\"volsize\":1048576}]"));
+    expect_field_error("pool.snapshot.create",
+                       "[{\"dataset\":\"pu/v\",\"name\":\"a\",\"properties\":{\"nocolon\":\"x\"}}]",
+                       "pool.snapshot.create.properties.nocolon");
+    expect_field_error("pool.snapshot.create", "[{\"dataset\":\"pu/v\"}]",
+                       "pool.snapshot.create.name");
+    row =
+        ok("pool.snapshot.create",
+           "[{\"dataset\":\"pu/v\",\"name\":\"a\",\"properties\":{\"k:a\":\"1\",\"k:b\":\"2\"}}]");
+    assert_true(json_is_integer(json_object_get(row, "used")));
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(json_object_get(row, "properties"), "k:a"), "value")),
+                        "1");
+    json_decref(row);
+    snap_props_of("a", props);
+    assert_string_equal(props, "k:a=1 k:b=2");
+    expect_field_error(
+        "pool.snapshot.update",
+        "[\"pu/v@a\",{\"user_properties_update\":[{\"key\":\"k:c\",\"value\":\"3\"}],"
+        "\"user_properties_remove\":[\"k:c\"]}]",
+        "pool.snapshot.update.user_properties_remove.0");
+    expect_errno("pool.snapshot.update", "[\"pu/v@none\",{\"user_properties_remove\":[\"k:a\"]}]",
+                 ENOENT);
+    json_decref(ok("pool.snapshot.update",
+                   "[\"pu/v@a\",{\"user_properties_update\":[{\"key\":\"k:c\",\"value\":\"3\"},"
+                   "{\"key\":\"k:a\",\"remove\":true}],\"user_properties_remove\":[\"k:b\"]}]"));
+    snap_props_of("a", props);
+    assert_string_equal(props, "k:c=3");
+    /* zfs.snapshot.* rows keep used as a property object */
+    row = ok("zfs.snapshot.get_instance", "[\"pu/v@a\"]");
+    assert_true(json_is_object(json_object_get(row, "used")));
+    json_decref(row);
+
+    json_decref(ok("pool.snapshot.clone", "[{\"snapshot\":\"pu/v@a\",\"dataset_dst\":\"pu/c\"}]"));
+    expect_errno("pool.snapshot.delete", "[\"pu/v@a\"]", EBUSY);
+    json_decref(ok("pool.snapshot.delete", "[\"pu/v@a\",{\"defer\":true}]"));
+    snap_props_of("a", props);
+    assert_string_equal(props, "defer_destroy=on k:c=3");
+    db_lock();
+    assert_int_equal(ds_snapshot_each_deferred_free(deferred_count, &n), 0);
+    db_unlock();
+    assert_int_equal(n, 0); /* its clone is still there */
+    json_decref(ok("pool.dataset.delete", "[\"pu/c\"]"));
+    expect_errno("pool.snapshot.get_instance", "[\"pu/v@a\"]", ENOENT);
+
+    /* a hold keeps a snapshot; with defer it goes once released */
+    json_decref(ok("pool.snapshot.create", "[{\"dataset\":\"pu/v\",\"name\":\"h\"}]"));
+    expect_errno("pool.snapshot.release", "[\"pu/v@h\"]", ESRCH);
+    json_decref(ok("pool.snapshot.hold", "[\"pu/v@h\"]"));
+    row = ok("pool.snapshot.get_instance", "[\"pu/v@h\"]");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(row, "holds"), "truenas")),
+                     1);
+    json_decref(row);
+    expect_errno("pool.snapshot.delete", "[\"pu/v@h\"]", EBUSY);
+    json_decref(ok("pool.snapshot.delete", "[\"pu/v@h\",{\"defer\":true}]"));
+    snap_props_of("h", props);
+    assert_string_equal(props, "defer_destroy=on hold=truenas");
+    json_decref(ok("pool.snapshot.release", "[\"pu/v@h\"]"));
+    expect_errno("pool.snapshot.get_instance", "[\"pu/v@h\"]", ENOENT);
+    (void)st;
+}
+
 /* A walk's names, joined by ' '. */
 static int name_join(const char *name, void *arg)
 {
@@ -1210,6 +1310,7 @@ int main(void)
         cmocka_unit_test(test_rbd_pool_refusals),
         cmocka_unit_test(test_stores),
         cmocka_unit_test(test_stores_more),
+        cmocka_unit_test(test_pool_snapshot),
     };
 
     return cmocka_run_group_tests(tests, setup_group, teardown_group);

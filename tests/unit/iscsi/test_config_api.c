@@ -106,7 +106,7 @@ static void callerr(json_t *resp, int errnum, const char *msg)
     if (!err || json_integer_value(json_object_get(err, "code")) != -32001)
         fail_msg("expected a call error, got %s", all);
     json_t *data = json_object_get(err, "data");
-    if (json_integer_value(json_object_get(data, "errno")) != errnum)
+    if (json_integer_value(json_object_get(data, "error")) != errnum)
         fail_msg("expected errno %d, got %s", errnum, all);
     if (!strstr(json_string_value(json_object_get(err, "message")), msg))
         fail_msg("expected message *%s*, got %s", msg, all);
