@@ -98,7 +98,8 @@ static int sys_info(struct api_call *call, json_t *params, json_t **result)
 static const struct api_method system_methods[] = {
     {"system.info", NULL, "This server: product blockd, its version and TrueNAS API level, host",
      sys_info, API_READ, NULL, 0},
-    {"system.version", NULL, "\"blockd-<version> (TrueNAS API <level>)\"", sys_version, API_READ, NULL, 0},
+    {"system.version", NULL, "\"blockd-<version> (TrueNAS API <level>)\"", sys_version, API_READ,
+     NULL, 0},
     {"system.version_short", NULL, "The TrueNAS API level blockd follows (\"25.10.0\")",
      sys_version_short, API_READ, NULL, 0},
     {"system.product_type", NULL, "\"BLOCKD\" (TrueNAS answers COMMUNITY_EDITION or ENTERPRISE)",

@@ -1405,11 +1405,13 @@ const struct api_method ds_snapshot_methods[] = {
     {"zfs.snapshot.get_instance", NULL, "One snapshot by its name (pool/vol@snap)",
      m_snapshot_get_instance, API_READ, API_ARGS(ds_get_instance_args)},
     {"zfs.snapshot.create", NULL, CREATE_HELP, m_snapshot_create, API_SHARE, API_ARGS(create_args)},
-    {"zfs.snapshot.query", NULL, "List snapshots", m_snapshot_query, API_READ, API_ARGS(ds_query_args)},
+    {"zfs.snapshot.query", NULL, "List snapshots", m_snapshot_query, API_READ,
+     API_ARGS(ds_query_args)},
     {"zfs.snapshot.delete", NULL, DELETE_HELP, m_snapshot_delete, API_SHARE, API_ARGS(delete_args)},
     {"zfs.snapshot.clone", NULL, "Create a new volume from a snapshot", m_snapshot_clone, API_SHARE,
      API_ARGS(clone_args)},
-    {"zfs.snapshot.rollback", NULL, ROLLBACK_HELP, m_snapshot_rollback, API_SHARE, API_ARGS(rollback_args)},
+    {"zfs.snapshot.rollback", NULL, ROLLBACK_HELP, m_snapshot_rollback, API_SHARE,
+     API_ARGS(rollback_args)},
 };
 const size_t ds_snapshot_method_count = ARRAY_SIZE(ds_snapshot_methods);
 
@@ -1418,7 +1420,8 @@ const size_t ds_snapshot_method_count = ARRAY_SIZE(ds_snapshot_methods);
 const struct api_method ds_pool_snapshot_methods[] = {
     {"pool.snapshot.get_instance", NULL, "One snapshot by its name (pool/vol@snap)",
      m_snapshot_get_instance, API_READ, API_ARGS(ds_get_instance_args)},
-    {"pool.snapshot.create", NULL, CREATE_HELP, m_snapshot_create, API_SHARE, API_ARGS(create_args)},
+    {"pool.snapshot.create", NULL, CREATE_HELP, m_snapshot_create, API_SHARE,
+     API_ARGS(create_args)},
     {"pool.snapshot.query", NULL,
      "List snapshots (extra.user_properties: also a user_properties object per row)",
      m_snapshot_query, API_READ, API_ARGS(ds_query_args)},
@@ -1426,9 +1429,10 @@ const struct api_method ds_pool_snapshot_methods[] = {
      "Set ({key, value}) or remove ({key, remove: true}, user_properties_remove) a snapshot's "
      "user properties",
      ds_snapshot_update_method, API_SHARE, API_ARGS(update_args)},
-    {"pool.snapshot.delete", NULL, DELETE_HELP, m_snapshot_delete, API_SHARE, API_ARGS(pool_delete_args)},
-    {"pool.snapshot.clone", NULL, "Create a new volume from a snapshot", m_snapshot_clone, API_SHARE,
-     API_ARGS(clone_args)},
+    {"pool.snapshot.delete", NULL, DELETE_HELP, m_snapshot_delete, API_SHARE,
+     API_ARGS(pool_delete_args)},
+    {"pool.snapshot.clone", NULL, "Create a new volume from a snapshot", m_snapshot_clone,
+     API_SHARE, API_ARGS(clone_args)},
     {"pool.snapshot.rollback", NULL, ROLLBACK_HELP, m_snapshot_rollback, API_SHARE,
      API_ARGS(pool_rollback_args)},
     {"pool.snapshot.hold", NULL,
