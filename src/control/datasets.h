@@ -146,8 +146,8 @@ typedef void (*datasets_observer_fn)(enum datasets_event ev, const char *name, s
 void datasets_observe(datasets_observer_fn fn, void *arg);
 
 /*
- * Whether a host file may back an NBD export ("path") or an iSCSI FILE
- * extent: it must lie inside a pool directory (store/poolfs.h: resolved
+ * Whether a host file may back an iSCSI FILE extent: it must lie inside a
+ * pool directory (store/poolfs.h: resolved
  * beneath the pool root, no symlink anywhere on the way), be a regular
  * file or a block device, and not be a dataset's volume or snapshot file.
  * may_create: a missing file is fine if its directory exists (FILE extents

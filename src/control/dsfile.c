@@ -1,8 +1,10 @@
 /*
- * Which host files an export or an extent may name: files or block devices
+ * Which host files an export or an extent may name. A FILE extent: a file
  * inside a pool (resolved with poolfs, no symlinks), never a dataset's own
- * volume or snapshot file (those are exported by dataset name, so that a
- * snapshot stays read-only and a volume shares its one open handle).
+ * volume or snapshot file (those are shared by dataset name, so that a
+ * snapshot stays read-only and a volume shares its one open handle). An
+ * NBD path export: only a volume's file, served as that volume (files
+ * blockd did not create are never exported).
  */
 #include <errno.h>
 #include <stdio.h>

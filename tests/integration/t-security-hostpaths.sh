@@ -8,7 +8,8 @@
 #     directory, an NBD export of a file planted in a pool, a FILE extent
 #     over a planted file, a dataset outside its pool; after an "upgrade"
 #     (rows an older version accepted), the pool is UNAVAIL and the export
-#     not served, with the reason logged.
+#     not served, an RBD pool with a conf outside the rules UNAVAIL, with
+#     the reason logged or in status_detail.
 #  2. RBD pools: a ceph.conf written into a volume over NBD and named as
 #     conf; conf=/etc/shadow; a group-writable conf, a symlinked one; a
 #     conf in an allowed directory that asks for log_file, admin_socket
@@ -81,9 +82,15 @@ refused "FILE extent over a planted file" EEXIST "created by blockd" \
 # ---- 1b. rows an older version accepted: refused at start ----
 blockctl volume create demo/v --size 1M >/dev/null || fail "volume create"
 blockd_stop
-/usr/bin/python3 - "$STATE/blockd.db" "$CRON" "$POOL/planted.img" <<'PY'
+# an RBD pool whose conf an older version let a client name anywhere
+cp "$CEPH_CONF" "$TMP/var/old.conf"
+/usr/bin/python3 - "$STATE/blockd.db" "$CRON" "$POOL/planted.img" "$CEPH_POOL" "$TMP/var/old.conf" <<'PY'
 import sqlite3, sys, time
 db = sqlite3.connect(sys.argv[1])
+db.execute("INSERT INTO pools (name, path, created) VALUES ('oldrbd', ?, ?)", ("rbd:%s/old" % sys.argv[4], int(time.time())))
+rid = db.execute("SELECT id FROM pools WHERE name = 'oldrbd'").fetchone()[0]
+db.execute("INSERT INTO datasets (name, pool_id, type, created) VALUES ('oldrbd', ?, 'FILESYSTEM', ?)", (rid, int(time.time())))
+db.execute("INSERT INTO pool_rbd (pool_id, rbd_pool, namespace, conf) VALUES (?, ?, 'old', ?)", (rid, sys.argv[4], sys.argv[5]))
 db.execute("INSERT INTO pools (name, path, created) VALUES ('cron', ?, ?)", (sys.argv[2], int(time.time())))
 pid = db.execute("SELECT id FROM pools WHERE name = 'cron'").fetchone()[0]
 db.execute("INSERT INTO datasets (name, pool_id, type, created) VALUES ('cron', ?, 'FILESYSTEM', ?)", (pid, int(time.time())))
@@ -104,6 +111,14 @@ grep -q "nbd: export of $POOL/planted.img disabled: .*not a blockd volume" "$BLO
     fail "no log line for the refused export"
 [ "$(md5sum <"$CRON/root")" = "$sum_cron" ] || fail "root's crontab changed"
 [ "$(md5sum <"$POOL/planted.img")" = "$sum_planted" ] || fail "the planted file changed"
+detail=
+for _ in $(seq 1 100); do
+    detail=$(blockctl call pool.query '[[["name", "=", "oldrbd"]]]' | python3 -c 'import json,sys; r=json.load(sys.stdin)[0]; print(r["status"], r["status_detail"])')
+    grep -q "settings are refused" <<<"$detail" && break
+    sleep 0.2
+done
+grep -q "^UNAVAIL .*settings are refused: $TMP/var/old.conf: a Ceph conf or keyring must be in /etc/ceph" \
+    <<<"$detail" || fail "the old RBD pool with a conf outside the rules: $detail"
 
 # ---- 2. RBD pools ----
 EVIL=$TMP/evil

@@ -21,14 +21,18 @@
 #include <cmocka.h>
 
 #include "api/api.h"
-#include "control/datasets.h"
-#include "control/db.h"
-#include "control/dsrbd.h"
+#include "config/datasets.h"
+#include "config/db.h"
+#include "config/dsrbd.h"
+#include "core/allowdir.h"
 #include "testdb.h"
 
 #define MiB (1024 * 1024)
 
 static struct testdb tdb;
+/* A directory outside the state directory that the "operator" allows
+ * (blockd --allow-dir): pools and Ceph files may be named below it. */
+static struct testdb tallow;
 
 /* Call a method; returns the result (new ref) or NULL with *err set to
  * the error object (new ref). */
@@ -175,6 +179,7 @@ static unsigned busy_clients(const char *name, char *why, size_t len)
 static int setup_group(void **st)
 {
     assert_int_equal(testdb_make(&tdb, "/tmp/blockd-test-datasets", "blockd.db"), 0);
+    assert_int_equal(testdb_make(&tallow, "/tmp/blockd-test-allow", "unused"), 0);
     datasets_init(tdb.dir);
     datasets_register_in_use(busy_check);
     datasets_register_clients(busy_clients);
@@ -189,7 +194,8 @@ static int teardown_group(void **st)
     datasets_flush_all();
     datasets_shutdown();
     db_close();
-    return testdb_remove(&tdb) == 0 ? 0 : -1;
+    allowdir_clear();
+    return testdb_remove(&tdb) == 0 && testdb_remove(&tallow) == 0 ? 0 : -1;
 }
 
 static void test_default_pool(void **st)
@@ -225,7 +231,22 @@ static void test_pool_create(void **st)
     snprintf(dir, sizeof(dir), "%s/pools/p2", tdb.dir);
     assert_int_equal(stat(dir, &sb), 0);
 
-    snprintf(dir, sizeof(dir), "%s/elsewhere/p3", tdb.dir);
+    /* outside STATE/pools: only below a directory the operator allows,
+     * and only new or empty */
+    snprintf(dir, sizeof(dir), "%s/p3", tallow.dir);
+    snprintf(params, sizeof(params), "[{\"name\":\"p3\",\"path\":\"%s\"}]", dir);
+    expect_field_error("pool.create", params, "pool.create.path");
+    assert_int_equal(stat(dir, &sb), -1);
+    snprintf(params, sizeof(params), "[{\"name\":\"p3\",\"path\":\"%s/elsewhere\"}]", tdb.dir);
+    expect_field_error("pool.create", params, "pool.create.path");
+    assert_int_equal(allowdir_add(tallow.dir), 0);
+    snprintf(dir, sizeof(dir), "%s/full", tallow.dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(dir, sizeof(dir), "%s/full/planted", tallow.dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(params, sizeof(params), "[{\"name\":\"p3\",\"path\":\"%s/full\"}]", tallow.dir);
+    expect_field_error("pool.create", params, "pool.create.path");
+    snprintf(dir, sizeof(dir), "%s/p3", tallow.dir);
     snprintf(params, sizeof(params), "[{\"name\":\"p3\",\"path\":\"%s\"}]", dir);
     p = ok("pool.create", params);
     assert_string_equal(json_string_value(json_object_get(p, "path")), dir);
@@ -1002,9 +1023,24 @@ static void test_rbd_pool_refusals(void **st)
     expect_field_error("pool.create",
                        "[{\"name\":\"r\",\"path\":\"/tmp/x\",\"rbd\":{\"pool\":\"rbd\"}}]",
                        "pool.create.path");
-    expect_errno("pool.create",
-                 "[{\"name\":\"r\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"/nonexistent/c.conf\"}}]",
-                 ENOENT);
+    /* a conf outside /etc/ceph and the allowed directories: refused
+     * before anything is opened; a missing one in an allowed directory */
+    expect_field_error(
+        "pool.create",
+        "[{\"name\":\"r\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"/nonexistent/c.conf\"}}]",
+        "pool.create.rbd.conf");
+    char params[700], dir[512];
+    snprintf(dir, sizeof(dir), "%s/ceph-etc", tallow.dir);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    snprintf(params, sizeof(params),
+             "[{\"name\":\"r\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"%s/c.conf\"}}]", dir);
+    expect_errno("pool.create", params, ENOENT);
+    expect_field_error("pool.create",
+                       "[{\"name\":\"r\",\"rbd\":{\"pool\":\"rbd\",\"mon_host\":\"a\\nb\"}}]",
+                       "pool.create.rbd.mon_host");
+    expect_field_error("pool.create",
+                       "[{\"name\":\"r\",\"rbd\":{\"pool\":\"rbd\",\"key\":\"not base64!\"}}]",
+                       "pool.create.rbd.key");
     r = ok("pool.query", "[[[\"name\",\"=\",\"r\"]], {\"count\":true}]");
     assert_int_equal(json_integer_value(r), 0);
     json_decref(r);
