@@ -21,9 +21,9 @@
 #include <cmocka.h>
 
 #include "api/api.h"
-#include "config/datasets.h"
-#include "config/db.h"
-#include "config/dsrbd.h"
+#include "control/datasets.h"
+#include "control/db.h"
+#include "control/dsrbd.h"
 #include "core/allowdir.h"
 #include "testdb.h"
 
