@@ -64,6 +64,9 @@ static struct rbd_cluster *cluster;
 static rados_ioctx_t io;
 static uint64_t watch_cookie;
 static bool watching;
+/* A watch handle exists (watch_cookie), healthy or not: librados keeps it
+ * until rados_unwatch2, also after its error callback (membership thread). */
+static bool have_watch;
 static char obj[160];
 static char my_key[32];
 static char my_addr[128];
@@ -438,10 +441,11 @@ static void watch_err_cb(void *arg, uint64_t cookie, int err)
 
 static void watch_start(void)
 {
-    if (watching) {
+    if (have_watch) { /* a failed watch too: its handle is ours to drop */
         rados_unwatch2(io, watch_cookie);
-        watching = false;
+        have_watch = false;
     }
+    watching = false;
     /* Timeout 0: the OSDs' default. The watch only makes rereads prompt;
      * liveness is the heartbeat's, so its own timeout need not be short. */
     int rc = rados_watch3(io, obj, &watch_cookie, watch_cb, watch_err_cb, 0, NULL);
@@ -449,7 +453,7 @@ static void watch_start(void)
         log_warn("gateway %s: cannot watch %s: %s (membership changes are seen within %u ms)",
                  cfg.group, obj, strerror(-rc), GATEWAY_HEARTBEAT_MS);
     else
-        watching = true;
+        watching = have_watch = true;
 }
 
 static int check_id_free(void);
@@ -491,11 +495,11 @@ static void become_fenced(const char *how)
               "PORT IN UNAVAILABLE STATE (02/04/0C); rejoining with a new client",
               cfg.group, cfg.name, cfg.id, fenced_addr, how, n);
     pthread_mutex_lock(&gw_mu);
-    bool w = watching;
     watching = false;
     pthread_mutex_unlock(&gw_mu);
-    if (w)
+    if (have_watch)
         rados_unwatch2(io, watch_cookie); /* refused too; drops it here */
+    have_watch = false;
 }
 
 /* An attempt failed: the next one after a backoff, logged once. */
@@ -964,9 +968,9 @@ void gateway_stop(void)
     pthread_cond_signal(&gw_cond);
     pthread_mutex_unlock(&gw_mu);
     pthread_join(thr, NULL);
-    if (watching)
+    if (have_watch)
         rados_unwatch2(io, watch_cookie);
-    watching = false;
+    watching = have_watch = false;
     if (!my_blocklisted) {
         log_info("gateway %s: member %s (id %u) leaving the group", cfg.group, cfg.name, cfg.id);
         int rc = remove_record();
