@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Nothing below the API layer calls the JSON-RPC dispatcher in-process
-# (api_call_method_json): a module calls the typed C functions of the
+# (api_call_method_json, api_call_method_as): a module calls the typed C functions of the
 # object it changes, so that validation, transactions and publication take
 # one path (docs/architecture.md, "Layers"). Exits 1 naming each caller
 # outside src/api/ that is not in KNOWN.
@@ -14,14 +14,14 @@ KNOWN=(
     src/control/replication.c # replication.run_onetime: pool.dataset.create, zfs.snapshot.delete
     src/gwsync/gwconfig_rows.c # applies the group's rows through the iscsi.*/nbd.* methods
 )
-callers=$(grep -rl --include='*.c' 'api_call_method_json(' src | grep -v '^src/api/' | sort || true)
+callers=$(grep -rlE --include='*.c' 'api_call_method_(json|as)\(' src | grep -v '^src/api/' | sort || true)
 rc=0
 for f in $callers; do
     known=0
     for k in "${KNOWN[@]}"; do [ "$f" = "$k" ] && known=1; done
     if [ "$known" = 0 ]; then
         echo "check-api-layer: $f calls api_call_method_json outside src/api/:" >&2
-        grep -n 'api_call_method_json(' "$f" | sed 's/^/  /' >&2
+        grep -nE 'api_call_method_(json|as)\(' "$f" | sed 's/^/  /' >&2
         rc=1
     fi
 done

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "api/validate.h"
+#include "control/db.h"
 #include "control/ds_internal.h"
 #include "core/util.h"
 
@@ -184,19 +185,16 @@ static int m_resource_query(struct api_call *call, json_t *params, json_t **resu
 {
     json_t *data = api_param(params, 0), *paths = json_object_get(data, "paths");
     bool children = ds_bool_or(data, "get_children", false);
-    json_t *rows = NULL, *err = NULL, *row;
+    json_t *rows, *row;
     size_t i;
 
-    /* the dataset rows, flat, with their properties (one read of the DB) */
-    json_t *q = json_pack("[[], {s:{s:b, s:b}}]", "extra", "flat", 1, "retrieve_children", 0);
-    int rc = q ? api_call_method_json(call, "pool.dataset.query", q, &rows, &err) : -1;
-    json_decref(q);
-    if (rc < 0) {
-        const char *why = json_string_value(json_object_get(err, "message"));
-        rc = api_error(call, EIO, "cannot read datasets: %s", why ? why : "out of memory");
-        json_decref(err);
-        return rc;
-    }
+    /* the dataset rows, flat, with their properties: the typed reader the
+     * pool.dataset.query handler uses, not the dispatcher */
+    db_lock();
+    rows = ds_dataset_rows();
+    db_unlock();
+    if (!rows)
+        return api_error(call, EIO, "cannot read datasets");
     if (paths_check(call, rows, paths) < 0) {
         json_decref(rows);
         return -1;
