@@ -376,6 +376,11 @@ static json_t *call_error_object(struct api_call *call)
     return error_object(code, call->message ? call->message : "Internal error", NULL);
 }
 
+json_t *api_call_error(struct api_call *call)
+{
+    return call->code == 0 && !api_has_verrs(call) ? NULL : call_error_object(call);
+}
+
 static json_t *error_response_call(struct api_call *call, json_t *id)
 {
     json_t *r = response_new(id);

@@ -236,6 +236,9 @@ json_t *api_error_data(int errnum, const char *reason, json_t *extra);
 /* The errno an api_error() set on this call (0 if none); for core.bulk-like
  * callers that re-dispatch and need the outcome. */
 int api_call_errno(const struct api_call *call);
+/* The JSON-RPC error object ({code, message, data}) the call would answer
+ * with, or NULL if no error is set; a new reference (jobs record it). */
+json_t *api_call_error(struct api_call *call);
 /*
  * Run one method on behalf of another call (share.* helpers), with its
  * identity and client (parent is required): returns 0 with *result, or -1 with *error set to the

@@ -48,7 +48,9 @@ struct job {
     char *progress_text;
     json_t *result;
     int errnum;
-    char *error; /* "[ENAME] message" */
+    char *error;       /* "[ENAME] message" */
+    bool validation;   /* failed with field errors: exc_info type VALIDATION */
+    json_t *exc_extra; /* exc_info.extra: the field errors, or NULL */
     int64_t time_started, time_finished;
     /* result is kept as the work returned it, for core.job_wait by the
      * job's owner; job_json() shows everyone else a redacted copy */
@@ -101,6 +103,7 @@ static void job_unref(struct job *j)
     free(j->progress_text);
     json_decref(j->result);
     free(j->error);
+    json_decref(j->exc_extra);
     free(j);
 }
 
@@ -153,8 +156,9 @@ static json_t *job_json(const struct job *j)
     json_object_set_new(o, "error", j->error ? json_string(j->error) : json_null());
     json_object_set_new(o, "exception", j->error ? json_string(j->error) : json_null());
     json_object_set_new(o, "exc_info",
-                        j->error ? json_pack("{s:s, s:s, s:i, s:n}", "repr", j->error, "type",
-                                             "CallError", "errno", j->errnum, "extra")
+                        j->error ? json_pack("{s:s, s:s, s:i, s:O?}", "repr", j->error, "type",
+                                             j->validation ? "VALIDATION" : "CallError", "errno",
+                                             j->errnum, "extra", j->exc_extra)
                                  : json_null());
     json_object_set_new(o, "state", json_string(state_names[j->state]));
     json_object_set_new(o, "time_started",
@@ -402,6 +406,30 @@ int jobs_fail(struct job *job, int errnum, const char *fmt, ...)
     return -1;
 }
 
+/* A jobs_run job failed through its call's error: the job says what the
+ * call answers, as TrueNAS does (error = the reason "[ENAME] ...", exc_info
+ * type VALIDATION with the field errors for a -32602). jt.lock held. */
+static void job_error_from_call(struct job *j)
+{
+    json_t *e = j->sync_call ? api_call_error(j->sync_call) : NULL;
+    json_t *data = json_object_get(e, "data");
+    const char *reason = json_string_value(json_object_get(data, "reason"));
+
+    j->errnum = j->sync_call ? api_call_errno(j->sync_call) : 0;
+    if (j->errnum == 0)
+        j->errnum = EFAULT;
+    j->validation = json_integer_value(json_object_get(e, "code")) == API_INVALID_PARAMS;
+    if (j->validation)
+        j->exc_extra = json_incref(json_object_get(data, "extra"));
+    if (reason && *reason) {
+        size_t n = strlen(reason);
+        j->error = strndup(reason, reason[n - 1] == '\n' ? n - 1 : n);
+    } else if (asprintf(&j->error, "[%s] %s failed", api_errno_name(j->errnum), j->method) < 0) {
+        j->error = NULL;
+    }
+    json_decref(e);
+}
+
 /* Record the outcome (steals result), announce it and wake waiters. */
 static void job_finish(struct job *j, int rc, json_t *result)
 {
@@ -414,13 +442,8 @@ static void job_finish(struct job *j, int rc, json_t *result)
     } else {
         json_decref(result);
         j->state = JOB_FAILED;
-        if (!j->error) {
-            j->errnum = j->sync_call ? api_call_errno(j->sync_call) : 0;
-            if (j->errnum == 0)
-                j->errnum = EFAULT;
-            if (asprintf(&j->error, "[%s] %s failed", api_errno_name(j->errnum), j->method) < 0)
-                j->error = NULL;
-        }
+        if (!j->error)
+            job_error_from_call(j);
     }
     j->sync_call = NULL;
     j->time_finished = now_ms();

@@ -23,21 +23,31 @@
 
 /* ---- a test method that uses jobs_run ---- */
 
+/* mode 0: succeeds; 1: fails (jobs_fail); 2: a field error on the call */
+struct copy_arg {
+    int mode;
+    struct api_call *call;
+};
+
 static int slow_work(struct job *job, void *arg, json_t **result)
 {
-    int *mode = arg;
+    struct copy_arg *a = arg;
     jobs_progress(job, 10, "copying %d", 1);
     jobs_progress(job, 60, "copying %d", 2);
-    if (*mode == 1)
+    if (a->mode == 1)
         return jobs_fail(job, ENOSPC, "pool is full");
+    if (a->mode == 2) {
+        api_verr(a->call, "test.copy.mode", EINVAL, "not a mode");
+        return api_invalid(a->call);
+    }
     *result = json_pack("{s:i}", "copied", 2);
     return 0;
 }
 
 static int test_copy(struct api_call *call, json_t *params, json_t **result)
 {
-    int mode = (int)json_integer_value(api_param(params, 0));
-    return jobs_run(call, params, "test copy", slow_work, &mode, result);
+    struct copy_arg a = {(int)json_integer_value(api_param(params, 0)), call};
+    return jobs_run(call, params, "test copy", slow_work, &a, result);
 }
 
 /* A job whose result is a string of params[0] bytes (job history bound). */
@@ -159,6 +169,23 @@ static void test_run_sync(void **st)
     assert_string_equal(json_string_value(json_object_get(job, "error")), "[ENOSPC] pool is full");
     assert_int_equal(json_integer_value(json_object_get(json_object_get(job, "exc_info"), "errno")),
                      ENOSPC);
+    json_decref(r);
+
+    /* a field error: the job says it as TrueNAS does (VALIDATION, extra) */
+    r = rpc(&c, "test.copy", "[2]");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(r, "error"), "code")),
+                     API_INVALID_PARAMS);
+    json_decref(r);
+    r = rpc(&c, "core.get_jobs", "[[[\"state\",\"=\",\"FAILED\"]], {\"order_by\": [\"-id\"]}]");
+    job = json_array_get(json_object_get(r, "result"), 0);
+    assert_string_equal(json_string_value(json_object_get(job, "error")),
+                        "[EINVAL] test.copy.mode: not a mode");
+    json_t *exc = json_object_get(job, "exc_info");
+    assert_string_equal(json_string_value(json_object_get(exc, "type")), "VALIDATION");
+    assert_int_equal(json_integer_value(json_object_get(exc, "errno")), EINVAL);
+    assert_string_equal(
+        json_string_value(json_array_get(json_array_get(json_object_get(exc, "extra"), 0), 0)),
+        "test.copy.mode");
     json_decref(r);
 }
 
