@@ -14,7 +14,7 @@ need nbdcopy qemu-img /usr/bin/python3
 ceph_start
 blockd_start
 export BLOCKCTL_BIN SOCK NBD_PORT
-blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null ||
+blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" >/dev/null ||
     fail "pool.create of the RBD pool"
 
 run() {

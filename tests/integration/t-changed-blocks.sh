@@ -44,7 +44,7 @@ mount_fs() {
 mount_fs xfs
 mount_fs ext4
 
-blockd_start
+blockd_start --allow-dir "$TMP/xfs" --allow-dir "$TMP/ext4"
 export BLOCKCTL_BIN SOCK NBD_PORT
 blockctl call pool.create "{\"name\":\"x\",\"path\":\"$TMP/xfs/pool\"}" >/dev/null || fail "pool on XFS"
 blockctl call pool.create "{\"name\":\"e\",\"path\":\"$TMP/ext4/pool\"}" >/dev/null || fail "pool on ext4"
@@ -60,7 +60,7 @@ run 1 demo 65536 content "$TMP"
 kill -KILL "$BLOCKD_PID"
 wait "$BLOCKD_PID" 2>/dev/null || true
 BLOCKD_PID=
-blockd_start
+blockd_start --allow-dir "$TMP/xfs" --allow-dir "$TMP/ext4"
 run 2 e 65536 content "$TMP"
 run 2 x 65536 extents "$TMP"
 run 2 demo 65536 content "$TMP"
