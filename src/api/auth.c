@@ -19,7 +19,7 @@
 #include "api/store.h"
 #include "api/validate.h"
 #include "core/log.h"
-#include "core/limits.h"
+#include "core/bounds.h"
 #include "core/ratelimit.h"
 #include "core/util.h"
 
@@ -298,7 +298,7 @@ static int key_create(struct api_call *call, json_t *params, json_t **result)
                  r.name);
         return api_invalid(call);
     }
-    if (rc == -EDQUOT) { /* core/limits.h */
+    if (rc == -EDQUOT) { /* core/bounds.h */
         log_warn("limits: %s: refused: %u %s is the limit (%s)", api_call_peer(call),
                  limit_get(LIMIT_API_KEYS), limit_what(LIMIT_API_KEYS), limit_flag(LIMIT_API_KEYS));
         return api_error(call, EDQUOT, "limit reached: at most %u %s (%s)",

@@ -25,7 +25,7 @@
 #include "api/auth.h"
 #include "api/redact.h"
 #include "api/validate.h"
-#include "core/limits.h"
+#include "core/bounds.h"
 #include "core/log.h"
 #include "core/util.h"
 
@@ -852,7 +852,7 @@ static int core_subscribe(struct api_call *call, json_t *params, json_t **result
     s->client = client;
     s->who = *api_call_identity(call);
     /* Capped per connection: each event is queued once per subscription,
-     * to a client that need not read (core/limits.h). */
+     * to a client that need not read (core/bounds.h). */
     unsigned cap = limit_get(LIMIT_SUBSCRIPTIONS), held = 0;
     pthread_mutex_lock(&jt.sub_lock);
     for (struct sub *o = jt.subs; o; o = o->next)

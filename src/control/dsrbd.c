@@ -82,7 +82,10 @@ int ds_rbd_connect(const struct ds_rbd_spec *s, unsigned timeout_s, struct rbd_c
         snprintf(why, whylen, "the Ceph cluster's settings are refused: %s", reason);
         return rc;
     }
-    rbd_creds_cluster_spec(&cr, &cs);
+    /* The gateway group's own conf: the group's client, the one fencing
+     * blocklists (rbd_cluster.h); any other: the settings read from it. */
+    if (!rbd_cluster_group_spec(s->conf, &cs))
+        rbd_creds_cluster_spec(&cr, &cs);
     rc = rbd_cluster_get(&cs, timeout_s, out);
     if (rc < 0) {
         /* A reason for a client: very long monitor lists are shortened

@@ -1,5 +1,5 @@
 /*
- * Counting what API clients hold against the caps of core/limits.h
+ * Counting what API clients hold against the caps of core/bounds.h
  * (pools, datasets, snapshots per dataset, API keys).
  *
  * Callers hold the DB lock (db_lock, or inside a cfg_tx), and the lock
@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "core/limits.h"
+#include "core/bounds.h"
 
 struct api_call;
 

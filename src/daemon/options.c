@@ -11,7 +11,7 @@
 #include "api/callmem.h"
 #include "api/api.h"
 #include "core/admit.h"
-#include "core/limits.h"
+#include "core/bounds.h"
 #include "core/allowdir.h"
 #include "core/log.h"
 #include "core/reactor.h"
@@ -194,7 +194,7 @@ static int f_max_pending_per_addr(const char *arg, struct options *o)
     return 0;
 }
 
-/* --max-subscriptions etc. (core/limits.h): 1..10^9. */
+/* --max-subscriptions etc. (core/bounds.h): 1..10^9. */
 static int limit_arg(enum limit_kind k, const char *arg)
 {
     unsigned v;

@@ -167,6 +167,9 @@ int gateway_configure_ceph(const char *conf, const char *id, const char *pool)
     if (pool &&
         (!pool[0] || snprintf(cfg.pool, sizeof(cfg.pool), "%s", pool) >= (int)sizeof(cfg.pool)))
         return -EINVAL;
+    /* RBD pools created with this conf share the group's client: fencing
+     * this member then reaches their I/O too (rbd_cluster.h). */
+    rbd_cluster_set_group(cfg.conf, cfg.ceph_id);
     return 0;
 }
 

@@ -239,6 +239,24 @@ static void cluster_free(struct rbd_cluster *c)
     free(c->conf), free(c->mon_host), free(c->id), free(c->key), free(c->keyring), free(c);
 }
 
+static char group_conf[4096], group_id[128];
+
+void rbd_cluster_set_group(const char *conf, const char *id)
+{
+    snprintf(group_conf, sizeof(group_conf), "%s", or_empty(conf));
+    snprintf(group_id, sizeof(group_id), "%s", or_empty(id));
+}
+
+bool rbd_cluster_group_spec(const char *conf, struct rbd_cluster_spec *spec)
+{
+    if (!group_conf[0] || !conf || strcmp(conf, group_conf) != 0)
+        return false;
+    memset(spec, 0, sizeof(*spec));
+    spec->conf = group_conf;
+    spec->id = group_id;
+    return true;
+}
+
 int rbd_cluster_get(const struct rbd_cluster_spec *spec, unsigned timeout_s,
                     struct rbd_cluster **out)
 {

@@ -55,6 +55,19 @@ struct rbd_cluster;
  * other librados errors as they come). */
 int rbd_cluster_get(const struct rbd_cluster_spec *spec, unsigned timeout_s,
                     struct rbd_cluster **out);
+/*
+ * The gateway group's Ceph client (docs/ha.md): the operator's conf and id
+ * that the group's membership connects with (--gateway-ceph-conf,
+ * --gateway-ceph-id). A member is fenced by blocklisting that client, so an
+ * RBD pool a member serves must do its I/O through it: a pool created with
+ * conf naming this same file gets exactly this spec
+ * (rbd_cluster_group_spec) and so shares the connection. Set at start-up,
+ * before API threads run; read from any thread.
+ */
+void rbd_cluster_set_group(const char *conf, const char *id);
+/* If conf (a pool's conf path) is the group's, fill spec with the group's
+ * conf and id (borrowed, static) and return true; else false. */
+bool rbd_cluster_group_spec(const char *conf, struct rbd_cluster_spec *spec);
 /* Take another reference on c. */
 void rbd_cluster_ref(struct rbd_cluster *c);
 /* Drop a reference; the last one shuts the connection down. */

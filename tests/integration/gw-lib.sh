@@ -48,7 +48,7 @@ gw_start() {
     "$BLOCKD_BIN" --state-dir "$d/state" --log-level "${BLOCKD_LOG_LEVEL:-info}" \
         --nbd-listen "$addr:0" --iscsi-listen "$addr:${GW_PORT[$name]}" \
         --gateway-group test --gateway-id "$id" --gateway-name "$name" \
-        --gateway-ceph-conf "$CEPH_CONF" --gateway-pool "$CEPH_POOL" \
+        --gateway-ceph-conf "$CEPH_CONF" --gateway-pool "$CEPH_POOL" --allow-dir "$(dirname "$CEPH_CONF")" \
         --gateway-heartbeat-timeout "${GW_HEARTBEAT_TIMEOUT:-3}" "$@" >>"$log" 2>&1 &
     GW_PID[$name]=$!
     GW_ADDR[$name]=$addr
@@ -108,7 +108,7 @@ gw_wait_state() {
 # wait until they serve it.
 gw_share() {
     local name=$1 adopt=$2 size=$3
-    gw_ctl "$name" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" \
+    gw_ctl "$name" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" \
         >/dev/null || fail "pool.create of the RBD pool on $name"
     if [ "$adopt" = true ]; then
         local i

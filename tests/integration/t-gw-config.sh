@@ -68,7 +68,7 @@ not() { ! "$@"; }
 # unique" (EEXIST), as on a single daemon.
 rawcall() { api_raw "$(gw_dir "$1")/state/blockd.sock" "$2" "$3"; }
 pool_create() {
-    call "$1" pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" \
+    call "$1" pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" \
         >/dev/null || fail "pool.create ceph on $1"
 }
 volume() { # volume MEMBER NAME

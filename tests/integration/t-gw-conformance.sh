@@ -36,7 +36,7 @@ json_id() { python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'; }
 # the same target/extent/LUN as scsi-conformance.sh, through NAME's API.
 conf_member() {
     local m=$1 adopt=$2 portal group target extent
-    gw_ctl "$m" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"mon_host\":\"$CEPH_MON_HOST\"}}" \
+    gw_ctl "$m" call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"rbd\",\"conf\":\"$CEPH_CONF\"}}" \
         >/dev/null || fail "pool.create on $m"
     if [ "$adopt" = true ]; then # the share comes from the group's configuration store
         for _ in $(seq 1 200); do

@@ -40,7 +40,7 @@ start_member() {
     [ -f "$log" ] && before=$(wc -l <"$log")
     "$BLOCKD_BIN" --state-dir "$TMP/$name" --log-level info --nbd-listen "$addr:$nbd" \
         --iscsi-listen "$addr:$PORT" --gateway-group test --gateway-id "$id" \
-        --gateway-name "$name" --gateway-ceph-conf "$CEPH_CONF" --gateway-pool "$CEPH_POOL" \
+        --gateway-name "$name" --gateway-ceph-conf "$CEPH_CONF" --gateway-pool "$CEPH_POOL" --allow-dir "$(dirname "$CEPH_CONF")" \
         >>"$log" 2>&1 &
     local pid=$!
     BG_PIDS+=("$pid")
@@ -97,7 +97,7 @@ expect() {
 
 # ---- the share, made through A's API; B gets it from the group ----
 NOWAIT=1 start_member a 127.0.0.2 "$NBD_A"
-ctl a call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" >/dev/null ||
+ctl a call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null ||
     fail "pool.create on A"
 ctl a call pool.dataset.create '{"name":"ceph/gw","type":"VOLUME","volsize":67108864}' >/dev/null ||
     fail "dataset create on A"
@@ -117,7 +117,7 @@ grep -q "reservations shared through" "$TMP/a.log" || fail "A does not serve the
 # volume) and the LUN, with the group's identity (serial and NAA from the
 # image) and its own relative target port id (--gateway-id 2).
 NOWAIT=1 start_member b 127.0.0.3 "$NBD_B"
-ctl b call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" >/dev/null ||
+ctl b call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null ||
     fail "pool.create on B"
 for _ in $(seq 1 100); do
     grep -q "reservations shared through" "$TMP/b.log" && break

@@ -1,5 +1,5 @@
 /* Caps on what API clients can hold (see limits.h). */
-#include "core/limits.h"
+#include "core/bounds.h"
 
 static const struct {
     const char *flag, *what;

@@ -8,8 +8,8 @@
  * Values are set while flags are parsed (main thread, before anything
  * serves) and read from any thread.
  */
-#ifndef BLOCKD_CORE_LIMITS_H
-#define BLOCKD_CORE_LIMITS_H
+#ifndef BLOCKD_CORE_BOUNDS_H
+#define BLOCKD_CORE_BOUNDS_H
 
 enum limit_kind {
     LIMIT_SUBSCRIPTIONS, /* core.subscribe per connection */
