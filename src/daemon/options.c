@@ -21,6 +21,7 @@
 #include "gateway/gateway.h"
 #include "iscsi/iscsi_runtime.h"
 #include "nbd/nbd.h"
+#include "store/rbd_cluster.h"
 
 struct flag {
     const char *name;
@@ -310,6 +311,17 @@ static int f_gateway_name(const char *arg, struct options *o)
                         "--gateway-name must be 1..63 of A-Z a-z 0-9 . _ -");
 }
 
+static int f_ceph_admin_socket(const char *arg, struct options *o)
+{
+    (void)o;
+    if (arg[0] != '/') {
+        fprintf(stderr, "blockd: --ceph-admin-socket %s: an absolute path is needed\n", arg);
+        return -1;
+    }
+    rbd_cluster_set_admin_socket(arg);
+    return 0;
+}
+
 static int f_gateway_ceph_conf(const char *arg, struct options *o)
 {
     (void)o;
@@ -423,6 +435,9 @@ static const struct flag flags[] = {
      "(default: librados' search)"},
     {"gateway-ceph-id", "ID", f_gateway_ceph_id, "its client id (default admin)"},
     {"gateway-pool", "POOL", f_gateway_pool, "RADOS pool of the membership object (default rbd)"},
+    {"ceph-admin-socket", "PATH", f_ceph_admin_socket,
+     "librados admin socket of blockd's Ceph clients, e.g.\n"
+     "/run/blockd/$name.$pid.asok (default: none)"},
     {"gateway-heartbeat-timeout", "S", f_gateway_heartbeat_timeout,
      "a member silent for S seconds is OFFLINE and fenced\n"
      "(2..60, default 3)"},

@@ -116,6 +116,14 @@ static const struct pinned_opt {
 #define PINNED_N (sizeof(pinned_opts) / sizeof(pinned_opts[0]))
 #define PIN_VALUE_MAX 1024
 
+/* The operator's admin socket template (--ceph-admin-socket), or "": none. */
+static char admin_socket[1024];
+
+void rbd_cluster_set_admin_socket(const char *path)
+{
+    snprintf(admin_socket, sizeof(admin_socket), "%s", path ? path : "");
+}
+
 /* The compiled defaults of the NULL entries, right after rados_create. */
 static void pin_read(rados_t r, char (*defaults)[PIN_VALUE_MAX])
 {
@@ -134,6 +142,11 @@ static int pin_apply(rados_t r, char (*defaults)[PIN_VALUE_MAX])
     for (size_t i = 0; i < PINNED_N; i++) {
         const char *v = pinned_opts[i].value ? pinned_opts[i].value : defaults[i];
         int rc;
+
+        /* The one file option the operator may set: librados' admin socket
+         * (perf counters, config show) for debugging, never a client's. */
+        if (strcmp(pinned_opts[i].name, "admin_socket") == 0)
+            v = admin_socket;
 
         if (v[0] == '\x01')
             continue;

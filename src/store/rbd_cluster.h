@@ -68,6 +68,10 @@ void rbd_cluster_set_group(const char *conf, const char *id);
 /* If conf (a pool's conf path) is the group's, fill spec with the group's
  * conf and id (borrowed, static) and return true; else false. */
 bool rbd_cluster_group_spec(const char *conf, struct rbd_cluster_spec *spec);
+/* The admin socket every Ceph client of blockd opens (librados' admin_socket
+ * with its $name/$pid/$cluster metavariables): the operator's
+ * --ceph-admin-socket; "" or NULL (the default): none. Start-up only. */
+void rbd_cluster_set_admin_socket(const char *path);
 /* Take another reference on c. */
 void rbd_cluster_ref(struct rbd_cluster *c);
 /* Drop a reference; the last one shuts the connection down. */

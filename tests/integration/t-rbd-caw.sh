@@ -19,7 +19,7 @@
 . "$(dirname "$0")/lib.sh"
 need python3 /usr/bin/python3 ceph
 ceph_start
-blockd_start
+blockd_start --ceph-admin-socket "$CEPH_DIR/run/\$name.\$pid.asok"
 blockctl call pool.create "{\"name\":\"ceph\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" >/dev/null ||
     fail "pool.create of the RBD pool"
 blockctl volume create ceph/v --size 64M >/dev/null || fail "volume create"
