@@ -58,6 +58,6 @@ csi_replay() {
 # csi_rbd_pool NAME: an RBD pool of the test's Ceph cluster (ceph_start).
 csi_rbd_pool() {
     blockctl call pool.create \
-        "{\"name\":\"$1\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"conf\":\"$CEPH_CONF\"}}" >/dev/null ||
+        "{\"name\":\"$1\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" >/dev/null ||
         fail "cannot create the RBD pool $1"
 }
