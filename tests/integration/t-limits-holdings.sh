@@ -30,7 +30,7 @@ def login():
 
 def refused(r, flag):
     e = r.get("error")
-    assert e and e["data"]["errno"] == errno.EDQUOT, r
+    assert e and e["data"]["error"] == errno.EDQUOT, r
     assert flag in e["message"], r
     return e["message"]
 

@@ -71,12 +71,12 @@ def errno_of(r):
     e = r.get("error")
     if not e:
         return 0
-    return (e.get("data") or {}).get("errno", -1)
+    return (e.get("data") or {}).get("error", -1)
 
 def bulk_errnos(c, method, calls):
     items = c.ok("core.bulk", method, calls)
     assert len(items) == len(calls), items
-    return [(it.get("error_object") or {}).get("data", {}).get("errno", -1)
+    return [(it.get("error_object") or {}).get("data", {}).get("error", -1)
             if it.get("error") is not None else 0 for it in items]
 
 # Reads by name alone (not by the table under test): queries, configs,
@@ -150,7 +150,7 @@ newkey = made[0]["result"]["key"]
 assert len(newkey) > 60, made
 victim.call("core.ping")
 assert not victim.events, ("events after the key was deleted", victim.events)
-assert errno_of(victim.call("core.get_jobs")) == 13
+assert errno_of(victim.call("core.get_jobs")) == 207  # ENOTAUTHENTICATED: log in again
 
 # a logout ends the subscription too
 listener = C(FULL)
@@ -170,7 +170,7 @@ while time.time() * 1000 < expiry + 500:
     time.sleep(0.5)
 brief.events.clear()
 full.ok("core.bulk", "core.ping", [[]])
-assert errno_of(brief.call("core.get_jobs")) == 13, "an expired key still reads"
+assert errno_of(brief.call("core.get_jobs")) == 207, "an expired key still reads"
 assert not brief.events, ("events after the key expired", brief.events)
 
 # 4. no secret in job history
@@ -191,7 +191,7 @@ assert "chapuser" in jobs and '"late"' in jobs, "the full key does not see every
 keys = full.ok("api_key.query", [["name", "=", "csi"]])
 row = full.ok("api_key.update", keys[0]["id"], {"roles": ["READONLY_ADMIN"]})
 assert row["roles"] == ["READONLY_ADMIN"], row
-assert errno_of(shr.call("pool.dataset.query")) == 13, "old session kept its roles"
+assert errno_of(shr.call("pool.dataset.query")) == 207, "old session kept its roles"
 shr2 = C(SHR)
 assert errno_of(shr2.call("pool.dataset.create",
                           {"name": "demo/shr2", "type": "VOLUME", "volsize": 16 << 20})) == 13
