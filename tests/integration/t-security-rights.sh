@@ -83,7 +83,8 @@ def bulk_errnos(c, method, calls):
 # lookups, and the session and job methods every role has.
 READ = re.compile(r"\.(query|get_instance|config|sessions|client_count|[a-z_]*_choices|"
                   r"validate_name|started|list_naming_schemas|getacl|presets|share_precheck|"
-                  r"count_eligible_manual_snapshots)$|^core\.|^auth\.")
+                  r"count_eligible_manual_snapshots|changed_blocks|allocated_blocks)$|"
+                  r"^core\.|^auth\.|^system\.")
 
 full, ro = C(FULL), C(RO)
 methods = sorted(full.ok("core.get_methods"))
