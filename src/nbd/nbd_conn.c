@@ -224,6 +224,17 @@ static void handshake_expired(struct reactor_timer *t)
 {
     struct nbd_conn *nc = container_of(t, struct nbd_conn, handshake_timer);
     struct conn *c = nc->c;
+    /* A dirty-bitmap lookup the client asked for (an RBD diff or a file
+     * compare, on the I/O pool) is the server's work, not a client that
+     * stalls: the deadline waits for it, NBD_DIRTY_WAITS times at most. */
+    if (!c->closing && nc->state != ST_TRANSMISSION && nc->dirty_lookup &&
+        !nbd_dirty_done(nc->dirty_lookup) && nc->dirty_waits < NBD_DIRTY_WAITS) {
+        if (nc->dirty_waits++ == 0)
+            log_info("%s: nbd: handshake waits for its dirty-bitmap lookup (up to %u s more)",
+                     c->peer, NBD_DIRTY_WAITS * admit_handshake_timeout_s());
+        reactor_timer_start(c->reactor, &nc->handshake_timer, admit_handshake_timeout_ns());
+        return; /* the timer keeps its reference */
+    }
     if (!c->closing && nc->state != ST_TRANSMISSION) {
         admit_log(&nbd_gate, "%s: nbd: handshake not finished within %u s, closing", c->peer,
                   admit_handshake_timeout_s());

@@ -50,6 +50,7 @@ struct nbd_conn {
      * them in progress for the option being answered (nbd_dirty.h) */
     struct nbd_dirty *dirty;
     struct nbd_dirty *dirty_lookup;
+    unsigned dirty_waits; /* handshake deadlines extended for a lookup */
     bool tls;
     bool starttls_pending;
     unsigned options;

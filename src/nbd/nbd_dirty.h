@@ -43,6 +43,11 @@ struct nbd_dirty; /* a lookup (and map) in progress or done; refcounted */
  */
 struct nbd_dirty *nbd_dirty_start(const char *dataset, const char *want, size_t want_len);
 bool nbd_dirty_done(const struct nbd_dirty *d);
+/* How many more handshake deadlines (admit_handshake_timeout_s each) a
+ * connection waits while its lookup runs before it is closed as any slow
+ * handshake is: a large volume without a trusted change log is compared by
+ * content, which may take minutes (docs/changed-blocks.md). */
+#define NBD_DIRTY_WAITS 12u
 void nbd_dirty_put(struct nbd_dirty *d);
 
 /* After done: the job's result (0 or -errno, for the log), the number of
