@@ -42,12 +42,15 @@ int snaptask_sched_parse(json_t *schedule, struct snaptask_sched *out, const cha
 /* Whether the local time tm falls on the schedule (cron's rule: when both
  * dom and dow are restricted, either matches). */
 bool snaptask_sched_match(const struct snaptask_sched *s, const struct tm *tm);
-/* A naming schema is usable: has %Y %m %d %H %M, and makes a valid
- * snapshot name. 0 or -EINVAL with why. */
+/* A naming schema is usable: TrueNAS's rules (control/repl_select.h:
+ * %Y %m %d %H %M, or %s alone) and it makes a valid snapshot name. 0 or
+ * -EINVAL with why. */
 int snaptask_schema_check(const char *schema, char *why, size_t len);
-/* The time a snapshot name encodes under schema (local time), if the
- * whole name parses with it. 0 or -EINVAL. */
-int snaptask_schema_time(const char *schema, const char *name, time_t *out);
+/* The time a snapshot name encodes under schema, as naive local seconds
+ * (the fields through timegm), if the whole name parses with it; compare
+ * with snaptask_naive_now(). 0 or -EINVAL. */
+int snaptask_schema_time(const char *schema, const char *name, int64_t *out);
+int64_t snaptask_naive_now(void);
 /* Seconds of lifetime_value lifetime_unit (MONTH: 30 days, YEAR: 365). */
 int64_t snaptask_lifetime_s(int64_t value, const char *unit);
 

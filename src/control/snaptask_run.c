@@ -146,8 +146,8 @@ int snaptask_run_task(struct api_call *call, json_t *task)
  * older than the cutoff, neither held nor cloned (those are logged). */
 struct expiry {
     json_t *task;
-    time_t cutoff;
-    json_t *names; /* full names */
+    int64_t cutoff; /* naive local seconds (snaptask_schema_time) */
+    json_t *names;  /* full names */
 };
 
 static int expiry_add(const struct ds_snap_view *v, void *arg)
@@ -156,7 +156,7 @@ static int expiry_add(const struct ds_snap_view *v, void *arg)
     const char *schema = json_string_value(json_object_get(x->task, "naming_schema"));
     long long id = (long long)json_integer_value(json_object_get(x->task, "id"));
     char why[64], clone[DS_NAME_BUF];
-    time_t t;
+    int64_t t;
 
     if (snaptask_schema_time(schema, v->snap.name, &t) < 0 || t >= x->cutoff)
         return 0; /* not this task's, or not old enough */
@@ -188,7 +188,7 @@ void snaptask_expire(json_t *task)
     long long id = (long long)json_integer_value(json_object_get(task, "id"));
     int64_t life = snaptask_lifetime_s(json_integer_value(json_object_get(task, "lifetime_value")),
                                        json_string_value(json_object_get(task, "lifetime_unit")));
-    struct expiry x = {.task = task, .cutoff = time(NULL) - (time_t)life, .names = json_array()};
+    struct expiry x = {.task = task, .cutoff = snaptask_naive_now() - life, .names = json_array()};
     char peer[48];
     int rc;
     json_t *vols = task_targets(task, &rc), *v, *n;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "control/repl_select.h"
 #include "control/snaptask.h"
 #include "store/names.h"
 
@@ -38,6 +39,8 @@ static int cron_elem(const char *e, int lo, int hi, uint64_t *bits)
     }
     if (*end || a < lo || b > hi || a > b)
         return -EINVAL;
+    if (step > 64)
+        step = 64; /* the same values, and v += step cannot overflow */
     for (long v = a; v <= b; v += step)
         *bits |= 1ull << v;
     return 0;
@@ -46,7 +49,7 @@ static int cron_elem(const char *e, int lo, int hi, uint64_t *bits)
 /* A cron field: comma-separated elements. 0 or -EINVAL. */
 static int cron_field(const char *spec, int lo, int hi, uint64_t *bits, bool *star)
 {
-    char buf[128], *save = NULL;
+    char buf[128], *rest = buf, *e;
 
     *bits = 0;
     if (!spec || !*spec || strlen(spec) >= sizeof(buf))
@@ -54,7 +57,7 @@ static int cron_field(const char *spec, int lo, int hi, uint64_t *bits, bool *st
     snprintf(buf, sizeof(buf), "%s", spec);
     if (star)
         *star = strcmp(spec, "*") == 0;
-    for (char *e = strtok_r(buf, ",", &save); e; e = strtok_r(NULL, ",", &save))
+    while ((e = strsep(&rest, ","))) /* an empty element ("1,,2") is an error */
         if (cron_elem(e, lo, hi, bits) < 0)
             return -EINVAL;
     return *bits ? 0 : -EINVAL;
@@ -122,17 +125,14 @@ bool snaptask_sched_match(const struct snaptask_sched *s, const struct tm *tm)
 
 int snaptask_schema_check(const char *schema, char *why, size_t len)
 {
-    static const char *const need[] = {"%Y", "%m", "%d", "%H", "%M"};
     char name[NAME_DATASET_MAX + 1];
     struct tm tm;
     time_t now = time(NULL);
 
-    for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++)
-        if (!strstr(schema, need[i])) {
-            snprintf(why, len, "naming schema must contain %s (it has %%Y, %%m, %%d, %%H, %%M)",
-                     need[i]);
-            return -EINVAL;
-        }
+    /* TrueNAS's rules, as replication checks them: the same schemas
+     * parse back (snaptask_schema_time) */
+    if (repl_schema_check(schema, why, len) < 0)
+        return -EINVAL;
     localtime_r(&now, &tm);
     if (strftime(name, sizeof(name), schema, &tm) == 0) {
         snprintf(why, len, "naming schema makes an empty or too long snapshot name");
@@ -141,18 +141,18 @@ int snaptask_schema_check(const char *schema, char *why, size_t len)
     return name_check_component(name, strlen(name), why, len) < 0 ? -EINVAL : 0;
 }
 
-int snaptask_schema_time(const char *schema, const char *name, time_t *out)
+int snaptask_schema_time(const char *schema, const char *name, int64_t *out)
 {
-    struct tm tm;
-    const char *end;
+    return repl_schema_parse(schema, name, out);
+}
 
-    memset(&tm, 0, sizeof(tm));
-    end = strptime(name, schema, &tm);
-    if (!end || *end)
-        return -EINVAL;
-    tm.tm_isdst = -1;
-    *out = mktime(&tm);
-    return *out == (time_t)-1 ? -EINVAL : 0;
+int64_t snaptask_naive_now(void)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+
+    localtime_r(&now, &tm);
+    return (int64_t)timegm(&tm);
 }
 
 int64_t snaptask_lifetime_s(int64_t value, const char *unit)
