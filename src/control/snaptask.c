@@ -327,7 +327,7 @@ static int m_run(struct api_call *call, json_t *params, json_t **result)
 
     if (!row)
         return -1;
-    rc = snaptask_run_task(call, row);
+    rc = snaptask_run_task(call, row, NULL);
     json_decref(row);
     if (rc == 0)
         *result = json_null();

@@ -59,9 +59,10 @@ int64_t snaptask_lifetime_s(int64_t value, const char *unit);
 json_t *snaptask_rows(void);
 /* Record task id's state ({state, datetime, error}). Logged on failure. */
 void snaptask_state_set(int64_t id, const char *state, const char *error);
-/* Run task (a row of snaptask_rows) now: take its snapshots, then expire
+/* Run task (a row of snaptask_rows) now: take its snapshots, named by
+ * strftime(naming_schema, when) (NULL: the local time now), then expire
  * old ones. 0, or -1 with the error on call (state ERROR recorded). */
-int snaptask_run_task(struct api_call *call, json_t *task);
+int snaptask_run_task(struct api_call *call, json_t *task, const struct tm *when);
 /* Expire the snapshots of task older than its lifetime (each failure
  * logged, never fatal). */
 void snaptask_expire(json_t *task);

@@ -82,17 +82,15 @@ static void call_reason(struct api_call *call, char *buf, size_t len)
     json_decref(e);
 }
 
-static int take_all(struct api_call *call, int64_t id, json_t *task, json_t *vols)
+static int take_all(struct api_call *call, int64_t id, json_t *task, json_t *vols,
+                    const struct tm *tm)
 {
     const char *schema = json_string_value(json_object_get(task, "naming_schema"));
     char name[NAME_DATASET_MAX + 1];
-    time_t now = time(NULL);
-    struct tm tm;
     json_t *v;
     size_t i;
 
-    localtime_r(&now, &tm);
-    if (strftime(name, sizeof(name), schema, &tm) == 0)
+    if (strftime(name, sizeof(name), schema, tm) == 0)
         return api_error(call, EINVAL, "naming schema %s makes no name", schema);
     json_array_foreach(vols, i, v)
     {
@@ -115,8 +113,10 @@ static int take_all(struct api_call *call, int64_t id, json_t *task, json_t *vol
     return 0;
 }
 
-int snaptask_run_task(struct api_call *call, json_t *task)
+int snaptask_run_task(struct api_call *call, json_t *task, const struct tm *when)
 {
+    time_t now = time(NULL);
+    struct tm tm;
     int64_t id = json_integer_value(json_object_get(task, "id"));
     const char *ds = json_string_value(json_object_get(task, "dataset"));
     char why[512];
@@ -129,7 +129,7 @@ int snaptask_run_task(struct api_call *call, json_t *task)
     else if (json_array_size(vols) == 0)
         rc = api_error(call, ENOENT, "dataset %s has no volume to snapshot", ds);
     else
-        rc = take_all(call, id, task, vols);
+        rc = take_all(call, id, task, vols, when ? when : localtime_r(&now, &tm));
     json_decref(vols);
     if (rc < 0) {
         call_reason(call, why, sizeof(why));
@@ -223,7 +223,18 @@ static pthread_cond_t sched_cv = PTHREAD_COND_INITIALIZER;
 static bool sched_stop, sched_running;
 static pthread_t sched_thread;
 
-/* Run every enabled task whose schedule matches tm. */
+static bool stopping(void)
+{
+    bool stop;
+
+    pthread_mutex_lock(&sched_mu);
+    stop = sched_stop;
+    pthread_mutex_unlock(&sched_mu);
+    return stop;
+}
+
+/* Run every enabled task whose schedule matches tm (the minute's local
+ * time: the snapshots are named by it, even if taken a little later). */
 static void run_due(const struct tm *tm, bool expire_only)
 {
     json_t *rows = snaptask_rows(), *task;
@@ -235,6 +246,8 @@ static void run_due(const struct tm *tm, bool expire_only)
         const char *field;
         char why[256], peer[48];
 
+        if (stopping())
+            break; /* the tasks left wait for the next start */
         if (expire_only) {
             snaptask_expire(task);
             continue;
@@ -248,7 +261,7 @@ static void run_due(const struct tm *tm, bool expire_only)
                  (long long)json_integer_value(json_object_get(task, "id")));
         struct api_call *call = api_call_internal_new("pool.snapshot.create", peer);
         if (call)
-            (void)snaptask_run_task(call, task); /* logged, state recorded */
+            (void)snaptask_run_task(call, task, tm); /* logged, state recorded */
         api_call_internal_free(call);
     }
     json_decref(rows);
