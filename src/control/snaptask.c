@@ -45,7 +45,23 @@ static const struct api_field task_fields[] = {
      .fields = sched_fields,
      .nfields = ARRAY_LEN(sched_fields)},
     {.name = "allow_empty", .type = API_T_BOOL},
-    {.name = "vmware_sync", .type = API_T_BOOL},
+};
+/* update: the same, and fixate_removal_date (accepted: blockd keeps no
+ * removal dates, expiry follows the task's lifetime at each run) */
+static const struct api_field update_fields[] = {
+    API_FIELD_STRING("dataset", 0, 1, NAME_DATASET_MAX),
+    {.name = "recursive", .type = API_T_BOOL},
+    {.name = "exclude", .type = API_T_ARRAY, .items = &exclude_item},
+    {.name = "lifetime_value", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = 1000000},
+    {.name = "lifetime_unit", .type = API_T_ENUM, .choices = units},
+    {.name = "enabled", .type = API_T_BOOL},
+    API_FIELD_STRING("naming_schema", 0, 1, NAME_DATASET_MAX),
+    {.name = "schedule",
+     .type = API_T_OBJECT,
+     .fields = sched_fields,
+     .nfields = ARRAY_LEN(sched_fields)},
+    {.name = "allow_empty", .type = API_T_BOOL},
+    {.name = "fixate_removal_date", .type = API_T_BOOL},
 };
 
 /* TrueNAS's defaults (PeriodicSnapshotTaskCreate, CronModel). */
@@ -71,7 +87,8 @@ static json_t *task_merge(json_t *base, json_t *data)
         json_object_set(cfg, "schedule", s);
     }
     json_decref(s);
-    json_object_del(cfg, "vmware_sync"); /* always false in rows */
+    json_object_del(cfg, "vmware_sync"); /* a row's, given back: always false */
+    json_object_del(cfg, "fixate_removal_date");
     return cfg;
 }
 
@@ -103,7 +120,7 @@ static void check_exclude(struct api_call *call, const char *pfx, json_t *cfg)
 }
 
 /* The checks a field table cannot make, on the whole configuration. */
-static void task_check(struct api_call *call, const char *pfx, json_t *cfg, json_t *data)
+static void task_check(struct api_call *call, const char *pfx, json_t *cfg)
 {
     const char *ds = json_string_value(json_object_get(cfg, "dataset"));
     struct snaptask_sched sched;
@@ -132,8 +149,6 @@ static void task_check(struct api_call *call, const char *pfx, json_t *cfg, json
         verr(call, pfx, "allow_empty", ENOTSUP,
              "allow_empty false is not supported: blockd cannot tell whether a volume changed "
              "since its last snapshot, so every run takes one");
-    if (json_is_true(json_object_get(data, "vmware_sync")))
-        verr(call, pfx, "vmware_sync", ENOTSUP, "VMware sync is not supported");
 }
 
 static json_t *row_of(sqlite3_stmt *st)
@@ -263,7 +278,7 @@ static int m_create(struct api_call *call, json_t *params, json_t **result)
 
     cfg = task_merge(defaults, data);
     json_decref(defaults);
-    task_check(call, "pool_snapshottask_create", cfg, data);
+    task_check(call, "pool_snapshottask_create", cfg);
     if (api_has_verrs(call)) {
         json_decref(cfg);
         return api_invalid(call);
@@ -288,7 +303,7 @@ static int m_update(struct api_call *call, json_t *params, json_t **result)
     json_object_del(row, "state");
     cfg = task_merge(row, data);
     json_decref(row);
-    task_check(call, "pool_snapshottask_update", cfg, data);
+    task_check(call, "pool_snapshottask_update", cfg);
     if (api_has_verrs(call)) {
         json_decref(cfg);
         return api_invalid(call);
@@ -343,8 +358,8 @@ static const struct api_arg update_args[] = {{.name = "id", .type = API_T_INT},
                                              {.name = "data",
                                               .type = API_T_OBJECT,
                                               .flags = API_PARTIAL,
-                                              .fields = task_fields,
-                                              .nfields = ARRAY_LEN(task_fields),
+                                              .fields = update_fields,
+                                              .nfields = ARRAY_LEN(update_fields),
                                               .prefix = "pool_snapshottask_update"}};
 static const struct api_field delete_fields[] = {
     {.name = "fixate_removal_date", .type = API_T_BOOL}};

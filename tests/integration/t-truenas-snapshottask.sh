@@ -5,8 +5,8 @@
 #   state PENDING, vmware_sync false; field errors named
 #   pool_snapshottask_create.<field> / pool_snapshottask_update.<field>
 #   (missing or unknown dataset, naming schema without %M, a bad cron
-#   field, a bad lifetime unit, exclude without recursive), ENOENT for an
-#   unknown id;
+#   field, a bad lifetime unit, exclude without recursive, vmware_sync as
+#   an input, allow_empty false), ENOENT for an unknown id;
 # - a task scheduled every minute takes a snapshot named by its schema
 #   within 150 s and expires a schema-named snapshot older than its
 #   lifetime (1 HOUR), keeps one that does not parse with the schema and
@@ -103,6 +103,11 @@ verr(c.call("pool.snapshottask.create", {"dataset": "demo/v1", "exclude": ["demo
 verr(c.call("pool.snapshottask.create", {"dataset": "demo/v1", "lifetime_value": "1"}),
      P + "lifetime_value")
 verr(c.call("pool.snapshottask.create", {"dataset": "demo/v1", "colour": "red"}), P + "colour")
+# vmware_sync is in rows only (TrueNAS 25.10); allow_empty false is refused
+verr(c.call("pool.snapshottask.create", {"dataset": "demo/v1", "vmware_sync": False}),
+     P + "vmware_sync", text="Extra inputs")
+verr(c.call("pool.snapshottask.create", {"dataset": "demo/v1", "allow_empty": False}),
+     P + "allow_empty", 95)
 assert c.ok("pool.snapshottask.query") == []
 
 # defaults as TrueNAS's
@@ -131,7 +136,8 @@ verr(c.call("pool.snapshottask.update", tid, {"lifetime_unit": "EON"}),
      "pool_snapshottask_update.lifetime_unit")
 verr(c.call("pool.snapshottask.update", tid, {"naming_schema": "x"}),
      "pool_snapshottask_update.naming_schema")
-u = c.ok("pool.snapshottask.update", tid, {"lifetime_value": 1})
+u = c.ok("pool.snapshottask.update", tid, {"lifetime_value": 1, "fixate_removal_date": True})
+assert "fixate_removal_date" not in u, u
 assert u["lifetime_value"] == 1 and u["lifetime_unit"] == "HOUR" and u["schedule"]["minute"] == "*", u
 
 # old snapshots of v1: one in the schema (expires), one outside it and an
