@@ -208,6 +208,23 @@ static void call_fini(struct api_call *call)
     json_decref(call->verrs);
 }
 
+struct api_call *api_call_internal_new(const char *method, const char *peer)
+{
+    struct api_call *call = malloc(sizeof(*call));
+
+    if (call)
+        call_init(call, method, peer, NULL, &api_identity_internal);
+    return call;
+}
+
+void api_call_internal_free(struct api_call *call)
+{
+    if (!call)
+        return;
+    call_fini(call);
+    free(call);
+}
+
 const char *api_errno_name(int errnum)
 {
     if (errnum < 0)

@@ -255,6 +255,15 @@ int api_call_method_json(struct api_call *parent, const char *method, json_t *pa
  */
 int api_call_method_as(const struct api_identity *who, const char *peer, const char *method,
                        json_t *params, json_t **result, json_t **error);
+/*
+ * A call for blockd's own work below the API (the snapshot task
+ * scheduler), so that it runs the same checked functions the methods do:
+ * the internal identity, no client, method and peer (borrowed, must
+ * outlive the call) for log lines. NULL when out of memory. Free it with
+ * api_call_internal_free (api_call_error tells how it failed).
+ */
+struct api_call *api_call_internal_new(const char *method, const char *peer);
+void api_call_internal_free(struct api_call *call);
 /* The identity the call runs with (never NULL). */
 const struct api_identity *api_call_identity(const struct api_call *call);
 

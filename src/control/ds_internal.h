@@ -220,6 +220,16 @@ int ds_snap_props_store(int64_t id, const struct ds_user_props *props);
 void ds_snap_props_encode(int64_t id, json_t *row);
 /* pool.snapshot.update [id, {user_properties_update, user_properties_remove}]. */
 int ds_snapshot_update_method(struct api_call *call, json_t *params, json_t **result);
+/*
+ * What pool.snapshot.create and pool.snapshot.delete do, for callers below
+ * the API (the snapshot task scheduler, with api_call_internal_new):
+ * take snapshot dataset@name of a volume / delete snapshot full
+ * ("pool/vol@snap"; refused while held, cloned or in use, never
+ * deferred). Same checks, locks, log lines and notifications as the
+ * methods. 0, or -1 with the error set on call.
+ */
+int ds_snapshot_take(struct api_call *call, const char *dataset, const char *name);
+int ds_snapshot_destroy(struct api_call *call, const char *full);
 /* pool.snapshot.hold / release [id, {recursive?}]. */
 int ds_snapshot_hold_method(struct api_call *call, json_t *params, json_t **result);
 int ds_snapshot_release_method(struct api_call *call, json_t *params, json_t **result);

@@ -1223,8 +1223,9 @@ static void onetime_check_direction(struct api_call *call, json_t *data, bool pu
     json_array_foreach(json_object_get(data, "periodic_snapshot_tasks"), i, v)
     {
         snprintf(path, sizeof(path), F("periodic_snapshot_tasks.%zu"), i);
-        api_verr(call, path, ENOENT,
-                 push ? "This snapshot task does not exist (blockd has no periodic snapshot tasks)"
+        api_verr(call, path, ENOTSUP,
+                 push ? "replication bound to periodic snapshot tasks is not supported: give "
+                        "the task's naming schema as also_include_naming_schema"
                       : "Pull replication can't be bound to a periodic snapshot task");
     }
     if (push) {

@@ -1352,6 +1352,34 @@ void ds_rollback_recover(void)
     ds_ops_unlock();
 }
 
+int ds_snapshot_take(struct api_call *call, const char *dataset, const char *name)
+{
+    json_t *params = json_pack("[{s:s, s:s}]", "dataset", dataset, "name", name);
+    json_t *result = NULL;
+    int rc;
+
+    if (!params)
+        return api_error(call, ENOMEM, "out of memory");
+    rc = m_snapshot_create(call, params, &result);
+    json_decref(result);
+    json_decref(params);
+    return rc;
+}
+
+int ds_snapshot_destroy(struct api_call *call, const char *full)
+{
+    json_t *params = json_pack("[s]", full);
+    json_t *result = NULL;
+    int rc;
+
+    if (!params)
+        return api_error(call, ENOMEM, "out of memory");
+    rc = m_snapshot_delete(call, params, &result);
+    json_decref(result);
+    json_decref(params);
+    return rc;
+}
+
 static int m_snapshot_get_instance(struct api_call *call, json_t *params, json_t **result)
 {
     return api_get_instance(call, params, m_snapshot_query, NULL, result);

@@ -29,6 +29,7 @@
 #include "api/server.h"
 #include "control/datasets.h"
 #include "control/db.h"
+#include "control/snaptask.h"
 #include "core/allowdir.h"
 #include "core/admit.h"
 #include "core/iopool.h"
@@ -245,6 +246,9 @@ static int start_all(const struct options *o, const char *state_dir, const char 
      * background (gwsync/gwconfig.h). */
     if (gwconfig_start() < 0)
         return -1;
+    /* Periodic snapshot tasks: the DB is open and the volumes can open. */
+    if (snaptask_start() < 0)
+        return -1;
     svc_opts = o; /* the front-ends as services (service.start/stop) */
     svc_iscsi_on = svc_nbd_on = true;
     service_register("iscsitarget", &svc_iscsi_ops);
@@ -297,6 +301,7 @@ static void stop_all(const struct options *o)
     iscsi_server_drain(drain_now < drain_end ? (unsigned)((drain_end - drain_now) / 1000000u) : 0);
     api_server_stop();
     api_ws_stop();
+    snaptask_stop(); /* no new snapshots; waits for one in progress */
     jobs_stop();     /* wait for running jobs */
     gwconfig_stop(); /* no more shares from the group */
     nbd_server_stop();

@@ -13,6 +13,7 @@
 #include "control/db.h"
 #include "control/pwenc.h"
 #include "control/replication.h"
+#include "control/snaptask.h"
 #include "core/log.h"
 #include "daemon/metrics.h"
 #include "gateway/gateway.h"
@@ -33,6 +34,7 @@ int modules_init(const char *state_dir, const char *db_path)
     api_auth_init();     /* api_key.*, auth.*, account.* */
     jobs_init();         /* core.get_jobs/job_wait/bulk/subscribe */
     replication_init();  /* replication.run_onetime (a job; calls the dataset methods) */
+    snaptask_init();     /* pool.snapshottask.* (the scheduler starts in start_all) */
     service_init();      /* service.* */
     iscsi_share_init();  /* share.iscsi.* */
     api_sharing_init();  /* sharing.nfs/smb.* refused with ENOTSUP */
