@@ -141,9 +141,17 @@ export IT_JOBS=${IT_JOBS:-5}
 # fuzz_nbd); t-ops-metrics (a Prometheus server scraping; the metrics code
 # runs under ASan in daemon-metrics and t-snapshot-nostall's scrapes);
 # t-iscsi-portals (portal listeners are created, changed and removed under
-# ASan in t-iscsi-config and the iscsi-config-api unit test).
+# ASan in t-iscsi-config and the iscsi-config-api unit test);
+# t-truenas-snapshottask (most of it waits for minute boundaries; its
+# schedule, naming and lifetime rules run under ASan in the config-snaptask
+# unit test); t-changed-blocks-rbd (the diff API, the change log and the
+# NBD dirty-bitmap contexts run under ASan in t-changed-blocks and the
+# store-diff unit test; the RBD part is one rbd_diff_iterate2 callback);
+# t-gw-ports (the member port tags are served under ASan in t-gw-config
+# and t-gw-pr).
 ASAN_SKIP="t-package-deb t-rbd-conformance t-rbd-pool t-gw-members t-rbd-lost-cluster t-rbd-behind t-gw-conformance"
 ASAN_SKIP+=" t-iscsi-chap-hardening t-nbd-interop t-ops-metrics t-iscsi-portals"
+ASAN_SKIP+=" t-truenas-snapshottask t-changed-blocks-rbd t-gw-ports"
 echo "integration tests: default build (io_uring) and ASan+UBSan build (preadv2), $IT_JOBS at a time"
 tests/integration/run.sh \
     --pass default --build "$(pwd)/$BUILD" --skip "${IT_SKIP:-}" \

@@ -63,7 +63,7 @@ static int check_pool(struct rbd_cluster *c, const struct ds_rbd_spec *s, bool m
             rc = -ENOENT;
         }
         if (rc < 0)
-            snprintf(why, whylen, "RBD namespace %s/%s: %s", s->pool, s->ns, strerror(-rc));
+            snprintf(why, whylen, "RBD namespace %.100s/%.100s: %s", s->pool, s->ns, strerror(-rc));
     }
     rados_ioctx_destroy(io);
     return rc;
