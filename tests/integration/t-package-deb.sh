@@ -32,9 +32,13 @@ for f in /usr/sbin/blockd /usr/bin/blockctl /etc/blockd/blockd.conf \
     /usr/share/man/man5/blockd.conf.5.gz /usr/share/doc/blockd/copyright; do
     grep -qx "$f" "$TMP/contents" || fail "package lacks $f"
 done
-dpkg-deb -I "$deb" conffiles | grep -qx /etc/blockd/blockd.conf ||
+# (outputs are captured before grep -q: under pipefail, grep -q closing the
+# pipe early makes the writer die of SIGPIPE and the pipeline fail)
+conffiles=$(dpkg-deb -I "$deb" conffiles)
+grep -qx /etc/blockd/blockd.conf <<<"$conffiles" ||
     fail "/etc/blockd/blockd.conf is not a conffile"
-dpkg-deb -I "$deb" postinst | grep -q "blockd.service" ||
+postinst=$(dpkg-deb -I "$deb" postinst)
+grep -q "blockd.service" <<<"$postinst" ||
     fail "postinst does not enable blockd.service (dh_installsystemd)"
 
 # 3. The installed programs run.
@@ -44,7 +48,8 @@ out=$("$root/usr/sbin/blockd" --version) || fail "installed blockd --version fai
 [ "$out" = "blockd $version" ] || fail "blockd --version printed '$out'"
 out=$("$root/usr/bin/blockctl" --version) || fail "installed blockctl --version failed"
 [ "$out" = "blockctl $version" ] || fail "blockctl --version printed '$out'"
-"$root/usr/sbin/blockd" --help | grep -q "/etc/blockd/blockd.conf" ||
+help=$("$root/usr/sbin/blockd" --help)
+grep -q "/etc/blockd/blockd.conf" <<<"$help" ||
     fail "the packaged blockd does not default to /etc/blockd/blockd.conf"
 
 # 4. lintian: no error, no warning (overrides, if any, say why in debian/).
@@ -86,7 +91,8 @@ top=$("$root/usr/bin/blockctl" --help | sed -n 's/^  blockctl \([a-z][a-z0-9-]*\
 grep -qw volume <<<"$top" || fail "no volume among the top-level commands: $top"
 [ "$(comp share "")" = "iscsi nbd" ] || fail "share completion: '$(comp share "")'"
 [ "$(comp --json share nbd c)" = "create" ] || fail "share nbd c completion: '$(comp --json share nbd c)'"
-comp volume create demo/x --s | grep -qw -- --size || fail "volume create options: '$(comp volume create demo/x --s)'"
+compl=$(comp volume create demo/x --s)
+grep -qw -- --size <<<"$compl" || fail "volume create options: '$(comp volume create demo/x --s)'"
 [ "$(comp help volume res)" = "resize" ] || fail "help completion: '$(comp help volume res)'"
 
 # 7. The installed unit: verify (with the extracted binary and man pages)
