@@ -202,7 +202,11 @@ static bool set_key_from_file(json_t *r, const char *file)
         else if (key[0] || eq || line[0] == '[')
             continue;
         v += strspn(v, " \t");
-        snprintf(key, sizeof(key), "%.*s", (int)strcspn(v, " \t\r\n"), v);
+        size_t n = strcspn(v, " \t\r\n");
+        if (n >= sizeof(key))
+            n = sizeof(key) - 1;
+        memcpy(key, v, n); /* not snprintf "%.*s": a false -Wformat-truncation at -O3 */
+        key[n] = '\0';
         if (eq)
             break;
     }
