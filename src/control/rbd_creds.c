@@ -35,31 +35,6 @@ static bool plain_components(const char *p)
     }
 }
 
-/* The directory of path into dir; 0, or -EINVAL when it is not canonical
- * (a symlink on the way would let its owner swap the file). */
-static int canonical_dir(const char *path, char *dir, size_t len, char *why, size_t whylen)
-{
-    char real[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    size_t n = slash == path ? 1 : (size_t)(slash - path);
-
-    if (n >= len)
-        return -ENAMETOOLONG;
-    memcpy(dir, path, n);
-    dir[n] = '\0';
-    if (!realpath(dir, real)) {
-        int e = errno;
-
-        snprintf(why, whylen, "directory %s: %s", dir, strerror(e));
-        return -e;
-    }
-    if (strcmp(real, dir) != 0) {
-        snprintf(why, whylen, "directory %s is not canonical (it resolves to %s)", dir, real);
-        return -EINVAL;
-    }
-    return 0;
-}
-
 int rbd_creds_path_check(const char *path, char *why, size_t whylen)
 {
     char dir[PATH_MAX], root[PATH_MAX], list[1024];
@@ -78,7 +53,7 @@ int rbd_creds_path_check(const char *path, char *why, size_t whylen)
         return -EINVAL;
     }
     if (within(RBD_CREDS_ETC, path) || allowdir_below(path, ds_state_dir))
-        return canonical_dir(path, dir, sizeof(dir), why, whylen);
+        return allowdir_canonical_parent(path, dir, sizeof(dir), why, whylen);
     allowdir_list(list, sizeof(list));
     snprintf(why, whylen,
              "%s: a Ceph conf or keyring must be in " RBD_CREDS_ETC
@@ -100,7 +75,7 @@ static int dir_check(const char *path, char *why, size_t whylen)
     struct stat st;
     int fd, rc;
 
-    rc = canonical_dir(path, dir, sizeof(dir), why, whylen);
+    rc = allowdir_canonical_parent(path, dir, sizeof(dir), why, whylen);
     if (rc < 0)
         return rc;
     fd = open(dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

@@ -60,18 +60,14 @@ void allowdir_list(char *buf, size_t len)
     }
 }
 
-int allowdir_check(const char *path, char *why, size_t whylen)
+int allowdir_canonical_parent(const char *path, char *dir, size_t len, char *why, size_t whylen)
 {
-    char dir[PATH_MAX], real[PATH_MAX], list[1024];
-    const char *slash;
-    size_t n;
+    char real[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
 
-    if (path[0] != '/' || strlen(path) >= PATH_MAX || !plain_components(path)) {
-        snprintf(why, whylen, "%s: must be an absolute path without \".\", \"..\" or \"//\"", path);
-        return -EINVAL;
-    }
-    slash = strrchr(path, '/');
-    n = slash == path ? 1 : (size_t)(slash - path);
+    if (n >= len)
+        return -ENAMETOOLONG;
     memcpy(dir, path, n);
     dir[n] = '\0';
     if (!realpath(dir, real)) {
@@ -84,6 +80,21 @@ int allowdir_check(const char *path, char *why, size_t whylen)
         snprintf(why, whylen, "directory %s is not canonical (it resolves to %s)", dir, real);
         return -EINVAL;
     }
+    return 0;
+}
+
+int allowdir_check(const char *path, char *why, size_t whylen)
+{
+    char dir[PATH_MAX], list[1024];
+    int rc;
+
+    if (path[0] != '/' || strlen(path) >= PATH_MAX || !plain_components(path)) {
+        snprintf(why, whylen, "%s: must be an absolute path without \".\", \"..\" or \"//\"", path);
+        return -EINVAL;
+    }
+    rc = allowdir_canonical_parent(path, dir, sizeof(dir), why, whylen);
+    if (rc < 0)
+        return rc;
     for (size_t i = 0; i < ndirs; i++) {
         size_t l = strlen(dirs[i]);
 

@@ -22,6 +22,12 @@
 
 /* Add a directory (resolved with realpath now). 0, -errno, -ENOSPC. */
 int allowdir_add(const char *dir);
+/*
+ * The directory part of path (absolute) into dir (len bytes), checked to
+ * exist and to be canonical (realpath gives it back: no symlink on the
+ * way). 0, -ENAMETOOLONG, or -errno / -EINVAL with the reason in why.
+ */
+int allowdir_canonical_parent(const char *path, char *dir, size_t len, char *why, size_t whylen);
 /* Forget every directory (tests). */
 void allowdir_clear(void);
 
