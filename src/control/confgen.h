@@ -5,9 +5,9 @@
  * A generation is an immutable, refcounted snapshot of what the
  * front-ends serve. It is made of one *part* per facet (CONF_ISCSI: the
  * target views, discovery credentials and portal addresses; CONF_NBD: the
- * export table), each an immutable, refcounted object owned by the
- * front-end that builds it. A new generation shares every part that did
- * not change with the previous one.
+ * export table; CONF_NVME: the NVMe-oF subsystems and ports), each an immutable, refcounted object
+ * owned by the front-end that builds it. A new generation shares every part that did not change
+ * with the previous one.
  *
  *   commit (control/cfgtx.h)
  *     └─ the one cfgtx publisher (here), under the DB lock:
@@ -49,7 +49,7 @@
 
 #include "control/cfgtx.h"
 
-enum conf_facet { CONF_ISCSI, CONF_NBD, CONF_FACETS };
+enum conf_facet { CONF_ISCSI, CONF_NBD, CONF_NVME, CONF_FACETS };
 
 /* The kinds whose commits build a new generation (a subscriber's kinds
  * must be among them). */
@@ -58,7 +58,14 @@ enum conf_facet { CONF_ISCSI, CONF_NBD, CONF_FACETS };
      CFG_KIND_BIT(CFG_ISCSI_INITIATOR) | CFG_KIND_BIT(CFG_ISCSI_AUTH) |                            \
      CFG_KIND_BIT(CFG_ISCSI_TARGET) | CFG_KIND_BIT(CFG_ISCSI_EXTENT) |                             \
      CFG_KIND_BIT(CFG_ISCSI_TARGETEXTENT) | CFG_KIND_BIT(CFG_NBD_EXPORT) |                         \
-     CFG_KIND_BIT(CFG_NBD_GLOBAL))
+     CFG_KIND_BIT(CFG_NBD_GLOBAL) | CFG_NVME_KINDS)
+
+/* The nvmet.* objects (nvme/config/). */
+#define CFG_NVME_KINDS                                                                             \
+    (CFG_KIND_BIT(CFG_NVME_GLOBAL) | CFG_KIND_BIT(CFG_NVME_SUBSYS) |                               \
+     CFG_KIND_BIT(CFG_NVME_NAMESPACE) | CFG_KIND_BIT(CFG_NVME_PORT) |                              \
+     CFG_KIND_BIT(CFG_NVME_HOST) | CFG_KIND_BIT(CFG_NVME_HOST_SUBSYS) |                            \
+     CFG_KIND_BIT(CFG_NVME_PORT_SUBSYS))
 
 /* One served object of a part, for conf_apply's merge. */
 struct conf_obj {

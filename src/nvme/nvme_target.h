@@ -1,0 +1,37 @@
+/*
+ * The NVMe/TCP target: what the rest of the daemon calls. The target
+ * serves the subsystems of the published CONF_NVME part (nvme_view.h) on
+ * the sockets nvme/config/ accepts: each port's listener hands its
+ * connections here, and a connection becomes one queue (admin or I/O) of
+ * a controller once it has sent ICReq and Fabrics Connect.
+ */
+#ifndef BLOCKD_NVME_TARGET_H
+#define BLOCKD_NVME_TARGET_H
+
+#include <stdint.h>
+#include <sys/socket.h>
+
+struct nvme_subsys;
+
+/* Start/stop the target's own state (controller table, keep-alive timer).
+ * nvme_target_init before the first publication, from the main thread;
+ * nvme_target_stop closes every connection. 0 or -errno. */
+int nvme_target_init(void);
+void nvme_target_stop(void);
+
+/* A listener_accept_fn (core/listener.h): arg is the nvmet.port id as
+ * (void *)(intptr_t)id, or (void *)(intptr_t)0 for the discovery-only
+ * listener. Runs on reactor 0; adopts fd onto a reactor. */
+void nvme_target_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
+                        const struct sockaddr *local, socklen_t locallen, void *arg);
+
+/* From the CONF_NVME subscriber's conf_apply hooks (no DB lock held):
+ * s left the configuration (its controllers are torn down, logged), or
+ * was replaced by next (controllers adopt next; namespaces added, removed
+ * or resized raise a Namespace Attribute Changed event; hosts no longer
+ * allowed lose their controllers; ports no longer serving it close their
+ * queues). */
+void nvme_target_subsys_gone(struct nvme_subsys *s);
+void nvme_target_subsys_changed(struct nvme_subsys *old, struct nvme_subsys *next);
+
+#endif
