@@ -1015,11 +1015,11 @@ static int recv_resize(struct item *it, struct recv_ctx *c)
 
 /* Full receive between two file pools: the whole-file update (reflink,
  * else compare-and-write of what differs). */
-static int recv_full_files(struct repl_task *t, struct recv_ctx *c)
+static int recv_full_files(struct repl_task *t, struct recv_ctx *c, const char *why)
 {
     int rc;
 
-    str_printf(t->mode, sizeof(t->mode), "full copy (whole file)");
+    str_printf(t->mode, sizeof(t->mode), "full copy (whole file): %s", why);
     recv_progress(0, 1, t);
     /* the file changes behind the open volume: its change log cannot say
      * how (store/changes.h) */
@@ -1054,9 +1054,11 @@ static int recv_full(struct repl_task *t, struct item *it, const struct snap *s,
     int rc;
 
     if (c->files)
-        return recv_full_files(t, c);
+        return recv_full_files(t, c, why);
     snprintf(name, sizeof(name), "%s@%s", it->src, s->name);
     rc = ds_diff_open_one(name, &sd, &field, err, sizeof(err));
+    if (rc < 0)
+        log_error("replication: full copy of %s: %s", name, err);
     if (rc == 0) {
         c->size = sd.size;
         rc = recv_resize(it, c);
@@ -1066,8 +1068,8 @@ static int recv_full(struct repl_task *t, struct item *it, const struct snap *s,
     if (rc == 0) {
         c->ranges = 1;
         c->span = c->size;
-        str_printf(t->mode, sizeof(t->mode), "full copy of %llu bytes%s%s",
-                   (unsigned long long)c->size, why ? ": " : "", why ? why : "");
+        str_printf(t->mode, sizeof(t->mode), "full copy of %llu bytes: %s",
+                   (unsigned long long)c->size, why);
         rc = repl_copy_ranges(sd.target, volume_bdev(c->v), &r, fresh, recv_progress, t, &c->st);
     }
     repl_ranges_free(&r);
@@ -1149,7 +1151,7 @@ static int recv_data(struct repl_task *t, struct item *it, const char *prev, con
     if (rc == 1) {
         char note[600];
         str_printf(note, sizeof(note), "no changed blocks from %s (%s)", prev ? prev : "", why);
-        rc = recv_full(t, it, s, c, prev ? note : NULL);
+        rc = recv_full(t, it, s, c, prev ? note : "no common snapshot");
     }
     if (rc < 0)
         str_printf(msg, msglen, "receiving %s@%s into %s: %s", it->src, s->name, it->dst,
