@@ -48,6 +48,18 @@ def export(dataset, name):
     ctl("share", "nbd", "create", dataset, "--name", name, *(["--readonly"] if "@" in dataset else []))
 
 
+def unshare(name):
+    """Delete an export once its client has gone (the server may see the
+    disconnect a moment after the client exited: EBUSY until then)."""
+    deadline = time.time() + 30
+    while True:
+        p = ctl("share", "nbd", "delete", name, ok=False)
+        if p.returncode == 0:
+            return
+        assert "open connection" in p.stderr + p.stdout and time.time() < deadline, p
+        time.sleep(0.1)
+
+
 def ename(dataset):
     return dataset.replace("/", "-").replace("@", "-")
 
@@ -103,7 +115,7 @@ def same(a, b):
     r = subprocess.run(["qemu-img", "compare", "-f", "raw", "-F", "raw", uri(ename(a)),
                         uri(ename(b))], capture_output=True, text=True)
     for ds in (a, b):
-        ctl("share", "nbd", "delete", ename(ds))
+        unshare(ename(ds))
     assert r.returncode == 0, "qemu-img compare %s %s: %s%s" % (a, b, r.stdout, r.stderr)
 
 

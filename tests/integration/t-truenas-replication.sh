@@ -133,6 +133,22 @@ def progress_texts():
 def log_lines(word):
     return [l for l in open(LOG).read().splitlines() if "replication:" in l and word in l]
 
+def blockctl(*args):
+    subprocess.run([os.environ.get("BLOCKCTL_BIN"), "--socket", os.environ["SOCK"]] + list(args),
+                   check=True, capture_output=True)
+
+def unshare(name):
+    """Delete an NBD export once its client has gone: the server may see
+    the client's disconnect a moment after the client exited (EBUSY)."""
+    deadline = time.time() + 30
+    while True:
+        p = subprocess.run([os.environ.get("BLOCKCTL_BIN"), "--socket", os.environ["SOCK"],
+                            "share", "nbd", "delete", name], capture_output=True, text=True)
+        if p.returncode == 0:
+            return
+        assert "open connection" in p.stderr + p.stdout and time.time() < deadline, p
+        time.sleep(0.1)
+
 SCHEMA = "auto-%Y-%m-%d_%H-%M"
 BASE = {"direction": "PUSH", "transport": "LOCAL", "source_datasets": ["demo/src"],
         "target_dataset": "p2/backup/vol", "recursive": False, "retention_policy": "NONE",
@@ -208,13 +224,10 @@ assert any("incremental from auto-2026-01-02_00-00: 2097152 bytes in" in x for x
 
 # ---- a write on the target is undone (zfs recv -F), data still equal ----
 # (written by a client of a share of the target, withdrawn before the run)
-def blockctl(*args):
-    subprocess.run([os.environ.get("BLOCKCTL_BIN"), "--socket", os.environ["SOCK"]] + list(args),
-                   check=True, capture_output=True)
 blockctl("share", "nbd", "create", "p2/backup/vol", "--name", "tgtw")
 subprocess.run(["qemu-io", "-f", "raw", "-c", "write -P 0x77 0 64k",
                 "nbd://127.0.0.1:%s/tgtw" % NBD], check=True, capture_output=True)
-blockctl("share", "nbd", "delete", "tgtw")
+unshare("tgtw")
 qio("write -P 0x45 9M 1M")
 snap("demo/src", "auto-2026-01-04_00-00")
 run(BASE)
@@ -269,8 +282,7 @@ for v in ("a", "b", "sub/c"):
                     "create", "demo/tree/" + v, "--name", "t"], check=True, capture_output=True)
     subprocess.run(["qemu-io", "-f", "raw", "-c", "write -P 0x%x 0 2M" % (0x10 + len(v)), uri],
                    check=True, capture_output=True)
-    subprocess.run([os.environ["BLOCKCTL_BIN"], "--socket", os.environ["SOCK"], "share", "nbd",
-                    "delete", "t"], check=True, capture_output=True)
+    unshare("t")
     for s in ("snapshot-one", "other", "copy-1234"):
         snap("demo/tree/" + v, s)
 TREE = {"direction": "PUSH", "transport": "LOCAL", "source_datasets": ["demo/tree"],
