@@ -7,6 +7,11 @@
 #   full      nbdcopy of s2 to a file (s)
 #   incr      the map plus only the dirty ranges copied over NBD onto a copy
 #             of s1 (s), and full/incr
+#   repl      replication.run_onetime of the volume to another volume of the
+#             same pool: the full run after s1 and the incremental one after
+#             s2 (s and bytes copied each, from the job's last progress), and
+#             full/incremental for both (on XFS the full run is a reflink of
+#             the file: 0 bytes copied, the time is what compares)
 # and, on ext4, the change log's cost: 4 KiB random-write IOPS (fio,
 # ioengine=nbd) with the log and without it (BLOCKD_CHANGE_LOG=0), the
 # daemon restarted between, interleaved REPEAT times in the same run.
@@ -43,7 +48,8 @@ bench_cleanup() {
 }
 trap bench_cleanup EXIT
 for fs in xfs ext4; do
-    truncate -s $((BYTES * 3 + (1 << 30))) "$TMP/$fs.img"
+    # the volume, s1, s2, and the replica with its two snapshots
+    truncate -s $((BYTES * 6 + (1 << 30))) "$TMP/$fs.img"
     if [ $fs = xfs ]; then mkfs.xfs -q -m reflink=1 "$TMP/$fs.img"; else mkfs.ext4 -q -F "$TMP/$fs.img"; fi
     mkdir -p "$TMP/$fs" && mount -o loop "$TMP/$fs.img" "$TMP/$fs" || fail "mount $fs"
     MOUNTS+=("$TMP/$fs")
@@ -93,14 +99,53 @@ with open(sys.argv[2], "r+b") as f:
 PY
 }
 
+# replicate SRC DST: replication.run_onetime of SRC's snapshots to DST as a
+# job; prints "SECONDS BYTES_COPIED" from the job's last progress
+replicate() {
+    /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, os, subprocess, sys, time
+def call(method, *params):
+    p = subprocess.run([os.environ["BLOCKCTL_BIN"], "--socket", os.environ["SOCK"], "call", method,
+                        json.dumps(list(params))], capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)
+t0 = time.time()
+jid = call("replication.run_onetime", {
+    "direction": "PUSH", "transport": "LOCAL", "source_datasets": [sys.argv[1]],
+    "target_dataset": sys.argv[2], "recursive": False, "retention_policy": "NONE",
+    "name_regex": "s[0-9]+"})
+if not isinstance(jid, int):
+    jid = max(j["id"] for j in call("core.get_jobs", [["method", "=", "replication.run_onetime"]]))
+while True:
+    job = call("core.get_jobs", [["id", "=", jid]], {"get": True})
+    if job["state"] in ("SUCCESS", "FAILED", "ABORTED"):
+        break
+    time.sleep(0.05)
+assert job["state"] == "SUCCESS", job
+words = job["progress"]["description"].split()
+print("%.2f %s" % (time.time() - t0, words[words.index("bytes") - 1]))
+PY
+}
+
 for p in e x; do
     blockctl volume create $p/v --size "$SIZE" >/dev/null || fail "volume $p/v"
     blockctl share nbd create $p/v --name $p-live >/dev/null
     fio --name=fill --ioengine=nbd --uri="$(U $p-live)" --rw=write --bs=1M --iodepth=8 \
         --size="$BYTES" >/dev/null 2>&1 || fail "fill $p"
     blockctl volume snapshot $p/v@s1 >/dev/null || fail "s1"
+    read -r rf_s rf_b <<<"$(replicate $p/v $p/r)"
+    [ -n "$rf_b" ] || fail "full replication on $p: no result"
     changes $p || fail "changes on $p"
     blockctl volume snapshot $p/v@s2 >/dev/null || fail "s2"
+    read -r ri_s ri_b <<<"$(replicate $p/v $p/r)"
+    [ -n "$ri_b" ] || fail "incremental replication on $p: no result"
+    record "$(python3 -c '
+import sys
+p, fs, fb, i_s, ib = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+print("%s: replication full %.2f s (%d bytes copied), incremental %.2f s (%d bytes copied): "
+      "%.1fx less time, %.1fx fewer bytes" % ({"e": "ext4", "x": "xfs"}[p], fs, fb, i_s, ib,
+      fs / max(i_s, 1e-3), fb / max(ib, 1)))' "$p" "$rf_s" "$rf_b" "$ri_s" "$ri_b")"
+    blockctl call pool.dataset.delete "[\"$p/r\", {\"recursive\": true}]" >/dev/null ||
+        fail "delete the replica $p/r"
     blockctl share nbd create $p/v@s1 --name $p-s1 --readonly >/dev/null
     blockctl share nbd create $p/v@s2 --name $p-s2 --readonly >/dev/null
     t0=$(now); nbdinfo --map=qemu:dirty-bitmap:s1 "$(U $p-s2)" >/dev/null || fail "map"; t1=$(now)
