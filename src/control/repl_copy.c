@@ -11,6 +11,9 @@
 /* One read and one write at a time: large enough for the cluster's
  * 4 MiB objects to be written whole, small enough for the job's thread. */
 #define COPY_CHUNK ((size_t)4 << 20)
+/* All-zero blocks of this size inside the data are zeroed, not written
+ * (the granule of the change log and of the content comparison). */
+#define ZERO_BLOCK ((size_t)64 << 10)
 
 int repl_ranges_add(uint64_t off, uint64_t len, void *arg)
 {
@@ -74,6 +77,7 @@ struct copier {
     struct bdev *src, *dst;
     bool skip_holes;
     char *buf;
+    char *zeros;  /* COPY_CHUNK zero bytes, made when a target cannot zero */
     uint64_t pos; /* where the range being walked is done up to */
     uint64_t done, total;
     store_progress_fn progress;
@@ -98,10 +102,12 @@ static int zero_dst(struct copier *c, uint64_t off, uint64_t len)
     if (c->dst->ops->write_zeroes)
         rc = c->dst->ops->write_zeroes(c->dst, off, len, BDEV_ZERO_MAY_TRIM);
     if (rc == -ENOTSUP || rc == -EOPNOTSUPP) {
-        memset(c->buf, 0, COPY_CHUNK);
+        /* not c->buf: it may still hold data to write after this run */
+        if (!c->zeros && !(c->zeros = calloc(1, COPY_CHUNK)))
+            return -ENOMEM;
         rc = 0;
         for (uint64_t at = off; rc == 0 && at < off + len; at += COPY_CHUNK)
-            rc = c->dst->ops->write(c->dst, c->buf, MIN(COPY_CHUNK, off + len - at), at);
+            rc = c->dst->ops->write(c->dst, c->zeros, MIN(COPY_CHUNK, off + len - at), at);
     }
     if (rc == 0)
         c->st->zeroed += len;
@@ -115,21 +121,39 @@ static void advance(struct copier *c, uint64_t n)
         c->progress(c->done, c->total, c->arg);
 }
 
+/* n bytes read from the source at at onto dst: runs of all-zero
+ * ZERO_BLOCK blocks zeroed (a zeroed source range stays a hole on the
+ * target), the other runs written. */
+static int put_buf(struct copier *c, size_t n, uint64_t at)
+{
+    for (size_t i = 0; i < n;) {
+        bool z = all_zero(c->buf + i, MIN(ZERO_BLOCK, n - i));
+        size_t j = i + MIN(ZERO_BLOCK, n - i);
+        int rc;
+        while (j < n && all_zero(c->buf + j, MIN(ZERO_BLOCK, n - j)) == z)
+            j += MIN(ZERO_BLOCK, n - j);
+        if (z) {
+            rc = zero_dst(c, at + i, j - i);
+        } else {
+            rc = c->dst->ops->write(c->dst, c->buf + i, j - i, at + i);
+            if (rc == 0)
+                c->st->copied += j - i;
+        }
+        if (rc < 0)
+            return rc;
+        i = j;
+    }
+    return 0;
+}
+
 /* The source's data [off, off+len): read, then written or zeroed. */
 static int copy_data(struct copier *c, uint64_t off, uint64_t len)
 {
     for (uint64_t at = off; at < off + len;) {
         size_t n = (size_t)MIN(COPY_CHUNK, off + len - at);
         int rc = c->src->ops->read(c->src, c->buf, n, at);
-        if (rc < 0)
-            return rc;
-        if (all_zero(c->buf, n)) {
-            rc = zero_dst(c, at, n);
-        } else {
-            rc = c->dst->ops->write(c->dst, c->buf, n, at);
-            if (rc == 0)
-                c->st->copied += n;
-        }
+        if (rc == 0)
+            rc = put_buf(c, n, at);
         if (rc < 0)
             return rc;
         at += n;
@@ -199,5 +223,6 @@ int repl_copy_ranges(struct bdev *src, struct bdev *dst, const struct repl_range
     if (rc == 0 && dst->ops->sync)
         rc = dst->ops->sync(dst);
     free(c.buf);
+    free(c.zeros);
     return rc;
 }
