@@ -97,7 +97,7 @@ static int zero_dst(struct copier *c, uint64_t off, uint64_t len)
 {
     int rc = -ENOTSUP;
 
-    if (len == 0)
+    if (len == 0 || c->skip_holes) /* a fresh target reads zeroes already */
         return 0;
     if (c->dst->ops->write_zeroes)
         rc = c->dst->ops->write_zeroes(c->dst, off, len, BDEV_ZERO_MAY_TRIM);
@@ -170,8 +170,7 @@ static int copy_allocated(uint64_t off, uint64_t len, void *arg)
     int rc = 0;
 
     if (off > c->pos) {
-        if (!c->skip_holes)
-            rc = zero_dst(c, c->pos, off - c->pos);
+        rc = zero_dst(c, c->pos, off - c->pos);
         if (rc < 0)
             return rc;
         advance(c, off - c->pos);
@@ -193,7 +192,7 @@ static int copy_range(struct copier *c, const struct repl_range *r)
         return rc < 0 ? rc : -EIO;
     if (c->pos < r->off + r->len) {
         uint64_t tail = r->off + r->len - c->pos;
-        if (!c->skip_holes && (rc = zero_dst(c, c->pos, tail)) < 0)
+        if ((rc = zero_dst(c, c->pos, tail)) < 0)
             return rc;
         advance(c, tail);
     }

@@ -52,11 +52,12 @@ struct repl_copy_stats {
 
 /*
  * Copy the ranges r of src into dst at the same offsets: src's data is
- * read and written (all-zero blocks zeroed instead), src's holes within
- * a range are zeroed on dst unless skip_holes (a freshly created target
- * reads zeroes there already). Then dst is synced (fdatasync, or the RBD
- * flush). progress (may be NULL) gets bytes of the ranges done of their
- * total. 0 or -errno; *st counts what was done even on failure.
+ * read and written, its all-zero 64 KiB blocks and its holes within a
+ * range are zeroed on dst, unless skip_holes (a freshly created target
+ * reads zeroes there already: nothing is zeroed then). Then dst is
+ * synced (fdatasync, or the RBD flush). progress (may be NULL) gets bytes
+ * of the ranges done of their total. 0 or -errno; *st counts what was
+ * done even on failure.
  */
 int repl_copy_ranges(struct bdev *src, struct bdev *dst, const struct repl_ranges *r,
                      bool skip_holes, store_progress_fn progress, void *arg,
