@@ -84,6 +84,18 @@ static void test_copy(void **state)
     assert_true(b[0] == (char)0xee && b[4095] == (char)0xee);
     assert_int_equal(dst->ops->read(dst, b, sizeof(b), 0), 0);
     assert_true(b[0] == (char)0xee);
+    /* a fresh target: the whole volume, nothing zeroed, still equal */
+    struct bdev *fresh;
+    struct repl_ranges all = {0};
+    struct repl_copy_stats fst = {0};
+    assert_int_equal(bdev_memory_open(SIZE, 0, &fresh), 0);
+    assert_int_equal(repl_ranges_add(0, SIZE, &all), 0);
+    assert_int_equal(repl_copy_ranges(src, fresh, &all, true, NULL, NULL, &fst), 0);
+    assert_true(equal_at(src, fresh, 0, SIZE));
+    assert_int_equal(fst.zeroed, 0);
+    assert_int_equal(fst.copied, 2 * MiB);
+    repl_ranges_free(&all);
+    bdev_close(fresh);
     repl_ranges_free(&r);
     bdev_close(src);
     bdev_close(dst);
