@@ -151,6 +151,25 @@ int api_fields_encode(const struct api_field *fields, size_t n, const void *obj,
     return 0;
 }
 
+static int chars_decode(const struct api_field *f, json_t *v, void *field)
+{
+    const char *s = json_is_string(v) ? json_string_value(v) : "";
+    size_t n = strlen(s);
+    if (n > (size_t)f->max) /* validated against max: cannot happen */
+        n = (size_t)f->max;
+    memcpy(field, s, n);
+    ((char *)field)[n] = '\0';
+    return 0;
+}
+
+static json_t *chars_encode(const struct api_field *f, const void *field)
+{
+    (void)f;
+    return json_string(field);
+}
+
+const struct api_codec api_codec_chars = {chars_decode, chars_encode, NULL};
+
 /* A secret: the old value is wiped before it is freed. */
 static int secret_decode(const struct api_field *f, json_t *v, void *field)
 {
