@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "api/fields.h"
-#include "core/log.h"
 
 static int str_decode(const struct api_field *f, json_t *v, void *field)
 {
@@ -277,12 +276,9 @@ int api_fields_defaults(const struct api_field *fields, size_t n, void *obj)
                 return rc;
             continue;
         }
-        json_error_t err;
-        json_t *v = json_loads(f->def, JSON_DECODE_ANY, &err);
-        if (!v) {
-            log_error("api: default for field %s is not valid JSON: %s", f->name, err.text);
+        json_t *v = api_field_default(f);
+        if (!v)
             return -EINVAL;
-        }
         int rc = f->codec->decode(f, v, (char *)obj + f->off);
         json_decref(v);
         if (rc < 0)
