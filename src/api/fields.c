@@ -107,8 +107,16 @@ static json_t *enum_encode(const struct api_field *f, const void *field)
     return json_null();
 }
 
-const struct api_codec api_codec_str = {str_decode, str_encode};
-const struct api_codec api_codec_str_null = {str_decode, str_null_encode};
+static void str_clear(const struct api_field *f, void *field)
+{
+    (void)f;
+    char **p = field;
+    free(*p);
+    *p = NULL;
+}
+
+const struct api_codec api_codec_str = {str_decode, str_encode, str_clear};
+const struct api_codec api_codec_str_null = {str_decode, str_null_encode, str_clear};
 const struct api_codec api_codec_bool = {bool_decode, bool_encode};
 const struct api_codec api_codec_int = {int_decode, int_encode};
 const struct api_codec api_codec_i64 = {i64_decode, i64_encode};
@@ -142,6 +150,25 @@ int api_fields_encode(const struct api_field *fields, size_t n, const void *obj,
     return 0;
 }
 
+static int chars_decode(const struct api_field *f, json_t *v, void *field)
+{
+    const char *s = json_is_string(v) ? json_string_value(v) : "";
+    size_t n = strlen(s);
+    if (n > (size_t)f->max) /* validated against max: cannot happen */
+        n = (size_t)f->max;
+    memcpy(field, s, n);
+    ((char *)field)[n] = '\0';
+    return 0;
+}
+
+static json_t *chars_encode(const struct api_field *f, const void *field)
+{
+    (void)f;
+    return json_string(field);
+}
+
+const struct api_codec api_codec_chars = {chars_decode, chars_encode, NULL};
+
 /* A secret: the old value is wiped before it is freed. */
 static int secret_decode(const struct api_field *f, json_t *v, void *field)
 {
@@ -155,7 +182,117 @@ static int secret_decode(const struct api_field *f, json_t *v, void *field)
     return rc;
 }
 
-const struct api_codec api_codec_secret = {secret_decode, str_null_encode};
+static void secret_clear(const struct api_field *f, void *field)
+{
+    (void)f;
+    char **p = field;
+    if (*p)
+        explicit_bzero(*p, strlen(*p));
+    free(*p);
+    *p = NULL;
+}
+
+const struct api_codec api_codec_secret = {secret_decode, str_null_encode, secret_clear};
+
+static void strv_clear(const struct api_field *f, void *field)
+{
+    (void)f;
+    struct api_strv *sv = field;
+    for (size_t i = 0; i < sv->n; i++)
+        free(sv->v[i]);
+    free(sv->v);
+    sv->v = NULL;
+    sv->n = 0;
+}
+
+static int strv_decode(const struct api_field *f, json_t *v, void *field)
+{
+    struct api_strv *sv = field, next = {0};
+    size_t i;
+    json_t *item;
+    if (json_array_size(v) && !(next.v = calloc(json_array_size(v), sizeof(char *))))
+        return -ENOMEM;
+    json_array_foreach(v, i, item)
+    {
+        if (!(next.v[next.n] = strdup(json_string_value(item) ? json_string_value(item) : ""))) {
+            strv_clear(f, &next);
+            return -ENOMEM;
+        }
+        next.n++;
+    }
+    strv_clear(f, sv);
+    *sv = next;
+    return 0;
+}
+
+static json_t *strv_encode(const struct api_field *f, const void *field)
+{
+    (void)f;
+    const struct api_strv *sv = field;
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < sv->n; i++)
+        if (json_array_append_new(a, json_string(sv->v[i])) < 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    return a;
+}
+
+const struct api_codec api_codec_strv = {strv_decode, strv_encode, strv_clear};
+
+static int object_decode(const struct api_field *f, json_t *v, void *field)
+{
+    return api_fields_decode(f->fields, f->nfields, v, field);
+}
+
+static json_t *object_encode(const struct api_field *f, const void *field)
+{
+    json_t *o = json_object();
+    if (o && api_fields_encode(f->fields, f->nfields, field, o) < 0) {
+        json_decref(o);
+        o = NULL;
+    }
+    return o;
+}
+
+static void object_clear(const struct api_field *f, void *field)
+{
+    api_fields_clear(f->fields, f->nfields, field);
+}
+
+const struct api_codec api_codec_object = {object_decode, object_encode, object_clear};
+
+int api_fields_defaults(const struct api_field *fields, size_t n, void *obj)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct api_field *f = &fields[i];
+        if (!f->codec)
+            continue;
+        if (!f->def) {
+            int rc = f->codec == &api_codec_object
+                         ? api_fields_defaults(f->fields, f->nfields, (char *)obj + f->off)
+                         : 0;
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        json_t *v = api_field_default(f);
+        if (!v)
+            return -EINVAL;
+        int rc = f->codec->decode(f, v, (char *)obj + f->off);
+        json_decref(v);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+void api_fields_clear(const struct api_field *fields, size_t n, void *obj)
+{
+    for (size_t i = 0; i < n; i++)
+        if (fields[i].codec && fields[i].codec->clear)
+            fields[i].codec->clear(&fields[i], (char *)obj + fields[i].off);
+}
 
 json_t *api_fields_row(int64_t id, const struct api_field *fields, size_t n, const void *obj)
 {
