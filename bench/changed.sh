@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Changed blocks (docs/changed-blocks.md): on an ext4 and an XFS pool (loop
-# images in a temporary directory: needs root), a SIZE volume filled with
+# images in a temporary directory: needs root) and an RBD pool (a throwaway
+# Ceph cluster, scripts/ceph-cluster.sh, its memstore sized for the volume,
+# its snapshots and the replica; RBD=0 leaves it out), a SIZE volume filled with
 # data, snapshot s1, 1% of it changed in scattered 64 KiB writes, snapshot
 # s2. Prints, per pool:
 #   map       nbdinfo --map=qemu:dirty-bitmap:s1 of s2's export (ms, ms/GiB)
@@ -66,6 +68,17 @@ blockd_start
 export BLOCKCTL_BIN SOCK NBD_PORT
 blockctl call pool.create "{\"name\":\"x\",\"path\":\"$TMP/xfs/pool\"}" >/dev/null || fail "pool x"
 blockctl call pool.create "{\"name\":\"e\",\"path\":\"$TMP/ext4/pool\"}" >/dev/null || fail "pool e"
+POOLS="e x"
+if [ "${RBD:-1}" = 1 ]; then
+    # the volume, its two snapshots' changes and a full replica, in RAM
+    export CEPH_MEM_BYTES=${CEPH_MEM_BYTES:-$((BYTES * 2 + (2 << 30)))}
+    ceph_start
+    blockctl call pool.create "{\"name\":\"r\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" \
+        >/dev/null || fail "pool r"
+    POOLS="$POOLS r"
+fi
+NAMES='{"e": "ext4", "x": "xfs", "r": "rbd"}'
+export NAMES
 
 # changes POOL: 1% of the volume in 64 KiB writes at random aligned offsets
 changes() {
@@ -126,7 +139,7 @@ print("%.2f %s" % (time.time() - t0, words[words.index("bytes") - 1]))
 PY
 }
 
-for p in e x; do
+for p in $POOLS; do
     blockctl volume create $p/v --size "$SIZE" >/dev/null || fail "volume $p/v"
     blockctl share nbd create $p/v --name $p-live >/dev/null
     fio --name=fill --ioengine=nbd --uri="$(U $p-live)" --rw=write --bs=1M --iodepth=8 \
@@ -139,10 +152,10 @@ for p in e x; do
     read -r ri_s ri_b <<<"$(replicate $p/v $p/r)"
     [ -n "$ri_b" ] || fail "incremental replication on $p: no result"
     record "$(python3 -c '
-import sys
+import json, os, sys
 p, fs, fb, i_s, ib = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 print("%s: replication full %.2f s (%d bytes copied), incremental %.2f s (%d bytes copied): "
-      "%.1fx less time, %.1fx fewer bytes" % ({"e": "ext4", "x": "xfs"}[p], fs, fb, i_s, ib,
+      "%.1fx less time, %.1fx fewer bytes" % (json.loads(os.environ["NAMES"])[p], fs, fb, i_s, ib,
       fs / max(i_s, 1e-3), fb / max(ib, 1)))' "$p" "$rf_s" "$rf_b" "$ri_s" "$ri_b")"
     blockctl call pool.dataset.delete "[\"$p/r\", {\"recursive\": true}]" >/dev/null ||
         fail "delete the replica $p/r"
@@ -157,11 +170,11 @@ print("%s: replication full %.2f s (%d bytes copied), incremental %.2f s (%d byt
     t2=$(now)
     cmp -s "$TMP/incr.raw" "$TMP/full.raw" || fail "the incremental copy differs from the full one"
     python3 - "$p" "$map_ms" "$t0" "$t1" "$t2" "$BYTES" >"$TMP/line" <<'PY'
-import sys
+import json, os, sys
 p, ms, t0, t1, t2, size = sys.argv[1], float(sys.argv[2]), *map(float, sys.argv[3:6]), int(sys.argv[6])
 g = size / (1 << 30)
 print("%s: map %.0f ms (%.1f ms/GiB), full nbdcopy %.2f s, incremental %.2f s (%.1fx)"
-      % ({"e": "ext4", "x": "xfs"}[p], ms, ms / g, t1 - t0, t2 - t1, (t1 - t0) / (t2 - t1)))
+      % (json.loads(os.environ["NAMES"])[p], ms, ms / g, t1 - t0, t2 - t1, (t1 - t0) / (t2 - t1)))
 PY
     record "$(cat "$TMP/line")"
     rm -f "$TMP/incr.raw" "$TMP/full.raw"
