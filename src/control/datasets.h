@@ -111,16 +111,25 @@ void datasets_register_rename(const struct datasets_rename_hook *hook);
 
 /*
  * Observers (addition): front-ends learn about dataset changes made through
- * the API, e.g. to raise CAPACITY DATA HAS CHANGED (iSCSI) or refresh an
- * export's size (NBD). Called on the API thread that made the change, after
- * the change is committed and applied to the open volume, with no config
- * lock held; must not block for long. name is "pool/vol" (or
- * "pool/vol@snap" for a deleted snapshot); v is the open volume (borrowed,
- * valid for the call) or NULL when it is not open. Register at start-up
- * (not thread-safe against notifications). Up to 16 observers.
- *   DATASETS_RESIZED          volsize changed (update or rollback)
+ * the API that their published configuration does not carry. Called on the
+ * thread that made the change, after the change is committed and applied
+ * to the open volume, with no config lock held; must not block for long.
+ * name is "pool/vol" (or "pool/vol@snap" for a deleted snapshot); v is the
+ * open volume (borrowed, valid for the call) or NULL when it is not open.
+ * Register at start-up (not thread-safe against notifications). Up to 16
+ * observers. A change of sync or read-only needs no event: the open
+ * volume has it (volume_set_sync/readonly) and SCSI raises MODE PARAMETERS
+ * CHANGED on the next command by itself.
+ *   DATASETS_RESIZED          volsize changed (pool.dataset.update, a
+ *                             rollback, replication, or another client of
+ *                             an RBD image): the open volume already has
+ *                             the new size and a new volume_size_generation,
+ *                             from which SCSI raises CAPACITY DATA HAS
+ *                             CHANGED on each nexus's next command; NBD
+ *                             connections keep their negotiated size
+ *                             (NBD cannot tell a client) and the NBD
+ *                             front-end logs those that must reconnect
  *   DATASETS_DELETED          dataset or snapshot removed
- *   DATASETS_PROPERTY_CHANGED sync, readonly or comments changed
  *   DATASETS_ROLLED_BACK      contents replaced by a snapshot's
  *   DATASETS_ROLLING_BACK     (the one event sent BEFORE the change, with
  *                             ds_ops_lock held but no DB lock) a rollback
@@ -136,7 +145,6 @@ void datasets_register_rename(const struct datasets_rename_hook *hook);
 enum datasets_event {
     DATASETS_RESIZED,
     DATASETS_DELETED,
-    DATASETS_PROPERTY_CHANGED,
     DATASETS_ROLLED_BACK,
     DATASETS_ROLLING_BACK,
     DATASETS_POOL_ONLINE,

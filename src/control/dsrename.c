@@ -447,22 +447,20 @@ static int rename_dataset_commit(struct ds_rename *r)
 }
 
 /* After the commit, still locked: the open volumes whose inherited values
- * the new parent changed get them (notify: the observers, unlocked). */
-static void rename_dataset_changes(const struct ds_rename *r, bool notify)
+ * the new parent changed get them. The front-ends notice on the next
+ * request (SCSI: MODE PARAMETERS CHANGED, from the volume's own state). */
+static void rename_dataset_changes(const struct ds_rename *r)
 {
     for (size_t i = 0; i < r->nchanges; i++) {
         struct volume *v = ds_cache_peek(r->changes[i].name);
 
-        if (notify) {
-            ds_notify(DATASETS_PROPERTY_CHANGED, r->changes[i].name, v);
-        } else if (v) {
-            if (r->changes[i].sync_changed)
-                volume_set_sync(v, r->changes[i].sync);
-            if (r->changes[i].readonly_changed)
-                volume_set_readonly(v, r->changes[i].readonly);
-        }
-        if (v)
-            volume_unref(v);
+        if (!v)
+            continue;
+        if (r->changes[i].sync_changed)
+            volume_set_sync(v, r->changes[i].sync);
+        if (r->changes[i].readonly_changed)
+            volume_set_readonly(v, r->changes[i].readonly);
+        volume_unref(v);
     }
 }
 
@@ -486,7 +484,7 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
     if (rc == 0)
         rc = rename_dataset_commit(&r);
     if (r.committed) {
-        rename_dataset_changes(&r, false);
+        rename_dataset_changes(&r);
         log_info("datasets: renamed %s %s to %s (%zu snapshot(s) moved along; peer %s)",
                  r.row.type == DS_VOLUME ? "volume" : "filesystem", old_name, new_name, r.nsnaps,
                  api_call_peer(call));
@@ -494,10 +492,6 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
     db_unlock();
     ds_ops_unlock();
     ds_rename_hooks_applied(r.committed);
-    /* front-ends re-read WCE and read-only of the volumes whose inherited
-     * values the new parent changed */
-    if (r.committed)
-        rename_dataset_changes(&r, true);
     free(r.changes);
     names_free(r.snaps, r.nsnaps);
     return rc > 0 ? 0 : rc;

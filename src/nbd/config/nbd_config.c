@@ -844,6 +844,32 @@ static void exports_of_deleted(const char *name)
  * not affected. After the rollback the volume may have holes again.
  */
 #define ROLLBACK_DRAIN_MS 5000
+
+/*
+ * datasets: name's volume was resized. NBD has no in-band resize notice
+ * (nor does the protocol let a server change a connection's size): an open
+ * connection keeps the size it negotiated, so the client's view and the
+ * server's checks agree. A grown volume's new space is seen by new
+ * connections; after a shrink, an old connection's requests past the new
+ * end fail with EINVAL (the volume's own bounds). Logged, so that an
+ * operator knows which clients must reconnect.
+ */
+static void exports_resized(const char *name, struct volume *v)
+{
+    struct nbd_export_table *t = nbd_exports_current();
+    for (size_t i = 0; i < t->count; i++) {
+        struct nbd_export *e = t->exports[i];
+        if (!e->dataset || strcmp(e->dataset, name) != 0)
+            continue;
+        unsigned n = nbd_export_connections(e->name);
+        if (n)
+            log_info("nbd: export '%s': %s resized to %llu bytes; %u open connection(s) keep "
+                     "the size they negotiated until they reconnect",
+                     e->name, name, v ? (unsigned long long)volume_size(v) : 0ULL, n);
+    }
+    nbd_export_table_unref(t);
+}
+
 static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
 {
     if (ev == DATASETS_POOL_ONLINE) {
@@ -860,6 +886,10 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
     }
     if (ev == DATASETS_DELETED) {
         exports_of_deleted(name);
+        return;
+    }
+    if (ev == DATASETS_RESIZED) {
+        exports_resized(name, v);
         return;
     }
     if (ev != DATASETS_ROLLING_BACK && ev != DATASETS_ROLLED_BACK)
