@@ -179,12 +179,17 @@ int cfg_tx_commit(struct cfg_tx *tx)
     }
     tx_end(tx);
     db_unlock();
+    /* An after hook may itself commit a transaction (the gateway sync's
+     * bookkeeping): this one's hooks' report is kept apart from it. */
+    int outer_err = tls_after_err;
     tls_after_err = 0;
     run_after(ran);
+    int after_err = tls_after_err;
+    tls_after_err = outer_err;
     if (rc == 0 && db_sync(seq) < 0)
         rc = -EIO;
-    if (rc == 0 && tls_after_err)
-        rc = tls_after_err;
+    if (rc == 0 && after_err)
+        rc = after_err;
     return rc;
 }
 

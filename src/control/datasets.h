@@ -66,6 +66,19 @@ bool datasets_volume_release_unused(const char *name);
  */
 int datasets_forget(const char *name, char *why, size_t len);
 
+/*
+ * Adopt the existing RBD image of volume name ("pool/vol", size bytes,
+ * volblocksize "512".."128K") as a new dataset: what pool.dataset.create
+ * {name, type: "VOLUME", volsize, volblocksize, adopt: true} does after
+ * decoding (the same checks, one transaction, log line), for the gateway
+ * group's sync (gwsync/: another member's volume, docs/ha.md). Errors go
+ * to call (api_call_internal_new). 0, or -1 with the error set on call.
+ * Control threads, no DB lock held.
+ */
+struct api_call;
+int datasets_adopt_volume(struct api_call *call, const char *name, uint64_t size,
+                          const char *volblocksize);
+
 /* A front-end that uses datasets registers a check so that deleting or
  * rolling back a dataset in use is refused (EBUSY) with its reason. The
  * check returns true and fills why when name (or a child) is in use. */

@@ -365,33 +365,64 @@ static int create_answer(struct api_call *call, const struct create_req *req, in
     return *result ? 0 : api_error(call, EIO, "dataset %s vanished", req->row.name);
 }
 
-/* pool.dataset.create: decode once -> check fields -> (locked) check
- * against the database -> one transaction -> the new row. The parameter
+/* After decoding: check fields -> (locked) check against the database ->
+ * one transaction -> the new row into *result (NULL: not wanted). */
+static int create_run(struct api_call *call, struct create_req *req, json_t **result)
+{
+    struct ds_pool pool;
+    json_t *row = NULL;
+
+    create_check_fields(call, req);
+    ds_check_user_props(call, "pool.dataset.create.user_properties", &req->user_props, false);
+    ds_ops_lock();
+    db_lock();
+    int rc = create_resolve(call, req, &pool);
+    if (rc == 0 && !api_has_verrs(call)) {
+        rc = create_commit(call, req, &pool);
+        if (rc == 0)
+            row = ds_dataset_row(req->row.name);
+    }
+    db_unlock();
+    ds_ops_unlock();
+    rc = create_answer(call, req, rc, &row);
+    if (result)
+        *result = row;
+    else
+        json_decref(row);
+    return rc;
+}
+
+/* pool.dataset.create: decode once, then create_run. The parameter
  * shapes were checked by the dispatcher against create_fields. */
 int ds_dataset_create(struct api_call *call, json_t *params, json_t **result)
 {
     struct create_req req;
-    struct ds_pool pool;
     int rc = create_decode(api_param(params, 0), &req);
 
-    if (rc < 0) {
-        create_req_free(&req);
-        return ds_api_errno(call, rc, "cannot create dataset", req.row.name);
-    }
-    create_check_fields(call, &req);
-    ds_check_user_props(call, "pool.dataset.create.user_properties", &req.user_props, false);
-    ds_ops_lock();
-    db_lock();
-    rc = create_resolve(call, &req, &pool);
-    if (rc == 0 && !api_has_verrs(call)) {
-        rc = create_commit(call, &req, &pool);
-        if (rc == 0)
-            *result = ds_dataset_row(req.row.name);
-    }
-    db_unlock();
-    ds_ops_unlock();
-    rc = create_answer(call, &req, rc, result);
+    if (rc == 0)
+        rc = create_run(call, &req, result);
+    else
+        rc = ds_api_errno(call, rc, "cannot create dataset", req.row.name);
     create_req_free(&req);
+    return rc;
+}
+
+int datasets_adopt_volume(struct api_call *call, const char *name, uint64_t size,
+                          const char *volblocksize)
+{
+    struct create_req req;
+    /* the request pool.dataset.create would decode; every value is ours */
+    json_t *data = json_pack("{s:s, s:s, s:I, s:s, s:b}", "name", name, "type", "VOLUME", "volsize",
+                             (json_int_t)size, "volblocksize", volblocksize, "adopt", 1);
+    int rc = data ? create_decode(data, &req) : -ENOMEM;
+
+    json_decref(data);
+    if (rc == 0)
+        rc = create_run(call, &req, NULL);
+    else
+        rc = ds_api_errno(call, rc, "cannot create dataset", name);
+    if (data)
+        create_req_free(&req);
     return rc;
 }
 

@@ -213,17 +213,32 @@ static void notify(void)
         log_warn("gateway config: notify on %s: %s", gc.obj, strerror(-rc));
 }
 
+/* Store one bookkeeping setting on the one transaction path (cfgtx.h):
+ * it names no configured object, so no publisher runs; durable once
+ * committed. 0 or -errno. */
+static int setting_save(const char *key, const char *value)
+{
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+    if (rc < 0)
+        return rc;
+    rc = db_setting_set(key, value);
+    if (rc < 0) {
+        cfg_tx_abort(&tx);
+        return rc;
+    }
+    return cfg_tx_commit(&tx);
+}
+
 /* Persist base (gc_mu held; takes the DB lock). */
 static void base_save(void)
 {
     char *s = gwc_dump(base);
     if (!s)
         return;
-    db_lock();
-    if (db_setting_set(gc.setting, s) < 0)
+    if (setting_save(gc.setting, s) < 0)
         log_error("gateway config: cannot save the synchronised state (a restart re-applies "
                   "the group's rows)");
-    db_unlock();
     free(s);
 }
 
@@ -621,10 +636,8 @@ static void adopted_save(void)
     pthread_mutex_unlock(&pend_mu);
     if (!s)
         return;
-    db_lock();
-    if (db_setting_set(gc.adopted_setting, s) < 0)
+    if (setting_save(gc.adopted_setting, s) < 0)
         log_error("gateway config: cannot save the list of adopted volumes");
-    db_unlock();
     free(s);
 }
 
