@@ -394,7 +394,7 @@ static int update_fail(struct update *u, int rc)
                         u->id);
 }
 
-/* Unlocked, after the commit: tell the observers about a resize. The
+/* Unlocked, after the commit: EV_DATASET for a resize. The
  * open volumes already have their new size, sync and read-only values
  * (apply_changes): the front-ends read them on the next request (SCSI
  * raises CAPACITY DATA HAS CHANGED or MODE PARAMETERS CHANGED itself). */
@@ -833,7 +833,7 @@ static bool plan_removed_any(const struct delete_plan *p)
     return false;
 }
 
-/* Unlocked: the log lines and the observers (front-ends drop the shares). */
+/* Unlocked: the log lines and EV_DATASET (front-ends drop the shares). */
 static void delete_publish(struct dataset_delete *d)
 {
     if (d->force)

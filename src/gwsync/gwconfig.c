@@ -37,6 +37,7 @@
 #include "control/datasets.h"
 #include "control/cfgtx.h"
 #include "control/db.h"
+#include "control/events.h"
 #include "core/log.h"
 #include "gateway/gateway.h"
 #include "gwsync/gwconfig_internal.h"
@@ -556,6 +557,18 @@ static void after(void *arg)
                  gc.group, strerror(-rc));
 }
 
+/* The local configuration's transactions (events.h): the group's rows
+ * among the changes are written to the object (publish, under the DB
+ * lock, queues; after, unlocked, writes). */
+static int on_event(const struct event *ev, void *arg)
+{
+    if (ev->type == EV_CONFIG_COMMITTED)
+        publish(ev->config, arg);
+    else
+        after(arg);
+    return 0;
+}
+
 /* ---- the object → local changes ---- */
 
 /* A withdrawn extent or NBD export: close its volume here if nothing else
@@ -968,10 +981,14 @@ static void *store_main(void *arg)
 
 void gwconfig_init(void)
 {
-    cfg_publisher_register(CFG_KIND_BIT(CFG_ISCSI_TARGET) | CFG_KIND_BIT(CFG_ISCSI_EXTENT) |
-                               CFG_KIND_BIT(CFG_ISCSI_TARGETEXTENT) | CFG_KIND_BIT(CFG_NBD_EXPORT) |
-                               CFG_KIND_BIT(CFG_POOL) | CFG_KIND_BIT(CFG_DATASET),
-                           publish, after, NULL);
+    events_subscribe(&(struct event_subscriber){
+        .name = "gateway config",
+        .types = EV_BIT(EV_CONFIG_COMMITTED) | EV_BIT(EV_CONFIG_AFTER),
+        .config_kinds = CFG_KIND_BIT(CFG_ISCSI_TARGET) | CFG_KIND_BIT(CFG_ISCSI_EXTENT) |
+                        CFG_KIND_BIT(CFG_ISCSI_TARGETEXTENT) | CFG_KIND_BIT(CFG_NBD_EXPORT) |
+                        CFG_KIND_BIT(CFG_POOL) | CFG_KIND_BIT(CFG_DATASET),
+        .fn = on_event,
+    });
     /* gateway/ is below the front-ends and cannot call us: it calls this
      * when it replaces its cluster connection. */
     gateway_set_reconnect_hook(gwconfig_reconnect);

@@ -32,6 +32,7 @@
 
 #include "api/api.h"
 #include "control/cfgtx.h"
+#include "control/datasets.h"
 #include "control/db.h"
 #include "iscsi/config/auth_store.h"
 #include "iscsi/config/extent_store.h"
@@ -235,9 +236,12 @@ int icfg_write_pr(int64_t extent_id, const void *blob, size_t len);
 
 /* ---- runtime (config_runtime.c) ---- */
 /* Subscribe to the configuration generation (control/confgen.h, facet
- * CONF_ISCSI) and register the runtime's dataset observer (rollbacks,
- * pools coming online). Once, at startup (iscsi_config_init). */
+ * CONF_ISCSI). Once, at startup (iscsi_config_init). */
 void icfg_runtime_init(void);
+/* The dataset events (control/events.h EV_DATASET) that concern the
+ * running targets: a pool online (LUs that could not open), a rollback
+ * (MEDIUM MAY HAVE CHANGED). Others are ignored. */
+void icfg_runtime_dataset(enum datasets_event ev, const char *name, struct volume *v);
 
 /* ---- portal listeners (config_listen.c) ---- */
 /* The portals of the next generation (every portal IP, and the

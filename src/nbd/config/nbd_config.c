@@ -28,6 +28,7 @@
 #include "control/cfgtx.h"
 #include "control/confgen.h"
 #include "control/datasets.h"
+#include "control/events.h"
 #include "nbd/config/nbd_write.h"
 #include "nbd/config/nbdstore.h"
 #include "core/allowdir.h"
@@ -926,7 +927,7 @@ static void exports_resized(const char *name, struct volume *v)
     nbd_export_table_unref(t);
 }
 
-static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
+static void dataset_event(enum datasets_event ev, const char *name, struct volume *v)
 {
     if (ev == DATASETS_POOL_ONLINE) {
         /* Exports whose volume did not open (e->vol NULL) are not "the
@@ -984,17 +985,17 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
  * no nbd.export.* change runs in between; update() runs inside the
  * rename's transaction (control/cfgtx.h) and records the change, whose
  * commit publishes the new table (exports_next). */
-static void rename_lock(void *arg)
+static void rename_lock(void)
 {
     pthread_mutex_lock(&cfg_lock);
 }
 
-static int rename_update(const char *old_name, const char *new_name, bool subtree, void *arg)
+static int rename_update(const char *old_name, const char *new_name, bool subtree)
 {
     return nbd_export_rows_rename(old_name, new_name, subtree);
 }
 
-static void rename_applied(bool committed, void *arg)
+static void rename_applied(bool committed)
 {
     pthread_mutex_unlock(&cfg_lock);
     /* The rename committed with the DB lock held, so its generation's
@@ -1048,16 +1049,39 @@ static const struct conf_subscriber subscriber = {
     .gone = export_gone,
 };
 
+/* The NBD configuration's one subscriber (control/events.h). */
+static int on_event(const struct event *ev, void *arg)
+{
+    (void)arg;
+    switch (ev->type) {
+    case EV_DATASET:
+        dataset_event(ev->dataset.what, ev->dataset.name, ev->dataset.v);
+        return 0;
+    case EV_RENAME_LOCK:
+        rename_lock();
+        return 0;
+    case EV_RENAME_UPDATE:
+        return rename_update(ev->rename.old_name, ev->rename.new_name, ev->rename.subtree);
+    case EV_RENAME_DONE:
+        rename_applied(ev->committed);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
 void nbd_init(void)
 {
     nbdstore_init();
     api_register(nbd_methods, ARRAY_SIZE(nbd_methods));
     datasets_register_in_use(dataset_in_use);
     datasets_register_clients(dataset_clients);
-    datasets_observe(dataset_observer, NULL);
-    static const struct datasets_rename_hook rename_hook = {
-        .lock = rename_lock, .update = rename_update, .applied = rename_applied};
-    datasets_register_rename(&rename_hook);
+    events_subscribe(&(struct event_subscriber){
+        .name = "nbd",
+        .types = EV_BIT(EV_DATASET) | EV_BIT(EV_RENAME_LOCK) | EV_BIT(EV_RENAME_UPDATE) |
+                 EV_BIT(EV_RENAME_DONE),
+        .fn = on_event,
+    });
     conf_subscribe(CONF_NBD, &subscriber);
 }
 

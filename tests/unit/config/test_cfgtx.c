@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "control/cfgtx.h"
+#include "control/events.h"
 #include "control/db.h"
 #include "testdb.h"
 
@@ -76,6 +77,21 @@ static void other_publish(const struct cfg_changes *ch, void *arg)
     n_other++;
 }
 
+static int on_event(const struct event *ev, void *arg)
+{
+    if (ev->type == EV_CONFIG_COMMITTED)
+        publish(ev->config, arg);
+    else
+        after(arg);
+    return 0;
+}
+
+static int on_other(const struct event *ev, void *arg)
+{
+    other_publish(ev->config, arg);
+    return 0;
+}
+
 static void reset(void)
 {
     n_seen = n_publish = n_after = n_other = 0;
@@ -100,8 +116,15 @@ static int setup(void **state)
     if (testdb_make(&tdb, "/tmp/blockd-test-cfgtx", "config.db") < 0)
         return -1;
     db_register_schema(schema);
-    if (cfg_publisher_register(CFG_KIND_BIT(CFG_NBD_EXPORT), publish, after, NULL) < 0 ||
-        cfg_publisher_register(CFG_KIND_BIT(CFG_ISCSI_TARGET), other_publish, NULL, NULL) < 0)
+    if (events_subscribe(&(struct event_subscriber){.name = "test",
+                                                    .types = EV_BIT(EV_CONFIG_COMMITTED) |
+                                                             EV_BIT(EV_CONFIG_AFTER),
+                                                    .config_kinds = CFG_KIND_BIT(CFG_NBD_EXPORT),
+                                                    .fn = on_event}) < 0 ||
+        events_subscribe(&(struct event_subscriber){.name = "other",
+                                                    .types = EV_BIT(EV_CONFIG_COMMITTED),
+                                                    .config_kinds = CFG_KIND_BIT(CFG_ISCSI_TARGET),
+                                                    .fn = on_other}) < 0)
         return -1;
     return db_open(tdb.path);
 }
