@@ -11,6 +11,7 @@
 #ifndef BLOCKD_ISCSI_CONFIG_CRUD_H
 #define BLOCKD_ISCSI_CONFIG_CRUD_H
 
+#include "api/fields.h"
 #include "iscsi/config/config_internal.h"
 #include "iscsi/config/store.h"
 
@@ -48,6 +49,11 @@ int icfg_create_begin(struct icfg_write *w, struct api_call *call, json_t *param
  * id goes to *id. */
 int icfg_update_begin(struct icfg_write *w, struct api_call *call, json_t *params,
                       const struct api_field *fields, size_t nfields, int64_t *id, json_t **data);
+/* The cap on one more object of the kind create_method makes
+ * ("iscsi.target.create", ...; --max-share-objects), counted inside w's
+ * transaction so that two creates cannot both pass. 0, or -1 with the
+ * EDQUOT error set on w's call (logged with the peer). */
+int icfg_cap_check(struct icfg_write *w, const char *create_method);
 /* The error of a failed read of object id: -ENOENT is "<what> <id> does
  * not exist" (ENOENT), anything else a database error. Returns -1. */
 int icfg_missing(struct api_call *call, int err, const char *what, int64_t id);
@@ -83,6 +89,9 @@ int icfg_defaults(const struct api_field *fields, size_t nfields,
 int icfg_strv_decode(json_t *array, struct icfg_strv *out);
 /* s as a JSON array of strings (new reference, NULL on ENOMEM). */
 json_t *icfg_strv_encode(const struct icfg_strv *s);
+/* The field codec (api/fields.h) of a struct icfg_strv member: a JSON
+ * array of strings. */
+extern const struct api_codec icfg_codec_strv;
 /* A string (NULL: JSON null) / an optional integer as JSON (new refs). */
 json_t *icfg_str_or_null(const char *s);
 json_t *icfg_int_or_null(bool has, int64_t v);

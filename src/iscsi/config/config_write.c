@@ -11,12 +11,19 @@
 #include "iscsi/config/config_internal.h"
 #include "iscsi/config/iscsi_write.h"
 
+/* A create is capped as the method's is (--max-share-objects). */
+static int cap_check(struct icfg_write *w, int64_t id)
+{
+    return id ? 0 : icfg_cap_check(w, api_call_method(w->call));
+}
+
 int iscsi_target_write(struct api_call *call, struct icfg_target *t)
 {
     struct icfg_write w;
     if (icfg_write_begin(&w, call) < 0)
         return -1;
-    return icfg_write_end(&w, icfg_target_save(&w, t));
+    int rc = cap_check(&w, t->id);
+    return icfg_write_end(&w, rc < 0 ? rc : icfg_target_save(&w, t));
 }
 
 int iscsi_extent_write(struct api_call *call, struct icfg_extent *e)
@@ -25,8 +32,8 @@ int iscsi_extent_write(struct api_call *call, struct icfg_extent *e)
     struct icfg_extent old = {0};
     if (icfg_write_begin(&w, call) < 0)
         return -1;
-    int rc = e->id ? icfg_extent_get(e->id, &old) : 0;
-    if (rc < 0)
+    int rc = e->id ? icfg_extent_get(e->id, &old) : cap_check(&w, 0);
+    if (rc < 0 && e->id)
         rc = icfg_missing(call, rc, "Extent", e->id);
     else
         rc = icfg_extent_save(&w, e, e->id ? &old : NULL);
@@ -40,8 +47,8 @@ int iscsi_targetextent_write(struct api_call *call, struct icfg_targetextent *te
     struct icfg_targetextent old;
     if (icfg_write_begin(&w, call) < 0)
         return -1;
-    int rc = te->id ? icfg_targetextent_get(te->id, &old) : 0;
-    if (rc < 0)
+    int rc = te->id ? icfg_targetextent_get(te->id, &old) : cap_check(&w, 0);
+    if (rc < 0 && te->id)
         rc = icfg_missing(call, rc, "Target-extent mapping", te->id);
     else if (te->id)
         icfg_changed_target(&w, old.target); /* the old target loses the LUN */

@@ -2,7 +2,8 @@
  * The typed writes of NBD exports for a writer that is not an nbd.export.*
  * call: the gateway group's configuration sync (gwsync/), which applies
  * the other members' exports. Each runs what the method's handler runs
- * after decoding (the same checks, error wording and log lines), in one
+ * after decoding (the same checks, a create's cap --max-share-objects
+ * included, error wording and log lines), in one
  * configuration transaction (control/cfgtx.h) whose commit publishes the
  * export table.
  *
