@@ -3,9 +3,8 @@
  * call: the gateway group's configuration sync (gwsync/), which applies
  * the other members' exports. Each runs what the method's handler runs
  * after decoding (the same checks, a create's cap --max-share-objects
- * included, error wording and log lines), in one
- * configuration transaction (control/cfgtx.h) whose commit publishes the
- * export table.
+ * included, error wording and log lines), in one configuration
+ * transaction (control/cfgtx.h) whose commit publishes the export table.
  *
  * Errors go to call (api_call_internal_new: its method names the fields of
  * validation errors, "nbd.export.create.name"; api_call_error tells the
