@@ -3,9 +3,9 @@
  * that is not an iscsi.* call: the gateway group's configuration sync
  * (gwsync/), which applies the other members' rows. Each runs what the
  * method's handler runs after decoding (the same checks, a create's cap
- * --max-share-objects included, error wording and log lines), in one configuration transaction
- * (control/cfgtx.h: a savepoint of the calling thread's open transaction, if any, else its own,
- * published at commit).
+ * --max-share-objects included, error wording and log lines), in one
+ * configuration transaction (control/cfgtx.h: a savepoint of the calling
+ * thread's open transaction, if any, else its own, published at commit).
  *
  * Errors go to call (api_call_internal_new: its method names the fields
  * of validation errors, "iscsi.target.create.name"; api_call_error tells
