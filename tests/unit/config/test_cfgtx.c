@@ -35,6 +35,7 @@ static size_t n_seen, n_publish, n_after, n_other;
 static bool seen_defer, row_visible, lock_free_in_after;
 /* The after hook rejects the commit with this (0: it does not). */
 static int after_reject;
+static bool after_commits; /* the after hook commits a transaction itself */
 
 static int count_rows(void)
 {
@@ -68,6 +69,9 @@ static void after(void *arg)
     lock_free_in_after = db_lock_depth() == 0;
     if (after_reject)
         cfg_tx_after_fail(after_reject, "taken by another member");
+    /* the gateway sync saves its bookkeeping from its after hook */
+    if (after_commits)
+        assert_int_equal(cfg_setting_put("test.after", "x", CFG_SERVICE, 0), 0);
 }
 
 static void other_publish(const struct cfg_changes *ch, void *arg)
@@ -274,6 +278,16 @@ static void test_after_fail(void **state)
     cfg_tx_changed(&tx, CFG_NBD_EXPORT, 41, CFG_CREATED);
     assert_int_equal(cfg_tx_commit(&tx), 0);
     assert_int_equal(n_after, 2);
+    /* a transaction the hook commits after rejecting keeps the rejection */
+    assert_int_equal(cfg_tx_begin(&tx), 0);
+    assert_int_equal(insert("rejected too"), 0);
+    cfg_tx_changed(&tx, CFG_NBD_EXPORT, 42, CFG_CREATED);
+    after_reject = -EEXIST;
+    after_commits = true;
+    assert_int_equal(cfg_tx_commit(&tx), -EEXIST);
+    after_reject = 0;
+    after_commits = false;
+    assert_int_equal(n_after, 3);
 }
 
 static void test_setting_put(void **state)
