@@ -424,7 +424,7 @@ static int m_export_create(struct api_call *call, json_t *params, json_t **resul
 {
     json_t *in = api_param(params, 0); /* checked against export_fields by the dispatcher */
     json_t *data = json_deep_copy(in);
-    struct nbd_export_row r;
+    struct nbd_export_row r = {0};
     int rc = data ? api_apply_defaults(data, export_fields, ARRAY_SIZE(export_fields)) : -ENOMEM;
     if (rc == 0)
         rc = export_decode(data, 0, &r);
