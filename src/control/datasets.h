@@ -68,7 +68,7 @@ int datasets_forget(const char *name, char *why, size_t len);
 
 /*
  * Adopt the existing RBD image of volume name ("pool/vol", size bytes,
- * volblocksize "512".."128K") as a new dataset: what pool.dataset.create
+ * volblocksize in bytes) as a new dataset: what pool.dataset.create
  * {name, type: "VOLUME", volsize, volblocksize, adopt: true} does after
  * decoding (the same checks, one transaction, log line), for the gateway
  * group's sync (gwsync/: another member's volume, docs/ha.md). Errors go
@@ -77,7 +77,7 @@ int datasets_forget(const char *name, char *why, size_t len);
  */
 struct api_call;
 int datasets_adopt_volume(struct api_call *call, const char *name, uint64_t size,
-                          const char *volblocksize);
+                          uint32_t volblocksize);
 
 /* A front-end that uses datasets registers a check so that deleting or
  * rolling back a dataset in use is refused (EBUSY) with its reason. The

@@ -365,18 +365,19 @@ static int create_answer(struct api_call *call, const struct create_req *req, in
     return *result ? 0 : api_error(call, EIO, "dataset %s vanished", req->row.name);
 }
 
-/* After decoding: check fields -> (locked) check against the database ->
- * one transaction -> the new row into *result (NULL: not wanted). */
+/* The decoded request: check fields -> (locked) check against the
+ * database -> one transaction -> the new row into *result (may be NULL). */
 static int create_run(struct api_call *call, struct create_req *req, json_t **result)
 {
     struct ds_pool pool;
     json_t *row = NULL;
+    int rc;
 
     create_check_fields(call, req);
     ds_check_user_props(call, "pool.dataset.create.user_properties", &req->user_props, false);
     ds_ops_lock();
     db_lock();
-    int rc = create_resolve(call, req, &pool);
+    rc = create_resolve(call, req, &pool);
     if (rc == 0 && !api_has_verrs(call)) {
         rc = create_commit(call, req, &pool);
         if (rc == 0)
@@ -399,31 +400,56 @@ int ds_dataset_create(struct api_call *call, json_t *params, json_t **result)
     struct create_req req;
     int rc = create_decode(api_param(params, 0), &req);
 
-    if (rc == 0)
-        rc = create_run(call, &req, result);
-    else
-        rc = ds_api_errno(call, rc, "cannot create dataset", req.row.name);
+    if (rc < 0) {
+        create_req_free(&req);
+        return ds_api_errno(call, rc, "cannot create dataset", req.row.name);
+    }
+    rc = create_run(call, &req, result);
+    create_req_free(&req);
+    return rc;
+}
+
+int ds_volume_create(struct api_call *call, const struct ds_volume_new *nv)
+{
+    struct create_req req;
+    struct ds_row *row = &req.row;
+    int rc;
+
+    memset(&req, 0, sizeof(req));
+    snprintf(row->name, sizeof(row->name), "%s", nv->name);
+    req.name_len = strlen(nv->name);
+    row->type = DS_VOLUME;
+    row->volsize = nv->volsize;
+    row->volblocksize = nv->volblocksize;
+    row->sparse = nv->sparse;
+    row->sync = nv->sync;
+    req.sync_inherit = !nv->sync_given;
+    req.readonly_inherit = true;
+    snprintf(row->comments, sizeof(row->comments), "%s", nv->comments ? nv->comments : "");
+    req.vol_only[VO_VOLSIZE] = req.vol_only[VO_VOLBLOCKSIZE] = req.vol_only[VO_SPARSE] = true;
+    /* as pool.dataset.create names it, for the log (at most "128K") */
+    str_printf(req.volblocksize, sizeof(req.volblocksize), "%u%s",
+               nv->volblocksize >= 1024 ? nv->volblocksize / 1024 : nv->volblocksize,
+               nv->volblocksize >= 1024 ? "K" : "");
+    if (nv->managedby) {
+        req.managedby.given = true;
+        snprintf(req.managedby.value, sizeof(req.managedby.value), "%s", nv->managedby);
+    }
+    req.adopt = nv->adopt;
+    if (nv->user_props)
+        req.user_props = *nv->user_props; /* borrowed: not freed below */
+    rc = create_run(call, &req, NULL);
+    req.user_props = (struct ds_user_props){0};
     create_req_free(&req);
     return rc;
 }
 
 int datasets_adopt_volume(struct api_call *call, const char *name, uint64_t size,
-                          const char *volblocksize)
+                          uint32_t volblocksize)
 {
-    struct create_req req;
-    /* the request pool.dataset.create would decode; every value is ours */
-    json_t *data = json_pack("{s:s, s:s, s:I, s:s, s:b}", "name", name, "type", "VOLUME", "volsize",
-                             (json_int_t)size, "volblocksize", volblocksize, "adopt", 1);
-    int rc = data ? create_decode(data, &req) : -ENOMEM;
-
-    json_decref(data);
-    if (rc == 0)
-        rc = create_run(call, &req, NULL);
-    else
-        rc = ds_api_errno(call, rc, "cannot create dataset", name);
-    if (data)
-        create_req_free(&req);
-    return rc;
+    struct ds_volume_new nv = {
+        .name = name, .volsize = size, .volblocksize = volblocksize, .sparse = true, .adopt = true};
+    return ds_volume_create(call, &nv);
 }
 
 const struct api_arg ds_dataset_create_args[1] = {API_ARG_OBJECT("data", create_fields, 0)};

@@ -389,7 +389,7 @@ int gwc_ensure_volume(const char *key, const json_t *want, char *why, size_t len
     int rc = image_size(ds, &size, why, len);
     if (rc < 0)
         return rc;
-    const char *vbs = size % 16384 == 0 ? "16K" : size % 4096 == 0 ? "4K" : "512";
+    uint32_t vbs = size % 16384 == 0 ? 16384 : size % 4096 == 0 ? 4096 : 512;
     struct api_call *c = call_new("pool.dataset.create");
     rc = call_done(c, c ? datasets_adopt_volume(c, ds, size, vbs) : -1, why, len);
     if (rc < 0)
