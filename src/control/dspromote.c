@@ -193,7 +193,7 @@ static int promote_load(struct promote *p)
 /* DB locked (released during the job): a backend with a flatten op
  * copies the origin's data into the clone, then the clone's origin is
  * cleared. Nothing here touches other shares' names: a plain transaction
- * after the job, no rename hooks to update, no snapshot moved (so the
+ * after the job, no rename events to send, no snapshot moved (so the
  * caller's exit has nothing to undo). 0 or the call's error. */
 static int promote_flatten(struct promote *p)
 {

@@ -12,7 +12,7 @@
  * and iSCSI sessions go on without a pause; the open-volume cache is
  * re-keyed under the new names.
  *
- * Locks: the front-ends' configuration locks (rename hooks' lock()), then
+ * Locks: the front-ends' configuration locks (on EV_RENAME_LOCK), then
  * ds_ops_lock(), then db_lock() — front-ends never take ds_ops_lock while
  * holding their own lock, so the order is safe.
  */

@@ -1030,7 +1030,7 @@ static void rename_applied(bool committed)
  * build (control/confgen.h): a committed change of nbd_export rows becomes
  * a new export table, built from the DB reusing unchanged exports and
  * open volumes. Under the DB lock; the writer holds cfg_lock (every NBD
- * writer, the rename hooks, start and pool-online do), which
+ * writer, the rename events, start and pool-online do), which
  * server_running needs.
  */
 static int exports_next(struct conf_part *prev, const struct cfg_changes *ch,
