@@ -1,4 +1,5 @@
-/* The one transaction path: nesting, the change list, publishers (cfgtx.h). */
+/* The one transaction path: nesting, the change list, and the commit's
+ * events (cfgtx.h, events.h). */
 #include "control/cfgtx.h"
 
 #include <errno.h>
@@ -7,18 +8,8 @@
 #include <string.h>
 
 #include "control/db.h"
+#include "control/events.h"
 #include "core/log.h"
-
-struct publisher {
-    uint32_t kinds;
-    cfg_publish_fn publish;
-    cfg_after_fn after;
-    void *arg;
-};
-
-/* Written at startup only (before any transaction), read afterwards. */
-static struct publisher publishers[CFG_PUBLISHERS_MAX];
-static size_t n_publishers;
 
 static __thread struct cfg_tx *tls_current;
 /* An after hook's rejection of the commit being run (cfg_tx_after_fail). */
@@ -36,17 +27,6 @@ void cfg_tx_after_fail(int err, const char *message)
 const char *cfg_tx_after_message(void)
 {
     return tls_after_msg;
-}
-
-int cfg_publisher_register(uint32_t kinds, cfg_publish_fn publish, cfg_after_fn after, void *arg)
-{
-    if (n_publishers == CFG_PUBLISHERS_MAX) {
-        log_error("cfgtx: more than %d publishers", CFG_PUBLISHERS_MAX);
-        return -ENOSPC;
-    }
-    publishers[n_publishers++] =
-        (struct publisher){.kinds = kinds, .publish = publish, .after = after, .arg = arg};
-    return 0;
 }
 
 struct cfg_tx *cfg_tx_current(void)
@@ -74,7 +54,7 @@ static void changes_push(struct cfg_tx *tx, const struct cfg_change *c)
         size_t cap = tx->cap ? tx->cap * 2 : 8;
         struct cfg_change *v = realloc(tx->v, cap * sizeof(*v));
         if (!v) {
-            /* The publishers rebuild everything instead. */
+            /* The subscribers rebuild everything instead. */
             tx->overflow = true;
             return;
         }
@@ -129,23 +109,16 @@ static int tx_commit_nested(struct cfg_tx *tx)
     return rc;
 }
 
-/* Under the DB lock: every publisher whose kinds were changed; returns the
- * bit set of the publishers that ran (their after hooks are due). */
-static unsigned publish(const struct cfg_tx *tx)
+/* Under the DB lock: EV_CONFIG_COMMITTED (control/events.h) to every
+ * subscriber whose kinds were changed; returns the set it reached (their
+ * EV_CONFIG_AFTER is due). */
+static uint32_t publish(const struct cfg_tx *tx)
 {
     struct cfg_changes ch = {.v = tx->v, .n = tx->n, .defer = tx->defer, .overflow = tx->overflow};
-    unsigned ran = 0;
-    for (size_t i = 0; i < n_publishers; i++) {
-        if (!(publishers[i].kinds & tx->kinds) && !(tx->overflow && publishers[i].kinds))
-            continue;
-        if (publishers[i].publish)
-            publishers[i].publish(&ch, publishers[i].arg);
-        ran |= 1u << i;
-    }
-    return ran;
+    return events_config_committed(&ch, tx->kinds);
 }
 
-static void run_after(unsigned ran)
+static void run_after(uint32_t ran)
 {
     if (!ran)
         return;
@@ -156,9 +129,7 @@ static void run_after(unsigned ran)
         log_debug("cfgtx: publication side effects wait (DB lock still held)");
         return;
     }
-    for (size_t i = 0; i < n_publishers; i++)
-        if ((ran & (1u << i)) && publishers[i].after)
-            publishers[i].after(publishers[i].arg);
+    events_config_after(ran);
 }
 
 int cfg_tx_commit(struct cfg_tx *tx)
@@ -170,7 +141,7 @@ int cfg_tx_commit(struct cfg_tx *tx)
     bool caller_locked = db_lock_depth() > 1;
     uint64_t seq = 0;
     int rc = caller_locked ? db_commit() : db_commit_nosync(&seq);
-    unsigned ran = 0;
+    uint32_t ran = 0;
     if (rc < 0) {
         db_rollback();
     } else {
@@ -179,12 +150,17 @@ int cfg_tx_commit(struct cfg_tx *tx)
     }
     tx_end(tx);
     db_unlock();
+    /* An after hook may itself commit a transaction (the gateway sync's
+     * bookkeeping): this one's hooks' report is kept apart from it. */
+    int outer_err = tls_after_err;
     tls_after_err = 0;
     run_after(ran);
+    int after_err = tls_after_err;
+    tls_after_err = outer_err;
     if (rc == 0 && db_sync(seq) < 0)
         rc = -EIO;
-    if (rc == 0 && tls_after_err)
-        rc = tls_after_err;
+    if (rc == 0 && after_err)
+        rc = after_err;
     return rc;
 }
 

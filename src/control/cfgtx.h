@@ -11,11 +11,12 @@
  *   rc == 0 ? cfg_tx_commit(&tx) : cfg_tx_abort(&tx);
  *
  * The writer records which configured objects it created, updated or
- * deleted. After COMMIT succeeds the registered publishers whose kinds
- * intersect the change receive the list (under the DB lock, so they
- * publish in commit order), then, once the DB lock is released, their
- * "after" hooks run (work that must not hold the DB lock, e.g. unit
- * attentions that take an LU mutex). After a rollback no publisher runs.
+ * deleted. After COMMIT succeeds the subscribers of EV_CONFIG_COMMITTED
+ * (control/events.h) whose kinds intersect the change receive the list
+ * (under the DB lock, so they publish in commit order), then, once the DB
+ * lock is released, EV_CONFIG_AFTER (work that must not hold the DB lock,
+ * e.g. unit attentions that take an LU mutex). After a rollback no event
+ * is sent.
  *
  * Nesting: a cfg_tx_begin on a thread that already has a transaction open
  * joins it (a SAVEPOINT): its changes move into the outer transaction when
@@ -123,20 +124,10 @@ void cfg_tx_abort(struct cfg_tx *tx);
 /* The innermost open transaction of the calling thread, or NULL. */
 struct cfg_tx *cfg_tx_current(void);
 
-/* publish: under the DB lock, right after the outermost COMMIT, with the
- * changes of the kinds the publisher registered for. after: once the DB
- * lock is released, when publish ran (work publish queued that must not
- * hold the DB lock). Either may be NULL. Register at startup (module init), before any transaction;
- * at most CFG_PUBLISHERS_MAX. 0 or -ENOSPC. */
-typedef void (*cfg_publish_fn)(const struct cfg_changes *changes, void *arg);
-typedef void (*cfg_after_fn)(void *arg);
-#define CFG_PUBLISHERS_MAX 8
-int cfg_publisher_register(uint32_t kinds, cfg_publish_fn publish, cfg_after_fn after, void *arg);
-
-/* For an after hook that finds the change it just saw committed rejected
+/* For an EV_CONFIG_AFTER subscriber that finds the change it just saw committed rejected
  * elsewhere (a gateway group's shared configuration store: the name was
  * taken by another member at the same time, gwsync/gwconfig.h): the
- * cfg_tx_commit running the hook returns -err (tx->committed stays true)
+ * cfg_tx_commit delivering the event returns -err (tx->committed stays true)
  * and cfg_tx_after_message() names the reason. The first report of a
  * commit wins. Calling thread only (the committing one). */
 void cfg_tx_after_fail(int err, const char *message);

@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "control/db.h"
+#include "control/events.h"
 #include "core/log.h"
 
 /* Written at startup only (before any transaction), read afterwards. */
@@ -323,6 +324,16 @@ static void on_after(void *arg)
     conf_apply_pending();
 }
 
+/* The generation follows the configuration's transactions (events.h). */
+static int on_event(const struct event *ev, void *arg)
+{
+    if (ev->type == EV_CONFIG_COMMITTED)
+        on_commit(ev->config, arg);
+    else
+        on_after(arg);
+    return 0;
+}
+
 int conf_subscribe(enum conf_facet f, const struct conf_subscriber *s)
 {
     if (subs[f]) {
@@ -334,7 +345,12 @@ int conf_subscribe(enum conf_facet f, const struct conf_subscriber *s)
         return -EINVAL;
     }
     if (!registered) {
-        int rc = cfg_publisher_register(CONF_KINDS, on_commit, on_after, NULL);
+        int rc = events_subscribe(&(struct event_subscriber){
+            .name = "confgen",
+            .types = EV_BIT(EV_CONFIG_COMMITTED) | EV_BIT(EV_CONFIG_AFTER),
+            .config_kinds = CONF_KINDS,
+            .fn = on_event,
+        });
         if (rc < 0)
             return rc;
         registered = true;

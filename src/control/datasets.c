@@ -173,22 +173,6 @@ static void apply_changes(const struct ds_eff_change *c, size_t n)
     }
 }
 
-/* Unlocked: tell the observers (iSCSI re-reads WCE and read-only) about
- * the other volumes a recompute changed (not self: the caller does). */
-static void notify_changes(const struct ds_eff_change *c, size_t n, const char *self)
-{
-    for (size_t i = 0; i < n; i++) {
-        struct volume *v;
-
-        if (strcmp(c[i].name, self) == 0)
-            continue;
-        v = ds_cache_peek(c[i].name);
-        ds_notify(DATASETS_PROPERTY_CHANGED, c[i].name, v);
-        if (v)
-            volume_unref(v);
-    }
-}
-
 /* One pool.dataset.update's state, shared by its steps. */
 struct update {
     struct api_call *call;
@@ -208,7 +192,7 @@ struct update {
     struct ds_pool pool;
     struct volume *v; /* the open volume (own ref), or NULL */
     uint64_t old_size, new_size;
-    bool resize, props, opened_here;
+    bool resize, opened_here;
     struct ds_eff_change *changes; /* sync/readonly recomputed below this dataset */
     size_t nchanges;
     enum { UPDATE_ERRNO, UPDATE_NOENT, UPDATE_READ } fail; /* which error a failure gets */
@@ -290,10 +274,8 @@ static void update_check(struct update *u)
         api_verr(call, "pool.dataset.update.user_properties_update", EINVAL,
                  "Should not be specified when \"user_properties\" are explicitly specified");
     ds_props_check(call, "pool.dataset.update", &u->propset, u->row.type, u->row.name, true);
-    if (u->comments_given) {
-        u->props |= strcmp(u->comments, u->row.comments) != 0;
+    if (u->comments_given)
         snprintf(u->row.comments, sizeof(u->row.comments), "%s", u->comments);
-    }
 }
 
 /* Inside the transaction: size and comment, managedby, the user and ZFS
@@ -371,11 +353,8 @@ static int update_commit(struct update *u)
     }
     if (rc < 0 && u->opened_here)
         ds_cache_drop(u->row.name, false); /* it was empty: nothing is lost */
-    if (rc == 0) {
+    if (rc == 0)
         apply_changes(u->changes, u->nchanges);
-        for (size_t i = 0; i < u->nchanges; i++)
-            u->props |= strcmp(u->changes[i].name, u->row.name) == 0;
-    }
     return rc;
 }
 
@@ -415,11 +394,12 @@ static int update_fail(struct update *u, int rc)
                         u->id);
 }
 
-/* Unlocked, after the commit: tell the observers (iSCSI re-reads the size,
- * WCE and read-only) about this dataset and the others that changed. */
+/* Unlocked, after the commit: EV_DATASET for a resize. The
+ * open volumes already have their new size, sync and read-only values
+ * (apply_changes): the front-ends read them on the next request (SCSI
+ * raises CAPACITY DATA HAS CHANGED or MODE PARAMETERS CHANGED itself). */
 static void update_publish(struct update *u)
 {
-    notify_changes(u->changes, u->nchanges, u->row.name);
     free(u->changes);
     if (u->resize) {
         log_info("datasets: %s resized %llu -> %llu bytes (peer %s)", u->row.name,
@@ -427,8 +407,6 @@ static void update_publish(struct update *u)
                  api_call_peer(u->call));
         ds_notify(DATASETS_RESIZED, u->row.name, u->v);
     }
-    if (u->props)
-        ds_notify(DATASETS_PROPERTY_CHANGED, u->row.name, u->v);
     if (u->v)
         volume_unref(u->v);
 }
@@ -885,7 +863,7 @@ static bool plan_removed_any(const struct delete_plan *p)
     return false;
 }
 
-/* Unlocked: the log lines and the observers (front-ends drop the shares). */
+/* Unlocked: the log lines and EV_DATASET (front-ends drop the shares). */
 static void delete_publish(struct dataset_delete *d)
 {
     if (d->force)

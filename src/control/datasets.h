@@ -61,10 +61,23 @@ bool datasets_volume_release_unused(const char *name);
  * here). Refused while a share uses it (-EBUSY, checked under the DB
  * lock, so none can be made meanwhile), when it has snapshots or children
  * here (-ENOTEMPTY), -ENOENT, -EINVAL (not a volume); a reason in why.
- * Closes the cached volume and tells the observers (DATASETS_DELETED).
+ * Closes the cached volume and sends EV_DATASET DATASETS_DELETED.
  * Control threads (takes ds_ops_lock and the DB lock). 0 or -errno.
  */
 int datasets_forget(const char *name, char *why, size_t len);
+
+/*
+ * Adopt the existing RBD image of volume name ("pool/vol", size bytes,
+ * volblocksize in bytes) as a new dataset: what pool.dataset.create
+ * {name, type: "VOLUME", volsize, volblocksize, adopt: true} does after
+ * decoding (the same checks, one transaction, log line), for the gateway
+ * group's sync (gwsync/: another member's volume, docs/ha.md). Errors go
+ * to call (api_call_internal_new). 0, or -1 with the error set on call.
+ * Control threads, no DB lock held.
+ */
+struct api_call;
+int datasets_adopt_volume(struct api_call *call, const char *name, uint64_t size,
+                          uint32_t volblocksize);
 
 /* A front-end that uses datasets registers a check so that deleting or
  * rolling back a dataset in use is refused (EBUSY) with its reason. The
@@ -84,43 +97,36 @@ typedef unsigned (*datasets_clients_fn)(const char *name, char *why, size_t len)
 void datasets_register_clients(datasets_clients_fn fn);
 
 /*
- * Rename hooks: front-ends whose configuration names datasets (NBD export
- * rows, iSCSI DISK extents "zvol/<name>", FILE extents under a pool
- * directory) follow a rename, so shares keep serving under the new name.
- * A rename of old → new covers old itself and, with subtree, every
- * "old/…" and "old@…" (a dataset rename); without, old alone (a snapshot).
- *   lock():   before the rename takes any config lock: take the front-end's
- *             own configuration lock so that no change of its rows runs
- *             between update() and applied(). May be NULL.
- *   update(): inside the rename's transaction (db_lock() held): rewrite the
- *             front-end's rows. 0, or -errno to roll the rename back.
- *   applied(committed): after the transaction ended, no config lock held
- *             but the front-end's own (from lock()): republish when
- *             committed; always release what lock() took.
- * Open volumes are not reopened: an open file descriptor survives the
- * file's rename, and the volume cache is re-keyed under the new name.
- * Register at start-up; up to 16.
- */
-struct datasets_rename_hook {
-    void (*lock)(void *arg);
-    int (*update)(const char *old_name, const char *new_name, bool subtree, void *arg);
-    void (*applied)(bool committed, void *arg);
-    void *arg;
-};
-void datasets_register_rename(const struct datasets_rename_hook *hook);
-
-/*
- * Observers (addition): front-ends learn about dataset changes made through
- * the API, e.g. to raise CAPACITY DATA HAS CHANGED (iSCSI) or refresh an
- * export's size (NBD). Called on the API thread that made the change, after
- * the change is committed and applied to the open volume, with no config
- * lock held; must not block for long. name is "pool/vol" (or
+ * Renames: front-ends whose configuration names datasets (NBD export rows,
+ * iSCSI DISK extents "zvol/<name>", FILE extents under a pool directory)
+ * follow a rename, so shares keep serving under the new name: they
+ * subscribe to EV_RENAME_LOCK, EV_RENAME_UPDATE and EV_RENAME_DONE
+ * (control/events.h says when each comes). A rename of old → new covers
+ * old itself and, with subtree, every "old/…" and "old@…" (a dataset
+ * rename); without, old alone (a snapshot). Open volumes are not
+ * reopened: an open file descriptor survives the file's rename, and the
+ * volume cache is re-keyed under the new name.
+ *
+ * Dataset events (EV_DATASET, control/events.h): front-ends learn about
+ * dataset changes made through the API that their published configuration
+ * does not carry. Delivered on the thread that made the change, after the
+ * change is committed and applied to the open volume, with no config lock
+ * held; a subscriber must not block for long. name is "pool/vol" (or
  * "pool/vol@snap" for a deleted snapshot); v is the open volume (borrowed,
- * valid for the call) or NULL when it is not open. Register at start-up
- * (not thread-safe against notifications). Up to 16 observers.
- *   DATASETS_RESIZED          volsize changed (update or rollback)
+ * valid for the call) or NULL when it is not open. A change of sync or
+ * read-only needs no event: the open volume has it
+ * (volume_set_sync/readonly) and SCSI raises MODE PARAMETERS CHANGED on
+ * the next command by itself.
+ *   DATASETS_RESIZED          volsize changed (pool.dataset.update, a
+ *                             rollback, replication, or another client of
+ *                             an RBD image): the open volume already has
+ *                             the new size and a new volume_size_generation,
+ *                             from which SCSI raises CAPACITY DATA HAS
+ *                             CHANGED on each nexus's next command; NBD
+ *                             connections keep their negotiated size
+ *                             (NBD cannot tell a client) and the NBD
+ *                             front-end logs those that must reconnect
  *   DATASETS_DELETED          dataset or snapshot removed
- *   DATASETS_PROPERTY_CHANGED sync, readonly or comments changed
  *   DATASETS_ROLLED_BACK      contents replaced by a snapshot's
  *   DATASETS_ROLLING_BACK     (the one event sent BEFORE the change, with
  *                             ds_ops_lock held but no DB lock) a rollback
@@ -136,14 +142,10 @@ void datasets_register_rename(const struct datasets_rename_hook *hook);
 enum datasets_event {
     DATASETS_RESIZED,
     DATASETS_DELETED,
-    DATASETS_PROPERTY_CHANGED,
     DATASETS_ROLLED_BACK,
     DATASETS_ROLLING_BACK,
     DATASETS_POOL_ONLINE,
 };
-typedef void (*datasets_observer_fn)(enum datasets_event ev, const char *name, struct volume *v,
-                                     void *arg);
-void datasets_observe(datasets_observer_fn fn, void *arg);
 
 /*
  * Whether a host file may back an iSCSI FILE extent: it must lie inside a

@@ -161,12 +161,13 @@ int ds_cache_rename(const char *old_name, const char *new_name, bool subtree);
 /* Clients connected to the shares of exactly name (the registered
  * datasets_clients_fn summed); reasons joined into why. */
 unsigned ds_clients(const char *name, char *why, size_t len);
-/* The registered rename hooks (datasets.h), in registration order. */
-void ds_rename_hooks_lock(void);
-int ds_rename_hooks_update(const char *old_name, const char *new_name, bool subtree);
-void ds_rename_hooks_applied(bool committed);
+/* A rename's EV_RENAME_LOCK, _UPDATE and _DONE (control/events.h). */
+void ds_rename_event_lock(void);
+int ds_rename_event_update(const char *old_name, const char *new_name, bool subtree);
+void ds_rename_event_done(bool committed);
 /* Ask every registered in-use check about name (a dataset or snapshot). */
 bool ds_in_use(const char *name, char *why, size_t len);
+/* EV_DATASET (control/events.h) for name. */
 void ds_notify(enum datasets_event ev, const char *name, struct volume *v);
 
 /* Copy src to the new file dst (store_clone_file: reflink, else a sparse
@@ -204,6 +205,7 @@ struct ds_volume_new {
     const char *comments;
     const char *managedby;
     const struct ds_user_props *user_props;
+    bool adopt; /* take the existing RBD image (datasets_adopt_volume) */
 };
 int ds_volume_create(struct api_call *call, const struct ds_volume_new *nv);
 /* pool.dataset.delete name {recursive, force} (datasets.c). */
@@ -264,7 +266,7 @@ int ds_snapshot_held(struct api_call *call, const struct ds_snap *snap, const ch
  * transaction. 0 or the call's error. */
 int ds_snapshot_defer_destroy(struct api_call *call, const struct ds_snap *snap, const char *full);
 /* Destroy every snapshot marked for deferred destroy whose last clone is
- * gone (rows, storage, then the observers); one still exported stays
+ * gone (rows, storage, then EV_DATASET); one still exported stays
  * marked. at_start: RBD pools are left for a later call (start-up does
  * not wait for a cluster). Takes ds_ops_lock and the DB lock: call with
  * neither held. peer names the caller in the log. */

@@ -435,12 +435,21 @@ int ds_volume_create(struct api_call *call, const struct ds_volume_new *nv)
         req.managedby.given = true;
         snprintf(req.managedby.value, sizeof(req.managedby.value), "%s", nv->managedby);
     }
+    req.adopt = nv->adopt;
     if (nv->user_props)
         req.user_props = *nv->user_props; /* borrowed: not freed below */
     rc = create_run(call, &req, NULL);
     req.user_props = (struct ds_user_props){0};
     create_req_free(&req);
     return rc;
+}
+
+int datasets_adopt_volume(struct api_call *call, const char *name, uint64_t size,
+                          uint32_t volblocksize)
+{
+    struct ds_volume_new nv = {
+        .name = name, .volsize = size, .volblocksize = volblocksize, .sparse = true, .adopt = true};
+    return ds_volume_create(call, &nv);
 }
 
 const struct api_arg ds_dataset_create_args[1] = {API_ARG_OBJECT("data", create_fields, 0)};

@@ -193,7 +193,7 @@ static int promote_load(struct promote *p)
 /* DB locked (released during the job): a backend with a flatten op
  * copies the origin's data into the clone, then the clone's origin is
  * cleared. Nothing here touches other shares' names: a plain transaction
- * after the job, no rename hooks to update, no snapshot moved (so the
+ * after the job, no rename events to send, no snapshot moved (so the
  * caller's exit has nothing to undo). 0 or the call's error. */
 static int promote_flatten(struct promote *p)
 {
@@ -288,7 +288,7 @@ static int promote_move_rows(struct promote *p)
         char o[DS_NAME_BUF * 2], n[DS_NAME_BUF * 2];
         snprintf(o, sizeof(o), "%s@%s", p->origin.name, p->snaps[i].name);
         snprintf(n, sizeof(n), "%s@%s", p->clone.name, p->snaps[i].name);
-        rc = ds_rename_hooks_update(o, n, false);
+        rc = ds_rename_event_update(o, n, false);
     }
     return rc;
 }
@@ -400,7 +400,7 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
     int rc;
 
     p.id = json_string_value(api_param(params, 0)); /* promote_id_check */
-    ds_rename_hooks_lock();
+    ds_rename_event_lock();
     ds_ops_lock();
     db_lock();
     rc = promote_load(&p);
@@ -412,7 +412,7 @@ static int m_dataset_promote(struct api_call *call, json_t *params, json_t **res
     else
         promote_undo(&p);
     ds_ops_unlock();
-    ds_rename_hooks_applied(p.committed);
+    ds_rename_event_done(p.committed);
     if (p.committed) /* the origin's clone may now be its only dependant's */
         ds_snapshot_reap_deferred(false, api_call_peer(call));
     snaps_free(p.snaps, p.nsnaps);

@@ -66,7 +66,7 @@ int ds_rbd_image_name(const struct ds_pool *p, const char *name, char *buf, size
  * through librbd's header watch (bdev_rbd_watch_updates) and taken by the
  * open volume (volume_size_changed: iSCSI raises CAPACITY DATA HAS
  * CHANGED, new NBD connections see the new size), the dataset row's
- * volsize and the observers (DATASETS_RESIZED). The work runs on one
+ * volsize and EV_DATASET DATASETS_RESIZED. The work runs on one
  * thread of its own, never on librbd's.
  *   ds_rbd_follow: after opening the bdev of a volume (not a snapshot);
  *   a failure to watch is logged (the size is then only read at open).

@@ -5,7 +5,7 @@
  * from an update callback can wait for the very thread it runs on), so
  * the callback only queues the bdev and wakes the follower thread, which
  * reads the size through the volume's own handle and, when it differs,
- * gives the open volume, the dataset row and the observers the new size.
+ * gives the open volume, the dataset row and EV_DATASET the new size.
  *
  * The queue holds bdev pointers, compared with the cache's entries and
  * never dereferenced before the cache gave us a reference on their volume

@@ -7,12 +7,12 @@
  * A rename is a rename(2) of the dataset's file or directory (and of a
  * volume's snapshot files "<vol>@<snap>") inside one SQLite transaction
  * that renames the rows and lets the front-ends rewrite theirs (NBD export
- * rows, iSCSI extents: datasets_register_rename). Open volumes are not
+ * rows, iSCSI extents: EV_RENAME_UPDATE, control/events.h). Open volumes are not
  * touched: an open file descriptor survives rename(2), so NBD connections
  * and iSCSI sessions go on without a pause; the open-volume cache is
  * re-keyed under the new names.
  *
- * Locks: the front-ends' configuration locks (rename hooks' lock()), then
+ * Locks: the front-ends' configuration locks (on EV_RENAME_LOCK), then
  * ds_ops_lock(), then db_lock() — front-ends never take ds_ops_lock while
  * holding their own lock, so the order is safe.
  */
@@ -405,7 +405,7 @@ static int rename_dataset_apply(struct ds_rename *r)
     if (rc == 0)
         rc = ds_props_recompute(r->new_name, &r->changes, &r->nchanges);
     if (rc == 0)
-        rc = ds_rename_hooks_update(r->old_name, r->new_name, true);
+        rc = ds_rename_event_update(r->old_name, r->new_name, true);
     if (rc < 0)
         return rc;
     if (ds_backend_of(&r->pool)->volume_rename)
@@ -447,22 +447,20 @@ static int rename_dataset_commit(struct ds_rename *r)
 }
 
 /* After the commit, still locked: the open volumes whose inherited values
- * the new parent changed get them (notify: the observers, unlocked). */
-static void rename_dataset_changes(const struct ds_rename *r, bool notify)
+ * the new parent changed get them. The front-ends notice on the next
+ * request (SCSI: MODE PARAMETERS CHANGED, from the volume's own state). */
+static void rename_dataset_changes(const struct ds_rename *r)
 {
     for (size_t i = 0; i < r->nchanges; i++) {
         struct volume *v = ds_cache_peek(r->changes[i].name);
 
-        if (notify) {
-            ds_notify(DATASETS_PROPERTY_CHANGED, r->changes[i].name, v);
-        } else if (v) {
-            if (r->changes[i].sync_changed)
-                volume_set_sync(v, r->changes[i].sync);
-            if (r->changes[i].readonly_changed)
-                volume_set_readonly(v, r->changes[i].readonly);
-        }
-        if (v)
-            volume_unref(v);
+        if (!v)
+            continue;
+        if (r->changes[i].sync_changed)
+            volume_set_sync(v, r->changes[i].sync);
+        if (r->changes[i].readonly_changed)
+            volume_set_readonly(v, r->changes[i].readonly);
+        volume_unref(v);
     }
 }
 
@@ -479,25 +477,21 @@ static int rename_dataset(struct api_call *call, const char *old_name, const cha
 
     if (rc < 0)
         return rc;
-    ds_rename_hooks_lock();
+    ds_rename_event_lock();
     ds_ops_lock();
     db_lock();
     rc = rename_dataset_load(&r);
     if (rc == 0)
         rc = rename_dataset_commit(&r);
     if (r.committed) {
-        rename_dataset_changes(&r, false);
+        rename_dataset_changes(&r);
         log_info("datasets: renamed %s %s to %s (%zu snapshot(s) moved along; peer %s)",
                  r.row.type == DS_VOLUME ? "volume" : "filesystem", old_name, new_name, r.nsnaps,
                  api_call_peer(call));
     }
     db_unlock();
     ds_ops_unlock();
-    ds_rename_hooks_applied(r.committed);
-    /* front-ends re-read WCE and read-only of the volumes whose inherited
-     * values the new parent changed */
-    if (r.committed)
-        rename_dataset_changes(&r, true);
+    ds_rename_event_done(r.committed);
     free(r.changes);
     names_free(r.snaps, r.nsnaps);
     return rc > 0 ? 0 : rc;
@@ -648,7 +642,7 @@ static int snap_rename_one(struct snap_rename *r, size_t i)
     snprintf(o, sizeof(o), "%s@%s", m->dataset, r->oldsnap);
     snprintf(nn, sizeof(nn), "%s@%s", m->dataset, r->newsnap);
     if (rc == 0)
-        rc = ds_rename_hooks_update(o, nn, false);
+        rc = ds_rename_event_update(o, nn, false);
     if (rc == 0 && ds_backend_of(&r->pool)->snapshot_rename)
         return moves_backend(&r->moves, &r->pool, m->dataset, r->oldsnap, r->newsnap);
     if (rc == 0)
@@ -724,13 +718,13 @@ static int rename_snapshot(struct api_call *call, const char *old_full, const ch
 
     if (rc < 0)
         return rc;
-    ds_rename_hooks_lock();
+    ds_rename_event_lock();
     ds_ops_lock();
     db_lock();
     rc = snap_rename_locked(&r);
     db_unlock();
     ds_ops_unlock();
-    ds_rename_hooks_applied(r.committed);
+    ds_rename_event_done(r.committed);
     for (size_t i = 0; i < r.n; i++)
         free(r.list[i].dataset);
     free(r.list);

@@ -414,7 +414,7 @@ void ds_snapshot_reap_deferred(bool at_start, const char *peer)
         if (reap_one(&l.v[i], at_start, peer) < 0)
             l.v[i].id = 0; /* stays */
     ds_ops_unlock();
-    /* the observers learn of it unlocked, as after a delete */
+    /* EV_DATASET goes out unlocked, as after a delete */
     for (size_t i = 0; i < l.n; i++) {
         if (!l.v[i].id)
             continue;

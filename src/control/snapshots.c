@@ -1196,7 +1196,7 @@ static int rollback_record(struct rollback *r)
     return 0;
 }
 
-/* Unlocked, after the commit: the observers learn of the destroyed
+/* Unlocked, after the commit: EV_DATASET subscribers learn of the destroyed
  * snapshots, the rollback and a size change. */
 static void rollback_publish(struct rollback *r)
 {

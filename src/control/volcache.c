@@ -15,10 +15,10 @@
 #include "control/ds_internal.h"
 #include "control/dsbackend.h"
 #include "control/dsrbd.h"
+#include "control/events.h"
 #include "core/log.h"
 
 #define DS_MAX_IN_USE 16
-#define DS_MAX_OBSERVERS 16
 
 struct cache_entry {
     char *name;
@@ -60,14 +60,6 @@ static datasets_in_use_fn in_use_fns[DS_MAX_IN_USE];
 static size_t in_use_count;
 static datasets_clients_fn clients_fns[DS_MAX_IN_USE];
 static size_t clients_count;
-static struct datasets_rename_hook rename_hooks[DS_MAX_IN_USE];
-static size_t rename_hook_count;
-
-static struct {
-    datasets_observer_fn fn;
-    void *arg;
-} observers[DS_MAX_OBSERVERS];
-static size_t observer_count;
 
 static struct cache_entry *cache_find_locked(const char *name)
 {
@@ -423,53 +415,27 @@ unsigned ds_clients(const char *name, char *why, size_t len)
     return total;
 }
 
-void datasets_register_rename(const struct datasets_rename_hook *hook)
+/* The rename's and the dataset events, on the one bus (events.h). */
+void ds_rename_event_lock(void)
 {
-    table_room(rename_hook_count, "rename hooks");
-    rename_hooks[rename_hook_count++] = *hook;
+    events_emit(&(struct event){.type = EV_RENAME_LOCK});
 }
 
-void ds_rename_hooks_lock(void)
+int ds_rename_event_update(const char *old_name, const char *new_name, bool subtree)
 {
-    for (size_t i = 0; i < rename_hook_count; i++)
-        if (rename_hooks[i].lock)
-            rename_hooks[i].lock(rename_hooks[i].arg);
+    return events_emit(&(struct event){
+        .type = EV_RENAME_UPDATE,
+        .rename = {.old_name = old_name, .new_name = new_name, .subtree = subtree}});
 }
 
-int ds_rename_hooks_update(const char *old_name, const char *new_name, bool subtree)
+void ds_rename_event_done(bool committed)
 {
-    for (size_t i = 0; i < rename_hook_count; i++) {
-        if (!rename_hooks[i].update)
-            continue;
-        int rc = rename_hooks[i].update(old_name, new_name, subtree, rename_hooks[i].arg);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
-}
-
-void ds_rename_hooks_applied(bool committed)
-{
-    for (size_t i = 0; i < rename_hook_count; i++)
-        if (rename_hooks[i].applied)
-            rename_hooks[i].applied(committed, rename_hooks[i].arg);
-}
-
-void datasets_observe(datasets_observer_fn fn, void *arg)
-{
-    if (observer_count == DS_MAX_OBSERVERS) {
-        log_error("datasets: too many observers registered");
-        abort();
-    }
-    observers[observer_count].fn = fn;
-    observers[observer_count].arg = arg;
-    observer_count++;
+    events_emit(&(struct event){.type = EV_RENAME_DONE, .committed = committed});
 }
 
 void ds_notify(enum datasets_event ev, const char *name, struct volume *v)
 {
-    for (size_t i = 0; i < observer_count; i++)
-        observers[i].fn(ev, name, v, observers[i].arg);
+    events_emit(&(struct event){.type = EV_DATASET, .dataset = {.what = ev, .name = name, .v = v}});
 }
 
 /* References to every cached volume, so we can work on them unlocked. */

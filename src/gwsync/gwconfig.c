@@ -37,6 +37,7 @@
 #include "control/datasets.h"
 #include "control/cfgtx.h"
 #include "control/db.h"
+#include "control/events.h"
 #include "core/log.h"
 #include "gateway/gateway.h"
 #include "gwsync/gwconfig_internal.h"
@@ -213,17 +214,32 @@ static void notify(void)
         log_warn("gateway config: notify on %s: %s", gc.obj, strerror(-rc));
 }
 
+/* Store one bookkeeping setting on the one transaction path (cfgtx.h):
+ * it names no configured object, so no publisher runs; durable once
+ * committed. 0 or -errno. */
+static int setting_save(const char *key, const char *value)
+{
+    struct cfg_tx tx;
+    int rc = cfg_tx_begin(&tx);
+    if (rc < 0)
+        return rc;
+    rc = db_setting_set(key, value);
+    if (rc < 0) {
+        cfg_tx_abort(&tx);
+        return rc;
+    }
+    return cfg_tx_commit(&tx);
+}
+
 /* Persist base (gc_mu held; takes the DB lock). */
 static void base_save(void)
 {
     char *s = gwc_dump(base);
     if (!s)
         return;
-    db_lock();
-    if (db_setting_set(gc.setting, s) < 0)
+    if (setting_save(gc.setting, s) < 0)
         log_error("gateway config: cannot save the synchronised state (a restart re-applies "
                   "the group's rows)");
-    db_unlock();
     free(s);
 }
 
@@ -541,6 +557,18 @@ static void after(void *arg)
                  gc.group, strerror(-rc));
 }
 
+/* The local configuration's transactions (events.h): the group's rows
+ * among the changes are written to the object (publish, under the DB
+ * lock, queues; after, unlocked, writes). */
+static int on_event(const struct event *ev, void *arg)
+{
+    if (ev->type == EV_CONFIG_COMMITTED)
+        publish(ev->config, arg);
+    else
+        after(arg);
+    return 0;
+}
+
 /* ---- the object → local changes ---- */
 
 /* A withdrawn extent or NBD export: close its volume here if nothing else
@@ -621,10 +649,8 @@ static void adopted_save(void)
     pthread_mutex_unlock(&pend_mu);
     if (!s)
         return;
-    db_lock();
-    if (db_setting_set(gc.adopted_setting, s) < 0)
+    if (setting_save(gc.adopted_setting, s) < 0)
         log_error("gateway config: cannot save the list of adopted volumes");
-    db_unlock();
     free(s);
 }
 
@@ -955,10 +981,14 @@ static void *store_main(void *arg)
 
 void gwconfig_init(void)
 {
-    cfg_publisher_register(CFG_KIND_BIT(CFG_ISCSI_TARGET) | CFG_KIND_BIT(CFG_ISCSI_EXTENT) |
-                               CFG_KIND_BIT(CFG_ISCSI_TARGETEXTENT) | CFG_KIND_BIT(CFG_NBD_EXPORT) |
-                               CFG_KIND_BIT(CFG_POOL) | CFG_KIND_BIT(CFG_DATASET),
-                           publish, after, NULL);
+    events_subscribe(&(struct event_subscriber){
+        .name = "gateway config",
+        .types = EV_BIT(EV_CONFIG_COMMITTED) | EV_BIT(EV_CONFIG_AFTER),
+        .config_kinds = CFG_KIND_BIT(CFG_ISCSI_TARGET) | CFG_KIND_BIT(CFG_ISCSI_EXTENT) |
+                        CFG_KIND_BIT(CFG_ISCSI_TARGETEXTENT) | CFG_KIND_BIT(CFG_NBD_EXPORT) |
+                        CFG_KIND_BIT(CFG_POOL) | CFG_KIND_BIT(CFG_DATASET),
+        .fn = on_event,
+    });
     /* gateway/ is below the front-ends and cannot call us: it calls this
      * when it replaces its cluster connection. */
     gateway_set_reconnect_hook(gwconfig_reconnect);

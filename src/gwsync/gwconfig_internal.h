@@ -1,8 +1,8 @@
 /*
  * gwsync/gwconfig*.c internals: the local side of the shared
  * configuration (gwconfig_rows.c: which rows are the group's, their
- * values, applying a remote value through the API) used by the store side
- * (gwconfig.c). Not for other modules.
+ * values, applying a remote value through the typed writes) used by the
+ * store side (gwconfig.c). Not for other modules.
  */
 #ifndef BLOCKD_GATEWAY_GWCONFIG_INTERNAL_H
 #define BLOCKD_GATEWAY_GWCONFIG_INTERNAL_H
@@ -39,9 +39,9 @@ json_t *gwc_local_view(void);
 char *gwc_dump(const json_t *value);
 
 /* Make sure the volume an extent or NBD value names exists here, adopting
- * its RBD image when it does not. No DB lock held (it calls
- * pool.dataset.create). 0 (there already, or nothing to adopt), 1 (adopted
- * now), or -errno with a reason in why. */
+ * its RBD image when it does not (datasets_adopt_volume). No DB lock
+ * held. 0 (there already, or nothing to adopt), 1 (adopted now), or
+ * -errno with a reason in why. */
 int gwc_ensure_volume(const char *key, const json_t *want, char *why, size_t len);
 /* The volume ("pool/vol") an extent or NBD value names, or NULL
  * (borrowed from want). */
@@ -53,11 +53,12 @@ int64_t gwc_dataset_id(const char *ds);
 bool gwc_volume_shared_here(const char *ds);
 
 /*
- * Apply one remote row to the local configuration through the API
- * methods: want NULL withdraws it. local is the current local view
+ * Apply one remote row to the local configuration through the typed
+ * writes the methods' handlers run after decoding (iscsi_write.h,
+ * nbd_write.h), one transaction per row: want NULL withdraws it. local is the current local view
  * (gwc_local_view) to skip what already matches. iSCSI keys run inside
  * the caller's open cfg_tx (DB lock held); "nbd/" keys must run with no
- * DB lock held (the NBD methods take their own lock first). 0, or -errno
+ * DB lock held (the NBD writes take their own lock first). 0, or -errno
  * with a reason in why.
  */
 int gwc_apply(const char *key, json_t *want, json_t *local, char *why, size_t len);

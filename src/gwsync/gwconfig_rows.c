@@ -1,9 +1,13 @@
 /*
  * The local side of the group's shared configuration (gwconfig.h): which
  * rows of the local DB are the group's and their stored values, and
- * applying a remote value through the same API methods a client calls.
- * The rows are read through control/'s typed stores (no SQL here); the
- * values are encoded from their structs.
+ * applying a remote value through the typed functions the iscsi.*, nbd.*
+ * and pool.dataset.create handlers run after decoding (iscsi_write.h,
+ * nbd_write.h, datasets_adopt_volume): the same checks and one
+ * configuration transaction per applied change, never the JSON-RPC
+ * dispatcher. The rows are read through the typed stores (no SQL here);
+ * the values are encoded from their structs and decoded by each object's
+ * one decoder, checked against its method's fields.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -16,9 +20,12 @@
 #include "control/dataset_store.h"
 #include "control/db.h"
 #include "control/dsrbd.h"
+#include "control/datasets.h"
 #include "iscsi/config/extent_store.h"
+#include "iscsi/config/iscsi_write.h"
 #include "iscsi/config/target_store.h"
 #include "iscsi/config/targetextent_store.h"
+#include "nbd/config/nbd_write.h"
 #include "nbd/config/nbdstore.h"
 #include "control/pool_store.h"
 #include "core/log.h"
@@ -329,7 +336,8 @@ static int image_size(const char *ds, uint64_t *size, char *why, size_t len)
     return rc;
 }
 
-/* JSON-RPC error → -errno and its message into why. */
+/* A typed write's error (the JSON-RPC error object its call would answer
+ * with) → -errno and its message into why. */
 static int call_error(json_t *err, const char *method, char *why, size_t len)
 {
     json_t *data = json_object_get(err, "data");
@@ -346,25 +354,30 @@ static int call_error(json_t *err, const char *method, char *why, size_t len)
     return e > 0 ? -e : -EIO;
 }
 
-/* Run method (params: a new reference, stolen); *res (may be NULL) gets
- * the result. 0 or -errno with why. */
-static int call(const char *method, json_t *params, json_t **res, char *why, size_t len)
+/* The call a typed write reports to: blockd applying its group's
+ * configuration, as the internal identity (never the local
+ * administrator's); method names the fields of its errors as the method's
+ * own would. NULL when out of memory. */
+static struct api_call *call_new(const char *method)
 {
-    json_t *r = NULL, *err = NULL;
-    /* blockd applying its group's configuration: the explicit internal
-     * identity (full rights, never the local administrator's). */
-    int rc = api_call_method_as(&api_identity_internal, "gateway", method, params, &r, &err);
-    json_decref(params);
-    if (rc < 0) {
-        rc = call_error(err, method, why, len);
-        json_decref(err);
-        return rc;
+    return api_call_internal_new(method, "gateway");
+}
+
+/* The outcome of the typed write that returned rc on call (freed here):
+ * 0, or -errno with why. call NULL: -ENOMEM. */
+static int call_done(struct api_call *call, int rc, char *why, size_t len)
+{
+    if (!call) {
+        snprintf(why, len, "out of memory");
+        return -ENOMEM;
     }
-    if (res)
-        *res = r;
-    else
-        json_decref(r);
-    return 0;
+    if (rc < 0) {
+        json_t *err = api_call_error(call);
+        rc = call_error(err, api_call_method(call), why, len);
+        json_decref(err);
+    }
+    api_call_internal_free(call);
+    return rc;
 }
 
 int gwc_ensure_volume(const char *key, const json_t *want, char *why, size_t len)
@@ -376,11 +389,9 @@ int gwc_ensure_volume(const char *key, const json_t *want, char *why, size_t len
     int rc = image_size(ds, &size, why, len);
     if (rc < 0)
         return rc;
-    const char *vbs = size % 16384 == 0 ? "16K" : size % 4096 == 0 ? "4K" : "512";
-    rc = call("pool.dataset.create",
-              json_pack("[{s:s, s:s, s:I, s:s, s:b}]", "name", ds, "type", "VOLUME", "volsize",
-                        (json_int_t)size, "volblocksize", vbs, "adopt", 1),
-              NULL, why, len);
+    uint32_t vbs = size % 16384 == 0 ? 16384 : size % 4096 == 0 ? 4096 : 512;
+    struct api_call *c = call_new("pool.dataset.create");
+    rc = call_done(c, c ? datasets_adopt_volume(c, ds, size, vbs) : -1, why, len);
     if (rc < 0)
         return rc;
     log_info("gateway config: adopted the RBD volume %s (%" PRIu64 " bytes) for %s", ds, size, key);
@@ -443,12 +454,28 @@ static void lun_mapping(int64_t tid, int64_t lunid, int64_t *te, int64_t *extent
     db_unlock();
 }
 
-/* The value without "name" (an update body). New reference. */
-static json_t *body_of(json_t *want)
+/* Create (id 0) or update target id from the group's value, through the
+ * typed functions iscsi.target.create / update run after decoding. A new
+ * target has no portal group: those are per member. Inside the caller's
+ * transaction (DB lock held). */
+static int target_put(struct api_call *c, int64_t id, json_t *want)
 {
-    json_t *b = json_deep_copy(want);
-    json_object_del(b, "name");
-    return b;
+    struct icfg_target t;
+    int rc = id ? icfg_target_get(id, &t) : icfg_target_init(&t);
+    if (rc < 0)
+        rc = api_error(c, -rc, "cannot read target %" PRId64 ": %s", id, strerror(-rc));
+    if (rc == 0)
+        rc = iscsi_target_decode(c, want, id != 0, &t);
+    if (rc == 0) {
+        t.id = id;
+        if (!id)
+            rc =
+                icfg_target_set_groups(&t, NULL, 0) < 0 ? api_error(c, ENOMEM, "out of memory") : 0;
+    }
+    if (rc == 0)
+        rc = iscsi_target_write(c, &t);
+    icfg_target_clear(&t);
+    return rc;
 }
 
 static int apply_target(const char *name, json_t *want, json_t *have, char *why, size_t len)
@@ -464,16 +491,30 @@ static int apply_target(const char *name, json_t *want, json_t *have, char *why,
                      name);
             return 0;
         }
-        return call("iscsi.target.delete", json_pack("[I, b]", (json_int_t)id, 1), NULL, why, len);
+        struct api_call *c = call_new("iscsi.target.delete");
+        return call_done(c, c ? iscsi_target_remove(c, id, true, false) : -1, why, len);
     }
     if (id && have && json_equal(have, want))
         return 0;
-    if (id)
-        return call("iscsi.target.update", json_pack("[I, o]", (json_int_t)id, body_of(want)), NULL,
-                    why, len);
-    json_t *body = json_deep_copy(want);
-    json_object_set_new(body, "groups", json_array()); /* portal groups are per member */
-    return call("iscsi.target.create", json_pack("[o]", body), NULL, why, len);
+    struct api_call *c = call_new(id ? "iscsi.target.update" : "iscsi.target.create");
+    return call_done(c, c ? target_put(c, id, want) : -1, why, len);
+}
+
+/* As target_put, for extent id (iscsi.extent.create / update). */
+static int extent_put(struct api_call *c, int64_t id, json_t *want)
+{
+    struct icfg_extent e;
+    int rc = id ? icfg_extent_get(id, &e) : icfg_extent_init(&e);
+    if (rc < 0)
+        rc = api_error(c, -rc, "cannot read extent %" PRId64 ": %s", id, strerror(-rc));
+    if (rc == 0)
+        rc = iscsi_extent_decode(c, want, id != 0, &e);
+    if (rc == 0) {
+        e.id = id;
+        rc = iscsi_extent_write(c, &e);
+    }
+    icfg_extent_clear(&e);
+    return rc;
 }
 
 static int apply_extent(const char *name, json_t *want, json_t *have, char *why, size_t len)
@@ -482,15 +523,28 @@ static int apply_extent(const char *name, json_t *want, json_t *have, char *why,
     if (!want) {
         if (!id)
             return 0;
-        return call("iscsi.extent.delete", json_pack("[I, b, b]", (json_int_t)id, 0, 1), NULL, why,
-                    len);
+        struct api_call *c = call_new("iscsi.extent.delete");
+        return call_done(c, c ? iscsi_extent_remove(c, id, false, true) : -1, why, len);
     }
     if (id && have && json_equal(have, want))
         return 0;
-    if (id)
-        return call("iscsi.extent.update", json_pack("[I, o]", (json_int_t)id, body_of(want)), NULL,
-                    why, len);
-    return call("iscsi.extent.create", json_pack("[O]", want), NULL, why, len);
+    struct api_call *c = call_new(id ? "iscsi.extent.update" : "iscsi.extent.create");
+    return call_done(c, c ? extent_put(c, id, want) : -1, why, len);
+}
+
+/* Map extent eid as LUN lunid of target tid: mapping te (0: a new one). */
+static int lun_put(struct api_call *c, int64_t te, int64_t tid, int64_t eid, int64_t lunid)
+{
+    struct icfg_targetextent row;
+    int rc = te ? icfg_targetextent_get(te, &row) : icfg_targetextent_init(&row);
+    if (rc < 0)
+        return api_error(c, -rc, "cannot read LUN mapping %" PRId64 ": %s", te, strerror(-rc));
+    row.id = te;
+    row.target = tid;
+    row.extent = eid;
+    row.has_lunid = true;
+    row.lunid = lunid;
+    return iscsi_targetextent_write(c, &row);
 }
 
 /* lun/<target>/<lunid> */
@@ -502,12 +556,15 @@ static int apply_lun(const char *key, json_t *want, char *why, size_t len)
     int64_t lunid = strtoll(slash + 1, NULL, 10);
     int64_t tid = local_id(icfg_target_find_name, tname);
     int64_t te = 0, te_extent = 0;
+    struct api_call *c;
     if (tid)
         lun_mapping(tid, lunid, &te, &te_extent);
-    if (!want)
-        return te ? call("iscsi.targetextent.delete", json_pack("[I, b]", (json_int_t)te, 1), NULL,
-                         why, len)
-                  : 0;
+    if (!want) {
+        if (!te)
+            return 0;
+        c = call_new("iscsi.targetextent.delete");
+        return call_done(c, c ? iscsi_targetextent_remove(c, te, true) : -1, why, len);
+    }
     const char *ename = json_string_value(json_object_get(want, "extent"));
     int64_t eid = ename ? local_id(icfg_extent_find_name, ename) : 0;
     if (!tid || !eid) {
@@ -517,31 +574,36 @@ static int apply_lun(const char *key, json_t *want, char *why, size_t len)
     }
     if (te && te_extent == eid)
         return 0;
-    if (te)
-        return call("iscsi.targetextent.update",
-                    json_pack("[I, {s:I}]", (json_int_t)te, "extent", (json_int_t)eid), NULL, why,
-                    len);
-    return call("iscsi.targetextent.create",
-                json_pack("[{s:I, s:I, s:I}]", "target", (json_int_t)tid, "extent", (json_int_t)eid,
-                          "lunid", (json_int_t)lunid),
-                NULL, why, len);
+    c = call_new(te ? "iscsi.targetextent.update" : "iscsi.targetextent.create");
+    return call_done(c, c ? lun_put(c, te, tid, eid, lunid) : -1, why, len);
+}
+
+/* Create (id 0) or update export id from the group's value (a path
+ * export is never the group's: the value has no path). */
+static int nbd_put(struct api_call *c, int64_t id, json_t *want)
+{
+    struct nbd_export_row r;
+    int rc = nbd_export_decode(c, want, id, &r);
+    if (rc == 0)
+        rc = nbd_export_save(c, &r);
+    nbd_export_row_clear(&r);
+    return rc;
 }
 
 static int apply_nbd(const char *name, json_t *want, json_t *have, char *why, size_t len)
 {
     int64_t id = local_id(nbd_find, name);
-    if (!want)
-        return id ? call("nbd.export.delete", json_pack("[I, {s:b}]", (json_int_t)id, "force", 1),
-                         NULL, why, len)
-                  : 0;
+    struct api_call *c;
+    if (!want) {
+        if (!id)
+            return 0;
+        c = call_new("nbd.export.delete");
+        return call_done(c, c ? nbd_export_remove(c, id, true) : -1, why, len);
+    }
     if (id && have && json_equal(have, want))
         return 0;
-    if (id) {
-        json_t *b = body_of(want);
-        json_object_set_new(b, "path", json_null());
-        return call("nbd.export.update", json_pack("[I, o]", (json_int_t)id, b), NULL, why, len);
-    }
-    return call("nbd.export.create", json_pack("[O]", want), NULL, why, len);
+    c = call_new(id ? "nbd.export.update" : "nbd.export.create");
+    return call_done(c, c ? nbd_put(c, id, want) : -1, why, len);
 }
 
 int gwc_apply(const char *key, json_t *want, json_t *local, char *why, size_t len)

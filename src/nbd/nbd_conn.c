@@ -65,7 +65,9 @@ int nbd_sessions_list(struct nbd_session_info **out)
          * the negotiated flags no longer change: safe to read here. */
         if (nc->exp) {
             snprintf(s->export, sizeof(s->export), "%s", nc->exp->name);
-            s->size = volume_size(nc->exp->vol);
+            /* the size this connection negotiated: it keeps it across
+             * a resize (NBD cannot tell a client), see nbd_config.c */
+            s->size = nc->caps.size;
             s->transmission = true;
             s->tls = nc->tls;
             s->structured = nc->structured;

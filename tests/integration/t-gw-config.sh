@@ -9,6 +9,7 @@
 #     separate calls) is served by B (iscsi-ls and iscsi-inq through B's
 #     portal; B adopted the volume); an NBD export made on A is served by B
 #     (nbdinfo through B's NBD port);
+#   - updates of the target, extent and export made through B reach A;
 #   - deleting them through B withdraws them from A;
 #   each waited for up to WAIT seconds (60): how soon it happens is a
 #   performance figure, measured by bench/gateways.sh ("propagation"), and
@@ -119,6 +120,25 @@ echo "B served vol2 (NBD) $(($(now_ms) - t0)) ms after A's nbd.export.create ret
 gap=$(gw_log_gap A "gateway config: wrote .*nbd/vol2" B "applied nbd/vol2") || fail "$gap"
 echo "B applied it ${gap} ms after A wrote it"
 [ "$(nbdinfo --size "nbd://127.0.0.3:${NBD[B]}/vol2")" = 67108864 ] || fail "size of vol2 through B"
+
+# ---- updates made through B reach A (target alias, extent comment, NBD
+# description: each an update of an existing row there) ----
+call B iscsi.target.update "[$(id_of B iscsi.target vol1), {\"alias\":\"vol1-alias\"}]" >/dev/null ||
+    fail "iscsi.target.update on B"
+call B iscsi.extent.update "[$(id_of B iscsi.extent vol1), {\"comment\":\"set on B\"}]" >/dev/null ||
+    fail "iscsi.extent.update on B"
+call B nbd.export.update "[$(id_of B nbd.export vol2), {\"description\":\"set on B\"}]" >/dev/null ||
+    fail "nbd.export.update on B"
+field_is() { # field_is MEMBER NS NAME FIELD VALUE
+    [ "$(call "$1" "$2.query" "[[[\"name\",\"=\",\"$3\"]]]" | jget "d[0]['$4'] if d else ''")" = "$5" ]
+}
+t0=$(now_ms)
+wait_for "$WAIT" "A taking B's target alias" field_is A iscsi.target vol1 alias vol1-alias >/dev/null
+wait_for "$WAIT" "A taking B's extent comment" field_is A iscsi.extent vol1 comment "set on B" >/dev/null
+wait_for "$WAIT" "A taking B's export description" field_is A nbd.export vol2 description "set on B" >/dev/null
+served_iscsi A vol1 || fail "A no longer serves vol1 after the updates"
+served_nbd A vol2 || fail "A no longer serves vol2 after the updates"
+echo "A took the three updates made on B $(($(now_ms) - t0)) ms after the last call returned"
 
 # ---- C joins, catches up, then is stopped ----
 start C 127.0.0.4 3

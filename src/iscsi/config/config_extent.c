@@ -164,6 +164,14 @@ int icfg_extent_init(struct icfg_extent *e)
     return icfg_defaults(extent_fields, ARRAY_SIZE(extent_fields), extent_decode_any, e);
 }
 
+int iscsi_extent_decode(struct api_call *call, json_t *body, bool partial, struct icfg_extent *e)
+{
+    if (api_validate_object(call, api_call_method(call), body, extent_fields,
+                            ARRAY_SIZE(extent_fields), partial ? API_PARTIAL : 0) < 0)
+        return api_invalid(call);
+    return extent_decode(body, e) < 0 ? api_error(call, ENOMEM, "out of memory") : 0;
+}
+
 /* ---- invariants ---- */
 
 /* The name: no double quote (it ends up in ctl.conf-like output and

@@ -32,11 +32,13 @@
 
 #include "api/api.h"
 #include "control/cfgtx.h"
+#include "control/datasets.h"
 #include "control/db.h"
 #include "iscsi/config/auth_store.h"
 #include "iscsi/config/extent_store.h"
 #include "iscsi/config/global_store.h"
 #include "iscsi/config/initiator_store.h"
+#include "iscsi/config/iscsi_write.h"
 #include "iscsi/config/portal_store.h"
 #include "iscsi/config/target_store.h"
 #include "iscsi/config/targetextent_store.h"
@@ -137,15 +139,8 @@ int icfg_get_instance(struct api_call *call, json_t *params, json_t **result, ap
  * "extent_id") is value, recording their targets as changed. 0, or -1
  * with the error set on w->call. */
 int icfg_targetextent_remove(struct icfg_write *w, const char *column, int64_t value);
-/*
- * A new object as its create method's defaults make it (the defaults of
- * its field table, so they are stated once): required fields are left
- * empty for the caller to set; clear it with its clear function. 0 or
- * -ENOMEM.
- */
-int icfg_target_init(struct icfg_target *t);
-int icfg_extent_init(struct icfg_extent *e);
-int icfg_targetextent_init(struct icfg_targetextent *te);
+/* A new object as its create method's defaults make it: the target,
+ * extent and mapping ones are in iscsi_write.h. */
 int icfg_portal_init(struct icfg_portal *p);
 int icfg_initiator_init(struct icfg_initiator *g);
 
@@ -241,9 +236,12 @@ int icfg_write_pr(int64_t extent_id, const void *blob, size_t len);
 
 /* ---- runtime (config_runtime.c) ---- */
 /* Subscribe to the configuration generation (control/confgen.h, facet
- * CONF_ISCSI) and register the runtime's dataset observer (rollbacks,
- * pools coming online). Once, at startup (iscsi_config_init). */
+ * CONF_ISCSI). Once, at startup (iscsi_config_init). */
 void icfg_runtime_init(void);
+/* The dataset events (control/events.h EV_DATASET) that concern the
+ * running targets: a pool online (LUs that could not open), a rollback
+ * (MEDIUM MAY HAVE CHANGED). Others are ignored. */
+void icfg_runtime_dataset(enum datasets_event ev, const char *name, struct volume *v);
 
 /* ---- portal listeners (config_listen.c) ---- */
 /* The portals of the next generation (every portal IP, and the

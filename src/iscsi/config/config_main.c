@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "control/datasets.h"
+#include "control/events.h"
 #include "control/db.h"
 #include "core/log.h"
 #include "iscsi/config/config_internal.h"
@@ -188,7 +189,7 @@ static unsigned dataset_clients(const char *name, char *why, size_t len)
  * are the same open files) and sessions see nothing. Inside the rename's
  * transaction, db_lock() held.
  */
-static int dataset_renamed(const char *old_name, const char *new_name, bool subtree, void *arg)
+static int dataset_renamed(const char *old_name, const char *new_name, bool subtree)
 {
     char od[600], nd[600];
     snprintf(od, sizeof(od), "zvol/%s", old_name);
@@ -297,12 +298,8 @@ static int delete_target_if_empty(int64_t id)
  * points at a volume that no longer exists. Sessions of removed targets are
  * closed; other affected targets get REPORTED LUNS DATA HAS CHANGED.
  */
-static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
+static void dataset_deleted(const char *name)
 {
-    /* POOL_ONLINE and ROLLED_BACK concern the running targets: the
-     * runtime observes them (config_runtime.c). */
-    if (ev != DATASETS_DELETED)
-        return;
     struct cfg_tx tx;
     if (cfg_tx_begin(&tx) < 0) {
         log_error("iscsi config: cannot remove the extents of deleted dataset %s", name);
@@ -330,6 +327,21 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
     free(extents);
 }
 
+/* The iSCSI configuration's one subscriber (control/events.h): renames
+ * rewrite extents inside the rename's transaction; a deleted dataset's
+ * extents go; the running targets' events go to the runtime. */
+static int on_event(const struct event *ev, void *arg)
+{
+    (void)arg;
+    if (ev->type == EV_RENAME_UPDATE)
+        return dataset_renamed(ev->rename.old_name, ev->rename.new_name, ev->rename.subtree);
+    if (ev->dataset.what == DATASETS_DELETED)
+        dataset_deleted(ev->dataset.name);
+    else
+        icfg_runtime_dataset(ev->dataset.what, ev->dataset.name, ev->dataset.v);
+    return 0;
+}
+
 void iscsi_config_init(void)
 {
     db_register_schema(schema);
@@ -342,9 +354,11 @@ void iscsi_config_init(void)
     api_register(icfg_targetextent_methods, icfg_targetextent_methods_count);
     datasets_register_in_use(iscsi_config_dataset_in_use);
     datasets_register_clients(dataset_clients);
-    static const struct datasets_rename_hook rename_hook = {.update = dataset_renamed};
-    datasets_register_rename(&rename_hook);
-    datasets_observe(dataset_observer, NULL);
+    events_subscribe(&(struct event_subscriber){
+        .name = "iscsi config",
+        .types = EV_BIT(EV_RENAME_UPDATE) | EV_BIT(EV_DATASET),
+        .fn = on_event,
+    });
     /* the runtime side: publishes what every committed change did */
     icfg_runtime_init();
 }

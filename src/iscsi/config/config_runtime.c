@@ -378,12 +378,12 @@ static void portals_applied(struct conf_part *old_part, struct conf_part *new_pa
 }
 
 /*
- * Dataset events that concern the running targets (the configuration's own
- * consequences, extents of a deleted dataset, are config_main.c's).
+ * Dataset events that concern the running targets (config_main.c's
+ * subscriber passes them on; the configuration's own consequences,
+ * extents of a deleted dataset, are its own).
  */
-static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
+void icfg_runtime_dataset(enum datasets_event ev, const char *name, struct volume *v)
 {
-    (void)arg;
     if (ev == DATASETS_POOL_ONLINE) {
         /* Rebuild every target: an extent whose volume could not be opened
          * has no LU yet and gets one now (its target's sessions see
@@ -425,7 +425,6 @@ static const struct conf_subscriber subscriber = {
 void icfg_runtime_init(void)
 {
     conf_subscribe(CONF_ISCSI, &subscriber);
-    datasets_observe(dataset_observer, NULL);
 }
 
 int iscsi_config_reload(void)

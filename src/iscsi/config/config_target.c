@@ -200,6 +200,14 @@ int icfg_target_init(struct icfg_target *t)
     return icfg_defaults(target_fields, ARRAY_SIZE(target_fields), target_decode_any, t);
 }
 
+int iscsi_target_decode(struct api_call *call, json_t *body, bool partial, struct icfg_target *t)
+{
+    if (api_validate_object(call, api_call_method(call), body, target_fields,
+                            ARRAY_SIZE(target_fields), partial ? API_PARTIAL : 0) < 0)
+        return api_invalid(call);
+    return target_decode(body, t) < 0 ? api_error(call, ENOMEM, "out of memory") : 0;
+}
+
 /* ---- invariants ---- */
 
 static bool name_chars_ok(const char *s)

@@ -30,7 +30,9 @@
 #include "control/confgen.h"
 #include "control/datasets.h"
 #include "control/db.h"
+#include "control/events.h"
 #include "control/holdings.h"
+#include "nbd/config/nbd_write.h"
 #include "nbd/config/nbdstore.h"
 #include "core/allowdir.h"
 #include "core/log.h"
@@ -297,10 +299,10 @@ static bool jbool(json_t *o, const char *k)
     return json_is_true(json_object_get(o, k));
 }
 
-/* Semantic checks shared by create and update; data is complete. */
-static void export_check(struct api_call *call, const char *method, json_t *data)
+/* Semantic checks shared by create and update; r is complete. */
+static void export_check(struct api_call *call, const char *method, const struct nbd_export_row *r)
 {
-    const char *ds = jstr(data, "dataset"), *path = jstr(data, "path");
+    const char *ds = r->dataset, *path = r->path;
     char field[96], why[160];
     if (!ds == !path) {
         snprintf(field, sizeof(field), "%s.dataset", method);
@@ -325,13 +327,12 @@ static void export_check(struct api_call *call, const char *method, json_t *data
 }
 
 /* Open the source once to check it really exists (datasets and files). */
-static int export_probe(struct api_call *call, json_t *data)
+static int export_probe(struct api_call *call, const struct nbd_export_row *r)
 {
     struct volume *v;
-    const char *ds = jstr(data, "dataset");
-    int rc = open_source(ds, jstr(data, "path"), jbool(data, "readonly"), &v);
+    int rc = open_source(r->dataset, r->path, r->readonly, &v);
     if (rc < 0)
-        return api_error(call, -rc, "cannot open %s: %s", ds ? ds : jstr(data, "path"),
+        return api_error(call, -rc, "cannot open %s: %s", r->dataset ? r->dataset : r->path,
                          strerror(-rc));
     volume_unref(v);
     return 0;
@@ -352,18 +353,6 @@ static int export_decode(json_t *data, int64_t id, struct nbd_export_row *r)
     return r->name && r->description && r->tls ? 0 : -ENOMEM;
 }
 
-/* Store the export (id 0: a new one); its commit publishes the new
- * export table (exports_next). cfg_lock held. */
-static int export_write(json_t *data, int64_t id, int64_t *new_id)
-{
-    struct nbd_export_row r;
-    int rc = export_decode(data, id, &r);
-    if (rc == 0)
-        rc = nbd_export_row_store(&r, new_id);
-    nbd_export_row_clear(&r);
-    return rc;
-}
-
 static int export_result(struct api_call *call, int64_t id, json_t **result)
 {
     struct nbd_export_row r;
@@ -375,49 +364,81 @@ static int export_result(struct api_call *call, int64_t id, json_t **result)
     return 0;
 }
 
-/* Probe the checked export data, store it (id 0: a new export) and
- * publish the exports; the stored row is the result. cfg_lock held. */
-static int export_save(struct api_call *call, const char *method, json_t *data, int64_t id,
-                       json_t **result)
+/* Check, probe and store r (id 0: a new export, whose id is set); its
+ * commit publishes the new export table (exports_next). cfg_lock held. */
+static int export_save(struct api_call *call, struct nbd_export_row *r)
 {
-    int rc = export_probe(call, data);
+    const char *method = api_call_method(call);
+    export_check(call, method, r);
+    if (api_has_verrs(call))
+        return api_invalid(call);
+    if (!r->id) {
+        /* cfg_lock serializes the creates: the count and the insert agree */
+        db_lock();
+        int capped = holdings_check(call, LIMIT_SHARE_OBJECTS, method,
+                                    "SELECT COUNT(*) FROM nbd_export", "");
+        db_unlock();
+        if (capped < 0)
+            return -1;
+    }
+    int rc = export_probe(call, r);
     if (rc < 0)
         return rc;
-    int w = export_write(data, id, &id);
+    int64_t id = r->id;
+    int w = nbd_export_row_store(r, &id);
     if (w == -EEXIST) {
         char field[64];
         snprintf(field, sizeof(field), "%s.name", method);
-        api_verr(call, field, EEXIST, "an export named '%s' exists", jstr(data, "name"));
+        api_verr(call, field, EEXIST, "an export named '%s' exists", r->name);
         return api_invalid(call);
     }
     if (w < 0)
         return api_error(call, -w, "cannot store the export: %s", strerror(-w));
-    return export_result(call, id, result);
+    r->id = id;
+    return 0;
+}
+
+int nbd_export_decode(struct api_call *call, json_t *body, int64_t id, struct nbd_export_row *r)
+{
+    memset(r, 0, sizeof(*r));
+    if (api_validate_object(call, api_call_method(call), body, export_fields,
+                            ARRAY_SIZE(export_fields), 0) < 0)
+        return api_invalid(call);
+    json_t *data = json_deep_copy(body);
+    int rc = data ? api_apply_defaults(data, export_fields, ARRAY_SIZE(export_fields)) : -ENOMEM;
+    if (rc == 0)
+        rc = export_decode(data, id, r);
+    json_decref(data);
+    return rc < 0 ? api_error(call, -rc, "cannot decode the export: %s", strerror(-rc)) : 0;
+}
+
+int nbd_export_save(struct api_call *call, struct nbd_export_row *r)
+{
+    pthread_mutex_lock(&cfg_lock);
+    int rc = export_save(call, r);
+    pthread_mutex_unlock(&cfg_lock);
+    return rc;
 }
 
 static int m_export_create(struct api_call *call, json_t *params, json_t **result)
 {
-    const char *method = "nbd.export.create";
     json_t *in = api_param(params, 0); /* checked against export_fields by the dispatcher */
     json_t *data = json_deep_copy(in);
-    api_apply_defaults(data, export_fields, ARRAY_SIZE(export_fields));
-    export_check(call, method, data);
-    if (api_has_verrs(call)) {
-        json_decref(data);
-        return api_invalid(call);
+    struct nbd_export_row r = {0};
+    int rc = data ? api_apply_defaults(data, export_fields, ARRAY_SIZE(export_fields)) : -ENOMEM;
+    if (rc == 0)
+        rc = export_decode(data, 0, &r);
+    json_decref(data);
+    if (rc < 0) {
+        nbd_export_row_clear(&r);
+        return api_error(call, ENOMEM, "out of memory");
     }
     pthread_mutex_lock(&cfg_lock);
-    /* cfg_lock serializes the creates: the count and the insert agree */
-    db_lock();
-    int rc =
-        holdings_check(call, LIMIT_SHARE_OBJECTS, method, "SELECT COUNT(*) FROM nbd_export", "") < 0
-            ? -1
-            : 0;
-    db_unlock();
+    rc = export_save(call, &r);
     if (rc == 0)
-        rc = export_save(call, method, data, 0, result);
+        rc = export_result(call, r.id, result);
     pthread_mutex_unlock(&cfg_lock);
-    json_decref(data);
+    nbd_export_row_clear(&r);
     return rc;
 }
 
@@ -443,30 +464,64 @@ static int export_lock_row(struct api_call *call, int64_t id, struct nbd_export_
     return 0;
 }
 
+/* Replace *dst with a copy of the string value of key in (when given:
+ * null clears it). 0 or -ENOMEM. */
+static int update_str(json_t *in, const char *key, char **dst)
+{
+    json_t *v = json_object_get(in, key);
+    if (!v)
+        return 0;
+    char *c = json_is_string(v) ? strdup(json_string_value(v)) : NULL;
+    if (json_is_string(v) && !c)
+        return -ENOMEM;
+    free(*dst);
+    *dst = c;
+    return 0;
+}
+
+/* The keys of a partial update body (checked by the dispatcher) over r. */
+static int export_decode_update(json_t *in, struct nbd_export_row *r)
+{
+    int rc = update_str(in, "name", &r->name);
+    if (rc == 0)
+        rc = update_str(in, "dataset", &r->dataset);
+    if (rc == 0)
+        rc = update_str(in, "path", &r->path);
+    if (rc == 0)
+        rc = update_str(in, "description", &r->description);
+    if (rc == 0)
+        rc = update_str(in, "tls", &r->tls);
+    /* Switching between dataset and path: the one given replaces the other. */
+    if (json_is_string(json_object_get(in, "dataset"))) {
+        free(r->path);
+        r->path = NULL;
+    }
+    if (json_is_string(json_object_get(in, "path"))) {
+        free(r->dataset);
+        r->dataset = NULL;
+    }
+    if (json_object_get(in, "readonly"))
+        r->readonly = jbool(in, "readonly");
+    if (json_object_get(in, "multi_conn"))
+        r->multi_conn = jbool(in, "multi_conn");
+    if (json_object_get(in, "enabled"))
+        r->enabled = jbool(in, "enabled");
+    return rc;
+}
+
 static int m_export_update(struct api_call *call, json_t *params, json_t **result)
 {
-    const char *method = "nbd.export.update";
     int64_t id = json_integer_value(api_param(params, 0));
-    json_t *in = api_param(params, 1);
     struct nbd_export_row r;
     if (export_lock_row(call, id, &r) < 0)
         return -1;
-    json_t *data = json_pack("{s:s, s:o, s:o, s:b, s:s, s:b, s:s, s:b}", "name", r.name, "dataset",
-                             r.dataset ? json_string(r.dataset) : json_null(), "path",
-                             r.path ? json_string(r.path) : json_null(), "readonly", r.readonly,
-                             "description", r.description, "multi_conn", r.multi_conn, "tls",
-                             tls_names[row_tls(&r)], "enabled", r.enabled);
-    nbd_export_row_clear(&r);
-    json_object_update(data, in);
-    /* Switching between dataset and path: the one given replaces the other. */
-    if (json_is_string(json_object_get(in, "dataset")))
-        json_object_set_new(data, "path", json_null());
-    if (json_is_string(json_object_get(in, "path")))
-        json_object_set_new(data, "dataset", json_null());
-    export_check(call, method, data);
-    int rc = api_has_verrs(call) ? api_invalid(call) : export_save(call, method, data, id, result);
+    int rc = export_decode_update(api_param(params, 1), &r) < 0
+                 ? api_error(call, ENOMEM, "out of memory")
+                 : export_save(call, &r);
+    if (rc == 0)
+        rc = export_result(call, id, result);
     pthread_mutex_unlock(&cfg_lock);
-    json_decref(data);
+    nbd_export_row_clear(&r);
     return rc;
 }
 
@@ -474,11 +529,8 @@ static const struct api_field del_fields[] = {
     {.name = "force", .type = API_T_BOOL, .def = "false"},
 };
 
-static int m_export_delete(struct api_call *call, json_t *params, json_t **result)
+int nbd_export_remove(struct api_call *call, int64_t id, bool force)
 {
-    int64_t id = json_integer_value(api_param(params, 0));
-    json_t *opts = api_param(params, 1);
-    bool force = opts && jbool(opts, "force");
     struct nbd_export_row r;
     if (export_lock_row(call, id, &r) < 0)
         return -1;
@@ -487,19 +539,25 @@ static int m_export_delete(struct api_call *call, json_t *params, json_t **resul
     if (n && !force) {
         rc = api_error(call, EBUSY, "export '%s' has %u open connection%s (use force)", r.name, n,
                        n == 1 ? "" : "s");
+    } else if (nbd_export_row_delete(id) < 0) {
+        rc = api_error(call, EIO, "cannot delete the export");
     } else {
-        /* the commit publishes the table without it; conf_apply closes
+        /* the commit published the table without it; conf_apply closed
          * its connections (export_gone) */
-        int w = nbd_export_row_delete(id);
-        if (w < 0) {
-            rc = api_error(call, EIO, "cannot delete the export");
-        } else {
-            log_info("nbd: export '%s' deleted%s", r.name, n ? " (connections closed)" : "");
-            *result = json_true();
-        }
+        log_info("nbd: export '%s' deleted%s", r.name, n ? " (connections closed)" : "");
     }
     nbd_export_row_clear(&r);
     pthread_mutex_unlock(&cfg_lock);
+    return rc;
+}
+
+static int m_export_delete(struct api_call *call, json_t *params, json_t **result)
+{
+    json_t *opts = api_param(params, 1);
+    int rc = nbd_export_remove(call, json_integer_value(api_param(params, 0)),
+                               opts && jbool(opts, "force"));
+    if (rc == 0)
+        *result = json_true();
     return rc;
 }
 
@@ -865,7 +923,33 @@ static void exports_of_deleted(const char *name)
  * not affected. After the rollback the volume may have holes again.
  */
 #define ROLLBACK_DRAIN_MS 5000
-static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
+
+/*
+ * datasets: name's volume was resized. NBD has no in-band resize notice
+ * (nor does the protocol let a server change a connection's size): an open
+ * connection keeps the size it negotiated, so the client's view and the
+ * server's checks agree. A grown volume's new space is seen by new
+ * connections; after a shrink, an old connection's requests past the new
+ * end fail with EINVAL (the volume's own bounds). Logged, so that an
+ * operator knows which clients must reconnect.
+ */
+static void exports_resized(const char *name, struct volume *v)
+{
+    struct nbd_export_table *t = nbd_exports_current();
+    for (size_t i = 0; i < t->count; i++) {
+        struct nbd_export *e = t->exports[i];
+        if (!e->dataset || strcmp(e->dataset, name) != 0)
+            continue;
+        unsigned n = nbd_export_connections(e->name);
+        if (n)
+            log_info("nbd: export '%s': %s resized to %llu bytes; %u open connection(s) keep "
+                     "the size they negotiated until they reconnect",
+                     e->name, name, v ? (unsigned long long)volume_size(v) : 0ULL, n);
+    }
+    nbd_export_table_unref(t);
+}
+
+static void dataset_event(enum datasets_event ev, const char *name, struct volume *v)
 {
     if (ev == DATASETS_POOL_ONLINE) {
         /* Exports whose volume did not open (e->vol NULL) are not "the
@@ -881,6 +965,10 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
     }
     if (ev == DATASETS_DELETED) {
         exports_of_deleted(name);
+        return;
+    }
+    if (ev == DATASETS_RESIZED) {
+        exports_resized(name, v);
         return;
     }
     if (ev != DATASETS_ROLLING_BACK && ev != DATASETS_ROLLED_BACK)
@@ -919,17 +1007,17 @@ static void dataset_observer(enum datasets_event ev, const char *name, struct vo
  * no nbd.export.* change runs in between; update() runs inside the
  * rename's transaction (control/cfgtx.h) and records the change, whose
  * commit publishes the new table (exports_next). */
-static void rename_lock(void *arg)
+static void rename_lock(void)
 {
     pthread_mutex_lock(&cfg_lock);
 }
 
-static int rename_update(const char *old_name, const char *new_name, bool subtree, void *arg)
+static int rename_update(const char *old_name, const char *new_name, bool subtree)
 {
     return nbd_export_rows_rename(old_name, new_name, subtree);
 }
 
-static void rename_applied(bool committed, void *arg)
+static void rename_applied(bool committed)
 {
     pthread_mutex_unlock(&cfg_lock);
     /* The rename committed with the DB lock held, so its generation's
@@ -942,7 +1030,7 @@ static void rename_applied(bool committed, void *arg)
  * build (control/confgen.h): a committed change of nbd_export rows becomes
  * a new export table, built from the DB reusing unchanged exports and
  * open volumes. Under the DB lock; the writer holds cfg_lock (every NBD
- * writer, the rename hooks, start and pool-online do), which
+ * writer, the rename events, start and pool-online do), which
  * server_running needs.
  */
 static int exports_next(struct conf_part *prev, const struct cfg_changes *ch,
@@ -983,16 +1071,39 @@ static const struct conf_subscriber subscriber = {
     .gone = export_gone,
 };
 
+/* The NBD configuration's one subscriber (control/events.h). */
+static int on_event(const struct event *ev, void *arg)
+{
+    (void)arg;
+    switch (ev->type) {
+    case EV_DATASET:
+        dataset_event(ev->dataset.what, ev->dataset.name, ev->dataset.v);
+        return 0;
+    case EV_RENAME_LOCK:
+        rename_lock();
+        return 0;
+    case EV_RENAME_UPDATE:
+        return rename_update(ev->rename.old_name, ev->rename.new_name, ev->rename.subtree);
+    case EV_RENAME_DONE:
+        rename_applied(ev->committed);
+        return 0;
+    default:
+        return 0;
+    }
+}
+
 void nbd_init(void)
 {
     nbdstore_init();
     api_register(nbd_methods, ARRAY_SIZE(nbd_methods));
     datasets_register_in_use(dataset_in_use);
     datasets_register_clients(dataset_clients);
-    datasets_observe(dataset_observer, NULL);
-    static const struct datasets_rename_hook rename_hook = {
-        .lock = rename_lock, .update = rename_update, .applied = rename_applied};
-    datasets_register_rename(&rename_hook);
+    events_subscribe(&(struct event_subscriber){
+        .name = "nbd",
+        .types = EV_BIT(EV_DATASET) | EV_BIT(EV_RENAME_LOCK) | EV_BIT(EV_RENAME_UPDATE) |
+                 EV_BIT(EV_RENAME_DONE),
+        .fn = on_event,
+    });
     conf_subscribe(CONF_NBD, &subscriber);
 }
 

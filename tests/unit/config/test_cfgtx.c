@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "control/cfgtx.h"
+#include "control/events.h"
 #include "control/db.h"
 #include "testdb.h"
 
@@ -34,6 +35,7 @@ static size_t n_seen, n_publish, n_after, n_other;
 static bool seen_defer, row_visible, lock_free_in_after;
 /* The after hook rejects the commit with this (0: it does not). */
 static int after_reject;
+static bool after_commits; /* the after hook commits a transaction itself */
 
 static int count_rows(void)
 {
@@ -67,6 +69,9 @@ static void after(void *arg)
     lock_free_in_after = db_lock_depth() == 0;
     if (after_reject)
         cfg_tx_after_fail(after_reject, "taken by another member");
+    /* the gateway sync saves its bookkeeping from its after hook */
+    if (after_commits)
+        assert_int_equal(cfg_setting_put("test.after", "x", CFG_SERVICE, 0), 0);
 }
 
 static void other_publish(const struct cfg_changes *ch, void *arg)
@@ -74,6 +79,21 @@ static void other_publish(const struct cfg_changes *ch, void *arg)
     (void)ch;
     (void)arg;
     n_other++;
+}
+
+static int on_event(const struct event *ev, void *arg)
+{
+    if (ev->type == EV_CONFIG_COMMITTED)
+        publish(ev->config, arg);
+    else
+        after(arg);
+    return 0;
+}
+
+static int on_other(const struct event *ev, void *arg)
+{
+    other_publish(ev->config, arg);
+    return 0;
 }
 
 static void reset(void)
@@ -100,8 +120,15 @@ static int setup(void **state)
     if (testdb_make(&tdb, "/tmp/blockd-test-cfgtx", "config.db") < 0)
         return -1;
     db_register_schema(schema);
-    if (cfg_publisher_register(CFG_KIND_BIT(CFG_NBD_EXPORT), publish, after, NULL) < 0 ||
-        cfg_publisher_register(CFG_KIND_BIT(CFG_ISCSI_TARGET), other_publish, NULL, NULL) < 0)
+    if (events_subscribe(&(struct event_subscriber){.name = "test",
+                                                    .types = EV_BIT(EV_CONFIG_COMMITTED) |
+                                                             EV_BIT(EV_CONFIG_AFTER),
+                                                    .config_kinds = CFG_KIND_BIT(CFG_NBD_EXPORT),
+                                                    .fn = on_event}) < 0 ||
+        events_subscribe(&(struct event_subscriber){.name = "other",
+                                                    .types = EV_BIT(EV_CONFIG_COMMITTED),
+                                                    .config_kinds = CFG_KIND_BIT(CFG_ISCSI_TARGET),
+                                                    .fn = on_other}) < 0)
         return -1;
     return db_open(tdb.path);
 }
@@ -251,6 +278,16 @@ static void test_after_fail(void **state)
     cfg_tx_changed(&tx, CFG_NBD_EXPORT, 41, CFG_CREATED);
     assert_int_equal(cfg_tx_commit(&tx), 0);
     assert_int_equal(n_after, 2);
+    /* a transaction the hook commits after rejecting keeps the rejection */
+    assert_int_equal(cfg_tx_begin(&tx), 0);
+    assert_int_equal(insert("rejected too"), 0);
+    cfg_tx_changed(&tx, CFG_NBD_EXPORT, 42, CFG_CREATED);
+    after_reject = -EEXIST;
+    after_commits = true;
+    assert_int_equal(cfg_tx_commit(&tx), -EEXIST);
+    after_reject = 0;
+    after_commits = false;
+    assert_int_equal(n_after, 3);
 }
 
 static void test_setting_put(void **state)

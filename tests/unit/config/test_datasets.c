@@ -23,6 +23,7 @@
 #include "api/api.h"
 #include "control/datasets.h"
 #include "control/db.h"
+#include "control/events.h"
 #include "control/dsrbd.h"
 #include "core/allowdir.h"
 #include "testdb.h"
@@ -151,10 +152,11 @@ static int io(struct volume *v, enum vreq_op op, void *buf, size_t len, uint64_t
 static int ev_counts[8];
 static char ev_last[256];
 
-static void observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
+static int observer(const struct event *ev, void *arg)
 {
-    ev_counts[ev]++;
-    snprintf(ev_last, sizeof(ev_last), "%s", name);
+    ev_counts[ev->dataset.what]++;
+    snprintf(ev_last, sizeof(ev_last), "%s", ev->dataset.name);
+    return 0;
 }
 
 static bool busy_check(const char *name, char *why, size_t len)
@@ -183,7 +185,8 @@ static int setup_group(void **st)
     datasets_init(tdb.dir);
     datasets_register_in_use(busy_check);
     datasets_register_clients(busy_clients);
-    datasets_observe(observer, NULL);
+    events_subscribe(
+        &(struct event_subscriber){.name = "test", .types = EV_BIT(EV_DATASET), .fn = observer});
     assert_int_equal(db_open(tdb.path), 0);
     assert_int_equal(datasets_ensure_default_pool("demo"), 0);
     return 0;
@@ -485,7 +488,7 @@ static void test_update(void **st)
     json_t *r;
     char path[512];
     struct stat sb;
-    int resized = ev_counts[DATASETS_RESIZED], changed = ev_counts[DATASETS_PROPERTY_CHANGED];
+    int resized = ev_counts[DATASETS_RESIZED];
 
     json_decref(ok("pool.dataset.create",
                    "[{\"name\":\"demo/up\",\"type\":\"VOLUME\",\"volsize\":1048576}]"));
@@ -513,7 +516,8 @@ static void test_update(void **st)
     json_decref(r);
     assert_int_equal(volume_sync_mode(v), VOLUME_SYNC_DISABLED);
     assert_true(volume_readonly(v));
-    assert_int_equal(ev_counts[DATASETS_PROPERTY_CHANGED], changed + 1);
+    /* no event for sync/readonly: the open volume carries them */
+    assert_int_equal(volume_size_generation(v), 2);
     json_decref(ok("pool.dataset.update", "[\"demo/up\",{\"readonly\":\"OFF\"}]"));
     assert_false(volume_readonly(v));
 
