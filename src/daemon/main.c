@@ -47,6 +47,7 @@
 #include "iscsi/iscsi_runtime.h"
 #include "iscsi/config/iscsi_config.h"
 #include "nbd/nbd.h"
+#include "nvme/nvme_target.h"
 #include "api/jobs.h"
 #include "api/service.h"
 #include "api/ws.h"
@@ -238,6 +239,10 @@ static int start_all(const struct options *o, const char *state_dir, const char 
         log_error("cannot start the iSCSI server: %s", strerror(-rc));
         return -1;
     }
+    if ((rc = nvme_target_init()) < 0) {
+        log_error("cannot start the NVMe/TCP target: %s", strerror(-rc));
+        return -1;
+    }
     if ((rc = iscsi_config_start(o->iscsi_listen)) < 0) {
         log_error("cannot publish the iSCSI configuration: %s", strerror(-rc));
         return -1;
@@ -307,7 +312,8 @@ static void stop_all(const struct options *o)
     nbd_server_stop();
     iscsi_config_stop(); /* withdraw targets, close portal listeners */
     iscsi_server_stop();
-    gateway_stop(); /* leave the group after the last I/O */
+    nvme_target_stop(); /* after nvme/config/ closed its listeners */
+    gateway_stop();     /* leave the group after the last I/O */
     datasets_flush_all();
     reactors_stop();
     iopool_stop();

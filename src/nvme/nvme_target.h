@@ -8,8 +8,11 @@
 #ifndef BLOCKD_NVME_TARGET_H
 #define BLOCKD_NVME_TARGET_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+
+#define NVME_SESSION_NQN 224 /* an NQN (223 bytes) and its NUL */
 
 struct nvme_subsys;
 
@@ -33,5 +36,19 @@ void nvme_target_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
  * queues). */
 void nvme_target_subsys_gone(struct nvme_subsys *s);
 void nvme_target_subsys_changed(struct nvme_subsys *old, struct nvme_subsys *next);
+
+/* One controller (a session) for the metrics and the API: what a host
+ * connected to, from where. */
+struct nvme_session_info {
+    char peer[80];
+    char hostnqn[NVME_SESSION_NQN];
+    char subnqn[NVME_SESSION_NQN];
+    uint16_t cntlid;
+    bool discovery;        /* a discovery controller */
+    uint64_t connected_at; /* time(NULL) */
+};
+/* The live controllers, in a new array (*out, free() it). Count or
+ * -ENOMEM. Any thread. */
+int nvme_sessions_list(struct nvme_session_info **out);
 
 #endif
