@@ -133,6 +133,14 @@ static void publish(void)
 int main(void)
 {
     log_set_level(LOG_DEBUG);
+    /* Blocked before any thread starts, so that only signalfd sees them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1);
+    sigaddset(&set, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &set, NULL);
     if (reactors_start(2) < 0 || iopool_start(4) < 0 || nvme_target_init() < 0)
         return 1;
     vol1 = mkvol("test/ns1", 64u << 20, 512, false);
@@ -149,13 +157,6 @@ int main(void)
     publish();
     printf("io %d\ndisc %d\n", io_port, listener_port(ldisc));
     fflush(stdout);
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGUSR1);
-    sigaddset(&set, SIGUSR2);
-    sigprocmask(SIG_BLOCK, &set, NULL);
     int sfd = signalfd(-1, &set, 0);
     for (;;) {
         struct signalfd_siginfo si;
