@@ -47,6 +47,7 @@
 #include "iscsi/iscsi_runtime.h"
 #include "iscsi/config/iscsi_config.h"
 #include "nbd/nbd.h"
+#include "nvme/config/nvme_config.h"
 #include "api/jobs.h"
 #include "api/service.h"
 #include "api/ws.h"
@@ -242,6 +243,10 @@ static int start_all(const struct options *o, const char *state_dir, const char 
         log_error("cannot publish the iSCSI configuration: %s", strerror(-rc));
         return -1;
     }
+    if ((rc = nvme_config_start()) < 0) {
+        log_error("cannot publish the NVMe-oF configuration: %s", strerror(-rc));
+        return -1;
+    }
     /* The group's shares: catches up with the other members in the
      * background (gwsync/gwconfig.h). */
     if (gwconfig_start() < 0)
@@ -307,7 +312,8 @@ static void stop_all(const struct options *o)
     nbd_server_stop();
     iscsi_config_stop(); /* withdraw targets, close portal listeners */
     iscsi_server_stop();
-    gateway_stop(); /* leave the group after the last I/O */
+    nvme_config_stop(); /* withdraw subsystems, close port listeners */
+    gateway_stop();     /* leave the group after the last I/O */
     datasets_flush_all();
     reactors_stop();
     iopool_stop();
