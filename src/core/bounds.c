@@ -11,6 +11,7 @@ static const struct {
     [LIMIT_POOLS] = {"--max-pools", "pools", LIMIT_DEFAULT_POOLS},
     [LIMIT_DATASETS] = {"--max-datasets", "datasets", LIMIT_DEFAULT_DATASETS},
     [LIMIT_SNAPSHOTS] = {"--max-snapshots", "snapshots per dataset", LIMIT_DEFAULT_SNAPSHOTS},
+    [LIMIT_NVMET] = {"--max-nvmet-objects", "NVMe-oF objects of one kind", LIMIT_DEFAULT_NVMET},
 };
 
 static unsigned values[LIMIT_COUNT]; /* 0: the default */

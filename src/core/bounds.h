@@ -17,6 +17,7 @@ enum limit_kind {
     LIMIT_POOLS,         /* pool.create, in all */
     LIMIT_DATASETS,      /* pool.dataset.create and clones, in all pools */
     LIMIT_SNAPSHOTS,     /* zfs.snapshot.create, per dataset */
+    LIMIT_NVMET,         /* nvmet.* objects, per kind (subsystems, namespaces, ...) */
     LIMIT_COUNT
 };
 
@@ -25,6 +26,7 @@ enum limit_kind {
 #define LIMIT_DEFAULT_POOLS 64
 #define LIMIT_DEFAULT_DATASETS 100000
 #define LIMIT_DEFAULT_SNAPSHOTS 10000
+#define LIMIT_DEFAULT_NVMET 4096
 
 /* The cap of kind k (at least 1). */
 unsigned limit_get(enum limit_kind k);

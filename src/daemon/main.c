@@ -47,6 +47,7 @@
 #include "iscsi/iscsi_runtime.h"
 #include "iscsi/config/iscsi_config.h"
 #include "nbd/nbd.h"
+#include "nvme/config/nvme_config.h"
 #include "nvme/nvme_target.h"
 #include "api/jobs.h"
 #include "api/service.h"
@@ -247,6 +248,10 @@ static int start_all(const struct options *o, const char *state_dir, const char 
         log_error("cannot publish the iSCSI configuration: %s", strerror(-rc));
         return -1;
     }
+    if ((rc = nvme_config_start()) < 0) {
+        log_error("cannot publish the NVMe-oF configuration: %s", strerror(-rc));
+        return -1;
+    }
     /* The group's shares: catches up with the other members in the
      * background (gwsync/gwconfig.h). */
     if (gwconfig_start() < 0)
@@ -312,7 +317,8 @@ static void stop_all(const struct options *o)
     nbd_server_stop();
     iscsi_config_stop(); /* withdraw targets, close portal listeners */
     iscsi_server_stop();
-    nvme_target_stop(); /* after nvme/config/ closed its listeners */
+    nvme_config_stop(); /* withdraw subsystems, close port listeners */
+    nvme_target_stop(); /* then the connections they accepted */
     gateway_stop();     /* leave the group after the last I/O */
     datasets_flush_all();
     reactors_stop();

@@ -1,0 +1,115 @@
+/*
+ * Namespaces follow their datasets (control/datasets.h), as iSCSI
+ * extents do: deleting a volume a namespace serves is refused (EBUSY,
+ * naming the namespace) unless forced, and a forced delete removes its
+ * namespaces; a rename moves device_path along ("zvol/OLD..." becomes
+ * "zvol/NEW...", the open volume is kept); a resize republishes the
+ * subsystems serving the volume, so that the target tells their hosts
+ * (Namespace Attribute Changed); a pool coming online opens the
+ * namespaces that could not be opened before.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "control/cfgtx.h"
+#include "control/confgen.h"
+#include "control/datasets.h"
+#include "control/db.h"
+#include "core/log.h"
+#include "nvme/config/nvmet_internal.h"
+
+/* Namespaces of name itself, its children and snapshots ("zvol/" paths). */
+#define SUBTREE                                                                                    \
+    "device_path = 'zvol/' || ?1 OR substr(device_path, 1, length(?1) + 6) IN "                    \
+    "('zvol/' || ?1 || '/', 'zvol/' || ?1 || '@')"
+
+static bool dataset_in_use(const char *name, char *why, size_t len)
+{
+    json_t *rows;
+    if (nvs_select(&nvs_namespace, SUBTREE, &rows, "t", name) < 0) {
+        snprintf(why, len, "cannot read the NVMe-oF namespaces");
+        return true;
+    }
+    bool used = json_array_size(rows) > 0;
+    if (used) {
+        json_t *ns = json_array_get(rows, 0), *sub = NULL;
+        nvs_get(&nvs_subsys, nvj_int(ns, "subsys_id"), &sub);
+        snprintf(why, len, "served over NVMe-oF as namespace %" PRId64 " of subsystem '%s'",
+                 nvj_int(ns, "nsid"), sub ? nvj_str(sub, "name") : "?");
+        json_decref(sub);
+    }
+    json_decref(rows);
+    return used;
+}
+
+static int rename_update(const char *old_name, const char *new_name, bool subtree, void *arg)
+{
+    (void)arg;
+    struct cfg_tx *tx = cfg_tx_current();
+    int rc = db_run(subtree ? "UPDATE nvmet_namespace SET device_path = 'zvol/' || ?2 || "
+                              "substr(device_path, length(?1) + 6) WHERE " SUBTREE
+                            : "UPDATE nvmet_namespace SET device_path = 'zvol/' || ?2 "
+                              "WHERE device_path = 'zvol/' || ?1",
+                    "tt", old_name, new_name);
+    if (rc == 0 && tx && sqlite3_changes(db_handle()) > 0) {
+        cfg_tx_changed(tx, CFG_NVME_NAMESPACE, CFG_ID_ALL, CFG_UPDATED);
+        log_info("nvmet: namespaces of %s follow it to %s", old_name, new_name);
+    }
+    return rc;
+}
+
+static void rename_applied(bool committed, void *arg)
+{
+    (void)committed;
+    (void)arg;
+    /* the rename committed under the DB lock: its conf_apply waited */
+    conf_apply_pending();
+}
+
+/* A forced delete: the namespaces of the dataset go with it. */
+static void namespaces_of_deleted(const char *name)
+{
+    struct cfg_tx tx;
+    size_t n = 0;
+    if (cfg_tx_begin(&tx) < 0) {
+        log_error("nvmet: cannot remove the namespaces of deleted dataset %s", name);
+        return;
+    }
+    int rc = nvs_delete(&nvs_namespace, &n, "device_path = 'zvol/' || ?1", "t", name);
+    if (rc < 0 || n == 0) {
+        cfg_tx_abort(&tx);
+        if (rc < 0)
+            log_error("nvmet: cannot remove the namespaces of deleted dataset %s: %s", name,
+                      strerror(-rc));
+        return;
+    }
+    rc = cfg_tx_commit(&tx);
+    if (rc == 0)
+        log_info("nvmet: dataset %s deleted: removed %zu namespace(s)", name, n);
+}
+
+static void dataset_observer(enum datasets_event ev, const char *name, struct volume *v, void *arg)
+{
+    (void)v;
+    (void)arg;
+    if (ev == DATASETS_DELETED) {
+        namespaces_of_deleted(name);
+    } else if ((ev == DATASETS_RESIZED || ev == DATASETS_ROLLED_BACK) && nvmet_running()) {
+        int64_t n = 0;
+        if (nvs_count(&nvs_namespace, "device_path = 'zvol/' || ?1", &n, "t", name) == 0 && n)
+            nvmet_republish(name);
+    } else if (ev == DATASETS_POOL_ONLINE && nvmet_running()) {
+        nvmet_republish(NULL);
+    }
+}
+
+void nvmet_datasets_init(void)
+{
+    static const struct datasets_rename_hook hook = {.update = rename_update,
+                                                     .applied = rename_applied};
+    datasets_register_in_use(dataset_in_use);
+    datasets_register_rename(&hook);
+    datasets_observe(dataset_observer, NULL);
+}
