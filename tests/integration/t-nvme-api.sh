@@ -114,4 +114,5 @@ PY
 grep -q "Connect of host nqn.2026-01.org.blockd:host-test refused" "$BLOCKD_LOG" ||
     fail "refused host not logged"
 grep -q "subsystem removed from the configuration" "$BLOCKD_LOG" || fail "teardown not logged"
+! grep -aE "AddressSanitizer|runtime error" "$BLOCKD_LOG" || fail "sanitizer report"
 echo "PASS: $TEST_NAME"

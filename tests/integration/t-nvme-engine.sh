@@ -12,6 +12,7 @@ HARNESS=$BUILD/tests/tools/nvmet_harness
 "$HARNESS" >"$TMP/ports" 2>"$TMP/harness.log" &
 HPID=$!
 trap 'kill $HPID 2>/dev/null; wait $HPID 2>/dev/null; rm -rf "$TMP"' EXIT
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 for i in $(seq 1 100); do
     [ "$(wc -l <"$TMP/ports")" -ge 2 ] && break
     kill -0 $HPID 2>/dev/null || fail "nvmet_harness died: $(tail -5 "$TMP/harness.log")"
@@ -33,4 +34,9 @@ k.check_gone(env, lambda: os.kill(pid, signal.SIGUSR2))
 print("ok  subsystem removed under a controller")
 PY
 kill -0 $HPID || fail "nvmet_harness died"
+# A clean stop, and nothing the sanitizers (in an ASan build) complained of.
+kill $HPID
+wait $HPID || fail "nvmet_harness exited with status $?: $(tail -20 "$TMP/harness.log")"
+! grep -aE "AddressSanitizer|runtime error|LeakSanitizer" "$TMP/harness.log" ||
+    fail "sanitizer report in nvmet_harness"
 echo "PASS: $TEST_NAME"
