@@ -44,13 +44,31 @@ static struct nvme_cmd *slot_get(struct nvme_queue *q)
     return cmd;
 }
 
+static void r2t_send(struct nvme_cmd *cmd);
+
+/* Send the deferred R2Ts the payload bound allows now, in arrival order. */
+static void r2t_flush(struct nvme_queue *q)
+{
+    while (q->r2t_head && !q->c->closing &&
+           (q->held == 0 || q->held + q->r2t_head->data_len <= NVME_HELD_MAX)) {
+        struct nvme_cmd *cmd = q->r2t_head;
+        q->r2t_head = cmd->r2t_next;
+        if (!q->r2t_head)
+            q->r2t_tail = NULL;
+        r2t_send(cmd);
+    }
+}
+
 static void resume_run(struct reactor_msg *m)
 {
     struct nvme_queue *q = container_of(m, struct nvme_queue, resume_msg);
     q->resume_posted = false;
-    if (!q->c->closing && q->held_paused) {
-        q->held_paused = false;
-        conn_pause_input(q->c, false);
+    if (!q->c->closing) {
+        r2t_flush(q);
+        if (q->held_paused && q->held <= NVME_HELD_MAX / 2) {
+            q->held_paused = false;
+            conn_pause_input(q->c, false);
+        }
     }
     conn_put(q->c);
 }
@@ -71,7 +89,8 @@ static void slot_free(struct nvme_cmd *cmd)
     cmd->state = CMD_FREE;
     q->free_tags[q->nfree++] = cmd->tag;
     q->inflight--;
-    if (q->held_paused && q->held <= NVME_HELD_MAX / 2 && !q->resume_posted && !c->closing) {
+    bool wake = (q->held_paused && q->held <= NVME_HELD_MAX / 2) || q->r2t_head;
+    if (wake && !q->resume_posted && !c->closing) {
         q->resume_posted = true;
         conn_get(c);
         q->resume_msg.fn = resume_run;
@@ -193,7 +212,7 @@ void nvme_cmd_complete(struct nvme_cmd *cmd)
     cmd_release(cmd);
 }
 
-void nvme_cmd_request_data(struct nvme_cmd *cmd)
+static void r2t_send(struct nvme_cmd *cmd)
 {
     struct nvme_queue *q = cmd->q;
     if (nvme_cmd_buf(cmd, cmd->data_len) < 0) {
@@ -213,6 +232,29 @@ void nvme_cmd_request_data(struct nvme_cmd *cmd)
     cmd->state = CMD_WAIT_DATA;
     cmd->got = 0;
     conn_send_copy(q->c, h, NVME_TCP_R2T_HLEN + hd_len(q));
+}
+
+void nvme_cmd_request_data(struct nvme_cmd *cmd)
+{
+    struct nvme_queue *q = cmd->q;
+    /* Past the payload bound, the R2T waits for buffers to be released
+     * (the host keeps sending commands and the data of earlier R2Ts). */
+    if (q->r2t_head || (q->held > 0 && q->held + cmd->data_len > NVME_HELD_MAX)) {
+        if (!q->held_logged)
+            log_warn("%s: nvme: queue %u holds %zu payload bytes: R2Ts wait for some to be "
+                     "released",
+                     q->c->peer, q->qid, q->held);
+        q->held_logged = true;
+        cmd->state = CMD_WAIT_R2T;
+        cmd->r2t_next = NULL;
+        if (q->r2t_tail)
+            q->r2t_tail->r2t_next = cmd;
+        else
+            q->r2t_head = cmd;
+        q->r2t_tail = cmd;
+        return;
+    }
+    r2t_send(cmd);
 }
 
 int nvme_conn_fatal(struct nvme_queue *q, int fes, uint32_t fei, const uint8_t *hdr, size_t hlen,
@@ -339,9 +381,18 @@ static uint32_t inline_limit(const struct nvme_queue *q)
     return q->state == QS_LIVE && q->qid != 0 ? q->port.inline_data_size : NVME_ADMIN_INLINE;
 }
 
+/* Whether a command waits for H2CData: reading must go on for it. */
+static bool waiting_for_data(const struct nvme_queue *q)
+{
+    for (unsigned i = 0; i < q->nslots; i++)
+        if (q->slots[i].state == CMD_WAIT_DATA)
+            return true;
+    return false;
+}
+
 static int on_capsule(struct nvme_queue *q, const uint8_t *hdr, uint32_t data_len)
 {
-    if (q->held > NVME_HELD_MAX) {
+    if (q->held > NVME_HELD_MAX && !waiting_for_data(q)) {
         if (!q->held_logged)
             log_warn("%s: nvme: queue %u holds %zu payload bytes: reading paused until some "
                      "are released",
@@ -576,10 +627,12 @@ static void nvme_on_close(struct conn *c)
         reactor_timer_cancel(c->reactor, &q->ka_timer);
         conn_put(c);
     }
-    /* Slots with nothing in flight: waiting for host data, or AERs held. */
+    /* Slots with nothing in flight: waiting for host data or an R2T, or
+     * AERs held. */
+    q->r2t_head = q->r2t_tail = NULL;
     for (unsigned i = 0; i < q->nslots; i++) {
         struct nvme_cmd *cmd = &q->slots[i];
-        if (cmd->state == CMD_RX || cmd->state == CMD_WAIT_DATA ||
+        if (cmd->state == CMD_RX || cmd->state == CMD_WAIT_DATA || cmd->state == CMD_WAIT_R2T ||
             (cmd->state == CMD_EXEC && cmd->aer))
             slot_free(cmd);
     }

@@ -94,7 +94,8 @@ struct nvme_ctrl {
 enum nvme_qstate { QS_IC, QS_CONNECT, QS_LIVE };
 enum nvme_rx { RX_HEADER, RX_PAD, RX_DATA, RX_DDGST, RX_TERM };
 
-enum nvme_cmd_state { CMD_FREE, CMD_RX, CMD_WAIT_DATA, CMD_EXEC, CMD_SEND };
+/* CMD_WAIT_R2T: its R2T waits until the queue holds fewer payload bytes. */
+enum nvme_cmd_state { CMD_FREE, CMD_RX, CMD_WAIT_R2T, CMD_WAIT_DATA, CMD_EXEC, CMD_SEND };
 
 /* One command slot of a queue. */
 struct nvme_cmd {
@@ -118,7 +119,8 @@ struct nvme_cmd {
     struct vreq vr;
     uint32_t dsm_next, dsm_count; /* DSM deallocate: ranges */
     uint32_t lba_shift;
-    bool aer; /* an Asynchronous Event Request held by the controller */
+    bool aer;                  /* an Asynchronous Event Request held by the controller */
+    struct nvme_cmd *r2t_next; /* CMD_WAIT_R2T: the queue's FIFO */
 };
 
 /* One connection: one queue of a controller once connected. */
@@ -152,7 +154,8 @@ struct nvme_queue {
     size_t held;
     bool held_paused;
     bool held_logged;
-    struct nvme_subsys *subsys; /* this queue's snapshot of ctrl->subsys (ref) */
+    struct nvme_cmd *r2t_head, *r2t_tail; /* R2Ts deferred by the payload bound */
+    struct nvme_subsys *subsys;           /* this queue's snapshot of ctrl->subsys (ref) */
     unsigned subsys_gen;
     struct admit_ticket ticket;
     struct reactor_timer hs_timer;

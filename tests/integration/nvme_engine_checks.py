@@ -126,7 +126,7 @@ def check_io(env, hdgst=False, ddgst=False):
 
 def check_queue_depth(env):
     """Many commands in flight on one queue, completions out of order."""
-    c = env.ctrl().connect(io_queues=1)
+    c = env.ctrl().connect(io_queues=1, io_sqsize=128)
     q = c.ioq()
     blocks = {}
     cids = []
@@ -141,6 +141,21 @@ def check_queue_depth(env):
         expect(st == 0, "pipelined write %d: 0x%x" % (cid, st))
     for i in range(48):
         expect(c.read(1, 1000 + 8 * i, 8) == blocks[i], "pipelined data %d" % i)
+    # 96 MiB of writes through R2T in flight at once: past the queue's
+    # payload bound, R2Ts wait for buffers instead of the reading stopping.
+    big = [os.urandom(1 << 20) for _ in range(4)]
+    cids = []
+    for i in range(96):
+        cid = q.next_cid()
+        q.submit(n.sqe(0x01, cid, 1, n.sgl_transport(1 << 20), cdw10=2048 * (i % 32),
+                       cdw12=2047), big[i % 4], inline=False)
+        cids.append(cid)
+    for cid in cids:
+        st, _, _ = q.wait(cid)
+        expect(st == 0, "pipelined 1 MiB write %d: 0x%x" % (cid, st))
+    for i in range(64, 96):
+        expect(c.read(1, 2048 * (i % 32), 2048) == big[i % 4], "pipelined 1 MiB data %d" % i)
+    env.log_has("R2Ts wait for some to be released")
     c.close()
 
 

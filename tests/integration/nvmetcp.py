@@ -102,7 +102,9 @@ class Queue:
         self.cid = 0
         self.maxh2cdata = 0
         self.qid = None
-        self.pending_rsp = {}
+        self.pending_rsp = {}  # cid -> (status, result) received while waiting for another
+        self.to_send = {}      # cid -> data an R2T may ask for
+        self.received = {}     # cid -> C2HData received so far
 
     # ---- raw I/O ----
     def send(self, b):
@@ -196,40 +198,42 @@ class Queue:
 
     def submit(self, entry, data_out=b"", inline=True, bad_ddgst=False):
         """Send a command capsule (data in-capsule when inline)."""
+        cid = struct.unpack_from("<H", entry, 2)[0]
+        if data_out and not inline:
+            self.to_send[cid] = data_out
         self.send(self.pdu(CMD, entry, data_out if inline else b"", bad_ddgst=bad_ddgst))
 
     def command(self, entry, data_out=b"", inline=True, bad_ddgst=False):
         """Run one command: returns (status, result, data read)."""
         cid = struct.unpack_from("<H", entry, 2)[0]
         self.submit(entry, data_out, inline, bad_ddgst)
-        return self.wait(cid, data_out)
+        return self.wait(cid)
 
-    def wait(self, cid, data_out=b""):
-        data = bytearray()
+    def wait(self, cid):
+        """Serve R2Ts and collect C2HData (of any command) until cid completes."""
         while True:
             if cid in self.pending_rsp:
                 st, res = self.pending_rsp.pop(cid)
-                return st, res, bytes(data)
+                self.to_send.pop(cid, None)
+                return st, res, bytes(self.received.pop(cid, b""))
             t, flags, hdr, pdata = self.recv_pdu()
             if t == RSP:
                 res, sqhd, sqid, rcid, sf = struct.unpack_from("<QHHHH", hdr, 8)
                 self.last_sqhd = sqhd
                 st = (sf >> 1) & 0x7FF
-                if rcid == cid:
-                    return st, res, bytes(data)
                 self.pending_rsp[rcid] = (st, res)
             elif t == C2H_DATA:
                 rcid, _, off, ln = struct.unpack_from("<HHII", hdr, 8)
-                assert rcid == cid, "C2HData for command %d while waiting for %d" % (rcid, cid)
+                data = self.received.setdefault(rcid, bytearray())
                 assert off == len(data) and ln == len(pdata), (off, ln, len(pdata))
                 data += pdata
                 if flags & F_SUCCESS:
                     assert flags & F_LAST
-                    return SC_SUCCESS, 0, bytes(data)
+                    self.pending_rsp[rcid] = (SC_SUCCESS, 0)
             elif t == R2T:
                 rcid, ttag, off, ln = struct.unpack_from("<HHII", hdr, 8)
-                assert rcid == cid
-                self.h2c_data(rcid, ttag, data_out, off, ln)
+                assert rcid in self.to_send, "R2T for command %d with no data to send" % rcid
+                self.h2c_data(rcid, ttag, self.to_send[rcid], off, ln)
             else:
                 raise AssertionError("unexpected PDU type %d" % t)
 
