@@ -101,6 +101,7 @@ void nvme_ctrl_unref(struct nvme_ctrl *ctrl)
     pthread_mutex_unlock(&tbl_lock);
     registry_remove(&sessions, &ctrl->reg);
     nvme_subsys_unref(ctrl->subsys);
+    free(ctrl->sizes);
     pthread_mutex_destroy(&ctrl->lock);
     free(ctrl->ioq);
     free(ctrl);
@@ -279,16 +280,34 @@ static void changed_add_locked(struct nvme_ctrl *ctrl, uint32_t nsid)
         ctrl->changed_ns[ctrl->nchanged++] = nsid;
 }
 
+struct nvme_ns_size *nvme_ns_sizes(const struct nvme_subsys *s, size_t *n)
+{
+    *n = 0;
+    struct nvme_ns_size *a = s && s->nns ? calloc(s->nns, sizeof(*a)) : NULL;
+    for (size_t i = 0; a && i < s->nns; i++)
+        if (s->ns[i].vol)
+            a[(*n)++] = (struct nvme_ns_size){s->ns[i].nsid, volume_size(s->ns[i].vol)};
+    return a;
+}
+
+static bool size_changed(const struct nvme_ctrl *ctrl, const struct nvme_ns *ns)
+{
+    for (size_t i = 0; i < ctrl->nsizes; i++)
+        if (ctrl->sizes[i].nsid == ns->nsid)
+            return ns->vol && volume_size(ns->vol) != ctrl->sizes[i].bytes;
+    return false;
+}
+
 /* Namespaces that differ between a and b (added, removed, another volume,
- * another size), into ctrl's changed list. Whether any did. */
+ * read-only or not, resized since the controller last looked), into
+ * ctrl's changed list; the sizes seen are kept. Whether any did. */
 static bool ns_diff_locked(struct nvme_ctrl *ctrl, const struct nvme_subsys *a,
                            const struct nvme_subsys *b)
 {
     bool any = false;
     for (size_t i = 0; i < a->nns; i++) {
         const struct nvme_ns *x = &a->ns[i], *y = nvme_subsys_ns(b, x->nsid);
-        if (!y || y->vol != x->vol || y->readonly != x->readonly ||
-            (x->vol && volume_size(x->vol) != volume_size(y->vol))) {
+        if (!y || y->vol != x->vol || y->readonly != x->readonly || size_changed(ctrl, y)) {
             changed_add_locked(ctrl, x->nsid);
             any = true;
         }
@@ -298,6 +317,13 @@ static bool ns_diff_locked(struct nvme_ctrl *ctrl, const struct nvme_subsys *a,
             changed_add_locked(ctrl, b->ns[i].nsid);
             any = true;
         }
+    size_t n;
+    struct nvme_ns_size *sizes = nvme_ns_sizes(b, &n);
+    if (sizes || n == 0) {
+        free(ctrl->sizes);
+        ctrl->sizes = sizes;
+        ctrl->nsizes = n;
+    }
     return any;
 }
 
@@ -346,7 +372,7 @@ static void ctrl_adopt(struct nvme_ctrl *ctrl, struct nvme_subsys *old, struct n
         nvme_ctrl_teardown(ctrl, why);
         return;
     }
-    nvme_subsys_ref(next);
+    nvme_subsys_ref(next); /* next may be old itself: a volume was resized */
     pthread_mutex_lock(&ctrl->lock);
     ctrl->subsys = next;
     atomic_fetch_add(&ctrl->subsys_gen, 1);
@@ -390,6 +416,8 @@ int nvme_sessions_list(struct nvme_session_info **out)
         snprintf(s->hostnqn, sizeof(s->hostnqn), "%s", ctrl->hostnqn);
         snprintf(s->subnqn, sizeof(s->subnqn), "%s", ctrl->subnqn);
         s->cntlid = ctrl->cntlid;
+        s->subsys_id = ctrl->subsys_id;
+        s->port_id = ctrl->port_id;
         s->discovery = ctrl->discovery;
         s->connected_at = ctrl->connected_at;
     }

@@ -83,8 +83,11 @@ static struct nvme_ctrl *ctrl_new(struct nvme_queue *q, const struct connect_arg
     atomic_init(&ctrl->refs, 1); /* the admin queue's */
     ctrl->discovery = s == NULL;
     ctrl->subsys = s;
-    if (s)
+    if (s) {
         nvme_subsys_ref(s);
+        ctrl->subsys_id = s->id;
+        ctrl->sizes = nvme_ns_sizes(s, &ctrl->nsizes);
+    }
     snprintf(ctrl->hostnqn, sizeof(ctrl->hostnqn), "%s", a->hostnqn);
     snprintf(ctrl->subnqn, sizeof(ctrl->subnqn), "%s", a->subnqn);
     memcpy(ctrl->hostid, a->hostid, 16);

@@ -54,6 +54,11 @@
 
 struct nvme_queue;
 
+struct nvme_ns_size {
+    uint32_t nsid;
+    uint64_t bytes;
+};
+
 /* One controller: created by an admin queue's Connect (dynamic model). */
 struct nvme_ctrl {
     pthread_mutex_t lock;
@@ -61,6 +66,7 @@ struct nvme_ctrl {
     uint16_t cntlid;
     bool discovery;
     struct nvme_subsys *subsys; /* ref; NULL for a discovery controller */
+    int64_t subsys_id;          /* its nvmet.subsys row (0: discovery) */
     atomic_uint subsys_gen;     /* moves when subsys is replaced */
     char hostnqn[NVME_NQN_MAX + 1];
     char subnqn[NVME_NQN_MAX + 1];
@@ -81,6 +87,9 @@ struct nvme_ctrl {
     unsigned naer;
     uint32_t aen_pending[4];
     unsigned naen;
+    /* the namespaces' sizes as last seen, to tell a resize from no change */
+    struct nvme_ns_size *sizes;
+    size_t nsizes;
     uint32_t changed_ns[NVME_CHANGED_NS_MAX];
     unsigned nchanged;
     bool changed_overflow;
@@ -210,6 +219,9 @@ void nvme_ctrl_ka_start(struct nvme_queue *q);
 int nvme_ctrl_register(struct nvme_ctrl *ctrl);
 /* The live controller cntlid (a reference), or NULL. */
 struct nvme_ctrl *nvme_ctrl_find(uint16_t cntlid);
+/* The sizes of s's namespaces (a new array, *n entries; NULL when none or
+ * without memory). */
+struct nvme_ns_size *nvme_ns_sizes(const struct nvme_subsys *s, size_t *n);
 /* Log page 04h: copy and clear (4096 bytes into buf). */
 void nvme_ctrl_changed_ns(struct nvme_ctrl *ctrl, uint8_t *buf);
 

@@ -33,7 +33,8 @@ void nvme_target_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
  * was replaced by next (controllers adopt next; namespaces added, removed
  * or resized raise a Namespace Attribute Changed event; hosts no longer
  * allowed lose their controllers; ports no longer serving it close their
- * queues). */
+ * queues). next may be old itself: after a namespace's volume was resized,
+ * nvme_target_subsys_changed(s, s) tells its controllers. */
 void nvme_target_subsys_gone(struct nvme_subsys *s);
 void nvme_target_subsys_changed(struct nvme_subsys *old, struct nvme_subsys *next);
 
@@ -44,6 +45,8 @@ struct nvme_session_info {
     char hostnqn[NVME_SESSION_NQN];
     char subnqn[NVME_SESSION_NQN];
     uint16_t cntlid;
+    int64_t subsys_id;     /* nvmet.subsys row (0 for a discovery controller) */
+    int64_t port_id;       /* nvmet.port row (0: the discovery-only listener) */
     bool discovery;        /* a discovery controller */
     uint64_t connected_at; /* time(NULL) */
 };

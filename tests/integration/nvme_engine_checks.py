@@ -311,8 +311,9 @@ def check_keepalive(env):
     c.close()
 
 
-def check_aer(env, add_namespace):
-    """add_namespace(): the configuration gains nsid 3 on ANY."""
+def check_aer(env, add_namespace, nsid=3):
+    """add_namespace(): the configuration gains nsid 3 on ANY (or changes
+    nsid otherwise: then only the event and the changed list are checked)."""
     c = env.ctrl().connect(io_queues=1)
     c.set_features(0x0B, 1 << 8)  # namespace attribute notices
     q = c.admin
@@ -332,11 +333,13 @@ def check_aer(env, add_namespace):
         break
     expect(got is not None and got & 0xFFFFFF == 0x040002, "NS attribute changed: 0x%x" % got)
     changed = c.get_log_page(0x04, 4096)
-    expect(struct.unpack_from("<I", changed, 0)[0] == 3, "changed NS list names nsid 3")
+    expect(struct.unpack_from("<I", changed, 0)[0] == nsid, "changed NS list names nsid %d" % nsid)
     again = c.get_log_page(0x04, 4096)
     expect(again[:4] == bytes(4), "changed NS list cleared by the read")
-    expect(struct.unpack("<4I", c.identify(2)[:16])[:3] == (1, 2, 3), "nsid 3 active")
+    if nsid == 3:
+        expect(struct.unpack("<4I", c.identify(2)[:16])[:3] == (1, 2, 3), "nsid 3 active")
     c.close()
+    return c
 
 
 CHECKS = [

@@ -30,6 +30,12 @@ env = k.Env("127.0.0.1", io, disc, log)
 k.run(env)
 k.check_aer(env, lambda: os.kill(pid, signal.SIGUSR1))
 print("ok  asynchronous event on a namespace added")
+k.check_aer(env, lambda: os.kill(pid, signal.SIGHUP), nsid=1)
+c = env.ctrl().connect(io_queues=0)
+size = k.n.parse_id_ns(c.identify(0, 1))["nsze"] * 512
+c.close()
+assert size == (64 << 20) + (1 << 20), "resized namespace: %d" % size
+print("ok  asynchronous event on a namespace resized")
 k.check_gone(env, lambda: os.kill(pid, signal.SIGUSR2))
 print("ok  subsystem removed under a controller")
 PY

@@ -5,8 +5,8 @@
  * volumes, listens on 127.0.0.1 (an I/O port, id 1, and a discovery-only
  * listener, id 0) and prints "io PORT" and "disc PORT". SIGUSR1 adds a
  * namespace to the first subsystem (nvme_target_subsys_changed: an
- * asynchronous event); SIGUSR2 removes the second subsystem; SIGTERM
- * stops.
+ * asynchronous event); SIGHUP grows its nsid 1 by 1 MiB (the same);
+ * SIGUSR2 removes the second subsystem; SIGTERM stops.
  *
  * Subsystems: nqn.2026-01.org.blockd:any (any host; nsid 1: 64 MiB of 512
  * B blocks, nsid 2: 16 MiB of 4 KiB blocks), nqn.2026-01.org.blockd:only
@@ -140,6 +140,7 @@ int main(void)
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGUSR1);
     sigaddset(&set, SIGUSR2);
+    sigaddset(&set, SIGHUP);
     sigprocmask(SIG_BLOCK, &set, NULL);
     if (reactors_start(2) < 0 || iopool_start(4) < 0 || nvme_target_init() < 0)
         return 1;
@@ -168,6 +169,10 @@ int main(void)
             publish();
             nvme_target_subsys_changed(old, cur_any);
             nvme_subsys_unref(old);
+        } else if (si.ssi_signo == SIGHUP) {
+            /* nsid 1 of the first subsystem grows by 1 MiB */
+            if (volume_resize(vol1, volume_size(vol1) + (1u << 20)) == 0)
+                nvme_target_subsys_changed(cur_any, cur_any);
         } else if (si.ssi_signo == SIGUSR2 && cur_only) {
             struct nvme_subsys *old = cur_only;
             cur_only = NULL;
