@@ -92,14 +92,21 @@ void nvme_identify_ns(const struct nvme_ns *ns, uint8_t *out)
     if (!ns || !ns->vol)
         return; /* allocated but not active: all zeroes */
     struct volume *v = ns->vol;
-    uint32_t bs = volume_block_size(v);
+    uint32_t bs = nvme_lba_size(v);
     uint64_t nblocks = volume_size(v) / bs;
-    le64_put(out + 0, nblocks);  /* NSZE */
-    le64_put(out + 8, nblocks);  /* NCAP */
-    le64_put(out + 16, nblocks); /* NUSE */
-    out[25] = 0;                 /* NLBAF: one format */
-    out[26] = 0;                 /* FLBAS */
-    out[30] = 1;                 /* NMIC: may be shared by controllers */
+    uint16_t per_block = (uint16_t)(volume_block_size(v) / bs - 1); /* 0-based */
+    le64_put(out + 0, nblocks);                                     /* NSZE */
+    le64_put(out + 8, nblocks);                                     /* NCAP */
+    le64_put(out + 16, nblocks);                                    /* NUSE */
+    out[24] = 1u << 4;             /* NSFEAT: OPTPERF, the fields below */
+    le16_put(out + 64, per_block); /* NPWG: the volume's block size */
+    le16_put(out + 66, per_block); /* NPWA */
+    le16_put(out + 68, per_block); /* NPDG */
+    le16_put(out + 70, per_block); /* NPDA */
+    le16_put(out + 72, per_block); /* NOWS */
+    out[25] = 0;                   /* NLBAF: one format */
+    out[26] = 0;                   /* FLBAS */
+    out[30] = 1;                   /* NMIC: may be shared by controllers */
     /* DLFEAT: Write Zeroes may deallocate; what a deallocated block reads
      * is not promised (it depends on the backend). */
     out[33] = 1u << 3;

@@ -235,6 +235,15 @@ void nvme_identify_ns_descs(const struct nvme_ns *ns, uint8_t *out);
 /* Active namespace list after nsid (up to 1024 entries). */
 void nvme_identify_ns_list(const struct nvme_subsys *s, uint32_t after, uint8_t *out);
 
+/* The namespace's LBA size: the volume's block size up to 4 KiB (hosts
+ * take no larger logical blocks); a larger volume block size becomes the
+ * preferred write granularity (Identify Namespace NPWG/NOWS). */
+static inline uint32_t nvme_lba_size(struct volume *v)
+{
+    uint32_t bs = volume_block_size(v);
+    return bs > 4096 ? 4096 : bs;
+}
+
 /* ---- nvme_io.c ---- */
 void nvme_io_exec(struct nvme_cmd *cmd);
 

@@ -226,8 +226,7 @@ void nvme_io_exec(struct nvme_cmd *cmd)
         cmd->vol = ns->vol;
         volume_ref(cmd->vol);
     }
-    uint32_t bs = volume_block_size(cmd->vol);
-    cmd->lba_shift = log2_u32(bs);
+    cmd->lba_shift = log2_u32(nvme_lba_size(cmd->vol));
     uint64_t nblocks = volume_size(cmd->vol) >> cmd->lba_shift;
     switch (opc(cmd)) {
     case NVME_IO_FLUSH:

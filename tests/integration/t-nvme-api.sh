@@ -48,6 +48,9 @@ c = n.Controller("127.0.0.1", port, k.ANY, hdgst=True, ddgst=True).connect(io_qu
 ns = n.parse_id_ns(c.identify(0, 1))
 bs = ns["block_size"]
 assert ns["nsze"] * bs == 64 << 20, ns
+# 16 KiB volume blocks: 4 KiB LBAs, the volume's block as write granularity.
+idns = c.identify(0, 1)
+assert bs == 4096 and idns[24] & 0x10 and struct.unpack_from("<H", idns, 64)[0] == 3, ns
 for i, off in enumerate(range(0, len(ref), 1 << 20)):
     c.write(1, off // bs, ref[off:off + (1 << 20)], bs=bs, inline=False, q=c.ioq(i))
 c.flush(1)
@@ -100,6 +103,17 @@ assert t == n.RSP and cid == 4000 and res & 0xFFFFFF == 0x040002, (t, cid, hex(r
 assert struct.unpack_from("<I", c.get_log_page(0x04, 4096), 0)[0] == 2
 assert struct.unpack("<2I", c.identify(2)[:8]) == (1, 2)
 print("ok  asynchronous event for the namespace added")
+
+# The volume grows: another event, and Identify shows the new size.
+c.admin.submit(n.sqe(0x0C, 4001))
+subprocess.run(["bash", "-c", '"$BLOCKCTL_BIN" --socket "$SOCK" volume resize demo/n1 --size 80M'],
+               check=True, stdout=subprocess.DEVNULL)
+t, flags, hdr, _ = c.admin.recv_pdu()
+res, _, _, cid, sf = struct.unpack_from("<QHHHH", hdr, 8)
+assert t == n.RSP and cid == 4001 and res & 0xFFFFFF == 0x040002, (t, cid, hex(res))
+assert struct.unpack_from("<I", c.get_log_page(0x04, 4096), 0)[0] == 1
+assert n.parse_id_ns(c.identify(0, 1))["nsze"] * bs == 80 << 20
+print("ok  asynchronous event for the volume resized")
 
 subprocess.run(["bash", "-c", 'blockctl() { "$BLOCKCTL_BIN" --socket "$SOCK" "$@"; }; '
                 'blockctl call nvmet.subsys.delete "[$ANY, {\\"force\\": true}]"'],
