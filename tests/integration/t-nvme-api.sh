@@ -8,8 +8,11 @@
 # host, an asynchronous event when a namespace is added, and a controller
 # torn down when its subsystem is deleted.
 . "$(dirname "$0")/lib.sh"
-need jq qemu-img nbdcopy
-blockd_start
+need jq qemu-img nbdcopy curl
+WS_PORT=$(free_port)
+blockd_start --api-listen "127.0.0.1:$WS_PORT"
+METRICS="http://127.0.0.1:$WS_PORT/metrics"
+KEY=$(blockctl call api_key.create '{"name":"prom"}' | jq -r .key)
 NVME_PORT=$(free_port)
 DISC_PORT=$(free_port)
 
@@ -34,7 +37,7 @@ for i in $(seq 1 100); do
     sleep 0.1
 done
 
-export NBD_PORT BLOCKCTL_BIN SOCK ANY
+export NBD_PORT BLOCKCTL_BIN SOCK ANY METRICS KEY
 head -c $((8 << 20)) /dev/urandom >"$TMP/ref.img"
 /usr/bin/python3 - "$NVME_PORT" "$DISC_PORT" "$TMP" <<'PY' || fail "NVMe checks failed"
 import os, struct, subprocess, sys
@@ -87,6 +90,13 @@ except n.NvmeError as e:
     assert e.status == n.SC_CONNECT_INVALID_HOST, hex(e.status)
 n.Controller("127.0.0.1", port, k.ONLY, hostnqn=k.HOST_OK).connect().close()
 print("ok  refused host")
+
+# The controller counts as a session in the metrics (discovery ones do not).
+m = subprocess.run(["curl", "-sf", "-H", "Authorization: Bearer " + os.environ["KEY"],
+                    os.environ["METRICS"]], check=True, capture_output=True, text=True).stdout
+want = 'blockd_sessions{protocol="nvme",target="%s",peer="127.0.0.1"} 1' % k.ANY
+assert want in m, [l for l in m.splitlines() if "blockd_sessions" in l]
+print("ok  session in the metrics")
 
 # Keep the controller for the next steps (AEN, delete).
 c.set_features(0x0B, 1 << 8)
