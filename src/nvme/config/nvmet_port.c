@@ -55,6 +55,26 @@ static int ip_family(const char *s)
     return inet_pton(AF_INET6, s, buf) == 1 ? 2 : 0;
 }
 
+/* A port that starts listening (created enabled, enabled, or moved) must
+ * be bindable now: refused before it is stored rather than logged after. */
+static void port_probe(struct nvw *w, json_t *row, json_t *old, int fam)
+{
+    char addr[80];
+    if (!nvj_bool(row, "enabled") ||
+        (old && nvj_bool(old, "enabled") &&
+         strcmp(nvj_str(old, "addr_traddr"), nvj_str(row, "addr_traddr")) == 0 &&
+         nvj_int(old, "addr_trsvcid") == nvj_int(row, "addr_trsvcid")))
+        return;
+    snprintf(addr, sizeof(addr), fam == 2 ? "[%s]:%" PRId64 : "%s:%" PRId64,
+             nvj_str(row, "addr_traddr"), nvj_int(row, "addr_trsvcid"));
+    int rc = listener_probe_tcp(addr, LISTENER_REUSEPORT);
+    if (rc < 0) {
+        nvw_err(w, "addr_trsvcid", -rc, "cannot listen on %s: %s", addr, strerror(-rc));
+        log_warn("nvmet: %s: cannot listen on %s (peer %s): %s", w->method, addr,
+                 api_call_peer(w->call), strerror(-rc));
+    }
+}
+
 static int port_check(struct nvw *w, json_t *row, json_t *old)
 {
     const char *tr = nvj_str(row, "addr_trtype"), *addr = nvj_str(row, "addr_traddr");
@@ -72,6 +92,7 @@ static int port_check(struct nvw *w, json_t *row, json_t *old)
         return 0;
     }
     json_object_set_new(row, "addr_adrfam", json_string(fam == 1 ? "IPV4" : "IPV6"));
+    port_probe(w, row, old, fam);
     json_t *same;
     if (nvs_select(&nvs_port,
                    "addr_trtype = ?1 AND addr_traddr = ?2 AND addr_trsvcid = ?3 AND "

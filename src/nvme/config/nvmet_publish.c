@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/service.h"
 #include "control/confgen.h"
 #include "control/datasets.h"
 #include "control/db.h"
@@ -512,7 +513,7 @@ int nvmet_republish(const char *resized_dataset)
     return rc;
 }
 
-int nvme_config_start(void)
+static int config_start(void)
 {
     int rc = nvs_global_ensure();
     if (rc < 0) {
@@ -524,6 +525,29 @@ int nvme_config_start(void)
     if (rc < 0)
         atomic_store(&running, false);
     return rc;
+}
+
+static int svc_stop(void)
+{
+    nvme_config_stop();
+    return 0;
+}
+
+/* TrueNAS's service name; service.stop withdraws every subsystem. */
+static const struct service_ops svc_ops = {
+    .start = config_start,
+    .stop = svc_stop,
+    .running = nvmet_running,
+};
+
+int nvme_config_start(void)
+{
+    static bool registered;
+    if (!registered) {
+        registered = true;
+        service_register("nvmet", &svc_ops);
+    }
+    return config_start();
 }
 
 void nvme_config_stop(void)
