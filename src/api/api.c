@@ -9,6 +9,7 @@
 #include "api/api.h"
 #include "api/apistats.h"
 #include "api/api_internal.h"
+#include "api/redact.h"
 #include "api/auth.h"
 #include "api/jsonw.h"
 #include "api/callmem.h"
@@ -477,6 +478,20 @@ static int call_allowed(struct api_call *call, const struct api_method *m)
     return 0;
 }
 
+/* A caller who may only read sees stored secrets (CHAP secrets, host
+ * keys) as TrueNAS shows them to READONLY_ADMIN: "********". A key that
+ * may change shares reads them in clear, as an editing client needs. 0,
+ * or -1 with the error set (no memory for the copy). */
+static int redact_for_reader(struct api_call *call, json_t **result)
+{
+    if (call->who.kind != API_CALLER_REMOTE || roles_allow(call->who.roles, API_SHARE))
+        return 0;
+    json_t *r = redact_value(*result);
+    json_decref(*result);
+    *result = r;
+    return r ? 0 : api_error(call, ENOMEM, "out of memory");
+}
+
 /* Run a method; returns 0 with *result or -1 with the error in call. */
 static int call_run(struct api_call *call, const struct api_method *m, json_t *params,
                     json_t **result)
@@ -496,7 +511,7 @@ static int call_run(struct api_call *call, const struct api_method *m, json_t *p
     if (rc == 0 && call->code == 0 && !api_has_verrs(call)) {
         if (!*result)
             *result = json_null();
-        return 0;
+        return redact_for_reader(call, result);
     }
     /* A handler that failed (or reported errors yet returned 0). */
     json_decref(*result);

@@ -50,6 +50,8 @@
 
 #include "api/api.h"
 
+struct api_codec;
+
 enum api_type {
     API_T_ANY,    /* any JSON value (still subject to API_NULLABLE) */
     API_T_STRING, /* JSON string; API_RANGE bounds its length in bytes */
@@ -81,6 +83,12 @@ struct api_field {
     size_t nfields;
     const struct api_field *items; /* API_T_ARRAY: element description */
     const char *def;               /* JSON text of the default (api_apply_defaults) */
+    /* One description per object (api/fields.h): where the field lives in
+     * the object's C struct and how its value moves between JSON and C, so
+     * that this table validates, decodes and encodes. A field without a
+     * codec is only validated here (its handler reads it). */
+    size_t off;
+    const struct api_codec *codec;
 };
 
 /* A string field of lo to hi bytes, flags besides API_RANGE in fl:

@@ -1,14 +1,17 @@
 /*
  * pool.snapshottask.* methods and the snapshot_tasks table (snaptask.h).
- * A task is stored as its validated configuration (JSON text) and its
- * last state; rows are built from both.
+ * A task is a struct snaptask, described once by task_fields (validation,
+ * decoding, the row, and the JSON text of its fields that the table's
+ * config column stores); its last state is stored beside it.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "api/api.h"
+#include "api/fields.h"
 #include "api/validate.h"
 #include "control/dataset_store.h"
 #include "control/db.h"
@@ -23,73 +26,82 @@ static const char schema_sql[] = "CREATE TABLE IF NOT EXISTS snapshot_tasks ("
                                  " config TEXT NOT NULL,"
                                  " state TEXT NOT NULL DEFAULT '{\"state\": \"PENDING\"}');";
 
-static const char *const units[] = {"HOUR", "DAY", "WEEK", "MONTH", "YEAR", NULL};
+const char *const snaptask_units[] = {"HOUR", "DAY", "WEEK", "MONTH", "YEAR", NULL};
 
+/* One description of a task (api/fields.h): it validates create and
+ * update, decodes into struct snaptask, encodes the row and the stored
+ * text; the defaults are TrueNAS's (PeriodicSnapshotTaskCreate,
+ * CronModel). */
+#define CRON(member, lo, hi, dflt)                                                                 \
+    {                                                                                              \
+        .name = #member, .type = API_T_STRING, .flags = API_RANGE, .min = (lo), .max = (hi),       \
+        .def = (dflt), API_AT(struct snaptask_cron, member, api_codec_str)                         \
+    }
 static const struct api_field sched_fields[] = {
-    API_FIELD_STRING("minute", 0, 1, 127), API_FIELD_STRING("hour", 0, 1, 127),
-    API_FIELD_STRING("dom", 0, 1, 127),    API_FIELD_STRING("month", 0, 1, 127),
-    API_FIELD_STRING("dow", 0, 1, 127),    API_FIELD_STRING("begin", 0, 5, 5),
-    API_FIELD_STRING("end", 0, 5, 5),
+    CRON(minute, 1, 127, "\"00\""), CRON(hour, 1, 127, "\"*\""), CRON(dom, 1, 127, "\"*\""),
+    CRON(month, 1, 127, "\"*\""),   CRON(dow, 1, 127, "\"*\""),  CRON(begin, 5, 5, "\"00:00\""),
+    CRON(end, 5, 5, "\"23:59\""),
 };
+#undef CRON
+#define AT(member, codec) API_AT(struct snaptask, member, codec)
 static const struct api_field exclude_item = API_FIELD_STRING(NULL, 0, 1, NAME_DATASET_MAX);
+_Static_assert(sizeof(((struct snaptask *)0)->lifetime_unit) == sizeof(int), "enum index");
 static const struct api_field task_fields[] = {
-    API_FIELD_STRING("dataset", API_REQUIRED, 1, NAME_DATASET_MAX),
-    {.name = "recursive", .type = API_T_BOOL},
-    {.name = "exclude", .type = API_T_ARRAY, .items = &exclude_item},
-    {.name = "lifetime_value", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = 1000000},
-    {.name = "lifetime_unit", .type = API_T_ENUM, .choices = units},
-    {.name = "enabled", .type = API_T_BOOL},
-    API_FIELD_STRING("naming_schema", 0, 1, NAME_DATASET_MAX),
+    {.name = "dataset",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX,
+     AT(dataset, api_codec_str)},
+    {.name = "recursive", .type = API_T_BOOL, .def = "false", AT(recursive, api_codec_bool)},
+    {.name = "exclude",
+     .type = API_T_ARRAY,
+     .items = &exclude_item,
+     .def = "[]",
+     AT(exclude, api_codec_strv)},
+    {.name = "lifetime_value",
+     .type = API_T_INT,
+     .flags = API_RANGE,
+     .min = 1,
+     .max = 1000000,
+     .def = "2",
+     AT(lifetime_value, api_codec_i64)},
+    {.name = "lifetime_unit",
+     .type = API_T_ENUM,
+     .choices = snaptask_units,
+     .def = "\"WEEK\"",
+     AT(lifetime_unit, api_codec_enum)},
+    {.name = "enabled", .type = API_T_BOOL, .def = "true", AT(enabled, api_codec_bool)},
+    {.name = "naming_schema",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX,
+     .def = "\"auto-%Y-%m-%d_%H-%M\"",
+     AT(naming_schema, api_codec_str)},
     {.name = "schedule",
      .type = API_T_OBJECT,
      .fields = sched_fields,
-     .nfields = ARRAY_LEN(sched_fields)},
-    {.name = "allow_empty", .type = API_T_BOOL},
-};
-/* update: the same, and fixate_removal_date (accepted: blockd keeps no
- * removal dates, expiry follows the task's lifetime at each run) */
-static const struct api_field update_fields[] = {
-    API_FIELD_STRING("dataset", 0, 1, NAME_DATASET_MAX),
-    {.name = "recursive", .type = API_T_BOOL},
-    {.name = "exclude", .type = API_T_ARRAY, .items = &exclude_item},
-    {.name = "lifetime_value", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = 1000000},
-    {.name = "lifetime_unit", .type = API_T_ENUM, .choices = units},
-    {.name = "enabled", .type = API_T_BOOL},
-    API_FIELD_STRING("naming_schema", 0, 1, NAME_DATASET_MAX),
-    {.name = "schedule",
-     .type = API_T_OBJECT,
-     .fields = sched_fields,
-     .nfields = ARRAY_LEN(sched_fields)},
-    {.name = "allow_empty", .type = API_T_BOOL},
+     .nfields = ARRAY_LEN(sched_fields),
+     AT(schedule, api_codec_object)},
+    {.name = "allow_empty", .type = API_T_BOOL, .def = "true", AT(allow_empty, api_codec_bool)},
+    /* update only (refused on create): accepted, as blockd keeps no
+     * removal dates; expiry follows the task's lifetime at each run */
     {.name = "fixate_removal_date", .type = API_T_BOOL},
 };
+#undef AT
 
-/* TrueNAS's defaults (PeriodicSnapshotTaskCreate, CronModel). */
-static json_t *task_defaults(void)
+void snaptask_clear(struct snaptask *t)
 {
-    return json_pack("{s:b, s:[], s:i, s:s, s:b, s:s, s:{s:s, s:s, s:s, s:s, s:s, s:s, s:s},"
-                     " s:b}",
-                     "recursive", 0, "exclude", "lifetime_value", 2, "lifetime_unit", "WEEK",
-                     "enabled", 1, "naming_schema", "auto-%Y-%m-%d_%H-%M", "schedule", "minute",
-                     "00", "hour", "*", "dom", "*", "month", "*", "dow", "*", "begin", "00:00",
-                     "end", "23:59", "allow_empty", 1);
+    api_fields_clear(task_fields, ARRAY_LEN(task_fields), t);
+    memset(t, 0, sizeof(*t));
 }
 
-/* data over base; schedule keys over base's schedule. A new reference. */
-static json_t *task_merge(json_t *base, json_t *data)
+void snaptasks_free(struct snaptask *v, size_t n)
 {
-    json_t *cfg = json_deep_copy(base), *sched = json_object_get(data, "schedule");
-    json_t *s = json_deep_copy(json_object_get(cfg, "schedule"));
-
-    json_object_update(cfg, data);
-    if (sched && s) {
-        json_object_update(s, sched);
-        json_object_set(cfg, "schedule", s);
-    }
-    json_decref(s);
-    json_object_del(cfg, "vmware_sync"); /* a row's, given back: always false */
-    json_object_del(cfg, "fixate_removal_date");
-    return cfg;
+    for (size_t i = 0; i < n; i++)
+        snaptask_clear(&v[i]);
+    free(v);
 }
 
 static void verr(struct api_call *call, const char *pfx, const char *key, int err, const char *msg)
@@ -101,28 +113,24 @@ static void verr(struct api_call *call, const char *pfx, const char *key, int er
 }
 
 /* exclude: datasets under the task's dataset, with recursive only. */
-static void check_exclude(struct api_call *call, const char *pfx, json_t *cfg)
+static void check_exclude(struct api_call *call, const char *pfx, const struct snaptask *t)
 {
-    const char *ds = json_string_value(json_object_get(cfg, "dataset"));
-    json_t *ex = json_object_get(cfg, "exclude"), *v;
-    size_t i, n = strlen(ds);
+    size_t n = strlen(t->dataset);
 
-    if (json_array_size(ex) && !json_is_true(json_object_get(cfg, "recursive")))
+    if (t->exclude.n && !t->recursive)
         verr(call, pfx, "exclude", EINVAL,
              "Excluding datasets has no sense in non-recursive "
              "periodic snapshot tasks");
-    json_array_foreach(ex, i, v)
-    {
-        const char *e = json_string_value(v);
-        if (strncmp(e, ds, n) != 0 || e[n] != '/')
+    for (size_t i = 0; i < t->exclude.n; i++) {
+        const char *e = t->exclude.v[i];
+        if (strncmp(e, t->dataset, n) != 0 || e[n] != '/')
             verr(call, pfx, "exclude", EINVAL, "Excluded datasets must belong to the dataset");
     }
 }
 
-/* The checks a field table cannot make, on the whole configuration. */
-static void task_check(struct api_call *call, const char *pfx, json_t *cfg)
+/* The checks a field table cannot make, on the whole task. */
+static void task_check(struct api_call *call, const char *pfx, const struct snaptask *t)
 {
-    const char *ds = json_string_value(json_object_get(cfg, "dataset"));
     struct snaptask_sched sched;
     struct ds_row row;
     const char *field = NULL;
@@ -130,61 +138,113 @@ static void task_check(struct api_call *call, const char *pfx, json_t *cfg)
     int rc;
 
     db_lock();
-    rc = ds_dataset_get(ds, &row);
+    rc = ds_dataset_get(t->dataset, &row);
     db_unlock();
     if (rc < 0) {
-        snprintf(msg, sizeof(msg), "Dataset %s does not exist", ds);
+        snprintf(msg, sizeof(msg), "Dataset %s does not exist", t->dataset);
         verr(call, pfx, "dataset", ENOENT, msg);
     }
-    if (snaptask_schema_check(json_string_value(json_object_get(cfg, "naming_schema")), why,
-                              sizeof(why)) < 0)
+    if (snaptask_schema_check(t->naming_schema, why, sizeof(why)) < 0)
         verr(call, pfx, "naming_schema", EINVAL, why);
-    if (snaptask_sched_parse(json_object_get(cfg, "schedule"), &sched, &field, why, sizeof(why)) <
-        0) {
+    if (snaptask_sched_parse(&t->schedule, &sched, &field, why, sizeof(why)) < 0) {
         snprintf(msg, sizeof(msg), "schedule.%s", field);
         verr(call, pfx, msg, EINVAL, why);
     }
-    check_exclude(call, pfx, cfg);
-    if (!json_is_true(json_object_get(cfg, "allow_empty")))
+    check_exclude(call, pfx, t);
+    if (!t->allow_empty)
         verr(call, pfx, "allow_empty", ENOTSUP,
              "allow_empty false is not supported: blockd cannot tell whether a volume changed "
              "since its last snapshot, so every run takes one");
 }
 
-static json_t *row_of(sqlite3_stmt *st)
+/* A stored task: the defaults, then its stored fields (a task stored by
+ * an older version may lack newer ones). 0 or -errno. */
+static int task_of(sqlite3_stmt *st, struct snaptask *t)
 {
-    json_t *row = json_loads((const char *)sqlite3_column_text(st, 1), 0, NULL);
-    json_t *state = json_loads((const char *)sqlite3_column_text(st, 2), 0, NULL);
+    json_t *cfg = json_loads((const char *)sqlite3_column_text(st, 1), 0, NULL);
+    int rc = cfg ? api_fields_defaults(task_fields, ARRAY_LEN(task_fields), t) : -EIO;
 
-    if (!row || !state) {
+    if (rc == 0)
+        rc = api_fields_decode(task_fields, ARRAY_LEN(task_fields), cfg, t);
+    t->id = sqlite3_column_int64(st, 0);
+    json_decref(cfg);
+    return rc;
+}
+
+int snaptask_load_all(struct snaptask **out, size_t *n)
+{
+    sqlite3_stmt *st = NULL;
+    struct snaptask *v = NULL;
+    size_t cap = 0;
+    int rc;
+
+    *out = NULL;
+    *n = 0;
+    db_lock();
+    rc = db_stmt("SELECT id, config FROM snapshot_tasks ORDER BY id", &st);
+    while (rc == 0 && db_stmt_next(st, &rc)) {
+        if (*n == cap) {
+            struct snaptask *nv = realloc(v, (cap = cap ? cap * 2 : 8) * sizeof(*v));
+            if (!nv) {
+                rc = -ENOMEM;
+                break;
+            }
+            v = nv;
+        }
+        memset(&v[*n], 0, sizeof(v[*n]));
+        rc = task_of(st, &v[*n]);
+        (*n)++;
+    }
+    if (st)
+        db_stmt_done(st);
+    db_unlock();
+    if (rc < 0) {
+        snaptasks_free(v, *n);
+        *n = 0;
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
+/* The row pool.snapshottask.* answers with: the task's fields, its last
+ * state (stored as {state, datetime, error}) and vmware_sync (always
+ * false). A new reference or NULL. */
+static json_t *task_row(const struct snaptask *t, const char *state_text)
+{
+    json_t *row = api_fields_row(t->id, task_fields, ARRAY_LEN(task_fields), t);
+    json_t *state = json_loads(state_text ? state_text : "{\"state\": \"PENDING\"}", 0, NULL);
+
+    if (!row || !state || json_object_set_new(row, "vmware_sync", json_false()) < 0 ||
+        json_object_set_new(row, "state", state) < 0) {
         json_decref(row);
-        json_decref(state);
         return NULL;
     }
-    json_object_set_new(row, "id", json_integer(sqlite3_column_int64(st, 0)));
-    json_object_set_new(row, "vmware_sync", json_false());
-    json_object_set_new(row, "state", state);
     return row;
 }
 
-json_t *snaptask_rows(void)
+/* Every task's row, by id: a new reference, or NULL (logged). */
+static json_t *task_rows(void)
 {
     json_t *rows = json_array();
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     int rc;
 
     db_lock();
     rc = db_stmt("SELECT id, config, state FROM snapshot_tasks ORDER BY id", &st);
-    if (rc == 0) {
-        while (db_stmt_next(st, &rc)) {
-            json_t *row = row_of(st);
-            if (row)
-                json_array_append_new(rows, row);
-        }
-        db_stmt_done(st);
+    while (rc == 0 && rows && db_stmt_next(st, &rc)) {
+        struct snaptask t = {0};
+        json_t *row =
+            task_of(st, &t) == 0 ? task_row(&t, (const char *)sqlite3_column_text(st, 2)) : NULL;
+        if (!row || json_array_append_new(rows, row) < 0)
+            rc = -ENOMEM;
+        snaptask_clear(&t);
     }
+    if (st)
+        db_stmt_done(st);
     db_unlock();
     if (rc < 0) {
+        log_error("snapshottask: cannot read the tasks: %s", strerror(-rc));
         json_decref(rows);
         return NULL;
     }
@@ -213,24 +273,53 @@ void snaptask_state_set(int64_t id, const char *state, const char *error)
     json_decref(j);
 }
 
-/* The task id's row, or NULL after an ENOENT on call. */
-static json_t *task_get(struct api_call *call, json_t *jid)
+/* Task id's row (a new reference), or NULL after an error on call. */
+static json_t *task_get(struct api_call *call, int64_t id)
 {
-    json_t *rows = snaptask_rows(), *row, *found = NULL;
+    json_t *rows = task_rows(), *row, *found = NULL;
     size_t i;
 
-    json_array_foreach(rows, i, row) if (json_equal(json_object_get(row, "id"), jid)) found =
-        json_incref(row);
+    if (!rows) {
+        api_error(call, EIO, "cannot read the periodic snapshot tasks");
+        return NULL;
+    }
+    json_array_foreach(rows, i, row)
+    {
+        if (json_integer_value(json_object_get(row, "id")) == id)
+            found = json_incref(row);
+    }
     json_decref(rows);
     if (!found)
-        api_error(call, ENOENT, "Periodic snapshot task %lld does not exist",
-                  (long long)json_integer_value(jid));
+        api_error(call, ENOENT, "Periodic snapshot task %lld does not exist", (long long)id);
     return found;
+}
+
+/* Task id as a struct (cleared by the caller). 0, or -1 after an error
+ * on call (ENOENT, EIO). */
+static int task_load(struct api_call *call, int64_t id, struct snaptask *out)
+{
+    struct snaptask *v;
+    size_t n;
+    int rc = snaptask_load_all(&v, &n);
+
+    if (rc < 0)
+        return api_error(call, -rc, "cannot read the periodic snapshot tasks: %s", strerror(-rc));
+    rc = -ENOENT;
+    for (size_t i = 0; i < n && rc < 0; i++)
+        if (v[i].id == id) {
+            *out = v[i];
+            memset(&v[i], 0, sizeof(v[i]));
+            rc = 0;
+        }
+    snaptasks_free(v, n);
+    return rc == 0 ? 0
+                   : api_error(call, ENOENT, "Periodic snapshot task %lld does not exist",
+                               (long long)id);
 }
 
 static int m_query(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *rows = snaptask_rows();
+    json_t *rows = task_rows();
     int rc;
 
     if (!rows)
@@ -245,105 +334,110 @@ static int m_get_instance(struct api_call *call, json_t *params, json_t **result
     return api_get_instance(call, params, m_query, "Periodic snapshot task", result);
 }
 
-/* Store cfg as task id (0: a new one). 0 with *result the row, or -1. */
-static int task_store(struct api_call *call, int64_t id, json_t *cfg, json_t **result)
+/* Store t (id 0: a new one) as the table encodes it. 0 with *result the
+ * row, or -1. */
+static int task_store(struct api_call *call, struct snaptask *t, json_t **result)
 {
-    char *text = json_dumps(cfg, JSON_COMPACT | JSON_SORT_KEYS);
-    json_t *jid;
+    json_t *cfg = json_object();
+    char *text = cfg && api_fields_encode(task_fields, ARRAY_LEN(task_fields), t, cfg) == 0
+                     ? json_dumps(cfg, JSON_COMPACT | JSON_SORT_KEYS)
+                     : NULL;
     int rc;
 
+    json_decref(cfg);
     if (!text)
         return api_error(call, ENOMEM, "out of memory");
     db_lock();
-    if (id == 0) {
+    if (t->id == 0) {
         rc = db_run("INSERT INTO snapshot_tasks (config) VALUES (?1)", "t", text);
-        id = sqlite3_last_insert_rowid(db_handle());
+        if (rc == 0)
+            t->id = sqlite3_last_insert_rowid(db_handle());
     } else {
-        rc = db_run("UPDATE snapshot_tasks SET config = ?1 WHERE id = ?2", "ti", text, id);
+        rc = db_run("UPDATE snapshot_tasks SET config = ?1 WHERE id = ?2", "ti", text, t->id);
     }
     db_unlock();
     free(text);
     if (rc < 0)
         return api_error(call, -rc, "cannot store the periodic snapshot task: %s", strerror(-rc));
-    jid = json_integer(id);
-    *result = task_get(call, jid);
-    json_decref(jid);
+    *result = task_get(call, t->id);
     return *result ? 0 : -1;
+}
+
+/* Decode data over t (a fresh task's defaults, or the stored task), check
+ * the whole, store it. 0 with *result, or -1. */
+static int task_save(struct api_call *call, const char *pfx, json_t *data, struct snaptask *t,
+                     json_t **result)
+{
+    if (api_fields_decode(task_fields, ARRAY_LEN(task_fields), data, t) < 0)
+        return api_error(call, ENOMEM, "out of memory");
+    task_check(call, pfx, t);
+    if (api_has_verrs(call))
+        return api_invalid(call);
+    return task_store(call, t, result);
 }
 
 static int m_create(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *data = api_param(params, 0), *defaults = task_defaults(), *cfg;
+    json_t *data = api_param(params, 0);
+    struct snaptask t = {0};
     int rc;
 
-    cfg = task_merge(defaults, data);
-    json_decref(defaults);
-    task_check(call, "pool_snapshottask_create", cfg);
-    if (api_has_verrs(call)) {
-        json_decref(cfg);
+    if (json_object_get(data, "fixate_removal_date")) {
+        verr(call, "pool_snapshottask_create", "fixate_removal_date", EINVAL,
+             "Extra inputs are not permitted");
         return api_invalid(call);
     }
-    rc = task_store(call, 0, cfg, result);
+    rc = api_fields_defaults(task_fields, ARRAY_LEN(task_fields), &t) < 0
+             ? api_error(call, ENOMEM, "out of memory")
+             : task_save(call, "pool_snapshottask_create", data, &t, result);
     if (rc == 0)
-        log_info("snapshottask: task %lld created for %s (peer %s)",
-                 (long long)json_integer_value(json_object_get(*result, "id")),
-                 json_string_value(json_object_get(cfg, "dataset")), api_call_peer(call));
-    json_decref(cfg);
+        log_info("snapshottask: task %lld created for %s (peer %s)", (long long)t.id, t.dataset,
+                 api_call_peer(call));
+    snaptask_clear(&t);
     return rc;
 }
 
 static int m_update(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *jid = api_param(params, 0), *data = api_param(params, 1), *row, *cfg;
-    int rc;
+    int64_t id = json_integer_value(api_param(params, 0));
+    struct snaptask t = {0};
+    int rc = task_load(call, id, &t);
 
-    if (!(row = task_get(call, jid)))
-        return -1;
-    json_object_del(row, "id");
-    json_object_del(row, "state");
-    cfg = task_merge(row, data);
-    json_decref(row);
-    task_check(call, "pool_snapshottask_update", cfg);
-    if (api_has_verrs(call)) {
-        json_decref(cfg);
-        return api_invalid(call);
-    }
-    rc = task_store(call, json_integer_value(jid), cfg, result);
     if (rc == 0)
-        log_info("snapshottask: task %lld updated (peer %s)", (long long)json_integer_value(jid),
-                 api_call_peer(call));
-    json_decref(cfg);
+        rc = task_save(call, "pool_snapshottask_update", api_param(params, 1), &t, result);
+    if (rc == 0)
+        log_info("snapshottask: task %lld updated (peer %s)", (long long)id, api_call_peer(call));
+    snaptask_clear(&t);
     return rc;
 }
 
 static int m_delete(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *jid = api_param(params, 0), *row = task_get(call, jid);
-    int rc;
+    int64_t id = json_integer_value(api_param(params, 0));
+    struct snaptask t = {0};
+    int rc = task_load(call, id, &t);
 
-    if (!row)
+    snaptask_clear(&t);
+    if (rc < 0)
         return -1;
-    json_decref(row);
     db_lock();
-    rc = db_run("DELETE FROM snapshot_tasks WHERE id = ?1", "i", (int64_t)json_integer_value(jid));
+    rc = db_run("DELETE FROM snapshot_tasks WHERE id = ?1", "i", id);
     db_unlock();
     if (rc < 0)
         return api_error(call, -rc, "cannot delete the periodic snapshot task: %s", strerror(-rc));
-    log_info("snapshottask: task %lld deleted (peer %s)", (long long)json_integer_value(jid),
-             api_call_peer(call));
+    log_info("snapshottask: task %lld deleted (peer %s)", (long long)id, api_call_peer(call));
     *result = json_true();
     return 0;
 }
 
 static int m_run(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *row = task_get(call, api_param(params, 0));
-    int rc;
+    struct snaptask t = {0};
+    int rc = task_load(call, json_integer_value(api_param(params, 0)), &t);
 
-    if (!row)
-        return -1;
-    rc = snaptask_run_task(call, row, NULL);
-    json_decref(row);
+    if (rc == 0)
+        rc = snaptask_run_task(call, &t, NULL);
+    snaptask_clear(&t);
     if (rc == 0)
         *result = json_null();
     return rc;
@@ -358,8 +452,8 @@ static const struct api_arg update_args[] = {{.name = "id", .type = API_T_INT},
                                              {.name = "data",
                                               .type = API_T_OBJECT,
                                               .flags = API_PARTIAL,
-                                              .fields = update_fields,
-                                              .nfields = ARRAY_LEN(update_fields),
+                                              .fields = task_fields,
+                                              .nfields = ARRAY_LEN(task_fields),
                                               .prefix = "pool_snapshottask_update"}};
 static const struct api_field delete_fields[] = {
     {.name = "fixate_removal_date", .type = API_T_BOOL}};

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "api/fields.h"
+
 struct api_call;
 
 /* Register the schema and the pool.snapshottask.* methods. Start-up only,
@@ -27,6 +29,27 @@ void snaptask_init(void);
 int snaptask_start(void);
 void snaptask_stop(void);
 
+/* A task's schedule as given (TrueNAS's CronModel: strings; owned). */
+struct snaptask_cron {
+    char *minute, *hour, *dom, *month, *dow, *begin, *end;
+};
+
+/* A periodic snapshot task: a pool.snapshottask row without its state. */
+struct snaptask {
+    int64_t id;
+    char *dataset;
+    bool recursive;
+    struct api_strv exclude; /* datasets (and their subtrees) left out */
+    int64_t lifetime_value;
+    int lifetime_unit; /* index in snaptask_units */
+    bool enabled;
+    char *naming_schema;
+    struct snaptask_cron schedule;
+    bool allow_empty;
+};
+extern const char *const snaptask_units[]; /* "HOUR" .. "YEAR", NULL */
+void snaptask_clear(struct snaptask *t);
+
 /* A parsed schedule: the allowed values of each cron field as bits, and
  * the begin/end window in minutes of the day. */
 struct snaptask_sched {
@@ -35,10 +58,10 @@ struct snaptask_sched {
     int begin, end;
 };
 
-/* schedule ({minute, hour, dom, month, dow, begin, end}, strings, all
- * present) → *out. 0, or -EINVAL with *field the key at fault and why. */
-int snaptask_sched_parse(json_t *schedule, struct snaptask_sched *out, const char **field,
-                         char *why, size_t len);
+/* c (every field set) → *out. 0, or -EINVAL with *field the key at fault
+ * and why. */
+int snaptask_sched_parse(const struct snaptask_cron *c, struct snaptask_sched *out,
+                         const char **field, char *why, size_t len);
 /* Whether the local time tm falls on the schedule (cron's rule: when both
  * dom and dow are restricted, either matches). */
 bool snaptask_sched_match(const struct snaptask_sched *s, const struct tm *tm);
@@ -54,17 +77,18 @@ int64_t snaptask_naive_now(void);
 /* Seconds of lifetime_value lifetime_unit (MONTH: 30 days, YEAR: 365). */
 int64_t snaptask_lifetime_s(int64_t value, const char *unit);
 
-/* Tasks (snaptask.c): every task as its row (id, config, state), a new
- * reference or NULL. DB lock taken inside. */
-json_t *snaptask_rows(void);
+/* Tasks (snaptask.c): every task, by id: a new array in *out (free with
+ * snaptasks_free). DB lock taken inside. 0 or -errno. */
+int snaptask_load_all(struct snaptask **out, size_t *n);
+void snaptasks_free(struct snaptask *v, size_t n);
 /* Record task id's state ({state, datetime, error}). Logged on failure. */
 void snaptask_state_set(int64_t id, const char *state, const char *error);
-/* Run task (a row of snaptask_rows) now: take its snapshots, named by
- * strftime(naming_schema, when) (NULL: the local time now), then expire
- * old ones. 0, or -1 with the error on call (state ERROR recorded). */
-int snaptask_run_task(struct api_call *call, json_t *task, const struct tm *when);
+/* Run task now: take its snapshots, named by strftime(naming_schema,
+ * when) (NULL: the local time now), then expire old ones. 0, or -1 with
+ * the error on call (state ERROR recorded). */
+int snaptask_run_task(struct api_call *call, const struct snaptask *task, const struct tm *when);
 /* Expire the snapshots of task older than its lifetime (each failure
  * logged, never fatal). */
-void snaptask_expire(json_t *task);
+void snaptask_expire(const struct snaptask *task);
 
 #endif

@@ -22,18 +22,14 @@
 /* The volumes a task snapshots: its dataset's (with recursive, its
  * subtree's) minus the excluded datasets and their subtrees. */
 struct targets {
-    json_t *task;
+    const struct snaptask *task;
     json_t *names; /* array of volume names */
 };
 
-static bool excluded(json_t *task, const char *name)
+static bool excluded(const struct snaptask *task, const char *name)
 {
-    json_t *v;
-    size_t i;
-
-    json_array_foreach(json_object_get(task, "exclude"), i, v)
-    {
-        const char *e = json_string_value(v);
+    for (size_t i = 0; i < task->exclude.n; i++) {
+        const char *e = task->exclude.v[i];
         size_t n = strlen(e);
         if (strncmp(name, e, n) == 0 && (name[n] == '\0' || name[n] == '/'))
             return true;
@@ -52,15 +48,15 @@ static int target_add(const char *name, int64_t id, bool is_volume, void *arg)
 }
 
 /* The task's volumes (a new array; empty when none), or NULL with rc. */
-static json_t *task_targets(json_t *task, int *rc)
+static json_t *task_targets(const struct snaptask *task, int *rc)
 {
-    const char *ds = json_string_value(json_object_get(task, "dataset"));
+    const char *ds = task->dataset;
     struct targets t = {.task = task, .names = json_array()};
     struct ds_row row;
 
     db_lock();
     *rc = ds_dataset_get(ds, &row);
-    if (*rc == 0 && json_is_true(json_object_get(task, "recursive")))
+    if (*rc == 0 && task->recursive)
         *rc = ds_dataset_each_in_subtree(ds, target_add, &t);
     else if (*rc == 0 && row.type == DS_VOLUME)
         json_array_append_new(t.names, json_string(ds));
@@ -82,10 +78,10 @@ static void call_reason(struct api_call *call, char *buf, size_t len)
     json_decref(e);
 }
 
-static int take_all(struct api_call *call, int64_t id, json_t *task, json_t *vols,
+static int take_all(struct api_call *call, int64_t id, const struct snaptask *task, json_t *vols,
                     const struct tm *tm)
 {
-    const char *schema = json_string_value(json_object_get(task, "naming_schema"));
+    const char *schema = task->naming_schema;
     char name[NAME_DATASET_MAX + 1];
     json_t *v;
     size_t i;
@@ -113,12 +109,12 @@ static int take_all(struct api_call *call, int64_t id, json_t *task, json_t *vol
     return 0;
 }
 
-int snaptask_run_task(struct api_call *call, json_t *task, const struct tm *when)
+int snaptask_run_task(struct api_call *call, const struct snaptask *task, const struct tm *when)
 {
     time_t now = time(NULL);
     struct tm tm;
-    int64_t id = json_integer_value(json_object_get(task, "id"));
-    const char *ds = json_string_value(json_object_get(task, "dataset"));
+    int64_t id = task->id;
+    const char *ds = task->dataset;
     char why[512];
     int rc;
     json_t *vols = task_targets(task, &rc);
@@ -145,7 +141,7 @@ int snaptask_run_task(struct api_call *call, json_t *task, const struct tm *when
 /* Snapshots of one volume to expire: names parsing with the schema,
  * older than the cutoff, neither held nor cloned (those are logged). */
 struct expiry {
-    json_t *task;
+    const struct snaptask *task;
     int64_t cutoff; /* naive local seconds (snaptask_schema_time) */
     json_t *names;  /* full names */
 };
@@ -153,8 +149,8 @@ struct expiry {
 static int expiry_add(const struct ds_snap_view *v, void *arg)
 {
     struct expiry *x = arg;
-    const char *schema = json_string_value(json_object_get(x->task, "naming_schema"));
-    long long id = (long long)json_integer_value(json_object_get(x->task, "id"));
+    const char *schema = x->task->naming_schema;
+    long long id = (long long)x->task->id;
     char why[64], clone[DS_NAME_BUF];
     int64_t t;
 
@@ -183,11 +179,10 @@ static void expire_one(struct api_call *call, long long id, const char *full)
     log_error("snapshottask: task %lld cannot expire snapshot %s: %s", id, full, why);
 }
 
-void snaptask_expire(json_t *task)
+void snaptask_expire(const struct snaptask *task)
 {
-    long long id = (long long)json_integer_value(json_object_get(task, "id"));
-    int64_t life = snaptask_lifetime_s(json_integer_value(json_object_get(task, "lifetime_value")),
-                                       json_string_value(json_object_get(task, "lifetime_unit")));
+    long long id = (long long)task->id;
+    int64_t life = snaptask_lifetime_s(task->lifetime_value, snaptask_units[task->lifetime_unit]);
     struct expiry x = {.task = task, .cutoff = snaptask_naive_now() - life, .names = json_array()};
     char peer[48];
     int rc;
@@ -237,34 +232,35 @@ static bool stopping(void)
  * time: the snapshots are named by it, even if taken a little later). */
 static void run_due(const struct tm *tm, bool expire_only)
 {
-    json_t *rows = snaptask_rows(), *task;
-    size_t i;
+    struct snaptask *tasks;
+    size_t n;
+    int rc = snaptask_load_all(&tasks, &n);
 
-    json_array_foreach(rows, i, task)
-    {
+    if (rc < 0) {
+        log_error("snapshottask: cannot read the tasks: %s", strerror(-rc));
+        return;
+    }
+    for (size_t i = 0; i < n && !stopping(); i++) { /* the tasks left wait for the next start */
+        const struct snaptask *task = &tasks[i];
         struct snaptask_sched s;
         const char *field;
         char why[256], peer[48];
 
-        if (stopping())
-            break; /* the tasks left wait for the next start */
         if (expire_only) {
             snaptask_expire(task);
             continue;
         }
-        if (!json_is_true(json_object_get(task, "enabled")) ||
-            snaptask_sched_parse(json_object_get(task, "schedule"), &s, &field, why, sizeof(why)) <
-                0 ||
+        if (!task->enabled ||
+            snaptask_sched_parse(&task->schedule, &s, &field, why, sizeof(why)) < 0 ||
             !snaptask_sched_match(&s, tm))
             continue;
-        snprintf(peer, sizeof(peer), "snapshottask %lld",
-                 (long long)json_integer_value(json_object_get(task, "id")));
+        snprintf(peer, sizeof(peer), "snapshottask %lld", (long long)task->id);
         struct api_call *call = api_call_internal_new("pool.snapshot.create", peer);
         if (call)
             (void)snaptask_run_task(call, task, tm); /* logged, state recorded */
         api_call_internal_free(call);
     }
-    json_decref(rows);
+    snaptasks_free(tasks, n);
 }
 
 /* Wait until the next minute boundary (wall clock) or a stop. True to

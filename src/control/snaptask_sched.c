@@ -75,20 +75,23 @@ static int hhmm(const char *s, int *out)
     return 0;
 }
 
-int snaptask_sched_parse(json_t *schedule, struct snaptask_sched *out, const char **field,
-                         char *why, size_t len)
+int snaptask_sched_parse(const struct snaptask_cron *c, struct snaptask_sched *out,
+                         const char **field, char *why, size_t len)
 {
-    static const struct {
-        const char *key;
+    const struct {
+        const char *key, *value;
         int lo, hi;
-    } f[] = {{"minute", 0, 59}, {"hour", 0, 23}, {"dom", 1, 31}, {"month", 1, 12}, {"dow", 0, 7}};
+    } f[] = {{"minute", c->minute, 0, 59},
+             {"hour", c->hour, 0, 23},
+             {"dom", c->dom, 1, 31},
+             {"month", c->month, 1, 12},
+             {"dow", c->dow, 0, 7}};
     uint64_t *bits[] = {&out->minute, &out->hour, &out->dom, &out->month, &out->dow};
     bool *stars[] = {NULL, NULL, &out->dom_star, NULL, &out->dow_star};
 
     memset(out, 0, sizeof(*out));
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
-        const char *v = json_string_value(json_object_get(schedule, f[i].key));
-        if (cron_field(v, f[i].lo, f[i].hi, bits[i], stars[i]) < 0) {
+        if (cron_field(f[i].value, f[i].lo, f[i].hi, bits[i], stars[i]) < 0) {
             *field = f[i].key;
             snprintf(why, len,
                      "not a cron field: use *, N, A-B, */N, A-B/N or a comma list of them, "
@@ -99,11 +102,8 @@ int snaptask_sched_parse(json_t *schedule, struct snaptask_sched *out, const cha
     }
     if (out->dow & (1ull << 7)) /* 7 is Sunday too */
         out->dow = (out->dow & ~(1ull << 7)) | 1ull;
-    if (hhmm(json_string_value(json_object_get(schedule, "begin")), &out->begin) < 0 ||
-        hhmm(json_string_value(json_object_get(schedule, "end")), &out->end) < 0) {
-        *field = hhmm(json_string_value(json_object_get(schedule, "begin")), &out->begin) < 0
-                     ? "begin"
-                     : "end";
+    *field = hhmm(c->begin, &out->begin) < 0 ? "begin" : hhmm(c->end, &out->end) < 0 ? "end" : NULL;
+    if (*field) {
         snprintf(why, len, "a time of day as HH:MM (00:00 to 23:59)");
         return -EINVAL;
     }

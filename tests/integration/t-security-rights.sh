@@ -15,7 +15,8 @@
 #   events once its key is deleted (even the api_key.create another
 #   client runs through core.bulk later), expires, or it logs out;
 # - job history keeps no secret: core.get_jobs shows no API key, CHAP
-#   secret or password that went through core.bulk.
+#   secret or password that went through core.bulk; a read-only key reads
+#   stored CHAP secrets as "********".
 . "$(dirname "$0")/lib.sh"
 need /usr/bin/python3 curl
 /usr/bin/python3 -c 'import websocket' 2>/dev/null || fail "python3-websocket is not installed"
@@ -183,6 +184,12 @@ jobs = json.dumps(full.ok("core.get_jobs"))
 for secret in (newkey, "Chap-Secret-77", "Peer-Secret-88", "Login-Pass-99"):
     assert secret not in jobs, ("core.get_jobs shows a secret", secret[:6])
 assert "********" in jobs
+# a read-only key reads stored secrets redacted, as TrueNAS's READONLY_ADMIN
+# does; keys that may change shares read them in clear (an edit form)
+ro_auth = json.dumps(ro.ok("iscsi.auth.query", [["tag", "=", 7]]))
+assert "chapuser" in ro_auth and "Chap-Secret-77" not in ro_auth and "********" in ro_auth, \
+    ("a read-only key reads CHAP secrets", ro_auth[:200])
+assert "Chap-Secret-77" in json.dumps(full.ok("iscsi.auth.query", [["tag", "=", 7]]))
 # a read-only key sees only its own jobs
 ro_jobs = json.dumps(ro.ok("core.get_jobs"))
 assert "chapuser" not in ro_jobs and '"late"' not in ro_jobs, "a read-only key sees others' jobs"

@@ -119,10 +119,12 @@ assert t0["schedule"] == {"minute": "00", "hour": "*", "dom": "*", "month": "*",
 assert t0["allow_empty"] is True and t0["vmware_sync"] is False, t0
 assert t0["state"]["state"] == "PENDING" and t0["enabled"] is False, t0
 
-# the task every minute, one hour of lifetime
+# the task every minute, one hour of lifetime; created disabled, so that
+# no minute boundary runs it (and expires) before the old snapshots below
+# are made and held
 t = c.ok("pool.snapshottask.create", {
     "dataset": "demo/v1", "recursive": False, "lifetime_value": 3, "lifetime_unit": "HOUR",
-    "naming_schema": SCHEMA, "allow_empty": True,
+    "naming_schema": SCHEMA, "allow_empty": True, "enabled": False,
     "schedule": {"minute": "*", "hour": "*", "dom": "*", "month": "*", "dow": "*"}})
 tid = t["id"]
 assert t["schedule"]["minute"] == "*" and t["lifetime_value"] == 3, t
@@ -147,6 +149,7 @@ older = time.strftime(SCHEMA, time.localtime(time.time() - 3 * 3600))
 for n in (old, older, "keep-me"):
     c.ok("pool.snapshot.create", {"dataset": "demo/v1", "name": n})
 c.ok("pool.snapshot.hold", "demo/v1@" + older)
+assert c.ok("pool.snapshottask.update", tid, {"enabled": True})["enabled"] is True
 
 # run: the disabled task on v2 (lifetime 2 WEEK; a three-week-old one goes)
 gone = time.strftime(SCHEMA, time.localtime(time.time() - 21 * 86400))

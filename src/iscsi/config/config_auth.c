@@ -3,11 +3,11 @@
  * icfg_auth, CHAP credentials grouped by tag (auth_store.h holds their
  * SQL and seals the secrets: control/pwenc.h, AES-256-GCM with a key kept
  * outside the DB, so the DB alone does not give them away; CHAP needs
- * the cleartext, so they cannot be hashed). Queries return them in clear,
- * as TrueNAS does for an administrator (its Secret fields are redacted
- * only for read-only roles, which blockd does not have): clients that
- * read a credential and write it back (the TrueNAS web UI's edit form,
- * Terraform-style drift checks) need them. They are never logged. The
+ * the cleartext, so they cannot be hashed). Queries return them in clear
+ * to a caller who may change shares, as TrueNAS does: clients that read a
+ * credential and write it back (the TrueNAS web UI's edit form,
+ * Terraform-style drift checks) need them; a read-only key reads
+ * "********" (api.c redacts every result for it). They are never logged. The
  * field table, the one decoder (auth_decode), the one encoder
  * (auth_encode), the invariants (auth_check) and handlers of one shape:
  * decode → check → one transaction → publish.
@@ -22,71 +22,58 @@
 #include "iscsi/config/config_crud.h"
 #include "core/util.h"
 
-/* The row iscsi.auth.* answers with (secrets in clear; null when they
- * cannot be decrypted). New reference or NULL. */
-static json_t *auth_encode(const struct icfg_auth *a)
-{
-    json_t *row = json_pack("{s:I, s:I, s:s, s:s, s:s}", "id", (json_int_t)a->id, "tag",
-                            (json_int_t)a->tag, "user", a->user, "peeruser", a->peeruser,
-                            "discovery_auth", icfg_authmethod_names[a->discovery_auth]);
-    if (row && (json_object_set_new(row, "secret", icfg_str_or_null(a->secret)) < 0 ||
-                json_object_set_new(row, "peersecret", icfg_str_or_null(a->peersecret)) < 0)) {
-        json_decref(row);
-        row = NULL;
-    }
-    return row;
-}
-
+_Static_assert(sizeof(enum icfg_authmethod) == sizeof(int), "api_codec_enum writes an int");
 static const struct api_field auth_fields[] = {
-    {.name = "tag", .type = API_T_INT, .flags = API_REQUIRED | API_RANGE, .min = 0, .max = 65535},
-    {.name = "user", .type = API_T_STRING, .flags = API_REQUIRED | API_RANGE, .min = 1, .max = 255},
+    {.name = "tag",
+     .type = API_T_INT,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 0,
+     .max = 65535,
+     API_AT(struct icfg_auth, tag, api_codec_i64)},
+    {.name = "user",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = 255,
+     API_AT(struct icfg_auth, user, api_codec_str)},
     {.name = "secret",
      .type = API_T_STRING,
      .flags = API_REQUIRED | API_RANGE,
      .min = 12,
-     .max = 16},
+     .max = 16,
+     API_AT(struct icfg_auth, secret, api_codec_secret)},
     {.name = "peeruser",
      .type = API_T_STRING,
      .flags = API_RANGE,
      .min = 0,
      .max = 255,
-     .def = "\"\""},
+     .def = "\"\"",
+     API_AT(struct icfg_auth, peeruser, api_codec_str)},
     {.name = "peersecret",
      .type = API_T_STRING,
      .flags = API_RANGE,
      .min = 0,
      .max = 16,
-     .def = "\"\""},
+     .def = "\"\"",
+     API_AT(struct icfg_auth, peersecret, api_codec_secret)},
     {.name = "discovery_auth",
      .type = API_T_ENUM,
      .choices = icfg_authmethod_names,
-     .def = "\"NONE\""},
+     .def = "\"NONE\"",
+     API_AT(struct icfg_auth, discovery_auth, api_codec_enum)},
 };
 
-/* The one decoder: apply the keys present in data (a body checked
- * against auth_fields, with its defaults on create) to a. 0 or -ENOMEM. */
+/* The one decoder and the one encoder: the field table. The row shows the
+ * secrets in clear (null when they cannot be decrypted), as TrueNAS does
+ * to an administrator. */
 static int auth_decode(json_t *data, struct icfg_auth *a)
 {
-    static const char *const strs[] = {"user", "secret", "peeruser", "peersecret"};
-    char **dst[] = {&a->user, &a->secret, &a->peeruser, &a->peersecret};
-    json_t *v;
-    int rc = 0;
-    if ((v = json_object_get(data, "tag")))
-        a->tag = json_integer_value(v);
-    for (size_t i = 0; rc == 0 && i < ARRAY_SIZE(strs); i++) {
-        v = json_object_get(data, strs[i]);
-        if (!v)
-            continue;
-        char *old = *dst[i];
-        *dst[i] = NULL;
-        rc = icfg_str_set(dst[i], json_string_value(v));
-        if (old)
-            explicit_bzero(old, strlen(old)); /* a secret, perhaps */
-        free(old);
-    }
-    if ((v = json_object_get(data, "discovery_auth")))
-        a->discovery_auth = icfg_authmethod_parse(json_string_value(v));
-    return rc;
+    return api_fields_decode(auth_fields, ARRAY_SIZE(auth_fields), data, a);
+}
+
+static json_t *auth_encode(const struct icfg_auth *a)
+{
+    return api_fields_row(a->id, auth_fields, ARRAY_SIZE(auth_fields), a);
 }
 
 static void secret_chars(struct icfg_write *w, const char *name, const char *s)

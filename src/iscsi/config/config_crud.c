@@ -127,6 +127,20 @@ json_t *icfg_strv_encode(const struct icfg_strv *s)
     return a;
 }
 
+static int strv_field_decode(const struct api_field *f, json_t *v, void *field)
+{
+    (void)f;
+    return icfg_strv_decode(v, field);
+}
+
+static json_t *strv_field_encode(const struct api_field *f, const void *field)
+{
+    (void)f;
+    return icfg_strv_encode(field);
+}
+
+const struct api_codec icfg_codec_strv = {strv_field_decode, strv_field_encode};
+
 json_t *icfg_str_or_null(const char *s)
 {
     return s ? json_string(s) : json_null();

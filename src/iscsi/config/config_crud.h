@@ -11,6 +11,7 @@
 #ifndef BLOCKD_ISCSI_CONFIG_CRUD_H
 #define BLOCKD_ISCSI_CONFIG_CRUD_H
 
+#include "api/fields.h"
 #include "iscsi/config/config_internal.h"
 #include "iscsi/config/store.h"
 
@@ -83,6 +84,9 @@ int icfg_defaults(const struct api_field *fields, size_t nfields,
 int icfg_strv_decode(json_t *array, struct icfg_strv *out);
 /* s as a JSON array of strings (new reference, NULL on ENOMEM). */
 json_t *icfg_strv_encode(const struct icfg_strv *s);
+/* The field codec (api/fields.h) of a struct icfg_strv member: a JSON
+ * array of strings. */
+extern const struct api_codec icfg_codec_strv;
 /* A string (NULL: JSON null) / an optional integer as JSON (new refs). */
 json_t *icfg_str_or_null(const char *s);
 json_t *icfg_int_or_null(bool has, int64_t v);

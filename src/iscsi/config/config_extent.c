@@ -25,68 +25,90 @@
 #include "store/names.h"
 #include "store/poolfs.h"
 
-/* ---- encoder: struct → the TrueNAS-shaped row ---- */
+/* ---- the field table: validation, decoder and encoder in one ---- */
 
-/* The row iscsi.extent.* answers with (gen is the runtime's, not shown).
- * A new reference, or NULL (ENOMEM). */
-static json_t *extent_encode(const struct icfg_extent *e)
-{
-    json_t *r = json_pack("{s:I, s:s, s:s, s:o, s:o, s:I, s:s, s:I, s:b}", "id", (json_int_t)e->id,
-                          "name", e->name, "type", icfg_extent_type_names[e->type], "disk",
-                          icfg_str_or_null(e->disk), "path", icfg_str_or_null(e->path), "filesize",
-                          (json_int_t)e->filesize, "serial", e->serial, "blocksize",
-                          (json_int_t)e->blocksize, "pblocksize", e->pblocksize);
-    json_t *rest =
-        json_pack("{s:o, s:s, s:s, s:b, s:b, s:s, s:b, s:b, s:s, s:b}", "avail_threshold",
-                  icfg_int_or_null(e->has_avail_threshold, e->avail_threshold), "comment",
-                  e->comment, "naa", e->naa, "insecure_tpc", e->insecure_tpc, "xen", e->xen, "rpm",
-                  e->rpm, "ro", e->ro, "enabled", e->enabled, "vendor", e->vendor, "locked", 0);
-    if (!r || !rest || json_object_update(r, rest) < 0) {
-        json_decref(r);
-        r = NULL;
-    }
-    json_decref(rest);
-    return r;
-}
-
+#define AT(member, codec) API_AT(struct icfg_extent, member, codec)
+_Static_assert(sizeof(enum icfg_extent_type) == sizeof(int), "api_codec_enum writes an int");
 static const char *const rpm_enum[] = {"UNKNOWN", "SSD", "5400", "7200", "10000", "15000", NULL};
 static const json_int_t blocksizes[] = {512, 1024, 2048, 4096};
+/* filesize (an integer or a decimal string) and avail_threshold (a
+ * nullable integer kept as has + value) have no codec: extent_decode and
+ * extent_encode read and write them. */
 static const struct api_field extent_fields[] = {
     {.name = "name",
      .type = API_T_STRING,
      .flags = API_REQUIRED | API_RANGE,
      .min = 1,
-     .max = ICFG_EXTENT_NAME_MAX},
-    {.name = "type", .type = API_T_ENUM, .choices = icfg_extent_type_names, .def = "\"DISK\""},
-    {.name = "disk", .type = API_T_STRING, .flags = API_NULLABLE, .def = "null"},
-    {.name = "path", .type = API_T_STRING, .flags = API_NULLABLE, .def = "null"},
+     .max = ICFG_EXTENT_NAME_MAX,
+     AT(name, api_codec_str)},
+    {.name = "type",
+     .type = API_T_ENUM,
+     .choices = icfg_extent_type_names,
+     .def = "\"DISK\"",
+     AT(type, api_codec_enum)},
+    {.name = "disk",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE,
+     .def = "null",
+     AT(disk, api_codec_str_null)},
+    {.name = "path",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE,
+     .def = "null",
+     AT(path, api_codec_str_null)},
     {.name = "filesize", .type = API_T_ANY, .def = "0"},
     {.name = "serial",
      .type = API_T_STRING,
      .flags = API_NULLABLE | API_RANGE,
      .min = 0,
      .max = 20,
-     .def = "null"},
+     .def = "null",
+     AT(serial, api_codec_str)},
     {.name = "blocksize",
      .type = API_T_INT,
      .int_choices = blocksizes,
      .n_int_choices = ARRAY_SIZE(blocksizes),
-     .def = "512"},
-    {.name = "pblocksize", .type = API_T_BOOL, .def = "false"},
+     .def = "512",
+     AT(blocksize, api_codec_i64)},
+    {.name = "pblocksize", .type = API_T_BOOL, .def = "false", AT(pblocksize, api_codec_bool)},
     {.name = "avail_threshold",
      .type = API_T_INT,
      .flags = API_NULLABLE | API_RANGE,
      .min = 1,
      .max = 99,
      .def = "null"},
-    {.name = "comment", .type = API_T_STRING, .def = "\"\""},
-    {.name = "insecure_tpc", .type = API_T_BOOL, .def = "true"},
-    {.name = "xen", .type = API_T_BOOL, .def = "false"},
-    {.name = "rpm", .type = API_T_ENUM, .choices = rpm_enum, .def = "\"SSD\""},
-    {.name = "ro", .type = API_T_BOOL, .def = "false"},
-    {.name = "enabled", .type = API_T_BOOL, .def = "true"},
+    {.name = "comment", .type = API_T_STRING, .def = "\"\"", AT(comment, api_codec_str)},
+    {.name = "insecure_tpc", .type = API_T_BOOL, .def = "true", AT(insecure_tpc, api_codec_bool)},
+    {.name = "xen", .type = API_T_BOOL, .def = "false", AT(xen, api_codec_bool)},
+    {.name = "rpm",
+     .type = API_T_ENUM,
+     .choices = rpm_enum,
+     .def = "\"SSD\"",
+     AT(rpm, api_codec_str)},
+    {.name = "ro", .type = API_T_BOOL, .def = "false", AT(ro, api_codec_bool)},
+    {.name = "enabled", .type = API_T_BOOL, .def = "true", AT(enabled, api_codec_bool)},
     {.name = "defer", .type = API_T_BOOL},
 };
+#undef AT
+
+/* The row iscsi.extent.* answers with: the table's fields, then what the
+ * server sets (filesize, naa, vendor; gen is the runtime's, not shown). A
+ * new reference, or NULL (ENOMEM). */
+static json_t *extent_encode(const struct icfg_extent *e)
+{
+    json_t *r = api_fields_row(e->id, extent_fields, ARRAY_SIZE(extent_fields), e);
+    if (r &&
+        (json_object_set_new(r, "filesize", json_integer((json_int_t)e->filesize)) < 0 ||
+         json_object_set_new(r, "avail_threshold",
+                             icfg_int_or_null(e->has_avail_threshold, e->avail_threshold)) < 0 ||
+         json_object_set_new(r, "naa", json_string(e->naa ? e->naa : "")) < 0 ||
+         json_object_set_new(r, "vendor", json_string(e->vendor ? e->vendor : "")) < 0 ||
+         json_object_set_new(r, "locked", json_false()) < 0)) {
+        json_decref(r);
+        r = NULL;
+    }
+    return r;
+}
 
 /* ---- decoder: a checked JSON body → struct ---- */
 
@@ -113,56 +135,22 @@ static int filesize_value(json_t *v, int64_t *out)
     return -EINVAL;
 }
 
-/* A string key of data, if present, into *dst (JSON null: NULL). */
-static int str_key(json_t *data, const char *key, char **dst)
-{
-    json_t *v = json_object_get(data, key);
-    return v ? icfg_str_set(dst, json_string_value(v)) : 0;
-}
-
-static void bool_key(json_t *data, const char *key, bool *dst)
-{
-    json_t *v = json_object_get(data, key);
-    if (v)
-        *dst = json_is_true(v);
-}
-
 /*
  * The one decoder: apply the keys present in data (a body the dispatcher
  * checked against extent_fields: complete with its defaults on create,
- * partial on update) to e. 0 or -ENOMEM.
+ * partial on update) to e: the table, then the two fields without a
+ * codec. 0 or -ENOMEM.
  */
 static int extent_decode(json_t *data, struct icfg_extent *e)
 {
     json_t *v;
-    int rc = str_key(data, "name", &e->name);
-    if ((v = json_object_get(data, "type")))
-        e->type = (enum icfg_extent_type)icfg_name_index(icfg_extent_type_names,
-                                                         json_string_value(v), ICFG_EXTENT_DISK);
-    if (rc == 0)
-        rc = str_key(data, "disk", &e->disk);
-    if (rc == 0)
-        rc = str_key(data, "path", &e->path);
     if ((v = json_object_get(data, "filesize")))
         e->filesize_invalid = filesize_value(v, &e->filesize) < 0;
-    if (rc == 0)
-        rc = str_key(data, "serial", &e->serial);
-    if ((v = json_object_get(data, "blocksize")))
-        e->blocksize = json_integer_value(v);
-    bool_key(data, "pblocksize", &e->pblocksize);
     if ((v = json_object_get(data, "avail_threshold"))) {
         e->has_avail_threshold = json_is_integer(v);
         e->avail_threshold = json_integer_value(v);
     }
-    if (rc == 0)
-        rc = str_key(data, "comment", &e->comment);
-    bool_key(data, "insecure_tpc", &e->insecure_tpc);
-    bool_key(data, "xen", &e->xen);
-    if (rc == 0)
-        rc = str_key(data, "rpm", &e->rpm);
-    bool_key(data, "ro", &e->ro);
-    bool_key(data, "enabled", &e->enabled);
-    return rc;
+    return api_fields_decode(extent_fields, ARRAY_SIZE(extent_fields), data, e);
 }
 
 static int extent_decode_any(json_t *data, void *obj)

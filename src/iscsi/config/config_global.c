@@ -13,12 +13,59 @@
 #include "iscsi/config/global_store.h"
 #include "iscsi/iscsi_runtime.h"
 
+static const struct api_field isns_item = {
+    .type = API_T_STRING, .flags = API_RANGE, .min = 1, .max = 255};
+/* alua, iser and pool_avail_threshold are accepted for TrueNAS's clients
+ * but not served (a standalone target has no ALUA peer, no iSER, no pool
+ * threshold): they have no codec and read back as false/null. */
+static const struct api_field global_fields[] = {
+    {.name = "basename",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 1,
+     .max = 96,
+     API_AT(struct icfg_global, basename, api_codec_str)},
+    {.name = "isns_servers",
+     .type = API_T_ARRAY,
+     .items = &isns_item,
+     API_AT(struct icfg_global, isns_servers, icfg_codec_strv)},
+    {.name = "listen_port",
+     .type = API_T_INT,
+     .flags = API_RANGE,
+     .min = 1025,
+     .max = 65535,
+     API_AT(struct icfg_global, listen_port, api_codec_int)},
+    {.name = "pool_avail_threshold",
+     .type = API_T_INT,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 1,
+     .max = 99},
+    {.name = "alua", .type = API_T_BOOL},
+    {.name = "iser", .type = API_T_BOOL},
+};
+
 /* The row iscsi.global.config answers with. New reference or NULL. */
 static json_t *global_encode(const struct icfg_global *g)
 {
-    return json_pack("{s:i, s:s, s:o, s:i, s:n, s:b, s:b}", "id", 1, "basename", g->basename,
-                     "isns_servers", icfg_strv_encode(&g->isns_servers), "listen_port",
-                     g->listen_port, "pool_avail_threshold", "alua", 0, "iser", 0);
+    json_t *r = api_fields_row(1, global_fields, ARRAY_SIZE(global_fields), g);
+    if (r && (json_object_set_new(r, "pool_avail_threshold", json_null()) < 0 ||
+              json_object_set_new(r, "alua", json_false()) < 0 ||
+              json_object_set_new(r, "iser", json_false()) < 0)) {
+        json_decref(r);
+        r = NULL;
+    }
+    return r;
+}
+
+/* The one decoder: apply the keys present in data (a partial body checked
+ * against global_fields) to g. 0 or -ENOMEM. */
+static int global_decode(json_t *data, struct icfg_global *g)
+{
+    g->alua = json_is_true(json_object_get(data, "alua"));
+    g->iser = json_is_true(json_object_get(data, "iser"));
+    json_t *v = json_object_get(data, "pool_avail_threshold");
+    g->pool_avail_threshold = v && !json_is_null(v);
+    return api_fields_decode(global_fields, ARRAY_SIZE(global_fields), data, g);
 }
 
 /* The settings in force encoded as the call's result (DB locked). */
@@ -38,40 +85,6 @@ static int global_config(struct api_call *call, json_t *params, json_t **result)
     db_lock();
     int rc = global_result(call, result);
     db_unlock();
-    return rc;
-}
-
-static const struct api_field isns_item = {
-    .type = API_T_STRING, .flags = API_RANGE, .min = 1, .max = 255};
-static const struct api_field global_fields[] = {
-    {.name = "basename", .type = API_T_STRING, .flags = API_RANGE, .min = 1, .max = 96},
-    {.name = "isns_servers", .type = API_T_ARRAY, .items = &isns_item},
-    {.name = "listen_port", .type = API_T_INT, .flags = API_RANGE, .min = 1025, .max = 65535},
-    {.name = "pool_avail_threshold",
-     .type = API_T_INT,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 1,
-     .max = 99},
-    {.name = "alua", .type = API_T_BOOL},
-    {.name = "iser", .type = API_T_BOOL},
-};
-
-/* The one decoder: apply the keys present in data (a partial body checked
- * against global_fields) to g. 0 or -ENOMEM. */
-static int global_decode(json_t *data, struct icfg_global *g)
-{
-    json_t *v;
-    int rc = 0;
-    if ((v = json_object_get(data, "basename")))
-        rc = icfg_str_set(&g->basename, json_string_value(v));
-    if (rc == 0 && (v = json_object_get(data, "isns_servers")))
-        rc = icfg_strv_decode(v, &g->isns_servers);
-    if ((v = json_object_get(data, "listen_port")))
-        g->listen_port = (int)json_integer_value(v);
-    g->alua = json_is_true(json_object_get(data, "alua"));
-    g->iser = json_is_true(json_object_get(data, "iser"));
-    v = json_object_get(data, "pool_avail_threshold");
-    g->pool_avail_threshold = v && !json_is_null(v);
     return rc;
 }
 

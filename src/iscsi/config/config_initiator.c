@@ -17,32 +17,32 @@
 #include "core/util.h"
 #include "iscsi/iscsi_runtime.h"
 
-/* The row iscsi.initiator.* answers with. New reference or NULL. */
-static json_t *initiator_encode(const struct icfg_initiator *g)
-{
-    return json_pack("{s:I, s:o, s:s}", "id", (json_int_t)g->id, "initiators",
-                     icfg_strv_encode(&g->initiators), "comment", g->comment ? g->comment : "");
-}
-
 static const struct api_field iqn_item = {
     .type = API_T_STRING, .flags = API_RANGE, .min = 1, .max = ISCSI_NAME_MAX - 1};
 static const struct api_field initiator_fields[] = {
-    {.name = "initiators", .type = API_T_ARRAY, .items = &iqn_item, .def = "[]"},
-    {.name = "comment", .type = API_T_STRING, .def = "\"\""},
+    {.name = "initiators",
+     .type = API_T_ARRAY,
+     .items = &iqn_item,
+     .def = "[]",
+     API_AT(struct icfg_initiator, initiators, icfg_codec_strv)},
+    {.name = "comment",
+     .type = API_T_STRING,
+     .def = "\"\"",
+     API_AT(struct icfg_initiator, comment, api_codec_str)},
 };
 
-/* The one decoder: apply the keys present in data (a body checked
- * against initiator_fields, with its defaults on create) to g. 0 or
- * -ENOMEM. */
+/* The one decoder: the field table applied to the keys present in data
+ * (a body checked against it, with its defaults on create). 0 or -ENOMEM. */
 static int initiator_decode(json_t *data, struct icfg_initiator *g)
 {
-    json_t *v;
-    int rc = 0;
-    if ((v = json_object_get(data, "initiators")))
-        rc = icfg_strv_decode(v, &g->initiators);
-    if (rc == 0 && (v = json_object_get(data, "comment")))
-        rc = icfg_str_set(&g->comment, json_string_value(v));
-    return rc;
+    return api_fields_decode(initiator_fields, ARRAY_SIZE(initiator_fields), data, g);
+}
+
+/* The row iscsi.initiator.* answers with: the id and the table's fields.
+ * New reference or NULL. */
+static json_t *initiator_encode(const struct icfg_initiator *g)
+{
+    return api_fields_row(g->id, initiator_fields, ARRAY_SIZE(initiator_fields), g);
 }
 
 static int initiator_decode_any(json_t *data, void *obj)

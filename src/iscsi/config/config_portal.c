@@ -21,20 +21,6 @@
 #include "iscsi/config/config_crud.h"
 #include "iscsi/config/portal_store.h"
 
-/* The row iscsi.portal.* answers with. New reference or NULL. */
-static json_t *portal_encode(const struct icfg_portal *p)
-{
-    json_t *listen = json_array();
-    for (size_t i = 0; listen && i < p->listen.n; i++)
-        if (json_array_append_new(
-                listen, json_pack("{s:s, s:i}", "ip", p->listen.v[i], "port", p->port)) < 0) {
-            json_decref(listen);
-            listen = NULL;
-        }
-    return json_pack("{s:I, s:I, s:s, s:o}", "id", (json_int_t)p->id, "tag", (json_int_t)p->tag,
-                     "comment", p->comment ? p->comment : "", "listen", listen);
-}
-
 static const struct api_field ip_fields[] = {
     {.name = "ip", .type = API_T_STRING, .flags = API_REQUIRED | API_RANGE, .min = 1, .max = 64},
 };
@@ -47,8 +33,32 @@ static const struct api_field portal_fields[] = {
      .min = 1,
      .max = 64,
      .items = &listen_item},
-    {.name = "comment", .type = API_T_STRING, .def = "\"\""},
+    {.name = "comment",
+     .type = API_T_STRING,
+     .def = "\"\"",
+     API_AT(struct icfg_portal, comment, api_codec_str)},
 };
+
+/* The row iscsi.portal.* answers with: the table's comment, then tag and
+ * listen (kept as addresses and one port, shown as TrueNAS does: a list
+ * of {ip, port}). New reference or NULL. */
+static json_t *portal_encode(const struct icfg_portal *p)
+{
+    json_t *listen = json_array();
+    for (size_t i = 0; listen && i < p->listen.n; i++)
+        if (json_array_append_new(
+                listen, json_pack("{s:s, s:i}", "ip", p->listen.v[i], "port", p->port)) < 0) {
+            json_decref(listen);
+            listen = NULL;
+        }
+    json_t *r = api_fields_row(p->id, portal_fields, ARRAY_SIZE(portal_fields), p);
+    if (r && (json_object_set_new(r, "tag", json_integer((json_int_t)p->tag)) < 0 ||
+              json_object_set_new(r, "listen", listen) < 0)) {
+        json_decref(r);
+        r = NULL;
+    }
+    return r;
+}
 
 /* The address must be a literal this host can listen on: a wildcard or one
  * of its interface addresses (TrueNAS: listen_ip_choices). */
@@ -91,9 +101,7 @@ static bool ip_is_local(const char *ip, char *canon, size_t len)
 static int portal_decode(json_t *data, struct icfg_portal *p)
 {
     json_t *v;
-    int rc = 0;
-    if ((v = json_object_get(data, "comment")))
-        rc = icfg_str_set(&p->comment, json_string_value(v));
+    int rc = api_fields_decode(portal_fields, ARRAY_SIZE(portal_fields), data, p);
     if (rc == 0 && (v = json_object_get(data, "listen"))) {
         icfg_strv_clear(&p->listen);
         size_t i;

@@ -30,23 +30,6 @@ static json_t *group_encode(const struct icfg_target_group *g)
                      icfg_int_or_null(g->has_auth, g->auth));
 }
 
-/* The row iscsi.target.* answers with (keys in TrueNAS's order). A new
- * reference, or NULL (ENOMEM). */
-static json_t *target_encode(const struct icfg_target *t)
-{
-    json_t *groups = json_array();
-    for (size_t i = 0; groups && i < t->n_groups; i++)
-        if (json_array_append_new(groups, group_encode(&t->groups[i])) < 0) {
-            json_decref(groups);
-            groups = NULL;
-        }
-    return json_pack("{s:I, s:s, s:o, s:s, s:o, s:o, s:I, s:n}", "id", (json_int_t)t->id, "name",
-                     t->name, "alias", icfg_str_or_null(t->alias), "mode",
-                     icfg_target_mode_names[t->mode], "groups", groups, "auth_networks",
-                     icfg_strv_encode(&t->auth_networks), "rel_tgt_id", (json_int_t)t->rel_tgt_id,
-                     "iscsi_parameters");
-}
-
 int icfg_parse_cidr(const char *s, struct iscsi_cidr *out)
 {
     char addr[INET6_ADDRSTRLEN + 1];
@@ -97,24 +80,66 @@ static const struct api_field group_fields[] = {
 static const struct api_field group_item = {
     .type = API_T_OBJECT, .fields = group_fields, .nfields = ARRAY_SIZE(group_fields)};
 static const struct api_field network_item = {.type = API_T_STRING};
+#define AT(member, codec) API_AT(struct icfg_target, member, codec)
+_Static_assert(sizeof(enum icfg_target_mode) == sizeof(int), "api_codec_enum writes an int");
+/* alias ("" is none), groups and iscsi_parameters have no codec:
+ * target_decode and target_encode read and write them. */
 static const struct api_field target_fields[] = {
     {.name = "name",
      .type = API_T_STRING,
      .flags = API_REQUIRED | API_RANGE,
      .min = 1,
-     .max = ICFG_TARGET_NAME_MAX},
+     .max = ICFG_TARGET_NAME_MAX,
+     AT(name, api_codec_str)},
     {.name = "alias",
      .type = API_T_STRING,
      .flags = API_NULLABLE | API_RANGE,
      .min = 0,
      .max = ISCSI_ALIAS_MAX - 1,
      .def = "null"},
-    {.name = "mode", .type = API_T_ENUM, .choices = icfg_target_mode_names, .def = "\"ISCSI\""},
+    {.name = "mode",
+     .type = API_T_ENUM,
+     .choices = icfg_target_mode_names,
+     .def = "\"ISCSI\"",
+     AT(mode, api_codec_enum)},
     {.name = "groups", .type = API_T_ARRAY, .items = &group_item, .def = "[]"},
-    {.name = "auth_networks", .type = API_T_ARRAY, .items = &network_item, .def = "[]"},
+    {.name = "auth_networks",
+     .type = API_T_ARRAY,
+     .items = &network_item,
+     .def = "[]",
+     AT(auth_networks, icfg_codec_strv)},
     {.name = "iscsi_parameters", .type = API_T_ANY, .flags = API_NULLABLE, .def = "null"},
     {.name = "defer", .type = API_T_BOOL},
 };
+#undef AT
+
+/* ---- encoder: struct → the TrueNAS-shaped row ---- */
+
+static json_t *groups_encode(const struct icfg_target *t)
+{
+    json_t *groups = json_array();
+    for (size_t i = 0; groups && i < t->n_groups; i++)
+        if (json_array_append_new(groups, group_encode(&t->groups[i])) < 0) {
+            json_decref(groups);
+            groups = NULL;
+        }
+    return groups;
+}
+
+/* The row iscsi.target.* answers with: the table's fields and the rest.
+ * A new reference, or NULL (ENOMEM). */
+static json_t *target_encode(const struct icfg_target *t)
+{
+    json_t *r = api_fields_row(t->id, target_fields, ARRAY_SIZE(target_fields), t);
+    if (r && (json_object_set_new(r, "alias", icfg_str_or_null(t->alias)) < 0 ||
+              json_object_set_new(r, "groups", groups_encode(t)) < 0 ||
+              json_object_set_new(r, "rel_tgt_id", json_integer((json_int_t)t->rel_tgt_id)) < 0 ||
+              json_object_set_new(r, "iscsi_parameters", json_null()) < 0)) {
+        json_decref(r);
+        r = NULL;
+    }
+    return r;
+}
 
 /* ---- decoder: a checked JSON body → struct ---- */
 
@@ -154,18 +179,11 @@ static int groups_decode(json_t *groups, struct icfg_target *t)
 static int target_decode(json_t *data, struct icfg_target *t)
 {
     json_t *v;
-    int rc = 0;
-    if ((v = json_object_get(data, "name")))
-        rc = icfg_str_set(&t->name, json_string_value(v));
+    int rc = api_fields_decode(target_fields, ARRAY_SIZE(target_fields), data, t);
     if (rc == 0 && (v = json_object_get(data, "alias")))
         rc = icfg_str_set(&t->alias, json_string_length(v) ? json_string_value(v) : NULL);
-    if ((v = json_object_get(data, "mode")))
-        t->mode = (enum icfg_target_mode)icfg_name_index(icfg_target_mode_names,
-                                                         json_string_value(v), ICFG_MODE_ISCSI);
     if (rc == 0 && (v = json_object_get(data, "groups")))
         rc = groups_decode(v, t);
-    if (rc == 0 && (v = json_object_get(data, "auth_networks")))
-        rc = icfg_strv_decode(v, &t->auth_networks);
     if ((v = json_object_get(data, "iscsi_parameters")))
         t->iscsi_parameters = !json_is_null(v);
     return rc;

@@ -16,17 +16,17 @@
 #include "iscsi/config/config_internal.h"
 #include "core/util.h"
 
-/* The row iscsi.targetextent.* answers with. New reference or NULL. */
-static json_t *te_encode(const struct icfg_targetextent *te)
-{
-    return json_pack("{s:I, s:I, s:I, s:I}", "id", (json_int_t)te->id, "target",
-                     (json_int_t)te->target, "extent", (json_int_t)te->extent, "lunid",
-                     (json_int_t)te->lunid);
-}
-
+/* lunid (nullable: the lowest free LUN) is kept as has + value: no codec,
+ * te_decode and te_encode read and write it. */
 static const struct api_field te_fields[] = {
-    {.name = "target", .type = API_T_INT, .flags = API_REQUIRED},
-    {.name = "extent", .type = API_T_INT, .flags = API_REQUIRED},
+    {.name = "target",
+     .type = API_T_INT,
+     .flags = API_REQUIRED,
+     API_AT(struct icfg_targetextent, target, api_codec_i64)},
+    {.name = "extent",
+     .type = API_T_INT,
+     .flags = API_REQUIRED,
+     API_AT(struct icfg_targetextent, extent, api_codec_i64)},
     {.name = "lunid",
      .type = API_T_INT,
      .flags = API_NULLABLE | API_RANGE,
@@ -36,15 +36,23 @@ static const struct api_field te_fields[] = {
     {.name = "defer", .type = API_T_BOOL},
 };
 
+/* The row iscsi.targetextent.* answers with. New reference or NULL. */
+static json_t *te_encode(const struct icfg_targetextent *te)
+{
+    json_t *r = api_fields_row(te->id, te_fields, ARRAY_SIZE(te_fields), te);
+    if (r && json_object_set_new(r, "lunid", json_integer((json_int_t)te->lunid)) < 0) {
+        json_decref(r);
+        r = NULL;
+    }
+    return r;
+}
+
 /* The one decoder: apply the keys present in data (a body checked
  * against te_fields, with its defaults on create) to te. */
 static void te_decode(json_t *data, struct icfg_targetextent *te)
 {
     json_t *v;
-    if ((v = json_object_get(data, "target")))
-        te->target = json_integer_value(v);
-    if ((v = json_object_get(data, "extent")))
-        te->extent = json_integer_value(v);
+    (void)api_fields_decode(te_fields, ARRAY_SIZE(te_fields), data, te); /* no allocation */
     if ((v = json_object_get(data, "lunid"))) {
         te->has_lunid = json_is_integer(v);
         te->lunid = json_integer_value(v);

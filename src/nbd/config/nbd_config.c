@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "api/fields.h"
 #include "api/api.h"
 #include "api/validate.h"
 #include "control/cfgtx.h"
@@ -219,52 +220,69 @@ static int exports_reload(void)
     return conf_republish(1u << CONF_NBD, &(struct cfg_changes){.overflow = true});
 }
 
-static json_t *export_json(const struct nbd_export_row *r)
-{
-    struct nbd_export_table *t = nbd_exports_current();
-    struct nbd_export *e = export_find_by_name(t, r->name);
-    json_t *o = json_pack(
-        "{s:I, s:s, s:o, s:o, s:b, s:s, s:b, s:s, s:b, s:i, s:o}", "id", (json_int_t)r->id, "name",
-        r->name, "dataset", r->dataset ? json_string(r->dataset) : json_null(), "path",
-        r->path ? json_string(r->path) : json_null(), "readonly", row_readonly(r), "description",
-        r->description, "multi_conn", r->multi_conn, "tls", tls_names[row_tls(r)], "enabled",
-        r->enabled, "connections", (int)nbd_export_connections(r->name), "size",
-        e && e->vol ? json_integer((json_int_t)volume_size(e->vol)) : json_null());
-    nbd_export_table_unref(t);
-    return o;
-}
-
 /* ---- nbd.export.* ---- */
 
+#define AT(member, codec) API_AT(struct nbd_export_row, member, codec)
+/* One table validates, decodes and encodes an export (api/fields.h); the
+ * row shows readonly and tls as they are served (a snapshot is always
+ * read-only), and what only the server knows (connections, size). */
 static const struct api_field export_fields[] = {
     {.name = "name",
      .type = API_T_STRING,
      .flags = API_REQUIRED | API_RANGE,
      .min = 0,
-     .max = NBD_MAX_STRING},
+     .max = NBD_MAX_STRING,
+     AT(name, api_codec_str)},
     {.name = "dataset",
      .type = API_T_STRING,
      .flags = API_NULLABLE | API_RANGE,
      .min = 1,
      .max = 1024,
-     .def = "null"},
+     .def = "null",
+     AT(dataset, api_codec_str_null)},
     {.name = "path",
      .type = API_T_STRING,
      .flags = API_NULLABLE | API_RANGE,
      .min = 1,
      .max = 4096,
-     .def = "null"},
-    {.name = "readonly", .type = API_T_BOOL, .def = "false"},
+     .def = "null",
+     AT(path, api_codec_str_null)},
+    {.name = "readonly", .type = API_T_BOOL, .def = "false", AT(readonly, api_codec_bool)},
     {.name = "description",
      .type = API_T_STRING,
      .flags = API_RANGE,
      .min = 0,
      .max = NBD_MAX_STRING - 8,
-     .def = "\"\""},
-    {.name = "multi_conn", .type = API_T_BOOL, .def = "true"},
-    {.name = "tls", .type = API_T_ENUM, .choices = tls_names, .def = "\"allow\""},
-    {.name = "enabled", .type = API_T_BOOL, .def = "true"},
+     .def = "\"\"",
+     AT(description, api_codec_str)},
+    {.name = "multi_conn", .type = API_T_BOOL, .def = "true", AT(multi_conn, api_codec_bool)},
+    {.name = "tls",
+     .type = API_T_ENUM,
+     .choices = tls_names,
+     .def = "\"allow\"",
+     AT(tls, api_codec_str)},
+    {.name = "enabled", .type = API_T_BOOL, .def = "true", AT(enabled, api_codec_bool)},
 };
+#undef AT
+
+static json_t *export_json(const struct nbd_export_row *r)
+{
+    struct nbd_export_table *t = nbd_exports_current();
+    struct nbd_export *e = export_find_by_name(t, r->name);
+    json_t *o = api_fields_row(r->id, export_fields, ARRAY_SIZE(export_fields), r);
+    if (o && (json_object_set_new(o, "readonly", json_boolean(row_readonly(r))) < 0 ||
+              json_object_set_new(o, "tls", json_string(tls_names[row_tls(r)])) < 0 ||
+              json_object_set_new(o, "connections",
+                                  json_integer((json_int_t)nbd_export_connections(r->name))) < 0 ||
+              json_object_set_new(o, "size",
+                                  e && e->vol ? json_integer((json_int_t)volume_size(e->vol))
+                                              : json_null()) < 0)) {
+        json_decref(o);
+        o = NULL;
+    }
+    nbd_export_table_unref(t);
+    return o;
+}
 
 static const char *jstr(json_t *o, const char *k)
 {
@@ -317,25 +335,18 @@ static int export_probe(struct api_call *call, json_t *data)
     return 0;
 }
 
-static char *dup_or_null(const char *s)
-{
-    return s ? strdup(s) : NULL;
-}
-
 /* The export of a checked, complete create/update body (JSON → struct);
  * clear it with nbd_export_row_clear. 0 or -ENOMEM. */
 static int export_decode(json_t *data, int64_t id, struct nbd_export_row *r)
 {
     memset(r, 0, sizeof(*r));
     r->id = id;
-    r->name = dup_or_null(jstr(data, "name"));
-    r->dataset = dup_or_null(jstr(data, "dataset"));
-    r->path = dup_or_null(jstr(data, "path"));
-    r->description = strdup(jstr(data, "description") ? jstr(data, "description") : "");
-    r->tls = strdup(jstr(data, "tls") ? jstr(data, "tls") : "allow");
-    r->readonly = jbool(data, "readonly");
-    r->multi_conn = jbool(data, "multi_conn");
-    r->enabled = jbool(data, "enabled");
+    if (api_fields_decode(export_fields, ARRAY_SIZE(export_fields), data, r) < 0)
+        return -ENOMEM;
+    if (!r->description)
+        r->description = strdup("");
+    if (!r->tls)
+        r->tls = strdup("allow");
     return r->name && r->description && r->tls ? 0 : -ENOMEM;
 }
 

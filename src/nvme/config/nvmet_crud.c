@@ -49,15 +49,30 @@ void nvw_err(const struct nvw *w, const char *name, int errnum, const char *fmt,
     api_verr(w->call, nvw_field(w, name, field, sizeof(field)), errnum, "%s", msg);
 }
 
+bool nvs_same(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+json_t *nvmet_row(const struct nvmet_res *r, const void *obj)
+{
+    return api_fields_row(*(const int64_t *)obj, r->t->fields, r->t->nfields, obj);
+}
+
+static json_t *encode(const struct nvmet_res *r, const void *obj, json_t *ctx)
+{
+    return r->encode ? r->encode(obj, ctx) : nvmet_row(r, obj);
+}
+
 json_t *nvmet_encoded(const struct nvmet_res *r, int64_t id)
 {
-    json_t *row, *out;
-    if (nvs_get(r->t, id, &row) < 0)
+    void *obj;
+    if (nvs_get(r->t, id, &obj) < 0)
         return NULL;
     json_t *ctx = r->context ? r->context(NULL) : NULL;
-    out = r->encode(row, ctx);
+    json_t *out = encode(r, obj, ctx);
     json_decref(ctx);
-    json_decref(row);
+    nvs_free(r->t, obj);
     return out;
 }
 
@@ -72,7 +87,7 @@ static int store_failed(const struct nvmet_res *r, struct nvw *w, int rc)
     return api_error(w->call, -rc, "cannot store the %s: %s", r->what, strerror(-rc));
 }
 
-int nvmet_save(const struct nvmet_res *r, struct nvw *w, json_t *data, json_t *old, int64_t *id)
+int nvmet_save(const struct nvmet_res *r, struct nvw *w, void *obj, const void *old)
 {
     if (!old) {
         char sql[128];
@@ -80,49 +95,46 @@ int nvmet_save(const struct nvmet_res *r, struct nvw *w, json_t *data, json_t *o
         if (holdings_check(w->call, LIMIT_NVMET, r->t->name, sql, "") < 0)
             return -1;
     }
-    if (r->check(w, data, old) < 0)
+    if (r->check(w, obj, old) < 0)
         return -1;
     if (api_has_verrs(w->call))
         return api_invalid(w->call);
-    *id = old ? nvj_int(old, "id") : 0;
-    int rc = nvs_write(r->t, *id, data, id);
+    int rc = nvs_write(r->t, obj);
     if (rc < 0)
         return store_failed(r, w, rc);
-    json_object_set_new(data, "id", json_integer(*id));
-    if (r->saved && r->saved(w, data, old) < 0)
+    if (r->saved && r->saved(w, obj, old) < 0)
         return -1;
     return 0;
 }
 
-/* Save data in a transaction of its own and answer with the stored row. */
-static int save_one(const struct nvmet_res *r, struct nvw *w, json_t *data, json_t *old,
+/* Save obj in a transaction of its own and answer with the stored row. */
+static int save_one(const struct nvmet_res *r, struct nvw *w, void *obj, const void *old,
                     json_t **result)
 {
     struct cfg_tx tx;
-    int64_t id = 0;
     if (cfg_tx_begin(&tx) < 0)
         return api_error(w->call, EIO, "cannot write the configuration");
-    if (nvmet_save(r, w, data, old, &id) < 0) {
+    if (nvmet_save(r, w, obj, old) < 0) {
         cfg_tx_abort(&tx);
         return -1;
     }
     int rc = cfg_tx_commit(&tx);
     if (rc < 0 && !tx.committed)
         return api_error(w->call, -rc, "cannot store the %s: %s", r->what, strerror(-rc));
-    *result = nvmet_encoded(r, id);
+    *result = nvmet_encoded(r, *(int64_t *)obj);
     return *result ? 0 : api_error(w->call, ENOMEM, "out of memory");
 }
 
 int nvmet_create(const struct nvmet_res *r, struct api_call *call, json_t *params, json_t **result)
 {
     struct nvw w = {call, api_call_method(call)};
-    json_t *data = json_deep_copy(api_param(params, 0));
-    if (!data || api_apply_defaults(data, r->fields, r->nfields) < 0) {
-        json_decref(data);
+    void *obj = nvs_new(r->t);
+    if (!obj || api_fields_decode(r->t->fields, r->t->ninput, api_param(params, 0), obj) < 0) {
+        nvs_free(r->t, obj);
         return api_error(call, ENOMEM, "out of memory");
     }
-    int rc = save_one(r, &w, data, NULL, result);
-    json_decref(data);
+    int rc = save_one(r, &w, obj, NULL, result);
+    nvs_free(r->t, obj);
     return rc;
 }
 
@@ -130,17 +142,20 @@ int nvmet_update(const struct nvmet_res *r, struct api_call *call, json_t *param
 {
     struct nvw w = {call, api_call_method(call)};
     int64_t id = json_integer_value(api_param(params, 0));
-    json_t *old;
+    void *old = NULL, *obj = NULL;
     int rc = nvs_get(r->t, id, &old);
+    if (rc == 0)
+        rc = nvs_get(r->t, id, &obj);
+    if (rc == 0)
+        rc = api_fields_decode(r->t->fields, r->t->ninput, api_param(params, 1), obj);
     if (rc == -ENOENT)
-        return api_error(call, ENOENT, "%s %" PRId64 " does not exist", r->what, id);
-    if (rc < 0)
-        return api_error(call, -rc, "cannot read the %s", r->what);
-    json_t *data = json_deep_copy(old);
-    json_object_update(data, api_param(params, 1));
-    rc = save_one(r, &w, data, old, result);
-    json_decref(data);
-    json_decref(old);
+        rc = api_error(call, ENOENT, "%s %" PRId64 " does not exist", r->what, id);
+    else if (rc < 0)
+        rc = api_error(call, -rc, "cannot read the %s", r->what);
+    else
+        rc = save_one(r, &w, obj, old, result);
+    nvs_free(r->t, obj);
+    nvs_free(r->t, old);
     return rc;
 }
 
@@ -149,33 +164,33 @@ int nvmet_delete(const struct nvmet_res *r, struct api_call *call, json_t *param
     struct nvw w = {call, api_call_method(call)};
     int64_t id = json_integer_value(api_param(params, 0));
     struct cfg_tx tx;
-    json_t *row;
+    void *obj;
     if (cfg_tx_begin(&tx) < 0)
         return api_error(call, EIO, "cannot write the configuration");
-    int rc = nvs_get(r->t, id, &row);
+    int rc = nvs_get(r->t, id, &obj);
     if (rc < 0) {
         cfg_tx_abort(&tx);
         return rc == -ENOENT ? api_error(call, ENOENT, "%s %" PRId64 " does not exist", r->what, id)
                              : api_error(call, -rc, "cannot read the %s", r->what);
     }
-    rc = r->remove ? r->remove(&w, row, api_param(params, 1)) : 0;
+    rc = r->remove ? r->remove(&w, obj, api_param(params, 1)) : 0;
     if (rc == 0 && api_has_verrs(call))
         rc = api_invalid(call);
     if (rc == 0 && (rc = nvs_delete(r->t, NULL, "id = ?1", "i", id)) < 0)
         rc = api_error(call, -rc, "cannot delete the %s: %s", r->what, strerror(-rc));
     if (rc < 0) {
-        json_decref(row);
+        nvs_free(r->t, obj);
         cfg_tx_abort(&tx);
         return -1;
     }
     rc = cfg_tx_commit(&tx);
     if (rc < 0 && !tx.committed) {
-        json_decref(row);
+        nvs_free(r->t, obj);
         return api_error(call, -rc, "cannot delete the %s: %s", r->what, strerror(-rc));
     }
     if (r->deleted)
-        r->deleted(&w, row, api_param(params, 1));
-    json_decref(row);
+        r->deleted(&w, obj, api_param(params, 1));
+    nvs_free(r->t, obj);
     log_info("nvmet: %s %" PRId64 " deleted (peer %s)", r->what, id, api_call_peer(call));
     *result = json_true();
     return 0;
@@ -183,17 +198,16 @@ int nvmet_delete(const struct nvmet_res *r, struct api_call *call, json_t *param
 
 json_t *nvmet_rows(const struct nvmet_res *r, json_t *params)
 {
-    json_t *rows, *out = json_array();
-    if (!out || nvs_select(r->t, NULL, &rows, NULL) < 0) {
+    void *objs;
+    size_t n;
+    json_t *out = json_array();
+    if (!out || nvs_load(r->t, NULL, &objs, &n, NULL) < 0) {
         json_decref(out);
         return NULL;
     }
     json_t *ctx = r->context ? r->context(params) : NULL;
-    size_t i;
-    json_t *row;
-    json_array_foreach(rows, i, row)
-    {
-        json_t *e = r->encode(row, ctx);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = encode(r, NVS_AT(r->t, objs, i), ctx);
         if (!e || json_array_append_new(out, e) < 0) {
             json_decref(out);
             out = NULL;
@@ -201,22 +215,8 @@ json_t *nvmet_rows(const struct nvmet_res *r, json_t *params)
         }
     }
     json_decref(ctx);
-    json_decref(rows);
+    nvs_free_all(r->t, objs, n);
     return out;
-}
-
-/* The secrets of every row replaced, for a caller that may only read. */
-static void redact_rows(const struct nvmet_res *r, struct api_call *call, json_t *arr)
-{
-    const struct api_identity *who = api_call_identity(call);
-    if (!r->secrets || who->kind != API_CALLER_REMOTE ||
-        (who->roles & (API_ROLE_SHARING | API_ROLE_FULL)))
-        return;
-    size_t i;
-    json_t *row;
-    json_array_foreach(arr, i, row) for (const char *const *f = r->secrets; *f;
-                                         f++) if (!json_is_null(json_object_get(row, *f)))
-        json_object_set_new(row, *f, json_string("********"));
 }
 
 int nvmet_query(const struct nvmet_res *r, struct api_call *call, json_t *params, json_t **result)
@@ -224,7 +224,6 @@ int nvmet_query(const struct nvmet_res *r, struct api_call *call, json_t *params
     json_t *arr = nvmet_rows(r, params);
     if (!arr)
         return api_error(call, EIO, "cannot read the %s objects", r->what);
-    redact_rows(r, call, arr);
     int rc = api_query(call, arr, params, result);
     json_decref(arr);
     return rc;

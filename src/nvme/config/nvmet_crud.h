@@ -42,28 +42,24 @@ void nvw_err(const struct nvw *w, const char *name, int errnum, const char *fmt,
 struct nvmet_res {
     const char *what; /* "subsystem": ENOENT messages */
     const struct nvs_table *t;
-    const struct api_field *fields; /* the create body (update: partial) */
-    size_t nfields;
-    /* The complete row to store (old: the stored row on update, else
-     * NULL): fill server-made fields, report field errors with nvw_err.
-     * 0, or -1 after api_error (not a field error). Required. */
-    int (*check)(struct nvw *w, json_t *row, json_t *old);
-    /* After the row was written (its "id" set): work in the same
+    /* The object to store (old: the stored one on update, else NULL):
+     * fill server-made fields, report field errors with nvw_err. 0, or
+     * -1 after api_error (not a field error). Required. */
+    int (*check)(struct nvw *w, void *obj, const void *old);
+    /* After the object was written (its id set): work in the same
      * transaction (a FILE namespace's file). 0 or -1 (error set). */
-    int (*saved)(struct nvw *w, json_t *row, json_t *old);
+    int (*saved)(struct nvw *w, const void *obj, const void *old);
     /* For query: what encode needs of other tables (may be NULL). */
     json_t *(*context)(json_t *params);
-    /* The API row of a stored row (a new reference; ctx may be NULL). */
-    json_t *(*encode)(json_t *row, json_t *ctx);
+    /* The API row of a stored object (a new reference; ctx may be NULL).
+     * NULL: the field table's row. */
+    json_t *(*encode)(const void *obj, json_t *ctx);
     /* Before a delete, in its transaction: refuse (field error or
      * api_error, then -1) or delete the rows that depend on it. opts is
      * the options object (NULL when absent). May be NULL. */
-    int (*remove)(struct nvw *w, json_t *row, json_t *opts);
+    int (*remove)(struct nvw *w, const void *obj, json_t *opts);
     /* After the delete committed (a FILE namespace's file with remove). */
-    void (*deleted)(struct nvw *w, json_t *row, json_t *opts);
-    /* Fields query shows as "********" to a caller that may only read
-     * (TrueNAS redacts its Secret fields for read-only roles). */
-    const char *const *secrets;
+    void (*deleted)(struct nvw *w, const void *obj, json_t *opts);
 };
 
 int nvmet_create(const struct nvmet_res *r, struct api_call *call, json_t *params, json_t **result);
@@ -71,12 +67,14 @@ int nvmet_update(const struct nvmet_res *r, struct api_call *call, json_t *param
 int nvmet_delete(const struct nvmet_res *r, struct api_call *call, json_t *params, json_t **result);
 int nvmet_query(const struct nvmet_res *r, struct api_call *call, json_t *params, json_t **result);
 
-/* Inside the caller's transaction: check and store data (old NULL:
- * create, defaults applied by the caller) and put the new id in *id.
+/* Inside the caller's transaction: check and store obj (old NULL:
+ * create; obj from nvs_new with the body decoded over it), its id set.
  * 0, or -1 with the call's error set (field errors: api_invalid). */
-int nvmet_save(const struct nvmet_res *r, struct nvw *w, json_t *data, json_t *old, int64_t *id);
-/* The encoded row id (new reference) or NULL. */
+int nvmet_save(const struct nvmet_res *r, struct nvw *w, void *obj, const void *old);
+/* The encoded row of object id (new reference) or NULL. */
 json_t *nvmet_encoded(const struct nvmet_res *r, int64_t id);
+/* The API row of obj: its field table's row (nvmet_res.encode's default). */
+json_t *nvmet_row(const struct nvmet_res *r, const void *obj);
 
 /* Every encoded row of r (a new array), or NULL. */
 json_t *nvmet_rows(const struct nvmet_res *r, json_t *params);
@@ -106,6 +104,11 @@ json_t *nvmet_rows(const struct nvmet_res *r, json_t *params);
     }
 
 extern const struct api_arg nvmet_query_args[2];
+/* The body argument: the first n fields of a table. */
+#define NVMET_ARG_DATA(tbl, n, fl)                                                                 \
+    {                                                                                              \
+        .name = "data", .type = API_T_OBJECT, .flags = (fl), .fields = (tbl), .nfields = (n)       \
+    }
 extern const struct api_arg nvmet_get_instance_args[2];
 
 /* The five method entries of an object (ns "nvmet.subsys"). */
@@ -124,9 +127,11 @@ extern const struct api_arg nvmet_get_instance_args[2];
             API_ARGS(nvmet_get_instance_args)                                                      \
     }
 
-/* Small helpers for the objects' checks. */
+/* Small helpers for options and embedded rows. */
 const char *nvj_str(json_t *o, const char *k); /* a string member or NULL */
 int64_t nvj_int(json_t *o, const char *k);     /* an integer member or 0 */
 bool nvj_bool(json_t *o, const char *k);       /* true only for JSON true */
+/* Whether two owned strings (either may be NULL) are equal. */
+bool nvs_same(const char *a, const char *b);
 
 #endif

@@ -27,21 +27,22 @@
 
 static bool dataset_in_use(const char *name, char *why, size_t len)
 {
-    json_t *rows;
-    if (nvs_select(&nvs_namespace, SUBTREE, &rows, "t", name) < 0) {
+    void *rows;
+    size_t n;
+    if (nvs_load(&nvs_namespace, SUBTREE, &rows, &n, "t", name) < 0) {
         snprintf(why, len, "cannot read the NVMe-oF namespaces");
         return true;
     }
-    bool used = json_array_size(rows) > 0;
-    if (used) {
-        json_t *ns = json_array_get(rows, 0), *sub = NULL;
-        nvs_get(&nvs_subsys, nvj_int(ns, "subsys_id"), &sub);
+    if (n) {
+        const struct nvmet_namespace *ns = rows;
+        struct nvmet_subsys *sub = NULL;
+        nvs_get(&nvs_subsys, ns->subsys_id, (void **)&sub);
         snprintf(why, len, "served over NVMe-oF as namespace %" PRId64 " of subsystem '%s'",
-                 nvj_int(ns, "nsid"), sub ? nvj_str(sub, "name") : "?");
-        json_decref(sub);
+                 ns->nsid.v, sub ? sub->name : "?");
+        nvs_free(&nvs_subsys, sub);
     }
-    json_decref(rows);
-    return used;
+    nvs_free_all(&nvs_namespace, rows, n);
+    return n > 0;
 }
 
 static int rename_update(const char *old_name, const char *new_name, bool subtree, void *arg)

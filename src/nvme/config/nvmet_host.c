@@ -20,32 +20,6 @@
 #include "core/util.h"
 #include "nvme/config/nvmet_internal.h"
 
-static const char *const hashes[] = {"SHA-256", "SHA-384", "SHA-512", NULL};
-static const char *const dhgroups[] = {"2048-BIT", "3072-BIT", "4096-BIT",
-                                       "6144-BIT", "8192-BIT", NULL};
-
-static const struct api_field host_fields[] = {
-    API_FIELD_STRING("hostnqn", API_REQUIRED, 1, NVS_NQN_MAX),
-    {.name = "dhchap_key",
-     .type = API_T_STRING,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 1,
-     .max = 200,
-     .def = "null"},
-    {.name = "dhchap_ctrl_key",
-     .type = API_T_STRING,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 1,
-     .max = 200,
-     .def = "null"},
-    {.name = "dhchap_dhgroup",
-     .type = API_T_ENUM,
-     .flags = API_NULLABLE,
-     .choices = dhgroups,
-     .def = "null"},
-    {.name = "dhchap_hash", .type = API_T_ENUM, .choices = hashes, .def = "\"SHA-256\""},
-};
-
 static uint32_t crc32_le(const uint8_t *p, size_t n)
 {
     uint32_t c = 0xffffffffu;
@@ -117,55 +91,55 @@ static bool key_valid(const char *k)
            raw[n - 2] == (uint8_t)(crc >> 16) && raw[n - 1] == (uint8_t)(crc >> 24);
 }
 
-/* One key field: kept when unchanged (already sealed), else checked and sealed. */
-static int key_field(struct nvw *w, json_t *row, json_t *old, const char *name)
+/* One key: kept when unchanged (still sealed as stored), else checked and sealed. */
+static int key_field(struct nvw *w, char **key, const char *was, const char *name)
 {
-    const char *k = nvj_str(row, name), *was = old ? nvj_str(old, name) : NULL;
     char sealed[PWENC_SEALED_MAX];
-    if (!k || (was && strcmp(k, was) == 0))
+    if (!*key || (was && strcmp(*key, was) == 0))
         return 0;
-    if (!key_valid(k)) {
+    if (!key_valid(*key)) {
         nvw_err(w, name, EINVAL,
                 "Must be a DH-HMAC-CHAP key \"DHHC-1:0[0-3]:<base64 of a 32, 48 or 64 byte secret "
                 "and its CRC-32>:\" (nvme gen-dhchap-key, or nvmet.host.generate_key)");
         return 0;
     }
-    int rc = pwenc_seal(k, sealed, sizeof(sealed));
+    int rc = pwenc_seal(*key, sealed, sizeof(sealed));
     if (rc < 0)
         return api_error(w->call, -rc, "cannot encrypt the key");
-    json_object_set_new(row, name, json_string(sealed));
-    return 0;
+    explicit_bzero(*key, strlen(*key));
+    free(*key);
+    *key = strdup(sealed);
+    return *key ? 0 : api_error(w->call, ENOMEM, "out of memory");
 }
 
-static int host_check(struct nvw *w, json_t *row, json_t *old)
+static int host_check(struct nvw *w, void *obj, const void *prev)
 {
-    const char *nqn = nvj_str(row, "hostnqn");
+    struct nvmet_host *h = obj;
+    const struct nvmet_host *old = prev;
     int64_t n = 0;
-    if (strncmp(nqn, "nqn.", 4) != 0 || strpbrk(nqn, " \t\r\n"))
+    if (strncmp(h->hostnqn, "nqn.", 4) != 0 || strpbrk(h->hostnqn, " \t\r\n"))
         nvw_err(w, "hostnqn", EINVAL, "Must be an NQN (\"nqn.\", no spaces)");
-    if (nvs_count(&nvs_host, "hostnqn = ?1 AND id != ?2", &n, "ti", nqn,
-                  old ? nvj_int(old, "id") : 0) == 0 &&
-        n)
-        nvw_err(w, "hostnqn", EEXIST, "A host with NQN '%s' already exists", nqn);
-    if (nvj_str(row, "dhchap_ctrl_key") && !nvj_str(row, "dhchap_key"))
+    if (nvs_count(&nvs_host, "hostnqn = ?1 AND id != ?2", &n, "ti", h->hostnqn, h->id) == 0 && n)
+        nvw_err(w, "hostnqn", EEXIST, "A host with NQN '%s' already exists", h->hostnqn);
+    if (h->dhchap_ctrl_key && !h->dhchap_key)
         nvw_err(w, "dhchap_ctrl_key", EINVAL,
                 "Cannot configure bi-directional authentication without setting dhchap_key");
-    if (key_field(w, row, old, "dhchap_key") < 0 || key_field(w, row, old, "dhchap_ctrl_key") < 0)
+    if (key_field(w, &h->dhchap_key, old ? old->dhchap_key : NULL, "dhchap_key") < 0 ||
+        key_field(w, &h->dhchap_ctrl_key, old ? old->dhchap_ctrl_key : NULL, "dhchap_ctrl_key") < 0)
         return -1;
     return 0;
 }
 
 /* A sealed key in clear (null when unset or when it cannot be opened: logged). */
-static json_t *key_open(json_t *row, const char *name)
+static json_t *key_open(const struct nvmet_host *h, const char *sealed, const char *name)
 {
-    const char *s = nvj_str(row, name);
     char plain[PWENC_PLAIN_MAX];
-    if (!s)
+    if (!sealed)
         return json_null();
-    int rc = pwenc_open(s, plain, sizeof(plain));
+    int rc = pwenc_open(sealed, plain, sizeof(plain));
     if (rc < 0) {
-        log_error("nvmet: host %" PRId64 ": the stored %s cannot be decrypted: %s",
-                  nvj_int(row, "id"), name, strerror(-rc));
+        log_error("nvmet: host %" PRId64 ": the stored %s cannot be decrypted: %s", h->id, name,
+                  strerror(-rc));
         return json_null();
     }
     json_t *v = json_string(plain);
@@ -173,37 +147,35 @@ static json_t *key_open(json_t *row, const char *name)
     return v;
 }
 
-static json_t *host_encode(json_t *row, json_t *ctx)
+/* The row with the keys in clear (a read-only caller gets "********": api.c). */
+static json_t *host_encode(const void *obj, json_t *ctx)
 {
+    const struct nvmet_host *h = obj;
     (void)ctx;
-    json_t *o = json_deep_copy(row);
-    json_object_set_new(o, "dhchap_key", key_open(row, "dhchap_key"));
-    json_object_set_new(o, "dhchap_ctrl_key", key_open(row, "dhchap_ctrl_key"));
+    json_t *o = nvmet_row(&nvmet_host_res, h);
+    json_object_set_new(o, "dhchap_key", key_open(h, h->dhchap_key, "dhchap_key"));
+    json_object_set_new(o, "dhchap_ctrl_key", key_open(h, h->dhchap_ctrl_key, "dhchap_ctrl_key"));
     return o;
 }
 
-static int host_remove(struct nvw *w, json_t *row, json_t *opts)
+static int host_remove(struct nvw *w, const void *obj, json_t *opts)
 {
-    int64_t id = nvj_int(row, "id"), n = 0;
-    if (nvs_count(&nvs_host_subsys, "host_id = ?1", &n, "i", id) < 0)
+    const struct nvmet_host *h = obj;
+    int64_t n = 0;
+    if (nvs_count(&nvs_host_subsys, "host_id = ?1", &n, "i", h->id) < 0)
         return api_error(w->call, EIO, "cannot read the host's subsystems");
     if (n && !nvj_bool(opts, "force")) {
         nvw_err(w, "id", EBUSY, "Host %s is allowed on %" PRId64 " subsystem%s (use force)",
-                nvj_str(row, "hostnqn"), n, n == 1 ? "" : "s");
+                h->hostnqn, n, n == 1 ? "" : "s");
         return api_invalid(w->call);
     }
-    int rc = nvs_delete(&nvs_host_subsys, NULL, "host_id = ?1", "i", id);
+    int rc = nvs_delete(&nvs_host_subsys, NULL, "host_id = ?1", "i", h->id);
     return rc < 0 ? api_error(w->call, -rc, "cannot delete the host's links") : 0;
 }
 
-static const char *const secret_fields[] = {"dhchap_key", "dhchap_ctrl_key", NULL};
-
 const struct nvmet_res nvmet_host_res = {
-    .secrets = secret_fields,
     .what = "host",
     .t = &nvs_host,
-    .fields = host_fields,
-    .nfields = ARRAY_SIZE(host_fields),
     .check = host_check,
     .encode = host_encode,
     .remove = host_remove,
@@ -220,8 +192,8 @@ static int host_generate_key(struct api_call *call, json_t *params, json_t **res
     json_t *h = api_param(params, 0);
     const char *hash = json_is_string(h) ? json_string_value(h) : "SHA-256";
     int idx = -1;
-    for (int i = 0; hashes[i]; i++)
-        if (strcmp(hash, hashes[i]) == 0)
+    for (int i = 0; nvs_dhchap_hashes[i]; i++)
+        if (strcmp(hash, nvs_dhchap_hashes[i]) == 0)
             idx = i;
     if (idx < 0) {
         api_verr(call, "nvmet.host.generate_key.dhchap_hash", EINVAL,
@@ -248,7 +220,8 @@ static int host_hash_choices(struct api_call *call, json_t *params, json_t **res
 {
     (void)call;
     (void)params;
-    *result = json_pack("[s,s,s]", hashes[0], hashes[1], hashes[2]);
+    *result =
+        json_pack("[s,s,s]", nvs_dhchap_hashes[0], nvs_dhchap_hashes[1], nvs_dhchap_hashes[2]);
     return 0;
 }
 
@@ -256,17 +229,17 @@ static int host_dhgroup_choices(struct api_call *call, json_t *params, json_t **
 {
     (void)call;
     (void)params;
-    *result =
-        json_pack("[s,s,s,s,s]", dhgroups[0], dhgroups[1], dhgroups[2], dhgroups[3], dhgroups[4]);
+    *result = json_pack("[s,s,s,s,s]", nvs_dhchap_dhgroups[0], nvs_dhchap_dhgroups[1],
+                        nvs_dhchap_dhgroups[2], nvs_dhchap_dhgroups[3], nvs_dhchap_dhgroups[4]);
     return 0;
 }
 
 static const struct api_field del_fields[] = {
     {.name = "force", .type = API_T_BOOL, .def = "false"},
 };
-static const struct api_arg create_args[] = {API_ARG_OBJECT("data", host_fields, 0)};
-static const struct api_arg update_args[] = {API_ARG_ID,
-                                             API_ARG_OBJECT("data", host_fields, API_PARTIAL)};
+static const struct api_arg create_args[] = {NVMET_ARG_DATA(nvs_host_fields, NVS_HOST_INPUT, 0)};
+static const struct api_arg update_args[] = {
+    API_ARG_ID, NVMET_ARG_DATA(nvs_host_fields, NVS_HOST_INPUT, API_PARTIAL)};
 static const struct api_arg delete_args[] = {
     API_ARG_ID, API_ARG_OBJECT("options", del_fields, API_ARG_OPTIONAL)};
 static const struct api_arg genkey_args[] = {

@@ -13,45 +13,36 @@
 #include "core/util.h"
 #include "nvme/config/nvmet_internal.h"
 
-static const struct api_field host_subsys_fields[] = {
-    {.name = "host_id", .type = API_T_INT, .flags = API_REQUIRED},
-    {.name = "subsys_id", .type = API_T_INT, .flags = API_REQUIRED},
-};
-static const struct api_field port_subsys_fields[] = {
-    {.name = "port_id", .type = API_T_INT, .flags = API_REQUIRED},
-    {.name = "subsys_id", .type = API_T_INT, .flags = API_REQUIRED},
-};
-
 /* Both ends exist, and the pair is new. */
-static void link_check(struct nvw *w, json_t *row, json_t *old, const struct nvs_table *other,
+static void link_check(struct nvw *w, const struct nvmet_link *l, const struct nvs_table *other,
                        const char *key, const char *what, const struct nvs_table *links)
 {
-    int64_t oid = nvj_int(row, key), sid = nvj_int(row, "subsys_id"), n = 0;
-    json_t *r = NULL;
+    int64_t n = 0;
     char where[64];
-    if (nvs_get(other, oid, &r) < 0)
-        nvw_err(w, key, ENOENT, "No %s with ID %" PRId64, what, oid);
-    json_decref(r);
-    r = NULL;
-    if (nvs_get(&nvs_subsys, sid, &r) < 0)
-        nvw_err(w, "subsys_id", ENOENT, "No subsystem with ID %" PRId64, sid);
-    json_decref(r);
+    if (nvs_count(other, "id = ?1", &n, "i", l->other_id) < 0 || n == 0)
+        nvw_err(w, key, ENOENT, "No %s with ID %" PRId64, what, l->other_id);
+    n = 0;
+    if (nvs_count(&nvs_subsys, "id = ?1", &n, "i", l->subsys_id) < 0 || n == 0)
+        nvw_err(w, "subsys_id", ENOENT, "No subsystem with ID %" PRId64, l->subsys_id);
+    n = 0;
     snprintf(where, sizeof(where), "%s = ?1 AND subsys_id = ?2 AND id != ?3", key);
-    if (nvs_count(links, where, &n, "iii", oid, sid, old ? nvj_int(old, "id") : 0) == 0 && n)
+    if (nvs_count(links, where, &n, "iii", l->other_id, l->subsys_id, l->id) == 0 && n)
         nvw_err(w, "subsys_id", EEXIST,
                 "This record already exists (%s ID: %" PRId64 "/Subsystem ID: %" PRId64 ")", what,
-                oid, sid);
+                l->other_id, l->subsys_id);
 }
 
-static int host_subsys_check(struct nvw *w, json_t *row, json_t *old)
+static int host_subsys_check(struct nvw *w, void *obj, const void *old)
 {
-    link_check(w, row, old, &nvs_host, "host_id", "host", &nvs_host_subsys);
+    (void)old;
+    link_check(w, obj, &nvs_host, "host_id", "host", &nvs_host_subsys);
     return 0;
 }
 
-static int port_subsys_check(struct nvw *w, json_t *row, json_t *old)
+static int port_subsys_check(struct nvw *w, void *obj, const void *old)
 {
-    link_check(w, row, old, &nvs_port, "port_id", "port", &nvs_port_subsys);
+    (void)old;
+    link_check(w, obj, &nvs_port, "port_id", "port", &nvs_port_subsys);
     return 0;
 }
 
@@ -85,34 +76,31 @@ static json_t *port_subsys_context(json_t *params)
     return link_context(&nvmet_port_res, "port");
 }
 
-static json_t *link_encode(json_t *row, json_t *ctx, const char *name, const char *key,
+static json_t *link_encode(const struct nvmet_link *l, json_t *ctx, const char *name,
                            json_t *(*context)(json_t *))
 {
     json_t *own = ctx ? NULL : context(NULL);
     json_t *c = ctx ? ctx : own;
-    json_t *o = json_pack("{s:O}", "id", json_object_get(row, "id"));
-    json_object_set_new(o, name, nvmet_index_get(json_object_get(c, name), nvj_int(row, key)));
-    json_object_set_new(o, "subsys",
-                        nvmet_index_get(json_object_get(c, "subsys"), nvj_int(row, "subsys_id")));
+    json_t *o = json_pack("{s:I}", "id", (json_int_t)l->id);
+    json_object_set_new(o, name, nvmet_index_get(json_object_get(c, name), l->other_id));
+    json_object_set_new(o, "subsys", nvmet_index_get(json_object_get(c, "subsys"), l->subsys_id));
     json_decref(own);
     return o;
 }
 
-static json_t *host_subsys_encode(json_t *row, json_t *ctx)
+static json_t *host_subsys_encode(const void *obj, json_t *ctx)
 {
-    return link_encode(row, ctx, "host", "host_id", host_subsys_context);
+    return link_encode(obj, ctx, "host", host_subsys_context);
 }
 
-static json_t *port_subsys_encode(json_t *row, json_t *ctx)
+static json_t *port_subsys_encode(const void *obj, json_t *ctx)
 {
-    return link_encode(row, ctx, "port", "port_id", port_subsys_context);
+    return link_encode(obj, ctx, "port", port_subsys_context);
 }
 
 const struct nvmet_res nvmet_host_subsys_res = {
     .what = "host_subsys",
     .t = &nvs_host_subsys,
-    .fields = host_subsys_fields,
-    .nfields = ARRAY_SIZE(host_subsys_fields),
     .check = host_subsys_check,
     .context = host_subsys_context,
     .encode = host_subsys_encode,
@@ -121,8 +109,6 @@ const struct nvmet_res nvmet_host_subsys_res = {
 const struct nvmet_res nvmet_port_subsys_res = {
     .what = "port_subsys",
     .t = &nvs_port_subsys,
-    .fields = port_subsys_fields,
-    .nfields = ARRAY_SIZE(port_subsys_fields),
     .check = port_subsys_check,
     .context = port_subsys_context,
     .encode = port_subsys_encode,
@@ -131,12 +117,14 @@ const struct nvmet_res nvmet_port_subsys_res = {
 NVMET_CRUD_HANDLERS(hs, nvmet_host_subsys_res, "NVMe-oF host_subsys")
 NVMET_CRUD_HANDLERS(ps, nvmet_port_subsys_res, "NVMe-oF port_subsys")
 
-static const struct api_arg hs_create_args[] = {API_ARG_OBJECT("data", host_subsys_fields, 0)};
+static const struct api_arg hs_create_args[] = {
+    NVMET_ARG_DATA(nvs_host_subsys_fields, NVS_LINK_INPUT, 0)};
 static const struct api_arg hs_update_args[] = {
-    API_ARG_ID, API_ARG_OBJECT("data", host_subsys_fields, API_PARTIAL)};
-static const struct api_arg ps_create_args[] = {API_ARG_OBJECT("data", port_subsys_fields, 0)};
+    API_ARG_ID, NVMET_ARG_DATA(nvs_host_subsys_fields, NVS_LINK_INPUT, API_PARTIAL)};
+static const struct api_arg ps_create_args[] = {
+    NVMET_ARG_DATA(nvs_port_subsys_fields, NVS_LINK_INPUT, 0)};
 static const struct api_arg ps_update_args[] = {
-    API_ARG_ID, API_ARG_OBJECT("data", port_subsys_fields, API_PARTIAL)};
+    API_ARG_ID, NVMET_ARG_DATA(nvs_port_subsys_fields, NVS_LINK_INPUT, API_PARTIAL)};
 static const struct api_arg delete_args[] = {API_ARG_ID};
 
 const struct api_method nvmet_link_methods[] = {

@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -25,27 +26,6 @@
 #include "store/bdev.h"
 #include "store/names.h"
 #include "store/poolfs.h"
-
-static const char *const device_types[] = {"ZVOL", "FILE", NULL};
-
-static const struct api_field ns_fields[] = {
-    {.name = "nsid",
-     .type = API_T_INT,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 1,
-     .max = 0xFFFFFFFE,
-     .def = "null"},
-    {.name = "subsys_id", .type = API_T_INT, .flags = API_REQUIRED},
-    {.name = "device_type", .type = API_T_ENUM, .flags = API_REQUIRED, .choices = device_types},
-    API_FIELD_STRING("device_path", API_REQUIRED, 1, 4095),
-    {.name = "filesize",
-     .type = API_T_INT,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 0,
-     .max = INT64_MAX,
-     .def = "null"},
-    {.name = "enabled", .type = API_T_BOOL, .def = "true"},
-};
 
 /* The lowest nsid not used in subsystem sid (TrueNAS searches 1..0xFFFF). */
 static int64_t nsid_next(int64_t sid)
@@ -96,9 +76,10 @@ static void check_zvol(struct nvw *w, const char *path)
 
 /* A FILE namespace: a file inside a pool, made by blockd (as iSCSI FILE
  * extents: datasets_file_check, then no foreign existing file). */
-static void check_file(struct nvw *w, json_t *row, json_t *old)
+static void check_file(struct nvw *w, const struct nvmet_namespace *ns,
+                       const struct nvmet_namespace *old)
 {
-    const char *path = nvj_str(row, "device_path");
+    const char *path = ns->device_path;
     char why[PATH_MAX + 256];
     struct stat sb;
     if (path[0] != '/' || strstr(path, "/../") || strstr(path, "/./")) {
@@ -112,8 +93,9 @@ static void check_file(struct nvw *w, json_t *row, json_t *old)
                  why);
         return;
     }
-    bool own = old && strcmp(nvj_str(old, "device_path"), path) == 0;
-    int64_t size = nvj_int(row, "filesize"), old_size = old ? nvj_int(old, "filesize") : 0;
+    bool own = old && old->device_type == NVMET_FILE && strcmp(old->device_path, path) == 0;
+    int64_t size = ns->filesize.set ? ns->filesize.v : 0;
+    int64_t old_size = own && old->filesize.set ? old->filesize.v : 0;
     if (poolfs_stat(path, &sb) == 0 && !own) {
         nvw_err(w, "device_path", EEXIST,
                 "%s exists: a FILE namespace's file is created by blockd (give a new path and a "
@@ -123,76 +105,90 @@ static void check_file(struct nvw *w, json_t *row, json_t *old)
                  api_call_peer(w->call));
     } else if (!own && size <= 0) {
         nvw_err(w, "filesize", EINVAL, "Must supply filesize if device_path FILE does not exist.");
-    } else if (size && size % 512) {
+    } else if (size % 512) {
         nvw_err(w, "filesize", EINVAL, "filesize must be a multiple of 512");
-    } else if (own && size && size < old_size) {
+    } else if (own && ns->filesize.set && size < old_size) {
         nvw_err(w, "filesize", EINVAL,
                 "Shrinking an namespace file is not allowed. This can lead to data loss.");
     }
 }
 
-/* Another namespace (or an iSCSI extent) already serving the device. */
-static void check_unused(struct nvw *w, json_t *row, json_t *old)
+/* Another namespace already serving the device. */
+static void check_unused(struct nvw *w, const struct nvmet_namespace *ns)
 {
-    const char *path = nvj_str(row, "device_path");
-    json_t *rows;
-    if (nvs_select(&nvs_namespace, "device_path = ?1 AND id != ?2", &rows, "ti", path,
-                   old ? nvj_int(old, "id") : 0) == 0 &&
-        json_array_size(rows)) {
-        json_t *sub = NULL;
-        nvs_get(&nvs_subsys, nvj_int(json_array_get(rows, 0), "subsys_id"), &sub);
+    void *rows;
+    size_t n;
+    if (nvs_load(&nvs_namespace, "device_path = ?1 AND id != ?2", &rows, &n, "ti", ns->device_path,
+                 ns->id) < 0)
+        return;
+    if (n) {
+        struct nvmet_subsys *sub = NULL;
+        nvs_get(&nvs_subsys, ((struct nvmet_namespace *)rows)->subsys_id, (void **)&sub);
         nvw_err(w, "device_path", EEXIST, "This device_path already used by subsystem: %s",
-                sub ? nvj_str(sub, "name") : "?");
-        json_decref(sub);
+                sub ? sub->name : "?");
+        nvs_free(&nvs_subsys, sub);
     }
-    json_decref(rows);
+    nvs_free_all(&nvs_namespace, rows, n);
 }
 
-static int ns_check(struct nvw *w, json_t *row, json_t *old)
+/* The nsid: the next free one when not given; unique in the subsystem. */
+static int check_nsid(struct nvw *w, struct nvmet_namespace *ns)
 {
-    int64_t sid = nvj_int(row, "subsys_id"), n = 0;
-    json_t *sub = NULL;
-    if (nvs_get(&nvs_subsys, sid, &sub) < 0)
-        nvw_err(w, "subsys_id", ENOENT, "No subsystem with ID %" PRId64, sid);
-    json_decref(sub);
-    if (json_is_null(json_object_get(row, "nsid")) && !api_has_verrs(w->call)) {
-        int64_t next = nsid_next(sid);
+    int64_t n = 0;
+    if (!ns->nsid.set) {
+        int64_t next = nsid_next(ns->subsys_id);
         if (!next)
             return api_error(w->call, ENOSPC, "Unable to determine namespace ID (NSID)");
-        json_object_set_new(row, "nsid", json_integer(next));
+        ns->nsid = (struct nvs_opt){true, next};
     }
-    if (nvs_count(&nvs_namespace, "subsys_id = ?1 AND nsid = ?2 AND id != ?3", &n, "iii", sid,
-                  nvj_int(row, "nsid"), old ? nvj_int(old, "id") : 0) == 0 &&
+    if (nvs_count(&nvs_namespace, "subsys_id = ?1 AND nsid = ?2 AND id != ?3", &n, "iii",
+                  ns->subsys_id, ns->nsid.v, ns->id) == 0 &&
         n)
         nvw_err(w, "nsid", EEXIST,
-                "This record already exists (Subsystem ID: %" PRId64 "/NSID: %" PRId64 ")", sid,
-                nvj_int(row, "nsid"));
-    if (strcmp(nvj_str(row, "device_type"), "ZVOL") == 0) {
-        check_zvol(w, nvj_str(row, "device_path"));
-        json_object_set_new(row, "filesize", json_null());
-    } else {
-        check_file(w, row, old);
-    }
-    check_unused(w, row, old);
-    for (int i = 0; i < 2; i++) {
-        const char *k = i ? "device_nguid" : "device_uuid";
-        char u[37];
-        nvs_uuid(u);
-        if (old)
-            json_object_set(row, k, json_object_get(old, k));
-        else
-            json_object_set_new(row, k, json_string(u));
-    }
+                "This record already exists (Subsystem ID: %" PRId64 "/NSID: %" PRId64 ")",
+                ns->subsys_id, ns->nsid.v);
     return 0;
 }
 
-/* A FILE namespace's file: created sparse, or grown. */
-static int ns_saved(struct nvw *w, json_t *row, json_t *old)
+static int ns_check(struct nvw *w, void *obj, const void *prev)
 {
-    const char *path = nvj_str(row, "device_path");
-    int64_t size = nvj_int(row, "filesize");
+    struct nvmet_namespace *ns = obj;
+    const struct nvmet_namespace *old = prev;
+    int64_t n = 0;
+    if (nvs_count(&nvs_subsys, "id = ?1", &n, "i", ns->subsys_id) < 0 || n == 0) {
+        nvw_err(w, "subsys_id", ENOENT, "No subsystem with ID %" PRId64, ns->subsys_id);
+        return 0;
+    }
+    if (check_nsid(w, ns) < 0)
+        return -1;
+    if (ns->device_type == NVMET_ZVOL) {
+        check_zvol(w, ns->device_path);
+        ns->filesize.set = false;
+    } else {
+        check_file(w, ns, old);
+    }
+    check_unused(w, ns);
+    if (old)
+        return 0; /* device_uuid and device_nguid stay (read from the stored row) */
+    char u[37], g[37];
+    nvs_uuid(u);
+    nvs_uuid(g);
+    free(ns->device_uuid);
+    free(ns->device_nguid);
+    ns->device_uuid = strdup(u);
+    ns->device_nguid = strdup(g);
+    return ns->device_uuid && ns->device_nguid ? 0 : api_error(w->call, ENOMEM, "out of memory");
+}
+
+/* A FILE namespace's file: created sparse, or grown. */
+static int ns_saved(struct nvw *w, const void *obj, const void *old)
+{
+    const struct nvmet_namespace *ns = obj;
+    const char *path = ns->device_path;
+    int64_t size = ns->filesize.v;
     struct stat sb;
-    if (strcmp(nvj_str(row, "device_type"), "FILE") != 0)
+    (void)old;
+    if (ns->device_type != NVMET_FILE)
         return 0;
     int err = poolfs_stat(path, &sb);
     if (err == -ENOENT) {
@@ -208,7 +204,6 @@ static int ns_saved(struct nvw *w, json_t *row, json_t *old)
             return api_error(w->call, -err, "Cannot grow %s: %s", path, strerror(-err));
         log_info("nvmet: grew %s to %" PRId64 " bytes", path, size);
     }
-    (void)old;
     return 0;
 }
 
@@ -218,40 +213,35 @@ static json_t *ns_context(json_t *params)
     return nvmet_index(&nvmet_subsys_res);
 }
 
-static json_t *ns_encode(json_t *row, json_t *ctx)
+/* The row with "subsys": {the subsystem's row} instead of subsys_id. */
+static json_t *ns_encode(const void *obj, json_t *ctx)
 {
-    json_t *o = json_deep_copy(row);
-    int64_t sid = nvj_int(row, "subsys_id");
-    json_t *sub = ctx ? nvmet_index_get(ctx, sid) : NULL;
-    if (!ctx) {
-        json_t *idx = nvmet_index(&nvmet_subsys_res);
-        sub = nvmet_index_get(idx, sid);
-        json_decref(idx);
-    }
+    const struct nvmet_namespace *ns = obj;
+    json_t *o = nvmet_row(&nvmet_namespace_res, ns);
+    json_t *idx = ctx ? json_incref(ctx) : nvmet_index(&nvmet_subsys_res);
     json_object_del(o, "subsys_id");
-    json_object_set_new(o, "subsys", sub);
+    json_object_set_new(o, "subsys", nvmet_index_get(idx, ns->subsys_id));
     json_object_set_new(o, "locked", json_false()); /* blockd does not encrypt datasets */
+    json_decref(idx);
     return o;
 }
 
 /* delete {remove}: the file of a FILE namespace goes once the delete committed. */
-static void ns_deleted(struct nvw *w, json_t *row, json_t *opts)
+static void ns_deleted(struct nvw *w, const void *obj, json_t *opts)
 {
-    const char *path = nvj_str(row, "device_path");
-    if (!nvj_bool(opts, "remove") || strcmp(nvj_str(row, "device_type"), "FILE") != 0)
+    const struct nvmet_namespace *ns = obj;
+    if (!nvj_bool(opts, "remove") || ns->device_type != NVMET_FILE)
         return;
-    int rc = poolfs_unlink(path);
+    int rc = poolfs_unlink(ns->device_path);
     if (rc < 0 && rc != -ENOENT)
-        log_error("nvmet: %s: cannot remove %s: %s", w->method, path, strerror(-rc));
+        log_error("nvmet: %s: cannot remove %s: %s", w->method, ns->device_path, strerror(-rc));
     else
-        log_info("nvmet: removed %s", path);
+        log_info("nvmet: removed %s", ns->device_path);
 }
 
 const struct nvmet_res nvmet_namespace_res = {
     .what = "namespace",
     .t = &nvs_namespace,
-    .fields = ns_fields,
-    .nfields = ARRAY_SIZE(ns_fields),
     .check = ns_check,
     .saved = ns_saved,
     .context = ns_context,
@@ -264,9 +254,10 @@ NVMET_CRUD_HANDLERS(ns, nvmet_namespace_res, "NVMe-oF namespace")
 static const struct api_field del_fields[] = {
     {.name = "remove", .type = API_T_BOOL, .def = "false"},
 };
-static const struct api_arg create_args[] = {API_ARG_OBJECT("data", ns_fields, 0)};
-static const struct api_arg update_args[] = {API_ARG_ID,
-                                             API_ARG_OBJECT("data", ns_fields, API_PARTIAL)};
+static const struct api_arg create_args[] = {
+    NVMET_ARG_DATA(nvs_namespace_fields, NVS_NAMESPACE_INPUT, 0)};
+static const struct api_arg update_args[] = {
+    API_ARG_ID, NVMET_ARG_DATA(nvs_namespace_fields, NVS_NAMESPACE_INPUT, API_PARTIAL)};
 static const struct api_arg delete_args[] = {
     API_ARG_ID, API_ARG_OBJECT("options", del_fields, API_ARG_OPTIONAL)};
 

@@ -13,38 +13,13 @@
 #include <netinet/in.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/listener.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "nvme/config/nvmet_internal.h"
-
-static const char *const trtypes[] = {"TCP", "RDMA", "FC", NULL};
-
-static const struct api_field port_fields[] = {
-    {.name = "addr_trtype", .type = API_T_ENUM, .flags = API_REQUIRED, .choices = trtypes},
-    {.name = "addr_trsvcid",
-     .type = API_T_INT,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1024,
-     .max = 65535},
-    API_FIELD_STRING("addr_traddr", API_REQUIRED, 1, 63),
-    {.name = "inline_data_size",
-     .type = API_T_INT,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 0,
-     .max = 1 << 20,
-     .def = "null"},
-    {.name = "max_queue_size",
-     .type = API_T_INT,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 2,
-     .max = 65535,
-     .def = "null"},
-    {.name = "pi_enable", .type = API_T_BOOL, .flags = API_NULLABLE, .def = "null"},
-    {.name = "enabled", .type = API_T_BOOL, .def = "true"},
-};
 
 /* 1 IPv4, 2 IPv6, 0 not an IP address. */
 static int ip_family(const char *s)
@@ -55,10 +30,45 @@ static int ip_family(const char *s)
     return inet_pton(AF_INET6, s, buf) == 1 ? 2 : 0;
 }
 
-static int port_check(struct nvw *w, json_t *row, json_t *old)
+/* A port that starts listening (created enabled, enabled, or moved) must
+ * be bindable now: refused before it is stored rather than logged after. */
+static void port_probe(struct nvw *w, const struct nvmet_port *p, const struct nvmet_port *old,
+                       int fam)
 {
-    const char *tr = nvj_str(row, "addr_trtype"), *addr = nvj_str(row, "addr_traddr");
-    int64_t id = old ? nvj_int(old, "id") : 0;
+    char addr[80];
+    if (!p->enabled || (old && old->enabled && strcmp(old->addr_traddr, p->addr_traddr) == 0 &&
+                        old->addr_trsvcid == p->addr_trsvcid))
+        return;
+    snprintf(addr, sizeof(addr), fam == 2 ? "[%s]:%" PRId64 : "%s:%" PRId64, p->addr_traddr,
+             p->addr_trsvcid);
+    int rc = listener_probe_tcp(addr, LISTENER_REUSEPORT);
+    if (rc < 0) {
+        nvw_err(w, "addr_trsvcid", -rc, "cannot listen on %s: %s", addr, strerror(-rc));
+        log_warn("nvmet: %s: cannot listen on %s (peer %s): %s", w->method, addr,
+                 api_call_peer(w->call), strerror(-rc));
+    }
+}
+
+/* The next free index (the port's number in the discovery log). */
+static int64_t index_next(void)
+{
+    void *all;
+    size_t n;
+    int64_t next = 0;
+    if (nvs_load(&nvs_port, NULL, &all, &n, NULL) < 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (((struct nvmet_port *)all)[i].index > next)
+            next = ((struct nvmet_port *)all)[i].index;
+    nvs_free_all(&nvs_port, all, n);
+    return next + 1;
+}
+
+static int port_check(struct nvw *w, void *obj, const void *prev)
+{
+    struct nvmet_port *p = obj;
+    const struct nvmet_port *old = prev;
+    const char *tr = nvs_trtypes[p->addr_trtype];
     if (strcmp(tr, "TCP") != 0) {
         nvw_err(w, "addr_trtype", ENOTSUP,
                 "blockd serves NVMe/TCP only: %s ports are not supported (no %s transport)", tr,
@@ -66,64 +76,49 @@ static int port_check(struct nvw *w, json_t *row, json_t *old)
         log_warn("nvmet: %s refused a %s port (peer %s)", w->method, tr, api_call_peer(w->call));
         return 0;
     }
-    int fam = ip_family(addr);
+    int fam = ip_family(p->addr_traddr);
     if (!fam) {
         nvw_err(w, "addr_traddr", EINVAL, "addr_traddr must be a valid IP address");
         return 0;
     }
-    json_object_set_new(row, "addr_adrfam", json_string(fam == 1 ? "IPV4" : "IPV6"));
-    json_t *same;
-    if (nvs_select(&nvs_port,
-                   "addr_trtype = ?1 AND addr_traddr = ?2 AND addr_trsvcid = ?3 AND "
-                   "id != ?4",
-                   &same, "ttii", tr, addr, nvj_int(row, "addr_trsvcid"), id) == 0 &&
-        json_array_size(same))
-        api_verr(w->call, w->method, EEXIST, "Port #%" PRId64 " uses the same transport/address",
-                 nvj_int(json_array_get(same, 0), "index"));
-    json_decref(same);
-    if (old) {
-        json_object_set(row, "index", json_object_get(old, "index"));
-        return 0;
+    free(p->addr_adrfam);
+    p->addr_adrfam = strdup(fam == 1 ? "IPV4" : "IPV6");
+    port_probe(w, p, old, fam);
+    void *same;
+    size_t n;
+    if (nvs_load(&nvs_port,
+                 "addr_trtype = ?1 AND addr_traddr = ?2 AND addr_trsvcid = ?3 AND id != ?4", &same,
+                 &n, "ttii", tr, p->addr_traddr, p->addr_trsvcid, p->id) == 0) {
+        if (n)
+            api_verr(w->call, w->method, EEXIST,
+                     "Port #%" PRId64 " uses the same transport/address",
+                     ((struct nvmet_port *)same)->index);
+        nvs_free_all(&nvs_port, same, n);
     }
-    int64_t next = 0;
-    json_t *all;
-    size_t i;
-    json_t *p;
-    if (nvs_select(&nvs_port, NULL, &all, NULL) < 0)
+    if (!old && (p->index = index_next()) < 0)
         return api_error(w->call, EIO, "cannot read the ports");
-    json_array_foreach(all, i, p) if (nvj_int(p, "index") > next) next = nvj_int(p, "index");
-    json_decref(all);
-    json_object_set_new(row, "index", json_integer(next + 1));
-    return 0;
+    return p->addr_adrfam ? 0 : api_error(w->call, ENOMEM, "out of memory");
 }
 
-static json_t *port_encode(json_t *row, json_t *ctx)
+static int port_remove(struct nvw *w, const void *obj, json_t *opts)
 {
-    (void)ctx;
-    return json_deep_copy(row);
-}
-
-static int port_remove(struct nvw *w, json_t *row, json_t *opts)
-{
-    int64_t id = nvj_int(row, "id"), n = 0;
-    if (nvs_count(&nvs_port_subsys, "port_id = ?1", &n, "i", id) < 0)
+    const struct nvmet_port *p = obj;
+    int64_t n = 0;
+    if (nvs_count(&nvs_port_subsys, "port_id = ?1", &n, "i", p->id) < 0)
         return api_error(w->call, EIO, "cannot read the port's subsystems");
     if (n && !nvj_bool(opts, "force")) {
         nvw_err(w, "id", EBUSY, "Port #%" PRId64 " used by %" PRId64 " subsystem%s (use force)",
-                nvj_int(row, "index"), n, n == 1 ? "" : "s");
+                p->index, n, n == 1 ? "" : "s");
         return api_invalid(w->call);
     }
-    int rc = nvs_delete(&nvs_port_subsys, NULL, "port_id = ?1", "i", id);
+    int rc = nvs_delete(&nvs_port_subsys, NULL, "port_id = ?1", "i", p->id);
     return rc < 0 ? api_error(w->call, -rc, "cannot delete the port's links") : 0;
 }
 
 const struct nvmet_res nvmet_port_res = {
     .what = "port",
     .t = &nvs_port,
-    .fields = port_fields,
-    .nfields = ARRAY_SIZE(port_fields),
     .check = port_check,
-    .encode = port_encode,
     .remove = port_remove,
 };
 
@@ -163,9 +158,9 @@ static int port_address_choices(struct api_call *call, json_t *params, json_t **
 static const struct api_field del_fields[] = {
     {.name = "force", .type = API_T_BOOL, .def = "false"},
 };
-static const struct api_arg create_args[] = {API_ARG_OBJECT("data", port_fields, 0)};
-static const struct api_arg update_args[] = {API_ARG_ID,
-                                             API_ARG_OBJECT("data", port_fields, API_PARTIAL)};
+static const struct api_arg create_args[] = {NVMET_ARG_DATA(nvs_port_fields, NVS_PORT_INPUT, 0)};
+static const struct api_arg update_args[] = {
+    API_ARG_ID, NVMET_ARG_DATA(nvs_port_fields, NVS_PORT_INPUT, API_PARTIAL)};
 static const struct api_arg delete_args[] = {
     API_ARG_ID, API_ARG_OBJECT("options", del_fields, API_ARG_OPTIONAL)};
 static const struct api_arg choices_args[] = {

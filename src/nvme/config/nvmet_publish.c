@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/service.h"
 #include "control/confgen.h"
 #include "control/datasets.h"
 #include "control/db.h"
@@ -129,27 +130,37 @@ static int nsid_cmp(const void *a, const void *b)
     return x->nsid < y->nsid ? -1 : x->nsid > y->nsid;
 }
 
-/* The enabled namespaces of s (rows of nvmet_namespace, all). */
-static int fill_ns(struct nvme_subsys *s, json_t *nsrows, const struct nvme_subsys *prev)
+/* Everything a build reads, as stored. */
+struct tables {
+    struct nvmet_global g;
+    struct nvmet_subsys *subsys;
+    struct nvmet_namespace *ns;
+    struct nvmet_host *hosts;
+    struct nvmet_link *hs, *ps;
+    struct nvmet_port *ports; /* enabled TCP ports */
+    size_t nsubsys, nns, nhosts, nhs, nps, nports;
+};
+
+/* The enabled namespaces of s. */
+static int fill_ns(struct nvme_subsys *s, const struct tables *t, const struct nvme_subsys *prev)
 {
-    size_t i;
-    json_t *r;
-    s->ns = calloc(json_array_size(nsrows) + 1, sizeof(*s->ns));
+    s->ns = calloc(t->nns + 1, sizeof(*s->ns));
     if (!s->ns)
         return -ENOMEM;
-    json_array_foreach(nsrows, i, r)
-    {
-        if (nvj_int(r, "subsys_id") != s->id || !nvj_bool(r, "enabled"))
+    for (size_t i = 0; i < t->nns; i++) {
+        const struct nvmet_namespace *r = &t->ns[i];
+        if (r->subsys_id != s->id || !r->enabled)
             continue;
         struct nvme_ns *n = &s->ns[s->nns++];
-        n->nsid = (uint32_t)nvj_int(r, "nsid");
-        n->id = nvj_int(r, "id");
-        n->device_path = strdup(nvj_str(r, "device_path"));
-        n->dataset = dup_or_null(nvmet_zvol_dataset(nvj_str(r, "device_path")));
+        n->nsid = (uint32_t)r->nsid.v;
+        n->id = r->id;
+        n->device_path = strdup(r->device_path);
+        n->dataset =
+            r->device_type == NVMET_ZVOL ? dup_or_null(nvmet_zvol_dataset(r->device_path)) : NULL;
         if (!n->device_path)
             return -ENOMEM;
-        uuid_bytes(nvj_str(r, "device_uuid"), n->uuid);
-        uuid_bytes(nvj_str(r, "device_nguid"), n->nguid);
+        uuid_bytes(r->device_uuid, n->uuid);
+        uuid_bytes(r->device_nguid, n->nguid);
         memcpy(n->eui64, n->nguid, sizeof(n->eui64));
         ns_volume(n, prev_ns(prev, n->device_path), s->name);
     }
@@ -157,57 +168,44 @@ static int fill_ns(struct nvme_subsys *s, json_t *nsrows, const struct nvme_subs
     return 0;
 }
 
-static int hash_code(const char *h)
-{
-    return !h ? 0 : strcmp(h, "SHA-512") == 0 ? 3 : strcmp(h, "SHA-384") == 0 ? 2 : 1;
-}
-
-static int dhgroup_code(const char *g)
-{
-    static const char *const names[] = {"2048-BIT", "3072-BIT", "4096-BIT", "6144-BIT", "8192-BIT"};
-    for (int i = 0; g && i < 5; i++)
-        if (strcmp(g, names[i]) == 0)
-            return i + 1;
-    return 0;
-}
-
 /* A sealed key in clear (a new string), NULL when unset or unreadable. */
-static char *key_clear(json_t *host, const char *name)
+static char *key_clear(const char *sealed)
 {
-    const char *s = nvj_str(host, name);
     char plain[PWENC_PLAIN_MAX];
-    if (!s || pwenc_open(s, plain, sizeof(plain)) < 0)
+    if (!sealed || pwenc_open(sealed, plain, sizeof(plain)) < 0)
         return NULL;
     char *v = strdup(plain);
     explicit_bzero(plain, sizeof(plain));
     return v;
 }
 
-/* The hosts allowed on s: links (host_id, subsys_id) to host rows. */
-static int fill_hosts(struct nvme_subsys *s, json_t *links, json_t *hosts)
+static const struct nvmet_host *host_of(const struct tables *t, int64_t id)
 {
-    size_t i, k;
-    json_t *l, *h;
-    s->hosts = calloc(json_array_size(links) + 1, sizeof(*s->hosts));
+    for (size_t i = 0; i < t->nhosts; i++)
+        if (t->hosts[i].id == id)
+            return &t->hosts[i];
+    return NULL;
+}
+
+/* The hosts allowed on s (nvme_view.h: hash 1..3 = SHA-256..512, group
+ * 1..5 = ffdhe2048..8192, 0 none). */
+static int fill_hosts(struct nvme_subsys *s, const struct tables *t)
+{
+    s->hosts = calloc(t->nhs + 1, sizeof(*s->hosts));
     if (!s->hosts)
         return -ENOMEM;
-    json_array_foreach(links, i, l)
-    {
-        if (nvj_int(l, "subsys_id") != s->id)
+    for (size_t i = 0; i < t->nhs; i++) {
+        const struct nvmet_host *h = host_of(t, t->hs[i].other_id);
+        if (t->hs[i].subsys_id != s->id || !h)
             continue;
-        json_array_foreach(hosts, k, h)
-        {
-            if (nvj_int(h, "id") != nvj_int(l, "host_id"))
-                continue;
-            struct nvme_host *e = &s->hosts[s->nhosts++];
-            e->hostnqn = strdup(nvj_str(h, "hostnqn"));
-            e->dhchap_key = key_clear(h, "dhchap_key");
-            e->dhchap_ctrl_key = key_clear(h, "dhchap_ctrl_key");
-            e->dhchap_hash = e->dhchap_key ? hash_code(nvj_str(h, "dhchap_hash")) : 0;
-            e->dhchap_dhgroup = e->dhchap_key ? dhgroup_code(nvj_str(h, "dhchap_dhgroup")) : 0;
-            if (!e->hostnqn)
-                return -ENOMEM;
-        }
+        struct nvme_host *e = &s->hosts[s->nhosts++];
+        e->hostnqn = strdup(h->hostnqn);
+        e->dhchap_key = key_clear(h->dhchap_key);
+        e->dhchap_ctrl_key = key_clear(h->dhchap_ctrl_key);
+        e->dhchap_hash = e->dhchap_key ? h->dhchap_hash + 1 : 0;
+        e->dhchap_dhgroup = e->dhchap_key ? h->dhchap_dhgroup + 1 : 0;
+        if (!e->hostnqn)
+            return -ENOMEM;
     }
     return 0;
 }
@@ -219,33 +217,26 @@ static int id_cmp(const void *a, const void *b)
 }
 
 /* The enabled ports serving s. */
-static int fill_ports(struct nvme_subsys *s, json_t *links, const struct nvme_conf *c)
+static int fill_ports(struct nvme_subsys *s, const struct tables *t, const struct nvme_conf *c)
 {
-    size_t i;
-    json_t *l;
-    s->port_ids = calloc(json_array_size(links) + 1, sizeof(*s->port_ids));
+    s->port_ids = calloc(t->nps + 1, sizeof(*s->port_ids));
     if (!s->port_ids)
         return -ENOMEM;
-    json_array_foreach(links, i, l) if (nvj_int(l, "subsys_id") == s->id &&
-                                        nvme_conf_find_port(c, nvj_int(l, "port_id")))
-        s->port_ids[s->nports++] = nvj_int(l, "port_id");
+    for (size_t i = 0; i < t->nps; i++)
+        if (t->ps[i].subsys_id == s->id && nvme_conf_find_port(c, t->ps[i].other_id))
+            s->port_ids[s->nports++] = t->ps[i].other_id;
     qsort(s->port_ids, s->nports, sizeof(*s->port_ids), id_cmp);
     return 0;
 }
 
-struct tables {
-    json_t *subsys, *ns, *hosts, *hs, *ps, *ports;
-    struct nvmet_global g;
-};
-
 static void tables_free(struct tables *t)
 {
-    json_decref(t->subsys);
-    json_decref(t->ns);
-    json_decref(t->hosts);
-    json_decref(t->hs);
-    json_decref(t->ps);
-    json_decref(t->ports);
+    nvs_free_all(&nvs_subsys, t->subsys, t->nsubsys);
+    nvs_free_all(&nvs_namespace, t->ns, t->nns);
+    nvs_free_all(&nvs_host, t->hosts, t->nhosts);
+    nvs_free_all(&nvs_host_subsys, t->hs, t->nhs);
+    nvs_free_all(&nvs_port_subsys, t->ps, t->nps);
+    nvs_free_all(&nvs_port, t->ports, t->nports);
 }
 
 static int tables_load(struct tables *t)
@@ -253,38 +244,34 @@ static int tables_load(struct tables *t)
     memset(t, 0, sizeof(*t));
     int rc = nvs_global_load(&t->g);
     if (rc == 0)
-        rc = nvs_select(&nvs_subsys, NULL, &t->subsys, NULL);
+        rc = nvs_load(&nvs_subsys, NULL, (void **)&t->subsys, &t->nsubsys, NULL);
     if (rc == 0)
-        rc = nvs_select(&nvs_namespace, NULL, &t->ns, NULL);
+        rc = nvs_load(&nvs_namespace, NULL, (void **)&t->ns, &t->nns, NULL);
     if (rc == 0)
-        rc = nvs_select(&nvs_host, NULL, &t->hosts, NULL);
+        rc = nvs_load(&nvs_host, NULL, (void **)&t->hosts, &t->nhosts, NULL);
     if (rc == 0)
-        rc = nvs_select(&nvs_host_subsys, NULL, &t->hs, NULL);
+        rc = nvs_load(&nvs_host_subsys, NULL, (void **)&t->hs, &t->nhs, NULL);
     if (rc == 0)
-        rc = nvs_select(&nvs_port_subsys, NULL, &t->ps, NULL);
+        rc = nvs_load(&nvs_port_subsys, NULL, (void **)&t->ps, &t->nps, NULL);
     if (rc == 0)
-        rc = nvs_select(&nvs_port, "enabled = 1 AND addr_trtype = 'TCP'", &t->ports, NULL);
+        rc = nvs_load(&nvs_port, "enabled = 1 AND addr_trtype = 'TCP'", (void **)&t->ports,
+                      &t->nports, NULL);
     if (rc < 0)
         tables_free(t);
     return rc;
 }
 
-static bool str_same(const char *a, const char *b)
-{
-    return (!a && !b) || (a && b && strcmp(a, b) == 0);
-}
-
 static bool host_same(const struct nvme_host *a, const struct nvme_host *b)
 {
-    return str_same(a->hostnqn, b->hostnqn) && str_same(a->dhchap_key, b->dhchap_key) &&
-           str_same(a->dhchap_ctrl_key, b->dhchap_ctrl_key) && a->dhchap_hash == b->dhchap_hash &&
+    return nvs_same(a->hostnqn, b->hostnqn) && nvs_same(a->dhchap_key, b->dhchap_key) &&
+           nvs_same(a->dhchap_ctrl_key, b->dhchap_ctrl_key) && a->dhchap_hash == b->dhchap_hash &&
            a->dhchap_dhgroup == b->dhchap_dhgroup;
 }
 
 static bool ns_same(const struct nvme_ns *a, const struct nvme_ns *b)
 {
-    return a->nsid == b->nsid && a->id == b->id && str_same(a->device_path, b->device_path) &&
-           a->vol == b->vol && str_same(a->unavailable, b->unavailable) &&
+    return a->nsid == b->nsid && a->id == b->id && nvs_same(a->device_path, b->device_path) &&
+           a->vol == b->vol && nvs_same(a->unavailable, b->unavailable) &&
            a->readonly == b->readonly && memcmp(a->uuid, b->uuid, 16) == 0 &&
            memcmp(a->nguid, b->nguid, 16) == 0;
 }
@@ -292,7 +279,7 @@ static bool ns_same(const struct nvme_ns *a, const struct nvme_ns *b)
 /* Whether the target would see no difference between a and b. */
 static bool subsys_same(const struct nvme_subsys *a, const struct nvme_subsys *b)
 {
-    if (!str_same(a->name, b->name) || !str_same(a->nqn, b->nqn) ||
+    if (!nvs_same(a->name, b->name) || !nvs_same(a->nqn, b->nqn) ||
         strcmp(a->serial, b->serial) != 0 || strcmp(a->model, b->model) != 0 ||
         a->ieee_oui != b->ieee_oui || a->qid_max != b->qid_max ||
         a->allow_any_host != b->allow_any_host || a->ana != b->ana || a->nhosts != b->nhosts ||
@@ -332,25 +319,25 @@ static uint32_t oui_bits(const char *s)
     return v & 0xffffff;
 }
 
-/* Subsystem row r, reusing prev's object when nothing changed. */
-static struct nvme_subsys *subsys_build(json_t *r, const struct tables *t,
+/* Subsystem r, reusing prev's object when nothing changed. */
+static struct nvme_subsys *subsys_build(const struct nvmet_subsys *r, const struct tables *t,
                                         const struct nvme_conf *c, const struct nvme_conf *prev)
 {
     struct nvme_subsys *s = nvme_subsys_new();
-    const struct nvme_subsys *was = prev_subsys(prev, nvj_int(r, "id"));
+    const struct nvme_subsys *was = prev_subsys(prev, r->id);
     if (!s)
         return NULL;
-    s->id = nvj_int(r, "id");
-    s->name = strdup(nvj_str(r, "name"));
-    s->nqn = strdup(nvj_str(r, "subnqn"));
-    snprintf(s->serial, sizeof(s->serial), "%s", nvj_str(r, "serial"));
+    s->id = r->id;
+    s->name = strdup(r->name);
+    s->nqn = strdup(r->subnqn ? r->subnqn : "");
+    snprintf(s->serial, sizeof(s->serial), "%s", r->serial ? r->serial : "");
     snprintf(s->model, sizeof(s->model), "blockd");
-    s->ieee_oui = oui_bits(nvj_str(r, "ieee_oui"));
-    s->qid_max = (uint16_t)(nvj_int(r, "qid_max") ? nvj_int(r, "qid_max") : 128);
-    s->allow_any_host = nvj_bool(r, "allow_any_host");
-    s->ana = json_is_boolean(json_object_get(r, "ana")) ? nvj_bool(r, "ana") : t->g.ana;
-    if (!s->name || !s->nqn || fill_ns(s, t->ns, was) < 0 || fill_hosts(s, t->hs, t->hosts) < 0 ||
-        fill_ports(s, t->ps, c) < 0) {
+    s->ieee_oui = oui_bits(r->ieee_oui);
+    s->qid_max = (uint16_t)(r->qid_max.set ? r->qid_max.v : 128);
+    s->allow_any_host = r->allow_any_host;
+    s->ana = r->ana >= 0 ? r->ana == 1 : t->g.ana;
+    if (!s->name || !s->nqn || fill_ns(s, t, was) < 0 || fill_hosts(s, t) < 0 ||
+        fill_ports(s, t, c) < 0) {
         nvme_subsys_unref(s);
         return NULL;
     }
@@ -385,8 +372,7 @@ static int port_parse(const char *l, struct nvme_port *p)
 /* The part's ports: the discovery port (id 0) first, then each enabled TCP port. */
 static void ports_build(struct nvme_conf *c, const struct tables *t)
 {
-    size_t i, n = 0;
-    json_t *r;
+    size_t n = 0;
     if (*t->g.discovery_listen) {
         struct nvme_port *p = &c->ports[n];
         memset(p, 0, sizeof(*p));
@@ -395,18 +381,16 @@ static void ports_build(struct nvme_conf *c, const struct tables *t)
             n++;
         }
     }
-    json_array_foreach(t->ports, i, r)
-    {
+    for (size_t i = 0; i < t->nports; i++) {
+        const struct nvmet_port *r = &t->ports[i];
         struct nvme_port *p = &c->ports[n++];
-        p->id = nvj_int(r, "id");
-        p->index = (uint16_t)nvj_int(r, "index");
-        snprintf(p->traddr, sizeof(p->traddr), "%s", nvj_str(r, "addr_traddr"));
-        p->trsvcid = (uint16_t)nvj_int(r, "addr_trsvcid");
-        p->adrfam = strcmp(nvj_str(r, "addr_adrfam"), "IPV6") == 0 ? 2 : 1;
-        p->inline_data_size =
-            (uint32_t)(nvj_int(r, "inline_data_size") ? nvj_int(r, "inline_data_size") : 16384);
-        p->max_queue_size =
-            (uint32_t)(nvj_int(r, "max_queue_size") ? nvj_int(r, "max_queue_size") : 128);
+        p->id = r->id;
+        p->index = (uint16_t)r->index;
+        snprintf(p->traddr, sizeof(p->traddr), "%s", r->addr_traddr);
+        p->trsvcid = (uint16_t)r->addr_trsvcid;
+        p->adrfam = nvs_same(r->addr_adrfam, "IPV6") ? 2 : 1;
+        p->inline_data_size = (uint32_t)(r->inline_data_size.set ? r->inline_data_size.v : 16384);
+        p->max_queue_size = (uint32_t)(r->max_queue_size.set ? r->max_queue_size.v : 128);
     }
     c->nports = n;
 }
@@ -418,18 +402,16 @@ static int conf_build(const struct nvme_conf *prev, struct nvme_conf **out)
     int rc = tables_load(&t);
     if (rc < 0)
         return rc;
-    struct nvme_conf *c = nvme_conf_new(json_array_size(t.subsys), json_array_size(t.ports) + 1);
+    struct nvme_conf *c = nvme_conf_new(t.nsubsys, t.nports + 1);
     if (!c || !(c->basenqn = strdup(t.g.basenqn))) {
         nvme_conf_unref(c);
         tables_free(&t);
         return -ENOMEM;
     }
     ports_build(c, &t);
-    size_t i, n = 0;
-    json_t *r;
-    json_array_foreach(t.subsys, i, r)
-    {
-        struct nvme_subsys *s = subsys_build(r, &t, c, prev);
+    size_t n = 0;
+    for (size_t i = 0; i < t.nsubsys; i++) {
+        struct nvme_subsys *s = subsys_build(&t.subsys[i], &t, c, prev);
         if (!s) {
             rc = -ENOMEM;
             break;
@@ -512,7 +494,7 @@ int nvmet_republish(const char *resized_dataset)
     return rc;
 }
 
-int nvme_config_start(void)
+static int config_start(void)
 {
     int rc = nvs_global_ensure();
     if (rc < 0) {
@@ -524,6 +506,29 @@ int nvme_config_start(void)
     if (rc < 0)
         atomic_store(&running, false);
     return rc;
+}
+
+static int svc_stop(void)
+{
+    nvme_config_stop();
+    return 0;
+}
+
+/* TrueNAS's service name; service.stop withdraws every subsystem. */
+static const struct service_ops svc_ops = {
+    .start = config_start,
+    .stop = svc_stop,
+    .running = nvmet_running,
+};
+
+int nvme_config_start(void)
+{
+    static bool registered;
+    if (!registered) {
+        registered = true;
+        service_register("nvmet", &svc_ops);
+    }
+    return config_start();
 }
 
 void nvme_config_stop(void)

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "control/cfgtx.h"
@@ -43,64 +44,81 @@ static void share_name(const char *ds, char *out, size_t len)
     out[n] = 0;
 }
 
-/* Save r's row data (defaults applied) in the caller's transaction. */
-static int save(const struct nvmet_res *r, struct nvw *w, json_t *data, int64_t *id)
+/* Save obj (a new object of r, fields set by the caller) in the caller's
+ * transaction and free it; its id in *id. 0 or -1 (error set). */
+static int save(const struct nvmet_res *r, struct nvw *w, void *obj, int64_t *id)
 {
-    int rc = api_apply_defaults(data, r->fields, r->nfields) < 0
-                 ? api_error(w->call, ENOMEM, "out of memory")
-                 : nvmet_save(r, w, data, NULL, id);
-    json_decref(data);
+    int rc = obj ? nvmet_save(r, w, obj, NULL) : api_error(w->call, ENOMEM, "out of memory");
+    if (rc == 0)
+        *id = *(int64_t *)obj;
+    nvs_free(r->t, obj);
     return rc;
+}
+
+static char *dup(const char *s)
+{
+    return s ? strdup(s) : NULL;
 }
 
 /* The port to serve on (see the header comment); 0 or -1 with the error set. */
 static int share_port(struct nvw *w, json_t *in, int64_t *port)
 {
-    json_t *rows, *row = NULL;
     const char *addr = nvj_str(in, "traddr");
-    int64_t svc = nvj_int(in, "trsvcid") ? nvj_int(in, "trsvcid") : 4420;
+    int64_t svc = nvj_int(in, "trsvcid") ? nvj_int(in, "trsvcid") : 4420, n = 0;
+    void *rows;
+    size_t count;
     if ((*port = nvj_int(in, "port"))) {
-        if (nvs_get(&nvs_port, *port, &row) < 0) {
+        if (nvs_count(&nvs_port, "id = ?1", &n, "i", *port) < 0 || n == 0) {
             nvw_err(w, "port", ENOENT, "No port with ID %" PRId64, *port);
             return api_invalid(w->call);
         }
-        json_decref(row);
         return 0;
     }
-    if (nvs_select(&nvs_port, addr ? "addr_traddr = ?1 AND addr_trsvcid = ?2" : NULL, &rows,
-                   addr ? "ti" : NULL, addr, svc) < 0)
+    bool given = addr || nvj_int(in, "trsvcid");
+    if (nvs_load(&nvs_port, given ? "addr_traddr = ?1 AND addr_trsvcid = ?2" : NULL, &rows, &count,
+                 given ? "ti" : NULL, addr ? addr : "0.0.0.0", svc) < 0)
         return api_error(w->call, EIO, "cannot read the ports");
-    if (json_array_size(rows) && (addr || !nvj_int(in, "trsvcid"))) {
-        *port = nvj_int(json_array_get(rows, 0), "id");
-        json_decref(rows);
+    *port = count ? ((struct nvmet_port *)rows)->id : 0;
+    nvs_free_all(&nvs_port, rows, count);
+    if (*port)
         return 0;
+    struct nvmet_port *p = nvs_new(&nvs_port);
+    if (p) {
+        p->addr_trtype = 0; /* TCP */
+        p->addr_trsvcid = svc;
+        p->addr_traddr = dup(addr ? addr : "0.0.0.0");
     }
-    json_decref(rows);
-    return save(&nvmet_port_res, w,
-                json_pack("{s:s, s:s, s:I}", "addr_trtype", "TCP", "addr_traddr",
-                          addr ? addr : "0.0.0.0", "addr_trsvcid", (json_int_t)svc),
-                port);
+    return save(&nvmet_port_res, w, p, port);
 }
 
 static int share_build(struct nvw *w, json_t *in, json_t **result)
 {
     const char *ds = nvj_str(in, "name");
     char name[256], path[300];
-    int64_t sid, nsid, port, link;
+    int64_t sid = 0, nsid = 0, port = 0, link = 0;
     share_name(ds, name, sizeof(name));
     snprintf(path, sizeof(path), "zvol/%s", ds);
-    if (save(&nvmet_subsys_res, w,
-             json_pack("{s:s, s:O}", "name", name, "allow_any_host",
-                       json_object_get(in, "allow_any_host")),
-             &sid) < 0 ||
-        save(&nvmet_namespace_res, w,
-             json_pack("{s:I, s:s, s:s}", "subsys_id", (json_int_t)sid, "device_type", "ZVOL",
-                       "device_path", path),
-             &nsid) < 0 ||
-        share_port(w, in, &port) < 0 ||
-        save(&nvmet_port_subsys_res, w,
-             json_pack("{s:I, s:I}", "port_id", (json_int_t)port, "subsys_id", (json_int_t)sid),
-             &link) < 0)
+    struct nvmet_subsys *s = nvs_new(&nvs_subsys);
+    if (s) {
+        s->name = dup(name);
+        s->allow_any_host = !json_is_false(json_object_get(in, "allow_any_host"));
+    }
+    if (save(&nvmet_subsys_res, w, s, &sid) < 0)
+        return -1;
+    struct nvmet_namespace *ns = nvs_new(&nvs_namespace);
+    if (ns) {
+        ns->subsys_id = sid;
+        ns->device_type = NVMET_ZVOL;
+        ns->device_path = dup(path);
+    }
+    if (save(&nvmet_namespace_res, w, ns, &nsid) < 0 || share_port(w, in, &port) < 0)
+        return -1;
+    struct nvmet_link *l = nvs_new(&nvs_port_subsys);
+    if (l) {
+        l->other_id = port;
+        l->subsys_id = sid;
+    }
+    if (save(&nvmet_port_subsys_res, w, l, &link) < 0)
         return -1;
     *result = json_pack("{s:s, s:o, s:o, s:o}", "dataset", ds, "subsys",
                         nvmet_encoded(&nvmet_subsys_res, sid), "namespace",
@@ -130,11 +148,11 @@ static int share_create(struct api_call *call, json_t *params, json_t **result)
     return 0;
 }
 
-/* Delete namespace row ns, and its subsystem when that was its last. */
-static int share_remove(json_t *ns)
+/* Delete namespace ns, and its subsystem when that was its last. */
+static int share_remove(const struct nvmet_namespace *ns)
 {
-    int64_t sid = nvj_int(ns, "subsys_id"), left = 0;
-    int rc = nvs_delete(&nvs_namespace, NULL, "id = ?1", "i", nvj_int(ns, "id"));
+    int64_t sid = ns->subsys_id, left = 0;
+    int rc = nvs_delete(&nvs_namespace, NULL, "id = ?1", "i", ns->id);
     if (rc == 0)
         rc = nvs_count(&nvs_namespace, "subsys_id = ?1", &left, "i", sid);
     if (rc < 0 || left)
@@ -149,19 +167,19 @@ static int share_delete(struct api_call *call, json_t *params, json_t **result)
 {
     const char *ds = nvj_str(api_param(params, 0), "name");
     struct cfg_tx tx;
-    json_t *rows;
+    void *rows;
+    size_t n;
     if (cfg_tx_begin(&tx) < 0)
         return api_error(call, EIO, "cannot write the configuration");
-    int rc = nvs_select(&nvs_namespace, "device_path = 'zvol/' || ?1", &rows, "t", ds);
-    if (rc == 0 && json_array_size(rows) == 0) {
-        json_decref(rows);
+    int rc = nvs_load(&nvs_namespace, "device_path = 'zvol/' || ?1", &rows, &n, "t", ds);
+    if (rc == 0 && n == 0) {
+        free(rows);
         cfg_tx_abort(&tx);
         return api_error(call, ENOENT, "%s is not shared over NVMe-oF", ds);
     }
-    size_t i;
-    json_t *ns;
-    json_array_foreach(rows, i, ns) if (rc == 0) rc = share_remove(ns);
-    json_decref(rows);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = share_remove(&((struct nvmet_namespace *)rows)[i]);
+    nvs_free_all(&nvs_namespace, rows, n);
     if (rc < 0) {
         cfg_tx_abort(&tx);
         return api_error(call, -rc, "cannot delete the share: %s", strerror(-rc));
@@ -175,37 +193,38 @@ static int share_delete(struct api_call *call, json_t *params, json_t **result)
 }
 
 /* One row per ZVOL namespace: {dataset, nsid, namespace_id, subsys_id, subnqn, ports}. */
-static json_t *share_row(json_t *ns, json_t *subs, json_t *links)
+static json_t *share_row(const struct nvmet_namespace *ns, json_t *subs, json_t *links)
 {
-    json_t *sub = nvmet_index_get(subs, nvj_int(ns, "subsys_id"));
+    json_t *sub = nvmet_index_get(subs, ns->subsys_id);
     json_t *ports = json_array();
     size_t i;
     json_t *l;
     json_array_foreach(links, i, l)
     {
         json_t *s = json_object_get(l, "subsys"), *p = json_object_get(l, "port");
-        if (nvj_int(s, "id") == nvj_int(ns, "subsys_id") && p)
+        if (nvj_int(s, "id") == ns->subsys_id && json_is_object(p))
             json_array_append_new(ports, json_sprintf("%s:%" PRId64, nvj_str(p, "addr_traddr"),
                                                       nvj_int(p, "addr_trsvcid")));
     }
     json_t *o = json_pack(
-        "{s:s, s:O, s:O, s:O, s:O, s:o}", "dataset", nvmet_zvol_dataset(nvj_str(ns, "device_path")),
-        "nsid", json_object_get(ns, "nsid"), "namespace_id", json_object_get(ns, "id"), "subsys_id",
-        json_object_get(ns, "subsys_id"), "subnqn", json_object_get(sub, "subnqn"), "ports", ports);
+        "{s:s, s:I, s:I, s:I, s:O, s:o}", "dataset", nvmet_zvol_dataset(ns->device_path), "nsid",
+        (json_int_t)ns->nsid.v, "namespace_id", (json_int_t)ns->id, "subsys_id",
+        (json_int_t)ns->subsys_id, "subnqn", json_object_get(sub, "subnqn"), "ports", ports);
     json_decref(sub);
     return o;
 }
 
 static int share_query(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *rows, *subs = nvmet_index(&nvmet_subsys_res);
+    json_t *subs = nvmet_index(&nvmet_subsys_res);
     json_t *links = nvmet_rows(&nvmet_port_subsys_res, NULL), *arr = json_array();
-    size_t i;
-    json_t *ns;
-    int rc = nvs_select(&nvs_namespace, "device_type = 'ZVOL'", &rows, NULL);
+    void *rows;
+    size_t n;
+    int rc = nvs_load(&nvs_namespace, "device_type = 'ZVOL'", &rows, &n, NULL);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        json_array_append_new(arr, share_row(&((struct nvmet_namespace *)rows)[i], subs, links));
     if (rc == 0)
-        json_array_foreach(rows, i, ns) json_array_append_new(arr, share_row(ns, subs, links));
-    json_decref(rows);
+        nvs_free_all(&nvs_namespace, rows, n);
     json_decref(subs);
     json_decref(links);
     rc = rc < 0 ? api_error(call, -rc, "cannot read the shares")

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 
@@ -18,31 +19,6 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "nvme/config/nvmet_internal.h"
-
-static const struct api_field subsys_fields[] = {
-    API_FIELD_STRING("name", API_REQUIRED, 1, NVS_NQN_MAX),
-    {.name = "subnqn",
-     .type = API_T_STRING,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 0,
-     .max = NVS_NQN_MAX,
-     .def = "null"},
-    {.name = "allow_any_host", .type = API_T_BOOL, .def = "false"},
-    {.name = "pi_enable", .type = API_T_BOOL, .flags = API_NULLABLE, .def = "null"},
-    {.name = "qid_max",
-     .type = API_T_INT,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 1,
-     .max = 65535,
-     .def = "null"},
-    {.name = "ieee_oui",
-     .type = API_T_STRING,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 0,
-     .max = 8,
-     .def = "null"},
-    {.name = "ana", .type = API_T_BOOL, .flags = API_NULLABLE, .def = "null"},
-};
 
 /* An NQN as NVMe base 4.5 has it: "nqn." and printable ASCII, no space. */
 static bool nqn_valid(const char *s)
@@ -86,10 +62,9 @@ static int serial_new(char out[21])
     return -EAGAIN;
 }
 
-static void subsys_check_nqn(struct nvw *w, json_t *row)
+static void subsys_check_nqn(struct nvw *w, struct nvmet_subsys *s)
 {
-    const char *name = nvj_str(row, "name"), *subnqn = nvj_str(row, "subnqn");
-    if (!subnqn || !*subnqn) {
+    if (!s->subnqn || !*s->subnqn) {
         /* tns-csi sends "" for "make one", as TrueNAS takes it */
         struct nvmet_global g;
         char nqn[2 * NVS_NQN_MAX];
@@ -97,50 +72,47 @@ static void subsys_check_nqn(struct nvw *w, json_t *row)
             nvw_err(w, "subnqn", EIO, "the global basenqn cannot be read");
             return;
         }
-        snprintf(nqn, sizeof(nqn), "%s:%s", g.basenqn, name);
+        snprintf(nqn, sizeof(nqn), "%s:%s", g.basenqn, s->name);
         if (!nqn_valid(nqn)) {
             nvw_err(w, "name", EINVAL,
                     "\"%s:<name>\" must be a valid NQN of at most %d bytes (printable, no spaces)",
                     g.basenqn, NVS_NQN_MAX);
             return;
         }
-        json_object_set_new(row, "subnqn", json_string(nqn));
-    } else if (!nqn_valid(subnqn)) {
+        free(s->subnqn);
+        s->subnqn = strdup(nqn);
+    } else if (!nqn_valid(s->subnqn)) {
         nvw_err(w, "subnqn", EINVAL,
                 "Must be an NQN: \"nqn.\" and printable ASCII without spaces, at most %d bytes",
                 NVS_NQN_MAX);
     }
 }
 
-static int subsys_check(struct nvw *w, json_t *row, json_t *old)
+static int subsys_check(struct nvw *w, void *obj, const void *prev)
 {
-    const char *oui = nvj_str(row, "ieee_oui");
+    struct nvmet_subsys *s = obj;
+    const struct nvmet_subsys *old = prev;
     int64_t n = 0;
-    if (nvs_count(&nvs_subsys, "name = ?1 AND id != ?2", &n, "ti", nvj_str(row, "name"),
-                  old ? nvj_int(old, "id") : 0) == 0 &&
-        n)
-        nvw_err(w, "name", EEXIST, "A subsystem named '%s' already exists", nvj_str(row, "name"));
-    subsys_check_nqn(w, row);
+    if (nvs_count(&nvs_subsys, "name = ?1 AND id != ?2", &n, "ti", s->name, s->id) == 0 && n)
+        nvw_err(w, "name", EEXIST, "A subsystem named '%s' already exists", s->name);
+    subsys_check_nqn(w, s);
     n = 0;
-    if (nvj_str(row, "subnqn") &&
-        nvs_count(&nvs_subsys, "subnqn = ?1 AND id != ?2", &n, "ti", nvj_str(row, "subnqn"),
-                  old ? nvj_int(old, "id") : 0) == 0 &&
-        n)
-        nvw_err(w, "subnqn", EEXIST, "A subsystem with NQN '%s' already exists",
-                nvj_str(row, "subnqn"));
-    if (oui && !oui_valid(oui))
+    if (!s->subnqn)
+        return api_error(w->call, ENOMEM, "out of memory");
+    if (nvs_count(&nvs_subsys, "subnqn = ?1 AND id != ?2", &n, "ti", s->subnqn, s->id) == 0 && n)
+        nvw_err(w, "subnqn", EEXIST, "A subsystem with NQN '%s' already exists", s->subnqn);
+    if (s->ieee_oui && !oui_valid(s->ieee_oui))
         nvw_err(w, "ieee_oui", EINVAL,
                 "Must be 24 bits of hexadecimal (\"0A0B0C\" or \"00:0A:0B\")");
-    if (old) {
-        json_object_set(row, "serial", json_object_get(old, "serial"));
-        return 0;
-    }
+    if (old)
+        return 0; /* the serial stays (the object was read from the stored one) */
     char serial[21];
     int rc = serial_new(serial);
     if (rc < 0)
         return api_error(w->call, -rc, "Failed to generate a random serial for subsystem");
-    json_object_set_new(row, "serial", json_string(serial));
-    return 0;
+    free(s->serial);
+    s->serial = strdup(serial);
+    return s->serial ? 0 : api_error(w->call, ENOMEM, "out of memory");
 }
 
 /* extra.verbose (TrueNAS's extend_context), or extra.options.verbose. */
@@ -151,16 +123,20 @@ static bool verbose(json_t *params)
            json_is_true(json_object_get(json_object_get(extra, "options"), "verbose"));
 }
 
-/* The ids of table t whose subsys_id is id (col: the id to list). */
-static json_t *ids_of(const struct nvs_table *t, const char *col, int64_t id)
+/* The ids of the rows of links (host_subsys/port_subsys: their other end)
+ * or of the namespaces whose subsystem is id. */
+static json_t *ids_of(const struct nvs_table *t, int64_t id)
 {
-    json_t *rows, *out = json_array();
-    size_t i;
-    json_t *r;
-    if (nvs_select(t, "subsys_id = ?1", &rows, "i", id) < 0)
+    void *objs;
+    size_t n;
+    json_t *out = json_array();
+    if (nvs_load(t, "subsys_id = ?1", &objs, &n, "i", id) < 0)
         return out;
-    json_array_foreach(rows, i, r) json_array_append(out, json_object_get(r, col));
-    json_decref(rows);
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(out, json_integer(t == &nvs_namespace
+                                                    ? *(int64_t *)NVS_AT(t, objs, i)
+                                                    : ((struct nvmet_link *)objs)[i].other_id));
+    nvs_free_all(t, objs, n);
     return out;
 }
 
@@ -169,64 +145,62 @@ static json_t *subsys_context(json_t *params)
     return verbose(params) ? json_true() : NULL;
 }
 
-static json_t *subsys_encode(json_t *row, json_t *ctx)
+static json_t *subsys_encode(const void *obj, json_t *ctx)
 {
-    json_t *o = json_deep_copy(row);
-    int64_t id = nvj_int(row, "id");
+    const struct nvmet_subsys *s = obj;
+    json_t *o = nvmet_row(&nvmet_subsys_res, s);
     bool all = json_is_true(ctx);
-    json_object_set_new(o, "hosts", all ? ids_of(&nvs_host_subsys, "host_id", id) : json_array());
-    json_object_set_new(o, "namespaces", all ? ids_of(&nvs_namespace, "id", id) : json_array());
-    json_object_set_new(o, "ports", all ? ids_of(&nvs_port_subsys, "port_id", id) : json_array());
+    json_object_set_new(o, "hosts", all ? ids_of(&nvs_host_subsys, s->id) : json_array());
+    json_object_set_new(o, "namespaces", all ? ids_of(&nvs_namespace, s->id) : json_array());
+    json_object_set_new(o, "ports", all ? ids_of(&nvs_port_subsys, s->id) : json_array());
     return o;
 }
 
 /* "Subsystem x contains 2 namespaces: 1,2" (TrueNAS's words). */
-static void refuse_namespaces(struct nvw *w, const char *name, json_t *ns)
+static void refuse_namespaces(struct nvw *w, const char *name, struct nvmet_namespace *ns, size_t n)
 {
     char list[64] = "";
-    size_t n = json_array_size(ns), len = 0;
+    size_t len = 0;
     for (size_t i = 0; i < n && i < 3; i++)
         len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%" PRId64, i ? "," : "",
-                                nvj_int(json_array_get(ns, i), "nsid"));
+                                ns[i].nsid.v);
     nvw_err(w, "id", EBUSY, "Subsystem %s contains %zu namespace%s: %s%s (use force)", name, n,
             n == 1 ? "" : "s", list, n > 3 ? ",..." : "");
 }
 
-static int subsys_remove(struct nvw *w, json_t *row, json_t *opts)
+static int subsys_remove(struct nvw *w, const void *obj, json_t *opts)
 {
-    int64_t id = nvj_int(row, "id"), nports = 0;
+    const struct nvmet_subsys *s = obj;
+    int64_t nports = 0;
     bool force = nvj_bool(opts, "force");
-    const char *name = nvj_str(row, "name");
-    json_t *ns;
-    if (nvs_select(&nvs_namespace, "subsys_id = ?1", &ns, "i", id) < 0 ||
-        nvs_count(&nvs_port_subsys, "subsys_id = ?1", &nports, "i", id) < 0) {
-        json_decref(ns);
-        return api_error(w->call, EIO, "cannot read the subsystem's namespaces and ports");
-    }
-    if (!force && json_array_size(ns))
-        refuse_namespaces(w, name, ns);
+    void *ns;
+    size_t nns;
+    if (nvs_load(&nvs_namespace, "subsys_id = ?1", &ns, &nns, "i", s->id) < 0)
+        return api_error(w->call, EIO, "cannot read the subsystem's namespaces");
+    if (!force && nns)
+        refuse_namespaces(w, s->name, ns, nns);
+    nvs_free_all(&nvs_namespace, ns, nns);
+    if (nvs_count(&nvs_port_subsys, "subsys_id = ?1", &nports, "i", s->id) < 0)
+        return api_error(w->call, EIO, "cannot read the subsystem's ports");
     if (!force && nports)
-        nvw_err(w, "id", EBUSY, "Subsystem %s visible on %" PRId64 " port%s (use force)", name,
+        nvw_err(w, "id", EBUSY, "Subsystem %s visible on %" PRId64 " port%s (use force)", s->name,
                 nports, nports == 1 ? "" : "s");
-    json_decref(ns);
     if (api_has_verrs(w->call)) {
-        log_warn("nvmet: %s refused subsystem %s in use (peer %s)", w->method, name,
+        log_warn("nvmet: %s refused subsystem %s in use (peer %s)", w->method, s->name,
                  api_call_peer(w->call));
         return api_invalid(w->call);
     }
-    int rc = nvs_delete(&nvs_namespace, NULL, "subsys_id = ?1", "i", id);
+    int rc = nvs_delete(&nvs_namespace, NULL, "subsys_id = ?1", "i", s->id);
     if (rc == 0)
-        rc = nvs_delete(&nvs_port_subsys, NULL, "subsys_id = ?1", "i", id);
+        rc = nvs_delete(&nvs_port_subsys, NULL, "subsys_id = ?1", "i", s->id);
     if (rc == 0)
-        rc = nvs_delete(&nvs_host_subsys, NULL, "subsys_id = ?1", "i", id);
+        rc = nvs_delete(&nvs_host_subsys, NULL, "subsys_id = ?1", "i", s->id);
     return rc < 0 ? api_error(w->call, -rc, "cannot delete what uses the subsystem") : 0;
 }
 
 const struct nvmet_res nvmet_subsys_res = {
     .what = "subsystem",
     .t = &nvs_subsys,
-    .fields = subsys_fields,
-    .nfields = ARRAY_SIZE(subsys_fields),
     .check = subsys_check,
     .context = subsys_context,
     .encode = subsys_encode,
@@ -238,9 +212,10 @@ NVMET_CRUD_HANDLERS(subsys, nvmet_subsys_res, "NVMe-oF subsystem")
 static const struct api_field del_fields[] = {
     {.name = "force", .type = API_T_BOOL, .def = "false"},
 };
-static const struct api_arg create_args[] = {API_ARG_OBJECT("data", subsys_fields, 0)};
-static const struct api_arg update_args[] = {API_ARG_ID,
-                                             API_ARG_OBJECT("data", subsys_fields, API_PARTIAL)};
+static const struct api_arg create_args[] = {
+    NVMET_ARG_DATA(nvs_subsys_fields, NVS_SUBSYS_INPUT, 0)};
+static const struct api_arg update_args[] = {
+    API_ARG_ID, NVMET_ARG_DATA(nvs_subsys_fields, NVS_SUBSYS_INPUT, API_PARTIAL)};
 static const struct api_arg delete_args[] = {
     API_ARG_ID, API_ARG_OBJECT("options", del_fields, API_ARG_OPTIONAL)};
 

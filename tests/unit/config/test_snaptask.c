@@ -15,13 +15,16 @@
 static int parse(const char *min, const char *hour, const char *dom, const char *dow,
                  const char *begin, const char *end, struct snaptask_sched *s, const char **field)
 {
-    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "minute", min, "hour", hour, "dom",
-                          dom, "month", "*", "dow", dow, "begin", begin, "end", end);
+    struct snaptask_cron c = {.minute = (char *)min,
+                              .hour = (char *)hour,
+                              .dom = (char *)dom,
+                              .month = (char *)"*",
+                              .dow = (char *)dow,
+                              .begin = (char *)begin,
+                              .end = (char *)end};
     char why[256];
-    int rc = snaptask_sched_parse(j, s, field, why, sizeof(why));
 
-    json_decref(j);
-    return rc;
+    return snaptask_sched_parse(&c, s, field, why, sizeof(why));
 }
 
 static struct tm at(int mday, int wday, int hour, int min)
