@@ -22,6 +22,7 @@
 #include "nvme/nvme_target.h"
 
 static struct registry queues = REGISTRY_INIT(0);
+static atomic_uint live; /* connections not freed yet */
 static atomic_bool draining_all;
 static struct admit_gate nvme_gate = ADMIT_GATE_INIT("nvme", 4096);
 
@@ -654,6 +655,12 @@ static void nvme_on_free(struct conn *c)
     free(q->free_tags);
     free(q);
     c->proto = NULL;
+    atomic_fetch_sub(&live, 1);
+}
+
+unsigned nvme_conn_live(void)
+{
+    return atomic_load(&live);
 }
 
 static const struct conn_ops nvme_conn_ops = {
@@ -739,8 +746,10 @@ void nvme_target_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
         goto refuse; /* logged by admit */
     reactor_timer_init(&q->hs_timer, handshake_expired);
     reactor_timer_init(&q->ka_timer, NULL); /* nvme_ctrl_ka_start sets it */
+    atomic_fetch_add(&live, 1);
     if (conn_adopt(reactor_next(), fd, peer, peerlen, &nvme_conn_ops, nvme_conn_init, q) == 0)
         return;
+    atomic_fetch_sub(&live, 1);
     admit_release(&q->ticket);
     fd = -1; /* conn_adopt closed it */
 refuse:

@@ -38,6 +38,9 @@ void nvme_target_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
 void nvme_target_subsys_gone(struct nvme_subsys *s);
 void nvme_target_subsys_changed(struct nvme_subsys *old, struct nvme_subsys *next);
 
+/* Connections accepted and not freed yet (tests, fuzzing). Any thread. */
+unsigned nvme_conn_live(void);
+
 /* One controller (a session) for the metrics and the API: what a host
  * connected to, from where. */
 struct nvme_session_info {
