@@ -138,5 +138,21 @@ PY
 grep -q "Connect of host nqn.2026-01.org.blockd:host-test refused" "$BLOCKD_LOG" ||
     fail "refused host not logged"
 grep -q "subsystem removed from the configuration" "$BLOCKD_LOG" || fail "teardown not logged"
-! grep -aE "AddressSanitizer|runtime error" "$BLOCKD_LOG" || fail "sanitizer report"
+# A clean stop (exit status 0, no leak in an ASan build) with a controller
+# and its I/O queue still connected.
+/usr/bin/python3 - "$NVME_PORT" >"$TMP/held.out" 2>&1 <<'PY' &
+import sys, time
+import nvmetcp as n, nvme_engine_checks as k
+c = n.Controller("127.0.0.1", int(sys.argv[1]), k.ONLY, hostnqn=k.HOST_OK).connect(io_queues=1)
+print("up", flush=True)
+time.sleep(60)
+PY
+HELD=$!
+BG_PIDS+=($HELD)
+for i in $(seq 1 100); do grep -q up "$TMP/held.out" && break; sleep 0.1; done
+grep -q up "$TMP/held.out" || fail "no controller to hold: $(cat "$TMP/held.out")"
+blockd_stop
+kill $HELD 2>/dev/null || true
+wait $HELD 2>/dev/null || true
+! grep -aE "AddressSanitizer|LeakSanitizer|runtime error" "$BLOCKD_LOG" || fail "sanitizer report"
 echo "PASS: $TEST_NAME"
