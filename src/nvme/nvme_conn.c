@@ -628,6 +628,10 @@ static void nvme_on_close(struct conn *c)
         reactor_timer_cancel(c->reactor, &q->ka_timer);
         conn_put(c);
     }
+    if (reactor_timer_armed(&q->disc_timer)) {
+        reactor_timer_cancel(c->reactor, &q->disc_timer);
+        conn_put(c);
+    }
     /* Slots with nothing in flight: waiting for host data or an R2T, or
      * AERs held. */
     q->r2t_head = q->r2t_tail = NULL;
@@ -745,7 +749,8 @@ void nvme_target_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
     if (admit_try(&nvme_gate, fd, peer, peerlen, name, &q->ticket) < 0)
         goto refuse; /* logged by admit */
     reactor_timer_init(&q->hs_timer, handshake_expired);
-    reactor_timer_init(&q->ka_timer, NULL); /* nvme_ctrl_ka_start sets it */
+    reactor_timer_init(&q->ka_timer, NULL);   /* nvme_ctrl_ka_start sets it */
+    reactor_timer_init(&q->disc_timer, NULL); /* nvme_ctrl_disc_watch_start */
     atomic_fetch_add(&live, 1);
     if (conn_adopt(reactor_next(), fd, peer, peerlen, &nvme_conn_ops, nvme_conn_init, q) == 0)
         return;

@@ -179,6 +179,37 @@ void nvme_ctrl_ka_start(struct nvme_queue *q)
 
 /* ---- asynchronous events ---- */
 
+static void aen_raise_locked(struct nvme_ctrl *ctrl, uint32_t ev);
+
+#define DISC_POLL_NS (1000ull * 1000000) /* one atomic load a second */
+
+static void disc_poll(struct reactor_timer *t)
+{
+    struct nvme_queue *q = container_of(t, struct nvme_queue, disc_timer);
+    struct conn *c = q->c;
+    if (c->closing) {
+        conn_put(c);
+        return;
+    }
+    uint64_t gen = conf_part_number(CONF_NVME);
+    if (gen != q->disc_gen) {
+        q->disc_gen = gen;
+        pthread_mutex_lock(&q->ctrl->lock);
+        if (q->ctrl->aec & NVME_AEC_DISC_CHANGE)
+            aen_raise_locked(q->ctrl, NVME_AEN_DISC_CHANGED);
+        pthread_mutex_unlock(&q->ctrl->lock);
+    }
+    reactor_timer_start(c->reactor, t, DISC_POLL_NS); /* keeps its reference */
+}
+
+void nvme_ctrl_disc_watch_start(struct nvme_queue *q)
+{
+    q->disc_gen = conf_part_number(CONF_NVME);
+    reactor_timer_init(&q->disc_timer, disc_poll);
+    conn_get(q->c);
+    reactor_timer_start(q->c->reactor, &q->disc_timer, DISC_POLL_NS);
+}
+
 static struct nvme_cmd *aer_slot(struct nvme_queue *q, uint16_t cid)
 {
     for (unsigned i = 0; i < q->nslots; i++)

@@ -146,6 +146,8 @@ static void connect_admin(struct nvme_cmd *cmd, const struct connect_args *a)
     q->sqflow_off = (a->cattr & NVME_CATTR_DISABLE_SQFLOW) != 0;
     nvme_conn_connected(q);
     nvme_ctrl_ka_start(q);
+    if (ctrl->discovery)
+        nvme_ctrl_disc_watch_start(q);
     log_info("%s: nvme: host %s connected to %s: controller %u (keep-alive %u ms)", q->c->peer,
              a->hostnqn, a->subnqn, ctrl->cntlid, a->kato);
     cmd->result = ctrl->cntlid;

@@ -168,7 +168,9 @@ struct nvme_queue {
     unsigned subsys_gen;
     struct admit_ticket ticket;
     struct reactor_timer hs_timer;
-    struct reactor_timer ka_timer; /* admin queue: keep-alive */
+    struct reactor_timer ka_timer;   /* admin queue: keep-alive */
+    struct reactor_timer disc_timer; /* discovery controller: watches the configuration */
+    uint64_t disc_gen;               /* the CONF_NVME part number it last saw */
     struct reactor_msg resume_msg;
     bool resume_posted;
     struct registry_entry reg; /* every connection, for nvme_target_stop */
@@ -222,6 +224,9 @@ struct nvme_ctrl *nvme_ctrl_find(uint16_t cntlid);
 /* The sizes of s's namespaces (a new array, *n entries; NULL when none or
  * without memory). */
 struct nvme_ns_size *nvme_ns_sizes(const struct nvme_subsys *s, size_t *n);
+/* A discovery controller's admin queue: raise Discovery Log Page Change
+ * events (when the host enabled them) as the configuration moves. */
+void nvme_ctrl_disc_watch_start(struct nvme_queue *q);
 /* Log page 04h: copy and clear (4096 bytes into buf). */
 void nvme_ctrl_changed_ns(struct nvme_ctrl *ctrl, uint8_t *buf);
 

@@ -363,6 +363,25 @@ def run(env, names=None):
         print("ok  %-48s %.1fs" % (name, time.time() - t0), flush=True)
 
 
+def check_disc_aen(env, change_config):
+    """change_config(): the configuration moves; a discovery controller
+    that enabled the notice gets Discovery Log Page Change, and GENCTR moves."""
+    d = n.Controller(env.host, env.disc_port, n.DISCOVERY_NQN, kato=5000).connect(io_queues=0)
+    expect(n.parse_id_ctrl(d.identify(1))["cntrltype"] == 2, "discovery controller")
+    d.set_features(0x0B, 1 << 31)
+    gen0, _ = d.discovery_log()
+    d.admin.submit(n.sqe(0x0C, 900))
+    change_config()
+    d.admin.sock.settimeout(15)
+    t, flags, hdr, _ = d.admin.recv_pdu()
+    res, _, _, cid, sf = struct.unpack_from("<QHHHH", hdr, 8)
+    expect(t == n.RSP and cid == 900 and res & 0xFFFFFF == 0x70F002,
+           "discovery log change event: %d %d 0x%x" % (t, cid, res))
+    gen1, _ = d.discovery_log()
+    expect(gen1 != gen0, "GENCTR did not move: %d" % gen1)
+    d.close()
+
+
 def check_gone(env, remove_only):
     """remove_only(): ONLY leaves the configuration; its controller goes."""
     c = env.ctrl(ONLY, hostnqn=HOST_OK).connect(io_queues=1)

@@ -36,6 +36,8 @@ size = k.n.parse_id_ns(c.identify(0, 1))["nsze"] * 512
 c.close()
 assert size == (64 << 20) + (1 << 20), "resized namespace: %d" % size
 print("ok  asynchronous event on a namespace resized")
+k.check_disc_aen(env, lambda: os.kill(pid, signal.SIGUSR1))
+print("ok  discovery log change event")
 k.check_gone(env, lambda: os.kill(pid, signal.SIGUSR2))
 print("ok  subsystem removed under a controller")
 PY
