@@ -309,6 +309,8 @@ static void stop_all(const struct options *o)
     nbd_server_drain(o->shutdown_timeout_s * 1000u);
     uint64_t drain_now = time_now_ns();
     iscsi_server_drain(drain_now < drain_end ? (unsigned)((drain_end - drain_now) / 1000000u) : 0);
+    drain_now = time_now_ns();
+    nvme_target_drain(drain_now < drain_end ? (unsigned)((drain_end - drain_now) / 1000000u) : 0);
     api_server_stop();
     api_ws_stop();
     snaptask_stop(); /* no new snapshots; waits for one in progress */

@@ -60,11 +60,25 @@ static void r2t_flush(struct nvme_queue *q)
     }
 }
 
+/* Shutdown: close once no command is running or being sent (those waiting
+ * for host data will get none: they were never acknowledged). */
+static void drain_check(struct nvme_queue *q)
+{
+    for (unsigned i = 0; i < q->nslots; i++) {
+        const struct nvme_cmd *cmd = &q->slots[i];
+        if ((cmd->state == CMD_EXEC && !cmd->aer) || cmd->state == CMD_SEND)
+            return;
+    }
+    conn_close(q->c);
+}
+
 static void resume_run(struct reactor_msg *m)
 {
     struct nvme_queue *q = container_of(m, struct nvme_queue, resume_msg);
     q->resume_posted = false;
-    if (!q->c->closing) {
+    if (!q->c->closing && q->draining) {
+        drain_check(q);
+    } else if (!q->c->closing) {
         r2t_flush(q);
         if (q->held_paused && q->held <= NVME_HELD_MAX / 2) {
             q->held_paused = false;
@@ -90,7 +104,7 @@ static void slot_free(struct nvme_cmd *cmd)
     cmd->state = CMD_FREE;
     q->free_tags[q->nfree++] = cmd->tag;
     q->inflight--;
-    bool wake = (q->held_paused && q->held <= NVME_HELD_MAX / 2) || q->r2t_head;
+    bool wake = (q->held_paused && q->held <= NVME_HELD_MAX / 2) || q->r2t_head || q->draining;
     if (wake && !q->resume_posted && !c->closing) {
         q->resume_posted = true;
         conn_get(c);
@@ -607,7 +621,7 @@ static int nvme_on_input(struct conn *c)
 {
     struct nvme_queue *q = c->proto;
     int rc = 0;
-    while (rc == 0 && !c->closing && conn_input_len(c) > 0 && !q->held_paused)
+    while (rc == 0 && !c->closing && conn_input_len(c) > 0 && !q->held_paused && !q->draining)
         rc = q->rx == RX_HEADER ? read_header(q) : read_payload(q);
     return rc < 0 ? rc : 0;
 }
@@ -775,6 +789,41 @@ void nvme_conn_connected(struct nvme_queue *q)
         reactor_timer_cancel(q->c->reactor, &q->hs_timer);
         conn_put(q->c);
     }
+}
+
+static void drain_run(struct reactor_msg *m)
+{
+    struct nvme_queue *q = container_of(m, struct nvme_queue, drain_msg);
+    struct conn *c = q->c;
+    if (!c->closing) {
+        q->draining = true;
+        conn_pause_input(c, true);
+        drain_check(q);
+    }
+    conn_put(c);
+}
+
+unsigned nvme_target_drain(unsigned timeout_ms)
+{
+    atomic_store(&draining_all, true);
+    registry_lock(&queues);
+    REGISTRY_FOREACH (&queues, e) {
+        struct nvme_queue *q = container_of(e, struct nvme_queue, reg);
+        conn_get(q->c);
+        q->drain_msg.fn = drain_run;
+        reactor_post(q->c->reactor, &q->drain_msg);
+    }
+    registry_unlock(&queues);
+    uint64_t end = time_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    while (nvme_conn_live() > 0 && time_now_ns() < end)
+        usleep(5000);
+    unsigned left = nvme_conn_live();
+    if (left) {
+        log_warn("nvme: %u connections still busy after %u ms of shutdown, closing them", left,
+                 timeout_ms);
+        nvme_conn_close_all();
+    }
+    return left;
 }
 
 void nvme_conn_close_all(void)

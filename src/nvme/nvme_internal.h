@@ -174,6 +174,8 @@ struct nvme_queue {
     struct reactor_msg resume_msg;
     bool resume_posted;
     struct registry_entry reg; /* every connection, for nvme_target_stop */
+    bool draining;             /* shutdown: no new commands; close when idle */
+    struct reactor_msg drain_msg;
 };
 
 /* ---- nvme_conn.c ---- */

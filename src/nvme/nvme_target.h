@@ -21,6 +21,12 @@ struct nvme_subsys;
  * nvme_target_stop closes every connection. 0 or -errno. */
 int nvme_target_init(void);
 void nvme_target_stop(void);
+/* Graceful shutdown, before nvme/config/ withdraws the subsystems: refuse
+ * new connections, stop reading commands, let every command already
+ * running finish and its response be sent, waiting up to timeout_ms; then
+ * close what is left. Returns the number of connections closed at the
+ * deadline. Thread: the main thread at SIGTERM. */
+unsigned nvme_target_drain(unsigned timeout_ms);
 
 /* A listener_accept_fn (core/listener.h): arg is the nvmet.port id as
  * (void *)(intptr_t)id, or (void *)(intptr_t)0 for the discovery-only
