@@ -244,10 +244,10 @@ def fresh(env, hdgst=False):
     return q
 
 
-def check_bad_pdus(env):
+def check_bad_pdus(env, bs=512):
     good = env.ctrl().connect(io_queues=1)
     ref = os.urandom(8192)
-    good.write(1, 50000, ref)
+    good.write(1, 200, ref, bs=bs)
     # An ICReq with PFV 1, then one with a bad HLEN.
     q = n.Queue(env.host, env.io_port)
     expect_term(q, struct.pack("<BBBBIH", 0, 0, 128, 0, 128, 1) + bytes(118), 0x06, "PFV 1")
@@ -276,7 +276,8 @@ def check_bad_pdus(env):
     c = env.ctrl().connect(io_queues=1)
     q = c.ioq()
     cid = q.next_cid()
-    q.submit(n.sqe(0x01, cid, 1, n.sgl_transport(65536), cdw10=0, cdw12=127), inline=False)
+    q.submit(n.sqe(0x01, cid, 1, n.sgl_transport(65536), cdw10=0, cdw12=65536 // bs - 1),
+             inline=False)
     t, flags, hdr, _ = q.recv_pdu()
     expect(t == n.R2T, "R2T for a write without in-capsule data")
     rcid, ttag, off, ln = struct.unpack_from("<HHII", hdr, 8)
@@ -285,7 +286,7 @@ def check_bad_pdus(env):
                 "H2CData out of range")
     c.close()
     # The good session still works.
-    expect(good.read(1, 50000, 16) == ref, "other session disturbed")
+    expect(good.read(1, 200, 8192 // bs, bs=bs) == ref, "other session disturbed")
     good.close()
     env.log_has("terminating the connection")
 

@@ -5,8 +5,11 @@
 # over NVMe reads back over NBD and the other way round, large writes
 # through R2T with digests, qemu-img compare of the volume against what
 # was written, the discovery log of the discovery-only listener, a refused
-# host, an asynchronous event when a namespace is added, and a controller
-# torn down when its subsystem is deleted.
+# host, bad PDUs (each a C2HTermReq, the other sessions untouched),
+# keep-alive teardown, the session in the metrics, asynchronous events when
+# a namespace is added and when the volume grows, a controller torn down
+# when its subsystem is deleted, and a clean stop with a controller
+# connected.
 . "$(dirname "$0")/lib.sh"
 need jq qemu-img nbdcopy curl
 WS_PORT=$(free_port)
@@ -37,7 +40,7 @@ for i in $(seq 1 100); do
     sleep 0.1
 done
 
-export NBD_PORT BLOCKCTL_BIN SOCK ANY METRICS KEY
+export NBD_PORT BLOCKCTL_BIN SOCK ANY METRICS KEY BLOCKD_LOG
 head -c $((8 << 20)) /dev/urandom >"$TMP/ref.img"
 /usr/bin/python3 - "$NVME_PORT" "$DISC_PORT" "$TMP" <<'PY' || fail "NVMe checks failed"
 import os, struct, subprocess, sys
@@ -97,6 +100,13 @@ m = subprocess.run(["curl", "-sf", "-H", "Authorization: Bearer " + os.environ["
 want = 'blockd_sessions{protocol="nvme",target="%s",peer="127.0.0.1"} 1' % k.ANY
 assert want in m, [l for l in m.splitlines() if "blockd_sessions" in l]
 print("ok  session in the metrics")
+
+# Bad PDUs on blockd's own port: each a C2HTermReq, logged; the others' data intact.
+env = k.Env("127.0.0.1", port, disc, os.environ["BLOCKD_LOG"])
+k.check_bad_pdus(env, bs=bs)
+print("ok  bad PDUs")
+k.check_keepalive(env)
+print("ok  keep-alive teardown")
 
 # Keep the controller for the next steps (AEN, delete).
 c.set_features(0x0B, 1 << 8)
