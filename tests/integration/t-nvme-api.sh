@@ -32,7 +32,7 @@ PORT=$(call nvmet.port.create "{\"addr_trtype\": \"TCP\", \"addr_traddr\": \"127
 call nvmet.port_subsys.create "{\"port_id\": $PORT, \"subsys_id\": $ANY}" >/dev/null
 call nvmet.port_subsys.create "{\"port_id\": $PORT, \"subsys_id\": $ONLY}" >/dev/null
 HOST=$(call nvmet.host.create '{"hostnqn": "nqn.2026-01.org.blockd:host-ok"}' | jq .id)
-call nvmet.host_subsys.create "{\"host_id\": $HOST, \"subsys_id\": $ONLY}" >/dev/null
+LINK=$(call nvmet.host_subsys.create "{\"host_id\": $HOST, \"subsys_id\": $ONLY}" | jq .id)
 
 # Wait for the port to listen.
 for i in $(seq 1 100); do
@@ -40,7 +40,7 @@ for i in $(seq 1 100); do
     sleep 0.1
 done
 
-export NBD_PORT BLOCKCTL_BIN SOCK ANY METRICS KEY BLOCKD_LOG
+export NBD_PORT BLOCKCTL_BIN SOCK ANY METRICS KEY BLOCKD_LOG HOST ONLY LINK
 head -c $((8 << 20)) /dev/urandom >"$TMP/ref.img"
 /usr/bin/python3 - "$NVME_PORT" "$DISC_PORT" "$TMP" <<'PY' || fail "NVMe checks failed"
 import os, struct, subprocess, sys
@@ -144,10 +144,27 @@ except ConnectionResetError:
     closed = True
 assert closed, "controller survived its subsystem's deletion"
 print("ok  subsystem deleted: controller torn down")
+
+# A host taken off a subsystem loses its controller; linked again, it is back.
+c = n.Controller("127.0.0.1", port, k.ONLY, hostnqn=k.HOST_OK).connect(io_queues=1)
+subprocess.run(["bash", "-c", '"$BLOCKCTL_BIN" --socket "$SOCK" call nvmet.host_subsys.delete $LINK'],
+               check=True, stdout=subprocess.DEVNULL)
+c.admin.sock.settimeout(15)
+try:
+    closed = c.admin.sock.recv(1) == b""
+except ConnectionResetError:
+    closed = True
+assert closed, "controller of a host no longer allowed still open"
+c.close()
+subprocess.run(["bash", "-c", '"$BLOCKCTL_BIN" --socket "$SOCK" call nvmet.host_subsys.create '
+                '"{\\"host_id\\": $HOST, \\"subsys_id\\": $ONLY}"'],
+               check=True, stdout=subprocess.DEVNULL)
+print("ok  host taken off the subsystem: controller torn down")
 PY
 grep -q "Connect of host nqn.2026-01.org.blockd:host-test refused" "$BLOCKD_LOG" ||
     fail "refused host not logged"
 grep -q "subsystem removed from the configuration" "$BLOCKD_LOG" || fail "teardown not logged"
+grep -q "host no longer allowed on the subsystem" "$BLOCKD_LOG" || fail "host removal not logged"
 # A clean stop (exit status 0, no leak in an ASan build) with a controller
 # and its I/O queue still connected.
 /usr/bin/python3 - "$NVME_PORT" >"$TMP/held.out" 2>&1 <<'PY' &
