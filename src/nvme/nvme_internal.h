@@ -1,10 +1,11 @@
 /*
  * The NVMe/TCP target's state, private to src/nvme (the engine files):
  *
- *   nvme_conn.c      a connection (one queue): accept, ICReq/ICResp, the
- *                    PDU reader (headers, digests, in-capsule and H2CData
- *                    payloads), terminate requests, sending responses and
- *                    C2HData, command slots, close.
+ *   nvme_conn.c      a connection (one queue): accept, admission, command
+ *                    slots and the payload bound, close, shutdown drain.
+ *   nvme_reader.c    the PDU reader: ICReq, headers, digests, in-capsule
+ *                    and H2CData payloads, SGLs, dispatch.
+ *   nvme_send.c      C2HData, responses, R2T, terminate requests.
  *   nvme_ctrl.c      controllers: the CNTLID table, keep-alive,
  *                    asynchronous events, teardown, subsystem changes,
  *                    the sessions list.
@@ -178,9 +179,27 @@ struct nvme_queue {
     struct reactor_msg drain_msg;
 };
 
+static inline uint32_t nvme_hd_len(const struct nvme_queue *q)
+{
+    return q->hdgst ? NVME_TCP_DIGEST_LEN : 0;
+}
+
 /* ---- nvme_conn.c ---- */
+/* A free command slot (a connection reference with it), or NULL. */
+struct nvme_cmd *nvme_slot_get(struct nvme_queue *q);
+/* Release a slot: its buffer, volume and connection references. */
+void nvme_slot_free(struct nvme_cmd *cmd);
+/* A send of the command's data was written: the last one frees the slot. */
+void nvme_cmd_release(void *arg);
 /* Allocate cmd->buf of at least size bytes (counted in q->held). 0/-ENOMEM. */
 int nvme_cmd_buf(struct nvme_cmd *cmd, size_t size);
+/* ---- nvme_reader.c ---- */
+/* conn_ops.on_input of a queue. */
+int nvme_conn_input(struct conn *c);
+
+/* ---- nvme_send.c ---- */
+/* Send the R2Ts deferred by the payload bound that fit now. */
+void nvme_r2t_flush(struct nvme_queue *q);
 /* The command is done: cmd->status/result, and cmd->out_len bytes of
  * cmd->buf for the host. Sends C2HData and the response; frees the slot. */
 void nvme_cmd_complete(struct nvme_cmd *cmd);
