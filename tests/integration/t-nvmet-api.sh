@@ -305,6 +305,54 @@ blockctl call pool.dataset.delete '["demo/r1",{"force":true}]' >/dev/null || fai
 out=$(blockctl call nvmet.namespace.query '[[["device_path","^","zvol/demo/r1"]]]')
 [ "$out" = "[]" ] || fail "the namespace of a deleted volume stayed: $out"
 
+# A change to one subsystem publishes that subsystem only; a resize
+# republishes the subsystem serving the volume (the target then tells its
+# hosts); the others stay the same objects (no log line for them).
+blockctl volume create demo/ia --size 8M >/dev/null
+blockctl volume create demo/ib --size 8M >/dev/null
+for x in a b; do
+    sid=$(jget "$(blockctl call nvmet.subsys.create "{\"name\":\"iso-$x\"}")" 'j["id"]')
+    blockctl call nvmet.namespace.create \
+        "{\"device_type\":\"ZVOL\",\"device_path\":\"zvol/demo/i$x\",\"subsys_id\":$sid}" >/dev/null
+    blockctl call nvmet.port_subsys.create "{\"port_id\":1,\"subsys_id\":$sid}" >/dev/null
+    eval "SID_$x=$sid"
+done
+wait_log() {
+    local i
+    for i in $(seq 1 200); do
+        grep -q "$1" "$BLOCKD_LOG" && return 0
+        sleep 0.05
+    done
+    fail "no log line '$1'"
+}
+wait_log "nvmet: subsystem iso-b changed: 1 namespace(s), 0 host(s), 1 port(s)"
+before_b=$(grep -c "nvmet: subsystem iso-b " "$BLOCKD_LOG")
+blockctl call nvmet.subsys.update "[$SID_a,{\"allow_any_host\":true}]" >/dev/null
+wait_log "nvmet: subsystem iso-a changed: 1 namespace(s), 0 host(s) (any host allowed), 1 port(s)"
+blockctl call pool.dataset.update '["demo/ia",{"volsize":16777216}]' >/dev/null
+[ "$(grep -c "nvmet: subsystem iso-a changed" "$BLOCKD_LOG")" -ge 4 ] ||
+    fail "the resize did not republish iso-a: $(grep 'subsystem iso-a' "$BLOCKD_LOG")"
+[ "$(grep -c "nvmet: subsystem iso-b " "$BLOCKD_LOG")" = "$before_b" ] ||
+    fail "a change to iso-a republished iso-b: $(grep 'subsystem iso-b' "$BLOCKD_LOG")"
+
+# FILE namespaces: a new file inside a pool, made by blockd; removed on request.
+POOLDIR=$(jget "$(blockctl call pool.query '[[["name","=","demo"]]]')" 'j[0]["path"]')
+F="$POOLDIR/ns1.img"
+ns=$(blockctl call nvmet.namespace.create \
+    "{\"device_type\":\"FILE\",\"device_path\":\"$F\",\"filesize\":1048576,\"subsys_id\":$SID_a}") ||
+    fail "FILE namespace: $ns"
+[ "$(stat -c %s "$F")" = 1048576 ] || fail "the FILE namespace's file was not made"
+NSF=$(jget "$ns" 'j["id"]')
+blockctl call nvmet.namespace.update "[$NSF,{\"filesize\":2097152}]" >/dev/null || fail "grow"
+[ "$(stat -c %s "$F")" = 2097152 ] || fail "the file did not grow"
+out=$(blockctl call nvmet.namespace.update "[$NSF,{\"filesize\":1048576}]" 2>&1) &&
+    fail "shrank a FILE namespace"
+out=$(blockctl call nvmet.namespace.create \
+    "{\"device_type\":\"FILE\",\"device_path\":\"$F\",\"filesize\":1048576,\"subsys_id\":$SID_b}" 2>&1) &&
+    fail "took another namespace's file"
+blockctl call nvmet.namespace.delete "[$NSF,{\"remove\":true}]" >/dev/null || fail "delete {remove}"
+[ ! -e "$F" ] || fail "delete {remove} left the file"
+
 # share.nvme.* through blockctl: one call, the chain; delete undoes it.
 blockctl volume create demo/sh --size 8M >/dev/null
 out=$(blockctl share nvme create demo/sh) || fail "share nvme create: $out"

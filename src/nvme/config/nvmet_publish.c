@@ -454,9 +454,26 @@ static void subsys_gone(void *old_obj)
     nvme_target_subsys_gone(s);
 }
 
+/* What the target serves of s, for the log lines of a publication. */
+static void subsys_log(const char *what, const struct nvme_subsys *s)
+{
+    size_t unavailable = 0;
+    for (size_t i = 0; i < s->nns; i++)
+        unavailable += !s->ns[i].vol;
+    log_info("nvmet: subsystem %s %s: %zu namespace(s)%s, %zu host(s)%s, %zu port(s)", s->name,
+             what, s->nns, unavailable ? " (some unavailable)" : "", s->nhosts,
+             s->allow_any_host ? " (any host allowed)" : "", s->nports);
+}
+
 static void subsys_changed(void *old_obj, void *new_obj)
 {
+    subsys_log("changed", new_obj);
     nvme_target_subsys_changed(old_obj, new_obj);
+}
+
+static void subsys_added(void *new_obj)
+{
+    subsys_log("published", new_obj);
 }
 
 static void part_applied(struct conf_part *old_part, struct conf_part *new_part)
@@ -472,6 +489,7 @@ static const struct conf_subscriber subscriber = {
     .build = conf_next,
     .gone = subsys_gone,
     .changed = subsys_changed,
+    .added = subsys_added,
     .applied = part_applied,
 };
 
