@@ -14,10 +14,12 @@
 # the discovery listener moved live; persistence across a restart (ids,
 # NQN, serial and namespace UUIDs stable); a namespaced dataset renamed
 # (the namespace follows) and deleted (refused, then forced: the
-# namespace goes); share.nvme.* and blockctl share nvme.
+# namespace goes); share.nvme.* and blockctl share nvme; DH-HMAC-CHAP keys
+# exchanged with nvme-cli both ways; a change to one subsystem publishing
+# that one only; FILE namespaces; the --max-nvmet-objects cap.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/csi-lib.sh"
-need sqlite3
+need sqlite3 nvme
 
 jget() {
     python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2"
@@ -282,6 +284,17 @@ python3 -c "import socket; socket.create_connection(('127.0.0.1', $NVME_PORT), 5
 nvmet_py incus
 nvmet_py bad
 
+# Keys and nvme-cli (the Linux host's tool) agree: its keys are taken, ours pass its check.
+for h in 1 2 3; do
+    k=$(nvme gen-dhchap-key -m $h -l $((16 + 16 * h)) -n "nqn.2014-08.cli:$h") || fail "nvme gen-dhchap-key"
+    blockctl call nvmet.host.create "{\"hostnqn\":\"nqn.2014-08.cli:$h\",\"dhchap_key\":\"$k\"}" >/dev/null ||
+        fail "an nvme-cli key was refused: $k"
+    hash=$(jget "$(blockctl call nvmet.host.dhchap_hash_choices)" "j[$h - 1]")
+    k=$(blockctl call nvmet.host.generate_key "[\"$hash\"]" | tr -d '"')
+    nvme check-dhchap-key -k "$k" | grep -q "Key is valid (HMAC $h, length $((16 + 16 * h))," ||
+        fail "nvme check-dhchap-key refuses $k: $(nvme check-dhchap-key -k "$k" 2>&1)"
+done
+
 # Keys sealed at rest.
 blockctl call nvmet.host.create "{\"hostnqn\":\"nqn.2014-08.k:1\",\"dhchap_key\":$(blockctl call nvmet.host.generate_key)}" >/dev/null
 stored=$(sqlite3 "$STATE/blockd.db" "SELECT dhchap_key FROM nvmet_host WHERE hostnqn = 'nqn.2014-08.k:1'")
@@ -363,5 +376,12 @@ blockctl share nvme delete demo/sh >/dev/null || fail "share nvme delete"
 out=$(blockctl call nvmet.subsys.query '[[["name","=","demo:sh"]]]')
 [ "$out" = "[]" ] || fail "share nvme delete left the subsystem: $out"
 blockctl share nvme delete demo/sh 2>/dev/null && fail "deleted a share twice"
+
+# The cap: past --max-nvmet-objects, EDQUOT naming it, and a log line.
+blockd_stop
+blockd_start --max-nvmet-objects 3
+out=$(blockctl call nvmet.host.create '{"hostnqn":"nqn.2014-08.cap:1"}' 2>&1) && fail "the cap let a host in"
+grep -q "max-nvmet-objects" <<<"$out" || fail "the cap's error does not name it: $out"
+grep -q "limit reached.*nvmet_host" "$BLOCKD_LOG" || fail "no log line for the cap"
 blockd_alive || fail "blockd died"
 pass
