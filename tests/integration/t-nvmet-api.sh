@@ -356,8 +356,11 @@ ns=$(blockctl call nvmet.namespace.create \
     fail "FILE namespace: $ns"
 [ "$(stat -c %s "$F")" = 1048576 ] || fail "the FILE namespace's file was not made"
 NSF=$(jget "$ns" 'j["id"]')
+before_a=$(grep -c "nvmet: subsystem iso-a changed: 2 namespace" "$BLOCKD_LOG" || true)
 blockctl call nvmet.namespace.update "[$NSF,{\"filesize\":2097152}]" >/dev/null || fail "grow"
 [ "$(stat -c %s "$F")" = 2097152 ] || fail "the file did not grow"
+[ "$(grep -c "nvmet: subsystem iso-a changed: 2 namespace" "$BLOCKD_LOG")" -gt "$before_a" ] ||
+    fail "growing a FILE namespace did not republish its subsystem"
 out=$(blockctl call nvmet.namespace.update "[$NSF,{\"filesize\":1048576}]" 2>&1) &&
     fail "shrank a FILE namespace"
 out=$(blockctl call nvmet.namespace.create \

@@ -141,8 +141,24 @@ struct tables {
     size_t nsubsys, nns, nhosts, nhs, nps, nports;
 };
 
-/* The enabled namespaces of s. */
-static int fill_ns(struct nvme_subsys *s, const struct tables *t, const struct nvme_subsys *prev)
+/* A FILE namespace grown by an update (nvmet_namespace.c grew the file):
+ * the volume open on it learns its new size. True when it changed. */
+static bool file_grown(const struct nvme_ns *n, const struct nvmet_namespace *r)
+{
+    if (r->device_type != NVMET_FILE || !n->vol || !r->filesize.set ||
+        volume_size(n->vol) >= (uint64_t)r->filesize.v)
+        return false;
+    int rc = volume_size_changed(n->vol, (uint64_t)r->filesize.v);
+    if (rc < 0)
+        log_error("nvmet: %s: cannot take the new size %" PRId64 ": %s", n->device_path,
+                  r->filesize.v, strerror(-rc));
+    return rc > 0;
+}
+
+/* The enabled namespaces of s; *grown when a FILE namespace's volume grew
+ * (the subsystem then changes, so the target tells its hosts). */
+static int fill_ns(struct nvme_subsys *s, const struct tables *t, const struct nvme_subsys *prev,
+                   bool *grown)
 {
     s->ns = calloc(t->nns + 1, sizeof(*s->ns));
     if (!s->ns)
@@ -163,6 +179,7 @@ static int fill_ns(struct nvme_subsys *s, const struct tables *t, const struct n
         uuid_bytes(r->device_nguid, n->nguid);
         memcpy(n->eui64, n->nguid, sizeof(n->eui64));
         ns_volume(n, prev_ns(prev, n->device_path), s->name);
+        *grown |= file_grown(n, r);
     }
     qsort(s->ns, s->nns, sizeof(*s->ns), nsid_cmp);
     return 0;
@@ -336,12 +353,13 @@ static struct nvme_subsys *subsys_build(const struct nvmet_subsys *r, const stru
     s->qid_max = (uint16_t)(r->qid_max.set ? r->qid_max.v : 128);
     s->allow_any_host = r->allow_any_host;
     s->ana = r->ana >= 0 ? r->ana == 1 : t->g.ana;
-    if (!s->name || !s->nqn || fill_ns(s, t, was) < 0 || fill_hosts(s, t) < 0 ||
+    bool grown = false;
+    if (!s->name || !s->nqn || fill_ns(s, t, was, &grown) < 0 || fill_hosts(s, t) < 0 ||
         fill_ports(s, t, c) < 0) {
         nvme_subsys_unref(s);
         return NULL;
     }
-    if (was && subsys_same(s, was) && !serves_dataset(was, resized)) {
+    if (was && !grown && subsys_same(s, was) && !serves_dataset(was, resized)) {
         nvme_subsys_unref(s);
         nvme_subsys_ref((struct nvme_subsys *)was);
         return (struct nvme_subsys *)was;
