@@ -16,7 +16,7 @@
 # (the namespace follows) and deleted (refused, then forced: the
 # namespace goes); share.nvme.* and blockctl share nvme; DH-HMAC-CHAP keys
 # exchanged with nvme-cli both ways; a change to one subsystem publishing
-# that one only; FILE namespaces; the --max-nvmet-objects cap.
+# that one only; FILE namespaces; the --max-share-objects cap.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/csi-lib.sh"
 need sqlite3 nvme
@@ -51,7 +51,7 @@ python3 -c "import socket; socket.create_connection(('127.0.0.1', $DISC), 5).clo
     fail "the discovery listener at $DISC does not accept"
 
 cat >"$TMP/nvmet.py" <<'PY'
-import json, os, ssl, sys
+import json, os, ssl, sys, time
 import websocket
 
 class Api:
@@ -251,8 +251,12 @@ elif phase == "bad":
     # core.bulk runs them as calls
     jid = c.ok("core.bulk", "nvmet.host.create", [[{"hostnqn": "nqn.2014-08.b:1"}],
                                                   [{"hostnqn": "nqn.2014-08.b:1"}]])
-    job = c.ok("core.job_wait", jid)
-    job = c.ok("core.get_jobs", [["id", "=", jid]], {"get": True})
+    for _ in range(600):  # a job: poll until it ended
+        job = c.ok("core.get_jobs", [["id", "=", jid]], {"get": True})
+        if job["state"] != "RUNNING":
+            break
+        time.sleep(0.05)
+    assert job["state"] == "SUCCESS", job
     res = job["result"]
     assert res[0]["error"] is None and res[1]["error"], res
     print("OK bad")
@@ -380,11 +384,11 @@ out=$(blockctl call nvmet.subsys.query '[[["name","=","demo:sh"]]]')
 [ "$out" = "[]" ] || fail "share nvme delete left the subsystem: $out"
 blockctl share nvme delete demo/sh 2>/dev/null && fail "deleted a share twice"
 
-# The cap: past --max-nvmet-objects, EDQUOT naming it, and a log line.
+# The cap: past --max-share-objects, EDQUOT naming it, and a log line.
 blockd_stop
-blockd_start --max-nvmet-objects 3
+blockd_start --max-share-objects 3
 out=$(blockctl call nvmet.host.create '{"hostnqn":"nqn.2014-08.cap:1"}' 2>&1) && fail "the cap let a host in"
-grep -q "max-nvmet-objects" <<<"$out" || fail "the cap's error does not name it: $out"
+grep -q "max-share-objects" <<<"$out" || fail "the cap's error does not name it: $out"
 grep -q "limit reached.*nvmet_host" "$BLOCKD_LOG" || fail "no log line for the cap"
 blockd_alive || fail "blockd died"
 pass
