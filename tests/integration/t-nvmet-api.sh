@@ -16,7 +16,7 @@
 # (the namespace follows) and deleted (refused, then forced: the
 # namespace goes); share.nvme.* and blockctl share nvme; DH-HMAC-CHAP keys
 # exchanged with nvme-cli both ways; a change to one subsystem publishing
-# that one only; FILE namespaces; the --max-share-objects cap.
+# that one only; FILE namespaces; service stop/start; the --max-share-objects cap.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/csi-lib.sh"
 need sqlite3 nvme
@@ -383,6 +383,18 @@ blockctl share nvme delete demo/sh >/dev/null || fail "share nvme delete"
 out=$(blockctl call nvmet.subsys.query '[[["name","=","demo:sh"]]]')
 [ "$out" = "[]" ] || fail "share nvme delete left the subsystem: $out"
 blockctl share nvme delete demo/sh 2>/dev/null && fail "deleted a share twice"
+
+# The nvmet service: stopped, no port listens and no subsystem is served;
+# started, both again.
+[ "$(blockctl call service.started '["nvmet"]')" = true ] || fail "nvmet not started"
+blockctl call service.stop '["nvmet"]' >/dev/null
+[ "$(blockctl call service.started '["nvmet"]')" = false ] || fail "nvmet still started"
+python3 -c "import socket; socket.create_connection(('127.0.0.1', $NVME_PORT), 5)" 2>/dev/null &&
+    fail "a stopped nvmet still listens on port 1"
+grep -q "nvmet: subsystem iso-a (.*) withdrawn" "$BLOCKD_LOG" || fail "stop did not withdraw iso-a"
+blockctl call service.start '["nvmet"]' >/dev/null
+python3 -c "import socket; socket.create_connection(('127.0.0.1', $NVME_PORT), 5).close()" ||
+    fail "a restarted nvmet does not listen on port 1"
 
 # The cap: past --max-share-objects, EDQUOT naming it, and a log line.
 blockd_stop
