@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "api/fields.h"
-#include "core/log.h"
 
 static int str_decode(const struct api_field *f, json_t *v, void *field)
 {
@@ -151,6 +150,25 @@ int api_fields_encode(const struct api_field *fields, size_t n, const void *obj,
     return 0;
 }
 
+static int chars_decode(const struct api_field *f, json_t *v, void *field)
+{
+    const char *s = json_is_string(v) ? json_string_value(v) : "";
+    size_t n = strlen(s);
+    if (n > (size_t)f->max) /* validated against max: cannot happen */
+        n = (size_t)f->max;
+    memcpy(field, s, n);
+    ((char *)field)[n] = '\0';
+    return 0;
+}
+
+static json_t *chars_encode(const struct api_field *f, const void *field)
+{
+    (void)f;
+    return json_string(field);
+}
+
+const struct api_codec api_codec_chars = {chars_decode, chars_encode, NULL};
+
 /* A secret: the old value is wiped before it is freed. */
 static int secret_decode(const struct api_field *f, json_t *v, void *field)
 {
@@ -258,12 +276,9 @@ int api_fields_defaults(const struct api_field *fields, size_t n, void *obj)
                 return rc;
             continue;
         }
-        json_error_t err;
-        json_t *v = json_loads(f->def, JSON_DECODE_ANY, &err);
-        if (!v) {
-            log_error("api: default for field %s is not valid JSON: %s", f->name, err.text);
+        json_t *v = api_field_default(f);
+        if (!v)
             return -EINVAL;
-        }
         int rc = f->codec->decode(f, v, (char *)obj + f->off);
         json_decref(v);
         if (rc < 0)

@@ -58,6 +58,10 @@ extern const struct api_codec api_codec_i64;
 extern const struct api_codec api_codec_u32;
 /* An int holding the index of the value in the field's choices (API_T_ENUM). */
 extern const struct api_codec api_codec_enum;
+/* A char array member: the field's max (API_RANGE, set by API_AT_CHARS
+ * from the array's size) bounds the string, so it always fits with its
+ * NUL; null decodes to "". Encodes as a string. */
+extern const struct api_codec api_codec_chars;
 /* struct api_strv: a JSON array of strings. */
 extern const struct api_codec api_codec_strv;
 /* An embedded struct described by the field's own table (f->fields, an
@@ -67,6 +71,10 @@ extern const struct api_codec api_codec_object;
 
 /* The member of type T a field describes, with codec C. */
 #define API_AT(T, member, C) .off = offsetof(T, member), .codec = &(C)
+/* A char array member of T (api_codec_chars): the field's max is the
+ * array's size less its NUL (the field sets API_RANGE and min, not max). */
+#define API_AT_CHARS(T, member)                                                                    \
+    .off = offsetof(T, member), .codec = &api_codec_chars, .max = sizeof(((T *)0)->member) - 1
 
 /* Apply the keys of data that fields describe with a codec to obj. 0 or
  * -ENOMEM (obj may then hold some of the new values). */

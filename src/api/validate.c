@@ -270,6 +270,15 @@ int api_check_arity(struct api_call *call, json_t *params, size_t max)
     return -EINVAL;
 }
 
+json_t *api_field_default(const struct api_field *f)
+{
+    json_error_t err;
+    json_t *v = json_loads(f->def, JSON_DECODE_ANY, &err);
+    if (!v)
+        log_error("api: default for field %s is not valid JSON: %s", f->name, err.text);
+    return v;
+}
+
 int api_apply_defaults(json_t *obj, const struct api_field *fields, size_t nfields)
 {
     if (!json_is_object(obj))
@@ -278,12 +287,9 @@ int api_apply_defaults(json_t *obj, const struct api_field *fields, size_t nfiel
         const struct api_field *f = &fields[i];
         if (!f->def || json_object_get(obj, f->name))
             continue;
-        json_error_t err;
-        json_t *v = json_loads(f->def, JSON_DECODE_ANY, &err);
-        if (!v) {
-            log_error("api: default for field %s is not valid JSON: %s", f->name, err.text);
+        json_t *v = api_field_default(f);
+        if (!v)
             return -EINVAL;
-        }
         if (json_object_set_new(obj, f->name, v) < 0)
             return -ENOMEM;
     }

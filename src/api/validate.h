@@ -210,5 +210,8 @@ int api_check_arity(struct api_call *call, json_t *params, size_t max);
  * logged).
  */
 int api_apply_defaults(json_t *obj, const struct api_field *fields, size_t nfields);
+/* f's default (f->def parsed): a new reference, or NULL (not valid JSON: a
+ * programming error, logged). */
+json_t *api_field_default(const struct api_field *f);
 
 #endif

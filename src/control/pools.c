@@ -20,6 +20,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "api/fields.h"
 #include "api/validate.h"
 #include "control/cfgtx.h"
 #include "control/db.h"
@@ -439,97 +440,68 @@ int datasets_ensure_default_pool(const char *name)
     return rc;
 }
 
+#define RBD_NAME(nm, member, fl)                                                                   \
+    {                                                                                              \
+        .name = (nm), .type = API_T_STRING, .flags = (fl) | API_RANGE, .min = (fl) ? 1 : 0,        \
+        API_AT_CHARS(struct ds_rbd_spec, member)                                                   \
+    }
+/* rbd: its settings decode straight into the spec's buffers ("" for absent
+ * or null); each field's length bound is its buffer's. */
 static const struct api_field pool_rbd_fields[] = {
-    {.name = "pool",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = DS_RBD_NAME_MAX - 1},
-    {.name = "namespace",
-     .type = API_T_STRING,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 0,
-     .max = DS_RBD_NAME_MAX - 1},
-    {.name = "conf",
-     .type = API_T_STRING,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 0,
-     .max = PATH_MAX - 1},
-    {.name = "id",
-     .type = API_T_STRING,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 0,
-     .max = DS_RBD_NAME_MAX - 1},
-    {.name = "keyring",
-     .type = API_T_STRING,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 0,
-     .max = PATH_MAX - 1},
+    RBD_NAME("pool", pool, API_REQUIRED),
+    RBD_NAME("namespace", ns, API_NULLABLE),
+    RBD_NAME("conf", conf, API_NULLABLE),
+    RBD_NAME("id", id, API_NULLABLE),
+    RBD_NAME("keyring", keyring, API_NULLABLE),
     /* the cluster as data: no file at all */
-    {.name = "mon_host",
-     .type = API_T_STRING,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 0,
-     .max = DS_RBD_MON_HOST_MAX - 1},
-    {.name = "key",
-     .type = API_T_STRING,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 0,
-     .max = DS_RBD_KEY_MAX - 1},
+    RBD_NAME("mon_host", mon_host, API_NULLABLE),
+    RBD_NAME("key", key, API_NULLABLE),
+};
+#undef RBD_NAME
+
+/* ---- decoder: pool.create's checked params → struct ---- */
+
+/* pool.create's params as C sees them (owned: pool_create_req_clear). */
+struct pool_create_req {
+    char *name;
+    char *path;              /* NULL (absent or null): STATE/pools/NAME */
+    bool rbd;                /* an RBD pool ("rbd" is an object) */
+    struct ds_rbd_spec spec; /* rbd: its settings, "" for absent or null */
 };
 
 static const struct api_field pool_create_fields[] = {
-    {.name = "name", .type = API_T_STRING, .flags = API_REQUIRED},
+    {.name = "name",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED,
+     API_AT(struct pool_create_req, name, api_codec_str)},
     {.name = "path",
      .type = API_T_STRING,
      .flags = API_NULLABLE | API_RANGE,
      .min = 1,
-     .max = PATH_MAX - 1},
+     .max = PATH_MAX - 1,
+     API_AT(struct pool_create_req, path, api_codec_str_null)},
     /* blockd extension: a pool on a Ceph RBD pool instead of a directory */
     {.name = "rbd",
      .type = API_T_OBJECT,
      .flags = API_NULLABLE,
      .fields = pool_rbd_fields,
-     .nfields = ARRAY_SIZE(pool_rbd_fields)},
+     .nfields = ARRAY_SIZE(pool_rbd_fields),
+     API_AT(struct pool_create_req, spec, api_codec_object)},
 };
 
-/* ---- decoder: pool.create's checked params → struct ---- */
-
-/* pool.create's params as C sees them. name and path are borrowed from
- * the call's params (valid while the handler runs). */
-struct pool_create_req {
-    const char *name;
-    const char *path;        /* NULL (absent or null): STATE/pools/NAME */
-    bool rbd;                /* an RBD pool ("rbd" is an object) */
-    struct ds_rbd_spec spec; /* rbd: its settings, "" for absent or null */
-};
-
-static void spec_str(json_t *rbd, const char *key, char *dst, size_t len)
+/* The one decoder: the field table over data (checked against it by the
+ * dispatcher: types, lengths that fit the spec's buffers). 0 or -ENOMEM. */
+static int pool_create_decode(json_t *data, struct pool_create_req *req)
 {
-    const char *s = json_string_value(json_object_get(rbd, key));
-
-    snprintf(dst, len, "%s", s ? s : "");
+    memset(req, 0, sizeof(*req));
+    req->rbd = json_is_object(json_object_get(data, "rbd"));
+    return api_fields_decode(pool_create_fields, ARRAY_SIZE(pool_create_fields), data, req);
 }
 
-/* The one decoder: data was checked against pool_create_fields by the
- * dispatcher (types, lengths that fit the spec's buffers, no NUL byte). */
-static void pool_create_decode(json_t *data, struct pool_create_req *req)
+static void pool_create_req_clear(struct pool_create_req *req)
 {
-    json_t *rbd = json_object_get(data, "rbd");
-
-    memset(req, 0, sizeof(*req));
-    req->name = json_string_value(json_object_get(data, "name"));
-    req->path = json_string_value(json_object_get(data, "path"));
-    req->rbd = json_is_object(rbd);
-    if (!req->rbd)
-        return;
-    spec_str(rbd, "pool", req->spec.pool, sizeof(req->spec.pool));
-    spec_str(rbd, "namespace", req->spec.ns, sizeof(req->spec.ns));
-    spec_str(rbd, "conf", req->spec.conf, sizeof(req->spec.conf));
-    spec_str(rbd, "id", req->spec.id, sizeof(req->spec.id));
-    spec_str(rbd, "keyring", req->spec.keyring, sizeof(req->spec.keyring));
-    spec_str(rbd, "mon_host", req->spec.mon_host, sizeof(req->spec.mon_host));
-    spec_str(rbd, "key", req->spec.key, sizeof(req->spec.key));
+    api_fields_clear(pool_create_fields, ARRAY_SIZE(pool_create_fields), req);
+    explicit_bzero(req->spec.key, sizeof(req->spec.key));
 }
 
 /* ---- invariants ---- */
@@ -704,15 +676,20 @@ static int m_pool_create(struct api_call *call, json_t *params, json_t **result)
     struct pool_create_req req;
     int rc;
 
-    pool_create_decode(api_param(params, 0), &req);
-    if (pool_create_check(call, &req) < 0)
+    if (pool_create_decode(api_param(params, 0), &req) < 0) {
+        pool_create_req_clear(&req);
+        return api_error(call, ENOMEM, "out of memory");
+    }
+    if (pool_create_check(call, &req) < 0) {
+        pool_create_req_clear(&req);
         return api_invalid(call);
+    }
     ds_ops_lock();
     rc = pool_check_free(call, req.name);
     if (rc == 0)
         rc = req.rbd ? pool_create_rbd(call, &req, result) : pool_create_dir(call, &req, result);
     ds_ops_unlock();
-    explicit_bzero(req.spec.key, sizeof(req.spec.key));
+    pool_create_req_clear(&req);
     return rc;
 }
 

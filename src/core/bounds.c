@@ -11,7 +11,8 @@ static const struct {
     [LIMIT_POOLS] = {"--max-pools", "pools", LIMIT_DEFAULT_POOLS},
     [LIMIT_DATASETS] = {"--max-datasets", "datasets", LIMIT_DEFAULT_DATASETS},
     [LIMIT_SNAPSHOTS] = {"--max-snapshots", "snapshots per dataset", LIMIT_DEFAULT_SNAPSHOTS},
-    [LIMIT_NVMET] = {"--max-nvmet-objects", "NVMe-oF objects of one kind", LIMIT_DEFAULT_NVMET},
+    [LIMIT_SHARE_OBJECTS] = {"--max-share-objects", "share objects of one kind",
+                             LIMIT_DEFAULT_SHARE_OBJECTS},
 };
 
 static unsigned values[LIMIT_COUNT]; /* 0: the default */

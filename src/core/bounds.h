@@ -1,6 +1,7 @@
 /*
  * Caps on what API clients can hold: event subscriptions per connection,
- * API keys, pools, datasets, snapshots per dataset. Each has a default, a
+ * API keys, pools, datasets, snapshots per dataset, share objects of each
+ * kind. Each has a default, a
  * blockd flag (limit_flag) and, when hit, an EDQUOT error naming the cap
  * and a log line naming the peer (by the code that counts; see
  * docs/security.md "Holdings").
@@ -17,7 +18,9 @@ enum limit_kind {
     LIMIT_POOLS,         /* pool.create, in all */
     LIMIT_DATASETS,      /* pool.dataset.create and clones, in all pools */
     LIMIT_SNAPSHOTS,     /* zfs.snapshot.create, per dataset */
-    LIMIT_NVMET,         /* nvmet.* objects, per kind (subsystems, namespaces, ...) */
+    LIMIT_SHARE_OBJECTS, /* NBD exports, iSCSI portals, initiator groups, CHAP
+                          * credentials, targets, extents, mappings, nvmet.*
+                          * objects: each kind */
     LIMIT_COUNT
 };
 
@@ -26,7 +29,7 @@ enum limit_kind {
 #define LIMIT_DEFAULT_POOLS 64
 #define LIMIT_DEFAULT_DATASETS 100000
 #define LIMIT_DEFAULT_SNAPSHOTS 10000
-#define LIMIT_DEFAULT_NVMET 4096
+#define LIMIT_DEFAULT_SHARE_OBJECTS 10000
 
 /* The cap of kind k (at least 1). */
 unsigned limit_get(enum limit_kind k);

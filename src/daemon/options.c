@@ -235,10 +235,10 @@ static int f_max_snapshots(const char *arg, struct options *o)
     return limit_arg(LIMIT_SNAPSHOTS, arg);
 }
 
-static int f_max_nvmet_objects(const char *arg, struct options *o)
+static int f_max_share_objects(const char *arg, struct options *o)
 {
     (void)o;
-    return limit_arg(LIMIT_NVMET, arg);
+    return limit_arg(LIMIT_SHARE_OBJECTS, arg);
 }
 
 static int f_iscsi_max_connections(const char *arg, struct options *o)
@@ -414,8 +414,10 @@ static const struct flag flags[] = {
      "datasets (volumes, filesystems, clones) in all pools\n"
      "(default 100000)"},
     {"max-snapshots", "N", f_max_snapshots, "snapshots per dataset (default 10000)"},
-    {"max-nvmet-objects", "N", f_max_nvmet_objects,
-     "NVMe-oF objects of each kind (subsystems, namespaces,\nports, hosts, links; default 4096)"},
+    {"max-share-objects", "N", f_max_share_objects,
+     "NBD exports, iSCSI portals, initiator groups, CHAP credentials, targets, extents, "
+     "target-extent mappings, NVMe-oF subsystems, namespaces, ports, hosts and links: each "
+     "kind (default 10000)"},
     {"iscsi-max-connections", "N", f_iscsi_max_connections,
      "iSCSI connections in all (default 1024)"},
     {"nbd-payload-budget", "SIZE", f_nbd_payload_budget,

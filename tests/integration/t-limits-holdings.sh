@@ -7,14 +7,17 @@
 #   its own 64;
 # - API keys, pools, datasets (clones included) and snapshots per dataset
 #   beyond caps set low by flags are refused, and nothing is created; after
-#   a delete one more fits.
+#   a delete one more fits;
+# - share objects of each kind (--max-share-objects 2): a third NBD export,
+#   iSCSI initiator group or target is refused, also through
+#   share.iscsi.create; other kinds keep their own count.
 . "$(dirname "$0")/lib.sh"
 need python3
 /usr/bin/python3 -c 'import websocket' 2>/dev/null || fail "python3-websocket is not installed"
 
 WS_PORT=$(free_port)
 blockd_start --api-listen "127.0.0.1:$WS_PORT" --max-api-keys 3 --max-pools 2 \
-    --max-datasets 6 --max-snapshots 3
+    --max-datasets 6 --max-snapshots 3 --max-share-objects 2
 KEY=$(blockctl call api_key.create '{"name":"holder"}' |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["key"])')
 
@@ -101,12 +104,33 @@ c.ok("zfs.snapshot.create", {"dataset": made[0], "name": "s3"})
 # a dataset deleted frees a place for one more
 c.ok("pool.dataset.delete", made[-1])
 c.ok("pool.dataset.create", {"name": "demo/again", "type": "VOLUME", "volsize": 1 << 20})
+
+# --- share objects: 2 of each kind ---
+for i in range(2):
+    c.ok("nbd.export.create", {"name": "e%d" % i, "dataset": made[i]})
+refused(c.call("nbd.export.create", {"name": "e2", "dataset": made[2]}), "--max-share-objects")
+assert len(c.ok("nbd.export.query")) == 2
+c.ok("iscsi.initiator.create", {"initiators": []})
+c.ok("iscsi.initiator.create", {"initiators": ["iqn.2005-10.org.example:a"]})
+refused(c.call("iscsi.initiator.create", {"initiators": []}), "--max-share-objects")
+assert len(c.ok("iscsi.initiator.query")) == 2
+# share.iscsi.create makes a target, an extent and a mapping each time
+c.ok("share.iscsi.create", {"name": made[0]})
+c.ok("share.iscsi.create", {"name": made[1]})
+refused(c.call("share.iscsi.create", {"name": made[2]}), "--max-share-objects")
+assert len(c.ok("iscsi.target.query")) == 2 and len(c.ok("iscsi.extent.query")) == 2
+refused(c.call("iscsi.target.create", {"name": "direct"}), "--max-share-objects")
+# after a delete, one more fits
+c.ok("nbd.export.delete", c.ok("nbd.export.query", [["name", "=", "e0"]])[0]["id"])
+c.ok("nbd.export.create", {"name": "e2", "dataset": made[2]})
 print("OK")
 PY
 for what in "64 event subscriptions per connection is the limit (--max-subscriptions)" \
     "3 API keys is the limit (--max-api-keys)" "2 pools is the limit (--max-pools)" \
     "6 datasets is the limit (--max-datasets)" \
-    "3 snapshots per dataset is the limit (--max-snapshots; demo/v0)"; do
+    "3 snapshots per dataset is the limit (--max-snapshots; demo/v0)" \
+    "2 share objects of one kind is the limit (--max-share-objects; nbd.export.create)" \
+    "2 share objects of one kind is the limit (--max-share-objects; iscsi.target.create)"; do
     grep -qF -- "$what" "$BLOCKD_LOG" || fail "no log line: $what"
 done
 grep -q "limits: ws:127.0.0.1:[0-9]*: refused: 6 datasets" "$BLOCKD_LOG" ||

@@ -14,10 +14,12 @@
 # the discovery listener moved live; persistence across a restart (ids,
 # NQN, serial and namespace UUIDs stable); a namespaced dataset renamed
 # (the namespace follows) and deleted (refused, then forced: the
-# namespace goes); share.nvme.* and blockctl share nvme.
+# namespace goes); share.nvme.* and blockctl share nvme; DH-HMAC-CHAP keys
+# exchanged with nvme-cli both ways; a change to one subsystem publishing
+# that one only; FILE namespaces; service stop/start; the --max-share-objects cap.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/csi-lib.sh"
-need sqlite3
+need sqlite3 nvme
 
 jget() {
     python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2"
@@ -49,7 +51,7 @@ python3 -c "import socket; socket.create_connection(('127.0.0.1', $DISC), 5).clo
     fail "the discovery listener at $DISC does not accept"
 
 cat >"$TMP/nvmet.py" <<'PY'
-import json, os, ssl, sys
+import json, os, ssl, sys, time
 import websocket
 
 class Api:
@@ -249,8 +251,12 @@ elif phase == "bad":
     # core.bulk runs them as calls
     jid = c.ok("core.bulk", "nvmet.host.create", [[{"hostnqn": "nqn.2014-08.b:1"}],
                                                   [{"hostnqn": "nqn.2014-08.b:1"}]])
-    job = c.ok("core.job_wait", jid)
-    job = c.ok("core.get_jobs", [["id", "=", jid]], {"get": True})
+    for _ in range(600):  # a job: poll until it ended
+        job = c.ok("core.get_jobs", [["id", "=", jid]], {"get": True})
+        if job["state"] != "RUNNING":
+            break
+        time.sleep(0.05)
+    assert job["state"] == "SUCCESS", job
     res = job["result"]
     assert res[0]["error"] is None and res[1]["error"], res
     print("OK bad")
@@ -282,6 +288,17 @@ python3 -c "import socket; socket.create_connection(('127.0.0.1', $NVME_PORT), 5
 nvmet_py incus
 nvmet_py bad
 
+# Keys and nvme-cli (the Linux host's tool) agree: its keys are taken, ours pass its check.
+for h in 1 2 3; do
+    k=$(nvme gen-dhchap-key -m $h -l $((16 + 16 * h)) -n "nqn.2014-08.cli:$h") || fail "nvme gen-dhchap-key"
+    blockctl call nvmet.host.create "{\"hostnqn\":\"nqn.2014-08.cli:$h\",\"dhchap_key\":\"$k\"}" >/dev/null ||
+        fail "an nvme-cli key was refused: $k"
+    hash=$(jget "$(blockctl call nvmet.host.dhchap_hash_choices)" "j[$h - 1]")
+    k=$(blockctl call nvmet.host.generate_key "[\"$hash\"]" | tr -d '"')
+    nvme check-dhchap-key -k "$k" | grep -q "Key is valid (HMAC $h, length $((16 + 16 * h))," ||
+        fail "nvme check-dhchap-key refuses $k: $(nvme check-dhchap-key -k "$k" 2>&1)"
+done
+
 # Keys sealed at rest.
 blockctl call nvmet.host.create "{\"hostnqn\":\"nqn.2014-08.k:1\",\"dhchap_key\":$(blockctl call nvmet.host.generate_key)}" >/dev/null
 stored=$(sqlite3 "$STATE/blockd.db" "SELECT dhchap_key FROM nvmet_host WHERE hostnqn = 'nqn.2014-08.k:1'")
@@ -305,6 +322,57 @@ blockctl call pool.dataset.delete '["demo/r1",{"force":true}]' >/dev/null || fai
 out=$(blockctl call nvmet.namespace.query '[[["device_path","^","zvol/demo/r1"]]]')
 [ "$out" = "[]" ] || fail "the namespace of a deleted volume stayed: $out"
 
+# A change to one subsystem publishes that subsystem only; a resize
+# republishes the subsystem serving the volume (the target then tells its
+# hosts); the others stay the same objects (no log line for them).
+blockctl volume create demo/ia --size 8M >/dev/null
+blockctl volume create demo/ib --size 8M >/dev/null
+for x in a b; do
+    sid=$(jget "$(blockctl call nvmet.subsys.create "{\"name\":\"iso-$x\"}")" 'j["id"]')
+    blockctl call nvmet.namespace.create \
+        "{\"device_type\":\"ZVOL\",\"device_path\":\"zvol/demo/i$x\",\"subsys_id\":$sid}" >/dev/null
+    blockctl call nvmet.port_subsys.create "{\"port_id\":1,\"subsys_id\":$sid}" >/dev/null
+    eval "SID_$x=$sid"
+done
+wait_log() {
+    local i
+    for i in $(seq 1 200); do
+        grep -q "$1" "$BLOCKD_LOG" && return 0
+        sleep 0.05
+    done
+    fail "no log line '$1'"
+}
+wait_log "nvmet: subsystem iso-b changed: 1 namespace(s), 0 host(s), 1 port(s)"
+before_b=$(grep -c "nvmet: subsystem iso-b " "$BLOCKD_LOG")
+blockctl call nvmet.subsys.update "[$SID_a,{\"allow_any_host\":true}]" >/dev/null
+wait_log "nvmet: subsystem iso-a changed: 1 namespace(s), 0 host(s) (any host allowed), 1 port(s)"
+blockctl call pool.dataset.update '["demo/ia",{"volsize":16777216}]' >/dev/null
+[ "$(grep -c "nvmet: subsystem iso-a changed" "$BLOCKD_LOG")" -ge 4 ] ||
+    fail "the resize did not republish iso-a: $(grep 'subsystem iso-a' "$BLOCKD_LOG")"
+[ "$(grep -c "nvmet: subsystem iso-b " "$BLOCKD_LOG")" = "$before_b" ] ||
+    fail "a change to iso-a republished iso-b: $(grep 'subsystem iso-b' "$BLOCKD_LOG")"
+
+# FILE namespaces: a new file inside a pool, made by blockd; removed on request.
+POOLDIR=$(jget "$(blockctl call pool.query '[[["name","=","demo"]]]')" 'j[0]["path"]')
+F="$POOLDIR/ns1.img"
+ns=$(blockctl call nvmet.namespace.create \
+    "{\"device_type\":\"FILE\",\"device_path\":\"$F\",\"filesize\":1048576,\"subsys_id\":$SID_a}") ||
+    fail "FILE namespace: $ns"
+[ "$(stat -c %s "$F")" = 1048576 ] || fail "the FILE namespace's file was not made"
+NSF=$(jget "$ns" 'j["id"]')
+before_a=$(grep -c "nvmet: subsystem iso-a changed: 2 namespace" "$BLOCKD_LOG" || true)
+blockctl call nvmet.namespace.update "[$NSF,{\"filesize\":2097152}]" >/dev/null || fail "grow"
+[ "$(stat -c %s "$F")" = 2097152 ] || fail "the file did not grow"
+[ "$(grep -c "nvmet: subsystem iso-a changed: 2 namespace" "$BLOCKD_LOG")" -gt "$before_a" ] ||
+    fail "growing a FILE namespace did not republish its subsystem"
+out=$(blockctl call nvmet.namespace.update "[$NSF,{\"filesize\":1048576}]" 2>&1) &&
+    fail "shrank a FILE namespace"
+out=$(blockctl call nvmet.namespace.create \
+    "{\"device_type\":\"FILE\",\"device_path\":\"$F\",\"filesize\":1048576,\"subsys_id\":$SID_b}" 2>&1) &&
+    fail "took another namespace's file"
+blockctl call nvmet.namespace.delete "[$NSF,{\"remove\":true}]" >/dev/null || fail "delete {remove}"
+[ ! -e "$F" ] || fail "delete {remove} left the file"
+
 # share.nvme.* through blockctl: one call, the chain; delete undoes it.
 blockctl volume create demo/sh --size 8M >/dev/null
 out=$(blockctl share nvme create demo/sh) || fail "share nvme create: $out"
@@ -315,5 +383,24 @@ blockctl share nvme delete demo/sh >/dev/null || fail "share nvme delete"
 out=$(blockctl call nvmet.subsys.query '[[["name","=","demo:sh"]]]')
 [ "$out" = "[]" ] || fail "share nvme delete left the subsystem: $out"
 blockctl share nvme delete demo/sh 2>/dev/null && fail "deleted a share twice"
+
+# The nvmet service: stopped, no port listens and no subsystem is served;
+# started, both again.
+[ "$(blockctl call service.started '["nvmet"]')" = true ] || fail "nvmet not started"
+blockctl call service.stop '["nvmet"]' >/dev/null
+[ "$(blockctl call service.started '["nvmet"]')" = false ] || fail "nvmet still started"
+python3 -c "import socket; socket.create_connection(('127.0.0.1', $NVME_PORT), 5)" 2>/dev/null &&
+    fail "a stopped nvmet still listens on port 1"
+grep -q "nvmet: subsystem iso-a (.*) withdrawn" "$BLOCKD_LOG" || fail "stop did not withdraw iso-a"
+blockctl call service.start '["nvmet"]' >/dev/null
+python3 -c "import socket; socket.create_connection(('127.0.0.1', $NVME_PORT), 5).close()" ||
+    fail "a restarted nvmet does not listen on port 1"
+
+# The cap: past --max-share-objects, EDQUOT naming it, and a log line.
+blockd_stop
+blockd_start --max-share-objects 3
+out=$(blockctl call nvmet.host.create '{"hostnqn":"nqn.2014-08.cap:1"}' 2>&1) && fail "the cap let a host in"
+grep -q "max-share-objects" <<<"$out" || fail "the cap's error does not name it: $out"
+grep -q "limit reached.*nvmet_host" "$BLOCKD_LOG" || fail "no log line for the cap"
 blockd_alive || fail "blockd died"
 pass

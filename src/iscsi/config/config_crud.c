@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "control/db.h"
+#include "control/holdings.h"
 
 const struct api_arg icfg_query_args[2] = {API_ARG_QUERY};
 const struct api_arg icfg_get_instance_args[2] = {
@@ -68,10 +69,38 @@ static int icfg_body_begin(struct icfg_write *w, struct api_call *call, json_t *
     return 0;
 }
 
+int icfg_cap_check(struct icfg_write *w, const char *create_method)
+{
+    static const struct {
+        const char *method, *count;
+    } kinds[] = {
+        {"iscsi.portal.create", "SELECT COUNT(*) FROM iscsi_portal"},
+        {"iscsi.initiator.create", "SELECT COUNT(*) FROM iscsi_initiator"},
+        {"iscsi.auth.create", "SELECT COUNT(*) FROM iscsi_auth"},
+        {"iscsi.target.create", "SELECT COUNT(*) FROM iscsi_target"},
+        {"iscsi.extent.create", "SELECT COUNT(*) FROM iscsi_extent"},
+        {"iscsi.targetextent.create", "SELECT COUNT(*) FROM iscsi_targetextent"},
+    };
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+        if (strcmp(create_method, kinds[i].method) == 0)
+            return holdings_check(w->call, LIMIT_SHARE_OBJECTS, create_method, kinds[i].count, "") <
+                           0
+                       ? -1
+                       : 0;
+    return 0;
+}
+
 int icfg_create_begin(struct icfg_write *w, struct api_call *call, json_t *params,
                       const struct api_field *fields, size_t nfields, json_t **data)
 {
-    return icfg_body_begin(w, call, params, 0, fields, nfields, true, data);
+    if (icfg_body_begin(w, call, params, 0, fields, nfields, true, data) < 0)
+        return -1;
+    if (icfg_cap_check(w, api_call_method(call)) == 0)
+        return 0;
+    icfg_write_end(w, -1); /* rolls back: nothing was written */
+    json_decref(*data);
+    *data = NULL;
+    return -1;
 }
 
 int icfg_update_begin(struct icfg_write *w, struct api_call *call, json_t *params,

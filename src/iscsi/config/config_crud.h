@@ -49,6 +49,11 @@ int icfg_create_begin(struct icfg_write *w, struct api_call *call, json_t *param
  * id goes to *id. */
 int icfg_update_begin(struct icfg_write *w, struct api_call *call, json_t *params,
                       const struct api_field *fields, size_t nfields, int64_t *id, json_t **data);
+/* The cap on one more object of the kind create_method makes
+ * ("iscsi.target.create", ...; --max-share-objects), counted inside w's
+ * transaction so that two creates cannot both pass. 0, or -1 with the
+ * EDQUOT error set on w's call (logged with the peer). */
+int icfg_cap_check(struct icfg_write *w, const char *create_method);
 /* The error of a failed read of object id: -ENOENT is "<what> <id> does
  * not exist" (ENOENT), anything else a database error. Returns -1. */
 int icfg_missing(struct api_call *call, int err, const char *what, int64_t id);

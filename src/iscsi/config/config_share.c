@@ -107,7 +107,8 @@ static int share_name(struct api_call *call, json_t *data, char *tname, size_t l
 
 /* Save a new object inside w with the rules (and error field names) of
  * its create method, as if that method had been called. */
-#define SHARE_SAVE(w, name, save) ((w)->method = (name), share_saved((w), (save)))
+#define SHARE_SAVE(w, name, save)                                                                  \
+    ((w)->method = (name), share_saved((w), icfg_cap_check((w), (name)) < 0 ? -1 : (save)))
 
 /* After a SHARE_SAVE: the share's own method names errors again. */
 static int share_saved(struct icfg_write *w, int rc)

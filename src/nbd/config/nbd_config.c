@@ -29,6 +29,8 @@
 #include "control/cfgtx.h"
 #include "control/confgen.h"
 #include "control/datasets.h"
+#include "control/db.h"
+#include "control/holdings.h"
 #include "nbd/config/nbdstore.h"
 #include "core/allowdir.h"
 #include "core/log.h"
@@ -405,7 +407,15 @@ static int m_export_create(struct api_call *call, json_t *params, json_t **resul
         return api_invalid(call);
     }
     pthread_mutex_lock(&cfg_lock);
-    int rc = export_save(call, method, data, 0, result);
+    /* cfg_lock serializes the creates: the count and the insert agree */
+    db_lock();
+    int rc =
+        holdings_check(call, LIMIT_SHARE_OBJECTS, method, "SELECT COUNT(*) FROM nbd_export", "") < 0
+            ? -1
+            : 0;
+    db_unlock();
+    if (rc == 0)
+        rc = export_save(call, method, data, 0, result);
     pthread_mutex_unlock(&cfg_lock);
     json_decref(data);
     return rc;

@@ -92,7 +92,7 @@ int nvmet_save(const struct nvmet_res *r, struct nvw *w, void *obj, const void *
     if (!old) {
         char sql[128];
         snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM %s", r->t->name);
-        if (holdings_check(w->call, LIMIT_NVMET, r->t->name, sql, "") < 0)
+        if (holdings_check(w->call, LIMIT_SHARE_OBJECTS, r->t->name, sql, "") < 0)
             return -1;
     }
     if (r->check(w, obj, old) < 0)

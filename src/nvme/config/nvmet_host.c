@@ -1,12 +1,12 @@
 /*
  * nvmet.host.*: the hosts (by NQN) that may connect to the subsystems
  * that list them, with their DH-HMAC-CHAP keys, as TrueNAS 25.10 shapes
- * them. Keys are in the NVMe representation ("DHHC-1:hh:<base64 of the
- * secret and its CRC-32>:", NVMe base 2.0 8.13.5.8), checked on the way
- * in, sealed at rest (control/pwenc.h, as CHAP secrets) and returned in
- * clear to the callers allowed to read them, as TrueNAS shows them to an
- * administrator. nvmet.host.generate_key makes one as
- * `nvme gen-dhchap-key` does.
+ * them. Keys are in the NVMe secret representation ("DHHC-1:hh:<base64 of
+ * the secret and its CRC-32>:", as nvme-cli prints and checks them),
+ * checked on the way in, sealed at rest (control/pwenc.h, as CHAP
+ * secrets) and returned in clear to a caller that may change shares (a
+ * read-only key reads "********": api.c redacts them by name).
+ * nvmet.host.generate_key makes one as `nvme gen-dhchap-key` does.
  */
 #include <errno.h>
 #include <inttypes.h>

@@ -22,7 +22,7 @@
 
 struct open_port {
     int64_t id;
-    char addr[LISTENER_ADDR_MAX + 8];
+    char addr[96]; /* "[traddr]:port" (traddr < 64 bytes) */
     struct listener *l;
 };
 
@@ -35,9 +35,9 @@ static void port_addr(const struct nvme_port *p, char *buf, size_t len)
     if (!*p->traddr)
         snprintf(buf, len, ":%u", p->trsvcid);
     else if (strchr(p->traddr, ':'))
-        snprintf(buf, len, "[%s]:%u", p->traddr, p->trsvcid);
+        snprintf(buf, len, "[%.63s]:%u", p->traddr, p->trsvcid);
     else
-        snprintf(buf, len, "%s:%u", p->traddr, p->trsvcid);
+        snprintf(buf, len, "%.63s:%u", p->traddr, p->trsvcid);
 }
 
 static struct open_port *find_open(int64_t id, const char *addr)

@@ -192,9 +192,7 @@ static int ns_saved(struct nvw *w, const void *obj, const void *old)
         return 0;
     int err = poolfs_stat(path, &sb);
     if (err == -ENOENT) {
-        err = poolfs_mkdir_parents(path);
-        if (err == 0)
-            err = bdev_file_create_in_pool(path, (uint64_t)size, false);
+        err = bdev_file_create_in_pool(path, (uint64_t)size, false);
         if (err < 0)
             return api_error(w->call, -err, "Cannot create %s: %s", path, strerror(-err));
         log_info("nvmet: created sparse file %s (%" PRId64 " bytes)", path, size);

@@ -141,8 +141,24 @@ struct tables {
     size_t nsubsys, nns, nhosts, nhs, nps, nports;
 };
 
-/* The enabled namespaces of s. */
-static int fill_ns(struct nvme_subsys *s, const struct tables *t, const struct nvme_subsys *prev)
+/* A FILE namespace grown by an update (nvmet_namespace.c grew the file):
+ * the volume open on it learns its new size. True when it changed. */
+static bool file_grown(const struct nvme_ns *n, const struct nvmet_namespace *r)
+{
+    if (r->device_type != NVMET_FILE || !n->vol || !r->filesize.set ||
+        volume_size(n->vol) >= (uint64_t)r->filesize.v)
+        return false;
+    int rc = volume_size_changed(n->vol, (uint64_t)r->filesize.v);
+    if (rc < 0)
+        log_error("nvmet: %s: cannot take the new size %" PRId64 ": %s", n->device_path,
+                  r->filesize.v, strerror(-rc));
+    return rc > 0;
+}
+
+/* The enabled namespaces of s; *grown when a FILE namespace's volume grew
+ * (the subsystem then changes, so the target tells its hosts). */
+static int fill_ns(struct nvme_subsys *s, const struct tables *t, const struct nvme_subsys *prev,
+                   bool *grown)
 {
     s->ns = calloc(t->nns + 1, sizeof(*s->ns));
     if (!s->ns)
@@ -163,6 +179,7 @@ static int fill_ns(struct nvme_subsys *s, const struct tables *t, const struct n
         uuid_bytes(r->device_nguid, n->nguid);
         memcpy(n->eui64, n->nguid, sizeof(n->eui64));
         ns_volume(n, prev_ns(prev, n->device_path), s->name);
+        *grown |= file_grown(n, r);
     }
     qsort(s->ns, s->nns, sizeof(*s->ns), nsid_cmp);
     return 0;
@@ -336,12 +353,13 @@ static struct nvme_subsys *subsys_build(const struct nvmet_subsys *r, const stru
     s->qid_max = (uint16_t)(r->qid_max.set ? r->qid_max.v : 128);
     s->allow_any_host = r->allow_any_host;
     s->ana = r->ana >= 0 ? r->ana == 1 : t->g.ana;
-    if (!s->name || !s->nqn || fill_ns(s, t, was) < 0 || fill_hosts(s, t) < 0 ||
+    bool grown = false;
+    if (!s->name || !s->nqn || fill_ns(s, t, was, &grown) < 0 || fill_hosts(s, t) < 0 ||
         fill_ports(s, t, c) < 0) {
         nvme_subsys_unref(s);
         return NULL;
     }
-    if (was && subsys_same(s, was) && !serves_dataset(was, resized)) {
+    if (was && !grown && subsys_same(s, was) && !serves_dataset(was, resized)) {
         nvme_subsys_unref(s);
         nvme_subsys_ref((struct nvme_subsys *)was);
         return (struct nvme_subsys *)was;
@@ -454,9 +472,26 @@ static void subsys_gone(void *old_obj)
     nvme_target_subsys_gone(s);
 }
 
+/* What the target serves of s, for the log lines of a publication. */
+static void subsys_log(const char *what, const struct nvme_subsys *s)
+{
+    size_t unavailable = 0;
+    for (size_t i = 0; i < s->nns; i++)
+        unavailable += !s->ns[i].vol;
+    log_info("nvmet: subsystem %s %s: %zu namespace(s)%s, %zu host(s)%s, %zu port(s)", s->name,
+             what, s->nns, unavailable ? " (some unavailable)" : "", s->nhosts,
+             s->allow_any_host ? " (any host allowed)" : "", s->nports);
+}
+
 static void subsys_changed(void *old_obj, void *new_obj)
 {
+    subsys_log("changed", new_obj);
     nvme_target_subsys_changed(old_obj, new_obj);
+}
+
+static void subsys_added(void *new_obj)
+{
+    subsys_log("published", new_obj);
 }
 
 static void part_applied(struct conf_part *old_part, struct conf_part *new_part)
@@ -472,6 +507,7 @@ static const struct conf_subscriber subscriber = {
     .build = conf_next,
     .gone = subsys_gone,
     .changed = subsys_changed,
+    .added = subsys_added,
     .applied = part_applied,
 };
 
