@@ -155,6 +155,7 @@ static void nvme_on_free(struct conn *c)
     if (!q)
         return;
     nvme_subsys_unref(q->subsys);
+    free(q->mslots);
     if (q->ctrl)
         nvme_ctrl_unref(q->ctrl);
     admit_release(&q->ticket);

@@ -130,6 +130,8 @@ struct nvme_cmd {
     uint32_t dsm_next, dsm_count; /* DSM deallocate: ranges */
     uint32_t lba_shift;
     bool aer;                  /* an Asynchronous Event Request held by the controller */
+    int mslot;                 /* iostats slot of the namespace's volume, -1 none */
+    uint64_t mt0;              /* iostats_start time; 0: not counted */
     struct nvme_cmd *r2t_next; /* CMD_WAIT_R2T: the queue's FIFO */
 };
 
@@ -167,6 +169,7 @@ struct nvme_queue {
     struct nvme_cmd *r2t_head, *r2t_tail; /* R2Ts deferred by the payload bound */
     struct nvme_subsys *subsys;           /* this queue's snapshot of ctrl->subsys (ref) */
     unsigned subsys_gen;
+    int *mslots; /* iostats slot of each of subsys->ns[] (-1: none) */
     struct admit_ticket ticket;
     struct reactor_timer hs_timer;
     struct reactor_timer ka_timer;   /* admin queue: keep-alive */
@@ -272,6 +275,8 @@ static inline uint32_t nvme_lba_size(struct volume *v)
 
 /* ---- nvme_io.c ---- */
 void nvme_io_exec(struct nvme_cmd *cmd);
+/* Count a finished I/O command in the volume's metrics (cmd->mt0 set). */
+void nvme_io_stats_done(struct nvme_cmd *cmd);
 
 /* ---- nvme_discovery.c ---- */
 /* Build the discovery log page for hostnqn into a new buffer (*len bytes). */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/bufpool.h"
+#include "core/iostats.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "nvme/nvme_internal.h"
@@ -47,6 +48,33 @@ static uint16_t errno_status(int err, bool write)
 static uint8_t opc(const struct nvme_cmd *cmd)
 {
     return cmd->sqe[NVME_SQE_OPC];
+}
+
+void nvme_io_stats_done(struct nvme_cmd *cmd)
+{
+    enum iostats_op op;
+    uint64_t bytes = cmd->vr.length;
+    switch (opc(cmd)) {
+    case NVME_IO_READ:
+        op = IOSTATS_READ;
+        break;
+    case NVME_IO_WRITE:
+        op = IOSTATS_WRITE;
+        break;
+    case NVME_IO_FLUSH:
+        op = IOSTATS_FLUSH;
+        bytes = 0;
+        break;
+    case NVME_IO_DSM: /* its ranges are in its data, as SCSI UNMAP's */
+        op = IOSTATS_UNMAP;
+        bytes = 0;
+        break;
+    default:
+        op = IOSTATS_OTHER;
+        bytes = 0;
+    }
+    iostats_done(cmd->mslot, IOSTATS_NVME, op, bytes, cmd->status != NVME_SC_SUCCESS, cmd->mt0);
+    cmd->mt0 = 0;
 }
 
 static void vr_done(struct vreq *vr)
@@ -225,6 +253,9 @@ void nvme_io_exec(struct nvme_cmd *cmd)
     if (!cmd->vol) {
         cmd->vol = ns->vol;
         volume_ref(cmd->vol);
+        struct nvme_queue *q = cmd->q;
+        cmd->mslot = q->mslots ? q->mslots[ns - q->subsys->ns] : -1;
+        cmd->mt0 = iostats_start(cmd->mslot, IOSTATS_NVME);
     }
     cmd->lba_shift = log2_u32(nvme_lba_size(cmd->vol));
     uint64_t nblocks = volume_size(cmd->vol) >> cmd->lba_shift;

@@ -8,12 +8,26 @@
  * dispatched (Fabrics, admin or I/O). Owner reactor only.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/crc32c.h"
+#include "core/iostats.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "nvme/nvme_internal.h"
+
+/* The metrics slots of s's namespaces (a mutex each: once per change of
+ * the queue's subsystem, not per command). */
+static int *queue_mslots(const struct nvme_subsys *s)
+{
+    int *m = s && s->nns ? malloc(s->nns * sizeof(*m)) : NULL;
+    for (size_t i = 0; m && i < s->nns; i++) {
+        m[i] = s->ns[i].vol ? iostats_slot(volume_name(s->ns[i].vol)) : -1;
+        iostats_bind(m[i], IOSTATS_NVME);
+    }
+    return m;
+}
 
 struct nvme_subsys *nvme_queue_subsys(struct nvme_queue *q)
 {
@@ -30,6 +44,8 @@ struct nvme_subsys *nvme_queue_subsys(struct nvme_queue *q)
         q->subsys_gen = atomic_load(&ctrl->subsys_gen);
         pthread_mutex_unlock(&ctrl->lock);
         nvme_subsys_unref(old);
+        free(q->mslots);
+        q->mslots = q->qid ? queue_mslots(q->subsys) : NULL;
     }
     return q->subsys;
 }

@@ -66,6 +66,8 @@ static void send_resp(struct nvme_cmd *cmd)
 void nvme_cmd_complete(struct nvme_cmd *cmd)
 {
     struct nvme_queue *q = cmd->q;
+    if (cmd->mt0)
+        nvme_io_stats_done(cmd);
     if (cmd->vol) {
         volume_unref(cmd->vol);
         cmd->vol = NULL;

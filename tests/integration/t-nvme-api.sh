@@ -99,7 +99,10 @@ m = subprocess.run(["curl", "-sf", "-H", "Authorization: Bearer " + os.environ["
                     os.environ["METRICS"]], check=True, capture_output=True, text=True).stdout
 want = 'blockd_sessions{protocol="nvme",target="%s",peer="127.0.0.1"} 1' % k.ANY
 assert want in m, [l for l in m.splitlines() if "blockd_sessions" in l]
-print("ok  session in the metrics")
+w = [l for l in m.splitlines()
+     if l.startswith('blockd_volume_write_bytes_total{volume="demo/n1",protocol="nvme"}')]
+assert w and int(float(w[0].split()[-1])) >= 8 << 20, w
+print("ok  session and volume I/O in the metrics")
 
 # Bad PDUs on blockd's own port: each a C2HTermReq, logged; the others' data intact.
 env = k.Env("127.0.0.1", port, disc, os.environ["BLOCKD_LOG"])
