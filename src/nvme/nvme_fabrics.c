@@ -96,7 +96,9 @@ static struct nvme_ctrl *ctrl_new(struct nvme_queue *q, const struct connect_arg
     ctrl->inline_size = q->port.inline_data_size;
     ctrl->io_qsize = (uint16_t)q->port.max_queue_size;
     ctrl->nr_io_queues = nq;
-    ctrl->kato_ms = a->kato;
+    /* A discovery controller without keep-alive would hold its socket for
+     * ever once the host forgot it: it gets two minutes, as Linux's. */
+    ctrl->kato_ms = !s && a->kato == 0 ? NVME_DISC_KATO_MS : a->kato;
     ctrl->admin = q;
     nvme_ctrl_seen(ctrl);
     return ctrl;
@@ -149,7 +151,7 @@ static void connect_admin(struct nvme_cmd *cmd, const struct connect_args *a)
     if (ctrl->discovery)
         nvme_ctrl_disc_watch_start(q);
     log_info("%s: nvme: host %s connected to %s: controller %u (keep-alive %u ms)", q->c->peer,
-             a->hostnqn, a->subnqn, ctrl->cntlid, a->kato);
+             a->hostnqn, a->subnqn, ctrl->cntlid, ctrl->kato_ms);
     cmd->result = ctrl->cntlid;
     nvme_cmd_complete(cmd);
 }

@@ -37,21 +37,21 @@
 #include "store/volume.h"
 
 /* Limits the target advertises and enforces. */
-#define NVME_MDTS 8                                /* 2^8 pages of 4 KiB: 1 MiB */
-#define NVME_MAX_XFER (4096u << NVME_MDTS)         /* bytes per command */
-#define NVME_MAXH2CDATA (128u * 1024)              /* per H2CData PDU (ICResp) */
-#define NVME_C2H_CHUNK (128u * 1024)               /* per C2HData PDU we send */
-#define NVME_ADMIN_QSIZE 32                        /* admin queue entries */
-#define NVME_DEFAULT_QSIZE 128                     /* I/O queue entries, port unset */
-#define NVME_QSIZE_MAX 1024                        /* MQES + 1, and a port's cap */
-#define NVME_ADMIN_INLINE 8192                     /* in-capsule data on the admin queue */
-#define NVME_DEFAULT_INLINE 16384                  /* an I/O queue's, port unset */
-#define NVME_INLINE_MAX (NVME_MAX_XFER)            /* a port's cap */
-#define NVME_AERL 3                                /* 0-based: 4 events held */
-#define NVME_HELD_MAX (64u << 20)                  /* payload bytes a queue holds */
-#define NVME_CHANGED_NS_MAX 1024                   /* entries of log page 04h */
-#define NVME_CNTLID_MAX 0xffef                     /* 0xfff0.. are reserved */
-#define NVME_KATO_GRACE_NS (5ull * 1000 * 1000000) /* on top of KATO */
+#define NVME_MDTS 8                        /* 2^8 pages of 4 KiB: 1 MiB */
+#define NVME_MAX_XFER (4096u << NVME_MDTS) /* bytes per command */
+#define NVME_MAXH2CDATA (128u * 1024)      /* per H2CData PDU (ICResp) */
+#define NVME_C2H_CHUNK (128u * 1024)       /* per C2HData PDU we send */
+#define NVME_ADMIN_QSIZE 32                /* admin queue entries */
+#define NVME_DEFAULT_QSIZE 128             /* I/O queue entries, port unset */
+#define NVME_QSIZE_MAX 1024                /* MQES + 1, and a port's cap */
+#define NVME_ADMIN_INLINE 8192             /* in-capsule data on the admin queue */
+#define NVME_DEFAULT_INLINE 16384          /* an I/O queue's, port unset */
+#define NVME_INLINE_MAX (NVME_MAX_XFER)    /* a port's cap */
+#define NVME_AERL 3                        /* 0-based: 4 events held */
+#define NVME_HELD_MAX (64u << 20)          /* payload bytes a queue holds */
+#define NVME_CHANGED_NS_MAX 1024           /* entries of log page 04h */
+#define NVME_CNTLID_MAX 0xffef             /* 0xfff0.. are reserved */
+#define NVME_DISC_KATO_MS 120000           /* a discovery controller connected with KATO 0 */
 
 struct nvme_queue;
 
