@@ -191,9 +191,9 @@ static int on_h2c_data(struct nvme_queue *q, const uint8_t *hdr, uint32_t data_l
     if (cid != cmd->cid)
         return nvme_conn_fatal(q, NVME_TCP_FES_INVALID_HEADER, 8, hdr, hl,
                                "H2CData names another command than its transfer tag");
-    if (datal != data_len)
+    if (datal != data_len || datal == 0)
         return nvme_conn_fatal(q, NVME_TCP_FES_INVALID_HEADER, 16, hdr, hl,
-                               "H2CData length differs from the PDU's data");
+                               "H2CData length zero or not the PDU's data length");
     if ((uint64_t)datao + datal > cmd->data_len)
         return nvme_conn_fatal(q, NVME_TCP_FES_DATA_RANGE, 12, hdr, hl,
                                "H2CData beyond the command's transfer");

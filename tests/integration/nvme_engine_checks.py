@@ -285,6 +285,16 @@ def check_bad_pdus(env, bs=512):
     expect_term(q, q.pdu(6, struct.pack("<HHII4x", cid, ttag, 65536, 512), bytes(512)), 0x04,
                 "H2CData out of range")
     c.close()
+    # H2CData carrying no data.
+    c = env.ctrl().connect(io_queues=1)
+    q = c.ioq()
+    cid = q.next_cid()
+    q.submit(n.sqe(0x01, cid, 1, n.sgl_transport(65536), cdw10=0, cdw12=65536 // bs - 1),
+             inline=False)
+    t, flags, hdr, _ = q.recv_pdu()
+    _, ttag, _, _ = struct.unpack_from("<HHII", hdr, 8)
+    expect_term(q, q.pdu(6, struct.pack("<HHII4x", cid, ttag, 0, 0)), 0x01, "empty H2CData")
+    c.close()
     # The good session still works.
     expect(good.read(1, 200, 8192 // bs, bs=bs) == ref, "other session disturbed")
     good.close()
