@@ -10,6 +10,8 @@
  *   2: ICReq (header and data digests)
  *   3: ICReq + admin Connect + Property Set CC.EN (admin commands follow)
  *   4: ICReq + Connect to the discovery controller
+ *   5: ICReq + I/O queue Connect (qid 1) to a controller that setup made
+ *      and keeps (I/O commands follow)
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -32,6 +34,39 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define SUBNQN "nqn.2026-01.org.blockd:fuzz"
+
+static size_t put_icreq(uint8_t *out, bool digests);
+static size_t put_connect(uint8_t *out, const char *subnqn, uint16_t qid, uint16_t cntlid);
+static size_t put_enable(uint8_t *out);
+static int admin_fd = -1; /* the kept controller's admin queue (CNTLID 1) */
+
+/* Connect the controller the I/O-queue inputs join, once. */
+static void admin_setup(void)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        abort();
+    struct {
+        sa_family_t f;
+    } peer = {AF_UNIX};
+    nvme_target_accept(sv[1], (const struct sockaddr *)&peer, sizeof(peer), NULL, 0,
+                       (void *)(intptr_t)1);
+    uint8_t buf[2048];
+    size_t n = put_icreq(buf, false);
+    n += put_connect(buf + n, SUBNQN, 0, 0xffff);
+    n += put_enable(buf + n);
+    if (write(sv[0], buf, n) != (ssize_t)n)
+        abort();
+    /* ICResp (128) + two responses (24 each) */
+    size_t got = 0;
+    while (got < 128 + 24 + 24) {
+        ssize_t r = read(sv[0], buf, sizeof(buf));
+        if (r <= 0)
+            abort();
+        got += (size_t)r;
+    }
+    admin_fd = sv[0];
+}
 
 static void setup(void)
 {
@@ -71,6 +106,7 @@ static void setup(void)
                                      .max_queue_size = 64};
     nvme_conf_seal(c);
     conf_publish_part(CONF_NVME, &c->part);
+    admin_setup();
 }
 
 static size_t put_icreq(uint8_t *out, bool digests)
@@ -81,7 +117,7 @@ static size_t put_icreq(uint8_t *out, bool digests)
     return NVME_TCP_IC_LEN;
 }
 
-static size_t put_connect(uint8_t *out, const char *subnqn)
+static size_t put_connect(uint8_t *out, const char *subnqn, uint16_t qid, uint16_t cntlid)
 {
     size_t plen = NVME_TCP_CMD_HLEN + NVME_CONNECT_DATA_LEN;
     memset(out, 0, plen);
@@ -93,8 +129,9 @@ static size_t put_connect(uint8_t *out, const char *subnqn)
     sqe[NVME_FCTYPE_OFF] = NVME_FCT_CONNECT;
     le32_put(sqe + NVME_SQE_DPTR + 8, NVME_CONNECT_DATA_LEN);
     sqe[NVME_SQE_DPTR + 15] = NVME_SGL_DATA_OFFSET;
+    le16_put(sqe + NVME_CONNECT_QID, qid);
     le16_put(sqe + NVME_CONNECT_SQSIZE, 31);
-    le16_put(d + NVME_CONNECT_CNTLID, 0xffff);
+    le16_put(d + NVME_CONNECT_CNTLID, cntlid);
     memcpy(d + NVME_CONNECT_SUBNQN, subnqn, strlen(subnqn));
     memcpy(d + NVME_CONNECT_HOSTNQN, "nqn.2026-01.org.blockd:fuzzhost", 31);
     return plen;
@@ -119,10 +156,12 @@ static size_t preamble(uint8_t sel, uint8_t *out)
         return 0;
     size_t n = put_icreq(out, sel == 2);
     if (sel == 3) {
-        n += put_connect(out + n, SUBNQN);
+        n += put_connect(out + n, SUBNQN, 0, 0xffff);
         n += put_enable(out + n);
     } else if (sel == 4) {
-        n += put_connect(out + n, NVME_DISC_NQN);
+        n += put_connect(out + n, NVME_DISC_NQN, 0, 0xffff);
+    } else if (sel == 5) {
+        n += put_connect(out + n, SUBNQN, 1, 1);
     }
     return n;
 }
@@ -135,7 +174,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t *buf = malloc(size + 2048);
     if (!buf)
         return 0;
-    size_t n = preamble(data[0] % 5, buf);
+    size_t n = preamble(data[0] % 6, buf);
     memcpy(buf + n, data + 1, size - 1);
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
@@ -147,8 +186,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                        (void *)(intptr_t)1);
     fuzz_conn_talk(sv[0], buf, n + size - 1);
     free(buf);
-    /* One input, one connection: the next starts from a clean slate. */
-    while (nvme_conn_live() > 0)
+    /* One input, one connection: the next starts from a clean slate (but
+     * for the kept admin queue). */
+    while (nvme_conn_live() > 1)
         usleep(50);
     return 0;
 }
