@@ -20,6 +20,14 @@
 static struct registry queues = REGISTRY_INIT(0);
 static atomic_uint live; /* connections not freed yet */
 static atomic_bool draining_all;
+static _Atomic size_t held_total; /* payload bytes of every queue */
+
+bool nvme_held_room(const struct nvme_queue *q, size_t need)
+{
+    return q->held == 0 ||
+           (q->held + need <= NVME_HELD_MAX &&
+            atomic_load_explicit(&held_total, memory_order_relaxed) + need <= NVME_HELD_BUDGET);
+}
 static struct admit_gate nvme_gate = ADMIT_GATE_INIT("nvme", 4096);
 
 /* ---- slots ---- */
@@ -57,7 +65,7 @@ static void resume_run(struct reactor_msg *m)
         drain_check(q);
     } else if (!q->c->closing) {
         nvme_r2t_flush(q);
-        if (q->held_paused && q->held <= NVME_HELD_MAX / 2) {
+        if (q->held_paused && nvme_held_room(q, 0)) {
             q->held_paused = false;
             conn_pause_input(q->c, false);
         }
@@ -71,6 +79,7 @@ void nvme_slot_free(struct nvme_cmd *cmd)
     struct conn *c = q->c;
     if (cmd->buf) {
         q->held -= cmd->buf_size;
+        atomic_fetch_sub(&held_total, cmd->buf_size);
         bufpool_put(cmd->buf, cmd->buf_size);
         cmd->buf = NULL;
     }
@@ -81,7 +90,7 @@ void nvme_slot_free(struct nvme_cmd *cmd)
     cmd->state = CMD_FREE;
     q->free_tags[q->nfree++] = cmd->tag;
     q->inflight--;
-    bool wake = (q->held_paused && q->held <= NVME_HELD_MAX / 2) || q->r2t_head || q->draining;
+    bool wake = q->held_paused || q->r2t_head || q->draining;
     if (wake && !q->resume_posted && !c->closing) {
         q->resume_posted = true;
         conn_get(c);
@@ -104,6 +113,7 @@ int nvme_cmd_buf(struct nvme_cmd *cmd, size_t size)
         return 0;
     if (cmd->buf) {
         cmd->q->held -= cmd->buf_size;
+        atomic_fetch_sub(&held_total, cmd->buf_size);
         bufpool_put(cmd->buf, cmd->buf_size);
     }
     size = size ? size : 1;
@@ -112,6 +122,7 @@ int nvme_cmd_buf(struct nvme_cmd *cmd, size_t size)
         return -ENOMEM;
     cmd->buf_size = size;
     cmd->q->held += size;
+    atomic_fetch_add(&held_total, size);
     return 0;
 }
 

@@ -49,6 +49,7 @@
 #define NVME_INLINE_MAX (NVME_MAX_XFER)    /* a port's cap */
 #define NVME_AERL 3                        /* 0-based: 4 events held */
 #define NVME_HELD_MAX (64u << 20)          /* payload bytes a queue holds */
+#define NVME_HELD_BUDGET (512u << 20)      /* payload bytes of every queue together */
 #define NVME_CHANGED_NS_MAX 1024           /* entries of log page 04h */
 #define NVME_CNTLID_MAX 0xffef             /* 0xfff0.. are reserved */
 #define NVME_DISC_KATO_MS 120000           /* a discovery controller connected with KATO 0 */
@@ -194,6 +195,10 @@ struct nvme_cmd *nvme_slot_get(struct nvme_queue *q);
 void nvme_slot_free(struct nvme_cmd *cmd);
 /* A send of the command's data was written: the last one frees the slot. */
 void nvme_cmd_release(void *arg);
+/* Whether q may take need more payload bytes: within its own bound and
+ * the budget of every queue together. A queue that holds nothing always
+ * may (one command at a time still moves). Owner reactor. */
+bool nvme_held_room(const struct nvme_queue *q, size_t need);
 /* Allocate cmd->buf of at least size bytes (counted in q->held). 0/-ENOMEM. */
 int nvme_cmd_buf(struct nvme_cmd *cmd, size_t size);
 /* ---- nvme_reader.c ---- */

@@ -145,9 +145,10 @@ static bool waiting_for_data(const struct nvme_queue *q)
 
 static int on_capsule(struct nvme_queue *q, const uint8_t *hdr, uint32_t data_len)
 {
-    if (q->held > NVME_HELD_MAX && !waiting_for_data(q)) {
+    if (!nvme_held_room(q, 0) && !waiting_for_data(q)) {
         if (!q->held_logged)
-            log_warn("%s: nvme: queue %u holds %zu payload bytes: reading paused until some "
+            log_warn("%s: nvme: queue %u holds %zu payload bytes (at its bound or the target's): "
+                     "reading paused until some "
                      "are released",
                      q->c->peer, q->qid, q->held);
         q->held_logged = true;

@@ -123,7 +123,7 @@ void nvme_cmd_request_data(struct nvme_cmd *cmd)
     struct nvme_queue *q = cmd->q;
     /* Past the payload bound, the R2T waits for buffers to be released
      * (the host keeps sending commands and the data of earlier R2Ts). */
-    if (q->r2t_head || (q->held > 0 && q->held + cmd->data_len > NVME_HELD_MAX)) {
+    if (q->r2t_head || !nvme_held_room(q, cmd->data_len)) {
         if (!q->held_logged)
             log_warn("%s: nvme: queue %u holds %zu payload bytes: R2Ts wait for some to be "
                      "released",
@@ -163,8 +163,7 @@ int nvme_conn_fatal(struct nvme_queue *q, int fes, uint32_t fei, const uint8_t *
 /* Send the deferred R2Ts the payload bound allows now, in arrival order. */
 void nvme_r2t_flush(struct nvme_queue *q)
 {
-    while (q->r2t_head && !q->c->closing &&
-           (q->held == 0 || q->held + q->r2t_head->data_len <= NVME_HELD_MAX)) {
+    while (q->r2t_head && !q->c->closing && nvme_held_room(q, q->r2t_head->data_len)) {
         struct nvme_cmd *cmd = q->r2t_head;
         q->r2t_head = cmd->r2t_next;
         if (!q->r2t_head)
