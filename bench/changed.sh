@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Changed blocks (docs/changed-blocks.md): on an ext4 and an XFS pool (loop
-# images in a temporary directory: needs root), a SIZE volume filled with
+# images in a temporary directory: needs root) and an RBD pool (a throwaway
+# Ceph cluster, scripts/ceph-cluster.sh, its memstore sized for the volume,
+# its snapshots and the replica; RBD=0 leaves it out), a SIZE volume filled with
 # data, snapshot s1, 1% of it changed in scattered 64 KiB writes, snapshot
 # s2. Prints, per pool:
 #   map       nbdinfo --map=qemu:dirty-bitmap:s1 of s2's export (ms, ms/GiB)
 #   full      nbdcopy of s2 to a file (s)
 #   incr      the map plus only the dirty ranges copied over NBD onto a copy
 #             of s1 (s), and full/incr
+#   repl      replication.run_onetime of the volume to another volume of the
+#             same pool: the full run after s1 and the incremental one after
+#             s2 (s and bytes copied each, from the job's last progress), and
+#             full/incremental for both (on XFS the full run is a reflink of
+#             the file: 0 bytes copied, the time is what compares)
 # and, on ext4, the change log's cost: 4 KiB random-write IOPS (fio,
 # ioengine=nbd) with the log and without it (BLOCKD_CHANGE_LOG=0), the
 # daemon restarted between, interleaved REPEAT times in the same run.
@@ -43,7 +50,8 @@ bench_cleanup() {
 }
 trap bench_cleanup EXIT
 for fs in xfs ext4; do
-    truncate -s $((BYTES * 3 + (1 << 30))) "$TMP/$fs.img"
+    # the volume, s1, s2, and the replica with its two snapshots
+    truncate -s $((BYTES * 6 + (1 << 30))) "$TMP/$fs.img"
     if [ $fs = xfs ]; then mkfs.xfs -q -m reflink=1 "$TMP/$fs.img"; else mkfs.ext4 -q -F "$TMP/$fs.img"; fi
     mkdir -p "$TMP/$fs" && mount -o loop "$TMP/$fs.img" "$TMP/$fs" || fail "mount $fs"
     MOUNTS+=("$TMP/$fs")
@@ -60,6 +68,17 @@ blockd_start
 export BLOCKCTL_BIN SOCK NBD_PORT
 blockctl call pool.create "{\"name\":\"x\",\"path\":\"$TMP/xfs/pool\"}" >/dev/null || fail "pool x"
 blockctl call pool.create "{\"name\":\"e\",\"path\":\"$TMP/ext4/pool\"}" >/dev/null || fail "pool e"
+POOLS="e x"
+if [ "${RBD:-1}" = 1 ]; then
+    # the volume, its two snapshots' changes and a full replica, in RAM
+    export CEPH_MEM_BYTES=${CEPH_MEM_BYTES:-$((BYTES * 2 + (2 << 30)))}
+    ceph_start
+    blockctl call pool.create "{\"name\":\"r\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" \
+        >/dev/null || fail "pool r"
+    POOLS="$POOLS r"
+fi
+NAMES='{"e": "ext4", "x": "xfs", "r": "rbd"}'
+export NAMES
 
 # changes POOL: 1% of the volume in 64 KiB writes at random aligned offsets
 changes() {
@@ -93,14 +112,53 @@ with open(sys.argv[2], "r+b") as f:
 PY
 }
 
-for p in e x; do
+# replicate SRC DST: replication.run_onetime of SRC's snapshots to DST as a
+# job; prints "SECONDS BYTES_COPIED" from the job's last progress
+replicate() {
+    /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, os, subprocess, sys, time
+def call(method, *params):
+    p = subprocess.run([os.environ["BLOCKCTL_BIN"], "--socket", os.environ["SOCK"], "call", method,
+                        json.dumps(list(params))], capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)
+t0 = time.time()
+jid = call("replication.run_onetime", {
+    "direction": "PUSH", "transport": "LOCAL", "source_datasets": [sys.argv[1]],
+    "target_dataset": sys.argv[2], "recursive": False, "retention_policy": "NONE",
+    "name_regex": "s[0-9]+"})
+if not isinstance(jid, int):
+    jid = max(j["id"] for j in call("core.get_jobs", [["method", "=", "replication.run_onetime"]]))
+while True:
+    job = call("core.get_jobs", [["id", "=", jid]], {"get": True})
+    if job["state"] in ("SUCCESS", "FAILED", "ABORTED"):
+        break
+    time.sleep(0.05)
+assert job["state"] == "SUCCESS", job
+words = job["progress"]["description"].split()
+print("%.2f %s" % (time.time() - t0, words[words.index("bytes") - 1]))
+PY
+}
+
+for p in $POOLS; do
     blockctl volume create $p/v --size "$SIZE" >/dev/null || fail "volume $p/v"
     blockctl share nbd create $p/v --name $p-live >/dev/null
     fio --name=fill --ioengine=nbd --uri="$(U $p-live)" --rw=write --bs=1M --iodepth=8 \
         --size="$BYTES" >/dev/null 2>&1 || fail "fill $p"
     blockctl volume snapshot $p/v@s1 >/dev/null || fail "s1"
+    read -r rf_s rf_b <<<"$(replicate $p/v $p/r)"
+    [ -n "$rf_b" ] || fail "full replication on $p: no result"
     changes $p || fail "changes on $p"
     blockctl volume snapshot $p/v@s2 >/dev/null || fail "s2"
+    read -r ri_s ri_b <<<"$(replicate $p/v $p/r)"
+    [ -n "$ri_b" ] || fail "incremental replication on $p: no result"
+    record "$(python3 -c '
+import json, os, sys
+p, fs, fb, i_s, ib = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
+print("%s: replication full %.2f s (%d bytes copied), incremental %.2f s (%d bytes copied): "
+      "%.1fx less time, %.1fx fewer bytes" % (json.loads(os.environ["NAMES"])[p], fs, fb, i_s, ib,
+      fs / max(i_s, 1e-3), fb / max(ib, 1)))' "$p" "$rf_s" "$rf_b" "$ri_s" "$ri_b")"
+    blockctl call pool.dataset.delete "[\"$p/r\", {\"recursive\": true}]" >/dev/null ||
+        fail "delete the replica $p/r"
     blockctl share nbd create $p/v@s1 --name $p-s1 --readonly >/dev/null
     blockctl share nbd create $p/v@s2 --name $p-s2 --readonly >/dev/null
     t0=$(now); nbdinfo --map=qemu:dirty-bitmap:s1 "$(U $p-s2)" >/dev/null || fail "map"; t1=$(now)
@@ -112,11 +170,11 @@ for p in e x; do
     t2=$(now)
     cmp -s "$TMP/incr.raw" "$TMP/full.raw" || fail "the incremental copy differs from the full one"
     python3 - "$p" "$map_ms" "$t0" "$t1" "$t2" "$BYTES" >"$TMP/line" <<'PY'
-import sys
+import json, os, sys
 p, ms, t0, t1, t2, size = sys.argv[1], float(sys.argv[2]), *map(float, sys.argv[3:6]), int(sys.argv[6])
 g = size / (1 << 30)
 print("%s: map %.0f ms (%.1f ms/GiB), full nbdcopy %.2f s, incremental %.2f s (%.1fx)"
-      % ({"e": "ext4", "x": "xfs"}[p], ms, ms / g, t1 - t0, t2 - t1, (t1 - t0) / (t2 - t1)))
+      % (json.loads(os.environ["NAMES"])[p], ms, ms / g, t1 - t0, t2 - t1, (t1 - t0) / (t2 - t1)))
 PY
     record "$(cat "$TMP/line")"
     rm -f "$TMP/incr.raw" "$TMP/full.raw"

@@ -11,7 +11,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KNOWN=(
-    src/control/replication.c # replication.run_onetime: pool.dataset.create, zfs.snapshot.delete
     src/gwsync/gwconfig_rows.c # applies the group's rows through the iscsi.*/nbd.* methods
 )
 callers=$(grep -rlE --include='*.c' 'api_call_method_(json|as)\(' src | grep -v '^src/api/' | sort || true)

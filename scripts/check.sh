@@ -148,10 +148,12 @@ export IT_JOBS=${IT_JOBS:-5}
 # NBD dirty-bitmap contexts run under ASan in t-changed-blocks and the
 # store-diff unit test; the RBD part is one rbd_diff_iterate2 callback);
 # t-gw-ports (the member port tags are served under ASan in t-gw-config
-# and t-gw-pr).
+# and t-gw-pr); t-replication-incremental (its range copy runs under ASan
+# in t-truenas-replication and the config-repl_copy unit test; the rest is
+# loop mounts and Ceph).
 ASAN_SKIP="t-package-deb t-rbd-conformance t-rbd-pool t-gw-members t-rbd-lost-cluster t-rbd-behind t-gw-conformance"
 ASAN_SKIP+=" t-iscsi-chap-hardening t-nbd-interop t-ops-metrics t-iscsi-portals"
-ASAN_SKIP+=" t-truenas-snapshottask t-changed-blocks-rbd t-gw-ports"
+ASAN_SKIP+=" t-truenas-snapshottask t-changed-blocks-rbd t-gw-ports t-replication-incremental"
 echo "integration tests: default build (io_uring) and ASan+UBSan build (preadv2), $IT_JOBS at a time"
 tests/integration/run.sh \
     --pass default --build "$(pwd)/$BUILD" --skip "${IT_SKIP:-}" \

@@ -218,6 +218,27 @@ struct api_call *api_call_internal_new(const char *method, const char *peer)
     return call;
 }
 
+struct api_call *api_call_as_new(const struct api_identity *who, const char *method,
+                                 const char *peer)
+{
+    struct api_call *call = malloc(sizeof(*call));
+
+    if (call)
+        call_init(call, method, peer ? peer : "internal", NULL, who);
+    return call;
+}
+
+static int call_allowed(struct api_call *call, const struct api_method *m);
+
+int api_call_authorize(struct api_call *call)
+{
+    const struct api_method *m = api_find(call->method);
+
+    if (!m)
+        return api_error(call, EINVAL, "no method %s to check the rights of", call->method);
+    return call_allowed(call, m);
+}
+
 void api_call_internal_free(struct api_call *call)
 {
     if (!call)

@@ -264,6 +264,18 @@ int api_call_method_as(const struct api_identity *who, const char *peer, const c
  */
 struct api_call *api_call_internal_new(const char *method, const char *peer);
 void api_call_internal_free(struct api_call *call);
+/*
+ * The same for work a job does below the API on its caller's behalf
+ * (replication): the call carries who (copied: a job's saved identity),
+ * method names the method whose typed function runs, peer (borrowed) the
+ * log lines' peer. api_call_authorize(call) then makes the checks the
+ * dispatcher makes before running that method (its access flag against
+ * who's roles, local-only, a credential revoked since the job started):
+ * 0, or -1 with the error set on call. Free with api_call_internal_free.
+ */
+struct api_call *api_call_as_new(const struct api_identity *who, const char *method,
+                                 const char *peer);
+int api_call_authorize(struct api_call *call);
 /* The identity the call runs with (never NULL). */
 const struct api_identity *api_call_identity(const struct api_call *call);
 

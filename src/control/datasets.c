@@ -433,32 +433,62 @@ static void update_publish(struct update *u)
         volume_unref(u->v);
 }
 
-/* pool.dataset.update: decode once -> (locked) check -> one transaction
- * -> publish; one exit frees the decoded request. */
+/* pool.dataset.update, once decoded: (locked) check -> one transaction
+ * -> publish. The caller frees the decoded request (update_free). */
+static int update_run(struct update *u, json_t **result)
+{
+    struct api_call *call = u->call;
+    int rc;
+
+    ds_ops_lock();
+    db_lock();
+    rc = update_locked(u);
+    if (rc == 0)
+        *result = ds_dataset_row(u->row.name);
+    db_unlock();
+    ds_ops_unlock();
+    if (rc < 0) {
+        rc = update_fail(u, rc);
+    } else {
+        update_publish(u);
+        rc = *result ? 0 : api_error(call, EIO, "dataset %s vanished", u->row.name);
+    }
+    return rc;
+}
+
+/* pool.dataset.update: decode once, then update_run; one exit frees the
+ * decoded request. */
 static int m_dataset_update(struct api_call *call, json_t *params, json_t **result)
 {
     struct update u = {.call = call};
     int rc = update_decode(call, params, &u);
 
-    if (rc < 0) {
+    if (rc < 0)
         rc = api_has_verrs(call) ? api_invalid(call)
                                  : ds_api_errno(call, rc, "cannot update dataset", u.id);
-        update_free(&u);
-        return rc;
-    }
-    ds_ops_lock();
-    db_lock();
-    rc = update_locked(&u);
-    if (rc == 0)
-        *result = ds_dataset_row(u.row.name);
-    db_unlock();
-    ds_ops_unlock();
-    if (rc < 0) {
-        rc = update_fail(&u, rc);
-    } else {
-        update_publish(&u);
-        rc = *result ? 0 : api_error(call, EIO, "dataset %s vanished", u.row.name);
-    }
+    else
+        rc = update_run(&u, result);
+    update_free(&u);
+    return rc;
+}
+
+/* The typed path decodes its one change the way the method does, so the
+ * ZFS property rules (ds_propset) apply to it unchanged. */
+int ds_dataset_set_readonly(struct api_call *call, const char *name, bool on)
+{
+    struct update u = {.call = call};
+    json_t *data = json_pack("{s:s}", "readonly", on ? "ON" : "OFF");
+    json_t *result = NULL;
+    int rc;
+
+    snprintf(u.id, sizeof(u.id), "%s", name);
+    rc = data ? update_decode_data(data, &u) : -ENOMEM;
+    json_decref(data);
+    if (rc < 0)
+        rc = ds_api_errno(call, rc, "cannot update dataset", name);
+    else
+        rc = update_run(&u, &result);
+    json_decref(result);
     update_free(&u);
     return rc;
 }
@@ -874,39 +904,53 @@ static void delete_publish(struct dataset_delete *d)
  * transaction -> the storage -> publish; one exit frees the plan. Pools
  * whose storage another client may hold (volume_remove_check: RBD) remove
  * the storage first and then the rows of what went (delete_storage_first). */
-static int m_dataset_delete(struct api_call *call, json_t *params, json_t **result)
+static int dataset_delete_run(struct dataset_delete *d, json_t **result)
 {
-    struct dataset_delete d = {.call = call};
+    struct api_call *call = d->call;
     int rc, failed = 0;
 
-    if (delete_decode(call, params, &d) < 0)
-        return api_invalid(call);
     ds_ops_lock();
     db_lock();
-    rc = delete_check(&d);
-    bool first = rc == 0 && ds_backend_of(&d.pool)->volume_remove_check;
+    rc = delete_check(d);
+    bool first = rc == 0 && ds_backend_of(&d->pool)->volume_remove_check;
     if (first) {
         db_unlock();
-        failed = delete_storage_first(&d);
+        failed = delete_storage_first(d);
         db_lock();
-        rc = plan_removed_any(&d.plan) ? delete_rows(&d) : failed;
+        rc = plan_removed_any(&d->plan) ? delete_rows(d) : failed;
     } else if (rc == 0) {
-        rc = delete_rows(&d);
+        rc = delete_rows(d);
     }
     db_unlock();
     if (rc == 0 && !first)
-        delete_storage(&d);
+        delete_storage(d);
     ds_ops_unlock();
-    if (rc == 0 && plan_removed_any(&d.plan))
-        delete_publish(&d);
+    if (rc == 0 && plan_removed_any(&d->plan))
+        delete_publish(d);
     if (rc == 0 && failed)
-        rc = failed;               /* what went is gone; the call reports what stayed */
-    if (plan_removed_any(&d.plan)) /* a clone gone may free a deferred origin */
+        rc = failed;                /* what went is gone; the call reports what stayed */
+    if (plan_removed_any(&d->plan)) /* a clone gone may free a deferred origin */
         ds_snapshot_reap_deferred(false, api_call_peer(call));
-    if (rc == 0)
+    if (rc == 0 && result)
         *result = json_true();
-    plan_free(&d.plan);
+    plan_free(&d->plan);
     return rc;
+}
+
+static int m_dataset_delete(struct api_call *call, json_t *params, json_t **result)
+{
+    struct dataset_delete d = {.call = call};
+
+    if (delete_decode(call, params, &d) < 0)
+        return api_invalid(call);
+    return dataset_delete_run(&d, result);
+}
+
+int ds_dataset_destroy(struct api_call *call, const char *name, bool recursive, bool force)
+{
+    struct dataset_delete d = {.call = call, .id = name, .recursive = recursive, .force = force};
+
+    return dataset_delete_run(&d, NULL);
 }
 
 int datasets_forget(const char *name, char *why, size_t len)

@@ -185,6 +185,31 @@ int ds_flatten_job(struct api_call *call, json_t *params, const struct ds_pool *
  * method table. */
 int ds_dataset_create(struct api_call *call, json_t *params, json_t **result);
 extern const struct api_arg ds_dataset_create_args[1];
+/*
+ * The typed entry points of pool.dataset.create / delete / update for
+ * blockd's own work below the API (replication): the same checks, locks,
+ * transaction, log lines and notifications as the methods, with call's
+ * identity and peer. 0, or -1 with the error set on call.
+ * ds_volume_create: a VOLUME with its missing ancestors (create_ancestors);
+ * readonly is inherited, sync too unless sync_given; user_props borrowed
+ * (NULL: none), comments / managedby NULL: none.
+ */
+struct ds_volume_new {
+    const char *name;
+    uint64_t volsize;
+    uint32_t volblocksize; /* bytes */
+    bool sparse;
+    bool sync_given;
+    enum volume_sync sync;
+    const char *comments;
+    const char *managedby;
+    const struct ds_user_props *user_props;
+};
+int ds_volume_create(struct api_call *call, const struct ds_volume_new *nv);
+/* pool.dataset.delete name {recursive, force} (datasets.c). */
+int ds_dataset_destroy(struct api_call *call, const char *name, bool recursive, bool force);
+/* pool.dataset.update name {readonly: ON / OFF} (datasets.c). */
+int ds_dataset_set_readonly(struct api_call *call, const char *name, bool on);
 
 /* snapshots.c / datasets.c / pools.c method tables */
 extern const struct api_method ds_resource_methods[]; /* zfs_resource.c */

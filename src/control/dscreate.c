@@ -365,32 +365,80 @@ static int create_answer(struct api_call *call, const struct create_req *req, in
     return *result ? 0 : api_error(call, EIO, "dataset %s vanished", req->row.name);
 }
 
-/* pool.dataset.create: decode once -> check fields -> (locked) check
- * against the database -> one transaction -> the new row. The parameter
+/* The decoded request: check fields -> (locked) check against the
+ * database -> one transaction -> the new row into *result (may be NULL). */
+static int create_run(struct api_call *call, struct create_req *req, json_t **result)
+{
+    struct ds_pool pool;
+    json_t *row = NULL;
+    int rc;
+
+    create_check_fields(call, req);
+    ds_check_user_props(call, "pool.dataset.create.user_properties", &req->user_props, false);
+    ds_ops_lock();
+    db_lock();
+    rc = create_resolve(call, req, &pool);
+    if (rc == 0 && !api_has_verrs(call)) {
+        rc = create_commit(call, req, &pool);
+        if (rc == 0)
+            row = ds_dataset_row(req->row.name);
+    }
+    db_unlock();
+    ds_ops_unlock();
+    rc = create_answer(call, req, rc, &row);
+    if (result)
+        *result = row;
+    else
+        json_decref(row);
+    return rc;
+}
+
+/* pool.dataset.create: decode once, then create_run. The parameter
  * shapes were checked by the dispatcher against create_fields. */
 int ds_dataset_create(struct api_call *call, json_t *params, json_t **result)
 {
     struct create_req req;
-    struct ds_pool pool;
     int rc = create_decode(api_param(params, 0), &req);
 
     if (rc < 0) {
         create_req_free(&req);
         return ds_api_errno(call, rc, "cannot create dataset", req.row.name);
     }
-    create_check_fields(call, &req);
-    ds_check_user_props(call, "pool.dataset.create.user_properties", &req.user_props, false);
-    ds_ops_lock();
-    db_lock();
-    rc = create_resolve(call, &req, &pool);
-    if (rc == 0 && !api_has_verrs(call)) {
-        rc = create_commit(call, &req, &pool);
-        if (rc == 0)
-            *result = ds_dataset_row(req.row.name);
+    rc = create_run(call, &req, result);
+    create_req_free(&req);
+    return rc;
+}
+
+int ds_volume_create(struct api_call *call, const struct ds_volume_new *nv)
+{
+    struct create_req req;
+    struct ds_row *row = &req.row;
+    int rc;
+
+    memset(&req, 0, sizeof(req));
+    snprintf(row->name, sizeof(row->name), "%s", nv->name);
+    req.name_len = strlen(nv->name);
+    row->type = DS_VOLUME;
+    row->volsize = nv->volsize;
+    row->volblocksize = nv->volblocksize;
+    row->sparse = nv->sparse;
+    row->sync = nv->sync;
+    req.sync_inherit = !nv->sync_given;
+    req.readonly_inherit = true;
+    snprintf(row->comments, sizeof(row->comments), "%s", nv->comments ? nv->comments : "");
+    req.vol_only[VO_VOLSIZE] = req.vol_only[VO_VOLBLOCKSIZE] = req.vol_only[VO_SPARSE] = true;
+    /* as pool.dataset.create names it, for the log (at most "128K") */
+    str_printf(req.volblocksize, sizeof(req.volblocksize), "%u%s",
+               nv->volblocksize >= 1024 ? nv->volblocksize / 1024 : nv->volblocksize,
+               nv->volblocksize >= 1024 ? "K" : "");
+    if (nv->managedby) {
+        req.managedby.given = true;
+        snprintf(req.managedby.value, sizeof(req.managedby.value), "%s", nv->managedby);
     }
-    db_unlock();
-    ds_ops_unlock();
-    rc = create_answer(call, &req, rc, result);
+    if (nv->user_props)
+        req.user_props = *nv->user_props; /* borrowed: not freed below */
+    rc = create_run(call, &req, NULL);
+    req.user_props = (struct ds_user_props){0};
     create_req_free(&req);
     return rc;
 }

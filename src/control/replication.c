@@ -11,17 +11,27 @@
  *    no base and snapshots on the target the job fails unless
  *    allow_from_scratch (then the target is destroyed and sent whole);
  *  - receiving is "zfs recv -F": target snapshots newer than the base are
- *    destroyed, the target's data becomes the snapshot's
- *    (store_update_file: reflink, else compare-and-write of what differs),
- *    then the target snapshot is taken (zfs.snapshot.create);
+ *    destroyed, the target's data becomes the snapshot's, then the target
+ *    snapshot is taken. After the base (or a snapshot just received) only
+ *    the ranges that may differ are copied (repl_copy.h): those the
+ *    source's changed blocks give from the common snapshot to the new one
+ *    (store/diff.h: RBD diff, FIEMAP, change log or content compare), and
+ *    those the target changed since its copy of the common snapshot; the
+ *    source's holes and zeroes there become holes on the target. Without a
+ *    common snapshot, or when a diff is unavailable, the copy is full
+ *    (between file pools the whole-file update of store/copy.h: reflink,
+ *    else compare-and-write; otherwise every allocated range). File and
+ *    RBD pools mix in any direction. The job's progress says which;
  *  - readonly SET/REQUIRE/IGNORE, then retention_policy on the targets.
  *
- * The dataset work goes through the existing methods (pool.dataset.create
- * / update / delete, zfs.snapshot.create / delete) called in-process, so
- * their checks, locking and observers apply; only the data copy into the
- * target volume is done here, under ds_ops_lock() like every long copy.
- * One replication job runs at a time (the others wait, saying so in
- * their progress).
+ * The dataset work goes through the typed functions of the methods
+ * (pool.dataset.create / update / delete, zfs.snapshot.create / delete:
+ * control/ds_internal.h), with the identity of whoever started the job,
+ * checked as the dispatcher checks a call of that method
+ * (api_call_authorize), so their checks, locking and observers apply; only
+ * the data copy into the target volume is done here, under ds_ops_lock()
+ * like every long copy. One replication job runs at a time (the others
+ * wait, saying so in their progress).
  */
 #include "control/replication.h"
 
@@ -40,7 +50,9 @@
 #include "control/db.h"
 #include "control/ds_internal.h"
 #include "control/dsbackend.h"
+#include "control/repl_copy.h"
 #include "control/repl_select.h"
+#include "control/snapdiff.h"
 #include "core/log.h"
 #include "core/util.h"
 #include "store/changes.h"
@@ -343,6 +355,7 @@ struct item {
     const struct snap *base;
     const struct snap **send; /* source snapshots to receive, in order */
     size_t nsend;
+    bool fresh; /* the target was created by this job and holds nothing yet */
 };
 
 struct repl_task {
@@ -363,6 +376,11 @@ struct repl_task {
     const struct item *cur;
     const struct snap *cur_snap;
     int last_pct;
+    char mode[256]; /* how the current snapshot is received (progress) */
+    /* what was received: bytes written, and how many receives were
+     * incremental (changed ranges only) or full */
+    uint64_t copied;
+    size_t nincremental, nfull;
 };
 
 static void task_free(void *arg)
@@ -465,38 +483,62 @@ static int repl_fail(struct repl_task *t, int errnum, const char *fmt, ...)
     return jobs_fail(t->job, errnum, "%s", msg);
 }
 
-/* ---- calling the dataset methods in-process ---- */
+/* ---- the dataset functions, on the job's caller's behalf ---- */
 
-/* Run method(params) (params stolen). On failure the job fails with the
- * method's message prefixed by what. 0 or -1. */
-static int run_method(struct repl_task *t, const char *what, const char *method, json_t *params,
-                      json_t **result)
+/* A call for method's typed function with the identity of whoever started
+ * the replication (its job's), checked as the dispatcher checks a call of
+ * method (roles, a credential revoked since the job started). NULL when
+ * refused or out of memory: the job failed then, saying why, prefixed by
+ * what. */
+static struct api_call *job_call(struct repl_task *t, const char *what, const char *method);
+
+/* The failure message of a typed call (its field error's, else its
+ * message's) into msg; its errno. */
+static int call_failure(struct api_call *call, char *msg, size_t len)
 {
-    json_t *res = NULL, *err = NULL;
-    int rc;
+    json_t *err = api_call_error(call);
+    json_t *data = json_object_get(err, "data");
+    json_t *extra = json_array_get(json_object_get(data, "extra"), 0);
+    const char *m = json_string_value(json_object_get(err, "message"));
+    int e = api_call_errno(call);
 
-    if (!params)
-        return repl_fail(t, ENOMEM, "%s: out of memory", what);
-    /* with the rights of whoever started the replication (its job's) */
-    rc = api_call_method_as(jobs_identity(t->job), "replication", method, params, &res, &err);
-    json_decref(params);
-    if (rc < 0) {
-        json_t *data = json_object_get(err, "data");
-        json_t *extra = json_array_get(json_object_get(data, "extra"), 0);
-        int e = (int)json_integer_value(json_object_get(data, "error"));
-        const char *msg = json_string_value(json_object_get(err, "message"));
+    if (extra)
+        m = json_string_value(json_array_get(extra, 1));
+    str_printf(msg, len, "%s", m ? m : "failed");
+    json_decref(err);
+    return e ? e : EINVAL;
+}
 
-        if (extra)
-            msg = json_string_value(json_array_get(extra, 1));
-        repl_fail(t, e ? e : EINVAL, "%s: %s", what, msg ? msg : method);
-        json_decref(err);
-        return -1;
+static struct api_call *job_call(struct repl_task *t, const char *what, const char *method)
+{
+    struct api_call *call = api_call_as_new(jobs_identity(t->job), method, "replication");
+    char msg[512];
+
+    if (!call) {
+        repl_fail(t, ENOMEM, "%s: out of memory", what);
+        return NULL;
     }
-    if (result)
-        *result = res;
-    else
-        json_decref(res);
-    return 0;
+    if (api_call_authorize(call) < 0) {
+        int e = call_failure(call, msg, sizeof(msg));
+        repl_fail(t, e, "%s: %s", what, msg);
+        api_call_internal_free(call);
+        return NULL;
+    }
+    return call;
+}
+
+/* End a typed call that returned rc: on failure the job fails with the
+ * call's message prefixed by what. 0 or -1. */
+static int job_call_end(struct repl_task *t, struct api_call *call, const char *what, int rc)
+{
+    char msg[512];
+
+    if (rc < 0) {
+        int e = call_failure(call, msg, sizeof(msg));
+        repl_fail(t, e, "%s: %s", what, msg);
+    }
+    api_call_internal_free(call);
+    return rc < 0 ? -1 : 0;
 }
 
 /* ---- planning (no change is made while planning) ---- */
@@ -772,74 +814,82 @@ static void recv_progress(uint64_t done, uint64_t total, void *arg)
     if (pct == t->last_pct && done != total)
         return;
     t->last_pct = pct;
-    jobs_progress(t->job, pct, "Sending %zu of %zu: %s@%s (%d%%)", t->sent + 1, t->total,
-                  t->cur->src, t->cur_snap->name, cur);
+    jobs_progress(t->job, pct, "Sending %zu of %zu: %s@%s: %s (%d%%)", t->sent + 1, t->total,
+                  t->cur->src, t->cur_snap->name, t->mode, cur);
 }
 
-static json_t *vbs_json(uint32_t vbs)
-{
-    char buf[16];
-
-    if (vbs < 1024)
-        snprintf(buf, sizeof(buf), "%u", vbs);
-    else
-        snprintf(buf, sizeof(buf), "%uK", vbs / 1024);
-    return json_string(buf);
-}
-
-/* The source's properties a created target takes: its managedby and its
- * user properties. */
+/* The source's user properties ("ns:name") a created target takes. */
 struct create_props {
-    json_t *data, *uprops;
+    char managedby[DS_MANAGEDBY_MAX + 1];
+    bool has_managedby;
+    struct ds_user_props uprops;
+    int rc;
 };
 
 static void create_prop_add(const char *k, const char *v, void *arg)
 {
     struct create_props *cp = arg;
+    struct ds_user_prop *nv, *p;
 
-    if (strcmp(k, "managedby") == 0)
-        json_object_set_new(cp->data, "managedby", json_string(v));
-    else if (strchr(k, ':'))
-        json_array_append_new(cp->uprops, json_pack("{s:s, s:s}", "key", k, "value", v));
+    if (strcmp(k, "managedby") == 0) {
+        snprintf(cp->managedby, sizeof(cp->managedby), "%s", v);
+        cp->has_managedby = true;
+        return;
+    }
+    if (!strchr(k, ':') || cp->rc < 0)
+        return;
+    nv = realloc(cp->uprops.v, (cp->uprops.n + 1) * sizeof(*nv));
+    if (!nv) {
+        cp->rc = -ENOMEM;
+        return;
+    }
+    cp->uprops.v = nv;
+    p = &nv[cp->uprops.n];
+    *p = (struct ds_user_prop){.key = strdup(k), .value = strdup(v), .has_value = true};
+    cp->uprops.n++;
+    if (!p->key || !p->value)
+        cp->rc = -ENOMEM;
+    p->key_len = p->key ? strlen(p->key) : 0;
+    p->value_len = p->value ? strlen(p->value) : 0;
 }
 
-/* pool.dataset.create of the target volume with the source's properties. */
+/* The target volume (pool.dataset.create's typed path), thin, with the
+ * source's block size and, with properties, its sync, comments,
+ * managedby and user properties. */
 static int create_target(struct repl_task *t, struct item *it, uint64_t volsize)
 {
+    struct create_props cp = {0};
     struct ds_row src;
-    json_t *data;
+    struct api_call *call;
     int rc;
 
     db_lock();
     rc = ds_dataset_get(it->src, &src);
+    if (rc == 0 && t->properties)
+        rc = ds_dataset_props_each(src.id, create_prop_add, &cp);
     db_unlock();
-    if (rc < 0)
-        return repl_fail(t, rc, "cannot read dataset %s", it->src);
+    if (rc == 0)
+        rc = cp.rc;
+    if (rc < 0) {
+        ds_user_props_free(&cp.uprops);
+        return repl_fail(t, rc, "cannot read dataset %s and its properties", it->src);
+    }
     /* Target volumes are thin: the received data decides what is
      * allocated (a thick source's unwritten space is not sent either). */
-    data = json_pack("{s:s, s:s, s:I, s:o, s:b, s:b}", "name", it->dst, "type", "VOLUME", "volsize",
-                     (json_int_t)volsize, "volblocksize", vbs_json(src.volblocksize), "sparse", 1,
-                     "create_ancestors", 1);
-    if (data && t->properties) {
-        json_object_set_new(data, "sync", json_string(volume_sync_name(src.sync)));
-        json_object_set_new(data, "comments", json_string(src.comments));
-        struct create_props cp = {.data = data, .uprops = json_array()};
-        db_lock();
-        rc = ds_dataset_props_each(src.id, create_prop_add, &cp);
-        db_unlock();
-        if (rc < 0) {
-            json_decref(cp.uprops);
-            json_decref(data);
-            return repl_fail(t, rc, "cannot read the properties of %s", it->src);
-        }
-        if (json_array_size(cp.uprops))
-            json_object_set_new(data, "user_properties", cp.uprops);
-        else
-            json_decref(cp.uprops);
-    }
-    rc = run_method(t, it->dst, "pool.dataset.create", json_pack("[o]", data), NULL);
+    struct ds_volume_new nv = {.name = it->dst,
+                               .volsize = volsize,
+                               .volblocksize = src.volblocksize,
+                               .sparse = true,
+                               .sync_given = t->properties,
+                               .sync = src.sync,
+                               .comments = t->properties ? src.comments : NULL,
+                               .managedby = cp.has_managedby ? cp.managedby : NULL,
+                               .user_props = &cp.uprops};
+    call = job_call(t, it->dst, "pool.dataset.create");
+    rc = call ? job_call_end(t, call, it->dst, ds_volume_create(call, &nv)) : -1;
+    ds_user_props_free(&cp.uprops);
     if (rc == 0)
-        it->dst_exists = true;
+        it->dst_exists = it->fresh = true;
     return rc;
 }
 
@@ -873,65 +923,63 @@ static void recv_store_created(int64_t dataset_id, const char *name, int64_t cre
     cfg_tx_commit(&tx);
 }
 
-/* What one receive works on, found under the locks. */
+/* What one receive works on, found under the locks, and what it did. */
 struct recv_ctx {
     struct ds_row drow;                    /* the target dataset */
+    struct ds_pool spool, dpool;           /* the source's and the target's pools */
+    bool files;                            /* both are file pools: spath and dpath set */
     char spath[PATH_MAX], dpath[PATH_MAX]; /* the source snapshot's and target's files */
-    struct volume *v;                      /* the target's open volume, or NULL (own ref) */
-    struct store_update_stats st;
+    struct volume *v;                      /* the target's open volume (own ref) */
+    uint64_t size;                         /* the received size */
+    bool incremental;                      /* only changed ranges were copied */
+    size_t ranges;                         /* the ranges walked… */
+    uint64_t span;                         /* …and the bytes they cover */
+    struct repl_copy_stats st;             /* what the range copy did */
+    struct store_update_stats ust;         /* or the whole-file update */
     bool resized;
 };
 
-/* Under db_lock: both pools, the target row and the two files' paths.
- * *rbd when either pool is RBD (nothing else is looked up then). */
-static int recv_locate(struct item *it, const struct snap *s, struct recv_ctx *c, bool *rbd)
+/* Under db_lock: both pools, the target row and, for two file pools, the
+ * two files' paths. */
+static int recv_locate(struct item *it, const struct snap *s, struct recv_ctx *c)
 {
-    struct ds_pool spool, dpool;
     char poolname[DS_NAME_BUF];
     int rc;
 
     db_lock();
     ds_pool_of(it->src, poolname, sizeof(poolname));
-    rc = ds_pool_get(poolname, &spool);
+    rc = ds_pool_get(poolname, &c->spool);
     if (rc == 0) {
         ds_pool_of(it->dst, poolname, sizeof(poolname));
-        rc = ds_pool_get(poolname, &dpool);
+        rc = ds_pool_get(poolname, &c->dpool);
     }
-    *rbd = rc == 0 && (ds_pool_is_rbd(&spool) || ds_pool_is_rbd(&dpool));
-    if (rc == 0 && !*rbd)
+    if (rc == 0)
         rc = ds_dataset_get(it->dst, &c->drow);
-    if (rc == 0 && !*rbd &&
-        (ds_path(&spool, it->src, s->name, c->spath, sizeof(c->spath)) < 0 ||
-         ds_path(&dpool, it->dst, NULL, c->dpath, sizeof(c->dpath)) < 0))
+    c->files = rc == 0 && !ds_pool_is_rbd(&c->spool) && !ds_pool_is_rbd(&c->dpool);
+    if (c->files && (ds_path(&c->spool, it->src, s->name, c->spath, sizeof(c->spath)) < 0 ||
+                     ds_path(&c->dpool, it->dst, NULL, c->dpath, sizeof(c->dpath)) < 0))
         rc = -ENAMETOOLONG;
     db_unlock();
     return rc;
 }
 
 /* Called under ds_ops_lock: may this snapshot be received into the
- * target now? Flushes the target's open volume (c->v, kept for the
- * caller to release after the lock) so the compare sees its data.
- * 0, or -errno with the job's failure message in msg. */
+ * target now? Opens the target's volume (c->v, released by the caller
+ * after the lock) and flushes it, so what is compared or diffed is on
+ * the storage. 0, or -errno with the job's failure message in msg. */
 static int recv_check(struct item *it, const struct snap *s, struct recv_ctx *c, char *msg,
                       size_t msglen)
 {
     char why[256];
-    bool rbd;
-    int rc = recv_locate(it, s, c, &rbd);
+    int rc = recv_locate(it, s, c);
 
-    if (rbd) {
-        str_printf(msg, msglen,
-                   "replication of %s to %s: RBD pools are not supported by "
-                   "replication.run_onetime yet (file pools only)",
-                   it->src, it->dst);
-        return -ENOTSUP;
-    }
     if (rc < 0) {
         str_printf(msg, msglen, "cannot locate %s@%s or %s", it->src, s->name, it->dst);
         return rc;
     }
     if (c->drow.memory) {
-        str_printf(msg, msglen, "%s is memory-backed; replication needs the file backend", it->dst);
+        str_printf(msg, msglen, "%s is memory-backed; replication needs the file or RBD backend",
+                   it->dst);
         return -ENOTSUP;
     }
     /* zfs recv replaces the data under any user: refuse instead */
@@ -939,40 +987,217 @@ static int recv_check(struct item *it, const struct snap *s, struct recv_ctx *c,
         str_printf(msg, msglen, "target %s is in use (%s)", it->dst, why);
         return -EBUSY;
     }
-    c->v = ds_cache_peek(it->dst);
-    if (c->v && (rc = volume_flush_wait(c->v)) < 0) {
+    rc = datasets_volume_open(it->dst, &c->v);
+    if (rc == 0 && (rc = volume_flush_wait(c->v)) < 0)
         str_printf(msg, msglen, "cannot flush %s", it->dst);
-        return rc;
-    }
-    return 0;
+    else if (rc < 0)
+        str_printf(msg, msglen, "cannot open %s: %s", it->dst, strerror(-rc));
+    return rc;
 }
 
-/* Called under ds_ops_lock: make the target's file the snapshot's data,
- * then the open volume's and the database's size the received one. */
-static int recv_transfer(struct repl_task *t, struct recv_ctx *c)
+/* The target's size becomes the received one (c->size), through its
+ * pool's backend, stored in the database. Under ds_ops_lock. */
+static int recv_resize(struct item *it, struct recv_ctx *c)
+{
+    uint64_t old = volume_size(c->v);
+    int rc;
+
+    if (old == c->size)
+        return 0;
+    rc = ds_backend_of(&c->dpool)->volume_resize(&c->dpool, it->dst, c->v, old, c->size,
+                                                 c->drow.sparse);
+    if (rc == 0) {
+        c->resized = true;
+        rc = recv_store_size(c->drow.id, c->size);
+    }
+    return rc;
+}
+
+/* Full receive between two file pools: the whole-file update (reflink,
+ * else compare-and-write of what differs). */
+static int recv_full_files(struct repl_task *t, struct recv_ctx *c, const char *why)
 {
     int rc;
 
+    str_printf(t->mode, sizeof(t->mode), "full copy (whole file): %s", why);
     recv_progress(0, 1, t);
     /* the file changes behind the open volume: its change log cannot say
      * how (store/changes.h) */
-    struct store_changes *log = c->v ? bdev_file_changes(volume_bdev(c->v)) : NULL;
+    struct store_changes *log = bdev_file_changes(volume_bdev(c->v));
     if (log)
         store_changes_invalidate(log);
-    rc = store_update_file(c->spath, c->dpath, 0, recv_progress, t, &c->st);
-    if (rc == 0 && c->v && volume_size(c->v) != c->st.size) {
-        rc = volume_resize(c->v, c->st.size);
+    rc = store_update_file(c->spath, c->dpath, 0, recv_progress, t, &c->ust);
+    c->size = c->ust.size;
+    c->span = c->ust.size;
+    c->st.copied = c->ust.written;
+    c->st.zeroed = c->ust.punched;
+    if (rc == 0 && volume_size(c->v) != c->size) {
+        rc = volume_resize(c->v, c->size);
         c->resized = rc == 0;
     }
     if (rc == 0)
-        rc = recv_store_size(c->drow.id, c->st.size);
+        rc = recv_store_size(c->drow.id, c->size);
     return rc;
+}
+
+/* Full receive through the volumes (any pool pair): every allocated
+ * range of the source snapshot is copied, the rest zeroed unless the
+ * target was just created. */
+static int recv_full(struct repl_task *t, struct item *it, const struct snap *s, struct recv_ctx *c,
+                     const char *why)
+{
+    char name[DS_NAME_BUF * 2], err[256];
+    struct repl_ranges r = {0};
+    struct ds_diff sd;
+    const char *field;
+    bool fresh = it->fresh;
+    int rc;
+
+    if (c->files)
+        return recv_full_files(t, c, why);
+    snprintf(name, sizeof(name), "%s@%s", it->src, s->name);
+    rc = ds_diff_open_one(name, &sd, &field, err, sizeof(err));
+    if (rc < 0)
+        log_error("replication: full copy of %s: %s", name, err);
+    if (rc == 0) {
+        c->size = sd.size;
+        rc = recv_resize(it, c);
+    }
+    if (rc == 0)
+        rc = repl_ranges_add(0, c->size, &r);
+    if (rc == 0) {
+        c->ranges = 1;
+        c->span = c->size;
+        str_printf(t->mode, sizeof(t->mode), "full copy of %llu bytes: %s",
+                   (unsigned long long)c->size, why);
+        rc = repl_copy_ranges(sd.target, volume_bdev(c->v), &r, fresh, recv_progress, t, &c->st);
+    }
+    repl_ranges_free(&r);
+    ds_diff_close(&sd);
+    return rc;
+}
+
+/* The ranges that may differ between the target and the source snapshot
+ * s, given that both hold prev: where the source changed from prev to s,
+ * and where the target changed since its own prev (a target written to
+ * after the last receive). 0 or -errno (the diff is unavailable). */
+static int recv_ranges(struct item *it, const char *prev, const struct snap *s, struct ds_diff *sd,
+                       struct repl_ranges *r, char *why, size_t len)
+{
+    char base[DS_NAME_BUF * 2], target[DS_NAME_BUF * 2];
+    struct ds_diff dd;
+    const char *field;
+    int rc;
+
+    snprintf(base, sizeof(base), "%s@%s", it->dst, prev);
+    rc = ds_diff_open(base, it->dst, &dd, &field, why, len);
+    if (rc == 0 && (rc = ds_diff_changed(&dd, 0, dd.size, repl_ranges_add, r)) != 0)
+        str_printf(why, len, "changed blocks of %s since @%s: %s", it->dst, prev,
+                   strerror(rc < 0 ? -rc : EIO));
+    ds_diff_close(&dd);
+    if (rc != 0)
+        return rc < 0 ? rc : -EIO;
+    snprintf(base, sizeof(base), "%s@%s", it->src, prev);
+    snprintf(target, sizeof(target), "%s@%s", it->src, s->name);
+    rc = ds_diff_open(base, target, sd, &field, why, len);
+    if (rc == 0 && (rc = ds_diff_changed(sd, 0, sd->size, repl_ranges_add, r)) != 0)
+        str_printf(why, len, "changed blocks of %s from @%s to @%s: %s", it->src, prev, s->name,
+                   strerror(rc < 0 ? -rc : EIO));
+    return rc == 0 ? 0 : rc < 0 ? rc : -EIO;
+}
+
+/* Incremental receive: only the ranges recv_ranges finds are copied.
+ * 1 when the changed blocks are unavailable (why says so: the caller
+ * copies in full), else 0 or -errno. */
+static int recv_incremental(struct repl_task *t, struct item *it, const char *prev,
+                            const struct snap *s, struct recv_ctx *c, char *why, size_t len)
+{
+    struct repl_ranges r = {0};
+    struct ds_diff sd = {0};
+    int rc = recv_ranges(it, prev, s, &sd, &r, why, len);
+
+    if (rc < 0) {
+        log_warn("replication: %s@%s → %s: no changed blocks from @%s (%s): copying in full",
+                 it->src, s->name, it->dst, prev, why);
+        repl_ranges_free(&r);
+        ds_diff_close(&sd);
+        return 1;
+    }
+    c->size = sd.size;
+    rc = recv_resize(it, c);
+    repl_ranges_merge(&r, c->size);
+    c->incremental = true;
+    c->ranges = r.n;
+    c->span = repl_ranges_bytes(&r);
+    str_printf(t->mode, sizeof(t->mode), "incremental from %s: %llu bytes in %zu ranges of %llu",
+               prev, (unsigned long long)c->span, c->ranges, (unsigned long long)c->size);
+    if (rc == 0)
+        rc = repl_copy_ranges(sd.target, volume_bdev(c->v), &r, false, recv_progress, t, &c->st);
+    repl_ranges_free(&r);
+    ds_diff_close(&sd);
+    return rc;
+}
+
+/* Under ds_ops_lock: the data step, incremental from prev when there is
+ * one (the common snapshot, or the one received just before). */
+static int recv_data(struct repl_task *t, struct item *it, const char *prev, const struct snap *s,
+                     struct recv_ctx *c, char *msg, size_t msglen)
+{
+    char why[512] = "";
+    int rc = 1;
+
+    if (prev)
+        rc = recv_incremental(t, it, prev, s, c, why, sizeof(why));
+    if (rc == 1) {
+        char note[600];
+        str_printf(note, sizeof(note), "no changed blocks from %s (%s)", prev ? prev : "", why);
+        rc = recv_full(t, it, s, c, prev ? note : "no common snapshot");
+    }
+    if (rc < 0)
+        str_printf(msg, msglen, "receiving %s@%s into %s: %s", it->src, s->name, it->dst,
+                   strerror(-rc));
+    return rc;
+}
+
+static void recv_log(const struct item *it, const struct snap *s, const char *prev,
+                     const struct recv_ctx *c)
+{
+    if (c->incremental)
+        log_info("replication: %s@%s → %s: incremental from @%s: %llu bytes in %zu ranges of "
+                 "%llu walked, %llu bytes copied, %llu zeroed",
+                 it->src, s->name, it->dst, prev, (unsigned long long)c->span, c->ranges,
+                 (unsigned long long)c->size, (unsigned long long)c->st.copied,
+                 (unsigned long long)c->st.zeroed);
+    else
+        log_info("replication: %s@%s → %s: full (%s) of %llu bytes: %llu bytes copied, %llu "
+                 "zeroed",
+                 it->src, s->name, it->dst,
+                 c->ust.reflinked ? "reflink"
+                 : c->files       ? "compare-and-write"
+                                  : "allocated ranges",
+                 (unsigned long long)c->size, (unsigned long long)c->st.copied,
+                 (unsigned long long)c->st.zeroed);
+}
+
+/* Snapshot name of the target (zfs.snapshot.create's typed path), with
+ * the source snapshot's creation time as zfs recv keeps it. */
+static int recv_snapshot_take(struct repl_task *t, struct item *it, const struct snap *s,
+                              int64_t dataset_id)
+{
+    struct api_call *call = job_call(t, it->dst, "zfs.snapshot.create");
+
+    if (!call || job_call_end(t, call, it->dst, ds_snapshot_take(call, it->dst, s->name)) < 0)
+        return -1;
+    recv_store_created(dataset_id, s->name, s->created);
+    return 0;
 }
 
 /* Receive one snapshot: the target's data becomes the source snapshot's
  * (under ds_ops_lock, so no dataset operation runs in between), then the
- * target snapshot of the same name is taken with its creation time. */
-static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap *s)
+ * target snapshot of the same name is taken. prev: the snapshot both
+ * hold already (NULL: none, a full copy). */
+static int recv_snapshot(struct repl_task *t, struct item *it, const char *prev,
+                         const struct snap *s)
 {
     struct recv_ctx c = {0};
     char msg[1024];
@@ -981,14 +1206,12 @@ static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap
     t->cur = it;
     t->cur_snap = s;
     t->last_pct = -1;
+    str_printf(t->mode, sizeof(t->mode), "%s", prev ? "finding the changed blocks" : "full copy");
+    recv_progress(0, 1, t);
     ds_ops_lock();
     rc = recv_check(it, s, &c, msg, sizeof(msg));
-    if (rc == 0) {
-        rc = recv_transfer(t, &c);
-        if (rc < 0)
-            str_printf(msg, sizeof(msg), "receiving %s@%s into %s: %s", it->src, s->name, it->dst,
-                       strerror(-rc));
-    }
+    if (rc == 0)
+        rc = recv_data(t, it, prev, s, &c, msg, sizeof(msg));
     ds_ops_unlock();
     if (c.resized)
         ds_notify(DATASETS_RESIZED, it->dst, c.v);
@@ -996,46 +1219,73 @@ static int recv_snapshot(struct repl_task *t, struct item *it, const struct snap
         volume_unref(c.v);
     if (rc < 0)
         return repl_fail(t, rc, "%s", msg);
-    log_info("replication: %s@%s → %s (%s%s): %s; %llu MiB compared, %llu MiB written, %llu "
-             "MiB punched",
-             it->src, s->name, it->dst, it->base || s != it->send[0] ? "incremental" : "full",
-             it->base && s == it->send[0] ? " from the common snapshot" : "",
-             c.st.reflinked ? "reflink" : "compare-and-write",
-             (unsigned long long)(c.st.compared >> 20), (unsigned long long)(c.st.written >> 20),
-             (unsigned long long)(c.st.punched >> 20));
-
-    rc = run_method(t, it->dst, "zfs.snapshot.create",
-                    json_pack("[{s:s, s:s}]", "dataset", it->dst, "name", s->name), NULL);
-    if (rc < 0)
-        return rc;
-    /* zfs recv keeps the snapshot's creation time */
-    recv_store_created(c.drow.id, s->name, s->created);
+    it->fresh = false;
+    recv_log(it, s, prev, &c);
+    t->copied += c.st.copied;
+    if (c.incremental)
+        t->nincremental++;
+    else
+        t->nfull++;
+    if (recv_snapshot_take(t, it, s, c.drow.id) < 0)
+        return -1;
     t->sent++;
     recv_progress(1, 1, t);
     return 0;
 }
 
-static int delete_snapshot(struct repl_task *t, const char *dataset, const char *snap)
+/* zfs.snapshot.delete's typed path; fatal: the job fails on error, else
+ * the failure is logged (retention). 0 or -1. */
+static int delete_snapshot(struct repl_task *t, const char *dataset, const char *snap, bool fatal)
 {
-    char full[DS_NAME_BUF * 2];
+    char full[DS_NAME_BUF * 2], msg[512];
+    struct api_call *call;
+    int rc;
 
     snprintf(full, sizeof(full), "%s@%s", dataset, snap);
-    return run_method(t, full, "zfs.snapshot.delete", json_pack("[s]", full), NULL);
+    if (fatal) {
+        call = job_call(t, full, "zfs.snapshot.delete");
+        return call ? job_call_end(t, call, full, ds_snapshot_destroy(call, full)) : -1;
+    }
+    /* retention: a failure (e.g. a clone depends on it) is logged, not
+     * fatal, as zettarepl's retention does */
+    call = api_call_as_new(jobs_identity(t->job), "zfs.snapshot.delete", "replication");
+    if (!call)
+        return -1;
+    rc = api_call_authorize(call);
+    if (rc == 0)
+        rc = ds_snapshot_destroy(call, full);
+    if (rc < 0) {
+        call_failure(call, msg, sizeof(msg));
+        log_warn("replication: retention could not delete %s: %s", full, msg);
+    }
+    api_call_internal_free(call);
+    return rc < 0 ? -1 : 0;
+}
+
+/* allow_from_scratch without a base: the target goes first
+ * (pool.dataset.delete's typed path, recursive and forced). */
+static int destroy_target(struct repl_task *t, struct item *it)
+{
+    struct api_call *call;
+
+    log_warn("replication: no incremental base for %s: destroying %s (allow_from_scratch)", it->src,
+             it->dst);
+    call = job_call(t, it->dst, "pool.dataset.delete");
+    if (!call || job_call_end(t, call, it->dst, ds_dataset_destroy(call, it->dst, true, true)) < 0)
+        return -1;
+    it->dst_exists = false;
+    it->base = NULL;
+    return 0;
 }
 
 static int run_item(struct repl_task *t, struct item *it)
 {
+    struct api_call *call;
+
     if (!it->volume || !it->nsend)
         return 0;
-    if (it->destroy_first) {
-        log_warn("replication: no incremental base for %s: destroying %s (allow_from_scratch)",
-                 it->src, it->dst);
-        if (run_method(t, it->dst, "pool.dataset.delete",
-                       json_pack("[s, {s:b, s:b}]", it->dst, "recursive", 1, "force", 1), NULL) < 0)
-            return -1;
-        it->dst_exists = false;
-        it->base = NULL;
-    }
+    if (it->destroy_first && destroy_target(t, it) < 0)
+        return -1;
     if (!it->dst_exists) {
         if (create_target(t, it, it->send[0]->volsize) < 0)
             return -1;
@@ -1043,15 +1293,19 @@ static int run_item(struct repl_task *t, struct item *it)
         /* zfs recv -F: the target's snapshots after the base go */
         const struct snap *db = snaps_find(&it->dsn, it->base->name);
         for (size_t i = 0; db && i < it->dsn.n; i++)
-            if (it->dsn.v[i].id > db->id && delete_snapshot(t, it->dst, it->dsn.v[i].name) < 0)
+            if (it->dsn.v[i].id > db->id &&
+                delete_snapshot(t, it->dst, it->dsn.v[i].name, true) < 0)
                 return -1;
     }
-    for (size_t i = 0; i < it->nsend; i++)
-        if (recv_snapshot(t, it, it->send[i]) < 0)
+    for (size_t i = 0; i < it->nsend; i++) {
+        const char *prev = i ? it->send[i - 1]->name : it->base ? it->base->name : NULL;
+        if (recv_snapshot(t, it, prev, it->send[i]) < 0)
             return -1;
-    if (t->readonly != RO_IGNORE &&
-        run_method(t, it->dst, "pool.dataset.update",
-                   json_pack("[s, {s:s}]", it->dst, "readonly", "ON"), NULL) < 0)
+    }
+    if (t->readonly == RO_IGNORE)
+        return 0;
+    call = job_call(t, it->dst, "pool.dataset.update");
+    if (!call || job_call_end(t, call, it->dst, ds_dataset_set_readonly(call, it->dst, true)) < 0)
         return -1;
     return 0;
 }
@@ -1105,19 +1359,7 @@ static void run_retention(struct repl_task *t)
                 continue;
             log_info("replication: retention %s: deleting %s@%s",
                      t->retention == RET_SOURCE ? "SOURCE" : "CUSTOM", it->dst, d->name);
-            /* a failure (e.g. a clone depends on it) is logged, not fatal,
-             * as zettarepl's retention does */
-            char full[DS_NAME_BUF * 2];
-            json_t *res = NULL, *err = NULL;
-            snprintf(full, sizeof(full), "%s@%s", it->dst, d->name);
-            json_t *p = json_pack("[s]", full);
-            if (p && api_call_method_as(jobs_identity(t->job), "replication", "zfs.snapshot.delete",
-                                        p, &res, &err) < 0)
-                log_warn("replication: retention could not delete %s: %s", full,
-                         json_string_value(json_object_get(err, "message")));
-            json_decref(p);
-            json_decref(res);
-            json_decref(err);
+            delete_snapshot(t, it->dst, d->name, false);
         }
         snaps_free(&src);
         snaps_free(&dst);
@@ -1148,10 +1390,15 @@ static int onetime_job(struct job *job, void *arg, json_t **result)
         rc = run_item(t, &t->items[i]);
     if (rc == 0) {
         run_retention(t);
-        jobs_progress(job, 100, "Replication finished: %zu snapshot%s sent", t->sent,
-                      t->sent == 1 ? "" : "s");
-        log_info("replication: job %lld finished: %zu snapshot%s sent", (long long)jobs_id(job),
-                 t->sent, t->sent == 1 ? "" : "s");
+        jobs_progress(job, 100,
+                      "Replication finished: %zu snapshot%s sent (%zu incremental, %zu full), "
+                      "%llu bytes copied",
+                      t->sent, t->sent == 1 ? "" : "s", t->nincremental, t->nfull,
+                      (unsigned long long)t->copied);
+        log_info("replication: job %lld finished: %zu snapshot%s sent (%zu incremental, %zu "
+                 "full), %llu bytes copied",
+                 (long long)jobs_id(job), t->sent, t->sent == 1 ? "" : "s", t->nincremental,
+                 t->nfull, (unsigned long long)t->copied);
     } else {
         log_error("replication: job %lld failed after %zu of %zu snapshots",
                   (long long)jobs_id(job), t->sent, t->total);
@@ -1401,32 +1648,6 @@ static const char *onetime_unsupported(json_t *data)
     return NULL;
 }
 
-/* RBD pools are not replicated yet (the transfer compares files): the
- * first source or target dataset in an RBD pool, or NULL. The name is
- * borrowed from data. Takes db_lock for the pool lookups. */
-static const char *onetime_rbd_dataset(json_t *data)
-{
-    json_t *names = json_array(), *n;
-    size_t k;
-    const char *rbd_name = NULL;
-
-    json_array_extend(names, json_object_get(data, "source_datasets"));
-    json_array_append(names, json_object_get(data, "target_dataset"));
-    db_lock();
-    json_array_foreach(names, k, n)
-    {
-        char poolname[DS_NAME_BUF];
-        struct ds_pool pool;
-
-        ds_pool_of(json_string_value(n), poolname, sizeof(poolname));
-        if (!rbd_name && ds_pool_get(poolname, &pool) == 0 && ds_pool_is_rbd(&pool))
-            rbd_name = json_string_value(n);
-    }
-    db_unlock();
-    json_decref(names);
-    return rbd_name;
-}
-
 /* Copy the checked request into the task the job runs. */
 static void onetime_task_fill(struct repl_task *t, json_t *data)
 {
@@ -1490,15 +1711,6 @@ static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
     what = onetime_unsupported(data);
     if (what) {
         rc = api_error(call, ENOTSUP, "%s is not supported by blockd's LOCAL replication", what);
-        goto fail;
-    }
-    /* refused before any job starts */
-    what = onetime_rbd_dataset(data);
-    if (what) {
-        rc = api_error(call, ENOTSUP,
-                       "%s is in an RBD pool: replication.run_onetime supports file pools only "
-                       "(not RBD pools yet)",
-                       what);
         goto fail;
     }
     onetime_task_fill(t, data);

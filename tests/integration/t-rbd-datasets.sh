@@ -12,7 +12,7 @@
 #    protection), promote (flattened: no parent, origin deletable, a job
 #    in core.get_jobs), rename of a filesystem (images follow) and of a
 #    snapshot, delete recursive (images and snapshots gone);
-#  - replication.run_onetime of an RBD volume: ENOTSUP (not supported yet).
+#  (replication between RBD and file pools: t-replication-incremental.sh).
 . "$(dirname "$0")/lib.sh"
 need /usr/bin/python3 rbd ceph-mon ceph-osd qemu-img
 /usr/bin/python3 -c 'import websocket, nbd' 2>/dev/null || fail "python3-websocket or python3-libnbd missing"
@@ -171,15 +171,6 @@ assert jobs and jobs[-1]["state"] == "SUCCESS", jobs
 h = connect("c1"); assert h.pread(2 * MiB, 0) == bytes([0xa1]) * MiB + bytes([0xc3]) * MiB
 h.shutdown()
 print("OK promote")
-
-# replication: a clear ENOTSUP for RBD pools, before any job starts
-r = c.call("replication.run_onetime", {"direction": "PUSH", "transport": "LOCAL",
-           "source_datasets": ["rp/vms/d1"], "target_dataset": "demo/backup", "recursive": False,
-           "retention_policy": "NONE", "also_include_naming_schema": ["auto-%Y-%m-%d_%H-%M"],
-           "readonly": "IGNORE"})
-e = r.get("error")
-assert e and e["data"]["error"] == 95 and "RBD pool" in e["message"], r
-print("OK replication refused")
 
 # renames: a filesystem (its images follow) and a snapshot
 c.ok("pool.dataset.rename", "rp/vms", {"new_name": "rp/vm2"})

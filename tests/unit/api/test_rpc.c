@@ -82,6 +82,7 @@ static const struct api_method methods[] = {
     {"test.null", "[]", "returns nothing", t_null, API_READ},
     {"test.peer", "[]", "returns the peer", t_peer, API_NO_AUTH | API_READ},
     {"test.nested", "[]", "calls test.busy", t_nested, API_READ},
+    {"test.share", "[]", "needs SHARING_ADMIN", t_null, API_SHARE},
     {"test.echo", "[]", "duplicate: ignored", t_null, API_READ},
 };
 
@@ -471,6 +472,33 @@ static void test_api_param(void **state)
     json_decref(q);
 }
 
+/* Work done below the API on a job's behalf: api_call_authorize checks
+ * the identity the way the dispatcher checks a call of the method. */
+static void test_authorize(void **state)
+{
+    struct api_identity ro = {.kind = API_CALLER_INTERNAL, .roles = API_ROLE_READONLY};
+    struct api_call *call;
+
+    snprintf(ro.name, sizeof(ro.name), "reader");
+    call = api_call_as_new(&ro, "test.echo", "job");
+    assert_int_equal(api_call_authorize(call), 0);
+    api_call_internal_free(call);
+    call = api_call_as_new(&ro, "test.share", "job");
+    assert_int_equal(api_call_authorize(call), -1);
+    assert_int_equal(api_call_errno(call), EACCES);
+    json_t *e = api_call_error(call);
+    assert_non_null(strstr(json_string_value(json_object_get(e, "message")), "test.share"));
+    json_decref(e);
+    api_call_internal_free(call);
+    call = api_call_as_new(&api_identity_internal, "test.share", NULL);
+    assert_int_equal(api_call_authorize(call), 0);
+    assert_int_equal(api_call_identity(call)->kind, API_CALLER_INTERNAL);
+    api_call_internal_free(call);
+    call = api_call_as_new(&api_identity_internal, "test.nope", NULL);
+    assert_int_equal(api_call_authorize(call), -1);
+    api_call_internal_free(call);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -490,6 +518,7 @@ int main(void)
         cmocka_unit_test_setup(test_too_large, setup),
         cmocka_unit_test_setup(test_api_param, setup),
         cmocka_unit_test_setup(test_query_hint, setup),
+        cmocka_unit_test_setup(test_authorize, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
