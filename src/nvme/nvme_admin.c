@@ -66,6 +66,18 @@ static void admin_identify(struct nvme_cmd *cmd)
             return done(cmd, NVME_SC_INVALID_NS);
         nvme_identify_ns_descs(ns, p);
         break;
+    case 0x05: /* NVM command set specific namespace: nothing beyond CNS 00h */
+    case 0x06: /* NVM command set specific controller: no size limits */
+        if ((cdw(cmd, 11) >> 24) != 0)
+            return done(cmd, NVME_SC_INVALID_FIELD); /* only the NVM command set */
+        if (cns == 0x05 && !ns)
+            return done(cmd, NVME_SC_INVALID_NS);
+        break;
+    case 0x08:
+        if (!ns)
+            return done(cmd, NVME_SC_INVALID_NS);
+        nvme_identify_ns_indep(ns, p);
+        break;
     default:
         return done(cmd, NVME_SC_INVALID_FIELD);
     }

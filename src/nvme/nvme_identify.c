@@ -117,6 +117,16 @@ void nvme_identify_ns(const struct nvme_ns *ns, uint8_t *out)
     out[128 + 2] = log2_u32(bs); /* LBAF0: LBADS */
 }
 
+void nvme_identify_ns_indep(const struct nvme_ns *ns, uint8_t *out)
+{
+    memset(out, 0, ID_LEN);
+    out[0] = ns->vol ? 1u << 4 : 0; /* NSFEAT: OPTPERF */
+    out[1] = 1;                     /* NMIC: shared */
+    if (ns->vol && (ns->readonly || volume_readonly(ns->vol)))
+        out[8] = 1;            /* NSATTR: write protected */
+    out[14] = ns->vol ? 1 : 0; /* NSTAT: ready */
+}
+
 void nvme_identify_ns_descs(const struct nvme_ns *ns, uint8_t *out)
 {
     memset(out, 0, ID_LEN);

@@ -266,6 +266,8 @@ void nvme_admin_exec(struct nvme_cmd *cmd);
 void nvme_identify_ctrl(const struct nvme_queue *q, const struct nvme_subsys *s, uint8_t *out);
 void nvme_identify_ns(const struct nvme_ns *ns, uint8_t *out);
 void nvme_identify_ns_descs(const struct nvme_ns *ns, uint8_t *out);
+/* CNS 08h: the I/O command set independent namespace structure. */
+void nvme_identify_ns_indep(const struct nvme_ns *ns, uint8_t *out);
 /* Active namespace list after nsid (up to 1024 entries). */
 void nvme_identify_ns_list(const struct nvme_subsys *s, uint32_t after, uint8_t *out);
 
