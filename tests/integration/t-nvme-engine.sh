@@ -11,7 +11,7 @@ HARNESS=$BUILD/tests/tools/nvmet_harness
 [ -x "$HARNESS" ] || fail "$HARNESS not built"
 "$HARNESS" >"$TMP/ports" 2>"$TMP/harness.log" &
 HPID=$!
-trap 'kill $HPID 2>/dev/null; wait $HPID 2>/dev/null; rm -rf "$TMP"' EXIT
+BG_PIDS+=($HPID) # killed by lib.sh on exit if still there
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 for i in $(seq 1 100); do
     [ "$(wc -l <"$TMP/ports")" -ge 2 ] && break
