@@ -9,8 +9,9 @@
  * that is not secret would be hidden too, which loses nothing but
  * display. */
 static const char *const secret_fields[] = {
-    "password", "secret",  "peersecret", "key",        "api_key",     "otp_token",
-    "psk",      "tls_psk", "cephx_key",  "passphrase", "private_key", "token",
+    "password",   "secret",          "peersecret", "key",        "api_key",     "otp_token",
+    "psk",        "tls_psk",         "cephx_key",  "passphrase", "private_key", "token",
+    "dhchap_key", "dhchap_ctrl_key",
 };
 
 /* Positional secrets: method and the index of its secret parameter. */

@@ -81,12 +81,13 @@ static int service_arg_check(struct api_call *call, json_t *jn)
         return -1;
     }
     if (!service_find(json_string_value(jn))) {
-        /* TrueNAS's NVMe-oF service: named, so a client learns why */
+        /* TrueNAS's NVMe-oF service, registered when the configuration
+         * starts (nvme_config_start): named, so a client learns why */
         if (strcmp(json_string_value(jn), "nvmet") == 0) {
-            api_error(call, ENOTSUP, "service nvmet: blockd has no NVMe-oF target yet");
+            api_error(call, ENOTSUP, "service nvmet: the NVMe-oF target is not started");
             return -1;
         }
-        api_verr(call, field, ENOENT, "Unknown service %.64s (known: iscsitarget, nbd)",
+        api_verr(call, field, ENOENT, "Unknown service %.64s (known: iscsitarget, nbd, nvmet)",
                  json_string_value(jn));
         return -1;
     }

@@ -19,7 +19,8 @@ enum limit_kind {
     LIMIT_DATASETS,      /* pool.dataset.create and clones, in all pools */
     LIMIT_SNAPSHOTS,     /* zfs.snapshot.create, per dataset */
     LIMIT_SHARE_OBJECTS, /* NBD exports, iSCSI portals, initiator groups, CHAP
-                          * credentials, targets, extents, mappings: each kind */
+                          * credentials, targets, extents, mappings, nvmet.*
+                          * objects: each kind */
     LIMIT_COUNT
 };
 

@@ -193,7 +193,7 @@ void iostats_read(size_t slot, enum iostats_proto proto, struct iostats_totals *
 
 const char *iostats_proto_name(enum iostats_proto p)
 {
-    return p == IOSTATS_NBD ? "nbd" : "iscsi";
+    return p == IOSTATS_NBD ? "nbd" : p == IOSTATS_ISCSI ? "iscsi" : "nvme";
 }
 
 const char *iostats_op_name(enum iostats_op op)

@@ -32,7 +32,7 @@
 #define IOSTATS_MAX_SLOTS 65536
 #define IOSTATS_CHUNK 64
 
-enum iostats_proto { IOSTATS_NBD, IOSTATS_ISCSI, IOSTATS_NPROTO };
+enum iostats_proto { IOSTATS_NBD, IOSTATS_ISCSI, IOSTATS_NVME, IOSTATS_NPROTO };
 enum iostats_op {
     IOSTATS_READ,
     IOSTATS_WRITE,
@@ -86,7 +86,7 @@ bool iostats_bound(size_t slot, enum iostats_proto proto);
 /* Sum over reactors into *out. Any thread. */
 void iostats_read(size_t slot, enum iostats_proto proto, struct iostats_totals *out);
 
-const char *iostats_proto_name(enum iostats_proto p); /* "nbd", "iscsi" */
+const char *iostats_proto_name(enum iostats_proto p); /* "nbd", "iscsi", "nvme" */
 const char *iostats_op_name(enum iostats_op op);      /* "read", ... */
 
 #endif

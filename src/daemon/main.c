@@ -47,6 +47,8 @@
 #include "iscsi/iscsi_runtime.h"
 #include "iscsi/config/iscsi_config.h"
 #include "nbd/nbd.h"
+#include "nvme/config/nvme_config.h"
+#include "nvme/nvme_target.h"
 #include "api/jobs.h"
 #include "api/service.h"
 #include "api/ws.h"
@@ -238,8 +240,16 @@ static int start_all(const struct options *o, const char *state_dir, const char 
         log_error("cannot start the iSCSI server: %s", strerror(-rc));
         return -1;
     }
+    if ((rc = nvme_target_init()) < 0) {
+        log_error("cannot start the NVMe/TCP target: %s", strerror(-rc));
+        return -1;
+    }
     if ((rc = iscsi_config_start(o->iscsi_listen)) < 0) {
         log_error("cannot publish the iSCSI configuration: %s", strerror(-rc));
+        return -1;
+    }
+    if ((rc = nvme_config_start()) < 0) {
+        log_error("cannot publish the NVMe-oF configuration: %s", strerror(-rc));
         return -1;
     }
     /* The group's shares: catches up with the other members in the
@@ -299,6 +309,8 @@ static void stop_all(const struct options *o)
     nbd_server_drain(o->shutdown_timeout_s * 1000u);
     uint64_t drain_now = time_now_ns();
     iscsi_server_drain(drain_now < drain_end ? (unsigned)((drain_end - drain_now) / 1000000u) : 0);
+    drain_now = time_now_ns();
+    nvme_target_drain(drain_now < drain_end ? (unsigned)((drain_end - drain_now) / 1000000u) : 0);
     api_server_stop();
     api_ws_stop();
     snaptask_stop(); /* no new snapshots; waits for one in progress */
@@ -307,7 +319,9 @@ static void stop_all(const struct options *o)
     nbd_server_stop();
     iscsi_config_stop(); /* withdraw targets, close portal listeners */
     iscsi_server_stop();
-    gateway_stop(); /* leave the group after the last I/O */
+    nvme_config_stop(); /* withdraw subsystems, close port listeners */
+    nvme_target_stop(); /* then the connections they accepted */
+    gateway_stop();     /* leave the group after the last I/O */
     datasets_flush_all();
     reactors_stop();
     iopool_stop();

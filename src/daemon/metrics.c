@@ -28,6 +28,7 @@
 #include "daemon/metrics_allow.h"
 #include "iscsi/iscsi_runtime.h"
 #include "nbd/nbd_conn.h"
+#include "nvme/nvme_target.h"
 
 /* The page, generated from ui.html at build time (ui_html.h, xxd -i). */
 #include "ui_html.h"
@@ -318,10 +319,20 @@ static void render_sessions(struct sbuf *b)
         if (!ss[i].discovery)
             peer_add(&is, &in, &ic, ss[i].target, ss[i].initiator_addr, ss[i].connections);
     free(ss);
+    struct peer_count *nv = NULL;
+    size_t vn = 0, vc = 0;
+    struct nvme_session_info *vs = NULL;
+    k = nvme_sessions_list(&vs);
+    for (int i = 0; i < k; i++)
+        if (!vs[i].discovery)
+            peer_add(&nv, &vn, &vc, vs[i].subnqn, vs[i].peer, 1);
+    free(vs);
     family(b, "blockd_sessions", "gauge",
-           "Live sessions per target (iSCSI) or export (NBD) and peer address.");
+           "Live sessions per target (iSCSI), export (NBD) or subsystem (NVMe) and peer address.");
     render_peers(b, "nbd", nb, nn);
     render_peers(b, "iscsi", is, in);
+    render_peers(b, "nvme", nv, vn);
+    free(nv);
     family(b, "blockd_connections", "gauge",
            "Live connections per target (iSCSI) or export (NBD) and peer address.");
     for (int pass = 0; pass < 2; pass++) {

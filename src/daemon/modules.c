@@ -21,6 +21,7 @@
 #include "iscsi/config/iscsi_config.h"
 #include "iscsi/config/iscsi_share.h"
 #include "nbd/nbd.h"
+#include "nvme/config/nvme_config.h"
 
 int modules_init(const char *state_dir, const char *db_path)
 {
@@ -30,6 +31,7 @@ int modules_init(const char *state_dir, const char *db_path)
     datasets_init(state_dir);
     nbd_init();          /* schema + nbd.* methods */
     iscsi_config_init(); /* schema + iscsi.* methods */
+    nvme_config_init();  /* schema + nvmet.*, share.nvme.* methods */
     apistore_init();     /* api_key and account tables (api/store.h) */
     api_auth_init();     /* api_key.*, auth.*, account.* */
     jobs_init();         /* core.get_jobs/job_wait/bulk/subscribe */

@@ -415,8 +415,9 @@ static const struct flag flags[] = {
      "(default 100000)"},
     {"max-snapshots", "N", f_max_snapshots, "snapshots per dataset (default 10000)"},
     {"max-share-objects", "N", f_max_share_objects,
-     "NBD exports, iSCSI portals, initiator groups, CHAP credentials, targets, extents and "
-     "target-extent mappings: each kind (default 10000)"},
+     "NBD exports, iSCSI portals, initiator groups, CHAP credentials, targets, extents, "
+     "target-extent mappings, NVMe-oF subsystems, namespaces, ports, hosts and links: each "
+     "kind (default 10000)"},
     {"iscsi-max-connections", "N", f_iscsi_max_connections,
      "iSCSI connections in all (default 1024)"},
     {"nbd-payload-budget", "SIZE", f_nbd_payload_budget,

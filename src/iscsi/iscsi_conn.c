@@ -12,7 +12,7 @@
 #include "core/bufpool.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "iscsi/iscsi_crc32c.h"
+#include "core/crc32c.h"
 #include "iscsi/iscsi_internal.h"
 
 /* ---------------------------------------------------------------- output */
@@ -44,7 +44,7 @@ static int send_pdu_ref(struct iscsi_conn *ic, const uint8_t *bhs, const void *d
     iscsi_bhs_set_dsl(hdr, dsl);
     size_t hlen = ISCSI_BHS_LEN;
     if (ic->params.header_digest) {
-        uint32_t crc = iscsi_crc32c(0, hdr, ISCSI_BHS_LEN);
+        uint32_t crc = crc32c(0, hdr, ISCSI_BHS_LEN);
         memcpy(hdr + ISCSI_BHS_LEN, &crc, 4); /* little-endian on the wire */
         hlen += 4;
     }
@@ -67,9 +67,9 @@ static int send_pdu_ref(struct iscsi_conn *ic, const uint8_t *bhs, const void *d
         tlen = pad;
     }
     if (ic->params.data_digest) {
-        uint32_t crc = iscsi_crc32c(0, data, dsl);
+        uint32_t crc = crc32c(0, data, dsl);
         if (pad)
-            crc = iscsi_crc32c(crc, zero_pad, pad);
+            crc = crc32c(crc, zero_pad, pad);
         memcpy(tail + tlen, &crc, 4);
         tlen += 4;
     }
@@ -1219,7 +1219,7 @@ static int conn_on_input(struct conn *c)
             break;
         }
         if (!login && ic->params.header_digest) {
-            uint32_t want = iscsi_crc32c(0, p, ISCSI_BHS_LEN + fr.ahs_len), got;
+            uint32_t want = crc32c(0, p, ISCSI_BHS_LEN + fr.ahs_len), got;
             memcpy(&got, p + ISCSI_BHS_LEN + fr.ahs_len, 4);
             if (want != got) {
                 log_warn("%s: header digest error", c->peer);
@@ -1229,7 +1229,7 @@ static int conn_on_input(struct conn *c)
         const uint8_t *data = p + fr.data_off;
         if (!login && ic->params.data_digest && fr.dsl) {
             uint32_t padded = fr.dsl + iscsi_pad4(fr.dsl);
-            uint32_t want = iscsi_crc32c(0, data, padded), got;
+            uint32_t want = crc32c(0, data, padded), got;
             memcpy(&got, data + padded, 4);
             if (want != got) {
                 log_warn("%s: data digest error on %s", c->peer,

@@ -8,8 +8,11 @@
 #ifndef BLOCKD_NVME_TARGET_H
 #define BLOCKD_NVME_TARGET_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+
+#define NVME_SESSION_NQN 224 /* an NQN (223 bytes) and its NUL */
 
 struct nvme_subsys;
 
@@ -18,6 +21,12 @@ struct nvme_subsys;
  * nvme_target_stop closes every connection. 0 or -errno. */
 int nvme_target_init(void);
 void nvme_target_stop(void);
+/* Graceful shutdown, before nvme/config/ withdraws the subsystems: refuse
+ * new connections, stop reading commands, let every command already
+ * running finish and its response be sent, waiting up to timeout_ms; then
+ * close what is left. Returns the number of connections closed at the
+ * deadline. Thread: the main thread at SIGTERM. */
+unsigned nvme_target_drain(unsigned timeout_ms);
 
 /* A listener_accept_fn (core/listener.h): arg is the nvmet.port id as
  * (void *)(intptr_t)id, or (void *)(intptr_t)0 for the discovery-only
@@ -30,8 +39,28 @@ void nvme_target_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
  * was replaced by next (controllers adopt next; namespaces added, removed
  * or resized raise a Namespace Attribute Changed event; hosts no longer
  * allowed lose their controllers; ports no longer serving it close their
- * queues). */
+ * queues). next may be old itself: after a namespace's volume was resized,
+ * nvme_target_subsys_changed(s, s) tells its controllers. */
 void nvme_target_subsys_gone(struct nvme_subsys *s);
 void nvme_target_subsys_changed(struct nvme_subsys *old, struct nvme_subsys *next);
+
+/* Connections accepted and not freed yet (tests, fuzzing). Any thread. */
+unsigned nvme_conn_live(void);
+
+/* One controller (a session) for the metrics and the API: what a host
+ * connected to, from where. */
+struct nvme_session_info {
+    char peer[80];
+    char hostnqn[NVME_SESSION_NQN];
+    char subnqn[NVME_SESSION_NQN];
+    uint16_t cntlid;
+    int64_t subsys_id;     /* nvmet.subsys row (0 for a discovery controller) */
+    int64_t port_id;       /* nvmet.port row (0: the discovery-only listener) */
+    bool discovery;        /* a discovery controller */
+    uint64_t connected_at; /* time(NULL) */
+};
+/* The live controllers, in a new array (*out, free() it). Count or
+ * -ENOMEM. Any thread. */
+int nvme_sessions_list(struct nvme_session_info **out);
 
 #endif

@@ -81,8 +81,10 @@ def bulk_errnos(c, method, calls):
             if it.get("error") is not None else 0 for it in items]
 
 # Reads by name alone (not by the table under test): queries, configs,
-# lookups, and the session and job methods every role has.
+# lookups, and the session and job methods every role has
+# (nvmet.host.generate_key makes a key and stores nothing).
 READ = re.compile(r"\.(query|get_instance|config|sessions|client_count|[a-z_]*_choices|"
+                  r"ana_enabled|rdma_enabled|generate_key|"
                   r"validate_name|started|list_naming_schemas|getacl|presets|share_precheck|"
                   r"count_eligible_manual_snapshots|changed_blocks|allocated_blocks)$|"
                   r"^core\.|^auth\.|^system\.")

@@ -7,21 +7,21 @@
 
 #include <cmocka.h>
 
-#include "iscsi/iscsi_crc32c.h"
+#include "core/crc32c.h"
 #include "iscsi/iscsi_pdu.h"
 
 static void check_vector(const uint8_t *buf, size_t len, const uint8_t wire[4])
 {
     uint32_t want;
     memcpy(&want, wire, 4); /* the digest travels little-endian */
-    assert_int_equal(iscsi_crc32c(0, buf, len), want);
-    assert_int_equal(iscsi_crc32c_sw(0, buf, len), want);
+    assert_int_equal(crc32c(0, buf, len), want);
+    assert_int_equal(crc32c_sw(0, buf, len), want);
     /* Feeding it in pieces gives the same result. */
     for (size_t split = 0; split <= len; split += 5) {
-        uint32_t c = iscsi_crc32c(0, buf, split);
-        assert_int_equal(iscsi_crc32c(c, buf + split, len - split), want);
-        uint32_t s = iscsi_crc32c_sw(0, buf, split);
-        assert_int_equal(iscsi_crc32c_sw(s, buf + split, len - split), want);
+        uint32_t c = crc32c(0, buf, split);
+        assert_int_equal(crc32c(c, buf + split, len - split), want);
+        uint32_t s = crc32c_sw(0, buf, split);
+        assert_int_equal(crc32c_sw(s, buf + split, len - split), want);
     }
 }
 
@@ -54,8 +54,8 @@ static void test_crc32c_unaligned_long(void **state)
     for (size_t i = 0; i < sizeof(big); i++)
         big[i] = (uint8_t)(i * 31 + 7);
     for (size_t off = 0; off < 9; off++)
-        assert_int_equal(iscsi_crc32c(0, big + off, sizeof(big) - 16),
-                         iscsi_crc32c_sw(0, big + off, sizeof(big) - 16));
+        assert_int_equal(crc32c(0, big + off, sizeof(big) - 16),
+                         crc32c_sw(0, big + off, sizeof(big) - 16));
 }
 
 static void test_frame(void **state)

@@ -1,5 +1,5 @@
 /* CRC32C: hardware (SSE4.2) when present, slicing-by-8 table otherwise. */
-#include "iscsi/iscsi_crc32c.h"
+#include "core/crc32c.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -71,13 +71,13 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw_raw(uint32_t c, const u
 }
 #endif
 
-uint32_t iscsi_crc32c_sw(uint32_t crc, const void *data, size_t len)
+uint32_t crc32c_sw(uint32_t crc, const void *data, size_t len)
 {
     pthread_once(&crc_once, crc_init);
     return ~crc_sw_raw(~crc, data, len);
 }
 
-uint32_t iscsi_crc32c(uint32_t crc, const void *data, size_t len)
+uint32_t crc32c(uint32_t crc, const void *data, size_t len)
 {
     pthread_once(&crc_once, crc_init);
 #if defined(__x86_64__)
@@ -87,7 +87,7 @@ uint32_t iscsi_crc32c(uint32_t crc, const void *data, size_t len)
     return ~crc_sw_raw(~crc, data, len);
 }
 
-bool iscsi_crc32c_hw(void)
+bool crc32c_hw(void)
 {
     pthread_once(&crc_once, crc_init);
     return crc_have_hw;

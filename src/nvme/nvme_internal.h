@@ -1,0 +1,292 @@
+/*
+ * The NVMe/TCP target's state, private to src/nvme (the engine files):
+ *
+ *   nvme_conn.c      a connection (one queue): accept, admission, command
+ *                    slots and the payload bound, close, shutdown drain.
+ *   nvme_reader.c    the PDU reader: ICReq, headers, digests, in-capsule
+ *                    and H2CData payloads, SGLs, dispatch.
+ *   nvme_send.c      C2HData, responses, R2T, terminate requests.
+ *   nvme_ctrl.c      controllers: the CNTLID table, keep-alive,
+ *                    asynchronous events, teardown, subsystem changes,
+ *                    the sessions list.
+ *   nvme_fabrics.c   Fabrics commands: Connect, Property Get/Set,
+ *                    Disconnect.
+ *   nvme_admin.c     admin commands (Identify, Get Log Page, features...).
+ *   nvme_identify.c  the Identify data structures.
+ *   nvme_io.c        NVM command set I/O commands over the volume.
+ *   nvme_discovery.c the discovery log page.
+ *
+ * Threads: a struct nvme_queue lives on its connection's reactor. A struct
+ * nvme_ctrl is shared by its queues (several reactors): its mutable fields
+ * are under ctrl->lock, except subsys_gen and last_seen_ns (atomics).
+ */
+#ifndef BLOCKD_NVME_INTERNAL_H
+#define BLOCKD_NVME_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/admit.h"
+#include "core/conn.h"
+#include "core/reactor.h"
+#include "core/registry.h"
+#include "nvme/nvme_proto.h"
+#include "nvme/nvme_view.h"
+#include "store/volume.h"
+
+/* Limits the target advertises and enforces. */
+#define NVME_MDTS 8                        /* 2^8 pages of 4 KiB: 1 MiB */
+#define NVME_MAX_XFER (4096u << NVME_MDTS) /* bytes per command */
+#define NVME_MAXH2CDATA (128u * 1024)      /* per H2CData PDU (ICResp) */
+#define NVME_C2H_CHUNK (128u * 1024)       /* per C2HData PDU we send */
+#define NVME_ADMIN_QSIZE 32                /* admin queue entries */
+#define NVME_DEFAULT_QSIZE 128             /* I/O queue entries, port unset */
+#define NVME_QSIZE_MAX 1024                /* MQES + 1, and a port's cap */
+#define NVME_ADMIN_INLINE 8192             /* in-capsule data on the admin queue */
+#define NVME_DEFAULT_INLINE 16384          /* an I/O queue's, port unset */
+#define NVME_INLINE_MAX (NVME_MAX_XFER)    /* a port's cap */
+#define NVME_AERL 3                        /* 0-based: 4 events held */
+#define NVME_HELD_MAX (64u << 20)          /* payload bytes a queue holds */
+#define NVME_HELD_BUDGET (512u << 20)      /* payload bytes of every queue together */
+#define NVME_CHANGED_NS_MAX 1024           /* entries of log page 04h */
+#define NVME_CNTLID_MAX 0xffef             /* 0xfff0.. are reserved */
+#define NVME_DISC_KATO_MS 120000           /* a discovery controller connected with KATO 0 */
+
+struct nvme_queue;
+
+struct nvme_ns_size {
+    uint32_t nsid;
+    uint64_t bytes;
+};
+
+/* One controller: created by an admin queue's Connect (dynamic model). */
+struct nvme_ctrl {
+    pthread_mutex_t lock;
+    atomic_int refs;
+    uint16_t cntlid;
+    bool discovery;
+    struct nvme_subsys *subsys; /* ref; NULL for a discovery controller */
+    int64_t subsys_id;          /* its nvmet.subsys row (0: discovery) */
+    atomic_uint subsys_gen;     /* moves when subsys is replaced */
+    char hostnqn[NVME_NQN_MAX + 1];
+    char subnqn[NVME_NQN_MAX + 1];
+    uint8_t hostid[16];
+    char peer[80];
+    int64_t port_id;
+    uint32_t inline_size; /* I/O queues' in-capsule data (IOCCSZ) */
+    uint16_t io_qsize;    /* the port's max_queue_size */
+    uint16_t nr_io_queues;
+    uint32_t cc, csts;
+    uint32_t kato_ms;
+    uint32_t aec;
+    _Atomic uint64_t last_seen_ns;
+    struct nvme_queue *admin; /* weak: cleared by the queue at close */
+    struct nvme_queue **ioq;  /* [nr_io_queues + 1], weak */
+    /* asynchronous events: AER commands held (their CIDs) and events to send */
+    uint16_t aer_cids[NVME_AERL + 1];
+    unsigned naer;
+    uint32_t aen_pending[4];
+    unsigned naen;
+    /* the namespaces' sizes as last seen, to tell a resize from no change */
+    struct nvme_ns_size *sizes;
+    size_t nsizes;
+    uint32_t changed_ns[NVME_CHANGED_NS_MAX];
+    unsigned nchanged;
+    bool changed_overflow;
+    struct reactor_msg aen_msg; /* delivers events on the admin queue's reactor */
+    struct conn *aen_conn;      /* ref while aen_msg is posted */
+    bool dead;
+    uint64_t connected_at;
+    struct registry_entry reg;
+};
+
+enum nvme_qstate { QS_IC, QS_CONNECT, QS_LIVE };
+enum nvme_rx { RX_HEADER, RX_PAD, RX_DATA, RX_DDGST, RX_TERM };
+
+/* CMD_WAIT_R2T: its R2T waits until the queue holds fewer payload bytes. */
+enum nvme_cmd_state { CMD_FREE, CMD_RX, CMD_WAIT_R2T, CMD_WAIT_DATA, CMD_EXEC, CMD_SEND };
+
+/* One command slot of a queue. */
+struct nvme_cmd {
+    struct nvme_queue *q;
+    uint16_t tag; /* index in q->slots: the R2T's TTAG */
+    enum nvme_cmd_state state;
+    uint8_t sqe[NVME_SQE_LEN];
+    uint16_t cid;
+    uint8_t sgl_type;
+    uint32_t data_len; /* the SGL's length */
+    uint32_t got;      /* host data received so far */
+    bool data_ready;   /* host data all here (in-capsule or H2CData) */
+    bool ddgst_bad;    /* a data digest failed: Transient Transport Error */
+    uint8_t *buf;
+    size_t buf_size;
+    uint32_t out_len; /* controller-to-host data in buf */
+    uint16_t status;
+    uint64_t result;
+    unsigned pending;   /* sends before the slot is free */
+    struct volume *vol; /* ref while I/O runs */
+    struct vreq vr;
+    uint32_t dsm_next, dsm_count; /* DSM deallocate: ranges */
+    uint32_t lba_shift;
+    bool aer;                  /* an Asynchronous Event Request held by the controller */
+    int mslot;                 /* iostats slot of the namespace's volume, -1 none */
+    uint64_t mt0;              /* iostats_start time; 0: not counted */
+    struct nvme_cmd *r2t_next; /* CMD_WAIT_R2T: the queue's FIFO */
+};
+
+/* One connection: one queue of a controller once connected. */
+struct nvme_queue {
+    struct conn *c;
+    enum nvme_qstate state;
+    int64_t port_id;
+    struct nvme_port port; /* as it was at accept (defaults for port 0) */
+    bool port_known;
+    struct nvme_ctrl *ctrl; /* ref once connected */
+    uint16_t qid;
+    uint16_t sqsize; /* entries */
+    uint16_t sqhd;
+    bool sqflow_off;
+    bool hdgst, ddgst;
+    uint8_t hpda;
+    /* reader */
+    enum nvme_rx rx;
+    struct nvme_tcp_ch ch;
+    struct nvme_cmd *rx_cmd;
+    uint8_t *rx_dst;
+    uint32_t rx_left;
+    uint32_t rx_pad;
+    uint32_t rx_crc;
+    /* command slots */
+    struct nvme_cmd *slots;
+    unsigned nslots;
+    uint16_t *free_tags; /* a stack of free slots */
+    unsigned nfree;
+    unsigned inflight;
+    size_t held;
+    bool held_paused;
+    bool held_logged;
+    struct nvme_cmd *r2t_head, *r2t_tail; /* R2Ts deferred by the payload bound */
+    struct nvme_subsys *subsys;           /* this queue's snapshot of ctrl->subsys (ref) */
+    unsigned subsys_gen;
+    int *mslots; /* iostats slot of each of subsys->ns[] (-1: none) */
+    struct admit_ticket ticket;
+    struct reactor_timer hs_timer;
+    struct reactor_timer ka_timer;   /* admin queue: keep-alive */
+    struct reactor_timer disc_timer; /* discovery controller: watches the configuration */
+    uint64_t disc_gen;               /* the CONF_NVME part number it last saw */
+    struct reactor_msg resume_msg;
+    bool resume_posted;
+    struct registry_entry reg; /* every connection, for nvme_target_stop */
+    bool draining;             /* shutdown: no new commands; close when idle */
+    struct reactor_msg drain_msg;
+};
+
+static inline uint32_t nvme_hd_len(const struct nvme_queue *q)
+{
+    return q->hdgst ? NVME_TCP_DIGEST_LEN : 0;
+}
+
+/* ---- nvme_conn.c ---- */
+/* A free command slot (a connection reference with it), or NULL. */
+struct nvme_cmd *nvme_slot_get(struct nvme_queue *q);
+/* Release a slot: its buffer, volume and connection references. */
+void nvme_slot_free(struct nvme_cmd *cmd);
+/* A send of the command's data was written: the last one frees the slot. */
+void nvme_cmd_release(void *arg);
+/* Whether q may take need more payload bytes: within its own bound and
+ * the budget of every queue together. A queue that holds nothing always
+ * may (one command at a time still moves). Owner reactor. */
+bool nvme_held_room(const struct nvme_queue *q, size_t need);
+/* Allocate cmd->buf of at least size bytes (counted in q->held). 0/-ENOMEM. */
+int nvme_cmd_buf(struct nvme_cmd *cmd, size_t size);
+/* ---- nvme_reader.c ---- */
+/* conn_ops.on_input of a queue. */
+int nvme_conn_input(struct conn *c);
+
+/* ---- nvme_send.c ---- */
+/* Send the R2Ts deferred by the payload bound that fit now. */
+void nvme_r2t_flush(struct nvme_queue *q);
+/* The command is done: cmd->status/result, and cmd->out_len bytes of
+ * cmd->buf for the host. Sends C2HData and the response; frees the slot. */
+void nvme_cmd_complete(struct nvme_cmd *cmd);
+/* The command needs its host data (transport SGL): sends an R2T; the
+ * command is dispatched again once all of it arrived. */
+void nvme_cmd_request_data(struct nvme_cmd *cmd);
+/* Run a command (all its data here or none needed). */
+void nvme_cmd_dispatch(struct nvme_cmd *cmd);
+/* Protocol error: C2HTermReq with fes/fei and the offending header, log
+ * naming the peer, close. Returns -EPROTO for the reader. */
+int nvme_conn_fatal(struct nvme_queue *q, int fes, uint32_t fei, const uint8_t *hdr, size_t hlen,
+                    const char *why);
+/* A Connect succeeded on q: it is live (admission promoted, deadline off). */
+void nvme_conn_connected(struct nvme_queue *q);
+/* Close every connection and refuse new ones (nvme_target_stop), or
+ * accept them again (nvme_target_init). Any thread. */
+void nvme_conn_close_all(void);
+void nvme_conn_reopen(void);
+/* The subsystem this queue serves now (refreshed from ctrl), or NULL. */
+struct nvme_subsys *nvme_queue_subsys(struct nvme_queue *q);
+
+/* ---- nvme_fabrics.c ---- */
+/* Fabrics commands (Connect, Property Get/Set, Disconnect). */
+void nvme_fabrics_exec(struct nvme_cmd *cmd);
+
+/* ---- nvme_ctrl.c ---- */
+void nvme_ctrl_ref(struct nvme_ctrl *ctrl);
+void nvme_ctrl_unref(struct nvme_ctrl *ctrl);
+/* A queue closes: detach it; the admin queue takes the controller down. */
+void nvme_ctrl_queue_closed(struct nvme_queue *q);
+/* Tear the controller down (close its queues), logged with why. */
+void nvme_ctrl_teardown(struct nvme_ctrl *ctrl, const char *why);
+/* Asynchronous Event Request: hold it (or complete it with a pending event). */
+void nvme_ctrl_aer(struct nvme_cmd *cmd);
+/* Keep-alive: the host spoke. */
+void nvme_ctrl_seen(struct nvme_ctrl *ctrl);
+/* Start the admin queue's keep-alive timer (owner reactor). */
+void nvme_ctrl_ka_start(struct nvme_queue *q);
+/* Give a new controller its CNTLID and list it. 0 or -ENOSPC/-ENOMEM. */
+int nvme_ctrl_register(struct nvme_ctrl *ctrl);
+/* The live controller cntlid (a reference), or NULL. */
+struct nvme_ctrl *nvme_ctrl_find(uint16_t cntlid);
+/* The sizes of s's namespaces (a new array, *n entries; NULL when none or
+ * without memory). */
+struct nvme_ns_size *nvme_ns_sizes(const struct nvme_subsys *s, size_t *n);
+/* A discovery controller's admin queue: raise Discovery Log Page Change
+ * events (when the host enabled them) as the configuration moves. */
+void nvme_ctrl_disc_watch_start(struct nvme_queue *q);
+/* Log page 04h: copy and clear (4096 bytes into buf). */
+void nvme_ctrl_changed_ns(struct nvme_ctrl *ctrl, uint8_t *buf);
+
+/* ---- nvme_admin.c ---- */
+void nvme_admin_exec(struct nvme_cmd *cmd);
+
+/* ---- nvme_identify.c ---- */
+void nvme_identify_ctrl(const struct nvme_queue *q, const struct nvme_subsys *s, uint8_t *out);
+void nvme_identify_ns(const struct nvme_ns *ns, uint8_t *out);
+void nvme_identify_ns_descs(const struct nvme_ns *ns, uint8_t *out);
+/* CNS 08h: the I/O command set independent namespace structure. */
+void nvme_identify_ns_indep(const struct nvme_ns *ns, uint8_t *out);
+/* Active namespace list after nsid (up to 1024 entries). */
+void nvme_identify_ns_list(const struct nvme_subsys *s, uint32_t after, uint8_t *out);
+
+/* The namespace's LBA size: the volume's block size up to 4 KiB (hosts
+ * take no larger logical blocks); a larger volume block size becomes the
+ * preferred write granularity (Identify Namespace NPWG/NOWS). */
+static inline uint32_t nvme_lba_size(struct volume *v)
+{
+    uint32_t bs = volume_block_size(v);
+    return bs > 4096 ? 4096 : bs;
+}
+
+/* ---- nvme_io.c ---- */
+void nvme_io_exec(struct nvme_cmd *cmd);
+/* Count a finished I/O command in the volume's metrics (cmd->mt0 set). */
+void nvme_io_stats_done(struct nvme_cmd *cmd);
+
+/* ---- nvme_discovery.c ---- */
+/* Build the discovery log page for hostnqn into a new buffer (*len bytes). */
+int nvme_discovery_log(const char *hostnqn, uint8_t **out, size_t *len);
+
+#endif

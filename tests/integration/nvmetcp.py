@@ -1,0 +1,454 @@
+"""A small NVMe/TCP host (initiator) for the tests, written from the NVMe
+over Fabrics 1.1 TCP transport binding and the NVMe 2.0 base specification
+(not from blockd's headers): PDUs with optional header and data digests,
+Fabrics Connect of an admin queue and I/O queues, properties, Identify,
+Get Log Page, features, Read/Write/Flush/Write Zeroes/Dataset Management/
+Compare, writes in-capsule or through R2T/H2CData, and raw PDUs for bad
+input tests.
+
+    c = Controller("127.0.0.1", port, "nqn...:sub", hostnqn="nqn...:host")
+    c.connect(io_queues=2)          # admin queue + enable + I/O queues
+    c.write(1, lba=0, data=b"x" * 4096)
+    assert c.read(1, lba=0, nlb=8) == b"x" * 4096
+"""
+import os
+import socket
+import struct
+
+# PDU types (transport binding, 3.6.1)
+ICREQ, ICRESP, H2C_TERM, C2H_TERM, CMD, RSP, H2C_DATA, C2H_DATA, R2T = 0, 1, 2, 3, 4, 5, 6, 7, 9
+F_HDGST, F_DDGST, F_LAST, F_SUCCESS = 1, 2, 4, 8
+DISCOVERY_NQN = "nqn.2014-08.org.nvmexpress.discovery"
+
+# NVMe status codes as (SCT << 8 | SC)
+SC_SUCCESS = 0x000
+SC_INVALID_OPCODE = 0x001
+SC_INVALID_FIELD = 0x002
+SC_INVALID_NS = 0x00B
+SC_CMD_SEQ = 0x00C
+SC_SGL_LENGTH = 0x00F
+SC_WRITE_PROTECTED = 0x020
+SC_TRANSIENT = 0x022
+SC_LBA_RANGE = 0x080
+SC_AER_LIMIT = 0x105
+SC_INVALID_LOG = 0x109
+SC_CONNECT_INVALID_PARAM = 0x182
+SC_CONNECT_INVALID_HOST = 0x184
+SC_COMPARE_FAILED = 0x285
+
+
+def _crc32c_table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+_T = _crc32c_table()
+
+
+def crc32c(data, crc=0):
+    """CRC32C (Castagnoli), reflected, init and final XOR 0xFFFFFFFF."""
+    c = crc ^ 0xFFFFFFFF
+    for b in data:
+        c = _T[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+class NvmeError(Exception):
+    def __init__(self, status, result=0, what=""):
+        super().__init__("%s: status 0x%03x result 0x%x" % (what, status, result))
+        self.status, self.result = status, result
+
+
+class TermReq(Exception):
+    """The controller sent a C2HTermReq: fes, fei and the header it quoted."""
+
+    def __init__(self, fes, fei, data):
+        super().__init__("C2HTermReq FES 0x%02x FEI %d" % (fes, fei))
+        self.fes, self.fei, self.data = fes, fei, data
+
+
+def sgl_inline(length):
+    # Data block descriptor, offset subtype: address 0 (ICDOFF 0)
+    return struct.pack("<QI3xB", 0, length, 0x01)
+
+
+def sgl_transport(length):
+    # Transport SGL data block descriptor (type 5, subtype A)
+    return struct.pack("<QI3xB", 0, length, 0x5A)
+
+
+def sqe(opc, cid, nsid=0, sgl=None, cdw10=0, cdw11=0, cdw12=0, cdw13=0, cdw14=0, cdw15=0,
+        flags=0x40, raw_tail=None):
+    """A 64-byte submission queue entry (PSDT 01b: SGLs)."""
+    sgl = sgl if sgl is not None else struct.pack("<QI3xB", 0, 0, 0x40)
+    head = struct.pack("<BBHI", opc, flags, cid, nsid) + bytes(16) + sgl
+    tail = raw_tail if raw_tail is not None else struct.pack(
+        "<6I", cdw10, cdw11, cdw12, cdw13, cdw14, cdw15)
+    return head + tail
+
+
+class Queue:
+    """One TCP connection: one NVMe queue."""
+
+    def __init__(self, host, port, hdgst=False, ddgst=False, hpda=0, timeout=20):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.hdgst, self.ddgst, self.hpda = hdgst, ddgst, hpda
+        self.cid = 0
+        self.maxh2cdata = 0
+        self.qid = None
+        self.pending_rsp = {}  # cid -> (status, result) received while waiting for another
+        self.to_send = {}      # cid -> data an R2T may ask for
+        self.received = {}     # cid -> C2HData received so far
+
+    # ---- raw I/O ----
+    def send(self, b):
+        self.sock.sendall(b)
+
+    def recv_exact(self, n):
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("connection closed by the controller")
+            out += chunk
+        return out
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def icreq(self, maxr2t=0, pfv=0):
+        dg = (1 if self.hdgst else 0) | (2 if self.ddgst else 0)
+        pdu = struct.pack("<BBBBIHBBI", ICREQ, 0, 128, 0, 128, pfv, self.hpda, dg, maxr2t)
+        self.send(pdu + bytes(128 - len(pdu)))
+        t, flags, hlen, pdo, plen, rest = self.recv_pdu_raw()
+        if t == C2H_TERM:
+            raise TermReq(*self._term(rest))
+        assert t == ICRESP and hlen == 128 and plen == 128, (t, hlen, plen)
+        pfv_r, cpda, dgst, maxdata = struct.unpack_from("<HBBI", rest, 0)
+        assert pfv_r == 0
+        self.cpda, self.maxh2cdata = cpda, maxdata
+        assert dgst == dg, "digests not granted as asked: %d" % dgst
+        return cpda, dgst, maxdata
+
+    @staticmethod
+    def _term(rest):
+        fes, fei = struct.unpack_from("<HI", rest, 0)
+        return fes, fei, rest[16:]
+
+    def recv_pdu_raw(self):
+        """(type, flags, hlen, pdo, plen, everything after the common header)."""
+        ch = self.recv_exact(8)
+        t, flags, hlen, pdo, plen = struct.unpack("<BBBBI", ch)
+        rest = self.recv_exact(plen - 8)
+        return t, flags, hlen, pdo, plen, rest
+
+    def recv_pdu(self):
+        """A PDU with its digests checked: (type, flags, header, data)."""
+        t, flags, hlen, pdo, plen, rest = self.recv_pdu_raw()
+        whole = struct.pack("<BBBBI", t, flags, hlen, pdo, plen) + rest
+        if t == C2H_TERM:
+            raise TermReq(*self._term(rest))
+        hdr = whole[:hlen]
+        if flags & F_HDGST:
+            assert self.hdgst, "header digest the host did not ask for"
+            (d,) = struct.unpack_from("<I", whole, hlen)
+            assert d == crc32c(hdr), "bad header digest from the controller"
+        elif self.hdgst and t != C2H_TERM:
+            raise AssertionError("PDU type %d without the header digest" % t)
+        data = b""
+        if pdo and plen > pdo:
+            end = plen - (4 if flags & F_DDGST else 0)
+            data = whole[pdo:end]
+            if flags & F_DDGST:
+                (d,) = struct.unpack_from("<I", whole, end)
+                assert d == crc32c(data), "bad data digest from the controller"
+        return t, flags, hdr, data
+
+    def pdu(self, ptype, hdr_rest, data=b"", flags=0, hlen=None, bad_hdgst=False,
+            bad_ddgst=False):
+        """Build a host PDU (digests as negotiated)."""
+        hl = hlen if hlen is not None else 8 + len(hdr_rest)
+        hd = 4 if self.hdgst else 0
+        dd = 4 if (self.ddgst and data) else 0
+        f = flags | (F_HDGST if self.hdgst else 0) | (F_DDGST if dd else 0)
+        pdo = hl + hd if data else 0
+        plen = hl + hd + len(data) + dd
+        h = struct.pack("<BBBBI", ptype, f, hl, pdo, plen) + hdr_rest
+        out = h
+        if hd:
+            out += struct.pack("<I", crc32c(h) ^ (1 if bad_hdgst else 0))
+        out += data
+        if dd:
+            out += struct.pack("<I", crc32c(data) ^ (1 if bad_ddgst else 0))
+        return out
+
+    # ---- commands ----
+    def next_cid(self):
+        self.cid = (self.cid + 1) & 0xFFFF
+        return self.cid
+
+    def submit(self, entry, data_out=b"", inline=True, bad_ddgst=False):
+        """Send a command capsule (data in-capsule when inline)."""
+        cid = struct.unpack_from("<H", entry, 2)[0]
+        if data_out and not inline:
+            self.to_send[cid] = data_out
+        self.send(self.pdu(CMD, entry, data_out if inline else b"", bad_ddgst=bad_ddgst))
+
+    def command(self, entry, data_out=b"", inline=True, bad_ddgst=False):
+        """Run one command: returns (status, result, data read)."""
+        cid = struct.unpack_from("<H", entry, 2)[0]
+        self.submit(entry, data_out, inline, bad_ddgst)
+        return self.wait(cid)
+
+    def wait(self, cid):
+        """Serve R2Ts and collect C2HData (of any command) until cid completes."""
+        while True:
+            if cid in self.pending_rsp:
+                st, res = self.pending_rsp.pop(cid)
+                self.to_send.pop(cid, None)
+                return st, res, bytes(self.received.pop(cid, b""))
+            t, flags, hdr, pdata = self.recv_pdu()
+            if t == RSP:
+                res, sqhd, sqid, rcid, sf = struct.unpack_from("<QHHHH", hdr, 8)
+                self.last_sqhd = sqhd
+                st = (sf >> 1) & 0x7FF
+                self.pending_rsp[rcid] = (st, res)
+            elif t == C2H_DATA:
+                rcid, _, off, ln = struct.unpack_from("<HHII", hdr, 8)
+                data = self.received.setdefault(rcid, bytearray())
+                assert off == len(data) and ln == len(pdata), (off, ln, len(pdata))
+                data += pdata
+                if flags & F_SUCCESS:
+                    assert flags & F_LAST
+                    self.pending_rsp[rcid] = (SC_SUCCESS, 0)
+            elif t == R2T:
+                rcid, ttag, off, ln = struct.unpack_from("<HHII", hdr, 8)
+                assert rcid in self.to_send, "R2T for command %d with no data to send" % rcid
+                self.h2c_data(rcid, ttag, self.to_send[rcid], off, ln)
+            else:
+                raise AssertionError("unexpected PDU type %d" % t)
+
+    def h2c_data(self, cid, ttag, data, off, ln, chunk=None):
+        chunk = chunk or self.maxh2cdata
+        end = off + ln
+        while off < end:
+            n = min(chunk, end - off)
+            last = F_LAST if off + n == end else 0
+            self.send(self.pdu(H2C_DATA, struct.pack("<HHII4x", cid, ttag, off, n),
+                               data[off:off + n], flags=last))
+            off += n
+
+
+def fabrics(fctype, cid, tail=b"", sgl=None):
+    """A Fabrics command SQE: opcode 7Fh, FCTYPE at byte 4."""
+    sgl = sgl if sgl is not None else struct.pack("<QI3xB", 0, 0, 0x40)
+    e = struct.pack("<BBHB", 0x7F, 0x40, cid, fctype) + bytes(19) + sgl
+    return e + tail + bytes(64 - len(e) - len(tail))
+
+
+def connect_entry(cid, qid, sqsize, kato=0, cattr=0, recfmt=0):
+    tail = struct.pack("<HHHBxI", recfmt, qid, sqsize - 1, cattr, kato)
+    return fabrics(0x01, cid, tail, sgl=sgl_inline(1024))
+
+
+def connect_data(hostid, cntlid, subnqn, hostnqn):
+    d = bytearray(1024)
+    d[0:16] = hostid
+    struct.pack_into("<H", d, 16, cntlid)
+    d[256:256 + len(subnqn)] = subnqn.encode()
+    d[512:512 + len(hostnqn)] = hostnqn.encode()
+    return bytes(d)
+
+
+class Controller:
+    """An admin queue and its I/O queues, as a host driver would use them."""
+
+    def __init__(self, host, port, subnqn, hostnqn="nqn.2026-01.org.blockd:host-test",
+                 hostid=None, hdgst=False, ddgst=False, kato=0):
+        self.host, self.port, self.subnqn, self.hostnqn = host, port, subnqn, hostnqn
+        self.hostid = hostid or os.urandom(16)
+        self.hdgst, self.ddgst, self.kato = hdgst, ddgst, kato
+        self.admin = None
+        self.io = []
+        self.cntlid = None
+
+    def _connect_queue(self, qid, sqsize, cntlid):
+        q = Queue(self.host, self.port, self.hdgst, self.ddgst)
+        q.icreq()
+        cid = q.next_cid()
+        st, res, _ = q.command(connect_entry(cid, qid, sqsize, self.kato if qid == 0 else 0),
+                               connect_data(self.hostid, cntlid, self.subnqn, self.hostnqn))
+        if st != SC_SUCCESS:
+            q.close()
+            raise NvmeError(st, res, "Connect qid %d" % qid)
+        q.qid = qid
+        return q, res & 0xFFFF
+
+    def connect(self, io_queues=1, sqsize=32, io_sqsize=64):
+        self.admin, self.cntlid = self._connect_queue(0, sqsize, 0xFFFF)
+        self.prop_set(0x14, (6 << 16) | (4 << 20) | 1)  # CC: IOSQES, IOCQES, EN
+        assert self.prop_get(0x1C) & 1, "CSTS.RDY not set after CC.EN"
+        for qid in range(1, io_queues + 1):
+            q, _ = self._connect_queue(qid, io_sqsize, self.cntlid)
+            self.io.append(q)
+        return self
+
+    def close(self):
+        for q in self.io + ([self.admin] if self.admin else []):
+            q.close()
+
+    # ---- admin ----
+    def admin_cmd(self, entry, data_out=b"", inline=True, check=True):
+        st, res, data = self.admin.command(entry, data_out, inline)
+        if check and st != SC_SUCCESS:
+            raise NvmeError(st, res, "admin opcode 0x%02x" % entry[0])
+        return st, res, data
+
+    def prop_get(self, off, wide=False):
+        q = self.admin
+        tail = struct.pack("<B3xI", 1 if wide else 0, off)
+        st, res, _ = q.command(fabrics(0x04, q.next_cid(), tail))
+        if st:
+            raise NvmeError(st, res, "Property Get 0x%x" % off)
+        return res
+
+    def prop_set(self, off, value):
+        q = self.admin
+        tail = struct.pack("<B3xIQ", 0, off, value)
+        st, res, _ = q.command(fabrics(0x00, q.next_cid(), tail))
+        if st:
+            raise NvmeError(st, res, "Property Set 0x%x" % off)
+
+    def identify(self, cns, nsid=0, check=True):
+        q = self.admin
+        e = sqe(0x06, q.next_cid(), nsid, sgl_transport(4096), cdw10=cns)
+        st, res, data = self.admin_cmd(e, check=check)
+        return data if check else (st, data)
+
+    def get_log_page(self, lid, length, offset=0, check=True):
+        q = self.admin
+        numd = length // 4 - 1
+        e = sqe(0x02, q.next_cid(), 0xFFFFFFFF, sgl_transport(length),
+                cdw10=lid | ((numd & 0xFFFF) << 16), cdw11=numd >> 16,
+                cdw12=offset & 0xFFFFFFFF, cdw13=offset >> 32)
+        st, res, data = self.admin_cmd(e, check=check)
+        return data if check else (st, data)
+
+    def set_features(self, fid, cdw11, check=True):
+        q = self.admin
+        st, res, _ = self.admin_cmd(sqe(0x09, q.next_cid(), 0, cdw10=fid, cdw11=cdw11),
+                                    check=check)
+        return res if check else (st, res)
+
+    def get_features(self, fid):
+        q = self.admin
+        return self.admin_cmd(sqe(0x0A, q.next_cid(), 0, cdw10=fid))[1]
+
+    def keep_alive(self):
+        q = self.admin
+        self.admin_cmd(sqe(0x18, q.next_cid()))
+
+    def discovery_log(self):
+        hdr = self.get_log_page(0x70, 1024)
+        genctr, numrec, recfmt = struct.unpack_from("<QQH", hdr, 0)
+        full = self.get_log_page(0x70, 1024 + 1024 * numrec) if numrec else hdr
+        entries = []
+        for i in range(numrec):
+            e = full[1024 + 1024 * i:2048 + 1024 * i]
+            trtype, adrfam, subtype, treq, portid, cntlid, asqsz = struct.unpack_from(
+                "<BBBBHHH", e, 0)
+            entries.append(dict(
+                trtype=trtype, adrfam=adrfam, subtype=subtype, treq=treq, portid=portid,
+                cntlid=cntlid, asqsz=asqsz,
+                trsvcid=e[32:64].rstrip(b"\0 ").decode(),
+                traddr=e[256:512].rstrip(b"\0 ").decode(),
+                subnqn=e[512:768].rstrip(b"\0").decode()))
+        return genctr, entries
+
+    # ---- I/O ----
+    def ioq(self, n=0):
+        return self.io[n % len(self.io)]
+
+    def io_cmd(self, entry, data_out=b"", inline=True, q=None, check=True, bad_ddgst=False):
+        q = q or self.ioq()
+        st, res, data = q.command(entry, data_out, inline, bad_ddgst)
+        if check and st != SC_SUCCESS:
+            raise NvmeError(st, res, "I/O opcode 0x%02x" % entry[0])
+        return st, data
+
+    def read(self, nsid, lba, nlb, bs=512, q=None, check=True):
+        q = q or self.ioq()
+        e = sqe(0x02, q.next_cid(), nsid, sgl_transport(nlb * bs),
+                cdw10=lba & 0xFFFFFFFF, cdw11=lba >> 32, cdw12=nlb - 1)
+        st, data = self.io_cmd(e, q=q, check=check)
+        return data if check else (st, data)
+
+    def write(self, nsid, lba, data, bs=512, fua=False, inline=None, q=None, check=True,
+              bad_ddgst=False):
+        q = q or self.ioq()
+        nlb = len(data) // bs
+        inline = len(data) <= 8192 if inline is None else inline
+        sgl = sgl_inline(len(data)) if inline else sgl_transport(len(data))
+        e = sqe(0x01, q.next_cid(), nsid, sgl, cdw10=lba & 0xFFFFFFFF, cdw11=lba >> 32,
+                cdw12=(nlb - 1) | ((1 << 30) if fua else 0))
+        return self.io_cmd(e, data, inline, q=q, check=check, bad_ddgst=bad_ddgst)[0]
+
+    def compare(self, nsid, lba, data, bs=512, q=None):
+        q = q or self.ioq()
+        nlb = len(data) // bs
+        inline = len(data) <= 8192
+        sgl = sgl_inline(len(data)) if inline else sgl_transport(len(data))
+        e = sqe(0x05, q.next_cid(), nsid, sgl, cdw10=lba & 0xFFFFFFFF, cdw11=lba >> 32,
+                cdw12=nlb - 1)
+        return self.io_cmd(e, data, inline, q=q, check=False)[0]
+
+    def flush(self, nsid, q=None):
+        q = q or self.ioq()
+        return self.io_cmd(sqe(0x00, q.next_cid(), nsid), q=q)[0]
+
+    def write_zeroes(self, nsid, lba, nlb, deac=False, q=None, check=True):
+        q = q or self.ioq()
+        e = sqe(0x08, q.next_cid(), nsid, cdw10=lba & 0xFFFFFFFF, cdw11=lba >> 32,
+                cdw12=(nlb - 1) | ((1 << 25) if deac else 0))
+        return self.io_cmd(e, q=q, check=check)[0]
+
+    def deallocate(self, nsid, ranges, q=None, check=True):
+        """Dataset Management, attribute deallocate: ranges of (lba, nlb)."""
+        q = q or self.ioq()
+        data = b"".join(struct.pack("<IIQ", 0, nlb, lba) for lba, nlb in ranges)
+        e = sqe(0x09, q.next_cid(), nsid, sgl_inline(len(data)), cdw10=len(ranges) - 1,
+                cdw11=1 << 2)
+        return self.io_cmd(e, data, True, q=q, check=check)[0]
+
+
+def nqn_str(b):
+    return b.rstrip(b"\0").decode()
+
+
+def parse_id_ctrl(d):
+    return dict(
+        sn=d[4:24].decode().strip(), mn=d[24:64].decode().strip(), cmic=d[76], mdts=d[77],
+        cntlid=struct.unpack_from("<H", d, 78)[0], ver=struct.unpack_from("<I", d, 80)[0],
+        cntrltype=d[111], aerl=d[259], kas=struct.unpack_from("<H", d, 320)[0],
+        maxcmd=struct.unpack_from("<H", d, 514)[0], nn=struct.unpack_from("<I", d, 516)[0],
+        oncs=struct.unpack_from("<H", d, 520)[0], vwc=d[525],
+        sgls=struct.unpack_from("<I", d, 536)[0], subnqn=nqn_str(d[768:1024]),
+        ioccsz=struct.unpack_from("<I", d, 1792)[0], iorcsz=struct.unpack_from("<I", d, 1796)[0],
+        icdoff=struct.unpack_from("<H", d, 1800)[0], msdbd=d[1803])
+
+
+def parse_id_ns(d):
+    nsze, ncap, nuse = struct.unpack_from("<QQQ", d, 0)
+    flbas = d[26] & 0xF
+    lbads = d[128 + 4 * flbas + 2]
+    return dict(nsze=nsze, ncap=ncap, nuse=nuse, nmic=d[30], nsattr=d[99], nguid=d[104:120],
+                eui64=d[120:128], block_size=1 << lbads if lbads else 0)
