@@ -43,7 +43,7 @@ done
 export NBD_PORT BLOCKCTL_BIN SOCK ANY METRICS KEY BLOCKD_LOG HOST ONLY LINK
 head -c $((8 << 20)) /dev/urandom >"$TMP/ref.img"
 /usr/bin/python3 - "$NVME_PORT" "$DISC_PORT" "$TMP" <<'PY' || fail "NVMe checks failed"
-import os, struct, subprocess, sys
+import json, os, struct, subprocess, sys
 import nvmetcp as n
 import nvme_engine_checks as k
 port, disc, tmp = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
@@ -102,7 +102,14 @@ assert want in m, [l for l in m.splitlines() if "blockd_sessions" in l]
 w = [l for l in m.splitlines()
      if l.startswith('blockd_volume_write_bytes_total{volume="demo/n1",protocol="nvme"}')]
 assert w and int(float(w[0].split()[-1])) >= 8 << 20, w
-print("ok  session and volume I/O in the metrics")
+# and in nvmet.global.sessions, as TrueNAS lists them (filterable)
+out = subprocess.run(["bash", "-c", '"$BLOCKCTL_BIN" --socket "$SOCK" call nvmet.global.sessions '
+                      '\'[[["hostnqn", "!=", "x"], ["discovery", "=", false]]]\''],
+                     check=True, capture_output=True, text=True).stdout
+rows = json.loads(out)
+assert rows and all(r["host_traddr"] == "127.0.0.1" and r["subsys_id"] and r["port_id"] and
+                    r["ctrl"] > 0 and r["hostnqn"] for r in rows), rows
+print("ok  session and volume I/O in the metrics, sessions in nvmet.global.sessions")
 
 # Bad PDUs on blockd's own port: each a C2HTermReq, logged; the others' data intact.
 env = k.Env("127.0.0.1", port, disc, os.environ["BLOCKD_LOG"])

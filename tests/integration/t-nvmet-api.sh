@@ -39,8 +39,12 @@ export FULL SHR RO
 NVME_PORT=$(free_port)
 export NVME_PORT
 
-# The discovery listener moves live (":0": the kernel picks the port, the log names it).
+# The discovery listener moves live (":0": the kernel picks the port, the
+# log names it), and opens only while some port serves: none yet.
 blockctl call nvmet.global.update '{"discovery_listen":"127.0.0.1:0"}' >/dev/null
+grep -q "nvmet: discovery listening" "$BLOCKD_LOG" && fail "a discovery listener without any port"
+P0=$(blockctl call nvmet.port.create "{\"addr_trtype\":\"TCP\",\"addr_traddr\":\"127.0.0.1\",\"addr_trsvcid\":$(free_port)}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])') || fail "nvmet.port.create"
 for _ in $(seq 1 200); do
     grep -q "nvmet: discovery listening on 127.0.0.1:" "$BLOCKD_LOG" && break
     sleep 0.05
@@ -49,6 +53,7 @@ grep -q "nvmet: discovery listening on 127.0.0.1:" "$BLOCKD_LOG" || fail "no dis
 DISC=$(grep -o "nvmet: discovery listening on 127.0.0.1:[0-9]*" "$BLOCKD_LOG" | tail -1 | sed 's/.*://')
 python3 -c "import socket; socket.create_connection(('127.0.0.1', $DISC), 5).close()" ||
     fail "the discovery listener at $DISC does not accept"
+blockctl call nvmet.port.delete "[$P0]" >/dev/null || fail "nvmet.port.delete"
 
 cat >"$TMP/nvmet.py" <<'PY'
 import json, os, ssl, sys, time
@@ -281,7 +286,7 @@ nvmet_py() {
 }
 
 nvmet_py tns
-grep -q "nvmet: listening on 127.0.0.1:$NVME_PORT (port 1, id 1)" "$BLOCKD_LOG" ||
+grep -q "nvmet: listening on 127.0.0.1:$NVME_PORT (port 1, id " "$BLOCKD_LOG" ||
     fail "no listener for port 1"
 python3 -c "import socket; socket.create_connection(('127.0.0.1', $NVME_PORT), 5).close()" ||
     fail "port 1 does not accept"
@@ -309,7 +314,7 @@ nvmet_py persist "$TMP/before.json"
 blockd_stop
 csi_start
 nvmet_py check "$TMP/before.json"
-grep -c "nvmet: listening on 127.0.0.1:$NVME_PORT (port 1, id 1)" "$BLOCKD_LOG" | grep -qx 2 ||
+grep -c "nvmet: listening on 127.0.0.1:$NVME_PORT (port 1, id " "$BLOCKD_LOG" | grep -qx 2 ||
     fail "port 1 not listening again after the restart"
 
 # A namespaced dataset: rename follows, delete refused then forced.
@@ -327,11 +332,12 @@ out=$(blockctl call nvmet.namespace.query '[[["device_path","^","zvol/demo/r1"]]
 # hosts); the others stay the same objects (no log line for them).
 blockctl volume create demo/ia --size 8M >/dev/null
 blockctl volume create demo/ib --size 8M >/dev/null
+PORT1=$(jget "$(blockctl call nvmet.port.query '[[["index","=",1]]]')" 'j[0]["id"]')
 for x in a b; do
     sid=$(jget "$(blockctl call nvmet.subsys.create "{\"name\":\"iso-$x\"}")" 'j["id"]')
     blockctl call nvmet.namespace.create \
         "{\"device_type\":\"ZVOL\",\"device_path\":\"zvol/demo/i$x\",\"subsys_id\":$sid}" >/dev/null
-    blockctl call nvmet.port_subsys.create "{\"port_id\":1,\"subsys_id\":$sid}" >/dev/null
+    blockctl call nvmet.port_subsys.create "{\"port_id\":$PORT1,\"subsys_id\":$sid}" >/dev/null
     eval "SID_$x=$sid"
 done
 wait_log() {

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "nvme/config/nvmet_internal.h"
+#include "nvme/nvme_target.h"
 
 static const struct api_field global_fields[] = {
     API_FIELD_STRING("basenqn", 0, 5, NVS_NQN_MAX),
@@ -109,12 +110,47 @@ static int global_rdma_enabled(struct api_call *call, json_t *params, json_t **r
     return global_flag(call, result, true);
 }
 
-/* nvmet.global.sessions: {host_traddr, hostnqn, subsys_id, port_id, ctrl}
- * per controller. The target keeps no session list this side reads yet:
- * an empty list, filtered like any other. */
+/* One live controller as TrueNAS shows it: the host's address without
+ * its port (host_traddr), its NQN, the subsystem and port rows (null for
+ * a discovery controller / the discovery-only listener) and its CNTLID;
+ * blockd adds subnqn, discovery and connected_at. */
+static json_t *session_row(const struct nvme_session_info *s)
+{
+    /* the peer is "IP:PORT" or "[IPv6]:PORT" (format_sockaddr) */
+    const char *host = s->peer, *colon = strrchr(host, ':');
+    size_t n = colon ? (size_t)(colon - host) : strlen(host);
+    if (host[0] == '[' && n >= 2 && host[n - 1] == ']') {
+        host++;
+        n -= 2;
+    }
+    char addr[sizeof(s->peer)];
+    snprintf(addr, sizeof(addr), "%.*s", (int)n, host);
+    return json_pack("{s:s, s:s, s:o, s:o, s:i, s:s, s:b, s:I}", "host_traddr", addr, "hostnqn",
+                     s->hostnqn, "subsys_id",
+                     s->subsys_id ? json_integer((json_int_t)s->subsys_id) : json_null(), "port_id",
+                     s->port_id ? json_integer((json_int_t)s->port_id) : json_null(), "ctrl",
+                     (int)s->cntlid, "subnqn", s->subnqn, "discovery", s->discovery, "connected_at",
+                     (json_int_t)s->connected_at);
+}
+
+/* nvmet.global.sessions: the target's live controllers, filtered like any
+ * query (TrueNAS's filterable fields: host_traddr, hostnqn, subsys_id,
+ * port_id, ctrl). */
 static int global_sessions(struct api_call *call, json_t *params, json_t **result)
 {
+    struct nvme_session_info *v = NULL;
+    int n = nvme_sessions_list(&v);
+    if (n < 0)
+        return api_error(call, ENOMEM, "out of memory");
     json_t *arr = json_array();
+    for (int i = 0; arr && i < n; i++)
+        if (json_array_append_new(arr, session_row(&v[i])) < 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    free(v);
+    if (!arr)
+        return api_error(call, ENOMEM, "out of memory");
     int rc = api_query(call, arr, params, result);
     json_decref(arr);
     return rc;

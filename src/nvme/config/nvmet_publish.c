@@ -387,11 +387,14 @@ static int port_parse(const char *l, struct nvme_port *p)
     return 0;
 }
 
-/* The part's ports: the discovery port (id 0) first, then each enabled TCP port. */
+/* The part's ports: the discovery port (id 0) first, then each enabled TCP
+ * port. The discovery listener opens only once some port serves: a blockd
+ * that serves no NVMe keeps no port open for it (and daemons side by side
+ * do not all try to bind 8009). */
 static void ports_build(struct nvme_conf *c, const struct tables *t)
 {
     size_t n = 0;
-    if (*t->g.discovery_listen) {
+    if (*t->g.discovery_listen && t->nports > 0) {
         struct nvme_port *p = &c->ports[n];
         memset(p, 0, sizeof(*p));
         if (port_parse(t->g.discovery_listen, p) == 0) {
