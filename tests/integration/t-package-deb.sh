@@ -89,7 +89,7 @@ comp() {
 top=$("$root/usr/bin/blockctl" --help | sed -n 's/^  blockctl \([a-z][a-z0-9-]*\).*/\1/p' | sort -u | tr '\n' ' ')
 [ "$(comp "") " = "$top" ] || fail "top-level completion: '$(comp "")', commands: '$top'"
 grep -qw volume <<<"$top" || fail "no volume among the top-level commands: $top"
-[ "$(comp share "")" = "iscsi nbd" ] || fail "share completion: '$(comp share "")'"
+[ "$(comp share "")" = "iscsi nbd nvme" ] || fail "share completion: '$(comp share "")'"
 [ "$(comp --json share nbd c)" = "create" ] || fail "share nbd c completion: '$(comp --json share nbd c)'"
 compl=$(comp volume create demo/x --s)
 grep -qw -- --size <<<"$compl" || fail "volume create options: '$(comp volume create demo/x --s)'"
