@@ -109,7 +109,12 @@ out = subprocess.run(["bash", "-c", '"$BLOCKCTL_BIN" --socket "$SOCK" call nvmet
 rows = json.loads(out)
 assert rows and all(r["host_traddr"] == "127.0.0.1" and r["subsys_id"] and r["port_id"] and
                     r["ctrl"] > 0 and r["hostnqn"] for r in rows), rows
-print("ok  session and volume I/O in the metrics, sessions in nvmet.global.sessions")
+out = subprocess.run(["bash", "-c", '"$BLOCKCTL_BIN" --socket "$SOCK" session list'],
+                     check=True, capture_output=True, text=True).stdout
+assert any(l.split()[:1] == ["nvme"] and "@127.0.0.1" in l and "cntlid=" in l
+           for l in out.splitlines()), out
+print("ok  session and volume I/O in the metrics, sessions in nvmet.global.sessions and "
+      "blockctl session list")
 
 # Bad PDUs on blockd's own port: each a C2HTermReq, logged; the others' data intact.
 env = k.Env("127.0.0.1", port, disc, os.environ["BLOCKD_LOG"])
