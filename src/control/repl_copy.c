@@ -43,7 +43,8 @@ void repl_ranges_merge(struct repl_ranges *r, uint64_t size)
 {
     size_t k = 0;
 
-    qsort(r->v, r->n, sizeof(*r->v), range_cmp);
+    if (r->n > 1) /* qsort's base may not be NULL, even for no elements */
+        qsort(r->v, r->n, sizeof(*r->v), range_cmp);
     for (size_t i = 0; i < r->n; i++) {
         uint64_t off = r->v[i].off, end = MIN(off + r->v[i].len, size);
         if (off >= end)

@@ -733,7 +733,8 @@ static void plan_pick_by_schema(const struct repl_task *t, struct item *it)
     for (size_t i = 0; i < it->ssn.n; i++)
         if (it->ssn.v[i].sel && (!it->base || snap_cmp(&it->ssn.v[i], it->base) > 0))
             it->send[it->nsend++] = &it->ssn.v[i];
-    qsort(it->send, it->nsend, sizeof(*it->send), snap_cmp_ptr);
+    if (it->nsend > 1) /* send may be NULL with none */
+        qsort(it->send, it->nsend, sizeof(*it->send), snap_cmp_ptr);
     if (t->retention == RET_CUSTOM && it->nsend)
         plan_drop_expired(t, it);
 }

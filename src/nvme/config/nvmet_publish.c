@@ -181,7 +181,8 @@ static int fill_ns(struct nvme_subsys *s, const struct tables *t, const struct n
         ns_volume(n, prev_ns(prev, n->device_path), s->name);
         *grown |= file_grown(n, r);
     }
-    qsort(s->ns, s->nns, sizeof(*s->ns), nsid_cmp);
+    if (s->nns > 1)
+        qsort(s->ns, s->nns, sizeof(*s->ns), nsid_cmp);
     return 0;
 }
 
