@@ -935,6 +935,8 @@ static void exports_of_deleted(const char *name)
  */
 static void exports_resized(const char *name, struct volume *v)
 {
+    if (!name) /* every resize names its dataset; -O3 cannot tell */
+        return;
     struct nbd_export_table *t = nbd_exports_current();
     for (size_t i = 0; i < t->count; i++) {
         struct nbd_export *e = t->exports[i];
