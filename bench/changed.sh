@@ -20,6 +20,7 @@
 # Appends a line per figure to OUT.
 #   flock /tmp/blockd-bench.lock bash bench/changed.sh
 # Knobs: BUILD (./build), SIZE (4G), RBD_SIZE (1G), RBD (1; 0: no RBD pool),
+# ONLY (the pools to measure: "e x r"),
 # RUNTIME (s per fio run, 15), REPEAT (3),
 # OUT (bench/results/changed.md).
 set -u
@@ -159,6 +160,8 @@ print("%.2f %s" % (time.time() - t0, words[words.index("bytes") - 1]))
 PY
 }
 
+# ONLY=r (or "e x", ...): just those pools (the change log's cost needs e)
+POOLS=${ONLY:-$POOLS}
 for p in $POOLS; do
     size=$SIZE bytes=$BYTES
     [ $p != r ] || size=$RBD_SIZE bytes=$RBD_BYTES
@@ -212,6 +215,7 @@ restart() { # BLOCKD_CHANGE_LOG value
     kill -TERM "$BLOCKD_PID"; wait "$BLOCKD_PID" || true; BLOCKD_PID=
     BLOCKD_CHANGE_LOG=$1 blockd_start "${ALLOW[@]}"
 }
+[[ " $POOLS " == *" e "* ]] || exit 0
 on=() off=()
 for _ in $(seq "$REPEAT"); do
     restart 1; on+=("$(fio_iops)")
