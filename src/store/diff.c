@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <linux/fiemap.h>
 #include <linux/fs.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <linux/magic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -334,7 +336,7 @@ static int rbd_diff_cb(uint64_t off, size_t len, int exists, void *arg)
  * objects, so at most half as many runs. */
 #define RBD_WINDOW_OBJECTS 1024
 struct rbd_runs {
-    uint64_t off[RBD_WINDOW_OBJECTS / 2 + 1], len[RBD_WINDOW_OBJECTS / 2 + 1];
+    uint64_t off[RBD_WINDOW_OBJECTS / 2 + 2], len[RBD_WINDOW_OBJECTS / 2 + 2];
     size_t n;
 };
 
@@ -353,28 +355,116 @@ static int rbd_run_cb(uint64_t off, size_t len, int exists, void *arg)
     return 0;
 }
 
+/* The byte extents of the changed objects of one window, asked of the OSDs
+ * by RBD_REFINE_THREADS threads at once (each rbd_diff_iterate2 waits for
+ * its object's answer: in sequence, the map would cost one round trip per
+ * changed object), then emitted in order. */
+#define RBD_REFINE_THREADS 8
+struct refine_out {
+    uint64_t (*v)[2]; /* {offset, length} */
+    size_t n, cap;
+    int rc;
+};
+struct refine {
+    rbd_image_t img;
+    const char *base;
+    /* each changed object: {offset, length}; a window not aligned to
+     * objects touches one more at each end */
+    uint64_t unit[RBD_WINDOW_OBJECTS + 2][2];
+    struct refine_out out[RBD_WINDOW_OBJECTS + 2];
+    size_t n;
+    atomic_size_t next;
+};
+
+static int refine_cb(uint64_t off, size_t len, int exists, void *arg)
+{
+    struct refine_out *o = arg;
+    (void)exists; /* a discarded range differs too */
+    if (o->n == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 16;
+        uint64_t(*v)[2] = realloc(o->v, cap * sizeof(*v));
+        if (!v)
+            return -ENOMEM;
+        o->v = v;
+        o->cap = cap;
+    }
+    o->v[o->n][0] = off;
+    o->v[o->n++][1] = len;
+    return 0;
+}
+
+static void *refine_worker(void *arg)
+{
+    struct refine *f = arg;
+    for (size_t i; (i = atomic_fetch_add(&f->next, 1)) < f->n;)
+        f->out[i].rc = rbd_diff_iterate2(f->img, f->base, f->unit[i][0], f->unit[i][1], 1, 0,
+                                         refine_cb, &f->out[i]);
+    return NULL;
+}
+
+/* The window [lo, hi)'s runs cut into objects (clipped to the window),
+ * refined in parallel, emitted in order into w. 0 or -errno. */
+static int refine_runs(struct refine *f, const struct rbd_runs *r, uint64_t lo, uint64_t hi,
+                       uint64_t obj, struct rbd_walk *w)
+{
+    f->n = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        uint64_t end = MIN(r->off[i] + r->len[i], hi);
+        for (uint64_t o = MAX(r->off[i], lo); o < end; o = (o / obj + 1) * obj) {
+            if (f->n == sizeof(f->unit) / sizeof(f->unit[0]))
+                return -ERANGE; /* cannot happen; never drop a changed range */
+            f->unit[f->n][0] = o;
+            f->unit[f->n++][1] = MIN((o / obj + 1) * obj, end) - o;
+        }
+    }
+    memset(f->out, 0, f->n * sizeof(f->out[0]));
+    atomic_store(&f->next, 0);
+    pthread_t t[RBD_REFINE_THREADS];
+    size_t nt = 0;
+    while (nt < RBD_REFINE_THREADS && nt < f->n &&
+           pthread_create(&t[nt], NULL, refine_worker, f) == 0)
+        nt++;
+    refine_worker(f); /* also this thread, so that no thread at all still works */
+    while (nt)
+        pthread_join(t[--nt], NULL);
+    int rc = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        rc = rc ? rc : f->out[i].rc;
+        for (size_t k = 0; rc == 0 && k < f->out[i].n; k++)
+            if ((w->stop = emit(w->out, f->out[i].v[k][0], f->out[i].v[k][1])))
+                rc = -ECANCELED;
+        free(f->out[i].v);
+    }
+    return rc;
+}
+
 /* With fast-diff, the object map says which objects changed without a
  * request to any OSD, but only to the object (4 MiB by default): 1% of a
  * volume changed in scattered 64 KiB writes dirties half its objects. So
  * each window's changed objects are then asked for their byte ranges
  * (whole_object = 0: an object-level list of the snapshots' extents from
- * the OSDs), which costs a request per changed object only. */
+ * the OSDs), which costs a request per changed object only, several in
+ * flight. */
 static int diff_rbd_runs(rbd_image_t img, const char *base_snap, uint64_t off, uint64_t end,
                          uint64_t obj, struct rbd_walk *w)
 {
     struct rbd_runs *r = malloc(sizeof(*r));
-    if (!r)
-        return -ENOMEM;
-    int rc = 0;
+    struct refine *f = malloc(sizeof(*f));
+    int rc = r && f ? 0 : -ENOMEM;
+    if (f) {
+        f->img = img;
+        f->base = base_snap;
+    }
     for (uint64_t at = off; rc == 0 && at < end;) {
         uint64_t n = MIN(end - at, obj * RBD_WINDOW_OBJECTS);
         r->n = 0;
         rc = rbd_diff_iterate2(img, base_snap, at, n, 1, 1, rbd_run_cb, r);
-        for (size_t i = 0; rc == 0 && i < r->n; i++)
-            rc = rbd_diff_iterate2(img, base_snap, r->off[i], r->len[i], 1, 0, rbd_diff_cb, w);
+        if (rc == 0)
+            rc = refine_runs(f, r, at, at + n, obj, w);
         at += n;
     }
     free(r);
+    free(f);
     return rc;
 }
 
