@@ -109,6 +109,34 @@ _cleanup() {
 }
 trap _cleanup EXIT
 
+# mount_fs TYPE (xfs with reflink, or ext4): a 1 GiB sparse image of that
+# filesystem in $TMP, loop-mounted at $TMP/TYPE (needs root). The test's
+# exit kills the daemon first (it holds files there), then unmounts.
+MOUNTS=()
+_fs_cleanup() {
+    local rc=$? m
+    if [ -n "$BLOCKD_PID" ]; then
+        kill -KILL "$BLOCKD_PID" 2>/dev/null || true
+        wait "$BLOCKD_PID" 2>/dev/null || true
+        BLOCKD_PID=
+    fi
+    for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+    (exit "$rc")
+    _cleanup
+}
+mount_fs() {
+    [ "$(id -u)" = 0 ] || fail "needs root to loop-mount the $1 image"
+    truncate -s 1G "$TMP/$1.img"
+    case $1 in
+    xfs) mkfs.xfs -q -m reflink=1 "$TMP/$1.img" ;;
+    ext4) mkfs.ext4 -q -F "$TMP/$1.img" ;;
+    esac || fail "mkfs.$1"
+    mkdir -p "$TMP/$1"
+    mount -o loop "$TMP/$1.img" "$TMP/$1" || fail "mount the $1 image"
+    MOUNTS+=("$TMP/$1")
+    trap _fs_cleanup EXIT
+}
+
 # A throwaway Ceph cluster (scripts/ceph-cluster.sh: one monitor, one
 # in-memory OSD). Sets CEPH_CONF, CEPH_DIR (the cluster's directory) and
 # CEPH_POOL, the RADOS pool (initialised for rbd) the test must use: name it

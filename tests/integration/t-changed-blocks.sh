@@ -16,31 +16,6 @@ need nbdcopy qemu-img mkfs.xfs mkfs.ext4 mount umount /usr/bin/python3
 [ "$(id -u)" = 0 ] || fail "needs root to loop-mount the XFS and ext4 images"
 /usr/bin/python3 -c 'import nbd' || fail "python3 cannot import nbd (python3-libnbd missing)"
 
-MOUNTS=()
-fs_cleanup() {
-    local rc=$? m
-    if [ -n "$BLOCKD_PID" ]; then
-        kill -KILL "$BLOCKD_PID" 2>/dev/null || true
-        wait "$BLOCKD_PID" 2>/dev/null || true
-        BLOCKD_PID=
-    fi
-    for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
-    (exit "$rc")
-    _cleanup
-}
-trap fs_cleanup EXIT
-
-# mount_fs TYPE: a 1 GiB sparse image of that filesystem, mounted at $TMP/TYPE
-mount_fs() {
-    truncate -s 1G "$TMP/$1.img"
-    case $1 in
-    xfs) mkfs.xfs -q -m reflink=1 "$TMP/$1.img" ;;
-    ext4) mkfs.ext4 -q -F "$TMP/$1.img" ;;
-    esac || fail "mkfs.$1"
-    mkdir -p "$TMP/$1"
-    mount -o loop "$TMP/$1.img" "$TMP/$1" || fail "mount the $1 image"
-    MOUNTS+=("$TMP/$1")
-}
 mount_fs xfs
 mount_fs ext4
 
