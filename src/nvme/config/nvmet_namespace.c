@@ -131,6 +131,20 @@ static void check_unused(struct nvw *w, const struct nvmet_namespace *ns)
     nvs_free_all(&nvs_namespace, rows, n);
 }
 
+/* An enabled namespace may not export a device an iSCSI extent exports:
+ * NVMe reservations and SCSI persistent reservations are separate states,
+ * so each host would believe it holds the volume (docs/nvme.md). */
+static void check_iscsi(struct nvw *w, const struct nvmet_namespace *ns)
+{
+    char why[512];
+    if (ns->enabled && ns->device_path &&
+        datasets_reserving_export("nvme", ns->device_path, why, sizeof(why)))
+        nvw_err(w, "device_path", EBUSY,
+                "%s: a device is exported over iSCSI or NVMe-oF, not both (their reservations are "
+                "separate)",
+                why);
+}
+
 /* The nsid: the next free one when not given; unique in the subsystem. */
 static int check_nsid(struct nvw *w, struct nvmet_namespace *ns)
 {
@@ -168,6 +182,7 @@ static int ns_check(struct nvw *w, void *obj, const void *prev)
         check_file(w, ns, old);
     }
     check_unused(w, ns);
+    check_iscsi(w, ns);
     if (old)
         return 0; /* device_uuid and device_nguid stay (read from the stored row) */
     char u[37], g[37];
