@@ -14,6 +14,7 @@
  *   nvme_admin.c     admin commands (Identify, Get Log Page, features...).
  *   nvme_identify.c  the Identify data structures.
  *   nvme_io.c        NVM command set I/O commands over the volume.
+ *   nvme_resv.c      reservations (nvme_resv.h): the commands, the check.
  *   nvme_discovery.c the discovery log page.
  *
  * Threads: a struct nvme_queue lives on its connection's reactor. A struct
@@ -284,6 +285,21 @@ static inline uint32_t nvme_lba_size(struct volume *v)
 void nvme_io_exec(struct nvme_cmd *cmd);
 /* Count a finished I/O command in the volume's metrics (cmd->mt0 set). */
 void nvme_io_stats_done(struct nvme_cmd *cmd);
+
+/* ---- nvme_resv.c (the object: nvme_resv.h) ---- */
+struct nvme_resv;
+/* 0, or Reservation Conflict when the reservation refuses an I/O command
+ * (write: of the write group) from host hostid. r NULL: no reservations. */
+uint16_t nvme_resv_check(struct nvme_resv *r, const uint8_t *hostid, bool write);
+/* Reservation Register, Report, Acquire or Release on r: completes cmd
+ * (asks for its host data first). */
+void nvme_resv_exec(struct nvme_cmd *cmd, struct nvme_resv *r);
+/* Identify Namespace RESCAP (r NULL: 0). */
+uint8_t nvme_resv_rescap(const struct nvme_resv *r);
+/* Get Features Host Identifier, Get/Set Features Reservation Persistence
+ * (set: Set Features): the status; cmd->result, and the host identifier
+ * in cmd's buffer, filled. The caller completes cmd. */
+uint16_t nvme_resv_feature(struct nvme_cmd *cmd, bool set);
 
 /* ---- nvme_discovery.c ---- */
 /* Build the discovery log page for hostnqn into a new buffer (*len bytes). */

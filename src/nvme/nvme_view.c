@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nvme/nvme_resv.h"
 #include "nvme/nvme_view.h"
 #include "store/volume.h"
 
@@ -42,6 +43,7 @@ void nvme_subsys_unref(struct nvme_subsys *s)
         struct nvme_ns *n = &s->ns[i];
         if (n->vol)
             volume_unref(n->vol);
+        nvme_resv_unref(n->resv);
         free(n->device_path);
         free(n->dataset);
         free(n->unavailable);

@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "nvme/config/nvmet_internal.h"
+#include "nvme/nvme_resv.h"
 #include "store/bdev.h"
 #include "store/names.h"
 #include "store/poolfs.h"
@@ -243,6 +244,7 @@ static json_t *ns_encode(const void *obj, json_t *ctx)
 static void ns_deleted(struct nvw *w, const void *obj, json_t *opts)
 {
     const struct nvmet_namespace *ns = obj;
+    nvme_resv_forget(ns->id);
     if (!nvj_bool(opts, "remove") || ns->device_type != NVMET_FILE)
         return;
     int rc = poolfs_unlink(ns->device_path);

@@ -35,9 +35,11 @@
 #include "core/util.h"
 #include "nvme/config/nvme_config.h"
 #include "nvme/config/nvmet_internal.h"
+#include "nvme/nvme_resv.h"
 #include "nvme/nvme_target.h"
 #include "nvme/nvme_view.h"
 #include "store/bdev.h"
+#include "store/bdev_rbd.h"
 #include "store/volume.h"
 
 static atomic_bool running;
@@ -179,6 +181,10 @@ static int fill_ns(struct nvme_subsys *s, const struct tables *t, const struct n
         uuid_bytes(r->device_nguid, n->nguid);
         memcpy(n->eui64, n->nguid, sizeof(n->eui64));
         ns_volume(n, prev_ns(prev, n->device_path), s->name);
+        /* Reservations on local storage; an RBD volume has none yet (its
+         * other gateways could not see them: docs/nvme.md). */
+        if (n->vol && !bdev_is_rbd(volume_bdev(n->vol)))
+            n->resv = nvme_resv_get(n->id);
         *grown |= file_grown(n, r);
     }
     if (s->nns > 1)
