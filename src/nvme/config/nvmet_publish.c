@@ -547,6 +547,7 @@ static int config_start(void)
         log_error("nvmet: cannot store the basenqn: %s", strerror(-rc));
         return rc;
     }
+    nvmet_resv_prune();
     atomic_store(&running, true);
     rc = nvmet_republish(NULL);
     if (rc < 0)

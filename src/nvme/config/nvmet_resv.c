@@ -55,6 +55,16 @@ static int resv_save(int64_t ns_id, const char *text)
     return rc;
 }
 
+void nvmet_resv_prune(void)
+{
+    db_lock();
+    int rc =
+        db_run("DELETE FROM nvmet_resv WHERE ns_id NOT IN (SELECT id FROM nvmet_namespace)", "");
+    db_unlock();
+    if (rc < 0)
+        log_warn("nvmet: cannot remove the reservations of deleted namespaces: %s", strerror(-rc));
+}
+
 void nvmet_resv_init(void)
 {
     nvme_resv_set_store(&(struct nvme_resv_store){.load = resv_load, .save = resv_save});
