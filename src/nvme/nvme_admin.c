@@ -161,7 +161,7 @@ static void admin_set_features(struct nvme_cmd *cmd)
     case NVME_FEAT_HOST_ID: /* given by Connect on a fabric */
         return done(cmd, NVME_SC_CMD_SEQ_ERROR);
     case NVME_FEAT_RESV_PERSIST:
-        return done(cmd, nvme_resv_feature(cmd, true));
+        return nvme_resv_feature(cmd, true);
     case NVME_FEAT_KATO:
         ctrl->kato_ms = c11;
         nvme_ctrl_seen(ctrl);
@@ -194,7 +194,7 @@ static void admin_get_features(struct nvme_cmd *cmd)
         break;
     case NVME_FEAT_HOST_ID:
     case NVME_FEAT_RESV_PERSIST:
-        return done(cmd, nvme_resv_feature(cmd, false));
+        return nvme_resv_feature(cmd, false);
     case NVME_FEAT_VOLATILE_WC:
         cmd->result = ctrl->discovery ? 0 : 1; /* WCE: writes are acknowledged before sync */
         break;

@@ -297,9 +297,9 @@ void nvme_resv_exec(struct nvme_cmd *cmd, struct nvme_resv *r);
 /* Identify Namespace RESCAP (r NULL: 0). */
 uint8_t nvme_resv_rescap(const struct nvme_resv *r);
 /* Get Features Host Identifier, Get/Set Features Reservation Persistence
- * (set: Set Features): the status; cmd->result, and the host identifier
- * in cmd's buffer, filled. The caller completes cmd. */
-uint16_t nvme_resv_feature(struct nvme_cmd *cmd, bool set);
+ * (set: Set Features): completes cmd (a shared namespace's Set from the
+ * I/O pool). */
+void nvme_resv_feature(struct nvme_cmd *cmd, bool set);
 
 /* ---- nvme_discovery.c ---- */
 /* Build the discovery log page for hostnqn into a new buffer (*len bytes). */

@@ -22,8 +22,11 @@
 #include "core/util.h"
 #include "nvme/nvme_internal.h"
 #include "nvme/nvme_resv.h"
+#include "nvme/nvme_resv_priv.h"
+#include "store/bdev_rbd.h"
 
-#define RESV_MAX_REGS 64u
+/* feature(): the command completes elsewhere (not a status on the wire). */
+#define NVME_SC_ASYNC 0xffff
 
 enum rtype {
     RT_NONE = 0,
@@ -33,30 +36,6 @@ enum rtype {
     RT_EA_RO = 4,
     RT_WE_AR = 5,
     RT_EA_AR = 6,
-};
-
-struct resv_reg {
-    uint8_t hostid[16];
-    uint64_t key;
-};
-
-/* What is saved and what a command changes (copied whole for rollback). */
-struct resv_state {
-    uint32_t gen;
-    uint8_t type; /* enum rtype; RT_NONE: not held */
-    bool ptpl;
-    uint8_t holder[16]; /* the holder's host (types other than all registrants) */
-    size_t nregs;
-    struct resv_reg regs[RESV_MAX_REGS];
-};
-
-struct nvme_resv {
-    atomic_int refs;
-    int64_t ns_id;
-    atomic_bool held; /* s.type != RT_NONE: the I/O check's fast path */
-    pthread_mutex_t mu;
-    struct resv_state s; /* under mu */
-    struct nvme_resv *next;
 };
 
 static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -87,7 +66,7 @@ static int hex_get(const char *in, uint8_t *id)
     return 0;
 }
 
-static char *state_format(const struct resv_state *s)
+char *resv_format(const struct resv_state *s, uint64_t seq)
 {
     size_t cap = 128 + s->nregs * 64;
     char *t = malloc(cap), hex[33];
@@ -100,15 +79,19 @@ static char *state_format(const struct resv_state *s)
         hex_put(hex, s->regs[i].hostid);
         n += (size_t)snprintf(t + n, cap - n, "reg %s %016" PRIx64 "\n", hex, s->regs[i].key);
     }
+    if (seq)
+        snprintf(t + n, cap - n, "seq %" PRIu64 "\n", seq);
     return t;
 }
 
-static int parse_line(struct resv_state *s, const char *l)
+static int parse_line(struct resv_state *s, const char *l, uint64_t *seq)
 {
     char hex[33];
     unsigned a, b;
     uint64_t key;
-    if (sscanf(l, "gen %u", &a) == 1)
+    if (sscanf(l, "seq %" SCNu64, &key) == 1)
+        *seq = key;
+    else if (sscanf(l, "gen %u", &a) == 1)
         s->gen = a;
     else if (sscanf(l, "ptpl %u", &a) == 1)
         s->ptpl = a != 0;
@@ -122,20 +105,23 @@ static int parse_line(struct resv_state *s, const char *l)
     return 0;
 }
 
-static int state_parse(struct resv_state *s, const char *text)
+int resv_parse(struct resv_state *s, const char *text, uint64_t *seq)
 {
+    uint64_t sq = 0;
     memset(s, 0, sizeof(*s));
     for (const char *l = text; *l;) {
         const char *nl = strchr(l, '\n');
         char line[128];
         size_t n = nl ? (size_t)(nl - l) : strlen(l);
         snprintf(line, sizeof(line), "%.*s", (int)MIN(n, sizeof(line) - 1), l);
-        if (line[0] && parse_line(s, line) < 0)
+        if (line[0] && parse_line(s, line, &sq) < 0)
             return -EINVAL;
         l += n + (nl ? 1 : 0);
     }
     if (s->type == RT_NONE)
         memset(s->holder, 0, sizeof(s->holder));
+    if (seq)
+        *seq = sq;
     return 0;
 }
 
@@ -147,7 +133,7 @@ static void load(struct nvme_resv *r)
     if (!store.load || store.load(r->ns_id, &text) < 0 || !text)
         return;
     struct resv_state s;
-    if (state_parse(&s, text) < 0 || !s.ptpl)
+    if (resv_parse(&s, text, NULL) < 0 || !s.ptpl)
         log_warn("nvme: namespace %" PRId64 ": saved reservations unreadable, dropped", r->ns_id);
     else
         r->s = s;
@@ -157,11 +143,14 @@ static void load(struct nvme_resv *r)
              r->s.nregs, r->s.type ? "reserved" : "not reserved");
 }
 
-struct nvme_resv *nvme_resv_get(int64_t ns_id)
+/* The object of ns_id in the registry with a new reference, or a new one
+ * (opened by open_fn) put there. registry_mu is held while it opens, so
+ * two builds never open one namespace twice. */
+static struct nvme_resv *get(int64_t ns_id, struct volume *vol)
 {
     pthread_mutex_lock(&registry_mu);
     struct nvme_resv *r = registry;
-    while (r && r->ns_id != ns_id)
+    while (r && (r->ns_id != ns_id || !r->shared != !vol))
         r = r->next;
     if (r) {
         atomic_fetch_add(&r->refs, 1);
@@ -169,12 +158,30 @@ struct nvme_resv *nvme_resv_get(int64_t ns_id)
         atomic_init(&r->refs, 1);
         r->ns_id = ns_id;
         pthread_mutex_init(&r->mu, NULL);
-        load(r);
-        r->next = registry;
-        registry = r;
+        if (!vol) {
+            load(r);
+        } else if (resv_shared_open(r, vol) < 0) {
+            pthread_mutex_destroy(&r->mu);
+            free(r);
+            r = NULL;
+        }
+        if (r) {
+            r->next = registry;
+            registry = r;
+        }
     }
     pthread_mutex_unlock(&registry_mu);
     return r;
+}
+
+struct nvme_resv *nvme_resv_get(int64_t ns_id)
+{
+    return get(ns_id, NULL);
+}
+
+struct nvme_resv *nvme_resv_get_volume(int64_t ns_id, struct volume *vol)
+{
+    return get(ns_id, bdev_is_rbd(volume_bdev(vol)) ? vol : NULL);
 }
 
 void nvme_resv_unref(struct nvme_resv *r)
@@ -192,6 +199,8 @@ void nvme_resv_unref(struct nvme_resv *r)
             break;
         }
     pthread_mutex_unlock(&registry_mu);
+    if (r->shared)
+        return resv_shared_free(r);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -209,7 +218,7 @@ static int save(struct nvme_resv *r, const struct resv_state *s, bool was_ptpl)
         return 0;
     if (!s->ptpl)
         return store.save(r->ns_id, NULL);
-    char *t = state_format(s);
+    char *t = resv_format(s, 0);
     if (!t)
         return -ENOMEM;
     int rc = store.save(r->ns_id, t);
@@ -290,16 +299,6 @@ static unsigned remove_key(struct resv_state *s, uint64_t key, const uint8_t *se
         }
     return n;
 }
-
-/* The arguments of a command. */
-struct resv_args {
-    const uint8_t *hostid;
-    uint8_t action; /* RREGA, RACQA, RRELA */
-    bool iekey;
-    uint8_t rtype;
-    uint8_t cptpl;
-    uint64_t crkey, nrkey; /* nrkey: NRKEY or PRKEY */
-};
 
 /* The host's registration with a matching key, or -1 (a conflict). */
 static long keyed(const struct resv_state *s, const struct resv_args *a)
@@ -405,22 +404,37 @@ static uint16_t do_release(struct resv_state *s, const struct resv_args *a)
     return 0;
 }
 
-/* ---- the commands ---- */
-
-static uint16_t report(struct nvme_cmd *cmd, struct nvme_resv *r, uint32_t c10, uint32_t c11)
+uint16_t resv_apply(struct resv_state *s, const struct resv_args *a)
 {
-    uint64_t want = ((uint64_t)c10 + 1) * 4;
-    if (!(c11 & 1))
-        return NVME_SC_HOST_ID_INCONSIST; /* fabrics host identifiers are 128-bit */
-    if (want > NVME_MAX_XFER)
-        return NVME_SC_INVALID_FIELD;
-    if (nvme_cmd_buf(cmd, want) < 0)
-        return NVME_SC_INTERNAL;
-    uint8_t *p = cmd->buf;
-    memset(p, 0, want);
-    uint8_t page[64 + 64 * RESV_MAX_REGS] = {0};
+    switch (a->op) {
+    case NVME_IO_RESV_REGISTER:
+        return do_register(s, a);
+    case NVME_IO_RESV_ACQUIRE:
+        return do_acquire(s, a);
+    case NVME_IO_RESV_RELEASE:
+        return do_release(s, a);
+    case RESV_OP_PTPL:
+        s->ptpl = a->cptpl == 3;
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+void resv_install(struct nvme_resv *r, const struct resv_state *s, uint64_t seq)
+{
     pthread_mutex_lock(&r->mu);
-    const struct resv_state *s = &r->s;
+    if (seq > r->seq) {
+        r->s = *s;
+        r->seq = seq;
+        atomic_store_explicit(&r->held, s->type != RT_NONE, memory_order_release);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+void resv_report_fill(const struct resv_state *s, uint8_t *out, size_t len)
+{
+    uint8_t page[64 + 64 * RESV_MAX_REGS] = {0};
     le32_put(page, s->gen);
     page[4] = s->type;
     le16_put(page + 5, (uint16_t)s->nregs);
@@ -432,20 +446,33 @@ static uint16_t report(struct nvme_cmd *cmd, struct nvme_resv *r, uint32_t c10, 
         le64_put(e + 8, s->regs[i].key);
         memcpy(e + 16, s->regs[i].hostid, 16);
     }
-    size_t len = 64 + 64 * s->nregs;
-    pthread_mutex_unlock(&r->mu);
-    memcpy(p, page, MIN(len, (size_t)want));
-    cmd->out_len = (uint32_t)want;
-    return 0;
+    memcpy(out, page, MIN(len, 64 + 64 * s->nregs));
 }
 
-/* Decode a Register, Acquire or Release: 0 or the status to fail with. */
+/* ---- the commands ---- */
+
+/* Decode a command: 0 or the status to fail with. */
 static uint16_t decode(struct nvme_cmd *cmd, struct resv_args *a)
 {
+    uint8_t op = cmd->sqe[NVME_SQE_OPC];
     uint32_t c10 = le32_get(cmd->sqe + NVME_SQE_CDW10);
-    uint32_t need = cmd->sqe[NVME_SQE_OPC] == NVME_IO_RESV_RELEASE ? 8 : 16;
+    uint32_t need = op == NVME_IO_RESV_RELEASE ? 8 : 16;
     memset(a, 0, sizeof(*a));
-    a->hostid = cmd->q->ctrl->hostid;
+    a->op = op;
+    memcpy(a->hostid, cmd->q->ctrl->hostid, 16);
+    if (op == NVME_IO_RESV_REPORT) {
+        uint64_t want = ((uint64_t)c10 + 1) * 4;
+        a->op = RESV_OP_REPORT;
+        if (!(le32_get(cmd->sqe + NVME_SQE_CDW11) & 1))
+            return NVME_SC_HOST_ID_INCONSIST; /* fabrics host identifiers are 128-bit */
+        if (want > NVME_MAX_XFER)
+            return NVME_SC_INVALID_FIELD;
+        if (nvme_cmd_buf(cmd, want) < 0)
+            return NVME_SC_INTERNAL;
+        memset(cmd->buf, 0, want);
+        cmd->out_len = (uint32_t)want;
+        return 0;
+    }
     a->action = c10 & 7;
     a->iekey = c10 & (1u << 3);
     a->rtype = (uint8_t)(c10 >> 8);
@@ -455,34 +482,26 @@ static uint16_t decode(struct nvme_cmd *cmd, struct resv_args *a)
     a->crkey = le64_get(cmd->buf);
     if (need == 16)
         a->nrkey = le64_get(cmd->buf + 8);
-    if (cmd->sqe[NVME_SQE_OPC] == NVME_IO_RESV_REGISTER && a->cptpl == 1)
+    if (op == NVME_IO_RESV_REGISTER && a->cptpl == 1)
         return NVME_SC_INVALID_FIELD;
     return 0;
 }
 
-static uint16_t change(struct nvme_cmd *cmd, struct nvme_resv *r)
+/* A local object: apply, save, or roll back. */
+static uint16_t local_run(struct nvme_cmd *cmd, struct nvme_resv *r, const struct resv_args *a)
 {
-    struct resv_args a;
-    uint16_t st = decode(cmd, &a);
-    if (st)
-        return st;
-    pthread_mutex_lock(&r->mu);
-    struct resv_state *old = malloc(sizeof(*old));
-    if (!old) {
+    if (a->op == RESV_OP_REPORT) {
+        pthread_mutex_lock(&r->mu);
+        resv_report_fill(&r->s, cmd->buf, cmd->out_len);
         pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
+    struct resv_state *old = malloc(sizeof(*old));
+    if (!old)
         return NVME_SC_INTERNAL;
-    }
+    pthread_mutex_lock(&r->mu);
     *old = r->s;
-    switch (cmd->sqe[NVME_SQE_OPC]) {
-    case NVME_IO_RESV_REGISTER:
-        st = do_register(&r->s, &a);
-        break;
-    case NVME_IO_RESV_ACQUIRE:
-        st = do_acquire(&r->s, &a);
-        break;
-    default:
-        st = do_release(&r->s, &a);
-    }
+    uint16_t st = resv_apply(&r->s, a);
     if (st == 0 && memcmp(old, &r->s, sizeof(*old)) != 0 && save(r, &r->s, old->ptpl) < 0) {
         log_error("nvme: namespace %" PRId64 ": cannot save its reservations", r->ns_id);
         st = NVME_SC_INTERNAL;
@@ -495,22 +514,28 @@ static uint16_t change(struct nvme_cmd *cmd, struct nvme_resv *r)
     return st;
 }
 
+/* Run a on r for cmd and complete it (now, or from the pool when shared). */
+static void run(struct nvme_cmd *cmd, struct nvme_resv *r, const struct resv_args *a)
+{
+    if (r->shared)
+        return resv_shared_run(r, cmd, a);
+    cmd->status = local_run(cmd, r, a);
+    nvme_cmd_complete(cmd);
+}
+
 void nvme_resv_exec(struct nvme_cmd *cmd, struct nvme_resv *r)
 {
-    uint8_t op = cmd->sqe[NVME_SQE_OPC];
-    if (op == NVME_IO_RESV_REPORT) {
-        cmd->status = report(cmd, r, le32_get(cmd->sqe + NVME_SQE_CDW10),
-                             le32_get(cmd->sqe + NVME_SQE_CDW11));
-    } else {
-        if (!cmd->data_ready)
-            return nvme_cmd_request_data(cmd);
-        cmd->status = change(cmd, r);
+    if (cmd->sqe[NVME_SQE_OPC] != NVME_IO_RESV_REPORT && !cmd->data_ready)
+        return nvme_cmd_request_data(cmd);
+    struct resv_args a;
+    cmd->status = decode(cmd, &a);
+    if (cmd->status) {
         cmd->out_len = 0;
+        return nvme_cmd_complete(cmd);
     }
-    if (cmd->status)
-        log_debug("%s: nvme: reservation command 0x%02x refused: status 0x%x", cmd->q->c->peer, op,
-                  cmd->status);
-    nvme_cmd_complete(cmd);
+    if (a.op != RESV_OP_REPORT)
+        cmd->out_len = 0;
+    run(cmd, r, &a);
 }
 
 uint8_t nvme_resv_rescap(const struct nvme_resv *r)
@@ -519,19 +544,7 @@ uint8_t nvme_resv_rescap(const struct nvme_resv *r)
     return r ? 0xff : 0;
 }
 
-static int set_ptpl(struct nvme_resv *r, bool on)
-{
-    pthread_mutex_lock(&r->mu);
-    bool was = r->s.ptpl;
-    r->s.ptpl = on;
-    int rc = was == on ? 0 : save(r, &r->s, was);
-    if (rc < 0)
-        r->s.ptpl = was;
-    pthread_mutex_unlock(&r->mu);
-    return rc;
-}
-
-uint16_t nvme_resv_feature(struct nvme_cmd *cmd, bool set)
+static uint16_t feature(struct nvme_cmd *cmd, bool set)
 {
     uint32_t c11 = le32_get(cmd->sqe + NVME_SQE_CDW11);
     if ((le32_get(cmd->sqe + NVME_SQE_CDW10) & 0xff) == NVME_FEAT_HOST_ID) {
@@ -550,10 +563,23 @@ uint16_t nvme_resv_feature(struct nvme_cmd *cmd, bool set)
     if (!ns->resv)
         return NVME_SC_INVALID_FIELD;
     struct nvme_resv *r = ns->resv;
-    if (set && set_ptpl(r, c11 & 1) < 0)
-        return NVME_SC_INTERNAL;
+    if (set) {
+        struct resv_args a = {.op = RESV_OP_PTPL, .cptpl = (c11 & 1) ? 3 : 2};
+        cmd->result = c11 & 1;
+        run(cmd, r, &a);
+        return NVME_SC_ASYNC;
+    }
     pthread_mutex_lock(&r->mu);
     cmd->result = r->s.ptpl;
     pthread_mutex_unlock(&r->mu);
     return 0;
+}
+
+void nvme_resv_feature(struct nvme_cmd *cmd, bool set)
+{
+    uint16_t st = feature(cmd, set);
+    if (st == NVME_SC_ASYNC)
+        return;
+    cmd->status = st;
+    nvme_cmd_complete(cmd);
 }

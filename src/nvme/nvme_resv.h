@@ -44,6 +44,12 @@ void nvme_resv_set_store(const struct nvme_resv_store *store);
 /* The reservations of namespace row ns_id (a new reference; made and
  * loaded on first use). NULL without memory. Control thread. */
 struct nvme_resv *nvme_resv_get(int64_t ns_id);
+/* The same for a namespace over vol: an RBD volume's state is kept in the
+ * cluster next to the image (store/rbd_pr.h, an object of NVMe's own), so
+ * every daemon serving the image enforces it; NULL when that object
+ * cannot be opened (logged: the namespace has no reservations then). */
+struct volume;
+struct nvme_resv *nvme_resv_get_volume(int64_t ns_id, struct volume *vol);
 void nvme_resv_unref(struct nvme_resv *r);
 
 /* The namespace row is gone: forget its saved state (if its object is

@@ -181,10 +181,10 @@ static int fill_ns(struct nvme_subsys *s, const struct tables *t, const struct n
         uuid_bytes(r->device_nguid, n->nguid);
         memcpy(n->eui64, n->nguid, sizeof(n->eui64));
         ns_volume(n, prev_ns(prev, n->device_path), s->name);
-        /* Reservations on local storage; an RBD volume has none yet (its
-         * other gateways could not see them: docs/nvme.md). */
-        if (n->vol && !bdev_is_rbd(volume_bdev(n->vol)))
-            n->resv = nvme_resv_get(n->id);
+        /* Reservations: in the database, or in the cluster for an RBD
+         * volume (none while its pool is still connecting). */
+        if (n->vol && !bdev_is_offline(volume_bdev(n->vol)))
+            n->resv = nvme_resv_get_volume(n->id, n->vol);
         *grown |= file_grown(n, r);
     }
     if (s->nns > 1)

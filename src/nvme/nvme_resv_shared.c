@@ -1,0 +1,276 @@
+/*
+ * NVMe reservations of a namespace over an RBD image: the state lives in
+ * the cluster next to the image (store/rbd_pr.h, the object
+ * "blockd.nvme-resv.<image id>"), so every blockd daemon that serves the
+ * image -- the members of a gateway group, or two daemons exporting the
+ * same image -- enforces the same registrations and reservation. The way
+ * SCSI's shared persistent reservations work (scsi/scsi_pr_shared.c):
+ *
+ *   - A Register, Acquire, Release or Set Features Reservation Persistence
+ *     runs on the I/O pool: read the state and its seq, apply the command
+ *     (nvme_resv.c's rules) to that copy, write it back with a
+ *     compare-and-swap on the seq (a concurrent change through another
+ *     daemon makes it start over: nothing is lost), then notify every
+ *     daemon and wait for their acknowledgements. Each daemon installs the
+ *     new state in its cache before it acknowledges, so when the command
+ *     completes the change is enforced everywhere.
+ *   - I/O checks read the cache (r->s under r->mu): no cluster round trip
+ *     per command. Report reads the cluster, so it is authoritative even
+ *     after a missed notify.
+ *   - A lost watch is re-registered and the state read again on the pool.
+ *   - Persist Through Power Loss: the state is in the cluster either way.
+ *     Without PTPL it is cleared when the namespace "powers on": a daemon
+ *     opens it and no other daemon watches the object.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "core/util.h"
+#include "nvme/nvme_internal.h"
+#include "nvme/nvme_resv.h"
+#include "nvme/nvme_resv_priv.h"
+#include "store/rbd_pr.h"
+
+/* Compare-and-swap rounds before a command gives up (each round is one
+ * read and one write to the cluster). */
+#define CAS_ROUNDS 64
+
+struct nvme_resv_shared {
+    struct nvme_resv *r; /* its owner (for the resync job) */
+    struct rbd_pr *store;
+    struct io_job resync; /* re-watch and reload after a lost watch */
+    atomic_bool resyncing;
+};
+
+/* One command's trip to the pool. */
+struct resv_job {
+    struct io_job job;
+    struct nvme_resv *r; /* a reference */
+    struct nvme_cmd *cmd;
+    struct resv_args a;
+    uint16_t status;
+    struct resv_state s, before;
+};
+
+/* Read and parse the cluster's state (pool or control thread). */
+static int fetch(struct nvme_resv *r, struct resv_state *s, uint64_t *seq)
+{
+    char *blob;
+    size_t len;
+    int rc = rbd_pr_read(r->shared->store, &blob, &len, seq);
+    if (rc < 0)
+        return rc;
+    rc = resv_parse(s, len ? blob : "", NULL);
+    free(blob);
+    if (rc < 0)
+        log_error("nvme: namespace %" PRId64 ": the reservation object %s does not parse", r->ns_id,
+                  rbd_pr_name(r->shared->store));
+    return rc;
+}
+
+/* ---- listener (librados threads) ---- */
+
+static void on_changed(void *arg, const void *msg, size_t len, bool self)
+{
+    struct nvme_resv *r = arg;
+    (void)self; /* our own change: installed already, or now (same seq) */
+    if (!len)
+        return; /* a daemon counting its peers */
+    char *text = strndup(msg, len);
+    struct resv_state *s = malloc(sizeof(*s));
+    uint64_t seq = 0;
+    if (text && s && resv_parse(s, text, &seq) == 0 && seq)
+        resv_install(r, s, seq);
+    else
+        log_warn("nvme: namespace %" PRId64 ": ignoring a malformed reservation notify", r->ns_id);
+    free(s);
+    free(text);
+}
+
+static void resync_run(struct io_job *j)
+{
+    struct nvme_resv_shared *sh = container_of(j, struct nvme_resv_shared, resync);
+    struct nvme_resv *r = sh->r;
+    struct resv_state *s = malloc(sizeof(*s));
+    uint64_t seq;
+    int rc = rbd_pr_rewatch(sh->store);
+    if (rc == 0 && s && (rc = fetch(r, s, &seq)) == 0)
+        resv_install(r, s, seq);
+    free(s);
+    if (rc < 0)
+        log_warn("nvme: namespace %" PRId64 ": reservation object %s: cannot watch again: %s",
+                 r->ns_id, rbd_pr_name(sh->store), strerror(-rc));
+    atomic_store(&sh->resyncing, false);
+}
+
+static void on_lost(void *arg, int err)
+{
+    struct nvme_resv *r = arg;
+    struct nvme_resv_shared *sh = r->shared;
+    (void)err;
+    if (atomic_exchange(&sh->resyncing, true))
+        return;
+    sh->resync.run = resync_run;
+    sh->resync.owner = NULL;
+    sh->resync.done.fn = NULL;
+    iopool_submit(&sh->resync);
+}
+
+/* ---- open and close ---- */
+
+/* Power on: without PTPL and with no other daemon serving the image, the
+ * state goes (what a namespace's power loss does). Control thread. */
+static void power_on(struct nvme_resv *r, unsigned peers)
+{
+    struct resv_state *s = calloc(1, sizeof(*s)), *empty = calloc(1, sizeof(*s));
+    uint64_t seq = 0;
+    if (!s || !empty || fetch(r, s, &seq) < 0)
+        goto out;
+    if (!s->ptpl && peers == 0 && (s->nregs || s->type)) {
+        char *t = resv_format(empty, 0);
+        if (t && rbd_pr_cas(r->shared->store, seq, t, strlen(t)) == 0) {
+            *s = *empty;
+            seq++;
+            log_info("nvme: namespace %" PRId64 ": reservations without PTPL cleared at power on",
+                     r->ns_id);
+        }
+        free(t);
+    }
+    resv_install(r, s, seq ? seq : 1);
+out:
+    free(s);
+    free(empty);
+}
+
+int resv_shared_open(struct nvme_resv *r, struct volume *vol)
+{
+    struct nvme_resv_shared *sh = calloc(1, sizeof(*sh));
+    if (!sh)
+        return -ENOMEM;
+    struct rbd_pr_listener l = {.changed = on_changed, .lost = on_lost, .arg = r};
+    unsigned peers = 0;
+    r->shared = sh;
+    sh->r = r;
+    int rc = rbd_pr_open_as(volume_bdev(vol), RBD_PR_NVME, &l, &peers, &sh->store);
+    if (rc < 0) {
+        log_warn("nvme: namespace %" PRId64 " (%s): no reservations: cannot open their object: %s",
+                 r->ns_id, volume_name(vol), strerror(-rc));
+        r->shared = NULL;
+        free(sh);
+        return rc;
+    }
+    power_on(r, peers);
+    log_info("nvme: namespace %" PRId64 " (%s): reservations shared through %s (%u other "
+             "daemon(s) serving it)",
+             r->ns_id, volume_name(vol), rbd_pr_name(sh->store), peers);
+    return 0;
+}
+
+static void final_run(struct io_job *j)
+{
+    struct nvme_resv *r = container_of(j, struct nvme_resv, final_job);
+    struct nvme_resv_shared *sh = r->shared;
+    rbd_pr_close(sh->store); /* no listener call after this */
+    while (atomic_load(&sh->resyncing)) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    free(sh);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+void resv_shared_free(struct nvme_resv *r)
+{
+    r->final_job.run = final_run;
+    r->final_job.owner = NULL;
+    r->final_job.done.fn = NULL;
+    iopool_submit(&r->final_job);
+}
+
+/* ---- commands ---- */
+
+/* Read, apply, compare-and-swap, notify (pool thread): the status. */
+static uint16_t change(struct resv_job *rj)
+{
+    struct nvme_resv *r = rj->r;
+    struct rbd_pr *p = r->shared->store;
+    for (int round = 0; round < CAS_ROUNDS; round++) {
+        uint64_t seq;
+        if (fetch(r, &rj->s, &seq) < 0)
+            return NVME_SC_INTERNAL;
+        resv_install(r, &rj->s, seq);
+        if (rj->a.op == RESV_OP_REPORT)
+            return 0;
+        rj->before = rj->s;
+        uint16_t st = resv_apply(&rj->s, &rj->a);
+        if (st || memcmp(&rj->before, &rj->s, sizeof(rj->s)) == 0)
+            return st;
+        char *text = resv_format(&rj->s, 0);
+        int rc = text ? rbd_pr_cas(p, seq, text, strlen(text)) : -ENOMEM;
+        free(text);
+        if (rc == -ECANCELED)
+            continue; /* another daemon changed it first: start over */
+        if (rc < 0) {
+            log_error("nvme: namespace %" PRId64 ": cannot write %s: %s", r->ns_id, rbd_pr_name(p),
+                      strerror(-rc));
+            return NVME_SC_INTERNAL;
+        }
+        /* Every daemon enforces it before this command completes. */
+        char *msg = resv_format(&rj->s, seq + 1);
+        unsigned missed = 0;
+        if (msg && rbd_pr_notify(p, msg, strlen(msg), &missed) == -ETIMEDOUT)
+            log_warn("nvme: namespace %" PRId64 ": %u daemon(s) did not acknowledge a "
+                     "reservation change in time",
+                     r->ns_id, missed);
+        free(msg);
+        resv_install(r, &rj->s, seq + 1);
+        return 0;
+    }
+    log_warn("nvme: namespace %" PRId64 ": reservation change lost %d races in a row", r->ns_id,
+             CAS_ROUNDS);
+    return NVME_SC_INTERNAL;
+}
+
+static void job_run(struct io_job *j)
+{
+    struct resv_job *rj = container_of(j, struct resv_job, job);
+    rj->status = change(rj);
+}
+
+/* On the command's reactor. */
+static void job_done(struct reactor_msg *m)
+{
+    struct resv_job *rj = container_of(m, struct resv_job, job.done);
+    struct nvme_cmd *cmd = rj->cmd;
+    if (rj->a.op == RESV_OP_REPORT && rj->status == 0)
+        resv_report_fill(&rj->s, cmd->buf, cmd->out_len);
+    cmd->status = rj->status;
+    if (rj->status)
+        cmd->out_len = 0;
+    nvme_cmd_complete(cmd);
+    nvme_resv_unref(rj->r);
+    free(rj);
+}
+
+void resv_shared_run(struct nvme_resv *r, struct nvme_cmd *cmd, const struct resv_args *a)
+{
+    struct resv_job *rj = calloc(1, sizeof(*rj));
+    if (!rj) {
+        cmd->status = NVME_SC_INTERNAL;
+        return nvme_cmd_complete(cmd);
+    }
+    atomic_fetch_add(&r->refs, 1);
+    rj->r = r;
+    rj->cmd = cmd;
+    rj->a = *a;
+    rj->job.run = job_run;
+    rj->job.owner = cmd->q->c->reactor;
+    rj->job.done.fn = job_done;
+    cmd->state = CMD_EXEC;
+    iopool_submit(&rj->job);
+}
