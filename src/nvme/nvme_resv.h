@@ -12,10 +12,10 @@
  * the namespace's Persist Through Power Loss state is on, and loaded when
  * the object is made, so a restart (kill -9 too) keeps it.
  *
- * A device is exported over iSCSI or NVMe-oF, never both (their
- * reservation states are separate; docs/nvme.md), and a namespace over an
- * RBD volume has no reservations yet (resv NULL: RESCAP 0, the commands
- * answer Invalid Command Opcode).
+ * A namespace over an RBD volume keeps its state in the cluster instead
+ * (nvme_resv_shared.c), shared by every daemon serving the image. A device
+ * is exported over iSCSI or NVMe-oF, never both (their reservation states
+ * are separate; docs/nvme.md).
  *
  * Threads: nvme_resv_get/unref on control threads; the rest on reactors.
  * A command's check and every reservation command take the object's
