@@ -52,6 +52,9 @@ void nvme_identify_ctrl(const struct nvme_queue *q, const struct nvme_subsys *s,
     le32_put(out + 80, 0x00020000); /* VER 2.0 */
     /* OAES: namespace attribute notices, or discovery log changes. */
     le32_put(out + 92, s ? 1u << 8 : 1u << 31);
+    /* CTRATT: 128-bit Host Identifiers (a host reads reservation reports
+     * in the extended form: Linux asks for it when this bit is set). */
+    le32_put(out + 96, 1u << 0);
     out[111] = s ? 1 : 2;    /* CNTRLTYPE: I/O, discovery */
     out[258] = 3;            /* ACL: 4 aborts (0-based) */
     out[259] = NVME_AERL;    /* AERL (0-based) */

@@ -493,6 +493,7 @@ def parse_id_ctrl(d):
         cntlid=struct.unpack_from("<H", d, 78)[0], ver=struct.unpack_from("<I", d, 80)[0],
         cntrltype=d[111], aerl=d[259], kas=struct.unpack_from("<H", d, 320)[0],
         maxcmd=struct.unpack_from("<H", d, 514)[0], nn=struct.unpack_from("<I", d, 516)[0],
+        ctratt=struct.unpack_from("<I", d, 96)[0],
         oncs=struct.unpack_from("<H", d, 520)[0], vwc=d[525],
         sgls=struct.unpack_from("<I", d, 536)[0], subnqn=nqn_str(d[768:1024]),
         ioccsz=struct.unpack_from("<I", d, 1792)[0], iorcsz=struct.unpack_from("<I", d, 1796)[0],

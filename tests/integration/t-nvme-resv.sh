@@ -66,6 +66,7 @@ $PRE
 ctrl = n.parse_id_ctrl(a.identify(1))
 ns = n.parse_id_ns(a.identify(0, 1))
 assert ctrl["oncs"] & (1 << 5), hex(ctrl["oncs"])
+assert ctrl["ctratt"] & 1, "CTRATT: 128-bit Host Identifier"
 assert ns["rescap"] == 0xFF and ns["nmic"] & 1, ns
 # Host Identifier: the 128-bit one of Connect; only the extended form.
 res, hid = a.get_features(0x81, cdw11=1, length=16)
