@@ -133,11 +133,14 @@ static void load(struct nvme_resv *r)
     if (!store.load || store.load(r->ns_id, &text) < 0 || !text)
         return;
     struct resv_state s;
-    if (resv_parse(&s, text, NULL) < 0 || !s.ptpl)
-        log_warn("nvme: namespace %" PRId64 ": saved reservations unreadable, dropped", r->ns_id);
-    else
-        r->s = s;
+    int rc = resv_parse(&s, text, NULL);
     free(text);
+    if (rc < 0 || !s.ptpl) { /* a state is saved only while PTPL is on */
+        log_warn("nvme: namespace %" PRId64 ": saved reservations %s: dropped", r->ns_id,
+                 rc < 0 ? "unreadable" : "without PTPL");
+        return;
+    }
+    r->s = s;
     atomic_store(&r->held, r->s.type != RT_NONE);
     log_info("nvme: namespace %" PRId64 ": %zu reservation registrant(s) restored, %s", r->ns_id,
              r->s.nregs, r->s.type ? "reserved" : "not reserved");
@@ -312,10 +315,15 @@ static long keyed(const struct resv_state *s, const struct resv_args *a)
 static uint16_t do_register(struct resv_state *s, const struct resv_args *a)
 {
     long i = reg_find(s, a->hostid);
+    uint32_t gen = s->gen + 1;
     switch (a->action) {
     case 0: /* register */
-        if (i >= 0)
-            return s->regs[i].key == a->nrkey ? 0 : NVME_SC_RESV_CONFLICT;
+        if (i >= 0 && s->regs[i].key != a->nrkey)
+            return NVME_SC_RESV_CONFLICT;
+        if (i >= 0) { /* the same key again: no new registration, CPTPL applies */
+            gen = s->gen;
+            break;
+        }
         if (s->nregs == RESV_MAX_REGS)
             return NVME_SC_CAP_EXCEEDED;
         memcpy(s->regs[s->nregs].hostid, a->hostid, 16);
@@ -334,7 +342,7 @@ static uint16_t do_register(struct resv_state *s, const struct resv_args *a)
     default:
         return NVME_SC_INVALID_FIELD;
     }
-    s->gen++;
+    s->gen = gen;
     if (a->cptpl >= 2)
         s->ptpl = a->cptpl == 3;
     return 0;
