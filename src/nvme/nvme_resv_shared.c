@@ -104,6 +104,13 @@ static void resync_run(struct io_job *j)
     if (rc < 0)
         log_warn("nvme: namespace %" PRId64 ": reservation object %s: cannot watch again: %s",
                  r->ns_id, rbd_pr_name(sh->store), strerror(-rc));
+}
+
+/* After run(), the last the pool touches of the job (iopool.h): only now
+ * may final_run free it. */
+static void resync_done(struct reactor_msg *m)
+{
+    struct nvme_resv_shared *sh = container_of(m, struct nvme_resv_shared, resync.done);
     atomic_store(&sh->resyncing, false);
 }
 
@@ -116,7 +123,7 @@ static void on_lost(void *arg, int err)
         return;
     sh->resync.run = resync_run;
     sh->resync.owner = NULL;
-    sh->resync.done.fn = NULL;
+    sh->resync.done.fn = resync_done;
     iopool_submit(&sh->resync);
 }
 
@@ -174,12 +181,18 @@ static void final_run(struct io_job *j)
 {
     struct nvme_resv *r = container_of(j, struct nvme_resv, final_job);
     struct nvme_resv_shared *sh = r->shared;
-    rbd_pr_close(sh->store); /* no listener call after this */
+    rbd_pr_close(sh->store); /* no listener call, so no new resync, after this */
     while (atomic_load(&sh->resyncing)) {
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    free(sh);
+}
+
+/* The pool is done with the job (iopool.h: it reads it after run()). */
+static void final_done(struct reactor_msg *m)
+{
+    struct nvme_resv *r = container_of(m, struct nvme_resv, final_job.done);
+    free(r->shared);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -188,7 +201,7 @@ void resv_shared_free(struct nvme_resv *r)
 {
     r->final_job.run = final_run;
     r->final_job.owner = NULL;
-    r->final_job.done.fn = NULL;
+    r->final_job.done.fn = final_done;
     iopool_submit(&r->final_job);
 }
 
