@@ -147,17 +147,22 @@ static void load(struct nvme_resv *r)
 }
 
 /* The object of ns_id in the registry with a new reference, or a new one
- * (opened by open_fn) put there. registry_mu is held while it opens, so
- * two builds never open one namespace twice. */
+ * (loaded, or opened in the cluster for vol) put there. open_mu makes the
+ * lookup and the open one step (two builds never open a namespace twice);
+ * registry_mu, which a reactor may take in nvme_resv_unref, is never held
+ * while the database or the cluster is asked. */
 static struct nvme_resv *get(int64_t ns_id, struct volume *vol)
 {
+    static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&open_mu);
     pthread_mutex_lock(&registry_mu);
     struct nvme_resv *r = registry;
     while (r && (r->ns_id != ns_id || !r->shared != !vol))
         r = r->next;
-    if (r) {
+    if (r)
         atomic_fetch_add(&r->refs, 1);
-    } else if ((r = calloc(1, sizeof(*r))) != NULL) {
+    pthread_mutex_unlock(&registry_mu);
+    if (!r && (r = calloc(1, sizeof(*r))) != NULL) {
         atomic_init(&r->refs, 1);
         r->ns_id = ns_id;
         pthread_mutex_init(&r->mu, NULL);
@@ -169,11 +174,13 @@ static struct nvme_resv *get(int64_t ns_id, struct volume *vol)
             r = NULL;
         }
         if (r) {
+            pthread_mutex_lock(&registry_mu);
             r->next = registry;
             registry = r;
+            pthread_mutex_unlock(&registry_mu);
         }
     }
-    pthread_mutex_unlock(&registry_mu);
+    pthread_mutex_unlock(&open_mu);
     return r;
 }
 
