@@ -93,8 +93,8 @@ static uint16_t log_page(struct nvme_cmd *cmd, uint8_t lid, uint8_t **page, size
             return NVME_SC_INVALID_LOG_PAGE;
         return nvme_discovery_log(ctrl->hostnqn, page, len) < 0 ? NVME_SC_INTERNAL : 0;
     }
-    if (ctrl->discovery ||
-        (lid != NVME_LOG_ERROR && lid != NVME_LOG_SMART && lid != NVME_LOG_CHANGED_NS))
+    if (ctrl->discovery || (lid != NVME_LOG_ERROR && lid != NVME_LOG_SMART &&
+                            lid != NVME_LOG_CHANGED_NS && lid != NVME_LOG_RESV))
         return NVME_SC_INVALID_LOG_PAGE;
     *len = lid == NVME_LOG_ERROR ? 64 : lid == NVME_LOG_SMART ? 512 : PAGE;
     *page = calloc(1, PAGE);
@@ -105,6 +105,9 @@ static uint16_t log_page(struct nvme_cmd *cmd, uint8_t lid, uint8_t **page, size
         (*page)[4] = 10;  /* its threshold */
     } else if (lid == NVME_LOG_CHANGED_NS) {
         nvme_ctrl_changed_ns(ctrl, *page);
+    } else if (lid == NVME_LOG_RESV) {
+        *len = 64;
+        nvme_resv_log_page(ctrl, *page);
     }
     return 0;
 }
@@ -160,6 +163,7 @@ static void admin_set_features(struct nvme_cmd *cmd)
         break;
     case NVME_FEAT_HOST_ID: /* given by Connect on a fabric */
         return done(cmd, NVME_SC_CMD_SEQ_ERROR);
+    case NVME_FEAT_RESV_MASK:
     case NVME_FEAT_RESV_PERSIST:
         return nvme_resv_feature(cmd, true);
     case NVME_FEAT_KATO:
@@ -193,6 +197,7 @@ static void admin_get_features(struct nvme_cmd *cmd)
         cmd->result = ctrl->kato_ms;
         break;
     case NVME_FEAT_HOST_ID:
+    case NVME_FEAT_RESV_MASK:
     case NVME_FEAT_RESV_PERSIST:
         return nvme_resv_feature(cmd, false);
     case NVME_FEAT_VOLATILE_WC:

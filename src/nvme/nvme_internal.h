@@ -101,6 +101,10 @@ struct nvme_ctrl {
     bool dead;
     uint64_t connected_at;
     struct registry_entry reg;
+    /* reservation notifications (nvme_resv_notice.c), under lock: the log
+     * (NULL until the first), the notices the host masked (feature 82h) */
+    struct nvme_resv_log *resv_log;
+    uint8_t resv_mask;
 };
 
 enum nvme_qstate { QS_IC, QS_CONNECT, QS_LIVE };
@@ -235,6 +239,11 @@ struct nvme_subsys *nvme_queue_subsys(struct nvme_queue *q);
 void nvme_fabrics_exec(struct nvme_cmd *cmd);
 
 /* ---- nvme_ctrl.c ---- */
+/* Every live I/O controller, each with a reference (*n of them; free the
+ * array, unref each). */
+struct nvme_ctrl **nvme_ctrl_all(size_t *n);
+/* Queue asynchronous event ev for ctrl's host (ctrl->lock held). */
+void nvme_ctrl_aen_locked(struct nvme_ctrl *ctrl, uint32_t ev);
 void nvme_ctrl_ref(struct nvme_ctrl *ctrl);
 void nvme_ctrl_unref(struct nvme_ctrl *ctrl);
 /* A queue closes: detach it; the admin queue takes the controller down. */
@@ -300,6 +309,11 @@ uint8_t nvme_resv_rescap(const struct nvme_resv *r);
  * (set: Set Features): completes cmd (a shared namespace's Set from the
  * I/O pool). */
 void nvme_resv_feature(struct nvme_cmd *cmd, bool set);
+
+/* ---- nvme_resv_notice.c ---- */
+/* Log page 80h: the oldest reservation notification of ctrl into page
+ * (64 bytes, zeroed: an empty one when none is left). */
+void nvme_resv_log_page(struct nvme_ctrl *ctrl, uint8_t *page);
 
 /* ---- nvme_discovery.c ---- */
 /* Build the discovery log page for hostnqn into a new buffer (*len bytes). */

@@ -252,6 +252,7 @@ enum nvme_fctype {
 #define NVME_LOG_SMART 0x02
 #define NVME_LOG_CHANGED_NS 0x04
 #define NVME_LOG_DISCOVERY 0x70
+#define NVME_LOG_RESV 0x80 /* reservation notification */
 
 /* Features. */
 #define NVME_FEAT_VOLATILE_WC 0x06
@@ -259,10 +260,12 @@ enum nvme_fctype {
 #define NVME_FEAT_ASYNC_EVENT 0x0b
 #define NVME_FEAT_KATO 0x0f
 #define NVME_FEAT_HOST_ID 0x81
+#define NVME_FEAT_RESV_MASK 0x82
 #define NVME_FEAT_RESV_PERSIST 0x83
 
 /* Asynchronous event results (CQE dword 0: type, info, log page). */
 #define NVME_AEN_NS_CHANGED 0x00040002u   /* notice, NS attribute changed, log 04h */
+#define NVME_AEN_RESV_LOG 0x00800006u     /* I/O command set: reservation log, 80h */
 #define NVME_AEN_DISC_CHANGED 0x0070f002u /* notice, discovery log changed, log 70h */
 #define NVME_AEC_NS_ATTR (1u << 8)
 #define NVME_AEC_DISC_CHANGE (1u << 31)

@@ -49,13 +49,13 @@ void nvme_resv_set_store(const struct nvme_resv_store *st)
 
 /* ---- text form: "nvme-resv 1", then "gen", "ptpl", "type", "reg" lines ---- */
 
-static void hex_put(char *out, const uint8_t *id)
+void resv_hex_put(char *out, const uint8_t *id)
 {
     for (int i = 0; i < 16; i++)
         snprintf(out + 2 * i, 3, "%02x", id[i]);
 }
 
-static int hex_get(const char *in, uint8_t *id)
+int resv_hex_get(const char *in, uint8_t *id)
 {
     for (int i = 0; i < 16; i++) {
         unsigned v;
@@ -72,11 +72,11 @@ char *resv_format(const struct resv_state *s, uint64_t seq)
     char *t = malloc(cap), hex[33];
     if (!t)
         return NULL;
-    hex_put(hex, s->holder);
+    resv_hex_put(hex, s->holder);
     size_t n = (size_t)snprintf(t, cap, "nvme-resv 1\ngen %" PRIu32 "\nptpl %d\ntype %u %s\n",
                                 s->gen, s->ptpl, s->type, hex);
     for (size_t i = 0; i < s->nregs; i++) {
-        hex_put(hex, s->regs[i].hostid);
+        resv_hex_put(hex, s->regs[i].hostid);
         n += (size_t)snprintf(t + n, cap - n, "reg %s %016" PRIx64 "\n", hex, s->regs[i].key);
     }
     if (seq)
@@ -96,12 +96,12 @@ static int parse_line(struct resv_state *s, const char *l, uint64_t *seq)
     else if (sscanf(l, "ptpl %u", &a) == 1)
         s->ptpl = a != 0;
     else if (sscanf(l, "type %u %32s", &b, hex) == 2 && b <= RT_EA_AR)
-        return (s->type = (uint8_t)b), hex_get(hex, s->holder);
+        return (s->type = (uint8_t)b), resv_hex_get(hex, s->holder);
     else if (sscanf(l, "reg %32s %" SCNx64, hex, &key) == 2 && s->nregs < RESV_MAX_REGS) {
         s->regs[s->nregs].key = key;
-        return hex_get(hex, s->regs[s->nregs++].hostid);
-    } else if (strncmp(l, "nvme-resv 1", 11) != 0)
-        return -EINVAL;
+        return resv_hex_get(hex, s->regs[s->nregs++].hostid);
+    } else if (strncmp(l, "nvme-resv 1", 11) != 0 && strncmp(l, "by ", 3) != 0)
+        return -EINVAL; /* ("by": who changed it, in a notify: resv_by) */
     return 0;
 }
 
@@ -436,15 +436,20 @@ uint16_t resv_apply(struct resv_state *s, const struct resv_args *a)
     }
 }
 
-void resv_install(struct nvme_resv *r, const struct resv_state *s, uint64_t seq)
+bool resv_install(struct nvme_resv *r, const struct resv_state *s, uint64_t seq,
+                  struct resv_state *old)
 {
     pthread_mutex_lock(&r->mu);
-    if (seq > r->seq) {
+    bool newer = seq > r->seq;
+    if (newer) {
+        if (old)
+            *old = r->s;
         r->s = *s;
         r->seq = seq;
         atomic_store_explicit(&r->held, s->type != RT_NONE, memory_order_release);
     }
     pthread_mutex_unlock(&r->mu);
+    return newer;
 }
 
 void resv_report_fill(const struct resv_state *s, uint8_t *out, size_t len)
@@ -512,8 +517,13 @@ static uint16_t local_run(struct nvme_cmd *cmd, struct nvme_resv *r, const struc
         return 0;
     }
     struct resv_state *old = malloc(sizeof(*old));
-    if (!old)
+    struct resv_note *notes = malloc(RESV_NOTES_MAX * sizeof(*notes));
+    size_t nnotes = 0;
+    if (!old || !notes) {
+        free(old);
+        free(notes);
         return NVME_SC_INTERNAL;
+    }
     pthread_mutex_lock(&r->mu);
     *old = r->s;
     uint16_t st = resv_apply(&r->s, a);
@@ -523,8 +533,12 @@ static uint16_t local_run(struct nvme_cmd *cmd, struct nvme_resv *r, const struc
     }
     if (st)
         r->s = *old; /* a refused or unsaved change leaves nothing behind */
+    else
+        nnotes = resv_notes(old, &r->s, a, notes);
     atomic_store_explicit(&r->held, r->s.type != RT_NONE, memory_order_release);
     pthread_mutex_unlock(&r->mu);
+    resv_notify(r, notes, nnotes);
+    free(notes);
     free(old);
     return st;
 }
@@ -569,6 +583,15 @@ static uint16_t feature(struct nvme_cmd *cmd, bool set)
             return NVME_SC_INTERNAL;
         memcpy(cmd->buf, cmd->q->ctrl->hostid, 16);
         cmd->out_len = 16;
+        return 0;
+    }
+    if ((le32_get(cmd->sqe + NVME_SQE_CDW10) & 0xff) == NVME_FEAT_RESV_MASK) {
+        struct nvme_ctrl *ctrl = cmd->q->ctrl; /* one mask for every namespace */
+        pthread_mutex_lock(&ctrl->lock);
+        if (set)
+            ctrl->resv_mask = (uint8_t)(c11 & 0xe); /* REGPRE, RESREL, RESPRE */
+        cmd->result = ctrl->resv_mask;
+        pthread_mutex_unlock(&ctrl->lock);
         return 0;
     }
     struct nvme_subsys *s = nvme_queue_subsys(cmd->q);

@@ -68,10 +68,31 @@ uint16_t resv_apply(struct resv_state *s, const struct resv_args *a);
  * (*seq, may be NULL, gets the line's value or 0). */
 char *resv_format(const struct resv_state *s, uint64_t seq);
 int resv_parse(struct resv_state *s, const char *text, uint64_t *seq);
-/* Install s (from the cluster, sequence seq) in r's cache if newer. */
-void resv_install(struct nvme_resv *r, const struct resv_state *s, uint64_t seq);
+/* A host identifier as 32 hex digits (out: 33 bytes), and back (0 or
+ * -EINVAL). */
+void resv_hex_put(char *out, const uint8_t *id);
+int resv_hex_get(const char *in, uint8_t *id);
+/* Install s (from the cluster, sequence seq) in r's cache if newer (true;
+ * old, may be NULL, gets what it replaced). */
+bool resv_install(struct nvme_resv *r, const struct resv_state *s, uint64_t seq,
+                  struct resv_state *old);
 /* Fill the Reservation Report (EDS) of s into out (len bytes, zeroed). */
 void resv_report_fill(const struct resv_state *s, uint8_t *out, size_t len);
+
+/* nvme_resv_notice.c: what a change tells the other hosts. */
+enum { RESV_NOTE_REG_PREEMPTED = 1, RESV_NOTE_RELEASED = 2, RESV_NOTE_PREEMPTED = 3 };
+#define RESV_NOTES_MAX (2 * RESV_MAX_REGS)
+struct resv_note {
+    uint8_t hostid[16];
+    uint8_t type; /* RESV_NOTE_* */
+};
+/* The notices of the change old -> new that a made (up to RESV_NOTES_MAX
+ * in out): how many. */
+size_t resv_notes(const struct resv_state *old, const struct resv_state *new,
+                  const struct resv_args *a, struct resv_note *out);
+/* Give each notice to the controllers of its host on this daemon that
+ * serve r's namespace (a log entry, an event). No lock held. */
+void resv_notify(const struct nvme_resv *r, const struct resv_note *notes, size_t n);
 
 /* nvme_resv_shared.c */
 /* Open the cluster's state of the RBD volume vol for r (control thread):

@@ -24,6 +24,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -74,19 +75,38 @@ static int fetch(struct nvme_resv *r, struct resv_state *s, uint64_t *seq)
 
 /* ---- listener (librados threads) ---- */
 
+/* Who made the change a notify carries ("by HOSTID OPCODE ACTION"). */
+static bool by(const char *text, struct resv_args *a)
+{
+    const char *l = strstr(text, "\nby ");
+    char hex[33];
+    unsigned op, action;
+    memset(a, 0, sizeof(*a));
+    if (!l || sscanf(l + 4, "%32s %u %u", hex, &op, &action) != 3 || strlen(hex) != 32 ||
+        resv_hex_get(hex, a->hostid) < 0)
+        return false;
+    a->op = (uint8_t)op;
+    a->action = (uint8_t)action;
+    return true;
+}
+
+/* Install a peer's change; tell this daemon's controllers what it did to
+ * their hosts (the issuing daemon told its own: self). */
 static void on_changed(void *arg, const void *msg, size_t len, bool self)
 {
     struct nvme_resv *r = arg;
-    (void)self; /* our own change: installed already, or now (same seq) */
     if (!len)
         return; /* a daemon counting its peers */
     char *text = strndup(msg, len);
-    struct resv_state *s = malloc(sizeof(*s));
+    struct resv_state *s = malloc(2 * sizeof(*s));
+    struct resv_note *notes = malloc(RESV_NOTES_MAX * sizeof(*notes));
+    struct resv_args a;
     uint64_t seq = 0;
-    if (text && s && resv_parse(s, text, &seq) == 0 && seq)
-        resv_install(r, s, seq);
-    else
+    if (!text || !s || !notes || resv_parse(s, text, &seq) < 0 || !seq)
         log_warn("nvme: namespace %" PRId64 ": ignoring a malformed reservation notify", r->ns_id);
+    else if (resv_install(r, s, seq, s + 1) && !self && by(text, &a))
+        resv_notify(r, notes, resv_notes(s + 1, s, &a, notes));
+    free(notes);
     free(s);
     free(text);
 }
@@ -99,7 +119,7 @@ static void resync_run(struct io_job *j)
     uint64_t seq;
     int rc = rbd_pr_rewatch(sh->store);
     if (rc == 0 && s && (rc = fetch(r, s, &seq)) == 0)
-        resv_install(r, s, seq);
+        resv_install(r, s, seq, NULL);
     free(s);
     if (rc < 0)
         log_warn("nvme: namespace %" PRId64 ": reservation object %s: cannot watch again: %s",
@@ -147,7 +167,7 @@ static void power_on(struct nvme_resv *r, unsigned peers)
         }
         free(t);
     }
-    resv_install(r, s, seq ? seq : 1);
+    resv_install(r, s, seq ? seq : 1, NULL);
 out:
     free(s);
     free(empty);
@@ -207,6 +227,29 @@ void resv_shared_free(struct nvme_resv *r)
 
 /* ---- commands ---- */
 
+/* The change is committed as seq: every daemon enforces it before the
+ * command completes (the notify returns once each acknowledged), and the
+ * hosts it touched hear of it. */
+static void notify(struct resv_job *rj, uint64_t seq)
+{
+    struct nvme_resv *r = rj->r;
+    char *state = resv_format(&rj->s, seq), *msg = NULL, hex[33];
+    resv_hex_put(hex, rj->a.hostid);
+    unsigned missed = 0;
+    if (state && asprintf(&msg, "%sby %s %u %u\n", state, hex, rj->a.op, rj->a.action) > 0 &&
+        rbd_pr_notify(r->shared->store, msg, strlen(msg), &missed) == -ETIMEDOUT)
+        log_warn("nvme: namespace %" PRId64 ": %u daemon(s) did not acknowledge a "
+                 "reservation change in time",
+                 r->ns_id, missed);
+    free(msg);
+    free(state);
+    resv_install(r, &rj->s, seq, NULL);
+    struct resv_note *notes = malloc(RESV_NOTES_MAX * sizeof(*notes));
+    if (notes)
+        resv_notify(r, notes, resv_notes(&rj->before, &rj->s, &rj->a, notes));
+    free(notes);
+}
+
 /* Read, apply, compare-and-swap, notify (pool thread): the status. */
 static uint16_t change(struct resv_job *rj)
 {
@@ -216,7 +259,7 @@ static uint16_t change(struct resv_job *rj)
         uint64_t seq;
         if (fetch(r, &rj->s, &seq) < 0)
             return NVME_SC_INTERNAL;
-        resv_install(r, &rj->s, seq);
+        resv_install(r, &rj->s, seq, NULL);
         if (rj->a.op == RESV_OP_REPORT)
             return 0;
         rj->before = rj->s;
@@ -233,15 +276,7 @@ static uint16_t change(struct resv_job *rj)
                       strerror(-rc));
             return NVME_SC_INTERNAL;
         }
-        /* Every daemon enforces it before this command completes. */
-        char *msg = resv_format(&rj->s, seq + 1);
-        unsigned missed = 0;
-        if (msg && rbd_pr_notify(p, msg, strlen(msg), &missed) == -ETIMEDOUT)
-            log_warn("nvme: namespace %" PRId64 ": %u daemon(s) did not acknowledge a "
-                     "reservation change in time",
-                     r->ns_id, missed);
-        free(msg);
-        resv_install(r, &rj->s, seq + 1);
+        notify(rj, seq + 1);
         return 0;
     }
     log_warn("nvme: namespace %" PRId64 ": reservation change lost %d races in a row", r->ns_id,

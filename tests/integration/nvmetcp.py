@@ -461,6 +461,24 @@ class Controller:
         cdw10 = action | (8 if iekey else 0) | (rtype << 8)
         return self._resv(0x15, nsid, cdw10, struct.pack("<Q", crkey), q)
 
+    def resv_log(self):
+        """Get Log Page 80h (Reservation Notification): dict of count, type
+        (0 empty, 1 registration preempted, 2 reservation released, 3
+        reservation preempted), available (pages left after it), nsid."""
+        d = self.get_log_page(0x80, 64)
+        count, = struct.unpack_from("<Q", d, 0)
+        return dict(count=count, type=d[8], available=d[9],
+                    nsid=struct.unpack_from("<I", d, 12)[0])
+
+    def wait_aen(self, cid, timeout=15):
+        """The completion of the Asynchronous Event Request cid: its result."""
+        self.admin.sock.settimeout(timeout)
+        while True:
+            t, flags, hdr, _ = self.admin.recv_pdu()
+            res, _, _, rcid, sf = struct.unpack_from("<QHHHH", hdr, 8)
+            if t == RSP and rcid == cid:
+                return res & 0xFFFFFFFF
+
     def resv_report(self, nsid, length=4096, eds=True, q=None):
         """Reservation Report: (status, report dict or None). With eds the
         extended data structure (64-byte header and entries, 128-bit host

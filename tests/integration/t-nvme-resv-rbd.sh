@@ -10,7 +10,8 @@
 #   - host 1 takes Write Exclusive through A: host 2's write through B gets
 #     Reservation Conflict at once, its read works;
 #   - host 2 preempts host 1 through B, taking Exclusive Access: host 1's
-#     read through A is refused;
+#     read through A is refused, and its controller on A gets the
+#     registration-preempted notice (event, log page 80h);
 #   - kill -9 A: the reservation still holds through B, and B can change it;
 #     A started again enforces the state it finds in the cluster.
 . "$(dirname "$0")/lib.sh"
@@ -113,11 +114,16 @@ assert b.write(1, 0, b"x" * bs, bs=bs, check=False) == n.SC_RESV_CONFLICT
 assert b.read(1, 0, 1, bs=bs, check=False)[0] == n.SC_SUCCESS
 assert b.resv_acquire(1, K2, 1) == n.SC_RESV_CONFLICT
 print("ok  Write Exclusive through A: the write through B is refused, its read works")
+a.admin.submit(n.sqe(0x0C, 4000))  # Asynchronous Event Request on A
 assert b.resv_acquire(1, K2, 2, action=1, prkey=K1) == n.SC_SUCCESS
 assert a.read(1, 0, 1, bs=bs, check=False)[0] == n.SC_RESV_CONFLICT
 rep = report(a)
 assert rep["rtype"] == 2 and regs(rep) == {H2: (K2, True)}, rep
 print("ok  preempt through B: Exclusive Access, enforced through A")
+assert a.wait_aen(4000) & 0xFFFFFF == 0x800006
+log = a.resv_log()
+assert log["type"] == 1 and log["nsid"] == 1, log
+print("ok  the host preempted through B hears of it through A (event, log page 80h)")
 PY
 
 kill -KILL "$BLOCKD_PID"

@@ -177,6 +177,40 @@ assert rep["regs"] == [] and rep["ptpls"] == 0, rep
 print("ok  with PTPL off a restart starts with no registrations")
 PY
 
+# Reservation notifications: log page 80h and its asynchronous event.
+/usr/bin/python3 - "$NVME_PORT" <<PY || fail "reservation notifications"
+$PRE
+assert a.resv_register(1, KA) == 0 and b.resv_register(1, KB) == 0
+b.admin.submit(n.sqe(0x0C, 4000))  # Asynchronous Event Request
+assert a.resv_acquire(1, KA, WE, action=1, prkey=KB) == n.SC_SUCCESS  # B preempted
+ev = b.wait_aen(4000)
+assert ev & 0xFFFFFF == 0x800006, hex(ev)  # I/O command set event, log page 80h
+log = b.resv_log()
+assert log["type"] == 1 and log["nsid"] == 1 and log["available"] == 0 and log["count"], log
+assert b.resv_log()["type"] == 0  # read: empty
+assert a.resv_log()["type"] == 0  # the preempting host hears nothing
+print("ok  registration preempted: event and log page 80h")
+# Masked (feature 82h), a notice makes no entry; unmasked, the next does.
+b.set_features(0x82, 1 << 1, nsid=0xFFFFFFFF)
+assert b.get_features(0x82, nsid=0xFFFFFFFF) == 1 << 1
+assert b.resv_register(1, KB) == 0
+b.admin.submit(n.sqe(0x0C, 4001))
+assert a.resv_acquire(1, KA, WE, action=1, prkey=KB) == n.SC_SUCCESS
+assert b.resv_log()["type"] == 0, "a masked notice was logged"
+b.set_features(0x82, 0, nsid=0xFFFFFFFF)
+assert b.resv_register(1, KB) == 0
+assert a.resv_acquire(1, KA, 3) == n.SC_SUCCESS     # WE registrants only
+assert a.resv_release(1, KA, rtype=3) == n.SC_SUCCESS
+assert b.wait_aen(4001) & 0xFFFFFF == 0x800006
+log = b.resv_log()
+assert log["type"] == 2 and log["nsid"] == 1, log  # reservation released
+b.admin.submit(n.sqe(0x0C, 4002))
+assert a.resv_release(1, KA, action=1) == n.SC_SUCCESS  # clear
+assert b.wait_aen(4002) & 0xFFFFFF == 0x800006
+assert b.resv_log()["type"] == 3  # reservation preempted
+print("ok  notification mask, reservation released, reservation preempted (clear)")
+PY
+
 # The iSCSI interplay: one device, one of the two protocols.
 out=$(blockctl call iscsi.extent.create '{"name": "r1", "type": "DISK", "disk": "zvol/demo/r1"}' 2>&1) &&
     fail "an iSCSI extent of a volume served over NVMe-oF was accepted: $out"
