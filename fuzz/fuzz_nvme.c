@@ -26,6 +26,7 @@
 #include "core/log.h"
 #include "core/reactor.h"
 #include "nvme/nvme_proto.h"
+#include "nvme/nvme_resv.h"
 #include "nvme/nvme_target.h"
 #include "nvme/nvme_view.h"
 #include "store/bdev.h"
@@ -95,6 +96,7 @@ static void setup(void)
     s->ns = calloc(1, sizeof(*s->ns));
     s->ns[0].nsid = 1;
     s->ns[0].vol = v; /* the subsystem's reference */
+    s->ns[0].resv = nvme_resv_get(1); /* reservations in memory (no store) */
     struct nvme_conf *c = nvme_conf_new(1, 1);
     c->subsys[0] = s;
     c->ports[0] = (struct nvme_port){.id = 1,

@@ -15,6 +15,8 @@
  *   nvme_identify.c  the Identify data structures.
  *   nvme_io.c        NVM command set I/O commands over the volume.
  *   nvme_resv.c      reservations (nvme_resv.h): the commands, the check.
+ *   nvme_resv_shared.c  the reservations of an RBD namespace, in the cluster.
+ *   nvme_resv_notice.c  reservation notifications (log page 80h, events).
  *   nvme_discovery.c the discovery log page.
  *
  * Threads: a struct nvme_queue lives on its connection's reactor. A struct
