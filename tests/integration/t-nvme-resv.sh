@@ -227,6 +227,12 @@ NS2=$(call nvmet.namespace.create "{\"subsys_id\": $SUB, \"device_type\": \"ZVOL
 out=$(blockctl call nvmet.namespace.update "[$NS2, {\"enabled\": true}]" 2>&1) &&
     fail "enabling an NVMe namespace of an iSCSI-served volume was accepted: $out"
 echo "$out" | grep -q "exported over iSCSI by extent r2" || fail "enable refusal: $out"
+# The share shortcuts go through the same checks.
+out=$(blockctl share iscsi create demo/r1 2>&1) && fail "share iscsi create of an NVMe-served volume: $out"
+echo "$out" | grep -q "exported over NVMe-oF by namespace 1 of subsystem resv" ||
+    fail "share iscsi refusal: $out"
+out=$(blockctl share nvme create demo/r2 2>&1) && fail "share nvme create of an iSCSI-served volume: $out"
+echo "$out" | grep -q "exported over iSCSI by extent r2" || fail "share nvme refusal: $out"
 echo "ok  iSCSI and NVMe-oF exports of one volume refused both ways, naming the other"
 
 # Deleting the namespace forgets its saved reservations.
