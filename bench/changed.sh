@@ -70,7 +70,7 @@ done
 
 record() { # text
     echo "$*"
-    echo "- $(date -u '+%Y-%m-%d %H:%M') $REV load $(cut -d' ' -f1-3 /proc/loadavg) SIZE=$SIZE: $*" >>"$OUT"
+    echo "- $(date -u '+%Y-%m-%d %H:%M') $REV load $(cut -d' ' -f1-3 /proc/loadavg) SIZE=$SIZE RBD_SIZE=$RBD_SIZE ${CEPH_STORE:-memstore}: $*" >>"$OUT"
 }
 now() { date +%s.%N; }
 U() { echo "nbd://127.0.0.1:$NBD_PORT/$1"; }
