@@ -102,6 +102,7 @@ void nvme_ctrl_unref(struct nvme_ctrl *ctrl)
     registry_remove(&sessions, &ctrl->reg);
     nvme_subsys_unref(ctrl->subsys);
     free(ctrl->sizes);
+    nvme_auth_keys_free(ctrl->auth_keys);
     pthread_mutex_destroy(&ctrl->lock);
     free(ctrl->ioq);
     free(ctrl);
