@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/iopool.h"
 #include "core/log.h"
 #include "nvme/nvme_dhchap.h"
 #include "nvme/nvme_internal.h"
@@ -82,9 +83,17 @@ struct nvme_auth {
     size_t hl;
     uint32_t s1, s2;
     uint8_t c1[NVME_DHCHAP_HASH_MAX], c2[NVME_DHCHAP_HASH_MAX];
+    int dhgid;
     struct nvme_dh *dh;
     size_t skey_len;
     uint8_t skey[NVME_DHCHAP_DH_MAX];
+    uint8_t pub[NVME_DHCHAP_DH_MAX]; /* our DH value */
+    /* A modular exponentiation in the big groups costs tens of ms: it runs
+     * on the I/O pool while the command waits (job_cmd set: no other
+     * authentication command is taken meanwhile). */
+    struct io_job job;
+    struct nvme_cmd *job_cmd;
+    int job_rc;
 };
 
 /* ---- keys ---- */
@@ -207,6 +216,7 @@ static void on_negotiate(struct nvme_queue *q, const uint8_t *d, uint32_t tl)
     if (!dh_ok)
         return auth_fail(q, R_DHGROUP_UNUSABLE, "the host does not offer the configured DH group");
     a->hl = nvme_dhchap_hash_len(k->hash_id);
+    a->dhgid = k->dhgid;
     a->step = ST_CHALLENGE;
 }
 
@@ -224,6 +234,40 @@ static int negotiate_start(struct nvme_queue *q, const uint8_t *d, uint32_t tl)
     on_negotiate(q, d, tl);
     return 0;
 }
+
+/* ---- the Diffie-Hellman steps, on the I/O pool ---- */
+
+static void job_done(struct reactor_msg *m);
+
+static void keygen_run(struct io_job *j)
+{
+    struct nvme_auth *a = container_of(j, struct nvme_auth, job);
+    a->dh = nvme_dh_new(a->dhgid, a->pub);
+    a->job_rc = a->dh ? 0 : -ENOMEM;
+}
+
+/* The host's DH value is in the Reply, in the waiting command's buffer. */
+static void shared_run(struct io_job *j)
+{
+    struct nvme_auth *a = container_of(j, struct nvme_auth, job);
+    const uint8_t *dhv = a->job_cmd->buf + MSG_HDR + 2 * a->hl;
+    a->job_rc = nvme_dh_shared(a->dh, dhv, a->skey_len, a->skey);
+}
+
+/* Run fn on the pool; job_done continues cmd on its queue's reactor. The
+ * command holds a reference on the connection, so q (and q->auth, freed
+ * with the connection) outlive the job. */
+static void job_start(struct nvme_cmd *cmd, void (*fn)(struct io_job *j))
+{
+    struct nvme_auth *a = cmd->q->auth;
+    a->job_cmd = cmd;
+    a->job.run = fn;
+    a->job.done.fn = job_done;
+    a->job.owner = cmd->q->c->reactor;
+    iopool_submit(&a->job);
+}
+
+/* ---- Authentication Send ---- */
 
 /* The challenge we send, augmented with the session key when a DH group
  * is in use (what both responses are computed over). */
@@ -251,52 +295,68 @@ static bool reply_verify(struct nvme_queue *q, const uint8_t *rval)
     return ok;
 }
 
-/* DH-HMAC-CHAP_Reply: R1, C2 (CVALID), the host's DH value. */
-static void on_reply(struct nvme_queue *q, const uint8_t *d, uint32_t tl)
+/* The Reply once the session key is known (lengths already checked). */
+static void reply_finish(struct nvme_queue *q, const uint8_t *d)
 {
     struct nvme_auth *a = q->auth;
-    uint8_t hl = d[6], cvalid = d[8];
-    uint16_t dhvlen = le16_get(d + 10);
-    size_t want_dh = a->dh ? nvme_dhchap_dh_len(q->ctrl->auth_keys->dhgid) : 0;
-    if (hl != a->hl || dhvlen != want_dh || tl < MSG_HDR + 2u * hl + dhvlen)
-        return auth_fail(q, R_INCORRECT_PAYLOAD, "DH-HMAC-CHAP_Reply: bad lengths");
-    const uint8_t *rval = d + MSG_HDR, *c2 = rval + hl, *dhv = c2 + hl;
-    if (a->dh) {
-        a->skey_len = dhvlen;
-        if (nvme_dh_shared(a->dh, dhv, dhvlen, a->skey) < 0)
-            return auth_fail(q, R_DHGROUP_UNUSABLE, "the host's DH value is out of range");
-    }
+    const uint8_t *rval = d + MSG_HDR, *c2 = rval + a->hl;
     if (!reply_verify(q, rval))
         return auth_fail(q, R_FAILED, "wrong response (the host's key differs from ours)");
     a->s2 = le32_get(d + 12);
     /* A challenge with sequence number 0 asks for no controller response
      * (it only feeds a secure channel, which we do not offer). */
-    a->bidi = (cvalid & 1) && a->s2 != 0;
+    a->bidi = (d[8] & 1) && a->s2 != 0;
     if (a->bidi && q->ctrl->auth_keys->ctrl.len == 0)
         return auth_fail(q, R_FAILED,
                          "the host asks the controller to authenticate and the host entry has no "
                          "dhchap_ctrl_key");
     if (a->bidi)
-        memcpy(a->c2, c2, hl);
+        memcpy(a->c2, c2, a->hl);
     a->step = ST_SUCCESS1;
     if (!a->bidi)
         auth_success(q);
 }
 
-/* One message of an Authentication Send. */
-static void on_message(struct nvme_queue *q, const uint8_t *d, uint32_t tl)
+/* DH-HMAC-CHAP_Reply: R1, C2 (CVALID), the host's DH value. Whether the
+ * command waits for the session key (on the pool). */
+static bool on_reply(struct nvme_cmd *cmd, uint32_t tl)
 {
+    struct nvme_queue *q = cmd->q;
+    struct nvme_auth *a = q->auth;
+    const uint8_t *d = cmd->buf;
+    uint8_t hl = d[6];
+    uint16_t dhvlen = le16_get(d + 10);
+    size_t want_dh = a->dh ? nvme_dhchap_dh_len(a->dhgid) : 0;
+    if (hl != a->hl || dhvlen != want_dh || tl < MSG_HDR + 2u * hl + dhvlen) {
+        auth_fail(q, R_INCORRECT_PAYLOAD, "DH-HMAC-CHAP_Reply: bad lengths");
+        return false;
+    }
+    if (!a->dh) {
+        reply_finish(q, d);
+        return false;
+    }
+    a->skey_len = dhvlen;
+    job_start(cmd, shared_run);
+    return true;
+}
+
+/* One message of an Authentication Send: whether the command waits for
+ * the pool. */
+static bool on_message(struct nvme_cmd *cmd, uint32_t tl)
+{
+    struct nvme_queue *q = cmd->q;
+    const uint8_t *d = cmd->buf;
     uint8_t type = d[0], id = d[1];
     if (type == MSG_COMMON && id == ID_NEGOTIATE) {
         if (tl < NEG_HDR + NEG_DESC || negotiate_start(q, d, tl) < 0) {
             if (!q->auth && !(q->auth = calloc(1, sizeof(*q->auth))))
-                return; /* no memory: the deadline closes the queue */
+                return false; /* no memory: the deadline closes the queue */
             auth_fail(q, R_INCORRECT_PAYLOAD, "AUTH_Negotiate too short");
         }
-        return;
+        return false;
     }
     if (!q->auth && !(q->auth = calloc(1, sizeof(*q->auth))))
-        return;
+        return false;
     struct nvme_auth *a = q->auth;
     if (type == MSG_COMMON && id == ID_FAILURE2) {
         /* Logged here; the command completes and the queue closes. */
@@ -304,26 +364,26 @@ static void on_message(struct nvme_queue *q, const uint8_t *d, uint32_t tl)
                   d[7] == R_FAILED ? "the host refused the controller's response (Failure2): "
                                      "the controller key differs from the host's"
                                    : "the host ended the transaction (Failure2)");
-        return;
+        return false;
     }
     if (le16_get(d + 4) != a->tid)
-        return auth_fail(q, R_INCORRECT_PAYLOAD, "message of another transaction");
-    if (type == MSG_DHCHAP && id == ID_REPLY && a->step == ST_REPLY && tl >= MSG_HDR)
-        return on_reply(q, d, tl);
-    if (type == MSG_DHCHAP && id == ID_SUCCESS2 && a->step == ST_SUCCESS2) {
+        auth_fail(q, R_INCORRECT_PAYLOAD, "message of another transaction");
+    else if (type == MSG_DHCHAP && id == ID_REPLY && a->step == ST_REPLY && tl >= MSG_HDR)
+        return on_reply(cmd, tl);
+    else if (type == MSG_DHCHAP && id == ID_SUCCESS2 && a->step == ST_SUCCESS2) {
         auth_success(q);
         nvme_auth_queue_free(q);
-        return;
-    }
-    auth_fail(q, R_INCORRECT_MESSAGE, "unexpected message");
+    } else
+        auth_fail(q, R_INCORRECT_MESSAGE, "unexpected message");
+    return false;
 }
 
 /* The fields both commands check: 0, or the status to complete with. */
 static uint16_t auth_cmd_check(struct nvme_cmd *cmd, uint32_t *len)
 {
     struct nvme_queue *q = cmd->q;
-    if (q->state != QS_LIVE)
-        return NVME_SC_CMD_SEQ_ERROR;
+    if (q->state != QS_LIVE || (q->auth && q->auth->job_cmd))
+        return NVME_SC_CMD_SEQ_ERROR; /* not connected, or one message at a time */
     if (!q->ctrl->auth_keys)
         return NVME_SC_CMD_SEQ_ERROR; /* no key: nothing to authenticate with */
     const uint8_t *sqe = cmd->sqe;
@@ -338,6 +398,17 @@ static void auth_done(struct nvme_cmd *cmd, uint16_t status)
 {
     cmd->status = status;
     nvme_cmd_complete(cmd);
+}
+
+/* An Authentication Send is answered with success: what went wrong is in
+ * the next Receive's Failure1. */
+static void send_complete(struct nvme_cmd *cmd, uint32_t tl)
+{
+    struct nvme_queue *q = cmd->q;
+    bool failure2 = tl >= FAILURE_LEN && cmd->buf[0] == MSG_COMMON && cmd->buf[1] == ID_FAILURE2;
+    auth_done(cmd, NVME_SC_SUCCESS);
+    if (failure2)
+        conn_finish(q->c); /* the response leaves first */
 }
 
 void nvme_auth_send(struct nvme_cmd *cmd)
@@ -356,14 +427,13 @@ void nvme_auth_send(struct nvme_cmd *cmd)
     if (tl < FAILURE_LEN) {
         if (q->auth || (q->auth = calloc(1, sizeof(*q->auth))))
             auth_fail(q, R_INCORRECT_PAYLOAD, "message shorter than its header");
-    } else {
-        on_message(q, cmd->buf, tl);
+    } else if (on_message(cmd, tl)) {
+        return; /* job_done completes it */
     }
-    bool failure2 = tl >= FAILURE_LEN && cmd->buf[0] == MSG_COMMON && cmd->buf[1] == ID_FAILURE2;
-    auth_done(cmd, NVME_SC_SUCCESS);
-    if (failure2)
-        conn_finish(q->c); /* the response leaves first */
+    send_complete(cmd, tl);
 }
+
+/* ---- Authentication Receive ---- */
 
 static void msg_header(uint8_t *m, uint8_t type, uint8_t id, uint16_t tid)
 {
@@ -372,29 +442,29 @@ static void msg_header(uint8_t *m, uint8_t type, uint8_t id, uint16_t tid)
     le16_put(m + 4, tid);
 }
 
-/* DH-HMAC-CHAP_Challenge: C1, S1, our DH value. Its length, or 0. */
+/* DH-HMAC-CHAP_Challenge: C1, S1, our DH value (made on the pool). Its
+ * length, or 0. */
 static size_t build_challenge(struct nvme_queue *q, uint8_t *m)
 {
     const struct nvme_auth_keys *k = q->ctrl->auth_keys;
     struct nvme_auth *a = q->auth;
-    size_t dhlen = nvme_dhchap_dh_len(k->dhgid);
-    nvme_dh_free(a->dh);
-    a->dh = NULL;
+    size_t dhlen = nvme_dhchap_dh_len(a->dhgid);
+    if (dhlen && !a->dh)
+        return 0;
     do {
         if (nvme_dhchap_random(&a->s1, sizeof(a->s1)) < 0)
             return 0;
     } while (a->s1 == 0);
     if (nvme_dhchap_random(a->c1, a->hl) < 0)
         return 0;
-    if (dhlen && !(a->dh = nvme_dh_new(k->dhgid, m + MSG_HDR + a->hl)))
-        return 0;
     msg_header(m, MSG_DHCHAP, ID_CHALLENGE, a->tid);
     m[6] = (uint8_t)a->hl;
     m[8] = (uint8_t)k->hash_id;
-    m[9] = (uint8_t)k->dhgid;
+    m[9] = (uint8_t)a->dhgid;
     le16_put(m + 10, (uint16_t)dhlen);
     le32_put(m + 12, a->s1);
     memcpy(m + MSG_HDR, a->c1, a->hl);
+    memcpy(m + MSG_HDR + a->hl, a->pub, dhlen);
     return MSG_HDR + a->hl + dhlen;
 }
 
@@ -459,6 +529,22 @@ static size_t recv_message(struct nvme_queue *q, uint8_t *m, bool *close)
     return build_failure1(q, m);
 }
 
+static void recv_finish(struct nvme_cmd *cmd)
+{
+    struct nvme_queue *q = cmd->q;
+    memset(cmd->buf, 0, AUTH_MSG_MAX);
+    bool close = false;
+    size_t n = recv_message(q, cmd->buf, &close);
+    cmd->out_len = (uint32_t)MIN(n, le32_get(cmd->sqe + AUTH_LEN));
+    /* Unidirectional: done once the host has its Success1 (it sends no
+     * Success2); bidirectional: Success2 ends it. */
+    if (!close && q->auth->step == ST_SUCCESS2 && !q->auth->bidi)
+        nvme_auth_queue_free(q);
+    auth_done(cmd, NVME_SC_SUCCESS);
+    if (close)
+        conn_finish(q->c); /* the Failure1 leaves first */
+}
+
 void nvme_auth_recv(struct nvme_cmd *cmd)
 {
     struct nvme_queue *q = cmd->q;
@@ -470,15 +556,27 @@ void nvme_auth_recv(struct nvme_cmd *cmd)
         st = NVME_SC_INTERNAL;
     if (st)
         return auth_done(cmd, st);
-    memset(cmd->buf, 0, AUTH_MSG_MAX);
-    bool close = false;
-    size_t n = recv_message(q, cmd->buf, &close);
-    cmd->out_len = (uint32_t)MIN(n, al);
-    /* Unidirectional: done once the host has its Success1 (it sends no
-     * Success2); bidirectional: Success2 ends it. */
-    if (!close && q->auth->step == ST_SUCCESS2 && !q->auth->bidi)
-        nvme_auth_queue_free(q);
-    auth_done(cmd, NVME_SC_SUCCESS);
-    if (close)
-        conn_finish(q->c); /* the Failure1 leaves first */
+    struct nvme_auth *a = q->auth;
+    if (a->step == ST_CHALLENGE && a->dhgid != 0 && !a->dh)
+        return job_start(cmd, keygen_run); /* our DH value first */
+    recv_finish(cmd);
+}
+
+/* A Diffie-Hellman step finished: the waiting command goes on, on its
+ * queue's reactor. */
+static void job_done(struct reactor_msg *m)
+{
+    struct nvme_auth *a = container_of(m, struct nvme_auth, job.done);
+    struct nvme_cmd *cmd = a->job_cmd;
+    struct nvme_queue *q = cmd->q;
+    a->job_cmd = NULL;
+    if (q->c->closing)
+        return nvme_cmd_complete(cmd); /* frees the slot */
+    if (a->job.run == keygen_run)
+        return recv_finish(cmd); /* a failed keygen fails in build_challenge */
+    if (a->job_rc < 0)
+        auth_fail(q, R_DHGROUP_UNUSABLE, "the host's DH value is out of range");
+    else
+        reply_finish(q, cmd->buf);
+    send_complete(cmd, le32_get(cmd->sqe + AUTH_LEN));
 }

@@ -157,7 +157,6 @@ static void nvme_on_close(struct conn *c)
     }
     if (q->ctrl)
         nvme_ctrl_queue_closed(q);
-    nvme_auth_queue_free(q);
     log_debug("%s: nvme: connection closed", c->peer);
 }
 
@@ -167,6 +166,7 @@ static void nvme_on_free(struct conn *c)
     if (!q)
         return;
     nvme_subsys_unref(q->subsys);
+    nvme_auth_queue_free(q); /* after the commands: a DH job may hold it */
     free(q->mslots);
     if (q->ctrl)
         nvme_ctrl_unref(q->ctrl);

@@ -262,7 +262,8 @@ bool nvme_auth_unfinished(const struct nvme_queue *q);
 /* Fabrics Authentication Send / Receive on q (its controller has keys). */
 void nvme_auth_send(struct nvme_cmd *cmd);
 void nvme_auth_recv(struct nvme_cmd *cmd);
-/* Free the queue's transaction (at close). */
+/* Free the queue's transaction (when the connection is freed: no
+ * command, hence no job of the I/O pool, holds it any more). */
 void nvme_auth_queue_free(struct nvme_queue *q);
 
 /* ---- nvme_ctrl.c ---- */
