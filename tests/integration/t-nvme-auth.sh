@@ -179,4 +179,5 @@ wait_log("host %s did not authenticate queue 0 within 3 s, closing" % nqn("nokey
 print("ok  no key on the host: Authentication Required, dropped at the deadline")
 PY
 blockd_stop
+! grep -aE "AddressSanitizer|LeakSanitizer|runtime error" "$BLOCKD_LOG" || fail "sanitizer report"
 pass
