@@ -21,11 +21,14 @@
  */
 #include <errno.h>
 #include <gnutls/gnutls.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/iopool.h"
 #include "core/log.h"
+#include "core/ratelimit.h"
 #include "nvme/nvme_dhchap.h"
 #include "nvme/nvme_internal.h"
 
@@ -126,6 +129,70 @@ void nvme_auth_keys_free(struct nvme_auth_keys *k)
     free(k);
 }
 
+/* ---- failed authentications ---- */
+
+/* Wrong responses are throttled like failed CHAP logins (core/ratelimit.h,
+ * a table of our own): 5 within 10 s block the host NQN, or the address
+ * for that host NQN, for 30 s; while either is blocked every transaction
+ * fails at AUTH_Negotiate, the right key too, so guesses teach nothing. */
+static struct ratelimit auth_rl = RATELIMIT_INIT(5, 10000, 30000);
+
+struct limit_keys {
+    char host[RATELIMIT_KEY_MAX];
+    char addr[128];
+};
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* "h:<host NQN>" and "ip:<address> h:<hash of the host NQN>" (the peer's
+ * name without its port). */
+static void limit_keys(const struct nvme_queue *q, struct limit_keys *k)
+{
+    const char *peer = q->c->peer, *colon = strrchr(peer, ':');
+    int alen = colon ? (int)(colon - peer) : (int)strlen(peer);
+    snprintf(k->host, sizeof(k->host), "h:%s", q->ctrl->hostnqn);
+    snprintf(k->addr, sizeof(k->addr), "ip:%.*s h:%016" PRIx64, alen, peer,
+             fnv1a(q->ctrl->hostnqn));
+}
+
+/* Milliseconds the queue's host or address stays blocked (0: not). */
+static uint64_t limit_blocked(const struct nvme_queue *q)
+{
+    struct limit_keys k;
+    limit_keys(q, &k);
+    uint64_t now = ratelimit_now_ms();
+    uint64_t a = ratelimit_blocked_for(&auth_rl, k.addr, now);
+    uint64_t h = ratelimit_blocked_for(&auth_rl, k.host, now);
+    return a > h ? a : h;
+}
+
+static void limit_failed(const struct nvme_queue *q)
+{
+    struct limit_keys k;
+    limit_keys(q, &k);
+    uint64_t now = ratelimit_now_ms();
+    bool a = ratelimit_failed(&auth_rl, k.addr, now);
+    bool h = ratelimit_failed(&auth_rl, k.host, now);
+    if (a || h)
+        log_warn("%s: nvme: host %s: too many failed authentications, %s blocked for %u s",
+                 q->c->peer, q->ctrl->hostnqn, h ? "host NQN" : "address",
+                 (unsigned)(auth_rl.block_ms / 1000));
+}
+
+static void limit_succeeded(const struct nvme_queue *q)
+{
+    struct limit_keys k;
+    limit_keys(q, &k);
+    ratelimit_succeeded(&auth_rl, k.addr);
+    ratelimit_succeeded(&auth_rl, k.host);
+}
+
 /* ---- the queue's transaction ---- */
 
 static void auth_free(struct nvme_auth *a)
@@ -193,6 +260,13 @@ static void on_negotiate(struct nvme_queue *q, const uint8_t *d, uint32_t tl)
     const struct nvme_auth_keys *k = q->ctrl->auth_keys;
     struct nvme_auth *a = q->auth;
     uint8_t napd = d[7];
+    uint64_t blocked = limit_blocked(q);
+    if (blocked) {
+        char why[96];
+        snprintf(why, sizeof(why), "blocked for %" PRIu64 " s more after repeated failures",
+                 (blocked + 999) / 1000);
+        return auth_fail(q, R_FAILED, why);
+    }
     if (d[6] != 0)
         return auth_fail(q, R_CONCAT_MISMATCH, "the host asks for a secure channel (SC_C)");
     if (napd == 0 || NEG_HDR + (size_t)napd * NEG_DESC > tl)
@@ -300,8 +374,11 @@ static void reply_finish(struct nvme_queue *q, const uint8_t *d)
 {
     struct nvme_auth *a = q->auth;
     const uint8_t *rval = d + MSG_HDR, *c2 = rval + a->hl;
-    if (!reply_verify(q, rval))
+    if (!reply_verify(q, rval)) {
+        limit_failed(q);
         return auth_fail(q, R_FAILED, "wrong response (the host's key differs from ours)");
+    }
+    limit_succeeded(q);
     a->s2 = le32_get(d + 12);
     /* A challenge with sequence number 0 asks for no controller response
      * (it only feeds a secure channel, which we do not offer). */

@@ -5,7 +5,8 @@
 # as the host. Unidirectional with each hash and the null, ffdhe2048,
 # ffdhe4096 and ffdhe8192 groups, bidirectional with ffdhe3072, then I/O
 # (written and read back) on authenticated queues; refused: a wrong key
-# (logged with the host NQN and the reason), a host that has no key
+# (logged with the host NQN and the reason), guesses throttled (five wrong
+# responses block the host NQN), a host that has no key
 # (Authentication Required for every command, and dropped at the
 # deadline), a controller whose key is not the one the host expects
 # (detected by the host, its Failure2 logged), and hashes or groups the
@@ -36,7 +37,7 @@ host() {
 }
 
 declare -A K
-for h in u256 u384 u512 u0 bidi wrong nokey badctrl; do
+for h in u256 u384 u512 u0 bidi wrong nokey badctrl guess; do
     n=nqn.2026-01.org.blockd:$h
     case $h in
     u384) K[$h]=$(key 2 48 "$n") ;;
@@ -56,6 +57,7 @@ host bidi SHA-256 '"3072-BIT"' "${K[bidi]}" "$CTRL_KEY"
 host wrong SHA-256 '"2048-BIT"' "${K[wrong]}"
 host nokey SHA-256 null "${K[nokey]}"
 host badctrl SHA-384 '"2048-BIT"' "${K[badctrl]}" "$CTRL_KEY"
+host guess SHA-256 null "${K[guess]}"
 
 for i in $(seq 1 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$NVME_PORT") 2>/dev/null && break
@@ -126,6 +128,24 @@ except n.AuthFailed as e:
 wait_log("authentication of host %s (queue 0) failed: wrong response" % nqn("wrong"),
          "wrong key")
 print("ok  wrong key refused and logged")
+
+# Guessing is throttled: 5 wrong responses block the host NQN for 30 s,
+# during which even the right key is refused.
+for i in range(5):
+    try:
+        ctrl("guess", os.environ["OTHER_KEY"]).connect()
+        raise AssertionError("a wrong key got in")
+    except n.AuthFailed as e:
+        assert e.reason == n.R_FAILED, e.reason
+try:
+    ctrl("guess", os.environ["KEY_guess"]).connect()
+    raise AssertionError("the right key got in while the host was blocked")
+except n.AuthFailed as e:
+    assert e.reason == n.R_FAILED, e.reason
+wait_log("host %s: too many failed authentications, host NQN blocked for 30 s" % nqn("guess"),
+         "the block")
+wait_log("authentication of host %s (queue 0) failed: blocked for" % nqn("guess"), "refusal")
+print("ok  repeated wrong responses block the host NQN, the right key too")
 
 # The host expects another controller key: it detects the wrong R2 and
 # says so (Failure2), which the controller logs.
