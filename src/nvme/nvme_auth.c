@@ -31,6 +31,7 @@
 #include "core/ratelimit.h"
 #include "nvme/nvme_dhchap.h"
 #include "nvme/nvme_internal.h"
+#include "nvme/nvme_target.h"
 
 /* Authentication Send/Receive fields (SQE offsets). */
 #define AUTH_SPSP0 41
@@ -191,6 +192,11 @@ static void limit_succeeded(const struct nvme_queue *q)
     limit_keys(q, &k);
     ratelimit_succeeded(&auth_rl, k.addr);
     ratelimit_succeeded(&auth_rl, k.host);
+}
+
+void nvme_auth_limit_reset(void)
+{
+    ratelimit_reset(&auth_rl);
 }
 
 /* ---- the queue's transaction ---- */
