@@ -303,7 +303,7 @@ static void on_negotiate(struct nvme_queue *q, const uint8_t *d, uint32_t tl)
 /* A new transaction (the first, or a re-authentication). */
 static int negotiate_start(struct nvme_queue *q, const uint8_t *d, uint32_t tl)
 {
-    bool was_open = !q->auth_pending && !q->auth;
+    bool was_open = !q->auth_pending; /* else the Connect's deadline runs */
     auth_free(q->auth);
     q->auth = calloc(1, sizeof(*q->auth));
     if (!q->auth)
@@ -612,13 +612,21 @@ static size_t recv_message(struct nvme_queue *q, uint8_t *m, bool *close)
     return build_failure1(q, m);
 }
 
+/* What the Receive returns: AL bytes (within the host's buffer), the
+ * message then zeros, as Linux's target does (a host may expect them all). */
+static uint32_t recv_len(const struct nvme_cmd *cmd)
+{
+    return MIN(le32_get(cmd->sqe + AUTH_LEN), cmd->data_len);
+}
+
 static void recv_finish(struct nvme_cmd *cmd)
 {
     struct nvme_queue *q = cmd->q;
-    memset(cmd->buf, 0, AUTH_MSG_MAX);
+    uint32_t len = recv_len(cmd);
+    memset(cmd->buf, 0, MAX(len, (uint32_t)AUTH_MSG_MAX));
     bool close = false;
     size_t n = recv_message(q, cmd->buf, &close);
-    cmd->out_len = (uint32_t)MIN(n, le32_get(cmd->sqe + AUTH_LEN));
+    cmd->out_len = n ? len : 0;
     /* Unidirectional: done once the host has its Success1 (it sends no
      * Success2); bidirectional: Success2 ends it. */
     if (!close && q->auth->step == ST_SUCCESS2 && !q->auth->bidi)
@@ -635,7 +643,7 @@ void nvme_auth_recv(struct nvme_cmd *cmd)
     uint16_t st = auth_cmd_check(cmd, &al);
     if (!st && !q->auth)
         st = NVME_SC_CMD_SEQ_ERROR; /* no AUTH_Negotiate yet */
-    if (!st && nvme_cmd_buf(cmd, AUTH_MSG_MAX) < 0)
+    if (!st && nvme_cmd_buf(cmd, MAX(recv_len(cmd), (uint32_t)AUTH_MSG_MAX)) < 0)
         st = NVME_SC_INTERNAL;
     if (st)
         return auth_done(cmd, st);
