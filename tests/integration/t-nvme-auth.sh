@@ -9,8 +9,9 @@
 # responses block the host NQN), a host that has no key
 # (Authentication Required for every command, and dropped at the
 # deadline), a controller whose key is not the one the host expects
-# (detected by the host, its Failure2 logged), and hashes or groups the
-# host does not offer.
+# (detected by the host, its Failure2 logged), hashes or groups the host
+# does not offer, and malformed or out-of-sequence messages (each Failure1
+# with its reason). Live queues authenticate again and keep their I/O.
 . "$(dirname "$0")/lib.sh"
 need jq nvme
 NVME_PORT=$(free_port)
@@ -67,7 +68,7 @@ done
 export SUBNQN CTRL_KEY OTHER_KEY OTHER_CTRL BLOCKD_LOG
 for h in "${!K[@]}"; do export "KEY_$h=${K[$h]}"; done
 /usr/bin/python3 - "$NVME_PORT" <<'PY' || fail "DH-HMAC-CHAP checks failed"
-import os, socket, sys, time
+import os, socket, struct, sys, time
 import nvmetcp as n
 port = int(sys.argv[1])
 sub = os.environ["SUBNQN"]
@@ -118,6 +119,55 @@ c.close()
 wait_log("host %s authenticated on queue 1 (DH-HMAC-CHAP SHA-256, ffdhe3072, bidirectional)"
          % nqn("bidi"), "bidirectional authentication")
 print("ok  bidirectional (ffdhe3072), then I/O")
+
+# Re-authentication of a live queue (a new AUTH_Negotiate): I/O goes on.
+c = ctrl("u384", os.environ["KEY_u384"]).connect(io_queues=1)
+assert n.authenticate(c.admin, nqn("u384"), sub, os.environ["KEY_u384"]) == (2, 1)
+assert n.authenticate(c.ioq(0), nqn("u384"), sub, os.environ["KEY_u384"]) == (2, 1)
+io_check(c, 5)
+c.close()
+print("ok  re-authentication of live queues, then I/O")
+
+
+def raw_admin(h):
+    """An admin queue connected (ATR) and not authenticated."""
+    c = ctrl(h)
+    c.admin, c.cntlid = c._connect_queue(0, 32, 0xFFFF)
+    assert c.auth_required
+    return c
+
+
+def expect_failure1(q, reason):
+    try:
+        n.auth_recv(q)
+        raise AssertionError("no Failure1")
+    except n.AuthFailed as e:
+        assert e.reason == reason, (e.reason, reason)
+
+
+# Protocol errors: a Receive before any AUTH_Negotiate (Command Sequence
+# Error); a secure channel asked for (concatenation mismatch); a Reply of
+# another transaction (incorrect payload); a Success2 where a Reply is due
+# (incorrect message). Each Failure1 closes the queue.
+c = raw_admin("u256")
+st, _ = n.auth_recv(c.admin, check=False)
+assert st == n.SC_CMD_SEQ, hex(st)
+n.auth_send(c.admin, n.negotiate_msg(9, sc_c=1))
+expect_failure1(c.admin, n.R_CONCAT)
+c.close()
+c = raw_admin("u256")
+n.auth_send(c.admin, n.negotiate_msg(9))
+n.auth_recv(c.admin)
+n.auth_send(c.admin, struct.pack("<BBHHBBBBHI", 1, 2, 0, 10, 32, 0, 0, 0, 0, 0) + bytes(64))
+expect_failure1(c.admin, n.R_PAYLOAD)
+c.close()
+c = raw_admin("u256")
+n.auth_send(c.admin, n.negotiate_msg(9))
+n.auth_recv(c.admin)
+n.auth_send(c.admin, struct.pack("<BBHH", 1, 4, 0, 9) + bytes(10))
+expect_failure1(c.admin, n.R_MESSAGE)
+c.close()
+print("ok  out-of-sequence and malformed messages: Failure1 with their reasons")
 
 # A wrong key: Failure1 (failed), logged with the host NQN and the reason, closed.
 try:
