@@ -17,6 +17,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#include "nvme/nvme_dhchap.h"
 #include "nvme/nvme_internal.h"
 #include "nvme/nvme_target.h"
 
@@ -476,6 +477,7 @@ struct nvme_ctrl *nvme_ctrl_find(uint16_t cntlid)
 
 int nvme_target_init(void)
 {
+    nvme_dhchap_init();
     nvme_conn_reopen();
     return 0;
 }

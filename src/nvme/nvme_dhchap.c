@@ -207,7 +207,9 @@ out:
 
 /* GMP's allocations hold exponents and shared secrets: wipe them when
  * they are freed or moved (for every GMP user in the process, GnuTLS's
- * included, which costs them nothing but a memset). */
+ * included, which costs them nothing but a memset). Both are malloc based,
+ * like GMP's defaults, so a block allocated before they were set is freed
+ * by them correctly. */
 static void *gmp_realloc_wipe(void *p, size_t old, size_t size)
 {
     void *n = malloc(size);
@@ -230,6 +232,11 @@ static pthread_once_t gmp_once = PTHREAD_ONCE_INIT;
 static void gmp_setup(void)
 {
     mp_set_memory_functions(NULL, gmp_realloc_wipe, gmp_free_wipe);
+}
+
+void nvme_dhchap_init(void)
+{
+    pthread_once(&gmp_once, gmp_setup);
 }
 
 struct nvme_dh {
@@ -255,7 +262,7 @@ struct nvme_dh *nvme_dh_new(int dhgid, uint8_t *pub)
 {
     if (dhgid < 1 || dhgid > 5)
         return NULL;
-    pthread_once(&gmp_once, gmp_setup);
+    nvme_dhchap_init();
     const struct group *g = &groups[dhgid];
     struct nvme_dh *dh = calloc(1, sizeof(*dh));
     uint8_t rnd[NVME_DHCHAP_DH_MAX];

@@ -71,6 +71,11 @@ int nvme_dhchap_response(int hash_id, const struct nvme_dhchap_key *key, const u
 /* Random bytes from GnuTLS (nonce quality for challenges). 0 or -EIO. */
 int nvme_dhchap_random(void *buf, size_t len);
 
+/* Have GMP wipe what it frees (exponents, shared secrets live in its
+ * memory): once, before threads use GMP (nvme_target_init); nvme_dh_new
+ * makes sure of it too. */
+void nvme_dhchap_init(void);
+
 /* One side of an ephemeral Diffie-Hellman exchange in group dhgid (1..5). */
 struct nvme_dh;
 /* A new private exponent and its public value g^x mod p into pub
