@@ -46,6 +46,9 @@ void nvme_target_subsys_changed(struct nvme_subsys *old, struct nvme_subsys *nex
 
 /* Connections accepted and not freed yet (tests, fuzzing). Any thread. */
 unsigned nvme_conn_live(void);
+/* Forget every failed DH-HMAC-CHAP authentication and block (fuzzing,
+ * which fails thousands). Any thread. */
+void nvme_auth_limit_reset(void);
 
 /* One controller (a session) for the metrics and the API: what a host
  * connected to, from where. */
