@@ -21,6 +21,7 @@
 #include "gateway/gateway.h"
 #include "iscsi/iscsi_runtime.h"
 #include "nbd/nbd.h"
+#include "nvme/nvme_target.h"
 #include "store/rbd_cluster.h"
 
 struct flag {
@@ -251,6 +252,16 @@ static int f_iscsi_max_connections(const char *arg, struct options *o)
     return 0;
 }
 
+static int f_nvme_max_connections(const char *arg, struct options *o)
+{
+    (void)o;
+    unsigned v;
+    if (uint_arg("nvme-max-connections", arg, 1, 65536, &v) < 0)
+        return -1;
+    nvme_target_set_max_connections(v);
+    return 0;
+}
+
 static int f_nbd_payload_budget(const char *arg, struct options *o)
 {
     (void)o;
@@ -421,6 +432,9 @@ static const struct flag flags[] = {
      "kind (default 10000)"},
     {"iscsi-max-connections", "N", f_iscsi_max_connections,
      "iSCSI connections in all (default 1024)"},
+    {"nvme-max-connections", "N", f_nvme_max_connections,
+     "NVMe/TCP connections (admin and I/O queues) in all\n"
+     "(default 4096)"},
     {"nbd-payload-budget", "SIZE", f_nbd_payload_budget,
      "payload all NBD connections may hold together\n"
      "(K/M/G; default 256M); past it they stop reading requests"},

@@ -28,7 +28,12 @@ bool nvme_held_room(const struct nvme_queue *q, size_t need)
            (q->held + need <= NVME_HELD_MAX &&
             atomic_load_explicit(&held_total, memory_order_relaxed) + need <= NVME_HELD_BUDGET);
 }
-static struct admit_gate nvme_gate = ADMIT_GATE_INIT("nvme", 4096);
+static struct admit_gate nvme_gate = ADMIT_GATE_INIT("nvme", NVME_DEFAULT_MAX_CONNECTIONS);
+
+void nvme_target_set_max_connections(unsigned n)
+{
+    admit_set_max_total(&nvme_gate, n);
+}
 
 /* ---- slots ---- */
 

@@ -21,6 +21,10 @@ struct nvme_subsys;
  * nvme_target_stop closes every connection. 0 or -errno. */
 int nvme_target_init(void);
 void nvme_target_stop(void);
+/* NVMe/TCP connections (queues, admin and I/O) in all; past it a new one
+ * is refused at accept, logged. Default NVME_DEFAULT_MAX_CONNECTIONS. */
+#define NVME_DEFAULT_MAX_CONNECTIONS 4096
+void nvme_target_set_max_connections(unsigned n);
 /* Graceful shutdown, before nvme/config/ withdraws the subsystems: refuse
  * new connections, stop reading commands, let every command already
  * running finish and its response be sent, waiting up to timeout_ms; then
