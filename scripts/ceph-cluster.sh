@@ -28,9 +28,8 @@ need() {
     done
 }
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+FREE_PORT_BIN=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/free-port
+free_port() { "$FREE_PORT_BIN"; }
 
 pids_of() { # processes started with this cluster's config file
     pgrep -f -- "-c $1/ceph.conf( |$)" || true
