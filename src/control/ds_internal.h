@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "api/api.h"
+#include "api/fields.h"
 #include "api/validate.h"
 #include "control/dataset_store.h"
 #include "control/datasets.h"
@@ -70,18 +71,14 @@ bool ds_bool_or(json_t *obj, const char *key, bool def);
 /* managedby as pool.dataset.create/update give it (at most
  * DS_MANAGEDBY_MAX bytes, the schemas say). */
 #define DS_MANAGEDBY_MAX 256
-/* Its schema entry (create and update). */
-#define DS_MANAGEDBY_FIELD                                                                         \
-    {                                                                                              \
-        .name = "managedby", .type = API_T_STRING, .flags = API_RANGE, .min = 0,                   \
-        .max = DS_MANAGEDBY_MAX                                                                    \
-    }
 struct ds_managedby {
     bool given;
     bool inherit; /* "INHERIT": no value of its own */
     char value[DS_MANAGEDBY_MAX + 1];
 };
-void ds_managedby_decode(json_t *data, struct ds_managedby *m);
+/* The field codec (api/fields.h) of a struct ds_managedby member: given
+ * set when the request names it, inherit for "INHERIT". */
+extern const struct api_codec ds_codec_managedby;
 
 /* One item of a user_properties / user_properties_update list, decoded:
  * {key, value} sets, {key, remove: true} removes. */
@@ -105,6 +102,9 @@ struct ds_user_props {
  * free with ds_user_props_free. */
 int ds_user_props_decode(json_t *list, struct ds_user_props *out);
 void ds_user_props_free(struct ds_user_props *props);
+/* The field codec of a struct ds_user_props member (ds_user_props_decode
+ * of the list; cleared with ds_user_props_free). */
+extern const struct api_codec ds_codec_user_props;
 /* Semantic checks of a decoded user_properties (create) or
  * user_properties_update (update) list; field errors "<field>.<i>[.key]"
  * added on call. 0 or -EINVAL. */

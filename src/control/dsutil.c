@@ -306,14 +306,28 @@ bool ds_bool_or(json_t *obj, const char *key, bool def)
     return json_is_boolean(v) ? json_is_true(v) : def;
 }
 
-void ds_managedby_decode(json_t *data, struct ds_managedby *m)
+/* managedby: "INHERIT" drops the dataset's own value. */
+static int managedby_decode(const struct api_field *f, json_t *v, void *field)
 {
-    const char *s = ds_str_or(data, "managedby", NULL);
+    struct ds_managedby *m = field;
+    const char *s = json_is_string(v) ? json_string_value(v) : "";
 
-    m->given = s != NULL;
-    m->inherit = s && strcmp(s, "INHERIT") == 0;
-    snprintf(m->value, sizeof(m->value), "%s", s ? s : "");
+    (void)f;
+    m->given = true;
+    m->inherit = strcmp(s, "INHERIT") == 0;
+    snprintf(m->value, sizeof(m->value), "%s", s);
+    return 0;
 }
+
+static json_t *managedby_encode(const struct api_field *f, const void *field)
+{
+    const struct ds_managedby *m = field;
+
+    (void)f;
+    return json_string(m->inherit ? "INHERIT" : m->value);
+}
+
+const struct api_codec ds_codec_managedby = {managedby_decode, managedby_encode, NULL};
 
 /* A copy of the JSON string v with all its bytes (a NUL inside stays, so
  * that the check can refuse it); *len its length. NULL if v is not a
@@ -371,6 +385,45 @@ void ds_user_props_free(struct ds_user_props *props)
     props->v = NULL;
     props->n = 0;
 }
+
+static int user_props_field_decode(const struct api_field *f, json_t *v, void *field)
+{
+    (void)f;
+    ds_user_props_free(field);
+    return ds_user_props_decode(v, field);
+}
+
+/* [{key, value} or {key, remove: true}, ...] as given */
+static json_t *user_props_field_encode(const struct api_field *f, const void *field)
+{
+    const struct ds_user_props *props = field;
+    json_t *a = json_array();
+
+    (void)f;
+    for (size_t i = 0; a && i < props->n; i++) {
+        const struct ds_user_prop *p = &props->v[i];
+        json_t *o = json_pack("{s:s?}", "key", p->key);
+
+        if (o && p->has_value)
+            json_object_set_new(o, "value", p->value ? json_string(p->value) : json_null());
+        if (o && p->remove)
+            json_object_set_new(o, "remove", json_true());
+        if (!o || json_array_append_new(a, o) < 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    return a;
+}
+
+static void user_props_field_clear(const struct api_field *f, void *field)
+{
+    (void)f;
+    ds_user_props_free(field);
+}
+
+const struct api_codec ds_codec_user_props = {user_props_field_decode, user_props_field_encode,
+                                              user_props_field_clear};
 
 int ds_check_user_props(struct api_call *call, const char *field, const struct ds_user_props *props,
                         bool update)
