@@ -225,17 +225,17 @@ static json_t *date_value(int64_t ms)
     return json_pack("{s:I}", "$date", (json_int_t)ms);
 }
 
-/* The TrueNAS-shaped row of a key (the encoder): the table's fields, then
- * what the store alone sets and TrueNAS' constants for a local key. */
+/* The TrueNAS-shaped row of a key (the encoder): the keys in TrueNAS's
+ * order, the table's fields encoded into their places (a key already in
+ * the object keeps its place), then what the store alone sets and
+ * TrueNAS' constants for a local key. */
 static json_t *key_row(const struct api_key_rec *r)
 {
-    json_t *row = api_fields_row(r->id, key_fields, ARRAY_SIZE(key_fields), r);
-    if (row && (json_object_set_new(row, "expires_at",
-                                    r->has_expiry ? date_value(r->expires_at) : json_null()) < 0 ||
-                json_object_set_new(row, "created_at", date_value(r->created_at)) < 0 ||
-                json_object_set_new(row, "local", json_true()) < 0 ||
-                json_object_set_new(row, "revoked", json_false()) < 0 ||
-                json_object_set_new(row, "user_identifier", json_integer(0)) < 0)) {
+    json_t *row = json_pack(
+        "{s:I, s:n, s:n, s:o, s:b, s:b, s:o, s:i, s:n}", "id", (json_int_t)r->id, "name",
+        "username", "created_at", date_value(r->created_at), "local", 1, "revoked", 0, "expires_at",
+        r->has_expiry ? date_value(r->expires_at) : json_null(), "user_identifier", 0, "roles");
+    if (row && api_fields_encode(key_fields, ARRAY_SIZE(key_fields), r, row) < 0) {
         json_decref(row);
         row = NULL;
     }
