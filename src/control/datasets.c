@@ -26,16 +26,6 @@
 #include "core/log.h"
 #include "core/util.h"
 
-static const struct api_field user_prop_update_fields[] = {
-    API_FIELD_STRING("key", API_REQUIRED, 3, DS_USER_PROP_KEY_MAX),
-    API_FIELD_STRING("value", 0, 0, DS_USER_PROP_VALUE_MAX),
-    {.name = "remove", .type = API_T_BOOL},
-};
-static const struct api_field user_prop_update_item = {.type = API_T_OBJECT,
-                                                       .fields = user_prop_update_fields,
-                                                       .nfields =
-                                                           ARRAY_SIZE(user_prop_update_fields)};
-
 /*
  * Apply options.extra to the flat rows (consumed): children emptied,
  * user properties dropped, only the asked properties kept — on every row
@@ -188,21 +178,10 @@ static const struct api_field update_fields[] = {
      .min = 0,
      .max = DS_MANAGEDBY_MAX,
      AT(managedby, ds_codec_managedby)},
-    {.name = "user_properties_update",
-     .type = API_T_ARRAY,
-     .flags = API_RANGE,
-     .min = 0,
-     .max = 256,
-     .items = &user_prop_update_item,
-     AT(user_props_update, ds_codec_user_props)},
+    DS_USER_PROPS_FIELD("user_properties_update", &ds_user_prop_update_item, struct update,
+                        user_props_update),
     /* the whole set: listed keys are set, the others removed */
-    {.name = "user_properties",
-     .type = API_T_ARRAY,
-     .flags = API_RANGE,
-     .min = 0,
-     .max = 256,
-     .items = &user_prop_update_item,
-     AT(user_props, ds_codec_user_props)},
+    DS_USER_PROPS_FIELD("user_properties", &ds_user_prop_update_item, struct update, user_props),
     {.name = "volsize",
      .type = API_T_INT,
      .flags = API_RANGE,

@@ -115,13 +115,21 @@ int ds_check_user_props(struct api_call *call, const char *field, const struct d
 int ds_apply_user_props(int64_t dataset_id, const struct ds_user_props *props);
 #define DS_USER_PROP_VALUE_MAX 8192
 #define DS_USER_PROP_KEY_MAX 256
-/* The schema entry of such a list: at most 256 items, each checked
- * against item (create's {key, value} or update's {key, value?, remove?}). */
-#define DS_USER_PROPS_FIELD(field, item)                                                           \
+/* The field of such a list: at most 256 items, each checked against
+ * item (create's {key, value} or ds_user_prop_update_item), decoded into
+ * the struct ds_user_props member of T (ds_codec_user_props). */
+#define DS_USER_PROPS_FIELD(field, item, T, member)                                                \
     {                                                                                              \
         .name = field, .type = API_T_ARRAY, .flags = API_RANGE, .min = 0, .max = 256,              \
-        .items = item                                                                              \
+        .items = item, API_AT(T, member, ds_codec_user_props)                                      \
     }
+/* An item of a user_properties_update list (datasets and snapshots):
+ * {key, value} sets, {key, remove: true} removes. */
+extern const struct api_field ds_user_prop_update_item;
+/* pool.snapshot.update's data (snapshot_props.c): user_properties_update
+ * and user_properties_remove. */
+#define DS_SNAP_UPDATE_NFIELDS 2
+extern const struct api_field ds_snap_update_fields[DS_SNAP_UPDATE_NFIELDS];
 
 /* <ns>.get_instance [id, options?]: the row of rows whose "id" equals
  * params[0] (new reference), or ENOENT; query options (select, ...) are

@@ -13,6 +13,7 @@
 #include "control/dsprops.h"
 #include "control/dsrbd.h"
 #include "core/log.h"
+#include "core/util.h"
 
 char ds_state_dir[PATH_MAX];
 
@@ -305,6 +306,15 @@ bool ds_bool_or(json_t *obj, const char *key, bool def)
     json_t *v = json_object_get(obj, key);
     return json_is_boolean(v) ? json_is_true(v) : def;
 }
+
+static const struct api_field user_prop_update_fields[] = {
+    API_FIELD_STRING("key", API_REQUIRED, 3, DS_USER_PROP_KEY_MAX),
+    API_FIELD_STRING("value", 0, 0, DS_USER_PROP_VALUE_MAX),
+    {.name = "remove", .type = API_T_BOOL},
+};
+const struct api_field ds_user_prop_update_item = {.type = API_T_OBJECT,
+                                                   .fields = user_prop_update_fields,
+                                                   .nfields = ARRAY_SIZE(user_prop_update_fields)};
 
 /* managedby: "INHERIT" drops the dataset's own value. */
 static int managedby_decode(const struct api_field *f, json_t *v, void *field)

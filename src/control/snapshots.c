@@ -42,21 +42,6 @@
 static const char *const onoff_values[] = {"ON", "OFF", NULL};
 static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", NULL};
 
-static const struct api_field update_item_fields[] = {
-    API_FIELD_STRING("key", API_REQUIRED, 3, DS_USER_PROP_KEY_MAX),
-    API_FIELD_STRING("value", 0, 0, DS_USER_PROP_VALUE_MAX),
-    {.name = "remove", .type = API_T_BOOL},
-};
-static const struct api_field update_item = {
-    .type = API_T_OBJECT, .fields = update_item_fields, .nfields = ARRAY_SIZE(update_item_fields)};
-static const struct api_field remove_item = {
-    .type = API_T_STRING, .flags = API_RANGE, .min = 3, .max = DS_USER_PROP_KEY_MAX};
-
-static const struct api_field snap_update_fields[] = {
-    DS_USER_PROPS_FIELD("user_properties_update", &update_item),
-    DS_USER_PROPS_FIELD("user_properties_remove", &remove_item),
-};
-
 /*
  * A long copy (snapshot without reflink, clone, rollback) runs as a job
  * (jobs_run: synchronous for the caller, visible with its progress in
@@ -1473,8 +1458,8 @@ static const struct api_arg release_args[] =
 static const struct api_arg update_args[] = {{.name = "id", .type = API_T_ANY},
                                              {.name = "data",
                                               .type = API_T_OBJECT,
-                                              .fields = snap_update_fields,
-                                              .nfields = ARRAY_SIZE(snap_update_fields),
+                                              .fields = ds_snap_update_fields,
+                                              .nfields = DS_SNAP_UPDATE_NFIELDS,
                                               .prefix = "pool.snapshot.update.data"}};
 
 #define CREATE_HELP                                                                                \
