@@ -130,6 +130,28 @@ static size_t view_locked(const struct gw_lu *gl, struct scsi_tpg_desc *out, siz
     return k;
 }
 
+unsigned gateway_volume_optimized(struct volume *vol)
+{
+    struct bdev *b = volume_bdev(vol);
+    if (!gateway_enabled() || !bdev_is_rbd(b))
+        return 0;
+    char id[64];
+    struct gw_lu gl = {.seed = fnv1a(volume_name(vol), 0xcbf29ce484222325ull)};
+    rbd_image_t img = bdev_rbd_image_get(b);
+    if (img && rbd_get_id(img, id, sizeof(id)) == 0)
+        gl.seed = fnv1a(id, 0xcbf29ce484222325ull); /* as gateway_lu_attach */
+    if (img)
+        bdev_rbd_image_put(b);
+    struct scsi_tpg_desc v[GATEWAY_ID_MAX];
+    pthread_mutex_lock(&gw_mu);
+    size_t n = view_locked(&gl, v, GATEWAY_ID_MAX);
+    pthread_mutex_unlock(&gw_mu);
+    for (size_t i = 0; i < n; i++)
+        if (v[i].state == SCSI_ALUA_OPTIMIZED)
+            return v[i].tpg_id;
+    return 0;
+}
+
 static size_t alua_report(void *arg, struct scsi_tpg_desc *out, size_t max)
 {
     struct gw_lu *gl = arg;

@@ -41,6 +41,7 @@
 #include "core/log.h"
 #include "gateway/gateway.h"
 #include "gwsync/gwconfig_internal.h"
+#include "gwsync/gwnvme.h"
 
 #define GWC_KEYS_MAX 100000 /* omap keys read per pass (bound: logged when hit) */
 #define GWC_RETRIES 8       /* an update that keeps losing races */
@@ -958,6 +959,7 @@ static void *store_main(void *arg)
             push(); /* changes whose after hook could not run or failed */
         pull();
         adopted_release();
+        gwnvme_ports_update(); /* the others' discovery logs list them */
         pthread_mutex_lock(&pend_mu);
         if (!kick && !stop_req) {
             struct timespec ts;

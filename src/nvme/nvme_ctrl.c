@@ -270,6 +270,13 @@ static void aen_raise_locked(struct nvme_ctrl *ctrl, uint32_t ev)
     }
 }
 
+void nvme_ctrl_aen(struct nvme_ctrl *ctrl, uint32_t ev)
+{
+    pthread_mutex_lock(&ctrl->lock);
+    aen_raise_locked(ctrl, ev);
+    pthread_mutex_unlock(&ctrl->lock);
+}
+
 void nvme_ctrl_aer(struct nvme_cmd *cmd)
 {
     struct nvme_ctrl *ctrl = cmd->q->ctrl;
