@@ -147,6 +147,17 @@ void gateway_set_nvme_ports(const char *ports);
  * and the membership under its mutex: non-blocking, any thread.
  */
 unsigned gateway_volume_optimized(struct volume *vol);
+/*
+ * A front-end without LUs (NVMe/TCP namespaces) serves vol: the
+ * membership thread watches its image's exclusive lock as it does an
+ * LU's, and breaks a fenced member's lock, so that writes here go on
+ * within a round of the fencing (docs/ha.md "Failure cases"). Counted:
+ * one release per hold. Both do nothing unless the group is on and vol
+ * is an RBD image; non-blocking, any thread (release may run on a
+ * reactor, when the last holder lets go).
+ */
+void gateway_volume_hold(struct volume *vol);
+void gateway_volume_release(struct volume *vol);
 
 /* API methods (gateway.query): registered by modules_init. */
 void gateway_api_init(void);

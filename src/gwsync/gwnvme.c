@@ -37,6 +37,15 @@ static uint16_t path_port_id(uint16_t index)
     return (uint16_t)(GATEWAY_TAG_BASE * gateway_id() + index % GATEWAY_TAG_BASE);
 }
 
+/* CNTLIDs: a share of 2040 per member (32 x 2040 < FFF0h), so that two
+ * members never give one host two controllers with the same CNTLID. */
+static void path_cntlid_range(uint16_t *lo, uint16_t *hi)
+{
+    unsigned id = gateway_id();
+    *lo = (uint16_t)((id - 1) * 2040 + 1);
+    *hi = (uint16_t)(id * 2040);
+}
+
 /* One "INDEX=ADDR:SERVICE" item of a member's record into p. */
 static bool port_parse(const char *item, size_t len, struct nvme_peer_port *p)
 {
@@ -95,6 +104,9 @@ static const struct nvme_path_ops group_paths = {
     .own_group = path_own_group,
     .inaccessible = path_inaccessible,
     .port_id = path_port_id,
+    .cntlid_range = path_cntlid_range,
+    .volume_hold = gateway_volume_hold,
+    .volume_release = gateway_volume_release,
     .peer_ports = path_peer_ports,
 };
 

@@ -34,6 +34,18 @@ void nvme_target_set_paths(const struct nvme_path_ops *ops)
     paths = ops;
 }
 
+void nvme_target_volume_hold(struct volume *vol)
+{
+    if (paths && paths->volume_hold && vol)
+        paths->volume_hold(vol);
+}
+
+void nvme_target_volume_release(struct volume *vol)
+{
+    if (paths && paths->volume_release && vol)
+        paths->volume_release(vol);
+}
+
 static uint32_t max_groups(void)
 {
     return paths && paths->max_groups ? paths->max_groups : 1;
@@ -217,6 +229,14 @@ void nvme_ana_watch_start(struct nvme_queue *q)
     }
     free(groups);
     nvme_subsys_unref(s);
+}
+
+void nvme_ana_cntlid_range(uint16_t *lo, uint16_t *hi)
+{
+    *lo = 1;
+    *hi = NVME_CNTLID_MAX;
+    if (paths && paths->cntlid_range)
+        paths->cntlid_range(lo, hi);
 }
 
 uint16_t nvme_ana_port_id(uint16_t index)

@@ -51,9 +51,11 @@ static int tbl_add(struct nvme_ctrl *ctrl)
         tbl = n;
         tbl_cap = cap;
     }
-    for (unsigned tries = 0; tries < NVME_CNTLID_MAX; tries++) {
-        uint16_t id = next_cntlid;
-        next_cntlid = next_cntlid >= NVME_CNTLID_MAX ? 1 : (uint16_t)(next_cntlid + 1);
+    uint16_t lo, hi;
+    nvme_ana_cntlid_range(&lo, &hi);
+    for (unsigned tries = 0; tries <= (unsigned)(hi - lo); tries++) {
+        uint16_t id = next_cntlid < lo || next_cntlid > hi ? lo : next_cntlid;
+        next_cntlid = id >= hi ? lo : (uint16_t)(id + 1);
         if (!cntlid_used(id)) {
             ctrl->cntlid = id;
             tbl[tbl_n++] = ctrl;

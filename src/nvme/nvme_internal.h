@@ -317,6 +317,9 @@ void nvme_ana_watch_start(struct nvme_queue *q);
 /* The discovery log's view of the paths: this member's PORTID for a
  * port index and the other members' ports (nvme_target_set_paths). */
 uint16_t nvme_ana_port_id(uint16_t index);
+/* The CNTLIDs this target gives: 1..NVME_CNTLID_MAX, or a gateway
+ * member's share of them. */
+void nvme_ana_cntlid_range(uint16_t *lo, uint16_t *hi);
 size_t nvme_ana_peer_ports(struct nvme_peer_port *out, size_t max);
 
 /* ---- nvme_discovery.c ---- */

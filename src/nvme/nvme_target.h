@@ -73,11 +73,22 @@ struct nvme_path_ops {
     bool (*inaccessible)(void);
     /* The discovery log's PORTID of this member's port index. */
     uint16_t (*port_id)(uint16_t index);
+    /* The CNTLIDs this member gives (a host rejects two controllers of
+     * one subsystem with the same CNTLID, on any path). */
+    void (*cntlid_range)(uint16_t *lo, uint16_t *hi);
+    /* A namespace serves vol / stops serving it (counted). */
+    void (*volume_hold)(struct volume *vol);
+    void (*volume_release)(struct volume *vol);
     /* The other live members' ports (up to max), for the discovery log. */
     size_t (*peer_ports)(struct nvme_peer_port *out, size_t max);
 };
 /* Install ops (static; NULL: the default). Start-up, before any Connect. */
 void nvme_target_set_paths(const struct nvme_path_ops *ops);
+/* A namespace of the configuration holds vol / lets it go: the path
+ * provider's volume_hold / volume_release (nothing by default). Any
+ * thread, non-blocking. */
+void nvme_target_volume_hold(struct volume *vol);
+void nvme_target_volume_release(struct volume *vol);
 /* This member's published TCP ports as "INDEX=ADDR:SERVICE,..." (IPv6 in
  * brackets) into buf; the discovery-only listener is not one. Any thread. */
 void nvme_target_ports_text(char *buf, size_t len);
