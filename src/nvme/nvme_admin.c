@@ -159,14 +159,16 @@ static void admin_set_features(struct nvme_cmd *cmd)
             return done(cmd, NVME_SC_INVALID_FIELD);
         cmd->result = queues_result(ctrl);
         break;
-    case NVME_FEAT_ASYNC_EVENT:
+    case NVME_FEAT_ASYNC_EVENT: {
+        /* before ctrl->lock: nvme_queue_subsys may take it */
+        uint32_t ana = nvme_ana_on(nvme_queue_subsys(cmd->q)) ? NVME_AEC_ANA_CHANGE : 0;
         pthread_mutex_lock(&ctrl->lock);
-        ctrl->aec = c11 & (NVME_AEC_NS_ATTR | NVME_AEC_DISC_CHANGE |
-                           (nvme_ana_on(nvme_queue_subsys(cmd->q)) ? NVME_AEC_ANA_CHANGE : 0));
+        ctrl->aec = c11 & (NVME_AEC_NS_ATTR | NVME_AEC_DISC_CHANGE | ana);
         pthread_mutex_unlock(&ctrl->lock);
         if (ctrl->aec & NVME_AEC_ANA_CHANGE)
             nvme_ana_watch_start(cmd->q);
         break;
+    }
     case NVME_FEAT_KATO:
         ctrl->kato_ms = c11;
         nvme_ctrl_seen(ctrl);
