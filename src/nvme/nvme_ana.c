@@ -15,6 +15,7 @@
  * member reports every group inaccessible and refuses I/O with the path
  * status ANA Inaccessible, which makes the host retry on another path.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,8 +80,9 @@ void nvme_ana_identify_ctrl(const struct nvme_subsys *s, uint8_t *out)
      * ANAGRPID may change while attached (bit 6 clear): a namespace
      * follows its optimized member. */
     out[343] = 0x07;
-    le32_put(out + 344, max_groups()); /* ANAGRPMAX */
-    le32_put(out + 348, max_groups()); /* NANAGRPID */
+    le32_put(out + 540, le32_get(out + 516)); /* MNAN: NN (hosts size the ANA log from it) */
+    le32_put(out + 344, max_groups());        /* ANAGRPMAX */
+    le32_put(out + 348, max_groups());        /* NANAGRPID */
 }
 
 uint16_t nvme_ana_io_status(const struct nvme_subsys *s)
@@ -247,6 +249,36 @@ uint16_t nvme_ana_port_id(uint16_t index)
 size_t nvme_ana_peer_ports(struct nvme_peer_port *out, size_t max)
 {
     return paths && paths->peer_ports ? paths->peer_ports(out, max) : 0;
+}
+
+#define PEERS_SIG_MAX 256
+
+uint64_t nvme_ana_peers_gen(void)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t last_sig, gen;
+    if (!paths || !paths->peer_ports)
+        return 0;
+    struct nvme_peer_port *p = calloc(PEERS_SIG_MAX, sizeof(*p));
+    size_t n = p ? paths->peer_ports(p, PEERS_SIG_MAX) : 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char *b = (const unsigned char *)&p[i];
+        for (size_t k = 0; k < offsetof(struct nvme_peer_port, traddr); k++)
+            h = (h ^ b[k]) * 0x100000001b3ull;
+        for (const char *c = p[i].traddr; *c; c++)
+            h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+        h = (h ^ p[i].trsvcid ^ (uint64_t)p[i].adrfam << 16) * 0x100000001b3ull;
+    }
+    free(p);
+    pthread_mutex_lock(&mu);
+    if (h != last_sig) {
+        last_sig = h;
+        gen++;
+    }
+    uint64_t g = gen;
+    pthread_mutex_unlock(&mu);
+    return g;
 }
 
 void nvme_target_ports_text(char *buf, size_t len)

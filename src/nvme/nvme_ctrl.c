@@ -193,7 +193,7 @@ static void disc_poll(struct reactor_timer *t)
         conn_put(c);
         return;
     }
-    uint64_t gen = conf_part_number(CONF_NVME);
+    uint64_t gen = conf_part_number(CONF_NVME) + nvme_ana_peers_gen();
     if (gen != q->disc_gen) {
         q->disc_gen = gen;
         pthread_mutex_lock(&q->ctrl->lock);
@@ -206,7 +206,7 @@ static void disc_poll(struct reactor_timer *t)
 
 void nvme_ctrl_disc_watch_start(struct nvme_queue *q)
 {
-    q->disc_gen = conf_part_number(CONF_NVME);
+    q->disc_gen = conf_part_number(CONF_NVME) + nvme_ana_peers_gen();
     reactor_timer_init(&q->disc_timer, disc_poll);
     conn_get(q->c);
     reactor_timer_start(q->c->reactor, &q->disc_timer, DISC_POLL_NS);

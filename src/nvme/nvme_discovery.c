@@ -84,8 +84,9 @@ int nvme_discovery_log(const char *hostnqn, uint8_t **out, size_t *len)
         nvme_conf_unref(conf);
         return -ENOMEM;
     }
-    le64_put(page, conf_part_number(CONF_NVME)); /* GENCTR */
-    le64_put(page + 8, n);                       /* NUMREC */
+    /* GENCTR: moves with the configuration and with the other members' ports */
+    le64_put(page, conf_part_number(CONF_NVME) + nvme_ana_peers_gen());
+    le64_put(page + 8, n); /* NUMREC */
     size_t k = 0;
     for (size_t i = 0; i < conf->nsubsys; i++)
         if (host_sees(conf->subsys[i], hostnqn))

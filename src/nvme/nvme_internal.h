@@ -321,6 +321,9 @@ uint16_t nvme_ana_port_id(uint16_t index);
  * member's share of them. */
 void nvme_ana_cntlid_range(uint16_t *lo, uint16_t *hi);
 size_t nvme_ana_peer_ports(struct nvme_peer_port *out, size_t max);
+/* A number that moves when the other members' ports change (0 outside a
+ * group): added to the discovery log's GENCTR. Any thread. */
+uint64_t nvme_ana_peers_gen(void);
 
 /* ---- nvme_discovery.c ---- */
 /* Build the discovery log page for hostnqn into a new buffer (*len bytes). */
