@@ -7,6 +7,8 @@
 #     configuration store); each member has its own port (index 1) on its
 #     own address; the namespace has the same NGUID and the subsystem the
 #     same serial on both;
+#   - the other way: a subsystem made through B reaches A, and its delete
+#     (force) through A withdraws it from B;
 #   - discovery: A's discovery log lists B's port for the subsystem too;
 #   - ANA (the test host nvmetcp.py, written from the specification):
 #     CMIC reports ANA; the namespace is in the ANA group of its optimized
@@ -71,6 +73,30 @@ nb=$(callB nvmet.namespace.query | jq -c '.[0] | {nsid, device_path, device_uuid
 [ "$na" = "$nb" ] || fail "the namespace differs: A $na, B $nb"
 [ "$(callB nvmet.host.query | jq -r '.[0].hostnqn')" = nqn.2026-01.org.blockd:host-test ] ||
     fail "B: the host is not shared"
+
+# The other way, and a withdrawal: a second subsystem made through B
+# reaches A (which adopts the volume); deleted through A (force: with its
+# namespace and link), it leaves B.
+callB pool.dataset.create '{"name":"ceph/w","type":"VOLUME","volsize":16777216}' >/dev/null
+S2=$(callB nvmet.subsys.create '{"name": "gw2", "allow_any_host": true}' | jq .id)
+callB nvmet.namespace.create "{\"subsys_id\": $S2, \"device_type\": \"ZVOL\", \"device_path\": \"zvol/ceph/w\"}" >/dev/null
+PORTB=$(callB nvmet.port.query | jq '.[0].id')
+callB nvmet.port_subsys.create "{\"port_id\": $PORTB, \"subsys_id\": $S2}" >/dev/null
+for i in $(seq 1 300); do
+    [ "$(gw_ctl A call nvmet.port_subsys.query 2>/dev/null | jq 'length')" = 2 ] && break
+    sleep 0.1
+done
+[ "$(callA nvmet.namespace.query | jq '[.[] | select(.device_path == "zvol/ceph/w")] | length')" = 1 ] ||
+    fail "A did not get gw2's namespace from B"
+S2A=$(callA nvmet.subsys.query | jq '.[] | select(.name == "gw2") | .id')
+callA nvmet.subsys.delete "[$S2A, {\"force\": true}]" >/dev/null
+for i in $(seq 1 300); do
+    [ "$(gw_ctl B call nvmet.subsys.query 2>/dev/null | jq 'length')" = 1 ] && break
+    sleep 0.1
+done
+[ "$(callB nvmet.subsys.query | jq -r '[.[].name] | join(",")')" = gw ] || fail "gw2 is still on B"
+[ "$(callB nvmet.namespace.query | jq 'length')" = 1 ] || fail "gw2's namespace is still on B"
+echo "ok  a subsystem made through B reaches A, and its delete through A reaches B"
 
 for p in "127.0.0.2/$PA" "127.0.0.3/$PB"; do
     for i in $(seq 1 100); do
