@@ -396,8 +396,9 @@ static const struct flag flags[] = {
      "unix_socket, TLS files) besides the state directory;\n"
      "repeatable (docs/security.md)"},
     {"handshake-timeout", "S", f_handshake_timeout,
-     "NBD handshake, iSCSI login and WebSocket upgrade +\n"
-     "authentication must finish within S seconds (default 10)"},
+     "NBD handshake, iSCSI login, NVMe/TCP Connect (and\n"
+     "DH-HMAC-CHAP) and WebSocket upgrade + authentication\n"
+     "must finish within S seconds (default 10)"},
     {"max-pending", "N", f_max_pending,
      "per protocol, connections still in that phase (default\n"
      "128, at most 3/4 of the protocol's connection cap; when\n"

@@ -17,6 +17,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#include "nvme/nvme_dhchap.h"
 #include "nvme/nvme_internal.h"
 #include "nvme/nvme_target.h"
 
@@ -104,6 +105,7 @@ void nvme_ctrl_unref(struct nvme_ctrl *ctrl)
     registry_remove(&sessions, &ctrl->reg);
     nvme_subsys_unref(ctrl->subsys);
     free(ctrl->sizes);
+    nvme_auth_keys_free(ctrl->auth_keys);
     pthread_mutex_destroy(&ctrl->lock);
     free(ctrl->ioq);
     free(ctrl);
@@ -484,6 +486,7 @@ struct nvme_ctrl *nvme_ctrl_find(uint16_t cntlid)
 
 int nvme_target_init(void)
 {
+    nvme_dhchap_init();
     nvme_conn_reopen();
     return 0;
 }

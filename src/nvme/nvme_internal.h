@@ -15,6 +15,8 @@
  *   nvme_identify.c  the Identify data structures.
  *   nvme_io.c        NVM command set I/O commands over the volume.
  *   nvme_discovery.c the discovery log page.
+ *   nvme_auth.c      in-band authentication (DH-HMAC-CHAP) of a queue;
+ *                    its computations in nvme_dhchap.{h,c}.
  *
  * Threads: a struct nvme_queue lives on its connection's reactor. A struct
  * nvme_ctrl is shared by its queues (several reactors): its mutable fields
@@ -56,6 +58,8 @@
 #define NVME_DISC_KATO_MS 120000           /* a discovery controller connected with KATO 0 */
 
 struct nvme_queue;
+struct nvme_auth;      /* a queue's authentication transaction (nvme_auth.c) */
+struct nvme_auth_keys; /* a controller's DH-HMAC-CHAP keys (nvme_auth.c) */
 
 struct nvme_ns_size {
     uint32_t nsid;
@@ -82,6 +86,7 @@ struct nvme_ctrl {
     uint32_t cc, csts;
     uint32_t kato_ms;
     uint32_t aec;
+    struct nvme_auth_keys *auth_keys; /* NULL: the host has no key, no authentication */
     _Atomic uint64_t last_seen_ns;
     struct nvme_queue *admin; /* weak: cleared by the queue at close */
     struct nvme_queue **ioq;  /* [nr_io_queues + 1], weak */
@@ -187,6 +192,8 @@ struct nvme_queue {
     struct registry_entry reg; /* every connection, for nvme_target_stop */
     bool draining;             /* shutdown: no new commands; close when idle */
     struct reactor_msg drain_msg;
+    bool auth_pending;      /* connected, not authenticated yet: only auth commands */
+    struct nvme_auth *auth; /* the transaction under way, or NULL */
 };
 
 static inline uint32_t nvme_hd_len(const struct nvme_queue *q)
@@ -226,8 +233,15 @@ void nvme_cmd_dispatch(struct nvme_cmd *cmd);
  * naming the peer, close. Returns -EPROTO for the reader. */
 int nvme_conn_fatal(struct nvme_queue *q, int fes, uint32_t fei, const uint8_t *hdr, size_t hlen,
                     const char *why);
-/* A Connect succeeded on q: it is live (admission promoted, deadline off). */
+/* A Connect succeeded on q: it is live (admission promoted, deadline off;
+ * with q->auth_pending set, both wait for nvme_conn_authenticated and the
+ * deadline starts again, for the authentication). */
 void nvme_conn_connected(struct nvme_queue *q);
+/* The queue authenticated: admission promoted, deadline off. */
+void nvme_conn_authenticated(struct nvme_queue *q);
+/* A re-authentication started on a live queue: the handshake deadline
+ * bounds it too. */
+void nvme_conn_auth_deadline(struct nvme_queue *q);
 /* Close every connection and refuse new ones (nvme_target_stop), or
  * accept them again (nvme_target_init). Any thread. */
 void nvme_conn_close_all(void);
@@ -238,6 +252,25 @@ struct nvme_subsys *nvme_queue_subsys(struct nvme_queue *q);
 /* ---- nvme_fabrics.c ---- */
 /* Fabrics commands (Connect, Property Get/Set, Disconnect). */
 void nvme_fabrics_exec(struct nvme_cmd *cmd);
+
+/* ---- nvme_auth.c ---- */
+/* The keys of host h for a controller of hostnqn on subnqn (the secrets
+ * checked and transformed), or NULL with *why (a static reason). */
+struct nvme_auth_keys *nvme_auth_keys_new(const struct nvme_host *h, const char *hostnqn,
+                                          const char *subnqn, const char **why);
+/* Wipe and free (NULL is fine). */
+void nvme_auth_keys_free(struct nvme_auth_keys *k);
+/* Whether the command may run on a queue that has not authenticated
+ * (Connect, Authentication Send and Receive). */
+bool nvme_auth_allows(const uint8_t *sqe);
+/* Whether q waits for an authentication to end (the deadline's check). */
+bool nvme_auth_unfinished(const struct nvme_queue *q);
+/* Fabrics Authentication Send / Receive on q (its controller has keys). */
+void nvme_auth_send(struct nvme_cmd *cmd);
+void nvme_auth_recv(struct nvme_cmd *cmd);
+/* Free the queue's transaction (when the connection is freed: no
+ * command, hence no job of the I/O pool, holds it any more). */
+void nvme_auth_queue_free(struct nvme_queue *q);
 
 /* ---- nvme_ctrl.c ---- */
 void nvme_ctrl_ref(struct nvme_ctrl *ctrl);

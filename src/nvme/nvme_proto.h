@@ -162,6 +162,7 @@ enum nvme_status {
     NVME_SC_CONNECT_CTRL_BUSY = NVME_SCT_CMD | 0x81,
     NVME_SC_CONNECT_INVALID_PARAM = NVME_SCT_CMD | 0x82,
     NVME_SC_CONNECT_INVALID_HOST = NVME_SCT_CMD | 0x84,
+    NVME_SC_AUTH_REQUIRED = NVME_SCT_CMD | 0x91,
     /* media and data integrity */
     NVME_SC_WRITE_FAULT = NVME_SCT_MEDIA | 0x80,
     NVME_SC_READ_ERROR = NVME_SCT_MEDIA | 0x81,
@@ -222,6 +223,8 @@ enum nvme_fctype {
 #define NVME_CONNECT_SUBNQN 256
 #define NVME_CONNECT_HOSTNQN 512
 #define NVME_CATTR_DISABLE_SQFLOW 0x04
+/* Connect response dword 0: AUTHREQ.ATR, the host must authenticate. */
+#define NVME_CONNECT_AUTHREQ_ATR (1u << 17)
 /* Invalid-parameter results: the offending field's offset, and whether it
  * is in the connect data (IATTR 1) or the SQE (IATTR 0). */
 #define NVME_IPO_DATA(off) ((1u << 16) | (uint32_t)(off))

@@ -95,6 +95,9 @@ void nvme_target_ports_text(char *buf, size_t len);
 
 /* Connections accepted and not freed yet (tests, fuzzing). Any thread. */
 unsigned nvme_conn_live(void);
+/* Forget every failed DH-HMAC-CHAP authentication and block (fuzzing,
+ * which fails thousands). Any thread. */
+void nvme_auth_limit_reset(void);
 
 /* One controller (a session) for the metrics and the API: what a host
  * connected to, from where. */
