@@ -35,6 +35,7 @@
 #include "core/reactor.h"
 #include "core/registry.h"
 #include "nvme/nvme_proto.h"
+#include "nvme/nvme_target.h"
 #include "nvme/nvme_view.h"
 #include "store/volume.h"
 
@@ -100,6 +101,9 @@ struct nvme_ctrl {
     uint32_t changed_ns[NVME_CHANGED_NS_MAX];
     unsigned nchanged;
     bool changed_overflow;
+    /* ANA (nvme_ana.c): the state as last seen by a log page read or
+     * the watch, its change count, and what the watch last told the host */
+    uint64_t ana_sig, ana_chgcnt, ana_aen_sig;
     struct reactor_msg aen_msg; /* delivers events on the admin queue's reactor */
     struct conn *aen_conn;      /* ref while aen_msg is posted */
     bool dead;
@@ -181,6 +185,8 @@ struct nvme_queue {
     struct reactor_timer ka_timer;   /* admin queue: keep-alive */
     struct reactor_timer disc_timer; /* discovery controller: watches the configuration */
     uint64_t disc_gen;               /* the CONF_NVME part number it last saw */
+    struct reactor_timer ana_timer;  /* admin queue: ANA change events (nvme_ana.c) */
+    bool ana_watching;
     struct reactor_msg resume_msg;
     bool resume_posted;
     struct registry_entry reg; /* every connection, for nvme_target_stop */
@@ -289,6 +295,9 @@ struct nvme_ns_size *nvme_ns_sizes(const struct nvme_subsys *s, size_t *n);
 /* A discovery controller's admin queue: raise Discovery Log Page Change
  * events (when the host enabled them) as the configuration moves. */
 void nvme_ctrl_disc_watch_start(struct nvme_queue *q);
+/* Queue asynchronous event ev for the host (delivered on the admin
+ * queue's reactor). Takes ctrl->lock. */
+void nvme_ctrl_aen(struct nvme_ctrl *ctrl, uint32_t ev);
 /* Log page 04h: copy and clear (4096 bytes into buf). */
 void nvme_ctrl_changed_ns(struct nvme_ctrl *ctrl, uint8_t *buf);
 
@@ -317,6 +326,37 @@ static inline uint32_t nvme_lba_size(struct volume *v)
 void nvme_io_exec(struct nvme_cmd *cmd);
 /* Count a finished I/O command in the volume's metrics (cmd->mt0 set). */
 void nvme_io_stats_done(struct nvme_cmd *cmd);
+
+/* ---- nvme_ana.c ---- (asymmetric namespace access, nvme_target.h) */
+/* Whether s reports ANA (its `ana`, or nvmet.global's). */
+static inline bool nvme_ana_on(const struct nvme_subsys *s)
+{
+    return s && s->ana;
+}
+/* The ANA group of ns (1..nvme_ana_max_groups()). */
+uint32_t nvme_ana_group(const struct nvme_ns *ns);
+/* Identify Controller's ANA fields for s (CMIC, OAES, ANATT, ANACAP,
+ * ANAGRPMAX, NANAGRPID); nothing when s does not report ANA. */
+void nvme_ana_identify_ctrl(const struct nvme_subsys *s, uint8_t *out);
+/* Log page 0Ch for ctrl (rgo: groups only, no NSIDs): a new buffer. 0 or
+ * a status. */
+uint16_t nvme_ana_log(struct nvme_ctrl *ctrl, bool rgo, uint8_t **page, size_t *len);
+/* The status an I/O command gets on this path before it runs: 0, or ANA
+ * Inaccessible (this member is fenced). */
+uint16_t nvme_ana_io_status(const struct nvme_subsys *s);
+/* The host enabled ANA change notices: watch the state on the admin
+ * queue q (its reactor) and raise the event when it changes. */
+void nvme_ana_watch_start(struct nvme_queue *q);
+/* The discovery log's view of the paths: this member's PORTID for a
+ * port index and the other members' ports (nvme_target_set_paths). */
+uint16_t nvme_ana_port_id(uint16_t index);
+/* The CNTLIDs this target gives: 1..NVME_CNTLID_MAX, or a gateway
+ * member's share of them. */
+void nvme_ana_cntlid_range(uint16_t *lo, uint16_t *hi);
+size_t nvme_ana_peer_ports(struct nvme_peer_port *out, size_t max);
+/* A number that moves when the other members' ports change (0 outside a
+ * group): added to the discovery log's GENCTR. Any thread. */
+uint64_t nvme_ana_peers_gen(void);
 
 /* ---- nvme_discovery.c ---- */
 /* Build the discovery log page for hostnqn into a new buffer (*len bytes). */

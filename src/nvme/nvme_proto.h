@@ -134,6 +134,7 @@ int nvme_tcp_ch_check(const struct nvme_tcp_ch *ch, bool hdgst, bool ddgst, uint
 #define NVME_SCT_GENERIC 0x000
 #define NVME_SCT_CMD 0x100
 #define NVME_SCT_MEDIA 0x200
+#define NVME_SCT_PATH 0x300 /* path related: the host retries on another path */
 enum nvme_status {
     NVME_SC_SUCCESS = 0x00,
     NVME_SC_INVALID_OPCODE = 0x01,
@@ -166,6 +167,8 @@ enum nvme_status {
     NVME_SC_WRITE_FAULT = NVME_SCT_MEDIA | 0x80,
     NVME_SC_READ_ERROR = NVME_SCT_MEDIA | 0x81,
     NVME_SC_COMPARE_FAILED = NVME_SCT_MEDIA | 0x85,
+    NVME_SC_PATH_INTERNAL = NVME_SCT_PATH | 0x00,
+    NVME_SC_ANA_INACCESSIBLE = NVME_SCT_PATH | 0x02,
 };
 #define NVME_STATUS_DNR 0x8000u /* in the CQE's status field */
 
@@ -248,6 +251,7 @@ enum nvme_fctype {
 #define NVME_LOG_ERROR 0x01
 #define NVME_LOG_SMART 0x02
 #define NVME_LOG_CHANGED_NS 0x04
+#define NVME_LOG_ANA 0x0c
 #define NVME_LOG_DISCOVERY 0x70
 
 /* Features. */
@@ -259,7 +263,13 @@ enum nvme_fctype {
 /* Asynchronous event results (CQE dword 0: type, info, log page). */
 #define NVME_AEN_NS_CHANGED 0x00040002u   /* notice, NS attribute changed, log 04h */
 #define NVME_AEN_DISC_CHANGED 0x0070f002u /* notice, discovery log changed, log 70h */
+#define NVME_AEN_ANA_CHANGED 0x000c0302u  /* notice, ANA change, log 0Ch */
 #define NVME_AEC_NS_ATTR (1u << 8)
+#define NVME_AEC_ANA_CHANGE (1u << 11)
+/* ANA states (log page 0Ch). */
+#define NVME_ANA_OPTIMIZED 0x1
+#define NVME_ANA_NON_OPTIMIZED 0x2
+#define NVME_ANA_INACCESSIBLE 0x3
 #define NVME_AEC_DISC_CHANGE (1u << 31)
 
 #endif

@@ -464,7 +464,10 @@ def parse_id_ctrl(d):
         oncs=struct.unpack_from("<H", d, 520)[0], vwc=d[525],
         sgls=struct.unpack_from("<I", d, 536)[0], subnqn=nqn_str(d[768:1024]),
         ioccsz=struct.unpack_from("<I", d, 1792)[0], iorcsz=struct.unpack_from("<I", d, 1796)[0],
-        icdoff=struct.unpack_from("<H", d, 1800)[0], msdbd=d[1803])
+        icdoff=struct.unpack_from("<H", d, 1800)[0], msdbd=d[1803],
+        oaes=struct.unpack_from("<I", d, 92)[0], anatt=d[342], anacap=d[343],
+        anagrpmax=struct.unpack_from("<I", d, 344)[0],
+        nanagrpid=struct.unpack_from("<I", d, 348)[0])
 
 
 def parse_id_ns(d):
@@ -472,7 +475,45 @@ def parse_id_ns(d):
     flbas = d[26] & 0xF
     lbads = d[128 + 4 * flbas + 2]
     return dict(nsze=nsze, ncap=ncap, nuse=nuse, nmic=d[30], nsattr=d[99], nguid=d[104:120],
-                eui64=d[120:128], block_size=1 << lbads if lbads else 0)
+                eui64=d[120:128], block_size=1 << lbads if lbads else 0,
+                anagrpid=struct.unpack_from("<I", d, 92)[0])
+
+
+# Asymmetric Namespace Access log page (NVMe 2.0 base, Get Log Page 0Ch):
+# a 16-byte header (change count u64, number of group descriptors u16),
+# then one descriptor per group: group id u32, number of NSIDs u32, change
+# count u64, state (low nibble of byte 16), 15 reserved bytes, and the
+# NSIDs (u32 each) unless the host asked for groups only (LSP bit 0).
+ANA_STATES = {1: "optimized", 2: "non-optimized", 3: "inaccessible", 4: "persistent-loss",
+              0xF: "change"}
+AEN_ANA_CHANGE = 0x0C0302  # notice (2), ANA change (03h), log page 0Ch
+AEC_ANA_CHANGE = 1 << 11
+
+
+def ana_log(ctrl, length=8192, rgo=False):
+    q = ctrl.admin
+    numd = length // 4 - 1
+    e = sqe(0x02, q.next_cid(), 0xFFFFFFFF, sgl_transport(length),
+            cdw10=0x0C | ((1 << 8) if rgo else 0) | ((numd & 0xFFFF) << 16), cdw11=numd >> 16)
+    st, res, d = ctrl.admin_cmd(e)
+    chgcnt, ngrps = struct.unpack_from("<QH", d, 0)
+    off, groups = 16, []
+    for _ in range(ngrps):
+        grpid, nns, gchg = struct.unpack_from("<IIQ", d, off)
+        state = d[off + 16] & 0xF
+        nsids = list(struct.unpack_from("<%dI" % nns, d, off + 32)) if nns else []
+        groups.append(dict(grpid=grpid, chgcnt=gchg, state=ANA_STATES.get(state, state),
+                           nsids=nsids))
+        off += 32 + 4 * nns
+    return dict(chgcnt=chgcnt, groups=groups)
+
+
+def ana_state_of(log, nsid):
+    """(group id, state) of nsid in a parsed ANA log, or (None, None)."""
+    for g in log["groups"]:
+        if nsid in g["nsids"]:
+            return g["grpid"], g["state"]
+    return None, None
 
 
 # ---- DH-HMAC-CHAP (NVMe base 2.0, 8.13.5; groups of RFC 7919) ----
