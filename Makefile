@@ -13,10 +13,11 @@ STATE      ?= ./var
 # the tests and benchmarks drive.
 DEPS_BUILD = gcc meson ninja-build pkg-config python3 xxd \
              libjansson-dev libsqlite3-dev libcmocka-dev libgnutls28-dev liburing-dev libwslay-dev \
-             libcrypt-dev librbd-dev
+             libcrypt-dev librbd-dev libgmp-dev
 DEPS_TEST  = ceph-mon ceph-osd ceph-mgr ceph-common uuid-runtime tgt-rbd prometheus chromium libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
-             util-linux mount e2fsprogs curl sqlite3 python3-libnbd python3-rados python3-rbd dpkg-dev clang-format
+             util-linux mount e2fsprogs curl sqlite3 python3-libnbd python3-rados python3-rbd dpkg-dev clang-format \
+             nvme-cli
 # The Debian package (make deb) and its checks: man pages from scdoc.
 DEPS_PKG   = scdoc debhelper lintian man-db groff-base bsdextrautils systemd
 DEPS       = $(DEPS_BUILD) $(DEPS_TEST) $(DEPS_PKG)

@@ -19,7 +19,10 @@
 # daemon restarted between, interleaved REPEAT times in the same run.
 # Appends a line per figure to OUT.
 #   flock /tmp/blockd-bench.lock bash bench/changed.sh
-# Knobs: BUILD (./build), SIZE (4G), RBD_SIZE (1G), RBD (1; 0: no RBD pool),
+# Knobs: BUILD (./build), SIZE (4G), RBD (1; 0: no RBD pool),
+# CEPH_STORE (memstore, or bluestore on a block file under the test's
+# directory on disk: slower, but holds a SIZE volume), RBD_SIZE (1G on
+# memstore, SIZE on bluestore),
 # ONLY (the pools to measure: "e x r"),
 # RUNTIME (s per fio run, 15), REPEAT (3),
 # OUT (bench/results/changed.md).
@@ -37,7 +40,11 @@ export BLOCKD_TEST_TMP
 need fio nbdcopy nbdinfo mkfs.xfs mkfs.ext4 /usr/bin/python3
 [ "$(id -u)" = 0 ] || fail "needs root to loop-mount the images"
 BYTES=$(numfmt --from=iec "$SIZE")
-RBD_SIZE=${RBD_SIZE:-1G}
+if [ "${CEPH_STORE:-memstore}" = bluestore ]; then
+    RBD_SIZE=${RBD_SIZE:-$SIZE}
+else
+    RBD_SIZE=${RBD_SIZE:-1G}
+fi
 RBD_BYTES=$(numfmt --from=iec "$RBD_SIZE")
 
 MOUNTS=()
@@ -63,7 +70,7 @@ done
 
 record() { # text
     echo "$*"
-    echo "- $(date -u '+%Y-%m-%d %H:%M') $REV load $(cut -d' ' -f1-3 /proc/loadavg) SIZE=$SIZE: $*" >>"$OUT"
+    echo "- $(date -u '+%Y-%m-%d %H:%M') $REV load $(cut -d' ' -f1-3 /proc/loadavg) SIZE=$SIZE RBD_SIZE=$RBD_SIZE ${CEPH_STORE:-memstore}: $*" >>"$OUT"
 }
 now() { date +%s.%N; }
 U() { echo "nbd://127.0.0.1:$NBD_PORT/$1"; }
@@ -83,6 +90,7 @@ if [ "${RBD:-1}" = 1 ]; then
     # the RBD volume is RBD_SIZE (1G), not SIZE: a 4 GiB one is killed for
     # want of memory on a 24 GiB machine. Figures per GiB compare.
     export CEPH_MEM_BYTES=${CEPH_MEM_BYTES:-$((RBD_BYTES * 4 + (2 << 30)))}
+    export CEPH_BLOCK_BYTES=${CEPH_BLOCK_BYTES:-$((RBD_BYTES * 4 + (4 << 30)))}
     ceph_start
     blockctl call pool.create "{\"name\":\"r\",\"rbd\":{\"pool\":\"$CEPH_POOL\",\"mon_host\":\"$CEPH_MON_HOST\"}}" \
         >/dev/null || fail "pool r"

@@ -46,7 +46,7 @@ done
 $PY -c 'import websocket' || { echo "python3-websocket is required" >&2; exit 1; }
 
 TMP=$(mktemp -d /tmp/blockd-bench-control.XXXXXX)
-port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port() { "$ROOT/scripts/free-port"; }
 WS_PORT=$(port)
 ISCSI_PORT=$(port)
 "$BLOCKD" --state-dir "$TMP/state" --log-level warn --nbd-listen "127.0.0.1:$(port)" \

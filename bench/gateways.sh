@@ -54,7 +54,7 @@ cleanup() {
     rm -rf "$TMP"
 }
 trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port() { "$here/../scripts/free-port"; }
 ctl() { local n=$1; shift; "$BLOCKCTL" --socket "$TMP/$n/blockd.sock" "$@"; }
 
 echo "starting a Ceph cluster ..." >&2

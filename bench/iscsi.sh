@@ -37,7 +37,7 @@ cleanup() {
     rm -rf "$TMP"
 }
 trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port() { "$here/../scripts/free-port"; }
 jget() { python3 -c 'import json,sys; j=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2"; }
 
 # --- blockd: a 1 GiB volume; its file is what tgtd serves too ---

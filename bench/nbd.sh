@@ -38,7 +38,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port() { "$here/../scripts/free-port"; }
 wait_port() {
     for _ in $(seq 1 200); do
         python3 -c "import socket,sys; socket.create_connection(('127.0.0.1',$1)).close()" 2>/dev/null && return 0

@@ -24,7 +24,7 @@ for b in "$A" "$B"; do
     [ -x "$b/src/daemon/blockd" ] && [ -x "$b/src/cli/blockctl" ] ||
         { echo "missing $b/src/daemon/blockd or blockctl" >&2; exit 1; }
 done
-port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port() { "$root/scripts/free-port"; }
 
 # one_round BUILD: prints "volume_s create_s delete_s bulk_s"
 one_round() {

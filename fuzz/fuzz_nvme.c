@@ -12,6 +12,9 @@
  *   4: ICReq + Connect to the discovery controller
  *   5: ICReq + I/O queue Connect (qid 1) to a controller that setup made
  *      and keeps (I/O commands follow)
+ *   6: ICReq + admin Connect to a second subsystem whose host has a
+ *      DH-HMAC-CHAP key (SHA-256, null group): Authentication Send/Receive
+ *      follow
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,6 +38,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define SUBNQN "nqn.2026-01.org.blockd:fuzz"
+#define AUTH_SUBNQN "nqn.2026-01.org.blockd:fuzzauth"
+#define FUZZ_HOSTNQN "nqn.2026-01.org.blockd:fuzzhost"
 
 static size_t put_icreq(uint8_t *out, bool digests);
 static size_t put_connect(uint8_t *out, const char *subnqn, uint16_t qid, uint16_t cntlid);
@@ -69,6 +74,27 @@ static void admin_setup(void)
     admin_fd = sv[0];
 }
 
+/* A subsystem for the fuzz host only, with a key: its queues must
+ * authenticate. */
+static struct nvme_subsys *auth_subsys(void)
+{
+    struct nvme_subsys *s = nvme_subsys_new();
+    s->id = 2;
+    s->name = strdup("fuzzauth");
+    s->nqn = strdup(AUTH_SUBNQN);
+    s->qid_max = 1;
+    s->nports = 1;
+    s->port_ids = calloc(1, sizeof(int64_t));
+    s->port_ids[0] = 1;
+    s->nhosts = 1;
+    s->hosts = calloc(1, sizeof(*s->hosts));
+    s->hosts[0].hostnqn = strdup(FUZZ_HOSTNQN);
+    s->hosts[0].dhchap_key = strdup("DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:");
+    s->hosts[0].dhchap_hash = 1;
+    s->hosts[0].dhchap_dhgroup = 0; /* null: no pool job, so a pipelined Reply is read at once */
+    return s;
+}
+
 static void setup(void)
 {
     static bool done;
@@ -97,8 +123,9 @@ static void setup(void)
     s->ns[0].nsid = 1;
     s->ns[0].vol = v; /* the subsystem's reference */
     s->ns[0].resv = nvme_resv_get(1); /* reservations in memory (no store) */
-    struct nvme_conf *c = nvme_conf_new(1, 1);
+    struct nvme_conf *c = nvme_conf_new(2, 1);
     c->subsys[0] = s;
+    c->subsys[1] = auth_subsys();
     c->ports[0] = (struct nvme_port){.id = 1,
                                      .index = 1,
                                      .traddr = "127.0.0.1",
@@ -135,7 +162,7 @@ static size_t put_connect(uint8_t *out, const char *subnqn, uint16_t qid, uint16
     le16_put(sqe + NVME_CONNECT_SQSIZE, 31);
     le16_put(d + NVME_CONNECT_CNTLID, cntlid);
     memcpy(d + NVME_CONNECT_SUBNQN, subnqn, strlen(subnqn));
-    memcpy(d + NVME_CONNECT_HOSTNQN, "nqn.2026-01.org.blockd:fuzzhost", 31);
+    memcpy(d + NVME_CONNECT_HOSTNQN, FUZZ_HOSTNQN, strlen(FUZZ_HOSTNQN));
     return plen;
 }
 
@@ -164,6 +191,8 @@ static size_t preamble(uint8_t sel, uint8_t *out)
         n += put_connect(out + n, NVME_DISC_NQN, 0, 0xffff);
     } else if (sel == 5) {
         n += put_connect(out + n, SUBNQN, 1, 1);
+    } else if (sel == 6) {
+        n += put_connect(out + n, AUTH_SUBNQN, 0, 0xffff);
     }
     return n;
 }
@@ -176,7 +205,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint8_t *buf = malloc(size + 2048);
     if (!buf)
         return 0;
-    size_t n = preamble(data[0] % 6, buf);
+    nvme_auth_limit_reset(); /* wrong responses by the thousand: never blocked */
+    size_t n = preamble(data[0] % 7, buf);
     memcpy(buf + n, data + 1, size - 1);
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)

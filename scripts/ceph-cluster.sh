@@ -7,7 +7,11 @@
 #   scripts/ceph-cluster.sh stop DIR            stop what runs on DIR/ceph.conf
 #   scripts/ceph-cluster.sh status DIR          exit 0 when rbd works
 #
-# Environment: CEPH_MEM_BYTES (memstore capacity, default 4 GiB),
+# Environment: CEPH_STORE (memstore, the default, or bluestore: a block
+# file of CEPH_BLOCK_BYTES (default 16 GiB, sparse) in CEPH_BLOCK_DIR
+# (default DIR; not a tmpfs: bluestore opens it with O_DIRECT), for data
+# that memstore could not hold in RAM), CEPH_MEM_BYTES (memstore capacity,
+# default 4 GiB),
 # CEPH_POOL (created and initialised for rbd, default "rbd"),
 # CEPH_READ_LEASE_RATIO (osd_pool_default_read_lease_ratio: a placement
 # group's read lease is this x osd_heartbeat_grace (20 s); default Ceph's 0.8).
@@ -24,12 +28,29 @@ need() {
     done
 }
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
+FREE_PORT_BIN=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/free-port
+free_port() { "$FREE_PORT_BIN"; }
 
 pids_of() { # processes started with this cluster's config file
     pgrep -f -- "-c $1/ceph.conf( |$)" || true
+}
+
+# The [osd] lines of the object store CEPH_STORE names.
+store_conf() {
+    case ${CEPH_STORE:-memstore} in
+    memstore)
+        printf 'osd objectstore = memstore\nmemstore device bytes = %s\nmemstore page set = true\n' \
+            "${CEPH_MEM_BYTES:-4294967296}"
+        ;;
+    bluestore)
+        local bdir=${CEPH_BLOCK_DIR:-$1}
+        mkdir -p "$bdir"
+        rm -f "$bdir/bluestore.block"
+        printf 'osd objectstore = bluestore\nbluestore block create = true\nbluestore block size = %s\nbluestore block path = %s\n' \
+            "${CEPH_BLOCK_BYTES:-17179869184}" "$(cd "$bdir" && pwd)/bluestore.block"
+        ;;
+    *) die "CEPH_STORE: memstore or bluestore, not ${CEPH_STORE}" ;;
+    esac
 }
 
 cmd_start() {
@@ -77,9 +98,7 @@ paxos propose interval = 0.1
 mgr data = $dir/mgr
 [osd]
 osd data = $dir/osd
-osd objectstore = memstore
-memstore device bytes = ${CEPH_MEM_BYTES:-4294967296}
-memstore page set = true
+$(store_conf "$dir")
 osd memory target = 939524096
 osd op num shards = 2
 osd op num threads per shard = 1
@@ -105,7 +124,8 @@ EOF
     timeout 30 ceph $c osd crush add "osd.$id" 1 root=default >/dev/null 2>&1
     timeout 30 ceph $c osd pool create "${CEPH_POOL:-rbd}" 32 32 >/dev/null 2>&1
     ceph-osd $c -i "$id" --mkfs >/dev/null 2>&1 || die "ceph-osd --mkfs failed (see $dir/log)"
-    [ "$(cat "$dir/osd/type" 2>/dev/null)" = memstore ] || die "the OSD is not on memstore"
+    [ "$(cat "$dir/osd/type" 2>/dev/null)" = "${CEPH_STORE:-memstore}" ] ||
+        die "the OSD is not on ${CEPH_STORE:-memstore}"
     ceph-osd $c -i "$id" 3>&- </dev/null >/dev/null 2>&1 || die "ceph-osd did not start"
     timeout 60 rbd $c pool init "${CEPH_POOL:-rbd}" || die "rbd pool init did not finish in 60 s"
     echo "CEPH_CONF=$dir/ceph.conf"

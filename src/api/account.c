@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "api/auth.h"
+#include "api/fields.h"
 #include "api/store.h"
 #include "api/validate.h"
 #include "core/log.h"
@@ -160,14 +161,46 @@ bool account_current(const struct account_login *login)
     return api_store()->account_current(login->id, login->pwgen);
 }
 
+/* ---- the field table: validates, decodes and encodes an account ---- */
+
+/* account.set_password's body and the rows' username: username is the
+ * member of struct api_account_rec (at most ACCOUNT_NAME_MAX bytes, which
+ * its buffer holds); the password has no codec: it is hashed from the
+ * request and never kept nor shown. */
+static const struct api_field account_fields[] = {
+    {.name = "username",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = ACCOUNT_NAME_MAX,
+     API_AT(struct api_account_rec, username, api_codec_chars)},
+    {.name = "password",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = ACCOUNT_PASSWORD_MAX},
+};
+
 /* ---- rows ---- */
 
-/* The TrueNAS-shaped row of an account (the encoder). */
+/* {"$date": ms}, as TrueNAS shows a time. */
+static json_t *date_value(int64_t ms)
+{
+    return json_pack("{s:I}", "$date", (json_int_t)ms);
+}
+
+/* The TrueNAS-shaped row of an account (the encoder): the table's fields,
+ * then the times the store sets. */
 static json_t *account_row(const struct api_account_rec *r)
 {
-    return json_pack("{s:I, s:s, s:{s:I}, s:{s:I}}", "id", (json_int_t)r->id, "username",
-                     r->username, "created_at", "$date", (json_int_t)r->created_at,
-                     "password_changed_at", "$date", (json_int_t)r->password_changed_at);
+    json_t *row = api_fields_row(r->id, account_fields, ARRAY_SIZE(account_fields), r);
+    if (row &&
+        (json_object_set_new(row, "created_at", date_value(r->created_at)) < 0 ||
+         json_object_set_new(row, "password_changed_at", date_value(r->password_changed_at)) < 0)) {
+        json_decref(row);
+        row = NULL;
+    }
+    return row;
 }
 
 /* Every account (id 0) or account id only, as rows; NULL on error. */
@@ -178,9 +211,11 @@ static json_t *account_rows(int64_t id)
     if (api_store()->account_list(&v, &n) < 0)
         return NULL;
     json_t *rows = json_array();
-    for (size_t i = 0; i < n; i++)
-        if (!id || v[i].id == id)
-            json_array_append_new(rows, account_row(&v[i]));
+    for (size_t i = 0; rows && i < n; i++)
+        if ((!id || v[i].id == id) && json_array_append_new(rows, account_row(&v[i])) < 0) {
+            json_decref(rows);
+            rows = NULL;
+        }
     free(v);
     return rows;
 }
@@ -197,43 +232,32 @@ static int account_query(struct api_call *call, json_t *params, json_t **result)
     return rc;
 }
 
-static const struct api_field set_fields[] = {
-    {.name = "username",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = ACCOUNT_NAME_MAX},
-    {.name = "password",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = ACCOUNT_PASSWORD_MAX},
-};
-
-/* The checked body's invariants the field table cannot state; -1 with
- * the errors set. */
-static int set_password_check(struct api_call *call, const char *name, json_t *jpw)
+/* The decoded name's rule the field table cannot state (a NUL in either
+ * string the table refuses); -1 with the error set. */
+static int set_password_check(struct api_call *call, const char *name)
 {
-    if (!account_name_valid(name))
+    if (!account_name_valid(name)) {
         api_verr(call, "account.set_password.username", EINVAL,
                  "Usernames are 1-%d letters, digits, '_', '.' or '-', not starting with '-' or "
                  "'.'",
                  ACCOUNT_NAME_MAX);
-    if (strlen(json_string_value(jpw)) != json_string_length(jpw))
-        api_verr(call, "account.set_password.password", EINVAL,
-                 "The password may not contain NUL characters");
-    return api_has_verrs(call) ? api_invalid(call) : 0;
+        return api_invalid(call);
+    }
+    return 0;
 }
 
 static int account_set_password(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *data = api_param(params, 0); /* checked against set_fields by the dispatcher */
-    const char *name = json_string_value(json_object_get(data, "username"));
-    json_t *jpw = json_object_get(data, "password");
-    if (set_password_check(call, name, jpw) < 0)
+    json_t *data = api_param(params, 0); /* checked against account_fields by the dispatcher */
+    struct api_account_rec rec = {0};
+    api_fields_decode(account_fields, ARRAY_SIZE(account_fields), data, &rec);
+    const char *name = rec.username;
+    if (set_password_check(call, name) < 0)
         return -1;
+    /* the password (no codec): hashed from the request, never kept */
+    const char *password = json_string_value(json_object_get(data, "password"));
     char hash[ACCOUNT_HASH_MAX];
-    int rc = account_hash_password(json_string_value(jpw), hash, sizeof(hash));
+    int rc = account_hash_password(password, hash, sizeof(hash));
     if (rc < 0)
         return api_error(call, rc, "cannot hash the password");
     int64_t id = 0;
@@ -281,7 +305,7 @@ static int username_check(struct api_call *call, json_t *v)
     return 0;
 }
 
-static const struct api_arg set_password_args[] = {API_ARG_OBJECT("data", set_fields, 0)};
+static const struct api_arg set_password_args[] = {API_ARG_OBJECT("data", account_fields, 0)};
 static const struct api_arg query_args[] = {API_ARG_QUERY};
 static const struct api_arg delete_args[] = {
     {.name = "username", .type = API_T_STRING, .check = username_check}};

@@ -7,6 +7,7 @@
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <time.h>
 
 #include "api/account.h"
+#include "api/fields.h"
 #include "api/jobs.h"
 #include "api/store.h"
 #include "api/validate.h"
@@ -150,6 +152,72 @@ void auth_rate_reset(void)
     ratelimit_reset(&login_rl);
 }
 
+/* ---- the field table: validates, decodes and encodes a key ---- */
+
+static const char *const role_choices[] = {"FULL_ADMIN", "READONLY_ADMIN", "SHARING_ADMIN", NULL};
+static const struct api_field role_item = {.type = API_T_ENUM, .choices = role_choices};
+
+/* roles: a list of role names (the table's items check each, and that
+ * there is at least one) ↔ enum api_role bits. */
+static int roles_field_decode(const struct api_field *f, json_t *v, void *field)
+{
+    (void)f;
+    unsigned roles = 0;
+    size_t i;
+    json_t *item;
+    json_array_foreach(v, i, item) roles |= api_role_parse(json_string_value(item));
+    *(unsigned *)field = roles;
+    return 0;
+}
+
+static json_t *roles_field_encode(const struct api_field *f, const void *field)
+{
+    (void)f;
+    unsigned roles = *(const unsigned *)field;
+    json_t *a = json_array();
+    for (unsigned bit = 1; a && (bit & API_ROLES_ALL); bit <<= 1)
+        if ((roles & bit) && json_array_append_new(a, json_string(api_role_name(bit))) < 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    return a;
+}
+
+static const struct api_codec roles_codec = {roles_field_decode, roles_field_encode, NULL};
+
+#define AT_CHARS(member) API_AT_CHARS(struct api_key_rec, member)
+/* One table for api_key.create (all of it) and api_key.update (its first
+ * two fields, API_PARTIAL): each field's member of struct api_key_rec.
+ * expires_at spans two members (has_expiry, expires_at) and is read and
+ * written next to the table calls. No roles: FULL_ADMIN, what every key
+ * was before roles existed (a client written for that keeps working);
+ * docs/security.md. No username (or null): root. */
+static const struct api_field key_fields[] = {
+    {.name = "name",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     AT_CHARS(name)},
+    {.name = "roles",
+     .type = API_T_ARRAY,
+     .flags = API_RANGE,
+     .min = 1,
+     .max = 3,
+     .items = &role_item,
+     .def = "[\"FULL_ADMIN\"]",
+     .off = offsetof(struct api_key_rec, roles),
+     .codec = &roles_codec},
+    {.name = "username",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 1,
+     .def = "\"root\"",
+     AT_CHARS(username)},
+    {.name = "expires_at", .type = API_T_OBJECT, .flags = API_NULLABLE},
+};
+#undef AT_CHARS
+#define KEY_UPDATE_NFIELDS 2 /* name, roles */
+
 /* ---- rows ---- */
 
 static json_t *date_value(int64_t ms)
@@ -157,19 +225,20 @@ static json_t *date_value(int64_t ms)
     return json_pack("{s:I}", "$date", (json_int_t)ms);
 }
 
-/* The TrueNAS-shaped row of a key (the encoder). */
+/* The TrueNAS-shaped row of a key (the encoder): the keys in TrueNAS's
+ * order, the table's fields encoded into their places (a key already in
+ * the object keeps its place), then what the store alone sets and
+ * TrueNAS' constants for a local key. */
 static json_t *key_row(const struct api_key_rec *r)
 {
-    json_t *row = json_pack("{s:I, s:s, s:s, s:o, s:b, s:b}", "id", (json_int_t)r->id, "name",
-                            r->name, "username", r->username, "created_at",
-                            date_value(r->created_at), "local", 1, "revoked", 0);
-    json_object_set_new(row, "expires_at", r->has_expiry ? date_value(r->expires_at) : json_null());
-    json_object_set_new(row, "user_identifier", json_integer(0));
-    json_t *roles = json_array();
-    for (unsigned bit = 1; bit & API_ROLES_ALL; bit <<= 1)
-        if (r->roles & bit)
-            json_array_append_new(roles, json_string(api_role_name(bit)));
-    json_object_set_new(row, "roles", roles);
+    json_t *row = json_pack(
+        "{s:I, s:n, s:n, s:o, s:b, s:b, s:o, s:i, s:n}", "id", (json_int_t)r->id, "name",
+        "username", "created_at", date_value(r->created_at), "local", 1, "revoked", 0, "expires_at",
+        r->has_expiry ? date_value(r->expires_at) : json_null(), "user_identifier", 0, "roles");
+    if (row && api_fields_encode(key_fields, ARRAY_SIZE(key_fields), r, row) < 0) {
+        json_decref(row);
+        row = NULL;
+    }
     return row;
 }
 
@@ -181,8 +250,11 @@ static json_t *key_rows(int64_t id)
     if (api_store()->key_list(id, &v, &n) < 0)
         return NULL;
     json_t *rows = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(rows, key_row(&v[i]));
+    for (size_t i = 0; rows && i < n; i++)
+        if (json_array_append_new(rows, key_row(&v[i])) < 0) {
+            json_decref(rows);
+            rows = NULL;
+        }
     free(v);
     return rows;
 }
@@ -199,70 +271,16 @@ static int key_query(struct api_call *call, json_t *params, json_t **result)
     return rc;
 }
 
-static const char *const role_choices[] = {"FULL_ADMIN", "READONLY_ADMIN", "SHARING_ADMIN", NULL};
-static const struct api_field role_item = {.type = API_T_ENUM, .choices = role_choices};
-#define ROLES_FIELD                                                                                \
-    {                                                                                              \
-        .name = "roles", .type = API_T_ARRAY, .flags = API_RANGE, .min = 1, .max = 3,              \
-        .items = &role_item                                                                        \
-    }
-
-static const struct api_field create_fields[] = {
-    {.name = "name",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = API_KEY_NAME_MAX},
-    {.name = "username",
-     .type = API_T_STRING,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 1,
-     .max = API_USER_NAME_MAX},
-    {.name = "expires_at", .type = API_T_OBJECT, .flags = API_NULLABLE},
-    ROLES_FIELD,
-};
-
-static const struct api_field update_fields[] = {
-    {.name = "name", .type = API_T_STRING, .flags = API_RANGE, .min = 1, .max = API_KEY_NAME_MAX},
-    ROLES_FIELD,
-};
-
-/* A roles list ["READONLY_ADMIN", …] into role bits; 0 with a field error
- * on call when it is empty or names an unknown role. */
-static unsigned roles_decode(struct api_call *call, json_t *list, const char *field)
-{
-    unsigned roles = 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(list, i, v)
-    {
-        unsigned bit = api_role_parse(json_string_value(v));
-        if (!bit) {
-            api_verr(call, field, EINVAL,
-                     "roles: each must be one of FULL_ADMIN, READONLY_ADMIN, SHARING_ADMIN");
-            return 0;
-        }
-        roles |= bit;
-    }
-    if (!roles)
-        api_verr(call, field, EINVAL, "roles: at least one role is needed");
-    return roles;
-}
-
-/* The checked create body into *r (the decoder); -1 with the error set. */
+/* The checked create body into *r (the decoder): the table's defaults,
+ * then the keys given; -1 with the error set. */
 static int key_decode(struct api_call *call, json_t *data, struct api_key_rec *r)
 {
     memset(r, 0, sizeof(*r));
-    snprintf(r->name, sizeof(r->name), "%s", json_string_value(json_object_get(data, "name")));
-    json_t *ju = json_object_get(data, "username");
-    snprintf(r->username, sizeof(r->username), "%s",
-             json_is_string(ju) ? json_string_value(ju) : "root");
-    /* No roles: FULL_ADMIN, what every key was before roles existed (a
-     * client written for that keeps working); docs/security.md. */
-    json_t *jr = json_object_get(data, "roles");
-    r->roles = jr ? roles_decode(call, jr, "api_key.create.roles") : API_ROLE_FULL;
-    if (!r->roles)
-        return api_invalid(call);
+    if (api_fields_defaults(key_fields, ARRAY_SIZE(key_fields), r) < 0 ||
+        api_fields_decode(key_fields, ARRAY_SIZE(key_fields), data, r) < 0)
+        return api_error(call, ENOMEM, "out of memory");
+    if (!r->username[0]) /* null */
+        snprintf(r->username, sizeof(r->username), "root");
     json_t *v = json_object_get(data, "expires_at");
     if (!v || json_is_null(v))
         return 0;
@@ -345,15 +363,14 @@ static int key_delete(struct api_call *call, json_t *params, json_t **result)
 static int key_update(struct api_call *call, json_t *params, json_t **result)
 {
     int64_t id = json_integer_value(api_param(params, 0));
-    json_t *data = api_param(params, 1);
-    json_t *jn = json_object_get(data, "name"), *jr = json_object_get(data, "roles");
-    unsigned roles = jr ? roles_decode(call, jr, "api_key.update.roles") : 0;
-    if (jr && !roles)
-        return api_invalid(call);
-    int rc = api_store()->key_update(id, json_string_value(jn), roles);
+    /* only the keys given: an empty name and no roles change nothing */
+    struct api_key_rec r = {0};
+    api_fields_decode(key_fields, KEY_UPDATE_NFIELDS, api_param(params, 1), &r);
+    unsigned roles = r.roles;
+    int rc = api_store()->key_update(id, r.name[0] ? r.name : NULL, roles);
     if (rc == -EEXIST) {
         api_verr(call, "api_key.update.name", EEXIST, "API key with name %s already exists",
-                 json_string_value(jn));
+                 r.name);
         return api_invalid(call);
     }
     if (rc == -ENOENT)
@@ -803,11 +820,15 @@ static int login_data_check(struct api_call *call, json_t *data)
     return 0;
 }
 
-static const struct api_arg key_create_args[] = {API_ARG_OBJECT("data", create_fields, 0)};
+static const struct api_arg key_create_args[] = {API_ARG_OBJECT("data", key_fields, 0)};
 static const struct api_arg query_args[] = {API_ARG_QUERY};
 static const struct api_arg key_update_args[] = {
     {.name = "id", .type = API_T_INT, .flags = API_ARG_TYPE_MSG},
-    API_ARG_OBJECT("data", update_fields, 0)};
+    {.name = "data",
+     .type = API_T_OBJECT,
+     .flags = API_PARTIAL,
+     .fields = key_fields,
+     .nfields = KEY_UPDATE_NFIELDS}};
 static const struct api_arg key_delete_args[] = {
     {.name = "id", .type = API_T_INT, .flags = API_ARG_TYPE_MSG}};
 /* The credentials are checked by the login itself (a wrong type is a

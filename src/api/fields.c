@@ -194,15 +194,32 @@ static void secret_clear(const struct api_field *f, void *field)
 
 const struct api_codec api_codec_secret = {secret_decode, str_null_encode, secret_clear};
 
-static void strv_clear(const struct api_field *f, void *field)
+void api_strv_clear(struct api_strv *sv)
 {
-    (void)f;
-    struct api_strv *sv = field;
     for (size_t i = 0; i < sv->n; i++)
         free(sv->v[i]);
     free(sv->v);
     sv->v = NULL;
     sv->n = 0;
+}
+
+int api_strv_add(struct api_strv *sv, const char *s)
+{
+    char *copy = strdup(s);
+    char **v = copy ? realloc(sv->v, (sv->n + 1) * sizeof(*v)) : NULL;
+    if (!v) {
+        free(copy);
+        return -ENOMEM;
+    }
+    sv->v = v;
+    sv->v[sv->n++] = copy;
+    return 0;
+}
+
+static void strv_clear(const struct api_field *f, void *field)
+{
+    (void)f;
+    api_strv_clear(field);
 }
 
 static int strv_decode(const struct api_field *f, json_t *v, void *field)

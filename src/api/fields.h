@@ -37,11 +37,16 @@ struct api_codec {
     void (*clear)(const struct api_field *f, void *field);
 };
 
-/* A list of owned strings (api_codec_strv). */
+/* A list of owned strings (api_codec_strv; also what the iSCSI stores
+ * keep: a target's auth_networks, an initiator group's names). */
 struct api_strv {
     char **v;
     size_t n;
 };
+/* Free the strings and the array, and empty sv. */
+void api_strv_clear(struct api_strv *sv);
+/* Append a copy of s. 0 or -ENOMEM (sv unchanged). */
+int api_strv_add(struct api_strv *sv, const char *s);
 
 /* char * (owned, freed on replace): JSON null decodes to NULL; NULL
  * encodes as "" (api_codec_str) or null (api_codec_str_null). */

@@ -118,6 +118,18 @@ void cli_opt_begin(void);
 int cli_opt_next(struct cli_ctx *ctx, int argc, char **argv, const char *shortopts,
                  const struct option *opts);
 
+/* A numeric option's value within [lo, hi]: 0, or CLI_USAGE reported
+ * ("OPT wants a number from LO to HI, not 'S'"). */
+int cli_parse_int(struct cli_ctx *ctx, const char *opt, const char *s, long long lo, long long hi,
+                  json_int_t *out);
+/* Call method once per POOL/VOL operand (argv from optind) with
+ * {"name": POOL/VOL} and the members of args (consumed). Prints the JSON
+ * answer (--json) or "VERB<TAB>POOL/VOL", followed by "<TAB>X" when extra
+ * gives an X for the answer. Continues past a failed volume: CLI_OK, or
+ * CLI_ERROR if any failed. */
+int cli_share_each(struct cli_ctx *ctx, int argc, char **argv, const char *method, json_t *args,
+                   const char *verb, const char *(*extra)(json_t *result));
+
 /* Indented JSON on stdout with a newline. */
 void cli_print_json(json_t *v);
 

@@ -7,51 +7,12 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
-
-static int parse_id(struct cli_ctx *ctx, const char *opt, const char *s, json_int_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || end == s || v < 1)
-        return cli_usage(ctx, "%s wants a numeric id, not '%s'", opt, s);
-    *out = v;
-    return 0;
-}
-
-/* Call method once per POOL/VOL operand with {"name": POOL/VOL} and the
- * members of args (consumed); print "VERB<TAB>POOL/VOL" or the JSON answer.
- * Continues past a failed volume: CLI_OK, or CLI_ERROR if any failed. */
-static int share_each(struct cli_ctx *ctx, int argc, char **argv, const char *method, json_t *args,
-                      const char *verb)
-{
-    if (optind >= argc) {
-        json_decref(args);
-        return cli_usage(ctx, "missing POOL/VOL");
-    }
-    int rc = CLI_OK;
-    for (int i = optind; i < argc; i++) {
-        json_t *body = json_pack("{s:s}", "name", argv[i]);
-        json_object_update(body, args);
-        json_t *res = NULL;
-        if (cli_call(ctx, method, json_pack("[o]", body), &res) != CLI_OK) {
-            rc = CLI_ERROR;
-            continue;
-        }
-        if (ctx->json)
-            cli_print_json(res);
-        else
-            printf("%s\t%s\n", verb, argv[i]);
-        json_decref(res);
-    }
-    json_decref(args);
-    return rc;
-}
 
 static int share_create(struct cli_ctx *ctx, int argc, char **argv)
 {
@@ -74,11 +35,11 @@ static int share_create(struct cli_ctx *ctx, int argc, char **argv)
             prefix = optarg;
             break;
         case 'p':
-            if (parse_id(ctx, "--portal", optarg, &portal) != 0)
+            if (cli_parse_int(ctx, "--portal", optarg, 1, INT32_MAX, &portal) != 0)
                 return CLI_USAGE;
             break;
         case 'i':
-            if (parse_id(ctx, "--initiator", optarg, &initiator) != 0)
+            if (cli_parse_int(ctx, "--initiator", optarg, 1, INT32_MAX, &initiator) != 0)
                 return CLI_USAGE;
             break;
         case 'r':
@@ -102,7 +63,7 @@ static int share_create(struct cli_ctx *ctx, int argc, char **argv)
         json_object_set_new(args, "readonly", json_true());
     if (defer)
         json_object_set_new(args, "defer", json_true());
-    return share_each(ctx, argc, argv, "share.iscsi.create", args, "created");
+    return cli_share_each(ctx, argc, argv, "share.iscsi.create", args, "created", NULL);
 }
 
 static int share_delete(struct cli_ctx *ctx, int argc, char **argv)
@@ -135,7 +96,7 @@ static int share_delete(struct cli_ctx *ctx, int argc, char **argv)
     json_t *args = json_pack("{s:b, s:b}", "force", force, "defer", defer);
     if (prefix)
         json_object_set_new(args, "target_prefix", json_string(prefix));
-    return share_each(ctx, argc, argv, "share.iscsi.delete", args, "deleted");
+    return cli_share_each(ctx, argc, argv, "share.iscsi.delete", args, "deleted", NULL);
 }
 
 static const char *str_or_dash(json_t *v)

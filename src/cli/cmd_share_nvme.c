@@ -7,53 +7,17 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 
-static int parse_num(struct cli_ctx *ctx, const char *opt, const char *s, long long lo,
-                     long long hi, json_int_t *out)
+/* The subsystem NQN of a share.nvme.create answer (none for delete). */
+static const char *subnqn(json_t *res)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi)
-        return cli_usage(ctx, "%s wants a number from %lld to %lld, not '%s'", opt, lo, hi, s);
-    *out = v;
-    return 0;
-}
-
-/* Call method once per POOL/VOL operand with {"name": POOL/VOL} and args. */
-static int share_each(struct cli_ctx *ctx, int argc, char **argv, const char *method, json_t *args,
-                      const char *verb)
-{
-    if (optind >= argc) {
-        json_decref(args);
-        return cli_usage(ctx, "missing POOL/VOL");
-    }
-    int rc = CLI_OK;
-    for (int i = optind; i < argc; i++) {
-        json_t *body = json_pack("{s:s}", "name", argv[i]);
-        json_object_update(body, args);
-        json_t *res = NULL;
-        if (cli_call(ctx, method, json_pack("[o]", body), &res) != CLI_OK) {
-            rc = CLI_ERROR;
-            continue;
-        }
-        const char *nqn =
-            json_string_value(json_object_get(json_object_get(res, "subsys"), "subnqn"));
-        if (ctx->json)
-            cli_print_json(res);
-        else if (nqn)
-            printf("%s\t%s\t%s\n", verb, argv[i], nqn);
-        else
-            printf("%s\t%s\n", verb, argv[i]);
-        json_decref(res);
-    }
-    json_decref(args);
-    return rc;
+    return json_string_value(json_object_get(json_object_get(res, "subsys"), "subnqn"));
 }
 
 static int share_create(struct cli_ctx *ctx, int argc, char **argv)
@@ -73,14 +37,14 @@ static int share_create(struct cli_ctx *ctx, int argc, char **argv)
     while ((c = cli_opt_next(ctx, argc, argv, "p:a:t:H", opts)) != -1) {
         switch (c) {
         case 'p':
-            if (parse_num(ctx, "--port", optarg, 1, INT32_MAX, &port) != 0)
+            if (cli_parse_int(ctx, "--port", optarg, 1, INT32_MAX, &port) != 0)
                 return CLI_USAGE;
             break;
         case 'a':
             addr = optarg;
             break;
         case 't':
-            if (parse_num(ctx, "--tcp-port", optarg, 1024, 65535, &tcp) != 0)
+            if (cli_parse_int(ctx, "--tcp-port", optarg, 1024, 65535, &tcp) != 0)
                 return CLI_USAGE;
             break;
         case 'H':
@@ -97,7 +61,7 @@ static int share_create(struct cli_ctx *ctx, int argc, char **argv)
         json_object_set_new(args, "traddr", json_string(addr));
     if (tcp)
         json_object_set_new(args, "trsvcid", json_integer(tcp));
-    return share_each(ctx, argc, argv, "share.nvme.create", args, "created");
+    return cli_share_each(ctx, argc, argv, "share.nvme.create", args, "created", subnqn);
 }
 
 static int share_delete(struct cli_ctx *ctx, int argc, char **argv)
@@ -105,7 +69,7 @@ static int share_delete(struct cli_ctx *ctx, int argc, char **argv)
     cli_opt_begin();
     if (cli_opt_next(ctx, argc, argv, "", NULL) != -1)
         return CLI_USAGE;
-    return share_each(ctx, argc, argv, "share.nvme.delete", json_object(), "deleted");
+    return cli_share_each(ctx, argc, argv, "share.nvme.delete", json_object(), "deleted", subnqn);
 }
 
 static int share_list(struct cli_ctx *ctx, int argc, char **argv)

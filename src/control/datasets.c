@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "api/fields.h"
 #include "api/validate.h"
 #include "control/cfgtx.h"
 #include "control/db.h"
@@ -24,36 +25,6 @@
 #include "control/snapdiff.h"
 #include "core/log.h"
 #include "core/util.h"
-
-static const struct api_field user_prop_update_fields[] = {
-    API_FIELD_STRING("key", API_REQUIRED, 3, DS_USER_PROP_KEY_MAX),
-    API_FIELD_STRING("value", 0, 0, DS_USER_PROP_VALUE_MAX),
-    {.name = "remove", .type = API_T_BOOL},
-};
-static const struct api_field user_prop_update_item = {.type = API_T_OBJECT,
-                                                       .fields = user_prop_update_fields,
-                                                       .nfields =
-                                                           ARRAY_SIZE(user_prop_update_fields)};
-
-static const struct api_field update_fields[] = {
-    DS_MANAGEDBY_FIELD,
-    DS_USER_PROPS_FIELD("user_properties_update", &user_prop_update_item),
-    /* the whole set: listed keys are set, the others removed */
-    DS_USER_PROPS_FIELD("user_properties", &user_prop_update_item),
-    {.name = "volsize", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = INT64_MAX},
-    {.name = "sync", .type = API_T_ENUM, .choices = ds_choices_sync_inherit},
-    {.name = "readonly", .type = API_T_ENUM, .choices = ds_choices_onoff_inherit},
-    API_FIELD_STRING("comments", 0, 0, DS_COMMENTS_MAX),
-    /* Accepted as TrueNAS does; they only matter for a volume's size check,
-     * which blockd does not make (see create's force_size). */
-    {.name = "force_size", .type = API_T_BOOL},
-    DS_PROP_FIELDS_COMMON,
-};
-
-static const struct api_field delete_fields[] = {
-    {.name = "recursive", .type = API_T_BOOL},
-    {.name = "force", .type = API_T_BOOL},
-};
 
 /*
  * Apply options.extra to the flat rows (consumed): children emptied,
@@ -177,12 +148,10 @@ static void apply_changes(const struct ds_eff_change *c, size_t n)
 struct update {
     struct api_call *call;
     char id[DS_NAME_BUF];
-    /* The request, decoded once (update_decode); the steps after it take
-     * only these, never the request's JSON. */
-    bool volsize_given;
-    uint64_t volsize;
-    bool comments_given;
-    char comments[DS_COMMENTS_MAX + 1]; /* "INHERIT" decoded as "" */
+    /* The request, decoded once by update_fields (update_decode); the
+     * steps after it take only these, never the request's JSON. */
+    int64_t volsize; /* 0: not given (the table's minimum is 1) */
+    char *comments;  /* NULL: not given; "INHERIT" means none of its own */
     struct ds_managedby managedby;
     struct ds_user_props user_props;        /* user_properties: the whole set */
     struct ds_user_props user_props_update; /* user_properties_update: changes */
@@ -198,24 +167,48 @@ struct update {
     enum { UPDATE_ERRNO, UPDATE_NOENT, UPDATE_READ } fail; /* which error a failure gets */
 };
 
+#define AT(member, codec) API_AT(struct update, member, codec)
+/* One table validates and decodes the changes (API_PARTIAL: only what
+ * is given changes). The ZFS properties have no codec here: dsprops'
+ * table decodes them (ds_propset_decode), sync and readonly included. */
+static const struct api_field update_fields[] = {
+    {.name = "managedby",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = DS_MANAGEDBY_MAX,
+     AT(managedby, ds_codec_managedby)},
+    DS_USER_PROPS_FIELD("user_properties_update", &ds_user_prop_update_item, struct update,
+                        user_props_update),
+    /* the whole set: listed keys are set, the others removed */
+    DS_USER_PROPS_FIELD("user_properties", &ds_user_prop_update_item, struct update, user_props),
+    {.name = "volsize",
+     .type = API_T_INT,
+     .flags = API_RANGE,
+     .min = 1,
+     .max = INT64_MAX,
+     AT(volsize, api_codec_i64)},
+    {.name = "sync", .type = API_T_ENUM, .choices = ds_choices_sync_inherit},
+    {.name = "readonly", .type = API_T_ENUM, .choices = ds_choices_onoff_inherit},
+    {.name = "comments",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = DS_COMMENTS_MAX,
+     AT(comments, api_codec_str_null)},
+    /* Accepted as TrueNAS does; they only matter for a volume's size check,
+     * which blockd does not make (see create's force_size). */
+    {.name = "force_size", .type = API_T_BOOL},
+    DS_PROP_FIELDS_COMMON,
+};
+#undef AT
+
 /* The changes object (checked against update_fields) into u. 0 or
  * -ENOMEM; either way update_free may be called. */
 static int update_decode_data(json_t *data, struct update *u)
 {
-    json_t *js = json_object_get(data, "volsize");
-    const char *c = ds_str_or(data, "comments", NULL);
-    int rc;
+    int rc = api_fields_decode(update_fields, ARRAY_SIZE(update_fields), data, u);
 
-    u->volsize_given = js != NULL;
-    u->volsize = (uint64_t)json_integer_value(js);
-    u->comments_given = c != NULL;
-    /* TrueNAS' "INHERIT" comment: no comment of its own */
-    snprintf(u->comments, sizeof(u->comments), "%s", c && strcmp(c, "INHERIT") != 0 ? c : "");
-    ds_managedby_decode(data, &u->managedby);
-    rc = ds_user_props_decode(json_object_get(data, "user_properties"), &u->user_props);
-    if (rc == 0)
-        rc = ds_user_props_decode(json_object_get(data, "user_properties_update"),
-                                  &u->user_props_update);
     if (rc == 0)
         rc = ds_propset_decode(data, false, DS_FILESYSTEM, &u->propset); /* no presets */
     return rc;
@@ -223,8 +216,7 @@ static int update_decode_data(json_t *data, struct update *u)
 
 static void update_free(struct update *u)
 {
-    ds_user_props_free(&u->user_props);
-    ds_user_props_free(&u->user_props_update);
+    api_fields_clear(update_fields, ARRAY_SIZE(update_fields), u);
     ds_propset_free(&u->propset);
 }
 
@@ -255,11 +247,11 @@ static void update_check(struct update *u)
 {
     struct api_call *call = u->call;
 
-    if (u->volsize_given) {
+    if (u->volsize) {
         if (u->row.type != DS_VOLUME) {
             api_verr(call, "pool.dataset.update.volsize", EINVAL, "only valid for a VOLUME");
         } else {
-            u->new_size = u->volsize;
+            u->new_size = (uint64_t)u->volsize;
             if (u->new_size % u->row.volblocksize)
                 api_verr(call, "pool.dataset.update.volsize", EINVAL,
                          "must be a multiple of volblocksize (%u bytes)", u->row.volblocksize);
@@ -274,8 +266,10 @@ static void update_check(struct update *u)
         api_verr(call, "pool.dataset.update.user_properties_update", EINVAL,
                  "Should not be specified when \"user_properties\" are explicitly specified");
     ds_props_check(call, "pool.dataset.update", &u->propset, u->row.type, u->row.name, true);
-    if (u->comments_given)
-        snprintf(u->row.comments, sizeof(u->row.comments), "%s", u->comments);
+    /* TrueNAS' "INHERIT" comment: no comment of its own */
+    if (u->comments)
+        snprintf(u->row.comments, sizeof(u->row.comments), "%s",
+                 strcmp(u->comments, "INHERIT") != 0 ? u->comments : "");
 }
 
 /* Inside the transaction: size and comment, managedby, the user and ZFS
@@ -566,6 +560,16 @@ struct dataset_delete {
     struct delete_plan plan;
 };
 
+/* The options (both false when absent). force: delete even if a
+ * front-end uses it; its open handle keeps working on the unlinked file
+ * until it lets go. */
+static const struct api_field delete_fields[] = {
+    {.name = "recursive",
+     .type = API_T_BOOL,
+     API_AT(struct dataset_delete, recursive, api_codec_bool)},
+    {.name = "force", .type = API_T_BOOL, API_AT(struct dataset_delete, force, api_codec_bool)},
+};
+
 /* The id and the options, checked together (both errors at once). */
 static int delete_decode(struct api_call *call, json_t *params, struct dataset_delete *d)
 {
@@ -578,11 +582,7 @@ static int delete_decode(struct api_call *call, json_t *params, struct dataset_d
                             ARRAY_SIZE(delete_fields), 0);
     if (api_has_verrs(call))
         return -EINVAL;
-    d->recursive = ds_bool_or(opts, "recursive", false);
-    /* force: delete even if a front-end uses it; its open handle keeps
-     * working on the unlinked file until it lets go. */
-    d->force = ds_bool_or(opts, "force", false);
-    return 0;
+    return opts ? api_fields_decode(delete_fields, ARRAY_SIZE(delete_fields), opts, d) : 0;
 }
 
 /* Locked: nothing a delete must not remove is in the plan — a pool's

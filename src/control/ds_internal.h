@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "api/api.h"
+#include "api/fields.h"
 #include "api/validate.h"
 #include "control/dataset_store.h"
 #include "control/datasets.h"
@@ -70,18 +71,14 @@ bool ds_bool_or(json_t *obj, const char *key, bool def);
 /* managedby as pool.dataset.create/update give it (at most
  * DS_MANAGEDBY_MAX bytes, the schemas say). */
 #define DS_MANAGEDBY_MAX 256
-/* Its schema entry (create and update). */
-#define DS_MANAGEDBY_FIELD                                                                         \
-    {                                                                                              \
-        .name = "managedby", .type = API_T_STRING, .flags = API_RANGE, .min = 0,                   \
-        .max = DS_MANAGEDBY_MAX                                                                    \
-    }
 struct ds_managedby {
     bool given;
     bool inherit; /* "INHERIT": no value of its own */
     char value[DS_MANAGEDBY_MAX + 1];
 };
-void ds_managedby_decode(json_t *data, struct ds_managedby *m);
+/* The field codec (api/fields.h) of a struct ds_managedby member: given
+ * set when the request names it, inherit for "INHERIT". */
+extern const struct api_codec ds_codec_managedby;
 
 /* One item of a user_properties / user_properties_update list, decoded:
  * {key, value} sets, {key, remove: true} removes. */
@@ -105,6 +102,9 @@ struct ds_user_props {
  * free with ds_user_props_free. */
 int ds_user_props_decode(json_t *list, struct ds_user_props *out);
 void ds_user_props_free(struct ds_user_props *props);
+/* The field codec of a struct ds_user_props member (ds_user_props_decode
+ * of the list; cleared with ds_user_props_free). */
+extern const struct api_codec ds_codec_user_props;
 /* Semantic checks of a decoded user_properties (create) or
  * user_properties_update (update) list; field errors "<field>.<i>[.key]"
  * added on call. 0 or -EINVAL. */
@@ -115,13 +115,21 @@ int ds_check_user_props(struct api_call *call, const char *field, const struct d
 int ds_apply_user_props(int64_t dataset_id, const struct ds_user_props *props);
 #define DS_USER_PROP_VALUE_MAX 8192
 #define DS_USER_PROP_KEY_MAX 256
-/* The schema entry of such a list: at most 256 items, each checked
- * against item (create's {key, value} or update's {key, value?, remove?}). */
-#define DS_USER_PROPS_FIELD(field, item)                                                           \
+/* The field of such a list: at most 256 items, each checked against
+ * item (create's {key, value} or ds_user_prop_update_item), decoded into
+ * the struct ds_user_props member of T (ds_codec_user_props). */
+#define DS_USER_PROPS_FIELD(field, item, T, member)                                                \
     {                                                                                              \
         .name = field, .type = API_T_ARRAY, .flags = API_RANGE, .min = 0, .max = 256,              \
-        .items = item                                                                              \
+        .items = item, API_AT(T, member, ds_codec_user_props)                                      \
     }
+/* An item of a user_properties_update list (datasets and snapshots):
+ * {key, value} sets, {key, remove: true} removes. */
+extern const struct api_field ds_user_prop_update_item;
+/* pool.snapshot.update's data (snapshot_props.c): user_properties_update
+ * and user_properties_remove. */
+#define DS_SNAP_UPDATE_NFIELDS 2
+extern const struct api_field ds_snap_update_fields[DS_SNAP_UPDATE_NFIELDS];
 
 /* <ns>.get_instance [id, options?]: the row of rows whose "id" equals
  * params[0] (new reference), or ENOENT; query options (select, ...) are

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/fields.h"
 #include "api/validate.h"
 #include "control/cfgtx.h"
 #include "control/db.h"
@@ -22,11 +23,44 @@
 #include "core/util.h"
 
 static const char *const type_values[] = {"VOLUME", "FILESYSTEM", NULL};
+enum { TYPE_VOLUME, TYPE_FILESYSTEM };
 static const char *const vbs_values[] = {"512", "512B", "1K",  "2K",   "4K", "8K",
                                          "16K", "32K",  "64K", "128K", NULL};
 static const char *const backend_values[] = {"file", "memory", NULL};
+enum { BACKEND_FILE, BACKEND_MEMORY };
+/* Indexes in ds_choices_sync_inherit (the first three are enum
+ * volume_sync's) and ds_choices_onoff_inherit. */
+enum { SYNC_INHERIT = 3 };
+enum { ONOFF_ON, ONOFF_OFF, ONOFF_INHERIT };
 
 #define LATENCY_MAX_US 10000000
+
+/* The fields only a VOLUME takes (create_check_fields). */
+enum { VO_VOLSIZE, VO_VOLBLOCKSIZE, VO_SPARSE, VO_BACKEND, VO_LATENCY, VO_COUNT };
+static const char *const vol_only_fields[VO_COUNT] = {[VO_VOLSIZE] = "volsize",
+                                                      [VO_VOLBLOCKSIZE] = "volblocksize",
+                                                      [VO_SPARSE] = "sparse",
+                                                      [VO_BACKEND] = "backend",
+                                                      [VO_LATENCY] = "latency_us"};
+
+/* A pool.dataset.create request, decoded once by create_fields
+ * (create_decode): the steps after it take only this, never the
+ * request's JSON. */
+struct create_req {
+    struct ds_row row;       /* the new row, TrueNAS' defaults filled in */
+    int type;                /* TYPE_* */
+    int sync;                /* index in ds_choices_sync_inherit */
+    int readonly;            /* ONOFF_* */
+    int backend;             /* BACKEND_* */
+    bool vol_only[VO_COUNT]; /* which of vol_only_fields were given */
+    bool sync_inherit;       /* sync not given or "INHERIT": the parent's */
+    bool readonly_inherit;   /* the same for readonly */
+    char volblocksize[8];    /* as given ("16K" if not), for errors and the log */
+    bool adopt;              /* adopt the existing image (RBD, docs/ha.md) */
+    struct ds_managedby managedby;
+    struct ds_user_props user_props;
+    struct ds_propset props; /* the ZFS properties, share_type presets applied */
+};
 
 static const struct api_field user_prop_fields[] = {
     API_FIELD_STRING("key", API_REQUIRED, 3, DS_USER_PROP_KEY_MAX),
@@ -35,29 +69,80 @@ static const struct api_field user_prop_fields[] = {
 static const struct api_field user_prop_item = {
     .type = API_T_OBJECT, .fields = user_prop_fields, .nfields = ARRAY_SIZE(user_prop_fields)};
 
+#define AT(member, codec) API_AT(struct create_req, member, codec)
+/* One table validates and decodes the request, TrueNAS' defaults stated
+ * once (.def). The ZFS properties have no codec here: dsprops' table
+ * decodes them (ds_propset_decode), sync and readonly included. */
 static const struct api_field create_fields[] = {
-    API_FIELD_STRING("name", API_REQUIRED, 1, NAME_DATASET_MAX),
-    {.name = "type", .type = API_T_ENUM, .choices = type_values},
-    {.name = "volsize", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = INT64_MAX},
-    {.name = "volblocksize", .type = API_T_ENUM, .choices = vbs_values},
-    {.name = "sparse", .type = API_T_BOOL},
-    {.name = "sync", .type = API_T_ENUM, .choices = ds_choices_sync_inherit},
-    {.name = "readonly", .type = API_T_ENUM, .choices = ds_choices_onoff_inherit},
-    API_FIELD_STRING("comments", 0, 0, DS_COMMENTS_MAX),
+    {.name = "name",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX,
+     AT(row.name, api_codec_chars)},
+    {.name = "type",
+     .type = API_T_ENUM,
+     .choices = type_values,
+     .def = "\"FILESYSTEM\"",
+     AT(type, api_codec_enum)},
+    /* uint64_t, given as a positive int64 (the range) */
+    {.name = "volsize",
+     .type = API_T_INT,
+     .flags = API_RANGE,
+     .min = 1,
+     .max = INT64_MAX,
+     AT(row.volsize, api_codec_i64)},
+    {.name = "volblocksize",
+     .type = API_T_ENUM,
+     .choices = vbs_values,
+     .def = "\"16K\"",
+     API_AT_CHARS(struct create_req, volblocksize)},
+    {.name = "sparse", .type = API_T_BOOL, .def = "true", AT(row.sparse, api_codec_bool)},
+    {.name = "sync",
+     .type = API_T_ENUM,
+     .choices = ds_choices_sync_inherit,
+     .def = "\"STANDARD\"",
+     AT(sync, api_codec_enum)},
+    {.name = "readonly",
+     .type = API_T_ENUM,
+     .choices = ds_choices_onoff_inherit,
+     .def = "\"OFF\"",
+     AT(readonly, api_codec_enum)},
+    {.name = "comments",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = DS_COMMENTS_MAX,
+     AT(row.comments, api_codec_chars)},
     {.name = "create_ancestors", .type = API_T_BOOL},
     /* Only disables TrueNAS' "volsize over 80% of free space" check, which
      * blockd does not make (sparse files are the norm here). */
     {.name = "force_size", .type = API_T_BOOL},
     /* blockd extension (docs/ha.md): a VOLUME of an RBD pool whose image
      * already exists (made by another gateway of the group) is adopted. */
-    {.name = "adopt", .type = API_T_BOOL},
-    DS_MANAGEDBY_FIELD,
-    DS_USER_PROPS_FIELD("user_properties", &user_prop_item),
-    {.name = "backend", .type = API_T_ENUM, .choices = backend_values},
-    {.name = "latency_us", .type = API_T_INT, .flags = API_RANGE, .min = 0, .max = LATENCY_MAX_US},
+    {.name = "adopt", .type = API_T_BOOL, AT(adopt, api_codec_bool)},
+    {.name = "managedby",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = DS_MANAGEDBY_MAX,
+     AT(managedby, ds_codec_managedby)},
+    DS_USER_PROPS_FIELD("user_properties", &user_prop_item, struct create_req, user_props),
+    {.name = "backend",
+     .type = API_T_ENUM,
+     .choices = backend_values,
+     .def = "\"file\"",
+     AT(backend, api_codec_enum)},
+    {.name = "latency_us",
+     .type = API_T_INT,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = LATENCY_MAX_US,
+     AT(row.latency_us, api_codec_u32)},
     DS_PROP_FIELDS_COMMON,
     DS_PROP_FIELDS_CREATE,
 };
+#undef AT
 
 /* Field-level name checks shared by create and clone. field is the full
  * field name for errors. On success fills pool. */
@@ -110,74 +195,36 @@ int ds_check_new_name(struct api_call *call, const char *field, const char *name
     return 0;
 }
 
-/* The fields only a VOLUME takes (create_check_fields). */
-enum { VO_VOLSIZE, VO_VOLBLOCKSIZE, VO_SPARSE, VO_BACKEND, VO_LATENCY, VO_COUNT };
-static const char *const vol_only_fields[VO_COUNT] = {[VO_VOLSIZE] = "volsize",
-                                                      [VO_VOLBLOCKSIZE] = "volblocksize",
-                                                      [VO_SPARSE] = "sparse",
-                                                      [VO_BACKEND] = "backend",
-                                                      [VO_LATENCY] = "latency_us"};
-
-/* A pool.dataset.create request, decoded once (create_decode): the steps
- * after it take only this, never the request's JSON. */
-struct create_req {
-    struct ds_row row;       /* the new row, TrueNAS' defaults filled in */
-    size_t name_len;         /* the name's length as given */
-    bool vol_only[VO_COUNT]; /* which of vol_only_fields were given */
-    bool sync_inherit;       /* sync not given or "INHERIT": the parent's */
-    bool readonly_inherit;   /* the same for readonly */
-    char volblocksize[8];    /* as given ("16K" if not), for errors and the log */
-    bool adopt;              /* adopt the existing image (RBD, docs/ha.md) */
-    struct ds_managedby managedby;
-    struct ds_user_props user_props;
-    struct ds_propset props; /* the ZFS properties, share_type presets applied */
-};
-
-/* The new dataset's row from the request with TrueNAS' defaults; "INHERIT"
- * sync and readonly are resolved under the lock (create_resolve). */
-static void create_decode_row(json_t *data, struct ds_row *row)
-{
-    json_t *js = json_object_get(data, "volsize");
-    bool is_volume = strcmp(ds_str_or(data, "type", "FILESYSTEM"), "VOLUME") == 0;
-
-    memset(row, 0, sizeof(*row));
-    snprintf(row->name, sizeof(row->name), "%s", json_string_value(json_object_get(data, "name")));
-    row->type = is_volume ? DS_VOLUME : DS_FILESYSTEM;
-    row->volblocksize =
-        is_volume ? ds_volblocksize_parse(ds_str_or(data, "volblocksize", "16K")) : 0;
-    row->sparse = ds_bool_or(data, "sparse", true);
-    if (volume_sync_parse(ds_str_or(data, "sync", "STANDARD"), &row->sync) < 0)
-        row->sync = VOLUME_SYNC_STANDARD; /* "INHERIT": the parent's, later */
-    row->readonly = strcmp(ds_str_or(data, "readonly", "OFF"), "ON") == 0;
-    /* TrueNAS' default for comments is "INHERIT": no comment of its own */
-    if (strcmp(ds_str_or(data, "comments", ""), "INHERIT") != 0)
-        snprintf(row->comments, sizeof(row->comments), "%s", ds_str_or(data, "comments", ""));
-    row->memory = strcmp(ds_str_or(data, "backend", "file"), "memory") == 0;
-    if (json_is_integer(json_object_get(data, "latency_us")))
-        row->latency_us = (uint32_t)json_integer_value(json_object_get(data, "latency_us"));
-    if (is_volume && js)
-        row->volsize = (uint64_t)json_integer_value(js);
-}
-
 /* The request (checked against create_fields by the dispatcher) into
- * *req. 0 or -ENOMEM; either way create_req_free may be called. */
+ * *req: the table's defaults, the keys given, then the choices into the
+ * row. 0 or -ENOMEM; either way create_req_free may be called. */
 static int create_decode(json_t *data, struct create_req *req)
 {
+    struct ds_row *row = &req->row;
     enum ds_prop_given sync, ro;
     int rc;
 
     memset(req, 0, sizeof(*req));
-    create_decode_row(data, &req->row);
-    req->name_len = json_string_length(json_object_get(data, "name"));
+    rc = api_fields_defaults(create_fields, ARRAY_SIZE(create_fields), req);
+    if (rc == 0)
+        rc = api_fields_decode(create_fields, ARRAY_SIZE(create_fields), data, req);
+    row->type = req->type == TYPE_VOLUME ? DS_VOLUME : DS_FILESYSTEM;
+    if (row->type == DS_VOLUME)
+        row->volblocksize = ds_volblocksize_parse(req->volblocksize);
+    else
+        row->volsize = 0;
+    /* "INHERIT": the parent's, later (create_resolve) */
+    row->sync = req->sync < SYNC_INHERIT ? (enum volume_sync)req->sync : VOLUME_SYNC_STANDARD;
+    row->readonly = req->readonly == ONOFF_ON;
+    /* TrueNAS' default for comments is "INHERIT": no comment of its own */
+    if (strcmp(row->comments, "INHERIT") == 0)
+        row->comments[0] = '\0';
+    row->memory = req->backend == BACKEND_MEMORY;
+    /* the presence of a volume's fields, for a filesystem's errors */
     for (size_t i = 0; i < VO_COUNT; i++)
         req->vol_only[i] = json_object_get(data, vol_only_fields[i]) != NULL;
-    snprintf(req->volblocksize, sizeof(req->volblocksize), "%s",
-             ds_str_or(data, "volblocksize", "16K"));
-    req->adopt = ds_bool_or(data, "adopt", false);
-    ds_managedby_decode(data, &req->managedby);
-    rc = ds_user_props_decode(json_object_get(data, "user_properties"), &req->user_props);
     if (rc == 0)
-        rc = ds_propset_decode(data, true, req->row.type, &req->props);
+        rc = ds_propset_decode(data, true, row->type, &req->props);
     sync = ds_propset_given(&req->props, "sync");
     ro = ds_propset_given(&req->props, "readonly");
     req->sync_inherit = sync == DS_PROP_ABSENT || sync == DS_PROP_INHERIT;
@@ -187,7 +234,7 @@ static int create_decode(json_t *data, struct create_req *req)
 
 static void create_req_free(struct create_req *req)
 {
-    ds_user_props_free(&req->user_props);
+    api_fields_clear(create_fields, ARRAY_SIZE(create_fields), req);
     ds_propset_free(&req->props);
 }
 
@@ -231,7 +278,8 @@ static int create_resolve(struct api_call *call, struct create_req *req, struct 
     struct ds_row *row = &req->row;
     enum volume_sync psync;
     bool pro;
-    int rc = ds_check_new_name(call, "pool.dataset.create.name", row->name, req->name_len, pool);
+    int rc =
+        ds_check_new_name(call, "pool.dataset.create.name", row->name, strlen(row->name), pool);
 
     if (rc < 0)
         return rc;
@@ -417,7 +465,6 @@ int ds_volume_create(struct api_call *call, const struct ds_volume_new *nv)
 
     memset(&req, 0, sizeof(req));
     snprintf(row->name, sizeof(row->name), "%s", nv->name);
-    req.name_len = strlen(nv->name);
     row->type = DS_VOLUME;
     row->volsize = nv->volsize;
     row->volblocksize = nv->volblocksize;

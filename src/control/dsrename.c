@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "api/fields.h"
 #include "api/validate.h"
 #include "control/cfgtx.h"
 #include "control/db.h"
@@ -33,21 +34,29 @@
 #include "core/util.h"
 #include "store/poolfs.h"
 
-/* Every rename method takes the new name the same way. */
+/* The options of the renames, decoded once by their tables; every rename
+ * method takes the new name the same way. */
+struct rename_opts {
+    char new_name[DS_NAME_BUF];
+    bool recursive;
+};
+
 #define NEW_NAME_FIELD                                                                             \
     {                                                                                              \
         .name = "new_name", .type = API_T_STRING, .flags = API_REQUIRED | API_RANGE, .min = 1,     \
-        .max = NAME_DATASET_MAX                                                                    \
+        .max = NAME_DATASET_MAX, API_AT(struct rename_opts, new_name, api_codec_chars)             \
     }
 
 static const struct api_field zfs_rename_fields[] = {
     NEW_NAME_FIELD,
-    {.name = "recursive", .type = API_T_BOOL},
+    {.name = "recursive",
+     .type = API_T_BOOL,
+     API_AT(struct rename_opts, recursive, api_codec_bool)},
 };
 
 /* pool.dataset.rename: TrueNAS' force skips its attachment checks (a
  * renamed zvol breaks its shares there); blockd's shares follow the
- * rename, so force changes nothing. */
+ * rename, so force changes nothing (no member). */
 static const struct api_field pool_rename_fields[] = {
     NEW_NAME_FIELD,
     {.name = "force", .type = API_T_BOOL},
@@ -56,6 +65,7 @@ static const struct api_field pool_rename_fields[] = {
 static const struct api_field snap_rename_fields[] = {
     NEW_NAME_FIELD,
 };
+#undef NEW_NAME_FIELD
 
 /* fsync the directory holding path, so that a rename in it is durable. */
 static void fsync_parent(const char *path)
@@ -750,9 +760,10 @@ static const char *id_param(struct api_call *call, json_t *params)
     return json_string_value(jid);
 }
 
-/* [id, {new_name, ...}] validated against fields; new_name checked too. */
-static json_t *options_param(struct api_call *call, json_t *params, const struct api_field *fields,
-                             size_t nfields)
+/* [id, {new_name, ...}]: the options validated against fields, then
+ * decoded into *o. 0, or -1 with the field errors on call. */
+static int options_param(struct api_call *call, json_t *params, const struct api_field *fields,
+                         size_t nfields, struct rename_opts *o)
 {
     json_t *opts = api_param(params, 1);
     char prefix[96];
@@ -762,39 +773,28 @@ static json_t *options_param(struct api_call *call, json_t *params, const struct
         char field[128];
         snprintf(field, sizeof(field), "%s.new_name", prefix);
         api_verr(call, field, EINVAL, "Field required");
-        return NULL;
+        return -1;
     }
     if (api_validate_object(call, prefix, opts, fields, nfields, 0) < 0)
-        return NULL;
-    if (strlen(json_string_value(json_object_get(opts, "new_name"))) !=
-        json_string_length(json_object_get(opts, "new_name"))) {
-        char field[128];
-        snprintf(field, sizeof(field), "%s.new_name", prefix);
-        api_verr(call, field, EINVAL, "name contains a NUL byte");
-        return NULL;
-    }
-    return opts;
+        return -1;
+    memset(o, 0, sizeof(*o));
+    return api_fields_decode(fields, nfields, opts, o); /* no codec allocates */
 }
 
 /* zfs.dataset.rename [id, {new_name, recursive?}]: datasets and snapshots
  * (Incus renames snapshots through it too). */
 static int m_zfs_dataset_rename(struct api_call *call, json_t *params, json_t **result)
 {
-    const char *id, *new_name;
-    json_t *opts;
-    bool recursive;
-    int rc;
+    struct rename_opts o;
+    const char *id = id_param(call, params);
+    int rc = options_param(call, params, zfs_rename_fields, ARRAY_SIZE(zfs_rename_fields), &o);
 
-    id = id_param(call, params);
-    opts = options_param(call, params, zfs_rename_fields, ARRAY_SIZE(zfs_rename_fields));
-    if (!id || !opts)
+    if (!id || rc < 0)
         return api_invalid(call);
-    new_name = json_string_value(json_object_get(opts, "new_name"));
-    recursive = json_is_true(json_object_get(opts, "recursive"));
     if (strchr(id, '@'))
-        rc = rename_snapshot(call, id, new_name, recursive);
+        rc = rename_snapshot(call, id, o.new_name, o.recursive);
     else
-        rc = rename_dataset(call, id, new_name, recursive);
+        rc = rename_dataset(call, id, o.new_name, o.recursive);
     if (rc == 0)
         *result = json_null();
     return rc;
@@ -803,18 +803,16 @@ static int m_zfs_dataset_rename(struct api_call *call, json_t *params, json_t **
 /* pool.dataset.rename [id, {new_name, force?}]: datasets only. */
 static int m_pool_dataset_rename(struct api_call *call, json_t *params, json_t **result)
 {
-    const char *id;
-    json_t *opts;
-    int rc;
+    struct rename_opts o;
+    const char *id = id_param(call, params);
+    int rc = options_param(call, params, pool_rename_fields, ARRAY_SIZE(pool_rename_fields), &o);
 
-    id = id_param(call, params);
-    opts = options_param(call, params, pool_rename_fields, ARRAY_SIZE(pool_rename_fields));
     if (id && strchr(id, '@'))
         api_verr(call, "pool.dataset.rename.id", EINVAL,
                  "%s is a snapshot: rename it with pool.snapshot.rename", id);
-    if (!id || !opts || api_has_verrs(call))
+    if (!id || rc < 0 || api_has_verrs(call))
         return api_invalid(call);
-    rc = rename_dataset(call, id, json_string_value(json_object_get(opts, "new_name")), false);
+    rc = rename_dataset(call, id, o.new_name, false);
     if (rc == 0)
         *result = json_null();
     return rc;
@@ -826,6 +824,7 @@ static int m_snapshot_rename(struct api_call *call, json_t *params, json_t **res
 {
     const char *id, *new_name = NULL;
     json_t *arg1 = api_param(params, 1);
+    struct rename_opts o;
     char field[96];
     int rc;
 
@@ -837,11 +836,9 @@ static int m_snapshot_rename(struct api_call *call, json_t *params, json_t **res
             api_verr(call, field, EINVAL, "not a snapshot name");
         else
             new_name = json_string_value(arg1);
-    } else {
-        json_t *opts =
-            options_param(call, params, snap_rename_fields, ARRAY_SIZE(snap_rename_fields));
-        if (opts)
-            new_name = json_string_value(json_object_get(opts, "new_name"));
+    } else if (options_param(call, params, snap_rename_fields, ARRAY_SIZE(snap_rename_fields),
+                             &o) == 0) {
+        new_name = o.new_name;
     }
     if (id && !strchr(id, '@')) {
         snprintf(field, sizeof(field), "%s.id", api_call_method(call));

@@ -13,6 +13,7 @@
 #include "control/dsprops.h"
 #include "control/dsrbd.h"
 #include "core/log.h"
+#include "core/util.h"
 
 char ds_state_dir[PATH_MAX];
 
@@ -306,14 +307,37 @@ bool ds_bool_or(json_t *obj, const char *key, bool def)
     return json_is_boolean(v) ? json_is_true(v) : def;
 }
 
-void ds_managedby_decode(json_t *data, struct ds_managedby *m)
-{
-    const char *s = ds_str_or(data, "managedby", NULL);
+static const struct api_field user_prop_update_fields[] = {
+    API_FIELD_STRING("key", API_REQUIRED, 3, DS_USER_PROP_KEY_MAX),
+    API_FIELD_STRING("value", 0, 0, DS_USER_PROP_VALUE_MAX),
+    {.name = "remove", .type = API_T_BOOL},
+};
+const struct api_field ds_user_prop_update_item = {.type = API_T_OBJECT,
+                                                   .fields = user_prop_update_fields,
+                                                   .nfields = ARRAY_SIZE(user_prop_update_fields)};
 
-    m->given = s != NULL;
-    m->inherit = s && strcmp(s, "INHERIT") == 0;
-    snprintf(m->value, sizeof(m->value), "%s", s ? s : "");
+/* managedby: "INHERIT" drops the dataset's own value. */
+static int managedby_decode(const struct api_field *f, json_t *v, void *field)
+{
+    struct ds_managedby *m = field;
+    const char *s = json_is_string(v) ? json_string_value(v) : "";
+
+    (void)f;
+    m->given = true;
+    m->inherit = strcmp(s, "INHERIT") == 0;
+    snprintf(m->value, sizeof(m->value), "%s", s);
+    return 0;
 }
+
+static json_t *managedby_encode(const struct api_field *f, const void *field)
+{
+    const struct ds_managedby *m = field;
+
+    (void)f;
+    return json_string(m->inherit ? "INHERIT" : m->value);
+}
+
+const struct api_codec ds_codec_managedby = {managedby_decode, managedby_encode, NULL};
 
 /* A copy of the JSON string v with all its bytes (a NUL inside stays, so
  * that the check can refuse it); *len its length. NULL if v is not a
@@ -371,6 +395,45 @@ void ds_user_props_free(struct ds_user_props *props)
     props->v = NULL;
     props->n = 0;
 }
+
+static int user_props_field_decode(const struct api_field *f, json_t *v, void *field)
+{
+    (void)f;
+    ds_user_props_free(field);
+    return ds_user_props_decode(v, field);
+}
+
+/* [{key, value} or {key, remove: true}, ...] as given */
+static json_t *user_props_field_encode(const struct api_field *f, const void *field)
+{
+    const struct ds_user_props *props = field;
+    json_t *a = json_array();
+
+    (void)f;
+    for (size_t i = 0; a && i < props->n; i++) {
+        const struct ds_user_prop *p = &props->v[i];
+        json_t *o = json_pack("{s:s?}", "key", p->key);
+
+        if (o && p->has_value)
+            json_object_set_new(o, "value", p->value ? json_string(p->value) : json_null());
+        if (o && p->remove)
+            json_object_set_new(o, "remove", json_true());
+        if (!o || json_array_append_new(a, o) < 0) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    return a;
+}
+
+static void user_props_field_clear(const struct api_field *f, void *field)
+{
+    (void)f;
+    ds_user_props_free(field);
+}
+
+const struct api_codec ds_codec_user_props = {user_props_field_decode, user_props_field_encode,
+                                              user_props_field_clear};
 
 int ds_check_user_props(struct api_call *call, const char *field, const struct ds_user_props *props,
                         bool update)

@@ -44,6 +44,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "api/fields.h"
 #include "api/jobs.h"
 #include "api/validate.h"
 #include "control/cfgtx.h"
@@ -65,7 +66,9 @@
 #define REPL_EMPTY_TARGET_MAX ((uint64_t)10 << 20)
 
 static const char *const direction_values[] = {"PUSH", "PULL", NULL};
+enum { DIRECTION_PUSH, DIRECTION_PULL };
 static const char *const transport_values[] = {"SSH", "SSH+NETCAT", "LOCAL", "LEGACY", NULL};
+enum { TRANSPORT_LOCAL = 2 };
 static const char *const netcat_side_values[] = {"LOCAL", "REMOTE", NULL};
 static const char *const keyformat_values[] = {"HEX", "PASSPHRASE", NULL};
 static const char *const readonly_values[] = {"SET", "REQUIRE", "IGNORE", NULL};
@@ -81,134 +84,6 @@ static const struct api_field schema_item = {
 static const struct api_field int_item = {.type = API_T_INT};
 static const struct api_field nonempty_item = {
     .type = API_T_STRING, .flags = API_RANGE, .min = 1, .max = 256};
-
-#define NULLABLE_STR(n)                                                                            \
-    {                                                                                              \
-        .name = n, .type = API_T_STRING, .flags = API_NULLABLE                                     \
-    }
-#define PORT(n)                                                                                    \
-    {                                                                                              \
-        .name = n, .type = API_T_INT, .flags = API_NULLABLE | API_RANGE, .min = 1, .max = 65535    \
-    }
-
-/* ReplicationRunOnetimeArgs (TrueNAS 25.04): every field is accepted;
- * what blockd cannot do is refused with ENOTSUP after validation. */
-static const struct api_field onetime_fields[] = {
-    {.name = "direction", .type = API_T_ENUM, .flags = API_REQUIRED, .choices = direction_values},
-    {.name = "transport", .type = API_T_ENUM, .flags = API_REQUIRED, .choices = transport_values},
-    {.name = "ssh_credentials", .type = API_T_INT, .flags = API_NULLABLE},
-    {.name = "netcat_active_side",
-     .type = API_T_ENUM,
-     .flags = API_NULLABLE,
-     .choices = netcat_side_values},
-    NULLABLE_STR("netcat_active_side_listen_address"),
-    PORT("netcat_active_side_port_min"),
-    PORT("netcat_active_side_port_max"),
-    NULLABLE_STR("netcat_passive_side_connect_address"),
-    {.name = "sudo", .type = API_T_BOOL},
-    {.name = "source_datasets",
-     .type = API_T_ARRAY,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = REPL_MAX_DATASETS,
-     .items = &dataset_item},
-    {.name = "target_dataset",
-     .type = API_T_STRING,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = NAME_DATASET_MAX},
-    {.name = "recursive", .type = API_T_BOOL, .flags = API_REQUIRED},
-    {.name = "exclude",
-     .type = API_T_ARRAY,
-     .flags = API_RANGE,
-     .min = 0,
-     .max = REPL_MAX_DATASETS,
-     .items = &dataset_item},
-    {.name = "properties", .type = API_T_BOOL},
-    {.name = "properties_exclude", .type = API_T_ARRAY, .items = &nonempty_item},
-    {.name = "properties_override", .type = API_T_OBJECT},
-    {.name = "replicate", .type = API_T_BOOL},
-    {.name = "encryption", .type = API_T_BOOL},
-    {.name = "encryption_inherit", .type = API_T_BOOL, .flags = API_NULLABLE},
-    NULLABLE_STR("encryption_key"),
-    {.name = "encryption_key_format",
-     .type = API_T_ENUM,
-     .flags = API_NULLABLE,
-     .choices = keyformat_values},
-    NULLABLE_STR("encryption_key_location"),
-    {.name = "periodic_snapshot_tasks", .type = API_T_ARRAY, .items = &int_item},
-    {.name = "naming_schema",
-     .type = API_T_ARRAY,
-     .flags = API_RANGE,
-     .min = 0,
-     .max = REPL_MAX_SCHEMAS,
-     .items = &schema_item},
-    {.name = "also_include_naming_schema",
-     .type = API_T_ARRAY,
-     .flags = API_RANGE,
-     .min = 0,
-     .max = REPL_MAX_SCHEMAS,
-     .items = &schema_item},
-    {.name = "name_regex",
-     .type = API_T_STRING,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 1,
-     .max = 1024},
-    {.name = "restrict_schedule", .type = API_T_OBJECT, .flags = API_NULLABLE},
-    {.name = "allow_from_scratch", .type = API_T_BOOL},
-    {.name = "readonly", .type = API_T_ENUM, .choices = readonly_values},
-    {.name = "hold_pending_snapshots", .type = API_T_BOOL},
-    {.name = "retention_policy",
-     .type = API_T_ENUM,
-     .flags = API_REQUIRED,
-     .choices = retention_values},
-    {.name = "lifetime_value",
-     .type = API_T_INT,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 1,
-     .max = 1000000},
-    {.name = "lifetime_unit", .type = API_T_ENUM, .flags = API_NULLABLE, .choices = unit_values},
-    {.name = "lifetimes", .type = API_T_ARRAY},
-    {.name = "compression",
-     .type = API_T_ENUM,
-     .flags = API_NULLABLE,
-     .choices = compression_values},
-    {.name = "speed_limit",
-     .type = API_T_INT,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 1,
-     .max = INT64_MAX},
-    {.name = "large_block", .type = API_T_BOOL},
-    {.name = "embed", .type = API_T_BOOL},
-    {.name = "compressed", .type = API_T_BOOL},
-    {.name = "retries", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = 1000},
-    {.name = "logging_level", .type = API_T_ENUM, .flags = API_NULLABLE, .choices = level_values},
-    {.name = "exclude_mountpoint_property", .type = API_T_BOOL},
-    {.name = "only_from_scratch", .type = API_T_BOOL},
-    {.name = "mount", .type = API_T_BOOL},
-};
-
-static const struct api_field count_fields[] = {
-    {.name = "datasets",
-     .type = API_T_ARRAY,
-     .flags = API_REQUIRED | API_RANGE,
-     .min = 1,
-     .max = REPL_MAX_DATASETS,
-     .items = &dataset_item},
-    {.name = "naming_schema",
-     .type = API_T_ARRAY,
-     .flags = API_RANGE,
-     .min = 0,
-     .max = REPL_MAX_SCHEMAS,
-     .items = &schema_item},
-    {.name = "name_regex",
-     .type = API_T_STRING,
-     .flags = API_NULLABLE | API_RANGE,
-     .min = 1,
-     .max = 1024},
-    {.name = "transport", .type = API_T_ENUM, .flags = API_REQUIRED, .choices = transport_values},
-    {.name = "ssh_credentials", .type = API_T_INT, .flags = API_NULLABLE},
-};
 
 /* ---- selection ---- */
 
@@ -358,16 +233,32 @@ struct item {
     bool fresh; /* the target was created by this job and holds nothing yet */
 };
 
+/* A replication.run_onetime job: its arguments, decoded once by
+ * onetime_fields (owned: api_fields_clear), then the plan and progress. */
 struct repl_task {
-    json_t *args; /* validated params[0] (own reference) */
-    bool push;
-    struct repl_select sel;
+    /* The arguments. */
+    int direction; /* index in direction_values: DIRECTION_PUSH, ... */
+    int transport; /* index in transport_values */
+    struct api_strv sources;
+    char *target;
+    bool recursive;
+    struct api_strv exclude;
+    bool properties;
     enum readonly_mode readonly;
     enum retention_mode retention;
-    int64_t lifetime_s; /* CUSTOM: json lifetime in seconds… */
-    int lifetime_value;
-    const char *lifetime_unit; /* …or calendar months/years */
-    bool allow_from_scratch, only_from_scratch, recursive, properties;
+    int lifetime_value;  /* CUSTOM: 0 when not given (the range starts at 1)… */
+    char *lifetime_unit; /* …and its unit (NULL when not given) */
+    bool allow_from_scratch, only_from_scratch, hold_pending_snapshots;
+    struct api_strv naming_schema, also_include;
+    char *name_regex; /* NULL when not given */
+    /* what LOCAL replication has no use for: whether it is given */
+    bool ssh_credentials, netcat_side, netcat_listen, netcat_port_min, netcat_port_max,
+        netcat_connect, compression, speed_limit, restrict_schedule, replicate, encryption;
+    size_t periodic_tasks, lifetimes, properties_exclude, properties_override;
+    /* The plan. */
+    bool push;
+    struct repl_select sel;
+    int64_t lifetime_s;            /* CUSTOM: the lifetime in seconds (calendar units: a guess) */
     char base_prefix[DS_NAME_BUF]; /* common parent of the source datasets */
     struct item *items;
     size_t nitems, cap;
@@ -383,6 +274,238 @@ struct repl_task {
     size_t nincremental, nfull;
 };
 
+/* ---- the arguments' field tables ---- */
+
+/* The fields LOCAL replication only refuses: what matters is whether the
+ * request gives them (not null), or how many items a list or object
+ * holds. Arguments are never encoded back; these encoders give what was
+ * decoded. */
+static int given_decode(const struct api_field *f, json_t *v, void *field)
+{
+    (void)f;
+    *(bool *)field = !json_is_null(v);
+    return 0;
+}
+
+static json_t *given_encode(const struct api_field *f, const void *field)
+{
+    (void)f;
+    return json_boolean(*(const bool *)field);
+}
+
+static int count_decode(const struct api_field *f, json_t *v, void *field)
+{
+    (void)f;
+    *(size_t *)field = json_is_array(v) ? json_array_size(v) : json_object_size(v);
+    return 0;
+}
+
+static json_t *count_encode(const struct api_field *f, const void *field)
+{
+    (void)f;
+    return json_integer((json_int_t) * (const size_t *)field);
+}
+
+static const struct api_codec given_codec = {given_decode, given_encode, NULL};
+static const struct api_codec count_codec = {count_decode, count_encode, NULL};
+
+_Static_assert(sizeof(enum readonly_mode) == sizeof(int), "api_codec_enum writes an int");
+_Static_assert(sizeof(enum retention_mode) == sizeof(int), "api_codec_enum writes an int");
+
+#define AT(member, codec) API_AT(struct repl_task, member, codec)
+#define GIVEN(member) AT(member, given_codec)
+#define NULLABLE_STR(n)                                                                            \
+    {                                                                                              \
+        .name = n, .type = API_T_STRING, .flags = API_NULLABLE                                     \
+    }
+#define NULLABLE_STR_GIVEN(n, member)                                                              \
+    {                                                                                              \
+        .name = n, .type = API_T_STRING, .flags = API_NULLABLE, GIVEN(member)                      \
+    }
+#define PORT(n, member)                                                                            \
+    {                                                                                              \
+        .name = n, .type = API_T_INT, .flags = API_NULLABLE | API_RANGE, .min = 1, .max = 65535,   \
+        GIVEN(member)                                                                              \
+    }
+
+/* ReplicationRunOnetimeArgs (TrueNAS 25.04): every field is accepted;
+ * what blockd cannot do is refused with ENOTSUP after validation. The
+ * encryption details have no member: encryption itself is refused. */
+static const struct api_field onetime_fields[] = {
+    {.name = "direction",
+     .type = API_T_ENUM,
+     .flags = API_REQUIRED,
+     .choices = direction_values,
+     AT(direction, api_codec_enum)},
+    {.name = "transport",
+     .type = API_T_ENUM,
+     .flags = API_REQUIRED,
+     .choices = transport_values,
+     AT(transport, api_codec_enum)},
+    {.name = "ssh_credentials", .type = API_T_INT, .flags = API_NULLABLE, GIVEN(ssh_credentials)},
+    {.name = "netcat_active_side",
+     .type = API_T_ENUM,
+     .flags = API_NULLABLE,
+     .choices = netcat_side_values,
+     GIVEN(netcat_side)},
+    NULLABLE_STR_GIVEN("netcat_active_side_listen_address", netcat_listen),
+    PORT("netcat_active_side_port_min", netcat_port_min),
+    PORT("netcat_active_side_port_max", netcat_port_max),
+    NULLABLE_STR_GIVEN("netcat_passive_side_connect_address", netcat_connect),
+    {.name = "sudo", .type = API_T_BOOL},
+    {.name = "source_datasets",
+     .type = API_T_ARRAY,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = REPL_MAX_DATASETS,
+     .items = &dataset_item,
+     AT(sources, api_codec_strv)},
+    {.name = "target_dataset",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX,
+     AT(target, api_codec_str)},
+    {.name = "recursive", .type = API_T_BOOL, .flags = API_REQUIRED, AT(recursive, api_codec_bool)},
+    {.name = "exclude",
+     .type = API_T_ARRAY,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = REPL_MAX_DATASETS,
+     .items = &dataset_item,
+     AT(exclude, api_codec_strv)},
+    {.name = "properties", .type = API_T_BOOL, .def = "true", AT(properties, api_codec_bool)},
+    {.name = "properties_exclude",
+     .type = API_T_ARRAY,
+     .items = &nonempty_item,
+     AT(properties_exclude, count_codec)},
+    {.name = "properties_override", .type = API_T_OBJECT, AT(properties_override, count_codec)},
+    {.name = "replicate", .type = API_T_BOOL, AT(replicate, api_codec_bool)},
+    {.name = "encryption", .type = API_T_BOOL, AT(encryption, api_codec_bool)},
+    {.name = "encryption_inherit", .type = API_T_BOOL, .flags = API_NULLABLE},
+    NULLABLE_STR("encryption_key"),
+    {.name = "encryption_key_format",
+     .type = API_T_ENUM,
+     .flags = API_NULLABLE,
+     .choices = keyformat_values},
+    NULLABLE_STR("encryption_key_location"),
+    {.name = "periodic_snapshot_tasks",
+     .type = API_T_ARRAY,
+     .items = &int_item,
+     AT(periodic_tasks, count_codec)},
+    {.name = "naming_schema",
+     .type = API_T_ARRAY,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = REPL_MAX_SCHEMAS,
+     .items = &schema_item,
+     AT(naming_schema, api_codec_strv)},
+    {.name = "also_include_naming_schema",
+     .type = API_T_ARRAY,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = REPL_MAX_SCHEMAS,
+     .items = &schema_item,
+     AT(also_include, api_codec_strv)},
+    {.name = "name_regex",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 1,
+     .max = 1024,
+     AT(name_regex, api_codec_str_null)},
+    {.name = "restrict_schedule",
+     .type = API_T_OBJECT,
+     .flags = API_NULLABLE,
+     GIVEN(restrict_schedule)},
+    {.name = "allow_from_scratch", .type = API_T_BOOL, AT(allow_from_scratch, api_codec_bool)},
+    {.name = "readonly",
+     .type = API_T_ENUM,
+     .choices = readonly_values,
+     .def = "\"SET\"",
+     AT(readonly, api_codec_enum)},
+    {.name = "hold_pending_snapshots",
+     .type = API_T_BOOL,
+     AT(hold_pending_snapshots, api_codec_bool)},
+    {.name = "retention_policy",
+     .type = API_T_ENUM,
+     .flags = API_REQUIRED,
+     .choices = retention_values,
+     AT(retention, api_codec_enum)},
+    {.name = "lifetime_value",
+     .type = API_T_INT,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 1,
+     .max = 1000000,
+     AT(lifetime_value, api_codec_int)},
+    {.name = "lifetime_unit",
+     .type = API_T_ENUM,
+     .flags = API_NULLABLE,
+     .choices = unit_values,
+     AT(lifetime_unit, api_codec_str_null)},
+    {.name = "lifetimes", .type = API_T_ARRAY, AT(lifetimes, count_codec)},
+    {.name = "compression",
+     .type = API_T_ENUM,
+     .flags = API_NULLABLE,
+     .choices = compression_values,
+     GIVEN(compression)},
+    {.name = "speed_limit",
+     .type = API_T_INT,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 1,
+     .max = INT64_MAX,
+     GIVEN(speed_limit)},
+    {.name = "large_block", .type = API_T_BOOL},
+    {.name = "embed", .type = API_T_BOOL},
+    {.name = "compressed", .type = API_T_BOOL},
+    {.name = "retries", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = 1000},
+    {.name = "logging_level", .type = API_T_ENUM, .flags = API_NULLABLE, .choices = level_values},
+    {.name = "exclude_mountpoint_property", .type = API_T_BOOL},
+    {.name = "only_from_scratch", .type = API_T_BOOL, AT(only_from_scratch, api_codec_bool)},
+    {.name = "mount", .type = API_T_BOOL},
+};
+#undef PORT
+#undef NULLABLE_STR_GIVEN
+#undef NULLABLE_STR
+#undef GIVEN
+#undef AT
+
+/* replication.count_eligible_manual_snapshots' arguments (owned:
+ * api_fields_clear); ssh_credentials is accepted and has no use. */
+struct count_args {
+    struct api_strv datasets, naming_schema;
+    char *name_regex; /* NULL when not given */
+    int transport;    /* index in transport_values */
+};
+
+static const struct api_field count_fields[] = {
+    {.name = "datasets",
+     .type = API_T_ARRAY,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = REPL_MAX_DATASETS,
+     .items = &dataset_item,
+     API_AT(struct count_args, datasets, api_codec_strv)},
+    {.name = "naming_schema",
+     .type = API_T_ARRAY,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = REPL_MAX_SCHEMAS,
+     .items = &schema_item,
+     API_AT(struct count_args, naming_schema, api_codec_strv)},
+    {.name = "name_regex",
+     .type = API_T_STRING,
+     .flags = API_NULLABLE | API_RANGE,
+     .min = 1,
+     .max = 1024,
+     API_AT(struct count_args, name_regex, api_codec_str_null)},
+    {.name = "transport",
+     .type = API_T_ENUM,
+     .flags = API_REQUIRED,
+     .choices = transport_values,
+     API_AT(struct count_args, transport, api_codec_enum)},
+    {.name = "ssh_credentials", .type = API_T_INT, .flags = API_NULLABLE},
+};
+
 static void task_free(void *arg)
 {
     struct repl_task *t = arg;
@@ -396,23 +519,20 @@ static void task_free(void *arg)
     }
     free(t->items);
     select_free(&t->sel);
-    json_decref(t->args);
+    api_fields_clear(onetime_fields, ARRAY_SIZE(onetime_fields), t);
     free(t);
 }
 
 /* zettarepl's get_source_dataset_base: the sources' common path, cut back
  * to a whole component when it is not an ancestor of all of them. */
-static void source_base(json_t *sources, char *out, size_t len)
+static void source_base(const struct api_strv *sources, char *out, size_t len)
 {
-    size_t i, n = 0;
-    json_t *v;
-    const char *first = json_string_value(json_array_get(sources, 0));
+    size_t n;
 
-    snprintf(out, len, "%s", first);
+    snprintf(out, len, "%s", sources->n ? sources->v[0] : "");
     n = strlen(out);
-    json_array_foreach(sources, i, v)
-    {
-        const char *s = json_string_value(v);
+    for (size_t i = 0; i < sources->n; i++) {
+        const char *s = sources->v[i];
         size_t k = 0;
         while (k < n && s[k] == out[k])
             k++;
@@ -420,9 +540,8 @@ static void source_base(json_t *sources, char *out, size_t len)
     }
     out[n] = '\0';
     /* os.path.commonpath works on components */
-    json_array_foreach(sources, i, v)
-    {
-        const char *s = json_string_value(v);
+    for (size_t i = 0; i < sources->n; i++) {
+        const char *s = sources->v[i];
         if (!(s[n] == '\0' || s[n] == '/')) {
             char *slash = strrchr(out, '/');
             n = slash ? (size_t)(slash - out) : 0;
@@ -437,7 +556,7 @@ static void source_base(json_t *sources, char *out, size_t len)
 /* get_target_dataset: target + the path of src below the sources' base. */
 static int target_of(const struct repl_task *t, const char *src, char *out, size_t len)
 {
-    const char *target = json_string_value(json_object_get(t->args, "target_dataset"));
+    const char *target = t->target;
     size_t bl = strlen(t->base_prefix);
     const char *rel = src + bl;
     int n;
@@ -456,14 +575,9 @@ static bool is_child_or_self(const char *child, const char *parent)
 
 static bool excluded(const struct repl_task *t, const char *name)
 {
-    json_t *ex = json_object_get(t->args, "exclude"), *v;
-    size_t i;
-
-    json_array_foreach(ex, i, v)
-    {
-        if (is_child_or_self(name, json_string_value(v)))
+    for (size_t i = 0; i < t->exclude.n; i++)
+        if (is_child_or_self(name, t->exclude.v[i]))
             return true;
-    }
     return false;
 }
 
@@ -1372,7 +1486,6 @@ static pthread_mutex_t repl_mutex = PTHREAD_MUTEX_INITIALIZER;
 static int onetime_job(struct job *job, void *arg, json_t **result)
 {
     struct repl_task *t = arg;
-    json_t *sources = json_object_get(t->args, "source_datasets"), *v;
     size_t i;
     int rc = 0;
 
@@ -1380,11 +1493,8 @@ static int onetime_job(struct job *job, void *arg, json_t **result)
     jobs_progress(job, 0, "Waiting for other replication jobs");
     pthread_mutex_lock(&repl_mutex);
     jobs_progress(job, 0, "Planning");
-    json_array_foreach(sources, i, v)
-    {
-        if (rc == 0)
-            rc = collect_sources(t, json_string_value(v));
-    }
+    for (i = 0; rc == 0 && i < t->sources.n; i++)
+        rc = collect_sources(t, t->sources.v[i]);
     for (i = 0; rc == 0 && i < t->nitems; i++)
         rc = plan_item(t, &t->items[i]);
     for (i = 0; rc == 0 && i < t->nitems; i++)
@@ -1413,22 +1523,12 @@ static int onetime_job(struct job *job, void *arg, json_t **result)
 
 #define F(name) "replication.run_onetime." name
 
-static bool nonnull(json_t *data, const char *key)
-{
-    json_t *v = json_object_get(data, key);
-    return v && !json_is_null(v);
-}
-
-static void check_schemas(struct api_call *call, json_t *list, const char *field,
+static void check_schemas(struct api_call *call, const struct api_strv *list, const char *field,
                           struct repl_select *sel)
 {
-    json_t *v;
-    size_t i;
-
-    json_array_foreach(list, i, v)
-    {
+    for (size_t i = 0; i < list->n; i++) {
         char why[256], path[96];
-        if (repl_schema_check(json_string_value(v), why, sizeof(why)) < 0) {
+        if (repl_schema_check(list->v[i], why, sizeof(why)) < 0) {
             snprintf(path, sizeof(path), "%s.%zu", field, i);
             api_verr(call, path, EINVAL, "%s", why);
             continue;
@@ -1437,7 +1537,7 @@ static void check_schemas(struct api_call *call, json_t *list, const char *field
             char **nv = realloc(sel->schemas, (sel->nschemas + 1) * sizeof(*nv));
             if (nv) {
                 sel->schemas = nv;
-                sel->schemas[sel->nschemas] = strdup(json_string_value(v));
+                sel->schemas[sel->nschemas] = strdup(list->v[i]);
                 if (sel->schemas[sel->nschemas])
                     sel->nschemas++;
             }
@@ -1459,39 +1559,33 @@ static int64_t unit_seconds(const char *u)
 /* The direction's own rules (TrueNAS's ReplicationModel checks, in its
  * order): blockd has no periodic snapshot tasks, and push and pull each
  * want a different way of naming the snapshots to send. */
-static void onetime_check_direction(struct api_call *call, json_t *data, bool push)
+static void onetime_check_direction(struct api_call *call, const struct repl_task *t)
 {
-    json_t *ns = json_object_get(data, "naming_schema");
-    json_t *aln = json_object_get(data, "also_include_naming_schema");
-    const char *regex = json_string_value(json_object_get(data, "name_regex"));
     char path[96];
-    json_t *v;
-    size_t i;
 
-    json_array_foreach(json_object_get(data, "periodic_snapshot_tasks"), i, v)
-    {
+    for (size_t i = 0; i < t->periodic_tasks; i++) {
         snprintf(path, sizeof(path), F("periodic_snapshot_tasks.%zu"), i);
         api_verr(call, path, ENOTSUP,
-                 push ? "replication bound to periodic snapshot tasks is not supported: give "
-                        "the task's naming schema as also_include_naming_schema"
-                      : "Pull replication can't be bound to a periodic snapshot task");
+                 t->push ? "replication bound to periodic snapshot tasks is not supported: give "
+                           "the task's naming schema as also_include_naming_schema"
+                         : "Pull replication can't be bound to a periodic snapshot task");
     }
-    if (push) {
-        if (json_array_size(ns))
+    if (t->push) {
+        if (t->naming_schema.n)
             api_verr(call, F("naming_schema"), EINVAL,
                      "This field has no sense for push replication");
-        if (!json_array_size(aln) && !regex)
+        if (!t->also_include.n && !t->name_regex)
             api_verr(call, F("periodic_snapshot_tasks"), EINVAL,
                      "You must at least either bind a periodic snapshot task or provide \"Also "
                      "Include Naming Schema\" or \"Name Regex\" for push replication task");
     } else {
-        if (!json_array_size(ns) && !regex)
+        if (!t->naming_schema.n && !t->name_regex)
             api_verr(call, F("naming_schema"), EINVAL,
                      "Naming schema or Name regex are required for pull replication");
-        if (json_array_size(aln))
+        if (t->also_include.n)
             api_verr(call, F("also_include_naming_schema"), EINVAL,
                      "This field has no sense for pull replication");
-        if (json_is_true(json_object_get(data, "hold_pending_snapshots")))
+        if (t->hold_pending_snapshots)
             api_verr(call, F("hold_pending_snapshots"), EINVAL,
                      "Pull replication tasks can't hold pending snapshots because they don't do "
                      "source retention");
@@ -1500,73 +1594,64 @@ static void onetime_check_direction(struct api_call *call, json_t *data, bool pu
 
 /* Transport LOCAL (the only one, checked before): every SSH, netcat and
  * network field is an error rather than silently ignored. */
-static void onetime_check_local_transport(struct api_call *call, json_t *data)
+static void onetime_check_local_transport(struct api_call *call, const struct repl_task *t)
 {
-    static const char *const nc[] = {"netcat_active_side_listen_address",
-                                     "netcat_active_side_port_min", "netcat_active_side_port_max",
-                                     "netcat_passive_side_connect_address"};
-    char path[96];
-    size_t i;
+    const struct {
+        const char *field;
+        bool given;
+    } nc[] = {{F("netcat_active_side_listen_address"), t->netcat_listen},
+              {F("netcat_active_side_port_min"), t->netcat_port_min},
+              {F("netcat_active_side_port_max"), t->netcat_port_max},
+              {F("netcat_passive_side_connect_address"), t->netcat_connect}};
 
-    if (nonnull(data, "netcat_active_side"))
+    if (t->netcat_side)
         api_verr(call, F("netcat_active_side"), EINVAL,
                  "This field only has sense for SSH+netcat replication");
-    for (i = 0; i < ARRAY_SIZE(nc); i++)
-        if (nonnull(data, nc[i])) {
-            snprintf(path, sizeof(path), F("%s"), nc[i]);
-            api_verr(call, path, EINVAL, "This field only has sense for SSH+netcat replication");
-        }
-    if (nonnull(data, "ssh_credentials"))
+    for (size_t i = 0; i < ARRAY_SIZE(nc); i++)
+        if (nc[i].given)
+            api_verr(call, nc[i].field, EINVAL,
+                     "This field only has sense for SSH+netcat replication");
+    if (t->ssh_credentials)
         api_verr(call, F("ssh_credentials"), EINVAL,
                  "Remote credentials have no sense for local replication");
-    if (nonnull(data, "compression"))
+    if (t->compression)
         api_verr(call, F("compression"), EINVAL, "Compression has no sense for local replication");
-    if (nonnull(data, "speed_limit"))
+    if (t->speed_limit)
         api_verr(call, F("speed_limit"), EINVAL, "Speed limit has no sense for local replication");
 }
 
 /* True when name is a strict descendant of one of the source datasets:
  * "exclude" may only name children of what is sent. */
-static bool onetime_is_source_child(json_t *sources, const char *name)
+static bool onetime_is_source_child(const struct api_strv *sources, const char *name)
 {
-    json_t *s;
-    size_t k;
     bool child = false;
 
-    json_array_foreach(sources, k, s)
-    {
-        size_t n = strlen(json_string_value(s));
-        if (strncmp(name, json_string_value(s), n) == 0 && name[n] == '/')
+    for (size_t k = 0; k < sources->n; k++) {
+        size_t n = strlen(sources->v[k]);
+        if (strncmp(name, sources->v[k], n) == 0 && name[n] == '/')
             child = true;
     }
     return child;
 }
 
-/* Dataset names and the recursion/exclude pair; sets t->recursive, which
- * the exclude check needs. */
-static void onetime_check_datasets(struct api_call *call, json_t *data, struct repl_task *t)
+/* Dataset names and the recursion/exclude pair. */
+static void onetime_check_datasets(struct api_call *call, const struct repl_task *t)
 {
-    json_t *sources = json_object_get(data, "source_datasets"), *v;
     char why[256], path[96];
-    size_t i;
 
-    json_array_foreach(sources, i, v)
-    {
-        if (name_check_dataset(json_string_value(v), false, why, sizeof(why)) < 0) {
+    for (size_t i = 0; i < t->sources.n; i++) {
+        if (name_check_dataset(t->sources.v[i], false, why, sizeof(why)) < 0) {
             snprintf(path, sizeof(path), F("source_datasets.%zu"), i);
             api_verr(call, path, EINVAL, "%s", why);
         }
     }
-    if (name_check_dataset(json_string_value(json_object_get(data, "target_dataset")), false, why,
-                           sizeof(why)) < 0)
+    if (name_check_dataset(t->target, false, why, sizeof(why)) < 0)
         api_verr(call, F("target_dataset"), EINVAL, "%s", why);
-    t->recursive = json_is_true(json_object_get(data, "recursive"));
-    if (!t->recursive && json_array_size(json_object_get(data, "exclude")))
+    if (!t->recursive && t->exclude.n)
         api_verr(call, F("exclude"), EINVAL,
                  "Excluding child datasets is only supported for recursive replication");
-    json_array_foreach(json_object_get(data, "exclude"), i, v)
-    {
-        if (!onetime_is_source_child(sources, json_string_value(v))) {
+    for (size_t i = 0; i < t->exclude.n; i++) {
+        if (!onetime_is_source_child(&t->sources, t->exclude.v[i])) {
             snprintf(path, sizeof(path), F("exclude.%zu"), i);
             api_verr(call, path, EINVAL, "This dataset is not a child of any of source datasets");
         }
@@ -1576,28 +1661,24 @@ static void onetime_check_datasets(struct api_call *call, json_t *data, struct r
 /* Which snapshots are sent: the naming schemas the direction uses are
  * compiled into t->sel, the others only checked; a regex excludes both
  * schemas and a custom retention (it has no date to age). */
-static void onetime_check_selection(struct api_call *call, json_t *data, bool push,
-                                    struct repl_task *t)
+static void onetime_check_selection(struct api_call *call, struct repl_task *t)
 {
-    json_t *ns = json_object_get(data, "naming_schema");
-    json_t *aln = json_object_get(data, "also_include_naming_schema");
-    const char *regex = json_string_value(json_object_get(data, "name_regex"));
-    const char *ret = json_string_value(json_object_get(data, "retention_policy"));
+    const struct api_strv *ns = &t->naming_schema, *aln = &t->also_include;
     char why[256];
 
-    check_schemas(call, push ? aln : ns,
-                  push ? F("also_include_naming_schema") : F("naming_schema"), &t->sel);
-    check_schemas(call, push ? ns : aln,
-                  push ? F("naming_schema") : F("also_include_naming_schema"), NULL);
-    if (!regex)
+    check_schemas(call, t->push ? aln : ns,
+                  t->push ? F("also_include_naming_schema") : F("naming_schema"), &t->sel);
+    check_schemas(call, t->push ? ns : aln,
+                  t->push ? F("naming_schema") : F("also_include_naming_schema"), NULL);
+    if (!t->name_regex)
         return;
-    if (repl_regex_compile(regex, &t->sel.regex, why, sizeof(why)) < 0)
+    if (repl_regex_compile(t->name_regex, &t->sel.regex, why, sizeof(why)) < 0)
         api_verr(call, F("name_regex"), EINVAL, "%s", why);
     else
         t->sel.use_regex = true;
-    if (json_array_size(ns) || json_array_size(aln))
+    if (ns->n || aln->n)
         api_verr(call, F("name_regex"), EINVAL, "Naming regex can't be used with Naming schema");
-    if (strcmp(ret, "CUSTOM") == 0)
+    if (t->retention == RET_CUSTOM)
         api_verr(call, F("retention_policy"), EINVAL,
                  "Only `Same as Source` and `None` retention policies can be used with Naming "
                  "regex");
@@ -1605,121 +1686,109 @@ static void onetime_check_selection(struct api_call *call, json_t *data, bool pu
 
 /* A custom retention needs its lifetime; the other policies must not
  * carry one (TrueNAS refuses it rather than ignoring it). */
-static void onetime_check_retention(struct api_call *call, json_t *data)
+static void onetime_check_retention(struct api_call *call, const struct repl_task *t)
 {
-    static const char *const lt[] = {"lifetime_value", "lifetime_unit"};
-    const char *ret = json_string_value(json_object_get(data, "retention_policy"));
-    char path[96];
-    size_t i;
-
-    if (strcmp(ret, "CUSTOM") == 0) {
-        if (!nonnull(data, "lifetime_value"))
+    if (t->retention == RET_CUSTOM) {
+        if (!t->lifetime_value)
             api_verr(call, F("lifetime_value"), EINVAL,
                      "This field is required for custom retention policy");
-        if (!nonnull(data, "lifetime_unit"))
+        if (!t->lifetime_unit)
             api_verr(call, F("lifetime_unit"), EINVAL,
                      "This field is required for custom retention policy");
         return;
     }
-    for (i = 0; i < ARRAY_SIZE(lt); i++)
-        if (nonnull(data, lt[i])) {
-            snprintf(path, sizeof(path), F("%s"), lt[i]);
-            api_verr(call, path, EINVAL, "This field has no sense for specified retention policy");
-        }
-    if (json_array_size(json_object_get(data, "lifetimes")))
+    if (t->lifetime_value)
+        api_verr(call, F("lifetime_value"), EINVAL,
+                 "This field has no sense for specified retention policy");
+    if (t->lifetime_unit)
+        api_verr(call, F("lifetime_unit"), EINVAL,
+                 "This field has no sense for specified retention policy");
+    if (t->lifetimes)
         api_verr(call, F("lifetimes"), EINVAL,
                  "This field has no sense for specified retention policy");
 }
 
 /* A valid request that asks for something blockd's LOCAL replication does
  * not do: the first such feature's description, or NULL. */
-static const char *onetime_unsupported(json_t *data)
+static const char *onetime_unsupported(const struct repl_task *t)
 {
-    if (json_is_true(json_object_get(data, "replicate")))
+    if (t->replicate)
         return "full filesystem replication (replicate)";
-    if (json_is_true(json_object_get(data, "encryption")))
+    if (t->encryption)
         return "encrypting the target (encryption)";
-    if (nonnull(data, "restrict_schedule"))
+    if (t->restrict_schedule)
         return "restrict_schedule";
-    if (json_array_size(json_object_get(data, "lifetimes")))
+    if (t->lifetimes)
         return "per-schedule lifetimes (lifetimes)";
-    if (json_array_size(json_object_get(data, "properties_exclude")) ||
-        json_object_size(json_object_get(data, "properties_override")))
+    if (t->properties_exclude || t->properties_override)
         return "properties_exclude / properties_override";
     return NULL;
 }
 
-/* Copy the checked request into the task the job runs. */
-static void onetime_task_fill(struct repl_task *t, json_t *data)
+/* What the job derives from the checked arguments. */
+static void onetime_task_fill(struct repl_task *t)
 {
-    const char *ret = json_string_value(json_object_get(data, "retention_policy"));
-    json_t *v;
-
-    t->args = json_incref(data);
-    t->allow_from_scratch = json_is_true(json_object_get(data, "allow_from_scratch"));
-    t->only_from_scratch = json_is_true(json_object_get(data, "only_from_scratch"));
-    t->properties = !json_is_false(json_object_get(data, "properties"));
-    v = json_object_get(data, "readonly");
-    t->readonly = !v || strcmp(json_string_value(v), "SET") == 0 ? RO_SET
-                  : strcmp(json_string_value(v), "REQUIRE") == 0 ? RO_REQUIRE
-                                                                 : RO_IGNORE;
-    t->retention = strcmp(ret, "SOURCE") == 0   ? RET_SOURCE
-                   : strcmp(ret, "CUSTOM") == 0 ? RET_CUSTOM
-                                                : RET_NONE;
     if (t->retention == RET_CUSTOM) {
-        t->lifetime_value = (int)json_integer_value(json_object_get(data, "lifetime_value"));
-        t->lifetime_unit = json_string_value(json_object_get(data, "lifetime_unit"));
         t->lifetime_s = (int64_t)t->lifetime_value * unit_seconds(t->lifetime_unit);
         if (!t->lifetime_s) /* months/years for the "do not send" guess */
             t->lifetime_s = (int64_t)t->lifetime_value *
                             (strcmp(t->lifetime_unit, "MONTH") == 0 ? 31 : 366) * 86400;
     }
-    source_base(json_object_get(data, "source_datasets"), t->base_prefix, sizeof(t->base_prefix));
+    source_base(&t->sources, t->base_prefix, sizeof(t->base_prefix));
+}
+
+/* The arguments (checked against onetime_fields by the dispatcher) into
+ * a new task: the table's defaults, then the keys given. NULL (ENOMEM). */
+static struct repl_task *onetime_decode(json_t *data)
+{
+    struct repl_task *t = calloc(1, sizeof(*t));
+
+    if (t && (api_fields_defaults(onetime_fields, ARRAY_SIZE(onetime_fields), t) < 0 ||
+              api_fields_decode(onetime_fields, ARRAY_SIZE(onetime_fields), data, t) < 0)) {
+        task_free(t);
+        t = NULL;
+    }
+    if (t)
+        t->push = t->direction == DIRECTION_PUSH;
+    return t;
 }
 
 /* replication.run_onetime: decode -> check (every field error reported
  * together, as TrueNAS does) -> refuse what blockd does not do -> start
- * the job. The parameter shapes were checked by the dispatcher against
- * onetime_fields. */
+ * the job. */
 static int m_run_onetime(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *data = api_param(params, 0);
-    const char *transport = json_string_value(json_object_get(data, "transport"));
+    struct repl_task *t = onetime_decode(api_param(params, 0));
     const char *what;
-    struct repl_task *t;
-    bool push;
     int rc;
 
-    if (strcmp(transport, "LOCAL") != 0)
-        return api_error(call, ENOTSUP,
-                         "Replication transport %s is not supported: blockd replicates between "
-                         "its own pools only (supported transports: LOCAL)",
-                         transport);
-    push = strcmp(json_string_value(json_object_get(data, "direction")), "PUSH") == 0;
-    t = calloc(1, sizeof(*t));
     if (!t)
         return api_error(call, ENOMEM, "out of memory");
-    t->push = push;
-    onetime_check_direction(call, data, push);
-    onetime_check_local_transport(call, data);
-    onetime_check_datasets(call, data, t);
-    onetime_check_selection(call, data, push, t);
-    onetime_check_retention(call, data);
+    if (t->transport != TRANSPORT_LOCAL) {
+        rc = api_error(call, ENOTSUP,
+                       "Replication transport %s is not supported: blockd replicates between "
+                       "its own pools only (supported transports: LOCAL)",
+                       transport_values[t->transport]);
+        goto fail;
+    }
+    onetime_check_direction(call, t);
+    onetime_check_local_transport(call, t);
+    onetime_check_datasets(call, t);
+    onetime_check_selection(call, t);
+    onetime_check_retention(call, t);
     if (api_has_verrs(call)) {
         rc = api_invalid(call);
         goto fail;
     }
-    what = onetime_unsupported(data);
+    what = onetime_unsupported(t);
     if (what) {
         rc = api_error(call, ENOTSUP, "%s is not supported by blockd's LOCAL replication", what);
         goto fail;
     }
-    onetime_task_fill(t, data);
-    log_info("replication: run_onetime %s → %s (%s%s) by %s",
-             json_string_value(json_array_get(json_object_get(data, "source_datasets"), 0)),
-             json_string_value(json_object_get(data, "target_dataset")),
-             t->recursive ? "recursive, " : "",
-             json_string_value(json_object_get(data, "retention_policy")), api_call_peer(call));
+    onetime_task_fill(t);
+    log_info("replication: run_onetime %s → %s (%s%s) by %s", t->sources.v[0], t->target,
+             t->recursive ? "recursive, " : "", retention_values[t->retention],
+             api_call_peer(call));
     return jobs_submit(call, params, "Replication", onetime_job, t, task_free, result);
 
 fail:
@@ -1736,39 +1805,43 @@ static int m_list_naming_schemas(struct api_call *call, json_t *params, json_t *
     return *result ? 0 : api_error(call, ENOMEM, "out of memory");
 }
 
+/* The schemas and regex of a as a selection; field errors on call. */
+static void count_select(struct api_call *call, const struct count_args *a, struct repl_select *sel)
+{
+    char why[256];
+
+    check_schemas(call, &a->naming_schema,
+                  "replication.count_eligible_manual_snapshots.naming_schema", sel);
+    if (!a->name_regex)
+        return;
+    if (repl_regex_compile(a->name_regex, &sel->regex, why, sizeof(why)) < 0)
+        api_verr(call, "replication.count_eligible_manual_snapshots.name_regex", EINVAL, "%s", why);
+    else
+        sel->use_regex = true;
+}
+
 static int m_count_eligible(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *data, *v;
+    struct count_args a = {0};
     struct repl_select sel = {0};
-    const char *regex;
-    char why[256];
-    size_t i;
     json_int_t total = 0, eligible = 0;
+    int rc = 0;
 
-    data = api_param(params, 0); /* checked against count_fields by the dispatcher */
-    if (strcmp(json_string_value(json_object_get(data, "transport")), "LOCAL") != 0)
-        return api_error(call, ENOTSUP,
-                         "Replication transport %s is not supported: blockd replicates between "
-                         "its own pools only (supported transports: LOCAL)",
-                         json_string_value(json_object_get(data, "transport")));
-    check_schemas(call, json_object_get(data, "naming_schema"),
-                  "replication.count_eligible_manual_snapshots.naming_schema", &sel);
-    regex = json_string_value(json_object_get(data, "name_regex"));
-    if (regex) {
-        if (repl_regex_compile(regex, &sel.regex, why, sizeof(why)) < 0)
-            api_verr(call, "replication.count_eligible_manual_snapshots.name_regex", EINVAL, "%s",
-                     why);
-        else
-            sel.use_regex = true;
-    }
-    if (api_has_verrs(call)) {
-        select_free(&sel);
-        return api_invalid(call);
-    }
-    json_array_foreach(json_object_get(data, "datasets"), i, v)
-    {
+    /* checked against count_fields by the dispatcher */
+    if (api_fields_decode(count_fields, ARRAY_SIZE(count_fields), api_param(params, 0), &a) < 0)
+        rc = api_error(call, ENOMEM, "out of memory");
+    else if (a.transport != TRANSPORT_LOCAL)
+        rc = api_error(call, ENOTSUP,
+                       "Replication transport %s is not supported: blockd replicates between "
+                       "its own pools only (supported transports: LOCAL)",
+                       transport_values[a.transport]);
+    if (rc == 0)
+        count_select(call, &a, &sel);
+    if (rc == 0 && api_has_verrs(call))
+        rc = api_invalid(call);
+    for (size_t i = 0; rc == 0 && i < a.datasets.n; i++) {
         struct snaps s;
-        if (snaps_list(json_string_value(v), &sel, &s) < 0)
+        if (snaps_list(a.datasets.v[i], &sel, &s) < 0)
             continue;
         total += (json_int_t)s.n;
         for (size_t k = 0; k < s.n; k++)
@@ -1776,6 +1849,9 @@ static int m_count_eligible(struct api_call *call, json_t *params, json_t **resu
         snaps_free(&s);
     }
     select_free(&sel);
+    api_fields_clear(count_fields, ARRAY_SIZE(count_fields), &a);
+    if (rc < 0)
+        return rc;
     *result = json_pack("{s:I, s:I}", "total", total, "eligible", eligible);
     return *result ? 0 : api_error(call, ENOMEM, "out of memory");
 }

@@ -10,12 +10,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "api/fields.h"
 #include "api/validate.h"
 #include "control/snapdiff.h"
 #include "core/log.h"
 #include "core/util.h"
 
-#define RESULTS_DEFAULT 10000
 #define RESULTS_MAX 100000
 
 struct page {
@@ -46,21 +46,87 @@ static int open_error(struct api_call *call, int rc, const char *field, const ch
     return api_invalid(call);
 }
 
+/* A request of either method, decoded once by its table (owned:
+ * api_fields_clear). */
+struct diff_req {
+    char *base, *target; /* changed_blocks */
+    char *snapshot;      /* allocated_blocks */
+    int64_t offset;
+    int64_t length;      /* -1 when not given: to the end */
+    int64_t max_results; /* a page's size: 10000 unless given */
+};
+
+#define AT(member, codec) API_AT(struct diff_req, member, codec)
+#define RANGE_FIELDS                                                                               \
+    {.name = "offset",                                                                             \
+     .type = API_T_INT,                                                                            \
+     .flags = API_RANGE,                                                                           \
+     .min = 0,                                                                                     \
+     .max = INT64_MAX,                                                                             \
+     .def = "0",                                                                                   \
+     AT(offset, api_codec_i64)},                                                                   \
+        {.name = "length",                                                                         \
+         .type = API_T_INT,                                                                        \
+         .flags = API_RANGE,                                                                       \
+         .min = 0,                                                                                 \
+         .max = INT64_MAX,                                                                         \
+         AT(length, api_codec_i64)},                                                               \
+    {                                                                                              \
+        .name = "max_results", .type = API_T_INT, .flags = API_RANGE, .min = 1,                    \
+        .max = RESULTS_MAX, .def = "10000", AT(max_results, api_codec_i64)                         \
+    }
+
+static const struct api_field changed_fields[] = {
+    {.name = "base",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = 2 * NAME_DATASET_MAX,
+     AT(base, api_codec_str)},
+    {.name = "target",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = 2 * NAME_DATASET_MAX,
+     AT(target, api_codec_str)},
+    RANGE_FIELDS,
+};
+static const struct api_field allocated_fields[] = {
+    {.name = "snapshot",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = 2 * NAME_DATASET_MAX,
+     AT(snapshot, api_codec_str)},
+    RANGE_FIELDS,
+};
+#undef RANGE_FIELDS
+#undef AT
+
+/* params[0] (checked against fields by the dispatcher) into *r: the
+ * table's defaults, then the keys given. 0 or -ENOMEM. */
+static int diff_decode(json_t *params, const struct api_field *fields, size_t n, struct diff_req *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->length = -1;
+    int rc = api_fields_defaults(fields, n, r);
+    return rc < 0 ? rc : api_fields_decode(fields, n, api_param(params, 0), r);
+}
+
 /* offset and length (defaults: 0 and the rest) checked against size. */
-static int range_of(struct api_call *call, json_t *data, uint64_t size, uint64_t *off,
+static int range_of(struct api_call *call, const struct diff_req *r, uint64_t size, uint64_t *off,
                     uint64_t *len)
 {
-    json_t *jo = json_object_get(data, "offset"), *jl = json_object_get(data, "length");
     char path[128];
 
-    *off = jo ? (uint64_t)json_integer_value(jo) : 0;
+    *off = (uint64_t)r->offset;
     if (*off > size) {
         snprintf(path, sizeof(path), "%s.offset", api_call_method(call));
         api_verr(call, path, EINVAL, "offset %llu is past the end (%llu bytes)",
                  (unsigned long long)*off, (unsigned long long)size);
         return api_invalid(call);
     }
-    *len = jl ? (uint64_t)json_integer_value(jl) : size - *off;
+    *len = r->length >= 0 ? (uint64_t)r->length : size - *off;
     if (*len > size - *off) {
         snprintf(path, sizeof(path), "%s.length", api_call_method(call));
         api_verr(call, path, EINVAL, "offset %llu + length %llu is past the end (%llu bytes)",
@@ -70,16 +136,14 @@ static int range_of(struct api_call *call, json_t *data, uint64_t size, uint64_t
     return 0;
 }
 
-static int run_page(struct api_call *call, json_t *data, struct ds_diff *d, bool changed,
-                    json_t **result)
+static int run_page(struct api_call *call, const struct diff_req *r, struct ds_diff *d,
+                    bool changed, json_t **result)
 {
-    json_t *jm = json_object_get(data, "max_results");
-    struct page p = {.ranges = json_array(),
-                     .max = jm ? (size_t)json_integer_value(jm) : RESULTS_DEFAULT,
-                     .next_offset = UINT64_MAX};
+    struct page p = {
+        .ranges = json_array(), .max = (size_t)r->max_results, .next_offset = UINT64_MAX};
     uint64_t off = 0, len = 0;
 
-    if (range_of(call, data, d->size, &off, &len) < 0) {
+    if (range_of(call, r, d->size, &off, &len) < 0) {
         json_decref(p.ranges);
         return -1;
     }
@@ -98,59 +162,53 @@ static int run_page(struct api_call *call, json_t *data, struct ds_diff *d, bool
     return *result ? 0 : api_error(call, ENOMEM, "out of memory");
 }
 
+/* The page of r over the open d, then r and d released. */
+static int diff_page(struct api_call *call, struct diff_req *r, struct ds_diff *d, bool changed,
+                     int open_rc, const char *field, const char *why, json_t **result)
+{
+    int rc =
+        open_rc < 0 ? open_error(call, open_rc, field, why) : run_page(call, r, d, changed, result);
+
+    ds_diff_close(d);
+    return rc;
+}
+
 static int m_changed_blocks(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *data = api_param(params, 0);
-    const char *base = json_string_value(json_object_get(data, "base"));
-    const char *target = json_string_value(json_object_get(data, "target"));
-    const char *field;
+    struct diff_req r;
+    const char *field = NULL;
     char why[640];
     struct ds_diff d;
+    int rc = diff_decode(params, changed_fields, ARRAY_SIZE(changed_fields), &r);
 
-    int rc = ds_diff_open(base, target, &d, &field, why, sizeof(why));
     if (rc < 0) {
-        ds_diff_close(&d);
-        return open_error(call, rc, field, why);
+        api_fields_clear(changed_fields, ARRAY_SIZE(changed_fields), &r);
+        return api_error(call, ENOMEM, "out of memory");
     }
-    rc = run_page(call, data, &d, true, result);
-    ds_diff_close(&d);
+    rc = ds_diff_open(r.base, r.target, &d, &field, why, sizeof(why));
+    rc = diff_page(call, &r, &d, true, rc, field, why, result);
+    api_fields_clear(changed_fields, ARRAY_SIZE(changed_fields), &r);
     return rc;
 }
 
 static int m_allocated_blocks(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *data = api_param(params, 0);
-    const char *snap = json_string_value(json_object_get(data, "snapshot"));
-    const char *field;
+    struct diff_req r;
+    const char *field = NULL;
     char why[640];
     struct ds_diff d;
+    int rc = diff_decode(params, allocated_fields, ARRAY_SIZE(allocated_fields), &r);
 
-    int rc = ds_diff_open_one(snap, &d, &field, why, sizeof(why));
     if (rc < 0) {
-        ds_diff_close(&d);
-        return open_error(call, rc, field, why);
+        api_fields_clear(allocated_fields, ARRAY_SIZE(allocated_fields), &r);
+        return api_error(call, ENOMEM, "out of memory");
     }
-    rc = run_page(call, data, &d, false, result);
-    ds_diff_close(&d);
+    rc = ds_diff_open_one(r.snapshot, &d, &field, why, sizeof(why));
+    rc = diff_page(call, &r, &d, false, rc, field, why, result);
+    api_fields_clear(allocated_fields, ARRAY_SIZE(allocated_fields), &r);
     return rc;
 }
 
-#define RANGE_FIELDS                                                                               \
-    {.name = "offset", .type = API_T_INT, .flags = API_RANGE, .min = 0, .max = INT64_MAX},         \
-        {.name = "length", .type = API_T_INT, .flags = API_RANGE, .min = 0, .max = INT64_MAX},     \
-    {                                                                                              \
-        .name = "max_results", .type = API_T_INT, .flags = API_RANGE, .min = 1, .max = RESULTS_MAX \
-    }
-
-static const struct api_field changed_fields[] = {
-    API_FIELD_STRING("base", API_REQUIRED, 1, 2 * NAME_DATASET_MAX),
-    API_FIELD_STRING("target", API_REQUIRED, 1, 2 * NAME_DATASET_MAX),
-    RANGE_FIELDS,
-};
-static const struct api_field allocated_fields[] = {
-    API_FIELD_STRING("snapshot", API_REQUIRED, 1, 2 * NAME_DATASET_MAX),
-    RANGE_FIELDS,
-};
 static const struct api_arg changed_args[] = {API_ARG_OBJECT("data", changed_fields, 0)};
 static const struct api_arg allocated_args[] = {API_ARG_OBJECT("data", allocated_fields, 0)};
 

@@ -129,12 +129,34 @@ void ds_snap_props_encode(int64_t id, json_t *row)
 
 /* ---- pool.snapshot.update ---- */
 
+/* pool.snapshot.update's data, decoded by ds_snap_update_fields. */
+struct snap_update {
+    struct ds_user_props props; /* user_properties_update */
+    struct api_strv remove;     /* user_properties_remove: names */
+};
+
+static const struct api_field remove_item = {
+    .type = API_T_STRING, .flags = API_RANGE, .min = 3, .max = DS_USER_PROP_KEY_MAX};
+
+const struct api_field ds_snap_update_fields[DS_SNAP_UPDATE_NFIELDS] = {
+    DS_USER_PROPS_FIELD("user_properties_update", &ds_user_prop_update_item, struct snap_update,
+                        props),
+    {.name = "user_properties_remove",
+     .type = API_T_ARRAY,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = 256,
+     .items = &remove_item,
+     API_AT(struct snap_update, remove, api_codec_strv)},
+};
+
 /* user_properties_remove's names into *out as removals (after the
  * updates, so that one list cannot undo the other silently: a key in both
  * is refused). Field errors on call. */
-static int update_removals(struct api_call *call, json_t *names, struct ds_user_props *out)
+static int update_removals(struct api_call *call, const struct api_strv *names,
+                           struct ds_user_props *out)
 {
-    size_t n = json_array_size(names), base = out->n;
+    size_t n = names->n, base = out->n;
     struct ds_user_prop *grown;
     char field[128];
 
@@ -145,18 +167,18 @@ static int update_removals(struct api_call *call, json_t *names, struct ds_user_
         return api_error(call, ENOMEM, "out of memory");
     out->v = grown;
     for (size_t i = 0; i < n; i++) {
-        json_t *jn = json_array_get(names, i);
-        const char *why = user_key_why(json_string_value(jn), json_string_length(jn));
+        const char *name = names->v[i];
+        const char *why = user_key_why(name, strlen(name)); /* a NUL: the table refused it */
 
         snprintf(field, sizeof(field), "%s.user_properties_remove.%zu", api_call_method(call), i);
         for (size_t k = 0; !why && k < base; k++)
-            if (strcmp(out->v[k].key, json_string_value(jn)) == 0)
+            if (strcmp(out->v[k].key, name) == 0)
                 why = "also in user_properties_update";
         if (why)
             api_verr(call, field, EINVAL, "%s", why);
         memset(&out->v[out->n], 0, sizeof(out->v[0]));
-        out->v[out->n].key = strdup(json_string_value(jn));
-        out->v[out->n].key_len = json_string_length(jn);
+        out->v[out->n].key = strdup(name);
+        out->v[out->n].key_len = strlen(name);
         out->v[out->n].remove = true;
         if (!out->v[out->n++].key)
             return api_error(call, ENOMEM, "out of memory");
@@ -170,13 +192,18 @@ static int update_removals(struct api_call *call, json_t *names, struct ds_user_
  * names remove. 0 or -1 (the call's error set; *out freed). */
 static int update_decode(struct api_call *call, json_t *data, struct ds_user_props *out)
 {
+    struct snap_update u = {0};
     char field[128];
     int rc;
 
     snprintf(field, sizeof(field), "%s.user_properties_update", api_call_method(call));
-    rc = ds_user_props_decode(json_object_get(data, "user_properties_update"), out);
-    if (rc < 0)
+    rc = api_fields_decode(ds_snap_update_fields, DS_SNAP_UPDATE_NFIELDS, data, &u);
+    if (rc < 0) {
+        api_fields_clear(ds_snap_update_fields, DS_SNAP_UPDATE_NFIELDS, &u);
+        *out = (struct ds_user_props){0};
         return api_error(call, ENOMEM, "out of memory");
+    }
+    *out = u.props; /* the caller's from here on */
     /* ':', the reserved namespace, value xor remove: the dataset rules;
      * then what ZFS also asks of a snapshot's property name */
     ds_check_user_props(call, field, out, true);
@@ -193,7 +220,8 @@ static int update_decode(struct api_call *call, json_t *data, struct ds_user_pro
         if (why)
             api_verr(call, f, EINVAL, "%s", why);
     }
-    rc = update_removals(call, json_object_get(data, "user_properties_remove"), out);
+    rc = update_removals(call, &u.remove, out);
+    api_strv_clear(&u.remove);
     if (rc < 0 || api_has_verrs(call)) {
         ds_user_props_free(out);
         return api_has_verrs(call) ? api_invalid(call) : -1;

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "api/jobs.h"
+#include "api/fields.h"
 #include "api/validate.h"
 #include "control/cfgtx.h"
 #include "control/db.h"
@@ -40,64 +41,6 @@
 
 static const char *const onoff_values[] = {"ON", "OFF", NULL};
 static const char *const sync_values[] = {"STANDARD", "ALWAYS", "DISABLED", NULL};
-
-static const struct api_field snap_create_fields[] = {
-    API_FIELD_STRING("dataset", 0, 1, NAME_DATASET_MAX),
-    /* name, or naming_schema (strftime conversions, as TrueNAS's periodic
-     * snapshots name theirs): one of them (snap_create_names) */
-    API_FIELD_STRING("name", 0, 1, NAME_DATASET_MAX),
-    API_FIELD_STRING("naming_schema", 0, 1, NAME_DATASET_MAX),
-    {.name = "recursive", .type = API_T_BOOL},
-    /* TrueNAS options some clients always send; only their "off" values
-     * are accepted (see m_snapshot_create). */
-    {.name = "vmware_sync", .type = API_T_BOOL},
-    {.name = "suspend_vms", .type = API_T_BOOL},
-    {.name = "exclude", .type = API_T_ARRAY},
-    /* user properties {"ns:name": "value"} (snapshot_props.c) */
-    {.name = "properties", .type = API_T_OBJECT},
-};
-
-static const struct api_field update_item_fields[] = {
-    API_FIELD_STRING("key", API_REQUIRED, 3, DS_USER_PROP_KEY_MAX),
-    API_FIELD_STRING("value", 0, 0, DS_USER_PROP_VALUE_MAX),
-    {.name = "remove", .type = API_T_BOOL},
-};
-static const struct api_field update_item = {
-    .type = API_T_OBJECT, .fields = update_item_fields, .nfields = ARRAY_SIZE(update_item_fields)};
-static const struct api_field remove_item = {
-    .type = API_T_STRING, .flags = API_RANGE, .min = 3, .max = DS_USER_PROP_KEY_MAX};
-
-static const struct api_field snap_update_fields[] = {
-    DS_USER_PROPS_FIELD("user_properties_update", &update_item),
-    DS_USER_PROPS_FIELD("user_properties_remove", &remove_item),
-};
-
-static const struct api_field snap_delete_fields[] = {
-    {.name = "defer", .type = API_T_BOOL},
-    {.name = "recursive", .type = API_T_BOOL},
-};
-
-static const struct api_field clone_props_fields[] = {
-    {.name = "sync", .type = API_T_ENUM, .choices = sync_values},
-    {.name = "readonly", .type = API_T_ENUM, .choices = onoff_values},
-    API_FIELD_STRING("comments", 0, 0, DS_COMMENTS_MAX),
-};
-
-static const struct api_field clone_fields[] = {
-    API_FIELD_STRING("snapshot", API_REQUIRED, 1, NAME_DATASET_MAX),
-    API_FIELD_STRING("dataset_dst", API_REQUIRED, 1, NAME_DATASET_MAX),
-    {.name = "dataset_properties",
-     .type = API_T_OBJECT,
-     .fields = clone_props_fields,
-     .nfields = ARRAY_SIZE(clone_props_fields)},
-};
-
-static const struct api_field rollback_fields[] = {
-    {.name = "force", .type = API_T_BOOL},
-    /* ZFS -r: destroy the snapshots newer than the target. blockd can roll
-     * back to any snapshot without it; with it, the newer ones go. */
-    {.name = "recursive", .type = API_T_BOOL},
-};
 
 /*
  * A long copy (snapshot without reflink, clone, rollback) runs as a job
@@ -448,8 +391,13 @@ static int volume_lookup(struct api_call *call, const char *field, const char *n
 struct snap_create {
     struct api_call *call;
     json_t *params;
+    /* The request, decoded once by snap_create_fields (NULL: not given). */
+    char *req_dataset, *req_name, *naming_schema;
+    bool vmware_sync, suspend_vms;
+    struct api_strv exclude;
+    /* The state. */
     char dataset[DS_NAME_BUF];
-    const char *snap;           /* the new snapshot's name (in params, or named) */
+    const char *snap;           /* the new snapshot's name (req_name, or named) */
     char named[DS_NAME_BUF];    /* the name naming_schema gave */
     struct ds_user_props props; /* properties: user properties */
     char full[DS_NAME_BUF * 2];
@@ -458,15 +406,48 @@ struct snap_create {
     struct copy_work work;
 };
 
+#define AT(member, codec) API_AT(struct snap_create, member, codec)
+static const struct api_field snap_create_fields[] = {
+    {.name = "dataset",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX,
+     AT(req_dataset, api_codec_str_null)},
+    /* name, or naming_schema (strftime conversions, as TrueNAS's periodic
+     * snapshots name theirs): one of them (snap_create_names) */
+    {.name = "name",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX,
+     AT(req_name, api_codec_str_null)},
+    {.name = "naming_schema",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX,
+     AT(naming_schema, api_codec_str_null)},
+    {.name = "recursive", .type = API_T_BOOL},
+    /* TrueNAS options some clients always send; only their "off" values
+     * are accepted (snap_create_refuse). */
+    {.name = "vmware_sync", .type = API_T_BOOL, AT(vmware_sync, api_codec_bool)},
+    {.name = "suspend_vms", .type = API_T_BOOL, AT(suspend_vms, api_codec_bool)},
+    {.name = "exclude", .type = API_T_ARRAY, AT(exclude, api_codec_strv)},
+    /* user properties {"ns:name": "value"}, decoded with their checks by
+     * ds_snap_props_decode (snapshot_props.c) */
+    {.name = "properties", .type = API_T_OBJECT},
+};
+#undef AT
+
 /* TrueNAS options some clients always send: only their "off" values are
  * accepted. 0 or the call's error. */
-static int snap_create_refuse(struct api_call *call, json_t *data)
+static int snap_create_refuse(struct snap_create *c)
 {
-    if (json_is_true(json_object_get(data, "vmware_sync")) ||
-        json_is_true(json_object_get(data, "suspend_vms")))
-        return api_error(call, ENOTSUP, "vmware_sync and suspend_vms are not supported");
-    if (json_array_size(json_object_get(data, "exclude")) > 0)
-        return api_error(call, ENOTSUP, "exclude is not supported (volumes have no children)");
+    if (c->vmware_sync || c->suspend_vms)
+        return api_error(c->call, ENOTSUP, "vmware_sync and suspend_vms are not supported");
+    if (c->exclude.n > 0)
+        return api_error(c->call, ENOTSUP, "exclude is not supported (volumes have no children)");
     return 0;
 }
 
@@ -492,11 +473,9 @@ static void snap_create_named(struct snap_create *c, const char *schema)
 /* The dataset and snapshot names, in either shape: TrueNAS's
  * {"dataset": "pool/vol", "name": "snap"} or {"name": "pool/vol@snap"}.
  * Field errors are collected on the call. */
-static void snap_create_names(struct snap_create *c, json_t *data)
+static void snap_create_names(struct snap_create *c)
 {
-    json_t *jds = json_object_get(data, "dataset");
-    const char *name = json_string_value(json_object_get(data, "name"));
-    const char *schema = json_string_value(json_object_get(data, "naming_schema"));
+    const char *name = c->req_name, *schema = c->naming_schema;
     char why[256], field[96];
 
     snprintf(field, sizeof(field), "%s.name", api_call_method(c->call));
@@ -504,7 +483,7 @@ static void snap_create_names(struct snap_create *c, json_t *data)
         api_verr(c->call, field, EINVAL, "give exactly one of name and naming_schema");
         return;
     }
-    if (schema && !jds) {
+    if (schema && !c->req_dataset) {
         api_verr(c->call, field, EINVAL, "naming_schema needs dataset");
         return;
     }
@@ -512,17 +491,16 @@ static void snap_create_names(struct snap_create *c, json_t *data)
         snap_create_named(c, schema);
         name = c->named;
     }
-    if (!jds) {
+    if (!c->req_dataset) {
         if (split_snapshot(name, c->dataset, sizeof(c->dataset), &c->snap, why, sizeof(why)) < 0)
             api_verr(c->call, FIELD(c->call, "name"), EINVAL, "%s", why);
         return;
     }
-    snprintf(c->dataset, sizeof(c->dataset), "%s", json_string_value(jds));
+    snprintf(c->dataset, sizeof(c->dataset), "%s", c->req_dataset);
     c->snap = name;
     if (name_check_dataset(c->dataset, false, why, sizeof(why)) < 0)
         api_verr(c->call, FIELD(c->call, "dataset"), EINVAL, "%s", why);
-    if (name[0] && (name_check_component(name, strlen(name), why, sizeof(why)) < 0 ||
-                    (!schema && strlen(name) != json_string_length(json_object_get(data, "name")))))
+    if (name[0] && name_check_component(name, strlen(name), why, sizeof(why)) < 0)
         api_verr(c->call, FIELD(c->call, "name"), EINVAL, "%s",
                  strchr(name, '@') ? "the snapshot name must not contain '@' when dataset "
                                      "is given"
@@ -630,6 +608,33 @@ static void snap_create_log(const struct snap_create *c)
                  api_call_peer(c->call));
 }
 
+/* decoded and checked: (locked) check -> the copy with only ds_ops_lock
+ * held -> one transaction -> the new row. */
+static int snap_create_run(struct snap_create *c, json_t **result)
+{
+    struct api_call *call = c->call;
+    int rc;
+
+    ds_ops_lock();
+    db_lock();
+    rc = snap_create_check(c);
+    db_unlock();
+    if (rc == 0)
+        rc = snap_create_copy(c);
+    if (rc == 0) {
+        db_lock();
+        rc = snap_create_record(c);
+        if (rc == 0)
+            *result = ds_snapshot_row(c->dataset, c->snap, pool_shape_of(call));
+        db_unlock();
+    }
+    ds_ops_unlock();
+    if (rc < 0)
+        return rc;
+    snap_create_log(c);
+    return *result ? 0 : api_error(call, EIO, "snapshot %s@%s vanished", c->dataset, c->snap);
+}
+
 /* zfs.snapshot.create: decode -> (locked) check -> the copy with only
  * ds_ops_lock held -> one transaction -> the new row. The call returns
  * once the snapshot file is complete and durable. */
@@ -637,35 +642,22 @@ static int m_snapshot_create(struct api_call *call, json_t *params, json_t **res
 {
     struct snap_create c = {.call = call, .params = params};
     json_t *data = api_param(params, 0); /* checked against snap_create_fields */
-    int rc = snap_create_refuse(call, data);
+    int rc = api_fields_decode(snap_create_fields, ARRAY_SIZE(snap_create_fields), data, &c);
 
     if (rc < 0)
-        return rc;
-    snap_create_names(&c, data);
-    if (ds_snap_props_decode(call, json_object_get(data, "properties"), &c.props) < 0 ||
-        api_has_verrs(call)) {
-        ds_user_props_free(&c.props);
-        return api_has_verrs(call) ? api_invalid(call) : -1;
-    }
-    ds_ops_lock();
-    db_lock();
-    rc = snap_create_check(&c);
-    db_unlock();
+        rc = api_error(call, ENOMEM, "out of memory");
     if (rc == 0)
-        rc = snap_create_copy(&c);
-    if (rc == 0) {
-        db_lock();
-        rc = snap_create_record(&c);
-        if (rc == 0)
-            *result = ds_snapshot_row(c.dataset, c.snap, pool_shape_of(call));
-        db_unlock();
-    }
-    ds_ops_unlock();
+        rc = snap_create_refuse(&c);
+    if (rc == 0)
+        snap_create_names(&c);
+    if (rc == 0 && (ds_snap_props_decode(call, json_object_get(data, "properties"), &c.props) < 0 ||
+                    api_has_verrs(call)))
+        rc = api_has_verrs(call) ? api_invalid(call) : -1;
+    if (rc == 0)
+        rc = snap_create_run(&c, result);
+    api_fields_clear(snap_create_fields, ARRAY_SIZE(snap_create_fields), &c);
     ds_user_props_free(&c.props);
-    if (rc < 0)
-        return rc;
-    snap_create_log(&c);
-    return *result ? 0 : api_error(call, EIO, "snapshot %s@%s vanished", c.dataset, c.snap);
+    return rc;
 }
 
 static int m_snapshot_query(struct api_call *call, json_t *params, json_t **result)
@@ -785,17 +777,33 @@ static int snap_delete_row(struct api_call *call, const struct ds_snap *snap, co
     return rc < 0 ? ds_api_errno(call, rc, "cannot delete snapshot", full) : 0;
 }
 
+/* zfs.snapshot.delete's options (false when absent). */
+struct snap_delete_opts {
+    bool defer, recursive;
+};
+
+static const struct api_field snap_delete_fields[] = {
+    {.name = "defer", .type = API_T_BOOL, API_AT(struct snap_delete_opts, defer, api_codec_bool)},
+    {.name = "recursive",
+     .type = API_T_BOOL,
+     API_AT(struct snap_delete_opts, recursive, api_codec_bool)},
+};
+
 /* zfs.snapshot.delete: (locked) check -> one transaction -> the storage
  * (without the database lock) -> publish. */
 static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **result)
 {
-    json_t *opts = api_param(params, 1); /* delete_args */
-    bool defer = json_is_true(json_object_get(opts, "defer")), marked = false;
+    json_t *opts = api_param(params, 1); /* delete_args, checked against snap_delete_fields */
+    struct snap_delete_opts o = {0};
+    bool defer, marked = false;
     struct ds_snap snap;
     struct ds_pool pool;
     char full[DS_NAME_BUF * 2];
     int rc;
 
+    if (opts)
+        api_fields_decode(snap_delete_fields, ARRAY_SIZE(snap_delete_fields), opts, &o);
+    defer = o.defer;
     ds_ops_lock();
     db_lock();
     rc = ds_snapshot_id_param(call, params, &snap, &pool, full);
@@ -831,20 +839,18 @@ static int m_snapshot_delete(struct api_call *call, json_t *params, json_t **res
 
 /* zfs.snapshot.clone's dataset_properties, decoded. */
 struct clone_props {
-    bool sync_given; /* a sync was given (else the source's) */
-    enum volume_sync sync;
-    bool readonly; /* "ON" */
-    char comments[DS_COMMENTS_MAX + 1];
+    int sync;     /* index in sync_values (enum volume_sync's), -1: the source's */
+    int readonly; /* index in onoff_values: 0 is "ON" */
+    char comments[DS_COMMENTS_MAX + 1]; /* as given ("INHERIT" too) */
 };
 
 /* One zfs.snapshot.clone's state, shared by its steps. */
 struct snap_clone {
     struct api_call *call;
     json_t *params; /* for the copy's job (copy_run) only */
-    /* The request, decoded once (snap_clone_decode). */
+    /* The request, decoded once by clone_fields (snap_clone_decode). */
     char snapname[DS_NAME_BUF]; /* "pool/vol@snap" */
     char dst[DS_NAME_BUF];      /* the new dataset */
-    size_t dst_len;             /* its length as given */
     struct clone_props props;
     /* The state. */
     const char *sn;            /* the "snap" of snapname */
@@ -853,6 +859,44 @@ struct snap_clone {
     struct ds_row src;
     struct ds_pool pool, dst_pool;
     bool reflinked;
+};
+
+static const struct api_field clone_props_fields[] = {
+    {.name = "sync",
+     .type = API_T_ENUM,
+     .choices = sync_values,
+     API_AT(struct clone_props, sync, api_codec_enum)},
+    {.name = "readonly",
+     .type = API_T_ENUM,
+     .choices = onoff_values,
+     .def = "\"OFF\"",
+     API_AT(struct clone_props, readonly, api_codec_enum)},
+    {.name = "comments",
+     .type = API_T_STRING,
+     .flags = API_RANGE,
+     .min = 0,
+     .max = DS_COMMENTS_MAX,
+     API_AT(struct clone_props, comments, api_codec_chars)},
+};
+
+static const struct api_field clone_fields[] = {
+    {.name = "snapshot",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX,
+     API_AT(struct snap_clone, snapname, api_codec_chars)},
+    {.name = "dataset_dst",
+     .type = API_T_STRING,
+     .flags = API_REQUIRED | API_RANGE,
+     .min = 1,
+     .max = NAME_DATASET_MAX,
+     API_AT(struct snap_clone, dst, api_codec_chars)},
+    {.name = "dataset_properties",
+     .type = API_T_OBJECT,
+     .fields = clone_props_fields,
+     .nfields = ARRAY_SIZE(clone_props_fields),
+     API_AT(struct snap_clone, props, api_codec_object)},
 };
 
 /* DB locked: the snapshot exists on a file-backed volume, the new name
@@ -870,7 +914,7 @@ static int snap_clone_check(struct snap_clone *c)
     if (rc == 0 &&
         (rc = volume_lookup(call, FIELD(call, "snapshot"), c->dataset, &c->src, &c->pool)) < 0)
         return rc;
-    nrc = ds_check_new_name(call, FIELD(call, "dataset_dst"), c->dst, c->dst_len, &c->dst_pool);
+    nrc = ds_check_new_name(call, FIELD(call, "dataset_dst"), c->dst, strlen(c->dst), &c->dst_pool);
     if (nrc < 0 && !api_has_verrs(call))
         return ds_api_errno(call, nrc, "cannot clone to", c->dst);
     if (api_has_verrs(call))
@@ -916,9 +960,9 @@ static void snap_clone_row(const struct snap_clone *c, struct ds_row *row)
     row->volsize = c->snap.volsize;
     row->volblocksize = c->src.volblocksize;
     row->sparse = true;
-    row->sync = c->props.sync_given ? c->props.sync : c->src.sync;
+    row->sync = c->props.sync >= 0 ? (enum volume_sync)c->props.sync : c->src.sync;
     row->origin_id = c->snap.id;
-    row->readonly = c->props.readonly;
+    row->readonly = c->props.readonly == 0; /* "ON" */
     snprintf(row->comments, sizeof(row->comments), "%s", c->props.comments);
 }
 
@@ -950,23 +994,14 @@ static int snap_clone_record(struct snap_clone *c)
     return 0;
 }
 
-/* The request (checked against clone_fields by the dispatcher) into c;
- * dataset_properties' comments are taken as given ("INHERIT" too). */
+/* The request (checked against clone_fields by the dispatcher) into c:
+ * the table's defaults (no sync: the source's), then the keys given. */
 static void snap_clone_decode(json_t *data, struct snap_clone *c)
 {
-    json_t *props = json_object_get(data, "dataset_properties");
-    json_t *jdst = json_object_get(data, "dataset_dst");
-    const char *sync = json_string_value(json_object_get(props, "sync"));
-    const char *ro = json_string_value(json_object_get(props, "readonly"));
-    const char *comments = json_string_value(json_object_get(props, "comments"));
-
-    snprintf(c->snapname, sizeof(c->snapname), "%s",
-             json_string_value(json_object_get(data, "snapshot")));
-    snprintf(c->dst, sizeof(c->dst), "%s", json_string_value(jdst));
-    c->dst_len = json_string_length(jdst);
-    c->props.sync_given = sync && volume_sync_parse(sync, &c->props.sync) == 0;
-    c->props.readonly = ro && strcmp(ro, "ON") == 0;
-    snprintf(c->props.comments, sizeof(c->props.comments), "%s", comments ? comments : "");
+    c->props.sync = -1;
+    /* neither can fail: no field owns memory, every def is valid */
+    api_fields_defaults(clone_fields, ARRAY_SIZE(clone_fields), c);
+    api_fields_decode(clone_fields, ARRAY_SIZE(clone_fields), data, c);
 }
 
 /* zfs.snapshot.clone: decode once -> (locked) check -> the copy -> one
@@ -1088,7 +1123,8 @@ static int newer_snapshots(struct api_call *call, const struct ds_snap *snap, st
 /* One zfs.snapshot.rollback's state, shared by its steps. */
 struct rollback {
     struct api_call *call;
-    json_t *params, *opts;
+    json_t *params;
+    bool force, recursive; /* the options (rollback_fields) */
     struct ds_snap snap;
     struct ds_pool pool;
     struct ds_row row; /* the volume rolled back */
@@ -1098,6 +1134,13 @@ struct rollback {
     size_t nnewer;
     struct volume *v; /* the open volume (own ref), or NULL */
     bool reflinked;
+};
+
+static const struct api_field rollback_fields[] = {
+    {.name = "force", .type = API_T_BOOL, API_AT(struct rollback, force, api_codec_bool)},
+    /* ZFS -r: destroy the snapshots newer than the target. blockd can roll
+     * back to any snapshot without it; with it, the newer ones go. */
+    {.name = "recursive", .type = API_T_BOOL, API_AT(struct rollback, recursive, api_codec_bool)},
 };
 
 /* DB locked: may the volume be rolled back now? Being exported does not
@@ -1116,10 +1159,10 @@ static int rollback_check(struct rollback *r)
     if (rc < 0)
         return ds_api_errno(r->call, rc, "cannot roll back to", r->full);
     r->nclients = ds_clients(r->row.name, r->why, sizeof(r->why));
-    if (r->nclients && !json_is_true(json_object_get(r->opts, "force")))
+    if (r->nclients && !r->force)
         return api_error(r->call, EBUSY, "dataset %s is in use: %s (use force to roll back anyway)",
                          r->row.name, r->why[0] ? r->why : "clients connected");
-    if (json_is_true(json_object_get(r->opts, "recursive"))) {
+    if (r->recursive) {
         rc = newer_snapshots(r->call, &r->snap, &r->newer, &r->nnewer);
         if (rc < 0)
             return rc;
@@ -1221,9 +1264,11 @@ static void rollback_publish(struct rollback *r)
 static int m_snapshot_rollback(struct api_call *call, json_t *params, json_t **result)
 {
     struct rollback r = {.call = call, .params = params};
+    json_t *opts = api_param(params, 1); /* rollback_args, checked against rollback_fields */
     int rc;
 
-    r.opts = api_param(params, 1); /* rollback_args */
+    if (opts)
+        api_fields_decode(rollback_fields, ARRAY_SIZE(rollback_fields), opts, &r);
     ds_ops_lock();
     db_lock();
     rc = rollback_check(&r);
@@ -1413,8 +1458,8 @@ static const struct api_arg release_args[] =
 static const struct api_arg update_args[] = {{.name = "id", .type = API_T_ANY},
                                              {.name = "data",
                                               .type = API_T_OBJECT,
-                                              .fields = snap_update_fields,
-                                              .nfields = ARRAY_SIZE(snap_update_fields),
+                                              .fields = ds_snap_update_fields,
+                                              .nfields = DS_SNAP_UPDATE_NFIELDS,
                                               .prefix = "pool.snapshot.update.data"}};
 
 #define CREATE_HELP                                                                                \

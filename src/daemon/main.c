@@ -44,6 +44,7 @@
 #include "daemon/options.h"
 #include "gateway/gateway.h"
 #include "gwsync/gwconfig.h"
+#include "gwsync/gwnvme.h"
 #include "iscsi/iscsi_runtime.h"
 #include "iscsi/config/iscsi_config.h"
 #include "nbd/nbd.h"
@@ -231,6 +232,7 @@ static int start_all(const struct options *o, const char *state_dir, const char 
     /* Before the front-ends: LUs on RBD images take the group's identity. */
     if (gateway_start(o->iscsi_listen) < 0)
         return -1;
+    gwnvme_start(); /* NVMe ANA groups and the members' ports (a group only) */
     /* Front-ends start once the configuration they serve is open. */
     if ((rc = nbd_server_start(o->nbd_listen)) < 0) {
         log_error("cannot start the NBD server: %s", strerror(-rc));

@@ -21,6 +21,7 @@
 #include "gateway/gateway.h"
 #include "iscsi/iscsi_runtime.h"
 #include "nbd/nbd.h"
+#include "nvme/nvme_target.h"
 #include "store/rbd_cluster.h"
 
 struct flag {
@@ -251,6 +252,16 @@ static int f_iscsi_max_connections(const char *arg, struct options *o)
     return 0;
 }
 
+static int f_nvme_max_connections(const char *arg, struct options *o)
+{
+    (void)o;
+    unsigned v;
+    if (uint_arg("nvme-max-connections", arg, 1, 65536, &v) < 0)
+        return -1;
+    nvme_target_set_max_connections(v);
+    return 0;
+}
+
 static int f_nbd_payload_budget(const char *arg, struct options *o)
 {
     (void)o;
@@ -396,8 +407,9 @@ static const struct flag flags[] = {
      "unix_socket, TLS files) besides the state directory;\n"
      "repeatable (docs/security.md)"},
     {"handshake-timeout", "S", f_handshake_timeout,
-     "NBD handshake, iSCSI login and WebSocket upgrade +\n"
-     "authentication must finish within S seconds (default 10)"},
+     "NBD handshake, iSCSI login, NVMe/TCP Connect (and\n"
+     "DH-HMAC-CHAP) and WebSocket upgrade + authentication\n"
+     "must finish within S seconds (default 10)"},
     {"max-pending", "N", f_max_pending,
      "per protocol, connections still in that phase (default\n"
      "128, at most 3/4 of the protocol's connection cap; when\n"
@@ -420,6 +432,9 @@ static const struct flag flags[] = {
      "kind (default 10000)"},
     {"iscsi-max-connections", "N", f_iscsi_max_connections,
      "iSCSI connections in all (default 1024)"},
+    {"nvme-max-connections", "N", f_nvme_max_connections,
+     "NVMe/TCP connections (admin and I/O queues) in all\n"
+     "(default 4096)"},
     {"nbd-payload-budget", "SIZE", f_nbd_payload_budget,
      "payload all NBD connections may hold together\n"
      "(K/M/G; default 256M); past it they stop reading requests"},

@@ -71,6 +71,7 @@ static char obj[160];
 static char my_key[32];
 static char my_addr[128];
 static char my_portals[128];
+static char my_nvme[GATEWAY_NVME_PORTS_MAX]; /* gw_mu: gateway_set_nvme_ports */
 static uint64_t my_counter;
 static _Atomic bool my_blocklisted;
 /* When this member's heartbeat last reached the cluster (gw_now_ms; 0:
@@ -200,11 +201,20 @@ unsigned gateway_id(void)
 
 /* ---- the membership object ---- */
 
+void gateway_set_nvme_ports(const char *ports)
+{
+    pthread_mutex_lock(&gw_mu);
+    snprintf(my_nvme, sizeof(my_nvme), "%s", ports ? ports : "");
+    pthread_mutex_unlock(&gw_mu);
+}
+
 static char *record_json(void)
 {
-    json_t *o = json_pack("{s:s, s:i, s:s, s:s, s:I, s:I}", "name", cfg.name, "id", (int)cfg.id,
-                          "portals", my_portals, "addr", my_addr, "heartbeat",
-                          (json_int_t)my_counter, "time", (json_int_t)time(NULL));
+    pthread_mutex_lock(&gw_mu);
+    json_t *o = json_pack("{s:s, s:i, s:s, s:s, s:I, s:I, s:s}", "name", cfg.name, "id",
+                          (int)cfg.id, "portals", my_portals, "addr", my_addr, "heartbeat",
+                          (json_int_t)my_counter, "time", (json_int_t)time(NULL), "nvme", my_nvme);
+    pthread_mutex_unlock(&gw_mu);
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return s;
@@ -300,6 +310,8 @@ static int read_records(struct gateway_member *out, bool *present)
                  json_string_value(json_object_get(o, "portals")) ?: "");
         snprintf(m->addr, sizeof(m->addr), "%s",
                  json_string_value(json_object_get(o, "addr")) ?: "");
+        snprintf(m->nvme_ports, sizeof(m->nvme_ports), "%s",
+                 json_string_value(json_object_get(o, "nvme")) ?: "");
         m->heartbeat = (uint64_t)json_integer_value(json_object_get(o, "heartbeat"));
         m->last_seen = (int64_t)json_integer_value(json_object_get(o, "time"));
         present[id] = true;

@@ -64,6 +64,7 @@
 _Static_assert((GATEWAY_ID_MAX + 1) * GATEWAY_TAG_BASE - 1 <= 65535,
                "portal group tags are 16 bits");
 #define GATEWAY_NAME_MAX 63
+#define GATEWAY_NVME_PORTS_MAX 512 /* a member's NVMe ports, as text */
 #define GATEWAY_HEARTBEAT_MS 1000
 #define GATEWAY_TIMEOUT_DEFAULT_S 3
 
@@ -107,6 +108,9 @@ struct gateway_member {
     char name[GATEWAY_NAME_MAX + 1];
     char portals[128];
     char addr[128]; /* librados client address (lock owners, blocklist) */
+    /* its NVMe/TCP ports: "INDEX=ADDRESS:SERVICE" (IPv6 in brackets),
+     * comma-separated (gateway_set_nvme_ports) */
+    char nvme_ports[GATEWAY_NVME_PORTS_MAX];
     enum gateway_member_state state;
     bool fenced;        /* blocklisted by this member after it went OFFLINE */
     int64_t last_seen;  /* unix seconds of its last heartbeat, as it wrote it */
@@ -128,6 +132,32 @@ size_t gateway_members(struct gateway_member *out, size_t max);
  */
 void gateway_lu_params(struct volume *vol, struct scsi_lu_params *p);
 void gateway_lu_attach(struct scsi_lu *lu, struct volume *vol);
+
+/* The NVMe/TCP ports this member serves (the format of
+ * gateway_member.nvme_ports), in its record from the next heartbeat on,
+ * so that the others list them in their discovery log pages. Copied.
+ * Any thread, non-blocking. */
+void gateway_set_nvme_ports(const char *ports);
+
+/*
+ * The optimized member of the RBD image under vol (the same ranking as
+ * the ALUA view of its LU: the live member ranked first for the image),
+ * its id; 0 when the group is off, vol is not an RBD image, or no member
+ * is live. Reads the image id from librbd's open handle (memory only)
+ * and the membership under its mutex: non-blocking, any thread.
+ */
+unsigned gateway_volume_optimized(struct volume *vol);
+/*
+ * A front-end without LUs (NVMe/TCP namespaces) serves vol: the
+ * membership thread watches its image's exclusive lock as it does an
+ * LU's, and breaks a fenced member's lock, so that writes here go on
+ * within a round of the fencing (docs/ha.md "Failure cases"). Counted:
+ * one release per hold. Both do nothing unless the group is on and vol
+ * is an RBD image; non-blocking, any thread (release may run on a
+ * reactor, when the last holder lets go).
+ */
+void gateway_volume_hold(struct volume *vol);
+void gateway_volume_release(struct volume *vol);
 
 /* API methods (gateway.query): registered by modules_init. */
 void gateway_api_init(void);

@@ -23,7 +23,9 @@
 #include "store/bdev_rbd.h"
 
 struct gw_lu {
-    struct scsi_lu *lu; /* borrowed until released */
+    struct scsi_lu *lu; /* borrowed until released; NULL: a volume held by
+                         * another front-end (gateway_volume_hold) */
+    unsigned holds;     /* lu NULL: gateway_volume_hold calls not released (lu_mu) */
     struct volume *vol; /* a reference: keeps its bdev open */
     uint64_t seed;      /* from the image id: the members' ranks (view_locked) */
     unsigned owner;     /* member id holding the lock, 0: none known (gw_mu) */
@@ -130,6 +132,28 @@ static size_t view_locked(const struct gw_lu *gl, struct scsi_tpg_desc *out, siz
     return k;
 }
 
+unsigned gateway_volume_optimized(struct volume *vol)
+{
+    struct bdev *b = volume_bdev(vol);
+    if (!gateway_enabled() || !bdev_is_rbd(b))
+        return 0;
+    char id[64];
+    struct gw_lu gl = {.seed = fnv1a(volume_name(vol), 0xcbf29ce484222325ull)};
+    rbd_image_t img = bdev_rbd_image_get(b);
+    if (img && rbd_get_id(img, id, sizeof(id)) == 0)
+        gl.seed = fnv1a(id, 0xcbf29ce484222325ull); /* as gateway_lu_attach */
+    if (img)
+        bdev_rbd_image_put(b);
+    struct scsi_tpg_desc v[GATEWAY_ID_MAX];
+    pthread_mutex_lock(&gw_mu);
+    size_t n = view_locked(&gl, v, GATEWAY_ID_MAX);
+    pthread_mutex_unlock(&gw_mu);
+    for (size_t i = 0; i < n; i++)
+        if (v[i].state == SCSI_ALUA_OPTIMIZED)
+            return v[i].tpg_id;
+    return 0;
+}
+
 static size_t alua_report(void *arg, struct scsi_tpg_desc *out, size_t max)
 {
     struct gw_lu *gl = arg;
@@ -195,6 +219,52 @@ void gateway_lu_attach(struct scsi_lu *lu, struct volume *vol)
     pthread_mutex_lock(&lu_mu);
     gl->next = lus;
     lus = gl;
+    pthread_mutex_unlock(&lu_mu);
+}
+
+/* The held entry of vol (lu_mu held), or NULL. */
+static struct gw_lu *held_locked(struct volume *vol)
+{
+    for (struct gw_lu *gl = lus; gl; gl = gl->next)
+        if (!gl->lu && gl->vol == vol && !gl->released)
+            return gl;
+    return NULL;
+}
+
+void gateway_volume_hold(struct volume *vol)
+{
+    if (!gateway_enabled() || !bdev_is_rbd(volume_bdev(vol)))
+        return;
+    pthread_mutex_lock(&lu_mu);
+    struct gw_lu *gl = held_locked(vol);
+    if (gl) {
+        gl->holds++;
+        pthread_mutex_unlock(&lu_mu);
+        return;
+    }
+    gl = calloc(1, sizeof(*gl));
+    if (gl) {
+        gl->vol = vol;
+        gl->holds = 1;
+        gl->seed = fnv1a(volume_name(vol), 0xcbf29ce484222325ull); /* no LU: no view to keep */
+        volume_ref(vol);
+        gl->next = lus;
+        lus = gl;
+    } else {
+        log_error("gateway: %s: out of memory: a fenced member's lock on it is not broken",
+                  volume_name(vol));
+    }
+    pthread_mutex_unlock(&lu_mu);
+}
+
+void gateway_volume_release(struct volume *vol)
+{
+    if (!vol)
+        return;
+    pthread_mutex_lock(&lu_mu);
+    struct gw_lu *gl = held_locked(vol);
+    if (gl && --gl->holds == 0)
+        gl->released = true; /* freed by the membership thread */
     pthread_mutex_unlock(&lu_mu);
 }
 
@@ -292,7 +362,7 @@ void gw_lu_pass(void)
         memcpy(gl->seen, v, n * sizeof(v[0]));
         gl->nseen = n;
         gl->viewed = true;
-        if (changed && !gl->released)
+        if (changed && !gl->released && gl->lu)
             scsi_lu_raise_ua(gl->lu, SCSI_UA_ALUA_CHANGED);
         pthread_mutex_unlock(&lu_mu);
     }
@@ -306,7 +376,7 @@ void gw_lu_shutdown(void)
     lus = NULL;
     /* An LU still alive keeps pointing at its entry: detach it first. */
     for (struct gw_lu *g = gl; g; g = g->next)
-        if (!g->released)
+        if (!g->released && g->lu)
             scsi_lu_set_alua(g->lu, NULL, NULL);
     pthread_mutex_unlock(&lu_mu);
     while (gl) {
@@ -325,7 +395,7 @@ void gw_lu_reconnected(void)
     /* Under lu_mu: an LU's release (its first step when it is freed)
      * waits, so the LU is alive for the call. */
     for (struct gw_lu *gl = lus; gl; gl = gl->next) {
-        if (gl->released)
+        if (gl->released || !gl->lu)
             continue;
         scsi_lu_shared_resync(gl->lu);
         n++;

@@ -37,10 +37,12 @@
 #include "control/datasets.h"
 #include "control/cfgtx.h"
 #include "control/db.h"
+#include "control/confgen.h"
 #include "control/events.h"
 #include "core/log.h"
 #include "gateway/gateway.h"
 #include "gwsync/gwconfig_internal.h"
+#include "gwsync/gwnvme.h"
 
 #define GWC_KEYS_MAX 100000 /* omap keys read per pass (bound: logged when hit) */
 #define GWC_RETRIES 8       /* an update that keeps losing races */
@@ -331,10 +333,13 @@ static void publish(const struct cfg_changes *changes, void *arg)
     /* A pool or dataset change alone (an RBD pool added, a volume
      * adopted) changes which rows are the group's, not the group's rows:
      * only the local view follows. */
-    bool shares = cfg_changes_has(changes, CFG_ISCSI_TARGET) ||
-                  cfg_changes_has(changes, CFG_ISCSI_EXTENT) ||
-                  cfg_changes_has(changes, CFG_ISCSI_TARGETEXTENT) ||
-                  cfg_changes_has(changes, CFG_NBD_EXPORT);
+    bool shares =
+        cfg_changes_has(changes, CFG_ISCSI_TARGET) || cfg_changes_has(changes, CFG_ISCSI_EXTENT) ||
+        cfg_changes_has(changes, CFG_ISCSI_TARGETEXTENT) ||
+        cfg_changes_has(changes, CFG_NBD_EXPORT) || cfg_changes_has(changes, CFG_NVME_GLOBAL) ||
+        cfg_changes_has(changes, CFG_NVME_SUBSYS) || cfg_changes_has(changes, CFG_NVME_NAMESPACE) ||
+        cfg_changes_has(changes, CFG_NVME_HOST) || cfg_changes_has(changes, CFG_NVME_HOST_SUBSYS) ||
+        cfg_changes_has(changes, CFG_NVME_PORT_SUBSYS) || cfg_changes_has(changes, CFG_NVME_PORT);
     pthread_mutex_lock(&pend_mu);
     if (cfg_changes_has(changes, CFG_POOL)) {
         /* an RBD pool may have come: the group's rows on it apply now */
@@ -958,6 +963,7 @@ static void *store_main(void *arg)
             push(); /* changes whose after hook could not run or failed */
         pull();
         adopted_release();
+        gwnvme_ports_update(); /* the others' discovery logs list them */
         pthread_mutex_lock(&pend_mu);
         if (!kick && !stop_req) {
             struct timespec ts;
@@ -986,7 +992,7 @@ void gwconfig_init(void)
         .types = EV_BIT(EV_CONFIG_COMMITTED) | EV_BIT(EV_CONFIG_AFTER),
         .config_kinds = CFG_KIND_BIT(CFG_ISCSI_TARGET) | CFG_KIND_BIT(CFG_ISCSI_EXTENT) |
                         CFG_KIND_BIT(CFG_ISCSI_TARGETEXTENT) | CFG_KIND_BIT(CFG_NBD_EXPORT) |
-                        CFG_KIND_BIT(CFG_POOL) | CFG_KIND_BIT(CFG_DATASET),
+                        CFG_KIND_BIT(CFG_POOL) | CFG_KIND_BIT(CFG_DATASET) | CFG_NVME_KINDS,
         .fn = on_event,
     });
     /* gateway/ is below the front-ends and cannot call us: it calls this

@@ -30,6 +30,19 @@
  *   nbd/<name>  an NBD export of a group volume (not a path export):
  *       {name: str, dataset: str, readonly: bool, description: str,
  *        multi_conn: bool, tls: str, enabled: bool}
+ *   nvmet/global  always: {basenqn: str, ana: bool, xport_referral: bool}
+ *   nvmet/ns/<subsys name>/<nsid>  a ZVOL namespace on a group volume:
+ *       {subsys: str, nsid: int, device_type: "ZVOL", device_path: str,
+ *        enabled: bool, device_uuid: str, device_nguid: str}
+ *   nvmet/subsys/<name>  a subsystem with at least one such namespace:
+ *       {name: str, subnqn: str, serial: str, allow_any_host: bool,
+ *        pi_enable: bool|null, qid_max: int|null, ieee_oui: str|null,
+ *        ana: bool|null}
+ *   nvmet/host/<hostnqn>  a host allowed on such a subsystem (its
+ *       DH-HMAC-CHAP keys stay the member's own): {hostnqn: str}
+ *   nvmet/hostsubsys/<subsys>/<hostnqn>: {subsys: str, host: str}
+ *   nvmet/portsubsys/<subsys>/<port index>  (ports are the member's own):
+ *       {subsys: str, port_index: int}
  * A key is cut at 127 bytes (extent/) or 199 bytes (the others), as it
  * always was.
  */
@@ -69,7 +82,29 @@ int gwc_apply(const char *key, json_t *want, json_t *local, char *why, size_t le
 int gwc_phase(const char *key, bool deleting);
 static inline bool gwc_is_nbd(const char *key)
 {
-    return key[0] == 'n';
+    return key[0] == 'n' && key[1] == 'b'; /* "nbd/", not "nvmet/" */
 }
+
+/* The call a typed write reports to (blockd applying its group's
+ * configuration, the internal identity "gateway"; method names the fields
+ * of its errors), NULL without memory; and the outcome of the typed write
+ * that returned rc on it (freed here): 0, or -errno with why. */
+struct api_call;
+struct api_call *gwc_call_new(const char *method);
+int gwc_call_done(struct api_call *call, int rc, char *why, size_t len);
+
+/*
+ * The nvmet.* rows (gwconfig_nvmet.c). gwc_nvmet_view adds the group's to
+ * view (group_ds(ctx, ds): whether dataset ds is the group's); DB lock
+ * taken by the loads. gwc_nvmet_volume: the volume an nvmet/ns/ value
+ * names, or NULL. gwc_nvmet_uses: whether a namespace here names volume ds
+ * (true on a DB error). gwc_nvmet_phase and gwc_nvmet_apply: gwc_phase and
+ * gwc_apply for "nvmet/" keys (iSCSI-like: inside the caller's cfg_tx).
+ */
+int gwc_nvmet_view(json_t *view, bool (*group_ds)(const void *, const char *), const void *ctx);
+const char *gwc_nvmet_volume(const char *key, const json_t *want);
+bool gwc_nvmet_uses(const char *ds);
+int gwc_nvmet_phase(const char *key, bool deleting);
+int gwc_nvmet_apply(const char *key, json_t *want, json_t *have, char *why, size_t len);
 
 #endif

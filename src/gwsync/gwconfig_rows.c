@@ -66,6 +66,12 @@ static bool group_dataset(const struct view_ctx *c, const char *ds)
     return false;
 }
 
+/* group_dataset for gwc_nvmet_view. */
+static bool group_ds(const void *ctx, const char *ds)
+{
+    return group_dataset(ctx, ds);
+}
+
 /* ds_rbd_spec_each's step: the RBD pool's name into c->pools (only the
  * names matter: group_dataset looks a name up, in any order). */
 static int view_pool_add(int64_t pool_id, const char *name, const struct ds_rbd_spec *spec,
@@ -231,6 +237,8 @@ json_t *gwc_local_view(void)
             rc = view_luns(&c);
         if (rc == 0)
             rc = view_nbd(&c);
+        if (rc == 0)
+            rc = gwc_nvmet_view(c.view, group_ds, &c);
     }
     db_unlock();
     free(c.pools);
@@ -255,7 +263,7 @@ const char *gwc_value_volume(const char *key, const json_t *want)
     }
     if (gwc_is_nbd(key))
         return json_string_value(json_object_get(want, "dataset"));
-    return NULL;
+    return gwc_nvmet_volume(key, want);
 }
 
 int64_t gwc_dataset_id(const char *ds)
@@ -282,6 +290,8 @@ bool gwc_volume_shared_here(const char *ds)
     int rc = icfg_extent_find_disk(disk, &id);
     if (rc == -ENOENT)
         rc = nbd_export_find_dataset(ds, &id);
+    if (rc == -ENOENT && gwc_nvmet_uses(ds))
+        rc = 0;
     db_unlock();
     return rc != -ENOENT; /* on a DB error: keep it */
 }
@@ -358,14 +368,14 @@ static int call_error(json_t *err, const char *method, char *why, size_t len)
  * configuration, as the internal identity (never the local
  * administrator's); method names the fields of its errors as the method's
  * own would. NULL when out of memory. */
-static struct api_call *call_new(const char *method)
+struct api_call *gwc_call_new(const char *method)
 {
     return api_call_internal_new(method, "gateway");
 }
 
 /* The outcome of the typed write that returned rc on call (freed here):
  * 0, or -errno with why. call NULL: -ENOMEM. */
-static int call_done(struct api_call *call, int rc, char *why, size_t len)
+int gwc_call_done(struct api_call *call, int rc, char *why, size_t len)
 {
     if (!call) {
         snprintf(why, len, "out of memory");
@@ -390,8 +400,8 @@ int gwc_ensure_volume(const char *key, const json_t *want, char *why, size_t len
     if (rc < 0)
         return rc;
     uint32_t vbs = size % 16384 == 0 ? 16384 : size % 4096 == 0 ? 4096 : 512;
-    struct api_call *c = call_new("pool.dataset.create");
-    rc = call_done(c, c ? datasets_adopt_volume(c, ds, size, vbs) : -1, why, len);
+    struct api_call *c = gwc_call_new("pool.dataset.create");
+    rc = gwc_call_done(c, c ? datasets_adopt_volume(c, ds, size, vbs) : -1, why, len);
     if (rc < 0)
         return rc;
     log_info("gateway config: adopted the RBD volume %s (%" PRIu64 " bytes) for %s", ds, size, key);
@@ -402,6 +412,8 @@ int gwc_ensure_volume(const char *key, const json_t *want, char *why, size_t len
 
 int gwc_phase(const char *key, bool deleting)
 {
+    if (strncmp(key, "nvmet/", 6) == 0)
+        return gwc_nvmet_phase(key, deleting);
     bool leaf = key[0] == 'l' || key[0] == 'n'; /* lun/, nbd/ */
     if (deleting)
         return leaf ? 0 : 3;
@@ -491,13 +503,13 @@ static int apply_target(const char *name, json_t *want, json_t *have, char *why,
                      name);
             return 0;
         }
-        struct api_call *c = call_new("iscsi.target.delete");
-        return call_done(c, c ? iscsi_target_remove(c, id, true, false) : -1, why, len);
+        struct api_call *c = gwc_call_new("iscsi.target.delete");
+        return gwc_call_done(c, c ? iscsi_target_remove(c, id, true, false) : -1, why, len);
     }
     if (id && have && json_equal(have, want))
         return 0;
-    struct api_call *c = call_new(id ? "iscsi.target.update" : "iscsi.target.create");
-    return call_done(c, c ? target_put(c, id, want) : -1, why, len);
+    struct api_call *c = gwc_call_new(id ? "iscsi.target.update" : "iscsi.target.create");
+    return gwc_call_done(c, c ? target_put(c, id, want) : -1, why, len);
 }
 
 /* As target_put, for extent id (iscsi.extent.create / update). */
@@ -523,13 +535,13 @@ static int apply_extent(const char *name, json_t *want, json_t *have, char *why,
     if (!want) {
         if (!id)
             return 0;
-        struct api_call *c = call_new("iscsi.extent.delete");
-        return call_done(c, c ? iscsi_extent_remove(c, id, false, true) : -1, why, len);
+        struct api_call *c = gwc_call_new("iscsi.extent.delete");
+        return gwc_call_done(c, c ? iscsi_extent_remove(c, id, false, true) : -1, why, len);
     }
     if (id && have && json_equal(have, want))
         return 0;
-    struct api_call *c = call_new(id ? "iscsi.extent.update" : "iscsi.extent.create");
-    return call_done(c, c ? extent_put(c, id, want) : -1, why, len);
+    struct api_call *c = gwc_call_new(id ? "iscsi.extent.update" : "iscsi.extent.create");
+    return gwc_call_done(c, c ? extent_put(c, id, want) : -1, why, len);
 }
 
 /* Map extent eid as LUN lunid of target tid: mapping te (0: a new one). */
@@ -562,8 +574,8 @@ static int apply_lun(const char *key, json_t *want, char *why, size_t len)
     if (!want) {
         if (!te)
             return 0;
-        c = call_new("iscsi.targetextent.delete");
-        return call_done(c, c ? iscsi_targetextent_remove(c, te, true) : -1, why, len);
+        c = gwc_call_new("iscsi.targetextent.delete");
+        return gwc_call_done(c, c ? iscsi_targetextent_remove(c, te, true) : -1, why, len);
     }
     const char *ename = json_string_value(json_object_get(want, "extent"));
     int64_t eid = ename ? local_id(icfg_extent_find_name, ename) : 0;
@@ -574,8 +586,8 @@ static int apply_lun(const char *key, json_t *want, char *why, size_t len)
     }
     if (te && te_extent == eid)
         return 0;
-    c = call_new(te ? "iscsi.targetextent.update" : "iscsi.targetextent.create");
-    return call_done(c, c ? lun_put(c, te, tid, eid, lunid) : -1, why, len);
+    c = gwc_call_new(te ? "iscsi.targetextent.update" : "iscsi.targetextent.create");
+    return gwc_call_done(c, c ? lun_put(c, te, tid, eid, lunid) : -1, why, len);
 }
 
 /* Create (id 0) or update export id from the group's value (a path
@@ -597,13 +609,13 @@ static int apply_nbd(const char *name, json_t *want, json_t *have, char *why, si
     if (!want) {
         if (!id)
             return 0;
-        c = call_new("nbd.export.delete");
-        return call_done(c, c ? nbd_export_remove(c, id, true) : -1, why, len);
+        c = gwc_call_new("nbd.export.delete");
+        return gwc_call_done(c, c ? nbd_export_remove(c, id, true) : -1, why, len);
     }
     if (id && have && json_equal(have, want))
         return 0;
-    c = call_new(id ? "nbd.export.update" : "nbd.export.create");
-    return call_done(c, c ? nbd_put(c, id, want) : -1, why, len);
+    c = gwc_call_new(id ? "nbd.export.update" : "nbd.export.create");
+    return gwc_call_done(c, c ? nbd_put(c, id, want) : -1, why, len);
 }
 
 int gwc_apply(const char *key, json_t *want, json_t *local, char *why, size_t len)
@@ -621,6 +633,8 @@ int gwc_apply(const char *key, json_t *want, json_t *local, char *why, size_t le
         return apply_lun(key, want, why, len);
     if (strncmp(key, "nbd/", 4) == 0)
         return apply_nbd(key + 4, want, have, why, len);
+    if (strncmp(key, "nvmet/", 6) == 0)
+        return gwc_nvmet_apply(key, want, have, why, len);
     snprintf(why, len, "unknown key (a newer blockd's?): ignored");
     return -ENOTSUP;
 }

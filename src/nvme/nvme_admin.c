@@ -52,6 +52,8 @@ static void admin_identify(struct nvme_cmd *cmd)
         if (nsid == 0 || nsid == 0xffffffffu)
             return done(cmd, NVME_SC_INVALID_NS);
         nvme_identify_ns(ns, p); /* zeroes for an inactive NSID */
+        if (ns && ns->vol && nvme_ana_on(s))
+            le32_put(p + 92, nvme_ana_group(ns)); /* ANAGRPID */
         break;
     case 0x01:
         nvme_identify_ctrl(q, s, p);
@@ -77,6 +79,8 @@ static void admin_identify(struct nvme_cmd *cmd)
         if (!ns)
             return done(cmd, NVME_SC_INVALID_NS);
         nvme_identify_ns_indep(ns, p);
+        if (ns->vol && nvme_ana_on(s))
+            le32_put(p + 4, nvme_ana_group(ns)); /* ANAGRPID */
         break;
     default:
         return done(cmd, NVME_SC_INVALID_FIELD);
@@ -93,6 +97,8 @@ static uint16_t log_page(struct nvme_cmd *cmd, uint8_t lid, uint8_t **page, size
             return NVME_SC_INVALID_LOG_PAGE;
         return nvme_discovery_log(ctrl->hostnqn, page, len) < 0 ? NVME_SC_INTERNAL : 0;
     }
+    if (lid == NVME_LOG_ANA && !ctrl->discovery)
+        return nvme_ana_log(ctrl, (cdw(cmd, 10) >> 8) & 1, page, len); /* LSP bit 0: RGO */
     if (ctrl->discovery || (lid != NVME_LOG_ERROR && lid != NVME_LOG_SMART &&
                             lid != NVME_LOG_CHANGED_NS && lid != NVME_LOG_RESV))
         return NVME_SC_INVALID_LOG_PAGE;
@@ -156,11 +162,16 @@ static void admin_set_features(struct nvme_cmd *cmd)
             return done(cmd, NVME_SC_INVALID_FIELD);
         cmd->result = queues_result(ctrl);
         break;
-    case NVME_FEAT_ASYNC_EVENT:
+    case NVME_FEAT_ASYNC_EVENT: {
+        /* before ctrl->lock: nvme_queue_subsys may take it */
+        uint32_t ana = nvme_ana_on(nvme_queue_subsys(cmd->q)) ? NVME_AEC_ANA_CHANGE : 0;
         pthread_mutex_lock(&ctrl->lock);
-        ctrl->aec = c11 & (NVME_AEC_NS_ATTR | NVME_AEC_DISC_CHANGE);
+        ctrl->aec = c11 & (NVME_AEC_NS_ATTR | NVME_AEC_DISC_CHANGE | ana);
         pthread_mutex_unlock(&ctrl->lock);
+        if (ctrl->aec & NVME_AEC_ANA_CHANGE)
+            nvme_ana_watch_start(cmd->q);
         break;
+    }
     case NVME_FEAT_HOST_ID: /* given by Connect on a fabric */
         return done(cmd, NVME_SC_CMD_SEQ_ERROR);
     case NVME_FEAT_RESV_MASK:

@@ -28,7 +28,12 @@ bool nvme_held_room(const struct nvme_queue *q, size_t need)
            (q->held + need <= NVME_HELD_MAX &&
             atomic_load_explicit(&held_total, memory_order_relaxed) + need <= NVME_HELD_BUDGET);
 }
-static struct admit_gate nvme_gate = ADMIT_GATE_INIT("nvme", 4096);
+static struct admit_gate nvme_gate = ADMIT_GATE_INIT("nvme", NVME_DEFAULT_MAX_CONNECTIONS);
+
+void nvme_target_set_max_connections(unsigned n)
+{
+    admit_set_max_total(&nvme_gate, n);
+}
 
 /* ---- slots ---- */
 
@@ -166,6 +171,7 @@ static void nvme_on_free(struct conn *c)
     if (!q)
         return;
     nvme_subsys_unref(q->subsys);
+    nvme_auth_queue_free(q); /* after the commands: a DH job may hold it */
     free(q->mslots);
     if (q->ctrl)
         nvme_ctrl_unref(q->ctrl);
@@ -195,6 +201,10 @@ static void handshake_expired(struct reactor_timer *t)
     if (!c->closing && q->state != QS_LIVE) {
         admit_log(&nvme_gate, "%s: nvme: no ICReq and Connect within %u s, closing", c->peer,
                   admit_handshake_timeout_s());
+        conn_close(c);
+    } else if (!c->closing && nvme_auth_unfinished(q)) {
+        log_warn("%s: nvme: host %s did not authenticate queue %u within %u s, closing", c->peer,
+                 q->ctrl->hostnqn, q->qid, admit_handshake_timeout_s());
         conn_close(c);
     }
     conn_put(c);
@@ -282,14 +292,36 @@ refuse:
         close(fd);
 }
 
-void nvme_conn_connected(struct nvme_queue *q)
+static void deadline_off(struct nvme_queue *q)
 {
-    q->state = QS_LIVE;
-    admit_promote(&q->ticket);
     if (reactor_timer_armed(&q->hs_timer)) {
         reactor_timer_cancel(q->c->reactor, &q->hs_timer);
         conn_put(q->c);
     }
+}
+
+void nvme_conn_auth_deadline(struct nvme_queue *q)
+{
+    deadline_off(q);
+    conn_get(q->c);
+    reactor_timer_start(q->c->reactor, &q->hs_timer, admit_handshake_timeout_ns());
+}
+
+void nvme_conn_connected(struct nvme_queue *q)
+{
+    q->state = QS_LIVE;
+    /* A queue that must authenticate stays a pending connection (evictable,
+     * counted as one in its handshake) and gets a whole deadline for it. */
+    if (q->auth_pending)
+        nvme_conn_auth_deadline(q);
+    else
+        nvme_conn_authenticated(q);
+}
+
+void nvme_conn_authenticated(struct nvme_queue *q)
+{
+    admit_promote(&q->ticket);
+    deadline_off(q);
 }
 
 static void drain_run(struct reactor_msg *m)

@@ -17,6 +17,7 @@
 
 #include "core/log.h"
 #include "core/util.h"
+#include "nvme/nvme_dhchap.h"
 #include "nvme/nvme_internal.h"
 #include "nvme/nvme_target.h"
 
@@ -51,9 +52,11 @@ static int tbl_add(struct nvme_ctrl *ctrl)
         tbl = n;
         tbl_cap = cap;
     }
-    for (unsigned tries = 0; tries < NVME_CNTLID_MAX; tries++) {
-        uint16_t id = next_cntlid;
-        next_cntlid = next_cntlid >= NVME_CNTLID_MAX ? 1 : (uint16_t)(next_cntlid + 1);
+    uint16_t lo, hi;
+    nvme_ana_cntlid_range(&lo, &hi);
+    for (unsigned tries = 0; tries <= (unsigned)(hi - lo); tries++) {
+        uint16_t id = next_cntlid < lo || next_cntlid > hi ? lo : next_cntlid;
+        next_cntlid = id >= hi ? lo : (uint16_t)(id + 1);
         if (!cntlid_used(id)) {
             ctrl->cntlid = id;
             tbl[tbl_n++] = ctrl;
@@ -103,6 +106,7 @@ void nvme_ctrl_unref(struct nvme_ctrl *ctrl)
     nvme_subsys_unref(ctrl->subsys);
     free(ctrl->sizes);
     free(ctrl->resv_log);
+    nvme_auth_keys_free(ctrl->auth_keys);
     pthread_mutex_destroy(&ctrl->lock);
     free(ctrl->ioq);
     free(ctrl);
@@ -192,7 +196,7 @@ static void disc_poll(struct reactor_timer *t)
         conn_put(c);
         return;
     }
-    uint64_t gen = conf_part_number(CONF_NVME);
+    uint64_t gen = conf_part_number(CONF_NVME) + nvme_ana_peers_gen();
     if (gen != q->disc_gen) {
         q->disc_gen = gen;
         pthread_mutex_lock(&q->ctrl->lock);
@@ -205,7 +209,7 @@ static void disc_poll(struct reactor_timer *t)
 
 void nvme_ctrl_disc_watch_start(struct nvme_queue *q)
 {
-    q->disc_gen = conf_part_number(CONF_NVME);
+    q->disc_gen = conf_part_number(CONF_NVME) + nvme_ana_peers_gen();
     reactor_timer_init(&q->disc_timer, disc_poll);
     conn_get(q->c);
     reactor_timer_start(q->c->reactor, &q->disc_timer, DISC_POLL_NS);
@@ -269,6 +273,13 @@ static void aen_raise_locked(struct nvme_ctrl *ctrl, uint32_t ev)
         ctrl->aen_msg.fn = aen_run;
         reactor_post(ctrl->aen_conn->reactor, &ctrl->aen_msg);
     }
+}
+
+void nvme_ctrl_aen(struct nvme_ctrl *ctrl, uint32_t ev)
+{
+    pthread_mutex_lock(&ctrl->lock);
+    aen_raise_locked(ctrl, ev);
+    pthread_mutex_unlock(&ctrl->lock);
 }
 
 void nvme_ctrl_aer(struct nvme_cmd *cmd)
@@ -487,6 +498,7 @@ struct nvme_ctrl *nvme_ctrl_find(uint16_t cntlid)
 
 int nvme_target_init(void)
 {
+    nvme_dhchap_init();
     nvme_conn_reopen();
     return 0;
 }

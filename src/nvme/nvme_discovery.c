@@ -25,7 +25,7 @@ static void entry_fill(uint8_t *e, const struct nvme_port *p, const struct nvme_
     e[1] = (uint8_t)p->adrfam; /* ADRFAM: 1 IPv4, 2 IPv6 */
     e[2] = 2;                  /* SUBTYPE: NVM subsystem */
     e[3] = 2;                  /* TREQ: secure channel not required */
-    le16_put(e + 4, p->index);
+    le16_put(e + 4, nvme_ana_port_id(p->index));
     le16_put(e + 6, 0xffff);           /* CNTLID: dynamic */
     le16_put(e + 8, NVME_ADMIN_QSIZE); /* ASQSZ */
     char svc[33];
@@ -36,33 +36,63 @@ static void entry_fill(uint8_t *e, const struct nvme_port *p, const struct nvme_
     e[768] = 0; /* TSAS: no security */
 }
 
+/* The entries of s: its ports here, then the ports of the same index of
+ * the other members of a gateway group (which serve it through the same
+ * shared links). Into page (NULL: only counted); how many. */
+static size_t subsys_entries(const struct nvme_conf *conf, const struct nvme_subsys *s,
+                             const struct nvme_peer_port *peers, size_t npeers, uint8_t *page)
+{
+    size_t k = 0;
+    for (size_t j = 0; j < s->nports; j++) {
+        const struct nvme_port *p = nvme_conf_find_port(conf, s->port_ids[j]);
+        if (!p || p->discovery)
+            continue;
+        if (page)
+            entry_fill(page + DISC_ENTRY * k, p, s);
+        k++;
+        for (size_t i = 0; i < npeers; i++) {
+            if (peers[i].index != p->index)
+                continue;
+            if (page) {
+                struct nvme_port q = *p;
+                q.adrfam = peers[i].adrfam;
+                q.trsvcid = peers[i].trsvcid;
+                snprintf(q.traddr, sizeof(q.traddr), "%s", peers[i].traddr);
+                entry_fill(page + DISC_ENTRY * k, &q, s);
+                le16_put(page + DISC_ENTRY * k + 4, peers[i].portid);
+            }
+            k++;
+        }
+    }
+    return k;
+}
+
+#define PEERS_MAX 256
+
 int nvme_discovery_log(const char *hostnqn, uint8_t **out, size_t *len)
 {
     struct nvme_conf *conf = nvme_conf_current();
+    struct nvme_peer_port *peers = calloc(PEERS_MAX, sizeof(*peers));
+    size_t npeers = peers ? nvme_ana_peer_ports(peers, PEERS_MAX) : 0;
     size_t n = 0;
-    for (size_t i = 0; i < conf->nsubsys; i++) {
-        const struct nvme_subsys *s = conf->subsys[i];
-        for (size_t j = 0; host_sees(s, hostnqn) && j < s->nports; j++) {
-            const struct nvme_port *p = nvme_conf_find_port(conf, s->port_ids[j]);
-            n += p && !p->discovery;
-        }
-    }
+    for (size_t i = 0; i < conf->nsubsys; i++)
+        if (host_sees(conf->subsys[i], hostnqn))
+            n += subsys_entries(conf, conf->subsys[i], peers, npeers, NULL);
     uint8_t *page = calloc(1, DISC_HDR + n * DISC_ENTRY);
     if (!page) {
+        free(peers);
         nvme_conf_unref(conf);
         return -ENOMEM;
     }
-    le64_put(page, conf_part_number(CONF_NVME)); /* GENCTR */
-    le64_put(page + 8, n);                       /* NUMREC */
+    /* GENCTR: moves with the configuration and with the other members' ports */
+    le64_put(page, conf_part_number(CONF_NVME) + nvme_ana_peers_gen());
+    le64_put(page + 8, n); /* NUMREC */
     size_t k = 0;
-    for (size_t i = 0; i < conf->nsubsys; i++) {
-        const struct nvme_subsys *s = conf->subsys[i];
-        for (size_t j = 0; host_sees(s, hostnqn) && j < s->nports; j++) {
-            const struct nvme_port *p = nvme_conf_find_port(conf, s->port_ids[j]);
-            if (p && !p->discovery)
-                entry_fill(page + DISC_HDR + DISC_ENTRY * k++, p, s);
-        }
-    }
+    for (size_t i = 0; i < conf->nsubsys; i++)
+        if (host_sees(conf->subsys[i], hostnqn))
+            k += subsys_entries(conf, conf->subsys[i], peers, npeers,
+                                page + DISC_HDR + DISC_ENTRY * k);
+    free(peers);
     nvme_conf_unref(conf);
     *out = page;
     *len = DISC_HDR + n * DISC_ENTRY;

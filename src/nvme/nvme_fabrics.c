@@ -4,7 +4,9 @@
  * CNTLID names, from the same host), Property Get/Set (CAP, VS, CC,
  * CSTS), Disconnect. Every refused Connect is logged with the host NQN
  * and its address, and answered with the Connect status of the spec
- * (Invalid Parameters with the offending field, or Invalid Host).
+ * (Invalid Parameters with the offending field, or Invalid Host). A host
+ * with a DH-HMAC-CHAP key gets AUTHREQ.ATR: each of its queues must then
+ * authenticate (Authentication Send/Receive, nvme_auth.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -49,7 +51,7 @@ static bool nqn_field(const uint8_t *p, char *out)
 
 /* Whether hostnqn may use s through port_id, else why not (and status). */
 static const char *host_check(const struct nvme_subsys *s, int64_t port_id, const char *hostnqn,
-                              uint16_t *status, uint32_t *ipo)
+                              uint16_t *status, uint32_t *ipo, const struct nvme_host **hp)
 {
     *status = NVME_SC_CONNECT_INVALID_PARAM;
     *ipo = NVME_IPO_DATA(NVME_CONNECT_SUBNQN);
@@ -60,11 +62,36 @@ static const char *host_check(const struct nvme_subsys *s, int64_t port_id, cons
     *ipo = NVME_IPO_DATA(NVME_CONNECT_HOSTNQN);
     if (!s->allow_any_host && !h)
         return "host not allowed on the subsystem";
-    /* Authentication is not implemented: a host configured with a key
-     * must not get in without proving it holds it. */
-    if (h && h->dhchap_key)
-        return "host has a DH-HMAC-CHAP key and authentication is not supported yet";
+    *hp = h;
     return NULL;
+}
+
+/* The DH-HMAC-CHAP keys of a host that has some (else *keys NULL): 0, or
+ * refused (done) when they cannot be used. */
+static int connect_keys(struct nvme_cmd *cmd, const struct nvme_host *h,
+                        const struct connect_args *a, struct nvme_auth_keys **keys)
+{
+    *keys = NULL;
+    if (!h || !h->dhchap_key)
+        return 0;
+    const char *why = NULL;
+    *keys = nvme_auth_keys_new(h, a->hostnqn, a->subnqn, &why);
+    if (*keys)
+        return 0;
+    char msg[160];
+    snprintf(msg, sizeof(msg), "its DH-HMAC-CHAP key cannot be used: %s", why);
+    refuse(cmd, NVME_SC_CONNECT_INVALID_HOST, NVME_IPO_DATA(NVME_CONNECT_HOSTNQN), a->hostnqn, msg);
+    return -EINVAL;
+}
+
+/* The Connect's answer on a live queue: CNTLID, and AUTHREQ.ATR when the
+ * queue must authenticate before anything else. */
+static void connect_done(struct nvme_cmd *cmd)
+{
+    struct nvme_queue *q = cmd->q;
+    q->auth_pending = q->ctrl->auth_keys != NULL;
+    nvme_conn_connected(q);
+    cmd->result = q->ctrl->cntlid | (q->auth_pending ? NVME_CONNECT_AUTHREQ_ATR : 0);
 }
 
 static struct nvme_ctrl *ctrl_new(struct nvme_queue *q, const struct connect_args *a,
@@ -115,13 +142,14 @@ static void connect_admin(struct nvme_cmd *cmd, const struct connect_args *a)
                       a->hostnqn, "admin queue must ask for a dynamic controller (CNTLID FFFFh)");
     struct nvme_conf *conf = nvme_conf_current();
     struct nvme_subsys *s = NULL;
+    const struct nvme_host *h = NULL;
     if (strcmp(a->subnqn, NVME_DISC_NQN) != 0) {
         s = nvme_conf_find_nqn(conf, a->subnqn);
         uint16_t st;
         uint32_t ipo;
         const char *why = !s                ? "no such subsystem"
                           : q->port_id == 0 ? "discovery-only port"
-                                            : host_check(s, q->port_id, a->hostnqn, &st, &ipo);
+                                            : host_check(s, q->port_id, a->hostnqn, &st, &ipo, &h);
         if (!s || q->port_id == 0) {
             st = NVME_SC_CONNECT_INVALID_PARAM;
             ipo = NVME_IPO_DATA(NVME_CONNECT_SUBNQN);
@@ -133,8 +161,17 @@ static void connect_admin(struct nvme_cmd *cmd, const struct connect_args *a)
             return refuse(cmd, st, ipo, a->hostnqn, msg);
         }
     }
+    struct nvme_auth_keys *keys;
+    if (connect_keys(cmd, h, a, &keys) < 0) {
+        nvme_conf_unref(conf);
+        return;
+    }
     struct nvme_ctrl *ctrl = ctrl_new(q, a, s);
     nvme_conf_unref(conf); /* ctrl holds its own reference on s */
+    if (ctrl)
+        ctrl->auth_keys = keys;
+    else
+        nvme_auth_keys_free(keys);
     if (!ctrl || nvme_ctrl_register(ctrl) < 0) {
         if (ctrl) {
             ctrl->admin = NULL;
@@ -146,13 +183,13 @@ static void connect_admin(struct nvme_cmd *cmd, const struct connect_args *a)
     q->qid = 0;
     q->sqsize = a->sqsize;
     q->sqflow_off = (a->cattr & NVME_CATTR_DISABLE_SQFLOW) != 0;
-    nvme_conn_connected(q);
+    connect_done(cmd);
     nvme_ctrl_ka_start(q);
     if (ctrl->discovery)
         nvme_ctrl_disc_watch_start(q);
-    log_info("%s: nvme: host %s connected to %s: controller %u (keep-alive %u ms)", q->c->peer,
-             a->hostnqn, a->subnqn, ctrl->cntlid, ctrl->kato_ms);
-    cmd->result = ctrl->cntlid;
+    log_info("%s: nvme: host %s connected to %s: controller %u (keep-alive %u ms%s)", q->c->peer,
+             a->hostnqn, a->subnqn, ctrl->cntlid, ctrl->kato_ms,
+             q->auth_pending ? ", authentication required" : "");
     nvme_cmd_complete(cmd);
 }
 
@@ -212,10 +249,9 @@ static void connect_io(struct nvme_cmd *cmd, const struct connect_args *a)
     q->qid = a->qid;
     q->sqsize = a->sqsize;
     q->sqflow_off = (a->cattr & NVME_CATTR_DISABLE_SQFLOW) != 0;
-    nvme_conn_connected(q);
+    connect_done(cmd);
     log_debug("%s: nvme: I/O queue %u of controller %u (%u entries)", q->c->peer, q->qid,
               ctrl->cntlid, q->sqsize);
-    cmd->result = ctrl->cntlid;
     nvme_cmd_complete(cmd);
 }
 
@@ -338,8 +374,12 @@ void nvme_fabrics_exec(struct nvme_cmd *cmd)
         nvme_cmd_complete(cmd);
         conn_finish(q->c); /* the response leaves first */
         return;
+    case NVME_FCT_AUTH_SEND:
+        return nvme_auth_send(cmd);
+    case NVME_FCT_AUTH_RECV:
+        return nvme_auth_recv(cmd);
     default:
-        cmd->status = NVME_SC_INVALID_OPCODE; /* authentication: not yet */
+        cmd->status = NVME_SC_INVALID_OPCODE;
         return nvme_cmd_complete(cmd);
     }
 }

@@ -78,6 +78,7 @@ void nvme_identify_ctrl(const struct nvme_queue *q, const struct nvme_subsys *s,
     le16_put(out + 1800, 0);                         /* ICDOFF */
     out[1802] = 0;                                   /* FCATT: dynamic model */
     out[1803] = 1;                                   /* MSDBD */
+    nvme_ana_identify_ctrl(s, out);
 }
 
 static uint8_t log2_u32(uint32_t v)

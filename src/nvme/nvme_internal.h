@@ -18,6 +18,8 @@
  *   nvme_resv_shared.c  the reservations of an RBD namespace, in the cluster.
  *   nvme_resv_notice.c  reservation notifications (log page 80h, events).
  *   nvme_discovery.c the discovery log page.
+ *   nvme_auth.c      in-band authentication (DH-HMAC-CHAP) of a queue;
+ *                    its computations in nvme_dhchap.{h,c}.
  *
  * Threads: a struct nvme_queue lives on its connection's reactor. A struct
  * nvme_ctrl is shared by its queues (several reactors): its mutable fields
@@ -36,6 +38,7 @@
 #include "core/reactor.h"
 #include "core/registry.h"
 #include "nvme/nvme_proto.h"
+#include "nvme/nvme_target.h"
 #include "nvme/nvme_view.h"
 #include "store/volume.h"
 
@@ -58,6 +61,8 @@
 #define NVME_DISC_KATO_MS 120000           /* a discovery controller connected with KATO 0 */
 
 struct nvme_queue;
+struct nvme_auth;      /* a queue's authentication transaction (nvme_auth.c) */
+struct nvme_auth_keys; /* a controller's DH-HMAC-CHAP keys (nvme_auth.c) */
 
 struct nvme_ns_size {
     uint32_t nsid;
@@ -84,6 +89,7 @@ struct nvme_ctrl {
     uint32_t cc, csts;
     uint32_t kato_ms;
     uint32_t aec;
+    struct nvme_auth_keys *auth_keys; /* NULL: the host has no key, no authentication */
     _Atomic uint64_t last_seen_ns;
     struct nvme_queue *admin; /* weak: cleared by the queue at close */
     struct nvme_queue **ioq;  /* [nr_io_queues + 1], weak */
@@ -98,6 +104,9 @@ struct nvme_ctrl {
     uint32_t changed_ns[NVME_CHANGED_NS_MAX];
     unsigned nchanged;
     bool changed_overflow;
+    /* ANA (nvme_ana.c): the state as last seen by a log page read or
+     * the watch, its change count, and what the watch last told the host */
+    uint64_t ana_sig, ana_chgcnt, ana_aen_sig;
     struct reactor_msg aen_msg; /* delivers events on the admin queue's reactor */
     struct conn *aen_conn;      /* ref while aen_msg is posted */
     bool dead;
@@ -183,11 +192,15 @@ struct nvme_queue {
     struct reactor_timer ka_timer;   /* admin queue: keep-alive */
     struct reactor_timer disc_timer; /* discovery controller: watches the configuration */
     uint64_t disc_gen;               /* the CONF_NVME part number it last saw */
+    struct reactor_timer ana_timer;  /* admin queue: ANA change events (nvme_ana.c) */
+    bool ana_watching;
     struct reactor_msg resume_msg;
     bool resume_posted;
     struct registry_entry reg; /* every connection, for nvme_target_stop */
     bool draining;             /* shutdown: no new commands; close when idle */
     struct reactor_msg drain_msg;
+    bool auth_pending;      /* connected, not authenticated yet: only auth commands */
+    struct nvme_auth *auth; /* the transaction under way, or NULL */
 };
 
 static inline uint32_t nvme_hd_len(const struct nvme_queue *q)
@@ -227,8 +240,15 @@ void nvme_cmd_dispatch(struct nvme_cmd *cmd);
  * naming the peer, close. Returns -EPROTO for the reader. */
 int nvme_conn_fatal(struct nvme_queue *q, int fes, uint32_t fei, const uint8_t *hdr, size_t hlen,
                     const char *why);
-/* A Connect succeeded on q: it is live (admission promoted, deadline off). */
+/* A Connect succeeded on q: it is live (admission promoted, deadline off;
+ * with q->auth_pending set, both wait for nvme_conn_authenticated and the
+ * deadline starts again, for the authentication). */
 void nvme_conn_connected(struct nvme_queue *q);
+/* The queue authenticated: admission promoted, deadline off. */
+void nvme_conn_authenticated(struct nvme_queue *q);
+/* A re-authentication started on a live queue: the handshake deadline
+ * bounds it too. */
+void nvme_conn_auth_deadline(struct nvme_queue *q);
 /* Close every connection and refuse new ones (nvme_target_stop), or
  * accept them again (nvme_target_init). Any thread. */
 void nvme_conn_close_all(void);
@@ -239,6 +259,25 @@ struct nvme_subsys *nvme_queue_subsys(struct nvme_queue *q);
 /* ---- nvme_fabrics.c ---- */
 /* Fabrics commands (Connect, Property Get/Set, Disconnect). */
 void nvme_fabrics_exec(struct nvme_cmd *cmd);
+
+/* ---- nvme_auth.c ---- */
+/* The keys of host h for a controller of hostnqn on subnqn (the secrets
+ * checked and transformed), or NULL with *why (a static reason). */
+struct nvme_auth_keys *nvme_auth_keys_new(const struct nvme_host *h, const char *hostnqn,
+                                          const char *subnqn, const char **why);
+/* Wipe and free (NULL is fine). */
+void nvme_auth_keys_free(struct nvme_auth_keys *k);
+/* Whether the command may run on a queue that has not authenticated
+ * (Connect, Authentication Send and Receive). */
+bool nvme_auth_allows(const uint8_t *sqe);
+/* Whether q waits for an authentication to end (the deadline's check). */
+bool nvme_auth_unfinished(const struct nvme_queue *q);
+/* Fabrics Authentication Send / Receive on q (its controller has keys). */
+void nvme_auth_send(struct nvme_cmd *cmd);
+void nvme_auth_recv(struct nvme_cmd *cmd);
+/* Free the queue's transaction (when the connection is freed: no
+ * command, hence no job of the I/O pool, holds it any more). */
+void nvme_auth_queue_free(struct nvme_queue *q);
 
 /* ---- nvme_ctrl.c ---- */
 /* Every live I/O controller, each with a reference (*n of them; free the
@@ -268,6 +307,9 @@ struct nvme_ns_size *nvme_ns_sizes(const struct nvme_subsys *s, size_t *n);
 /* A discovery controller's admin queue: raise Discovery Log Page Change
  * events (when the host enabled them) as the configuration moves. */
 void nvme_ctrl_disc_watch_start(struct nvme_queue *q);
+/* Queue asynchronous event ev for the host (delivered on the admin
+ * queue's reactor). Takes ctrl->lock. */
+void nvme_ctrl_aen(struct nvme_ctrl *ctrl, uint32_t ev);
 /* Log page 04h: copy and clear (4096 bytes into buf). */
 void nvme_ctrl_changed_ns(struct nvme_ctrl *ctrl, uint8_t *buf);
 
@@ -296,6 +338,37 @@ static inline uint32_t nvme_lba_size(struct volume *v)
 void nvme_io_exec(struct nvme_cmd *cmd);
 /* Count a finished I/O command in the volume's metrics (cmd->mt0 set). */
 void nvme_io_stats_done(struct nvme_cmd *cmd);
+
+/* ---- nvme_ana.c ---- (asymmetric namespace access, nvme_target.h) */
+/* Whether s reports ANA (its `ana`, or nvmet.global's). */
+static inline bool nvme_ana_on(const struct nvme_subsys *s)
+{
+    return s && s->ana;
+}
+/* The ANA group of ns (1..nvme_ana_max_groups()). */
+uint32_t nvme_ana_group(const struct nvme_ns *ns);
+/* Identify Controller's ANA fields for s (CMIC, OAES, ANATT, ANACAP,
+ * ANAGRPMAX, NANAGRPID); nothing when s does not report ANA. */
+void nvme_ana_identify_ctrl(const struct nvme_subsys *s, uint8_t *out);
+/* Log page 0Ch for ctrl (rgo: groups only, no NSIDs): a new buffer. 0 or
+ * a status. */
+uint16_t nvme_ana_log(struct nvme_ctrl *ctrl, bool rgo, uint8_t **page, size_t *len);
+/* The status an I/O command gets on this path before it runs: 0, or ANA
+ * Inaccessible (this member is fenced). */
+uint16_t nvme_ana_io_status(const struct nvme_subsys *s);
+/* The host enabled ANA change notices: watch the state on the admin
+ * queue q (its reactor) and raise the event when it changes. */
+void nvme_ana_watch_start(struct nvme_queue *q);
+/* The discovery log's view of the paths: this member's PORTID for a
+ * port index and the other members' ports (nvme_target_set_paths). */
+uint16_t nvme_ana_port_id(uint16_t index);
+/* The CNTLIDs this target gives: 1..NVME_CNTLID_MAX, or a gateway
+ * member's share of them. */
+void nvme_ana_cntlid_range(uint16_t *lo, uint16_t *hi);
+size_t nvme_ana_peer_ports(struct nvme_peer_port *out, size_t max);
+/* A number that moves when the other members' ports change (0 outside a
+ * group): added to the discovery log's GENCTR. Any thread. */
+uint64_t nvme_ana_peers_gen(void);
 
 /* ---- nvme_resv.c (the object: nvme_resv.h) ---- */
 struct nvme_resv;

@@ -41,6 +41,8 @@ static uint16_t errno_status(int err, bool write)
         return NVME_SC_INVALID_FIELD;
     case -EIO:
         return write ? NVME_SC_WRITE_FAULT : NVME_SC_READ_ERROR;
+    case -ESHUTDOWN: /* this member is fenced (gateway group): another path may serve it */
+        return NVME_SC_PATH_INTERNAL;
     default:
         return NVME_SC_INTERNAL;
     }
@@ -265,6 +267,8 @@ void nvme_io_exec(struct nvme_cmd *cmd)
 {
     const struct nvme_ns *ns = NULL;
     uint16_t st = io_check(cmd, &ns);
+    if (!st)
+        st = nvme_ana_io_status(cmd->q->subsys);
     if (st)
         return done(cmd, st);
     if (is_resv(opc(cmd)))

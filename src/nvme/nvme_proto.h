@@ -134,6 +134,7 @@ int nvme_tcp_ch_check(const struct nvme_tcp_ch *ch, bool hdgst, bool ddgst, uint
 #define NVME_SCT_GENERIC 0x000
 #define NVME_SCT_CMD 0x100
 #define NVME_SCT_MEDIA 0x200
+#define NVME_SCT_PATH 0x300 /* path related: the host retries on another path */
 enum nvme_status {
     NVME_SC_SUCCESS = 0x00,
     NVME_SC_INVALID_OPCODE = 0x01,
@@ -163,10 +164,13 @@ enum nvme_status {
     NVME_SC_CONNECT_CTRL_BUSY = NVME_SCT_CMD | 0x81,
     NVME_SC_CONNECT_INVALID_PARAM = NVME_SCT_CMD | 0x82,
     NVME_SC_CONNECT_INVALID_HOST = NVME_SCT_CMD | 0x84,
+    NVME_SC_AUTH_REQUIRED = NVME_SCT_CMD | 0x91,
     /* media and data integrity */
     NVME_SC_WRITE_FAULT = NVME_SCT_MEDIA | 0x80,
     NVME_SC_READ_ERROR = NVME_SCT_MEDIA | 0x81,
     NVME_SC_COMPARE_FAILED = NVME_SCT_MEDIA | 0x85,
+    NVME_SC_PATH_INTERNAL = NVME_SCT_PATH | 0x00,
+    NVME_SC_ANA_INACCESSIBLE = NVME_SCT_PATH | 0x02,
 };
 #define NVME_STATUS_DNR 0x8000u /* in the CQE's status field */
 
@@ -225,6 +229,8 @@ enum nvme_fctype {
 #define NVME_CONNECT_SUBNQN 256
 #define NVME_CONNECT_HOSTNQN 512
 #define NVME_CATTR_DISABLE_SQFLOW 0x04
+/* Connect response dword 0: AUTHREQ.ATR, the host must authenticate. */
+#define NVME_CONNECT_AUTHREQ_ATR (1u << 17)
 /* Invalid-parameter results: the offending field's offset, and whether it
  * is in the connect data (IATTR 1) or the SQE (IATTR 0). */
 #define NVME_IPO_DATA(off) ((1u << 16) | (uint32_t)(off))
@@ -251,6 +257,7 @@ enum nvme_fctype {
 #define NVME_LOG_ERROR 0x01
 #define NVME_LOG_SMART 0x02
 #define NVME_LOG_CHANGED_NS 0x04
+#define NVME_LOG_ANA 0x0c
 #define NVME_LOG_DISCOVERY 0x70
 #define NVME_LOG_RESV 0x80 /* reservation notification */
 
@@ -267,7 +274,13 @@ enum nvme_fctype {
 #define NVME_AEN_NS_CHANGED 0x00040002u   /* notice, NS attribute changed, log 04h */
 #define NVME_AEN_RESV_LOG 0x00800006u     /* I/O command set: reservation log, 80h */
 #define NVME_AEN_DISC_CHANGED 0x0070f002u /* notice, discovery log changed, log 70h */
+#define NVME_AEN_ANA_CHANGED 0x000c0302u  /* notice, ANA change, log 0Ch */
 #define NVME_AEC_NS_ATTR (1u << 8)
+#define NVME_AEC_ANA_CHANGE (1u << 11)
+/* ANA states (log page 0Ch). */
+#define NVME_ANA_OPTIMIZED 0x1
+#define NVME_ANA_NON_OPTIMIZED 0x2
+#define NVME_ANA_INACCESSIBLE 0x3
 #define NVME_AEC_DISC_CHANGE (1u << 31)
 
 #endif

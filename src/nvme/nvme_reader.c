@@ -54,6 +54,11 @@ void nvme_cmd_dispatch(struct nvme_cmd *cmd)
 {
     struct nvme_queue *q = cmd->q;
     cmd->state = CMD_EXEC;
+    if (q->auth_pending && !nvme_auth_allows(cmd->sqe)) {
+        cmd->status = NVME_SC_AUTH_REQUIRED; /* the queue has not authenticated */
+        nvme_cmd_complete(cmd);
+        return;
+    }
     if (cmd->sqe[NVME_SQE_OPC] == NVME_FABRICS) {
         nvme_fabrics_exec(cmd);
         return;

@@ -58,7 +58,8 @@ static void send_resp(struct nvme_cmd *cmd)
                       NVME_TCP_RSP_HLEN + nvme_hd_len(q));
     uint16_t sqhd = q->sqflow_off ? 0xffff : q->sqhd;
     nvme_cqe_build(h + 8, cmd->result, sqhd, q->qid, cmd->cid, cmd->status,
-                   cmd->status != NVME_SC_TRANSIENT_TRANSPORT);
+                   cmd->status != NVME_SC_TRANSIENT_TRANSPORT &&
+                       (cmd->status & 0x700) != NVME_SCT_PATH); /* path errors: retry elsewhere */
     header_digest(q, h, NVME_TCP_RSP_HLEN);
     conn_send_copy(q->c, h, NVME_TCP_RSP_HLEN + nvme_hd_len(q));
 }

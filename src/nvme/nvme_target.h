@@ -15,12 +15,17 @@
 #define NVME_SESSION_NQN 224 /* an NQN (223 bytes) and its NUL */
 
 struct nvme_subsys;
+struct volume;
 
 /* Start/stop the target's own state (controller table, keep-alive timer).
  * nvme_target_init before the first publication, from the main thread;
  * nvme_target_stop closes every connection. 0 or -errno. */
 int nvme_target_init(void);
 void nvme_target_stop(void);
+/* NVMe/TCP connections (queues, admin and I/O) in all; past it a new one
+ * is refused at accept, logged. Default NVME_DEFAULT_MAX_CONNECTIONS. */
+#define NVME_DEFAULT_MAX_CONNECTIONS 4096
+void nvme_target_set_max_connections(unsigned n);
 /* Graceful shutdown, before nvme/config/ withdraws the subsystems: refuse
  * new connections, stop reading commands, let every command already
  * running finish and its response be sent, waiting up to timeout_ms; then
@@ -44,8 +49,59 @@ void nvme_target_accept(int fd, const struct sockaddr *peer, socklen_t peerlen,
 void nvme_target_subsys_gone(struct nvme_subsys *s);
 void nvme_target_subsys_changed(struct nvme_subsys *old, struct nvme_subsys *next);
 
+/*
+ * Asymmetric namespace access (docs/nvme.md "ANA"): who the paths are. The
+ * target reports ANA for a subsystem whose `ana` is on (its own, or
+ * nvmet.global's). Without a provider it is one path: one ANA group (1),
+ * optimized. A gateway group (docs/ha.md) sets one: each member is an ANA
+ * group (its id), a namespace is in the group of its volume's optimized
+ * member, and the state through this member is optimized for its own
+ * group, non-optimized for the others, inaccessible while it is fenced.
+ * Every function is non-blocking and may run on a reactor.
+ */
+struct nvme_peer_port {
+    unsigned member;  /* the member serving it (its id) */
+    uint16_t index;   /* the port's index there (links are shared by index) */
+    uint16_t portid;  /* its PORTID in the discovery log */
+    char traddr[64];  /* without brackets */
+    uint16_t trsvcid; /* TCP port */
+    int adrfam;       /* 1 IPv4, 2 IPv6 */
+};
+struct nvme_path_ops {
+    uint32_t max_groups; /* ANAGRPMAX and NANAGRPID */
+    /* The ANA group of a namespace on vol: 1..max_groups. */
+    uint32_t (*group)(struct volume *vol);
+    /* The group this member serves as optimized. */
+    uint32_t (*own_group)(void);
+    /* Every path through this member is inaccessible (fenced). */
+    bool (*inaccessible)(void);
+    /* The discovery log's PORTID of this member's port index. */
+    uint16_t (*port_id)(uint16_t index);
+    /* The CNTLIDs this member gives (a host rejects two controllers of
+     * one subsystem with the same CNTLID, on any path). */
+    void (*cntlid_range)(uint16_t *lo, uint16_t *hi);
+    /* A namespace serves vol / stops serving it (counted). */
+    void (*volume_hold)(struct volume *vol);
+    void (*volume_release)(struct volume *vol);
+    /* The other live members' ports (up to max), for the discovery log. */
+    size_t (*peer_ports)(struct nvme_peer_port *out, size_t max);
+};
+/* Install ops (static; NULL: the default). Start-up, before any Connect. */
+void nvme_target_set_paths(const struct nvme_path_ops *ops);
+/* A namespace of the configuration holds vol / lets it go: the path
+ * provider's volume_hold / volume_release (nothing by default). Any
+ * thread, non-blocking. */
+void nvme_target_volume_hold(struct volume *vol);
+void nvme_target_volume_release(struct volume *vol);
+/* This member's published TCP ports as "INDEX=ADDR:SERVICE,..." (IPv6 in
+ * brackets) into buf; the discovery-only listener is not one. Any thread. */
+void nvme_target_ports_text(char *buf, size_t len);
+
 /* Connections accepted and not freed yet (tests, fuzzing). Any thread. */
 unsigned nvme_conn_live(void);
+/* Forget every failed DH-HMAC-CHAP authentication and block (fuzzing,
+ * which fails thousands). Any thread. */
+void nvme_auth_limit_reset(void);
 
 /* One controller (a session) for the metrics and the API: what a host
  * connected to, from where. */

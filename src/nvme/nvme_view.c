@@ -6,6 +6,7 @@
 
 #include "nvme/nvme_resv.h"
 #include "nvme/nvme_view.h"
+#include "nvme/nvme_target.h"
 #include "store/volume.h"
 
 struct nvme_subsys *nvme_subsys_new(void)
@@ -41,8 +42,10 @@ void nvme_subsys_unref(struct nvme_subsys *s)
         return;
     for (size_t i = 0; i < s->nns; i++) {
         struct nvme_ns *n = &s->ns[i];
-        if (n->vol)
+        if (n->vol) {
+            nvme_target_volume_release(n->vol);
             volume_unref(n->vol);
+        }
         nvme_resv_unref(n->resv);
         free(n->device_path);
         free(n->dataset);

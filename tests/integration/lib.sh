@@ -36,42 +36,11 @@ need() {
     done
 }
 
-# A TCP port for one of this test's listeners. Not one the kernel hands
-# out (bind to port 0 and connect draw from ip_local_port_range, 32768 and
-# up): a port from there, free when asked, could be taken by another test's
-# client or listener before blockd binds it, and a wildcard portal on it
-# then fails to bind. Each port handed out is reserved for an hour in a
-# directory every test shares, so that tests run side by side never get
-# the same one.
+# A TCP port for one of this test's listeners, outside the kernel's
+# ephemeral range and reserved across tests run side by side.
+FREE_PORT_BIN=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/scripts/free-port
 free_port() {
-    python3 - <<'PY'
-import os, random, socket, sys, time
-d = "/tmp/blockd-test-ports"
-os.makedirs(d, exist_ok=True)
-for _ in range(5000):
-    p = random.randrange(20000, 32768)
-    f = os.path.join(d, str(p))
-    try:
-        if time.time() - os.stat(f).st_mtime < 3600:
-            continue
-        os.unlink(f)
-    except FileNotFoundError:
-        pass
-    try:
-        os.close(os.open(f, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        continue
-    s = socket.socket()
-    try:
-        s.bind(("0.0.0.0", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    print(p)
-    sys.exit(0)
-sys.exit("free_port: no free port between 20000 and 32767")
-PY
+    "$FREE_PORT_BIN"
 }
 
 blockctl() {

@@ -326,11 +326,13 @@ def check_keepalive(env):
     c.close()
 
 
-def check_aer(env, add_namespace, nsid=3):
+def check_aer(env, add_namespace, nsid=3, ana=False):
     """add_namespace(): the configuration gains nsid 3 on ANY (or changes
-    nsid otherwise: then only the event and the changed list are checked)."""
+    nsid otherwise: then only the event and the changed list are checked).
+    ana: ANA change notices on too (ANY reports ANA): the new namespace
+    also changes the ANA log page, which a second event says."""
     c = env.ctrl().connect(io_queues=1)
-    c.set_features(0x0B, 1 << 8)  # namespace attribute notices
+    c.set_features(0x0B, (1 << 8) | (n.AEC_ANA_CHANGE if ana else 0))
     q = c.admin
     aers = [q.next_cid() for _ in range(4)]
     for cid in aers:
@@ -347,6 +349,17 @@ def check_aer(env, add_namespace, nsid=3):
         got = res
         break
     expect(got is not None and got & 0xFFFFFF == 0x040002, "NS attribute changed: 0x%x" % got)
+    if ana:
+        res = None
+        for _ in range(3):  # the other held AERs: the ANA change comes within the watch's period
+            t, flags, hdr, _ = q.recv_pdu()
+            res = struct.unpack_from("<Q", hdr, 8)[0]
+            if t == n.RSP and res & 0xFFFFFF == n.AEN_ANA_CHANGE:
+                break
+        expect(res is not None and res & 0xFFFFFF == n.AEN_ANA_CHANGE, "ANA change: 0x%x" % res)
+        log = n.ana_log(c)
+        expect([(g["grpid"], g["state"], g["nsids"]) for g in log["groups"]] ==
+               [(1, "optimized", [1, 2, 3])], "ANA log after the add: %r" % log)
     changed = c.get_log_page(0x04, 4096)
     expect(struct.unpack_from("<I", changed, 0)[0] == nsid, "changed NS list names nsid %d" % nsid)
     again = c.get_log_page(0x04, 4096)
@@ -355,6 +368,27 @@ def check_aer(env, add_namespace, nsid=3):
         expect(struct.unpack("<4I", c.identify(2)[:16])[:3] == (1, 2, 3), "nsid 3 active")
     c.close()
     return c
+
+
+def check_ana(env):
+    """ANY reports ANA (one group, optimized); ONLY does not."""
+    c = env.ctrl().connect(io_queues=0)
+    idc = n.parse_id_ctrl(c.identify(1))
+    expect(idc["cmic"] & 0x8 and idc["oaes"] & n.AEC_ANA_CHANGE, "CMIC/OAES: %r" % idc)
+    expect(idc["anacap"] == 0x07 and idc["anagrpmax"] == 1 and idc["nanagrpid"] == 1, repr(idc))
+    mnan = struct.unpack_from("<I", c.identify(1), 540)[0]
+    expect(0 < mnan <= idc["nn"], "MNAN %d, NN %d" % (mnan, idc["nn"]))
+    expect(n.parse_id_ns(c.identify(0, 2))["anagrpid"] == 1, "ANAGRPID")
+    log = n.ana_log(c)
+    expect([(g["grpid"], g["state"], g["nsids"]) for g in log["groups"]] ==
+           [(1, "optimized", [1, 2])], "ANA log: %r" % log)
+    expect(n.ana_log(c, rgo=True)["groups"][0]["nsids"] == [], "RGO lists no NSIDs")
+    c.close()
+    o = env.ctrl(ONLY, hostnqn=HOST_OK).connect(io_queues=0)
+    expect(not n.parse_id_ctrl(o.identify(1))["cmic"] & 0x8, "ONLY reports ANA")
+    st, _ = o.get_log_page(0x0C, 4096, check=False)
+    expect(st == n.SC_INVALID_LOG, "log page 0Ch without ANA: 0x%x" % st)
+    o.close()
 
 
 def check_reservations(env):
@@ -406,6 +440,7 @@ CHECKS = [
     ("discovery", check_discovery),
     ("bad PDUs", check_bad_pdus),
     ("keep-alive", check_keepalive),
+    ("ANA", check_ana),
     ("reservations", check_reservations),
 ]
 

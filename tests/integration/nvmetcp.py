@@ -3,17 +3,23 @@ over Fabrics 1.1 TCP transport binding and the NVMe 2.0 base specification
 (not from blockd's headers): PDUs with optional header and data digests,
 Fabrics Connect of an admin queue and I/O queues, properties, Identify,
 Get Log Page, features, Read/Write/Flush/Write Zeroes/Dataset Management/
-Compare, reservations (Register, Report, Acquire, Release), writes
-in-capsule or through R2T/H2CData, and raw PDUs for bad input tests.
+Compare, reservations (Register, Report, Acquire, Release, the
+notification log), writes in-capsule or through R2T/H2CData, raw PDUs for
+bad input tests, and DH-HMAC-CHAP in-band authentication (NVMe 2.0, 8.13)
+with the RFC 7919 groups, unidirectional or bidirectional.
 
     c = Controller("127.0.0.1", port, "nqn...:sub", hostnqn="nqn...:host")
     c.connect(io_queues=2)          # admin queue + enable + I/O queues
     c.write(1, lba=0, data=b"x" * 4096)
     assert c.read(1, lba=0, nlb=8) == b"x" * 4096
+    a = Controller(..., dhchap_key="DHHC-1:01:...:", dhchap_ctrl_key=None).connect()
 """
+import hashlib
+import hmac
 import os
 import socket
 import struct
+import zlib
 
 # PDU types (transport binding, 3.6.1)
 ICREQ, ICRESP, H2C_TERM, C2H_TERM, CMD, RSP, H2C_DATA, C2H_DATA, R2T = 0, 1, 2, 3, 4, 5, 6, 7, 9
@@ -36,6 +42,7 @@ SC_AER_LIMIT = 0x105
 SC_INVALID_LOG = 0x109
 SC_CONNECT_INVALID_PARAM = 0x182
 SC_CONNECT_INVALID_HOST = 0x184
+SC_AUTH_REQUIRED = 0x191
 SC_COMPARE_FAILED = 0x285
 
 
@@ -275,10 +282,16 @@ class Controller:
     """An admin queue and its I/O queues, as a host driver would use them."""
 
     def __init__(self, host, port, subnqn, hostnqn="nqn.2026-01.org.blockd:host-test",
-                 hostid=None, hdgst=False, ddgst=False, kato=0):
+                 hostid=None, hdgst=False, ddgst=False, kato=0, dhchap_key=None,
+                 dhchap_ctrl_key=None, auth_hashes=(1, 2, 3), auth_dhgroups=(0, 1, 2, 3, 4, 5)):
         self.host, self.port, self.subnqn, self.hostnqn = host, port, subnqn, hostnqn
         self.hostid = hostid or os.urandom(16)
         self.hdgst, self.ddgst, self.kato = hdgst, ddgst, kato
+        # DH-HMAC-CHAP: each queue authenticates when its Connect says ATR.
+        self.dhchap_key, self.dhchap_ctrl_key = dhchap_key, dhchap_ctrl_key
+        self.auth_hashes, self.auth_dhgroups = auth_hashes, auth_dhgroups
+        self.auth_required = None
+        self.auth_chosen = None
         self.admin = None
         self.io = []
         self.cntlid = None
@@ -293,6 +306,15 @@ class Controller:
             q.close()
             raise NvmeError(st, res, "Connect qid %d" % qid)
         q.qid = qid
+        self.auth_required = bool(res & AUTHREQ_ATR)
+        if self.auth_required and self.dhchap_key:
+            try:
+                self.auth_chosen = authenticate(q, self.hostnqn, self.subnqn, self.dhchap_key,
+                                                self.dhchap_ctrl_key, self.auth_hashes,
+                                                self.auth_dhgroups)
+            except Exception:
+                q.close()
+                raise
         return q, res & 0xFFFF
 
     def connect(self, io_queues=1, sqsize=32, io_sqsize=64):
@@ -515,7 +537,10 @@ def parse_id_ctrl(d):
         oncs=struct.unpack_from("<H", d, 520)[0], vwc=d[525],
         sgls=struct.unpack_from("<I", d, 536)[0], subnqn=nqn_str(d[768:1024]),
         ioccsz=struct.unpack_from("<I", d, 1792)[0], iorcsz=struct.unpack_from("<I", d, 1796)[0],
-        icdoff=struct.unpack_from("<H", d, 1800)[0], msdbd=d[1803])
+        icdoff=struct.unpack_from("<H", d, 1800)[0], msdbd=d[1803],
+        oaes=struct.unpack_from("<I", d, 92)[0], anatt=d[342], anacap=d[343],
+        anagrpmax=struct.unpack_from("<I", d, 344)[0],
+        nanagrpid=struct.unpack_from("<I", d, 348)[0])
 
 
 def parse_id_ns(d):
@@ -523,5 +548,178 @@ def parse_id_ns(d):
     flbas = d[26] & 0xF
     lbads = d[128 + 4 * flbas + 2]
     return dict(nsze=nsze, ncap=ncap, nuse=nuse, nmic=d[30], rescap=d[31], nsattr=d[99],
-                nguid=d[104:120],
-                eui64=d[120:128], block_size=1 << lbads if lbads else 0)
+                nguid=d[104:120], eui64=d[120:128], block_size=1 << lbads if lbads else 0,
+                anagrpid=struct.unpack_from("<I", d, 92)[0])
+
+
+# Asymmetric Namespace Access log page (NVMe 2.0 base, Get Log Page 0Ch):
+# a 16-byte header (change count u64, number of group descriptors u16),
+# then one descriptor per group: group id u32, number of NSIDs u32, change
+# count u64, state (low nibble of byte 16), 15 reserved bytes, and the
+# NSIDs (u32 each) unless the host asked for groups only (LSP bit 0).
+ANA_STATES = {1: "optimized", 2: "non-optimized", 3: "inaccessible", 4: "persistent-loss",
+              0xF: "change"}
+AEN_ANA_CHANGE = 0x0C0302  # notice (2), ANA change (03h), log page 0Ch
+AEC_ANA_CHANGE = 1 << 11
+
+
+def ana_log(ctrl, length=8192, rgo=False):
+    q = ctrl.admin
+    numd = length // 4 - 1
+    e = sqe(0x02, q.next_cid(), 0xFFFFFFFF, sgl_transport(length),
+            cdw10=0x0C | ((1 << 8) if rgo else 0) | ((numd & 0xFFFF) << 16), cdw11=numd >> 16)
+    st, res, d = ctrl.admin_cmd(e)
+    chgcnt, ngrps = struct.unpack_from("<QH", d, 0)
+    off, groups = 16, []
+    for _ in range(ngrps):
+        grpid, nns, gchg = struct.unpack_from("<IIQ", d, off)
+        state = d[off + 16] & 0xF
+        nsids = list(struct.unpack_from("<%dI" % nns, d, off + 32)) if nns else []
+        groups.append(dict(grpid=grpid, chgcnt=gchg, state=ANA_STATES.get(state, state),
+                           nsids=nsids))
+        off += 32 + 4 * nns
+    return dict(chgcnt=chgcnt, groups=groups)
+
+
+def ana_state_of(log, nsid):
+    """(group id, state) of nsid in a parsed ANA log, or (None, None)."""
+    for g in log["groups"]:
+        if nsid in g["nsids"]:
+            return g["grpid"], g["state"]
+    return None, None
+
+
+# ---- DH-HMAC-CHAP (NVMe base 2.0, 8.13.5; groups of RFC 7919) ----
+
+AUTHREQ_ATR = 1 << 17  # Connect response dword 0
+HASH_NAMES = {1: "sha256", 2: "sha384", 3: "sha512"}
+DH_BITS = {1: 2048, 2: 3072, 3: 4096, 4: 6144, 5: 8192}
+# RFC 7919 A.1-A.5: p = 2^b - 2^(b-64) + {[2^(b-130) e] + X} * 2^64 - 1, g = 2.
+_RFC7919_X = {2048: 560316, 3072: 2625351, 4096: 5736041, 6144: 15705020, 8192: 10965728}
+# Failure reason code explanations.
+R_FAILED, R_NOT_USABLE, R_CONCAT, R_HASH, R_DHGROUP, R_PAYLOAD, R_MESSAGE = range(1, 8)
+
+
+def _e_scaled(k, guard=64):
+    """floor(2^k * e), from the series sum of 1/n!."""
+    term, total, n = 1 << (k + guard), 0, 0
+    while term:
+        total += term
+        n += 1
+        term //= n
+    return total >> guard
+
+
+_primes = {}
+
+
+def ffdhe_prime(dhgid):
+    b = DH_BITS[dhgid]
+    if b not in _primes:
+        _primes[b] = 2**b - 2**(b - 64) + (_e_scaled(b - 130) + _RFC7919_X[b]) * 2**64 - 1
+    return _primes[b]
+
+
+def dhchap_secret(text, nqn):
+    """A secret "DHHC-1:hh:<base64(secret || CRC-32)>:" after its transformation."""
+    import base64
+    assert text.startswith("DHHC-1:") and text.endswith(":"), text
+    hh, b64 = text[7:9], text[10:-1]
+    raw = base64.b64decode(b64, validate=True)
+    secret, crc = raw[:-4], raw[-4:]
+    assert len(secret) in (32, 48, 64), len(secret)
+    assert struct.pack("<I", zlib.crc32(secret)) == crc, "CRC-32 of the secret"
+    t = int(hh, 16)
+    if t == 0:
+        return secret
+    return hmac.new(secret, nqn.encode() + b"NVMe-over-Fabrics", HASH_NAMES[t]).digest()
+
+
+def dhchap_response(hash_id, key, chal, seq, tid, label, nqn1, nqn2):
+    m = chal + struct.pack("<IHB", seq, tid, 0) + label + nqn1.encode() + b"\0" + nqn2.encode()
+    return hmac.new(key, m, HASH_NAMES[hash_id]).digest()
+
+
+def dhchap_augment(hash_id, skey, chal):
+    hashed = hashlib.new(HASH_NAMES[hash_id], skey).digest()
+    return hmac.new(hashed, chal, HASH_NAMES[hash_id]).digest()
+
+
+class AuthFailed(Exception):
+    """The controller answered a Failure1 (reason code explanation in .reason),
+    or its own response was wrong (.reason None)."""
+
+    def __init__(self, reason, what):
+        super().__init__(what)
+        self.reason = reason
+
+
+def auth_send(q, data, check=True):
+    tail = struct.pack("<BBBBI", 0, 1, 1, 0xE9, len(data))
+    st, res, _ = q.command(fabrics(0x05, q.next_cid(), tail, sgl=sgl_inline(len(data))), data)
+    if check and st:
+        raise NvmeError(st, res, "Authentication Send")
+    return st
+
+
+def auth_recv(q, al=4096, check=True):
+    tail = struct.pack("<BBBBI", 0, 1, 1, 0xE9, al)
+    st, res, data = q.command(fabrics(0x06, q.next_cid(), tail, sgl=sgl_transport(al)))
+    if check and st:
+        raise NvmeError(st, res, "Authentication Receive")
+    if check and data[0] == 0 and data[1] == 0xF1:
+        raise AuthFailed(data[7], "Failure1, reason 0x%02x/0x%02x" % (data[6], data[7]))
+    return data if check else (st, data)
+
+
+def negotiate_msg(tid, hashes=(1, 2, 3), dhgroups=(0, 1, 2, 3, 4, 5), sc_c=0):
+    ids = bytearray(60)
+    ids[0:len(hashes)] = bytes(hashes)
+    ids[30:30 + len(dhgroups)] = bytes(dhgroups)
+    desc = struct.pack("<BBBB", 1, 0, len(hashes), len(dhgroups)) + bytes(ids)
+    return struct.pack("<BBHHBB", 0, 0, 0, tid, sc_c, 1) + desc
+
+
+def authenticate(q, hostnqn, subnqn, key, ctrl_key=None, hashes=(1, 2, 3),
+                 dhgroups=(0, 1, 2, 3, 4, 5), tid=None, wrong_r1=False):
+    """Run one DH-HMAC-CHAP transaction on queue q as the host. Returns the
+    (hash id, DH group id) the controller chose; raises AuthFailed."""
+    tid = os.urandom(2)[0] | 0x100 if tid is None else tid
+    auth_send(q, negotiate_msg(tid, hashes, dhgroups))
+    ch = auth_recv(q)
+    t, i, ctid, hl, hash_id, dhgid, dhvlen, s1 = struct.unpack_from("<BBxxHBxBBHI", ch, 0)
+    assert (t, i, ctid) == (1, 1, tid), ("challenge", t, i, ctid)
+    assert hl == hashlib.new(HASH_NAMES[hash_id]).digest_size, hl
+    c1, dhv = ch[16:16 + hl], ch[16 + hl:16 + hl + dhvlen]
+    ours, skey = b"", None
+    if dhgid:
+        p = ffdhe_prime(dhgid)
+        plen = DH_BITS[dhgid] // 8
+        assert dhvlen == plen, dhvlen
+        x = int.from_bytes(os.urandom(64), "big") | (1 << 511)
+        ours = pow(2, x, p).to_bytes(plen, "big")
+        skey = pow(int.from_bytes(dhv, "big"), x, p).to_bytes(plen, "big")
+        c1 = dhchap_augment(hash_id, skey, c1)
+    kh = dhchap_secret(key, hostnqn)
+    r1 = dhchap_response(hash_id, kh, c1, s1, tid, b"HostHost", hostnqn, subnqn)
+    if wrong_r1:
+        r1 = bytes(b ^ 0xFF for b in r1)
+    c2, s2 = bytes(hl), 0
+    if ctrl_key:
+        c2 = os.urandom(hl)
+        s2 = struct.unpack("<I", os.urandom(4))[0] | 1
+    reply = struct.pack("<BBHHBBBBHI", 1, 2, 0, tid, hl, 0, 1 if ctrl_key else 0, 0,
+                        len(ours), s2) + r1 + c2 + ours
+    auth_send(q, reply)
+    ok = auth_recv(q)
+    t, i, ctid, shl, rvalid = struct.unpack_from("<BBxxHBxB", ok, 0)
+    assert (t, i, ctid, shl) == (1, 3, tid, hl), ("success1", t, i, ctid, shl)
+    if ctrl_key:
+        kc = dhchap_secret(ctrl_key, subnqn)
+        c2a = dhchap_augment(hash_id, skey, c2) if skey else c2
+        want = dhchap_response(hash_id, kc, c2a, s2, tid, b"Controller", subnqn, hostnqn)
+        if not (rvalid & 1) or not hmac.compare_digest(ok[16:16 + hl], want):
+            auth_send(q, struct.pack("<BBHHBB", 0, 0xF0, 0, tid, 1, R_FAILED) + bytes(8))
+            raise AuthFailed(None, "the controller's response R2 is wrong")
+        auth_send(q, struct.pack("<BBHH", 1, 4, 0, tid) + bytes(10))
+    return hash_id, dhgid

@@ -18,7 +18,7 @@ jget() {
 
 WS_PORT=$(free_port)
 blockd_start --api-listen "127.0.0.1:$WS_PORT" --handshake-timeout 120 \
-    --max-pending-per-addr 8 --iscsi-max-connections 64
+    --max-pending-per-addr 8 --iscsi-max-connections 64 --nvme-max-connections 64
 blockctl volume create demo/h --size 16M >/dev/null || fail "volume create"
 blockctl share nbd create demo/h --name h >/dev/null || fail "nbd share"
 portal=$(jget "$(blockctl call iscsi.portal.create '{"listen":[{"ip":"127.0.0.1"}]}')" 'j["id"]')
@@ -27,6 +27,13 @@ e=$(jget "$(blockctl call iscsi.extent.create '{"name":"lim","disk":"zvol/demo/h
 blockctl call iscsi.targetextent.create "{\"target\":$t,\"extent\":$e}" >/dev/null
 KEY=$(jget "$(blockctl call api_key.create '{"name":"lim"}')" 'j["key"]')
 IQN=iqn.2026-11.org.blockd:lim
+NVME_PORT=$(free_port)
+SUBNQN=$(blockctl share nvme create demo/h --address 127.0.0.1 --tcp-port "$NVME_PORT" | cut -f3)
+[ -n "$SUBNQN" ] || fail "share nvme create"
+for i in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$NVME_PORT") 2>/dev/null && break
+    sleep 0.1
+done
 
 cat >"$TMP/flood.py" <<'PY'
 # flood.py PORT SRC_ADDR COUNT: open COUNT idle connections from SRC_ADDR,
@@ -116,6 +123,57 @@ grep -q "iscsi: pending connection evicted to admit .*: 48 connections still in 
 sleep 0.5
 timeout 20 iscsi-inq "iscsi://127.0.0.1:$ISCSI_PORT/$IQN/0" >/dev/null 2>&1 ||
     fail "iscsi-inq fails after the idle connections left"
+
+# --- NVMe/TCP: per address, and in all (pending cap 64 - 64/4 = 48) ---
+# nvme_connect: a host (nvmetcp.py, written from the specification) that
+# connects, writes and reads back one block while the idle sockets are held.
+nvme_connect() {
+    PYTHONPATH=$(dirname "$0") timeout 30 /usr/bin/python3 - "$NVME_PORT" "$SUBNQN" <<'PY'
+import os, sys
+import nvmetcp as n
+c = n.Controller("127.0.0.1", int(sys.argv[1]), sys.argv[2]).connect()
+data = os.urandom(4096)
+c.write(1, 0, data, bs=4096)
+assert c.read(1, 0, 1, bs=4096) == data
+c.close()
+PY
+}
+coproc NVMEFLOOD { exec /usr/bin/python3 "$TMP/flood.py" "$NVME_PORT" 127.0.0.5 30; }
+nvmeflood_pid=$NVMEFLOOD_PID # bash unsets NVMEFLOOD_PID once the coprocess has ended
+BG_PIDS+=("$nvmeflood_pid")
+read -r -t 60 kept <&"${NVMEFLOOD[0]}" || fail "NVMe flood client did not report"
+[ "$kept" -le 8 ] || fail "$kept idle NVMe/TCP connections from one address kept open (limit 8)"
+nvme_connect >"$TMP/nvme.out" 2>&1 ||
+    fail "an NVMe/TCP host refused while idle sockets are held: $(cat "$TMP/nvme.out")"
+grep -q "127.0.0.5:[0-9]*: nvme: connection refused: 8 connections in their handshake from this address" \
+    "$BLOCKD_LOG" || fail "no log line naming a refused NVMe/TCP peer"
+exec {NVMEFLOOD[1]}>&-
+wait "$nvmeflood_pid" 2>/dev/null || true
+python3 - "$NVME_PORT" <<'PY' || fail "NVMe/TCP total cap"
+import socket, sys, time
+port = int(sys.argv[1]); socks = []
+for a in range(30, 40):           # 10 addresses x 8 = 80 > 48
+    for i in range(8):
+        s = socket.socket(); s.bind(("127.0.0.%d" % a, 0)); s.connect(("127.0.0.1", port))
+        socks.append(s)
+time.sleep(1.0)
+kept = 0
+for s in socks:
+    s.settimeout(0.01)
+    try:
+        kept += 1 if s.recv(1) else 0
+    except socket.timeout:
+        kept += 1
+    except ConnectionResetError:
+        pass
+assert kept <= 48, "%d NVMe/TCP connections before Connect kept open, cap 48" % kept
+assert kept >= 40, "only %d kept open" % kept
+PY
+grep -q "nvme: pending connection evicted to admit .*: 48 connections still in their handshake" \
+    "$BLOCKD_LOG" || fail "no log line for the NVMe/TCP pending cap"
+sleep 0.5
+nvme_connect >"$TMP/nvme.out" 2>&1 ||
+    fail "an NVMe/TCP host fails after the idle connections left: $(cat "$TMP/nvme.out")"
 
 # --- WebSocket: 100 idle connections from 127.0.0.4 ---
 coproc WSFLOOD { exec /usr/bin/python3 "$TMP/flood.py" "$WS_PORT" 127.0.0.4 100; }

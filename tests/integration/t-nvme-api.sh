@@ -123,6 +123,22 @@ print("ok  bad PDUs")
 k.check_keepalive(env)
 print("ok  keep-alive teardown")
 
+# ANA on one daemon (the subsystem's ana; off until now): one group,
+# optimized, holding every namespace.
+assert not n.parse_id_ctrl(c.identify(1))["cmic"] & 0x8, "ANA reported while ana is off"
+subprocess.run(["bash", "-c", 'blockctl() { "$BLOCKCTL_BIN" --socket "$SOCK" "$@"; }; '
+                'blockctl call nvmet.subsys.update "[$ANY, {\\"ana\\": true}]"'],
+               check=True, stdout=subprocess.DEVNULL)
+a = n.Controller("127.0.0.1", port, k.ANY).connect(io_queues=0)
+idc = n.parse_id_ctrl(a.identify(1))
+assert idc["cmic"] & 0x8 and idc["nanagrpid"] == 1 and idc["anagrpmax"] == 1, idc
+assert n.parse_id_ns(a.identify(0, 1))["anagrpid"] == 1
+log = n.ana_log(a)
+assert [(g["grpid"], g["state"], g["nsids"]) for g in log["groups"]] == [(1, "optimized", [1])], log
+assert n.ana_log(a, rgo=True)["groups"][0]["nsids"] == [], "RGO: groups only"
+a.close()
+print("ok  ANA on one daemon: group 1 optimized")
+
 # Keep the controller for the next steps (AEN, delete).
 c.set_features(0x0B, 1 << 8)
 c.admin.submit(n.sqe(0x0C, 4000))

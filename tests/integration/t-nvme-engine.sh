@@ -28,8 +28,8 @@ import nvme_engine_checks as k
 io, disc, log, pid = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 env = k.Env("127.0.0.1", io, disc, log)
 k.run(env)
-k.check_aer(env, lambda: os.kill(pid, signal.SIGUSR1))
-print("ok  asynchronous event on a namespace added")
+k.check_aer(env, lambda: os.kill(pid, signal.SIGUSR1), ana=True)
+print("ok  asynchronous events on a namespace added (namespace attribute, ANA change)")
 k.check_aer(env, lambda: os.kill(pid, signal.SIGHUP), nsid=1)
 c = env.ctrl().connect(io_queues=0)
 size = k.n.parse_id_ns(c.identify(0, 1))["nsze"] * 512

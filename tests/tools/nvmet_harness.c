@@ -67,6 +67,7 @@ static struct nvme_subsys *subsys_any(bool third)
     s->ieee_oui = 0x123456;
     s->qid_max = 4;
     s->allow_any_host = true;
+    s->ana = true; /* one ANA group, optimized (no gateway group) */
     s->nports = 1;
     s->port_ids = calloc(1, sizeof(int64_t));
     s->port_ids[0] = 1;

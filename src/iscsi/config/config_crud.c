@@ -130,46 +130,6 @@ int icfg_defaults(const struct api_field *fields, size_t nfields,
     return rc;
 }
 
-int icfg_strv_decode(json_t *array, struct icfg_strv *out)
-{
-    icfg_strv_clear(out);
-    size_t i;
-    json_t *item;
-    json_array_foreach(array, i, item)
-    {
-        if (icfg_strv_add(out, json_string_value(item)) < 0) {
-            icfg_strv_clear(out);
-            return -ENOMEM;
-        }
-    }
-    return 0;
-}
-
-json_t *icfg_strv_encode(const struct icfg_strv *s)
-{
-    json_t *a = json_array();
-    for (size_t i = 0; a && i < s->n; i++)
-        if (json_array_append_new(a, json_string(s->v[i])) < 0) {
-            json_decref(a);
-            a = NULL;
-        }
-    return a;
-}
-
-static int strv_field_decode(const struct api_field *f, json_t *v, void *field)
-{
-    (void)f;
-    return icfg_strv_decode(v, field);
-}
-
-static json_t *strv_field_encode(const struct api_field *f, const void *field)
-{
-    (void)f;
-    return icfg_strv_encode(field);
-}
-
-const struct api_codec icfg_codec_strv = {strv_field_decode, strv_field_encode};
-
 json_t *icfg_str_or_null(const char *s)
 {
     return s ? json_string(s) : json_null();

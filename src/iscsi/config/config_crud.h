@@ -85,13 +85,6 @@ json_t *icfg_body(json_t *params, size_t index, const struct api_field *fields, 
  * the icfg_<object>_init functions. 0 or -ENOMEM. */
 int icfg_defaults(const struct api_field *fields, size_t nfields,
                   int (*decode)(json_t *data, void *obj), void *obj);
-/* A checked JSON array of strings into *out (cleared first). 0 or -ENOMEM. */
-int icfg_strv_decode(json_t *array, struct icfg_strv *out);
-/* s as a JSON array of strings (new reference, NULL on ENOMEM). */
-json_t *icfg_strv_encode(const struct icfg_strv *s);
-/* The field codec (api/fields.h) of a struct icfg_strv member: a JSON
- * array of strings. */
-extern const struct api_codec icfg_codec_strv;
 /* A string (NULL: JSON null) / an optional integer as JSON (new refs). */
 json_t *icfg_str_or_null(const char *s);
 json_t *icfg_int_or_null(bool has, int64_t v);

@@ -28,7 +28,7 @@ static const struct api_field global_fields[] = {
     {.name = "isns_servers",
      .type = API_T_ARRAY,
      .items = &isns_item,
-     API_AT(struct icfg_global, isns_servers, icfg_codec_strv)},
+     API_AT(struct icfg_global, isns_servers, api_codec_strv)},
     {.name = "listen_port",
      .type = API_T_INT,
      .flags = API_RANGE,
@@ -119,7 +119,7 @@ static void global_check(struct api_call *call, const struct icfg_global *g, boo
                  "pool availability alerts are not supported by blockd");
 }
 
-static bool strv_same(const struct icfg_strv *a, const struct icfg_strv *b)
+static bool strv_same(const struct api_strv *a, const struct api_strv *b)
 {
     if (a->n != b->n)
         return false;

@@ -24,7 +24,7 @@ static const struct api_field initiator_fields[] = {
      .type = API_T_ARRAY,
      .items = &iqn_item,
      .def = "[]",
-     API_AT(struct icfg_initiator, initiators, icfg_codec_strv)},
+     API_AT(struct icfg_initiator, initiators, api_codec_strv)},
     {.name = "comment",
      .type = API_T_STRING,
      .def = "\"\"",

@@ -194,7 +194,7 @@ extern const size_t icfg_targetextent_methods_count;
  * builds target views, LUs and listeners from, as structs. DB locked. ---- */
 struct icfg_group_rec {
     uint16_t portal_tag;
-    struct icfg_strv initiators; /* names; empty: everyone */
+    struct api_strv initiators; /* names; empty: everyone */
     char authmethod[16];
     int64_t auth_tag;
 };

@@ -103,13 +103,13 @@ static int portal_decode(json_t *data, struct icfg_portal *p)
     json_t *v;
     int rc = api_fields_decode(portal_fields, ARRAY_SIZE(portal_fields), data, p);
     if (rc == 0 && (v = json_object_get(data, "listen"))) {
-        icfg_strv_clear(&p->listen);
+        api_strv_clear(&p->listen);
         size_t i;
         json_t *item;
         json_array_foreach(v, i, item)
         {
             if (rc == 0)
-                rc = icfg_strv_add(&p->listen, json_string_value(json_object_get(item, "ip")));
+                rc = api_strv_add(&p->listen, json_string_value(json_object_get(item, "ip")));
         }
     }
     return rc;

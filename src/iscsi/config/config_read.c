@@ -65,7 +65,7 @@ int icfg_read_groups(int64_t target_id, struct icfg_group_rec **out, size_t *n)
 void icfg_groups_free(struct icfg_group_rec *g, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        icfg_strv_clear(&g[i].initiators);
+        api_strv_clear(&g[i].initiators);
     free(g);
 }
 

@@ -147,7 +147,7 @@ static int share_portal(struct icfg_write *w, json_t *jp, int64_t *portal)
         return 0;
     rc = icfg_portal_init(&p);
     if (rc == 0)
-        rc = icfg_strv_add(&p.listen, "0.0.0.0");
+        rc = api_strv_add(&p.listen, "0.0.0.0");
     if (rc == 0)
         rc = icfg_str_set(&p.comment, "blockd default portal");
     if (rc < 0)

@@ -107,7 +107,7 @@ static const struct api_field target_fields[] = {
      .type = API_T_ARRAY,
      .items = &network_item,
      .def = "[]",
-     AT(auth_networks, icfg_codec_strv)},
+     AT(auth_networks, api_codec_strv)},
     {.name = "iscsi_parameters", .type = API_T_ANY, .flags = API_NULLABLE, .def = "null"},
     {.name = "defer", .type = API_T_BOOL},
 };

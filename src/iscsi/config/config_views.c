@@ -261,7 +261,7 @@ static char *box_strdup(struct view_box *b, const char *s)
 
 /* A group's initiator names into g (a restricted group never turns into
  * an open one, even out of memory). */
-static void group_initiators(struct view_box *b, size_t at, const struct icfg_strv *inis)
+static void group_initiators(struct view_box *b, size_t at, const struct api_strv *inis)
 {
     struct iscsi_target_group *g = &b->groups[at];
     if (inis->n == 0)
@@ -355,7 +355,7 @@ static int build_luns(struct view_box *b, int64_t target_id)
 }
 
 /* The target's auth_networks (CIDR strings) into b. */
-static void view_nets(struct view_box *b, const struct icfg_strv *nets)
+static void view_nets(struct view_box *b, const struct api_strv *nets)
 {
     if (nets->n == 0)
         return;

@@ -38,7 +38,7 @@ int icfg_global_listen_port(void)
 void icfg_global_clear(struct icfg_global *g)
 {
     free(g->basename);
-    icfg_strv_clear(&g->isns_servers);
+    api_strv_clear(&g->isns_servers);
     memset(g, 0, sizeof(*g));
 }
 
@@ -67,7 +67,7 @@ int icfg_global_set_listen_port(int port)
     return db_setting_set(KEY_PORT, buf);
 }
 
-int icfg_global_set_isns(const struct icfg_strv *servers)
+int icfg_global_set_isns(const struct api_strv *servers)
 {
     char *text = icfg_strv_to_text(servers);
     int rc = text ? db_setting_set(KEY_ISNS, text) : -ENOMEM;

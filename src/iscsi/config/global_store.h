@@ -22,7 +22,7 @@
  */
 struct icfg_global {
     char *basename;
-    struct icfg_strv isns_servers;
+    struct api_strv isns_servers;
     int listen_port;
     bool alua, iser, pool_avail_threshold;
 };
@@ -34,7 +34,7 @@ int icfg_global_get(struct icfg_global *out);
 /* Store one setting. 0 or -errno. */
 int icfg_global_set_basename(const char *basename);
 int icfg_global_set_listen_port(int port);
-int icfg_global_set_isns(const struct icfg_strv *servers);
+int icfg_global_set_isns(const struct api_strv *servers);
 /* The basename (a malloc'd copy, caller frees; the default if never set)
  * and listen_port in force. */
 char *icfg_global_basename(void);

@@ -12,7 +12,7 @@
 
 void icfg_initiator_clear(struct icfg_initiator *g)
 {
-    icfg_strv_clear(&g->initiators);
+    api_strv_clear(&g->initiators);
     free(g->comment);
     memset(g, 0, sizeof(*g));
 }

@@ -19,7 +19,7 @@
  * until stored; initiators empty: everyone. */
 struct icfg_initiator {
     int64_t id;
-    struct icfg_strv initiators;
+    struct api_strv initiators;
     char *comment;
 };
 

@@ -13,7 +13,7 @@
 void icfg_portal_clear(struct icfg_portal *p)
 {
     free(p->comment);
-    icfg_strv_clear(&p->listen);
+    api_strv_clear(&p->listen);
     memset(p, 0, sizeof(*p));
 }
 
@@ -61,7 +61,7 @@ int icfg_portal_get(int64_t id, struct icfg_portal *out)
     return icfg_table_get(&icfg_portal_table, id, out);
 }
 
-static int ips_store(int64_t id, const struct icfg_strv *listen)
+static int ips_store(int64_t id, const struct api_strv *listen)
 {
     int rc = icfg_run("DELETE FROM iscsi_portal_ip WHERE portal_id = ?", "i", id);
     for (size_t i = 0; rc == 0 && i < listen->n; i++)

@@ -28,7 +28,7 @@ struct icfg_portal {
     int64_t id;
     int64_t tag;
     char *comment;
-    struct icfg_strv listen;
+    struct api_strv listen;
     int port;
 };
 

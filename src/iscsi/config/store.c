@@ -11,49 +11,27 @@
 #include "control/db.h"
 #include "core/log.h"
 
-void icfg_strv_clear(struct icfg_strv *s)
-{
-    for (size_t i = 0; i < s->n; i++)
-        free(s->v[i]);
-    free(s->v);
-    s->v = NULL;
-    s->n = 0;
-}
-
-int icfg_strv_add(struct icfg_strv *s, const char *str)
-{
-    char **v = realloc(s->v, (s->n + 1) * sizeof(*v));
-    if (!v)
-        return -ENOMEM;
-    s->v = v;
-    s->v[s->n] = strdup(str);
-    if (!s->v[s->n])
-        return -ENOMEM;
-    s->n++;
-    return 0;
-}
-
 /* The stored text is a JSON array (the schema's format since the first
  * version): jansson reads and writes it here, inside the store only. */
-int icfg_strv_from_text(const char *text, struct icfg_strv *out)
+int icfg_strv_from_text(const char *text, struct api_strv *out)
 {
-    icfg_strv_clear(out);
+    api_strv_clear(out);
     json_t *a = text ? json_loads(text, 0, NULL) : NULL;
     size_t i;
     json_t *item;
     int rc = 0;
     json_array_foreach(a, i, item)
     {
-        if (json_is_string(item) && (rc = icfg_strv_add(out, json_string_value(item))) < 0)
+        if (json_is_string(item) && (rc = api_strv_add(out, json_string_value(item))) < 0)
             break;
     }
     json_decref(a);
     if (rc < 0)
-        icfg_strv_clear(out);
+        api_strv_clear(out);
     return rc;
 }
 
-char *icfg_strv_to_text(const struct icfg_strv *s)
+char *icfg_strv_to_text(const struct api_strv *s)
 {
     json_t *a = json_array();
     for (size_t i = 0; a && i < s->n; i++)

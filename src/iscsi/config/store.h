@@ -20,21 +20,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A list of owned strings (a target's auth_networks, an initiator
- * group's names). Free with icfg_strv_clear. */
-struct icfg_strv {
-    char **v;
-    size_t n;
-};
-void icfg_strv_clear(struct icfg_strv *s);
-/* Append a copy of s. 0 or -ENOMEM. */
-int icfg_strv_add(struct icfg_strv *s, const char *str);
+#include "api/fields.h"
+
+/* Lists of owned strings (a target's auth_networks, an initiator
+ * group's names) are struct api_strv (api/fields.h: api_strv_add,
+ * api_strv_clear, and api_codec_strv for their field tables). */
 /* The column text of a stored list (a JSON array of strings: the format
  * the tables have always used) into *out (cleared first); NULL or text
  * that is not such an array is the empty list. 0 or -ENOMEM. */
-int icfg_strv_from_text(const char *text, struct icfg_strv *out);
+int icfg_strv_from_text(const char *text, struct api_strv *out);
 /* The column text of s (malloc'd, caller frees), or NULL on ENOMEM. */
-char *icfg_strv_to_text(const struct icfg_strv *s);
+char *icfg_strv_to_text(const struct api_strv *s);
 
 /* One value of a key: an integer or a (borrowed) string. */
 struct icfg_key_value {

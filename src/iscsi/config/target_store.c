@@ -33,7 +33,7 @@ void icfg_target_clear(struct icfg_target *t)
     free(t->name);
     free(t->alias);
     free(t->groups);
-    icfg_strv_clear(&t->auth_networks);
+    api_strv_clear(&t->auth_networks);
     memset(t, 0, sizeof(*t));
 }
 

@@ -56,7 +56,7 @@ struct icfg_target {
     enum icfg_target_mode mode;
     struct icfg_target_group *groups;
     size_t n_groups;
-    struct icfg_strv auth_networks;
+    struct api_strv auth_networks;
     int64_t rel_tgt_id;
     bool iscsi_parameters;
 };

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "nvme/config/nvmet_internal.h"
+#include "nvme/config/nvmet_write.h"
 #include "nvme/nvme_target.h"
 
 static const struct api_field global_fields[] = {
@@ -62,9 +63,9 @@ static void global_check(struct api_call *call, json_t *in)
                  "expected ADDR:PORT (\":8009\", \"0.0.0.0:8009\", \"[::]:8009\"), or \"\"");
 }
 
-static int global_update(struct api_call *call, json_t *params, json_t **result)
+/* nvmet.global.update after the dispatcher's check (nvmet_write.h). */
+static int global_write(struct api_call *call, json_t *in, struct nvmet_global *out)
 {
-    json_t *in = api_param(params, 0);
     struct nvmet_global g;
     global_check(call, in);
     if (api_has_verrs(call))
@@ -84,8 +85,26 @@ static int global_update(struct api_call *call, json_t *params, json_t **result)
     rc = nvs_global_store(&g);
     if (rc < 0)
         return api_error(call, -rc, "cannot store the NVMe-oF settings");
+    *out = g;
+    return 0;
+}
+
+static int global_update(struct api_call *call, json_t *params, json_t **result)
+{
+    struct nvmet_global g;
+    if (global_write(call, api_param(params, 0), &g) < 0)
+        return -1;
     *result = global_encode(&g);
     return 0;
+}
+
+int nvmet_global_write(struct api_call *call, json_t *body)
+{
+    struct nvmet_global g;
+    if (api_validate_object(call, api_call_method(call), body, global_fields,
+                            ARRAY_SIZE(global_fields), API_PARTIAL) < 0)
+        return api_invalid(call);
+    return global_write(call, body, &g) < 0 ? -1 : 0;
 }
 
 static int global_flag(struct api_call *call, json_t **result, bool rdma)

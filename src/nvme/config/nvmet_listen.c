@@ -22,7 +22,8 @@
 
 struct open_port {
     int64_t id;
-    char addr[96]; /* "[traddr]:port" (traddr < 64 bytes) */
+    char addr[96];  /* "[traddr]:port" (traddr < 64 bytes), as configured */
+    char bound[96]; /* what the kernel bound (the port chosen for 0), or addr */
     struct listener *l;
 };
 
@@ -51,7 +52,6 @@ static struct open_port *find_open(int64_t id, const char *addr)
 /* Open the listener of p into o. 0 or -errno (logged by the listener). */
 static int port_open(const struct nvme_port *p, struct open_port *o)
 {
-    char bound[LISTENER_ADDR_MAX];
     o->id = p->discovery ? 0 : p->id;
     port_addr(p, o->addr, sizeof(o->addr));
     /* the discovery port is not shared with another process (SO_REUSEPORT would let a
@@ -63,12 +63,24 @@ static int port_open(const struct nvme_port *p, struct open_port *o)
                   p->discovery ? "discovery" : "port", strerror(-rc));
         return rc;
     }
-    listener_bound_addr(o->l, bound, sizeof(bound));
+    if (listener_bound_addr(o->l, o->bound, sizeof(o->bound)) < 0)
+        snprintf(o->bound, sizeof(o->bound), "%s", o->addr);
     if (p->discovery)
-        log_info("nvmet: discovery listening on %s", bound);
+        log_info("nvmet: discovery listening on %s", o->bound);
     else
-        log_info("nvmet: listening on %s (port %u, id %lld)", bound, p->index, (long long)p->id);
+        log_info("nvmet: listening on %s (port %u, id %lld)", o->bound, p->index, (long long)p->id);
     return 0;
+}
+
+/* Close the listeners still in open_ports (those not moved to the next
+ * set). Called with listen_lock held. */
+static void close_left(void)
+{
+    for (size_t i = 0; i < n_open; i++)
+        if (open_ports[i].l) {
+            listener_close(open_ports[i].l);
+            log_info("nvmet: stopped listening on %s", open_ports[i].bound);
+        }
 }
 
 void nvmet_listen_apply(void)
@@ -94,11 +106,7 @@ void nvmet_listen_apply(void)
             n++;
         }
     }
-    for (size_t i = 0; i < n_open; i++)
-        if (open_ports[i].l) {
-            listener_close(open_ports[i].l);
-            log_info("nvmet: stopped listening on %s", open_ports[i].addr);
-        }
+    close_left();
     free(open_ports);
     open_ports = next;
     n_open = n;
@@ -109,11 +117,7 @@ void nvmet_listen_apply(void)
 void nvmet_listen_close_all(void)
 {
     pthread_mutex_lock(&listen_lock);
-    for (size_t i = 0; i < n_open; i++)
-        if (open_ports[i].l) {
-            listener_close(open_ports[i].l);
-            log_info("nvmet: stopped listening on %s", open_ports[i].addr);
-        }
+    close_left();
     free(open_ports);
     open_ports = NULL;
     n_open = 0;

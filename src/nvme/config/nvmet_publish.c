@@ -104,12 +104,14 @@ static void ns_volume(struct nvme_ns *n, const struct nvme_ns *was, const char *
         volume_ref(was->vol);
         n->vol = was->vol;
         n->readonly = was->readonly;
+        nvme_target_volume_hold(n->vol); /* released with n (nvme_subsys_unref) */
         return;
     }
     rc = n->dataset ? datasets_volume_open(n->dataset, &n->vol)
                     : open_file(n->device_path, false, &n->vol);
     if (rc == 0) {
         n->readonly = volume_readonly(n->vol) || (n->dataset && strchr(n->dataset, '@'));
+        nvme_target_volume_hold(n->vol);
         return;
     }
     n->vol = NULL;

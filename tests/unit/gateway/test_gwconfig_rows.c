@@ -26,6 +26,7 @@
 #include "control/datasets.h"
 #include "control/db.h"
 #include "nbd/config/nbdstore.h"
+#include "nvme/config/nvmet_store.h"
 #include "gwsync/gwconfig_internal.h"
 #include "testdb.h"
 
@@ -103,7 +104,21 @@ static const char fixture[] =
     "VALUES\n"
     " (15, 'e15', 'DISK', 'zvol/rbdp/v15', NULL, 0, 'ser15', 512, 0, NULL, '', 'naa15', 1, 0, "
     "'SSD', 0, 1, 'BLOCKD', 0);\n"
-    "INSERT INTO iscsi_targetextent (id, target_id, extent_id, lunid) VALUES (12, 3, 15, 5);\n";
+    "INSERT INTO iscsi_targetextent (id, target_id, extent_id, lunid) VALUES (12, 3, 15, 5);\n"
+    /* nvmet: subsystem sg has namespaces on group volumes (one on a volume
+     * nothing else shares), sl only a file pool's: sl, its host h2 and
+     * their links stay local; ports are never the group's. */
+    "INSERT INTO nvmet_subsys (id, name, subnqn, serial, allow_any_host) VALUES"
+    " (1, 'sg', 'nqn.2026-01.x:sg', 'SER1', 1), (2, 'sl', 'nqn.2026-01.x:sl', 'SER2', 0);\n"
+    "INSERT INTO nvmet_namespace (id, nsid, subsys_id, device_type, device_path, device_uuid,"
+    " device_nguid, enabled) VALUES (1, 1, 1, 'ZVOL', 'zvol/rbdp/v1', 'u1', 'g1', 1),"
+    " (2, 1, 2, 'ZVOL', 'zvol/filep/v', 'u2', 'g2', 1),"
+    " (3, 2, 1, 'ZVOL', 'zvol/rbdp/only-nvme', 'u3', 'g3', 0);\n"
+    "INSERT INTO nvmet_host (id, hostnqn) VALUES (1, 'nqn.h1'), (2, 'nqn.h2');\n"
+    "INSERT INTO nvmet_host_subsys (id, host_id, subsys_id) VALUES (1, 1, 1), (2, 2, 2);\n"
+    "INSERT INTO nvmet_port (id, \"index\", addr_trtype, addr_traddr, addr_trsvcid, addr_adrfam)"
+    " VALUES (1, 3, 'TCP', '10.0.0.1', 4420, 'IPV4');\n"
+    "INSERT INTO nvmet_port_subsys (id, port_id, subsys_id) VALUES (1, 1, 1), (2, 1, 2);\n";
 
 /* key → gwc_dump of its value, as blockd wrote them with its own SQL. */
 static const struct {
@@ -173,6 +188,19 @@ static const struct {
     {"nbd/n7", "{\"dataset\":\"rbdp/"
                "only-nbd\",\"description\":\"\",\"enabled\":true,\"multi_conn\":true,\"name\":"
                "\"n7\",\"readonly\":false,\"tls\":\"allow\"}"},
+    {"nvmet/global", "{\"ana\":false,\"basenqn\":\"\",\"xport_referral\":false}"},
+    {"nvmet/subsys/sg", "{\"allow_any_host\":true,\"ana\":null,\"ieee_oui\":null,\"name\":"
+                        "\"sg\",\"pi_enable\":null,\"qid_max\":null,\"serial\":\"SER1\","
+                        "\"subnqn\":\"nqn.2026-01.x:sg\"}"},
+    {"nvmet/ns/sg/1", "{\"device_nguid\":\"g1\",\"device_path\":\"zvol/rbdp/v1\",\"device_type\":"
+                      "\"ZVOL\",\"device_uuid\":\"u1\",\"enabled\":true,\"nsid\":1,\"subsys\":"
+                      "\"sg\"}"},
+    {"nvmet/ns/sg/2", "{\"device_nguid\":\"g3\",\"device_path\":\"zvol/rbdp/only-nvme\","
+                      "\"device_type\":\"ZVOL\",\"device_uuid\":\"u3\",\"enabled\":false,"
+                      "\"nsid\":2,\"subsys\":\"sg\"}"},
+    {"nvmet/host/nqn.h1", "{\"hostnqn\":\"nqn.h1\"}"},
+    {"nvmet/hostsubsys/sg/nqn.h1", "{\"host\":\"nqn.h1\",\"subsys\":\"sg\"}"},
+    {"nvmet/portsubsys/sg/3", "{\"port_index\":3,\"subsys\":\"sg\"}"},
 };
 
 /* One DB for the group: the tests read it; test_no_rbd_pool, the last,
@@ -243,9 +271,10 @@ static void test_datasets(void **state)
     assert_int_equal(gwc_dataset_id("rbdp/v1"), 2);
     assert_int_equal(gwc_dataset_id("rbdp/a/b"), 4);
     assert_int_equal(gwc_dataset_id("nothing/x"), 0);
-    assert_true(gwc_volume_shared_here("rbdp/v1"));       /* an extent and an export */
-    assert_true(gwc_volume_shared_here("filep/v"));       /* an extent */
-    assert_true(gwc_volume_shared_here("rbdp/only-nbd")); /* an export */
+    assert_true(gwc_volume_shared_here("rbdp/v1"));        /* an extent and an export */
+    assert_true(gwc_volume_shared_here("filep/v"));        /* an extent */
+    assert_true(gwc_volume_shared_here("rbdp/only-nbd"));  /* an export */
+    assert_true(gwc_volume_shared_here("rbdp/only-nvme")); /* an NVMe namespace */
     assert_false(gwc_volume_shared_here("rbdp/a"));
     assert_false(gwc_volume_shared_here("nothing/x"));
 }
@@ -263,5 +292,6 @@ int main(void)
     datasets_init(tdb.dir);
     nbdstore_init();
     iscsi_config_init();
+    nvs_init();
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

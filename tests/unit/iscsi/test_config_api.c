@@ -1090,7 +1090,7 @@ static void test_typed_store(void **state)
     icfg_extent_clear(&e);
 
     /* a list's text is the JSON array the tables always held */
-    struct icfg_strv sv = {0};
+    struct api_strv sv = {0};
     assert_int_equal(icfg_strv_from_text("[\"a\\\"b\", 5, \"c\"]", &sv), 0);
     assert_int_equal(sv.n, 2);
     char *text = icfg_strv_to_text(&sv);
@@ -1098,7 +1098,7 @@ static void test_typed_store(void **state)
     free(text);
     assert_int_equal(icfg_strv_from_text("garbage", &sv), 0);
     assert_int_equal(sv.n, 0);
-    icfg_strv_clear(&sv);
+    api_strv_clear(&sv);
     json_decref(ok(rpc("iscsi.target.delete", "[%lld]", (long long)id)));
     json_decref(ok(rpc("iscsi.target.delete", "[%lld]", (long long)id2)));
     json_decref(ok(rpc("iscsi.portal.delete", "[%lld]", (long long)portal)));
