@@ -191,7 +191,8 @@ int resv_shared_open(struct nvme_resv *r, struct volume *vol)
         return rc;
     }
     power_on(r, peers);
-    log_info("nvme: namespace %" PRId64 " (%s): reservations shared through %s (%u other "
+    /* (not SCSI's "reservations shared through": tests wait for that line) */
+    log_info("nvme: namespace %" PRId64 " (%s): NVMe reservations kept in %s (%u other "
              "daemon(s) serving it)",
              r->ns_id, volume_name(vol), rbd_pr_name(sh->store), peers);
     return 0;

@@ -66,10 +66,10 @@ export_nvme blockctl "$NVME_A"
 export_nvme ctl_b "$NVME_B"
 for log in "$BLOCKD_LOG" "$LOG_B"; do
     for _ in $(seq 1 200); do
-        grep -q "reservations shared through blockd.nvme-resv." "$log" && break
+        grep -q "NVMe reservations kept in blockd.nvme-resv." "$log" && break
         sleep 0.1
     done
-    grep -q "reservations shared through blockd.nvme-resv." "$log" ||
+    grep -q "NVMe reservations kept in blockd.nvme-resv." "$log" ||
         fail "no shared reservations in $log: $(grep -i "nvme" "$log" | tail -5)"
 done
 
@@ -129,7 +129,7 @@ PY
 kill -KILL "$BLOCKD_PID"
 wait "$BLOCKD_PID" 2>/dev/null || true
 BLOCKD_PID=
-A_BEFORE=$(grep -c "reservations shared through blockd.nvme-resv." "$BLOCKD_LOG")
+A_BEFORE=$(grep -c "NVMe reservations kept in blockd.nvme-resv." "$BLOCKD_LOG")
 /usr/bin/python3 - "$NVME_A" "$NVME_B" <<PY || fail "after kill -9 of A"
 $PRE
 b = host(pb, "nqn.2026-01.org.blockd:h2", H2)
@@ -141,10 +141,10 @@ print("ok  A killed: the reservation holds through B, and B changes it")
 PY
 blockd_start
 for _ in $(seq 1 300); do
-    [ "$(grep -c "reservations shared through blockd.nvme-resv." "$BLOCKD_LOG")" -gt "$A_BEFORE" ] && break
+    [ "$(grep -c "NVMe reservations kept in blockd.nvme-resv." "$BLOCKD_LOG")" -gt "$A_BEFORE" ] && break
     sleep 0.1
 done
-[ "$(grep -c "reservations shared through blockd.nvme-resv." "$BLOCKD_LOG")" -gt "$A_BEFORE" ] ||
+[ "$(grep -c "NVMe reservations kept in blockd.nvme-resv." "$BLOCKD_LOG")" -gt "$A_BEFORE" ] ||
     fail "A restarted: its namespace's reservations are not shared again"
 /usr/bin/python3 - "$NVME_A" "$NVME_B" <<PY || fail "A restarted"
 $PRE
