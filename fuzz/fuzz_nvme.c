@@ -29,6 +29,7 @@
 #include "core/log.h"
 #include "core/reactor.h"
 #include "nvme/nvme_proto.h"
+#include "nvme/nvme_resv.h"
 #include "nvme/nvme_target.h"
 #include "nvme/nvme_view.h"
 #include "store/bdev.h"
@@ -120,7 +121,8 @@ static void setup(void)
     s->nns = 1;
     s->ns = calloc(1, sizeof(*s->ns));
     s->ns[0].nsid = 1;
-    s->ns[0].vol = v; /* the subsystem's reference */
+    s->ns[0].vol = v;                 /* the subsystem's reference */
+    s->ns[0].resv = nvme_resv_get(1); /* reservations in memory (no store) */
     struct nvme_conf *c = nvme_conf_new(2, 1);
     c->subsys[0] = s;
     c->subsys[1] = auth_subsys();

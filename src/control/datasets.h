@@ -86,6 +86,22 @@ typedef bool (*datasets_in_use_fn)(const char *name, char *why, size_t len);
 void datasets_register_in_use(datasets_in_use_fn fn);
 
 /*
+ * Exports whose protocol keeps reservations of its own: an iSCSI extent
+ * (SCSI persistent reservations) and an NVMe namespace (NVMe
+ * reservations). Their states are separate, so one device is exported
+ * through one of them at a time (docs/nvme.md, "Reservations"). Each such
+ * front-end registers, under its protocol's name, a function that returns
+ * true and names its enabled export of device ("zvol/POOL/VOL" or a file
+ * path) in why; before enabling an export of device a front-end asks the
+ * others with datasets_reserving_export, which returns true with the
+ * other export named in why. Called with the DB lock held (the functions
+ * may take it again); register at start-up, up to 16.
+ */
+typedef bool (*datasets_export_fn)(const char *device, char *why, size_t len);
+void datasets_register_reserving_export(const char *proto, datasets_export_fn fn);
+bool datasets_reserving_export(const char *proto, const char *device, char *why, size_t len);
+
+/*
  * Clients connected to the shares of one volume (exactly name, not its
  * snapshots or children): a rollback needs force while any are. The
  * function returns how many clients are connected and, when any, a reason

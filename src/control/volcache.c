@@ -385,6 +385,30 @@ bool ds_in_use(const char *name, char *why, size_t len)
     return false;
 }
 
+static struct {
+    const char *proto;
+    datasets_export_fn fn;
+} export_fns[DS_MAX_IN_USE];
+static size_t export_count;
+
+void datasets_register_reserving_export(const char *proto, datasets_export_fn fn)
+{
+    table_room(export_count, "reserving exports");
+    for (size_t i = 0; i < export_count; i++)
+        if (export_fns[i].fn == fn)
+            return;
+    export_fns[export_count].proto = proto;
+    export_fns[export_count++].fn = fn;
+}
+
+bool datasets_reserving_export(const char *proto, const char *device, char *why, size_t len)
+{
+    for (size_t i = 0; i < export_count; i++)
+        if (strcmp(export_fns[i].proto, proto) != 0 && export_fns[i].fn(device, why, len))
+            return true;
+    return false;
+}
+
 void datasets_register_clients(datasets_clients_fn fn)
 {
     table_room(clients_count, "client checks");

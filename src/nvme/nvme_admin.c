@@ -99,8 +99,8 @@ static uint16_t log_page(struct nvme_cmd *cmd, uint8_t lid, uint8_t **page, size
     }
     if (lid == NVME_LOG_ANA && !ctrl->discovery)
         return nvme_ana_log(ctrl, (cdw(cmd, 10) >> 8) & 1, page, len); /* LSP bit 0: RGO */
-    if (ctrl->discovery ||
-        (lid != NVME_LOG_ERROR && lid != NVME_LOG_SMART && lid != NVME_LOG_CHANGED_NS))
+    if (ctrl->discovery || (lid != NVME_LOG_ERROR && lid != NVME_LOG_SMART &&
+                            lid != NVME_LOG_CHANGED_NS && lid != NVME_LOG_RESV))
         return NVME_SC_INVALID_LOG_PAGE;
     *len = lid == NVME_LOG_ERROR ? 64 : lid == NVME_LOG_SMART ? 512 : PAGE;
     *page = calloc(1, PAGE);
@@ -111,6 +111,9 @@ static uint16_t log_page(struct nvme_cmd *cmd, uint8_t lid, uint8_t **page, size
         (*page)[4] = 10;  /* its threshold */
     } else if (lid == NVME_LOG_CHANGED_NS) {
         nvme_ctrl_changed_ns(ctrl, *page);
+    } else if (lid == NVME_LOG_RESV) {
+        *len = 64;
+        nvme_resv_log_page(ctrl, *page);
     }
     return 0;
 }
@@ -169,6 +172,11 @@ static void admin_set_features(struct nvme_cmd *cmd)
             nvme_ana_watch_start(cmd->q);
         break;
     }
+    case NVME_FEAT_HOST_ID: /* given by Connect on a fabric */
+        return done(cmd, NVME_SC_CMD_SEQ_ERROR);
+    case NVME_FEAT_RESV_MASK:
+    case NVME_FEAT_RESV_PERSIST:
+        return nvme_resv_feature(cmd, true);
     case NVME_FEAT_KATO:
         ctrl->kato_ms = c11;
         nvme_ctrl_seen(ctrl);
@@ -199,6 +207,10 @@ static void admin_get_features(struct nvme_cmd *cmd)
     case NVME_FEAT_KATO:
         cmd->result = ctrl->kato_ms;
         break;
+    case NVME_FEAT_HOST_ID:
+    case NVME_FEAT_RESV_MASK:
+    case NVME_FEAT_RESV_PERSIST:
+        return nvme_resv_feature(cmd, false);
     case NVME_FEAT_VOLATILE_WC:
         cmd->result = ctrl->discovery ? 0 : 1; /* WCE: writes are acknowledged before sync */
         break;

@@ -105,6 +105,7 @@ void nvme_ctrl_unref(struct nvme_ctrl *ctrl)
     registry_remove(&sessions, &ctrl->reg);
     nvme_subsys_unref(ctrl->subsys);
     free(ctrl->sizes);
+    free(ctrl->resv_log);
     nvme_auth_keys_free(ctrl->auth_keys);
     pthread_mutex_destroy(&ctrl->lock);
     free(ctrl->ioq);
@@ -371,7 +372,8 @@ static bool ns_diff_locked(struct nvme_ctrl *ctrl, const struct nvme_subsys *a,
 
 /* ---- configuration changes ---- */
 
-/* The controllers serving s, each with a reference (*n of them). */
+/* The controllers serving s (NULL: every I/O controller), each with a
+ * reference (*n of them). */
 static struct nvme_ctrl **ctrls_of(const struct nvme_subsys *s, size_t *n)
 {
     *n = 0;
@@ -380,7 +382,7 @@ static struct nvme_ctrl **ctrls_of(const struct nvme_subsys *s, size_t *n)
     for (size_t i = 0; a && i < tbl_n; i++) {
         struct nvme_ctrl *c = tbl[i];
         pthread_mutex_lock(&c->lock);
-        bool match = c->subsys == s && !c->dead;
+        bool match = (s ? c->subsys == s : !c->discovery) && !c->dead;
         pthread_mutex_unlock(&c->lock);
         int r = atomic_load(&c->refs);
         while (match && r > 0 && !atomic_compare_exchange_weak(&c->refs, &r, r + 1))
@@ -390,6 +392,16 @@ static struct nvme_ctrl **ctrls_of(const struct nvme_subsys *s, size_t *n)
     }
     pthread_mutex_unlock(&tbl_lock);
     return a;
+}
+
+struct nvme_ctrl **nvme_ctrl_all(size_t *n)
+{
+    return ctrls_of(NULL, n);
+}
+
+void nvme_ctrl_aen_locked(struct nvme_ctrl *ctrl, uint32_t ev)
+{
+    aen_raise_locked(ctrl, ev);
 }
 
 void nvme_target_subsys_gone(struct nvme_subsys *s)

@@ -52,6 +52,9 @@ void nvme_identify_ctrl(const struct nvme_queue *q, const struct nvme_subsys *s,
     le32_put(out + 80, 0x00020000); /* VER 2.0 */
     /* OAES: namespace attribute notices, or discovery log changes. */
     le32_put(out + 92, s ? 1u << 8 : 1u << 31);
+    /* CTRATT: 128-bit Host Identifiers (a host reads reservation reports
+     * in the extended form: Linux asks for it when this bit is set). */
+    le32_put(out + 96, 1u << 0);
     out[111] = s ? 1 : 2;    /* CNTRLTYPE: I/O, discovery */
     out[258] = 3;            /* ACL: 4 aborts (0-based) */
     out[259] = NVME_AERL;    /* AERL (0-based) */
@@ -61,8 +64,9 @@ void nvme_identify_ctrl(const struct nvme_queue *q, const struct nvme_subsys *s,
     out[513] = 0x44;         /* CQES */
     le16_put(out + 514, s ? ctrl->io_qsize : NVME_ADMIN_QSIZE); /* MAXCMD */
     le32_put(out + 516, s ? max_nsid(s) : 0);                   /* NN */
-    /* ONCS: Compare, Dataset Management, Write Zeroes (no reservations). */
-    le16_put(out + 520, s ? (1u << 0) | (1u << 2) | (1u << 3) : 0);
+    /* ONCS: Compare, Dataset Management, Write Zeroes, Reservations (each
+     * namespace's RESCAP says whether it has them). */
+    le16_put(out + 520, s ? (1u << 0) | (1u << 2) | (1u << 3) | (1u << 5) : 0);
     out[525] = s ? 1 : 0; /* VWC present: Flush is meaningful */
     /* SGLS: SGLs supported (no alignment rule), offset addresses for
      * in-capsule data. */
@@ -99,15 +103,16 @@ void nvme_identify_ns(const struct nvme_ns *ns, uint8_t *out)
     le64_put(out + 0, nblocks);                                     /* NSZE */
     le64_put(out + 8, nblocks);                                     /* NCAP */
     le64_put(out + 16, nblocks);                                    /* NUSE */
-    out[24] = 1u << 4;             /* NSFEAT: OPTPERF, the fields below */
-    le16_put(out + 64, per_block); /* NPWG: the volume's block size */
-    le16_put(out + 66, per_block); /* NPWA */
-    le16_put(out + 68, per_block); /* NPDG */
-    le16_put(out + 70, per_block); /* NPDA */
-    le16_put(out + 72, per_block); /* NOWS */
-    out[25] = 0;                   /* NLBAF: one format */
-    out[26] = 0;                   /* FLBAS */
-    out[30] = 1;                   /* NMIC: may be shared by controllers */
+    out[24] = 1u << 4;                    /* NSFEAT: OPTPERF, the fields below */
+    le16_put(out + 64, per_block);        /* NPWG: the volume's block size */
+    le16_put(out + 66, per_block);        /* NPWA */
+    le16_put(out + 68, per_block);        /* NPDG */
+    le16_put(out + 70, per_block);        /* NPDA */
+    le16_put(out + 72, per_block);        /* NOWS */
+    out[25] = 0;                          /* NLBAF: one format */
+    out[26] = 0;                          /* FLBAS */
+    out[30] = 1;                          /* NMIC: may be shared by controllers */
+    out[31] = nvme_resv_rescap(ns->resv); /* RESCAP */
     /* DLFEAT: Write Zeroes may deallocate; what a deallocated block reads
      * is not promised (it depends on the backend). */
     out[33] = 1u << 3;

@@ -14,6 +14,9 @@
  *   nvme_admin.c     admin commands (Identify, Get Log Page, features...).
  *   nvme_identify.c  the Identify data structures.
  *   nvme_io.c        NVM command set I/O commands over the volume.
+ *   nvme_resv.c      reservations (nvme_resv.h): the commands, the check.
+ *   nvme_resv_shared.c  the reservations of an RBD namespace, in the cluster.
+ *   nvme_resv_notice.c  reservation notifications (log page 80h, events).
  *   nvme_discovery.c the discovery log page.
  *   nvme_auth.c      in-band authentication (DH-HMAC-CHAP) of a queue;
  *                    its computations in nvme_dhchap.{h,c}.
@@ -109,6 +112,10 @@ struct nvme_ctrl {
     bool dead;
     uint64_t connected_at;
     struct registry_entry reg;
+    /* reservation notifications (nvme_resv_notice.c), under lock: the log
+     * (NULL until the first), the notices the host masked (feature 82h) */
+    struct nvme_resv_log *resv_log;
+    uint8_t resv_mask;
 };
 
 enum nvme_qstate { QS_IC, QS_CONNECT, QS_LIVE };
@@ -273,6 +280,11 @@ void nvme_auth_recv(struct nvme_cmd *cmd);
 void nvme_auth_queue_free(struct nvme_queue *q);
 
 /* ---- nvme_ctrl.c ---- */
+/* Every live I/O controller, each with a reference (*n of them; free the
+ * array, unref each). */
+struct nvme_ctrl **nvme_ctrl_all(size_t *n);
+/* Queue asynchronous event ev for ctrl's host (ctrl->lock held). */
+void nvme_ctrl_aen_locked(struct nvme_ctrl *ctrl, uint32_t ev);
 void nvme_ctrl_ref(struct nvme_ctrl *ctrl);
 void nvme_ctrl_unref(struct nvme_ctrl *ctrl);
 /* A queue closes: detach it; the admin queue takes the controller down. */
@@ -357,6 +369,26 @@ size_t nvme_ana_peer_ports(struct nvme_peer_port *out, size_t max);
 /* A number that moves when the other members' ports change (0 outside a
  * group): added to the discovery log's GENCTR. Any thread. */
 uint64_t nvme_ana_peers_gen(void);
+
+/* ---- nvme_resv.c (the object: nvme_resv.h) ---- */
+struct nvme_resv;
+/* 0, or Reservation Conflict when the reservation refuses an I/O command
+ * (write: of the write group) from host hostid. r NULL: no reservations. */
+uint16_t nvme_resv_check(struct nvme_resv *r, const uint8_t *hostid, bool write);
+/* Reservation Register, Report, Acquire or Release on r: completes cmd
+ * (asks for its host data first). */
+void nvme_resv_exec(struct nvme_cmd *cmd, struct nvme_resv *r);
+/* Identify Namespace RESCAP (r NULL: 0). */
+uint8_t nvme_resv_rescap(const struct nvme_resv *r);
+/* Get Features Host Identifier, Get/Set Features Reservation Persistence
+ * (set: Set Features): completes cmd (a shared namespace's Set from the
+ * I/O pool). */
+void nvme_resv_feature(struct nvme_cmd *cmd, bool set);
+
+/* ---- nvme_resv_notice.c ---- */
+/* Log page 80h: the oldest reservation notification of ctrl into page
+ * (64 bytes, zeroed: an empty one when none is left). */
+void nvme_resv_log_page(struct nvme_ctrl *ctrl, uint8_t *page);
 
 /* ---- nvme_discovery.c ---- */
 /* Build the discovery log page for hostnqn into a new buffer (*len bytes). */

@@ -5,8 +5,9 @@
  * durable), Write Zeroes (DEAC: may deallocate), Dataset Management
  * (deallocate → trim), Compare. Every command is checked in one place
  * (io_check) before it touches the volume: namespace, write protection,
- * LBA range, transfer size against MDTS and the host's SGL. Reservation
- * commands are not implemented: Invalid Command Opcode.
+ * LBA range, transfer size against MDTS and the host's SGL, and the
+ * namespace's reservation (nvme_resv.c, which also runs the reservation
+ * commands).
  */
 #include <errno.h>
 #include <string.h>
@@ -177,21 +178,37 @@ static bool modifies(const struct nvme_cmd *cmd)
            (op == NVME_IO_DSM && (le32_get(cmd->sqe + NVME_SQE_CDW11) & NVME_DSM_AD));
 }
 
+static bool is_resv(uint8_t op)
+{
+    return op == NVME_IO_RESV_REGISTER || op == NVME_IO_RESV_REPORT || op == NVME_IO_RESV_ACQUIRE ||
+           op == NVME_IO_RESV_RELEASE;
+}
+
 /* The checks every command passes first: 0, or the status to fail with. */
 static uint16_t io_check(struct nvme_cmd *cmd, const struct nvme_ns **nsp)
 {
     uint8_t op = opc(cmd);
     if (op != NVME_IO_FLUSH && op != NVME_IO_WRITE && op != NVME_IO_READ && op != NVME_IO_COMPARE &&
-        op != NVME_IO_WRITE_ZEROES && op != NVME_IO_DSM)
-        return NVME_SC_INVALID_OPCODE; /* reservations included: not yet */
+        op != NVME_IO_WRITE_ZEROES && op != NVME_IO_DSM && !is_resv(op))
+        return NVME_SC_INVALID_OPCODE;
     struct nvme_subsys *s = nvme_queue_subsys(cmd->q);
     const struct nvme_ns *ns = s ? nvme_subsys_ns(s, le32_get(cmd->sqe + NVME_SQE_NSID)) : NULL;
     if (!ns)
         return NVME_SC_INVALID_NS;
     if (!ns->vol)
         return NVME_SC_NS_NOT_READY;
+    if (is_resv(op)) { /* a namespace without reservations (RBD) does not know them */
+        *nsp = ns;
+        return ns->resv ? 0 : NVME_SC_INVALID_OPCODE;
+    }
     if (modifies(cmd) && (ns->readonly || volume_readonly(ns->vol)))
         return NVME_SC_NS_WRITE_PROTECTED;
+    /* The NVM command set's reservation table: Read and Compare read;
+     * the rest (Flush and DSM with them) write. */
+    uint16_t st = nvme_resv_check(ns->resv, cmd->q->ctrl->hostid,
+                                  op != NVME_IO_READ && op != NVME_IO_COMPARE);
+    if (st)
+        return st;
     *nsp = ns;
     return 0;
 }
@@ -254,6 +271,8 @@ void nvme_io_exec(struct nvme_cmd *cmd)
         st = nvme_ana_io_status(cmd->q->subsys);
     if (st)
         return done(cmd, st);
+    if (is_resv(opc(cmd)))
+        return nvme_resv_exec(cmd, ns->resv);
     if (!cmd->vol) {
         cmd->vol = ns->vol;
         volume_ref(cmd->vol);

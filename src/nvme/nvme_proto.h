@@ -147,11 +147,13 @@ enum nvme_status {
     NVME_SC_CMD_SEQ_ERROR = 0x0c,
     NVME_SC_SGL_INVALID_DATA = 0x0f, /* data SGL length invalid */
     NVME_SC_SGL_INVALID_TYPE = 0x11,
+    NVME_SC_HOST_ID_INCONSIST = 0x18,
     NVME_SC_NS_WRITE_PROTECTED = 0x20,
     NVME_SC_TRANSIENT_TRANSPORT = 0x22,
     NVME_SC_LBA_RANGE = 0x80,
     NVME_SC_CAP_EXCEEDED = 0x81,
     NVME_SC_NS_NOT_READY = 0x82,
+    NVME_SC_RESV_CONFLICT = 0x83,
     /* command specific */
     NVME_SC_QID_INVALID = NVME_SCT_CMD | 0x01,
     NVME_SC_QUEUE_SIZE = NVME_SCT_CMD | 0x02,
@@ -195,6 +197,10 @@ enum nvme_io_opc {
     NVME_IO_COMPARE = 0x05,
     NVME_IO_WRITE_ZEROES = 0x08,
     NVME_IO_DSM = 0x09,
+    NVME_IO_RESV_REGISTER = 0x0d,
+    NVME_IO_RESV_REPORT = 0x0e,
+    NVME_IO_RESV_ACQUIRE = 0x11,
+    NVME_IO_RESV_RELEASE = 0x15,
 };
 #define NVME_RW_FUA (1u << 30) /* CDW12 */
 #define NVME_WZ_DEAC (1u << 25)
@@ -253,15 +259,20 @@ enum nvme_fctype {
 #define NVME_LOG_CHANGED_NS 0x04
 #define NVME_LOG_ANA 0x0c
 #define NVME_LOG_DISCOVERY 0x70
+#define NVME_LOG_RESV 0x80 /* reservation notification */
 
 /* Features. */
 #define NVME_FEAT_VOLATILE_WC 0x06
 #define NVME_FEAT_NUM_QUEUES 0x07
 #define NVME_FEAT_ASYNC_EVENT 0x0b
 #define NVME_FEAT_KATO 0x0f
+#define NVME_FEAT_HOST_ID 0x81
+#define NVME_FEAT_RESV_MASK 0x82
+#define NVME_FEAT_RESV_PERSIST 0x83
 
 /* Asynchronous event results (CQE dword 0: type, info, log page). */
 #define NVME_AEN_NS_CHANGED 0x00040002u   /* notice, NS attribute changed, log 04h */
+#define NVME_AEN_RESV_LOG 0x00800006u     /* I/O command set: reservation log, 80h */
 #define NVME_AEN_DISC_CHANGED 0x0070f002u /* notice, discovery log changed, log 70h */
 #define NVME_AEN_ANA_CHANGED 0x000c0302u  /* notice, ANA change, log 0Ch */
 #define NVME_AEC_NS_ATTR (1u << 8)

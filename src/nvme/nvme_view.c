@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nvme/nvme_resv.h"
 #include "nvme/nvme_view.h"
 #include "nvme/nvme_target.h"
 #include "store/volume.h"
@@ -45,6 +46,7 @@ void nvme_subsys_unref(struct nvme_subsys *s)
             nvme_target_volume_release(n->vol);
             volume_unref(n->vol);
         }
+        nvme_resv_unref(n->resv);
         free(n->device_path);
         free(n->dataset);
         free(n->unavailable);

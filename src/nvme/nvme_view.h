@@ -45,6 +45,10 @@ struct nvme_ns {
     uint8_t uuid[16];   /* device_uuid: stable for the row's life */
     uint8_t nguid[16];  /* device_nguid: stable for the row's life */
     uint8_t eui64[8];   /* the first 8 bytes of nguid */
+    /* Its reservations (nvme_resv.h: a reference, shared by the
+     * generations that carry the row), or NULL: none (an RBD volume, or
+     * vol NULL). */
+    struct nvme_resv *resv;
 };
 
 /* A host that may connect to a subsystem (nvmet.host + nvmet.host_subsys).

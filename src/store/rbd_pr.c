@@ -24,7 +24,7 @@ struct rbd_pr {
     pthread_rwlock_t io_lk;
     struct rbd_cluster *cluster; /* a reference */
     rados_ioctx_t io;            /* our own: watch callbacks and acks use it */
-    char oid[384];               /* blockd.pr.<image id>[@<snapshot>] */
+    char oid[384];               /* blockd.pr.<image id>[@<snapshot>], or blockd.nvme-resv.<...> */
     struct rbd_pr_listener l;
     pthread_mutex_t mu;         /* cookie / watching */
     pthread_mutex_t rewatch_mu; /* one rbd_pr_rewatch at a time */
@@ -32,8 +32,8 @@ struct rbd_pr {
     bool watching;
 };
 
-static int pr_open(struct bdev_rbd *r, const struct rbd_pr_listener *l, unsigned *peers_out,
-                   struct rbd_pr **out);
+static int pr_open(struct bdev_rbd *r, const char *prefix, const struct rbd_pr_listener *l,
+                   unsigned *peers_out, struct rbd_pr **out);
 
 static void pr_free(struct rbd_pr *p)
 {
@@ -179,9 +179,10 @@ static int count_peers(struct rbd_pr *p, unsigned *peers)
 }
 
 /* The object's name: one place, so open and remove cannot disagree. */
-static int object_name(char *out, size_t cap, const char *image_id, const char *snap)
+static int object_name(char *out, size_t cap, const char *prefix, const char *image_id,
+                       const char *snap)
 {
-    int n = snprintf(out, cap, "blockd.pr.%s%s%s", image_id, snap ? "@" : "", snap ? snap : "");
+    int n = snprintf(out, cap, "%s%s%s%s", prefix, image_id, snap ? "@" : "", snap ? snap : "");
     /* never cut: two snapshots would share one object */
     return n < 0 || (size_t)n >= cap ? -ENAMETOOLONG : 0;
 }
@@ -189,7 +190,11 @@ static int object_name(char *out, size_t cap, const char *image_id, const char *
 int rbd_pr_remove(rados_ioctx_t io, const char *image_id, const char *snap)
 {
     char oid[sizeof(((struct rbd_pr *)0)->oid)];
-    int rc = object_name(oid, sizeof oid, image_id, snap);
+    int rc = object_name(oid, sizeof oid, RBD_PR_NVME, image_id, snap);
+    if (rc == 0)
+        rc = rados_remove(io, oid);
+    if (rc == 0 || rc == -ENOENT)
+        rc = object_name(oid, sizeof oid, RBD_PR_SCSI, image_id, snap);
     if (rc == 0)
         rc = rados_remove(io, oid);
     return rc == -ENOENT ? 0 : rc;
@@ -198,19 +203,25 @@ int rbd_pr_remove(rados_ioctx_t io, const char *image_id, const char *snap)
 int rbd_pr_open(struct bdev *b, const struct rbd_pr_listener *l, unsigned *peers_out,
                 struct rbd_pr **out)
 {
+    return rbd_pr_open_as(b, RBD_PR_SCSI, l, peers_out, out);
+}
+
+int rbd_pr_open_as(struct bdev *b, const char *prefix, const struct rbd_pr_listener *l,
+                   unsigned *peers_out, struct rbd_pr **out)
+{
     if (!bdev_is_rbd(b))
         return -ENOTSUP;
     struct bdev_rbd *r = (struct bdev_rbd *)b;
     /* The handle (and its connection) stays while we use it. */
     if (!bdev_rbd_enter(r))
         return -ESHUTDOWN;
-    int rc = pr_open(r, l, peers_out, out);
+    int rc = pr_open(r, prefix, l, peers_out, out);
     bdev_rbd_leave(r);
     return rc;
 }
 
-static int pr_open(struct bdev_rbd *r, const struct rbd_pr_listener *l, unsigned *peers_out,
-                   struct rbd_pr **out)
+static int pr_open(struct bdev_rbd *r, const char *prefix, const struct rbd_pr_listener *l,
+                   unsigned *peers_out, struct rbd_pr **out)
 {
     char id[64];
     int rc = rbd_get_id(r->image, id, sizeof id);
@@ -221,7 +232,7 @@ static int pr_open(struct bdev_rbd *r, const struct rbd_pr_listener *l, unsigned
         return -ENOMEM;
     /* A snapshot's LU is another LU than the image's: its own object. */
     const char *at = strchr(r->name, '@');
-    rc = object_name(p->oid, sizeof p->oid, id, at ? at + 1 : NULL);
+    rc = object_name(p->oid, sizeof p->oid, prefix, id, at ? at + 1 : NULL);
     if (rc < 0) {
         free(p);
         return rc;

@@ -1,13 +1,13 @@
 /*
  * A small shared state object next to an RBD image: the home of the image's
- * SCSI persistent reservations (scsi/ serializes them; this module only
- * stores bytes). Every blockd daemon that serves the image opens the same
+ * SCSI persistent reservations, and of its NVMe reservations in an object
+ * of their own (scsi/ and nvme/ serialize them; this module only stores
+ * bytes). Every blockd daemon that serves the image opens the same
  * object, so a reservation made through one is seen by all.
  *
- *   - The object is "blockd.pr.<image id>" in the image's pool and
- *     namespace (the id is librbd's, stable across renames; a deleted and
- *     re-created image gets a new one); "blockd.pr.<image id>@<snapshot>"
- *     for an LU on a snapshot.
+ *   - The object is "blockd.pr.<image id>" (NVMe: "blockd.nvme-resv.<image
+ *     id>") in the image's pool and namespace (the id is librbd's, stable across renames; a deleted
+ * and re-created image gets a new one); "blockd.pr.<image id>@<snapshot>" for an LU on a snapshot.
  *   - Its contents carry a sequence number in the xattr "blockd.seq". An
  *     update is a compare-and-swap: one RADOS write op asserts the seq it
  *     read (cmpxattr), replaces the contents and stores seq + 1, so two
@@ -56,6 +56,10 @@ struct rbd_pr_listener {
 
 struct rbd_pr;
 
+/* The objects' name prefixes: SCSI's and NVMe's (separate states). */
+#define RBD_PR_SCSI "blockd.pr."
+#define RBD_PR_NVME "blockd.nvme-resv."
+
 /* Open (creating it with seq 0 if absent) and watch the state object of the
  * RBD image behind b. *peers_out (may be NULL) gets the number of other
  * daemons watching it at open (a notify-and-count before our own watch is
@@ -63,6 +67,9 @@ struct rbd_pr;
  * -ENOTSUP: b is not an RBD bdev. 0 or -errno. */
 int rbd_pr_open(struct bdev *b, const struct rbd_pr_listener *l, unsigned *peers_out,
                 struct rbd_pr **out);
+/* The same for the object named prefix (RBD_PR_SCSI or RBD_PR_NVME). */
+int rbd_pr_open_as(struct bdev *b, const char *prefix, const struct rbd_pr_listener *l,
+                   unsigned *peers_out, struct rbd_pr **out);
 /* Read the contents (malloc'd in *blob, NUL-terminated, *len bytes without
  * the NUL; free() it) and their seq. */
 int rbd_pr_read(struct rbd_pr *p, char **blob, size_t *len, uint64_t *seq);
@@ -80,8 +87,8 @@ const char *rbd_pr_name(const struct rbd_pr *p);
 /* Unwatch, wait for listener calls in flight, free. */
 void rbd_pr_close(struct rbd_pr *p);
 
-/* Remove the state object of image image_id (of its snapshot snap when not
- * NULL) from io's pool and namespace: the image (snapshot) is gone and so
+/* Remove the state objects (SCSI's and NVMe's) of image image_id (of its
+ * snapshot snap when not NULL) from io's pool and namespace: the image (snapshot) is gone and so
  * is its LU. 0 when removed or absent, else -errno (the caller logs it;
  * a stray object costs a few KiB, nothing else). Blocking. */
 int rbd_pr_remove(rados_ioctx_t io, const char *image_id, const char *snap);

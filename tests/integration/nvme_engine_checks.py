@@ -51,8 +51,7 @@ def check_identify(env):
     expect(idc["sgls"] & 1 and idc["sgls"] & (1 << 20), "SGL support bits")
     expect(idc["icdoff"] == 0 and idc["msdbd"] == 1 and idc["iorcsz"] == 1, "fabrics fields")
     expect(idc["ioccsz"] * 16 - 64 >= 4096, "IOCCSZ advertises in-capsule data")
-    expect(idc["oncs"] & 0b1101 == 0b1101 and not idc["oncs"] & (1 << 5),
-           "ONCS: compare, DSM, write zeroes; no reservations")
+    expect(idc["oncs"] & 0b101101 == 0b101101, "ONCS: compare, DSM, write zeroes, reservations")
     expect(idc["vwc"] & 1 and idc["mdts"] == 8, "VWC and MDTS")
     ns1 = n.parse_id_ns(c.identify(0, 1))
     ns2 = n.parse_id_ns(c.identify(0, 2))
@@ -116,7 +115,9 @@ def check_io(env, hdgst=False, ddgst=False):
     expect(st == n.SC_INVALID_NS, "unknown namespace: 0x%x" % st)
     q = c.ioq()
     st, _ = c.io_cmd(n.sqe(0x0D, q.next_cid(), 1), check=False)
-    expect(st == n.SC_INVALID_OPCODE, "reservation register: invalid opcode 0x%x" % st)
+    expect(st == n.SC_INVALID_OPCODE,
+           "reservation register on a namespace without reservations: invalid opcode 0x%x" % st)
+    expect(n.parse_id_ns(c.identify(0, 1))["rescap"] == 0, "RESCAP 0 without reservations")
     e = n.sqe(0x02, q.next_cid(), 1, n.sgl_transport(2 << 20), cdw12=4095)
     st, _ = c.io_cmd(e, check=False)
     expect(st == n.SC_INVALID_FIELD, "read above MDTS: invalid field 0x%x" % st)
@@ -390,6 +391,46 @@ def check_ana(env):
     o.close()
 
 
+def check_reservations(env):
+    """Namespace 2 has reservations (in memory: the harness has no store):
+    every type's rules against a registrant and a host that is not one."""
+    a = env.ctrl(hostid=bytes([1] * 16)).connect()
+    b = env.ctrl(hostid=bytes([2] * 16)).connect()
+    c = env.ctrl(hostid=bytes([3] * 16)).connect()  # never registers
+    expect(n.parse_id_ns(a.identify(0, 2))["rescap"] == 0xFF, "RESCAP: PTPL, six types, IEKEY")
+    expect(a.resv_register(2, 10) == 0 and b.resv_register(2, 20) == 0, "register")
+    blk = b"q" * 4096
+    # type: (registrant b may read, write; non-registrant c may read, write)
+    rules = {1: (1, 0, 1, 0), 2: (0, 0, 0, 0), 3: (1, 1, 1, 0), 4: (1, 1, 0, 0),
+             5: (1, 1, 1, 0), 6: (1, 1, 0, 0)}
+    for rtype, allowed in rules.items():
+        expect(a.resv_acquire(2, 10, rtype) == 0, "acquire type %d" % rtype)
+        got = []
+        for host in (b, c):
+            got.append(int(host.read(2, 0, 1, bs=4096, check=False)[0] == 0))
+            got.append(int(host.write(2, 0, blk, bs=4096, check=False) == 0))
+        expect(tuple(got) == allowed, "type %d: access %r, want %r" % (rtype, got, allowed))
+        expect(a.write(2, 0, blk, bs=4096, check=False) == 0, "the holder writes")
+        st, rep = c.resv_report(2)
+        expect(st == 0 and rep["rtype"] == rtype and rep["regctl"] == 2, "report %r" % rep)
+        holds = [r["holds"] for r in rep["regs"]]
+        expect(holds == ([True, True] if rtype >= 5 else [True, False]), "holders %r" % rep)
+        expect(a.resv_release(2, 10, rtype) == 0, "release type %d" % rtype)
+    # All registrants: preempt with key 0 removes every other registrant.
+    expect(b.resv_acquire(2, 20, 6) == 0, "acquire EA all registrants")
+    expect(a.resv_acquire(2, 10, 1, action=1, prkey=0) == 0, "preempt all")
+    st, rep = a.resv_report(2)
+    expect([r["key"] for r in rep["regs"]] == [10] and rep["rtype"] == 1, "after preempt %r" % rep)
+    expect(b.write(2, 0, blk, bs=4096, check=False) == n.SC_RESV_CONFLICT, "b preempted")
+    # Replace with IEKEY, then clear.
+    expect(a.resv_register(2, 11, crkey=999, action=2, iekey=True) == 0, "replace, IEKEY")
+    expect(a.resv_release(2, 11, action=1) == 0, "clear")
+    st, rep = a.resv_report(2)
+    expect(rep["regs"] == [] and rep["rtype"] == 0, "cleared %r" % rep)
+    for x in (a, b, c):
+        x.close()
+
+
 CHECKS = [
     ("identify, features, properties", check_identify),
     ("I/O, digests off", lambda e: check_io(e)),
@@ -400,6 +441,7 @@ CHECKS = [
     ("bad PDUs", check_bad_pdus),
     ("keep-alive", check_keepalive),
     ("ANA", check_ana),
+    ("reservations", check_reservations),
 ]
 
 

@@ -3,9 +3,10 @@ over Fabrics 1.1 TCP transport binding and the NVMe 2.0 base specification
 (not from blockd's headers): PDUs with optional header and data digests,
 Fabrics Connect of an admin queue and I/O queues, properties, Identify,
 Get Log Page, features, Read/Write/Flush/Write Zeroes/Dataset Management/
-Compare, writes in-capsule or through R2T/H2CData, raw PDUs for bad input
-tests, and DH-HMAC-CHAP in-band authentication (NVMe 2.0, 8.13) with the
-RFC 7919 groups, unidirectional or bidirectional.
+Compare, reservations (Register, Report, Acquire, Release, the
+notification log), writes in-capsule or through R2T/H2CData, raw PDUs for
+bad input tests, and DH-HMAC-CHAP in-band authentication (NVMe 2.0, 8.13)
+with the RFC 7919 groups, unidirectional or bidirectional.
 
     c = Controller("127.0.0.1", port, "nqn...:sub", hostnqn="nqn...:host")
     c.connect(io_queues=2)          # admin queue + enable + I/O queues
@@ -32,9 +33,11 @@ SC_INVALID_FIELD = 0x002
 SC_INVALID_NS = 0x00B
 SC_CMD_SEQ = 0x00C
 SC_SGL_LENGTH = 0x00F
+SC_HOST_ID_INCONSISTENT = 0x018
 SC_WRITE_PROTECTED = 0x020
 SC_TRANSIENT = 0x022
 SC_LBA_RANGE = 0x080
+SC_RESV_CONFLICT = 0x083
 SC_AER_LIMIT = 0x105
 SC_INVALID_LOG = 0x109
 SC_CONNECT_INVALID_PARAM = 0x182
@@ -364,15 +367,21 @@ class Controller:
         st, res, data = self.admin_cmd(e, check=check)
         return data if check else (st, data)
 
-    def set_features(self, fid, cdw11, check=True):
+    def set_features(self, fid, cdw11, check=True, nsid=0):
         q = self.admin
-        st, res, _ = self.admin_cmd(sqe(0x09, q.next_cid(), 0, cdw10=fid, cdw11=cdw11),
+        st, res, _ = self.admin_cmd(sqe(0x09, q.next_cid(), nsid, cdw10=fid, cdw11=cdw11),
                                     check=check)
         return res if check else (st, res)
 
-    def get_features(self, fid):
+    def get_features(self, fid, nsid=0, cdw11=0, length=0, check=True):
+        """Get Features: the result (and the data when length)."""
         q = self.admin
-        return self.admin_cmd(sqe(0x0A, q.next_cid(), 0, cdw10=fid))[1]
+        e = sqe(0x0A, q.next_cid(), nsid, sgl_transport(length) if length else None,
+                cdw10=fid, cdw11=cdw11)
+        st, res, data = self.admin_cmd(e, check=check)
+        if not check:
+            return st, res, data
+        return (res, data) if length else res
 
     def keep_alive(self):
         q = self.admin
@@ -450,6 +459,69 @@ class Controller:
                 cdw11=1 << 2)
         return self.io_cmd(e, data, True, q=q, check=check)[0]
 
+    # ---- reservations (NVMe 2.0 base 7.x; NVM command set: opcodes 0Dh,
+    # 0Eh, 11h, 15h). Types: 1 Write Exclusive, 2 Exclusive Access, 3/4
+    # the same for registrants only, 5/6 for all registrants. ----
+    def _resv(self, opc, nsid, cdw10, data, q=None):
+        q = q or self.ioq()
+        e = sqe(opc, q.next_cid(), nsid, sgl_inline(len(data)), cdw10=cdw10)
+        return self.io_cmd(e, data, True, q=q, check=False)[0]
+
+    def resv_register(self, nsid, nrkey, crkey=0, action=0, iekey=False, cptpl=0, q=None):
+        """action 0 register, 1 unregister, 2 replace; cptpl 2 clears, 3 sets
+        Persist Through Power Loss. Returns the status."""
+        cdw10 = action | (8 if iekey else 0) | (cptpl << 30)
+        return self._resv(0x0D, nsid, cdw10, struct.pack("<QQ", crkey, nrkey), q)
+
+    def resv_acquire(self, nsid, crkey, rtype, action=0, prkey=0, iekey=False, q=None):
+        """action 0 acquire, 1 preempt, 2 preempt and abort."""
+        cdw10 = action | (8 if iekey else 0) | (rtype << 8)
+        return self._resv(0x11, nsid, cdw10, struct.pack("<QQ", crkey, prkey), q)
+
+    def resv_release(self, nsid, crkey, rtype=0, action=0, iekey=False, q=None):
+        """action 0 release, 1 clear."""
+        cdw10 = action | (8 if iekey else 0) | (rtype << 8)
+        return self._resv(0x15, nsid, cdw10, struct.pack("<Q", crkey), q)
+
+    def resv_log(self):
+        """Get Log Page 80h (Reservation Notification): dict of count, type
+        (0 empty, 1 registration preempted, 2 reservation released, 3
+        reservation preempted), available (pages left after it), nsid."""
+        d = self.get_log_page(0x80, 64)
+        count, = struct.unpack_from("<Q", d, 0)
+        return dict(count=count, type=d[8], available=d[9],
+                    nsid=struct.unpack_from("<I", d, 12)[0])
+
+    def wait_aen(self, cid, timeout=15):
+        """The completion of the Asynchronous Event Request cid: its result."""
+        self.admin.sock.settimeout(timeout)
+        while True:
+            t, flags, hdr, _ = self.admin.recv_pdu()
+            res, _, _, rcid, sf = struct.unpack_from("<QHHHH", hdr, 8)
+            if t == RSP and rcid == cid:
+                return res & 0xFFFFFFFF
+
+    def resv_report(self, nsid, length=4096, eds=True, q=None):
+        """Reservation Report: (status, report dict or None). With eds the
+        extended data structure (64-byte header and entries, 128-bit host
+        identifiers)."""
+        q = q or self.ioq()
+        e = sqe(0x0E, q.next_cid(), nsid, sgl_transport(length), cdw10=length // 4 - 1,
+                cdw11=1 if eds else 0)
+        st, data = self.io_cmd(e, q=q, check=False)
+        if st != SC_SUCCESS:
+            return st, None
+        gen, rtype, regctl = struct.unpack_from("<IBH", data, 0)
+        rep = dict(gen=gen, rtype=rtype, regctl=regctl, ptpls=data[9], regs=[])
+        for i in range(regctl):
+            r = data[64 + 64 * i:128 + 64 * i]
+            if len(r) < 64:
+                break
+            cntlid, rcsts = struct.unpack_from("<HB", r, 0)
+            rep["regs"].append(dict(cntlid=cntlid, holds=bool(rcsts & 1),
+                                    key=struct.unpack_from("<Q", r, 8)[0], hostid=bytes(r[16:32])))
+        return st, rep
+
 
 def nqn_str(b):
     return b.rstrip(b"\0").decode()
@@ -461,6 +533,7 @@ def parse_id_ctrl(d):
         cntlid=struct.unpack_from("<H", d, 78)[0], ver=struct.unpack_from("<I", d, 80)[0],
         cntrltype=d[111], aerl=d[259], kas=struct.unpack_from("<H", d, 320)[0],
         maxcmd=struct.unpack_from("<H", d, 514)[0], nn=struct.unpack_from("<I", d, 516)[0],
+        ctratt=struct.unpack_from("<I", d, 96)[0],
         oncs=struct.unpack_from("<H", d, 520)[0], vwc=d[525],
         sgls=struct.unpack_from("<I", d, 536)[0], subnqn=nqn_str(d[768:1024]),
         ioccsz=struct.unpack_from("<I", d, 1792)[0], iorcsz=struct.unpack_from("<I", d, 1796)[0],
@@ -474,8 +547,8 @@ def parse_id_ns(d):
     nsze, ncap, nuse = struct.unpack_from("<QQQ", d, 0)
     flbas = d[26] & 0xF
     lbads = d[128 + 4 * flbas + 2]
-    return dict(nsze=nsze, ncap=ncap, nuse=nuse, nmic=d[30], nsattr=d[99], nguid=d[104:120],
-                eui64=d[120:128], block_size=1 << lbads if lbads else 0,
+    return dict(nsze=nsze, ncap=ncap, nuse=nuse, nmic=d[30], rescap=d[31], nsattr=d[99],
+                nguid=d[104:120], eui64=d[120:128], block_size=1 << lbads if lbads else 0,
                 anagrpid=struct.unpack_from("<I", d, 92)[0])
 
 

@@ -23,6 +23,7 @@
 #include "core/listener.h"
 #include "core/log.h"
 #include "core/reactor.h"
+#include "nvme/nvme_resv.h"
 #include "nvme/nvme_target.h"
 #include "nvme/nvme_view.h"
 #include "store/bdev.h"
@@ -76,6 +77,7 @@ static struct nvme_subsys *subsys_any(bool third)
     ns_set(&s->ns[0], 1, vol1, false);
     volume_ref(vol2);
     ns_set(&s->ns[1], 2, vol2, false);
+    s->ns[1].resv = nvme_resv_get(2); /* in memory only: no store here */
     if (third) {
         volume_ref(vol4);
         ns_set(&s->ns[2], 3, vol4, false);

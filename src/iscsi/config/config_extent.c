@@ -372,6 +372,23 @@ static void extent_check_file(struct icfg_write *w, struct icfg_extent *e,
     extent_check_file_size(w, e, old ? old->filesize : 0);
 }
 
+/* An enabled extent may not export a device an NVMe namespace exports:
+ * SCSI persistent reservations and NVMe reservations are separate states,
+ * so each host would believe it holds the volume (docs/nvme.md). */
+static void extent_check_nvme(struct icfg_write *w, const struct icfg_extent *e)
+{
+    const char *device = e->type == ICFG_EXTENT_DISK ? e->disk : e->path;
+    char f[128], why[512];
+    if (!e->enabled || !device || !device[0])
+        return;
+    if (datasets_reserving_export("iscsi", device, why, sizeof(why)))
+        api_verr(w->call,
+                 icfg_wfield(w, e->type == ICFG_EXTENT_DISK ? "disk" : "path", f, sizeof(f)), EBUSY,
+                 "%s: a device is exported over iSCSI or NVMe-oF, not both (their reservations "
+                 "are separate)",
+                 why);
+}
+
 /* The invariants of a complete extent; old is the stored one on update
  * (NULL on create). Clears the other type's field. Field errors are
  * collected on call. DB locked. */
@@ -391,6 +408,7 @@ static void extent_check(struct icfg_write *w, struct icfg_extent *e, const stru
         extent_check_disk(w, e, old != NULL);
     else
         extent_check_file(w, e, old);
+    extent_check_nvme(w, e);
 }
 
 /* Create the FILE extent's file if missing (sparse), or grow it. */

@@ -96,6 +96,32 @@ static int first_extent_user(sqlite3_stmt *st, size_t skip, char *why, size_t le
     return rc == 0 ? 1 : rc == -ENOENT ? 0 : rc;
 }
 
+/* The enabled extent that exports device ("zvol/POOL/VOL" or a file path):
+ * an NVMe namespace of the same device is refused while it does, as SCSI
+ * and NVMe reservations are separate states (datasets_reserving_export).
+ * A database error counts as exported, with the reason. */
+static bool extent_exports(const char *device, char *why, size_t len)
+{
+    sqlite3_stmt *st;
+    db_lock();
+    int rc = icfg_prepare("SELECT name, coalesce(disk, path) FROM iscsi_extent WHERE enabled AND "
+                          "((type = 'DISK' AND disk = ?1) OR (type = 'FILE' AND path = ?1)) "
+                          "ORDER BY id LIMIT 1",
+                          &st);
+    if (rc == 0) {
+        sqlite3_bind_text(st, 1, device, -1, SQLITE_STATIC);
+        rc = db_step_row(st);
+        if (rc == 0 && why && len)
+            snprintf(why, len, "%s is exported over iSCSI by extent %s", icfg_col_text(st, 1),
+                     icfg_col_text(st, 0));
+        icfg_finalize(st);
+    }
+    db_unlock();
+    if (rc < 0 && rc != -ENOENT && why && len)
+        snprintf(why, len, "cannot read the iSCSI extents of %s: %s", device, strerror(-rc));
+    return rc != -ENOENT;
+}
+
 /* A DISK extent on the dataset, its descendants or its snapshots, or a
  * FILE extent inside its directory (a FILESYSTEM or the pool root would
  * lose the file with it). A database error counts as used (with the
@@ -353,6 +379,7 @@ void iscsi_config_init(void)
     api_register(icfg_extent_methods, icfg_extent_methods_count);
     api_register(icfg_targetextent_methods, icfg_targetextent_methods_count);
     datasets_register_in_use(iscsi_config_dataset_in_use);
+    datasets_register_reserving_export("iscsi", extent_exports);
     datasets_register_clients(dataset_clients);
     events_subscribe(&(struct event_subscriber){
         .name = "iscsi config",

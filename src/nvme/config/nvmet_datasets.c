@@ -89,6 +89,30 @@ static void namespaces_of_deleted(const char *name)
         log_info("nvmet: dataset %s deleted: removed %zu namespace(s)", name, n);
 }
 
+/* The enabled namespace that exports device: an iSCSI extent of the same
+ * device is refused while it does (datasets_reserving_export). A database
+ * error counts as exported, with the reason. */
+static bool namespace_exports(const char *device, char *why, size_t len)
+{
+    void *rows = NULL;
+    size_t n = 0;
+    int rc = nvs_load(&nvs_namespace, "device_path = ?1 AND enabled", &rows, &n, "t", device);
+    if (rc < 0) {
+        snprintf(why, len, "cannot read the NVMe-oF namespaces of %s: %s", device, strerror(-rc));
+        return true;
+    }
+    if (n) {
+        const struct nvmet_namespace *ns = rows;
+        struct nvmet_subsys *sub = NULL;
+        nvs_get(&nvs_subsys, ns->subsys_id, (void **)&sub);
+        snprintf(why, len, "%s is exported over NVMe-oF by namespace %" PRId64 " of subsystem %s",
+                 device, ns->nsid.v, sub ? sub->name : "?");
+        nvs_free(&nvs_subsys, sub);
+    }
+    nvs_free_all(&nvs_namespace, rows, n);
+    return n != 0;
+}
+
 static void dataset_event(enum datasets_event ev, const char *name)
 {
     if (ev == DATASETS_DELETED) {
@@ -122,6 +146,7 @@ static int on_event(const struct event *ev, void *arg)
 void nvmet_datasets_init(void)
 {
     datasets_register_in_use(dataset_in_use);
+    datasets_register_reserving_export("nvme", namespace_exports);
     events_subscribe(&(struct event_subscriber){
         .name = "nvmet",
         .types = EV_BIT(EV_DATASET) | EV_BIT(EV_RENAME_UPDATE) | EV_BIT(EV_RENAME_DONE),

@@ -31,6 +31,13 @@ const char *nvmet_zvol_dataset(const char *device_path);
 
 /* The dataset hooks (nvmet_datasets.c): registered by nvme_config_init. */
 void nvmet_datasets_init(void);
+/* The store of NVMe reservations (nvmet_resv.c): registered by
+ * nvme_config_init. */
+void nvmet_resv_init(void);
+/* Drop the saved reservations of namespaces that are gone (a namespace
+ * removed with its dataset or its share leaves them; ids are never
+ * reused): at service start. */
+void nvmet_resv_prune(void);
 
 /* The publisher (nvmet_publish.c): subscribe to CONF_NVME. */
 void nvmet_publish_init(void);

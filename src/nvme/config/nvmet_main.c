@@ -16,5 +16,6 @@ void nvme_config_init(void)
     api_register(nvmet_link_methods, nvmet_link_methods_n);
     api_register(nvmet_share_methods, nvmet_share_methods_n);
     nvmet_datasets_init();
+    nvmet_resv_init();
     nvmet_publish_init();
 }

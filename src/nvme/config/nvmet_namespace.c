@@ -23,6 +23,7 @@
 #include "core/log.h"
 #include "core/util.h"
 #include "nvme/config/nvmet_internal.h"
+#include "nvme/nvme_resv.h"
 #include "store/bdev.h"
 #include "store/names.h"
 #include "store/poolfs.h"
@@ -131,6 +132,20 @@ static void check_unused(struct nvw *w, const struct nvmet_namespace *ns)
     nvs_free_all(&nvs_namespace, rows, n);
 }
 
+/* An enabled namespace may not export a device an iSCSI extent exports:
+ * NVMe reservations and SCSI persistent reservations are separate states,
+ * so each host would believe it holds the volume (docs/nvme.md). */
+static void check_iscsi(struct nvw *w, const struct nvmet_namespace *ns)
+{
+    char why[512];
+    if (ns->enabled && ns->device_path &&
+        datasets_reserving_export("nvme", ns->device_path, why, sizeof(why)))
+        nvw_err(w, "device_path", EBUSY,
+                "%s: a device is exported over iSCSI or NVMe-oF, not both (their reservations are "
+                "separate)",
+                why);
+}
+
 /* The nsid: the next free one when not given; unique in the subsystem. */
 static int check_nsid(struct nvw *w, struct nvmet_namespace *ns)
 {
@@ -168,6 +183,7 @@ static int ns_check(struct nvw *w, void *obj, const void *prev)
         check_file(w, ns, old);
     }
     check_unused(w, ns);
+    check_iscsi(w, ns);
     if (old)
         return 0; /* device_uuid and device_nguid stay (read from the stored row) */
     char u[37], g[37];
@@ -228,6 +244,7 @@ static json_t *ns_encode(const void *obj, json_t *ctx)
 static void ns_deleted(struct nvw *w, const void *obj, json_t *opts)
 {
     const struct nvmet_namespace *ns = obj;
+    nvme_resv_forget(ns->id);
     if (!nvj_bool(opts, "remove") || ns->device_type != NVMET_FILE)
         return;
     int rc = poolfs_unlink(ns->device_path);

@@ -35,9 +35,11 @@
 #include "core/util.h"
 #include "nvme/config/nvme_config.h"
 #include "nvme/config/nvmet_internal.h"
+#include "nvme/nvme_resv.h"
 #include "nvme/nvme_target.h"
 #include "nvme/nvme_view.h"
 #include "store/bdev.h"
+#include "store/bdev_rbd.h"
 #include "store/volume.h"
 
 static atomic_bool running;
@@ -181,6 +183,10 @@ static int fill_ns(struct nvme_subsys *s, const struct tables *t, const struct n
         uuid_bytes(r->device_nguid, n->nguid);
         memcpy(n->eui64, n->nguid, sizeof(n->eui64));
         ns_volume(n, prev_ns(prev, n->device_path), s->name);
+        /* Reservations: in the database, or in the cluster for an RBD
+         * volume (none while its pool is still connecting). */
+        if (n->vol && !bdev_is_offline(volume_bdev(n->vol)))
+            n->resv = nvme_resv_get_volume(n->id, n->vol);
         *grown |= file_grown(n, r);
     }
     if (s->nns > 1)
@@ -543,6 +549,7 @@ static int config_start(void)
         log_error("nvmet: cannot store the basenqn: %s", strerror(-rc));
         return rc;
     }
+    nvmet_resv_prune();
     atomic_store(&running, true);
     rc = nvmet_republish(NULL);
     if (rc < 0)

@@ -55,7 +55,12 @@ static const char schema[] = "CREATE TABLE IF NOT EXISTS nvmet_subsys ("
                              " id INTEGER PRIMARY KEY AUTOINCREMENT,"
                              " port_id INTEGER NOT NULL REFERENCES nvmet_port(id),"
                              " subsys_id INTEGER NOT NULL REFERENCES nvmet_subsys(id),"
-                             " UNIQUE (port_id, subsys_id));";
+                             " UNIQUE (port_id, subsys_id));"
+                             /* runtime state, not configuration: a namespace's
+                              * reservations while their PTPL is on (nvmet_resv.c) */
+                             "CREATE TABLE IF NOT EXISTS nvmet_resv ("
+                             " ns_id INTEGER PRIMARY KEY,"
+                             " state TEXT NOT NULL);";
 
 /* ---- codecs of nullable members ---- */
 
