@@ -28,7 +28,8 @@ blockctl call iscsi.targetextent.create "{\"target\":$t,\"extent\":$e}" >/dev/nu
 KEY=$(jget "$(blockctl call api_key.create '{"name":"lim"}')" 'j["key"]')
 IQN=iqn.2026-11.org.blockd:lim
 NVME_PORT=$(free_port)
-SUBNQN=$(blockctl share nvme create demo/h --address 127.0.0.1 --tcp-port "$NVME_PORT" | cut -f3)
+blockctl volume create demo/n --size 16M >/dev/null || fail "volume create demo/n"
+SUBNQN=$(blockctl share nvme create demo/n --address 127.0.0.1 --tcp-port "$NVME_PORT" | cut -f3)
 [ -n "$SUBNQN" ] || fail "share nvme create"
 for i in $(seq 1 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$NVME_PORT") 2>/dev/null && break

@@ -39,6 +39,12 @@ blockd_start
 timeout 120 fio "${job[@]}" --verify_only --output="$TMP/v.out" ||
     fail "fio verify after kill -9: $(tail -8 "$TMP/v.out")"
 grep -q "err= 0" "$TMP/v.out" || fail "fio verify reported errors: $(tail -8 "$TMP/v.out")"
+# The LU reports NOT READY (becoming ready) until its image has reopened,
+# which may come after the NBD export's: wait for it, then compare once.
+for i in $(seq 1 120); do
+    timeout 20 qemu-img info -f raw "$I" >"$TMP/info.out" 2>&1 && break
+    sleep 0.5
+done
 timeout 60 qemu-img compare -f raw -F raw "$U" "$I" >/dev/null ||
     fail "after the restart, the iSCSI share does not serve the bytes the NBD export does"
 blockd_stop
