@@ -38,10 +38,11 @@ LG_KERNEL=
 # The modules the guest loads (with what each needs), when not built in.
 LG_MODULES="virtio_pci virtio_net crc32c_generic nvme-tcp"
 
-# lg_kernel: the newest /boot/vmlinuz-VERSION whose modules include nvme-tcp.
+# lg_kernel: the newest /boot/vmlinuz-VERSION whose modules include
+# nvme-tcp (LG_KERNEL_VERSION=VERSION: that one).
 lg_kernel() {
     local k v
-    for k in $(ls -1 /boot/vmlinuz-* 2>/dev/null | sort -V -r); do
+    for k in $(ls -1 /boot/vmlinuz-"${LG_KERNEL_VERSION:-*}" 2>/dev/null | sort -V -r); do
         v=${k#/boot/vmlinuz-}
         if [ -f "/lib/modules/$v/modules.dep" ] && [ -r "$k" ] &&
             grep -q "/nvme-tcp.ko" "/lib/modules/$v/modules.dep"; then
@@ -53,7 +54,7 @@ lg_kernel() {
 }
 
 lg_need() {
-    need qemu-system-x86_64 cpio gzip ldd nvme
+    need qemu-system-x86_64 cpio gzip xz ldd nvme
     [ -x /bin/busybox ] && file_is_static /bin/busybox ||
         fail "a static /bin/busybox is required (busybox-static; make deps)"
     lg_kernel || fail "no /boot/vmlinuz-* with nvme-tcp in /lib/modules (linux-image-amd64; make deps)"
@@ -109,8 +110,15 @@ lg_initramfs() {
     cp /bin/busybox "$root/bin/busybox"
     for f in $(_lg_modules); do
         mkdir -p "$root/lib/modules/$LG_KVER/$(dirname "$f")"
-        cp "/lib/modules/$LG_KVER/$f" "$root/lib/modules/$LG_KVER/$f"
-        echo "$f" >>"$root/modules.load"
+        # compressed modules (Debian's kernels from 6.12: .ko.xz) are
+        # stored plain: busybox's insmod takes the file as it is
+        case $f in
+        *.xz) xz -dc "/lib/modules/$LG_KVER/$f" >"$root/lib/modules/$LG_KVER/${f%.xz}" ;;
+        *.zst) zstd -qdc "/lib/modules/$LG_KVER/$f" >"$root/lib/modules/$LG_KVER/${f%.zst}" ;;
+        *.gz) gzip -dc "/lib/modules/$LG_KVER/$f" >"$root/lib/modules/$LG_KVER/${f%.gz}" ;;
+        *) cp "/lib/modules/$LG_KVER/$f" "$root/lib/modules/$LG_KVER/$f" ;;
+        esac || fail "could not copy module $f"
+        echo "${f%.ko*}.ko" >>"$root/modules.load"
     done
     _lg_copy_elf "$(command -v nvme)" "$root"
     cp "$steps" "$root/steps.sh"
@@ -167,7 +175,9 @@ fi
 [ "$FAILED" = 0 ] && . /steps.sh
 dmesg | sed 's/^/LGUEST dmesg /'
 echo "LGUEST end $FAILED"
-sync
+# the serial line drains the console's buffer at its own pace: power off
+# only once it has (else the host misses the last lines)
+sleep 1
 poweroff -f
 INIT
 }

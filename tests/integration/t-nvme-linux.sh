@@ -14,8 +14,9 @@
 # disconnects. Checked on the host: the pattern is on the volume (over
 # NBD), the sessions are gone, blockd logged no protocol error and the
 # guest's kernel no NVMe error. DH-HMAC-CHAP (the right key, a wrong one)
-# runs when the kernel has the host side of it (CONFIG_NVME_AUTH, or
-# CONFIG_NVME_HOST_AUTH from 6.7); Debian 12's 6.1 has not.
+# (a wrong key, then SHA-384 with ffdhe2048 both ways) needs the host side
+# of it in the kernel (CONFIG_NVME_HOST_AUTH, as 6.12 has; Debian 12's 6.1
+# has not): left out only for a kernel chosen with LG_KERNEL_VERSION.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/linux-guest.sh"
 need jq nbdcopy cmp
@@ -24,7 +25,10 @@ blockd_start
 NVME_PORT=$(free_port)
 DISC_PORT=$(free_port)
 SUBNQN=nqn.2026-01.org.blockd:linux
-HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:6b1c0e4e-2f0b-4c41-9a51-1c0ffee0c0de
+# Each host NQN with a host ID of its own: Linux (from 6.8) refuses a
+# host ID already used with another NQN.
+HOSTID=6b1c0e4e-2f0b-4c41-9a51-1c0ffee0c0de
+HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:$HOSTID
 AUTHNQN=nqn.2026-01.org.blockd:linux-auth
 AUTHHOST=nqn.2026-01.org.blockd:host-auth
 DISCNQN=nqn.2014-08.org.nvmexpress.discovery
@@ -47,14 +51,18 @@ if [ "$(lg_config NVME_AUTH)" = y ] || [ "$(lg_config NVME_HOST_AUTH)" = y ]; th
     AUTH=1
     KEY=$(nvme gen-dhchap-key --hmac=1 --nqn="$AUTHHOST")
     WRONG=$(nvme gen-dhchap-key --hmac=1 --nqn="$AUTHHOST")
+    CKEY=$(nvme gen-dhchap-key --hmac=2 --nqn="$AUTHNQN")
     blockctl volume create demo/la --size 16M >/dev/null || fail "volume create la"
     ASUB=$(call nvmet.subsys.create "{\"name\": \"linux-auth\", \"subnqn\": \"$AUTHNQN\"}" | jq .id)
     call nvmet.namespace.create "{\"subsys_id\": $ASUB, \"device_type\": \"ZVOL\", \"device_path\": \"zvol/demo/la\", \"nsid\": 1}" >/dev/null
     call nvmet.port_subsys.create "{\"port_id\": $PORT, \"subsys_id\": $ASUB}" >/dev/null
-    AHOST=$(call nvmet.host.create "{\"hostnqn\": \"$AUTHHOST\", \"dhchap_key\": \"$KEY\", \"dhchap_hash\": \"SHA-256\"}" | jq .id)
+    # bidirectional, SHA-384, ffdhe2048: the kernel checks our response too
+    AHOST=$(call nvmet.host.create "{\"hostnqn\": \"$AUTHHOST\", \"dhchap_key\": \"$KEY\", \"dhchap_ctrl_key\": \"$CKEY\", \"dhchap_hash\": \"SHA-384\", \"dhchap_dhgroup\": \"2048-BIT\"}" | jq .id)
     call nvmet.host_subsys.create "{\"host_id\": $AHOST, \"subsys_id\": $ASUB}" >/dev/null
+elif [ -n "${LG_KERNEL_VERSION:-}" ]; then
+    echo "note: kernel $LG_KVER (LG_KERNEL_VERSION) has no NVMe host authentication: DH-HMAC-CHAP left out"
 else
-    echo "note: kernel $LG_KVER has no NVMe host authentication (CONFIG_NVME_AUTH): DH-HMAC-CHAP not run"
+    fail "kernel $LG_KVER has no NVMe host authentication (CONFIG_NVME_HOST_AUTH): make deps installs linux-image-6.12-amd64"
 fi
 
 for _ in $(seq 1 100); do
@@ -76,8 +84,8 @@ h.shutdown()
 PY
 
 cat >"$TMP/steps.sh" <<EOF
-P=$NVME_PORT D=$DISC_PORT SUBNQN=$SUBNQN HOSTNQN=$HOSTNQN DISCNQN=$DISCNQN
-AUTH=$AUTH AUTHNQN=$AUTHNQN AUTHHOST=$AUTHHOST KEY='${KEY:-}' WRONG='${WRONG:-}'
+P=$NVME_PORT D=$DISC_PORT SUBNQN=$SUBNQN HOSTNQN=$HOSTNQN HOSTID=$HOSTID DISCNQN=$DISCNQN
+AUTH=$AUTH AUTHNQN=$AUTHNQN AUTHHOST=$AUTHHOST KEY='${KEY:-}' WRONG='${WRONG:-}' CKEY='${CKEY:-}'
 EOF
 cat >>"$TMP/steps.sh" <<'EOF'
 # fabrics OPTIONS: create a controller through /dev/nvme-fabrics; prints
@@ -97,15 +105,19 @@ fabrics() {
 attr() { sed 's/ *$//' "/sys/class/nvme/$1/$2"; }
 instance() { echo "$1" | sed -n 's/^instance=\([0-9]*\),.*/\1/p'; }
 gone() { [ ! -e "/sys/class/nvme/$1" ]; }
+has_ns() { ls /sys/block | grep -q '^nvme[0-9]*n1$'; }
 delete() { echo 1 >"/sys/class/nvme/$1/delete_controller" && wait_for 30 gone "$1"; }
 
 run() {
-    if fabrics "trsvcid=$P,nqn=$SUBNQN,hostnqn=nqn.2026-01.org.blockd:not-allowed" >/dev/null; then
+    if fabrics "trsvcid=$P,nqn=$SUBNQN,hostnqn=nqn.2026-01.org.blockd:not-allowed,hostid=6b1c0e4e-2f0b-4c41-9a51-000000000001" >/dev/null; then
         bad refused "a host not allowed got a controller"; return
     fi
-    ok "host not allowed refused"
+    # refused by blockd (Connect Invalid Host), not by the kernel itself
+    dmesg | grep -q "is not allowed, hostnqn: nqn.2026-01.org.blockd:not-allowed" ||
+        { bad refused "$(cat /tmp/fabrics.err; dmesg | tail -n 3)"; return; }
+    ok "host not allowed refused (Connect Invalid Host)"
 
-    r=$(fabrics "trsvcid=$P,nqn=$SUBNQN,hostnqn=$HOSTNQN") ||
+    r=$(fabrics "trsvcid=$P,nqn=$SUBNQN,hostnqn=$HOSTNQN,hostid=$HOSTID") ||
         { bad connect "$(cat /tmp/fabrics.err)"; return; }
     c=nvme$(instance "$r")
     ok "connected through /dev/nvme-fabrics ($r)"
@@ -147,12 +159,12 @@ run() {
     ok "nvme write-zeroes reads back zeroes; blkdiscard"
     host written
 
-    out=$(nvme discover -t tcp -a 10.0.2.2 -s "$D" -q "$HOSTNQN" 2>&1) ||
+    out=$(nvme discover -t tcp -a 10.0.2.2 -s "$D" -q "$HOSTNQN" -I "$HOSTID" 2>&1) ||
         { bad discover "$out"; return; }
     echo "$out" | grep -q "subnqn: *$SUBNQN" || { bad discover "$SUBNQN not listed: $out"; return; }
     echo "$out" | grep -q "trsvcid: *$P" || { bad discover "port $P not listed: $out"; return; }
     ok "nvme discover lists the subsystem and its port"
-    r=$(fabrics "trsvcid=$D,nqn=$DISCNQN,hostnqn=$HOSTNQN") ||
+    r=$(fabrics "trsvcid=$D,nqn=$DISCNQN,hostnqn=$HOSTNQN,hostid=$HOSTID") ||
         { bad discovery-ctrl "$(cat /tmp/fabrics.err)"; return; }
     d=nvme$(instance "$r")
     want discovery-subsysnqn "$DISCNQN" "$(attr $d subsysnqn)" || return
@@ -170,7 +182,7 @@ run() {
     wait_for 30 [ ! -b /dev/nvme0n1 ] || { bad disconnect "nvme0n1 still there"; return; }
     ok "disconnected"
 
-    out=$(nvme connect -t tcp -a 10.0.2.2 -s "$P" -n "$SUBNQN" -q "$HOSTNQN" \
+    out=$(nvme connect -t tcp -a 10.0.2.2 -s "$P" -n "$SUBNQN" -q "$HOSTNQN" -I "$HOSTID" \
         --hdr-digest --data-digest 2>&1) || { bad nvme-connect "$out"; return; }
     c=$(basename "$(ls -d /sys/class/nvme/nvme* | head -n 1)")
     wait_for 30 [ -b /dev/nvme0n1 ] || { bad nvme-connect "no /dev/nvme0n1"; return; }
@@ -182,16 +194,21 @@ run() {
     ok "nvme connect with header and data digests: pattern read back; nvme disconnect"
 
     [ "$AUTH" = 1 ] || return
-    if fabrics "trsvcid=$P,nqn=$AUTHNQN,hostnqn=$AUTHHOST,dhchap_secret=$WRONG" >/dev/null; then
+    aid=hostid=6b1c0e4e-2f0b-4c41-9a51-000000000002
+    if fabrics "trsvcid=$P,nqn=$AUTHNQN,hostnqn=$AUTHHOST,$aid,dhchap_secret=$WRONG" >/dev/null; then
         bad auth "a wrong DH-HMAC-CHAP key got a controller"; return
     fi
     ok "DH-HMAC-CHAP: a wrong key refused"
-    r=$(fabrics "trsvcid=$P,nqn=$AUTHNQN,hostnqn=$AUTHHOST,dhchap_secret=$KEY") ||
-        { bad auth "$(cat /tmp/fabrics.err)"; return; }
+    r=$(fabrics "trsvcid=$P,nqn=$AUTHNQN,hostnqn=$AUTHHOST,$aid,dhchap_secret=$KEY,dhchap_ctrl_secret=$CKEY") ||
+        { bad auth "$(cat /tmp/fabrics.err; dmesg | tail -n 3)"; return; }
     c=nvme$(instance "$r")
-    wait_for 30 [ -b /dev/nvme1n1 ] || wait_for 1 [ -b /dev/nvme0n1 ] || { bad auth "no namespace"; return; }
+    dmesg | grep -q "$c: qid 0: authenticated with hash hmac(sha384) dhgroup ffdhe2048" ||
+        { bad auth "$(dmesg | grep "$c: qid 0")"; return; }
+    wait_for 30 has_ns || { bad auth "no namespace"; return; }
+    n=$(ls /sys/block | grep '^nvme[0-9]*n1$')
+    want auth-size 32768 "$(cat /sys/block/$n/size)" || return
     delete "$c" || { bad auth "$c not deleted"; return; }
-    ok "DH-HMAC-CHAP: the right key, namespace seen, disconnected"
+    ok "DH-HMAC-CHAP (SHA-384, ffdhe2048, both ways): the right keys let in, namespace seen, disconnected"
 }
 run
 EOF
@@ -214,7 +231,7 @@ sed 's/^/    /' "$TMP/nvme-dmesg.txt"
 # Lines the steps cause: the host not allowed (Connect Invalid Host, 4184h)
 # and, with DH-HMAC-CHAP, the wrong key.
 expected="not-allowed|failed to connect queue: 0 ret=16772"
-[ "$AUTH" = 0 ] || expected="$expected|$AUTHHOST|qid 0: (authentication|auth)|dhchap"
+[ "$AUTH" = 0 ] || expected="$expected|qid 0: authentication failed, error -129|failed to connect queue: 0 ret=-129"
 if grep -aiE "error|fail|timeout|timed out|reset|invalid|warn|refused" "$TMP/nvme-dmesg.txt" |
     grep -avE "$expected" >"$TMP/nvme-bad.txt"; then
     cat "$TMP/nvme-bad.txt" >&2
@@ -224,6 +241,12 @@ fi
 grep -q "Connect of host nqn.2026-01.org.blockd:not-allowed refused" "$BLOCKD_LOG" ||
     fail "refused host not logged"
 ! grep -aE "C2HTermReq|H2CTermReq|protocol error" "$BLOCKD_LOG" || fail "protocol error in blockd's log"
+if [ "$AUTH" = 1 ]; then
+    grep -q "authentication of host $AUTHHOST (queue 0) failed: wrong response" "$BLOCKD_LOG" ||
+        fail "the wrong key not logged"
+    grep -q "host $AUTHHOST authenticated on queue 1 (DH-HMAC-CHAP SHA-384, ffdhe2048, bidirectional)" "$BLOCKD_LOG" ||
+        fail "the I/O queue's authentication not logged"
+fi
 for _ in $(seq 1 100); do
     blockctl session list >"$TMP/sessions.txt" 2>&1 || true
     grep -q "^nvme" "$TMP/sessions.txt" || break
