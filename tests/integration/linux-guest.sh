@@ -41,8 +41,9 @@ LG_MODULES="virtio_pci virtio_net crc32c_generic nvme-tcp"
 # lg_kernel: the newest /boot/vmlinuz-VERSION whose modules include
 # nvme-tcp (LG_KERNEL_VERSION=VERSION: that one).
 lg_kernel() {
-    local k v
-    for k in $(ls -1 /boot/vmlinuz-"${LG_KERNEL_VERSION:-*}" 2>/dev/null | sort -V -r); do
+    local k v pat=${LG_KERNEL_VERSION:-*}
+    # shellcheck disable=SC2086 # pat is a glob unless a version is given
+    for k in $(ls -1 /boot/vmlinuz-$pat 2>/dev/null | sort -V -r); do
         v=${k#/boot/vmlinuz-}
         if [ -f "/lib/modules/$v/modules.dep" ] && [ -r "$k" ] &&
             grep -q "/nvme-tcp.ko" "/lib/modules/$v/modules.dep"; then
@@ -57,7 +58,7 @@ lg_need() {
     need qemu-system-x86_64 cpio gzip xz ldd nvme
     [ -x /bin/busybox ] && file_is_static /bin/busybox ||
         fail "a static /bin/busybox is required (busybox-static; make deps)"
-    lg_kernel || fail "no /boot/vmlinuz-* with nvme-tcp in /lib/modules (linux-image-amd64; make deps)"
+    lg_kernel || fail "no /boot/vmlinuz-${LG_KERNEL_VERSION:-*} with nvme-tcp in /lib/modules (make deps installs linux-image-6.12-amd64)"
 }
 
 file_is_static() {
