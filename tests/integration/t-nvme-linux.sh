@@ -193,15 +193,29 @@ run() {
     ok "disconnected"
 
     out=$(nvme connect -t tcp -a 10.0.2.2 -s "$P" -n "$SUBNQN" -q "$HOSTNQN" -I "$HOSTID" \
-        --hdr-digest --data-digest 2>&1) || { bad nvme-connect "$out"; return; }
+        --hdr-digest --data-digest --nr-write-queues=1 --nr-poll-queues=1 2>&1) ||
+        { bad nvme-connect "$out"; return; }
     c=$(basename "$(ls -d /sys/class/nvme/nvme* | head -n 1)")
     wait_for 30 [ -b /dev/nvme0n1 ] || { bad nvme-connect "no /dev/nvme0n1"; return; }
+    # three I/O queues on one CPU: with write queues asked for, the default
+    # set takes the writes and a read set the reads; and one polled queue
+    dmesg | grep -q "$c: mapped 1/1/1 default/read/poll queues" ||
+        { bad queues "$(dmesg | grep "$c: mapped")"; return; }
     dd if=/dev/nvme0n1 of=/tmp/back2.bin bs=1M count=4 iflag=direct 2>/tmp/dd.err ||
         { bad read "$(cat /tmp/dd.err)"; return; }
     cmp /data/pattern.bin /tmp/back2.bin || { bad digests "pattern differs"; return; }
+    # four writers at once, then read back
+    for i in 0 1 2 3; do
+        dd if=/data/pattern.bin of=/dev/nvme0n1 bs=1M skip=$i seek=$((32 + i)) count=1 \
+            oflag=direct 2>/tmp/dd$i.err &
+    done
+    wait
+    dd if=/dev/nvme0n1 of=/tmp/back3.bin bs=1M skip=32 count=4 iflag=direct 2>/tmp/dd.err ||
+        { bad read "$(cat /tmp/dd.err)"; return; }
+    cmp /data/pattern.bin /tmp/back3.bin || { bad parallel "parallel writes differ"; return; }
     out=$(nvme disconnect -n "$SUBNQN" 2>&1) || { bad nvme-disconnect "$out"; return; }
     wait_for 30 gone "$c" || { bad nvme-disconnect "$c still there"; return; }
-    ok "nvme connect with header and data digests: pattern read back; nvme disconnect"
+    ok "nvme connect with header and data digests and 3 I/O queues: pattern read back, parallel writes; nvme disconnect"
 
     [ "$AUTH" = 1 ] || return
     aid=hostid=6b1c0e4e-2f0b-4c41-9a51-000000000002
