@@ -256,7 +256,7 @@ sed 's/^/    /' "$TMP/nvme-dmesg.txt"
 # and, with DH-HMAC-CHAP, the wrong key.
 expected="not-allowed|failed to connect queue: 0 ret=16772"
 [ "$AUTH" = 0 ] || expected="$expected|qid 0: authentication failed, error -129|failed to connect queue: 0 ret=-129"
-if grep -aiE "error|fail|timeout|timed out|reset|invalid|warn|refused" "$TMP/nvme-dmesg.txt" |
+if grep -aiE "error|fail|timeout|timed out|reset|invalid|warn|refused|clamping" "$TMP/nvme-dmesg.txt" |
     grep -avE "$expected" >"$TMP/nvme-bad.txt"; then
     cat "$TMP/nvme-bad.txt" >&2
     fail "the guest's kernel logged NVMe errors"
