@@ -17,7 +17,7 @@ DEPS_BUILD = gcc meson ninja-build pkg-config python3 xxd \
 DEPS_TEST  = ceph-mon ceph-osd ceph-mgr ceph-common uuid-runtime tgt-rbd prometheus chromium libnbd-bin qemu-utils qemu-block-extra fio libiscsi-bin libiscsi-dev \
              nbdkit tgt gnutls-bin xfsprogs python3-websocket clang libclang-rt-14-dev \
              util-linux mount e2fsprogs curl sqlite3 python3-libnbd python3-rados python3-rbd dpkg-dev clang-format \
-             nvme-cli
+             nvme-cli linux-image-6.12-amd64 qemu-system-x86 busybox-static xz-utils
 # The Debian package (make deb) and its checks: man pages from scdoc.
 DEPS_PKG   = scdoc debhelper lintian man-db groff-base bsdextrautils systemd
 DEPS       = $(DEPS_BUILD) $(DEPS_TEST) $(DEPS_PKG)
@@ -28,7 +28,9 @@ DEPS       = $(DEPS_BUILD) $(DEPS_TEST) $(DEPS_PKG)
 all: build
 
 # Install what is missing (as root, with apt-get); without root, name what is
-# missing and fail, never carry on half-equipped.
+# missing and fail, never carry on half-equipped. INITRD=No: the kernel
+# package (linux-image-6.12-amd64) is there for the tests' QEMU guest, which
+# brings its own initramfs; its hook then makes none for the machine.
 deps:
 	@installed=$$(dpkg-query -W -f='$${Package} $${Status}\n' $(DEPS) 2>/dev/null | \
 	  awk '/ install ok installed$$/ {print $$1}'); \
@@ -38,7 +40,7 @@ deps:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive INITRD=No apt-get install -y -qq $$missing >/dev/null || \
 	      { echo "error: apt-get install failed for:$$missing" >&2; exit 1; }; \
 	  else \
 	    echo "error: missing Debian packages:$$missing" >&2; \

@@ -31,8 +31,9 @@ static void entry_fill(uint8_t *e, const struct nvme_port *p, const struct nvme_
     char svc[33];
     snprintf(svc, sizeof(svc), "%u", p->trsvcid);
     memcpy(e + 32, svc, strlen(svc));
-    memcpy(e + 256, p->traddr, strnlen(p->traddr, sizeof(p->traddr)));
-    memcpy(e + 512, s->nqn, strnlen(s->nqn, 255));
+    /* SUBNQN at 256, TRADDR at 512 (NVMe Base 2.0, Discovery Log Page Entry) */
+    memcpy(e + 256, s->nqn, strnlen(s->nqn, 255));
+    memcpy(e + 512, p->traddr, strnlen(p->traddr, sizeof(p->traddr)));
     e[768] = 0; /* TSAS: no security */
 }
 

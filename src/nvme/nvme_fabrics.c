@@ -296,7 +296,11 @@ static void fabrics_connect(struct nvme_cmd *cmd)
 
 static uint64_t prop_cap(const struct nvme_ctrl *ctrl)
 {
-    uint64_t mqes = (ctrl->discovery ? NVME_ADMIN_QSIZE : ctrl->io_qsize) - 1u;
+    /* A discovery controller has no I/O queue for MQES to bound: it
+     * advertises the largest size, as Linux's target does, since Linux's
+     * host warns on every discovery when MQES (or MAXCMD) is below its
+     * queue_size (128 by default), which it then clamps to no purpose. */
+    uint64_t mqes = (ctrl->discovery ? NVME_QSIZE_MAX : ctrl->io_qsize) - 1u;
     /* CSS bit 37: the NVM command set; TO 15 (7.5 s); MPSMIN/MAX 0 (4 KiB). */
     return mqes | (1ull << 16) | (15ull << 24) | (1ull << 37);
 }

@@ -62,8 +62,10 @@ void nvme_identify_ctrl(const struct nvme_queue *q, const struct nvme_subsys *s,
     le16_put(out + 320, 10); /* KAS: 100 ms units */
     out[512] = 0x66;         /* SQES */
     out[513] = 0x44;         /* CQES */
-    le16_put(out + 514, s ? ctrl->io_qsize : NVME_ADMIN_QSIZE); /* MAXCMD */
-    le32_put(out + 516, s ? max_nsid(s) : 0);                   /* NN */
+    /* MAXCMD; a discovery controller's, like its MQES (nvme_fabrics.c), is
+     * the largest queue size: its admin queue stays bounded by Connect. */
+    le16_put(out + 514, s ? ctrl->io_qsize : NVME_QSIZE_MAX);
+    le32_put(out + 516, s ? max_nsid(s) : 0); /* NN */
     /* ONCS: Compare, Dataset Management, Write Zeroes, Reservations (each
      * namespace's RESCAP says whether it has them). */
     le16_put(out + 520, s ? (1u << 0) | (1u << 2) | (1u << 3) | (1u << 5) : 0);

@@ -400,8 +400,8 @@ class Controller:
                 trtype=trtype, adrfam=adrfam, subtype=subtype, treq=treq, portid=portid,
                 cntlid=cntlid, asqsz=asqsz,
                 trsvcid=e[32:64].rstrip(b"\0 ").decode(),
-                traddr=e[256:512].rstrip(b"\0 ").decode(),
-                subnqn=e[512:768].rstrip(b"\0").decode()))
+                subnqn=e[256:512].rstrip(b"\0").decode(),
+                traddr=e[512:768].rstrip(b"\0 ").decode()))
         return genctr, entries
 
     # ---- I/O ----
