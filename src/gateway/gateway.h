@@ -147,6 +147,10 @@ void gateway_set_nvme_ports(const char *ports);
  * and the membership under its mutex: non-blocking, any thread.
  */
 unsigned gateway_volume_optimized(struct volume *vol);
+/* A number that moves whenever gateway_volume_optimized may answer
+ * otherwise for some volume: the membership's members or their states
+ * changed (checked at each membership round). Any thread. */
+uint64_t gateway_views_gen(void);
 /*
  * A front-end without LUs (NVMe/TCP namespaces) serves vol: the
  * membership thread watches its image's exclusive lock as it does an

@@ -14,6 +14,8 @@
  */
 #include <errno.h>
 #include <rbd/librbd.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +40,9 @@ struct gw_lu {
 };
 
 static pthread_mutex_t lu_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct gw_lu *lus; /* lu_mu */
+static atomic_uint_fast64_t views_gen = 1; /* gateway_views_gen */
+static uint64_t members_sig;               /* the membership it was moved for (membership thread) */
+static struct gw_lu *lus;                  /* lu_mu */
 
 static uint64_t fnv1a(const char *s, uint64_t h)
 {
@@ -320,8 +324,31 @@ static void lu_check_image(struct gw_lu *gl, rbd_image_t img)
     pthread_mutex_unlock(&gw_mu);
 }
 
+uint64_t gateway_views_gen(void)
+{
+    return atomic_load(&views_gen);
+}
+
+/* Move views_gen when the members or their states differ from the last
+ * pass's: every view (view_locked) is a function of them alone. */
+static void views_gen_update(void)
+{
+    struct gateway_member m[GATEWAY_ID_MAX];
+    pthread_mutex_lock(&gw_mu);
+    size_t n = gw_members_locked(m, GATEWAY_ID_MAX);
+    pthread_mutex_unlock(&gw_mu);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((uint64_t)m[i].id << 8 | (uint64_t)m[i].state)) * 0x100000001b3ull;
+    if (h != members_sig) {
+        members_sig = h;
+        atomic_fetch_add(&views_gen, 1);
+    }
+}
+
 void gw_lu_pass(void)
 {
+    views_gen_update();
     struct gw_lu *dead = NULL, **pp;
     struct gw_lu **todo = NULL;
     size_t nt = 0, cap = 0;

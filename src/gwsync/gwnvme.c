@@ -108,6 +108,7 @@ static const struct nvme_path_ops group_paths = {
     .volume_hold = gateway_volume_hold,
     .volume_release = gateway_volume_release,
     .peer_ports = path_peer_ports,
+    .generation = gateway_views_gen,
 };
 
 void gwnvme_start(void)

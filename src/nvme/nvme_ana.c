@@ -185,9 +185,22 @@ uint16_t nvme_ana_log(struct nvme_ctrl *ctrl, bool rgo, uint8_t **page, size_t *
     return 0;
 }
 
+/* What the view of s depends on besides the configuration: the path
+ * provider's generation and whether this member is fenced, with s's own
+ * build number (a new subsystem object for any configuration change). */
+static uint64_t ana_inputs(const struct nvme_subsys *s)
+{
+    uint64_t gen = paths && paths->generation ? paths->generation() : 0;
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = (h ^ s->build) * 0x100000001b3ull;
+    h = (h ^ gen) * 0x100000001b3ull;
+    return (h ^ (paths && paths->inaccessible() ? 1 : 0)) * 0x100000001b3ull;
+}
+
 /* The watch: the state through this controller, every ANA_POLL_NS (a
  * membership change, a fenced member, a namespace added); a change raises
- * the notice when the host enabled it. */
+ * the notice when the host enabled it. The view (one path-provider call
+ * per namespace) is recomputed only when its inputs moved. */
 static void ana_poll(struct reactor_timer *t)
 {
     struct nvme_queue *q = container_of(t, struct nvme_queue, ana_timer);
@@ -198,12 +211,17 @@ static void ana_poll(struct reactor_timer *t)
     }
     struct nvme_ctrl *ctrl = q->ctrl;
     struct nvme_subsys *s = ctrl_subsys(ctrl);
-    uint32_t *groups = s ? calloc(s->nns ? s->nns : 1, sizeof(*groups)) : NULL;
+    uint64_t in = s ? ana_inputs(s) : 0;
+    pthread_mutex_lock(&ctrl->lock);
+    bool same = s && in == ctrl->ana_inputs;
+    pthread_mutex_unlock(&ctrl->lock);
+    uint32_t *groups = s && !same ? calloc(s->nns ? s->nns : 1, sizeof(*groups)) : NULL;
     if (groups) {
         uint64_t sig = ana_view(s, groups);
         pthread_mutex_lock(&ctrl->lock);
         bool changed = sig != ctrl->ana_aen_sig;
         ctrl->ana_aen_sig = sig;
+        ctrl->ana_inputs = in;
         bool tell = changed && (ctrl->aec & NVME_AEC_ANA_CHANGE);
         pthread_mutex_unlock(&ctrl->lock);
         if (tell)
@@ -220,9 +238,11 @@ void nvme_ana_watch_start(struct nvme_queue *q)
     uint32_t *groups = nvme_ana_on(s) ? calloc(s->nns ? s->nns : 1, sizeof(*groups)) : NULL;
     if (groups && !q->ana_watching) {
         /* what the host can read now is the base of the first change */
+        uint64_t in = ana_inputs(s);
         uint64_t sig = ana_view(s, groups);
         pthread_mutex_lock(&q->ctrl->lock);
         q->ctrl->ana_aen_sig = sig;
+        q->ctrl->ana_inputs = in;
         pthread_mutex_unlock(&q->ctrl->lock);
         q->ana_watching = true;
         reactor_timer_init(&q->ana_timer, ana_poll);

@@ -107,6 +107,7 @@ struct nvme_ctrl {
     /* ANA (nvme_ana.c): the state as last seen by a log page read or
      * the watch, its change count, and what the watch last told the host */
     uint64_t ana_sig, ana_chgcnt, ana_aen_sig;
+    uint64_t ana_inputs; /* the watch's last inputs (ana_inputs()): unchanged, no recompute */
     struct reactor_msg aen_msg; /* delivers events on the admin queue's reactor */
     struct conn *aen_conn;      /* ref while aen_msg is posted */
     bool dead;

@@ -85,6 +85,11 @@ struct nvme_path_ops {
     void (*volume_release)(struct volume *vol);
     /* The other live members' ports (up to max), for the discovery log. */
     size_t (*peer_ports)(struct nvme_peer_port *out, size_t max);
+    /* A number that moves whenever group() may answer otherwise for some
+     * volume (the membership changed); NULL: group() never changes. The
+     * ANA watch recomputes its view only when this, inaccessible() or the
+     * subsystem changed. */
+    uint64_t (*generation)(void);
 };
 /* Install ops (static; NULL: the default). Start-up, before any Connect. */
 void nvme_target_set_paths(const struct nvme_path_ops *ops);

@@ -1,6 +1,7 @@
 /*
  * The CONF_NVME part: allocation, references and lookups (nvme_view.h).
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,9 +12,12 @@
 
 struct nvme_subsys *nvme_subsys_new(void)
 {
+    static atomic_uint_fast64_t builds;
     struct nvme_subsys *s = calloc(1, sizeof(*s));
-    if (s)
+    if (s) {
         atomic_init(&s->refs, 1);
+        s->build = atomic_fetch_add_explicit(&builds, 1, memory_order_relaxed) + 1;
+    }
     return s;
 }
 

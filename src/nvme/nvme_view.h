@@ -72,7 +72,8 @@ struct nvme_subsys {
     uint32_t ieee_oui; /* 24 bits */
     uint16_t qid_max;  /* I/O queues a controller may create (>= 1) */
     bool allow_any_host;
-    bool ana; /* ANA reporting on (subsystem's, or global's) */
+    bool ana;       /* ANA reporting on (subsystem's, or global's) */
+    uint64_t build; /* unique per object (nvme_subsys_new): never reused */
     size_t nhosts;
     struct nvme_host *hosts; /* allowed hosts (any host when allow_any_host) */
     size_t nports;
