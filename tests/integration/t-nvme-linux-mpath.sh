@@ -19,6 +19,11 @@
 #     not asserted;
 #   - every acknowledged block reads back in the guest and, after the
 #     guest is gone, through the survivor with nvmetcp.py;
+#   - reservations with nvme-cli through the head (now the survivor's
+#     path): resv-register, resv-acquire (Write Exclusive), resv-report;
+#     a second host (nvmetcp.py on the host) refused with Reservation
+#     Conflict while the guest holds it; the guest sees it registered,
+#     releases, and the second host writes;
 #   - the guest's kernel logged nothing about NVMe but what losing a path
 #     causes (the lost connection, refused reconnects).
 . "$(dirname "$0")/lib.sh"
@@ -144,6 +149,8 @@ run() {
     else
         io=$ib po=$PB isv=$ia psv=$PA
     fi
+    n=$(ls /sys/class/nvme-subsystem/nvme-subsys*/nvme*/nvme*c*n1/ana_state | wc -l)
+    want ana-files 2 "$n" || return
     ok "ana_state: optimized through port $po (nvme$io), non-optimized through port $psv (nvme$isv)"
     host "optimized $po"
 
@@ -180,6 +187,28 @@ run() {
     cmp /tmp/want.bin /tmp/back.bin || { bad readback "acknowledged blocks differ"; return; }
     ok "all $i acknowledged blocks read back through the head"
 
+    # Reservations through the head with nvme-cli (the survivor's path);
+    # the host's test initiator is a second host.
+    K=0xb10cd
+    rsv() { out=$(nvme "$@" /dev/nvme0n1 --namespace-id=1 2>&1) || { bad "$1" "$out"; return 1; }; }
+    report() { nvme resv-report /dev/nvme0n1 --namespace-id=1 --eds -o json 2>/dev/null | tr -d ' \n'; }
+    rsv resv-register --nrkey=$K --rrega=0 || return
+    rsv resv-acquire --crkey=$K --rtype=1 --racqa=0 || return
+    r=$(report)
+    case $r in *'"rtype":1'*'"regctl":1'*) ;; *) bad resv-report "after acquire: $r"; return ;; esac
+    dd if=/data/pattern.bin of=/dev/nvme0n1 bs=4096 count=1 oflag=direct conv=notrunc 2>/tmp/dd.err ||
+        { bad resv-write "the holder's write: $(cat /tmp/dd.err)"; return; }
+    ok "nvme resv-register, resv-acquire (Write Exclusive), resv-report: $r; the holder writes"
+    host resv
+    two() { case $(report) in *'"regctl":2'*) return 0 ;; esac; return 1; }
+    wait_for 60 two || { bad resv-report "the second host never registered: $(report)"; return; }
+    rsv resv-release --crkey=$K --rtype=1 --rrela=0 || return
+    rsv resv-register --crkey=$K --rrega=1 || return
+    r=$(report)
+    case $r in *'"rtype":0'*) ;; *) bad resv-report "after release: $r"; return ;; esac
+    ok "the second host seen registered; nvme resv-release, unregistered: $r"
+    host released
+
     out=$(nvme disconnect -n "$SUBNQN" 2>&1) || { bad disconnect "$out"; return; }
     wait_for 30 gone "nvme$ia" && wait_for 30 gone "nvme$ib" ||
         { bad disconnect "controllers left: $(ls /sys/class/nvme)"; return; }
@@ -201,6 +230,34 @@ echo "ok  the kernel's optimized path is member $P's, as blockd says"
 lg_wait_line "^LGUEST host kill" 240
 gw_kill "$P"
 echo "member $P killed (SIGKILL) during the guest's writes"
+export PORT=${PORT_OF[$N]}
+lg_wait_line "^LGUEST host resv" 120
+# The second host (nvmetcp.py) through the survivor: refused while the
+# guest holds Write Exclusive, let in once it released.
+export LG_LOG
+/usr/bin/python3 - <<'PY' || fail "the second host and the guest's reservation"
+import os, time
+import nvmetcp as n
+c = n.Controller("127.0.0.1", int(os.environ["PORT"]), os.environ["NQN"]).connect(io_queues=1)
+blk = b"\x5a" * 4096
+st = c.write(1, 4000, blk, bs=4096, check=False)
+assert st == n.SC_RESV_CONFLICT, "write under the guest's reservation: status 0x%x" % st
+print("ok  the second host's write refused: Reservation Conflict (0x%x)" % st)
+st = c.resv_register(1, 0x5eed)
+assert st == 0, "register: 0x%x" % st
+for _ in range(1200):
+    if "LGUEST host released" in open(os.environ["LG_LOG"], errors="replace").read():
+        break
+    time.sleep(0.1)
+else:
+    raise SystemExit("the guest never released")
+st = c.write(1, 4000, blk, bs=4096, check=False)
+assert st == 0, "write after the release: status 0x%x" % st
+assert c.read(1, 4000, 1, bs=4096) == blk
+assert c.resv_register(1, 0, crkey=0x5eed, action=1) == 0
+print("ok  the guest released: the second host writes")
+c.close()
+PY
 lg_finish 300
 LOST=$(grep -a "^LGUEST lost " "$LG_LOG" | tr -d '\r' | awk '{print $3}')
 acked=$(grep -a "^LGUEST acked " "$LG_LOG" | tr -d '\r' | awk '{print $3}')
@@ -208,7 +265,7 @@ read -r _ _ gap gapat < <(grep -a "^LGUEST gap " "$LG_LOG" | tr -d '\r')
 echo "FAILOVER: longest gap in the guest's writer: $((gap * 10)) ms (before block $gapat; $acked blocks acknowledged)"
 
 # Every acknowledged block, through the survivor.
-export ACKED=$acked PORT=${PORT_OF[$N]} PATTERN=$TMP/pattern.bin
+export ACKED=$acked PATTERN=$TMP/pattern.bin
 /usr/bin/python3 - <<'PY' || fail "the acknowledged blocks through the survivor"
 import os
 import nvmetcp as n
@@ -237,4 +294,4 @@ if grep -aiE "error|fail|timeout|timed out|reset|invalid|warn|refused|clamping|l
 fi
 ! grep -aE "C2HTermReq|H2CTermReq|protocol error" "$(gw_dir "$N")/blockd.log" || fail "protocol error in $N's log"
 gw_stop "$N"
-pass "the kernel's native multipath over two members: one head, ANA states as blockd's, kill -9 of the optimized member under a verifying writer: the survivor's path turns optimized, every acknowledged block reads back"
+pass "the kernel's native multipath over two members: one head, ANA states as blockd's, kill -9 of the optimized member under a verifying writer: the survivor's path turns optimized, every acknowledged block reads back; nvme-cli reservations refuse a second host's write until released"
