@@ -246,8 +246,11 @@ print("ok  the second host's write refused: Reservation Conflict (0x%x)" % st)
 st = c.resv_register(1, 0x5eed)
 assert st == 0, "register: 0x%x" % st
 for _ in range(1200):
-    if "LGUEST host released" in open(os.environ["LG_LOG"], errors="replace").read():
+    con = open(os.environ["LG_LOG"], errors="replace").read()
+    if "LGUEST host released" in con:
         break
+    if "LGUEST fail" in con or "LGUEST end" in con:
+        raise SystemExit("the guest failed before releasing")
     time.sleep(0.1)
 else:
     raise SystemExit("the guest never released")
