@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# NVMe/TCP vs iSCSI on one blockd: the same I/O pattern (queues x QD per
+# queue, block size, random or sequential) over blockd's NVMe/TCP target
+# (bench/nvme_load, a host written from the specifications) and over its
+# iSCSI target (bench/iscsi_load, libiscsi: one session per queue, run side
+# by side), and blockd's CPU (utime + stime of the daemon from /proc/PID/stat
+# over each run) per I/O. A device is exported over iSCSI or over NVMe-oF,
+# never both, so the daemon serves two volumes of identical content from the
+# file pool (demo/nv over NVMe/TCP, demo/is over iSCSI: the same random bytes
+# written to both files), both in the page cache. The 1 MiB sequential read is
+# also set against the loopback TCP limit (bench/nbd_tcp_limit).
+#
+# Targets (docs/nvme.md, Performance): server CPU per 4 KiB read <= 0.75x the
+# iSCSI path's; 4 KiB random read QD32 IOPS >= iSCSI's; 1 MiB sequential
+# read >= 80% of the loopback TCP limit.
+#
+# Run under the bench lock:  flock /tmp/blockd-bench.lock bash bench/nvme.sh
+# Knobs: BUILD (default ./build), RUNTIME (s per timed run, 5), SIZE_MB (1024),
+#        REPEAT (runs per case, order alternating, medians; 3),
+#        OUT (bench/results/nvme.md: the report is appended).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+BUILD=${BUILD:-$root/build}
+RUNTIME=${RUNTIME:-5}
+SIZE_MB=${SIZE_MB:-1024}
+REPEAT=${REPEAT:-3}
+OUT=${OUT:-$here/results/nvme.md}
+BLOCKD=$BUILD/src/daemon/blockd
+BLOCKCTL=$BUILD/src/cli/blockctl
+NVLOAD=$BUILD/bench/nvme_load
+ISLOAD=$BUILD/bench/iscsi_load
+TCPLIMIT=$BUILD/bench/nbd_tcp_limit
+
+for t in jq python3 "$BLOCKD" "$BLOCKCTL" "$NVLOAD" "$ISLOAD" "$TCPLIMIT"; do
+    command -v "$t" >/dev/null 2>&1 || { echo "bench/nvme.sh: missing $t" >&2; exit 1; }
+done
+REV=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
+HZ=$(getconf CLK_TCK)
+
+TMP=$(mktemp -d /tmp/blockd-bench-nvme.XXXXXX)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+port() { "$root/scripts/free-port"; }
+
+# --- one blockd, two volumes of identical content ---
+IP=$(port)
+NP=$(port)
+STATE=$TMP/state
+"$BLOCKD" --state-dir "$STATE" --log-level warn --nbd-listen "127.0.0.1:$(port)" \
+    --iscsi-listen "127.0.0.1:$IP" >"$TMP/blockd.log" 2>&1 &
+BPID=$!
+PIDS+=("$BPID")
+for _ in $(seq 1 200); do grep -q "blockd ready" "$TMP/blockd.log" 2>/dev/null && break; sleep 0.05; done
+bctl() { "$BLOCKCTL" --socket "$STATE/blockd.sock" "$@"; }
+for v in nv is; do
+    bctl call pool.dataset.create "{\"name\":\"demo/$v\",\"type\":\"VOLUME\",\"volsize\":$((SIZE_MB << 20))}" >/dev/null
+done
+NQN=nqn.2026-12.org.blockd:bench-nvme
+sid=$(bctl call nvmet.subsys.create "{\"name\":\"bench\",\"subnqn\":\"$NQN\",\"allow_any_host\":true}" | jq .id)
+bctl call nvmet.namespace.create "{\"subsys_id\":$sid,\"device_type\":\"ZVOL\",\"device_path\":\"zvol/demo/nv\",\"nsid\":1}" >/dev/null
+pid=$(bctl call nvmet.port.create "{\"addr_trtype\":\"TCP\",\"addr_traddr\":\"127.0.0.1\",\"addr_trsvcid\":$NP}" | jq .id)
+bctl call nvmet.port_subsys.create "{\"port_id\":$pid,\"subsys_id\":$sid}" >/dev/null
+portal=$(bctl call iscsi.portal.create '{"listen":[{"ip":"127.0.0.1"}]}' | jq .id)
+tid=$(bctl call iscsi.target.create "{\"name\":\"bench\",\"groups\":[{\"portal\":$portal}]}" | jq .id)
+eid=$(bctl call iscsi.extent.create '{"name":"bench","disk":"zvol/demo/is"}' | jq .id)
+bctl call iscsi.targetextent.create "{\"target\":$tid,\"extent\":$eid}" >/dev/null
+URL="iscsi://127.0.0.1:$IP/iqn.2026-11.org.blockd:bench/0"
+NVF=$(find "$STATE" -type f -name nv | head -n 1)
+ISF=$(find "$STATE" -type f -name is | head -n 1)
+[ -f "$NVF" ] && [ -f "$ISF" ] || { echo "bench/nvme.sh: cannot find the volume files" >&2; exit 1; }
+echo "filling the two ${SIZE_MB} MiB volume files with the same random bytes ..." >&2
+dd if=/dev/urandom of="$NVF" bs=1M count="$SIZE_MB" conv=notrunc status=none
+dd if="$NVF" of="$ISF" bs=1M conv=notrunc status=none
+sync
+cmp "$NVF" "$ISF"
+cat "$NVF" "$ISF" >/dev/null
+for _ in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$NP") 2>/dev/null && break; sleep 0.1; done
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$BPID/stat"; }
+
+# nvme: queues qd bs mode [-S] → "ops client_cpu_s"
+nvme_run() {
+    timeout $((RUNTIME + 60)) "$NVLOAD" -q "$1" -d "$2" -b "$3" -w "$4" -t "$RUNTIME" ${5:-} \
+        127.0.0.1 "$NP" "$NQN" | tee -a "$TMP/raw" |
+        sed -n 's/.*ops=\([0-9]*\) .*client_cpu_s=\([0-9.]*\).*/\1 \2/p'
+}
+# The two ways a host may connect its I/O queues: SQ flow control on (the
+# Linux host's default: every read ends with a CapsuleResp) and off (-S: the
+# last C2HData carries the completion, SUCCESS flag).
+nvmesq_run() { nvme_run "$@" -S; }
+# iscsi: one iscsi_load (one session) per queue, side by side → "ops client_cpu_s"
+iscsi_run() {
+    local i ps=()
+    for i in $(seq 1 "$1"); do
+        # `times` after the run: the client's CPU (children's user and system time)
+        timeout $((RUNTIME + 60)) bash -c 'out=$("$0" "$@"); echo "$out"; times' \
+            "$ISLOAD" "$URL" "$4" "$3" "$2" "$RUNTIME" >"$TMP/is.$i" &
+        ps+=($!)
+    done
+    wait "${ps[@]}"
+    cat "$TMP"/is.* >>"$TMP/raw"
+    python3 - "$TMP" "$1" <<'PY'
+import re, sys
+tmp, n = sys.argv[1], int(sys.argv[2])
+ops = cpu = 0
+for i in range(1, n + 1):
+    t = open("%s/is.%d" % (tmp, i)).read()
+    m = re.search(r"ops=(\d+)", t)
+    ops += int(m.group(1)) if m else 0
+    # `times`: second line is the children's user and system time (XmY.YYYs)
+    lines = [l for l in t.splitlines() if re.match(r"\d+m[\d.]+s \d+m[\d.]+s", l)]
+    if len(lines) >= 2:
+        for f in lines[1].split():
+            mm, ss = f[:-1].split("m")
+            cpu += int(mm) * 60 + float(ss)
+print(ops, "%.2f" % cpu)
+PY
+    rm -f "$TMP"/is.*
+}
+
+RESULTS=$TMP/results
+: >"$RESULTS"
+rep_order() { # rep item...
+    local rep=$1
+    shift
+    if [ $((rep % 2)) = 1 ]; then echo "$@"; else printf '%s\n' "$@" | tac | tr '\n' ' '; fi
+}
+case_run() { # name queues qd bs mode
+    local rep path c0 c1 r
+    for rep in $(seq 1 "$REPEAT"); do
+        for path in $(rep_order "$rep" nvme nvmesq iscsi); do
+            c0=$(cpu_ticks)
+            r=$("${path}_run" "$2" "$3" "$4" "$5") || r="0 0"
+            c1=$(cpu_ticks)
+            echo "$1|$path|${r:-0 0} $((c1 - c0))" | tee -a "$RESULTS" >&2
+        done
+    done
+}
+
+case_run "4K randread QD32 (1 queue x QD32)" 1 32 4096 randread
+case_run "4K randread QD32 (4 queues x QD8)" 4 8 4096 randread
+case_run "4K randread QD1 (1 queue x QD1)" 1 1 4096 randread
+case_run "1M seq read QD8 (1 queue x QD8)" 1 8 1048576 read
+TCP_LIMITS=""
+for _ in $(seq 1 "$REPEAT"); do TCP_LIMITS="$TCP_LIMITS $("$TCPLIMIT" "$RUNTIME")"; done
+echo "loopback TCP limit (MiB/s):$TCP_LIMITS" >&2
+
+python3 - "$RESULTS" "$HZ" "$RUNTIME" "$REPEAT" "$SIZE_MB" "$(nproc)" "$(cut -d' ' -f1-3 /proc/loadavg)" \
+    "$REV" "$TCP_LIMITS" <<'PY' >"$TMP/report.md"
+import sys, collections, statistics, datetime
+res, hz, runtime, rep, size, cpus, load, rev, tcp = sys.argv[1:10]
+hz, runtime = int(hz), float(runtime)
+tcp = statistics.median(float(x) for x in tcp.split())
+runs = collections.OrderedDict()
+for line in open(res):
+    name, path, vals = line.rstrip("\n").split("|")
+    ops, ccpu, ticks = vals.split()
+    runs.setdefault(name, collections.defaultdict(list))[path].append(
+        (int(ops), float(ccpu), int(ticks)))
+def med(v, f):
+    return statistics.median(f(x) for x in v)
+now = datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC")
+print(f"\n## {now}, {rev}: {cpus} CPUs, load average at end {load}, RUNTIME={runtime:g} "
+      f"REPEAT={rep} SIZE_MB={size}\n")
+print("| case | path | IOPS | MiB/s | server CPU µs/IO | client CPU µs/IO |")
+print("|---|---|---:|---:|---:|---:|")
+row = {}
+for name, by in runs.items():
+    bs = 1048576 if name.startswith("1M") else 4096
+    for path in ("nvme", "nvmesq", "iscsi"):
+        v = by.get(path, [])
+        if not v:
+            continue
+        iops = med(v, lambda x: x[0] / runtime)
+        srv = med(v, lambda x: x[2] * 1e6 / hz / x[0] if x[0] else 0)
+        cli = med(v, lambda x: x[1] * 1e6 / x[0] if x[0] else 0)
+        row[(name, path)] = (iops, srv)
+        print(f"| {name} | {path} | {iops:.0f} | {iops * bs / 1048576:.1f} | {srv:.2f} | {cli:.2f} |")
+print()
+print("nvme: SQ flow control on (a CapsuleResp per read, the Linux host's default); "
+      "nvmesq: off (the last C2HData carries the completion, SUCCESS). Server CPU: blockd's "
+      "utime+stime over the run / I/Os; client CPU: the load generator's.\n")
+def ratio(name, path, i):
+    n, s = row.get((name, path)), row.get((name, "iscsi"))
+    return n[i] / s[i] if n and s and s[i] else 0
+for name in runs:
+    if name.startswith("4K randread QD32"):
+        for path in ("nvme", "nvmesq"):
+            c, r = ratio(name, path, 1), ratio(name, path, 0)
+            print(f"- {name}, {path}: server CPU per read NVMe/iSCSI {c:.2f} (target <= 0.75: "
+                  f"{'met' if 0 < c <= 0.75 else 'NOT met'}); IOPS NVMe/iSCSI {r:.2f} "
+                  f"(target >= 1: {'met' if r >= 1 else 'NOT met'})")
+sname = "1M seq read QD8 (1 queue x QD8)"
+iseq = row.get((sname, "iscsi"), (0, 0))
+for path in ("nvme", "nvmesq"):
+    seq = row.get((sname, path))
+    if seq:
+        f = seq[0] / tcp
+        print(f"- 1M seq read, {path}: {seq[0]:.0f} MiB/s = {100 * f:.0f}% of the loopback TCP "
+              f"limit {tcp:.0f} MiB/s (bench/nbd_tcp_limit, median) (target >= 80%: "
+              f"{'met' if f >= 0.8 else 'NOT met'}); iSCSI {iseq[0]:.0f} MiB/s = "
+              f"{100 * iseq[0] / tcp:.0f}%")
+PY
+mkdir -p "$(dirname "$OUT")"
+cat "$TMP/report.md" >>"$OUT"
+cat "$TMP/report.md"
