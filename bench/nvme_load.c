@@ -169,10 +169,11 @@ static int q_read(struct queue *q, unsigned char *dst, size_t n)
             return -EIO;
         ssize_t r;
         if (dst && n >= RBUF / 4) {
-            r = recv(q->fd, dst, n, 0);
-            if (r > 0)
-                dst += r, n -= (size_t)r;
-            q->big = 1;
+            /* the whole rest in place, to its last byte (a short tail read
+             * through the buffer would drag the next payloads through it) */
+            while (n && ((r = recv(q->fd, dst, n, 0)) > 0 || (r < 0 && errno == EINTR)))
+                if (r > 0)
+                    dst += r, n -= (size_t)r;
         } else {
             q->roff = q->rlen = 0;
             /* after a large payload the next is likely large too: take one
@@ -180,7 +181,6 @@ static int q_read(struct queue *q, unsigned char *dst, size_t n)
              * data lands in place rather than through the buffer; small
              * PDUs are batched */
             r = recv(q->fd, q->rbuf, q->big ? DATA_HLEN : RBUF, 0);
-            q->big = 0;
             if (r > 0)
                 q->rlen = (size_t)r;
         }
@@ -301,6 +301,7 @@ static int q_poll(struct queue *q, uint16_t *cid, uint16_t *status, unsigned cha
         uint32_t off = get32(h + 12), len = get32(h + 16);
         if (c >= q->nslots || h[3] != DATA_HLEN || plen != DATA_HLEN + len)
             return -EPROTO;
+        q->big = len >= RBUF / 4;
         if (q_read(q, q->slots[c].buf + off, len) < 0)
             return -EIO;
         if (!(h[1] & F_SUCCESS))
