@@ -46,7 +46,7 @@
 #define NVME_MDTS 8                        /* 2^8 pages of 4 KiB: 1 MiB */
 #define NVME_MAX_XFER (4096u << NVME_MDTS) /* bytes per command */
 #define NVME_MAXH2CDATA (128u * 1024)      /* per H2CData PDU (ICResp) */
-#define NVME_C2H_CHUNK (128u * 1024)       /* per C2HData PDU we send */
+#define NVME_C2H_CHUNK NVME_MAX_XFER       /* per C2HData PDU we send: one per read */
 #define NVME_ADMIN_QSIZE 32                /* admin queue entries */
 #define NVME_DEFAULT_QSIZE 128             /* I/O queue entries, port unset */
 #define NVME_QSIZE_MAX 1024                /* MQES + 1, and a port's cap */
