@@ -26,8 +26,10 @@ blockctl call iscsi.targetextent.create "{\"target\":$target,\"extent\":$extent,
 URL="iscsi://127.0.0.1:$ISCSI_PORT/iqn.2026-11.org.blockd:conformance/0"
 OUT=$TMP/iscsi-test-cu.txt
 rc=0
-timeout 1200 iscsi-test-cu --dataloss --allow-sanitize -i "$INI1" -I "$INI2" -t ALL "$URL" "$URL" >"$OUT" 2>&1 || rc=$?
-[ "$rc" != 124 ] || fail "iscsi-test-cu timed out (output in $OUT): $(tail -5 "$OUT")
+# Line-buffered, so that on a timeout the output names the test that hung.
+timeout 1200 stdbuf -oL -eL iscsi-test-cu --dataloss --allow-sanitize -i "$INI1" -I "$INI2" -t ALL \
+    "$URL" "$URL" >"$OUT" 2>&1 || rc=$?
+[ "$rc" != 124 ] || fail "iscsi-test-cu timed out (output in $OUT): $(grep -a "Test:\|Suite:" "$OUT" | tail -3)
 $(blockd_threads)"
 [ "$rc" = 0 ] || fail "iscsi-test-cu exited with $rc (output in $OUT): $(tail -5 "$OUT")"
 blockd_alive || fail "blockd died during the conformance run"
