@@ -33,7 +33,8 @@ struct load {
     uint32_t bs, block;
     uint64_t blocks, next_lba;
     double deadline;
-    uint64_t ops, inflight;
+    double rate, t0; /* RATE: commands per second, 0 unlimited; the start */
+    uint64_t ops, inflight, issued;
     double lat_sum;
     int failed;
     uint64_t unit_attentions; /* retried, not counted */
@@ -78,6 +79,14 @@ static void done(struct iscsi_context *ctx, int status, void *data, void *arg)
         ld->lat_sum += now_s() - s->started;
     }
     scsi_free_scsi_task(task);
+    if (ld->rate > 0) {
+        /* RATE: wait until the next command is due (both protocols compared at one rate) */
+        double wait = ld->t0 + (double)ld->issued / ld->rate - now_s();
+        if (wait > 0) {
+            struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+    }
     if (!ld->failed && now_s() < ld->deadline)
         issue(s);
 }
@@ -109,13 +118,15 @@ static void issue(struct slot *s)
         return;
     }
     ld->inflight++;
+    ld->issued++;
 }
 
 int main(int argc, char **argv)
 {
     struct load ld = {.rng = 0x9e3779b97f4a7c15ull};
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s URL read|write|randread|randwrite BS QD SECONDS\n", argv[0]);
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: %s URL read|write|randread|randwrite BS QD SECONDS [RATE]\n",
+                argv[0]);
         return 2;
     }
     const char *url = argv[1], *mode = argv[2];
@@ -124,6 +135,7 @@ int main(int argc, char **argv)
     ld.bs = (uint32_t)strtoul(argv[3], NULL, 10);
     unsigned qd = (unsigned)strtoul(argv[4], NULL, 10);
     double seconds = strtod(argv[5], NULL);
+    ld.rate = argc == 7 ? strtod(argv[6], NULL) : 0;
     if (!ld.bs || !qd || qd > 1024 || seconds <= 0) {
         fprintf(stderr, "bad BS, QD or SECONDS\n");
         return 2;
@@ -168,6 +180,7 @@ int main(int argc, char **argv)
     }
     double start = now_s();
     ld.deadline = start + seconds;
+    ld.t0 = start;
     for (unsigned i = 0; i < qd && !ld.failed; i++)
         issue(&slots[i]);
     while (ld.inflight > 0) {

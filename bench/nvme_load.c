@@ -80,7 +80,8 @@ struct queue {
     unsigned nslots;
     /* load */
     struct job *job;
-    uint64_t rng, next_lba, ops, inflight;
+    uint64_t rng, next_lba, ops, inflight, issued;
+    double t0;           /* when the queue started issuing (pacing, -r) */
     uint64_t by_success; /* completions carried by a C2HData PDU (SUCCESS) */
     double lat_sum;
     int failed;
@@ -95,6 +96,7 @@ struct job {
     int write, random, sqflow_off;
     int verify_fd; /* -V: the volume's backing file, reads compared with it */
     double seconds, deadline;
+    double rate; /* -r: commands per second per queue, 0 unlimited */
     unsigned char hostid[16];
     char hostnqn[256];
 };
@@ -474,6 +476,7 @@ static int issue(struct queue *q, uint16_t cid)
     q->slots[cid].started = now_s();
     q->slots[cid].lba = lba;
     q->inflight++;
+    q->issued++;
     return q_submit(q, sqe, j->write ? q->slots[cid].buf : NULL, j->bs);
 }
 
@@ -493,12 +496,26 @@ static int verify(struct queue *q, uint16_t cid)
     return rc ? -EIO : 0;
 }
 
+/* -r: wait until the queue's next command is due (issued / rate seconds
+ * after its start), so that both protocols can be compared at one rate. */
+static void pace(struct queue *q)
+{
+    if (q->job->rate <= 0)
+        return;
+    double wait = q->t0 + (double)q->issued / q->job->rate - now_s();
+    if (wait > 0) {
+        struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void *io_thread(void *arg)
 {
     struct queue *q = arg;
     struct job *j = q->job;
     unsigned char cqe[16];
     uint16_t cid, st;
+    q->t0 = now_s();
     for (uint16_t c = 0; c < j->qd; c++)
         if (issue(q, c) < 0)
             q->failed = 1;
@@ -519,7 +536,8 @@ static void *io_thread(void *arg)
         double t = now_s();
         q->inflight--, q->ops++;
         q->lat_sum += t - q->slots[cid].started;
-        if (t < j->deadline && issue(q, cid) < 0)
+        pace(q);
+        if (now_s() < j->deadline && issue(q, cid) < 0)
             q->failed = 1;
     }
     return NULL;
@@ -550,7 +568,7 @@ static int parse_args(struct job *j, int argc, char **argv)
 {
     const char *mode = "randread";
     int o;
-    while ((o = getopt(argc, argv, "q:d:b:w:t:n:SV:")) != -1) {
+    while ((o = getopt(argc, argv, "q:d:b:w:t:n:r:SV:")) != -1) {
         switch (o) {
         case 'q':
             j->queues = (unsigned)atoi(optarg);
@@ -578,6 +596,9 @@ static int parse_args(struct job *j, int argc, char **argv)
         case 'n':
             j->nsid = (uint32_t)strtoul(optarg, NULL, 0);
             break;
+        case 'r':
+            j->rate = strtod(optarg, NULL);
+            break;
         default:
             return -EINVAL;
         }
@@ -597,7 +618,7 @@ int main(int argc, char **argv)
     if (parse_args(&j, argc, argv) < 0) {
         fprintf(stderr,
                 "usage: %s [-q QUEUES] [-d QD] [-b BS] [-w read|write|randread|randwrite] "
-                "[-t SECONDS] [-n NSID] [-S] [-V FILE] ADDR PORT SUBNQN\n",
+                "[-t SECONDS] [-n NSID] [-r IOPS_PER_QUEUE] [-S] [-V FILE] ADDR PORT SUBNQN\n",
                 argv[0]);
         return 2;
     }
