@@ -284,12 +284,13 @@ PY
 echo "ok  all $acked acknowledged blocks read back through $N (nvmetcp.py)"
 
 # The guest's kernel: nothing about NVMe but what the lost path causes
-# (error recovery, reconnects refused, and deleting the dead controller:
-# its shutdown's Property Set of CC fails on the host's side, 370h Host
-# Path Error, as it has no queue).
+# (error recovery, a keep-alive that was in flight when the path died,
+# reconnects refused, and deleting the dead controller: its shutdown's
+# Property Set of CC fails on the host's side, 370h Host Path Error, as it
+# has no queue).
 grep -a "nvme" "$LG_DIR/dmesg.txt" >"$TMP/nvme-dmesg.txt" || true
 sed 's/^/    /' "$TMP/nvme-dmesg.txt"
-expected="$LOST: (starting error recovery|Reconnecting in [0-9]+ seconds|failed to connect socket: -111|Failed reconnect attempt|Property Set error: 880, offset 0x14)"
+expected="$LOST: (starting error recovery|failed nvme_keep_alive_end_io error=[0-9]+|Reconnecting in [0-9]+ seconds|failed to connect socket: -111|Failed reconnect attempt|Property Set error: 880, offset 0x14)"
 if grep -aiE "error|fail|timeout|timed out|reset|invalid|warn|refused|clamping|larger" "$TMP/nvme-dmesg.txt" |
     grep -avE "$expected" >"$TMP/nvme-bad.txt"; then
     cat "$TMP/nvme-bad.txt" >&2
