@@ -70,7 +70,10 @@ assert r["status"] == "success", r
 res = r["data"]["result"]
 print(res[0]["value"][1] if res else "none")'
 }
-for i in $(seq 1 100); do
+# Prometheus starts, then scrapes every second: on a loaded machine its
+# start alone has taken 8 s, so wait up to 2 minutes for the first scrape.
+deadline=$((SECONDS + 120))
+while [ "$SECONDS" -lt "$deadline" ]; do
     [ "$(query 'up{job="blockd"}' 2>/dev/null)" = 1 ] && break
     sleep 0.2
 done
