@@ -24,7 +24,9 @@ WS_PORT=$(free_port)
 # The connection below stays unauthenticated through two throttled wrong
 # logins (yescrypt, slow on a loaded machine): more than the default 10 s
 # handshake deadline must not cut it.
-blockd_start --api-listen "127.0.0.1:$WS_PORT" --handshake-timeout 60
+# The rate-limit rounds hold one unauthenticated connection through many
+# yescrypt checks: beside busy loops under ASan they took over 60 s.
+blockd_start --api-listen "127.0.0.1:$WS_PORT" --handshake-timeout 600
 URL="ws://127.0.0.1:$WS_PORT/api/current"
 PW='c0rrect horse:battery"staple'
 PW2='second-Pass-2026'
