@@ -21,11 +21,9 @@ need /usr/bin/python3 sqlite3
 /usr/bin/python3 -c 'import websocket' 2>/dev/null || fail "python3-websocket is not installed"
 
 WS_PORT=$(free_port)
-# The connection below stays unauthenticated through two throttled wrong
-# logins (yescrypt, slow on a loaded machine): more than the default 10 s
-# handshake deadline must not cut it.
-# The rate-limit rounds hold one unauthenticated connection through many
-# yescrypt checks: beside busy loops under ASan they took over 60 s.
+# The connections below stay unauthenticated through throttled wrong
+# logins (yescrypt, slow on a loaded machine): the rate-limit rounds took
+# over 60 s beside two busy loops under ASan, so the deadline must be long.
 blockd_start --api-listen "127.0.0.1:$WS_PORT" --handshake-timeout 600
 URL="ws://127.0.0.1:$WS_PORT/api/current"
 PW='c0rrect horse:battery"staple'
