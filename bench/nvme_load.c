@@ -403,7 +403,7 @@ static int q_init(struct queue *q, struct job *j, uint16_t qid, unsigned nslots)
 static int admin_setup(struct queue *a, struct job *j)
 {
     unsigned char id[4096];
-    uint64_t v;
+    uint64_t v = 0;
     if (q_init(a, j, 0, 1) < 0 || q_connect_tcp(a, j) < 0 || fabrics_connect(a, j, 32) < 0)
         return -EIO;
     if (prop(a, 0, 0x00, 1, &v) < 0) /* CAP */
