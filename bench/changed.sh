@@ -47,25 +47,9 @@ else
 fi
 RBD_BYTES=$(numfmt --from=iec "$RBD_SIZE")
 
-MOUNTS=()
-bench_cleanup() {
-    local rc=$? m
-    if [ -n "$BLOCKD_PID" ]; then
-        kill -KILL "$BLOCKD_PID" 2>/dev/null || true
-        wait "$BLOCKD_PID" 2>/dev/null || true
-        BLOCKD_PID=
-    fi
-    for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
-    (exit "$rc")
-    _cleanup
-}
-trap bench_cleanup EXIT
 for fs in xfs ext4; do
     # the volume, s1, s2, and the replica with its two snapshots
-    truncate -s $((BYTES * 6 + (1 << 30))) "$TMP/$fs.img"
-    if [ $fs = xfs ]; then mkfs.xfs -q -m reflink=1 "$TMP/$fs.img"; else mkfs.ext4 -q -F "$TMP/$fs.img"; fi
-    mkdir -p "$TMP/$fs" && mount -o loop "$TMP/$fs.img" "$TMP/$fs" || fail "mount $fs"
-    MOUNTS+=("$TMP/$fs")
+    mount_fs $fs $((BYTES * 6 + (1 << 30)))
 done
 
 record() { # text

@@ -112,9 +112,10 @@ _cleanup() {
 }
 trap _cleanup EXIT
 
-# mount_fs TYPE (xfs with reflink, or ext4): a 1 GiB sparse image of that
-# filesystem in $TMP, loop-mounted at $TMP/TYPE (needs root). The test's
-# exit kills the daemon first (it holds files there), then unmounts.
+# mount_fs TYPE [SIZE] (xfs with reflink, or ext4): a sparse image of that
+# filesystem, SIZE bytes (default 1 GiB), in $TMP, loop-mounted at
+# $TMP/TYPE (needs root). The test's exit kills the daemon first (it holds
+# files there), then unmounts.
 MOUNTS=()
 _fs_cleanup() {
     local rc=$? m
@@ -129,7 +130,7 @@ _fs_cleanup() {
 }
 mount_fs() {
     [ "$(id -u)" = 0 ] || fail "needs root to loop-mount the $1 image"
-    truncate -s 1G "$TMP/$1.img"
+    truncate -s "${2:-1G}" "$TMP/$1.img"
     case $1 in
     xfs) mkfs.xfs -q -m reflink=1 "$TMP/$1.img" ;;
     ext4) mkfs.ext4 -q -F "$TMP/$1.img" ;;
