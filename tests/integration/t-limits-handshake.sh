@@ -36,6 +36,32 @@ for i in $(seq 1 100); do
     sleep 0.1
 done
 
+# total_cap PORT FIRST WHAT: 8 idle connections from each of 127.0.0.FIRST
+# to FIRST+9 (80 in all): at most the pending cap (48 = 64 - 64/4) may stay
+# open, and at least 40 must (the rest are evicted or refused per address).
+total_cap() {
+    python3 - "$1" "$2" <<'PY' || fail "$3 total cap"
+import socket, sys, time
+port, first = int(sys.argv[1]), int(sys.argv[2]); socks = []
+for a in range(first, first + 10):
+    for i in range(8):
+        s = socket.socket(); s.bind(("127.0.0.%d" % a, 0)); s.connect(("127.0.0.1", port))
+        socks.append(s)
+time.sleep(1.0)
+kept = 0
+for s in socks:
+    s.settimeout(0.01)
+    try:
+        kept += 1 if s.recv(1) else 0
+    except socket.timeout:
+        kept += 1
+    except ConnectionResetError:
+        pass
+assert kept <= 48, "%d connections still in their handshake kept open, cap 48" % kept
+assert kept >= 40, "only %d kept open" % kept
+PY
+}
+
 cat >"$TMP/flood.py" <<'PY'
 # flood.py PORT SRC_ADDR COUNT: open COUNT idle connections from SRC_ADDR,
 # print how many the server kept open, then hold them until stdin closes.
@@ -98,26 +124,7 @@ timeout 20 iscsi-inq "iscsi://127.0.0.1:$ISCSI_PORT/$IQN/0" >/dev/null 2>&1 ||
     fail "iscsi-inq refused while idle iSCSI connections are held"
 exec {ISCSIFLOOD[1]}>&-
 wait "$iscsiflood_pid" 2>/dev/null || true
-python3 - "$ISCSI_PORT" <<'PY' || fail "iSCSI total cap"
-import socket, sys, time
-port = int(sys.argv[1]); socks = []
-for a in range(10, 20):           # 10 addresses x 8 = 80 > 48
-    for i in range(8):
-        s = socket.socket(); s.bind(("127.0.0.%d" % a, 0)); s.connect(("127.0.0.1", port))
-        socks.append(s)
-time.sleep(1.0)
-kept = 0
-for s in socks:
-    s.settimeout(0.01)
-    try:
-        kept += 1 if s.recv(1) else 0
-    except socket.timeout:
-        kept += 1
-    except ConnectionResetError:
-        pass
-assert kept <= 48, "%d logins in progress kept open, cap 48" % kept
-assert kept >= 40, "only %d kept open" % kept
-PY
+total_cap "$ISCSI_PORT" 10 iSCSI
 # a full room evicts the oldest pending connection of the busiest address
 grep -q "iscsi: pending connection evicted to admit .*: 48 connections still in their handshake" \
     "$BLOCKD_LOG" || fail "no log line for the iSCSI pending cap"
@@ -150,26 +157,7 @@ grep -q "127.0.0.5:[0-9]*: nvme: connection refused: 8 connections in their hand
     "$BLOCKD_LOG" || fail "no log line naming a refused NVMe/TCP peer"
 exec {NVMEFLOOD[1]}>&-
 wait "$nvmeflood_pid" 2>/dev/null || true
-python3 - "$NVME_PORT" <<'PY' || fail "NVMe/TCP total cap"
-import socket, sys, time
-port = int(sys.argv[1]); socks = []
-for a in range(30, 40):           # 10 addresses x 8 = 80 > 48
-    for i in range(8):
-        s = socket.socket(); s.bind(("127.0.0.%d" % a, 0)); s.connect(("127.0.0.1", port))
-        socks.append(s)
-time.sleep(1.0)
-kept = 0
-for s in socks:
-    s.settimeout(0.01)
-    try:
-        kept += 1 if s.recv(1) else 0
-    except socket.timeout:
-        kept += 1
-    except ConnectionResetError:
-        pass
-assert kept <= 48, "%d NVMe/TCP connections before Connect kept open, cap 48" % kept
-assert kept >= 40, "only %d kept open" % kept
-PY
+total_cap "$NVME_PORT" 30 NVMe/TCP
 grep -q "nvme: pending connection evicted to admit .*: 48 connections still in their handshake" \
     "$BLOCKD_LOG" || fail "no log line for the NVMe/TCP pending cap"
 sleep 0.5
