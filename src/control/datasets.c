@@ -172,12 +172,7 @@ struct update {
  * is given changes). The ZFS properties have no codec here: dsprops'
  * table decodes them (ds_propset_decode), sync and readonly included. */
 static const struct api_field update_fields[] = {
-    {.name = "managedby",
-     .type = API_T_STRING,
-     .flags = API_RANGE,
-     .min = 0,
-     .max = DS_MANAGEDBY_MAX,
-     AT(managedby, ds_codec_managedby)},
+    DS_MANAGEDBY_FIELD(struct update, managedby),
     DS_USER_PROPS_FIELD("user_properties_update", &ds_user_prop_update_item, struct update,
                         user_props_update),
     /* the whole set: listed keys are set, the others removed */

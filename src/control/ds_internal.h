@@ -115,7 +115,13 @@ int ds_check_user_props(struct api_call *call, const char *field, const struct d
 int ds_apply_user_props(int64_t dataset_id, const struct ds_user_props *props);
 #define DS_USER_PROP_VALUE_MAX 8192
 #define DS_USER_PROP_KEY_MAX 256
-/* The field of such a list: at most 256 items, each checked against
+/* The "managedby" field of T's member (dataset create and update). */
+#define DS_MANAGEDBY_FIELD(T, member)                                                              \
+    {                                                                                              \
+        .name = "managedby", .type = API_T_STRING, .flags = API_RANGE, .min = 0,                   \
+        .max = DS_MANAGEDBY_MAX, API_AT(T, member, ds_codec_managedby)                             \
+    }
+/* A user-properties list field: at most 256 items, each checked against
  * item (create's {key, value} or ds_user_prop_update_item), decoded into
  * the struct ds_user_props member of T (ds_codec_user_props). */
 #define DS_USER_PROPS_FIELD(field, item, T, member)                                                \

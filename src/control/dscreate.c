@@ -121,12 +121,7 @@ static const struct api_field create_fields[] = {
     /* blockd extension (docs/ha.md): a VOLUME of an RBD pool whose image
      * already exists (made by another gateway of the group) is adopted. */
     {.name = "adopt", .type = API_T_BOOL, AT(adopt, api_codec_bool)},
-    {.name = "managedby",
-     .type = API_T_STRING,
-     .flags = API_RANGE,
-     .min = 0,
-     .max = DS_MANAGEDBY_MAX,
-     AT(managedby, ds_codec_managedby)},
+    DS_MANAGEDBY_FIELD(struct create_req, managedby),
     DS_USER_PROPS_FIELD("user_properties", &user_prop_item, struct create_req, user_props),
     {.name = "backend",
      .type = API_T_ENUM,
