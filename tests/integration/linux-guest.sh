@@ -214,6 +214,26 @@ lg_start() {
     BG_PIDS+=("$LG_PID")
 }
 
+# lg_guest_helpers: shell functions for a test's guest steps, to append to
+# its steps file. fabrics OPTIONS creates a controller through
+# /dev/nvme-fabrics with the host (10.0.2.2) as traddr and prints
+# "instance=N,cntlid=M"; 1 (the kernel's reason in /tmp/fabrics.err) if
+# the kernel refuses.
+lg_guest_helpers() {
+    cat <<'EOF'
+fabrics() {
+    exec 3<>/dev/nvme-fabrics
+    if ! echo "transport=tcp,traddr=10.0.2.2,$1" >&3 2>/tmp/fabrics.err; then
+        exec 3>&-
+        return 1
+    fi
+    read -r r <&3
+    exec 3>&-
+    echo "$r"
+}
+EOF
+}
+
 # lg_dump: what the guest printed, for a failure message.
 lg_dump() {
     echo "--- guest console (markers; kernel log lines last) ---" >&2

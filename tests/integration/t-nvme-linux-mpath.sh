@@ -106,17 +106,8 @@ head -c $((NBLK * 4096)) /dev/urandom >"$TMP/pattern.bin"
 cat >"$TMP/steps.sh" <<EOF
 PA=$PA PB=$PB SUBNQN=$NQN HOSTNQN=$HOSTNQN HOSTID=$HOSTID NBLK=$NBLK
 EOF
+lg_guest_helpers >>"$TMP/steps.sh"
 cat >>"$TMP/steps.sh" <<'EOF'
-fabrics() {
-    exec 3<>/dev/nvme-fabrics
-    if ! echo "transport=tcp,traddr=10.0.2.2,$1" >&3 2>/tmp/fabrics.err; then
-        exec 3>&-
-        return 1
-    fi
-    read -r r <&3
-    exec 3>&-
-    echo "$r"
-}
 instance() { echo "$1" | sed -n 's/^instance=\([0-9]*\),.*/\1/p'; }
 # the path device of controller nvmeN: /sys/block/nvme<subsystem>c<N>n1
 path_of() { ls -d /sys/block/nvme*c"$1"n1 2>/dev/null | head -n 1; }

@@ -88,19 +88,8 @@ cat >"$TMP/steps.sh" <<EOF
 P=$NVME_PORT D=$DISC_PORT SUBNQN=$SUBNQN HOSTNQN=$HOSTNQN HOSTID=$HOSTID DISCNQN=$DISCNQN
 AUTH=$AUTH AUTHNQN=$AUTHNQN AUTHHOST=$AUTHHOST KEY='${KEY:-}' WRONG='${WRONG:-}' CKEY='${CKEY:-}'
 EOF
+lg_guest_helpers >>"$TMP/steps.sh"
 cat >>"$TMP/steps.sh" <<'EOF'
-# fabrics OPTIONS: create a controller through /dev/nvme-fabrics; prints
-# "instance=N,cntlid=M"
-fabrics() {
-    exec 3<>/dev/nvme-fabrics
-    if ! echo "transport=tcp,traddr=10.0.2.2,$1" >&3 2>/tmp/fabrics.err; then
-        exec 3>&-
-        return 1
-    fi
-    read -r r <&3
-    exec 3>&-
-    echo "$r"
-}
 # attr CTRL NAME: a controller's sysfs attribute, without the padding of
 # the Identify field it comes from
 attr() { sed 's/ *$//' "/sys/class/nvme/$1/$2"; }
